@@ -1,0 +1,94 @@
+#include "common/channel.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem {
+namespace {
+
+using google::protobuf::MethodOptions;
+
+std::string SecondsString(absl::Duration duration) {
+  return absl::StrCat(absl::ToDoubleSeconds(duration), "s");
+}
+
+bool IsIdempotent(const google::protobuf::MethodDescriptor& method) {
+  return method.options().idempotency_level() != MethodOptions::IDEMPOTENCY_UNKNOWN;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
+    const std::optional<ClientTls>& tls) {
+  if (!tls.has_value()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls->root_ca;
+  ssl.pem_cert_chain = tls->certificate_chain;
+  ssl.pem_private_key = tls->private_key;
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RetryServiceConfig(const ChannelOptions& options) {
+  const auto* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(options.service_name);
+  if (service == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("service '", options.service_name, "' is not linked into this binary"));
+  }
+  nlohmann::json names = nlohmann::json::array();
+  for (int i = 0; i < service->method_count(); ++i) {
+    if (IsIdempotent(*service->method(i))) {
+      names.push_back({{"service", service->full_name()}, {"method", service->method(i)->name()}});
+    }
+  }
+  nlohmann::json config = {{"methodConfig", nlohmann::json::array()}};
+  if (!names.empty()) {
+    config["methodConfig"].push_back({{"name", names},
+                                      {"retryPolicy",
+                                       {{"maxAttempts", options.max_attempts},
+                                        {"initialBackoff", SecondsString(options.initial_backoff)},
+                                        {"maxBackoff", SecondsString(options.max_backoff)},
+                                        {"backoffMultiplier", 2},
+                                        {"retryableStatusCodes", {"UNAVAILABLE"}}}}});
+  }
+  return config.dump();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ChannelOptions& options) {
+  auto service_config = RetryServiceConfig(options);
+  if (!service_config.ok()) return service_config.status();
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(*service_config);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
+  args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+  // Long streams (WatchJob, WatchVersions) sit idle between events; keep them probed.
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  if (options.tls.has_value() && !options.tls->server_name_override.empty()) {
+    args.SetSslTargetNameOverride(options.tls->server_name_override);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!options.auth_token.empty()) {
+    interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(options.auth_token));
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      options.target, MakeChannelCredentials(options.tls), args, std::move(interceptors));
+}
+
+void SetTimeout(grpc::ClientContext& context, absl::Duration timeout) {
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+}  // namespace tandem

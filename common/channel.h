@@ -1,0 +1,52 @@
+#ifndef TANDEM_COMMON_CHANNEL_H_
+#define TANDEM_COMMON_CHANNEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+
+namespace tandem {
+
+struct ClientTls {
+  std::string root_ca;            // PEM; empty uses the system roots.
+  std::string certificate_chain;  // PEM; set with private_key for mutual TLS.
+  std::string private_key;
+  std::string server_name_override;  // For certificates issued to a name other than the target.
+};
+
+// How a client reaches one Tandem service.
+struct ChannelOptions {
+  std::string target;        // "host:port" or any gRPC target URI.
+  std::string service_name;  // Full proto name, e.g. "tandem.v1.JobService"; drives retries.
+  std::string auth_token;    // Sent as "authorization: Bearer <token>" when non-empty.
+  std::optional<ClientTls> tls;
+  int64_t max_message_bytes = 64 << 20;
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+  int max_attempts = 4;  // Including the first; gRPC caps it at 5.
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(2);
+};
+
+// The gRPC service config that retries UNAVAILABLE for every idempotent method of
+// `service_name`: the methods whose proto declares `option idempotency_level` as
+// IDEMPOTENT or NO_SIDE_EFFECTS. Reading the proto keeps the list in one place. NOT_FOUND
+// when the service is not linked into this binary.
+absl::StatusOr<std::string> RetryServiceConfig(const ChannelOptions& options);
+
+// A channel with keepalive, message limits, retries per RetryServiceConfig, TLS if asked,
+// and the bearer token on every call.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ChannelOptions& options);
+
+// Every client call in Tandem has a deadline; this sets it `timeout` from now.
+void SetTimeout(grpc::ClientContext& context, absl::Duration timeout);
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_CHANNEL_H_

@@ -1,0 +1,45 @@
+#include "common/dtype.h"
+
+#include <array>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;
+  int64_t size;
+};
+
+constexpr std::array<DTypeInfo, 5> kDTypes = {{
+    {DType::kF32, "F32", 4},
+    {DType::kBF16, "BF16", 2},
+    {DType::kF16, "F16", 2},
+    {DType::kI16, "I16", 2},
+    {DType::kI32, "I32", 4},
+}};
+
+// The enumerators are the table indices, so lookup by dtype is direct.
+const DTypeInfo& Info(DType dtype) {
+  return kDTypes[static_cast<size_t>(std::to_underlying(dtype))];
+}
+
+}  // namespace
+
+int64_t DTypeSize(DType dtype) { return Info(dtype).size; }
+
+std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
+
+absl::StatusOr<DType> DTypeFromName(std::string_view name) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.name == name) return info.dtype;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown dtype '", name, "' (supported: F32, BF16, F16, I16, I32)"));
+}
+
+}  // namespace tandem

@@ -1,0 +1,144 @@
+#include "common/metrics.h"
+
+#include <chrono>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "common/version.h"
+#include "grpcpp/support/status.h"
+#include "prometheus/gauge.h"
+
+namespace tandem {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+// "/tandem.v1.JobService/GetJob" -> {"tandem.v1.JobService", "GetJob"}.
+std::pair<std::string, std::string> SplitMethodPath(absl::string_view path) {
+  if (!path.empty() && path.front() == '/') path.remove_prefix(1);
+  const size_t slash = path.find('/');
+  if (slash == absl::string_view::npos) return {std::string(path), ""};
+  return {std::string(path.substr(0, slash)), std::string(path.substr(slash + 1))};
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  static constexpr const char* kNames[] = {"OK",
+                                           "CANCELLED",
+                                           "UNKNOWN",
+                                           "INVALID_ARGUMENT",
+                                           "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND",
+                                           "ALREADY_EXISTS",
+                                           "PERMISSION_DENIED",
+                                           "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION",
+                                           "ABORTED",
+                                           "OUT_OF_RANGE",
+                                           "UNIMPLEMENTED",
+                                           "INTERNAL",
+                                           "UNAVAILABLE",
+                                           "DATA_LOSS",
+                                           "UNAUTHENTICATED"};
+  const int index = static_cast<int>(code);
+  return index >= 0 && index < 17 ? kNames[index] : absl::StrCat("CODE_", index);
+}
+
+class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
+ public:
+  RpcMetricsInterceptor(const RpcMetricsInterceptorFactory::Families& families,
+                        absl::string_view method_path)
+      : families_(families), start_(std::chrono::steady_clock::now()) {
+    std::tie(service_, method_) = SplitMethodPath(method_path);
+  }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      families_.started.Add({{"service", service_}, {"method", method_}}).Increment();
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      Record(methods->GetSendStatus().error_code());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  void Record(grpc::StatusCode code) {
+    const prometheus::Labels labels = {
+        {"service", service_}, {"method", method_}, {"code", CodeName(code)}};
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
+    families_.handled.Add(labels).Increment();
+    families_.handling_seconds.Add(labels, LatencyBuckets()).Observe(elapsed.count());
+  }
+
+  const RpcMetricsInterceptorFactory::Families& families_;
+  const std::chrono::steady_clock::time_point start_;
+  std::string service_;
+  std::string method_;
+};
+
+}  // namespace
+
+namespace {
+
+// Never destroyed: exporters may read it while the process exits.
+const std::shared_ptr<prometheus::Registry>& SharedRegistry() {
+  static const auto* registry =
+      new std::shared_ptr<prometheus::Registry>(std::make_shared<prometheus::Registry>());
+  return *registry;
+}
+
+}  // namespace
+
+prometheus::Registry& MetricsRegistry() { return *SharedRegistry(); }
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& host,
+                                                                        int port) {
+  const std::string address = absl::StrCat(host, ":", port);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve /metrics on ", address, ": ", e.what()));
+  }
+  exposer->RegisterCollectable(SharedRegistry());  // Held weakly by the exposer.
+  const int bound_port = exposer->GetListeningPorts().at(0);
+  return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(exposer), bound_port));
+}
+
+void RecordBuildInfo(absl::string_view service) {
+  prometheus::BuildGauge()
+      .Name("tandem_build_info")
+      .Help("Always 1; labels say which Tandem service and version this process runs.")
+      .Register(MetricsRegistry())
+      .Add({{"service", std::string(service)}, {"version", std::string(kTandemVersion)}})
+      .Set(1);
+}
+
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+      0.25,   0.5,     1,      2.5,   5,      10,    30,   60,    120,  300};
+  return *buckets;
+}
+
+RpcMetricsInterceptorFactory::RpcMetricsInterceptorFactory()
+    : families_{prometheus::BuildCounter()
+                    .Name("tandem_rpc_server_started_total")
+                    .Help("RPCs the server started handling.")
+                    .Register(MetricsRegistry()),
+                prometheus::BuildCounter()
+                    .Name("tandem_rpc_server_handled_total")
+                    .Help("RPCs the server finished, by status code.")
+                    .Register(MetricsRegistry()),
+                prometheus::BuildHistogram()
+                    .Name("tandem_rpc_server_handling_seconds")
+                    .Help("Time from receiving a call to sending its status, in seconds.")
+                    .Register(MetricsRegistry())} {}
+
+grpc::experimental::Interceptor* RpcMetricsInterceptorFactory::CreateServerInterceptor(
+    grpc::experimental::ServerRpcInfo* info) {
+  return new RpcMetricsInterceptor(families_, info->method());
+}
+
+}  // namespace tandem

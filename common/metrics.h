@@ -1,0 +1,66 @@
+#ifndef TANDEM_COMMON_METRICS_H_
+#define TANDEM_COMMON_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/support/server_interceptor.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace tandem {
+
+// The one registry of this process; every Tandem metric registers here.
+prometheus::Registry& MetricsRegistry();
+
+// Serves the process registry as Prometheus text at http://host:port/metrics.
+class MetricsEndpoint {
+ public:
+  // Port 0 lets the OS pick; port() tells which. UNAVAILABLE when the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& host, int port);
+  int port() const { return port_; }
+
+ private:
+  MetricsEndpoint(std::unique_ptr<prometheus::Exposer> exposer, int port)
+      : exposer_(std::move(exposer)), port_(port) {}
+
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_;
+};
+
+// Sets tandem_build_info{service,version} to 1, the usual way to expose what runs where.
+void RecordBuildInfo(absl::string_view service);
+
+// Records every call a server handles:
+//   tandem_rpc_server_started_total{service,method}
+//   tandem_rpc_server_handled_total{service,method,code}
+//   tandem_rpc_server_handling_seconds{service,method,code} (histogram)
+// Labels come from the registered method path, so their set is bounded.
+class RpcMetricsInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  RpcMetricsInterceptorFactory();
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
+
+  struct Families {
+    prometheus::Family<prometheus::Counter>& started;
+    prometheus::Family<prometheus::Counter>& handled;
+    prometheus::Family<prometheus::Histogram>& handling_seconds;
+  };
+
+ private:
+  Families families_;
+};
+
+// Upper bounds of the latency histograms, from 100 µs to 5 min: control RPCs take
+// milliseconds, long streams (watch, fetch of a large adapter) minutes.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_METRICS_H_

@@ -1,0 +1,82 @@
+#include "common/metrics.h"
+
+#include <string>
+
+#include "common/channel.h"
+#include "common/testing/http_get.h"
+#include "common/testing/test_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The value of one series in a scraped page, 0 when absent. Metrics are per process and other
+// tests in this binary make calls too, so tests compare values before and after.
+double SeriesValue(const std::string& page, const std::string& series) {
+  const size_t at = page.find("\n" + series + " ");
+  if (at == std::string::npos) return 0;
+  return std::stod(page.substr(at + series.size() + 2));
+}
+
+std::string Scrape(const testing::EchoServer& server) {
+  auto page = testing::HttpGet("http://127.0.0.1:" + std::to_string(server.server->metrics_port()) +
+                               "/metrics");
+  EXPECT_TRUE(page.ok()) << page.status();
+  return page.value_or("");
+}
+
+TEST(MetricsTest, ScrapeShowsTheRpcHistogramAfterACall) {
+  auto server = testing::StartEchoServer(testing::LoopbackOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string kLabels =
+      "{code=\"OK\",method=\"Echo\",service=\"tandem.testing.EchoService\"}";
+  const std::string kCount = "tandem_rpc_server_handling_seconds_count" + kLabels;
+  const std::string kHandled = "tandem_rpc_server_handled_total" + kLabels;
+  const std::string before = Scrape(*server);
+
+  auto channel =
+      *CreateChannel({.target = server->target(), .service_name = "tandem.testing.EchoService"});
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(10));
+  testing::EchoRequest request;
+  testing::EchoResponse response;
+  ASSERT_TRUE(testing::EchoService::NewStub(channel)->Echo(&context, request, &response).ok());
+
+  const std::string page = Scrape(*server);
+  EXPECT_THAT(page, HasSubstr("# TYPE tandem_rpc_server_handling_seconds histogram"));
+  EXPECT_EQ(SeriesValue(page, kCount) - SeriesValue(before, kCount), 1);
+  EXPECT_EQ(SeriesValue(page, kHandled) - SeriesValue(before, kHandled), 1);
+  EXPECT_THAT(page, HasSubstr("tandem_rpc_server_handling_seconds_bucket{code=\"OK\",method="
+                              "\"Echo\",service=\"tandem.testing.EchoService\",le=\"0.001\"}"));
+  EXPECT_THAT(page, HasSubstr("tandem_build_info{service=\"echo\",version=\""));
+}
+
+TEST(MetricsTest, ErrorsAreLabelledWithTheirCode) {
+  auto server = testing::StartEchoServer(testing::LoopbackOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel =
+      *CreateChannel({.target = server->target(), .service_name = "tandem.testing.EchoService"});
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(10));
+  testing::EchoRequest request;
+  request.set_fail_attempts(1);
+  testing::EchoResponse response;
+  testing::EchoService::NewStub(channel)->Append(&context, request, &response);
+
+  EXPECT_THAT(Scrape(*server),
+              HasSubstr("tandem_rpc_server_handled_total{code=\"UNAVAILABLE\",method="
+                        "\"Append\",service=\"tandem.testing.EchoService\"}"));
+}
+
+TEST(MetricsTest, BusyPortIsUnavailable) {
+  auto first = MetricsEndpoint::Start("127.0.0.1", 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = MetricsEndpoint::Start("127.0.0.1", (*first)->port());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,136 @@
+#include "common/server.h"
+
+#include <signal.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server_builder.h"
+#include "prometheus/counter.h"
+
+namespace tandem {
+namespace {
+
+int Milliseconds(absl::Duration duration) {
+  return static_cast<int>(absl::ToInt64Milliseconds(duration));
+}
+
+std::function<void()> CountAuthRejections(const std::string& service) {
+  prometheus::Counter& rejected = prometheus::BuildCounter()
+                                      .Name("tandem_auth_rejected_total")
+                                      .Help("Calls refused for a missing or wrong bearer token.")
+                                      .Register(MetricsRegistry())
+                                      .Add({{"service", service}});
+  return [&rejected] { rejected.Increment(); };
+}
+
+void ApplyChannelOptions(const ServerOptions& options, grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Milliseconds(options.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             Milliseconds(options.keepalive_timeout));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // gRPC lets several processes share a port by default; a second trainer started on a
+  // busy port must fail instead of silently taking half the traffic.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // The reflection service is synchronous; its pollers notice shutdown only when their
+  // wait times out, so keep that wait short or every drain takes seconds.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 100);
+  // Clients ping idle watch streams as often as every keepalive_time; allow that without
+  // the "too_many_pings" GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             Milliseconds(options.keepalive_time / 2));
+}
+
+}  // namespace
+
+ServiceServer::ServiceServer(std::string name, std::vector<HostedService> services,
+                             ServerOptions options)
+    : name_(std::move(name)), services_(std::move(services)), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
+    std::string name, std::vector<HostedService> services, const ServerOptions& options) {
+  std::unique_ptr<ServiceServer> server(
+      new ServiceServer(std::move(name), std::move(services), options));
+  auto metrics = MetricsEndpoint::Start(options.host, options.metrics_port);
+  if (!metrics.ok()) return metrics.status();
+  server->metrics_ = *std::move(metrics);
+  RecordBuildInfo(server->name_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options.host, ":", options.port);
+  builder.AddListeningPort(
+      address, MakeServerCredentials(options, CountAuthRejections(server->name_)), &server->port_);
+  ApplyChannelOptions(options, builder);
+  for (HostedService& hosted : server->services_) builder.RegisterService(hosted.service.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve gRPC on ", address, " (port in use, or TLS material invalid?)"));
+  }
+  server->SetServing(false);
+  spdlog::info(
+      "{} listening on {}:{}, metrics on :{}/metrics, auth {}, {}", server->name_, options.host,
+      server->port_, server->metrics_port(), options.auth_token.empty() ? "OFF" : "on",
+      options.tls.has_value() ? (options.tls->client_ca.empty() ? "TLS" : "mTLS") : "plaintext");
+  return server;
+}
+
+ServiceServer::~ServiceServer() { Drain(); }
+
+void ServiceServer::SetServing(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(serving);  // The overall "" service.
+  for (const HostedService& hosted : services_) {
+    health->SetServingStatus(hosted.proto_name, serving);
+  }
+}
+
+void ServiceServer::SetReady() {
+  SetServing(true);
+  spdlog::info("{} is ready", name_);
+}
+
+void ServiceServer::Drain() {
+  absl::MutexLock lock(&drain_mutex_);
+  if (drained_ || server_ == nullptr) return;
+  drained_ = true;
+  spdlog::info("{} draining: NOT_SERVING, in-flight calls get up to {}", name_,
+               absl::FormatDuration(options_.drain_timeout));
+  SetServing(false);
+  absl::SleepFor(options_.drain_delay);
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
+  server_->Wait();
+  spdlog::info("{} stopped", name_);
+}
+
+void BlockTerminationSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+int WaitForTerminationSignal() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  int received = 0;
+  sigwait(&signals, &received);
+  return received;
+}
+
+}  // namespace tandem

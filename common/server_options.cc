@@ -1,0 +1,161 @@
+#include "common/server_options.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC and metrics servers bind to.");
+ABSL_FLAG(int, port, -1, "gRPC port; -1 uses the service's default, 0 lets the OS pick.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Prometheus /metrics port; -1 uses the service's default, 0 lets the OS pick.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the bearer token clients must send; if empty, $TANDEM_AUTH_TOKEN; if "
+          "neither is set, auth is off.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; enables TLS with --tls_key.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle; when set, clients must present a certificate it signed (mTLS).");
+ABSL_FLAG(int64_t, max_message_bytes, -1,
+          "Largest gRPC message sent or received, in bytes; -1 uses the service's default.");
+ABSL_FLAG(absl::Duration, keepalive_time, absl::Seconds(30),
+          "Interval of HTTP/2 keepalive pings on idle connections.");
+ABSL_FLAG(absl::Duration, keepalive_timeout, absl::Seconds(10),
+          "How long a keepalive ping may go unanswered before the connection is closed.");
+ABSL_FLAG(absl::Duration, drain_delay, absl::ZeroDuration(),
+          "On SIGTERM, how long to report NOT_SERVING before refusing new calls, so load "
+          "balancers stop routing here first.");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM, how long in-flight calls may run before they are cancelled.");
+
+namespace tandem {
+namespace {
+
+constexpr int64_t kMinMessageBytes = 4 << 10;
+constexpr int64_t kMaxMessageBytes = int64_t{2} << 30;  // gRPC's own ceiling is INT_MAX.
+
+absl::StatusOr<int> ResolvePort(absl::string_view flag, int value, int service_default) {
+  if (value == -1) return service_default;
+  if (value < 0 || value > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", value, " is not a port (0..65535, or -1 for default)"));
+  }
+  return value;
+}
+
+absl::Status CheckPositive(absl::string_view flag, absl::Duration value) {
+  if (value <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", absl::FormatDuration(value), " must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<TlsFiles>> ReadTlsFiles() {
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_tls_key);
+  const std::string client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  if (cert.empty() && key.empty()) {
+    if (!client_ca.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    return std::nullopt;
+  }
+  if (cert.empty() || key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS needs both --tls_cert and --tls_key; got --tls_cert='", cert,
+                     "' --tls_key='", key, "'"));
+  }
+  TlsFiles files;
+  auto chain = ReadSmallFile(cert);
+  if (!chain.ok()) return chain.status();
+  auto private_key = ReadSmallFile(key);
+  if (!private_key.ok()) return private_key.status();
+  files.certificate_chain = *std::move(chain);
+  files.private_key = *std::move(private_key);
+  if (!client_ca.empty()) {
+    auto ca = ReadSmallFile(client_ca);
+    if (!ca.ok()) return ca.status();
+    files.client_ca = *std::move(ca);
+  }
+  return files;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read file '", path, "'"));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+absl::StatusOr<std::string> ReadAuthToken(const std::string& path) {
+  if (path.empty()) {
+    const char* from_env = std::getenv("TANDEM_AUTH_TOKEN");
+    return from_env == nullptr ? "" : std::string(absl::StripAsciiWhitespace(from_env));
+  }
+  auto contents = ReadSmallFile(path);
+  if (!contents.ok()) return contents.status();
+  std::string token(absl::StripAsciiWhitespace(*contents));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("auth token file '", path, "' is empty"));
+  }
+  return token;
+}
+
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags(const ServiceDefaults& defaults) {
+  ServerOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  if (options.host.empty()) return absl::InvalidArgumentError("--host must not be empty");
+  auto port = ResolvePort("port", absl::GetFlag(FLAGS_port), defaults.port);
+  if (!port.ok()) return port.status();
+  options.port = *port;
+  auto metrics_port =
+      ResolvePort("metrics_port", absl::GetFlag(FLAGS_metrics_port), defaults.metrics_port);
+  if (!metrics_port.ok()) return metrics_port.status();
+  options.metrics_port = *metrics_port;
+  if (options.port != 0 && options.port == options.metrics_port) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port and --metrics_port are both ", options.port));
+  }
+
+  auto token = ReadAuthToken(absl::GetFlag(FLAGS_auth_token_file));
+  if (!token.ok()) return token.status();
+  options.auth_token = *std::move(token);
+  auto tls = ReadTlsFiles();
+  if (!tls.ok()) return tls.status();
+  options.tls = *std::move(tls);
+
+  const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_message_bytes = max_message == -1 ? defaults.max_message_bytes : max_message;
+  if (options.max_message_bytes < kMinMessageBytes ||
+      options.max_message_bytes > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_message_bytes=", max_message,
+                                                   " is outside [", kMinMessageBytes, ", ",
+                                                   kMaxMessageBytes, "]"));
+  }
+
+  options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
+  options.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
+  options.drain_delay = absl::GetFlag(FLAGS_drain_delay);
+  options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  for (const auto& [flag, value] :
+       {std::pair<absl::string_view, absl::Duration>{"keepalive_time", options.keepalive_time},
+        {"keepalive_timeout", options.keepalive_timeout},
+        {"drain_timeout", options.drain_timeout}}) {
+    if (auto status = CheckPositive(flag, value); !status.ok()) return status;
+  }
+  if (options.drain_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--drain_delay=", absl::FormatDuration(options.drain_delay), " must not be negative"));
+  }
+  return options;
+}
+
+}  // namespace tandem

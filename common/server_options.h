@@ -1,0 +1,58 @@
+#ifndef TANDEM_COMMON_SERVER_OPTIONS_H_
+#define TANDEM_COMMON_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace tandem {
+
+// PEM material for TLS; mutual TLS when client_ca is set.
+struct TlsFiles {
+  std::string certificate_chain;  // PEM contents, not paths.
+  std::string private_key;
+  std::string client_ca;  // Empty: clients are not asked for certificates.
+};
+
+// Everything the shared server bootstrap needs, resolved and validated from flags.
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;            // 0: the OS picks one (tests); the bound port is reported after start.
+  int metrics_port = 0;    // Same rule, for the Prometheus /metrics endpoint.
+  std::string auth_token;  // Empty: bearer-token auth is off.
+  std::optional<TlsFiles> tls;  // Unset: plaintext.
+  int64_t max_message_bytes = 64 << 20;
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+  absl::Duration drain_delay = absl::ZeroDuration();  // NOT_SERVING before refusing calls.
+  absl::Duration drain_timeout = absl::Seconds(30);   // In-flight calls get this long.
+};
+
+// The per-service defaults a binary passes in; the flags override them.
+struct ServiceDefaults {
+  int port;
+  int metrics_port;
+  int64_t max_message_bytes;
+};
+
+// Reads --host, --port, --metrics_port, --auth_token_file (or $TANDEM_AUTH_TOKEN),
+// --tls_cert, --tls_key, --tls_client_ca, --max_message_bytes, --keepalive_time,
+// --keepalive_timeout, --drain_delay and --drain_timeout. Returns INVALID_ARGUMENT naming the
+// flag and its value when one is out of range, a file cannot be read, or TLS files are
+// incomplete.
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags(const ServiceDefaults& defaults);
+
+// Reads a bearer token from a file (whitespace around it is dropped) or, when `path` is
+// empty, from $TANDEM_AUTH_TOKEN. Returns "" when neither is set; an empty or unreadable
+// file is an error because it almost always means a broken secret mount.
+absl::StatusOr<std::string> ReadAuthToken(const std::string& path);
+
+// Reads a whole file, for PEM and token files.
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path);
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_SERVER_OPTIONS_H_

@@ -1,0 +1,96 @@
+#include "common/server.h"
+
+#include <future>
+#include <thread>
+
+#include "common/channel.h"
+#include "common/health_client.h"
+#include "common/testing/test_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+using testing::EchoRequest;
+using testing::EchoResponse;
+using testing::EchoService;
+
+constexpr char kEcho[] = "tandem.testing.EchoService";
+
+grpc::Status Echo(const std::shared_ptr<grpc::Channel>& channel, int delay_ms) {
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(20));
+  EchoRequest request;
+  request.set_delay_ms(delay_ms);
+  EchoResponse response;
+  return EchoService::NewStub(channel)->Echo(&context, request, &response);
+}
+
+TEST(ServiceServerTest, NotServingUntilReady) {
+  std::vector<HostedService> services;
+  services.push_back({kEcho, std::make_unique<testing::EchoServiceImpl>()});
+  ServerOptions options = testing::LoopbackOptions();
+  auto server = ServiceServer::Start("echo", std::move(services), options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = *CreateChannel(
+      {.target = "127.0.0.1:" + std::to_string((*server)->port()), .service_name = kEcho});
+  EXPECT_EQ(*CheckHealth(channel, kEcho, absl::Seconds(5)), Health::kNotServing);
+  EXPECT_EQ(*CheckHealth(channel, "", absl::Seconds(5)), Health::kNotServing);
+  (*server)->SetReady();
+  EXPECT_EQ(*CheckHealth(channel, kEcho, absl::Seconds(5)), Health::kServing);
+  EXPECT_EQ(*CheckHealth(channel, "", absl::Seconds(5)), Health::kServing);
+  EXPECT_EQ(*CheckHealth(channel, "tandem.v1.Nope", absl::Seconds(5)), Health::kUnknownService);
+}
+
+TEST(ServiceServerTest, DrainFinishesInFlightCallsAndRefusesNewOnes) {
+  ServerOptions options = testing::LoopbackOptions();
+  options.drain_delay = absl::Milliseconds(500);
+  auto server = testing::StartEchoServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = *CreateChannel({.target = server->target(), .service_name = kEcho});
+
+  auto in_flight = std::async(std::launch::async, [&] { return Echo(channel, 1500); });
+  while (server->echo->calls_started.load() == 0) absl::SleepFor(absl::Milliseconds(5));
+  std::thread drain([&] { server->server->Drain(); });
+
+  // During the drain delay health already says NOT_SERVING, so balancers move away first.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(*CheckHealth(channel, kEcho, absl::Seconds(5)), Health::kNotServing);
+  // After it, new calls are refused while the old one is still running.
+  absl::SleepFor(absl::Milliseconds(600));
+  const grpc::Status refused = Echo(channel, 0);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+
+  const grpc::Status finished = in_flight.get();
+  EXPECT_TRUE(finished.ok()) << finished.error_message();
+  drain.join();
+}
+
+TEST(ServiceServerTest, DrainCancelsCallsThatOutliveTheTimeout) {
+  ServerOptions options = testing::LoopbackOptions();
+  options.drain_timeout = absl::Milliseconds(200);
+  auto server = testing::StartEchoServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = *CreateChannel({.target = server->target(), .service_name = kEcho});
+  auto in_flight = std::async(std::launch::async, [&] { return Echo(channel, 3000); });
+  while (server->echo->calls_started.load() == 0) absl::SleepFor(absl::Milliseconds(5));
+  const absl::Time start = absl::Now();
+  server->server->Drain();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // The server cancels the call and closes the connection; the client sees either.
+  EXPECT_THAT(in_flight.get().error_code(),
+              ::testing::AnyOf(grpc::StatusCode::CANCELLED, grpc::StatusCode::UNAVAILABLE));
+}
+
+TEST(ServiceServerTest, BusyPortIsUnavailable) {
+  auto first = testing::StartEchoServer(testing::LoopbackOptions());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ServerOptions options = testing::LoopbackOptions();
+  options.port = first->server->port();
+  auto second = testing::StartEchoServer(options);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,58 @@
+#include "common/service_main.h"
+
+#include <cstdio>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/version.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kExitBadFlags = 2;
+constexpr int kExitCannotServe = 1;
+
+}  // namespace
+
+int RunServiceMain(int argc, char** argv, const ServiceBinary& binary) {
+  BlockTerminationSignals();
+  absl::SetProgramUsageMessage(binary.usage);
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] { return absl::StrCat("tandem ", kTandemVersion, "\n"); };
+  absl::SetFlagsUsageConfig(usage_config);
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "%s: unexpected argument '%s'; all settings are --flags\n",
+                 binary.name.c_str(), positional[1]);
+    return kExitBadFlags;
+  }
+  if (absl::Status logging = InitLogging(binary.name); !logging.ok()) {
+    std::fprintf(stderr, "%s: %s\n", binary.name.c_str(), logging.ToString().c_str());
+    return kExitBadFlags;
+  }
+  auto options = ServerOptionsFromFlags(binary.defaults);
+  if (!options.ok()) {
+    spdlog::error("bad flags: {}", options.status().message());
+    return kExitBadFlags;
+  }
+  auto services = binary.make_services(*options);
+  if (!services.ok()) {
+    spdlog::error("cannot build services: {}", services.status());
+    return kExitCannotServe;
+  }
+  auto server = ServiceServer::Start(binary.name, *std::move(services), *options);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status());
+    return kExitCannotServe;
+  }
+  (*server)->SetReady();
+  const int signal = WaitForTerminationSignal();
+  spdlog::info("received signal {}", signal);
+  (*server)->Drain();
+  return 0;
+}
+
+}  // namespace tandem

@@ -1,0 +1,145 @@
+// Each service binary as a real process on loopback: health, auth, metrics, the clear
+// UNIMPLEMENTED answers of RPCs that later releases fill in, SIGTERM drain and bad flags.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "common/channel.h"
+#include "common/health_client.h"
+#include "common/testing/http_get.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tandem/v1/rollout.grpc.pb.h"
+#include "tandem/v1/router_replay.grpc.pb.h"
+#include "tandem/v1/trainer.grpc.pb.h"
+#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tests/service_process.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "integration-token";
+
+// One unary RPC of a service, called with an empty request.
+using CallOne = std::function<grpc::Status(std::shared_ptr<grpc::Channel>, grpc::ClientContext*)>;
+
+template <typename Service, typename Request, typename Response>
+CallOne Call(grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                   Response*)) {
+  return [method](std::shared_ptr<grpc::Channel> channel, grpc::ClientContext* context) {
+    Response response;
+    return (Service::NewStub(channel).get()->*method)(context, Request(), &response);
+  };
+}
+
+struct ServiceCase {
+  std::string name;
+  std::string binary;
+  std::string proto_service;
+  std::string method;
+  CallOne call;
+};
+
+std::string ReadLog(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+class ServiceBinaryTest : public ::testing::TestWithParam<ServiceCase> {
+ protected:
+  std::string LogPath() const { return ::testing::TempDir() + "/" + GetParam().name + ".log"; }
+
+  grpc::Status CallWithToken(const std::string& target, const std::string& token) {
+    auto channel = *CreateChannel(
+        {.target = target, .service_name = GetParam().proto_service, .auth_token = token});
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(10));
+    return GetParam().call(channel, &context);
+  }
+};
+
+TEST_P(ServiceBinaryTest, ServesWithAuthAndMetricsThenDrainsOnSigterm) {
+  const std::string token_file = ::testing::TempDir() + "/token";
+  std::ofstream(token_file) << kToken << "\n";
+  const int port = PickFreePort();
+  const int metrics_port = PickFreePort();
+  auto process = ServiceProcess::Start(
+      RunfilePath(GetParam().binary),
+      {"--host=127.0.0.1", absl::StrCat("--port=", port),
+       absl::StrCat("--metrics_port=", metrics_port), "--auth_token_file=" + token_file},
+      LogPath());
+  ASSERT_TRUE(process.ok()) << process.status();
+  const std::string target = absl::StrCat("127.0.0.1:", port);
+
+  auto health_channel = *CreateChannel({.target = target, .service_name = "grpc.health.v1.Health"});
+  ASSERT_TRUE(WaitUntilServing(health_channel, GetParam().proto_service, absl::Seconds(20)).ok())
+      << ReadLog(LogPath());
+
+  const grpc::Status authorized = CallWithToken(target, kToken);
+  EXPECT_EQ(authorized.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(authorized.error_message(),
+              HasSubstr(absl::StrCat(GetParam().proto_service, "/", GetParam().method)));
+  EXPECT_EQ(CallWithToken(target, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  auto page = HttpGet(absl::StrCat("http://127.0.0.1:", metrics_port, "/metrics"));
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(*page, HasSubstr(absl::StrCat("tandem_build_info{service=\"", GetParam().name)));
+  EXPECT_THAT(*page,
+              HasSubstr(absl::StrCat("tandem_rpc_server_handled_total{code=\"UNIMPLEMENTED\","
+                                     "method=\"",
+                                     GetParam().method, "\"")));
+  EXPECT_THAT(*page, HasSubstr(absl::StrCat("tandem_auth_rejected_total{service=\"",
+                                            GetParam().name, "\"} 1")));
+
+  const int status = process->Stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadLog(LogPath());
+  EXPECT_THAT(ReadLog(LogPath()), HasSubstr(GetParam().name + " stopped"));
+}
+
+TEST_P(ServiceBinaryTest, BadFlagValueExitsWithAClearMessage) {
+  auto process = ServiceProcess::Start(RunfilePath(GetParam().binary), {"--port=70000"}, LogPath());
+  ASSERT_TRUE(process.ok()) << process.status();
+  const int status = process->Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  EXPECT_THAT(ReadLog(LogPath()), HasSubstr("--port=70000 is not a port"));
+}
+
+TEST_P(ServiceBinaryTest, UnknownFlagIsRefused) {
+  auto process =
+      ServiceProcess::Start(RunfilePath(GetParam().binary), {"--no_such_flag=1"}, LogPath());
+  ASSERT_TRUE(process.ok()) << process.status();
+  const int status = process->Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  EXPECT_THAT(ReadLog(LogPath()), HasSubstr("Unknown command line flag 'no_such_flag'"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllServices, ServiceBinaryTest,
+    ::testing::Values(
+        ServiceCase{"trainer", "services/trainer/trainer", "tandem.v1.JobService", "GetJob",
+                    Call<v1::JobService>(&v1::JobService::Stub::GetJob)},
+        ServiceCase{"rollout", "services/rollout/rollout", "tandem.v1.RolloutService",
+                    "GetAdapterStatus",
+                    Call<v1::RolloutService>(&v1::RolloutService::Stub::GetAdapterStatus)},
+        ServiceCase{"weight-store", "services/weight_store/weight_store",
+                    "tandem.v1.WeightStoreService", "GetManifest",
+                    Call<v1::WeightStoreService>(&v1::WeightStoreService::Stub::GetManifest)},
+        ServiceCase{"router-replay", "services/router_replay/router_replay",
+                    "tandem.v1.RouterReplayService", "Seal",
+                    Call<v1::RouterReplayService>(&v1::RouterReplayService::Stub::Seal)}),
+    [](const ::testing::TestParamInfo<ServiceCase>& info) {
+      std::string name = info.param.name;
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+}  // namespace
+}  // namespace tandem::testing
