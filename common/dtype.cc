@@ -1,7 +1,6 @@
 #include "common/dtype.h"
 
 #include <array>
-#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -11,7 +10,7 @@ namespace {
 
 struct DTypeInfo {
   DType dtype;
-  std::string_view name;
+  absl::string_view name;
   int64_t size;
 };
 
@@ -23,23 +22,28 @@ constexpr std::array<DTypeInfo, 5> kDTypes = {{
     {DType::kI32, "I32", 4},
 }};
 
-// The enumerators are the table indices, so lookup by dtype is direct.
-const DTypeInfo& Info(DType dtype) {
-  return kDTypes[static_cast<size_t>(std::to_underlying(dtype))];
+constexpr bool TableIsIndexedByDType() {
+  for (size_t i = 0; i < kDTypes.size(); ++i) {
+    if (static_cast<size_t>(kDTypes[i].dtype) != i) return false;
+  }
+  return true;
 }
+static_assert(TableIsIndexedByDType(), "kDTypes must follow enum order");
+
+const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
 
 }  // namespace
 
 int64_t DTypeSize(DType dtype) { return Info(dtype).size; }
 
-std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
+absl::string_view DTypeName(DType dtype) { return Info(dtype).name; }
 
-absl::StatusOr<DType> DTypeFromName(std::string_view name) {
+absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
   for (const DTypeInfo& info : kDTypes) {
     if (info.name == name) return info.dtype;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype '", name, "' (supported: F32, BF16, F16, I16, I32)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name, "' (supported: F32, BF16, F16, I16, I32)"));
 }
 
 }  // namespace tandem

@@ -3,9 +3,9 @@
 
 #include <bit>
 #include <cstdint>
-#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tandem {
 
@@ -14,15 +14,18 @@ namespace tandem {
 // the trainer actually exchange.
 enum class DType { kF32, kBF16, kF16, kI16, kI32 };
 
+// The functions below expect one of the enumerators above; values from the
+// wire must come through DTypeFromName.
+
 // Size in bytes of one element.
 int64_t DTypeSize(DType dtype);
 
 // Safetensors spelling: "F32", "BF16", "F16", "I16", "I32".
-std::string_view DTypeName(DType dtype);
+absl::string_view DTypeName(DType dtype);
 
 // Inverse of DTypeName; INVALID_ARGUMENT for any other string (names are
 // case-sensitive, as in safetensors).
-absl::StatusOr<DType> DTypeFromName(std::string_view name);
+absl::StatusOr<DType> DTypeFromName(absl::string_view name);
 
 // Storage types for the 16-bit floats. They are distinct types (rather than
 // uint16_t) so that Tensor::data<T>() can tell BF16, F16 and I16 apart.
@@ -82,8 +85,7 @@ constexpr Float16 ToFloat16(float value) {
   // 65520 is halfway between 65504 (odd mantissa) and 2^16: ties go to inf.
   if (abs_bits >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)};
   if (abs_bits < 0x38800000u) {  // below 2^-14, the smallest normal half
-    return {static_cast<uint16_t>(
-        sign | dtype_internal::HalfSubnormalBits(abs_bits))};
+    return {static_cast<uint16_t>(sign | dtype_internal::HalfSubnormalBits(abs_bits))};
   }
   const uint32_t rounding_bias = 0xfffu + ((abs_bits >> 13) & 1u);
   const uint32_t rebiased = abs_bits + rounding_bias - ((127u - 15u) << 23);
@@ -101,8 +103,7 @@ constexpr float ToFloat(Float16 value) {
     const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
     return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude));
   }
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) |
-                              (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
 }  // namespace tandem

@@ -3,10 +3,10 @@
 
 #include <map>
 #include <string>
-#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/tensor.h"
 
 namespace tandem {
@@ -29,20 +29,21 @@ namespace tandem {
 //   INVALID_ARGUMENT  anything else malformed, including a header length over
 //                     kMaxSafetensorsHeaderBytes, and dtypes other than F32,
 //                     BF16, F16, I16, I32.
-//   Reading and writing files adds the errno-derived status of a failing
-//   system call.
+// File functions name the path in every message, and report a failing system
+// call with its errno-derived code (NOT_FOUND, PERMISSION_DENIED, ...).
+
+// The whole content of one file.
 struct SafetensorsFile {
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;
 
-  friend bool operator==(const SafetensorsFile&,
-                         const SafetensorsFile&) = default;
+  friend bool operator==(const SafetensorsFile&, const SafetensorsFile&) = default;
 };
 
 // Guards against allocating for a garbage length prefix.
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;
 
-absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes);
+absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes);
 
 // Reads the tensors straight into their own buffers, so peak memory is the
 // file size rather than twice it.
@@ -58,8 +59,7 @@ absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsFile& file);
 // Same bytes as SerializeSafetensors, written atomically: a temporary file in
 // the target directory is fsynced and renamed over `path`, then the directory
 // is fsynced. Readers see the old file or the new one, never a torn one.
-absl::Status WriteSafetensors(const std::string& path,
-                              const SafetensorsFile& file);
+absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& file);
 
 }  // namespace tandem
 

@@ -1,0 +1,202 @@
+#include "engine/config.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::engine {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kLoraModules[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                        "gate_proj", "up_proj", "down_proj"};
+
+absl::Status CheckRange(absl::string_view field, double value, double low, double high) {
+  if (value < low || value > high) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = ", value, " is outside [", low, ", ", high, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::string_view ScoringName(cpu::ScoringFunction scoring) {
+  return scoring == cpu::ScoringFunction::kSoftmax ? "softmax" : "sigmoid";
+}
+
+template <typename T>
+absl::Status Read(const json& object, const char* key, T& out) {
+  if (!object.contains(key)) return absl::OkStatus();  // Absent keys keep the default.
+  try {
+    out = object.at(key).get<T>();
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config field '", key, "': ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<json> ParseObject(const std::string& text) {
+  json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!object.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("config is not a JSON object: '",
+                                                   text.substr(0, 80), "'"));
+  }
+  return object;
+}
+
+}  // namespace
+
+std::vector<int> ModelConfig::MoeLayerIndices() const {
+  std::vector<int> indices;
+  for (int layer = num_dense_layers; layer < num_layers; ++layer) indices.push_back(layer);
+  return indices;
+}
+
+absl::Status ModelConfig::Validate() const {
+  const std::pair<absl::string_view, std::tuple<double, double, double>> checks[] = {
+      {"vocab_size", {vocab_size, 1, 1 << 20}},
+      {"d_model", {d_model, 1, 1 << 16}},
+      {"num_heads", {num_heads, 1, d_model}},
+      {"num_layers", {num_layers, 1, 1024}},
+      {"num_dense_layers", {num_dense_layers, 0, num_layers}},
+      {"dense_ffn_dim", {dense_ffn_dim, 1, 1 << 18}},
+      {"num_experts", {num_experts, 1, 32767}},
+      {"top_k", {top_k, 1, std::min(num_experts, 64)}},
+      {"expert_ffn_dim", {expert_ffn_dim, 1, 1 << 18}},
+      {"max_seq_len", {max_seq_len, 2, 1 << 20}},
+      {"rope_theta", {rope_theta, 1, 1e9}},
+      {"norm_eps", {norm_eps, 1e-12, 1}},
+  };
+  for (const auto& [field, range] : checks) {
+    const auto [value, low, high] = range;
+    if (absl::Status status = CheckRange(field, value, low, high); !status.ok()) return status;
+  }
+  if (d_model % num_heads != 0 || head_dim() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("d_model = ", d_model, " must split into ",
+                                                   num_heads, " heads of even size"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ModelConfig::ToJson() const {
+  return json{{"vocab_size", vocab_size},
+              {"d_model", d_model},
+              {"num_heads", num_heads},
+              {"num_layers", num_layers},
+              {"num_dense_layers", num_dense_layers},
+              {"dense_ffn_dim", dense_ffn_dim},
+              {"num_experts", num_experts},
+              {"top_k", top_k},
+              {"expert_ffn_dim", expert_ffn_dim},
+              {"shared_expert", shared_expert},
+              {"scoring", std::string(ScoringName(scoring))},
+              {"max_seq_len", max_seq_len},
+              {"rope_theta", rope_theta},
+              {"norm_eps", norm_eps}}
+      .dump();
+}
+
+absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text) {
+  auto object = ParseObject(text);
+  if (!object.ok()) return object.status();
+  ModelConfig config;
+  std::string scoring = "softmax";
+  for (absl::Status status :
+       {Read(*object, "vocab_size", config.vocab_size), Read(*object, "d_model", config.d_model),
+        Read(*object, "num_heads", config.num_heads), Read(*object, "num_layers", config.num_layers),
+        Read(*object, "num_dense_layers", config.num_dense_layers),
+        Read(*object, "dense_ffn_dim", config.dense_ffn_dim),
+        Read(*object, "num_experts", config.num_experts), Read(*object, "top_k", config.top_k),
+        Read(*object, "expert_ffn_dim", config.expert_ffn_dim),
+        Read(*object, "shared_expert", config.shared_expert), Read(*object, "scoring", scoring),
+        Read(*object, "max_seq_len", config.max_seq_len),
+        Read(*object, "rope_theta", config.rope_theta),
+        Read(*object, "norm_eps", config.norm_eps)}) {
+    if (!status.ok()) return status;
+  }
+  if (scoring != "softmax" && scoring != "sigmoid") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scoring = '", scoring, "' is not softmax or sigmoid"));
+  }
+  config.scoring =
+      scoring == "softmax" ? cpu::ScoringFunction::kSoftmax : cpu::ScoringFunction::kSigmoid;
+  if (absl::Status status = config.Validate(); !status.ok()) return status;
+  return config;
+}
+
+absl::string_view ExpertLayoutName(ExpertLayout layout) {
+  switch (layout) {
+    case ExpertLayout::kPerExpert:
+      return "per_expert";
+    case ExpertLayout::kShared:
+      return "shared";
+    case ExpertLayout::kSharedOuter:
+      return "shared_outer";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ExpertLayout> ExpertLayoutFromName(absl::string_view name) {
+  for (ExpertLayout layout :
+       {ExpertLayout::kPerExpert, ExpertLayout::kShared, ExpertLayout::kSharedOuter}) {
+    if (ExpertLayoutName(layout) == name) return layout;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "expert_layout = '", name, "' is not per_expert, shared or shared_outer"));
+}
+
+bool LoraConfig::Targets(absl::string_view module) const {
+  return std::find(targets.begin(), targets.end(), module) != targets.end();
+}
+
+absl::Status LoraConfig::Validate() const {
+  if (absl::Status status = CheckRange("lora rank", rank, 1, 4096); !status.ok()) return status;
+  if (!(alpha > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("lora alpha = ", alpha, " must be > 0"));
+  }
+  if (targets.empty()) return absl::InvalidArgumentError("lora targets are empty");
+  for (const std::string& target : targets) {
+    if (std::find(std::begin(kLoraModules), std::end(kLoraModules), target) ==
+        std::end(kLoraModules)) {
+      return absl::InvalidArgumentError(absl::StrCat("lora target '", target, "' is not one of ",
+                                                     absl::StrJoin(kLoraModules, ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string LoraConfig::ToJson() const {
+  return json{{"rank", rank},
+              {"alpha", alpha},
+              {"targets", targets},
+              {"expert_layout", std::string(ExpertLayoutName(expert_layout))}}
+      .dump();
+}
+
+absl::StatusOr<LoraConfig> LoraConfig::FromJson(const std::string& text) {
+  auto object = ParseObject(text);
+  if (!object.ok()) return object.status();
+  LoraConfig config;
+  std::string layout = "per_expert";
+  for (absl::Status status :
+       {Read(*object, "rank", config.rank), Read(*object, "alpha", config.alpha),
+        Read(*object, "targets", config.targets), Read(*object, "expert_layout", layout)}) {
+    if (!status.ok()) return status;
+  }
+  auto parsed_layout = ExpertLayoutFromName(layout);
+  if (!parsed_layout.ok()) return parsed_layout.status();
+  config.expert_layout = *parsed_layout;
+  if (absl::Status status = config.Validate(); !status.ok()) return status;
+  return config;
+}
+
+ModelConfig DefaultModelConfig() {
+  ModelConfig config;
+  config.vocab_size = kVocabSize;
+  return config;
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,76 @@
+#ifndef TANDEM_ENGINE_CONFIG_H_
+#define TANDEM_ENGINE_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cpu/router.h"
+
+namespace tandem::engine {
+
+// Shape of the embedded decoder-only MoE transformer: token embedding; layers of
+// RMSNorm -> causal attention with RoPE -> RMSNorm -> FFN, where the first
+// num_dense_layers FFNs are dense SwiGLU and the rest MoE; final RMSNorm; LM head.
+struct ModelConfig {
+  int vocab_size = 0;
+  int d_model = 64;
+  int num_heads = 4;
+  int num_layers = 4;
+  int num_dense_layers = 1;
+  int dense_ffn_dim = 128;
+  int num_experts = 8;
+  int top_k = 2;
+  int expert_ffn_dim = 64;
+  bool shared_expert = false;  // One always-on expert of expert_ffn_dim beside the routed ones.
+  cpu::ScoringFunction scoring = cpu::ScoringFunction::kSoftmax;
+  int max_seq_len = 48;
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+
+  int head_dim() const { return d_model / num_heads; }
+  bool IsMoeLayer(int layer) const { return layer >= num_dense_layers; }
+  int num_moe_layers() const { return num_layers - num_dense_layers; }
+  // Global indices of the MoE layers: routing records name layers by these, never by
+  // "i-th MoE layer", so dense layers can never shift rows.
+  std::vector<int> MoeLayerIndices() const;
+
+  // INVALID_ARGUMENT naming the first field out of range.
+  absl::Status Validate() const;
+  std::string ToJson() const;
+  static absl::StatusOr<ModelConfig> FromJson(const std::string& json);
+};
+
+// Where LoRA experts keep their adapters (DESIGN.md "LoRA on MoE").
+enum class ExpertLayout { kPerExpert, kShared, kSharedOuter };
+
+absl::string_view ExpertLayoutName(ExpertLayout layout);
+absl::StatusOr<ExpertLayout> ExpertLayoutFromName(absl::string_view name);
+
+// A LoRA adapter's configuration; it travels with the adapter (safetensors metadata).
+struct LoraConfig {
+  int rank = 8;
+  float alpha = 16.0f;
+  // Subset of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj. The router,
+  // embeddings, norms and LM head are never adapted; gate/up/down apply to the dense MLPs
+  // and to every routed expert (not to the shared expert).
+  std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                      "gate_proj", "up_proj", "down_proj"};
+  ExpertLayout expert_layout = ExpertLayout::kPerExpert;
+
+  // Applied once, inside the LoRA kernel; tensors are stored unscaled.
+  float scale() const { return alpha / static_cast<float>(rank); }
+  bool Targets(absl::string_view module) const;
+  absl::Status Validate() const;
+  std::string ToJson() const;
+  static absl::StatusOr<LoraConfig> FromJson(const std::string& json);
+};
+
+// The default model of `./tandem demo`: small enough that a few hundred RL steps take
+// minutes on two cores, large enough to route non-trivially (8 experts, top-2).
+ModelConfig DefaultModelConfig();
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_CONFIG_H_

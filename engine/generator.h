@@ -1,0 +1,83 @@
+#ifndef TANDEM_ENGINE_GENERATOR_H_
+#define TANDEM_ENGINE_GENERATOR_H_
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/sampler.h"
+#include "engine/transformer.h"
+
+namespace tandem::engine {
+
+struct GenerationRequest {
+  std::vector<int> prompt;  // Token ids, at least one.
+  int max_new_tokens = 16;
+  SamplingConfig sampling;
+  // Seeds this sample's own random stream; derive it per sample with MixSeed(request seed,
+  // sample index) so tokens do not depend on batching.
+  uint64_t seed = 0;
+  int stop_token = -1;  // Generation ends after sampling it (it is kept); -1: none.
+};
+
+enum class FinishReason { kStop, kLength };
+
+struct GeneratedSample {
+  std::vector<int> tokens;  // Prompt followed by the generated tokens.
+  int prompt_length = 0;
+  std::vector<float> logprobs;  // Per generated token, under the untempered policy.
+  FinishReason finish_reason = FinishReason::kLength;
+  // One row per forwarded position (every token but the last): [tokens - 1, moe_layers, top_k].
+  std::vector<int16_t> routes;
+};
+
+// Continuous batching over one Transformer: sequences join (prefill) and leave (finish)
+// between decode steps, each decode step forwarding one token of every active sequence.
+class GenerationBatch {
+ public:
+  explicit GenerationBatch(Transformer& transformer);
+
+  // Prefills the prompt and samples its first token; returns the sequence's id.
+  // INVALID_ARGUMENT for an empty prompt, bad token ids, a prompt that leaves no room
+  // before max_seq_len, max_new_tokens < 1, or bad sampling values.
+  absl::StatusOr<int> Admit(const GenerationRequest& request);
+
+  // Forwards the last token of every active sequence and samples the next.
+  void Step();
+
+  // Sequences that finished since the last call, with their ids.
+  std::vector<std::pair<int, GeneratedSample>> TakeFinished();
+
+  // Drops a sequence (e.g. its client went away) and frees its KV cache.
+  void Cancel(int id);
+
+  int active() const { return static_cast<int>(active_.size()); }
+  // KV-cache floats currently held, for admission control.
+  int64_t kv_cache_bytes() const;
+  // Bytes one cached token costs: keys and values of every layer.
+  int64_t kv_bytes_per_token() const;
+
+ private:
+  struct Sequence;
+  class PrefillAttention;
+  class DecodeAttention;
+
+  void SampleNext(Sequence& sequence, const float* logits);
+  bool Finished(const Sequence& sequence) const;
+  void Retire(int id);
+
+  Transformer& transformer_;
+  const ModelConfig config_;
+  int next_id_ = 0;
+  std::vector<std::unique_ptr<Sequence>> active_;
+  std::vector<std::pair<int, GeneratedSample>> finished_;
+};
+
+// Generates all requests to completion in one batch (a convenience over GenerationBatch).
+absl::StatusOr<std::vector<GeneratedSample>> Generate(Transformer& transformer,
+                                                      const std::vector<GenerationRequest>& requests);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_GENERATOR_H_

@@ -1,0 +1,249 @@
+#include "engine/model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/safetensors.h"
+
+namespace tandem::engine {
+namespace {
+
+constexpr char kModelConfigKey[] = "tandem.model_config";
+constexpr char kLoraConfigKey[] = "tandem.lora_config";
+constexpr float kInitStddev = 0.02f;
+
+bool IsAttention(absl::string_view module) {
+  return module == "q_proj" || module == "k_proj" || module == "v_proj" || module == "o_proj";
+}
+
+std::string LayerPrefix(int layer) { return absl::StrCat("model.layers.", layer, "."); }
+
+// {out, in} of a projection's weight.
+std::pair<int64_t, int64_t> ProjectionShape(const ModelConfig& config, int layer,
+                                            absl::string_view module) {
+  const int64_t d = config.d_model;
+  if (IsAttention(module)) return {d, d};
+  const int64_t ffn = config.IsMoeLayer(layer) ? config.expert_ffn_dim : config.dense_ffn_dim;
+  return module == "down_proj" ? std::pair{d, ffn} : std::pair{ffn, d};
+}
+
+void RoundAll(ParameterSet& parameters) {
+  for (const std::string& name : parameters.names()) {
+    for (float& value : parameters.Find(name)->value) value = ToFloat(ToBFloat16(value));
+  }
+}
+
+absl::StatusOr<ModelConfig> ModelConfigOf(const SafetensorsFile& file, const std::string& path) {
+  auto found = file.metadata.find(kModelConfigKey);
+  if (found == file.metadata.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' has no '", kModelConfigKey, "' metadata"));
+  }
+  return ModelConfig::FromJson(found->second);
+}
+
+}  // namespace
+
+std::string ProjectionName(const ModelConfig& config, int layer, absl::string_view module) {
+  if (IsAttention(module)) return absl::StrCat(LayerPrefix(layer), "self_attn.", module, ".weight");
+  if (config.IsMoeLayer(layer)) return absl::StrCat(LayerPrefix(layer), "mlp.experts.", module, ".weight");
+  return absl::StrCat(LayerPrefix(layer), "mlp.", module, ".weight");
+}
+
+BaseModel::BaseModel(const ModelConfig& config) : config_(config) {
+  const int64_t d = config.d_model;
+  const int64_t experts = config.num_experts;
+  const int64_t ffn = config.expert_ffn_dim;
+  parameters_.Add("model.embed_tokens.weight", {config.vocab_size, d});
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    const std::string prefix = LayerPrefix(layer);
+    parameters_.Add(prefix + "input_layernorm.weight", {d});
+    for (const char* module : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+      parameters_.Add(ProjectionName(config, layer, module), {d, d});
+    }
+    parameters_.Add(prefix + "post_attention_layernorm.weight", {d});
+    for (const char* module : {"gate_proj", "up_proj", "down_proj"}) {
+      const auto [out, in] = ProjectionShape(config, layer, module);
+      if (config.IsMoeLayer(layer)) {
+        parameters_.Add(ProjectionName(config, layer, module), {experts, out, in},
+                        /*stacked_experts=*/true);
+      } else {
+        parameters_.Add(ProjectionName(config, layer, module), {out, in});
+      }
+    }
+    if (!config.IsMoeLayer(layer)) continue;
+    parameters_.Add(prefix + "mlp.gate.weight", {experts, d});
+    if (config.scoring == cpu::ScoringFunction::kSigmoid) {
+      parameters_.Add(prefix + "mlp.gate.e_score_correction_bias", {experts});
+    }
+    if (config.shared_expert) {
+      parameters_.Add(prefix + "mlp.shared_experts.gate_proj.weight", {ffn, d});
+      parameters_.Add(prefix + "mlp.shared_experts.up_proj.weight", {ffn, d});
+      parameters_.Add(prefix + "mlp.shared_experts.down_proj.weight", {d, ffn});
+    }
+  }
+  parameters_.Add("model.norm.weight", {d});
+  parameters_.Add("lm_head.weight", {config.vocab_size, d});
+}
+
+absl::StatusOr<BaseModel> BaseModel::Create(const ModelConfig& config, uint64_t seed) {
+  if (absl::Status status = config.Validate(); !status.ok()) return status;
+  BaseModel model(config);
+  std::mt19937_64 rng(seed);
+  const float residual_stddev = kInitStddev / std::sqrt(2.0f * config.num_layers);
+  for (const std::string& name : model.parameters_.names()) {
+    Parameter& parameter = *model.parameters_.Find(name);
+    if (name.ends_with("norm.weight")) {
+      ParameterSet::Fill(parameter, 1.0f);
+    } else if (name.ends_with("e_score_correction_bias")) {
+      ParameterSet::Fill(parameter, 0.0f);
+    } else if (name.ends_with("o_proj.weight") || name.ends_with("down_proj.weight")) {
+      ParameterSet::FillNormal(parameter, residual_stddev, rng);
+    } else {
+      ParameterSet::FillNormal(parameter, kInitStddev, rng);
+    }
+  }
+  return model;
+}
+
+absl::StatusOr<BaseModel> BaseModel::Load(const std::string& path) {
+  auto file = ReadSafetensors(path);
+  if (!file.ok()) return file.status();
+  auto config = ModelConfigOf(*file, path);
+  if (!config.ok()) return config.status();
+  BaseModel model(*config);
+  if (absl::Status status = model.parameters_.LoadFrom(*file); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "': ", status.message()));
+  }
+  return model;
+}
+
+absl::Status BaseModel::Save(const std::string& path) const {
+  SafetensorsFile file = parameters_.ToSafetensors();
+  file.metadata[kModelConfigKey] = config_.ToJson();
+  return WriteSafetensors(path, file);
+}
+
+BaseModel BaseModel::RoundedToBf16() const {
+  BaseModel rounded = *this;
+  RoundAll(rounded.parameters_);
+  return rounded;
+}
+
+LoraAdapter::LoraAdapter(const ModelConfig& model_config, const LoraConfig& lora_config)
+    : model_config_(model_config), lora_config_(lora_config) {
+  const int64_t rank = lora_config.rank;
+  const int64_t experts = model_config.num_experts;
+  for (int layer = 0; layer < model_config.num_layers; ++layer) {
+    for (const std::string& module : lora_config.targets) {
+      const auto [out, in] = ProjectionShape(model_config, layer, module);
+      const std::string base = ProjectionName(model_config, layer, module);
+      const std::string stem = base.substr(0, base.size() - std::string(".weight").size());
+      const bool experts_here = !IsAttention(module) && model_config.IsMoeLayer(layer);
+      const ExpertLayout layout = lora_config.expert_layout;
+      // shared_outer: gate/up share A (their input side), down shares B (its output side).
+      const bool a_per_expert =
+          experts_here && (layout == ExpertLayout::kPerExpert ||
+                           (layout == ExpertLayout::kSharedOuter && module == "down_proj"));
+      const bool b_per_expert =
+          experts_here && (layout == ExpertLayout::kPerExpert ||
+                           (layout == ExpertLayout::kSharedOuter && module != "down_proj"));
+      if (a_per_expert) {
+        parameters_.Add(stem + ".lora_A.weight", {experts, rank, in}, true);
+      } else {
+        parameters_.Add(stem + ".lora_A.weight", {rank, in});
+      }
+      if (b_per_expert) {
+        parameters_.Add(stem + ".lora_B.weight", {experts, out, rank}, true);
+      } else {
+        parameters_.Add(stem + ".lora_B.weight", {out, rank});
+      }
+    }
+  }
+}
+
+absl::StatusOr<LoraAdapter> LoraAdapter::Create(const ModelConfig& model_config,
+                                                const LoraConfig& lora_config, uint64_t seed) {
+  if (absl::Status status = model_config.Validate(); !status.ok()) return status;
+  if (absl::Status status = lora_config.Validate(); !status.ok()) return status;
+  LoraAdapter adapter(model_config, lora_config);
+  std::mt19937_64 rng(seed);
+  for (const std::string& name : adapter.parameters_.names()) {
+    Parameter& parameter = *adapter.parameters_.Find(name);
+    if (name.ends_with("lora_A.weight")) {
+      ParameterSet::FillNormal(parameter, 1.0f / std::sqrt(parameter.shape.back()), rng);
+    }
+  }
+  return adapter;
+}
+
+SafetensorsFile LoraAdapter::ToSafetensors() const {
+  SafetensorsFile file = parameters_.ToSafetensors();
+  file.metadata[kModelConfigKey] = model_config_.ToJson();
+  file.metadata[kLoraConfigKey] = lora_config_.ToJson();
+  return file;
+}
+
+absl::StatusOr<LoraAdapter> LoraAdapter::FromSafetensors(const SafetensorsFile& file,
+                                                         const ModelConfig& model_config) {
+  auto adapter_model = ModelConfigOf(file, "adapter");
+  if (!adapter_model.ok()) return adapter_model.status();
+  if (adapter_model->ToJson() != model_config.ToJson()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("adapter was made for model ", adapter_model->ToJson(), ", not ",
+                     model_config.ToJson()));
+  }
+  auto found = file.metadata.find(kLoraConfigKey);
+  if (found == file.metadata.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter has no '", kLoraConfigKey, "' metadata"));
+  }
+  auto lora_config = LoraConfig::FromJson(found->second);
+  if (!lora_config.ok()) return lora_config.status();
+  LoraAdapter adapter(model_config, *lora_config);
+  if (absl::Status status = adapter.parameters_.LoadFrom(file); !status.ok()) return status;
+  return adapter;
+}
+
+absl::StatusOr<LoraAdapter> LoraAdapter::Load(const std::string& path,
+                                              const ModelConfig& model_config) {
+  auto file = ReadSafetensors(path);
+  if (!file.ok()) return file.status();
+  auto adapter = FromSafetensors(*file, model_config);
+  if (!adapter.ok()) {
+    return absl::Status(adapter.status().code(),
+                        absl::StrCat("'", path, "': ", adapter.status().message()));
+  }
+  return adapter;
+}
+
+absl::Status LoraAdapter::Save(const std::string& path) const {
+  return WriteSafetensors(path, ToSafetensors());
+}
+
+LoraAdapter LoraAdapter::RoundedToBf16() const {
+  LoraAdapter rounded = *this;
+  RoundAll(rounded.parameters_);
+  return rounded;
+}
+
+std::optional<LoraProjection> LoraAdapter::Projection(int layer, absl::string_view module) {
+  if (!lora_config_.Targets(module)) return std::nullopt;
+  const std::string base = ProjectionName(model_config_, layer, module);
+  const std::string stem = base.substr(0, base.size() - std::string(".weight").size());
+  Parameter& a = *parameters_.Find(stem + ".lora_A.weight");
+  Parameter& b = *parameters_.Find(stem + ".lora_B.weight");
+  LoraProjection projection;
+  projection.weights.a = a.value.data();
+  projection.weights.b = b.value.data();
+  projection.weights.a_group_stride = a.stacked_experts ? a.size() / a.shape[0] : 0;
+  projection.weights.b_group_stride = b.stacked_experts ? b.size() / b.shape[0] : 0;
+  projection.weights.rank = lora_config_.rank;
+  projection.weights.scale = lora_config_.scale();
+  projection.a_grad = a.grad_or_null();
+  projection.b_grad = b.grad_or_null();
+  return projection;
+}
+
+}  // namespace tandem::engine

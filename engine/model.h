@@ -1,0 +1,91 @@
+#ifndef TANDEM_ENGINE_MODEL_H_
+#define TANDEM_ENGINE_MODEL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/config.h"
+#include "engine/parameters.h"
+#include "kernels/cpu/grouped_lora.h"
+
+namespace tandem::engine {
+
+// Base weights under canonical (Hugging Face / PEFT style) names, e.g.
+// "model.layers.{l}.self_attn.q_proj.weight", "model.layers.{l}.mlp.gate.weight" (router),
+// "model.layers.{l}.mlp.experts.{e}.down_proj.weight".
+class BaseModel {
+ public:
+  // Random initialization (normal, std 0.02; norms 1; output projections scaled down by
+  // depth as in GPT-2 so the residual stream starts tame).
+  static absl::StatusOr<BaseModel> Create(const ModelConfig& config, uint64_t seed);
+  static absl::StatusOr<BaseModel> Load(const std::string& path);
+  absl::Status Save(const std::string& path) const;
+
+  // A copy with every weight rounded to bf16, for the bf16 inference mode.
+  BaseModel RoundedToBf16() const;
+
+  const ModelConfig& config() const { return config_; }
+  ParameterSet& parameters() { return parameters_; }
+  const ParameterSet& parameters() const { return parameters_; }
+
+ private:
+  explicit BaseModel(const ModelConfig& config);
+
+  ModelConfig config_;
+  ParameterSet parameters_;
+};
+
+// One LoRA-adapted projection, ready for the grouped LoRA kernel.
+struct LoraProjection {
+  cpu::GroupedLoraWeights weights;
+  float* a_grad = nullptr;  // Same layout as weights.a; nullptr when not training.
+  float* b_grad = nullptr;
+};
+
+// A LoRA adapter for a BaseModel of `model_config`. Names follow PEFT, e.g.
+// "model.layers.{l}.self_attn.q_proj.lora_A.weight" and, for experts,
+// "model.layers.{l}.mlp.experts.{e}.down_proj.lora_B.weight" (per-expert side) or
+// "model.layers.{l}.mlp.experts.down_proj.lora_B.weight" (side shared by all experts).
+class LoraAdapter {
+ public:
+  // A ~ N(0, 1/in), B = 0: the adapted model starts equal to the base model.
+  static absl::StatusOr<LoraAdapter> Create(const ModelConfig& model_config,
+                                            const LoraConfig& lora_config, uint64_t seed);
+  // The LoRA config travels in the file's metadata; the model config must match the one
+  // the adapter was made for (FAILED_PRECONDITION otherwise).
+  static absl::StatusOr<LoraAdapter> Load(const std::string& path,
+                                          const ModelConfig& model_config);
+  absl::Status Save(const std::string& path) const;
+  SafetensorsFile ToSafetensors() const;
+  static absl::StatusOr<LoraAdapter> FromSafetensors(const SafetensorsFile& file,
+                                                     const ModelConfig& model_config);
+
+  LoraAdapter RoundedToBf16() const;
+
+  // The adapter of `module` ("q_proj", ..., "down_proj") in `layer`, or nullopt when that
+  // module is not a target. Expert projections of MoE layers have one group per expert.
+  std::optional<LoraProjection> Projection(int layer, absl::string_view module);
+
+  const LoraConfig& config() const { return lora_config_; }
+  ParameterSet& parameters() { return parameters_; }
+  const ParameterSet& parameters() const { return parameters_; }
+
+ private:
+  LoraAdapter(const ModelConfig& model_config, const LoraConfig& lora_config);
+
+  ModelConfig model_config_;
+  LoraConfig lora_config_;
+  ParameterSet parameters_;
+};
+
+// Canonical name of a base projection's weight, e.g. (2, "q_proj") ->
+// "model.layers.2.self_attn.q_proj.weight"; expert projections of MoE layers name the
+// stacked tensor "model.layers.{l}.mlp.experts.{module}.weight".
+std::string ProjectionName(const ModelConfig& config, int layer, absl::string_view module);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_MODEL_H_

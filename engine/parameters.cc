@@ -1,0 +1,139 @@
+#include "engine/parameters.h"
+
+#include <cstring>
+#include <numeric>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor.h"
+
+namespace tandem::engine {
+namespace {
+
+constexpr char kExperts[] = ".experts.";
+constexpr size_t kExpertsLength = sizeof(kExperts) - 1;
+
+absl::StatusOr<absl::Span<const float>> FloatsOf(const std::string& name,
+                                                 const SafetensorsFile& file,
+                                                 const std::vector<int64_t>& shape) {
+  auto found = file.tensors.find(name);
+  if (found == file.tensors.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("missing tensor '", name, "'"));
+  }
+  if (found->second.shape() != shape || found->second.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' is ", found->second.DebugString(), ", expected F32",
+        ShapeToString(shape)));
+  }
+  return found->second.data<float>();
+}
+
+Tensor FloatTensor(std::vector<int64_t> shape, const float* values) {
+  Tensor tensor = *Tensor::Create(DType::kF32, std::move(shape));
+  std::memcpy(tensor.mutable_bytes().data(), values, tensor.byte_size());
+  return tensor;
+}
+
+}  // namespace
+
+std::string PerExpertName(const std::string& stacked_name, int expert) {
+  const size_t at = stacked_name.find(kExperts);
+  return absl::StrCat(stacked_name.substr(0, at + kExpertsLength), expert, ".",
+                      stacked_name.substr(at + kExpertsLength));
+}
+
+Parameter& ParameterSet::Add(const std::string& name, std::vector<int64_t> shape,
+                             bool stacked_experts) {
+  const int64_t size =
+      std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  Parameter& parameter = parameters_[name];
+  parameter.shape = std::move(shape);
+  parameter.value.assign(size, 0.0f);
+  parameter.stacked_experts = stacked_experts;
+  order_.push_back(name);
+  return parameter;
+}
+
+Parameter* ParameterSet::Find(const std::string& name) {
+  auto found = parameters_.find(name);
+  return found == parameters_.end() ? nullptr : &found->second;
+}
+
+const Parameter* ParameterSet::Find(const std::string& name) const {
+  auto found = parameters_.find(name);
+  return found == parameters_.end() ? nullptr : &found->second;
+}
+
+int64_t ParameterSet::num_elements() const {
+  int64_t total = 0;
+  for (const auto& [name, parameter] : parameters_) total += parameter.size();
+  return total;
+}
+
+void ParameterSet::EnableGradients() {
+  for (auto& [name, parameter] : parameters_) parameter.grad.assign(parameter.size(), 0.0f);
+}
+
+void ParameterSet::ZeroGradients() {
+  for (auto& [name, parameter] : parameters_) {
+    std::fill(parameter.grad.begin(), parameter.grad.end(), 0.0f);
+  }
+}
+
+void ParameterSet::FillNormal(Parameter& parameter, float stddev, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  for (float& value : parameter.value) value = normal(rng);
+}
+
+void ParameterSet::Fill(Parameter& parameter, float value) {
+  std::fill(parameter.value.begin(), parameter.value.end(), value);
+}
+
+SafetensorsFile ParameterSet::ToSafetensors() const {
+  SafetensorsFile file;
+  for (const std::string& name : order_) {
+    const Parameter& parameter = parameters_.at(name);
+    if (!parameter.stacked_experts) {
+      file.tensors[name] = FloatTensor(parameter.shape, parameter.value.data());
+      continue;
+    }
+    const std::vector<int64_t> expert_shape(parameter.shape.begin() + 1, parameter.shape.end());
+    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    for (int expert = 0; expert < parameter.shape[0]; ++expert) {
+      file.tensors[PerExpertName(name, expert)] =
+          FloatTensor(expert_shape, parameter.value.data() + expert * expert_size);
+    }
+  }
+  return file;
+}
+
+absl::Status ParameterSet::LoadFrom(const SafetensorsFile& file) {
+  std::set<std::string> expected;
+  for (const std::string& name : order_) {
+    Parameter& parameter = parameters_.at(name);
+    if (!parameter.stacked_experts) {
+      auto values = FloatsOf(name, file, parameter.shape);
+      if (!values.ok()) return values.status();
+      std::copy(values->begin(), values->end(), parameter.value.begin());
+      expected.insert(name);
+      continue;
+    }
+    const std::vector<int64_t> expert_shape(parameter.shape.begin() + 1, parameter.shape.end());
+    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    for (int expert = 0; expert < parameter.shape[0]; ++expert) {
+      const std::string expert_name = PerExpertName(name, expert);
+      auto values = FloatsOf(expert_name, file, expert_shape);
+      if (!values.ok()) return values.status();
+      std::copy(values->begin(), values->end(), parameter.value.begin() + expert * expert_size);
+      expected.insert(expert_name);
+    }
+  }
+  for (const auto& [name, tensor] : file.tensors) {
+    if (!expected.contains(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected tensor '", name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::engine

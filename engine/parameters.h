@@ -1,0 +1,63 @@
+#ifndef TANDEM_ENGINE_PARAMETERS_H_
+#define TANDEM_ENGINE_PARAMETERS_H_
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/safetensors.h"
+
+namespace tandem::engine {
+
+// A float32 tensor with an optional gradient of the same shape.
+struct Parameter {
+  std::vector<int64_t> shape;
+  std::vector<float> value;
+  std::vector<float> grad;  // Empty until gradients are enabled.
+  // Leading dimension is the expert: stored stacked for grouped GEMMs, saved as one tensor
+  // per expert under the canonical ".experts.{e}." names.
+  bool stacked_experts = false;
+
+  int64_t size() const { return static_cast<int64_t>(value.size()); }
+  float* grad_or_null() { return grad.empty() ? nullptr : grad.data(); }
+};
+
+// Named parameters in creation order (the order optimizers and checkpoints see).
+class ParameterSet {
+ public:
+  Parameter& Add(const std::string& name, std::vector<int64_t> shape, bool stacked_experts = false);
+  Parameter* Find(const std::string& name);
+  const Parameter* Find(const std::string& name) const;
+  const std::vector<std::string>& names() const { return order_; }
+  int64_t num_elements() const;
+
+  void EnableGradients();
+  void ZeroGradients();
+
+  // Fills with N(0, stddev²) from `rng`.
+  static void FillNormal(Parameter& parameter, float stddev, std::mt19937_64& rng);
+  static void Fill(Parameter& parameter, float value);
+
+  // To safetensors with canonical names: stacked tensors split per expert, "{e}" inserted
+  // after ".experts.".
+  SafetensorsFile ToSafetensors() const;
+  // Copies every parameter's values from `file`, which must hold exactly the canonical
+  // tensors with matching shapes (INVALID_ARGUMENT naming the first missing, unexpected or
+  // misshapen tensor).
+  absl::Status LoadFrom(const SafetensorsFile& file);
+
+ private:
+  std::map<std::string, Parameter> parameters_;
+  std::vector<std::string> order_;
+};
+
+// "model.layers.3.mlp.experts.gate_proj.weight", 5 -> "model.layers.3.mlp.experts.5.gate_proj.weight"
+std::string PerExpertName(const std::string& stacked_name, int expert);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_PARAMETERS_H_

@@ -1,0 +1,597 @@
+#include "engine/transformer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/grouped_lora.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/router.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace tandem::engine {
+
+// Everything one layer's forward computed, kept for its backward.
+struct Transformer::LayerActivations {
+  std::vector<float> input, norm1, rstd1, q, k, v, attention, norm2_input, norm2, rstd2;
+  std::vector<float> lora_q, lora_k, lora_v, lora_o;  // LoRA intermediates x·Aᵀ.
+  // FFN rows: one per token (dense) or per routed (token, slot) in expert order (MoE).
+  std::vector<float> ffn_input, gate, up, activation, ffn_rows_out, ffn_out;
+  std::vector<float> lora_gate, lora_up, lora_down;
+  std::vector<int> group_offsets;
+  // MoE only.
+  std::vector<float> router_logits, scores, gate_weights;
+  std::vector<int16_t> ids;
+  cpu::ExpertPermutation permutation;
+  std::vector<float> shared_gate, shared_up, shared_activation;
+};
+
+namespace {
+
+// Attention within each packed sequence, saving probabilities for the backward.
+class SequenceAttention : public AttentionBackend {
+ public:
+  SequenceAttention(const std::vector<int>& starts, int heads, int head_dim,
+                    std::vector<std::vector<float>>& probs)
+      : starts_(starts), heads_(heads), head_dim_(head_dim), probs_(probs) {}
+
+  void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
+    std::vector<float>& probs = probs_[layer];
+    int64_t probs_size = 0;
+    for (size_t s = 0; s + 1 < starts_.size(); ++s) {
+      const int64_t length = starts_[s + 1] - starts_[s];
+      probs_size += heads_ * length * length;
+    }
+    probs.resize(probs_size);
+    int64_t probs_offset = 0;
+    const int width = heads_ * head_dim_;
+    for (size_t s = 0; s + 1 < starts_.size(); ++s) {
+      const int begin = starts_[s];
+      const int length = starts_[s + 1] - begin;
+      cpu::CausalAttention(q + begin * width, k + begin * width, v + begin * width,
+                           out + begin * width, probs.data() + probs_offset, length, heads_,
+                           head_dim_);
+      probs_offset += static_cast<int64_t>(heads_) * length * length;
+    }
+  }
+
+ private:
+  const std::vector<int>& starts_;
+  const int heads_;
+  const int head_dim_;
+  std::vector<std::vector<float>>& probs_;
+};
+
+// y[rows, out] = x · W_gᵀ (+ LoRA) per row group g; dense projections are one group.
+void ProjectGroups(const float* x, const std::vector<int>& offsets, const float* w,
+                   int64_t w_stride, int in, int out, const std::optional<LoraProjection>& lora,
+                   std::vector<float>& lora_h, float* y) {
+  const int groups = static_cast<int>(offsets.size()) - 1;
+  for (int g = 0; g < groups; ++g) {
+    const int rows = offsets[g + 1] - offsets[g];
+    if (rows == 0) continue;
+    cpu::Gemm(false, true, rows, out, in, 1.0f, x + int64_t{offsets[g]} * in, in,
+              w + g * w_stride, in, 0.0f, y + int64_t{offsets[g]} * out, out);
+  }
+  if (!lora.has_value()) return;
+  lora_h.resize(static_cast<size_t>(offsets.back()) * lora->weights.rank);
+  cpu::GroupedLoraForward(x, offsets.data(), groups, in, out, lora->weights, lora_h.data(), y);
+}
+
+// Backward of ProjectGroups: dx += dy·W_g, dW_g += dyᵀ·x (if w_grad), LoRA grads.
+void ProjectGroupsBackward(const float* x, const std::vector<int>& offsets, const float* w,
+                           float* w_grad, int64_t w_stride, int in, int out,
+                           const std::optional<LoraProjection>& lora,
+                           const std::vector<float>& lora_h, const float* dy, float* dx) {
+  const int groups = static_cast<int>(offsets.size()) - 1;
+  for (int g = 0; g < groups; ++g) {
+    const int rows = offsets[g + 1] - offsets[g];
+    if (rows == 0) continue;
+    const float* dy_g = dy + int64_t{offsets[g]} * out;
+    const float* x_g = x + int64_t{offsets[g]} * in;
+    cpu::Gemm(false, false, rows, in, out, 1.0f, dy_g, out, w + g * w_stride, in, 1.0f,
+              dx + int64_t{offsets[g]} * in, in);
+    if (w_grad != nullptr) {
+      cpu::Gemm(true, false, out, in, rows, 1.0f, dy_g, out, x_g, in, 1.0f, w_grad + g * w_stride,
+                in);
+    }
+  }
+  if (!lora.has_value()) return;
+  cpu::GroupedLoraBackward(x, offsets.data(), groups, in, out, lora->weights, lora_h.data(), dy,
+                           dx, lora->a_grad, lora->b_grad);
+}
+
+void AddInto(float* target, const float* values, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) target[i] += values[i];
+}
+
+bool SameExpertSet(const int16_t* a, const int16_t* b, int k) {
+  for (int i = 0; i < k; ++i) {
+    if (std::find(b, b + k, a[i]) == b + k) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void TokenBatch::Add(const std::vector<int>& sequence) {
+  tokens.insert(tokens.end(), sequence.begin(), sequence.end());
+  sequence_starts.push_back(static_cast<int>(tokens.size()));
+}
+
+double RoutingStats::decision_disagreement() const {
+  return decisions == 0 ? 0.0 : static_cast<double>(differing_decisions) / decisions;
+}
+
+double RoutingStats::token_disagreement() const {
+  return tokens == 0 ? 0.0 : static_cast<double>(differing_tokens) / tokens;
+}
+
+Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precision)
+    : config_(model.config()),
+      model_(model),
+      lora_(lora),
+      precision_(precision),
+      moe_layers_(config_.MoeLayerIndices()),
+      layers_(config_.num_layers),
+      attention_probs_(config_.num_layers) {}
+
+Transformer::~Transformer() = default;
+
+Parameter& Transformer::Weight(const std::string& name) { return *model_.parameters().Find(name); }
+
+std::optional<LoraProjection> Transformer::Lora(int layer, absl::string_view module) {
+  return lora_ == nullptr ? std::nullopt : lora_->Projection(layer, module);
+}
+
+void Transformer::Round(float* values, int64_t count) const {
+  if (precision_ != Precision::kBF16) return;
+  for (int64_t i = 0; i < count; ++i) values[i] = ToFloat(ToBFloat16(values[i]));
+}
+
+absl::Status Transformer::CheckReplay(const std::vector<int16_t>& replay, int rows) const {
+  const int k = config_.top_k;
+  const int layers = static_cast<int>(moe_layers_.size());
+  const size_t expected = static_cast<size_t>(rows) * layers * k;
+  if (replay.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replayed routes have ", replay.size(), " ids; expected tokens × MoE layers × top_k = ",
+        rows, " × ", layers, " × ", k, " = ", expected));
+  }
+  std::vector<int16_t> layer_rows(static_cast<size_t>(rows) * k);
+  for (int m = 0; m < layers; ++m) {
+    for (int t = 0; t < rows; ++t) {
+      std::copy_n(replay.data() + (int64_t{t} * layers + m) * k, k, layer_rows.data() + int64_t{t} * k);
+    }
+    const std::string error = cpu::ValidateRoutes(layer_rows.data(), rows, k, config_.num_experts);
+    if (!error.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("replayed routes of layer ", moe_layers_[m], ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
+                                                  const std::vector<int16_t>* replay) {
+  for (int s = 0; s < batch.num_sequences(); ++s) {
+    const int length = batch.sequence_starts[s + 1] - batch.sequence_starts[s];
+    if (length < 1 || length > config_.max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has ", length,
+                                                     " tokens; allowed 1..", config_.max_seq_len));
+    }
+  }
+  for (int t = 0; t < batch.num_tokens(); ++t) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token ", t, " is ", batch.tokens[t],
+                                                     ", outside [0, ", config_.vocab_size, ")"));
+    }
+  }
+  const int rows = batch.num_tokens();
+  if (replay != nullptr) {
+    if (absl::Status status = CheckReplay(*replay, rows); !status.ok()) return status;
+  }
+  tokens_ = batch.tokens;
+  sequence_starts_ = batch.sequence_starts;
+  positions_.resize(rows);
+  for (int s = 0; s < batch.num_sequences(); ++s) {
+    for (int t = batch.sequence_starts[s]; t < batch.sequence_starts[s + 1]; ++t) {
+      positions_[t] = t - batch.sequence_starts[s];
+    }
+  }
+  SequenceAttention attention(sequence_starts_, config_.num_heads, config_.head_dim(),
+                              attention_probs_);
+  stats_ = RoutingStats{};
+  token_replayed_.assign(rows, 0);
+  token_differs_.assign(rows, 0);
+  routes_.assign(static_cast<size_t>(rows) * moe_layers_.size() * config_.top_k, -1);
+
+  const int d = config_.d_model;
+  const float* embedding = Weight("model.embed_tokens.weight").value.data();
+  std::vector<float> x(static_cast<size_t>(rows) * d);
+  for (int t = 0; t < rows; ++t) std::copy_n(embedding + int64_t{tokens_[t]} * d, d, &x[t * d]);
+  Round(x.data(), x.size());
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    layers_[layer].input = x;
+    RunLayer(layer, positions_.data(), rows, attention,
+             replay == nullptr ? nullptr : replay->data(), layers_[layer]);
+    x = layers_[layer].ffn_out;  // RunLayer leaves the layer output here.
+  }
+  final_input_ = std::move(x);
+  RunHead(rows, final_input_.data());
+  for (int t = 0; t < rows; ++t) {
+    stats_.tokens += token_replayed_[t];
+    stats_.differing_tokens += token_differs_[t];
+  }
+  return logits_.data();
+}
+
+void Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
+                              AttentionBackend& attention, float* logits, int16_t* routes_out) {
+  const int d = config_.d_model;
+  const float* embedding = Weight("model.embed_tokens.weight").value.data();
+  routes_.assign(static_cast<size_t>(rows) * moe_layers_.size() * config_.top_k, -1);
+  stats_ = RoutingStats{};
+  std::vector<float> x(static_cast<size_t>(rows) * d);
+  for (int t = 0; t < rows; ++t) std::copy_n(embedding + int64_t{tokens[t]} * d, d, &x[t * d]);
+  Round(x.data(), x.size());
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    layers_[layer].input = std::move(x);
+    RunLayer(layer, positions, rows, attention, nullptr, layers_[layer]);
+    x = std::move(layers_[layer].ffn_out);
+  }
+  final_input_ = std::move(x);
+  RunHead(rows, final_input_.data());
+  std::copy(logits_.begin(), logits_.end(), logits);
+  if (routes_out != nullptr) std::copy(routes_.begin(), routes_.end(), routes_out);
+}
+
+void Transformer::RunHead(int rows, const float* x) {
+  const int d = config_.d_model;
+  final_norm_.resize(static_cast<size_t>(rows) * d);
+  final_rstd_.resize(rows);
+  cpu::RmsNorm(x, Weight("model.norm.weight").value.data(), final_norm_.data(),
+               final_rstd_.data(), rows, d, config_.norm_eps);
+  Round(final_norm_.data(), final_norm_.size());
+  logits_.resize(static_cast<size_t>(rows) * config_.vocab_size);
+  cpu::Linear(final_norm_.data(), Weight("lm_head.weight").value.data(), logits_.data(), rows, d,
+              config_.vocab_size);
+  Round(logits_.data(), logits_.size());
+}
+
+void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionBackend& attention,
+                           const int16_t* replay, LayerActivations& act) {
+  const int d = config_.d_model;
+  const int64_t n = static_cast<int64_t>(rows) * d;
+  const std::string prefix = absl::StrCat("model.layers.", layer, ".");
+  act.norm1.resize(n);
+  act.rstd1.resize(rows);
+  cpu::RmsNorm(act.input.data(), Weight(prefix + "input_layernorm.weight").value.data(),
+               act.norm1.data(), act.rstd1.data(), rows, d, config_.norm_eps);
+  Round(act.norm1.data(), n);
+
+  const std::vector<int> one_group = {0, rows};
+  std::vector<float>* outputs[] = {&act.q, &act.k, &act.v};
+  std::vector<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
+  const char* modules[] = {"q_proj", "k_proj", "v_proj"};
+  for (int i = 0; i < 3; ++i) {
+    outputs[i]->resize(n);
+    ProjectGroups(act.norm1.data(), one_group,
+                  Weight(ProjectionName(config_, layer, modules[i])).value.data(), 0, d, d,
+                  Lora(layer, modules[i]), *lora_h[i], outputs[i]->data());
+    Round(outputs[i]->data(), n);
+  }
+  cpu::Rope(act.q.data(), positions, rows, config_.num_heads, config_.head_dim(), config_.rope_theta);
+  cpu::Rope(act.k.data(), positions, rows, config_.num_heads, config_.head_dim(), config_.rope_theta);
+  act.attention.resize(n);
+  attention.Attend(layer, act.q.data(), act.k.data(), act.v.data(), act.attention.data());
+  Round(act.attention.data(), n);
+
+  act.norm2_input = act.input;  // Residual: input + o_proj(attention).
+  std::vector<float> projected(n);
+  ProjectGroups(act.attention.data(), one_group,
+                Weight(ProjectionName(config_, layer, "o_proj")).value.data(), 0, d, d,
+                Lora(layer, "o_proj"), act.lora_o, projected.data());
+  Round(projected.data(), n);
+  AddInto(act.norm2_input.data(), projected.data(), n);
+  Round(act.norm2_input.data(), n);
+
+  act.norm2.resize(n);
+  act.rstd2.resize(rows);
+  cpu::RmsNorm(act.norm2_input.data(), Weight(prefix + "post_attention_layernorm.weight").value.data(),
+               act.norm2.data(), act.rstd2.data(), rows, d, config_.norm_eps);
+  Round(act.norm2.data(), n);
+
+  if (config_.IsMoeLayer(layer)) {
+    const int moe_index = layer - config_.num_dense_layers;
+    RunMoeFfn(layer, moe_index, rows, replay, act);
+  } else {
+    RunDenseFfn(layer, rows, act);
+  }
+  // ffn_out becomes the layer output: residual + FFN.
+  AddInto(act.ffn_out.data(), act.norm2_input.data(), n);
+  Round(act.ffn_out.data(), n);
+}
+
+void Transformer::RunDenseFfn(int layer, int rows, LayerActivations& act) {
+  const int d = config_.d_model;
+  const int ffn = config_.dense_ffn_dim;
+  act.group_offsets = {0, rows};
+  const int64_t hidden = static_cast<int64_t>(rows) * ffn;
+  act.gate.resize(hidden);
+  act.up.resize(hidden);
+  act.activation.resize(hidden);
+  act.ffn_out.assign(static_cast<size_t>(rows) * d, 0.0f);
+  ProjectGroups(act.norm2.data(), act.group_offsets,
+                Weight(ProjectionName(config_, layer, "gate_proj")).value.data(), 0, d, ffn,
+                Lora(layer, "gate_proj"), act.lora_gate, act.gate.data());
+  ProjectGroups(act.norm2.data(), act.group_offsets,
+                Weight(ProjectionName(config_, layer, "up_proj")).value.data(), 0, d, ffn,
+                Lora(layer, "up_proj"), act.lora_up, act.up.data());
+  Round(act.gate.data(), hidden);
+  Round(act.up.data(), hidden);
+  cpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
+  Round(act.activation.data(), hidden);
+  ProjectGroups(act.activation.data(), act.group_offsets,
+                Weight(ProjectionName(config_, layer, "down_proj")).value.data(), 0, ffn, d,
+                Lora(layer, "down_proj"), act.lora_down, act.ffn_out.data());
+  Round(act.ffn_out.data(), act.ffn_out.size());
+}
+
+void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* replay,
+                            LayerActivations& act) {
+  const int d = config_.d_model;
+  const int experts = config_.num_experts;
+  const int k = config_.top_k;
+  const int ffn = config_.expert_ffn_dim;
+  const int layers = static_cast<int>(moe_layers_.size());
+  const std::string prefix = absl::StrCat("model.layers.", layer, ".mlp.");
+
+  act.router_logits.resize(static_cast<size_t>(rows) * experts);
+  cpu::Linear(act.norm2.data(), Weight(prefix + "gate.weight").value.data(),
+              act.router_logits.data(), rows, d, experts);
+  Round(act.router_logits.data(), act.router_logits.size());
+  act.scores.resize(act.router_logits.size());
+  cpu::RouterScores(act.router_logits.data(), act.scores.data(), rows, experts, config_.scoring);
+  const Parameter* bias = model_.parameters().Find(prefix + "gate.e_score_correction_bias");
+  act.ids.resize(static_cast<size_t>(rows) * k);
+  cpu::TopK(act.scores.data(), bias == nullptr ? nullptr : bias->value.data(), rows, experts, k,
+            act.ids.data());
+
+  if (replay != nullptr) {  // Replace live routes by the given ones, measuring disagreement.
+    for (int t = 0; t < rows; ++t) {
+      const int16_t* given = replay + (int64_t{t} * layers + moe_index) * k;
+      int16_t* used = act.ids.data() + int64_t{t} * k;
+      if (given[0] < 0) {
+        ++stats_.live_fallbacks;
+        continue;
+      }
+      ++stats_.decisions;
+      token_replayed_[t] = 1;
+      if (!SameExpertSet(used, given, k)) {
+        ++stats_.differing_decisions;
+        token_differs_[t] = 1;
+      }
+      std::copy_n(given, k, used);
+    }
+  }
+  for (int t = 0; t < rows; ++t) {
+    std::copy_n(act.ids.data() + int64_t{t} * k, k,
+                routes_.data() + (int64_t{t} * layers + moe_index) * k);
+  }
+
+  act.gate_weights.resize(static_cast<size_t>(rows) * k);
+  cpu::GateWeights(act.scores.data(), act.ids.data(), rows, experts, k, /*normalize=*/true,
+                   act.gate_weights.data());
+  act.permutation = cpu::BuildPermutation(act.ids.data(), rows, k, experts);
+  act.group_offsets = act.permutation.offsets;
+  const int routed = rows * k;
+  act.ffn_input.resize(static_cast<size_t>(routed) * d);
+  cpu::PermuteRows(act.norm2.data(), act.permutation, act.ffn_input.data(), d);
+
+  const int64_t hidden = static_cast<int64_t>(routed) * ffn;
+  act.gate.resize(hidden);
+  act.up.resize(hidden);
+  act.activation.resize(hidden);
+  act.ffn_rows_out.resize(static_cast<size_t>(routed) * d);
+  const int64_t up_stride = int64_t{ffn} * d;
+  ProjectGroups(act.ffn_input.data(), act.group_offsets,
+                Weight(ProjectionName(config_, layer, "gate_proj")).value.data(), up_stride, d,
+                ffn, Lora(layer, "gate_proj"), act.lora_gate, act.gate.data());
+  ProjectGroups(act.ffn_input.data(), act.group_offsets,
+                Weight(ProjectionName(config_, layer, "up_proj")).value.data(), up_stride, d, ffn,
+                Lora(layer, "up_proj"), act.lora_up, act.up.data());
+  Round(act.gate.data(), hidden);
+  Round(act.up.data(), hidden);
+  cpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
+  Round(act.activation.data(), hidden);
+  ProjectGroups(act.activation.data(), act.group_offsets,
+                Weight(ProjectionName(config_, layer, "down_proj")).value.data(), up_stride, ffn,
+                d, Lora(layer, "down_proj"), act.lora_down, act.ffn_rows_out.data());
+  Round(act.ffn_rows_out.data(), act.ffn_rows_out.size());
+  act.ffn_out.assign(static_cast<size_t>(rows) * d, 0.0f);
+  cpu::UnpermuteAdd(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(),
+                    act.ffn_out.data(), d);
+
+  if (!config_.shared_expert) return;
+  const int64_t shared_hidden = static_cast<int64_t>(rows) * ffn;
+  act.shared_gate.resize(shared_hidden);
+  act.shared_up.resize(shared_hidden);
+  act.shared_activation.resize(shared_hidden);
+  cpu::Linear(act.norm2.data(), Weight(prefix + "shared_experts.gate_proj.weight").value.data(),
+              act.shared_gate.data(), rows, d, ffn);
+  cpu::Linear(act.norm2.data(), Weight(prefix + "shared_experts.up_proj.weight").value.data(),
+              act.shared_up.data(), rows, d, ffn);
+  Round(act.shared_gate.data(), shared_hidden);
+  Round(act.shared_up.data(), shared_hidden);
+  cpu::SwiGlu(act.shared_gate.data(), act.shared_up.data(), act.shared_activation.data(),
+              shared_hidden);
+  Round(act.shared_activation.data(), shared_hidden);
+  cpu::Linear(act.shared_activation.data(),
+              Weight(prefix + "shared_experts.down_proj.weight").value.data(), act.ffn_out.data(),
+              rows, ffn, d, /*accumulate=*/true);
+}
+
+void Transformer::Backward(const float* dlogits) {
+  const int rows = static_cast<int>(tokens_.size());
+  const int d = config_.d_model;
+  std::vector<float> dnorm(static_cast<size_t>(rows) * d, 0.0f);
+  Parameter& head = Weight("lm_head.weight");
+  cpu::LinearBackward(final_norm_.data(), head.value.data(), dlogits, dnorm.data(),
+                      head.grad_or_null(), rows, d, config_.vocab_size);
+  std::vector<float> dx(static_cast<size_t>(rows) * d, 0.0f);
+  Parameter& norm = Weight("model.norm.weight");
+  cpu::RmsNormBackward(final_input_.data(), norm.value.data(), final_rstd_.data(), dnorm.data(),
+                       dx.data(), norm.grad_or_null(), rows, d);
+  for (int layer = config_.num_layers - 1; layer >= 0; --layer) BackwardLayer(layer, dx.data());
+  Parameter& embedding = Weight("model.embed_tokens.weight");
+  if (embedding.grad.empty()) return;
+  for (int t = 0; t < rows; ++t) {
+    AddInto(embedding.grad.data() + int64_t{tokens_[t]} * d, dx.data() + int64_t{t} * d, d);
+  }
+}
+
+// On entry dx holds d(loss)/d(layer output); on exit d(loss)/d(layer input).
+void Transformer::BackwardLayer(int layer, float* dx) {
+  LayerActivations& act = layers_[layer];
+  const int rows = static_cast<int>(tokens_.size());
+  const int d = config_.d_model;
+  const int64_t n = static_cast<int64_t>(rows) * d;
+  const std::string prefix = absl::StrCat("model.layers.", layer, ".");
+
+  // FFN and its norm; the residual passes dx straight to the FFN block's input.
+  std::vector<float> dnorm2(n, 0.0f);
+  if (config_.IsMoeLayer(layer)) {
+    BackwardMoeFfn(layer, dx, dnorm2.data());
+  } else {
+    BackwardDenseFfn(layer, dx, dnorm2.data());
+  }
+  std::vector<float> dmid(dx, dx + n);
+  Parameter& post_norm = Weight(prefix + "post_attention_layernorm.weight");
+  cpu::RmsNormBackward(act.norm2_input.data(), post_norm.value.data(), act.rstd2.data(),
+                       dnorm2.data(), dmid.data(), post_norm.grad_or_null(), rows, d);
+
+  // Attention block.
+  const std::vector<int> one_group = {0, rows};
+  std::vector<float> dattention(n, 0.0f);
+  Parameter& o = Weight(ProjectionName(config_, layer, "o_proj"));
+  ProjectGroupsBackward(act.attention.data(), one_group, o.value.data(), o.grad_or_null(), 0, d, d,
+                        Lora(layer, "o_proj"), act.lora_o, dmid.data(), dattention.data());
+  std::vector<float> dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f);
+  const int heads = config_.num_heads;
+  const int head_dim = config_.head_dim();
+  int64_t probs_offset = 0;
+  for (size_t s = 0; s + 1 < sequence_starts_.size(); ++s) {
+    const int begin = sequence_starts_[s];
+    const int length = sequence_starts_[s + 1] - begin;
+    const int64_t at = int64_t{begin} * d;
+    cpu::CausalAttentionBackward(act.q.data() + at, act.k.data() + at, act.v.data() + at,
+                                 attention_probs_[layer].data() + probs_offset,
+                                 dattention.data() + at, dq.data() + at, dk.data() + at,
+                                 dv.data() + at, length, heads, head_dim);
+    probs_offset += int64_t{heads} * length * length;
+  }
+  cpu::RopeBackward(dq.data(), positions_.data(), rows, heads, head_dim, config_.rope_theta);
+  cpu::RopeBackward(dk.data(), positions_.data(), rows, heads, head_dim, config_.rope_theta);
+  std::vector<float> dnorm1(n, 0.0f);
+  const std::vector<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
+  const float* grads[] = {dq.data(), dk.data(), dv.data()};
+  const char* modules[] = {"q_proj", "k_proj", "v_proj"};
+  for (int i = 0; i < 3; ++i) {
+    Parameter& w = Weight(ProjectionName(config_, layer, modules[i]));
+    ProjectGroupsBackward(act.norm1.data(), one_group, w.value.data(), w.grad_or_null(), 0, d, d,
+                          Lora(layer, modules[i]), *lora_h[i], grads[i], dnorm1.data());
+  }
+  std::copy(dmid.begin(), dmid.end(), dx);  // Residual around attention.
+  Parameter& input_norm = Weight(prefix + "input_layernorm.weight");
+  cpu::RmsNormBackward(act.input.data(), input_norm.value.data(), act.rstd1.data(), dnorm1.data(),
+                       dx, input_norm.grad_or_null(), rows, d);
+}
+
+void Transformer::BackwardDenseFfn(int layer, const float* dy, float* dnorm2) {
+  LayerActivations& act = layers_[layer];
+  const int d = config_.d_model;
+  const int ffn = config_.dense_ffn_dim;
+  const int64_t hidden = static_cast<int64_t>(act.group_offsets.back()) * ffn;
+  std::vector<float> dactivation(hidden, 0.0f), dgate(hidden, 0.0f), dup(hidden, 0.0f);
+  Parameter& down = Weight(ProjectionName(config_, layer, "down_proj"));
+  ProjectGroupsBackward(act.activation.data(), act.group_offsets, down.value.data(),
+                        down.grad_or_null(), 0, ffn, d, Lora(layer, "down_proj"), act.lora_down,
+                        dy, dactivation.data());
+  cpu::SwiGluBackward(act.gate.data(), act.up.data(), dactivation.data(), dgate.data(), dup.data(),
+                      hidden);
+  Parameter& gate = Weight(ProjectionName(config_, layer, "gate_proj"));
+  Parameter& up = Weight(ProjectionName(config_, layer, "up_proj"));
+  ProjectGroupsBackward(act.norm2.data(), act.group_offsets, gate.value.data(),
+                        gate.grad_or_null(), 0, d, ffn, Lora(layer, "gate_proj"), act.lora_gate,
+                        dgate.data(), dnorm2);
+  ProjectGroupsBackward(act.norm2.data(), act.group_offsets, up.value.data(), up.grad_or_null(), 0,
+                        d, ffn, Lora(layer, "up_proj"), act.lora_up, dup.data(), dnorm2);
+}
+
+void Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
+  LayerActivations& act = layers_[layer];
+  const int rows = static_cast<int>(tokens_.size());
+  const int d = config_.d_model;
+  const int k = config_.top_k;
+  const int experts = config_.num_experts;
+  const int ffn = config_.expert_ffn_dim;
+  const int routed = rows * k;
+  const int64_t stride = int64_t{ffn} * d;
+  const std::string prefix = absl::StrCat("model.layers.", layer, ".mlp.");
+
+  std::vector<float> drows(static_cast<size_t>(routed) * d, 0.0f);
+  std::vector<float> dgate_weights(static_cast<size_t>(routed), 0.0f);
+  cpu::UnpermuteAddBackward(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(), dy,
+                            drows.data(), dgate_weights.data(), d);
+  const int64_t hidden = static_cast<int64_t>(routed) * ffn;
+  std::vector<float> dactivation(hidden, 0.0f), dgate(hidden, 0.0f), dup(hidden, 0.0f);
+  Parameter& down = Weight(ProjectionName(config_, layer, "down_proj"));
+  ProjectGroupsBackward(act.activation.data(), act.group_offsets, down.value.data(),
+                        down.grad_or_null(), stride, ffn, d, Lora(layer, "down_proj"),
+                        act.lora_down, drows.data(), dactivation.data());
+  cpu::SwiGluBackward(act.gate.data(), act.up.data(), dactivation.data(), dgate.data(), dup.data(),
+                      hidden);
+  std::vector<float> dinput(static_cast<size_t>(routed) * d, 0.0f);
+  Parameter& gate = Weight(ProjectionName(config_, layer, "gate_proj"));
+  Parameter& up = Weight(ProjectionName(config_, layer, "up_proj"));
+  ProjectGroupsBackward(act.ffn_input.data(), act.group_offsets, gate.value.data(),
+                        gate.grad_or_null(), stride, d, ffn, Lora(layer, "gate_proj"),
+                        act.lora_gate, dgate.data(), dinput.data());
+  ProjectGroupsBackward(act.ffn_input.data(), act.group_offsets, up.value.data(),
+                        up.grad_or_null(), stride, d, ffn, Lora(layer, "up_proj"), act.lora_up,
+                        dup.data(), dinput.data());
+  cpu::PermuteRowsBackward(dinput.data(), act.permutation, dnorm2, d);
+
+  // The router learns through the gate weights, which R3 recomputes from its logits.
+  std::vector<float> drouter_logits(static_cast<size_t>(rows) * experts, 0.0f);
+  cpu::RouterGatesBackward(act.router_logits.data(), act.scores.data(), act.ids.data(),
+                           dgate_weights.data(), drouter_logits.data(), rows, experts, k,
+                           /*normalize=*/true, config_.scoring);
+  Parameter& router = Weight(prefix + "gate.weight");
+  cpu::LinearBackward(act.norm2.data(), router.value.data(), drouter_logits.data(), dnorm2,
+                      router.grad_or_null(), rows, d, experts);
+
+  if (!config_.shared_expert) return;
+  const int64_t shared_hidden = static_cast<int64_t>(rows) * ffn;
+  std::vector<float> dshared_activation(shared_hidden, 0.0f), dshared_gate(shared_hidden, 0.0f),
+      dshared_up(shared_hidden, 0.0f);
+  Parameter& shared_down = Weight(prefix + "shared_experts.down_proj.weight");
+  cpu::LinearBackward(act.shared_activation.data(), shared_down.value.data(), dy,
+                      dshared_activation.data(), shared_down.grad_or_null(), rows, ffn, d);
+  cpu::SwiGluBackward(act.shared_gate.data(), act.shared_up.data(), dshared_activation.data(),
+                      dshared_gate.data(), dshared_up.data(), shared_hidden);
+  Parameter& shared_gate = Weight(prefix + "shared_experts.gate_proj.weight");
+  Parameter& shared_up = Weight(prefix + "shared_experts.up_proj.weight");
+  cpu::LinearBackward(act.norm2.data(), shared_gate.value.data(), dshared_gate.data(), dnorm2,
+                      shared_gate.grad_or_null(), rows, d, ffn);
+  cpu::LinearBackward(act.norm2.data(), shared_up.value.data(), dshared_up.data(), dnorm2,
+                      shared_up.grad_or_null(), rows, d, ffn);
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,121 @@
+#ifndef TANDEM_ENGINE_TRANSFORMER_H_
+#define TANDEM_ENGINE_TRANSFORMER_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "kernels/cpu/permute.h"
+
+namespace tandem::engine {
+
+// Rollout may run in bf16 (weights rounded by the caller, activations rounded here) while
+// the trainer runs fp32; the difference reproduces real training-inference mismatch.
+enum class Precision { kF32, kBF16 };
+
+// Sequences packed back to back, without padding.
+struct TokenBatch {
+  std::vector<int> tokens;
+  std::vector<int> sequence_starts = {0};  // Sequence s is [starts[s], starts[s+1]).
+
+  void Add(const std::vector<int>& sequence);
+  int num_tokens() const { return static_cast<int>(tokens.size()); }
+  int num_sequences() const { return static_cast<int>(sequence_starts.size()) - 1; }
+};
+
+// How live routing compares with routes given for replay (R3): a decision is one
+// token × MoE layer; it differs when the two top-k sets differ.
+struct RoutingStats {
+  int64_t decisions = 0;
+  int64_t differing_decisions = 0;
+  int64_t tokens = 0;
+  int64_t differing_tokens = 0;
+  int64_t live_fallbacks = 0;  // Rows given as -1, which were routed live.
+
+  double decision_disagreement() const;
+  double token_disagreement() const;
+};
+
+// Computes attention for the rows of one forward call. Training attends within each packed
+// sequence; generation attends against a KV cache.
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  // q, k, v: [rows, heads, head_dim] after RoPE; writes out [rows, heads, head_dim].
+  virtual void Attend(int layer, const float* q, const float* k, const float* v, float* out) = 0;
+};
+
+// The MoE transformer's forward and backward over a BaseModel and an optional LoRA adapter.
+// Route arrays are [tokens, moe_layers, top_k] int16 logical expert ids, moe_layers in the
+// order of ModelConfig::MoeLayerIndices().
+class Transformer {
+ public:
+  // Neither is owned; both must outlive this object. lora may be null.
+  Transformer(BaseModel& model, LoraAdapter* lora, Precision precision = Precision::kF32);
+  ~Transformer();
+
+  // Full-sequence forward of a packed batch, keeping activations for Backward. With
+  // `replay` (may be null: live routing) the given experts are used, -1 rows routed live;
+  // gate weights are recomputed from this model's router logits over the given experts.
+  // INVALID_ARGUMENT for bad tokens, sequences longer than max_seq_len, or invalid routes
+  // (wrong size, ids out of range, duplicates in a row, a row mixing -1 and ids). Returns logits
+  // [tokens, vocab], valid until the next call.
+  absl::StatusOr<const float*> Forward(const TokenBatch& batch,
+                                       const std::vector<int16_t>* replay = nullptr);
+
+  // Routes the last Forward used (replayed ones with fallbacks filled in by live routing).
+  const std::vector<int16_t>& routes() const { return routes_; }
+  // Live routing against the replayed routes in the last Forward; zeros without replay.
+  const RoutingStats& routing_stats() const { return stats_; }
+
+  // Backpropagates dlogits [tokens, vocab] of the last Forward into every parameter whose
+  // gradients are enabled (ParameterSet::EnableGradients), accumulating.
+  void Backward(const float* dlogits);
+
+  // One forward over arbitrary rows (token, absolute position) with a caller's attention;
+  // what generation builds on. Writes logits [rows, vocab] and, if non-null, the routes
+  // used [rows, moe_layers, top_k]. Activations are not kept.
+  void ForwardRows(const int* tokens, const int* positions, int rows, AttentionBackend& attention,
+                   float* logits, int16_t* routes_out);
+
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  struct LayerActivations;
+
+  void RunLayer(int layer, const int* positions, int rows, AttentionBackend& attention,
+                const int16_t* replay, LayerActivations& act);
+  void RunDenseFfn(int layer, int rows, LayerActivations& act);
+  void RunMoeFfn(int layer, int moe_index, int rows, const int16_t* replay, LayerActivations& act);
+  void RunHead(int rows, const float* x);
+  void BackwardLayer(int layer, float* dx);
+  void BackwardDenseFfn(int layer, const float* dy, float* dn2);
+  void BackwardMoeFfn(int layer, const float* dy, float* dn2);
+  absl::Status CheckReplay(const std::vector<int16_t>& replay, int rows) const;
+  void Round(float* values, int64_t count) const;
+  Parameter& Weight(const std::string& name);
+  std::optional<LoraProjection> Lora(int layer, absl::string_view module);
+
+  ModelConfig config_;
+  BaseModel& model_;
+  LoraAdapter* lora_;
+  Precision precision_;
+  std::vector<int> moe_layers_;
+
+  // State of the last Forward.
+  std::vector<int> tokens_;
+  std::vector<int> positions_;
+  std::vector<int> sequence_starts_;
+  std::vector<LayerActivations> layers_;
+  std::vector<float> final_input_, final_norm_, final_rstd_, logits_;
+  std::vector<int16_t> routes_;
+  RoutingStats stats_;
+  std::vector<uint8_t> token_replayed_, token_differs_;  // Per token, for RoutingStats.
+  std::vector<std::vector<float>> attention_probs_;  // Per layer, per sequence [H, T, T].
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_TRANSFORMER_H_

@@ -1,0 +1,352 @@
+#include "engine/transformer.h"
+
+#include <cmath>
+#include <random>
+
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/loss.h"
+
+namespace tandem::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelConfig TinyConfig() {
+  ModelConfig config;
+  config.vocab_size = 20;
+  config.d_model = 16;
+  config.num_heads = 2;
+  config.num_layers = 3;
+  config.num_dense_layers = 1;
+  config.dense_ffn_dim = 16;
+  config.num_experts = 4;
+  config.top_k = 2;
+  config.expert_ffn_dim = 8;
+  config.shared_expert = true;
+  config.max_seq_len = 16;
+  return config;
+}
+
+// Random weights larger than the default init, so every path carries signal.
+BaseModel RandomModel(const ModelConfig& config, uint64_t seed) {
+  BaseModel model = *BaseModel::Create(config, seed);
+  std::mt19937_64 rng(seed + 1);
+  for (const std::string& name : model.parameters().names()) {
+    Parameter& parameter = *model.parameters().Find(name);
+    if (name.ends_with("norm.weight")) continue;
+    ParameterSet::FillNormal(parameter, 0.3f, rng);
+  }
+  return model;
+}
+
+void RandomizeLora(LoraAdapter& adapter, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (const std::string& name : adapter.parameters().names()) {
+    ParameterSet::FillNormal(*adapter.parameters().Find(name), 0.3f, rng);
+  }
+}
+
+TokenBatch TwoSequences() {
+  TokenBatch batch;
+  batch.Add({1, 5, 7, 3, 9, 11, 2});
+  batch.Add({1, 4, 4, 8, 19});
+  return batch;
+}
+
+std::vector<float> Logits(Transformer& transformer, const TokenBatch& batch,
+                          const std::vector<int16_t>* replay = nullptr) {
+  auto logits = transformer.Forward(batch, replay);
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  return std::vector<float>(*logits, *logits + batch.num_tokens() * transformer.config().vocab_size);
+}
+
+std::vector<float> RandomWeights(size_t size, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> weights(size);
+  for (float& w : weights) w = normal(rng);
+  return weights;
+}
+
+double Dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) sum += double{a[i]} * b[i];
+  return sum;
+}
+
+std::vector<float> Gradients(const ParameterSet& parameters) {
+  std::vector<float> all;
+  for (const std::string& name : parameters.names()) {
+    const Parameter& parameter = *parameters.Find(name);
+    all.insert(all.end(), parameter.grad.begin(), parameter.grad.end());
+  }
+  return all;
+}
+
+TEST(TransformerTest, ReplayingLiveRoutesReproducesForwardAndGradientsExactly) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 2);
+  RandomizeLora(adapter, 3);
+  adapter.parameters().EnableGradients();
+  Transformer transformer(model, &adapter);
+  const TokenBatch batch = TwoSequences();
+  const std::vector<float> dlogits = RandomWeights(batch.num_tokens() * 20, 4);
+
+  const std::vector<float> live = Logits(transformer, batch);
+  const std::vector<int16_t> routes = transformer.routes();
+  transformer.Backward(dlogits.data());
+  const std::vector<float> live_grads = Gradients(adapter.parameters());
+
+  adapter.parameters().ZeroGradients();
+  const std::vector<float> replayed = Logits(transformer, batch, &routes);
+  transformer.Backward(dlogits.data());
+  EXPECT_EQ(live, replayed);
+  EXPECT_EQ(live_grads, Gradients(adapter.parameters()));
+  EXPECT_EQ(transformer.routing_stats().decisions, batch.num_tokens() * 2);
+  EXPECT_EQ(transformer.routing_stats().differing_decisions, 0);
+  EXPECT_EQ(transformer.routing_stats().differing_tokens, 0);
+}
+
+TEST(TransformerTest, ReplayedRoutesAreUsedAndDisagreementIsCounted) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  const TokenBatch batch = TwoSequences();
+  Logits(transformer, batch);
+  std::vector<int16_t> routes = transformer.routes();
+  // Token 0, last MoE layer (so no later routing depends on it): swap in the two experts
+  // live routing did not pick. Token 0, first MoE layer: route live.
+  std::vector<int16_t> others;
+  for (int16_t e = 0; e < 4; ++e) {
+    if (e != routes[2] && e != routes[3]) others.push_back(e);
+  }
+  routes[2] = others[0];
+  routes[3] = others[1];
+  routes[0] = routes[1] = -1;
+  Logits(transformer, batch, &routes);
+  EXPECT_EQ(transformer.routes()[2], others[0]);
+  EXPECT_EQ(transformer.routes()[3], others[1]);
+  EXPECT_NE(transformer.routes()[0], -1);
+  const RoutingStats& stats = transformer.routing_stats();
+  EXPECT_EQ(stats.live_fallbacks, 1);
+  EXPECT_EQ(stats.decisions, batch.num_tokens() * 2 - 1);
+  EXPECT_EQ(stats.differing_decisions, 1);
+  EXPECT_EQ(stats.differing_tokens, 1);
+}
+
+TEST(TransformerTest, InvalidReplayIsRejectedWithAClearMessage) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  const TokenBatch batch = TwoSequences();
+  Logits(transformer, batch);
+  const std::vector<int16_t> good = transformer.routes();
+
+  std::vector<int16_t> short_routes(good.begin(), good.end() - 1);
+  EXPECT_THAT(transformer.Forward(batch, &short_routes).status().message(),
+              HasSubstr("expected tokens × MoE layers × top_k = 12 × 2 × 2 = 48"));
+  std::vector<int16_t> out_of_range = good;
+  out_of_range[5] = 4;
+  EXPECT_THAT(transformer.Forward(batch, &out_of_range).status().message(),
+              HasSubstr("replayed routes of layer 1: token 1"));
+  std::vector<int16_t> duplicate = good;
+  duplicate[0] = duplicate[1];
+  EXPECT_EQ(transformer.Forward(batch, &duplicate).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int16_t> mixed = good;
+  mixed[0] = -1;
+  EXPECT_EQ(transformer.Forward(batch, &mixed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TransformerTest, BadTokensAndLengthsAreRejected) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  TokenBatch bad_token;
+  bad_token.Add({1, 20});
+  EXPECT_THAT(transformer.Forward(bad_token).status().message(),
+              HasSubstr("token 1 is 20, outside [0, 20)"));
+  TokenBatch too_long;
+  too_long.Add(std::vector<int>(17, 1));
+  EXPECT_THAT(transformer.Forward(too_long).status().message(), HasSubstr("has 17 tokens"));
+}
+
+TEST(TransformerTest, LoraWithZeroBEqualsTheBaseModel) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 2);  // B = 0.
+  Transformer base(model, nullptr);
+  Transformer adapted(model, &adapter);
+  EXPECT_EQ(Logits(base, TwoSequences()), Logits(adapted, TwoSequences()));
+}
+
+// W + scale·B·A for every adapted projection (per expert where the weight is stacked).
+BaseModel Merge(const BaseModel& model, LoraAdapter& adapter) {
+  BaseModel merged = model;
+  const ModelConfig& config = model.config();
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    for (const std::string& module : adapter.config().targets) {
+      auto lora = adapter.Projection(layer, module);
+      Parameter& w = *merged.parameters().Find(ProjectionName(config, layer, module));
+      const int groups = w.stacked_experts ? static_cast<int>(w.shape[0]) : 1;
+      const int out = static_cast<int>(w.shape[w.shape.size() - 2]);
+      const int in = static_cast<int>(w.shape.back());
+      for (int g = 0; g < groups; ++g) {
+        const float* a = lora->weights.a + g * lora->weights.a_group_stride;
+        const float* b = lora->weights.b + g * lora->weights.b_group_stride;
+        for (int o = 0; o < out; ++o) {
+          for (int i = 0; i < in; ++i) {
+            double delta = 0;
+            for (int r = 0; r < lora->weights.rank; ++r) delta += double{b[o * lora->weights.rank + r]} * a[r * in + i];
+            w.value[(int64_t{g} * out + o) * in + i] += lora->weights.scale * delta;
+          }
+        }
+      }
+    }
+  }
+  return merged;
+}
+
+class LoraLayoutTest : public ::testing::TestWithParam<ExpertLayout> {};
+
+TEST_P(LoraLayoutTest, AdapterEqualsMergedWeights) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  LoraConfig lora_config;
+  lora_config.rank = 3;
+  lora_config.alpha = 6;
+  lora_config.expert_layout = GetParam();
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), lora_config, 2);
+  RandomizeLora(adapter, 5);
+  BaseModel merged = Merge(model, adapter);
+  Transformer adapted(model, &adapter);
+  const std::vector<float> with_adapter = Logits(adapted, TwoSequences());
+  const std::vector<int16_t> routes = adapted.routes();
+  Transformer merged_model(merged, nullptr);
+  // Same routes on both sides: a near-tie flipped by rounding must not change the experts.
+  const std::vector<float> with_merged = Logits(merged_model, TwoSequences(), &routes);
+  ASSERT_EQ(with_adapter.size(), with_merged.size());
+  for (size_t i = 0; i < with_adapter.size(); ++i) {
+    EXPECT_NEAR(with_adapter[i], with_merged[i], 1e-4) << "logit " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLayouts, LoraLayoutTest,
+                         ::testing::Values(ExpertLayout::kPerExpert, ExpertLayout::kShared,
+                                           ExpertLayout::kSharedOuter));
+
+TEST(TransformerTest, DenseLayersHaveNoRouteRowsAndIndicesAreGlobal) {
+  ModelConfig config = TinyConfig();
+  config.num_layers = 4;
+  config.num_dense_layers = 2;
+  config.scoring = cpu::ScoringFunction::kSigmoid;
+  EXPECT_EQ(config.MoeLayerIndices(), (std::vector<int>{2, 3}));
+  BaseModel model = RandomModel(config, 1);
+  // Only global layer 2 is pushed towards expert 3, through its selection bias.
+  model.parameters().Find("model.layers.2.mlp.gate.e_score_correction_bias")->value = {0, 0, 0, 100};
+  model.parameters().Find("model.layers.3.mlp.gate.e_score_correction_bias")->value = {0, 0, 0, -100};
+  Transformer transformer(model, nullptr);
+  const TokenBatch batch = TwoSequences();
+  Logits(transformer, batch);
+  const std::vector<int16_t>& routes = transformer.routes();
+  ASSERT_EQ(routes.size(), static_cast<size_t>(batch.num_tokens()) * 2 * 2);
+  for (int t = 0; t < batch.num_tokens(); ++t) {
+    const int16_t* layer2 = &routes[(t * 2 + 0) * 2];
+    const int16_t* layer3 = &routes[(t * 2 + 1) * 2];
+    EXPECT_TRUE(layer2[0] == 3 || layer2[1] == 3) << "token " << t;
+    EXPECT_TRUE(layer3[0] != 3 && layer3[1] != 3) << "token " << t;
+  }
+}
+
+TEST(TransformerTest, DecodeWithKvCacheEqualsFullForward) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 2);
+  RandomizeLora(adapter, 3);
+  Transformer transformer(model, &adapter);
+  std::vector<GenerationRequest> requests(2);
+  requests[0].prompt = {1, 5, 7};
+  requests[1].prompt = {1, 4, 4, 8, 19};
+  for (GenerationRequest& request : requests) {
+    request.max_new_tokens = 8;
+    request.seed = 7;
+  }
+  auto samples = Generate(transformer, requests);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  for (const GeneratedSample& sample : *samples) {
+    const int n = static_cast<int>(sample.tokens.size());
+    ASSERT_EQ(sample.routes.size(), static_cast<size_t>(n - 1) * 2 * 2);
+    TokenBatch batch;
+    batch.Add(std::vector<int>(sample.tokens.begin(), sample.tokens.end() - 1));
+    const std::vector<float> logits = Logits(transformer, batch);
+    EXPECT_EQ(transformer.routes(), sample.routes);
+    std::vector<float> logp(logits.size());
+    cpu::LogSoftmax(logits.data(), logp.data(), n - 1, 20);
+    for (int t = sample.prompt_length; t < n; ++t) {
+      EXPECT_NEAR(sample.logprobs[t - sample.prompt_length], logp[(t - 1) * 20 + sample.tokens[t]],
+                  1e-5)
+          << "token " << t;
+    }
+  }
+}
+
+TEST(TransformerTest, WholeModelGradientMatchesFiniteDifferences) {
+  BaseModel model = RandomModel(TinyConfig(), 11);
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 12);
+  RandomizeLora(adapter, 13);
+  model.parameters().EnableGradients();
+  adapter.parameters().EnableGradients();
+  Transformer transformer(model, &adapter);
+  const TokenBatch batch = TwoSequences();
+  const std::vector<float> weights = RandomWeights(batch.num_tokens() * 20, 14);
+  Logits(transformer, batch);
+  const std::vector<int16_t> routes = transformer.routes();  // Held fixed: routing is discrete.
+  transformer.Backward(weights.data());
+
+  std::mt19937_64 rng(15);
+  int checked = 0;
+  for (ParameterSet* parameters : {&model.parameters(), &adapter.parameters()}) {
+    for (const std::string& name : parameters->names()) {
+      Parameter& parameter = *parameters->Find(name);
+      for (int trial = 0; trial < 2; ++trial) {
+        const int64_t i = std::uniform_int_distribution<int64_t>(0, parameter.size() - 1)(rng);
+        const float original = parameter.value[i];
+        const float eps = 1e-2f;
+        parameter.value[i] = original + eps;
+        const double plus = Dot(Logits(transformer, batch, &routes), weights);
+        parameter.value[i] = original - eps;
+        const double minus = Dot(Logits(transformer, batch, &routes), weights);
+        parameter.value[i] = original;
+        const double numeric = (plus - minus) / (2 * eps);
+        EXPECT_NEAR(parameter.grad[i], numeric, 2e-2 + 2e-2 * std::abs(numeric))
+            << name << "[" << i << "]";
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+TEST(TransformerTest, Bf16InferenceDisagreesWithFp32TrainingRouting) {
+  ModelConfig config = TinyConfig();
+  config.num_experts = 8;
+  BaseModel model = *BaseModel::Create(config, 21);
+  BaseModel rounded = model.RoundedToBf16();
+  Transformer inference(rounded, nullptr, Precision::kBF16);
+  Transformer training(model, nullptr);
+  TokenBatch batch;
+  std::mt19937_64 rng(22);
+  for (int s = 0; s < 16; ++s) {
+    std::vector<int> sequence(16);
+    for (int& token : sequence) token = std::uniform_int_distribution<int>(0, 19)(rng);
+    batch.Add(sequence);
+  }
+  Logits(inference, batch);
+  const std::vector<int16_t> rollout_routes = inference.routes();
+  Logits(training, batch, &rollout_routes);
+  const RoutingStats& stats = training.routing_stats();
+  std::printf("bf16 rollout vs fp32 training: %.2f%% of decisions, %.2f%% of tokens differ\n",
+              100 * stats.decision_disagreement(), 100 * stats.token_disagreement());
+  EXPECT_GT(stats.differing_decisions, 0);
+}
+
+}  // namespace
+}  // namespace tandem::engine
