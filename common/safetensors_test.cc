@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,7 +29,7 @@ Tensor MakeTensor(std::vector<int64_t> shape, const std::vector<T>& values) {
                         absl::MakeConstSpan(reinterpret_cast<const std::byte*>(values.data()),
                                             values.size() * sizeof(T)));
   EXPECT_TRUE(tensor.ok()) << tensor.status();
-  return *std::move(tensor);
+  return std::move(tensor).value_or(Tensor());
 }
 
 SafetensorsFile EveryDType() {

@@ -41,8 +41,8 @@ absl::Status Read(const json& object, const char* key, T& out) {
 absl::StatusOr<json> ParseObject(const std::string& text) {
   json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!object.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat("config is not a JSON object: '",
-                                                   text.substr(0, 80), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config is not a JSON object: '", text.substr(0, 80), "'"));
   }
   return object;
 }
@@ -75,8 +75,8 @@ absl::Status ModelConfig::Validate() const {
     if (absl::Status status = CheckRange(field, value, low, high); !status.ok()) return status;
   }
   if (d_model % num_heads != 0 || head_dim() % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("d_model = ", d_model, " must split into ",
-                                                   num_heads, " heads of even size"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("d_model = ", d_model, " must split into ", num_heads, " heads of even size"));
   }
   return absl::OkStatus();
 }
@@ -106,7 +106,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text) {
   std::string scoring = "softmax";
   for (absl::Status status :
        {Read(*object, "vocab_size", config.vocab_size), Read(*object, "d_model", config.d_model),
-        Read(*object, "num_heads", config.num_heads), Read(*object, "num_layers", config.num_layers),
+        Read(*object, "num_heads", config.num_heads),
+        Read(*object, "num_layers", config.num_layers),
         Read(*object, "num_dense_layers", config.num_dense_layers),
         Read(*object, "dense_ffn_dim", config.dense_ffn_dim),
         Read(*object, "num_experts", config.num_experts), Read(*object, "top_k", config.top_k),
@@ -144,8 +145,8 @@ absl::StatusOr<ExpertLayout> ExpertLayoutFromName(absl::string_view name) {
        {ExpertLayout::kPerExpert, ExpertLayout::kShared, ExpertLayout::kSharedOuter}) {
     if (ExpertLayoutName(layout) == name) return layout;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "expert_layout = '", name, "' is not per_expert, shared or shared_outer"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("expert_layout = '", name, "' is not per_expert, shared or shared_outer"));
 }
 
 bool LoraConfig::Targets(absl::string_view module) const {

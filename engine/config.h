@@ -55,7 +55,7 @@ struct LoraConfig {
   // Subset of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj. The router,
   // embeddings, norms and LM head are never adapted; gate/up/down apply to the dense MLPs
   // and to every routed expert (not to the shared expert).
-  std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj",
+  std::vector<std::string> targets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                       "gate_proj", "up_proj", "down_proj"};
   ExpertLayout expert_layout = ExpertLayout::kPerExpert;
 

@@ -67,6 +67,8 @@ class GenerationBatch::DecodeAttention : public AttentionBackend {
 GenerationBatch::GenerationBatch(Transformer& transformer)
     : transformer_(transformer), config_(transformer.config()) {}
 
+GenerationBatch::~GenerationBatch() = default;
+
 int64_t GenerationBatch::kv_bytes_per_token() const {
   return int64_t{2} * config_.num_layers * config_.d_model * static_cast<int64_t>(sizeof(float));
 }
@@ -78,8 +80,8 @@ int64_t GenerationBatch::kv_cache_bytes() const {
 absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request) {
   const int prompt_length = static_cast<int>(request.prompt.size());
   if (prompt_length < 1 || prompt_length >= config_.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt has ", prompt_length,
-                                                   " tokens; allowed 1..", config_.max_seq_len - 1));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt has ", prompt_length, " tokens; allowed 1..", config_.max_seq_len - 1));
   }
   for (int t = 0; t < prompt_length; ++t) {
     if (request.prompt[t] < 0 || request.prompt[t] >= config_.vocab_size) {
@@ -120,8 +122,8 @@ absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request) {
 }
 
 void GenerationBatch::SampleNext(Sequence& sequence, const float* logits) {
-  const SampledToken token = SampleToken(logits, config_.vocab_size, sequence.request.sampling,
-                                    sequence.rng);
+  const SampledToken token =
+      SampleToken(logits, config_.vocab_size, sequence.request.sampling, sequence.rng);
   sequence.sample.tokens.push_back(token.token);
   sequence.sample.logprobs.push_back(token.logprob);
   if (token.token == sequence.request.stop_token) {

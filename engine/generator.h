@@ -37,6 +37,7 @@ struct GeneratedSample {
 class GenerationBatch {
  public:
   explicit GenerationBatch(Transformer& transformer);
+  ~GenerationBatch();
 
   // Prefills the prompt and samples its first token; returns the sequence's id.
   // INVALID_ARGUMENT for an empty prompt, bad token ids, a prompt that leaves no room
@@ -75,8 +76,8 @@ class GenerationBatch {
 };
 
 // Generates all requests to completion in one batch (a convenience over GenerationBatch).
-absl::StatusOr<std::vector<GeneratedSample>> Generate(Transformer& transformer,
-                                                      const std::vector<GenerationRequest>& requests);
+absl::StatusOr<std::vector<GeneratedSample>> Generate(
+    Transformer& transformer, const std::vector<GenerationRequest>& requests);
 
 }  // namespace tandem::engine
 

@@ -47,7 +47,8 @@ absl::StatusOr<ModelConfig> ModelConfigOf(const SafetensorsFile& file, const std
 
 std::string ProjectionName(const ModelConfig& config, int layer, absl::string_view module) {
   if (IsAttention(module)) return absl::StrCat(LayerPrefix(layer), "self_attn.", module, ".weight");
-  if (config.IsMoeLayer(layer)) return absl::StrCat(LayerPrefix(layer), "mlp.experts.", module, ".weight");
+  if (config.IsMoeLayer(layer))
+    return absl::StrCat(LayerPrefix(layer), "mlp.experts.", module, ".weight");
   return absl::StrCat(LayerPrefix(layer), "mlp.", module, ".weight");
 }
 
@@ -190,9 +191,8 @@ absl::StatusOr<LoraAdapter> LoraAdapter::FromSafetensors(const SafetensorsFile& 
   auto adapter_model = ModelConfigOf(file, "adapter");
   if (!adapter_model.ok()) return adapter_model.status();
   if (adapter_model->ToJson() != model_config.ToJson()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("adapter was made for model ", adapter_model->ToJson(), ", not ",
-                     model_config.ToJson()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "adapter was made for model ", adapter_model->ToJson(), ", not ", model_config.ToJson()));
   }
   auto found = file.metadata.find(kLoraConfigKey);
   if (found == file.metadata.end()) {

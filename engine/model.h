@@ -56,8 +56,7 @@ class LoraAdapter {
                                             const LoraConfig& lora_config, uint64_t seed);
   // The LoRA config travels in the file's metadata; the model config must match the one
   // the adapter was made for (FAILED_PRECONDITION otherwise).
-  static absl::StatusOr<LoraAdapter> Load(const std::string& path,
-                                          const ModelConfig& model_config);
+  static absl::StatusOr<LoraAdapter> Load(const std::string& path, const ModelConfig& model_config);
   absl::Status Save(const std::string& path) const;
   SafetensorsFile ToSafetensors() const;
   static absl::StatusOr<LoraAdapter> FromSafetensors(const SafetensorsFile& file,

@@ -21,9 +21,9 @@ absl::StatusOr<absl::Span<const float>> FloatsOf(const std::string& name,
     return absl::InvalidArgumentError(absl::StrCat("missing tensor '", name, "'"));
   }
   if (found->second.shape() != shape || found->second.dtype() != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "' is ", found->second.DebugString(), ", expected F32",
-        ShapeToString(shape)));
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is ",
+                                                   found->second.DebugString(), ", expected F32",
+                                                   ShapeToString(shape)));
   }
   return found->second.data<float>();
 }
@@ -44,8 +44,7 @@ std::string PerExpertName(const std::string& stacked_name, int expert) {
 
 Parameter& ParameterSet::Add(const std::string& name, std::vector<int64_t> shape,
                              bool stacked_experts) {
-  const int64_t size =
-      std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  const int64_t size = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
   Parameter& parameter = parameters_[name];
   parameter.shape = std::move(shape);
   parameter.value.assign(size, 0.0f);

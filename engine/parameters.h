@@ -55,7 +55,8 @@ class ParameterSet {
   std::vector<std::string> order_;
 };
 
-// "model.layers.3.mlp.experts.gate_proj.weight", 5 -> "model.layers.3.mlp.experts.5.gate_proj.weight"
+// "model.layers.3.mlp.experts.gate_proj.weight", 5 ->
+// "model.layers.3.mlp.experts.5.gate_proj.weight"
 std::string PerExpertName(const std::string& stacked_name, int expert);
 
 }  // namespace tandem::engine

@@ -105,7 +105,7 @@ absl::Status Validate(const SamplingConfig& config) {
 }
 
 SampledToken SampleToken(const float* logits, int vocab, const SamplingConfig& config,
-                    std::mt19937_64& rng) {
+                         std::mt19937_64& rng) {
   const double u = UnitUniform(rng);
   const int argmax = Argmax(logits, vocab);
   const float max_logit = logits[argmax];

@@ -33,7 +33,7 @@ struct SampledToken {
 // depends only on how many tokens it has drawn; the result is a pure function of the rng state
 // and identical across standard libraries (no std distributions are used).
 SampledToken SampleToken(const float* logits, int vocab, const SamplingConfig& config,
-                    std::mt19937_64& rng);
+                         std::mt19937_64& rng);
 
 // Seed for an independent stream (e.g. sample `stream` of a request with seed `seed`): callers
 // keep one std::mt19937_64 per sample seeded with MixSeed(request_seed, sample_index), so a

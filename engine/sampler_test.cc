@@ -26,7 +26,8 @@ std::vector<double> Frequencies(const std::vector<float>& logits, const Sampling
   std::mt19937_64 rng(MixSeed(1234, 0));
   std::vector<double> freq(logits.size(), 0.0);
   for (int i = 0; i < draws; ++i) {
-    freq[SampleToken(logits.data(), static_cast<int>(logits.size()), config, rng).token] += 1.0 / draws;
+    freq[SampleToken(logits.data(), static_cast<int>(logits.size()), config, rng).token] +=
+        1.0 / draws;
   }
   return freq;
 }
@@ -80,7 +81,8 @@ TEST(SamplerTest, TopKOneAndTinyTopPEqualGreedy) {
     const std::vector<float> logits = RandomLogits(logit_rng, 49);
     const int greedy = SampleToken(logits.data(), 49, {.temperature = 0.0f}, rng).token;
     EXPECT_EQ(SampleToken(logits.data(), 49, {.temperature = 2.0f, .top_k = 1}, rng).token, greedy);
-    EXPECT_EQ(SampleToken(logits.data(), 49, {.temperature = 2.0f, .top_p = 1e-6f}, rng).token, greedy);
+    EXPECT_EQ(SampleToken(logits.data(), 49, {.temperature = 2.0f, .top_p = 1e-6f}, rng).token,
+              greedy);
   }
 }
 

@@ -57,9 +57,9 @@ absl::StatusOr<SupervisedBatch> MakeBatch(const Task& task, int size, std::mt199
 
 absl::Status SftConfig::Validate() const {
   if (batch_size < 1 || max_steps < 1 || eval_every < 1 || eval_prompts < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch_size, max_steps, eval_every and eval_prompts must be >= 1; got ", batch_size, ", ",
-        max_steps, ", ", eval_every, ", ", eval_prompts));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size, max_steps, eval_every and eval_prompts must be >= 1; got ",
+                     batch_size, ", ", max_steps, ", ", eval_every, ", ", eval_prompts));
   }
   return engine::Validate(ScheduleConfig{peak_lr, min_lr, warmup_steps, max_steps});
 }

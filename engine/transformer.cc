@@ -75,8 +75,8 @@ void ProjectGroups(const float* x, const std::vector<int>& offsets, const float*
   for (int g = 0; g < groups; ++g) {
     const int rows = offsets[g + 1] - offsets[g];
     if (rows == 0) continue;
-    cpu::Gemm(false, true, rows, out, in, 1.0f, x + int64_t{offsets[g]} * in, in,
-              w + g * w_stride, in, 0.0f, y + int64_t{offsets[g]} * out, out);
+    cpu::Gemm(false, true, rows, out, in, 1.0f, x + int64_t{offsets[g]} * in, in, w + g * w_stride,
+              in, 0.0f, y + int64_t{offsets[g]} * out, out);
   }
   if (!lora.has_value()) return;
   lora_h.resize(static_cast<size_t>(offsets.back()) * lora->weights.rank);
@@ -102,8 +102,8 @@ void ProjectGroupsBackward(const float* x, const std::vector<int>& offsets, cons
     }
   }
   if (!lora.has_value()) return;
-  cpu::GroupedLoraBackward(x, offsets.data(), groups, in, out, lora->weights, lora_h.data(), dy,
-                           dx, lora->a_grad, lora->b_grad);
+  cpu::GroupedLoraBackward(x, offsets.data(), groups, in, out, lora->weights, lora_h.data(), dy, dx,
+                           lora->a_grad, lora->b_grad);
 }
 
 void AddInto(float* target, const float* values, int64_t count) {
@@ -159,14 +159,15 @@ absl::Status Transformer::CheckReplay(const std::vector<int16_t>& replay, int ro
   const int layers = static_cast<int>(moe_layers_.size());
   const size_t expected = static_cast<size_t>(rows) * layers * k;
   if (replay.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "replayed routes have ", replay.size(), " ids; expected tokens × MoE layers × top_k = ",
-        rows, " × ", layers, " × ", k, " = ", expected));
+    return absl::InvalidArgumentError(absl::StrCat("replayed routes have ", replay.size(),
+                                                   " ids; expected tokens × MoE layers × top_k = ",
+                                                   rows, " × ", layers, " × ", k, " = ", expected));
   }
   std::vector<int16_t> layer_rows(static_cast<size_t>(rows) * k);
   for (int m = 0; m < layers; ++m) {
     for (int t = 0; t < rows; ++t) {
-      std::copy_n(replay.data() + (int64_t{t} * layers + m) * k, k, layer_rows.data() + int64_t{t} * k);
+      std::copy_n(replay.data() + (int64_t{t} * layers + m) * k, k,
+                  layer_rows.data() + int64_t{t} * k);
     }
     const std::string error = cpu::ValidateRoutes(layer_rows.data(), rows, k, config_.num_experts);
     if (!error.empty()) {
@@ -255,8 +256,8 @@ void Transformer::RunHead(int rows, const float* x) {
   const int d = config_.d_model;
   final_norm_.resize(static_cast<size_t>(rows) * d);
   final_rstd_.resize(rows);
-  cpu::RmsNorm(x, Weight("model.norm.weight").value.data(), final_norm_.data(),
-               final_rstd_.data(), rows, d, config_.norm_eps);
+  cpu::RmsNorm(x, Weight("model.norm.weight").value.data(), final_norm_.data(), final_rstd_.data(),
+               rows, d, config_.norm_eps);
   Round(final_norm_.data(), final_norm_.size());
   logits_.resize(static_cast<size_t>(rows) * config_.vocab_size);
   cpu::Linear(final_norm_.data(), Weight("lm_head.weight").value.data(), logits_.data(), rows, d,
@@ -286,8 +287,10 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
                   Lora(layer, modules[i]), *lora_h[i], outputs[i]->data());
     Round(outputs[i]->data(), n);
   }
-  cpu::Rope(act.q.data(), positions, rows, config_.num_heads, config_.head_dim(), config_.rope_theta);
-  cpu::Rope(act.k.data(), positions, rows, config_.num_heads, config_.head_dim(), config_.rope_theta);
+  cpu::Rope(act.q.data(), positions, rows, config_.num_heads, config_.head_dim(),
+            config_.rope_theta);
+  cpu::Rope(act.k.data(), positions, rows, config_.num_heads, config_.head_dim(),
+            config_.rope_theta);
   act.attention.resize(n);
   attention.Attend(layer, act.q.data(), act.k.data(), act.v.data(), act.attention.data());
   Round(act.attention.data(), n);
@@ -303,8 +306,9 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
 
   act.norm2.resize(n);
   act.rstd2.resize(rows);
-  cpu::RmsNorm(act.norm2_input.data(), Weight(prefix + "post_attention_layernorm.weight").value.data(),
-               act.norm2.data(), act.rstd2.data(), rows, d, config_.norm_eps);
+  cpu::RmsNorm(act.norm2_input.data(),
+               Weight(prefix + "post_attention_layernorm.weight").value.data(), act.norm2.data(),
+               act.rstd2.data(), rows, d, config_.norm_eps);
   Round(act.norm2.data(), n);
 
   if (config_.IsMoeLayer(layer)) {
@@ -401,8 +405,8 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   act.ffn_rows_out.resize(static_cast<size_t>(routed) * d);
   const int64_t up_stride = int64_t{ffn} * d;
   ProjectGroups(act.ffn_input.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "gate_proj")).value.data(), up_stride, d,
-                ffn, Lora(layer, "gate_proj"), act.lora_gate, act.gate.data());
+                Weight(ProjectionName(config_, layer, "gate_proj")).value.data(), up_stride, d, ffn,
+                Lora(layer, "gate_proj"), act.lora_gate, act.gate.data());
   ProjectGroups(act.ffn_input.data(), act.group_offsets,
                 Weight(ProjectionName(config_, layer, "up_proj")).value.data(), up_stride, d, ffn,
                 Lora(layer, "up_proj"), act.lora_up, act.up.data());
@@ -411,8 +415,8 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   cpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
   Round(act.activation.data(), hidden);
   ProjectGroups(act.activation.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "down_proj")).value.data(), up_stride, ffn,
-                d, Lora(layer, "down_proj"), act.lora_down, act.ffn_rows_out.data());
+                Weight(ProjectionName(config_, layer, "down_proj")).value.data(), up_stride, ffn, d,
+                Lora(layer, "down_proj"), act.lora_down, act.ffn_rows_out.data());
   Round(act.ffn_rows_out.data(), act.ffn_rows_out.size());
   act.ffn_out.assign(static_cast<size_t>(rows) * d, 0.0f);
   cpu::UnpermuteAdd(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(),
@@ -521,15 +525,14 @@ void Transformer::BackwardDenseFfn(int layer, const float* dy, float* dnorm2) {
   std::vector<float> dactivation(hidden, 0.0f), dgate(hidden, 0.0f), dup(hidden, 0.0f);
   Parameter& down = Weight(ProjectionName(config_, layer, "down_proj"));
   ProjectGroupsBackward(act.activation.data(), act.group_offsets, down.value.data(),
-                        down.grad_or_null(), 0, ffn, d, Lora(layer, "down_proj"), act.lora_down,
-                        dy, dactivation.data());
+                        down.grad_or_null(), 0, ffn, d, Lora(layer, "down_proj"), act.lora_down, dy,
+                        dactivation.data());
   cpu::SwiGluBackward(act.gate.data(), act.up.data(), dactivation.data(), dgate.data(), dup.data(),
                       hidden);
   Parameter& gate = Weight(ProjectionName(config_, layer, "gate_proj"));
   Parameter& up = Weight(ProjectionName(config_, layer, "up_proj"));
-  ProjectGroupsBackward(act.norm2.data(), act.group_offsets, gate.value.data(),
-                        gate.grad_or_null(), 0, d, ffn, Lora(layer, "gate_proj"), act.lora_gate,
-                        dgate.data(), dnorm2);
+  ProjectGroupsBackward(act.norm2.data(), act.group_offsets, gate.value.data(), gate.grad_or_null(),
+                        0, d, ffn, Lora(layer, "gate_proj"), act.lora_gate, dgate.data(), dnorm2);
   ProjectGroupsBackward(act.norm2.data(), act.group_offsets, up.value.data(), up.grad_or_null(), 0,
                         d, ffn, Lora(layer, "up_proj"), act.lora_up, dup.data(), dnorm2);
 }
@@ -563,9 +566,9 @@ void Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
   ProjectGroupsBackward(act.ffn_input.data(), act.group_offsets, gate.value.data(),
                         gate.grad_or_null(), stride, d, ffn, Lora(layer, "gate_proj"),
                         act.lora_gate, dgate.data(), dinput.data());
-  ProjectGroupsBackward(act.ffn_input.data(), act.group_offsets, up.value.data(),
-                        up.grad_or_null(), stride, d, ffn, Lora(layer, "up_proj"), act.lora_up,
-                        dup.data(), dinput.data());
+  ProjectGroupsBackward(act.ffn_input.data(), act.group_offsets, up.value.data(), up.grad_or_null(),
+                        stride, d, ffn, Lora(layer, "up_proj"), act.lora_up, dup.data(),
+                        dinput.data());
   cpu::PermuteRowsBackward(dinput.data(), act.permutation, dnorm2, d);
 
   // The router learns through the gate weights, which R3 recomputes from its logits.

@@ -113,7 +113,7 @@ class Transformer {
   std::vector<int16_t> routes_;
   RoutingStats stats_;
   std::vector<uint8_t> token_replayed_, token_differs_;  // Per token, for RoutingStats.
-  std::vector<std::vector<float>> attention_probs_;  // Per layer, per sequence [H, T, T].
+  std::vector<std::vector<float>> attention_probs_;      // Per layer, per sequence [H, T, T].
 };
 
 }  // namespace tandem::engine

@@ -60,7 +60,8 @@ std::vector<float> Logits(Transformer& transformer, const TokenBatch& batch,
                           const std::vector<int16_t>* replay = nullptr) {
   auto logits = transformer.Forward(batch, replay);
   EXPECT_TRUE(logits.ok()) << logits.status();
-  return std::vector<float>(*logits, *logits + batch.num_tokens() * transformer.config().vocab_size);
+  return std::vector<float>(*logits,
+                            *logits + batch.num_tokens() * transformer.config().vocab_size);
 }
 
 std::vector<float> RandomWeights(size_t size, uint64_t seed) {
@@ -156,8 +157,7 @@ TEST(TransformerTest, InvalidReplayIsRejectedWithAClearMessage) {
             absl::StatusCode::kInvalidArgument);
   std::vector<int16_t> mixed = good;
   mixed[0] = -1;
-  EXPECT_EQ(transformer.Forward(batch, &mixed).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(transformer.Forward(batch, &mixed).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TransformerTest, BadTokensAndLengthsAreRejected) {
@@ -197,7 +197,8 @@ BaseModel Merge(const BaseModel& model, LoraAdapter& adapter) {
         for (int o = 0; o < out; ++o) {
           for (int i = 0; i < in; ++i) {
             double delta = 0;
-            for (int r = 0; r < lora->weights.rank; ++r) delta += double{b[o * lora->weights.rank + r]} * a[r * in + i];
+            for (int r = 0; r < lora->weights.rank; ++r)
+              delta += double{b[o * lora->weights.rank + r]} * a[r * in + i];
             w.value[(int64_t{g} * out + o) * in + i] += lora->weights.scale * delta;
           }
         }
@@ -242,8 +243,10 @@ TEST(TransformerTest, DenseLayersHaveNoRouteRowsAndIndicesAreGlobal) {
   EXPECT_EQ(config.MoeLayerIndices(), (std::vector<int>{2, 3}));
   BaseModel model = RandomModel(config, 1);
   // Only global layer 2 is pushed towards expert 3, through its selection bias.
-  model.parameters().Find("model.layers.2.mlp.gate.e_score_correction_bias")->value = {0, 0, 0, 100};
-  model.parameters().Find("model.layers.3.mlp.gate.e_score_correction_bias")->value = {0, 0, 0, -100};
+  model.parameters().Find("model.layers.2.mlp.gate.e_score_correction_bias")->value = {0, 0, 0,
+                                                                                       100};
+  model.parameters().Find("model.layers.3.mlp.gate.e_score_correction_bias")->value = {0, 0, 0,
+                                                                                       -100};
   Transformer transformer(model, nullptr);
   const TokenBatch batch = TwoSequences();
   Logits(transformer, batch);

@@ -117,8 +117,10 @@ void BM_GroupedLoraVsSgemm(benchmark::State& state) {
     sgemm_timer.Stop(start);
   }
   const double flops = LoraFlops(rank);
-  state.counters["lora_GFLOPs"] = flops * state.iterations() / lora_timer.total / 1e9;
-  state.counters["sgemm_GFLOPs"] = flops * state.iterations() / sgemm_timer.total / 1e9;
+  state.counters["lora_GFLOPs"] =
+      flops * static_cast<double>(state.iterations()) / lora_timer.total / 1e9;
+  state.counters["sgemm_GFLOPs"] =
+      flops * static_cast<double>(state.iterations()) / sgemm_timer.total / 1e9;
   state.counters["pct_of_sgemm"] = 100.0 * sgemm_timer.total / lora_timer.total;
   state.counters["best_lora_GFLOPs"] = flops / lora_timer.best / 1e9;
   state.counters["best_sgemm_GFLOPs"] = flops / sgemm_timer.best / 1e9;

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -130,6 +131,23 @@ TEST(TopKTest, MatchesReferenceWithAndWithoutBias) {
         EXPECT_EQ(ids, expected) << "E=" << E << " k=" << k << " bias=" << (b != nullptr);
         EXPECT_EQ(ValidateRoutes(ids.data(), T, k, E), "");
       }
+    }
+  }
+}
+
+TEST(TopKTest, MatchesReferenceWhenScoresTieOften) {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> level(0, 3);
+  for (auto [E, k] : {std::pair{13, 8}, std::pair{600, 64}, std::pair{64, 64}}) {
+    const int T = 5;
+    std::vector<float> scores(T * E), bias(E);
+    for (float& s : scores) s = 0.25f * level(rng);
+    for (float& b : bias) b = 0.25f * level(rng);
+    for (const float* b : {static_cast<const float*>(nullptr), std::as_const(bias).data()}) {
+      std::vector<int16_t> ids(T * k), expected(T * k);
+      TopK(scores.data(), b, T, E, k, ids.data());
+      reference::TopK(scores.data(), b, T, E, k, expected.data());
+      EXPECT_EQ(ids, expected) << "E=" << E << " k=" << k << " bias=" << (b != nullptr);
     }
   }
 }

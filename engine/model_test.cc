@@ -1,0 +1,129 @@
+#include "engine/model.h"
+
+#include <string>
+
+#include "common/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelConfig SmallConfig() {
+  ModelConfig config = DefaultModelConfig();
+  config.d_model = 16;
+  config.num_layers = 3;
+  config.num_experts = 4;
+  config.expert_ffn_dim = 8;
+  config.dense_ffn_dim = 16;
+  return config;
+}
+
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+TEST(ModelTest, SaveLoadRoundTripUsesCanonicalPerExpertNames) {
+  BaseModel model = *BaseModel::Create(SmallConfig(), 1);
+  const std::string path = TempPath("base.safetensors");
+  ASSERT_TRUE(model.Save(path).ok());
+  auto file = ReadSafetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->tensors.contains("model.layers.1.mlp.experts.3.down_proj.weight"));
+  EXPECT_TRUE(file->tensors.contains("model.layers.0.mlp.down_proj.weight"));  // Dense layer.
+  EXPECT_TRUE(file->tensors.contains("model.layers.2.mlp.gate.weight"));       // Router.
+  EXPECT_FALSE(file->tensors.contains("model.layers.1.mlp.experts.down_proj.weight"));
+
+  auto loaded = BaseModel::Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config().ToJson(), model.config().ToJson());
+  for (const std::string& name : model.parameters().names()) {
+    EXPECT_EQ(loaded->parameters().Find(name)->value, model.parameters().Find(name)->value) << name;
+  }
+}
+
+TEST(ModelTest, LoadRejectsMissingAndUnexpectedTensors) {
+  BaseModel model = *BaseModel::Create(SmallConfig(), 1);
+  SafetensorsFile file = model.parameters().ToSafetensors();
+  file.metadata["tandem.model_config"] = model.config().ToJson();
+  file.tensors.erase("model.layers.2.mlp.experts.1.up_proj.weight");
+  ASSERT_TRUE(WriteSafetensors(TempPath("missing.safetensors"), file).ok());
+  EXPECT_THAT(BaseModel::Load(TempPath("missing.safetensors")).status().message(),
+              HasSubstr("missing tensor 'model.layers.2.mlp.experts.1.up_proj.weight'"));
+
+  file = model.parameters().ToSafetensors();
+  file.metadata["tandem.model_config"] = model.config().ToJson();
+  file.tensors["model.extra.weight"] = file.tensors.at("model.norm.weight");
+  ASSERT_TRUE(WriteSafetensors(TempPath("extra.safetensors"), file).ok());
+  EXPECT_THAT(BaseModel::Load(TempPath("extra.safetensors")).status().message(),
+              HasSubstr("unexpected tensor 'model.extra.weight'"));
+}
+
+class AdapterLayoutTest : public ::testing::TestWithParam<ExpertLayout> {};
+
+TEST_P(AdapterLayoutTest, SaveLoadRoundTrip) {
+  LoraConfig lora;
+  lora.expert_layout = GetParam();
+  LoraAdapter adapter = *LoraAdapter::Create(SmallConfig(), lora, 3);
+  const std::string path = TempPath("adapter.safetensors");
+  ASSERT_TRUE(adapter.Save(path).ok());
+  auto loaded = LoraAdapter::Load(path, SmallConfig());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config().ToJson(), adapter.config().ToJson());
+  for (const std::string& name : adapter.parameters().names()) {
+    EXPECT_EQ(loaded->parameters().Find(name)->value, adapter.parameters().Find(name)->value);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLayouts, AdapterLayoutTest,
+                         ::testing::Values(ExpertLayout::kPerExpert, ExpertLayout::kShared,
+                                           ExpertLayout::kSharedOuter));
+
+TEST(AdapterTest, NamesFollowTheLayout) {
+  LoraConfig lora;
+  lora.expert_layout = ExpertLayout::kSharedOuter;
+  const SafetensorsFile file = LoraAdapter::Create(SmallConfig(), lora, 3)->ToSafetensors();
+  // gate/up share A and keep B per expert; down keeps A per expert and shares B.
+  EXPECT_TRUE(file.tensors.contains("model.layers.1.mlp.experts.gate_proj.lora_A.weight"));
+  EXPECT_TRUE(file.tensors.contains("model.layers.1.mlp.experts.2.gate_proj.lora_B.weight"));
+  EXPECT_TRUE(file.tensors.contains("model.layers.1.mlp.experts.2.down_proj.lora_A.weight"));
+  EXPECT_TRUE(file.tensors.contains("model.layers.1.mlp.experts.down_proj.lora_B.weight"));
+  EXPECT_TRUE(file.tensors.contains("model.layers.0.self_attn.q_proj.lora_A.weight"));
+  EXPECT_TRUE(file.metadata.contains("tandem.lora_config"));
+}
+
+TEST(AdapterTest, AdapterForAnotherModelIsRefused) {
+  LoraAdapter adapter = *LoraAdapter::Create(SmallConfig(), LoraConfig{}, 3);
+  ASSERT_TRUE(adapter.Save(TempPath("other.safetensors")).ok());
+  ModelConfig other = SmallConfig();
+  other.num_experts = 8;
+  EXPECT_EQ(LoraAdapter::Load(TempPath("other.safetensors"), other).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ConfigTest, BadValuesAreRejectedByName) {
+  ModelConfig config = SmallConfig();
+  config.top_k = 5;
+  EXPECT_THAT(config.Validate().message(), HasSubstr("top_k = 5 is outside [1, 4]"));
+  EXPECT_THAT(ModelConfig::FromJson(R"({"vocab_size": 10, "scoring": "relu"})").status().message(),
+              HasSubstr("scoring = 'relu'"));
+  EXPECT_THAT(ModelConfig::FromJson("[1]").status().message(), HasSubstr("not a JSON object"));
+  EXPECT_THAT(LoraConfig::FromJson(R"({"targets": ["lm_head"]})").status().message(),
+              HasSubstr("lora target 'lm_head'"));
+  EXPECT_THAT(LoraConfig::FromJson(R"({"expert_layout": "diagonal"})").status().message(),
+              HasSubstr("expert_layout = 'diagonal'"));
+  EXPECT_THAT(LoraConfig::FromJson(R"({"rank": "eight"})").status().message(),
+              HasSubstr("config field 'rank'"));
+}
+
+TEST(ConfigTest, JsonRoundTrip) {
+  ModelConfig config = SmallConfig();
+  config.scoring = cpu::ScoringFunction::kSigmoid;
+  config.shared_expert = true;
+  auto parsed = ModelConfig::FromJson(config.ToJson());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->ToJson(), config.ToJson());
+}
+
+}  // namespace
+}  // namespace tandem::engine
