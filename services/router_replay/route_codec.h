@@ -1,0 +1,64 @@
+#ifndef TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_CODEC_H_
+#define TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tandem::router_replay {
+
+// What every row of a record looks like: per MoE layer (named by global index) top_k logical
+// expert ids in selection order. Rows are [layers, top_k] int16; -1 marks a missing (row, layer).
+struct RouteShape {
+  std::vector<int32_t> layers;
+  int32_t top_k = 0;
+  int32_t num_experts = 0;
+
+  int64_t ids_per_row() const { return static_cast<int64_t>(layers.size()) * top_k; }
+  friend bool operator==(const RouteShape&, const RouteShape&) = default;
+};
+
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxTopK = 64;
+inline constexpr int kMaxExperts = 32767;
+
+// INVALID_ARGUMENT unless layers are 1..1024 strictly increasing indices >= 0, top_k is 1..64
+// and num_experts is top_k..32767.
+absl::Status ValidateShape(const RouteShape& shape);
+
+// Checks rows [num_rows, layers, top_k]: every id in [-1, num_experts), and each (row, layer)
+// either k distinct ids or all -1. Messages name the row (counted from first_row), the global
+// layer index and the slot, e.g. "row 17 layer 5: duplicate expert 3".
+absl::Status ValidateRows(const RouteShape& shape, const int16_t* rows, int64_t num_rows,
+                          int64_t first_row);
+
+// How a stored block is encoded.
+enum class BlockEncoding : uint8_t {
+  // Ids bit-packed at bit_width(num_experts - 1) bits, layer-major, plus a presence bitmap
+  // when some (row, layer) is missing.
+  kPacked = 1,
+  // kPacked, then zstd: chosen only when it is smaller (skewed routing compresses).
+  kPackedZstd = 2,
+};
+
+// Bits per stored id: ceil(log2(num_experts)), at least 1. 8 for 256 experts, 9 for 384.
+int BitsPerId(int32_t num_experts);
+
+// Encodes validated rows; zstd_level <= 0 disables the zstd attempt.
+std::string EncodeBlock(const RouteShape& shape, const int16_t* rows, int64_t num_rows,
+                        int zstd_level);
+
+// The encoding and row count of a block, DATA_LOSS when its header is corrupt.
+absl::StatusOr<BlockEncoding> EncodingOf(absl::string_view block);
+absl::StatusOr<int64_t> RowsOf(absl::string_view block);
+
+// Decodes a block into out [rows, layers, top_k]; DATA_LOSS when it is corrupt.
+absl::Status DecodeBlock(const RouteShape& shape, absl::string_view block, int16_t* out);
+
+}  // namespace tandem::router_replay
+
+#endif  // TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_CODEC_H_
