@@ -44,6 +44,12 @@ struct ServiceCase {
   std::string proto_service;
   std::string method;
   CallOne call;
+  // What the empty request gets: UNIMPLEMENTED naming the method until a service implements
+  // it, then the validation error for its first required field.
+  grpc::StatusCode expected_code = grpc::StatusCode::UNIMPLEMENTED;
+  std::string expected_code_name = "UNIMPLEMENTED";
+  std::string expected_message;  // Default: "<proto_service>/<method>".
+  std::vector<std::string> extra_args;
 };
 
 std::string ReadLog(const std::string& path) {
@@ -71,11 +77,11 @@ TEST_P(ServiceBinaryTest, ServesWithAuthAndMetricsThenDrainsOnSigterm) {
   std::ofstream(token_file) << kToken << "\n";
   const int port = PickFreePort();
   const int metrics_port = PickFreePort();
-  auto process = ServiceProcess::Start(
-      RunfilePath(GetParam().binary),
-      {"--host=127.0.0.1", absl::StrCat("--port=", port),
-       absl::StrCat("--metrics_port=", metrics_port), "--auth_token_file=" + token_file},
-      LogPath());
+  std::vector<std::string> args = {"--host=127.0.0.1", absl::StrCat("--port=", port),
+                                   absl::StrCat("--metrics_port=", metrics_port),
+                                   "--auth_token_file=" + token_file};
+  args.insert(args.end(), GetParam().extra_args.begin(), GetParam().extra_args.end());
+  auto process = ServiceProcess::Start(RunfilePath(GetParam().binary), args, LogPath());
   ASSERT_TRUE(process.ok()) << process.status();
   const std::string target = absl::StrCat("127.0.0.1:", port);
 
@@ -84,18 +90,19 @@ TEST_P(ServiceBinaryTest, ServesWithAuthAndMetricsThenDrainsOnSigterm) {
       << ReadLog(LogPath());
 
   const grpc::Status authorized = CallWithToken(target, kToken);
-  EXPECT_EQ(authorized.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(authorized.error_code(), GetParam().expected_code);
   EXPECT_THAT(authorized.error_message(),
-              HasSubstr(absl::StrCat(GetParam().proto_service, "/", GetParam().method)));
+              HasSubstr(GetParam().expected_message.empty()
+                            ? absl::StrCat(GetParam().proto_service, "/", GetParam().method)
+                            : GetParam().expected_message));
   EXPECT_EQ(CallWithToken(target, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
 
   auto page = HttpGet(absl::StrCat("http://127.0.0.1:", metrics_port, "/metrics"));
   ASSERT_TRUE(page.ok()) << page.status();
   EXPECT_THAT(*page, HasSubstr(absl::StrCat("tandem_build_info{service=\"", GetParam().name)));
-  EXPECT_THAT(*page,
-              HasSubstr(absl::StrCat("tandem_rpc_server_handled_total{code=\"UNIMPLEMENTED\","
-                                     "method=\"",
-                                     GetParam().method, "\"")));
+  EXPECT_THAT(*page, HasSubstr(absl::StrCat("tandem_rpc_server_handled_total{code=\"",
+                                            GetParam().expected_code_name, "\",method=\"",
+                                            GetParam().method, "\"")));
   EXPECT_THAT(*page, HasSubstr(absl::StrCat("tandem_auth_rejected_total{service=\"",
                                             GetParam().name, "\"} 1")));
 
@@ -132,9 +139,15 @@ INSTANTIATE_TEST_SUITE_P(
         ServiceCase{"weight-store", "services/weight_store/weight_store",
                     "tandem.v1.WeightStoreService", "GetManifest",
                     Call<v1::WeightStoreService>(&v1::WeightStoreService::Stub::GetManifest)},
-        ServiceCase{"router-replay", "services/router_replay/router_replay",
-                    "tandem.v1.RouterReplayService", "Seal",
-                    Call<v1::RouterReplayService>(&v1::RouterReplayService::Stub::Seal)}),
+        ServiceCase{"router-replay",
+                    "services/router_replay/router_replay",
+                    "tandem.v1.RouterReplayService",
+                    "Seal",
+                    Call<v1::RouterReplayService>(&v1::RouterReplayService::Stub::Seal),
+                    grpc::StatusCode::INVALID_ARGUMENT,
+                    "INVALID_ARGUMENT",
+                    "bad job_id: ''",
+                    {"--data_dir=" + ::testing::TempDir() + "/router-replay-data"}}),
     [](const ::testing::TestParamInfo<ServiceCase>& info) {
       std::string name = info.param.name;
       std::replace(name.begin(), name.end(), '-', '_');

@@ -18,9 +18,9 @@ absl::Status ValidateIdentifier(absl::string_view field, absl::string_view value
   bool ok = !value.empty() && value.size() <= kMaxIdentifierBytes;
   for (char c : value) ok = ok && IsIdentifierChar(c);
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bad ", field, ": '", value.substr(0, kMaxIdentifierBytes),
-      "' (identifiers are 1-128 bytes from [A-Za-z0-9._:/-])"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad ", field, ": '", value.substr(0, kMaxIdentifierBytes),
+                   "' (identifiers are 1-128 bytes from [A-Za-z0-9._:/-])"));
 }
 
 void AppendBigEndian64(std::string& out, uint64_t value) {
@@ -67,7 +67,9 @@ std::string JobVersionPrefix(absl::string_view job_id, int64_t policy_version) {
   return out;
 }
 
-std::string JobPrefix(absl::string_view job_id) { return absl::StrCat(job_id, absl::string_view("\0", 1)); }
+std::string JobPrefix(absl::string_view job_id) {
+  return absl::StrCat(job_id, absl::string_view("\0", 1));
+}
 
 std::string JobPrefixEnd(absl::string_view job_id) {
   return absl::StrCat(job_id, absl::string_view("\1", 1));
@@ -83,8 +85,8 @@ std::string EncodeRecordKey(const RecordKey& key) {
 
 absl::StatusOr<RecordKey> DecodeRecordKey(absl::string_view encoded) {
   const auto corrupt = [&] {
-    return absl::DataLossError(absl::StrCat("corrupt stored record key of ", encoded.size(),
-                                            " bytes"));
+    return absl::DataLossError(
+        absl::StrCat("corrupt stored record key of ", encoded.size(), " bytes"));
   };
   RecordKey key;
   const size_t job_end = encoded.find('\0');

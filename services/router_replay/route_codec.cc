@@ -22,9 +22,9 @@ absl::Status CheckRow(const RouteShape& shape, const int16_t* ids, int64_t row, 
   if (ids[0] == -1) {
     for (int s = 1; s < k; ++s) {
       if (ids[s] != -1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where(), ": slot 0 is -1 (missing) but slot ", s, " is expert ", ids[s],
-            "; a (row, layer) is k distinct ids or all -1"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": slot 0 is -1 (missing) but slot ", s, " is expert ", ids[s],
+                         "; a (row, layer) is k distinct ids or all -1"));
       }
     }
     return absl::OkStatus();
@@ -32,13 +32,12 @@ absl::Status CheckRow(const RouteShape& shape, const int16_t* ids, int64_t row, 
   for (int s = 0; s < k; ++s) {
     if (ids[s] < 0 || ids[s] >= shape.num_experts) {
       return absl::InvalidArgumentError(absl::StrCat(where(), " slot ", s, ": expert ", ids[s],
-                                                     " out of range [0, ", shape.num_experts,
-                                                     ")"));
+                                                     " out of range [0, ", shape.num_experts, ")"));
     }
     for (int earlier = 0; earlier < s; ++earlier) {
       if (ids[earlier] == ids[s]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where(), ": duplicate expert ", ids[s], " in slots ", earlier, " and ", s));
+        return absl::InvalidArgumentError(absl::StrCat(where(), ": duplicate expert ", ids[s],
+                                                       " in slots ", earlier, " and ", s));
       }
     }
   }
@@ -143,13 +142,13 @@ std::string Header(BlockEncoding encoding, bool has_bitmap, int64_t num_rows) {
 
 ZSTD_CCtx* ThreadCompressionContext() {
   thread_local std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)> context(ZSTD_createCCtx(),
-                                                                           &ZSTD_freeCCtx);
+                                                                            &ZSTD_freeCCtx);
   return context.get();
 }
 
 ZSTD_DCtx* ThreadDecompressionContext() {
   thread_local std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> context(ZSTD_createDCtx(),
-                                                                           &ZSTD_freeDCtx);
+                                                                            &ZSTD_freeDCtx);
   return context.get();
 }
 
@@ -180,7 +179,8 @@ absl::Status ValidateShape(const RouteShape& shape) {
     if (shape.layers[i] < 0 || (i > 0 && shape.layers[i] <= shape.layers[i - 1])) {
       return absl::InvalidArgumentError(
           absl::StrCat("moe_layer_indices must be strictly increasing global layer indices >= 0; "
-                       "entry ", i, " is ", shape.layers[i]));
+                       "entry ",
+                       i, " is ", shape.layers[i]));
     }
   }
   if (shape.top_k < 1 || shape.top_k > kMaxTopK) {
@@ -188,8 +188,8 @@ absl::Status ValidateShape(const RouteShape& shape) {
         absl::StrCat("top_k is ", shape.top_k, "; allowed 1..", kMaxTopK));
   }
   if (shape.num_experts < shape.top_k || shape.num_experts > kMaxExperts) {
-    return absl::InvalidArgumentError(absl::StrCat("num_experts is ", shape.num_experts,
-                                                   "; allowed top_k..", kMaxExperts));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_experts is ", shape.num_experts, "; allowed top_k..", kMaxExperts));
   }
   return absl::OkStatus();
 }
@@ -256,9 +256,8 @@ std::string EncodeBlock(const RouteShape& shape, const int16_t* rows, int64_t nu
   const int64_t layer_bits = num_rows * shape.top_k * BitsPerId(shape.num_experts);
   const bool per_layer = !has_bitmap && layer_bits % 8 == 0;
   if (zstd_level > 0) {
-    const std::string compressed =
-        CompressPerLayer(payload, bitmap.size(), per_layer ? layer_bits / 8 : 0,
-                         per_layer ? layers : 1, zstd_level);
+    const std::string compressed = CompressPerLayer(
+        payload, bitmap.size(), per_layer ? layer_bits / 8 : 0, per_layer ? layers : 1, zstd_level);
     if (!compressed.empty() && compressed.size() < payload.size()) {
       return Header(BlockEncoding::kPackedZstd, has_bitmap, num_rows) + compressed;
     }

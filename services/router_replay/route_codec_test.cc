@@ -116,8 +116,7 @@ TEST(RouteCodecTest, CorruptBlocksAreDataLoss) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape, 20, 9, 0.0);
   std::vector<int16_t> out(rows.size());
   const std::string block = EncodeBlock(shape, rows.data(), 20, 0);
-  EXPECT_EQ(DecodeBlock(shape, block.substr(0, 3), out.data()).code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeBlock(shape, block.substr(0, 3), out.data()).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(DecodeBlock(shape, block.substr(0, block.size() - 4), out.data()).code(),
             absl::StatusCode::kDataLoss);
   std::string bad_encoding = block;
@@ -129,8 +128,7 @@ TEST(RouteCodecTest, CorruptBlocksAreDataLoss) {
   ASSERT_EQ(*EncodingOf(zstd_block), BlockEncoding::kPackedZstd);
   zstd_block.resize(zstd_block.size() / 2);
   out.resize(skewed.size());
-  EXPECT_EQ(DecodeBlock(wide, zstd_block, out.data()).code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeBlock(wide, zstd_block, out.data()).code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

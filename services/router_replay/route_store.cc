@@ -108,8 +108,8 @@ absl::Status ScanRecords(rocksdb::DB& db, const std::string& begin, const std::s
     absl::StatusOr<RecordKey> record_key =
         DecodeRecordKey(absl::string_view(key.data() + 1, key.size() - 1));
     if (!record_key.ok()) return record_key.status();
-    absl::StatusOr<RecordInfo> record =
-        FromStored(*std::move(record_key), absl::string_view(it->value().data(), it->value().size()));
+    absl::StatusOr<RecordInfo> record = FromStored(
+        *std::move(record_key), absl::string_view(it->value().data(), it->value().size()));
     if (!record.ok()) return record.status();
     if (absl::Status status = visit(*std::move(record)); !status.ok()) return status;
   }
@@ -230,17 +230,17 @@ absl::StatusOr<AppendOutcome> RouteStore::AppendLocked(const RouteChunk& chunk,
         absl::StrCat("record ", key_name, " sealed at ", record.rows, " rows"));
   }
   if (chunk.seal && chunk_end != record.rows && chunk_end < record.rows) {
-    return absl::FailedPreconditionError(absl::StrCat("record ", key_name, " has ", record.rows,
-                                                      " rows, seal says ", chunk_end));
+    return absl::FailedPreconditionError(
+        absl::StrCat("record ", key_name, " has ", record.rows, " rows, seal says ", chunk_end));
   }
   AppendOutcome outcome;
   rocksdb::WriteBatch batch;
   if (chunk_end > record.rows) {
     const int64_t skip = record.rows - chunk.first_row;
     outcome.new_rows = chunk_end - record.rows;
-    const std::string block = EncodeBlock(
-        chunk.shape, chunk.rows + skip * chunk.shape.ids_per_row(), outcome.new_rows,
-        options_.zstd_level);
+    const std::string block =
+        EncodeBlock(chunk.shape, chunk.rows + skip * chunk.shape.ids_per_row(), outcome.new_rows,
+                    options_.zstd_level);
     outcome.encoding = *EncodingOf(block);
     outcome.stored_bytes = static_cast<int64_t>(block.size());
     batch.Put(BlockKey(encoded, record.rows), block);
@@ -293,14 +293,12 @@ absl::StatusOr<RecordInfo> RouteStore::Seal(const RecordKey& key, int64_t total_
   if (!record.ok()) return record.status();
   if (record->sealed) {
     if (record->rows == total_rows) return record;
-    return absl::FailedPreconditionError(absl::StrCat("record ", ToString(key), " sealed at ",
-                                                      record->rows, " rows, seal says ",
-                                                      total_rows));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "record ", ToString(key), " sealed at ", record->rows, " rows, seal says ", total_rows));
   }
   if (record->rows != total_rows) {
-    return absl::FailedPreconditionError(absl::StrCat("record ", ToString(key), " has ",
-                                                      record->rows, " rows, seal says ",
-                                                      total_rows));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "record ", ToString(key), " has ", record->rows, " rows, seal says ", total_rows));
   }
   record->sealed = true;
   record->updated = absl::Now();
@@ -324,8 +322,8 @@ absl::Status RouteStore::ReadRows(const RecordInfo& record, int64_t begin, int64
   // or before it.
   for (it->SeekForPrev(BlockKey(encoded, begin)); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
-    const int64_t block_first = static_cast<int64_t>(
-        absl::big_endian::Load64(it->key().data() + prefix.size()));
+    const int64_t block_first =
+        static_cast<int64_t>(absl::big_endian::Load64(it->key().data() + prefix.size()));
     if (block_first >= end) break;
     const absl::string_view block(it->value().data(), it->value().size());
     absl::StatusOr<int64_t> block_rows = RowsOf(block);
@@ -384,8 +382,8 @@ absl::Status RouteStore::DeleteRecords(const std::vector<RecordInfo>& records,
   return absl::OkStatus();
 }
 
-absl::StatusOr<DeleteOutcome> RouteStore::DeleteJob(absl::string_view job_id,
-                                                    int64_t version_begin, int64_t version_end) {
+absl::StatusOr<DeleteOutcome> RouteStore::DeleteJob(absl::string_view job_id, int64_t version_begin,
+                                                    int64_t version_end) {
   absl::StatusOr<std::vector<RecordInfo>> records = ListJob(job_id, version_begin, version_end);
   if (!records.ok()) return records.status();
   DeleteOutcome outcome;

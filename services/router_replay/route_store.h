@@ -58,7 +58,7 @@ struct RouteChunk {
 };
 
 struct AppendOutcome {
-  int64_t rows = 0;          // Rows stored for the record afterwards.
+  int64_t rows = 0;  // Rows stored for the record afterwards.
   bool sealed = false;
   int64_t new_rows = 0;      // Rows this chunk added (0 for an identical retry).
   int64_t stored_bytes = 0;  // Encoded bytes this chunk added.

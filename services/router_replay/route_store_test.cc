@@ -125,11 +125,13 @@ TEST_F(RouteStoreTest, GapsHeaderChangesAndSealedRecordsAreRefused) {
   ASSERT_TRUE(store_->Seal(Key("s"), 10).ok());
   EXPECT_TRUE(store_->Seal(Key("s"), 10).ok());  // Idempotent.
   EXPECT_EQ(store_->Seal(Key("s"), 11).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(Append(Key("s"), rows, 10, 5).status().message(), "record job-a/v1/s#0 sealed at 10 rows");
+  EXPECT_EQ(Append(Key("s"), rows, 10, 5).status().message(),
+            "record job-a/v1/s#0 sealed at 10 rows");
   EXPECT_TRUE(Append(Key("s"), rows, 0, 10).ok());  // A retry of acknowledged rows still works.
   EXPECT_EQ(store_->Seal(Key("absent"), 3).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(Append(Key("t"), rows, 0, 10).ok());
-  EXPECT_EQ(store_->Seal(Key("t"), 12).status().message(), "record job-a/v1/t#0 has 10 rows, seal says 12");
+  EXPECT_EQ(store_->Seal(Key("t"), 12).status().message(),
+            "record job-a/v1/t#0 has 10 rows, seal says 12");
 }
 
 TEST_F(RouteStoreTest, InvalidRowsAreRejectedAndTouchNothing) {
@@ -173,7 +175,8 @@ TEST_F(RouteStoreTest, EverythingAcknowledgedSurvivesReopening) {
 TEST_F(RouteStoreTest, ListsAndDeletesByJobAndVersionRange) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 5, 9);
   for (int version : {1, 2, 3, 10}) {
-    for (absl::string_view sample : {"b", "a"}) ASSERT_TRUE(Append(Key(sample, version), rows, 0, 5).ok());
+    for (absl::string_view sample : {"b", "a"})
+      ASSERT_TRUE(Append(Key(sample, version), rows, 0, 5).ok());
   }
   ASSERT_TRUE(Append(Key("a", 2, 0, "job-ab"), rows, 0, 5).ok());  // A job whose id extends job-a.
   absl::StatusOr<std::vector<RecordInfo>> listed = store_->ListJob("job-a", 2, 10);

@@ -1,51 +1,52 @@
 #ifndef TANDEM_SERVICES_ROUTER_REPLAY_ROUTER_REPLAY_SERVICE_H_
 #define TANDEM_SERVICES_ROUTER_REPLAY_ROUTER_REPLAY_SERVICE_H_
 
-#include "common/unimplemented.h"
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "services/router_replay/retention_sweeper.h"
+#include "services/router_replay/route_store.h"
 #include "tandem/v1/router_replay.grpc.pb.h"
 
 namespace tandem::router_replay {
 
-// gRPC adapter of the router-replay service. Per-token routing records, replay fetch, expert load
-// and placement (issue #4). Until then every RPC answers UNIMPLEMENTED naming itself.
+struct RouterReplayOptions {
+  RouteStoreOptions store;
+  // Records untouched for this long are deleted; zero keeps them until DeleteRecords.
+  absl::Duration retention_ttl = absl::ZeroDuration();
+  absl::Duration sweep_interval = absl::Minutes(1);
+};
+
+// gRPC adapter of the router-replay service: converts messages and statuses; the work is done
+// by RouteStore (append, seal, delete) and route_queries (fetch, load, placement).
 class RouterReplayServiceImpl final : public v1::RouterReplayService::CallbackService {
  public:
-  grpc::ServerReadReactor<v1::AppendRequest>* Append(grpc::CallbackServerContext* /*context*/,
-                                                     v1::AppendResponse* /*response*/) override {
-    return FinishStreamUnimplemented<grpc::ServerReadReactor<v1::AppendRequest>>(
-        "tandem.v1.RouterReplayService/Append");
-  }
+  static absl::StatusOr<std::unique_ptr<RouterReplayServiceImpl>> Create(
+      const RouterReplayOptions& options);
 
+  grpc::ServerReadReactor<v1::AppendRequest>* Append(grpc::CallbackServerContext* context,
+                                                     v1::AppendResponse* response) override;
   grpc::ServerUnaryReactor* Seal(grpc::CallbackServerContext* context,
-                                 const v1::SealRequest* /*request*/,
-                                 v1::SealResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.RouterReplayService/Seal");
-  }
-
+                                 const v1::SealRequest* request,
+                                 v1::SealResponse* response) override;
   grpc::ServerWriteReactor<v1::FetchRoutesResponse>* FetchRoutes(
-      grpc::CallbackServerContext* /*context*/,
-      const v1::FetchRoutesRequest* /*request*/) override {
-    return FinishStreamUnimplemented<grpc::ServerWriteReactor<v1::FetchRoutesResponse>>(
-        "tandem.v1.RouterReplayService/FetchRoutes");
-  }
-
+      grpc::CallbackServerContext* context, const v1::FetchRoutesRequest* request) override;
   grpc::ServerUnaryReactor* GetExpertLoad(grpc::CallbackServerContext* context,
-                                          const v1::GetExpertLoadRequest* /*request*/,
-                                          v1::GetExpertLoadResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.RouterReplayService/GetExpertLoad");
-  }
-
+                                          const v1::GetExpertLoadRequest* request,
+                                          v1::GetExpertLoadResponse* response) override;
   grpc::ServerUnaryReactor* PlanPlacement(grpc::CallbackServerContext* context,
-                                          const v1::PlanPlacementRequest* /*request*/,
-                                          v1::PlanPlacementResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.RouterReplayService/PlanPlacement");
-  }
-
+                                          const v1::PlanPlacementRequest* request,
+                                          v1::PlanPlacementResponse* response) override;
   grpc::ServerUnaryReactor* DeleteRecords(grpc::CallbackServerContext* context,
-                                          const v1::DeleteRecordsRequest* /*request*/,
-                                          v1::DeleteRecordsResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.RouterReplayService/DeleteRecords");
-  }
+                                          const v1::DeleteRecordsRequest* request,
+                                          v1::DeleteRecordsResponse* response) override;
+
+ private:
+  explicit RouterReplayServiceImpl(std::unique_ptr<RouteStore> store);
+
+  std::unique_ptr<RouteStore> store_;
+  std::unique_ptr<RetentionSweeper> sweeper_;  // Declared after store_: stops before it closes.
 };
 
 }  // namespace tandem::router_replay

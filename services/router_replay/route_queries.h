@@ -1,0 +1,76 @@
+#ifndef TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_QUERIES_H_
+#define TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_QUERIES_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "services/router_replay/route_store.h"
+#include "tandem/v1/router_replay.pb.h"
+
+namespace tandem::router_replay {
+
+RecordKey FromProto(const v1::RouteRecordKey& key);
+v1::RouteRecordKey ToProto(const RecordKey& key);
+
+// Rows [begin, end) of a record.
+struct RowSpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// One record of a fetch, resolved against the store.
+struct FetchItem {
+  RecordKey key;
+  std::optional<RecordInfo> record;  // Absent: MISSING.
+  v1::RecordStatus status = v1::RECORD_STATUS_UNSPECIFIED;
+  std::vector<RowSpan> spans;        // Requested rows, in order.
+  std::vector<int> layer_positions;  // Positions in record->shape.layers to return, in order.
+  int64_t requested_rows = 0;
+};
+
+// Everything a FetchRoutes call returns, resolved and checked before any data is sent.
+struct FetchPlan {
+  std::vector<FetchItem> items;
+  int64_t max_chunk_bytes = 0;
+};
+
+// Validates a FetchRoutes request and resolves its selection, data-parallel shard, layers and
+// row ranges (see router_replay.proto for every rule and message).
+absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store, const v1::FetchRoutesRequest& request);
+
+// Produces a plan's response messages one at a time, so memory stays at one message.
+class FetchCursor {
+ public:
+  FetchCursor(const RouteStore& store, FetchPlan plan) : store_(store), plan_(std::move(plan)) {}
+
+  // The next message, or std::nullopt when done.
+  absl::StatusOr<std::optional<v1::FetchRoutesResponse>> Next();
+
+ private:
+  absl::Status FillRows(const FetchItem& item, int64_t first, int64_t count,
+                        v1::FetchRoutesResponse& response);
+
+  const RouteStore& store_;
+  FetchPlan plan_;
+  size_t item_ = 0;
+  int64_t row_ = 0;  // Within the current item's requested rows.
+  std::vector<int16_t> record_rows_;
+};
+
+// Expert assignment counts (GetExpertLoad).
+absl::StatusOr<v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& store,
+                                                          const v1::GetExpertLoadRequest& request);
+
+// Hierarchical EPLB for explicit or recorded loads (PlanPlacement).
+absl::StatusOr<v1::PlanPlacementResponse> PlanExpertPlacement(
+    const RouteStore& store, const v1::PlanPlacementRequest& request);
+
+// Checks a VersionRange and returns it as [begin, end), end 0 = unbounded.
+absl::StatusOr<RowSpan> VersionSpan(const v1::VersionRange& versions);
+
+}  // namespace tandem::router_replay
+
+#endif  // TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_QUERIES_H_

@@ -1,0 +1,255 @@
+#include "services/router_replay/router_replay_service.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "prometheus/histogram.h"
+#include "services/router_replay/route_queries.h"
+#include "services/router_replay/router_replay_metrics.h"
+
+namespace tandem::router_replay {
+namespace {
+
+constexpr size_t kMaxChunkRowBytes = size_t{4} << 20;
+
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+// Checks the chunk's sizes before anything touches its rows.
+absl::Status CheckChunkSizes(const v1::AppendRequest& request, const RecordKey& key,
+                             const RouteShape& shape) {
+  if (absl::Status status = ValidateRecordKey(key); !status.ok()) return status;
+  if (absl::Status status = ValidateShape(shape); !status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("record ", ToString(key), ": ", status.message()));
+  }
+  if (request.num_tokens() < 1 || request.token_offset() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("record ", ToString(key), ": num_tokens ", request.num_tokens(),
+                     " must be >= 1 and token_offset ", request.token_offset(), " >= 0"));
+  }
+  if (request.rows().size() > kMaxChunkRowBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("record ", ToString(key), ": chunk of ",
+                                                   request.rows().size(),
+                                                   " row bytes exceeds the 4 MiB limit"));
+  }
+  const int64_t expected = int64_t{request.num_tokens()} * shape.ids_per_row() * 2;
+  if (static_cast<int64_t>(request.rows().size()) != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("record ", ToString(key), ": rows has ", request.rows().size(),
+                     " bytes; expected num_tokens × layers × top_k × 2 = ", request.num_tokens(),
+                     " × ", shape.layers.size(), " × ", shape.top_k, " × 2 = ", expected));
+  }
+  return absl::OkStatus();
+}
+
+// Reads an Append stream chunk by chunk, storing each as it arrives, and replies once the
+// stream ends and everything stored is durable.
+class AppendReactor final : public grpc::ServerReadReactor<v1::AppendRequest> {
+ public:
+  AppendReactor(RouteStore& store, v1::AppendResponse* response)
+      : store_(store), response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      FinishStream();
+      return;
+    }
+    const absl::Time start = absl::Now();
+    absl::Status status = StoreChunk();
+    RouterReplayMetrics::Get().append_chunk_seconds.Observe(SecondsSince(start));
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status StoreChunk() {
+    RouteChunk chunk{.key = FromProto(request_.key()),
+                     .shape = {.layers = {request_.moe_layer_indices().begin(),
+                                          request_.moe_layer_indices().end()},
+                               .top_k = request_.top_k(),
+                               .num_experts = request_.num_experts()},
+                     .first_row = request_.token_offset(),
+                     .num_rows = request_.num_tokens(),
+                     .seal = request_.seal()};
+    if (absl::Status status = CheckChunkSizes(request_, chunk.key, chunk.shape); !status.ok()) {
+      return status;
+    }
+    // The wire bytes are little-endian int16 like this machine; copy for alignment.
+    rows_.resize(request_.rows().size() / sizeof(int16_t));
+    std::memcpy(rows_.data(), request_.rows().data(), request_.rows().size());
+    chunk.rows = rows_.data();
+    absl::StatusOr<AppendOutcome> outcome = store_.Append(chunk);
+    if (!outcome.ok()) return outcome.status();
+    RouterReplayMetrics::Get().RecordAppend(chunk.shape, *outcome);
+    v1::RecordAck& ack = AckFor(chunk.key);
+    ack.set_acknowledged_rows(outcome->rows);
+    ack.set_sealed(outcome->sealed);
+    return absl::OkStatus();
+  }
+
+  v1::RecordAck& AckFor(const RecordKey& key) {
+    const std::string encoded = EncodeRecordKey(key);
+    auto [it, inserted] = ack_index_.try_emplace(encoded, response_->records_size());
+    if (inserted) *response_->add_records()->mutable_key() = request_.key();
+    return *response_->mutable_records(it->second);
+  }
+
+  void FinishStream() {
+    const absl::Time start = absl::Now();
+    absl::Status synced = store_.Sync();
+    RouterReplayMetrics::Get().sync_seconds.Observe(SecondsSince(start));
+    RouterReplayMetrics::Get().RecordTotals(store_.totals());
+    Finish(ToGrpcStatus(synced));
+  }
+
+  RouteStore& store_;
+  v1::AppendResponse* response_;
+  v1::AppendRequest request_;
+  std::vector<int16_t> rows_;
+  absl::flat_hash_map<std::string, int> ack_index_;
+};
+
+// Streams a planned fetch one message at a time.
+class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesResponse> {
+ public:
+  FetchReactor(const RouteStore& store, const v1::FetchRoutesRequest& request) {
+    absl::StatusOr<FetchPlan> plan = PlanFetch(store, request);
+    if (!plan.ok()) {
+      Finish(ToGrpcStatus(plan.status()));
+      return;
+    }
+    cursor_.emplace(store, *std::move(plan));
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "FetchRoutes: the client went away"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    absl::StatusOr<std::optional<v1::FetchRoutesResponse>> next = cursor_->Next();
+    if (!next.ok()) {
+      Finish(ToGrpcStatus(next.status()));
+      return;
+    }
+    if (!next->has_value()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    response_ = **std::move(next);
+    RouterReplayMetrics::Get().RecordFetch(response_.num_rows(),
+                                           static_cast<int64_t>(response_.rows().size()));
+    StartWrite(&response_);
+  }
+
+  std::optional<FetchCursor> cursor_;
+  v1::FetchRoutesResponse response_;
+};
+
+// Finishes a unary call with a StatusOr's value copied into the response.
+template <typename Response>
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                      absl::StatusOr<Response> result, Response* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (result.ok()) *response = *std::move(result);
+  reactor->Finish(ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RouterReplayServiceImpl>> RouterReplayServiceImpl::Create(
+    const RouterReplayOptions& options) {
+  absl::StatusOr<std::unique_ptr<RouteStore>> store = RouteStore::Open(options.store);
+  if (!store.ok()) return store.status();
+  std::unique_ptr<RouterReplayServiceImpl> service(new RouterReplayServiceImpl(*std::move(store)));
+  if (options.retention_ttl > absl::ZeroDuration()) {
+    service->sweeper_ = std::make_unique<RetentionSweeper>(*service->store_, options.retention_ttl,
+                                                           options.sweep_interval);
+  }
+  RouterReplayMetrics::Get().RecordTotals(service->store_->totals());
+  return service;
+}
+
+RouterReplayServiceImpl::RouterReplayServiceImpl(std::unique_ptr<RouteStore> store)
+    : store_(std::move(store)) {}
+
+grpc::ServerReadReactor<v1::AppendRequest>* RouterReplayServiceImpl::Append(
+    grpc::CallbackServerContext* /*context*/, v1::AppendResponse* response) {
+  return new AppendReactor(*store_, response);
+}
+
+grpc::ServerUnaryReactor* RouterReplayServiceImpl::Seal(grpc::CallbackServerContext* context,
+                                                        const v1::SealRequest* request,
+                                                        v1::SealResponse* response) {
+  const auto seal = [&]() -> absl::StatusOr<v1::SealResponse> {
+    absl::StatusOr<RecordInfo> sealed =
+        store_->Seal(FromProto(request->key()), request->total_rows());
+    if (!sealed.ok()) return sealed.status();
+    if (absl::Status synced = store_->Sync(); !synced.ok()) return synced;
+    RouterReplayMetrics::Get().RecordTotals(store_->totals());
+    v1::SealResponse result;
+    result.set_total_rows(sealed->rows);
+    return result;
+  };
+  return FinishUnary(context, seal(), response);
+}
+
+grpc::ServerWriteReactor<v1::FetchRoutesResponse>* RouterReplayServiceImpl::FetchRoutes(
+    grpc::CallbackServerContext* /*context*/, const v1::FetchRoutesRequest* request) {
+  return new FetchReactor(*store_, *request);
+}
+
+grpc::ServerUnaryReactor* RouterReplayServiceImpl::GetExpertLoad(
+    grpc::CallbackServerContext* context, const v1::GetExpertLoadRequest* request,
+    v1::GetExpertLoadResponse* response) {
+  return FinishUnary(context, CountExpertLoad(*store_, *request), response);
+}
+
+grpc::ServerUnaryReactor* RouterReplayServiceImpl::PlanPlacement(
+    grpc::CallbackServerContext* context, const v1::PlanPlacementRequest* request,
+    v1::PlanPlacementResponse* response) {
+  return FinishUnary(context, PlanExpertPlacement(*store_, *request), response);
+}
+
+grpc::ServerUnaryReactor* RouterReplayServiceImpl::DeleteRecords(
+    grpc::CallbackServerContext* context, const v1::DeleteRecordsRequest* request,
+    v1::DeleteRecordsResponse* response) {
+  const auto delete_records = [&]() -> absl::StatusOr<v1::DeleteRecordsResponse> {
+    if (absl::Status status = ValidateJobId(request->job_id()); !status.ok()) return status;
+    absl::StatusOr<RowSpan> versions = VersionSpan(request->versions());
+    if (!versions.ok()) return versions.status();
+    absl::StatusOr<DeleteOutcome> deleted =
+        store_->DeleteJob(request->job_id(), versions->begin, versions->end);
+    if (!deleted.ok()) return deleted.status();
+    RouterReplayMetrics::Get().RecordDeleted(deleted->records, /*by_ttl=*/false);
+    RouterReplayMetrics::Get().RecordTotals(store_->totals());
+    v1::DeleteRecordsResponse result;
+    result.set_records_deleted(deleted->records);
+    result.set_bytes_freed(deleted->bytes);
+    return result;
+  };
+  return FinishUnary(context, delete_records(), response);
+}
+
+}  // namespace tandem::router_replay

@@ -1,0 +1,590 @@
+// The router-replay service through gRPC on loopback: the paths rollout and trainer use (the
+// appender and the replay fetch), every validation rule, selection, sharding, statistics,
+// placement, deletion and metrics.
+#include "services/router_replay/router_replay_service.h"
+
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/channel.h"
+#include "common/server.h"
+#include "common/testing/http_get.h"
+#include "common/testing/test_server.h"
+#include "engine/config.h"
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/transformer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/router_replay/replay_fetch.h"
+#include "services/router_replay/route_appender.h"
+#include "services/router_replay/route_queries.h"
+#include "services/router_replay/route_testing.h"
+
+namespace tandem::router_replay {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RouterReplayServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = ::testing::TempDir() + "/router_replay_service_test";
+    std::filesystem::remove_all(dir);
+    auto service = RouterReplayServiceImpl::Create({.store = {.path = dir}});
+    ASSERT_TRUE(service.ok()) << service.status();
+    std::vector<HostedService> services;
+    services.push_back({"tandem.v1.RouterReplayService", *std::move(service)});
+    ServerOptions options = tandem::testing::LoopbackOptions();
+    options.max_message_bytes = 8 << 20;
+    auto server = ServiceServer::Start("router-replay", std::move(services), options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    server_->SetReady();
+    channel_ = new std::shared_ptr<grpc::Channel>(
+        *CreateChannel({.target = absl::StrCat("127.0.0.1:", server_->port()),
+                        .service_name = "tandem.v1.RouterReplayService"}));
+  }
+
+  static void TearDownTestSuite() {
+    delete channel_;
+    delete server_;
+  }
+
+  void SetUp() override { stub_ = v1::RouterReplayService::NewStub(*channel_); }
+
+  // A job id of its own for every test, so tests sharing the server never see each other.
+  static std::string Job() {
+    return ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+
+  static RecordKey Key(absl::string_view sample, int64_t version = 1, int attempt = 0) {
+    return {.job_id = Job(),
+            .policy_version = version,
+            .sample_id = std::string(sample),
+            .attempt = attempt};
+  }
+
+  v1::AppendRequest Chunk(const RecordKey& key, const std::vector<int16_t>& rows, int64_t first,
+                          int64_t count, bool seal = false) const {
+    v1::AppendRequest request;
+    *request.mutable_key() = ToProto(key);
+    request.mutable_moe_layer_indices()->Add(shape_.layers.begin(), shape_.layers.end());
+    request.set_top_k(shape_.top_k);
+    request.set_num_experts(shape_.num_experts);
+    request.set_token_offset(first);
+    request.set_num_tokens(static_cast<int32_t>(count));
+    request.set_rows(reinterpret_cast<const char*>(rows.data() + first * shape_.ids_per_row()),
+                     count * shape_.ids_per_row() * 2);
+    request.set_seal(seal);
+    return request;
+  }
+
+  grpc::Status Append(const std::vector<v1::AppendRequest>& chunks,
+                      v1::AppendResponse* response = nullptr) {
+    v1::AppendResponse unused;
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(20));
+    auto writer = stub_->Append(&context, response != nullptr ? response : &unused);
+    for (const auto& chunk : chunks) {
+      if (!writer->Write(chunk)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  // Stores rows [0, n) of a record in one sealed chunk.
+  void Store(const RecordKey& key, const std::vector<int16_t>& rows, bool seal = true) {
+    const int64_t n = static_cast<int64_t>(rows.size()) / shape_.ids_per_row();
+    ASSERT_TRUE(Append({Chunk(key, rows, 0, n, seal)}).ok());
+  }
+
+  grpc::Status Fetch(const v1::FetchRoutesRequest& request,
+                     std::vector<v1::FetchRoutesResponse>* messages) {
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(20));
+    auto reader = stub_->FetchRoutes(&context, request);
+    v1::FetchRoutesResponse message;
+    while (reader->Read(&message)) messages->push_back(message);
+    return reader->Finish();
+  }
+
+  static v1::FetchRoutesRequest Named(const std::vector<RecordKey>& keys) {
+    v1::FetchRoutesRequest request;
+    for (const RecordKey& key : keys) {
+      *request.mutable_records()->add_records()->mutable_key() = ToProto(key);
+    }
+    return request;
+  }
+
+  static std::vector<int16_t> RowsOf(const std::vector<v1::FetchRoutesResponse>& messages) {
+    std::vector<int16_t> rows;
+    for (const auto& message : messages) {
+      const auto* ids = reinterpret_cast<const int16_t*>(message.rows().data());
+      rows.insert(rows.end(), ids, ids + message.rows().size() / 2);
+    }
+    return rows;
+  }
+
+  static ServiceServer* server_;
+  static std::shared_ptr<grpc::Channel>* channel_;
+  std::unique_ptr<v1::RouterReplayService::Stub> stub_;
+  RouteShape shape_{.layers = {1, 3, 4}, .top_k = 2, .num_experts = 16};  // 0 and 2 dense.
+};
+
+ServiceServer* RouterReplayServiceTest::server_ = nullptr;
+std::shared_ptr<grpc::Channel>* RouterReplayServiceTest::channel_ = nullptr;
+
+TEST_F(RouterReplayServiceTest, DecodeStyleAppendsComeBackInTheEngineReplayLayout) {
+  RouteAppender appender(*channel_);
+  constexpr int kRecords = 8, kTokens = 21;  // 20 rows each.
+  std::vector<std::vector<int16_t>> routes;
+  for (int r = 0; r < kRecords; ++r) routes.push_back(SyntheticRoutes(shape_, kTokens - 1, r));
+  for (int row = 0; row < kTokens - 1; ++row) {  // One row per record per decode step.
+    for (int r = 0; r < kRecords; ++r) {
+      ASSERT_TRUE(appender
+                      .Append(Key(absl::StrCat("s", r)), shape_, row, 1,
+                              routes[r].data() + row * shape_.ids_per_row(), row == kTokens - 2)
+                      .ok());
+    }
+  }
+  std::vector<ReplaySequence> sequences;
+  for (int r = 0; r < kRecords; ++r) {
+    ASSERT_TRUE(
+        appender.WaitForRecord(Key(absl::StrCat("s", r)), absl::Now() + absl::Seconds(20)).ok());
+    sequences.push_back({Key(absl::StrCat("s", r)), kTokens});
+  }
+  auto replay = FetchReplayRoutes(*stub_, sequences,
+                                  {.moe_layers = shape_.layers, .top_k = 2, .num_experts = 16});
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->missing_entries, 0);
+  for (int r = 0; r < kRecords; ++r) {
+    EXPECT_EQ(replay->statuses[r], v1::RECORD_STATUS_COMPLETE);
+    const int16_t* got = replay->routes.data() + r * kTokens * shape_.ids_per_row();
+    EXPECT_EQ(std::vector<int16_t>(got, got + (kTokens - 1) * shape_.ids_per_row()), routes[r]);
+    EXPECT_EQ(got[(kTokens - 1) * shape_.ids_per_row()], -1);  // The last token has no row.
+  }
+}
+
+TEST_F(RouterReplayServiceTest, EngineCapturedRoutesReplayExactlyThroughTheService) {
+  engine::ModelConfig config = engine::DefaultModelConfig();
+  auto model = engine::BaseModel::Create(config, 7);
+  ASSERT_TRUE(model.ok());
+  engine::Transformer transformer(*model, nullptr);
+  std::vector<engine::GenerationRequest> requests;
+  for (int s = 0; s < 4; ++s) {
+    requests.push_back({.prompt = {1, 5 + s, 9, 12}, .max_new_tokens = 8, .seed = uint64_t(s)});
+  }
+  auto samples = engine::Generate(transformer, requests);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  shape_ = {
+      .layers = config.MoeLayerIndices(), .top_k = config.top_k, .num_experts = config.num_experts};
+  ASSERT_EQ(shape_.layers.front(), config.num_dense_layers);  // Global indices, dense skipped.
+
+  RouteAppender appender(*channel_);
+  std::vector<ReplaySequence> sequences;
+  engine::TokenBatch batch;
+  for (int s = 0; s < 4; ++s) {
+    const engine::GeneratedSample& sample = (*samples)[s];
+    const int64_t rows = static_cast<int64_t>(sample.tokens.size()) - 1;
+    ASSERT_EQ(static_cast<int64_t>(sample.routes.size()), rows * shape_.ids_per_row());
+    ASSERT_TRUE(appender
+                    .Append(Key(absl::StrCat("g", s)), shape_, 0, rows, sample.routes.data(),
+                            /*seal=*/true)
+                    .ok());
+    sequences.push_back({Key(absl::StrCat("g", s)), rows + 1});
+    batch.Add(sample.tokens);
+  }
+  ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(20)).ok());
+  auto replay = FetchReplayRoutes(
+      *stub_, sequences,
+      {.moe_layers = shape_.layers, .top_k = config.top_k, .num_experts = config.num_experts});
+  ASSERT_TRUE(replay.ok()) << replay.status();
+
+  auto live = transformer.Forward(batch);
+  ASSERT_TRUE(live.ok());
+  const std::vector<float> live_logits(*live, *live + batch.num_tokens() * config.vocab_size);
+  auto replayed = transformer.Forward(batch, &replay->routes);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ(transformer.routing_stats().differing_decisions, 0);
+  EXPECT_EQ(transformer.routing_stats().live_fallbacks,
+            batch.num_sequences() * static_cast<int64_t>(shape_.layers.size()));
+  EXPECT_EQ(std::vector<float>(*replayed, *replayed + live_logits.size()), live_logits);
+}
+
+TEST_F(RouterReplayServiceTest, InvalidChunksGetClearStatusesAndTouchNoOtherRecord) {
+  std::vector<int16_t> rows = SyntheticRoutes(shape_, 10, 1);
+  v1::AppendRequest good = Chunk(Key("good"), rows, 0, 10);
+
+  std::vector<int16_t> duplicate = rows;
+  duplicate[1 * shape_.ids_per_row() + 2 * 1 + 1] = duplicate[1 * shape_.ids_per_row() + 2 * 1];
+  grpc::Status status = Append({good, Chunk(Key("bad"), duplicate, 0, 10)});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("bad#0 row 1 layer 3: duplicate expert"));
+
+  std::vector<int16_t> out_of_range = rows;
+  out_of_range[5] = 16;
+  EXPECT_THAT(Append({Chunk(Key("bad"), out_of_range, 0, 10)}).error_message(),
+              HasSubstr("expert 16 out of range [0, 16)"));
+
+  v1::AppendRequest short_rows = Chunk(Key("bad"), rows, 0, 10);
+  short_rows.mutable_rows()->resize(10);
+  EXPECT_THAT(Append({short_rows}).error_message(), HasSubstr("rows has 10 bytes; expected"));
+
+  v1::AppendRequest no_layers = Chunk(Key("bad"), rows, 0, 10);
+  no_layers.clear_moe_layer_indices();
+  EXPECT_EQ(Append({no_layers}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  v1::AppendRequest bad_key = good;
+  bad_key.mutable_key()->set_sample_id("with space");
+  EXPECT_THAT(Append({bad_key}).error_message(), HasSubstr("bad sample_id: 'with space'"));
+
+  // An oversized chunk: 1 layer × top-1, 2^21 + 1 rows of 2 bytes.
+  shape_ = {.layers = {0}, .top_k = 1, .num_experts = 4};
+  const std::vector<int16_t> huge((int64_t{1} << 21) + 1, 0);
+  status = Append({Chunk(Key("huge"), huge, 0, static_cast<int64_t>(huge.size()))});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("exceeds the 4 MiB limit"));
+  shape_ = {.layers = {1, 3, 4}, .top_k = 2, .num_experts = 16};
+
+  // The good record of the failed stream is intact, the bad one absent.
+  std::vector<v1::FetchRoutesResponse> messages;
+  ASSERT_EQ(Fetch(Named({Key("good")}), &messages).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);  // Stored, not sealed.
+  v1::FetchRoutesRequest partial = Named({Key("good"), Key("bad")});
+  partial.set_allow_partial(true);
+  ASSERT_TRUE(Fetch(partial, &messages).ok());
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(messages[0].stored_rows(), 10);
+  EXPECT_EQ(messages[1].status(), v1::RECORD_STATUS_MISSING);
+}
+
+TEST_F(RouterReplayServiceTest, RetriesAreSafeAndConflictsGapsAndHeaderChangesAreRefused) {
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 30, 2);
+  v1::AppendResponse response;
+  ASSERT_TRUE(Append({Chunk(Key("s"), rows, 0, 20), Chunk(Key("s"), rows, 0, 20)}, &response).ok());
+  ASSERT_EQ(response.records_size(), 1);
+  EXPECT_EQ(response.records(0).acknowledged_rows(), 20);
+  EXPECT_FALSE(response.records(0).sealed());
+
+  // Multi-turn continuation re-sending part of the prefix, then sealing.
+  ASSERT_TRUE(Append({Chunk(Key("s"), rows, 15, 15, /*seal=*/true)}, &response).ok());
+  EXPECT_EQ(response.records(0).acknowledged_rows(), 30);
+  EXPECT_TRUE(response.records(0).sealed());
+
+  std::vector<int16_t> changed = rows;
+  changed[25 * shape_.ids_per_row() + 5] = changed[25 * shape_.ids_per_row() + 5] == 0 ? 1 : 0;
+  if (changed[25 * shape_.ids_per_row() + 5] == changed[25 * shape_.ids_per_row() + 4]) {
+    changed[25 * shape_.ids_per_row() + 5] = 2;
+  }
+  grpc::Status conflict = Append({Chunk(Key("s"), changed, 20, 10, true)});
+  EXPECT_EQ(conflict.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(conflict.error_message(),
+              HasSubstr("differs from stored rows at row 25, layer 4, slot 1"));
+
+  ASSERT_TRUE(Append({Chunk(Key("t"), rows, 0, 5)}).ok());
+  grpc::Status gap = Append({Chunk(Key("t"), rows, 8, 2)});
+  EXPECT_EQ(gap.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(gap.error_message(), HasSubstr("has 5 rows, chunk starts at 8"));
+  v1::AppendRequest other_k = Chunk(Key("t"), rows, 5, 1);
+  other_k.set_num_experts(32);
+  EXPECT_EQ(Append({other_k}).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  // Re-appending inside a sealed record is a retry: fine.
+  EXPECT_TRUE(Append({Chunk(Key("s"), rows, 29, 1), Chunk(Key("s"), rows, 0, 1)}).ok());
+  std::vector<int16_t> longer = SyntheticRoutes(shape_, 31, 2);
+  std::copy(rows.begin(), rows.end(), longer.begin());
+  EXPECT_THAT(Append({Chunk(Key("s"), longer, 30, 1)}).error_message(),
+              HasSubstr("sealed at 30 rows"));
+}
+
+TEST_F(RouterReplayServiceTest, SealChecksTotalsAndIsIdempotent) {
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 12, 3);
+  Store(Key("s"), rows, /*seal=*/false);
+  const auto seal = [&](const RecordKey& key, int64_t total) {
+    v1::SealRequest request;
+    *request.mutable_key() = ToProto(key);
+    request.set_total_rows(total);
+    v1::SealResponse response;
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(10));
+    return stub_->Seal(&context, request, &response);
+  };
+  EXPECT_THAT(seal(Key("s"), 13).error_message(), HasSubstr("has 12 rows, seal says 13"));
+  EXPECT_EQ(seal(Key("s"), 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(seal(Key("absent"), 3).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(seal(Key("s"), 12).ok());
+  EXPECT_TRUE(seal(Key("s"), 12).ok());
+  EXPECT_EQ(seal(Key("s"), 11).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(RouterReplayServiceTest, FetchChecksSelectionsBeforeSendingAndServesPartialsOnRequest) {
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 40, 4);
+  Store(Key("sealed"), rows);
+  Store(Key("open"), rows, /*seal=*/false);
+  std::vector<v1::FetchRoutesResponse> messages;
+  grpc::Status status = Fetch(Named({Key("sealed"), Key("absent")}), &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("absent#0 not found"));
+  EXPECT_TRUE(messages.empty());  // Checked before any data is sent.
+  status = Fetch(Named({Key("open")}), &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("open#0 not sealed (40 rows)"));
+
+  v1::FetchRoutesRequest partial = Named({Key("open"), Key("absent")});
+  partial.set_allow_partial(true);
+  v1::RowRange& range = *partial.mutable_records()->mutable_records(0)->add_row_ranges();
+  range.set_begin(38);
+  range.set_end(42);
+  ASSERT_TRUE(Fetch(partial, &messages).ok());
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(messages[0].status(), v1::RECORD_STATUS_PARTIAL);
+  std::vector<int16_t> expected(rows.begin() + 38 * 6, rows.end());
+  expected.resize(4 * 6, -1);
+  EXPECT_EQ(RowsOf({messages[0]}), expected);
+  EXPECT_EQ(messages[1].status(), v1::RECORD_STATUS_MISSING);
+  EXPECT_EQ(messages[1].num_rows(), 0);
+
+  v1::FetchRoutesRequest past_end = Named({Key("sealed")});
+  *past_end.mutable_records()->mutable_records(0)->add_row_ranges() = range;
+  EXPECT_EQ(Fetch(past_end, &messages).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::FetchRoutesRequest dense_layer = Named({Key("sealed")});
+  dense_layer.add_layers(2);
+  EXPECT_THAT(Fetch(dense_layer, &messages).error_message(),
+              HasSubstr("layer 2 is not a MoE layer of record"));
+  EXPECT_EQ(Fetch(v1::FetchRoutesRequest(), &messages).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::FetchRoutesRequest bad_rank = Named({Key("sealed")});
+  bad_rank.set_dp_rank(2);
+  bad_rank.set_dp_size(2);
+  EXPECT_EQ(Fetch(bad_rank, &messages).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::FetchRoutesRequest tiny_chunks = Named({Key("sealed")});
+  tiny_chunks.set_max_chunk_bytes(1000);
+  EXPECT_EQ(Fetch(tiny_chunks, &messages).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSplitsLargeRecords) {
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 20, 5);
+  Store(Key("s"), rows);
+  v1::FetchRoutesRequest request = Named({Key("s")});
+  request.add_layers(4);
+  request.add_layers(1);
+  for (auto [begin, end] : {std::pair{10, 12}, std::pair{2, 3}}) {
+    v1::RowRange& range = *request.mutable_records()->mutable_records(0)->add_row_ranges();
+    range.set_begin(begin);
+    range.set_end(end);
+  }
+  std::vector<v1::FetchRoutesResponse> messages;
+  ASSERT_TRUE(Fetch(request, &messages).ok());
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_THAT(messages[0].layer_indices(), ::testing::ElementsAre(4, 1));
+  std::vector<int16_t> expected;
+  for (int row : {10, 11, 2}) {
+    for (int layer : {2, 0}) {
+      for (int s = 0; s < 2; ++s) expected.push_back(rows[row * 6 + layer * 2 + s]);
+    }
+  }
+  EXPECT_EQ(RowsOf(messages), expected);
+
+  // A record larger than max_chunk_bytes arrives in consecutive messages.
+  shape_ = {.layers = {3, 4, 5, 6, 7, 8, 9, 10}, .top_k = 8, .num_experts = 256};
+  const std::vector<int16_t> big = SyntheticRoutes(shape_, 2000, 6);  // 256,000 bytes.
+  Store(Key("big"), big);
+  v1::FetchRoutesRequest split = Named({Key("big")});
+  split.set_max_chunk_bytes(64 << 10);
+  messages.clear();
+  ASSERT_TRUE(Fetch(split, &messages).ok());
+  EXPECT_EQ(messages.size(), 4u);
+  EXPECT_EQ(messages.back().row_offset() + messages.back().num_rows(), 2000);
+  EXPECT_EQ(RowsOf(messages), big);
+}
+
+TEST_F(RouterReplayServiceTest, JobSelectionTakesTheLatestAttemptAndShardsEverySampleOnce) {
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 3, 7);
+  for (int s = 0; s < 60; ++s) Store(Key(absl::StrCat("p", s / 4, "/", s % 4), 1 + s % 3), rows);
+  Store(Key("p0/0", 1, 1), SyntheticRoutes(shape_, 5, 8));  // A retried sample.
+  Store(Key("unsealed", 1), rows, /*seal=*/false);
+
+  v1::FetchRoutesRequest request;
+  request.mutable_job()->set_job_id(Job());
+  std::vector<v1::FetchRoutesResponse> messages;
+  ASSERT_TRUE(Fetch(request, &messages).ok());
+  ASSERT_EQ(messages.size(), 60u);
+  EXPECT_EQ(messages[0].key().sample_id(), "p0/0");
+  EXPECT_EQ(messages[0].key().attempt(), 1);
+  EXPECT_EQ(messages[0].stored_rows(), 5);
+
+  request.mutable_job()->set_all_attempts(true);
+  request.set_allow_partial(true);
+  messages.clear();
+  ASSERT_TRUE(Fetch(request, &messages).ok());
+  EXPECT_EQ(messages.size(), 62u);
+
+  request.mutable_job()->mutable_versions()->set_begin(2);
+  request.mutable_job()->mutable_versions()->set_end(3);
+  messages.clear();
+  ASSERT_TRUE(Fetch(request, &messages).ok());
+  EXPECT_EQ(messages.size(), 20u);
+
+  // Three data-parallel ranks together see every sample exactly once.
+  request.mutable_job()->clear_versions();
+  request.mutable_job()->set_all_attempts(false);
+  request.set_allow_partial(false);
+  std::multiset<std::string> seen;
+  for (int rank = 0; rank < 3; ++rank) {
+    request.set_dp_rank(rank);
+    request.set_dp_size(3);
+    messages.clear();
+    ASSERT_TRUE(Fetch(request, &messages).ok());
+    EXPECT_GT(messages.size(), 5u);
+    for (const auto& message : messages) {
+      seen.insert(ToString(FromProto(message.key())));
+      EXPECT_EQ(DataParallelRank(message.key().sample_id(), 3), rank);
+    }
+  }
+  EXPECT_EQ(seen.size(), 60u);
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 60u);
+}
+
+TEST_F(RouterReplayServiceTest, ExpertLoadCountsEveryChoicePerLayerAndGroup) {
+  std::vector<int16_t> a = SyntheticRoutes(shape_, 50, 9, 1.0, /*missing_every=*/10);
+  std::vector<int16_t> b = SyntheticRoutes(shape_, 30, 10);
+  Store(Key("a"), a);
+  Store(Key("b"), b);
+  const auto count = [&](const std::vector<int16_t>& rows, int layer_position, int expert) {
+    int64_t n = 0;
+    for (size_t row = 0; row < rows.size() / 6; ++row) {
+      for (int s = 0; s < 2; ++s) n += rows[row * 6 + layer_position * 2 + s] == expert;
+    }
+    return n;
+  };
+  v1::GetExpertLoadRequest request;
+  request.set_job_id(Job());
+  v1::GetExpertLoadResponse response;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->GetExpertLoad(&context, request, &response).ok());
+  }
+  EXPECT_THAT(response.layer_indices(), ::testing::ElementsAre(1, 3, 4));
+  ASSERT_EQ(response.loads_size(), 1);
+  EXPECT_EQ(response.loads(0).rows(), 80);
+  EXPECT_EQ(response.loads(0).missing(), 5);
+  for (int l = 0; l < 3; ++l) {
+    for (int e = 0; e < 16; ++e) {
+      EXPECT_EQ(response.loads(0).counts(l * 16 + e), count(a, l, e) + count(b, l, e));
+    }
+  }
+  request.add_layers(3);
+  *request.add_groups()->add_keys() = ToProto(Key("b"));
+  *request.add_groups()->add_keys() = ToProto(Key("a"));
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->GetExpertLoad(&context, request, &response).ok());
+  }
+  ASSERT_EQ(response.loads_size(), 2);
+  EXPECT_EQ(response.loads(0).counts(7), count(b, 1, 7));
+  EXPECT_EQ(response.loads(1).counts(7), count(a, 1, 7));
+  request.set_layers(0, 2);
+  grpc::ClientContext context;
+  EXPECT_EQ(stub_->GetExpertLoad(&context, request, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(RouterReplayServiceTest, PlacementReproducesTheEplbReferenceAndPlansFromRecordedLoads) {
+  v1::PlanPlacementRequest request;
+  v1::LoadMatrix& load = *request.mutable_load();
+  load.set_num_layers(2);
+  load.set_num_experts(12);
+  for (double w : {90, 132, 40,  61, 104, 165, 39,  4,   73,  56, 183, 86,
+                   20, 107, 104, 64, 19,  197, 187, 157, 172, 86, 16,  27}) {
+    load.add_load(w);
+  }
+  request.set_num_replicas(16);
+  request.set_num_groups(4);
+  request.set_num_nodes(2);
+  request.set_num_gpus(8);
+  v1::PlanPlacementResponse response;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->PlanPlacement(&context, request, &response).ok());
+  }
+  EXPECT_THAT(response.phy2log(),
+              ::testing::ElementsAre(5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1, 7, 10, 6, 8,
+                                     6, 11, 8, 9, 2, 4, 5, 1, 5, 0, 3, 1));
+  EXPECT_NEAR(response.balancedness_after(0), 0.828, 1e-3);
+  EXPECT_NEAR(response.balancedness_after(1), 0.805, 1e-3);
+
+  shape_ = {.layers = {1, 3}, .top_k = 2, .num_experts = 8};
+  Store(Key("s"), SyntheticRoutes(shape_, 200, 11, 1.5));
+  v1::PlanPlacementRequest from_job;
+  from_job.mutable_job()->set_job_id(Job());
+  from_job.set_num_replicas(12);
+  from_job.set_num_groups(2);
+  from_job.set_num_nodes(2);
+  from_job.set_num_gpus(4);
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->PlanPlacement(&context, from_job, &response).ok());
+  }
+  EXPECT_THAT(response.layer_indices(), ::testing::ElementsAre(1, 3));
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_GE(response.balancedness_after(l), response.balancedness_before(l));
+  }
+  from_job.set_num_replicas(6);  // Fewer slots than experts.
+  grpc::ClientContext context;
+  EXPECT_EQ(stub_->PlanPlacement(&context, from_job, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(RouterReplayServiceTest, DeleteRecordsByVersionRangeAndMetricsReflectTheWork) {
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 8, 12);
+  for (int version = 1; version <= 4; ++version) Store(Key("s", version), rows);
+  v1::DeleteRecordsRequest request;
+  request.set_job_id(Job());
+  request.mutable_versions()->set_begin(2);
+  request.mutable_versions()->set_end(4);
+  v1::DeleteRecordsResponse response;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->DeleteRecords(&context, request, &response).ok());
+  }
+  EXPECT_EQ(response.records_deleted(), 2);
+  EXPECT_GT(response.bytes_freed(), 0);
+  std::vector<v1::FetchRoutesResponse> messages;
+  EXPECT_EQ(Fetch(Named({Key("s", 2)}), &messages).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(Fetch(Named({Key("s", 4)}), &messages).ok());
+  request.mutable_versions()->set_end(1);
+  grpc::ClientContext context;
+  EXPECT_EQ(stub_->DeleteRecords(&context, request, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  auto page = tandem::testing::HttpGet(
+      absl::StrCat("http://127.0.0.1:", server_->metrics_port(), "/metrics"));
+  ASSERT_TRUE(page.ok()) << page.status();
+  for (const char* series :
+       {"tandem_router_replay_appended_tokens_total", "tandem_router_replay_appended_bytes_total",
+        "tandem_router_replay_stored_bytes_total{encoding=\"packed\"}",
+        "tandem_router_replay_compression_ratio", "tandem_router_replay_fetched_bytes_total",
+        "tandem_router_replay_records{state=\"sealed\"}",
+        "tandem_router_replay_sync_seconds_bucket",
+        "tandem_router_replay_deleted_records_total{reason=\"request\"}"}) {
+    EXPECT_THAT(*page, HasSubstr(series));
+  }
+}
+
+TEST_F(RouterReplayServiceTest, HundredsOfExpertsRoundTripWithoutOverflow) {
+  for (int experts : {256, 384, 600}) {
+    shape_ = {.layers = {3, 5, 60}, .top_k = 8, .num_experts = experts};
+    const std::vector<int16_t> rows = SyntheticRoutes(shape_, 100, experts, 1.0);
+    Store(Key(absl::StrCat("e", experts)), rows);
+    std::vector<v1::FetchRoutesResponse> messages;
+    ASSERT_TRUE(Fetch(Named({Key(absl::StrCat("e", experts))}), &messages).ok());
+    EXPECT_EQ(RowsOf(messages), rows) << experts;
+    EXPECT_EQ(messages[0].num_experts(), experts);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::router_replay
