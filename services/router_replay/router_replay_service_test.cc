@@ -3,6 +3,11 @@
 // placement, deletion and metrics.
 #include "services/router_replay/router_replay_service.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -213,6 +218,67 @@ TEST_F(RouterReplayServiceTest, EngineCapturedRoutesReplayExactlyThroughTheServi
   EXPECT_EQ(transformer.routing_stats().live_fallbacks,
             batch.num_sequences() * static_cast<int64_t>(shape_.layers.size()));
   EXPECT_EQ(std::vector<float>(*replayed, *replayed + live_logits.size()), live_logits);
+}
+
+TEST_F(RouterReplayServiceTest, AppenderReportsTheRecordThatFailedAndKeepsTheOthers) {
+  RouteAppender appender(*channel_);
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 6, 20);
+  const std::vector<int16_t> other = SyntheticRoutes(shape_, 6, 21);
+  ASSERT_TRUE(appender.Append(Key("bad"), shape_, 0, 6, rows.data()).ok());
+  ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(20)).ok());
+  ASSERT_TRUE(appender.Append(Key("good"), shape_, 0, 6, rows.data(), true).ok());
+  ASSERT_TRUE(appender.Append(Key("bad"), shape_, 0, 6, other.data(), true).ok());  // Conflicts.
+  EXPECT_TRUE(appender.WaitForRecord(Key("good"), absl::Now() + absl::Seconds(20)).ok());
+  const absl::Status failed = appender.WaitForRecord(Key("bad"), absl::Now() + absl::Seconds(20));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(failed.message(), HasSubstr("differs from stored rows at row 0"));
+  EXPECT_EQ(appender.Append(Key("bad"), shape_, 6, 1, rows.data()).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(appender.Flush(absl::Now() + absl::Seconds(20)).code(), absl::StatusCode::kAborted);
+}
+
+// A TCP port that accepts connections into its backlog but never answers: a hung peer.
+class SilentListener {
+ public:
+  SilentListener() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    listen(fd_, 16);
+    socklen_t length = sizeof(address);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+  }
+  ~SilentListener() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
+TEST(RouteAppenderTest, AHungServiceFailsRecordsAndAFullBufferPushesBack) {
+  SilentListener hung;
+  auto channel = *CreateChannel({.target = absl::StrCat("127.0.0.1:", hung.port()),
+                                 .service_name = "tandem.v1.RouterReplayService"});
+  RouteAppender appender(channel, {.max_buffered_bytes = 1000,
+                                   .max_block = absl::Milliseconds(50),
+                                   .rpc_timeout = absl::Milliseconds(500),
+                                   .max_attempts = 2,
+                                   .initial_backoff = absl::Milliseconds(10)});
+  const RouteShape shape{.layers = {0}, .top_k = 3, .num_experts = 8};
+  const std::vector<int16_t> rows = SyntheticRoutes(shape, 100, 1);  // 600 bytes.
+  const RecordKey key{.job_id = "j", .policy_version = 1, .sample_id = "s"};
+  ASSERT_TRUE(appender.Append(key, shape, 0, 100, rows.data()).ok());
+  const absl::Status full = appender.Append(key, shape, 100, 100, rows.data());
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("route buffer full"));
+  const absl::Status failed = appender.WaitForRecord(key, absl::Now() + absl::Seconds(30));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(failed) || absl::IsUnavailable(failed)) << failed;
+  EXPECT_EQ(appender.buffered_bytes(), 0);
+  EXPECT_EQ(appender.Append({.job_id = "bad id"}, shape, 0, 1, rows.data()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(RouterReplayServiceTest, InvalidChunksGetClearStatusesAndTouchNoOtherRecord) {
