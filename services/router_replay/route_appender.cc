@@ -1,7 +1,9 @@
 #include "services/router_replay/route_appender.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/status.h"
@@ -48,14 +50,18 @@ bool Merge(v1::AppendRequest& into, const v1::AppendRequest& next) {
 RouteAppender::RouteAppender(std::shared_ptr<grpc::Channel> channel, RouteAppenderOptions options)
     : stub_(v1::RouterReplayService::NewStub(std::move(channel))),
       options_(options),
-      sender_([this] { SendLoop(); }) {}
+      queues_(std::max(1, options.streams)) {
+  for (int stream = 0; stream < static_cast<int>(queues_.size()); ++stream) {
+    senders_.emplace_back([this, stream] { SendLoop(stream); });
+  }
+}
 
 RouteAppender::~RouteAppender() {
   {
     absl::MutexLock lock(&mutex_);
     stopping_ = true;
   }
-  sender_.join();
+  for (std::thread& sender : senders_) sender.join();
 }
 
 absl::Status RouteAppender::Append(const RecordKey& key, const RouteShape& shape, int64_t first_row,
@@ -85,17 +91,21 @@ absl::Status RouteAppender::Append(const RecordKey& key, const RouteShape& shape
   }
   buffered_bytes_ += bytes;
   ++records_[chunk.record].pending_chunks;
-  queue_.push_back(std::move(chunk));
+  const size_t stream = absl::Hash<std::string>{}(chunk.record) % queues_.size();
+  queues_[stream].push_back(std::move(chunk));
+  ++queued_chunks_;
   return absl::OkStatus();
 }
 
-std::vector<RouteAppender::Chunk> RouteAppender::TakeBatch() {
+std::vector<RouteAppender::Chunk> RouteAppender::TakeBatch(int stream) {
+  std::deque<Chunk>& queue = queues_[stream];
   std::vector<Chunk> batch;
   absl::flat_hash_map<std::string, size_t> last_of_record;
   int64_t batch_bytes = 0;
-  while (!queue_.empty() && batch_bytes < options_.max_batch_bytes) {
-    Chunk chunk = std::move(queue_.front());
-    queue_.pop_front();
+  while (!queue.empty() && batch_bytes < options_.max_batch_bytes) {
+    Chunk chunk = std::move(queue.front());
+    queue.pop_front();
+    --queued_chunks_;
     batch_bytes += chunk.bytes;
     // Decode appends one row per record and step; merging makes them one chunk per record.
     if (auto it = last_of_record.find(chunk.record);
@@ -110,23 +120,23 @@ std::vector<RouteAppender::Chunk> RouteAppender::TakeBatch() {
   return batch;
 }
 
-void RouteAppender::SendLoop() {
+void RouteAppender::SendLoop(int stream) {
   while (true) {
     std::vector<Chunk> batch;
     {
       absl::MutexLock lock(&mutex_);
-      const auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-        return !queue_.empty() || stopping_;
+      const auto has_work = [this, stream]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+        return !queues_[stream].empty() || stopping_;
       };
       mutex_.Await(absl::Condition(&has_work));
-      if (queue_.empty()) return;  // Stopping, and everything was sent.
-      batch = TakeBatch();
-      in_flight_ = static_cast<int64_t>(batch.size());
+      if (queues_[stream].empty()) return;  // Stopping, and everything was sent.
+      batch = TakeBatch(stream);
+      in_flight_ += static_cast<int64_t>(batch.size());
     }
     const absl::flat_hash_map<std::string, absl::Status> results = Send(batch);
     absl::MutexLock lock(&mutex_);
     Complete(batch, results);
-    in_flight_ = 0;
+    in_flight_ -= static_cast<int64_t>(batch.size());
   }
 }
 
@@ -204,7 +214,7 @@ absl::Status RouteAppender::WaitForRecord(const RecordKey& key, absl::Time deadl
 absl::Status RouteAppender::Flush(absl::Time deadline) {
   absl::MutexLock lock(&mutex_);
   const auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-    return queue_.empty() && in_flight_ == 0;
+    return queued_chunks_ == 0 && in_flight_ == 0;
   };
   if (!mutex_.AwaitWithDeadline(absl::Condition(&drained), deadline)) {
     return absl::DeadlineExceededError(

@@ -27,6 +27,9 @@ struct RouteAppenderOptions {
   absl::Duration max_block = absl::Milliseconds(200);
   // Row bytes per Append stream (one batch); chunks of a record are merged within a batch.
   int64_t max_batch_bytes = int64_t{4} << 20;
+  // Append streams in flight at once. A record always goes to the same stream, so its chunks
+  // stay in order; more streams overlap one batch's fsync with the next batch's transfer.
+  int streams = 2;
   absl::Duration rpc_timeout = absl::Seconds(30);
   // Attempts per batch when router-replay is UNAVAILABLE (or the deadline passes); identical
   // re-appends are no-ops, so resending is safe.
@@ -70,8 +73,8 @@ class RouteAppender {
     absl::Status status;
   };
 
-  void SendLoop();
-  std::vector<Chunk> TakeBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void SendLoop(int stream);
+  std::vector<Chunk> TakeBatch(int stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Sends a batch with retries; returns the status for each record in it.
   absl::flat_hash_map<std::string, absl::Status> Send(const std::vector<Chunk>& batch);
   // One Append stream of `chunks`, retried while router-replay is unreachable.
@@ -82,13 +85,14 @@ class RouteAppender {
   const std::unique_ptr<v1::RouterReplayService::Stub> stub_;
   const RouteAppenderOptions options_;
   mutable absl::Mutex mutex_;
-  std::deque<Chunk> queue_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::deque<Chunk>> queues_ ABSL_GUARDED_BY(mutex_);  // One per stream.
+  int64_t queued_chunks_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::flat_hash_map<std::string, RecordState> records_ ABSL_GUARDED_BY(mutex_);
   int64_t buffered_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Status first_error_ ABSL_GUARDED_BY(mutex_);
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
-  std::thread sender_;
+  std::vector<std::thread> senders_;
 };
 
 }  // namespace tandem::router_replay

@@ -118,6 +118,17 @@ std::string PackPayload(const RouteShape& shape, const int16_t* rows, int64_t nu
   const int k = shape.top_k;
   const int bits = BitsPerId(shape.num_experts);
   std::string payload = bitmap;
+  if (bits == 8 && bitmap.empty()) {  // One byte per id: skip the bit writer.
+    payload.resize(num_rows * shape.ids_per_row());
+    char* out = payload.data();
+    for (int l = 0; l < layers; ++l) {
+      for (int64_t r = 0; r < num_rows; ++r) {
+        const int16_t* ids = rows + (r * layers + l) * k;
+        for (int s = 0; s < k; ++s) *out++ = static_cast<char>(ids[s]);
+      }
+    }
+    return payload;
+  }
   payload.reserve(bitmap.size() + (num_rows * shape.ids_per_row() * bits + 7) / 8);
   BitWriter writer(payload);
   for (int l = 0; l < layers; ++l) {
@@ -154,6 +165,30 @@ ZSTD_DCtx* ThreadDecompressionContext() {
 
 absl::Status Corrupt(absl::string_view what) {
   return absl::DataLossError(absl::StrCat("corrupt route block: ", what));
+}
+
+// The one-byte-per-id payload of a block without missing cells.
+absl::Status UnpackBytes(const RouteShape& shape, absl::string_view payload, int64_t num_rows,
+                         int16_t* out) {
+  const int layers = static_cast<int>(shape.layers.size());
+  const int k = shape.top_k;
+  if (static_cast<int64_t>(payload.size()) != num_rows * shape.ids_per_row()) {
+    return Corrupt("ids truncated");
+  }
+  const auto* in = reinterpret_cast<const uint8_t*>(payload.data());
+  uint8_t largest = 0;
+  for (int l = 0; l < layers; ++l) {
+    for (int64_t r = 0; r < num_rows; ++r) {
+      int16_t* ids = out + (r * layers + l) * k;
+      for (int s = 0; s < k; ++s, ++in) {
+        largest = std::max(largest, *in);
+        ids[s] = *in;
+      }
+    }
+  }
+  if (largest >= shape.num_experts)
+    return Corrupt(absl::StrCat("expert ", largest, " out of range"));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Decompress(absl::string_view compressed) {
@@ -298,8 +333,9 @@ absl::Status DecodeBlock(const RouteShape& shape, absl::string_view block, int16
   const size_t bitmap_bytes = has_bitmap ? (cells + 7) / 8 : 0;
   if (payload.size() < bitmap_bytes) return Corrupt("presence bitmap truncated");
   const absl::string_view bitmap = payload.substr(0, bitmap_bytes);
-  BitReader reader(payload.substr(bitmap_bytes));
   const int bits = BitsPerId(shape.num_experts);
+  if (bits == 8 && bitmap_bytes == 0) return UnpackBytes(shape, payload, num_rows, out);
+  BitReader reader(payload.substr(bitmap_bytes));
   for (int l = 0; l < layers; ++l) {
     for (int64_t r = 0; r < num_rows; ++r) {
       const int64_t cell = r * layers + l;

@@ -119,6 +119,14 @@ TEST(RouteCodecTest, CorruptBlocksAreDataLoss) {
   EXPECT_EQ(DecodeBlock(shape, block.substr(0, 3), out.data()).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(DecodeBlock(shape, block.substr(0, block.size() - 4), out.data()).code(),
             absl::StatusCode::kDataLoss);
+  // One byte per id (129..256 experts): a byte naming no expert.
+  const RouteShape bytes_shape = Shape(2, 2, 200);
+  const std::vector<int16_t> byte_rows = SyntheticRoutes(bytes_shape, 20, 9, 0.0);
+  std::string byte_block = EncodeBlock(bytes_shape, byte_rows.data(), 20, 0);
+  byte_block.back() = static_cast<char>(250);
+  std::vector<int16_t> byte_out(byte_rows.size());
+  EXPECT_EQ(DecodeBlock(bytes_shape, byte_block, byte_out.data()).code(),
+            absl::StatusCode::kDataLoss);
   std::string bad_encoding = block;
   bad_encoding[0] = 9;
   EXPECT_EQ(DecodeBlock(shape, bad_encoding, out.data()).code(), absl::StatusCode::kDataLoss);
