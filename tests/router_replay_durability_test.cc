@@ -82,16 +82,8 @@ TEST_F(RouterReplayDurabilityTest, AcknowledgedAppendsAndSealsSurviveKillDashNin
     auto writer = stub->Append(&context, &response);
     const std::vector<int16_t> cut = SyntheticRoutes(shape_, 200, 999);
     for (int first = 0; first < 200; first += 20) {
-      v1::AppendRequest request;
-      *request.mutable_key() = ToProto(Key(kRecords));
-      request.mutable_moe_layer_indices()->Add(shape_.layers.begin(), shape_.layers.end());
-      request.set_top_k(shape_.top_k);
-      request.set_num_experts(shape_.num_experts);
-      request.set_token_offset(first);
-      request.set_num_tokens(20);
-      request.set_rows(reinterpret_cast<const char*>(cut.data() + first * shape_.ids_per_row()),
-                       20 * shape_.ids_per_row() * 2);
-      writer->Write(request);
+      writer->Write(AppendRequestFor(Key(kRecords), shape_, first, 20,
+                                     cut.data() + first * shape_.ids_per_row(), false));
     }
     routes.push_back(cut);
     const int status = process.Stop(SIGKILL);
@@ -121,8 +113,7 @@ TEST_F(RouterReplayDurabilityTest, AcknowledgedAppendsAndSealsSurviveKillDashNin
       continue;
     }
     EXPECT_EQ(message.stored_rows(), kRows) << r;
-    EXPECT_EQ(message.status(),
-              r % 2 == 0 ? v1::RECORD_STATUS_COMPLETE : v1::RECORD_STATUS_PARTIAL)
+    EXPECT_EQ(message.status(), r % 2 == 0 ? v1::RECORD_STATUS_COMPLETE : v1::RECORD_STATUS_PARTIAL)
         << r;
     EXPECT_EQ(got, routes[r]) << r;
   }

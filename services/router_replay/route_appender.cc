@@ -18,21 +18,6 @@ bool IsTransient(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
-v1::AppendRequest ChunkRequest(const RecordKey& key, const RouteShape& shape, int64_t first_row,
-                               int64_t num_rows, const int16_t* rows, bool seal) {
-  v1::AppendRequest request;
-  *request.mutable_key() = ToProto(key);
-  request.mutable_moe_layer_indices()->Add(shape.layers.begin(), shape.layers.end());
-  request.set_top_k(shape.top_k);
-  request.set_num_experts(shape.num_experts);
-  request.set_token_offset(first_row);
-  request.set_num_tokens(static_cast<int32_t>(num_rows));
-  request.set_rows(reinterpret_cast<const char*>(rows),
-                   num_rows * shape.ids_per_row() * sizeof(int16_t));
-  request.set_seal(seal);
-  return request;
-}
-
 // Appends `next` to `into` when it continues it: same record, contiguous rows, not yet sealed.
 bool Merge(v1::AppendRequest& into, const v1::AppendRequest& next) {
   if (into.seal() || next.token_offset() != into.token_offset() + into.num_tokens() ||
@@ -75,7 +60,7 @@ absl::Status RouteAppender::Append(const RecordKey& key, const RouteShape& shape
                                                    ") need first_row >= 0, 1 row, <= 4 MiB"));
   }
   Chunk chunk{.record = EncodeRecordKey(key),
-              .request = ChunkRequest(key, shape, first_row, num_rows, rows, seal),
+              .request = AppendRequestFor(key, shape, first_row, num_rows, rows, seal),
               .bytes = bytes};
   absl::MutexLock lock(&mutex_);
   if (auto it = records_.find(chunk.record); it != records_.end() && !it->second.status.ok()) {

@@ -97,6 +97,19 @@ TEST(RouteCodecTest, ValidateRowsNamesRowLayerAndValue) {
   EXPECT_TRUE(ValidateRows(shape, rows.data(), 2, 0).ok());
 }
 
+// Bugs public systems shipped: a capture that never ran leaves all-zero rows, and a load
+// balancer's physical slot ids (R > E) leak in place of logical expert ids.
+TEST(RouteCodecTest, AllZeroRowsAndPhysicalIdsAreRejected) {
+  const RouteShape shape = Shape(2, 8, 256);
+  const std::vector<int16_t> zeros(2 * 16, 0);
+  EXPECT_EQ(ValidateRows(shape, zeros.data(), 2, 0).message(),
+            "row 0 layer 3: duplicate expert 0 in slots 0 and 1");
+  std::vector<int16_t> physical = SyntheticRoutes(shape, 2, 1);
+  physical[12] = 270;  // A replica slot of a 288-slot placement.
+  EXPECT_EQ(ValidateRows(shape, physical.data(), 2, 0).message(),
+            "row 0 layer 5 slot 4: expert 270 out of range [0, 256)");
+}
+
 TEST(RouteCodecTest, ValidateShapeRejectsBadHeaders) {
   EXPECT_TRUE(ValidateShape(Shape(3, 8, 256)).ok());
   EXPECT_FALSE(ValidateShape(Shape(0, 8, 256)).ok());

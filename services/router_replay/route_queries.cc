@@ -231,6 +231,21 @@ v1::RouteRecordKey ToProto(const RecordKey& key) {
   return proto;
 }
 
+v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
+                                   int64_t num_rows, const int16_t* rows, bool seal) {
+  v1::AppendRequest request;
+  *request.mutable_key() = ToProto(key);
+  request.mutable_moe_layer_indices()->Add(shape.layers.begin(), shape.layers.end());
+  request.set_top_k(shape.top_k);
+  request.set_num_experts(shape.num_experts);
+  request.set_token_offset(first_row);
+  request.set_num_tokens(static_cast<int32_t>(num_rows));
+  request.set_rows(reinterpret_cast<const char*>(rows),
+                   num_rows * shape.ids_per_row() * sizeof(int16_t));
+  request.set_seal(seal);
+  return request;
+}
+
 absl::StatusOr<RowSpan> VersionSpan(const v1::VersionRange& versions) {
   if (versions.begin() < 0 || versions.end() < 0 ||
       (versions.end() != 0 && versions.end() <= versions.begin())) {

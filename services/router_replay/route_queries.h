@@ -15,6 +15,11 @@ namespace tandem::router_replay {
 RecordKey FromProto(const v1::RouteRecordKey& key);
 v1::RouteRecordKey ToProto(const RecordKey& key);
 
+// The Append chunk carrying rows [first_row, first_row + num_rows) of a record,
+// [num_rows, layers, top_k].
+v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
+                                   int64_t num_rows, const int16_t* rows, bool seal);
+
 // Rows [begin, end) of a record.
 struct RowSpan {
   int64_t begin = 0;

@@ -75,17 +75,8 @@ class RouterReplayServiceTest : public ::testing::Test {
 
   v1::AppendRequest Chunk(const RecordKey& key, const std::vector<int16_t>& rows, int64_t first,
                           int64_t count, bool seal = false) const {
-    v1::AppendRequest request;
-    *request.mutable_key() = ToProto(key);
-    request.mutable_moe_layer_indices()->Add(shape_.layers.begin(), shape_.layers.end());
-    request.set_top_k(shape_.top_k);
-    request.set_num_experts(shape_.num_experts);
-    request.set_token_offset(first);
-    request.set_num_tokens(static_cast<int32_t>(count));
-    request.set_rows(reinterpret_cast<const char*>(rows.data() + first * shape_.ids_per_row()),
-                     count * shape_.ids_per_row() * 2);
-    request.set_seal(seal);
-    return request;
+    return AppendRequestFor(key, shape_, first, count, rows.data() + first * shape_.ids_per_row(),
+                            seal);
   }
 
   grpc::Status Append(const std::vector<v1::AppendRequest>& chunks,
