@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/unary.h"
 #include "prometheus/histogram.h"
 #include "services/router_replay/route_queries.h"
 #include "services/router_replay/router_replay_metrics.h"
@@ -165,16 +166,6 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesRespon
   std::optional<FetchCursor> cursor_;
   v1::FetchRoutesResponse response_;
 };
-
-// Finishes a unary call with a StatusOr's value copied into the response.
-template <typename Response>
-grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                      absl::StatusOr<Response> result, Response* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (result.ok()) *response = *std::move(result);
-  reactor->Finish(ToGrpcStatus(result.status()));
-  return reactor;
-}
 
 }  // namespace
 

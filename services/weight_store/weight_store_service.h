@@ -1,88 +1,85 @@
 #ifndef TANDEM_SERVICES_WEIGHT_STORE_WEIGHT_STORE_SERVICE_H_
 #define TANDEM_SERVICES_WEIGHT_STORE_WEIGHT_STORE_SERVICE_H_
 
-#include "common/unimplemented.h"
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "services/weight_store/adapter_store.h"
+#include "services/weight_store/ucx_transport.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 
 namespace tandem::weight_store {
 
-// gRPC adapter of the weight-store service. Versioned LoRA adapters moved by UCX, resharded per
-// consumer (issue #5). Until then every RPC answers UNIMPLEMENTED naming itself.
+struct WeightStoreOptions {
+  std::string data_dir;
+  int keep_versions = 3;
+  absl::Duration upload_expiry = absl::Minutes(15);
+  bool enable_ucx = true;
+  UcxOptions ucx;
+  absl::Duration sweep_interval = absl::Seconds(1);
+};
+
+// gRPC adapter of the weight-store: converts messages and statuses around AdapterStore (state),
+// reshard (read plans) and tensor assembly (the gRPC data path).
 class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackService {
  public:
+  static absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> Create(
+      const WeightStoreOptions& options);
+  ~WeightStoreServiceImpl() override;
+
   grpc::ServerUnaryReactor* BeginPublish(grpc::CallbackServerContext* context,
-                                         const v1::BeginPublishRequest* /*request*/,
-                                         v1::BeginPublishResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.WeightStoreService/BeginPublish");
-  }
-
-  grpc::ServerReadReactor<v1::PutShardRequest>* PutShard(
-      grpc::CallbackServerContext* /*context*/, v1::PutShardResponse* /*response*/) override {
-    return FinishStreamUnimplemented<grpc::ServerReadReactor<v1::PutShardRequest>>(
-        "tandem.v1.WeightStoreService/PutShard");
-  }
-
+                                         const v1::BeginPublishRequest* request,
+                                         v1::BeginPublishResponse* response) override;
+  grpc::ServerReadReactor<v1::PutShardRequest>* PutShard(grpc::CallbackServerContext* context,
+                                                         v1::PutShardResponse* response) override;
   grpc::ServerUnaryReactor* CommitPublish(grpc::CallbackServerContext* context,
-                                          const v1::CommitPublishRequest* /*request*/,
-                                          v1::CommitPublishResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.WeightStoreService/CommitPublish");
-  }
-
+                                          const v1::CommitPublishRequest* request,
+                                          v1::CommitPublishResponse* response) override;
   grpc::ServerUnaryReactor* AbortPublish(grpc::CallbackServerContext* context,
-                                         const v1::AbortPublishRequest* /*request*/,
-                                         v1::AbortPublishResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.WeightStoreService/AbortPublish");
-  }
-
+                                         const v1::AbortPublishRequest* request,
+                                         v1::AbortPublishResponse* response) override;
   grpc::ServerUnaryReactor* GetManifest(grpc::CallbackServerContext* context,
-                                        const v1::GetManifestRequest* /*request*/,
-                                        v1::GetManifestResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.WeightStoreService/GetManifest");
-  }
-
+                                        const v1::GetManifestRequest* request,
+                                        v1::GetManifestResponse* response) override;
   grpc::ServerWriteReactor<v1::WatchVersionsResponse>* WatchVersions(
-      grpc::CallbackServerContext* /*context*/,
-      const v1::WatchVersionsRequest* /*request*/) override {
-    return FinishStreamUnimplemented<grpc::ServerWriteReactor<v1::WatchVersionsResponse>>(
-        "tandem.v1.WeightStoreService/WatchVersions");
-  }
-
+      grpc::CallbackServerContext* context, const v1::WatchVersionsRequest* request) override;
   grpc::ServerWriteReactor<v1::FetchTensorsResponse>* FetchTensors(
-      grpc::CallbackServerContext* /*context*/,
-      const v1::FetchTensorsRequest* /*request*/) override {
-    return FinishStreamUnimplemented<grpc::ServerWriteReactor<v1::FetchTensorsResponse>>(
-        "tandem.v1.WeightStoreService/FetchTensors");
-  }
-
+      grpc::CallbackServerContext* context, const v1::FetchTensorsRequest* request) override;
   grpc::ServerUnaryReactor* GetReadPlan(grpc::CallbackServerContext* context,
-                                        const v1::GetReadPlanRequest* /*request*/,
-                                        v1::GetReadPlanResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.WeightStoreService/GetReadPlan");
-  }
-
-  grpc::ServerUnaryReactor* ExchangeUcxEndpoint(
-      grpc::CallbackServerContext* context, const v1::ExchangeUcxEndpointRequest* /*request*/,
-      v1::ExchangeUcxEndpointResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.WeightStoreService/ExchangeUcxEndpoint");
-  }
-
+                                        const v1::GetReadPlanRequest* request,
+                                        v1::GetReadPlanResponse* response) override;
+  grpc::ServerUnaryReactor* ExchangeUcxEndpoint(grpc::CallbackServerContext* context,
+                                                const v1::ExchangeUcxEndpointRequest* request,
+                                                v1::ExchangeUcxEndpointResponse* response) override;
   grpc::ServerUnaryReactor* AcquireLease(grpc::CallbackServerContext* context,
-                                         const v1::AcquireLeaseRequest* /*request*/,
-                                         v1::AcquireLeaseResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.WeightStoreService/AcquireLease");
-  }
-
+                                         const v1::AcquireLeaseRequest* request,
+                                         v1::AcquireLeaseResponse* response) override;
   grpc::ServerUnaryReactor* RenewLease(grpc::CallbackServerContext* context,
-                                       const v1::RenewLeaseRequest* /*request*/,
-                                       v1::RenewLeaseResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.WeightStoreService/RenewLease");
-  }
-
+                                       const v1::RenewLeaseRequest* request,
+                                       v1::RenewLeaseResponse* response) override;
   grpc::ServerUnaryReactor* ReleaseLease(grpc::CallbackServerContext* context,
-                                         const v1::ReleaseLeaseRequest* /*request*/,
-                                         v1::ReleaseLeaseResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.WeightStoreService/ReleaseLease");
-  }
+                                         const v1::ReleaseLeaseRequest* request,
+                                         v1::ReleaseLeaseResponse* response) override;
+
+ private:
+  WeightStoreServiceImpl() = default;
+  absl::StatusOr<v1::GetReadPlanResponse> ReadPlan(const v1::GetReadPlanRequest& request);
+  void SweepLoop();
+
+  std::unique_ptr<UcxWorker> ucx_;  // Declared first: outlives the store's registered memory.
+  std::unique_ptr<AdapterStore> store_;
+  absl::Duration sweep_interval_;
+  absl::Mutex mutex_;
+  // Read plans with checksums, per (version, layout, names): checksumming costs a pass over
+  // the bytes, and every replica of a deployment asks for the same few layouts.
+  absl::flat_hash_map<std::string, v1::GetReadPlanResponse> plan_cache_ ABSL_GUARDED_BY(mutex_);
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::thread sweeper_;
 };
 
 }  // namespace tandem::weight_store

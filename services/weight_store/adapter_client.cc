@@ -1,0 +1,255 @@
+#include "services/weight_store/adapter_client.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/channel.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "xxhash.h"
+
+namespace tandem::weight_store {
+namespace {
+
+absl::Status Checked(const grpc::Status& status) { return FromGrpcStatus(status); }
+
+absl::Status VerifyChecksum(const FetchedTensor& fetched) {
+  const uint64_t checksum = XXH3_64bits(fetched.bytes.data(), fetched.bytes.size());
+  if (fetched.bytes.size() != fetched.tensor.byte_size() || checksum != fetched.tensor.xxh3_64()) {
+    return absl::DataLossError(
+        absl::StrFormat("tensor %s: got %d bytes with xxh3 0x%016x, expected %d bytes with 0x%016x",
+                        fetched.tensor.spec().name(), fetched.bytes.size(), checksum,
+                        fetched.tensor.byte_size(), fetched.tensor.xxh3_64()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PutByGrpc(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
+                       const std::vector<absl::string_view>& shards,
+                       const PublishOptions& options) {
+  grpc::ClientContext context;
+  SetTimeout(context, options.timeout);
+  v1::PutShardResponse response;
+  auto writer = stub.PutShard(&context, &response);
+  v1::PutShardRequest chunk;
+  chunk.set_upload_id(upload_id);
+  for (size_t i = 0; i < shards.size(); ++i) {
+    for (size_t offset = 0; offset < shards[i].size(); offset += options.grpc_chunk_bytes) {
+      chunk.set_shard_index(static_cast<int32_t>(i));
+      chunk.set_offset(offset);
+      const absl::string_view data = shards[i].substr(offset, options.grpc_chunk_bytes);
+      chunk.set_data(data.data(), data.size());
+      if (!writer->Write(chunk)) return Checked(writer->Finish());
+    }
+  }
+  writer->WritesDone();
+  return Checked(writer->Finish());
+}
+
+absl::Status PutByUcx(const v1::BeginPublishResponse& begun,
+                      const std::vector<absl::string_view>& shards, const PublishOptions& options) {
+  absl::StatusOr<std::unique_ptr<UcxPeer>> peer =
+      options.ucx->Connect(begun.store_worker_address());
+  if (!peer.ok()) return peer.status();
+  const absl::Time deadline = absl::Now() + options.timeout;
+  for (const v1::ShardRegion& target : begun.targets()) {
+    const absl::string_view bytes = shards[target.shard_index()];
+    // UCX reads the source without writing it; the API takes a mutable pointer for both ways.
+    const std::vector<UcxPeer::Transfer> transfers = {
+        {target.remote_address(), const_cast<char*>(bytes.data()), bytes.size()}};
+    if (absl::Status status = (*peer)->Put(target.rkey(), transfers, deadline); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Abort(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id) {
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(10));
+  v1::AbortPublishRequest request;
+  request.set_upload_id(upload_id);
+  v1::AbortPublishResponse response;
+  stub.AbortPublish(&context, request, &response);
+}
+
+// Pulls every op of a read plan from the store's memory.
+absl::StatusOr<FetchedAdapter> PullPlan(const v1::GetReadPlanResponse& plan,
+                                        const FetchOptions& options) {
+  absl::StatusOr<std::unique_ptr<UcxPeer>> peer = options.ucx->Connect(plan.store_worker_address());
+  if (!peer.ok()) return peer.status();
+  absl::flat_hash_map<int, const v1::ShardRegion*> regions;
+  for (const v1::ShardRegion& region : plan.shards()) regions[region.shard_index()] = &region;
+  const absl::Time deadline = absl::Now() + options.timeout;
+  FetchedAdapter fetched{.by_ucx = true};
+  for (const v1::PlannedTensor& planned : plan.tensors()) {
+    FetchedTensor& tensor = fetched.tensors.emplace_back();
+    tensor.tensor = planned.tensor();
+    tensor.bytes.resize(planned.tensor().byte_size());
+    absl::flat_hash_map<int, std::vector<UcxPeer::Transfer>> by_shard;
+    for (const v1::CopyOp& op : planned.ops()) {
+      const auto region = regions.find(op.shard_index());
+      if (region == regions.end()) {
+        return absl::InternalError(
+            absl::StrCat("read plan uses unlisted shard ", op.shard_index()));
+      }
+      for (uint64_t block = 0; block < op.count(); ++block) {
+        by_shard[op.shard_index()].push_back(
+            {region->second->remote_address() + op.src_offset() + block * op.src_stride(),
+             tensor.bytes.data() + op.dst_offset() + block * op.dst_stride(), op.length()});
+      }
+    }
+    for (const auto& [shard, transfers] : by_shard) {
+      if (absl::Status status = (*peer)->Get(regions[shard]->rkey(), transfers, deadline);
+          !status.ok()) {
+        return status;
+      }
+    }
+    if (absl::Status status = VerifyChecksum(tensor); !status.ok()) return status;
+  }
+  return fetched;
+}
+
+absl::StatusOr<FetchedAdapter> FetchByGrpc(v1::WeightStoreService::StubInterface& stub,
+                                           absl::string_view adapter, int64_t version,
+                                           const FetchOptions& options) {
+  v1::FetchTensorsRequest request;
+  request.set_adapter_name(std::string(adapter));
+  request.set_version(version);
+  *request.mutable_target() = options.target;
+  for (const std::string& name : options.tensor_names) request.add_tensor_names(name);
+  grpc::ClientContext context;
+  SetTimeout(context, options.timeout);
+  auto reader = stub.FetchTensors(&context, request);
+  FetchedAdapter fetched;
+  v1::FetchTensorsResponse chunk;
+  while (reader->Read(&chunk)) {
+    if (chunk.has_tensor()) {
+      if (!fetched.tensors.empty()) {
+        if (absl::Status status = VerifyChecksum(fetched.tensors.back()); !status.ok()) {
+          context.TryCancel();
+          return status;
+        }
+      }
+      fetched.tensors.push_back({.tensor = chunk.tensor()});
+      fetched.tensors.back().bytes.reserve(chunk.tensor().byte_size());
+    }
+    if (fetched.tensors.empty() || chunk.offset() != fetched.tensors.back().bytes.size()) {
+      context.TryCancel();
+      return absl::InternalError("FetchTensors chunks out of order");
+    }
+    fetched.tensors.back().bytes.append(chunk.data());
+  }
+  if (absl::Status status = Checked(reader->Finish()); !status.ok()) return status;
+  if (!fetched.tensors.empty()) {
+    if (absl::Status status = VerifyChecksum(fetched.tensors.back()); !status.ok()) return status;
+  }
+  return fetched;
+}
+
+// The UCX path: lease the version, get the read plan, pull every op, release the lease.
+absl::StatusOr<FetchedAdapter> FetchByUcx(v1::WeightStoreService::StubInterface& stub,
+                                          absl::string_view adapter, int64_t version,
+                                          const FetchOptions& options) {
+  v1::AcquireLeaseRequest lease_request;
+  lease_request.set_adapter_name(std::string(adapter));
+  lease_request.set_version(version);
+  lease_request.set_holder(options.holder);
+  lease_request.set_ttl_seconds(std::clamp(absl::ToDoubleSeconds(options.timeout), 1.0, 600.0));
+  v1::AcquireLeaseResponse lease;
+  {
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(30));
+    if (absl::Status status = Checked(stub.AcquireLease(&context, lease_request, &lease));
+        !status.ok()) {
+      return status;
+    }
+  }
+  const auto release = [&] {
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(10));
+    v1::ReleaseLeaseRequest request;
+    request.set_lease_id(lease.lease_id());
+    v1::ReleaseLeaseResponse response;
+    stub.ReleaseLease(&context, request, &response);
+  };
+  v1::GetReadPlanRequest plan_request;
+  plan_request.set_adapter_name(std::string(adapter));
+  plan_request.set_version(version);
+  *plan_request.mutable_target() = options.target;
+  plan_request.set_lease_id(lease.lease_id());
+  for (const std::string& name : options.tensor_names) plan_request.add_tensor_names(name);
+  v1::GetReadPlanResponse plan;
+  {
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(60));
+    if (absl::Status status = Checked(stub.GetReadPlan(&context, plan_request, &plan));
+        !status.ok()) {
+      release();
+      return status;
+    }
+  }
+  absl::StatusOr<FetchedAdapter> fetched = PullPlan(plan, options);
+  release();
+  return fetched;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInterface& stub,
+                                               const v1::Manifest& manifest,
+                                               const std::vector<absl::string_view>& shards,
+                                               const PublishOptions& options) {
+  if (static_cast<int>(shards.size()) != manifest.shards_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(shards.size(), " shard buffers for ",
+                                                   manifest.shards_size(), " manifest shards"));
+  }
+  v1::BeginPublishRequest begin;
+  *begin.mutable_manifest() = manifest;
+  begin.set_use_ucx(options.ucx != nullptr);
+  v1::BeginPublishResponse begun;
+  {
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(60));
+    if (absl::Status status = Checked(stub.BeginPublish(&context, begin, &begun)); !status.ok()) {
+      return status;
+    }
+  }
+  absl::Status sent = options.ucx != nullptr ? PutByUcx(begun, shards, options)
+                                             : PutByGrpc(stub, begun.upload_id(), shards, options);
+  v1::CommitPublishResponse committed;
+  if (sent.ok()) {
+    grpc::ClientContext context;
+    SetTimeout(context, options.timeout);
+    v1::CommitPublishRequest commit;
+    commit.set_upload_id(begun.upload_id());
+    sent = Checked(stub.CommitPublish(&context, commit, &committed));
+  }
+  if (!sent.ok()) {
+    Abort(stub, begun.upload_id());
+    return sent;
+  }
+  return committed.version();
+}
+
+absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,
+                                            absl::string_view adapter, int64_t version,
+                                            const FetchOptions& options) {
+  if (options.ucx != nullptr) {
+    absl::StatusOr<FetchedAdapter> fetched = FetchByUcx(stub, adapter, version, options);
+    // Only transport trouble falls back; a wrong request would fail the same way over gRPC.
+    if (fetched.ok() ||
+        !(absl::IsUnavailable(fetched.status()) || absl::IsFailedPrecondition(fetched.status()) ||
+          absl::IsDeadlineExceeded(fetched.status()))) {
+      return fetched;
+    }
+    spdlog::warn("weight-store client: UCX fetch of {}@{} failed ({}); using gRPC", adapter,
+                 version, fetched.status());
+  }
+  return FetchByGrpc(stub, adapter, version, options);
+}
+
+}  // namespace tandem::weight_store

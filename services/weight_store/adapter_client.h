@@ -1,0 +1,57 @@
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_CLIENT_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_CLIENT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "services/weight_store/ucx_transport.h"
+#include "tandem/v1/weight_store.grpc.pb.h"
+
+namespace tandem::weight_store {
+
+struct PublishOptions {
+  // Put the shard bytes by UCX into the store's memory; null: PutShard streams over gRPC.
+  UcxWorker* ucx = nullptr;
+  size_t grpc_chunk_bytes = size_t{4} << 20;
+  absl::Duration timeout = absl::Minutes(10);
+};
+
+// The trainer's side: publishes one version (BeginPublish, the bytes, CommitPublish) and aborts
+// the upload if anything fails, so a version is either committed whole or not at all.
+absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInterface& stub,
+                                               const v1::Manifest& manifest,
+                                               const std::vector<absl::string_view>& shards,
+                                               const PublishOptions& options);
+
+struct FetchOptions {
+  v1::TargetLayout target;
+  std::vector<std::string> tensor_names;  // Empty: all.
+  // Get straight from the store's memory by UCX; null (or a store without UCX, or a UCX
+  // failure) uses the FetchTensors stream.
+  UcxWorker* ucx = nullptr;
+  std::string holder = "tandem-client";  // Names the lease the UCX path takes.
+  absl::Duration timeout = absl::Minutes(10);
+};
+
+struct FetchedTensor {
+  v1::TargetTensor tensor;
+  std::string bytes;
+};
+
+struct FetchedAdapter {
+  std::vector<FetchedTensor> tensors;  // In name order, each checked against its xxh3.
+  bool by_ucx = false;
+};
+
+// The rollout's side: fetches a committed version in its own layout, verifying every tensor's
+// checksum (DATA_LOSS on a mismatch).
+absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,
+                                            absl::string_view adapter, int64_t version,
+                                            const FetchOptions& options);
+
+}  // namespace tandem::weight_store
+
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_CLIENT_H_

@@ -1,0 +1,399 @@
+#include "services/weight_store/adapter_store.h"
+
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/time_util.h"
+#include "services/weight_store/manifest.h"
+#include "xxhash.h"
+
+namespace tandem::weight_store {
+
+namespace {
+
+std::string RandomId(absl::string_view prefix) {
+  thread_local absl::BitGen random;
+  return absl::StrFormat("%s-%016x%016x", prefix, absl::Uniform<uint64_t>(random),
+                         absl::Uniform<uint64_t>(random));
+}
+
+std::string VersionName(absl::string_view adapter, int64_t version) {
+  return absl::StrCat(adapter, "@", version);
+}
+
+uint64_t TotalBytes(const v1::Manifest& manifest) {
+  uint64_t total = 0;
+  for (const v1::Shard& shard : manifest.shards()) total += shard.byte_size();
+  return total;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AdapterStore>> AdapterStore::Open(
+    const AdapterStoreOptions& options) {
+  std::unique_ptr<AdapterStore> store(new AdapterStore(options));
+  if (absl::Status status = store->Recover(); !status.ok()) return status;
+  return store;
+}
+
+AdapterStore::~AdapterStore() = default;
+
+absl::Status AdapterStore::Recover() {
+  std::vector<std::string> skipped;
+  absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> versions =
+      ReadVersions(options_.data_dir, options_.ucx, &skipped);
+  if (!versions.ok()) return versions.status();
+  for (const std::string& reason : skipped) {
+    spdlog::error("weight-store: not recovering a stored version: {}", reason);
+  }
+  absl::MutexLock lock(&mutex_);
+  for (std::unique_ptr<CommittedVersion>& version : *versions) {
+    const std::string adapter = version->manifest.adapter_name();
+    const int64_t number = version->manifest.version();
+    adapters_[adapter].versions[number] = std::move(version);
+  }
+  for (const auto& [adapter, unused] : adapters_) RetainLocked(adapter, absl::Now());
+  if (!versions->empty()) {
+    spdlog::info("weight-store: recovered {} committed versions from {}", versions->size(),
+                 options_.data_dir);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bool use_ucx) {
+  if (absl::Status status = ValidateManifest(manifest); !status.ok()) return status;
+  if (use_ucx && options_.ucx == nullptr) {
+    return absl::FailedPreconditionError("this weight-store runs without UCX; publish over gRPC");
+  }
+  const std::string name = VersionName(manifest.adapter_name(), manifest.version());
+  v1::Manifest normalized = manifest;  // As stored, so a retried Begin compares equal.
+  normalized.set_total_bytes(TotalBytes(manifest));
+  normalized.clear_commit_time();
+  absl::MutexLock lock(&mutex_);
+  if (auto it = adapters_.find(manifest.adapter_name()); it != adapters_.end()) {
+    const auto& versions = it->second.versions;
+    if (versions.contains(manifest.version())) {
+      return absl::AlreadyExistsError(absl::StrCat(name, " is already committed"));
+    }
+    if (!versions.empty() && manifest.version() < versions.rbegin()->first) {
+      return absl::FailedPreconditionError(absl::StrCat("version ", manifest.version(),
+                                                        " < newest ", versions.rbegin()->first,
+                                                        " of ", manifest.adapter_name()));
+    }
+  }
+  for (auto& [id, upload] : uploads_) {
+    if (upload->state == Upload::State::kAborted ||
+        upload->manifest.adapter_name() != manifest.adapter_name() ||
+        upload->manifest.version() != manifest.version()) {
+      continue;
+    }
+    if (upload->state == Upload::State::kOpen && upload->use_ucx == use_ucx &&
+        google::protobuf::util::MessageDifferencer::Equals(upload->manifest, normalized)) {
+      upload->expire_time = absl::Now() + options_.upload_expiry;  // A retried Begin.
+      BeginResult result{.upload_id = id, .expire_time = upload->expire_time};
+      for (const auto& shard : upload->shards) result.shards.push_back(shard.get());
+      return result;
+    }
+    return absl::AbortedError(absl::StrCat("upload ", id, " for ", name, " in progress"));
+  }
+  auto upload = std::make_unique<Upload>();
+  upload->id = RandomId("upload");
+  upload->manifest = std::move(normalized);
+  upload->use_ucx = use_ucx;
+  upload->expire_time = absl::Now() + options_.upload_expiry;
+  for (const v1::Shard& shard : manifest.shards()) {
+    absl::StatusOr<std::unique_ptr<ShardBuffer>> buffer =
+        ShardBuffer::Allocate(options_.ucx, shard.byte_size());
+    if (!buffer.ok()) return buffer.status();
+    upload->shards.push_back(*std::move(buffer));
+  }
+  upload->written.resize(manifest.shards_size());
+  BeginResult result{.upload_id = upload->id, .expire_time = upload->expire_time};
+  for (const auto& shard : upload->shards) result.shards.push_back(shard.get());
+  uploads_[upload->id] = std::move(upload);
+  return result;
+}
+
+absl::StatusOr<AdapterStore::Upload*> AdapterStore::OpenUpload(absl::string_view upload_id) {
+  auto it = uploads_.find(upload_id);
+  if (it == uploads_.end()) {
+    return absl::NotFoundError(absl::StrCat("upload ", upload_id, " not found (or expired)"));
+  }
+  Upload& upload = *it->second;
+  switch (upload.state) {
+    case Upload::State::kOpen:
+      upload.expire_time = absl::Now() + options_.upload_expiry;
+      return &upload;
+    case Upload::State::kCommitting:
+      return absl::FailedPreconditionError(absl::StrCat("upload ", upload_id, " is committing"));
+    case Upload::State::kCommitted:
+      return absl::FailedPreconditionError(absl::StrCat("upload ", upload_id, " is committed"));
+    case Upload::State::kAborted:
+      return absl::FailedPreconditionError(absl::StrCat("upload ", upload_id, " is aborted"));
+  }
+  return absl::InternalError("unreachable upload state");
+}
+
+absl::StatusOr<uint64_t> AdapterStore::Put(absl::string_view upload_id, int shard_index,
+                                           uint64_t offset, absl::string_view data) {
+  absl::MutexLock lock(&mutex_);
+  absl::StatusOr<Upload*> upload = OpenUpload(upload_id);
+  if (!upload.ok()) return upload.status();
+  if (shard_index < 0 || shard_index >= static_cast<int>((*upload)->shards.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard_index ", shard_index, " out of range [0, ", (*upload)->shards.size(), ")"));
+  }
+  ShardBuffer& shard = *(*upload)->shards[shard_index];
+  if (data.empty() || offset > shard.length() || data.size() > shard.length() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", shard_index, ": ", data.size(),
+                                                   " bytes at offset ", offset, " do not fit its ",
+                                                   shard.length(), " bytes"));
+  }
+  // Copying under the lock keeps Commit from reading a half-written chunk.
+  std::memcpy(shard.data() + offset, data.data(), data.size());
+  ByteRanges& written = (*upload)->written[shard_index];
+  written.Add(offset, offset + data.size());
+  return written.total();
+}
+
+absl::Status AdapterStore::CheckWritten(const Upload& upload) const {
+  for (size_t i = 0; i < upload.shards.size(); ++i) {
+    const uint64_t size = upload.shards[i]->length();
+    // UCX puts are invisible to the store: for such uploads the checksum is the whole proof.
+    if (!upload.use_ucx && upload.written[i].total() != size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", i, ": ", upload.written[i].total(), " of ", size, " bytes written"));
+    }
+    const uint64_t checksum = XXH3_64bits(upload.shards[i]->data(), size);
+    if (checksum != upload.manifest.shards(i).xxh3_64()) {
+      return absl::AbortedError(absl::StrFormat("shard %d: xxh3 0x%016x != manifest 0x%016x", i,
+                                                checksum, upload.manifest.shards(i).xxh3_64()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_view upload_id) {
+  Upload* upload = nullptr;
+  {
+    absl::MutexLock lock(&mutex_);
+    auto it = uploads_.find(upload_id);
+    if (it != uploads_.end() && it->second->state == Upload::State::kCommitted) {
+      return CommitOutcome{.version = it->second->committed, .repeated = true};
+    }
+    absl::StatusOr<Upload*> open = OpenUpload(upload_id);
+    if (!open.ok()) return open.status();
+    upload = *open;
+    upload->state = Upload::State::kCommitting;  // No more puts, no abort, no expiry.
+  }
+  // Checksums and the fsync of a large adapter take a while: outside the lock.
+  absl::Status verified = CheckWritten(*upload);
+  CommittedVersion staged;
+  if (verified.ok()) {
+    staged.manifest = upload->manifest;
+    *staged.manifest.mutable_commit_time() =
+        google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
+    staged.shards = std::move(upload->shards);
+    verified = WriteVersion(options_.data_dir, staged);
+    if (!verified.ok()) upload->shards = std::move(staged.shards);
+  }
+  absl::StatusOr<v1::VersionInfo> result;
+  std::vector<std::function<void(const v1::VersionInfo&)>> listeners;
+  {
+    absl::MutexLock lock(&mutex_);
+    upload->state = Upload::State::kOpen;  // On failure the upload stays open (re-put, retry).
+    if (!verified.ok()) return verified;
+    upload->manifest = staged.manifest;
+    result = Publish(*upload);
+    if (!result.ok()) return result.status();
+    for (const auto& [id, watcher] : watchers_) {
+      if (watcher.adapter == result->adapter_name()) listeners.push_back(watcher.listener);
+    }
+    adapters_[result->adapter_name()].versions[result->version()] =
+        std::make_shared<const CommittedVersion>(std::move(staged));
+    RetainLocked(result->adapter_name(), absl::Now());
+  }
+  for (const auto& listener : listeners) listener(*result);
+  return CommitOutcome{
+      .version = *result, .since_begin = absl::Now() - upload->begun, .by_ucx = upload->use_ucx};
+}
+
+absl::StatusOr<v1::VersionInfo> AdapterStore::Publish(Upload& upload) {
+  const v1::Manifest& manifest = upload.manifest;
+  const auto& versions = adapters_[manifest.adapter_name()].versions;
+  if (!versions.empty() && versions.rbegin()->first >= manifest.version()) {
+    DeleteVersion(options_.data_dir, manifest.adapter_name(), manifest.version()).IgnoreError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("version ", manifest.version(), " <= newest ", versions.rbegin()->first,
+                     " of ", manifest.adapter_name(), " committed meanwhile"));
+  }
+  upload.state = Upload::State::kCommitted;
+  upload.committed.set_adapter_name(manifest.adapter_name());
+  upload.committed.set_version(manifest.version());
+  upload.committed.set_total_bytes(manifest.total_bytes());
+  *upload.committed.mutable_commit_time() = manifest.commit_time();
+  upload.expire_time = absl::Now() + options_.upload_expiry;  // Remembered for retried commits.
+  return upload.committed;
+}
+
+absl::Status AdapterStore::Abort(absl::string_view upload_id) {
+  absl::MutexLock lock(&mutex_);
+  auto it = uploads_.find(upload_id);
+  if (it == uploads_.end()) return absl::OkStatus();
+  Upload& upload = *it->second;
+  if (upload.state == Upload::State::kCommitted || upload.state == Upload::State::kCommitting) {
+    return absl::FailedPreconditionError(absl::StrCat("upload ", upload_id, " is committed"));
+  }
+  upload.state = Upload::State::kAborted;
+  upload.shards.clear();  // Frees (and deregisters) the memory now.
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const CommittedVersion>> AdapterStore::Find(
+    absl::string_view adapter, int64_t exact_version, int64_t min_version) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = adapters_.find(adapter);
+  if (it != adapters_.end() && !it->second.versions.empty()) {
+    const auto& versions = it->second.versions;
+    if (exact_version > 0) {
+      if (auto found = versions.find(exact_version); found != versions.end()) return found->second;
+    } else if (versions.rbegin()->first >= min_version) {
+      return versions.rbegin()->second;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no committed version of adapter '", adapter, "' ",
+                                          exact_version > 0
+                                              ? absl::StrCat("equal to ", exact_version)
+                                              : absl::StrCat(">= ", min_version),
+                                          " (never committed, or retired)"));
+}
+
+v1::VersionInfo AdapterStore::Newest(absl::string_view adapter) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = adapters_.find(adapter);
+  if (it == adapters_.end() || it->second.versions.empty()) {
+    v1::VersionInfo none;
+    none.set_adapter_name(std::string(adapter));
+    return none;
+  }
+  return it->second.versions.rbegin()->second->Info();
+}
+
+int64_t AdapterStore::Watch(absl::string_view adapter,
+                            std::function<void(const v1::VersionInfo&)> listener) {
+  absl::MutexLock lock(&mutex_);
+  const int64_t id = next_watch_id_++;
+  watchers_[id] = {std::string(adapter), std::move(listener)};
+  return id;
+}
+
+void AdapterStore::Unwatch(int64_t watch_id) {
+  absl::MutexLock lock(&mutex_);
+  watchers_.erase(watch_id);
+}
+
+absl::StatusOr<AdapterStore::Lease> AdapterStore::AcquireLease(absl::string_view adapter,
+                                                               int64_t version,
+                                                               absl::string_view holder,
+                                                               absl::Duration ttl) {
+  if (absl::StatusOr<std::shared_ptr<const CommittedVersion>> found = Find(adapter, version, 0);
+      !found.ok()) {
+    return found.status();
+  }
+  absl::MutexLock lock(&mutex_);
+  Lease lease{.id = RandomId("lease"), .expire_time = absl::Now() + ttl};
+  leases_[lease.id] = {std::string(adapter), version, std::string(holder), lease.expire_time};
+  return lease;
+}
+
+absl::StatusOr<absl::Time> AdapterStore::RenewLease(absl::string_view lease_id,
+                                                    absl::Duration ttl) {
+  absl::MutexLock lock(&mutex_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.expire_time < absl::Now()) {
+    return absl::NotFoundError(absl::StrCat("lease ", lease_id, " not found or expired"));
+  }
+  it->second.expire_time = absl::Now() + ttl;
+  return it->second.expire_time;
+}
+
+void AdapterStore::ReleaseLease(absl::string_view lease_id) {
+  absl::MutexLock lock(&mutex_);
+  leases_.erase(lease_id);
+}
+
+absl::StatusOr<std::shared_ptr<const CommittedVersion>> AdapterStore::LeasedVersion(
+    absl::string_view lease_id, absl::string_view adapter, int64_t version) const {
+  {
+    absl::MutexLock lock(&mutex_);
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end() || it->second.expire_time < absl::Now()) {
+      return absl::NotFoundError(absl::StrCat("lease ", lease_id, " not found or expired"));
+    }
+    if (it->second.adapter != adapter || it->second.version != version) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "lease ", lease_id, " is for ", VersionName(it->second.adapter, it->second.version)));
+    }
+  }
+  return Find(adapter, version, 0);
+}
+
+bool AdapterStore::LeasedLocked(const std::string& adapter, int64_t version, absl::Time now) const {
+  for (const auto& [id, lease] : leases_) {
+    if (lease.adapter == adapter && lease.version == version && lease.expire_time >= now) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void AdapterStore::RetainLocked(const std::string& adapter, absl::Time now) {
+  auto& versions = adapters_[adapter].versions;
+  int kept = 0;
+  for (auto it = versions.rbegin(); it != versions.rend();) {
+    if (kept++ < options_.keep_versions || LeasedLocked(adapter, it->first, now)) {
+      ++it;
+      continue;
+    }
+    DeleteVersion(options_.data_dir, adapter, it->first).IgnoreError();
+    it = std::make_reverse_iterator(versions.erase(std::next(it).base()));
+  }
+}
+
+void AdapterStore::ExpireAndRetain(absl::Time now) {
+  absl::MutexLock lock(&mutex_);
+  for (auto it = uploads_.begin(); it != uploads_.end();) {
+    auto current = it++;
+    if (current->second->state != Upload::State::kCommitting &&
+        current->second->expire_time < now) {
+      uploads_.erase(current);
+    }
+  }
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    auto current = it++;
+    if (current->second.expire_time < now) leases_.erase(current);
+  }
+  for (const auto& [adapter, unused] : adapters_) RetainLocked(adapter, now);
+}
+
+AdapterStore::Totals AdapterStore::totals() const {
+  absl::MutexLock lock(&mutex_);
+  Totals totals;
+  for (const auto& [name, adapter] : adapters_) {
+    for (const auto& [number, version] : adapter.versions) {
+      ++totals.versions;
+      totals.bytes += static_cast<int64_t>(version->manifest.total_bytes());
+    }
+  }
+  totals.leases = static_cast<int64_t>(leases_.size());
+  for (const auto& [id, upload] : uploads_) {
+    totals.open_uploads += upload->state == Upload::State::kOpen;
+  }
+  return totals;
+}
+
+}  // namespace tandem::weight_store

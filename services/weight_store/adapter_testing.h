@@ -1,0 +1,91 @@
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_TESTING_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_TESTING_H_
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "services/weight_store/lora_layout.h"
+#include "tandem/v1/weight_store.pb.h"
+
+namespace tandem::weight_store {
+
+// A complete adapter version as a trainer with TP x EP ranks would publish it: the manifest,
+// each rank's shard bytes, and the canonical tensors for checking what consumers assemble.
+struct TestAdapter {
+  v1::Manifest manifest;
+  std::vector<std::string> shards;
+  absl::flat_hash_map<std::string, std::string> canonical;
+
+  std::vector<absl::string_view> shard_views() const { return {shards.begin(), shards.end()}; }
+};
+
+// The producer and model of a test adapter; the defaults are tiny, a benchmark scales them.
+struct TestAdapterSpec {
+  int tp_size = 2;
+  int ep_size = 2;
+  ModelShape model{.num_layers = 3,
+                   .num_dense_layers = 1,
+                   .hidden = 8,
+                   .q_out = 8,
+                   .kv_out = 4,
+                   .dense_ffn = 8,
+                   .expert_ffn = 4,
+                   .num_experts = 4};
+  int rank = 4;
+};
+
+inline TestAdapter MakeTestAdapter(const std::string& name, int64_t version, uint64_t seed,
+                                   const TestAdapterSpec& spec = {}) {
+  const ModelShape& model = spec.model;
+  const int tp_size = spec.tp_size;
+  const int ep_size = spec.ep_size;
+  v1::LoraConfig lora;
+  lora.set_rank(spec.rank);
+  lora.set_alpha(8);
+  lora.set_expert_layout(v1::EXPERT_LAYOUT_PER_EXPERT);
+  TestAdapter adapter;
+  std::vector<v1::CanonicalTensor> tensors = *CanonicalTensorsFor(model, lora, v1::DTYPE_BF16);
+  std::mt19937_64 random(seed);
+  for (const v1::CanonicalTensor& tensor : tensors) {
+    int64_t bytes = 2 * std::max(1, tensor.num_experts());
+    for (int64_t dim : tensor.spec().shape()) bytes *= dim;
+    std::string& data = adapter.canonical[tensor.spec().name()];
+    data.resize(bytes);
+    for (size_t i = 0; i < data.size(); i += 8) {
+      const uint64_t word = random();
+      std::memcpy(data.data() + i, &word, std::min<size_t>(8, data.size() - i));
+    }
+  }
+  v1::Manifest& manifest = adapter.manifest;
+  manifest.set_adapter_name(name);
+  manifest.set_version(version);
+  *manifest.mutable_lora() = lora;
+  manifest.mutable_tensors()->Add(tensors.begin(), tensors.end());
+  for (int tp = 0; tp < tp_size; ++tp) {
+    for (int ep = 0; ep < ep_size; ++ep) {
+      auto [shard, bytes] = *BuildProducerShard(
+          tensors, adapter.canonical,
+          {.tp_rank = tp, .tp_size = tp_size, .ep_rank = ep, .ep_size = ep_size},
+          tp * ep_size + ep);
+      if (shard.byte_size() == 0) continue;
+      *manifest.add_shards() = std::move(shard);
+      adapter.shards.push_back(std::move(bytes));
+    }
+  }
+  return adapter;
+}
+
+// The name a stacked-experts target uses for a canonical tensor: ".{e}" dropped.
+inline std::string StackedName(std::string name) {
+  if (const size_t at = name.find(".{e}"); at != std::string::npos) name.erase(at, 4);
+  return name;
+}
+
+}  // namespace tandem::weight_store
+
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_TESTING_H_

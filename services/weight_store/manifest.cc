@@ -1,0 +1,330 @@
+#include "services/weight_store/manifest.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "services/weight_store/lora_layout.h"
+
+namespace tandem::weight_store {
+namespace {
+
+constexpr size_t kMaxIdentifierBytes = 128;
+constexpr int kMaxTensors = 1'000'000;
+constexpr size_t kMaxTensorNameBytes = 512;
+constexpr int kMaxDims = 8;
+constexpr int kMaxExperts = 32767;
+constexpr int kMaxShards = 65536;
+constexpr uint64_t kMaxShardBytes = uint64_t{1} << 40;
+// All shards together hold at most this much, so no larger tensor can be covered. The bound
+// also keeps every element count and byte size below in uint64 range.
+constexpr uint64_t kMaxTensorBytes = kMaxShards * kMaxShardBytes;
+
+template <typename... Parts>
+absl::Status Invalid(const Parts&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(parts...));
+}
+
+bool IsIdentifier(absl::string_view value) {
+  return !value.empty() && value.size() <= kMaxIdentifierBytes &&
+         std::all_of(value.begin(), value.end(), [](char c) {
+           return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == ':' || c == '/' ||
+                  c == '-';
+         });
+}
+
+// A canonical tensor with its extended index space: [experts] ++ shape, where a tensor that is
+// not per expert has one pseudo expert.
+struct TensorInfo {
+  const v1::CanonicalTensor* tensor = nullptr;
+  std::vector<int64_t> shape;
+  uint64_t elements = 0;
+};
+
+// The index box one piece covers in a tensor's extended index space, [begin, end).
+struct CoveredBox {
+  std::vector<int64_t> begin;
+  std::vector<int64_t> end;
+  int shard = 0;
+  int piece = 0;
+};
+
+struct Tensors {
+  std::vector<TensorInfo> infos;
+  absl::flat_hash_map<absl::string_view, int> index_by_name;
+};
+
+absl::Status ValidateShape(const v1::CanonicalTensor& tensor, TensorInfo& info) {
+  const v1::TensorSpec& spec = tensor.spec();
+  if (spec.shape_size() > kMaxDims) return Invalid(spec.shape_size(), " dims > ", kMaxDims);
+  for (int d = 0; d < spec.shape_size(); ++d) {
+    if (spec.shape(d) < 1) return Invalid("shape[", d, "] = ", spec.shape(d), " < 1");
+  }
+  info.shape.push_back(std::max(tensor.num_experts(), 1));
+  info.shape.insert(info.shape.end(), spec.shape().begin(), spec.shape().end());
+  const uint64_t max_elements = kMaxTensorBytes / ElementSize(spec.dtype());
+  uint64_t elements = 1;
+  for (int64_t dim : info.shape) {
+    if (static_cast<uint64_t>(dim) > max_elements / elements) {
+      return Invalid("more than ", kMaxTensorBytes, " bytes");
+    }
+    elements *= dim;
+  }
+  info.elements = elements;
+  return absl::OkStatus();
+}
+
+absl::Status ValidateExperts(const v1::CanonicalTensor& tensor) {
+  const absl::string_view name = tensor.spec().name();
+  const size_t placeholder = name.find(kExpertPlaceholder);
+  if (placeholder == absl::string_view::npos) {
+    if (tensor.num_experts() != 0) return Invalid("num_experts ", tensor.num_experts(), " != 0");
+    return absl::OkStatus();
+  }
+  if (name.find(kExpertPlaceholder, placeholder + 1) != absl::string_view::npos) {
+    return Invalid("'", kExpertPlaceholder, "' more than once");
+  }
+  if (tensor.num_experts() < 1 || tensor.num_experts() > kMaxExperts) {
+    return Invalid("num_experts ", tensor.num_experts(), " not in 1..", kMaxExperts);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTensor(const v1::CanonicalTensor& tensor, TensorInfo& info) {
+  const v1::TensorSpec& spec = tensor.spec();
+  if (spec.name().empty() || spec.name().size() > kMaxTensorNameBytes) {
+    return Invalid("name of ", spec.name().size(), " bytes not in 1..", kMaxTensorNameBytes);
+  }
+  if (ElementSize(spec.dtype()) == 0) return Invalid("dtype ", spec.dtype(), " is not a dtype");
+  if (absl::Status status = ValidateExperts(tensor); !status.ok()) return status;
+  return ValidateShape(tensor, info);
+}
+
+absl::Status ValidateTensors(const v1::Manifest& manifest, Tensors& tensors) {
+  if (manifest.tensors_size() < 1 || manifest.tensors_size() > kMaxTensors) {
+    return Invalid("tensors: ", manifest.tensors_size(), " entries not in 1..", kMaxTensors);
+  }
+  tensors.infos.resize(manifest.tensors_size());
+  for (int i = 0; i < manifest.tensors_size(); ++i) {
+    const v1::CanonicalTensor& tensor = manifest.tensors(i);
+    TensorInfo& info = tensors.infos[i];
+    info.tensor = &tensor;
+    if (absl::Status status = ValidateTensor(tensor, info); !status.ok()) {
+      return Invalid("tensor ", i, " '", tensor.spec().name(), "': ", status.message());
+    }
+    if (!tensors.index_by_name.emplace(tensor.spec().name(), i).second) {
+      return Invalid("tensor ", i, ": duplicate name '", tensor.spec().name(), "'");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateExpertRange(const v1::ShardPiece& piece, const TensorInfo& info) {
+  const int experts = info.tensor->num_experts();
+  if (experts == 0 && (piece.expert_begin() != 0 || piece.expert_end() != 0)) {
+    return Invalid("expert range [", piece.expert_begin(), ", ", piece.expert_end(),
+                   ") on a tensor without experts");
+  }
+  if (experts > 0 && (piece.expert_begin() < 0 || piece.expert_begin() >= piece.expert_end() ||
+                      piece.expert_end() > experts)) {
+    return Invalid("expert range [", piece.expert_begin(), ", ", piece.expert_end(),
+                   ") not within [0, ", experts, ")");
+  }
+  return absl::OkStatus();
+}
+
+// The up_proj tensor of a fused piece.
+absl::StatusOr<int> FusedPartner(const v1::ShardPiece& piece, const TensorInfo& gate,
+                                 const Tensors& tensors) {
+  const std::optional<std::string> up_name = UpProjName(piece.tensor_name());
+  if (!up_name.has_value()) return Invalid("fused_gate_up on a tensor without 'gate_proj'");
+  const auto up = tensors.index_by_name.find(*up_name);
+  if (up == tensors.index_by_name.end()) {
+    return Invalid("fused_gate_up partner '", *up_name, "' missing");
+  }
+  if (!CanFuseGateUp(*gate.tensor, *tensors.infos[up->second].tensor)) {
+    return Invalid("fused_gate_up partner '", *up_name, "' differs in dtype, shape or experts");
+  }
+  if (piece.fused_dim() < 0 || piece.fused_dim() >= gate.tensor->spec().shape_size()) {
+    return Invalid("fused_dim ", piece.fused_dim(), " not in [0, ",
+                   gate.tensor->spec().shape_size(), ")");
+  }
+  return up->second;
+}
+
+// The box the piece covers, after checking its slice against the tensor's shape.
+absl::StatusOr<CoveredBox> SliceBox(const v1::ShardPiece& piece, const TensorInfo& info) {
+  if (piece.slice_size() + 1 != static_cast<int>(info.shape.size())) {
+    return Invalid(piece.slice_size(), " slice entries for ", info.shape.size() - 1, " dims");
+  }
+  CoveredBox box;
+  const bool per_expert = info.tensor->num_experts() > 0;
+  box.begin.push_back(per_expert ? piece.expert_begin() : 0);
+  box.end.push_back(per_expert ? piece.expert_end() : 1);
+  for (int d = 0; d < piece.slice_size(); ++d) {
+    const v1::DimSlice& slice = piece.slice(d);
+    const int64_t dim = info.shape[d + 1];
+    if (slice.offset() < 0 || slice.size() < 1 || slice.offset() > dim - slice.size()) {
+      return Invalid("slice[", d, "] offset ", slice.offset(), " size ", slice.size(),
+                     " not within dim ", dim);
+    }
+    box.begin.push_back(slice.offset());
+    box.end.push_back(slice.offset() + slice.size());
+  }
+  return box;
+}
+
+uint64_t BoxElements(const CoveredBox& box) {
+  uint64_t elements = 1;
+  for (size_t d = 0; d < box.begin.size(); ++d) elements *= box.end[d] - box.begin[d];
+  return elements;
+}
+
+absl::Status ValidateBytes(const v1::ShardPiece& piece, const v1::Shard& shard,
+                           const TensorInfo& info, const CoveredBox& box) {
+  // Fits: the box lies within a tensor of at most kMaxTensorBytes.
+  const uint64_t expected = BoxElements(box) * (piece.fused_gate_up() ? 2 : 1) *
+                            ElementSize(info.tensor->spec().dtype());
+  if (piece.byte_length() != expected) {
+    return Invalid("byte_length ", piece.byte_length(), " != ", expected, " of the slice");
+  }
+  if (piece.byte_offset() > shard.byte_size() ||
+      piece.byte_length() > shard.byte_size() - piece.byte_offset()) {
+    return Invalid("bytes [", piece.byte_offset(), ", +", piece.byte_length(),
+                   ") beyond shard byte_size ", shard.byte_size());
+  }
+  return absl::OkStatus();
+}
+
+// Checks one piece and adds the boxes it covers (of gate and up when fused) to `coverage`.
+absl::Status ValidatePiece(const v1::Shard& shard, int shard_index, int piece_index,
+                           const Tensors& tensors, std::vector<std::vector<CoveredBox>>& coverage) {
+  const v1::ShardPiece& piece = shard.pieces(piece_index);
+  const auto found = tensors.index_by_name.find(piece.tensor_name());
+  if (found == tensors.index_by_name.end()) return Invalid("unknown tensor");
+  const TensorInfo& info = tensors.infos[found->second];
+  if (absl::Status status = ValidateExpertRange(piece, info); !status.ok()) return status;
+  std::optional<int> up;
+  if (piece.fused_gate_up()) {
+    absl::StatusOr<int> partner = FusedPartner(piece, info, tensors);
+    if (!partner.ok()) return partner.status();
+    up = *partner;
+  }
+  absl::StatusOr<CoveredBox> box = SliceBox(piece, info);
+  if (!box.ok()) return box.status();
+  if (absl::Status status = ValidateBytes(piece, shard, info, *box); !status.ok()) return status;
+  box->shard = shard_index;
+  box->piece = piece_index;
+  if (up.has_value()) coverage[*up].push_back(*box);
+  coverage[found->second].push_back(*std::move(box));
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePieceBytesDisjoint(const v1::Shard& shard) {
+  std::vector<int> order(shard.pieces_size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return shard.pieces(a).byte_offset() < shard.pieces(b).byte_offset();
+  });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const v1::ShardPiece& previous = shard.pieces(order[i - 1]);
+    if (previous.byte_offset() + previous.byte_length() > shard.pieces(order[i]).byte_offset()) {
+      return Invalid("pieces ", order[i - 1], " and ", order[i], " overlap in bytes");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateShard(const v1::Shard& shard, int shard_index, const Tensors& tensors,
+                           std::vector<std::vector<CoveredBox>>& coverage) {
+  if (shard.producer_rank() < 0) return Invalid("producer_rank ", shard.producer_rank(), " < 0");
+  if (shard.byte_size() < 1 || shard.byte_size() > kMaxShardBytes) {
+    return Invalid("byte_size ", shard.byte_size(), " not in 1..", kMaxShardBytes);
+  }
+  if (shard.pieces_size() == 0) return Invalid("no pieces");
+  for (int p = 0; p < shard.pieces_size(); ++p) {
+    if (absl::Status status = ValidatePiece(shard, shard_index, p, tensors, coverage);
+        !status.ok()) {
+      return Invalid("piece ", p, " (tensor '", shard.pieces(p).tensor_name(),
+                     "'): ", status.message());
+    }
+  }
+  return ValidatePieceBytesDisjoint(shard);
+}
+
+bool Intersect(const CoveredBox& a, const CoveredBox& b) {
+  for (size_t d = 0; d < a.begin.size(); ++d) {
+    if (a.end[d] <= b.begin[d] || b.end[d] <= a.begin[d]) return false;
+  }
+  return true;
+}
+
+// Exactly-once: no two boxes intersect and, since all lie within the tensor, their sizes then
+// add up to the tensor's element count only if nothing is left uncovered.
+absl::Status ValidateCoverage(const TensorInfo& info, std::vector<CoveredBox>& boxes) {
+  // Sorted by the expert dimension so a box is only compared with those that start before it
+  // ends there, which keeps per-expert pieces of many experts far from quadratic.
+  std::sort(boxes.begin(), boxes.end(),
+            [](const CoveredBox& a, const CoveredBox& b) { return a.begin[0] < b.begin[0]; });
+  uint64_t covered = 0;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    for (size_t j = i + 1; j < boxes.size() && boxes[j].begin[0] < boxes[i].end[0]; ++j) {
+      if (Intersect(boxes[i], boxes[j])) {
+        return Invalid("shard ", boxes[i].shard, " piece ", boxes[i].piece, " and shard ",
+                       boxes[j].shard, " piece ", boxes[j].piece, " overlap");
+      }
+    }
+    covered += BoxElements(boxes[i]);
+  }
+  if (covered != info.elements) {
+    return Invalid("pieces cover ", covered, " of ", info.elements, " elements");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateContents(const v1::Manifest& manifest) {
+  if (absl::Status status = ValidateLoraConfig(manifest.lora()); !status.ok()) return status;
+  Tensors tensors;
+  if (absl::Status status = ValidateTensors(manifest, tensors); !status.ok()) return status;
+  if (manifest.shards_size() < 1 || manifest.shards_size() > kMaxShards) {
+    return Invalid("shards: ", manifest.shards_size(), " entries not in 1..", kMaxShards);
+  }
+  std::vector<std::vector<CoveredBox>> coverage(tensors.infos.size());
+  for (int s = 0; s < manifest.shards_size(); ++s) {
+    if (absl::Status status = ValidateShard(manifest.shards(s), s, tensors, coverage);
+        !status.ok()) {
+      return Invalid("shard ", s, ": ", status.message());
+    }
+  }
+  for (size_t t = 0; t < tensors.infos.size(); ++t) {
+    if (absl::Status status = ValidateCoverage(tensors.infos[t], coverage[t]); !status.ok()) {
+      return Invalid("tensor '", tensors.infos[t].tensor->spec().name(), "': ", status.message());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateManifest(const v1::Manifest& manifest) {
+  if (!IsIdentifier(manifest.adapter_name())) {
+    return Invalid("bad adapter_name: '", manifest.adapter_name(), "'");
+  }
+  if (manifest.version() < 1) {
+    return Invalid(manifest.adapter_name(), ": version ", manifest.version(), " < 1");
+  }
+  if (absl::Status status = ValidateContents(manifest); !status.ok()) {
+    return Invalid(manifest.adapter_name(), "@", manifest.version(), ": ", status.message());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::weight_store

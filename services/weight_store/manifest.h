@@ -1,0 +1,17 @@
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_MANIFEST_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_MANIFEST_H_
+
+#include "absl/status/status.h"
+#include "tandem/v1/weight_store.pb.h"
+
+namespace tandem::weight_store {
+
+// OK iff `manifest` obeys every rule of weight_store.proto: identifiers, version, LoRA config,
+// canonical tensors, shards and pieces, and every element of every canonical tensor covered by
+// exactly one piece. Otherwise INVALID_ARGUMENT naming the adapter@version, the tensor, shard or
+// piece, and the bad value. Output-only fields (total_bytes, commit_time) are not checked.
+absl::Status ValidateManifest(const v1::Manifest& manifest);
+
+}  // namespace tandem::weight_store
+
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_MANIFEST_H_

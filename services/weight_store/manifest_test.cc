@@ -1,0 +1,313 @@
+#include "services/weight_store/manifest.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/weight_store/lora_layout.h"
+
+namespace tandem::weight_store {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+v1::LoraConfig Lora(v1::ExpertLayout layout) {
+  v1::LoraConfig lora;
+  lora.set_rank(3);
+  lora.set_expert_layout(layout);
+  return lora;
+}
+
+// The manifest of the small test model published by every rank of a TP x EP producer.
+v1::Manifest Publish(v1::ExpertLayout expert_layout, v1::DType dtype, ProducerLayout layout) {
+  const ModelShape model{.num_layers = 3,
+                         .num_dense_layers = 1,
+                         .hidden = 8,
+                         .q_out = 8,
+                         .kv_out = 4,
+                         .dense_ffn = 12,
+                         .expert_ffn = 4,
+                         .num_experts = 4};
+  v1::Manifest manifest;
+  manifest.set_adapter_name("policy/job-1");
+  manifest.set_version(3);
+  *manifest.mutable_lora() = Lora(expert_layout);
+  const std::vector<v1::CanonicalTensor> tensors =
+      *CanonicalTensorsFor(model, manifest.lora(), dtype);
+  manifest.mutable_tensors()->Add(tensors.begin(), tensors.end());
+  absl::flat_hash_map<std::string, std::string> canonical;
+  for (const v1::CanonicalTensor& tensor : tensors) {
+    int64_t size = ElementSize(dtype) * std::max(tensor.num_experts(), 1);
+    for (int64_t dim : tensor.spec().shape()) size *= dim;
+    canonical[tensor.spec().name()] = std::string(size, 'x');  // contents do not matter here
+  }
+  const int tp_size = layout.tp_size;
+  for (int rank = 0; rank < tp_size * layout.ep_size; ++rank) {
+    layout.tp_rank = rank % tp_size;
+    layout.ep_rank = rank / tp_size;
+    auto shard = BuildProducerShard(tensors, canonical, layout, rank);
+    EXPECT_TRUE(shard.ok()) << shard.status();
+    if (shard.ok() && shard->first.byte_size() > 0) *manifest.add_shards() = shard->first;
+  }
+  return manifest;
+}
+
+v1::Manifest Trainer() {
+  return Publish(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
+}
+
+// The first piece of `manifest` on tensor `name`.
+v1::ShardPiece* FindPiece(v1::Manifest& manifest, absl::string_view name, int* shard_index) {
+  for (int s = 0; s < manifest.shards_size(); ++s) {
+    for (v1::ShardPiece& piece : *manifest.mutable_shards(s)->mutable_pieces()) {
+      if (piece.tensor_name() == name) {
+        *shard_index = s;
+        return &piece;
+      }
+    }
+  }
+  return nullptr;
+}
+
+v1::CanonicalTensor* FindTensor(v1::Manifest& manifest, absl::string_view name) {
+  for (v1::CanonicalTensor& tensor : *manifest.mutable_tensors()) {
+    if (tensor.spec().name() == name) return &tensor;
+  }
+  return nullptr;
+}
+
+constexpr absl::string_view kQ = "model.layers.0.self_attn.q_proj.lora_B.weight";
+constexpr absl::string_view kExpertDown = "model.layers.1.mlp.experts.{e}.down_proj.lora_A.weight";
+constexpr absl::string_view kDenseGate = "model.layers.0.mlp.gate_proj.lora_A.weight";
+
+TEST(ValidateManifestTest, AcceptsProducerManifests) {
+  for (auto layout : {v1::EXPERT_LAYOUT_PER_EXPERT, v1::EXPERT_LAYOUT_SHARED,
+                      v1::EXPERT_LAYOUT_SHARED_OUTER}) {
+    for (auto dtype : {v1::DTYPE_BF16, v1::DTYPE_F32}) {
+      for (const ProducerLayout& producer :
+           {ProducerLayout{.tp_size = 2, .ep_size = 2},
+            ProducerLayout{.fuse_gate_up = false, .stack_experts = false},
+            ProducerLayout{.tp_size = 4, .ep_size = 4, .stack_experts = false}}) {
+        EXPECT_TRUE(ValidateManifest(Publish(layout, dtype, producer)).ok())
+            << ValidateManifest(Publish(layout, dtype, producer));
+      }
+    }
+  }
+}
+
+struct BadCase {
+  std::string name;
+  std::function<void(v1::Manifest&)> mutate;
+  std::vector<std::string> message_parts;
+};
+
+class ValidateManifestErrorTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ValidateManifestErrorTest, RejectsWithNamedValue) {
+  v1::Manifest manifest = Trainer();
+  ASSERT_TRUE(ValidateManifest(manifest).ok());
+  GetParam().mutate(manifest);
+  const absl::Status status = ValidateManifest(manifest);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  for (const std::string& part : GetParam().message_parts) {
+    EXPECT_THAT(status.message(), HasSubstr(part));
+  }
+}
+
+// Applies `edit` to the first piece of tensor `name`.
+std::function<void(v1::Manifest&)> EditPiece(absl::string_view name,
+                                             std::function<void(v1::ShardPiece&)> edit) {
+  return [name, edit](v1::Manifest& manifest) {
+    int shard;
+    v1::ShardPiece* piece = FindPiece(manifest, name, &shard);
+    ASSERT_NE(piece, nullptr);
+    edit(*piece);
+  };
+}
+
+std::function<void(v1::Manifest&)> EditTensor(absl::string_view name,
+                                              std::function<void(v1::CanonicalTensor&)> edit) {
+  return [name, edit](v1::Manifest& manifest) {
+    v1::CanonicalTensor* tensor = FindTensor(manifest, name);
+    ASSERT_NE(tensor, nullptr);
+    edit(*tensor);
+  };
+}
+
+const BadCase kBadCases[] = {
+    {"EmptyAdapter", [](v1::Manifest& m) { m.clear_adapter_name(); }, {"bad adapter_name: ''"}},
+    {"AdapterWithSpace", [](v1::Manifest& m) { m.set_adapter_name("a b"); },
+     {"bad adapter_name: 'a b'"}},
+    {"LongAdapter", [](v1::Manifest& m) { m.set_adapter_name(std::string(129, 'a')); },
+     {"bad adapter_name"}},
+    {"VersionZero", [](v1::Manifest& m) { m.set_version(0); }, {"policy/job-1", "version 0 < 1"}},
+    {"RankZero", [](v1::Manifest& m) { m.mutable_lora()->set_rank(0); },
+     {"policy/job-1@3", "lora.rank: 0"}},
+    {"RankTooBig", [](v1::Manifest& m) { m.mutable_lora()->set_rank(1025); }, {"lora.rank: 1025"}},
+    {"NegativeAlpha", [](v1::Manifest& m) { m.mutable_lora()->set_alpha(-1); }, {"lora.alpha: -1"}},
+    {"NanAlpha", [](v1::Manifest& m) { m.mutable_lora()->set_alpha(std::nanf("")); },
+     {"lora.alpha"}},
+    {"InfiniteAlpha",
+     [](v1::Manifest& m) {
+       m.mutable_lora()->set_alpha(std::numeric_limits<float>::infinity());
+     },
+     {"lora.alpha: inf"}},
+    {"DropoutOne", [](v1::Manifest& m) { m.mutable_lora()->set_dropout(1); }, {"lora.dropout: 1"}},
+    {"UnknownModule", [](v1::Manifest& m) { m.mutable_lora()->add_target_modules("lm_head"); },
+     {"'lm_head'"}},
+    {"DuplicateModule",
+     [](v1::Manifest& m) {
+       m.mutable_lora()->add_target_modules("up_proj");
+       m.mutable_lora()->add_target_modules("up_proj");
+     },
+     {"duplicate 'up_proj'"}},
+    {"LayoutUnset",
+     [](v1::Manifest& m) { m.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_UNSPECIFIED); },
+     {"lora.expert_layout"}},
+    {"NoTensors",
+     [](v1::Manifest& m) {
+       m.clear_tensors();
+       m.clear_shards();
+     },
+     {"tensors: 0 entries"}},
+    {"DuplicateTensor", [](v1::Manifest& m) { *m.add_tensors() = m.tensors(0); },
+     {"duplicate name 'model.layers.0.mlp.down_proj.lora_A.weight'"}},
+    {"EmptyTensorName", EditTensor(kQ, [](auto& t) { t.mutable_spec()->clear_name(); }),
+     {"name of 0 bytes"}},
+    {"LongTensorName",
+     EditTensor(kQ, [](auto& t) { t.mutable_spec()->set_name(std::string(513, 'n')); }),
+     {"name of 513 bytes"}},
+    {"DtypeUnset",
+     EditTensor(kQ, [](auto& t) { t.mutable_spec()->set_dtype(v1::DTYPE_UNSPECIFIED); }),
+     {std::string(kQ), "dtype 0"}},
+    {"NineDims",
+     EditTensor(kQ,
+                [](auto& t) {
+                  for (int i = 0; i < 7; ++i) t.mutable_spec()->add_shape(1);
+                }),
+     {"9 dims > 8"}},
+    {"ZeroDim", EditTensor(kQ, [](auto& t) { t.mutable_spec()->set_shape(1, 0); }),
+     {"shape[1] = 0 < 1"}},
+    {"TooManyBytes",
+     EditTensor(kQ,
+                [](auto& t) {
+                  t.mutable_spec()->set_shape(0, int64_t{1} << 40);
+                  t.mutable_spec()->set_shape(1, int64_t{1} << 40);
+                }),
+     {"more than 72057594037927936 bytes"}},
+    {"PlaceholderWithoutExperts", EditTensor(kExpertDown, [](auto& t) { t.set_num_experts(0); }),
+     {std::string(kExpertDown), "num_experts 0 not in 1..32767"}},
+    {"TooManyExperts", EditTensor(kExpertDown, [](auto& t) { t.set_num_experts(32768); }),
+     {"num_experts 32768"}},
+    {"ExpertsWithoutPlaceholder", EditTensor(kQ, [](auto& t) { t.set_num_experts(2); }),
+     {"num_experts 2 != 0"}},
+    {"PlaceholderTwice",
+     EditTensor(kExpertDown,
+                [](auto& t) { t.mutable_spec()->set_name("x.{e}.y.{e}.lora_A.weight"); }),
+     {"'{e}' more than once"}},
+    {"NoShards", [](v1::Manifest& m) { m.clear_shards(); }, {"shards: 0 entries"}},
+    {"TooManyShards",
+     [](v1::Manifest& m) {
+       for (int i = 0; i < 65536; ++i) m.add_shards();
+     },
+     {"shards: 65540 entries not in 1..65536"}},
+    {"NegativeProducerRank", [](v1::Manifest& m) { m.mutable_shards(1)->set_producer_rank(-1); },
+     {"shard 1: producer_rank -1"}},
+    {"EmptyShard", [](v1::Manifest& m) { m.mutable_shards(0)->set_byte_size(0); },
+     {"shard 0: byte_size 0"}},
+    {"HugeShard", [](v1::Manifest& m) { m.mutable_shards(0)->set_byte_size((1ull << 40) + 1); },
+     {"byte_size 1099511627777"}},
+    {"ShardWithoutPieces",
+     [](v1::Manifest& m) {
+       v1::Shard& shard = *m.add_shards();
+       shard.set_byte_size(1);
+     },
+     {"shard 4: no pieces"}},
+    {"UnknownTensor", EditPiece(kQ, [](auto& p) { p.set_tensor_name("nope"); }),
+     {"piece", "(tensor 'nope'): unknown tensor"}},
+    {"ExpertRangeOnPlainTensor", EditPiece(kQ, [](auto& p) { p.set_expert_end(1); }),
+     {"expert range [0, 1) on a tensor without experts"}},
+    {"EmptyExpertRange", EditPiece(kExpertDown, [](auto& p) { p.set_expert_end(0); }),
+     {"expert range [0, 0) not within [0, 4)"}},
+    {"ExpertRangePastEnd", EditPiece(kExpertDown, [](auto& p) { p.set_expert_end(5); }),
+     {"expert range [0, 5)"}},
+    {"NegativeExpert", EditPiece(kExpertDown, [](auto& p) { p.set_expert_begin(-1); }),
+     {"expert range [-1, 2)"}},
+    {"FusedWithoutGate", EditPiece(kQ, [](auto& p) { p.set_fused_gate_up(true); }),
+     {"fused_gate_up on a tensor without 'gate_proj'"}},
+    {"FusedPartnerMissing",
+     [](v1::Manifest& m) {
+       FindTensor(m, "model.layers.0.mlp.up_proj.lora_A.weight")
+           ->mutable_spec()
+           ->set_name("model.layers.0.mlp.up2_proj.lora_A.weight");
+     },
+     {"partner 'model.layers.0.mlp.up_proj.lora_A.weight' missing"}},
+    {"FusedPartnerOtherDtype",
+     EditTensor("model.layers.0.mlp.up_proj.lora_A.weight",
+                [](auto& t) { t.mutable_spec()->set_dtype(v1::DTYPE_F32); }),
+     {"differs in dtype, shape or experts"}},
+    {"FusedDimTooBig", EditPiece(kDenseGate, [](auto& p) { p.set_fused_dim(2); }),
+     {"fused_dim 2 not in [0, 2)"}},
+    {"SliceMissing", EditPiece(kQ, [](auto& p) { p.mutable_slice()->RemoveLast(); }),
+     {"1 slice entries for 2 dims"}},
+    {"SlicePastEnd", EditPiece(kQ, [](auto& p) { p.mutable_slice(0)->set_offset(5); }),
+     {"slice[0] offset 5 size 4 not within dim 8"}},
+    {"NegativeSliceOffset", EditPiece(kQ, [](auto& p) { p.mutable_slice(0)->set_offset(-1); }),
+     {"slice[0] offset -1"}},
+    {"EmptySlice", EditPiece(kQ, [](auto& p) { p.mutable_slice(1)->set_size(0); }),
+     {"slice[1] offset 0 size 0"}},
+    {"ByteLengthWrong", EditPiece(kQ, [](auto& p) { p.set_byte_length(p.byte_length() + 2); }),
+     {"byte_length 26 != 24 of the slice"}},
+    {"PieceOutsideShard",
+     EditPiece(kQ, [](auto& p) { p.set_byte_offset(p.byte_offset() + (1ull << 41)); }),
+     {"beyond shard byte_size"}},
+    {"PiecesOverlapInBytes",
+     [](v1::Manifest& m) {
+       v1::Shard& shard = *m.mutable_shards(0);
+       shard.mutable_pieces(1)->set_byte_offset(shard.pieces(0).byte_offset() + 2);
+     },
+     {"shard 0: pieces 0 and 1 overlap in bytes"}},
+    {"MissingCoverage",
+     [](v1::Manifest& m) { m.mutable_shards(1)->mutable_pieces()->RemoveLast(); },
+     {"pieces cover", "elements"}},
+    {"OverlappingCoverage",
+     [](v1::Manifest& m) {
+       // A second copy of the first piece, in another shard.
+       v1::ShardPiece copy = m.shards(0).pieces(0);
+       copy.set_byte_offset(0);
+       v1::Shard& shard = *m.add_shards();
+       shard.set_byte_size(copy.byte_length());
+       *shard.add_pieces() = copy;
+     },
+     {"shard 0 piece 0 and shard 4 piece 0 overlap"}},
+    {"ShiftedSliceLeavesGapAndOverlap",
+     EditPiece(kQ, [](auto& p) { p.mutable_slice(0)->set_offset(2); }),
+     {std::string(kQ), "overlap"}},
+};
+
+INSTANTIATE_TEST_SUITE_P(AllRules, ValidateManifestErrorTest, ::testing::ValuesIn(kBadCases),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(ValidateManifestTest, FusedGateCoversUpToo) {
+  v1::Manifest manifest = Trainer();
+  int shard;
+  v1::ShardPiece* piece = FindPiece(manifest, kDenseGate, &shard);
+  ASSERT_NE(piece, nullptr);
+  ASSERT_TRUE(piece->fused_gate_up());
+  // Unfused, the piece is too long for its slice; halved, up_proj loses its coverage.
+  piece->set_fused_gate_up(false);
+  EXPECT_THAT(ValidateManifest(manifest).message(), HasSubstr("byte_length 96 != 48"));
+  piece->set_byte_length(48);
+  EXPECT_THAT(ValidateManifest(manifest).message(),
+              AllOf(HasSubstr("model.layers.0.mlp.up_proj.lora_A.weight"),
+                    HasSubstr("pieces cover 0 of 24 elements")));
+}
+
+}  // namespace
+}  // namespace tandem::weight_store

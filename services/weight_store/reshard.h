@@ -1,0 +1,42 @@
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_RESHARD_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_RESHARD_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tandem/v1/weight_store.pb.h"
+
+namespace tandem::weight_store {
+
+// The tensors one consumer rank of `target` holds, in byte-wise name order, each with the CopyOps
+// that fill it from the manifest's shards: ascending dst_offset, every byte exactly once, with
+// contiguous runs merged into long blocks and regular patterns into strided ops (a row-split
+// slice of a row-major tensor is one op with count = rows).
+//
+// `manifest` must have passed ValidateManifest. Sharding follows TargetLayout (attention, dense
+// and other tensors by tp, routed-expert tensors by expert_tp, per-expert ones also by ep);
+// tensors whose name is no LoRA projection are delivered whole. Names: canonical, with
+// fuse_gate_up joining a gate_proj tensor and its up_proj partner into "...gate_up_proj..."
+// (gate then up along canonical dim 0) and stack_experts giving one tensor per per-expert family
+// ([E_local, ...], name without ".{e}", expert_begin/end set) instead of one per expert ("{e}"
+// -> the expert id). TENSOR_NAMING_ENGINE_NATIVE: the same with stack_experts forced on, as the
+// embedded engine stores experts stacked. Shapes, byte sizes and the plan are in the stored
+// dtype whatever target.dtype says; xxh3_64 is left unset.
+//
+// `tensor_names`, when non-empty, selects target tensors by name. INVALID_ARGUMENT for a bad
+// layout (ranks, sizes, enums), sizes that do not divide evenly, an unknown requested name, or
+// two target tensors with the same name.
+absl::StatusOr<std::vector<v1::PlannedTensor>> PlanReads(
+    const v1::Manifest& manifest, const v1::TargetLayout& target,
+    const std::vector<std::string>& tensor_names);
+
+// Runs a tensor's ops from the shards' bytes (indexed by shard_index) into `dst`, which holds
+// tensor.byte_size bytes. The shards must be those of the planned manifest.
+void ExecuteOps(const v1::PlannedTensor& tensor, const std::vector<absl::string_view>& shards,
+                char* dst);
+
+}  // namespace tandem::weight_store
+
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_RESHARD_H_

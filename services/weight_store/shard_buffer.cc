@@ -1,0 +1,20 @@
+#include "services/weight_store/shard_buffer.h"
+
+namespace tandem::weight_store {
+
+absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBuffer::Allocate(UcxWorker* ucx, size_t length) {
+  std::unique_ptr<ShardBuffer> buffer(new ShardBuffer());
+  buffer->length_ = length;
+  if (ucx != nullptr) {
+    absl::StatusOr<std::unique_ptr<UcxRegion>> region = ucx->Allocate(length);
+    if (!region.ok()) return region.status();
+    buffer->region_ = *std::move(region);
+    buffer->data_ = buffer->region_->data();
+  } else {
+    buffer->plain_ = std::make_unique_for_overwrite<char[]>(length);
+    buffer->data_ = buffer->plain_.get();
+  }
+  return buffer;
+}
+
+}  // namespace tandem::weight_store

@@ -1,0 +1,164 @@
+// One-sided transfers between weight-store processes over UCX (UCP RMA): a store process
+// exposes registered shard buffers (UcxRegion) and a client reads or writes them through an
+// endpoint (UcxPeer) without the store's CPU copying data, except where the transport (tcp)
+// emulates RMA in software, which the store's progress thread serves.
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_UCX_TRANSPORT_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_UCX_TRANSPORT_H_
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace tandem::weight_store {
+
+struct UcxOptions {
+  // Transports, as UCX_TLS (e.g. "tcp", "posix,sysv,self"); empty: UCX's default selection.
+  // The UCX_TLS environment variable, when set, wins over this field.
+  std::string transports;
+  size_t max_chunk_bytes = 256 << 10;  // Largest single put/get.
+  int window = 16;                     // Outstanding operations per Get/Put call.
+};
+
+class UcxRegion;
+class UcxPeer;
+
+namespace ucx_internal {
+class Core;
+class RequestWindow;
+}  // namespace ucx_internal
+
+// One UCP context and worker (thread mode MULTI), progressed by its own event-driven thread.
+// Regions and peers share ownership of the context, worker and thread, so UCX resources are
+// released in the right order whatever the order of destruction: the thread stops, and the
+// worker and context are destroyed, when the last of this object and its regions and peers is.
+class UcxWorker {
+ public:
+  static absl::StatusOr<std::unique_ptr<UcxWorker>> Create(const UcxOptions& options);
+  ~UcxWorker();
+
+  UcxWorker(const UcxWorker&) = delete;
+  UcxWorker& operator=(const UcxWorker&) = delete;
+
+  // Packed worker address (ucp_worker_get_address), for a peer's Connect.
+  const std::string& address() const { return address_; }
+
+  // Allocates `length` bytes registered for remote access. UCX allocates them (ucp_mem_map
+  // ALLOCATE) so that shared-memory transports can map them into a peer.
+  absl::StatusOr<std::unique_ptr<UcxRegion>> Allocate(size_t length);
+  // Registers existing memory; the caller keeps it alive longer than the region.
+  absl::StatusOr<std::unique_ptr<UcxRegion>> Register(void* data, size_t length);
+  // Endpoint to a remote worker address (a peer's address()). A dead peer makes transfers
+  // fail instead of hang.
+  absl::StatusOr<std::unique_ptr<UcxPeer>> Connect(absl::string_view remote_address);
+
+ private:
+  UcxWorker(std::shared_ptr<ucx_internal::Core> core, std::string address);
+  absl::StatusOr<std::unique_ptr<UcxRegion>> Map(void* data, size_t length, bool allocate);
+
+  std::shared_ptr<ucx_internal::Core> core_;
+  std::string address_;
+};
+
+// Memory registered with a worker's context. Its packed_rkey() is what a peer needs, besides
+// the worker address, to read and write it.
+class UcxRegion {
+ public:
+  ~UcxRegion();  // Unmaps (and frees, when allocated by UCX).
+
+  UcxRegion(const UcxRegion&) = delete;
+  UcxRegion& operator=(const UcxRegion&) = delete;
+
+  char* data() const { return data_; }
+  size_t length() const { return length_; }
+  uint64_t remote_address() const { return reinterpret_cast<uintptr_t>(data_); }
+  // The region's bounds followed by ucp_rkey_pack's output. The bounds let a peer reject
+  // out-of-range transfers: UCX does not check them, and a stray address would crash the
+  // store (tcp emulates RMA with a memcpy there) or the client (shared memory).
+  const std::string& packed_rkey() const { return packed_rkey_; }
+
+ private:
+  friend class UcxWorker;
+  UcxRegion(std::shared_ptr<ucx_internal::Core> core, ucp_mem_h memh, char* data, size_t length,
+            std::string packed_rkey);
+
+  std::shared_ptr<ucx_internal::Core> core_;
+  ucp_mem_h memh_;
+  char* data_;
+  size_t length_;
+  std::string packed_rkey_;
+};
+
+// A connection to one remote worker, used by one thread at a time.
+class UcxPeer {
+ public:
+  ~UcxPeer();  // Destroys cached rkeys, then closes the endpoint (forcibly if it failed).
+
+  UcxPeer(const UcxPeer&) = delete;
+  UcxPeer& operator=(const UcxPeer&) = delete;
+
+  // `local` may be any memory; registering it is optional.
+  struct Transfer {
+    uint64_t remote_address;
+    char* local;
+    size_t length;
+  };
+
+  // One-sided reads/writes of the remote region described by `packed_rkey` (unpacked once per
+  // distinct rkey and cached), split into max_chunk_bytes pieces with up to `window`
+  // outstanding. Return when all completed, or with the first error: UNAVAILABLE naming the
+  // UCX status (e.g. the peer died), DEADLINE_EXCEEDED if not complete by `deadline`,
+  // INVALID_ARGUMENT for a malformed rkey or a transfer outside the region. After
+  // UNAVAILABLE or DEADLINE_EXCEEDED the endpoint is closed and every later call fails.
+  absl::Status Get(absl::string_view packed_rkey, const std::vector<Transfer>& transfers,
+                   absl::Time deadline);
+  // Ends with a flush, so the data is visible at the remote side on return.
+  absl::Status Put(absl::string_view packed_rkey, const std::vector<Transfer>& transfers,
+                   absl::Time deadline);
+
+  // Transports and lanes the endpoint uses (ucp_ep_print_info), for diagnostics. Lanes are
+  // final only after the first transfer completed.
+  std::string DebugString() const;
+
+ private:
+  friend class UcxWorker;
+  struct RemoteKey {
+    ucp_rkey_h rkey;
+    uint64_t base;
+    uint64_t length;
+  };
+
+  UcxPeer(std::shared_ptr<ucx_internal::Core> core, uint64_t remote_fingerprint);
+  static void OnError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static absl::Status CheckBounds(const RemoteKey& key, const std::vector<Transfer>& transfers);
+  absl::Status Transfers(bool put, absl::string_view packed_rkey,
+                         const std::vector<Transfer>& transfers, absl::Time deadline);
+  absl::Status Issue(bool put, const RemoteKey& key, const std::vector<Transfer>& transfers,
+                     absl::Time deadline, ucx_internal::RequestWindow& requests);
+  absl::Status CheckUsable() const;
+  absl::StatusOr<RemoteKey> Unpack(absl::string_view packed_rkey);
+  void Close(bool force);
+
+  std::shared_ptr<ucx_internal::Core> core_;
+  size_t max_chunk_bytes_;
+  size_t window_;
+  uint64_t remote_fingerprint_;  // Of the remote worker's address; must match rkeys' owner.
+  ucp_ep_h ep_ = nullptr;
+  // First endpoint error, set by OnError from whichever thread progresses the worker.
+  std::atomic<ucs_status_t> failure_{UCS_OK};
+  std::map<std::string, RemoteKey, std::less<>> rkeys_;
+};
+
+}  // namespace tandem::weight_store
+
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_UCX_TRANSPORT_H_

@@ -1,0 +1,361 @@
+// Real UCX between two processes: each test forks a store process that exposes a region over
+// its own worker, and reads/writes it from the test process. The store is forked before the
+// test process creates any UCX worker, so the child inherits no UCX threads.
+#include "services/weight_store/ucx_transport.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace tandem::weight_store {
+namespace {
+
+// Not a multiple of the chunk size, so the last chunk of a whole-region transfer is partial.
+constexpr size_t kRegionBytes = (64 << 20) + 12345;
+constexpr uint64_t kStoreSeed = 1;
+constexpr absl::Duration kTimeout = absl::Seconds(10);
+
+// A sequence without short periods, so that a misplaced chunk cannot match by accident.
+void FillPattern(char* data, size_t size, uint64_t seed) {
+  size_t words = size / 8;
+  for (size_t i = 0; i < words; ++i) {
+    uint64_t x = (i + seed) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 31;
+    std::memcpy(data + i * 8, &x, 8);
+  }
+  for (size_t i = words * 8; i < size; ++i) data[i] = static_cast<char>(i * 131 + seed);
+}
+
+std::vector<char> Pattern(size_t size, uint64_t seed) {
+  std::vector<char> data(size);
+  FillPattern(data.data(), size, seed);
+  return data;
+}
+
+// Length-prefixed messages over one end of a socketpair.
+class Channel {
+ public:
+  explicit Channel(int fd) : fd_(fd) {}
+  ~Channel() { close(fd_); }
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  bool Send(absl::string_view message) {
+    uint64_t size = message.size();
+    return WriteAll(&size, sizeof(size)) && WriteAll(message.data(), message.size());
+  }
+  // nullopt once the other side is gone.
+  std::optional<std::string> Receive() {
+    uint64_t size;
+    if (!ReadAll(&size, sizeof(size))) return std::nullopt;
+    std::string message(size, '\0');
+    if (!ReadAll(message.data(), size)) return std::nullopt;
+    return message;
+  }
+
+ private:
+  bool WriteAll(const void* data, size_t size) {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      ssize_t n = write(fd_, p, size);
+      if (n <= 0) return false;
+      p += n;
+      size -= n;
+    }
+    return true;
+  }
+  bool ReadAll(void* data, size_t size) {
+    char* p = static_cast<char*>(data);
+    while (size > 0) {
+      ssize_t n = read(fd_, p, size);
+      if (n <= 0) return false;
+      p += n;
+      size -= n;
+    }
+    return true;
+  }
+
+  int fd_;
+};
+
+// The store process: exposes a region holding Pattern(size, kStoreSeed), sends its worker
+// address, region address and rkey, then answers "verify <seed> <offset> <length>" (does the
+// range hold that pattern?) until the test closes the channel.
+int ServeStore(Channel& channel, const std::string& transports, size_t size, bool allocate) {
+  absl::StatusOr<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create({.transports = transports});
+  if (!worker.ok()) return 2;
+  std::vector<char> registered(allocate ? 0 : size);
+  absl::StatusOr<std::unique_ptr<UcxRegion>> region =
+      allocate ? (*worker)->Allocate(size) : (*worker)->Register(registered.data(), size);
+  if (!region.ok()) return 3;
+  FillPattern((*region)->data(), size, kStoreSeed);
+  if (!channel.Send((*worker)->address()) ||
+      !channel.Send(absl::StrCat((*region)->remote_address())) ||
+      !channel.Send((*region)->packed_rkey())) {
+    return 4;
+  }
+  while (std::optional<std::string> command = channel.Receive()) {
+    std::vector<std::string> words = absl::StrSplit(*command, ' ');
+    uint64_t seed, offset, length;
+    if (words.size() != 4 || words[0] != "verify" || !absl::SimpleAtoi(words[1], &seed) ||
+        !absl::SimpleAtoi(words[2], &offset) || !absl::SimpleAtoi(words[3], &length)) {
+      return 5;
+    }
+    std::vector<char> expected = Pattern(size, seed);
+    bool same = std::memcmp((*region)->data() + offset, expected.data() + offset, length) == 0;
+    channel.Send(same ? "ok" : "mismatch");
+  }
+  return 0;
+}
+
+// A forked store process, as seen from the test.
+class Store {
+ public:
+  Store(const std::string& transports, size_t size, bool allocate = true) {
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(fds[0]);
+      Channel channel(fds[1]);
+      _exit(ServeStore(channel, transports, size, allocate));
+    }
+    close(fds[1]);
+    channel_.emplace(fds[0]);
+    std::optional<std::string> address = channel_->Receive();
+    std::optional<std::string> region = channel_->Receive();
+    std::optional<std::string> rkey = channel_->Receive();
+    if (address && region && rkey && absl::SimpleAtoi(*region, &region_address_)) {
+      address_ = *address;
+      rkey_ = *rkey;
+    }
+  }
+  ~Store() {
+    channel_.reset();  // The store exits once its channel closes.
+    Wait();
+  }
+
+  bool ok() const { return !address_.empty(); }
+  const std::string& address() const { return address_; }
+  uint64_t region_address() const { return region_address_; }
+  const std::string& rkey() const { return rkey_; }
+
+  bool Verify(uint64_t seed, size_t offset, size_t length) {
+    return channel_->Send(absl::StrCat("verify ", seed, " ", offset, " ", length)) &&
+           channel_->Receive() == "ok";
+  }
+  void Kill() {
+    kill(pid_, SIGKILL);
+    Wait();
+  }
+
+ private:
+  void Wait() {
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  pid_t pid_ = -1;
+  std::optional<Channel> channel_;
+  std::string address_;
+  uint64_t region_address_ = 0;
+  std::string rkey_;
+};
+
+// Shared memory only. posix and sysv map UCX-allocated regions into the peer (cma, which
+// could reach any memory, is blocked by the ptrace restriction here); self is the loopback.
+constexpr char kSharedMemory[] = "posix,sysv,self";
+
+class UcxTransportTest : public testing::TestWithParam<std::string> {
+ protected:
+  // Forks the store, then creates this process's worker and connects.
+  void StartStore(size_t size, bool allocate = true) {
+    store_.emplace(GetParam(), size, allocate);
+    ASSERT_TRUE(store_->ok());
+    absl::StatusOr<std::unique_ptr<UcxWorker>> worker =
+        UcxWorker::Create({.transports = GetParam()});
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    worker_ = *std::move(worker);
+    absl::StatusOr<std::unique_ptr<UcxPeer>> peer = worker_->Connect(store_->address());
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    peer_ = *std::move(peer);
+  }
+
+  absl::Status Get(size_t offset, char* local, size_t length) {
+    return peer_->Get(store_->rkey(), {{store_->region_address() + offset, local, length}},
+                      absl::Now() + kTimeout);
+  }
+  absl::Status Put(size_t offset, char* local, size_t length) {
+    return peer_->Put(store_->rkey(), {{store_->region_address() + offset, local, length}},
+                      absl::Now() + kTimeout);
+  }
+
+  std::optional<Store> store_;
+  std::unique_ptr<UcxWorker> worker_;
+  std::unique_ptr<UcxPeer> peer_;
+};
+
+TEST_P(UcxTransportTest, GetReadsExactBytes) {
+  ASSERT_NO_FATAL_FAILURE(StartStore(kRegionBytes));
+  const std::vector<char> expected = Pattern(kRegionBytes, kStoreSeed);
+  std::vector<char> local(kRegionBytes);
+  struct Range {
+    size_t offset, length;
+  };
+  for (Range range :
+       {Range{0, 1}, Range{kRegionBytes - 1, 1}, Range{777, 1 << 20}, Range{0, kRegionBytes}}) {
+    SCOPED_TRACE(absl::StrCat(range.length, " bytes at ", range.offset));
+    std::fill(local.begin(), local.end(), 0);
+    ASSERT_TRUE(Get(range.offset, local.data(), range.length).ok());
+    EXPECT_EQ(std::memcmp(local.data(), expected.data() + range.offset, range.length), 0);
+  }
+}
+
+TEST_P(UcxTransportTest, GetGathersSeveralTransfersInOneCall) {
+  ASSERT_NO_FATAL_FAILURE(StartStore(kRegionBytes));
+  const std::vector<char> expected = Pattern(kRegionBytes, kStoreSeed);
+  std::vector<char> first(3 << 20), second(5);
+  const uint64_t base = store_->region_address();
+  ASSERT_TRUE(peer_
+                  ->Get(store_->rkey(),
+                        {{base + 10, first.data(), first.size()},
+                         {base + kRegionBytes - 5, second.data(), second.size()}},
+                        absl::Now() + kTimeout)
+                  .ok());
+  EXPECT_EQ(std::memcmp(first.data(), expected.data() + 10, first.size()), 0);
+  EXPECT_EQ(std::memcmp(second.data(), expected.data() + kRegionBytes - 5, second.size()), 0);
+}
+
+TEST_P(UcxTransportTest, PutIsVisibleToTheStoreOnReturn) {
+  ASSERT_NO_FATAL_FAILURE(StartStore(kRegionBytes));
+  constexpr uint64_t kSeed = 7;
+  std::vector<char> data = Pattern(kRegionBytes, kSeed);
+  ASSERT_TRUE(Put(5, data.data() + 5, 1).ok());
+  EXPECT_TRUE(store_->Verify(kSeed, 5, 1));
+  ASSERT_TRUE(Put(4099, data.data() + 4099, 1 << 20).ok());
+  EXPECT_TRUE(store_->Verify(kSeed, 4099, 1 << 20));
+  ASSERT_TRUE(Put(0, data.data(), kRegionBytes).ok());
+  EXPECT_TRUE(store_->Verify(kSeed, 0, kRegionBytes));
+}
+
+TEST_P(UcxTransportTest, ServesRegisteredMemory) {
+  constexpr size_t kBytes = (4 << 20) + 3;
+  ASSERT_NO_FATAL_FAILURE(StartStore(kBytes, /*allocate=*/false));
+  const std::vector<char> expected = Pattern(kBytes, kStoreSeed);
+  std::vector<char> local(kBytes);
+  ASSERT_TRUE(Get(0, local.data(), kBytes).ok());
+  EXPECT_EQ(local, expected);
+  std::vector<char> data = Pattern(kBytes, 9);
+  ASSERT_TRUE(Put(0, data.data(), kBytes).ok());
+  EXPECT_TRUE(store_->Verify(9, 0, kBytes));
+}
+
+TEST_P(UcxTransportTest, RejectsBadRkeysAndAddressesThenStillWorks) {
+  constexpr size_t kBytes = 1 << 20;
+  ASSERT_NO_FATAL_FAILURE(StartStore(kBytes));
+  std::vector<char> local(kBytes + 1);
+  const uint64_t base = store_->region_address();
+  const absl::Time deadline = absl::Now() + kTimeout;
+  const std::string& rkey = store_->rkey();
+  for (const std::string& bad_rkey : {std::string(), std::string(40, 'x'), rkey.substr(0, 20)}) {
+    EXPECT_EQ(peer_->Get(bad_rkey, {{base, local.data(), 1}}, deadline).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  std::string foreign = rkey;
+  foreign[8] ^= 1;  // The owner fingerprint: an rkey of another worker.
+  EXPECT_EQ(peer_->Get(foreign, {{base, local.data(), 1}}, deadline).code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<UcxPeer::Transfer> out_of_range = {{base - 1, local.data(), 1},
+                                                       {base + kBytes, local.data(), 1},
+                                                       {base, local.data(), kBytes + 1},
+                                                       {base + 8, local.data(), ~uint64_t{0} - 4},
+                                                       {base, nullptr, 1}};
+  for (const UcxPeer::Transfer& transfer : out_of_range) {
+    EXPECT_EQ(peer_->Get(rkey, {transfer}, deadline).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(peer_->Put(rkey, {transfer}, deadline).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(Get(0, local.data(), kBytes).ok());
+}
+
+TEST_P(UcxTransportTest, DeadPeerFailsWithinDeadline) {
+  ASSERT_NO_FATAL_FAILURE(StartStore(kRegionBytes));
+  std::vector<char> local(kRegionBytes);
+  ASSERT_TRUE(Get(0, local.data(), 1).ok());
+  store_->Kill();
+  const absl::Time start = absl::Now();
+  absl::Status status = Get(0, local.data(), kRegionBytes);
+  for (int i = 0; i < 50 && status.ok(); ++i) status = Get(0, local.data(), kRegionBytes);
+  EXPECT_FALSE(status.ok());
+  EXPECT_LT(absl::Now() - start, kTimeout);
+  EXPECT_FALSE(Get(0, local.data(), 1).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UcxTransportTest,
+                         testing::Values(std::string("tcp"), std::string(kSharedMemory)),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param == "tcp" ? "Tcp" : "SharedMemory";
+                         });
+
+TEST(UcxTransportTcpTest, PeerDyingMidTransferFailsWithinDeadline) {
+  Store store("tcp", kRegionBytes);
+  ASSERT_TRUE(store.ok());
+  absl::StatusOr<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create({.transports = "tcp"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<std::unique_ptr<UcxPeer>> peer = (*worker)->Connect(store.address());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  std::vector<char> local(kRegionBytes);
+  std::thread killer([&store] {
+    absl::SleepFor(absl::Milliseconds(30));
+    store.Kill();
+  });
+  const absl::Time start = absl::Now();
+  absl::Status status;
+  while (status.ok() && absl::Now() - start < kTimeout) {
+    status = (*peer)->Get(store.rkey(), {{store.region_address(), local.data(), kRegionBytes}},
+                          start + kTimeout);
+  }
+  killer.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+}
+
+TEST(UcxTransportTcpTest, MissedDeadlineClosesThePeer) {
+  Store store("tcp", kRegionBytes);
+  ASSERT_TRUE(store.ok());
+  absl::StatusOr<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create({.transports = "tcp"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<std::unique_ptr<UcxPeer>> peer = (*worker)->Connect(store.address());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  std::vector<char> local(kRegionBytes);
+  const std::vector<UcxPeer::Transfer> whole = {
+      {store.region_address(), local.data(), kRegionBytes}};
+  EXPECT_EQ((*peer)->Get(store.rkey(), whole, absl::Now() + absl::Milliseconds(1)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*peer)->Get(store.rkey(), whole, absl::Now() + kTimeout).code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(UcxWorkerTest, RejectsBadArguments) {
+  absl::StatusOr<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create({.transports = "tcp"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ((*worker)->Connect("").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*worker)->Allocate(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*worker)->Register(nullptr, 8).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(UcxWorker::Create({.transports = "no_such_transport"}).ok());
+  EXPECT_FALSE(UcxWorker::Create({.transports = "tcp", .window = 0}).ok());
+}
+
+}  // namespace
+}  // namespace tandem::weight_store

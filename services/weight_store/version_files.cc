@@ -1,0 +1,173 @@
+#include "services/weight_store/version_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "xxhash.h"
+
+namespace tandem::weight_store {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kPartialSuffix[] = ".partial";
+constexpr char kManifestFile[] = "manifest.binpb";
+
+std::string AdapterDir(const std::string& data_dir, const std::string& adapter) {
+  return (fs::path(data_dir) / absl::StrReplaceAll(adapter, {{"/", "%2F"}, {":", "%3A"}})).string();
+}
+
+std::string ShardFile(int index) { return absl::StrCat("shard-", index, ".bin"); }
+
+absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+  return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+// Writes and fsyncs one file.
+absl::Status WriteFile(const std::string& path, absl::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", path);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return ErrnoError("cannot write", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  return synced ? absl::OkStatus() : ErrnoError("cannot fsync", path);
+}
+
+absl::Status SyncDirectory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open", path);
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  return synced ? absl::OkStatus() : ErrnoError("cannot fsync", path);
+}
+
+absl::Status ReadInto(const std::string& path, char* out, size_t length) {
+  std::ifstream in(path, std::ios::binary);
+  in.read(out, static_cast<std::streamsize>(length));
+  if (!in || in.peek() != std::ifstream::traits_type::eof()) {
+    return absl::DataLossError(absl::StrCat(path, " is not ", length, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& dir, UcxWorker* ucx) {
+  auto version = std::make_unique<CommittedVersion>();
+  std::ifstream manifest_in(dir / kManifestFile, std::ios::binary);
+  if (!manifest_in || !version->manifest.ParseFromIstream(&manifest_in)) {
+    return absl::DataLossError(absl::StrCat("unreadable manifest in ", dir.string()));
+  }
+  for (int i = 0; i < version->manifest.shards_size(); ++i) {
+    const v1::Shard& shard = version->manifest.shards(i);
+    absl::StatusOr<std::unique_ptr<ShardBuffer>> buffer =
+        ShardBuffer::Allocate(ucx, shard.byte_size());
+    if (!buffer.ok()) return buffer.status();
+    if (absl::Status status =
+            ReadInto((dir / ShardFile(i)).string(), (*buffer)->data(), shard.byte_size());
+        !status.ok()) {
+      return status;
+    }
+    if (XXH3_64bits((*buffer)->data(), shard.byte_size()) != shard.xxh3_64()) {
+      return absl::DataLossError(absl::StrCat(dir.string(), ": shard ", i, " checksum mismatch"));
+    }
+    version->shards.push_back(*std::move(buffer));
+  }
+  return version;
+}
+
+}  // namespace
+
+v1::VersionInfo CommittedVersion::Info() const {
+  v1::VersionInfo info;
+  info.set_adapter_name(manifest.adapter_name());
+  info.set_version(manifest.version());
+  info.set_total_bytes(manifest.total_bytes());
+  *info.mutable_commit_time() = manifest.commit_time();
+  return info;
+}
+
+absl::Status WriteVersion(const std::string& data_dir, const CommittedVersion& version) {
+  const std::string adapter_dir = AdapterDir(data_dir, version.manifest.adapter_name());
+  const std::string final_dir =
+      (fs::path(adapter_dir) / absl::StrCat(version.manifest.version())).string();
+  const std::string partial_dir = final_dir + kPartialSuffix;
+  std::error_code error;
+  fs::remove_all(partial_dir, error);
+  if (!fs::create_directories(partial_dir, error) && error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", partial_dir, ": ", error.message()));
+  }
+  for (size_t i = 0; i < version.shards.size(); ++i) {
+    if (absl::Status status =
+            WriteFile((fs::path(partial_dir) / ShardFile(i)).string(), version.shards[i]->bytes());
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status = WriteFile((fs::path(partial_dir) / kManifestFile).string(),
+                                      version.manifest.SerializeAsString());
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = SyncDirectory(partial_dir); !status.ok()) return status;
+  fs::rename(partial_dir, final_dir, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ", partial_dir, ": ", error.message()));
+  }
+  return SyncDirectory(adapter_dir);
+}
+
+absl::Status DeleteVersion(const std::string& data_dir, const std::string& adapter,
+                           int64_t version) {
+  std::error_code error;
+  fs::remove_all(fs::path(AdapterDir(data_dir, adapter)) / absl::StrCat(version), error);
+  if (error) return absl::UnavailableError(absl::StrCat("cannot delete ", adapter, "@", version));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
+    const std::string& data_dir, UcxWorker* ucx, std::vector<std::string>* skipped) {
+  std::vector<std::unique_ptr<CommittedVersion>> versions;
+  std::error_code error;
+  fs::create_directories(data_dir, error);
+  for (const fs::directory_entry& adapter : fs::directory_iterator(data_dir, error)) {
+    if (!adapter.is_directory()) continue;
+    for (const fs::directory_entry& entry : fs::directory_iterator(adapter.path(), error)) {
+      const std::string name = entry.path().filename().string();
+      int64_t number = 0;
+      if (!absl::SimpleAtoi(name, &number)) {  // An interrupted write (".partial") or junk.
+        fs::remove_all(entry.path(), error);
+        continue;
+      }
+      absl::StatusOr<std::unique_ptr<CommittedVersion>> version = ReadVersion(entry.path(), ucx);
+      if (!version.ok()) {
+        skipped->push_back(std::string(version.status().message()));
+        continue;
+      }
+      versions.push_back(*std::move(version));
+    }
+  }
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("cannot list ", data_dir, ": ", error.message()));
+  }
+  return versions;
+}
+
+}  // namespace tandem::weight_store

@@ -1,0 +1,40 @@
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_VERSION_FILES_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_VERSION_FILES_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "services/weight_store/shard_buffer.h"
+#include "services/weight_store/ucx_transport.h"
+#include "tandem/v1/weight_store.pb.h"
+
+namespace tandem::weight_store {
+
+// A committed version: its manifest and shard bytes. Immutable; readers hold a shared_ptr, so
+// retiring a version never frees memory under a reader.
+struct CommittedVersion {
+  v1::Manifest manifest;
+  std::vector<std::unique_ptr<ShardBuffer>> shards;
+
+  v1::VersionInfo Info() const;
+};
+
+// On disk a version is <data_dir>/<adapter, '/' and ':' percent-encoded>/<version>/ holding
+// manifest.binpb and shard-<index>.bin. It is written under a ".partial" name, fsynced and
+// renamed, so a crash never leaves a partly written version that recovery would take.
+absl::Status WriteVersion(const std::string& data_dir, const CommittedVersion& version);
+absl::Status DeleteVersion(const std::string& data_dir, const std::string& adapter,
+                           int64_t version);
+
+// Every complete version under data_dir, shards verified against the manifest's sizes and
+// checksums (a version that fails is skipped and reported in `skipped`); leftovers of
+// interrupted writes are deleted.
+absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
+    const std::string& data_dir, UcxWorker* ucx, std::vector<std::string>* skipped);
+
+}  // namespace tandem::weight_store
+
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_VERSION_FILES_H_

@@ -1,0 +1,215 @@
+// Figures of the weight-store on loopback: UCX fetch bandwidth against ucx_perftest (ucp_get,
+// same transport, same run), gRPC fetch bandwidth, and publish -> N subscribers fetched latency
+// for adapters of about 1 MiB, 64 MiB and 1 GiB, against the raw transfer time; then peak
+// memory. Prints its figures.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/channel.h"
+#include "common/server.h"
+#include "services/weight_store/adapter_client.h"
+#include "services/weight_store/adapter_testing.h"
+#include "services/weight_store/weight_store_service.h"
+
+ABSL_FLAG(std::string, transports, "tcp", "UCX transports for store and clients (as UCX_TLS).");
+ABSL_FLAG(std::vector<std::string>, sizes_mib, std::vector<std::string>({"1", "64", "1024"}),
+          "Approximate adapter sizes to publish, MiB.");
+ABSL_FLAG(int, subscribers, 2, "Rollout replicas fetching each published version.");
+ABSL_FLAG(std::string, data_dir, "/tmp/tandem-weight-store-bench", "Scratch store directory.");
+
+namespace tandem::weight_store {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double MiB(double bytes) { return bytes / (1 << 20); }
+
+double PeakResidentMiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+  }
+  return 0;
+}
+
+// A DeepSeek-like expert layer is about 2.4 MiB of rank-16 LoRA here; layers set the size.
+TestAdapterSpec SpecOfSize(double mib) {
+  TestAdapterSpec spec{.tp_size = 2, .ep_size = 2, .rank = 16};
+  spec.model = {.num_layers = std::max(1, static_cast<int>(mib / 2.57 + 0.5)),
+                .num_dense_layers = 1,
+                .hidden = 1024,
+                .q_out = 1024,
+                .kv_out = 256,
+                .dense_ffn = 2048,
+                .expert_ffn = 512,
+                .num_experts = 16};
+  if (mib < 2) spec.model.num_layers = 1;
+  return spec;
+}
+
+// ucx_perftest ucp_get of `bytes` on the same transports: the transport's own figure, MiB/s.
+double PerftestGetMiBps(size_t bytes) {
+  const std::string tls = absl::GetFlag(FLAGS_transports);
+  const std::string server =
+      absl::StrCat("UCX_TLS=", tls, " ucx_perftest -p 13399 >/dev/null 2>&1 &");
+  if (std::system(server.c_str()) != 0) return 0;
+  absl::SleepFor(absl::Milliseconds(500));
+  const std::string client =
+      absl::StrCat("UCX_TLS=", tls, " ucx_perftest 127.0.0.1 -p 13399 -t ucp_get -s ", bytes,
+                   " -n 8 2>/dev/null | grep Final");
+  FILE* pipe = popen(client.c_str(), "r");
+  char line[512] = {0};
+  const bool read = pipe != nullptr && std::fgets(line, sizeof(line), pipe) != nullptr;
+  if (pipe != nullptr) pclose(pipe);
+  if (!read) return 0;
+  // "Final: iterations p50 avg overall bw_avg bw_overall rate_avg rate_overall"
+  std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+  return fields.size() > 6 ? std::stod(fields[6]) : 0;
+}
+
+struct Store {
+  std::unique_ptr<ServiceServer> server;
+  std::string target() const { return absl::StrCat("127.0.0.1:", server->port()); }
+};
+
+Store StartStore() {
+  std::filesystem::remove_all(absl::GetFlag(FLAGS_data_dir));
+  std::vector<HostedService> services;
+  services.push_back(
+      {"tandem.v1.WeightStoreService",
+       *WeightStoreServiceImpl::Create({.data_dir = absl::GetFlag(FLAGS_data_dir),
+                                        .keep_versions = 2,
+                                        .ucx = {.transports = absl::GetFlag(FLAGS_transports)}})});
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.max_message_bytes = 80 << 20;
+  Store store{*ServiceServer::Start("weight-store", std::move(services), options)};
+  store.server->SetReady();
+  return store;
+}
+
+std::unique_ptr<v1::WeightStoreService::Stub> Stub(const Store& store) {
+  return v1::WeightStoreService::NewStub(
+      *CreateChannel({.target = store.target(), .service_name = "tandem.v1.WeightStoreService"}));
+}
+
+v1::TargetLayout Stacked() {
+  v1::TargetLayout target;
+  target.set_stack_experts(true);
+  return target;
+}
+
+// Best of three fetches of the whole adapter, MiB/s.
+double FetchMiBps(const Store& store, const std::string& adapter, int64_t version, double bytes,
+                  UcxWorker* ucx) {
+  auto stub = Stub(store);
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = Clock::now();
+    absl::StatusOr<FetchedAdapter> fetched =
+        FetchAdapter(*stub, adapter, version, {.target = Stacked(), .ucx = ucx});
+    if (!fetched.ok()) {
+      std::fprintf(stderr, "fetch: %s\n", fetched.status().ToString().c_str());
+      return 0;
+    }
+    best = std::max(best, MiB(bytes) / SecondsSince(start));
+  }
+  return best;
+}
+
+// Publishes by UCX while `subscribers` replicas watch; returns seconds until every replica has
+// fetched the new version by UCX.
+double PublishToSubscribers(const Store& store, const TestAdapter& adapter, UcxWorker& producer) {
+  const int count = absl::GetFlag(FLAGS_subscribers);
+  std::vector<std::thread> replicas;
+  std::vector<double> done(count, 0);
+  std::atomic<int> watching{0};
+  const auto start = Clock::now();
+  for (int r = 0; r < count; ++r) {
+    replicas.emplace_back([&, r] {
+      auto ucx = *UcxWorker::Create({.transports = absl::GetFlag(FLAGS_transports)});
+      auto stub = Stub(store);
+      grpc::ClientContext context;
+      v1::WatchVersionsRequest request;
+      request.set_adapter_name(adapter.manifest.adapter_name());
+      auto reader = stub->WatchVersions(&context, request);
+      v1::WatchVersionsResponse event;
+      reader->Read(&event);  // The snapshot.
+      ++watching;
+      while (reader->Read(&event) && event.version().version() < adapter.manifest.version()) {
+      }
+      absl::StatusOr<FetchedAdapter> fetched =
+          FetchAdapter(*stub, adapter.manifest.adapter_name(), adapter.manifest.version(),
+                       {.target = Stacked(), .ucx = ucx.get(), .holder = absl::StrCat("r", r)});
+      done[r] = fetched.ok() ? SecondsSince(start) : -1;
+      context.TryCancel();
+    });
+  }
+  while (watching < count) absl::SleepFor(absl::Milliseconds(1));
+  const auto publish_start = Clock::now();
+  auto stub = Stub(store);
+  if (absl::StatusOr<v1::VersionInfo> published =
+          PublishAdapter(*stub, adapter.manifest, adapter.shard_views(), {.ucx = &producer});
+      !published.ok()) {
+    std::fprintf(stderr, "publish: %s\n", published.status().ToString().c_str());
+  }
+  for (std::thread& replica : replicas) replica.join();
+  const double offset = std::chrono::duration<double>(publish_start - start).count();
+  return *std::max_element(done.begin(), done.end()) - offset;
+}
+
+void Run() {
+  const std::string transports = absl::GetFlag(FLAGS_transports);
+  Store store = StartStore();
+  auto producer = *UcxWorker::Create({.transports = transports});
+  auto consumer = *UcxWorker::Create({.transports = transports});
+  std::printf("transports %s, %d subscribers\n", transports.c_str(),
+              absl::GetFlag(FLAGS_subscribers));
+  int64_t version = 0;
+  for (const std::string& size : absl::GetFlag(FLAGS_sizes_mib)) {
+    const TestAdapter adapter =
+        MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size)));
+    double bytes = 0;
+    for (const std::string& shard : adapter.shards) bytes += static_cast<double>(shard.size());
+    const double latency = PublishToSubscribers(store, adapter, *producer);
+    const double ucx = FetchMiBps(store, "bench", version, bytes, consumer.get());
+    const double grpc = FetchMiBps(store, "bench", version, bytes, nullptr);
+    const double perftest = PerftestGetMiBps(static_cast<size_t>(bytes));
+    // The bytes cross loopback once up and once per subscriber down, at the transport's rate.
+    const int subscribers = absl::GetFlag(FLAGS_subscribers);
+    const double raw_seconds = perftest > 0 ? (1 + subscribers) * MiB(bytes) / perftest : 0;
+    std::printf(
+        "%8.1f MiB: fetch ucx %7.1f MiB/s (%5.1f%% of ucx_perftest get %7.1f) | grpc %7.1f MiB/s | "
+        "publish->%d fetched %7.3f s = %4.2fx raw transfer %6.3f s\n",
+        MiB(bytes), ucx, perftest > 0 ? 100 * ucx / perftest : 0, perftest, grpc, subscribers,
+        latency, raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds);
+  }
+  store.server->Drain();
+  std::printf("peak resident memory (store + clients + source tensors): %.0f MiB\n",
+              PeakResidentMiB());
+  std::filesystem::remove_all(absl::GetFlag(FLAGS_data_dir));
+}
+
+}  // namespace
+}  // namespace tandem::weight_store
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  tandem::weight_store::Run();
+  return 0;
+}

@@ -1,0 +1,540 @@
+#include "services/weight_store/weight_store_service.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "common/unary.h"
+#include "common/unimplemented.h"
+#include "google/protobuf/util/time_util.h"
+#include "services/weight_store/reshard.h"
+#include "services/weight_store/tensor_assembly.h"
+#include "services/weight_store/weight_store_metrics.h"
+#include "xxhash.h"
+
+namespace tandem::weight_store {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+constexpr size_t kMaxChunkBytes = size_t{4} << 20;
+constexpr size_t kMinFetchChunkBytes = size_t{1} << 20;
+constexpr size_t kMaxPlanCacheEntries = 64;
+
+google::protobuf::Timestamp ToTimestamp(absl::Time time) {
+  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(time));
+}
+
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+absl::StatusOr<absl::Duration> LeaseTtl(double seconds) {
+  if (seconds == 0) return absl::Seconds(30);
+  if (!(seconds >= 1 && seconds <= 600)) {
+    return absl::InvalidArgumentError(absl::StrCat("ttl_seconds is ", seconds, "; allowed 1..600"));
+  }
+  return absl::Seconds(seconds);
+}
+
+std::vector<std::string> Names(const google::protobuf::RepeatedPtrField<std::string>& names) {
+  return {names.begin(), names.end()};
+}
+
+// Reads PutShard chunks into an upload; replies with what the stream wrote.
+class PutShardReactor final : public grpc::ServerReadReactor<v1::PutShardRequest> {
+ public:
+  PutShardReactor(AdapterStore& store, v1::PutShardResponse* response)
+      : store_(store), response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      for (const auto& [shard, written] : progress_) {
+        v1::ShardProgress& entry = *response_->add_shards();
+        entry.set_shard_index(shard);
+        entry.set_bytes_written(written);
+      }
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (absl::Status status = Store(); !status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Store() {
+    if (upload_id_.empty()) upload_id_ = request_.upload_id();
+    if (request_.upload_id() != upload_id_) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk names upload ", request_.upload_id(),
+                                                     "; this stream writes ", upload_id_));
+    }
+    if (request_.data().empty() || request_.data().size() > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk of ", request_.data().size(), " bytes; allowed 1 B..4 MiB"));
+    }
+    absl::StatusOr<uint64_t> written =
+        store_.Put(upload_id_, request_.shard_index(), request_.offset(), request_.data());
+    if (!written.ok()) return written.status();
+    progress_[request_.shard_index()] = *written;
+    response_->set_bytes_received(response_->bytes_received() + request_.data().size());
+    response_->set_chunks_received(response_->chunks_received() + 1);
+    WeightStoreMetrics::Get().RecordIn(Transport::kGrpc,
+                                       static_cast<int64_t>(request_.data().size()));
+    return absl::OkStatus();
+  }
+
+  AdapterStore& store_;
+  v1::PutShardResponse* response_;
+  v1::PutShardRequest request_;
+  std::string upload_id_;
+  std::map<int, uint64_t> progress_;
+};
+
+// Streams the newest version, then every newer commit (skipping versions a slow reader
+// missed). The store's listener may outlive this reactor, so they share `State`.
+class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchVersionsResponse> {
+ public:
+  WatchReactor(AdapterStore& store, const std::string& adapter)
+      : store_(store), state_(std::make_shared<State>()) {
+    state_->reactor = this;
+    watch_id_ = store_.Watch(adapter, [state = state_](const v1::VersionInfo& version) {
+      absl::MutexLock lock(&state->mutex);
+      if (state->reactor != nullptr)
+        state->reactor->Offer(version, v1::VERSION_EVENT_TYPE_COMMITTED);
+    });
+    absl::MutexLock lock(&state_->mutex);
+    Offer(store_.Newest(adapter), v1::VERSION_EVENT_TYPE_SNAPSHOT);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&state_->mutex);
+    writing_ = false;
+    if (!ok || cancelled_) {
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch ended"));
+    } else if (pending_.has_value()) {
+      WriteLocked();
+    }
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&state_->mutex);
+    cancelled_ = true;
+    if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+  }
+
+  void OnDone() override {
+    store_.Unwatch(watch_id_);
+    {
+      absl::MutexLock lock(&state_->mutex);
+      state_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  struct State {
+    absl::Mutex mutex;
+    WatchReactor* reactor = nullptr;
+  };
+
+  // Called with state_->mutex held.
+  void Offer(const v1::VersionInfo& version, v1::VersionEventType type) {
+    if (finished_ || (sent_any_ && version.version() <= newest_offered_)) return;
+    newest_offered_ = version.version();
+    sent_any_ = true;
+    v1::WatchVersionsResponse& next = pending_.emplace();
+    next.set_type(type);
+    *next.mutable_version() = version;
+    if (!writing_) WriteLocked();
+  }
+
+  void WriteLocked() {
+    response_ = *std::move(pending_);
+    pending_.reset();
+    writing_ = true;
+    StartWrite(&response_);
+  }
+
+  void FinishOnce(const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  AdapterStore& store_;
+  std::shared_ptr<State> state_;
+  int64_t watch_id_ = 0;
+  v1::WatchVersionsResponse response_;
+  std::optional<v1::WatchVersionsResponse> pending_;
+  int64_t newest_offered_ = 0;
+  bool sent_any_ = false;
+  bool writing_ = false;
+  bool cancelled_ = false;
+  bool finished_ = false;
+};
+
+// Streams a version assembled into the consumer's layout, one tensor at a time.
+class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsResponse> {
+ public:
+  FetchReactor(AdapterStore& store, const v1::FetchTensorsRequest& request)
+      : started_(absl::Now()) {
+    if (absl::Status status = Prepare(store, request); !status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "FetchTensors: the client went away"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Prepare(AdapterStore& store, const v1::FetchTensorsRequest& request) {
+    chunk_bytes_ = request.max_chunk_bytes() == 0 ? kMaxChunkBytes : request.max_chunk_bytes();
+    if (chunk_bytes_ < kMinFetchChunkBytes || chunk_bytes_ > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_chunk_bytes is ", chunk_bytes_, "; allowed 1 MiB..4 MiB"));
+    }
+    if (request.version() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("version is ", request.version(), "; must be >= 1"));
+    }
+    absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
+        store.Find(request.adapter_name(), request.version(), 0);
+    if (!version.ok()) return version.status();
+    version_ = *std::move(version);
+    absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
+        PlanReads(version_->manifest, request.target(), Names(request.tensor_names()));
+    if (!plan.ok()) return plan.status();
+    plan_ = *std::move(plan);
+    target_dtype_ = request.target().dtype();
+    return absl::OkStatus();
+  }
+
+  // Assembles, converts and checksums the next tensor.
+  absl::Status LoadTensor(const v1::PlannedTensor& planned) {
+    absl::StatusOr<std::string> bytes = ConvertFloats(
+        AssembleTensor(planned, *version_), planned.tensor().spec().dtype(), target_dtype_);
+    if (!bytes.ok()) return bytes.status();
+    bytes_ = *std::move(bytes);
+    offset_ = 0;
+    header_ = planned.tensor();
+    if (target_dtype_ != v1::DTYPE_UNSPECIFIED) header_.mutable_spec()->set_dtype(target_dtype_);
+    header_.set_byte_size(bytes_.size());
+    header_.set_xxh3_64(XXH3_64bits(bytes_.data(), bytes_.size()));
+    return absl::OkStatus();
+  }
+
+  void WriteNext() {
+    while (offset_ >= bytes_.size()) {  // The current tensor is sent (or none is loaded yet).
+      if (next_tensor_ >= plan_.size()) {
+        WeightStoreMetrics::Get().fetch_seconds.Observe(SecondsSince(started_));
+        Finish(grpc::Status::OK);
+        return;
+      }
+      if (absl::Status status = LoadTensor(plan_[next_tensor_++]); !status.ok()) {
+        Finish(ToGrpcStatus(status));
+        return;
+      }
+    }
+    response_.Clear();
+    if (offset_ == 0) *response_.mutable_tensor() = header_;
+    const size_t length = std::min(chunk_bytes_, bytes_.size() - offset_);
+    response_.set_offset(offset_);
+    response_.set_data(bytes_.data() + offset_, length);
+    offset_ += length;
+    WeightStoreMetrics::Get().RecordOut(Transport::kGrpc, static_cast<int64_t>(length));
+    StartWrite(&response_);
+  }
+
+  const absl::Time started_;
+  std::shared_ptr<const CommittedVersion> version_;
+  std::vector<v1::PlannedTensor> plan_;
+  v1::DType target_dtype_ = v1::DTYPE_UNSPECIFIED;
+  size_t chunk_bytes_ = kMaxChunkBytes;
+  size_t next_tensor_ = 0;
+  std::string bytes_;
+  size_t offset_ = 0;
+  v1::TargetTensor header_;
+  v1::FetchTensorsResponse response_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> WeightStoreServiceImpl::Create(
+    const WeightStoreOptions& options) {
+  std::unique_ptr<WeightStoreServiceImpl> service(new WeightStoreServiceImpl());
+  if (options.enable_ucx) {
+    absl::StatusOr<std::unique_ptr<UcxWorker>> ucx = UcxWorker::Create(options.ucx);
+    if (!ucx.ok()) return ucx.status();
+    service->ucx_ = *std::move(ucx);
+  }
+  absl::StatusOr<std::unique_ptr<AdapterStore>> store =
+      AdapterStore::Open({.data_dir = options.data_dir,
+                          .keep_versions = options.keep_versions,
+                          .upload_expiry = options.upload_expiry,
+                          .ucx = service->ucx_.get()});
+  if (!store.ok()) return store.status();
+  service->store_ = *std::move(store);
+  service->sweep_interval_ = options.sweep_interval;
+  service->sweeper_ = std::thread([raw = service.get()] { raw->SweepLoop(); });
+  WeightStoreMetrics::Get().RecordTotals(service->store_->totals());
+  return service;
+}
+
+WeightStoreServiceImpl::~WeightStoreServiceImpl() {
+  {
+    absl::MutexLock lock(&mutex_);
+    stopping_ = true;
+  }
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+void WeightStoreServiceImpl::SweepLoop() {
+  absl::MutexLock lock(&mutex_);
+  while (!mutex_.AwaitWithTimeout(absl::Condition(&stopping_), sweep_interval_)) {
+    mutex_.Unlock();
+    store_->ExpireAndRetain(absl::Now());
+    WeightStoreMetrics::Get().RecordTotals(store_->totals());
+    mutex_.Lock();
+  }
+}
+
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::BeginPublish(
+    grpc::CallbackServerContext* context, const v1::BeginPublishRequest* request,
+    v1::BeginPublishResponse* response) {
+  const auto begin = [&]() -> absl::StatusOr<v1::BeginPublishResponse> {
+    absl::StatusOr<BeginResult> begun = store_->Begin(request->manifest(), request->use_ucx());
+    if (!begun.ok()) return begun.status();
+    v1::BeginPublishResponse result;
+    result.set_upload_id(begun->upload_id);
+    *result.mutable_expire_time() = ToTimestamp(begun->expire_time);
+    if (request->use_ucx()) {
+      for (size_t i = 0; i < begun->shards.size(); ++i) {
+        const UcxRegion& region = *begun->shards[i]->region();
+        v1::ShardRegion& target = *result.add_targets();
+        target.set_shard_index(static_cast<int32_t>(i));
+        target.set_remote_address(region.remote_address());
+        target.set_rkey(region.packed_rkey());
+        target.set_length(region.length());
+      }
+      result.set_store_worker_address(ucx_->address());
+    }
+    WeightStoreMetrics::Get().RecordTotals(store_->totals());
+    return result;
+  };
+  return FinishUnary(context, begin(), response);
+}
+
+grpc::ServerReadReactor<v1::PutShardRequest>* WeightStoreServiceImpl::PutShard(
+    grpc::CallbackServerContext* /*context*/, v1::PutShardResponse* response) {
+  return new PutShardReactor(*store_, response);
+}
+
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::CommitPublish(
+    grpc::CallbackServerContext* context, const v1::CommitPublishRequest* request,
+    v1::CommitPublishResponse* response) {
+  const auto commit = [&]() -> absl::StatusOr<v1::CommitPublishResponse> {
+    absl::StatusOr<AdapterStore::CommitOutcome> outcome = store_->Commit(request->upload_id());
+    if (!outcome.ok()) return outcome.status();
+    if (!outcome->repeated) {
+      WeightStoreMetrics& metrics = WeightStoreMetrics::Get();
+      metrics.publish_seconds.Observe(absl::ToDoubleSeconds(outcome->since_begin));
+      if (outcome->by_ucx) {
+        metrics.RecordIn(Transport::kUcx, static_cast<int64_t>(outcome->version.total_bytes()));
+      }
+      metrics.RecordTotals(store_->totals());
+    }
+    v1::CommitPublishResponse result;
+    *result.mutable_version() = outcome->version;
+    return result;
+  };
+  return FinishUnary(context, commit(), response);
+}
+
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::AbortPublish(
+    grpc::CallbackServerContext* context, const v1::AbortPublishRequest* request,
+    v1::AbortPublishResponse* response) {
+  absl::Status aborted = store_->Abort(request->upload_id());
+  absl::StatusOr<v1::AbortPublishResponse> result =
+      aborted.ok() ? absl::StatusOr<v1::AbortPublishResponse>(v1::AbortPublishResponse())
+                   : absl::StatusOr<v1::AbortPublishResponse>(aborted);
+  return FinishUnary(context, std::move(result), response);
+}
+
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(grpc::CallbackServerContext* context,
+                                                              const v1::GetManifestRequest* request,
+                                                              v1::GetManifestResponse* response) {
+  const auto get = [&]() -> absl::StatusOr<v1::GetManifestResponse> {
+    const v1::AdapterSelector& selector = request->adapter();
+    if (selector.adapter_name().empty()) {
+      return absl::InvalidArgumentError("adapter.adapter_name is required");
+    }
+    absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
+        store_->Find(selector.adapter_name(), selector.exact_version(), selector.min_version());
+    if (!version.ok()) return version.status();
+    v1::GetManifestResponse result;
+    *result.mutable_manifest() = (*version)->manifest;
+    return result;
+  };
+  return FinishUnary(context, get(), response);
+}
+
+grpc::ServerWriteReactor<v1::WatchVersionsResponse>* WeightStoreServiceImpl::WatchVersions(
+    grpc::CallbackServerContext* /*context*/, const v1::WatchVersionsRequest* request) {
+  if (request->adapter_name().empty()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<v1::WatchVersionsResponse>>(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "adapter_name is required"));
+  }
+  return new WatchReactor(*store_, request->adapter_name());
+}
+
+grpc::ServerWriteReactor<v1::FetchTensorsResponse>* WeightStoreServiceImpl::FetchTensors(
+    grpc::CallbackServerContext* /*context*/, const v1::FetchTensorsRequest* request) {
+  return new FetchReactor(*store_, *request);
+}
+
+absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
+    const v1::GetReadPlanRequest& request) {
+  if (ucx_ == nullptr) {
+    return absl::FailedPreconditionError("this weight-store runs without UCX; use FetchTensors");
+  }
+  if (request.target().dtype() != v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("GetReadPlan never converts: leave target.dtype unset");
+  }
+  absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
+      store_->LeasedVersion(request.lease_id(), request.adapter_name(), request.version());
+  if (!version.ok()) return version.status();
+  const std::string cache_key = absl::StrCat(request.adapter_name(), "@", request.version(), "/",
+                                             request.target().SerializeAsString(), "/",
+                                             absl::StrJoin(request.tensor_names(), ","));
+  {
+    absl::MutexLock lock(&mutex_);
+    if (auto it = plan_cache_.find(cache_key); it != plan_cache_.end()) return it->second;
+  }
+  absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
+      PlanReads((*version)->manifest, request.target(), Names(request.tensor_names()));
+  if (!plan.ok()) return plan.status();
+  v1::GetReadPlanResponse result;
+  std::vector<bool> used((*version)->shards.size(), false);
+  for (v1::PlannedTensor& tensor : *plan) {
+    const std::string bytes = AssembleTensor(tensor, **version);
+    tensor.mutable_tensor()->set_xxh3_64(XXH3_64bits(bytes.data(), bytes.size()));
+    for (const v1::CopyOp& op : tensor.ops()) used[op.shard_index()] = true;
+    *result.add_tensors() = std::move(tensor);
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (!used[i]) continue;
+    const UcxRegion& region = *(*version)->shards[i]->region();
+    v1::ShardRegion& shard = *result.add_shards();
+    shard.set_shard_index(static_cast<int32_t>(i));
+    shard.set_remote_address(region.remote_address());
+    shard.set_rkey(region.packed_rkey());
+    shard.set_length(region.length());
+  }
+  result.set_store_worker_address(ucx_->address());
+  absl::MutexLock lock(&mutex_);
+  if (plan_cache_.size() >= kMaxPlanCacheEntries) plan_cache_.clear();
+  plan_cache_[cache_key] = result;
+  return result;
+}
+
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetReadPlan(grpc::CallbackServerContext* context,
+                                                              const v1::GetReadPlanRequest* request,
+                                                              v1::GetReadPlanResponse* response) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::GetReadPlanResponse> plan = ReadPlan(*request);
+  if (plan.ok()) {
+    int64_t bytes = 0;
+    for (const v1::PlannedTensor& tensor : plan->tensors()) {
+      bytes += static_cast<int64_t>(tensor.tensor().byte_size());
+    }
+    WeightStoreMetrics::Get().RecordOut(Transport::kUcx, bytes);
+    WeightStoreMetrics::Get().fetch_seconds.Observe(SecondsSince(start));
+  }
+  return FinishUnary(context, std::move(plan), response);
+}
+
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::ExchangeUcxEndpoint(
+    grpc::CallbackServerContext* context, const v1::ExchangeUcxEndpointRequest* request,
+    v1::ExchangeUcxEndpointResponse* response) {
+  const auto exchange = [&]() -> absl::StatusOr<v1::ExchangeUcxEndpointResponse> {
+    if (ucx_ == nullptr) return absl::FailedPreconditionError("this weight-store runs without UCX");
+    if (request->worker_address().empty() || request->worker_address().size() > (64 << 10) ||
+        request->client_id().empty()) {
+      return absl::InvalidArgumentError("worker_address (1 B..64 KiB) and client_id are required");
+    }
+    // One-sided gets and puts need only the client's endpoint to the store; the store keeps
+    // no per-client state.
+    v1::ExchangeUcxEndpointResponse result;
+    result.set_worker_address(ucx_->address());
+    return result;
+  };
+  return FinishUnary(context, exchange(), response);
+}
+
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
+    grpc::CallbackServerContext* context, const v1::AcquireLeaseRequest* request,
+    v1::AcquireLeaseResponse* response) {
+  const auto acquire = [&]() -> absl::StatusOr<v1::AcquireLeaseResponse> {
+    if (request->holder().empty()) return absl::InvalidArgumentError("holder is required");
+    if (request->version() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("version is ", request->version(), "; must be >= 1"));
+    }
+    absl::StatusOr<absl::Duration> ttl = LeaseTtl(request->ttl_seconds());
+    if (!ttl.ok()) return ttl.status();
+    absl::StatusOr<AdapterStore::Lease> lease =
+        store_->AcquireLease(request->adapter_name(), request->version(), request->holder(), *ttl);
+    if (!lease.ok()) return lease.status();
+    WeightStoreMetrics::Get().RecordTotals(store_->totals());
+    v1::AcquireLeaseResponse result;
+    result.set_lease_id(lease->id);
+    *result.mutable_expire_time() = ToTimestamp(lease->expire_time);
+    return result;
+  };
+  return FinishUnary(context, acquire(), response);
+}
+
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(grpc::CallbackServerContext* context,
+                                                             const v1::RenewLeaseRequest* request,
+                                                             v1::RenewLeaseResponse* response) {
+  const auto renew = [&]() -> absl::StatusOr<v1::RenewLeaseResponse> {
+    absl::StatusOr<absl::Duration> ttl = LeaseTtl(request->ttl_seconds());
+    if (!ttl.ok()) return ttl.status();
+    absl::StatusOr<absl::Time> expire = store_->RenewLease(request->lease_id(), *ttl);
+    if (!expire.ok()) return expire.status();
+    v1::RenewLeaseResponse result;
+    *result.mutable_expire_time() = ToTimestamp(*expire);
+    return result;
+  };
+  return FinishUnary(context, renew(), response);
+}
+
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::ReleaseLease(
+    grpc::CallbackServerContext* context, const v1::ReleaseLeaseRequest* request,
+    v1::ReleaseLeaseResponse* response) {
+  store_->ReleaseLease(request->lease_id());
+  WeightStoreMetrics::Get().RecordTotals(store_->totals());
+  return FinishUnary(context, absl::StatusOr<v1::ReleaseLeaseResponse>(v1::ReleaseLeaseResponse()),
+                     response);
+}
+
+}  // namespace tandem::weight_store

@@ -1,0 +1,336 @@
+// The weight-store through gRPC on loopback, with real UCX (tcp) for the one-sided data path:
+// publish and fetch both ways, every commit check, version rules, watch, leases, retention,
+// restart recovery and metrics.
+#include "services/weight_store/weight_store_service.h"
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/channel.h"
+#include "common/server.h"
+#include "common/testing/http_get.h"
+#include "common/testing/test_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/weight_store/adapter_client.h"
+#include "services/weight_store/adapter_testing.h"
+
+namespace tandem::weight_store {
+namespace {
+
+using ::testing::HasSubstr;
+
+class WeightStoreServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_dir_ = ::testing::TempDir() + "/weight_store_" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(data_dir_);
+    StartServer();
+    client_ucx_ = *UcxWorker::Create({.transports = "tcp"});
+  }
+
+  void StartServer(int keep_versions = 3, absl::Duration upload_expiry = absl::Minutes(1)) {
+    server_.reset();
+    auto service = WeightStoreServiceImpl::Create({.data_dir = data_dir_,
+                                                   .keep_versions = keep_versions,
+                                                   .upload_expiry = upload_expiry,
+                                                   .ucx = {.transports = "tcp"},
+                                                   .sweep_interval = absl::Milliseconds(50)});
+    ASSERT_TRUE(service.ok()) << service.status();
+    std::vector<HostedService> services;
+    services.push_back({"tandem.v1.WeightStoreService", *std::move(service)});
+    ServerOptions options = tandem::testing::LoopbackOptions();
+    options.max_message_bytes = 80 << 20;
+    options.drain_timeout = absl::Milliseconds(200);
+    server_ = *ServiceServer::Start("weight-store", std::move(services), options);
+    server_->SetReady();
+    channel_ = *CreateChannel({.target = absl::StrCat("127.0.0.1:", server_->port()),
+                               .service_name = "tandem.v1.WeightStoreService"});
+    stub_ = v1::WeightStoreService::NewStub(channel_);
+  }
+
+  absl::StatusOr<v1::VersionInfo> Publish(const TestAdapter& adapter, bool by_ucx) {
+    return PublishAdapter(*stub_, adapter.manifest, adapter.shard_views(),
+                          {.ucx = by_ucx ? client_ucx_.get() : nullptr});
+  }
+
+  absl::StatusOr<FetchedAdapter> Fetch(const std::string& name, int64_t version, bool by_ucx,
+                                       v1::TargetLayout target = {}) {
+    return FetchAdapter(*stub_, name, version,
+                        {.target = target, .ucx = by_ucx ? client_ucx_.get() : nullptr});
+  }
+
+  // Canonical names, experts stacked: what a TP1/EP1 consumer gets with stack_experts.
+  static void ExpectCanonical(const TestAdapter& adapter, const FetchedAdapter& fetched) {
+    ASSERT_EQ(fetched.tensors.size(), adapter.canonical.size());
+    for (const FetchedTensor& tensor : fetched.tensors) {
+      bool found = false;
+      for (const auto& [name, bytes] : adapter.canonical) {
+        if (StackedName(name) != tensor.tensor.spec().name()) continue;
+        found = true;
+        EXPECT_TRUE(tensor.bytes == bytes) << name;
+      }
+      EXPECT_TRUE(found) << tensor.tensor.spec().name();
+    }
+  }
+
+  grpc::Status Begin(const v1::Manifest& manifest, v1::BeginPublishResponse* response) {
+    grpc::ClientContext context;
+    v1::BeginPublishRequest request;
+    *request.mutable_manifest() = manifest;
+    return stub_->BeginPublish(&context, request, response);
+  }
+
+  grpc::Status Put(const std::string& upload, int shard, uint64_t offset, absl::string_view data) {
+    grpc::ClientContext context;
+    v1::PutShardResponse response;
+    auto writer = stub_->PutShard(&context, &response);
+    v1::PutShardRequest chunk;
+    chunk.set_upload_id(upload);
+    chunk.set_shard_index(shard);
+    chunk.set_offset(offset);
+    chunk.set_data(data.data(), data.size());
+    writer->Write(chunk);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  grpc::Status Commit(const std::string& upload) {
+    grpc::ClientContext context;
+    v1::CommitPublishRequest request;
+    request.set_upload_id(upload);
+    v1::CommitPublishResponse response;
+    return stub_->CommitPublish(&context, request, &response);
+  }
+
+  static v1::TargetLayout Stacked() {
+    v1::TargetLayout target;
+    target.set_stack_experts(true);
+    return target;
+  }
+
+  std::string data_dir_;
+  std::unique_ptr<ServiceServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::WeightStoreService::Stub> stub_;
+  std::unique_ptr<UcxWorker> client_ucx_;
+};
+
+TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
+  const TestAdapter grpc_adapter = MakeTestAdapter("job-1", 1, 1);
+  ASSERT_TRUE(Publish(grpc_adapter, /*by_ucx=*/false).ok());
+  const TestAdapter ucx_adapter = MakeTestAdapter("job-1", 2, 2);
+  absl::StatusOr<v1::VersionInfo> committed = Publish(ucx_adapter, /*by_ucx=*/true);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_EQ(committed->version(), 2);
+
+  for (bool by_ucx : {false, true}) {
+    absl::StatusOr<FetchedAdapter> v1 = Fetch("job-1", 1, by_ucx, Stacked());
+    ASSERT_TRUE(v1.ok()) << v1.status();
+    EXPECT_EQ(v1->by_ucx, by_ucx);
+    ExpectCanonical(grpc_adapter, *v1);
+    absl::StatusOr<FetchedAdapter> v2 = Fetch("job-1", 2, by_ucx, Stacked());
+    ASSERT_TRUE(v2.ok()) << v2.status();
+    ExpectCanonical(ucx_adapter, *v2);
+  }
+  // A TP-2 rank of a consumer gets the same tensors by either path.
+  v1::TargetLayout rank1;
+  rank1.set_tp_rank(1);
+  rank1.set_tp_size(2);
+  rank1.set_ep_rank(1);
+  rank1.set_ep_size(2);
+  rank1.set_fuse_gate_up(true);
+  absl::StatusOr<FetchedAdapter> by_grpc = Fetch("job-1", 2, false, rank1);
+  absl::StatusOr<FetchedAdapter> by_ucx = Fetch("job-1", 2, true, rank1);
+  ASSERT_TRUE(by_grpc.ok() && by_ucx.ok());
+  ASSERT_EQ(by_grpc->tensors.size(), by_ucx->tensors.size());
+  for (size_t i = 0; i < by_grpc->tensors.size(); ++i) {
+    EXPECT_EQ(by_grpc->tensors[i].tensor.spec().name(), by_ucx->tensors[i].tensor.spec().name());
+    EXPECT_TRUE(by_grpc->tensors[i].bytes == by_ucx->tensors[i].bytes);
+  }
+}
+
+TEST_F(WeightStoreServiceTest, FetchConvertsDtypesOverGrpc) {
+  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 3, {.tp_size = 1, .ep_size = 1});
+  ASSERT_TRUE(Publish(adapter, false).ok());
+  v1::TargetLayout target = Stacked();
+  target.set_dtype(v1::DTYPE_F32);
+  absl::StatusOr<FetchedAdapter> fetched = Fetch("job-1", 1, false, target);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  const FetchedTensor& first = fetched->tensors.front();
+  EXPECT_EQ(first.tensor.spec().dtype(), v1::DTYPE_F32);
+  const std::string& bf16 = adapter.canonical.begin()->second;
+  for (const auto& [name, bytes] : adapter.canonical) {
+    if (StackedName(name) != first.tensor.spec().name()) continue;
+    ASSERT_EQ(first.bytes.size(), 2 * bytes.size());
+    for (size_t i = 0; i < bytes.size() / 2; ++i) {  // bf16 -> f32 is exact: bits move up.
+      EXPECT_EQ(first.bytes.substr(4 * i + 2, 2), bytes.substr(2 * i, 2));
+      EXPECT_EQ(first.bytes.substr(4 * i, 2), std::string(2, '\0'));
+    }
+  }
+  (void)bf16;
+  target.set_dtype(v1::DTYPE_I32);
+  EXPECT_EQ(Fetch("job-1", 1, false, target).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(WeightStoreServiceTest, CommitRejectsMissingCorruptAndOversizedShards) {
+  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 4);
+  v1::BeginPublishResponse begun;
+  ASSERT_TRUE(Begin(adapter.manifest, &begun).ok());
+  const std::string& upload = begun.upload_id();
+  const std::string& shard0 = adapter.shards[0];
+  ASSERT_TRUE(Put(upload, 0, 0, shard0.substr(0, shard0.size() / 2)).ok());
+  grpc::Status missing = Commit(upload);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(missing.error_message(),
+              HasSubstr(absl::StrCat("shard 0: ", shard0.size() / 2, " of ", shard0.size())));
+  grpc::Status oversized = Put(upload, 0, shard0.size() - 1, "ab");
+  EXPECT_EQ(oversized.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Put(upload, 99, 0, "a").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  std::string corrupt = shard0;
+  corrupt[7] ^= 1;
+  ASSERT_TRUE(Put(upload, 0, 0, corrupt).ok());
+  for (size_t i = 1; i < adapter.shards.size(); ++i)
+    ASSERT_TRUE(Put(upload, i, 0, adapter.shards[i]).ok());
+  grpc::Status mismatch = Commit(upload);
+  EXPECT_EQ(mismatch.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(mismatch.error_message(), HasSubstr("shard 0: xxh3 0x"));
+  // The upload stays open: re-put the shard and commit again; a retried commit is a no-op.
+  ASSERT_TRUE(Put(upload, 0, 0, shard0).ok());
+  ASSERT_TRUE(Commit(upload).ok());
+  EXPECT_TRUE(Commit(upload).ok());
+  EXPECT_EQ(Put(upload, 0, 0, "x").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Commit("upload-unknown").error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(WeightStoreServiceTest, VersionRulesAndConcurrentPublishOfOneVersion) {
+  const TestAdapter v2 = MakeTestAdapter("job-1", 2, 5);
+  v1::BeginPublishResponse first, again, other;
+  ASSERT_TRUE(Begin(v2.manifest, &first).ok());
+  ASSERT_TRUE(Begin(v2.manifest, &again).ok());  // A retry gets the same upload.
+  EXPECT_EQ(again.upload_id(), first.upload_id());
+  TestAdapter rival = MakeTestAdapter("job-1", 2, 6);
+  grpc::Status concurrent = Begin(rival.manifest, &other);
+  EXPECT_EQ(concurrent.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(concurrent.error_message(), HasSubstr("in progress"));
+  for (size_t i = 0; i < v2.shards.size(); ++i)
+    ASSERT_TRUE(Put(first.upload_id(), i, 0, v2.shards[i]).ok());
+  ASSERT_TRUE(Commit(first.upload_id()).ok());
+  EXPECT_EQ(Begin(rival.manifest, &other).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Begin(MakeTestAdapter("job-1", 1, 7).manifest, &other).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::Manifest broken = MakeTestAdapter("job-1", 3, 8).manifest;
+  broken.mutable_shards(0)->mutable_pieces()->RemoveLast();
+  EXPECT_EQ(Begin(broken, &other).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Aborting frees the upload; the version can be published again.
+  const TestAdapter v3 = MakeTestAdapter("job-1", 3, 9);
+  ASSERT_TRUE(Begin(v3.manifest, &other).ok());
+  grpc::ClientContext context;
+  v1::AbortPublishRequest abort;
+  abort.set_upload_id(other.upload_id());
+  v1::AbortPublishResponse aborted;
+  ASSERT_TRUE(stub_->AbortPublish(&context, abort, &aborted).ok());
+  EXPECT_EQ(Commit(other.upload_id()).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(Publish(v3, false).ok());
+}
+
+TEST_F(WeightStoreServiceTest, UnknownRetiredAndExpiredAreNotFoundAndLeasesPinVersions) {
+  StartServer(/*keep_versions=*/1, /*upload_expiry=*/absl::Milliseconds(100));
+  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 1, 10), false).ok());
+  grpc::ClientContext acquire_context;
+  v1::AcquireLeaseRequest acquire;
+  acquire.set_adapter_name("job-1");
+  acquire.set_version(1);
+  acquire.set_holder("replica-0");
+  v1::AcquireLeaseResponse lease;
+  ASSERT_TRUE(stub_->AcquireLease(&acquire_context, acquire, &lease).ok());
+  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 2, 11), false).ok());
+  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 3, 12), false).ok());
+  absl::SleepFor(absl::Milliseconds(200));               // Sweeps run.
+  EXPECT_TRUE(Fetch("job-1", 1, true, Stacked()).ok());  // Leased: kept.
+  EXPECT_EQ(Fetch("job-1", 2, false).status().code(), absl::StatusCode::kNotFound);  // Retired.
+  EXPECT_EQ(Fetch("job-9", 1, false).status().code(), absl::StatusCode::kNotFound);
+  {
+    grpc::ClientContext context;
+    v1::ReleaseLeaseRequest release;
+    release.set_lease_id(lease.lease_id());
+    v1::ReleaseLeaseResponse released;
+    ASSERT_TRUE(stub_->ReleaseLease(&context, release, &released).ok());
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(Fetch("job-1", 1, false).status().code(), absl::StatusCode::kNotFound);
+
+  v1::GetReadPlanRequest plan;
+  plan.set_adapter_name("job-1");
+  plan.set_version(3);
+  plan.set_lease_id(lease.lease_id());
+  grpc::ClientContext plan_context;
+  v1::GetReadPlanResponse planned;
+  EXPECT_EQ(stub_->GetReadPlan(&plan_context, plan, &planned).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  v1::BeginPublishResponse begun;
+  ASSERT_TRUE(Begin(MakeTestAdapter("job-1", 4, 13).manifest, &begun).ok());
+  absl::SleepFor(absl::Milliseconds(300));  // The upload expires.
+  EXPECT_EQ(Commit(begun.upload_id()).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
+  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 1, 14), false).ok());
+  grpc::ClientContext context;
+  v1::WatchVersionsRequest request;
+  request.set_adapter_name("job-1");
+  auto reader = stub_->WatchVersions(&context, request);
+  v1::WatchVersionsResponse event;
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
+  EXPECT_EQ(event.version().version(), 1);
+  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 2, 15), true).ok());
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+  EXPECT_EQ(event.version().version(), 2);
+  EXPECT_GT(event.version().total_bytes(), 0u);
+  context.TryCancel();
+  while (reader->Read(&event)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(WeightStoreServiceTest, CommittedVersionsSurviveARestartAndPartialWritesDoNot) {
+  const TestAdapter adapter = MakeTestAdapter("team/job:1", 5, 16);
+  ASSERT_TRUE(Publish(adapter, true).ok());
+  v1::BeginPublishResponse begun;
+  ASSERT_TRUE(Begin(MakeTestAdapter("team/job:1", 6, 17).manifest, &begun).ok());
+  std::filesystem::create_directories(data_dir_ + "/team%2Fjob%3A1/7.partial");
+  StartServer();
+  absl::StatusOr<FetchedAdapter> fetched = Fetch("team/job:1", 5, true, Stacked());
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  ExpectCanonical(adapter, *fetched);
+  EXPECT_EQ(Commit(begun.upload_id()).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_FALSE(std::filesystem::exists(data_dir_ + "/team%2Fjob%3A1/7.partial"));
+  grpc::ClientContext context;
+  v1::GetManifestRequest request;
+  request.mutable_adapter()->set_adapter_name("team/job:1");
+  v1::GetManifestResponse manifest;
+  ASSERT_TRUE(stub_->GetManifest(&context, request, &manifest).ok());
+  EXPECT_EQ(manifest.manifest().version(), 5);
+  EXPECT_TRUE(manifest.manifest().has_commit_time());
+
+  auto page = tandem::testing::HttpGet(
+      absl::StrCat("http://127.0.0.1:", server_->metrics_port(), "/metrics"));
+  ASSERT_TRUE(page.ok());
+  for (const char* series :
+       {"tandem_weight_store_bytes_out_total{transport=\"ucx\"}", "tandem_weight_store_versions",
+        "tandem_weight_store_held_bytes", "tandem_weight_store_active_leases",
+        "tandem_weight_store_publish_seconds_bucket", "tandem_weight_store_fetch_seconds_bucket"}) {
+    EXPECT_THAT(*page, HasSubstr(series));
+  }
+}
+
+}  // namespace
+}  // namespace tandem::weight_store
