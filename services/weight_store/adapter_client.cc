@@ -1,6 +1,7 @@
 #include "services/weight_store/adapter_client.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
@@ -76,36 +77,77 @@ void Abort(v1::WeightStoreService::StubInterface& stub, const std::string& uploa
   stub.AbortPublish(&context, request, &response);
 }
 
-// Pulls every op of a read plan from the store's memory.
-absl::StatusOr<FetchedAdapter> PullPlan(const v1::GetReadPlanResponse& plan,
+// Source bytes [begin, end) of one shard, pulled into local memory in one piece.
+struct StagedSpan {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  std::string bytes;
+};
+
+// Spans closer than this are pulled as one: a wasted gap costs less than another round trip.
+constexpr uint64_t kSpanMergeGap = uint64_t{1} << 20;
+
+// The spans of a shard that a plan reads, merged; each op's whole strided range lies in one.
+std::vector<StagedSpan> SpansOf(const v1::GetReadPlanResponse& plan, int shard) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const v1::PlannedTensor& tensor : plan.tensors()) {
+    for (const v1::CopyOp& op : tensor.ops()) {
+      if (op.shard_index() != shard) continue;
+      ranges.emplace_back(op.src_offset(),
+                          op.src_offset() + (op.count() - 1) * op.src_stride() + op.length());
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<StagedSpan> spans;
+  for (const auto& [begin, end] : ranges) {
+    if (!spans.empty() && begin <= spans.back().end + kSpanMergeGap) {
+      spans.back().end = std::max(spans.back().end, end);
+    } else {
+      spans.push_back({begin, end});
+    }
+  }
+  return spans;
+}
+
+// Pulls what a read plan needs from the store's memory in a few large gets per shard, then
+// assembles the tensors locally: plans of sliced layouts hold many small strided blocks, and a
+// round trip per block would cost far more than the bytes.
+absl::StatusOr<FetchedAdapter> PullPlan(const v1::GetReadPlanResponse& plan, UcxPeer& peer,
                                         const FetchOptions& options) {
-  absl::StatusOr<std::unique_ptr<UcxPeer>> peer = options.ucx->Connect(plan.store_worker_address());
-  if (!peer.ok()) return peer.status();
-  absl::flat_hash_map<int, const v1::ShardRegion*> regions;
-  for (const v1::ShardRegion& region : plan.shards()) regions[region.shard_index()] = &region;
   const absl::Time deadline = absl::Now() + options.timeout;
+  absl::flat_hash_map<int, std::vector<StagedSpan>> staged;
+  for (const v1::ShardRegion& region : plan.shards()) {
+    std::vector<StagedSpan>& spans = staged[region.shard_index()] =
+        SpansOf(plan, region.shard_index());
+    std::vector<UcxPeer::Transfer> transfers;
+    for (StagedSpan& span : spans) {
+      if (span.end > region.length()) {
+        return absl::InternalError(
+            absl::StrCat("read plan reads past shard ", region.shard_index()));
+      }
+      span.bytes.resize(span.end - span.begin);
+      transfers.push_back(
+          {region.remote_address() + span.begin, span.bytes.data(), span.bytes.size()});
+    }
+    if (absl::Status status = peer.Get(region.rkey(), transfers, deadline); !status.ok()) {
+      return status;
+    }
+  }
   FetchedAdapter fetched{.by_ucx = true};
   for (const v1::PlannedTensor& planned : plan.tensors()) {
     FetchedTensor& tensor = fetched.tensors.emplace_back();
     tensor.tensor = planned.tensor();
     tensor.bytes.resize(planned.tensor().byte_size());
-    absl::flat_hash_map<int, std::vector<UcxPeer::Transfer>> by_shard;
     for (const v1::CopyOp& op : planned.ops()) {
-      const auto region = regions.find(op.shard_index());
-      if (region == regions.end()) {
-        return absl::InternalError(
-            absl::StrCat("read plan uses unlisted shard ", op.shard_index()));
-      }
+      const std::vector<StagedSpan>& spans = staged[op.shard_index()];
+      const auto span = std::find_if(spans.begin(), spans.end(), [&](const StagedSpan& s) {
+        return s.begin <= op.src_offset() && op.src_offset() < s.end;
+      });
+      if (span == spans.end()) return absl::InternalError("read plan op outside staged bytes");
       for (uint64_t block = 0; block < op.count(); ++block) {
-        by_shard[op.shard_index()].push_back(
-            {region->second->remote_address() + op.src_offset() + block * op.src_stride(),
-             tensor.bytes.data() + op.dst_offset() + block * op.dst_stride(), op.length()});
-      }
-    }
-    for (const auto& [shard, transfers] : by_shard) {
-      if (absl::Status status = (*peer)->Get(regions[shard]->rkey(), transfers, deadline);
-          !status.ok()) {
-        return status;
+        std::memcpy(tensor.bytes.data() + op.dst_offset() + block * op.dst_stride(),
+                    span->bytes.data() + (op.src_offset() - span->begin) + block * op.src_stride(),
+                    op.length());
       }
     }
     if (absl::Status status = VerifyChecksum(tensor); !status.ok()) return status;
@@ -150,53 +192,6 @@ absl::StatusOr<FetchedAdapter> FetchByGrpc(v1::WeightStoreService::StubInterface
   return fetched;
 }
 
-// The UCX path: lease the version, get the read plan, pull every op, release the lease.
-absl::StatusOr<FetchedAdapter> FetchByUcx(v1::WeightStoreService::StubInterface& stub,
-                                          absl::string_view adapter, int64_t version,
-                                          const FetchOptions& options) {
-  v1::AcquireLeaseRequest lease_request;
-  lease_request.set_adapter_name(std::string(adapter));
-  lease_request.set_version(version);
-  lease_request.set_holder(options.holder);
-  lease_request.set_ttl_seconds(std::clamp(absl::ToDoubleSeconds(options.timeout), 1.0, 600.0));
-  v1::AcquireLeaseResponse lease;
-  {
-    grpc::ClientContext context;
-    SetTimeout(context, absl::Seconds(30));
-    if (absl::Status status = Checked(stub.AcquireLease(&context, lease_request, &lease));
-        !status.ok()) {
-      return status;
-    }
-  }
-  const auto release = [&] {
-    grpc::ClientContext context;
-    SetTimeout(context, absl::Seconds(10));
-    v1::ReleaseLeaseRequest request;
-    request.set_lease_id(lease.lease_id());
-    v1::ReleaseLeaseResponse response;
-    stub.ReleaseLease(&context, request, &response);
-  };
-  v1::GetReadPlanRequest plan_request;
-  plan_request.set_adapter_name(std::string(adapter));
-  plan_request.set_version(version);
-  *plan_request.mutable_target() = options.target;
-  plan_request.set_lease_id(lease.lease_id());
-  for (const std::string& name : options.tensor_names) plan_request.add_tensor_names(name);
-  v1::GetReadPlanResponse plan;
-  {
-    grpc::ClientContext context;
-    SetTimeout(context, absl::Seconds(60));
-    if (absl::Status status = Checked(stub.GetReadPlan(&context, plan_request, &plan));
-        !status.ok()) {
-      release();
-      return status;
-    }
-  }
-  absl::StatusOr<FetchedAdapter> fetched = PullPlan(plan, options);
-  release();
-  return fetched;
-}
-
 }  // namespace
 
 absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInterface& stub,
@@ -235,11 +230,72 @@ absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInter
   return committed.version();
 }
 
-absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,
-                                            absl::string_view adapter, int64_t version,
-                                            const FetchOptions& options) {
+// The UCX path: lease the version, get the read plan, pull every op, release the lease.
+absl::StatusOr<FetchedAdapter> AdapterFetcher::FetchByUcx(absl::string_view adapter,
+                                                          int64_t version,
+                                                          const FetchOptions& options) {
+  v1::WeightStoreService::StubInterface& stub = stub_;
+  v1::AcquireLeaseRequest lease_request;
+  lease_request.set_adapter_name(std::string(adapter));
+  lease_request.set_version(version);
+  lease_request.set_holder(options.holder);
+  lease_request.set_ttl_seconds(std::clamp(absl::ToDoubleSeconds(options.timeout), 1.0, 600.0));
+  v1::AcquireLeaseResponse lease;
+  {
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(30));
+    if (absl::Status status = Checked(stub.AcquireLease(&context, lease_request, &lease));
+        !status.ok()) {
+      return status;
+    }
+  }
+  const auto release = [&] {
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(10));
+    v1::ReleaseLeaseRequest request;
+    request.set_lease_id(lease.lease_id());
+    v1::ReleaseLeaseResponse response;
+    stub.ReleaseLease(&context, request, &response);
+  };
+  v1::GetReadPlanRequest plan_request;
+  plan_request.set_adapter_name(std::string(adapter));
+  plan_request.set_version(version);
+  *plan_request.mutable_target() = options.target;
+  plan_request.set_lease_id(lease.lease_id());
+  for (const std::string& name : options.tensor_names) plan_request.add_tensor_names(name);
+  v1::GetReadPlanResponse plan;
+  {
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(60));
+    if (absl::Status status = Checked(stub.GetReadPlan(&context, plan_request, &plan));
+        !status.ok()) {
+      release();
+      return status;
+    }
+  }
+  absl::StatusOr<UcxPeer*> peer = PeerFor(*options.ucx, plan.store_worker_address());
+  absl::StatusOr<FetchedAdapter> fetched =
+      peer.ok() ? PullPlan(plan, **peer, options) : peer.status();
+  if (!fetched.ok()) peer_.reset();  // A broken endpoint is not reused.
+  release();
+  return fetched;
+}
+
+absl::StatusOr<UcxPeer*> AdapterFetcher::PeerFor(UcxWorker& ucx, const std::string& store_address) {
+  if (peer_ == nullptr || peer_worker_ != &ucx || peer_address_ != store_address) {
+    absl::StatusOr<std::unique_ptr<UcxPeer>> peer = ucx.Connect(store_address);
+    if (!peer.ok()) return peer.status();
+    peer_ = *std::move(peer);
+    peer_worker_ = &ucx;
+    peer_address_ = store_address;
+  }
+  return peer_.get();
+}
+
+absl::StatusOr<FetchedAdapter> AdapterFetcher::Fetch(absl::string_view adapter, int64_t version,
+                                                     const FetchOptions& options) {
   if (options.ucx != nullptr) {
-    absl::StatusOr<FetchedAdapter> fetched = FetchByUcx(stub, adapter, version, options);
+    absl::StatusOr<FetchedAdapter> fetched = FetchByUcx(adapter, version, options);
     // Only transport trouble falls back; a wrong request would fail the same way over gRPC.
     if (fetched.ok() ||
         !(absl::IsUnavailable(fetched.status()) || absl::IsFailedPrecondition(fetched.status()) ||
@@ -249,7 +305,13 @@ absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterfac
     spdlog::warn("weight-store client: UCX fetch of {}@{} failed ({}); using gRPC", adapter,
                  version, fetched.status());
   }
-  return FetchByGrpc(stub, adapter, version, options);
+  return FetchByGrpc(stub_, adapter, version, options);
+}
+
+absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,
+                                            absl::string_view adapter, int64_t version,
+                                            const FetchOptions& options) {
+  return AdapterFetcher(stub).Fetch(adapter, version, options);
 }
 
 }  // namespace tandem::weight_store

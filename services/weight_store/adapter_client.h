@@ -1,6 +1,7 @@
 #ifndef TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_CLIENT_H_
 #define TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_CLIENT_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,28 @@ struct FetchedAdapter {
   bool by_ucx = false;
 };
 
-// The rollout's side: fetches a committed version in its own layout, verifying every tensor's
-// checksum (DATA_LOSS on a mismatch).
+// The rollout's side: fetches committed versions in its own layout, verifying every tensor's
+// checksum (DATA_LOSS on a mismatch). Keeps its UCX endpoint to the store between fetches,
+// since creating one costs a wireup round trip. Used by one thread at a time.
+class AdapterFetcher {
+ public:
+  explicit AdapterFetcher(v1::WeightStoreService::StubInterface& stub) : stub_(stub) {}
+
+  absl::StatusOr<FetchedAdapter> Fetch(absl::string_view adapter, int64_t version,
+                                       const FetchOptions& options);
+
+ private:
+  absl::StatusOr<FetchedAdapter> FetchByUcx(absl::string_view adapter, int64_t version,
+                                            const FetchOptions& options);
+  absl::StatusOr<UcxPeer*> PeerFor(UcxWorker& ucx, const std::string& store_address);
+
+  v1::WeightStoreService::StubInterface& stub_;
+  UcxWorker* peer_worker_ = nullptr;
+  std::string peer_address_;
+  std::unique_ptr<UcxPeer> peer_;
+};
+
+// One fetch with a fresh AdapterFetcher.
 absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,
                                             absl::string_view adapter, int64_t version,
                                             const FetchOptions& options);

@@ -56,7 +56,8 @@ absl::Status ValidateModelShape(const ModelShape& model) {
   }
   if (model.hidden < 1 || model.q_out < 1 || model.kv_out < 1 ||
       (model.num_dense_layers > 0 && model.dense_ffn < 1) || (has_moe && model.expert_ffn < 1)) {
-    return absl::InvalidArgumentError("model: hidden, q_out, kv_out and the used ffn sizes must be >= 1");
+    return absl::InvalidArgumentError(
+        "model: hidden, q_out, kv_out and the used ffn sizes must be >= 1");
   }
   if (has_moe && (model.num_experts < 1 || model.num_experts > kMaxExperts)) {
     return absl::InvalidArgumentError(
@@ -111,9 +112,10 @@ void AddLayer(const ModelShape& model, const v1::LoraConfig& lora, v1::DType dty
               const absl::flat_hash_set<std::string>& targets,
               std::vector<v1::CanonicalTensor>& tensors) {
   const std::string attention = absl::StrCat("model.layers.", layer, ".self_attn.");
-  for (const Projection& projection :
-       {Projection{"q_proj", model.hidden, model.q_out}, Projection{"k_proj", model.hidden, model.kv_out},
-        Projection{"v_proj", model.hidden, model.kv_out}, Projection{"o_proj", model.q_out, model.hidden}}) {
+  for (const Projection& projection : {Projection{"q_proj", model.hidden, model.q_out},
+                                       Projection{"k_proj", model.hidden, model.kv_out},
+                                       Projection{"v_proj", model.hidden, model.kv_out},
+                                       Projection{"o_proj", model.q_out, model.hidden}}) {
     if (targets.contains(projection.name)) {
       AddProjection(attention, projection, lora.rank(), dtype, 0, 0, tensors);
     }
@@ -134,12 +136,12 @@ void AddLayer(const ModelShape& model, const v1::LoraConfig& lora, v1::DType dty
 
 absl::Status ValidateProducerLayout(const ProducerLayout& layout, int producer_rank) {
   if (layout.tp_size < 1 || layout.tp_rank < 0 || layout.tp_rank >= layout.tp_size) {
-    return absl::InvalidArgumentError(absl::StrCat("producer tp_rank ", layout.tp_rank,
-                                                   " not in 0..tp_size ", layout.tp_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("producer tp_rank ", layout.tp_rank, " not in 0..tp_size ", layout.tp_size));
   }
   if (layout.ep_size < 1 || layout.ep_rank < 0 || layout.ep_rank >= layout.ep_size) {
-    return absl::InvalidArgumentError(absl::StrCat("producer ep_rank ", layout.ep_rank,
-                                                   " not in 0..ep_size ", layout.ep_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("producer ep_rank ", layout.ep_rank, " not in 0..ep_size ", layout.ep_size));
   }
   if (producer_rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat("producer_rank ", producer_rank, " < 0"));
@@ -246,9 +248,9 @@ absl::StatusOr<const std::string*> TensorBytes(
   const auto it = canonical.find(tensor.spec().name());
   const int64_t expected = ElementCount(ExtendedShape(tensor)) * ElementSize(tensor.spec().dtype());
   if (it == canonical.end() || static_cast<int64_t>(it->second.size()) != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", tensor.spec().name(), "': expected ", expected, " bytes, got ",
-        it == canonical.end() ? "none" : absl::StrCat(it->second.size())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor.spec().name(), "': expected ", expected, " bytes, got ",
+                     it == canonical.end() ? "none" : absl::StrCat(it->second.size())));
   }
   return &it->second;
 }
@@ -291,10 +293,12 @@ absl::Status ValidateLoraConfig(const v1::LoraConfig& lora) {
         absl::StrCat("lora.rank: ", lora.rank(), " not in 1..", kMaxRank));
   }
   if (!std::isfinite(lora.alpha()) || lora.alpha() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("lora.alpha: ", lora.alpha(), " < 0 or not finite"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("lora.alpha: ", lora.alpha(), " < 0 or not finite"));
   }
   if (!(lora.dropout() >= 0 && lora.dropout() < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("lora.dropout: ", lora.dropout(), " not in [0, 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("lora.dropout: ", lora.dropout(), " not in [0, 1)"));
   }
   if (lora.expert_layout() == v1::EXPERT_LAYOUT_UNSPECIFIED ||
       !v1::ExpertLayout_IsValid(lora.expert_layout())) {
@@ -366,9 +370,8 @@ absl::StatusOr<std::vector<v1::CanonicalTensor>> CanonicalTensorsFor(const Model
   for (int layer = 0; layer < model.num_layers; ++layer) {
     AddLayer(model, lora, dtype, layer, targets, tensors);
   }
-  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
-    return a.spec().name() < b.spec().name();
-  });
+  std::sort(tensors.begin(), tensors.end(),
+            [](const auto& a, const auto& b) { return a.spec().name() < b.spec().name(); });
   return tensors;
 }
 

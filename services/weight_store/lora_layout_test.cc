@@ -97,9 +97,9 @@ TEST(CanonicalTensorsForTest, SharedLayoutHasNoPerExpertTensors) {
   for (const v1::CanonicalTensor& tensor : Tensors(v1::EXPERT_LAYOUT_SHARED)) {
     EXPECT_EQ(tensor.num_experts(), 0) << tensor.spec().name();
   }
-  EXPECT_NE(Find(Tensors(v1::EXPERT_LAYOUT_SHARED),
-                 "model.layers.2.mlp.experts.gate_proj.lora_A.weight"),
-            nullptr);
+  EXPECT_NE(
+      Find(Tensors(v1::EXPERT_LAYOUT_SHARED), "model.layers.2.mlp.experts.gate_proj.lora_A.weight"),
+      nullptr);
 }
 
 TEST(CanonicalTensorsForTest, SharedOuterSharesTheHiddenSide) {
@@ -129,7 +129,8 @@ TEST(CanonicalTensorsForTest, TargetModulesSelectProjections) {
   ASSERT_TRUE(tensors.ok()) << tensors.status();
   EXPECT_EQ(tensors->size(), 3 * 2 * 2);
   for (const v1::CanonicalTensor& tensor : *tensors) {
-    EXPECT_THAT(tensor.spec().name(), ::testing::AnyOf(HasSubstr("o_proj"), HasSubstr("down_proj")));
+    EXPECT_THAT(tensor.spec().name(),
+                ::testing::AnyOf(HasSubstr("o_proj"), HasSubstr("down_proj")));
   }
 }
 
@@ -262,10 +263,9 @@ TEST(BuildProducerShardTest, RankHoldingNothingGetsAnEmptyShard) {
 TEST(BuildProducerShardTest, RejectsBadInput) {
   const std::vector<v1::CanonicalTensor> tensors = Tensors(v1::EXPERT_LAYOUT_PER_EXPERT);
   auto canonical = RandomBytes(tensors);
-  EXPECT_THAT(BuildProducerShard(tensors, canonical, {.tp_rank = 2, .tp_size = 2}, 0)
-                  .status()
-                  .message(),
-              HasSubstr("tp_rank 2"));
+  EXPECT_THAT(
+      BuildProducerShard(tensors, canonical, {.tp_rank = 2, .tp_size = 2}, 0).status().message(),
+      HasSubstr("tp_rank 2"));
   EXPECT_THAT(BuildProducerShard(tensors, canonical, {.ep_rank = -1}, 0).status().message(),
               HasSubstr("ep_rank -1"));
   EXPECT_THAT(BuildProducerShard(tensors, canonical, {}, -1).status().message(),

@@ -191,8 +191,8 @@ uint64_t BoxElements(const CoveredBox& box) {
 absl::Status ValidateBytes(const v1::ShardPiece& piece, const v1::Shard& shard,
                            const TensorInfo& info, const CoveredBox& box) {
   // Fits: the box lies within a tensor of at most kMaxTensorBytes.
-  const uint64_t expected = BoxElements(box) * (piece.fused_gate_up() ? 2 : 1) *
-                            ElementSize(info.tensor->spec().dtype());
+  const uint64_t expected =
+      BoxElements(box) * (piece.fused_gate_up() ? 2 : 1) * ElementSize(info.tensor->spec().dtype());
   if (piece.byte_length() != expected) {
     return Invalid("byte_length ", piece.byte_length(), " != ", expected, " of the slice");
   }

@@ -60,15 +60,21 @@ absl::Status CheckEnums(const v1::TargetLayout& target) {
 absl::StatusOr<Consumer> ResolveLayout(const v1::TargetLayout& target) {
   // An unset size means 1.
   auto size = [](int value) { return value == 0 ? 1 : value; };
-  Consumer consumer{target.tp_rank(),        size(target.tp_size()),
-                    target.ep_rank(),        size(target.ep_size()),
-                    target.expert_tp_rank(), size(target.expert_tp_size()),
-                    target.fuse_gate_up(),
-                    target.stack_experts() || target.naming() == v1::TENSOR_NAMING_ENGINE_NATIVE};
+  const Consumer consumer{.tp_rank = target.tp_rank(),
+                          .tp_size = size(target.tp_size()),
+                          .ep_rank = target.ep_rank(),
+                          .ep_size = size(target.ep_size()),
+                          .expert_tp_rank = target.expert_tp_rank(),
+                          .expert_tp_size = size(target.expert_tp_size()),
+                          .fuse_gate_up = target.fuse_gate_up(),
+                          // The embedded engine stores experts stacked.
+                          .stack_experts = target.stack_experts() ||
+                                           target.naming() == v1::TENSOR_NAMING_ENGINE_NATIVE};
+  constexpr int kUnbounded = std::numeric_limits<int>::max();
   for (absl::Status status :
        {CheckRank("tp", consumer.tp_rank, consumer.tp_size, kMaxTpSize),
-        CheckRank("ep", consumer.ep_rank, consumer.ep_size, std::numeric_limits<int>::max()),
-        CheckRank("expert_tp", consumer.expert_tp_rank, consumer.expert_tp_size, std::numeric_limits<int>::max()),
+        CheckRank("ep", consumer.ep_rank, consumer.ep_size, kUnbounded),
+        CheckRank("expert_tp", consumer.expert_tp_rank, consumer.expert_tp_size, kUnbounded),
         CheckEnums(target)}) {
     if (!status.ok()) return status;
   }
@@ -101,26 +107,35 @@ std::vector<Placement> PlaceBox(int gate, std::optional<int> up, const TensorBox
   return {placement, up_placement};
 }
 
-// Every piece's placements, by tensor index.
-std::vector<std::vector<Placement>> SourcePlacements(const v1::Manifest& manifest) {
+absl::flat_hash_map<absl::string_view, int> IndexByName(const v1::Manifest& manifest) {
   absl::flat_hash_map<absl::string_view, int> index_by_name;
   for (int t = 0; t < manifest.tensors_size(); ++t) {
     index_by_name[manifest.tensors(t).spec().name()] = t;
   }
+  return index_by_name;
+}
+
+TensorBox PieceBox(const v1::ShardPiece& piece, const v1::CanonicalTensor& tensor) {
+  const bool per_expert = tensor.num_experts() > 0;
+  TensorBox box{{per_expert ? piece.expert_begin() : 0},
+                {per_expert ? piece.expert_end() - piece.expert_begin() : 1}};
+  for (const v1::DimSlice& slice : piece.slice()) {
+    box.begin.push_back(slice.offset());
+    box.size.push_back(slice.size());
+  }
+  return box;
+}
+
+// Every piece's placements, by tensor index.
+std::vector<std::vector<Placement>> SourcePlacements(const v1::Manifest& manifest) {
+  const absl::flat_hash_map<absl::string_view, int> index_by_name = IndexByName(manifest);
   std::vector<std::vector<Placement>> sources(manifest.tensors_size());
   for (int s = 0; s < manifest.shards_size(); ++s) {
     for (const v1::ShardPiece& piece : manifest.shards(s).pieces()) {
       const int gate = index_by_name.at(piece.tensor_name());
       std::optional<int> up;
       if (piece.fused_gate_up()) up = index_by_name.at(*UpProjName(piece.tensor_name()));
-      TensorBox box;
-      const bool per_expert = manifest.tensors(gate).num_experts() > 0;
-      box.begin.push_back(per_expert ? piece.expert_begin() : 0);
-      box.size.push_back(per_expert ? piece.expert_end() - piece.expert_begin() : 1);
-      for (const v1::DimSlice& slice : piece.slice()) {
-        box.begin.push_back(slice.offset());
-        box.size.push_back(slice.size());
-      }
+      const TensorBox box = PieceBox(piece, manifest.tensors(gate));
       for (Placement& placement : PlaceBox(gate, up, box, piece.fused_dim() + 1)) {
         placement.shard = s;
         placement.buffer_offset = piece.byte_offset();
@@ -139,16 +154,14 @@ struct Target {
 
 // gate tensor index -> up_proj tensor index, for the pairs a fusing consumer joins.
 absl::flat_hash_map<int, int> FusedPairs(const v1::Manifest& manifest) {
-  absl::flat_hash_map<absl::string_view, int> index_by_name;
-  for (int t = 0; t < manifest.tensors_size(); ++t) {
-    index_by_name[manifest.tensors(t).spec().name()] = t;
-  }
+  const absl::flat_hash_map<absl::string_view, int> index_by_name = IndexByName(manifest);
   absl::flat_hash_map<int, int> pairs;
   for (int t = 0; t < manifest.tensors_size(); ++t) {
     const std::optional<std::string> up_name = UpProjName(manifest.tensors(t).spec().name());
     if (!up_name.has_value()) continue;
     const auto up = index_by_name.find(*up_name);
-    if (up != index_by_name.end() && CanFuseGateUp(manifest.tensors(t), manifest.tensors(up->second))) {
+    if (up != index_by_name.end() &&
+        CanFuseGateUp(manifest.tensors(t), manifest.tensors(up->second))) {
       pairs[t] = up->second;
     }
   }
@@ -204,9 +217,9 @@ absl::Status AddTargets(const v1::Manifest& manifest, int t, std::optional<int> 
     expert_box.size[0] = 1;
     for (int64_t e = box->begin[0]; e < box->begin[0] + box->size[0]; ++e) {
       expert_box.begin[0] = e;
-      targets.push_back(MakeTarget(
-          canonical, absl::StrReplaceAll(name, {{kExpertPlaceholder, absl::StrCat(e)}}), t, up,
-          expert_box, false));
+      targets.push_back(
+          MakeTarget(canonical, absl::StrReplaceAll(name, {{kExpertPlaceholder, absl::StrCat(e)}}),
+                     t, up, expert_box, false));
     }
   }
   return absl::OkStatus();
@@ -318,7 +331,8 @@ void AppendIntersection(const Placement& src, const Placement& dst, int64_t elem
   std::vector<int64_t> size(rank), src_at(rank), dst_at(rank);
   for (size_t d = 0; d < rank; ++d) {
     const int64_t begin = std::max(src.box.begin[d], dst.box.begin[d]);
-    const int64_t end = std::min(src.box.begin[d] + src.box.size[d], dst.box.begin[d] + dst.box.size[d]);
+    const int64_t end =
+        std::min(src.box.begin[d] + src.box.size[d], dst.box.begin[d] + dst.box.size[d]);
     if (begin >= end) return;
     size[d] = end - begin;
     src_at[d] = src.origin[d] + begin - src.box.begin[d];
@@ -351,19 +365,37 @@ void AppendIntersection(const Placement& src, const Placement& dst, int64_t elem
   EmitOuter(steps, src_offset, dst_offset, pattern, ops);
 }
 
-// Extends `last` by `op` (the next op in dst order) when op continues last's pattern: the next
-// bytes of a single block in both buffers, or further blocks at last's strides.
-bool Extend(v1::CopyOp& last, const v1::CopyOp& op) {
-  if (last.shard_index() != op.shard_index()) return false;
-  if (last.count() == 1 && op.count() == 1 &&
-      op.src_offset() == last.src_offset() + last.length() &&
-      op.dst_offset() == last.dst_offset() + last.length()) {
-    last.set_length(last.length() + op.length());
-    return true;
+bool SameBlockPattern(const v1::CopyOp& a, const v1::CopyOp& b) {
+  return a.count() == b.count() &&
+         (a.count() == 1 || (a.src_stride() == b.src_stride() && a.dst_stride() == b.dst_stride()));
+}
+
+// Joins `op` into `last` when each of op's blocks directly follows last's in both buffers (e.g.
+// the up_proj half after the gate_proj half of every row of a fused tensor): longer blocks, and
+// one contiguous block once blocks abut.
+bool Widen(v1::CopyOp& last, const v1::CopyOp& op) {
+  if (!SameBlockPattern(last, op) || op.src_offset() != last.src_offset() + last.length() ||
+      op.dst_offset() != last.dst_offset() + last.length()) {
+    return false;
   }
+  last.set_length(last.length() + op.length());
+  if (last.count() > 1 && last.src_stride() == last.length() &&
+      last.dst_stride() == last.length()) {
+    last.set_length(last.length() * last.count());
+    last.set_count(1);
+    last.clear_src_stride();
+    last.clear_dst_stride();
+  }
+  return true;
+}
+
+// Joins `op` into `last` when op's blocks continue last's sequence of equal blocks at the same
+// strides (e.g. consecutive per-expert pieces): more blocks.
+bool Lengthen(v1::CopyOp& last, const v1::CopyOp& op) {
   if (last.length() != op.length() || (last.count() == 1 && op.src_offset() <= last.src_offset())) {
     return false;
   }
+  // Ops arrive in ascending dst order, so a single-block `last` takes its strides from `op`.
   const uint64_t src_stride =
       last.count() == 1 ? op.src_offset() - last.src_offset() : last.src_stride();
   const uint64_t dst_stride =
@@ -379,8 +411,12 @@ bool Extend(v1::CopyOp& last, const v1::CopyOp& op) {
   return true;
 }
 
-v1::PlannedTensor Plan(Target target,
-                       const std::vector<std::vector<Placement>>& sources) {
+// Joins `op`, the next op in dst order, into `last` where one op can do both.
+bool Join(v1::CopyOp& last, const v1::CopyOp& op) {
+  return last.shard_index() == op.shard_index() && (Widen(last, op) || Lengthen(last, op));
+}
+
+v1::PlannedTensor Plan(Target target, const std::vector<std::vector<Placement>>& sources) {
   const int64_t element_size = ElementSize(target.tensor.spec().dtype());
   std::vector<v1::CopyOp> ops;
   for (const Placement& part : target.parts) {
@@ -394,7 +430,7 @@ v1::PlannedTensor Plan(Target target,
   v1::PlannedTensor planned;
   *planned.mutable_tensor() = std::move(target.tensor);
   for (const v1::CopyOp& op : ops) {
-    if (planned.ops_size() == 0 || !Extend(*planned.mutable_ops()->rbegin(), op)) {
+    if (planned.ops_size() == 0 || !Join(*planned.mutable_ops()->rbegin(), op)) {
       *planned.add_ops() = op;
     }
   }

@@ -41,9 +41,7 @@ struct Published {
   std::vector<v1::CanonicalTensor> tensors;
   absl::flat_hash_map<std::string, std::string> canonical;
 
-  std::vector<absl::string_view> Shards() const {
-    return {shard_bytes.begin(), shard_bytes.end()};
-  }
+  std::vector<absl::string_view> Shards() const { return {shard_bytes.begin(), shard_bytes.end()}; }
 };
 
 absl::flat_hash_map<std::string, std::string> RandomBytes(
@@ -118,7 +116,8 @@ Range Part(int64_t size, int parts, int rank) {
 }
 
 std::string Projection(const std::string& name) {
-  const std::string before_side = name.substr(0, name.size() - std::string(".lora_A.weight").size());
+  const std::string before_side =
+      name.substr(0, name.size() - std::string(".lora_A.weight").size());
   return before_side.substr(before_side.rfind('.') + 1);
 }
 
@@ -192,7 +191,7 @@ std::map<std::string, Expected> HandSliced(const Published& published,
     } else {
       for (int64_t e = experts.begin; e < experts.end; ++e) {
         expected[absl::StrReplaceAll(out_name, {{"{e}", absl::StrCat(e)}})] = {local, 0, 0,
-                                                                              gather({e})};
+                                                                               gather({e})};
       }
     }
   }
@@ -216,7 +215,8 @@ void ExpectOpsCoverOnce(const v1::PlannedTensor& planned, const Published& publi
               published.shard_bytes.at(op.shard_index()).size());
     ASSERT_LE(op.dst_offset() + last * op.dst_stride() + op.length(), writes.size());
     for (uint64_t i = 0; i < op.count(); ++i) {
-      for (uint64_t b = 0; b < op.length(); ++b) ++writes[op.dst_offset() + i * op.dst_stride() + b];
+      for (uint64_t b = 0; b < op.length(); ++b)
+        ++writes[op.dst_offset() + i * op.dst_stride() + b];
     }
   }
   EXPECT_THAT(writes, ::testing::Each(1)) << planned.tensor().spec().name();
@@ -229,12 +229,12 @@ std::string Assemble(const v1::PlannedTensor& planned, const Published& publishe
 }
 
 void ExpectMatchesHandSlicing(const Published& published, const v1::TargetLayout& target) {
-  absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
-      PlanReads(published.manifest, target, {});
+  absl::StatusOr<std::vector<v1::PlannedTensor>> plan = PlanReads(published.manifest, target, {});
   ASSERT_TRUE(plan.ok()) << plan.status();
   const std::map<std::string, Expected> expected = HandSliced(published, target);
   std::vector<std::string> planned_names, expected_names;
-  for (const v1::PlannedTensor& planned : *plan) planned_names.push_back(planned.tensor().spec().name());
+  for (const v1::PlannedTensor& planned : *plan)
+    planned_names.push_back(planned.tensor().spec().name());
   for (const auto& [name, tensor] : expected) expected_names.push_back(name);
   ASSERT_THAT(planned_names, ElementsAreArray(expected_names));  // also: byte-wise name order
   for (const v1::PlannedTensor& planned : *plan) {
@@ -259,6 +259,18 @@ struct Options {
 
 using MatrixParam = std::tuple<ProducerLayout, v1::ExpertLayout, v1::DType>;
 
+std::string ProducerName(const ProducerLayout& layout) {
+  return absl::StrCat("Tp", layout.tp_size, "Ep", layout.ep_size,
+                      layout.fuse_gate_up ? "Fused" : "", layout.stack_experts ? "Stacked" : "");
+}
+
+}  // namespace
+
+// Readable test parameters (gtest would print the struct's bytes).
+void PrintTo(const ProducerLayout& layout, std::ostream* os) { *os << ProducerName(layout); }
+
+namespace {
+
 class ReshardMatrixTest : public ::testing::TestWithParam<MatrixParam> {};
 
 // Every rank of every consumer layout assembles exactly what slicing by hand gives.
@@ -268,10 +280,9 @@ TEST_P(ReshardMatrixTest, AssembledTensorsMatchHandSlicing) {
   for (int tp : {1, 2, 4}) {
     for (int ep : {1, 2, 4}) {
       for (int expert_tp : {1, tp}) {
-        for (const Options& options :
-             {Options{v1::TENSOR_NAMING_UNSPECIFIED, false, false},
-              Options{v1::TENSOR_NAMING_CANONICAL, true, true},
-              Options{v1::TENSOR_NAMING_ENGINE_NATIVE, true, false}}) {
+        for (const Options& options : {Options{v1::TENSOR_NAMING_UNSPECIFIED, false, false},
+                                       Options{v1::TENSOR_NAMING_CANONICAL, true, true},
+                                       Options{v1::TENSOR_NAMING_ENGINE_NATIVE, true, false}}) {
           for (int rank = 0; rank < tp * ep * expert_tp; ++rank) {
             v1::TargetLayout target;
             target.set_tp_size(tp);
@@ -293,11 +304,6 @@ TEST_P(ReshardMatrixTest, AssembledTensorsMatchHandSlicing) {
   }
 }
 
-std::string ProducerName(const ProducerLayout& layout) {
-  return absl::StrCat("Tp", layout.tp_size, "Ep", layout.ep_size,
-                      layout.fuse_gate_up ? "Fused" : "", layout.stack_experts ? "Stacked" : "");
-}
-
 INSTANTIATE_TEST_SUITE_P(
     Producers, ReshardMatrixTest,
     ::testing::Combine(
@@ -316,8 +322,7 @@ INSTANTIATE_TEST_SUITE_P(
 // A consumer laid out like a producer rank gets that rank's pieces back, each with one op.
 TEST(ReshardTest, ProducerLayoutRoundTrips) {
   const ProducerLayout trainer{.tp_size = 2, .ep_size = 2};
-  const Published published =
-      PublishModel(v1::EXPERT_LAYOUT_SHARED_OUTER, v1::DTYPE_BF16, trainer);
+  const Published published = PublishModel(v1::EXPERT_LAYOUT_SHARED_OUTER, v1::DTYPE_BF16, trainer);
   ASSERT_EQ(published.manifest.shards_size(), 4);
   for (int s = 0; s < 4; ++s) {
     v1::TargetLayout target;
@@ -329,11 +334,11 @@ TEST(ReshardTest, ProducerLayoutRoundTrips) {
     target.set_ep_size(2);
     target.set_fuse_gate_up(true);
     target.set_stack_experts(true);
-    absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
-        PlanReads(published.manifest, target, {});
+    absl::StatusOr<std::vector<v1::PlannedTensor>> plan = PlanReads(published.manifest, target, {});
     ASSERT_TRUE(plan.ok()) << plan.status();
     std::map<std::string, const v1::PlannedTensor*> by_name;
-    for (const v1::PlannedTensor& planned : *plan) by_name[planned.tensor().spec().name()] = &planned;
+    for (const v1::PlannedTensor& planned : *plan)
+      by_name[planned.tensor().spec().name()] = &planned;
     for (const v1::ShardPiece& piece : published.manifest.shards(s).pieces()) {
       std::string name = absl::StrReplaceAll(piece.tensor_name(), {{".{e}", ""}});
       if (piece.fused_gate_up()) name = absl::StrReplaceAll(name, {{"gate_proj", "gate_up_proj"}});
@@ -362,7 +367,8 @@ TEST(ReshardTest, RowSplitSliceIsOneStridedOp) {
   v1::TargetLayout target;
   target.set_tp_rank(1);
   target.set_tp_size(2);
-  auto plan = PlanReads(published.manifest, target, {"model.layers.0.self_attn.o_proj.lora_A.weight"});
+  auto plan =
+      PlanReads(published.manifest, target, {"model.layers.0.self_attn.o_proj.lora_A.weight"});
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->size(), 1);
   // [3, 8] -> columns 4..7: 3 rows of 16 bytes, 32 bytes apart in the source.
@@ -428,8 +434,8 @@ TEST(ReshardTest, ReadsPiecesFusedAlongDimOne) {
 }
 
 TEST(ReshardTest, SelectsRequestedTensorsInNameOrder) {
-  const Published published = PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16,
-                                            {.tp_size = 2, .ep_size = 2});
+  const Published published =
+      PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
   v1::TargetLayout target;
   target.set_dtype(v1::DTYPE_F16);  // does not change the plan
   auto plan = PlanReads(published.manifest, target,
@@ -438,7 +444,8 @@ TEST(ReshardTest, SelectsRequestedTensorsInNameOrder) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->size(), 2);
   EXPECT_EQ((*plan)[0].tensor().spec().name(), "model.layers.0.self_attn.k_proj.lora_A.weight");
-  EXPECT_EQ((*plan)[1].tensor().spec().name(), "model.layers.2.mlp.experts.3.up_proj.lora_B.weight");
+  EXPECT_EQ((*plan)[1].tensor().spec().name(),
+            "model.layers.2.mlp.experts.3.up_proj.lora_B.weight");
   EXPECT_EQ((*plan)[1].tensor().spec().dtype(), v1::DTYPE_BF16);
   EXPECT_EQ((*plan)[1].tensor().byte_size(), 4 * 3 * 2);
 }
@@ -452,16 +459,16 @@ struct BadLayout {
 
 v1::TargetLayout Layout(absl::string_view text_proto_fields) {
   v1::TargetLayout target;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(std::string(text_proto_fields),
-                                                            &target));
+  EXPECT_TRUE(
+      google::protobuf::TextFormat::ParseFromString(std::string(text_proto_fields), &target));
   return target;
 }
 
 class PlanReadsErrorTest : public ::testing::TestWithParam<BadLayout> {};
 
 TEST_P(PlanReadsErrorTest, RejectsWithInvalidArgument) {
-  const Published published = PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16,
-                                            {.tp_size = 2, .ep_size = 2});
+  const Published published =
+      PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
   const absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
       PlanReads(published.manifest, GetParam().target, GetParam().tensor_names);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
@@ -477,22 +484,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadLayout{"TpSizeTooBig", Layout("tp_size: 2048"), {}, "size 2048"},
         BadLayout{"NegativeEpSize", Layout("ep_size: -2"), {}, "target.ep: rank 0 of size -2"},
         BadLayout{"EpRankNotBelowSize", Layout("ep_rank: 4 ep_size: 4"), {}, "target.ep: rank 4"},
-        BadLayout{"ExpertTpRank", Layout("expert_tp_rank: 3 expert_tp_size: 2"), {},
+        BadLayout{"ExpertTpRank",
+                  Layout("expert_tp_rank: 3 expert_tp_size: 2"),
+                  {},
                   "target.expert_tp: rank 3"},
         BadLayout{"TpNotDividing", Layout("tp_size: 3"), {}, "not divisible by 3"},
         BadLayout{"EpNotDividing", Layout("ep_size: 3"), {}, "size 4 not divisible by 3"},
-        BadLayout{"ExpertTpNotDividing", Layout("expert_tp_size: 8"), {},
+        BadLayout{"ExpertTpNotDividing",
+                  Layout("expert_tp_size: 8"),
+                  {},
                   "model.layers.1.mlp.experts.{e}.down_proj.lora_A.weight': size 4 not divisible "
                   "by 8"},
         BadLayout{"UnknownNaming", Layout("naming: 7"), {}, "target.naming: 7"},
         BadLayout{"IntegerDtype", Layout("dtype: DTYPE_I32"), {}, "target.dtype: 5"},
-        BadLayout{"UnknownTensor", Layout(""), {"model.layers.9.mlp.up_proj.lora_A.weight"},
+        BadLayout{"UnknownTensor",
+                  Layout(""),
+                  {"model.layers.9.mlp.up_proj.lora_A.weight"},
                   "unknown target tensor 'model.layers.9.mlp.up_proj.lora_A.weight'"},
-        BadLayout{"CanonicalNameWhenStacked", Layout("stack_experts: true"),
+        BadLayout{"CanonicalNameWhenStacked",
+                  Layout("stack_experts: true"),
                   {"model.layers.1.mlp.experts.{e}.down_proj.lora_A.weight"},
                   "unknown target tensor"},
-        BadLayout{"UnfusedNameWhenFused", Layout("fuse_gate_up: true"),
-                  {"model.layers.0.mlp.up_proj.lora_A.weight"}, "unknown target tensor"}),
+        BadLayout{"UnfusedNameWhenFused",
+                  Layout("fuse_gate_up: true"),
+                  {"model.layers.0.mlp.up_proj.lora_A.weight"},
+                  "unknown target tensor"}),
     [](const auto& info) { return info.param.name; });
 
 TEST(ReshardTest, RejectsTargetNameClash) {

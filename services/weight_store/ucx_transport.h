@@ -50,7 +50,8 @@ class UcxWorker {
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
 
-  // Packed worker address (ucp_worker_get_address), for a peer's Connect.
+  // Packed worker address (ucp_worker_get_address), framed with a checksum, for a peer's
+  // Connect.
   const std::string& address() const { return address_; }
 
   // Allocates `length` bytes registered for remote access. UCX allocates them (ucp_mem_map
@@ -58,8 +59,11 @@ class UcxWorker {
   absl::StatusOr<std::unique_ptr<UcxRegion>> Allocate(size_t length);
   // Registers existing memory; the caller keeps it alive longer than the region.
   absl::StatusOr<std::unique_ptr<UcxRegion>> Register(void* data, size_t length);
-  // Endpoint to a remote worker address (a peer's address()). A dead peer makes transfers
-  // fail instead of hang.
+  // Endpoint to a remote worker address (a peer's address()), INVALID_ARGUMENT if malformed;
+  // returns once connected (UNAVAILABLE or DEADLINE_EXCEEDED after 10 s if it cannot be).
+  // Uses UCX's PEER error handling, so a dead peer makes transfers fail instead of hang,
+  // wherever the transports support it. tcp does; UCX 1.13's shared memory does not, and
+  // there a dead store's region stays mapped: Get returns its last contents, Put is lost.
   absl::StatusOr<std::unique_ptr<UcxPeer>> Connect(absl::string_view remote_address);
 
  private:
@@ -82,9 +86,10 @@ class UcxRegion {
   char* data() const { return data_; }
   size_t length() const { return length_; }
   uint64_t remote_address() const { return reinterpret_cast<uintptr_t>(data_); }
-  // The region's bounds followed by ucp_rkey_pack's output. The bounds let a peer reject
-  // out-of-range transfers: UCX does not check them, and a stray address would crash the
-  // store (tcp emulates RMA with a memcpy there) or the client (shared memory).
+  // ucp_rkey_pack's output framed with a checksum, the owning worker and the region's bounds.
+  // The bounds let a peer reject out-of-range transfers: UCX does not check them, and a stray
+  // address would crash the store (tcp emulates RMA with a memcpy there) or the client
+  // (shared memory). The owner rejects rkeys of another worker, e.g. of a restarted store.
   const std::string& packed_rkey() const { return packed_rkey_; }
 
  private:
@@ -102,7 +107,7 @@ class UcxRegion {
 // A connection to one remote worker, used by one thread at a time.
 class UcxPeer {
  public:
-  ~UcxPeer();  // Destroys cached rkeys, then closes the endpoint (forcibly if it failed).
+  ~UcxPeer();  // Closes the endpoint (forcibly if it failed), then destroys cached rkeys.
 
   UcxPeer(const UcxPeer&) = delete;
   UcxPeer& operator=(const UcxPeer&) = delete;
@@ -117,17 +122,18 @@ class UcxPeer {
   // One-sided reads/writes of the remote region described by `packed_rkey` (unpacked once per
   // distinct rkey and cached), split into max_chunk_bytes pieces with up to `window`
   // outstanding. Return when all completed, or with the first error: UNAVAILABLE naming the
-  // UCX status (e.g. the peer died), DEADLINE_EXCEEDED if not complete by `deadline`,
-  // INVALID_ARGUMENT for a malformed rkey or a transfer outside the region. After
-  // UNAVAILABLE or DEADLINE_EXCEEDED the endpoint is closed and every later call fails.
+  // UCX status (e.g. the peer died; the endpoint is closed then and later calls fail too),
+  // DEADLINE_EXCEEDED if not complete by `deadline`, INVALID_ARGUMENT for a malformed rkey or
+  // a transfer outside the region. On an error, operations already in flight (at most
+  // `window` chunks) are waited for, not cancelled: UCX cannot cancel them safely. A peer that
+  // does not finish them within 5 s more gets its endpoint closed.
   absl::Status Get(absl::string_view packed_rkey, const std::vector<Transfer>& transfers,
                    absl::Time deadline);
   // Ends with a flush, so the data is visible at the remote side on return.
   absl::Status Put(absl::string_view packed_rkey, const std::vector<Transfer>& transfers,
                    absl::Time deadline);
 
-  // Transports and lanes the endpoint uses (ucp_ep_print_info), for diagnostics. Lanes are
-  // final only after the first transfer completed.
+  // Transports and lanes the endpoint uses (ucp_ep_print_info), for diagnostics.
   std::string DebugString() const;
 
  private:
@@ -145,6 +151,7 @@ class UcxPeer {
                          const std::vector<Transfer>& transfers, absl::Time deadline);
   absl::Status Issue(bool put, const RemoteKey& key, const std::vector<Transfer>& transfers,
                      absl::Time deadline, ucx_internal::RequestWindow& requests);
+  absl::Status AwaitWireup(absl::Time deadline);
   absl::Status CheckUsable() const;
   absl::StatusOr<RemoteKey> Unpack(absl::string_view packed_rkey);
   void Close(bool force);
@@ -152,7 +159,7 @@ class UcxPeer {
   std::shared_ptr<ucx_internal::Core> core_;
   size_t max_chunk_bytes_;
   size_t window_;
-  uint64_t remote_fingerprint_;  // Of the remote worker's address; must match rkeys' owner.
+  uint64_t remote_fingerprint_;  // Checksum of the remote address; its rkeys name it as owner.
   ucp_ep_h ep_ = nullptr;
   // First endpoint error, set by OnError from whichever thread progresses the worker.
   std::atomic<ucs_status_t> failure_{UCS_OK};
