@@ -301,8 +301,9 @@ using ucx_internal::Core;
 using ucx_internal::RequestWindow;
 
 absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& options) {
-  if (options.max_chunk_bytes == 0 || options.window <= 0) {
-    return absl::InvalidArgumentError("max_chunk_bytes and window must be positive");
+  if (options.max_chunk_bytes == 0 || options.max_get_chunk_bytes == 0 || options.window <= 0) {
+    return absl::InvalidArgumentError(
+        "max_chunk_bytes, max_get_chunk_bytes and window must be positive");
   }
   absl::StatusOr<std::shared_ptr<Core>> core = Core::Create(options);
   if (!core.ok()) return core.status();
@@ -400,6 +401,7 @@ UcxRegion::~UcxRegion() { ucp_mem_unmap(core_->context, memh_); }
 UcxPeer::UcxPeer(std::shared_ptr<Core> core, uint64_t remote_fingerprint)
     : core_(std::move(core)),
       max_chunk_bytes_(core_->options.max_chunk_bytes),
+      max_get_chunk_bytes_(core_->options.max_get_chunk_bytes),
       window_(static_cast<size_t>(core_->options.window)),
       remote_fingerprint_(remote_fingerprint) {}
 
@@ -486,11 +488,12 @@ absl::Status UcxPeer::CheckBounds(const RemoteKey& key, const std::vector<Transf
 absl::Status UcxPeer::Issue(bool put, const RemoteKey& key, const std::vector<Transfer>& transfers,
                             absl::Time deadline, RequestWindow& requests) {
   const ucp_request_param_t* param = requests.param();
+  const size_t chunk_bytes = put ? max_chunk_bytes_ : max_get_chunk_bytes_;
   for (const Transfer& transfer : transfers) {
-    for (size_t offset = 0; offset < transfer.length; offset += max_chunk_bytes_) {
+    for (size_t offset = 0; offset < transfer.length; offset += chunk_bytes) {
       absl::Status status = requests.WaitForAtMost(window_ - 1, deadline);
       if (!status.ok()) return status;
-      size_t length = std::min(max_chunk_bytes_, transfer.length - offset);
+      size_t length = std::min(chunk_bytes, transfer.length - offset);
       char* local = transfer.local + offset;
       uint64_t remote = transfer.remote_address + offset;
       status = requests.Add(put ? ucp_put_nbx(ep_, local, length, remote, key.rkey, param)

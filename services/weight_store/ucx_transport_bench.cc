@@ -32,6 +32,7 @@ namespace {
 UcxOptions Options() {
   return {.transports = absl::GetFlag(FLAGS_transports),
           .max_chunk_bytes = absl::GetFlag(FLAGS_chunk_kib) << 10,
+          .max_get_chunk_bytes = absl::GetFlag(FLAGS_chunk_kib) << 10,
           .window = absl::GetFlag(FLAGS_window)};
 }
 
