@@ -141,4 +141,12 @@ grpc::experimental::Interceptor* RpcMetricsInterceptorFactory::CreateServerInter
   return new RpcMetricsInterceptor(families_, info->method());
 }
 
+prometheus::Histogram& LatencyHistogram(const std::string& name, const std::string& help) {
+  return prometheus::BuildHistogram()
+      .Name(name)
+      .Help(help)
+      .Register(MetricsRegistry())
+      .Add({}, LatencyBuckets());
+}
+
 }  // namespace tandem

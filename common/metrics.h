@@ -61,6 +61,9 @@ class RpcMetricsInterceptorFactory : public grpc::experimental::ServerIntercepto
 // milliseconds, long streams (watch, fetch of a large adapter) minutes.
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
 
+// A label-less latency histogram (LatencyBuckets) in the process registry.
+prometheus::Histogram& LatencyHistogram(const std::string& name, const std::string& help);
+
 }  // namespace tandem
 
 #endif  // TANDEM_COMMON_METRICS_H_

@@ -13,14 +13,6 @@ prometheus::Family<prometheus::Gauge>& GaugeFamily(const char* name, const char*
   return prometheus::BuildGauge().Name(name).Help(help).Register(MetricsRegistry());
 }
 
-prometheus::Histogram& LatencyHistogram(const char* name, const char* help) {
-  return prometheus::BuildHistogram()
-      .Name(name)
-      .Help(help)
-      .Register(MetricsRegistry())
-      .Add({}, LatencyBuckets());
-}
-
 }  // namespace
 
 RouterReplayMetrics& RouterReplayMetrics::Get() {

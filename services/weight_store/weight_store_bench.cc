@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/channel.h"
+#include "common/process_memory.h"
 #include "common/server.h"
 #include "services/weight_store/adapter_client.h"
 #include "services/weight_store/adapter_testing.h"
@@ -37,15 +38,6 @@ double SecondsSince(Clock::time_point start) {
 }
 
 double MiB(double bytes) { return bytes / (1 << 20); }
-
-double PeakResidentMiB() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024;
-  }
-  return 0;
-}
 
 // A DeepSeek-like expert layer is about 2.4 MiB of rank-16 LoRA here; layers set the size.
 TestAdapterSpec SpecOfSize(double mib) {

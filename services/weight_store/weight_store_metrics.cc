@@ -17,14 +17,6 @@ prometheus::Gauge& Gauge(const char* name, const char* help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(MetricsRegistry()).Add({});
 }
 
-prometheus::Histogram& LatencyHistogram(const char* name, const char* help) {
-  return prometheus::BuildHistogram()
-      .Name(name)
-      .Help(help)
-      .Register(MetricsRegistry())
-      .Add({}, LatencyBuckets());
-}
-
 constexpr char kInName[] = "tandem_weight_store_bytes_in_total";
 constexpr char kInHelp[] = "Adapter bytes published into the store, by transport.";
 constexpr char kOutName[] = "tandem_weight_store_bytes_out_total";
