@@ -120,7 +120,9 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bo
 
 absl::StatusOr<AdapterStore::Upload*> AdapterStore::OpenUpload(absl::string_view upload_id) {
   auto it = uploads_.find(upload_id);
-  if (it == uploads_.end()) {
+  // An expired upload is gone even before the next sweep frees it.
+  if (it == uploads_.end() ||
+      (it->second->state == Upload::State::kOpen && it->second->expire_time < absl::Now())) {
     return absl::NotFoundError(absl::StrCat("upload ", upload_id, " not found (or expired)"));
   }
   Upload& upload = *it->second;
