@@ -81,7 +81,7 @@ void Abort(v1::WeightStoreService::StubInterface& stub, const std::string& uploa
 struct StagedSpan {
   uint64_t begin = 0;
   uint64_t end = 0;
-  std::string bytes;
+  std::unique_ptr<char[]> bytes;  // Not zero-filled: every byte is overwritten by the get.
 };
 
 // Spans closer than this are pulled as one: a wasted gap costs less than another round trip.
@@ -103,7 +103,7 @@ std::vector<StagedSpan> SpansOf(const v1::GetReadPlanResponse& plan, int shard) 
     if (!spans.empty() && begin <= spans.back().end + kSpanMergeGap) {
       spans.back().end = std::max(spans.back().end, end);
     } else {
-      spans.push_back({begin, end});
+      spans.push_back({.begin = begin, .end = end});
     }
   }
   return spans;
@@ -125,9 +125,9 @@ absl::StatusOr<FetchedAdapter> PullPlan(const v1::GetReadPlanResponse& plan, Ucx
         return absl::InternalError(
             absl::StrCat("read plan reads past shard ", region.shard_index()));
       }
-      span.bytes.resize(span.end - span.begin);
+      span.bytes = std::make_unique_for_overwrite<char[]>(span.end - span.begin);
       transfers.push_back(
-          {region.remote_address() + span.begin, span.bytes.data(), span.bytes.size()});
+          {region.remote_address() + span.begin, span.bytes.get(), span.end - span.begin});
     }
     if (absl::Status status = peer.Get(region.rkey(), transfers, deadline); !status.ok()) {
       return status;
@@ -146,7 +146,7 @@ absl::StatusOr<FetchedAdapter> PullPlan(const v1::GetReadPlanResponse& plan, Ucx
       if (span == spans.end()) return absl::InternalError("read plan op outside staged bytes");
       for (uint64_t block = 0; block < op.count(); ++block) {
         std::memcpy(tensor.bytes.data() + op.dst_offset() + block * op.dst_stride(),
-                    span->bytes.data() + (op.src_offset() - span->begin) + block * op.src_stride(),
+                    span->bytes.get() + (op.src_offset() - span->begin) + block * op.src_stride(),
                     op.length());
       }
     }
