@@ -24,18 +24,40 @@ struct TestAdapter {
   std::vector<absl::string_view> shard_views() const { return {shards.begin(), shards.end()}; }
 };
 
+// The tiny model of the layout tests: every TP and EP size in {1, 2, 4} divides its split
+// dimensions and its expert count.
+inline constexpr ModelShape kTinyModel{.num_layers = 3,
+                                       .num_dense_layers = 1,
+                                       .hidden = 8,
+                                       .q_out = 8,
+                                       .kv_out = 4,
+                                       .dense_ffn = 12,
+                                       .expert_ffn = 4,
+                                       .num_experts = 4};
+
+// Seeded random bytes for every canonical tensor (for "{e}" tensors the E tensors stacked).
+inline absl::flat_hash_map<std::string, std::string> RandomCanonicalBytes(
+    const std::vector<v1::CanonicalTensor>& tensors, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  absl::flat_hash_map<std::string, std::string> canonical;
+  for (const v1::CanonicalTensor& tensor : tensors) {
+    int64_t size = ElementSize(tensor.spec().dtype()) * std::max(tensor.num_experts(), 1);
+    for (int64_t dim : tensor.spec().shape()) size *= dim;
+    std::string& data = canonical[tensor.spec().name()];
+    data.resize(size);
+    for (size_t i = 0; i < data.size(); i += 8) {
+      const uint64_t word = random();
+      std::memcpy(data.data() + i, &word, std::min<size_t>(8, data.size() - i));
+    }
+  }
+  return canonical;
+}
+
 // The producer and model of a test adapter; the defaults are tiny, a benchmark scales them.
 struct TestAdapterSpec {
   int tp_size = 2;
   int ep_size = 2;
-  ModelShape model{.num_layers = 3,
-                   .num_dense_layers = 1,
-                   .hidden = 8,
-                   .q_out = 8,
-                   .kv_out = 4,
-                   .dense_ffn = 8,
-                   .expert_ffn = 4,
-                   .num_experts = 4};
+  ModelShape model = kTinyModel;
   int rank = 4;
 };
 
@@ -50,17 +72,7 @@ inline TestAdapter MakeTestAdapter(const std::string& name, int64_t version, uin
   lora.set_expert_layout(v1::EXPERT_LAYOUT_PER_EXPERT);
   TestAdapter adapter;
   std::vector<v1::CanonicalTensor> tensors = *CanonicalTensorsFor(model, lora, v1::DTYPE_BF16);
-  std::mt19937_64 random(seed);
-  for (const v1::CanonicalTensor& tensor : tensors) {
-    int64_t bytes = 2 * std::max(1, tensor.num_experts());
-    for (int64_t dim : tensor.spec().shape()) bytes *= dim;
-    std::string& data = adapter.canonical[tensor.spec().name()];
-    data.resize(bytes);
-    for (size_t i = 0; i < data.size(); i += 8) {
-      const uint64_t word = random();
-      std::memcpy(data.data() + i, &word, std::min<size_t>(8, data.size() - i));
-    }
-  }
+  adapter.canonical = RandomCanonicalBytes(tensors, seed);
   v1::Manifest& manifest = adapter.manifest;
   manifest.set_adapter_name(name);
   manifest.set_version(version);

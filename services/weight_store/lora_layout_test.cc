@@ -2,29 +2,18 @@
 
 #include <xxhash.h>
 
-#include <random>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/weight_store/adapter_testing.h"
 
 namespace tandem::weight_store {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-ModelShape SmallModel() {
-  return ModelShape{.num_layers = 3,
-                    .num_dense_layers = 1,
-                    .hidden = 8,
-                    .q_out = 8,
-                    .kv_out = 4,
-                    .dense_ffn = 12,
-                    .expert_ffn = 4,
-                    .num_experts = 4};
-}
 
 v1::LoraConfig Lora(v1::ExpertLayout layout) {
   v1::LoraConfig lora;
@@ -37,7 +26,7 @@ v1::LoraConfig Lora(v1::ExpertLayout layout) {
 std::vector<v1::CanonicalTensor> Tensors(v1::ExpertLayout layout,
                                          v1::DType dtype = v1::DTYPE_BF16) {
   absl::StatusOr<std::vector<v1::CanonicalTensor>> tensors =
-      CanonicalTensorsFor(SmallModel(), Lora(layout), dtype);
+      CanonicalTensorsFor(kTinyModel, Lora(layout), dtype);
   EXPECT_TRUE(tensors.ok()) << tensors.status();
   return *tensors;
 }
@@ -52,19 +41,6 @@ const v1::CanonicalTensor* Find(const std::vector<v1::CanonicalTensor>& tensors,
 
 std::vector<int64_t> Shape(const v1::CanonicalTensor& tensor) {
   return {tensor.spec().shape().begin(), tensor.spec().shape().end()};
-}
-
-absl::flat_hash_map<std::string, std::string> RandomBytes(
-    const std::vector<v1::CanonicalTensor>& tensors) {
-  std::mt19937 random(7);
-  absl::flat_hash_map<std::string, std::string> canonical;
-  for (const v1::CanonicalTensor& tensor : tensors) {
-    int64_t size = ElementSize(tensor.spec().dtype()) * std::max(tensor.num_experts(), 1);
-    for (int64_t dim : tensor.spec().shape()) size *= dim;
-    std::string& bytes = canonical[tensor.spec().name()];
-    for (int64_t i = 0; i < size; ++i) bytes.push_back(static_cast<char>(random()));
-  }
-  return canonical;
 }
 
 TEST(CanonicalTensorsForTest, PerExpertNamesShapesAndOrder) {
@@ -125,7 +101,7 @@ TEST(CanonicalTensorsForTest, TargetModulesSelectProjections) {
   lora.add_target_modules("o_proj");
   lora.add_target_modules("down_proj");
   absl::StatusOr<std::vector<v1::CanonicalTensor>> tensors =
-      CanonicalTensorsFor(SmallModel(), lora, v1::DTYPE_F32);
+      CanonicalTensorsFor(kTinyModel, lora, v1::DTYPE_F32);
   ASSERT_TRUE(tensors.ok()) << tensors.status();
   EXPECT_EQ(tensors->size(), 3 * 2 * 2);
   for (const v1::CanonicalTensor& tensor : *tensors) {
@@ -135,7 +111,7 @@ TEST(CanonicalTensorsForTest, TargetModulesSelectProjections) {
 }
 
 TEST(CanonicalTensorsForTest, RejectsBadInput) {
-  const ModelShape model = SmallModel();
+  const ModelShape model = kTinyModel;
   v1::LoraConfig lora = Lora(v1::EXPERT_LAYOUT_PER_EXPERT);
   lora.set_rank(0);
   EXPECT_THAT(CanonicalTensorsFor(model, lora, v1::DTYPE_F32).status().message(),
@@ -180,7 +156,7 @@ TEST(TpSplitDimTest, FollowsColumnAndRowParallelRules) {
 
 TEST(BuildProducerShardTest, CutsTpSplitTensorsAndLocalExperts) {
   const std::vector<v1::CanonicalTensor> tensors = Tensors(v1::EXPERT_LAYOUT_PER_EXPERT);
-  const auto canonical = RandomBytes(tensors);
+  const auto canonical = RandomCanonicalBytes(tensors, 7);
   const ProducerLayout layout{.tp_rank = 1, .tp_size = 2, .ep_rank = 1, .ep_size = 2};
   absl::StatusOr<std::pair<v1::Shard, std::string>> shard =
       BuildProducerShard(tensors, canonical, layout, 3);
@@ -217,7 +193,7 @@ TEST(BuildProducerShardTest, CutsTpSplitTensorsAndLocalExperts) {
 
 TEST(BuildProducerShardTest, FusesGateAndUpAlongDimZero) {
   const std::vector<v1::CanonicalTensor> tensors = Tensors(v1::EXPERT_LAYOUT_SHARED);
-  const auto canonical = RandomBytes(tensors);
+  const auto canonical = RandomCanonicalBytes(tensors, 7);
   const ProducerLayout layout{.tp_rank = 1, .tp_size = 2};
   absl::StatusOr<std::pair<v1::Shard, std::string>> shard =
       BuildProducerShard(tensors, canonical, layout, 1);
@@ -239,7 +215,7 @@ TEST(BuildProducerShardTest, UnstackedExpertsGetOnePieceEach) {
   const std::vector<v1::CanonicalTensor> tensors = Tensors(v1::EXPERT_LAYOUT_PER_EXPERT);
   const ProducerLayout layout{.ep_rank = 0, .ep_size = 2, .stack_experts = false};
   absl::StatusOr<std::pair<v1::Shard, std::string>> shard =
-      BuildProducerShard(tensors, RandomBytes(tensors), layout, 0);
+      BuildProducerShard(tensors, RandomCanonicalBytes(tensors, 7), layout, 0);
   ASSERT_TRUE(shard.ok()) << shard.status();
   int pieces = 0;
   for (const v1::ShardPiece& piece : shard->first.pieces()) {
@@ -254,7 +230,7 @@ TEST(BuildProducerShardTest, RankHoldingNothingGetsAnEmptyShard) {
   const std::vector<v1::CanonicalTensor> tensors = Tensors(v1::EXPERT_LAYOUT_SHARED);
   const ProducerLayout layout{.tp_rank = 1, .tp_size = 2, .ep_rank = 1, .ep_size = 2};
   absl::StatusOr<std::pair<v1::Shard, std::string>> shard =
-      BuildProducerShard(tensors, RandomBytes(tensors), layout, 3);
+      BuildProducerShard(tensors, RandomCanonicalBytes(tensors, 7), layout, 3);
   ASSERT_TRUE(shard.ok()) << shard.status();
   EXPECT_EQ(shard->first.byte_size(), 0);
   EXPECT_EQ(shard->first.pieces_size(), 0);
@@ -262,7 +238,7 @@ TEST(BuildProducerShardTest, RankHoldingNothingGetsAnEmptyShard) {
 
 TEST(BuildProducerShardTest, RejectsBadInput) {
   const std::vector<v1::CanonicalTensor> tensors = Tensors(v1::EXPERT_LAYOUT_PER_EXPERT);
-  auto canonical = RandomBytes(tensors);
+  auto canonical = RandomCanonicalBytes(tensors, 7);
   EXPECT_THAT(
       BuildProducerShard(tensors, canonical, {.tp_rank = 2, .tp_size = 2}, 0).status().message(),
       HasSubstr("tp_rank 2"));

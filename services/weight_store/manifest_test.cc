@@ -3,12 +3,12 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/weight_store/adapter_testing.h"
 #include "services/weight_store/lora_layout.h"
 
 namespace tandem::weight_store {
@@ -26,27 +26,14 @@ v1::LoraConfig Lora(v1::ExpertLayout layout) {
 
 // The manifest of the small test model published by every rank of a TP x EP producer.
 v1::Manifest Publish(v1::ExpertLayout expert_layout, v1::DType dtype, ProducerLayout layout) {
-  const ModelShape model{.num_layers = 3,
-                         .num_dense_layers = 1,
-                         .hidden = 8,
-                         .q_out = 8,
-                         .kv_out = 4,
-                         .dense_ffn = 12,
-                         .expert_ffn = 4,
-                         .num_experts = 4};
   v1::Manifest manifest;
   manifest.set_adapter_name("policy/job-1");
   manifest.set_version(3);
   *manifest.mutable_lora() = Lora(expert_layout);
   const std::vector<v1::CanonicalTensor> tensors =
-      *CanonicalTensorsFor(model, manifest.lora(), dtype);
+      *CanonicalTensorsFor(kTinyModel, manifest.lora(), dtype);
   manifest.mutable_tensors()->Add(tensors.begin(), tensors.end());
-  absl::flat_hash_map<std::string, std::string> canonical;
-  for (const v1::CanonicalTensor& tensor : tensors) {
-    int64_t size = ElementSize(dtype) * std::max(tensor.num_experts(), 1);
-    for (int64_t dim : tensor.spec().shape()) size *= dim;
-    canonical[tensor.spec().name()] = std::string(size, 'x');  // contents do not matter here
-  }
+  const absl::flat_hash_map<std::string, std::string> canonical = RandomCanonicalBytes(tensors, 1);
   const int tp_size = layout.tp_size;
   for (int rank = 0; rank < tp_size * layout.ep_size; ++rank) {
     layout.tp_rank = rank % tp_size;

@@ -2,7 +2,6 @@
 
 #include <iterator>
 #include <map>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "services/weight_store/adapter_testing.h"
 #include "services/weight_store/lora_layout.h"
 #include "services/weight_store/manifest.h"
 
@@ -23,15 +23,6 @@ using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
-// Every TP and EP size in {1, 2, 4} divides every split dimension and the expert count.
-constexpr ModelShape kModel{.num_layers = 3,
-                            .num_dense_layers = 1,
-                            .hidden = 8,
-                            .q_out = 8,
-                            .kv_out = 4,
-                            .dense_ffn = 12,
-                            .expert_ffn = 4,
-                            .num_experts = 4};
 constexpr int kRank = 3;
 
 // A published adapter: manifest, the bytes of its shards, and the canonical tensors' bytes.
@@ -44,26 +35,13 @@ struct Published {
   std::vector<absl::string_view> Shards() const { return {shard_bytes.begin(), shard_bytes.end()}; }
 };
 
-absl::flat_hash_map<std::string, std::string> RandomBytes(
-    const std::vector<v1::CanonicalTensor>& tensors) {
-  std::mt19937 random(1234);
-  absl::flat_hash_map<std::string, std::string> canonical;
-  for (const v1::CanonicalTensor& tensor : tensors) {
-    int64_t size = ElementSize(tensor.spec().dtype()) * std::max(tensor.num_experts(), 1);
-    for (int64_t dim : tensor.spec().shape()) size *= dim;
-    std::string& bytes = canonical[tensor.spec().name()];
-    for (int64_t i = 0; i < size; ++i) bytes.push_back(static_cast<char>(random()));
-  }
-  return canonical;
-}
-
 // Publishes `tensors` from every rank of a producer with `layout`'s sizes; shard i of the
 // manifest is producer rank i (ep-major) unless a rank held nothing.
 Published Publish(std::vector<v1::CanonicalTensor> tensors, v1::ExpertLayout expert_layout,
                   ProducerLayout layout) {
   Published published;
   published.tensors = std::move(tensors);
-  published.canonical = RandomBytes(published.tensors);
+  published.canonical = RandomCanonicalBytes(published.tensors, 1234);
   v1::Manifest& manifest = published.manifest;
   manifest.set_adapter_name("policy");
   manifest.set_version(1);
@@ -89,7 +67,7 @@ Published PublishModel(v1::ExpertLayout expert_layout, v1::DType dtype,
   lora.set_rank(kRank);
   lora.set_expert_layout(expert_layout);
   absl::StatusOr<std::vector<v1::CanonicalTensor>> tensors =
-      CanonicalTensorsFor(kModel, lora, dtype);
+      CanonicalTensorsFor(kTinyModel, lora, dtype);
   EXPECT_TRUE(tensors.ok()) << tensors.status();
   return Publish(*std::move(tensors), expert_layout, layout);
 }

@@ -31,7 +31,7 @@ struct UcxOptions {
   // Largest single get: tcp gets grow faster with size (~600 MB/s at 256 KiB, ~1.5 GB/s at
   // 64 MiB here), and shared memory does not care.
   size_t max_get_chunk_bytes = 64 << 20;
-  int window = 16;                     // Outstanding operations per Get/Put call.
+  int window = 16;  // Outstanding operations per Get/Put call.
 };
 
 class UcxRegion;
