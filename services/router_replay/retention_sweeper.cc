@@ -6,15 +6,7 @@
 namespace tandem::router_replay {
 
 RetentionSweeper::RetentionSweeper(RouteStore& store, absl::Duration ttl, absl::Duration interval)
-    : store_(store), ttl_(ttl), interval_(interval), thread_([this] { Run(); }) {}
-
-RetentionSweeper::~RetentionSweeper() {
-  {
-    absl::MutexLock lock(&mutex_);
-    stopping_ = true;
-  }
-  thread_.join();
-}
+    : store_(store), ttl_(ttl), thread_(interval, [this] { Sweep(); }) {}
 
 absl::StatusOr<int64_t> RetentionSweeper::SweepOnce() {
   absl::StatusOr<DeleteOutcome> deleted = store_.DeleteUpdatedBefore(absl::Now() - ttl_);
@@ -24,18 +16,13 @@ absl::StatusOr<int64_t> RetentionSweeper::SweepOnce() {
   return deleted->records;
 }
 
-void RetentionSweeper::Run() {
-  absl::MutexLock lock(&mutex_);
-  while (!mutex_.AwaitWithTimeout(absl::Condition(&stopping_), interval_)) {
-    mutex_.Unlock();
-    absl::StatusOr<int64_t> deleted = SweepOnce();
-    if (!deleted.ok()) {
-      spdlog::warn("retention sweep failed: {}", deleted.status());
-    } else if (*deleted > 0) {
-      spdlog::info("retention sweep deleted {} records older than {}", *deleted,
-                   absl::FormatDuration(ttl_));
-    }
-    mutex_.Lock();
+void RetentionSweeper::Sweep() {
+  absl::StatusOr<int64_t> deleted = SweepOnce();
+  if (!deleted.ok()) {
+    spdlog::warn("retention sweep failed: {}", deleted.status());
+  } else if (*deleted > 0) {
+    spdlog::info("retention sweep deleted {} records older than {}", *deleted,
+                 absl::FormatDuration(ttl_));
   }
 }
 

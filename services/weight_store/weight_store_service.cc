@@ -293,28 +293,13 @@ absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> WeightStoreServiceImpl::
                           .ucx = service->ucx_.get()});
   if (!store.ok()) return store.status();
   service->store_ = *std::move(store);
-  service->sweep_interval_ = options.sweep_interval;
-  service->sweeper_ = std::thread([raw = service.get()] { raw->SweepLoop(); });
+  service->sweeper_ =
+      std::make_unique<PeriodicThread>(options.sweep_interval, [store = service->store_.get()] {
+        store->ExpireAndRetain(absl::Now());
+        WeightStoreMetrics::Get().RecordTotals(store->totals());
+      });
   WeightStoreMetrics::Get().RecordTotals(service->store_->totals());
   return service;
-}
-
-WeightStoreServiceImpl::~WeightStoreServiceImpl() {
-  {
-    absl::MutexLock lock(&mutex_);
-    stopping_ = true;
-  }
-  if (sweeper_.joinable()) sweeper_.join();
-}
-
-void WeightStoreServiceImpl::SweepLoop() {
-  absl::MutexLock lock(&mutex_);
-  while (!mutex_.AwaitWithTimeout(absl::Condition(&stopping_), sweep_interval_)) {
-    mutex_.Unlock();
-    store_->ExpireAndRetain(absl::Now());
-    WeightStoreMetrics::Get().RecordTotals(store_->totals());
-    mutex_.Lock();
-  }
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::BeginPublish(

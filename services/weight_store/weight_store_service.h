@@ -3,12 +3,12 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/periodic_thread.h"
 #include "services/weight_store/adapter_store.h"
 #include "services/weight_store/ucx_transport.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
@@ -30,7 +30,6 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
  public:
   static absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> Create(
       const WeightStoreOptions& options);
-  ~WeightStoreServiceImpl() override;
 
   grpc::ServerUnaryReactor* BeginPublish(grpc::CallbackServerContext* context,
                                          const v1::BeginPublishRequest* request,
@@ -69,17 +68,14 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
  private:
   WeightStoreServiceImpl() = default;
   absl::StatusOr<v1::GetReadPlanResponse> ReadPlan(const v1::GetReadPlanRequest& request);
-  void SweepLoop();
 
   std::unique_ptr<UcxWorker> ucx_;  // Declared first: outlives the store's registered memory.
   std::unique_ptr<AdapterStore> store_;
-  absl::Duration sweep_interval_;
   absl::Mutex mutex_;
   // Read plans with checksums, per (version, layout, names): checksumming costs a pass over
   // the bytes, and every replica of a deployment asks for the same few layouts.
   absl::flat_hash_map<std::string, v1::GetReadPlanResponse> plan_cache_ ABSL_GUARDED_BY(mutex_);
-  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
-  std::thread sweeper_;
+  std::unique_ptr<PeriodicThread> sweeper_;  // Expiry and retention; stops before the store goes.
 };
 
 }  // namespace tandem::weight_store
