@@ -97,12 +97,33 @@ void ServiceServer::SetServing(bool serving) {
   }
 }
 
-void ServiceServer::SetReady() {
+bool ServiceServer::AllServicesReady() const {
+  for (const HostedService& hosted : services_) {
+    if (hosted.ready && !hosted.ready()) return false;
+  }
+  return true;
+}
+
+void ServiceServer::PollReadiness() {
+  if (!AllServicesReady()) return;
+  absl::MutexLock lock(&drain_mutex_);
+  if (drained_ || serving_) return;
+  serving_ = true;
   SetServing(true);
   spdlog::info("{} is ready", name_);
 }
 
+void ServiceServer::SetReady() {
+  PollReadiness();
+  absl::MutexLock lock(&drain_mutex_);
+  if (serving_ || drained_) return;
+  spdlog::info("{} is up; NOT_SERVING until its services are ready", name_);
+  readiness_poller_ =
+      std::make_unique<PeriodicThread>(absl::Milliseconds(50), [this] { PollReadiness(); });
+}
+
 void ServiceServer::Drain() {
+  readiness_poller_.reset();  // Before taking the mutex: a poll in progress takes it too.
   absl::MutexLock lock(&drain_mutex_);
   if (drained_ || server_ == nullptr) return;
   drained_ = true;

@@ -1,6 +1,7 @@
 #ifndef TANDEM_COMMON_SERVER_H_
 #define TANDEM_COMMON_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "common/periodic_thread.h"
 #include "common/server_options.h"
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/server.h"
@@ -18,6 +20,9 @@ namespace tandem {
 struct HostedService {
   std::string proto_name;  // e.g. "tandem.v1.JobService".
   std::unique_ptr<grpc::Service> service;
+  // Optional: whether the service can do its work yet (e.g. rollout until its weights are
+  // loaded). Null: ready as soon as the server is.
+  std::function<bool()> ready;
 };
 
 // The server every Tandem service runs in: standard health service (NOT_SERVING until
@@ -35,7 +40,8 @@ class ServiceServer {
   int port() const { return port_; }
   int metrics_port() const { return metrics_->port(); }
 
-  // Reports SERVING for every hosted service; call once the service can do its work.
+  // Reports SERVING once every hosted service's `ready` probe passes (polled on a background
+  // thread when some do not pass yet); call once the server can do its work.
   void SetReady();
 
   // Graceful drain: NOT_SERVING, wait --drain_delay, refuse new calls, give in-flight calls
@@ -46,6 +52,9 @@ class ServiceServer {
  private:
   ServiceServer(std::string name, std::vector<HostedService> services, ServerOptions options);
   void SetServing(bool serving);
+  bool AllServicesReady() const;
+  // Polled by readiness_poller_; flips to SERVING once every probe passes.
+  void PollReadiness();
 
   const std::string name_;
   std::vector<HostedService> services_;
@@ -55,6 +64,8 @@ class ServiceServer {
   int port_ = 0;
   absl::Mutex drain_mutex_;
   bool drained_ ABSL_GUARDED_BY(drain_mutex_) = false;
+  bool serving_ ABSL_GUARDED_BY(drain_mutex_) = false;
+  std::unique_ptr<PeriodicThread> readiness_poller_;
 };
 
 // Blocks SIGTERM and SIGINT in the calling thread and every thread it creates later, so that

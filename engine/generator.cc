@@ -11,9 +11,11 @@ struct GenerationBatch::Sequence {
   int id = 0;
   GenerationRequest request;
   GeneratedSample sample;
+  Transformer* transformer = nullptr;
   std::mt19937_64 rng;
-  // Per layer [max_seq_len, d_model] keys and values; rows [0, length) are filled.
+  // Per layer [reserved, d_model] keys and values; rows [0, cached) are filled.
   std::vector<std::vector<float>> keys, values;
+  int reserved = 0;
   int cached = 0;
 };
 
@@ -41,8 +43,7 @@ class GenerationBatch::PrefillAttention : public AttentionBackend {
 // One row per active sequence: append its key/value to the cache, attend over the cache.
 class GenerationBatch::DecodeAttention : public AttentionBackend {
  public:
-  DecodeAttention(const std::vector<std::unique_ptr<Sequence>>& sequences,
-                  const ModelConfig& config)
+  DecodeAttention(const std::vector<Sequence*>& sequences, const ModelConfig& config)
       : sequences_(sequences), config_(config), scratch_(config.max_seq_len) {}
 
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
@@ -59,7 +60,7 @@ class GenerationBatch::DecodeAttention : public AttentionBackend {
   }
 
  private:
-  const std::vector<std::unique_ptr<Sequence>>& sequences_;
+  const std::vector<Sequence*>& sequences_;
   const ModelConfig& config_;
   std::vector<float> scratch_;
 };
@@ -74,10 +75,18 @@ int64_t GenerationBatch::kv_bytes_per_token() const {
 }
 
 int64_t GenerationBatch::kv_cache_bytes() const {
-  return static_cast<int64_t>(active_.size()) * config_.max_seq_len * kv_bytes_per_token();
+  int64_t positions = 0;
+  for (const auto& sequence : active_) positions += sequence->reserved;
+  return positions * kv_bytes_per_token();
 }
 
-absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request) {
+int GenerationBatch::ReservedPositions(const GenerationRequest& request) const {
+  const int64_t wanted = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+  return static_cast<int>(std::min<int64_t>(wanted, config_.max_seq_len));
+}
+
+absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request,
+                                           Transformer* transformer) {
   const int prompt_length = static_cast<int>(request.prompt.size());
   if (prompt_length < 1 || prompt_length >= config_.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -100,8 +109,10 @@ absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request) {
   sequence->request = request;
   sequence->sample.tokens = request.prompt;
   sequence->sample.prompt_length = prompt_length;
+  sequence->transformer = transformer != nullptr ? transformer : &transformer_;
   sequence->rng.seed(request.seed);
-  const size_t cache_floats = static_cast<size_t>(config_.max_seq_len) * config_.d_model;
+  sequence->reserved = ReservedPositions(request);
+  const size_t cache_floats = static_cast<size_t>(sequence->reserved) * config_.d_model;
   sequence->keys.assign(config_.num_layers, std::vector<float>(cache_floats));
   sequence->values.assign(config_.num_layers, std::vector<float>(cache_floats));
 
@@ -111,8 +122,8 @@ absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request) {
   std::vector<float> logits(static_cast<size_t>(prompt_length) * config_.vocab_size);
   sequence->sample.routes.resize(static_cast<size_t>(prompt_length) * moe_row);
   PrefillAttention attention(*sequence, config_);
-  transformer_.ForwardRows(request.prompt.data(), positions.data(), prompt_length, attention,
-                           logits.data(), sequence->sample.routes.data());
+  sequence->transformer->ForwardRows(request.prompt.data(), positions.data(), prompt_length,
+                                     attention, logits.data(), sequence->sample.routes.data());
   sequence->cached = prompt_length;
   SampleNext(*sequence, logits.data() + int64_t{prompt_length - 1} * config_.vocab_size);
   const int id = sequence->id;
@@ -126,7 +137,8 @@ void GenerationBatch::SampleNext(Sequence& sequence, const float* logits) {
       SampleToken(logits, config_.vocab_size, sequence.request.sampling, sequence.rng);
   sequence.sample.tokens.push_back(token.token);
   sequence.sample.logprobs.push_back(token.logprob);
-  if (token.token == sequence.request.stop_token) {
+  const std::vector<int>& stops = sequence.request.stop_tokens;
+  if (std::find(stops.begin(), stops.end(), token.token) != stops.end()) {
     sequence.sample.finish_reason = FinishReason::kStop;
   }
 }
@@ -135,33 +147,57 @@ bool GenerationBatch::Finished(const Sequence& sequence) const {
   const int generated = static_cast<int>(sequence.sample.logprobs.size());
   return sequence.sample.finish_reason == FinishReason::kStop ||
          generated >= sequence.request.max_new_tokens ||
-         static_cast<int>(sequence.sample.tokens.size()) >= config_.max_seq_len;
+         static_cast<int>(sequence.sample.tokens.size()) >= sequence.reserved;
+}
+
+int GenerationBatch::SwitchTransformer(int id, Transformer& transformer) {
+  for (const auto& sequence : active_) {
+    if (sequence->id != id) continue;
+    sequence->transformer = &transformer;
+    return static_cast<int>(sequence->sample.logprobs.size());
+  }
+  return -1;
 }
 
 void GenerationBatch::Step() {
-  const int rows = static_cast<int>(active_.size());
-  if (rows == 0) return;
+  // Groups in order of first appearance, so a step's work does not depend on pointer values.
+  std::vector<std::pair<Transformer*, std::vector<Sequence*>>> groups;
+  for (const auto& sequence : active_) {
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [&](const auto& g) { return g.first == sequence->transformer; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {sequence->transformer, {}});
+    group->second.push_back(sequence.get());
+  }
+  std::vector<int> done;
+  for (auto& [transformer, group] : groups) {
+    StepGroup(*transformer, group);
+    for (Sequence* sequence : group) {
+      if (Finished(*sequence)) done.push_back(sequence->id);
+    }
+  }
+  for (int id : done) Retire(id);
+}
+
+void GenerationBatch::StepGroup(Transformer& transformer, const std::vector<Sequence*>& group) {
+  const int rows = static_cast<int>(group.size());
   std::vector<int> tokens(rows), positions(rows);
   for (int row = 0; row < rows; ++row) {
-    tokens[row] = active_[row]->sample.tokens.back();
-    positions[row] = active_[row]->cached;
+    tokens[row] = group[row]->sample.tokens.back();
+    positions[row] = group[row]->cached;
   }
   const int moe_row = config_.num_moe_layers() * config_.top_k;
   std::vector<float> logits(static_cast<size_t>(rows) * config_.vocab_size);
   std::vector<int16_t> routes(static_cast<size_t>(rows) * moe_row);
-  DecodeAttention attention(active_, config_);
-  transformer_.ForwardRows(tokens.data(), positions.data(), rows, attention, logits.data(),
-                           routes.data());
-  std::vector<int> done;
+  DecodeAttention attention(group, config_);
+  transformer.ForwardRows(tokens.data(), positions.data(), rows, attention, logits.data(),
+                          routes.data());
   for (int row = 0; row < rows; ++row) {
-    Sequence& sequence = *active_[row];
+    Sequence& sequence = *group[row];
     ++sequence.cached;
     sequence.sample.routes.insert(sequence.sample.routes.end(), routes.begin() + row * moe_row,
                                   routes.begin() + (row + 1) * moe_row);
     SampleNext(sequence, logits.data() + int64_t{row} * config_.vocab_size);
-    if (Finished(sequence)) done.push_back(sequence.id);
   }
-  for (int id : done) Retire(id);
 }
 
 void GenerationBatch::Retire(int id) {

@@ -18,7 +18,8 @@ struct GenerationRequest {
   // Seeds this sample's own random stream; derive it per sample with MixSeed(request seed,
   // sample index) so tokens do not depend on batching.
   uint64_t seed = 0;
-  int stop_token = -1;  // Generation ends after sampling it (it is kept); -1: none.
+  // Generation ends after sampling any of these (it is kept).
+  std::vector<int> stop_tokens;
 };
 
 enum class FinishReason { kStop, kLength };
@@ -32,17 +33,25 @@ struct GeneratedSample {
   std::vector<int16_t> routes;
 };
 
-// Continuous batching over one Transformer: sequences join (prefill) and leave (finish)
-// between decode steps, each decode step forwarding one token of every active sequence.
+// Continuous batching: sequences join (prefill) and leave (finish) between decode steps, each
+// decode step forwarding one token of every active sequence. Each sequence runs on its own
+// Transformer (e.g. one per resident adapter version; all over one base model config), and
+// may move to another between steps; a step forwards the sequences of each Transformer together.
 class GenerationBatch {
  public:
+  // `transformer` is the default for sequences admitted without one.
   explicit GenerationBatch(Transformer& transformer);
   ~GenerationBatch();
 
-  // Prefills the prompt and samples its first token; returns the sequence's id.
-  // INVALID_ARGUMENT for an empty prompt, bad token ids, a prompt that leaves no room
-  // before max_seq_len, max_new_tokens < 1, or bad sampling values.
-  absl::StatusOr<int> Admit(const GenerationRequest& request);
+  // Reserves the sequence's KV cache (prompt + max_new_tokens, capped at max_seq_len), prefills
+  // the prompt on `transformer` (null: the default) and samples its first token; returns the
+  // sequence's id. INVALID_ARGUMENT for an empty prompt, bad token ids, a prompt that leaves no
+  // room before max_seq_len, max_new_tokens < 1, or bad sampling values.
+  absl::StatusOr<int> Admit(const GenerationRequest& request, Transformer* transformer = nullptr);
+
+  // Runs the sequence's later steps on `transformer` (its KV cache is kept). Returns how many
+  // tokens it had generated before the switch; -1 for an unknown (finished) id.
+  int SwitchTransformer(int id, Transformer& transformer);
 
   // Forwards the last token of every active sequence and samples the next.
   void Step();
@@ -54,10 +63,12 @@ class GenerationBatch {
   void Cancel(int id);
 
   int active() const { return static_cast<int>(active_.size()); }
-  // KV-cache floats currently held, for admission control.
+  // KV-cache bytes reserved by the active sequences, for admission control.
   int64_t kv_cache_bytes() const;
   // Bytes one cached token costs: keys and values of every layer.
   int64_t kv_bytes_per_token() const;
+  // Positions a request reserves: prompt + max_new_tokens, capped at max_seq_len.
+  int ReservedPositions(const GenerationRequest& request) const;
 
  private:
   struct Sequence;
@@ -67,6 +78,8 @@ class GenerationBatch {
   void SampleNext(Sequence& sequence, const float* logits);
   bool Finished(const Sequence& sequence) const;
   void Retire(int id);
+  // One decode forward of the sequences that share a Transformer.
+  void StepGroup(Transformer& transformer, const std::vector<Sequence*>& group);
 
   Transformer& transformer_;
   const ModelConfig config_;

@@ -87,7 +87,7 @@ absl::StatusOr<double> GreedyAccuracy(Transformer& transformer, const Task& task
     request.prompt = *std::move(prompt);
     request.max_new_tokens = static_cast<int>(sample.answer.size()) + 2;
     request.sampling.temperature = 0;
-    request.stop_token = kEosId;
+    request.stop_tokens = {kEosId};
     requests.push_back(std::move(request));
   }
   auto samples = Generate(transformer, requests);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "gmock/gmock.h"
@@ -289,6 +291,105 @@ TEST(TransformerTest, DecodeWithKvCacheEqualsFullForward) {
           << "token " << t;
     }
   }
+}
+
+// Runs `prompt` alone on `transformer` for `tokens` generated tokens (no stop).
+GeneratedSample GenerateAlone(Transformer& transformer, const std::vector<int>& prompt,
+                              int tokens) {
+  GenerationRequest request;
+  request.prompt = prompt;
+  request.max_new_tokens = tokens;
+  request.seed = 5;
+  return std::move((*Generate(transformer, {request}))[0]);
+}
+
+TEST(GenerationBatchTest, SequencesOnDifferentTransformersDecodeAsIfAlone) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  LoraAdapter first = *LoraAdapter::Create(model.config(), LoraConfig{}, 2);
+  LoraAdapter second = *LoraAdapter::Create(model.config(), LoraConfig{}, 3);
+  RandomizeLora(first, 4);
+  RandomizeLora(second, 5);
+  Transformer base(model, nullptr), on_first(model, &first), on_second(model, &second);
+  const std::vector<int> prompt = {1, 5, 7};
+  GenerationBatch batch(base);
+  GenerationRequest request;
+  request.prompt = prompt;
+  request.max_new_tokens = 6;
+  request.seed = 5;
+  const int a = *batch.Admit(request, &on_first);
+  const int b = *batch.Admit(request, &on_second);
+  const int c = *batch.Admit(request);
+  while (batch.active() > 0) batch.Step();
+  absl::flat_hash_map<int, GeneratedSample> finished;
+  for (auto& [id, sample] : batch.TakeFinished()) finished[id] = std::move(sample);
+  EXPECT_EQ(finished[a].tokens, GenerateAlone(on_first, prompt, 6).tokens);
+  EXPECT_EQ(finished[b].tokens, GenerateAlone(on_second, prompt, 6).tokens);
+  EXPECT_EQ(finished[c].tokens, GenerateAlone(base, prompt, 6).tokens);
+  EXPECT_NE(finished[a].logprobs, finished[b].logprobs);
+}
+
+TEST(GenerationBatchTest, SwitchingTransformerKeepsTheCacheAndChangesLaterTokens) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 2);
+  RandomizeLora(adapter, 4);
+  Transformer base(model, nullptr), adapted(model, &adapter);
+  GenerationBatch batch(base);
+  GenerationRequest request;
+  request.prompt = {1, 5, 7};
+  request.max_new_tokens = 6;
+  request.seed = 5;
+  const int id = *batch.Admit(request);
+  batch.Step();
+  EXPECT_EQ(batch.SwitchTransformer(id, adapted), 2);
+  while (batch.active() > 0) batch.Step();
+  const GeneratedSample switched = std::move(batch.TakeFinished()[0].second);
+  const GeneratedSample unswitched = GenerateAlone(base, request.prompt, 6);
+  // The first two tokens came from the base model; the rest from the adapter.
+  EXPECT_TRUE(std::equal(unswitched.tokens.begin(), unswitched.tokens.begin() + 5,
+                         switched.tokens.begin()));
+  EXPECT_NE(std::vector<float>(switched.logprobs.begin() + 2, switched.logprobs.end()),
+            std::vector<float>(unswitched.logprobs.begin() + 2, unswitched.logprobs.end()));
+  EXPECT_EQ(batch.SwitchTransformer(id, adapted), -1) << "finished sequences cannot switch";
+}
+
+TEST(GenerationBatchTest, KvCacheIsReservedPerRequestAndFreedOnCancelAndFinish) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  GenerationBatch batch(transformer);
+  GenerationRequest request;
+  request.prompt = {1, 5, 7};
+  request.max_new_tokens = 4;
+  EXPECT_EQ(batch.ReservedPositions(request), 7);
+  const int first = *batch.Admit(request);
+  request.max_new_tokens = 100;  // Capped at max_seq_len (16).
+  EXPECT_EQ(batch.ReservedPositions(request), 16);
+  *batch.Admit(request);
+  EXPECT_EQ(batch.kv_cache_bytes(), (7 + 16) * batch.kv_bytes_per_token());
+  batch.Cancel(first);
+  EXPECT_EQ(batch.kv_cache_bytes(), 16 * batch.kv_bytes_per_token());
+  while (batch.active() > 0) batch.Step();
+  EXPECT_EQ(batch.kv_cache_bytes(), 0);
+  const auto finished = batch.TakeFinished();
+  ASSERT_EQ(finished.size(), 1u) << "a cancelled sequence never finishes";
+  EXPECT_EQ(finished[0].second.tokens.size(), 16u);
+  EXPECT_EQ(finished[0].second.finish_reason, FinishReason::kLength);
+}
+
+TEST(GenerationBatchTest, AnyStopTokenEndsTheSample) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  const GeneratedSample free_running = GenerateAlone(transformer, {1, 5, 7}, 8);
+  GenerationRequest request;
+  request.prompt = {1, 5, 7};
+  request.max_new_tokens = 8;
+  request.seed = 5;
+  request.stop_tokens = {free_running.tokens[5], 19};
+  const GeneratedSample stopped = std::move((*Generate(transformer, {request}))[0]);
+  const auto first_stop =
+      std::find_first_of(free_running.tokens.begin() + 3, free_running.tokens.end(),
+                         request.stop_tokens.begin(), request.stop_tokens.end());
+  EXPECT_EQ(stopped.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(stopped.tokens, std::vector<int>(free_running.tokens.begin(), first_stop + 1));
 }
 
 TEST(TransformerTest, WholeModelGradientMatchesFiniteDifferences) {

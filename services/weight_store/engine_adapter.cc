@@ -1,0 +1,166 @@
+#include "services/weight_store/engine_adapter.h"
+
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+
+namespace tandem::weight_store {
+namespace {
+
+constexpr char kExperts[] = ".experts.";
+
+// Canonical name of an engine parameter: stacked per-expert tensors get the "{e}" segment.
+std::string CanonicalName(const std::string& name, const engine::Parameter& parameter) {
+  if (!parameter.stacked_experts) return name;
+  std::string canonical = name;
+  const size_t at = canonical.find(kExperts);
+  canonical.insert(at + std::strlen(kExperts), absl::StrCat(kExpertPlaceholder, "."));
+  return canonical;
+}
+
+std::string ValueBytes(const std::vector<float>& values, v1::DType dtype) {
+  std::string bytes;
+  if (dtype == v1::DTYPE_BF16) {
+    bytes.resize(values.size() * sizeof(BFloat16));
+    auto* out = reinterpret_cast<BFloat16*>(bytes.data());
+    for (size_t i = 0; i < values.size(); ++i) out[i] = ToBFloat16(values[i]);
+  } else {
+    bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  }
+  return bytes;
+}
+
+v1::ExpertLayout ExpertLayoutToProto(engine::ExpertLayout layout) {
+  switch (layout) {
+    case engine::ExpertLayout::kPerExpert:
+      return v1::EXPERT_LAYOUT_PER_EXPERT;
+    case engine::ExpertLayout::kShared:
+      return v1::EXPERT_LAYOUT_SHARED;
+    case engine::ExpertLayout::kSharedOuter:
+      return v1::EXPERT_LAYOUT_SHARED_OUTER;
+  }
+  return v1::EXPERT_LAYOUT_UNSPECIFIED;
+}
+
+}  // namespace
+
+ModelShape ModelShapeOf(const engine::ModelConfig& config) {
+  return {.num_layers = config.num_layers,
+          .num_dense_layers = config.num_dense_layers,
+          .hidden = config.d_model,
+          .q_out = config.d_model,
+          .kv_out = config.d_model,
+          .dense_ffn = config.dense_ffn_dim,
+          .expert_ffn = config.expert_ffn_dim,
+          .num_experts = config.num_experts};
+}
+
+v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config) {
+  v1::LoraConfig proto;
+  proto.set_rank(config.rank);
+  proto.set_alpha(config.alpha);
+  for (const std::string& module : config.targets) proto.add_target_modules(module);
+  proto.set_expert_layout(ExpertLayoutToProto(config.expert_layout));
+  return proto;
+}
+
+absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& proto) {
+  engine::LoraConfig config;
+  config.rank = proto.rank();
+  config.alpha = proto.alpha() == 0 ? static_cast<float>(proto.rank()) : proto.alpha();
+  if (proto.target_modules_size() > 0) {
+    config.targets.assign(proto.target_modules().begin(), proto.target_modules().end());
+  }
+  switch (proto.expert_layout()) {
+    case v1::EXPERT_LAYOUT_UNSPECIFIED:
+    case v1::EXPERT_LAYOUT_PER_EXPERT:
+      config.expert_layout = engine::ExpertLayout::kPerExpert;
+      break;
+    case v1::EXPERT_LAYOUT_SHARED:
+      config.expert_layout = engine::ExpertLayout::kShared;
+      break;
+    case v1::EXPERT_LAYOUT_SHARED_OUTER:
+      config.expert_layout = engine::ExpertLayout::kSharedOuter;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown expert_layout ", proto.expert_layout()));
+  }
+  if (absl::Status status = config.Validate(); !status.ok()) return status;
+  return config;
+}
+
+absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
+                                                   const engine::ModelConfig& model_config,
+                                                   absl::string_view adapter_name,
+                                                   int64_t version, v1::DType dtype) {
+  if (dtype != v1::DTYPE_F32 && dtype != v1::DTYPE_BF16) {
+    return absl::InvalidArgumentError("adapters are published as F32 or BF16");
+  }
+  const v1::LoraConfig lora = LoraConfigToProto(adapter.config());
+  auto tensors = CanonicalTensorsFor(ModelShapeOf(model_config), lora, dtype);
+  if (!tensors.ok()) return tensors.status();
+  absl::flat_hash_map<std::string, std::string> canonical;
+  const engine::ParameterSet& parameters = adapter.parameters();
+  for (const std::string& name : parameters.names()) {
+    const engine::Parameter& parameter = *parameters.Find(name);
+    canonical[CanonicalName(name, parameter)] = ValueBytes(parameter.value, dtype);
+  }
+  if (canonical.size() != tensors->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("adapter has ", canonical.size(),
+                                                   " tensors; its config names ", tensors->size()));
+  }
+  auto shard = BuildProducerShard(*tensors, canonical, ProducerLayout{}, /*producer_rank=*/0);
+  if (!shard.ok()) return shard.status();
+  AdapterVersion published;
+  v1::Manifest& manifest = published.manifest;
+  manifest.set_adapter_name(std::string(adapter_name));
+  manifest.set_version(version);
+  *manifest.mutable_lora() = lora;
+  manifest.mutable_tensors()->Add(tensors->begin(), tensors->end());
+  *manifest.add_shards() = std::move(shard->first);
+  published.shards.push_back(std::move(shard->second));
+  return published;
+}
+
+v1::TargetLayout EngineTargetLayout() {
+  v1::TargetLayout layout;
+  layout.set_naming(v1::TENSOR_NAMING_ENGINE_NATIVE);
+  layout.set_stack_experts(true);
+  layout.set_dtype(v1::DTYPE_F32);
+  return layout;
+}
+
+absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig& model_config,
+                                                       const v1::LoraConfig& lora,
+                                                       const FetchedAdapter& fetched) {
+  auto config = LoraConfigFromProto(lora);
+  if (!config.ok()) return config.status();
+  auto adapter = engine::LoraAdapter::Create(model_config, *config, /*seed=*/0);
+  if (!adapter.ok()) return adapter.status();
+  engine::ParameterSet& parameters = adapter->parameters();
+  if (fetched.tensors.size() != parameters.names().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("fetched ", fetched.tensors.size(),
+                                                   " tensors; the adapter has ",
+                                                   parameters.names().size()));
+  }
+  for (const FetchedTensor& tensor : fetched.tensors) {
+    const std::string& name = tensor.tensor.spec().name();
+    engine::Parameter* parameter = parameters.Find(name);
+    if (parameter == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected tensor '", name, "'"));
+    }
+    if (tensor.tensor.spec().dtype() != v1::DTYPE_F32 ||
+        tensor.bytes.size() != parameter->value.size() * sizeof(float)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has ",
+                                                     tensor.bytes.size(), " bytes; expected ",
+                                                     parameter->value.size(), " F32 values"));
+    }
+    std::memcpy(parameter->value.data(), tensor.bytes.data(), tensor.bytes.size());
+  }
+  return adapter;
+}
+
+}  // namespace tandem::weight_store

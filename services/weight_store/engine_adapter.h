@@ -1,0 +1,54 @@
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_ENGINE_ADAPTER_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_ENGINE_ADAPTER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/config.h"
+#include "engine/model.h"
+#include "services/weight_store/adapter_client.h"
+#include "services/weight_store/lora_layout.h"
+#include "tandem/v1/weight_store.pb.h"
+
+// The bridge between the embedded engine's LoRA adapters and weight-store versions: what the
+// trainer publishes and what a rollout replica builds from a fetch.
+namespace tandem::weight_store {
+
+// Dimensions of the engine model as the layout code sees them.
+ModelShape ModelShapeOf(const engine::ModelConfig& config);
+
+v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config);
+// INVALID_ARGUMENT for values the engine cannot run (rank, alpha, unknown modules).
+absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& config);
+
+// One version ready for PublishAdapter.
+struct AdapterVersion {
+  v1::Manifest manifest;
+  std::vector<std::string> shards;
+
+  std::vector<absl::string_view> shard_views() const { return {shards.begin(), shards.end()}; }
+};
+
+// The manifest and shard of `adapter` as a single trainer rank (TP 1, EP 1) holding every
+// tensor publishes it, in `dtype` (F32, or BF16 rounded to nearest even).
+absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
+                                                   const engine::ModelConfig& model_config,
+                                                   absl::string_view adapter_name,
+                                                   int64_t version,
+                                                   v1::DType dtype = v1::DTYPE_F32);
+
+// The layout the engine consumes: one rank, its own parameter names (experts stacked), F32.
+v1::TargetLayout EngineTargetLayout();
+
+// Builds the engine adapter of `lora` from tensors fetched in EngineTargetLayout().
+// INVALID_ARGUMENT naming the first missing, unexpected or mis-sized tensor.
+absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig& model_config,
+                                                       const v1::LoraConfig& lora,
+                                                       const FetchedAdapter& fetched);
+
+}  // namespace tandem::weight_store
+
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_ENGINE_ADAPTER_H_

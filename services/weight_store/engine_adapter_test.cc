@@ -1,0 +1,104 @@
+#include "services/weight_store/engine_adapter.h"
+
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/weight_store/manifest.h"
+#include "services/weight_store/reshard.h"
+
+namespace tandem::weight_store {
+namespace {
+
+using ::testing::HasSubstr;
+
+engine::LoraAdapter RandomAdapter(const engine::ModelConfig& model, engine::ExpertLayout layout) {
+  engine::LoraConfig lora;
+  lora.rank = 4;
+  lora.expert_layout = layout;
+  engine::LoraAdapter adapter = *engine::LoraAdapter::Create(model, lora, 1);
+  std::mt19937_64 rng(2);
+  for (const std::string& name : adapter.parameters().names()) {
+    engine::ParameterSet::FillNormal(*adapter.parameters().Find(name), 0.5f, rng);
+  }
+  return adapter;
+}
+
+// What a rollout replica receives for `version`: planned and assembled in the engine layout by
+// the weight-store's own resharding code.
+FetchedAdapter FetchInEngineLayout(const AdapterVersion& version) {
+  auto plan = PlanReads(version.manifest, EngineTargetLayout(), {});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  FetchedAdapter fetched;
+  for (const v1::PlannedTensor& planned : *plan) {
+    FetchedTensor tensor;
+    *tensor.tensor.mutable_spec() = planned.tensor().spec();
+    tensor.bytes.resize(planned.tensor().byte_size());
+    ExecuteOps(planned, version.shard_views(), tensor.bytes.data());
+    fetched.tensors.push_back(std::move(tensor));
+  }
+  return fetched;
+}
+
+class EngineAdapterTest : public ::testing::TestWithParam<engine::ExpertLayout> {};
+
+TEST_P(EngineAdapterTest, PublishedVersionRebuildsTheSameAdapter) {
+  const engine::ModelConfig model = engine::DefaultModelConfig();
+  const engine::LoraAdapter adapter = RandomAdapter(model, GetParam());
+  auto version = BuildAdapterVersion(adapter, model, "policy", 3);
+  ASSERT_TRUE(version.ok()) << version.status();
+  ASSERT_TRUE(ValidateManifest(version->manifest).ok()) << ValidateManifest(version->manifest);
+  EXPECT_EQ(version->manifest.version(), 3);
+
+  auto rebuilt = AdapterFromFetched(model, version->manifest.lora(), FetchInEngineLayout(*version));
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  EXPECT_EQ(rebuilt->config().ToJson(), adapter.config().ToJson());
+  for (const std::string& name : adapter.parameters().names()) {
+    EXPECT_EQ(rebuilt->parameters().Find(name)->value, adapter.parameters().Find(name)->value)
+        << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLayouts, EngineAdapterTest,
+                         ::testing::Values(engine::ExpertLayout::kPerExpert,
+                                           engine::ExpertLayout::kShared,
+                                           engine::ExpertLayout::kSharedOuter));
+
+TEST(EngineAdapterTest, Bf16VersionsRoundToNearestEven) {
+  const engine::ModelConfig model = engine::DefaultModelConfig();
+  const engine::LoraAdapter adapter = RandomAdapter(model, engine::ExpertLayout::kPerExpert);
+  auto version = BuildAdapterVersion(adapter, model, "policy", 1, v1::DTYPE_BF16);
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(version->shards[0].size() * 2,
+            static_cast<size_t>(adapter.parameters().num_elements()) * sizeof(float));
+}
+
+TEST(EngineAdapterTest, MismatchedTensorsAreRejectedByName) {
+  const engine::ModelConfig model = engine::DefaultModelConfig();
+  const engine::LoraAdapter adapter = RandomAdapter(model, engine::ExpertLayout::kPerExpert);
+  AdapterVersion version = *BuildAdapterVersion(adapter, model, "policy", 1);
+  FetchedAdapter fetched = FetchInEngineLayout(version);
+
+  FetchedAdapter renamed = fetched;
+  renamed.tensors[0].tensor.mutable_spec()->set_name("model.layers.9.bogus");
+  EXPECT_THAT(AdapterFromFetched(model, version.manifest.lora(), renamed).status().message(),
+              HasSubstr("unexpected tensor 'model.layers.9.bogus'"));
+
+  FetchedAdapter truncated = fetched;
+  truncated.tensors[1].bytes.resize(4);
+  EXPECT_THAT(AdapterFromFetched(model, version.manifest.lora(), truncated).status().message(),
+              HasSubstr("has 4 bytes"));
+
+  FetchedAdapter missing = fetched;
+  missing.tensors.pop_back();
+  EXPECT_EQ(AdapterFromFetched(model, version.manifest.lora(), missing).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  v1::LoraConfig bad_rank = version.manifest.lora();
+  bad_rank.set_rank(0);
+  EXPECT_EQ(AdapterFromFetched(model, bad_rank, fetched).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem::weight_store
