@@ -1,21 +1,99 @@
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/channel.h"
 #include "common/service_main.h"
 #include "services/rollout/rollout_service.h"
+
+ABSL_FLAG(std::string, base_model, "",
+          "Base model safetensors file (engine format, e.g. from make_base_model). Required.");
+ABSL_FLAG(std::string, precision, "bf16", "Inference precision: bf16 or fp32.");
+ABSL_FLAG(std::string, weight_store, "",
+          "weight-store address (host:port); empty: the base model only, no adapters.");
+ABSL_FLAG(std::string, router_replay, "",
+          "router-replay address (host:port); empty: requests that record routes get them FAILED.");
+ABSL_FLAG(std::vector<std::string>, adapter, {},
+          "Adapters to follow from the start (comma-separated); NOT_SERVING until the newest "
+          "version of each is loaded.");
+ABSL_FLAG(int, resident_versions, 3, "Adapter versions kept servable per adapter.");
+ABSL_FLAG(int64_t, kv_cache_mib, 256, "KV cache budget of admitted sequences, MiB.");
+ABSL_FLAG(int64_t, max_queued_tokens, 1 << 20,
+          "KV positions (prompt + max_new_tokens per sample) that may wait for admission; "
+          "beyond it Generate is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_batch_sequences, 256, "Sequences decoded together at most.");
+ABSL_FLAG(bool, ucx, true, "Fetch adapters by UCX when the weight-store serves it.");
+ABSL_FLAG(std::string, ucx_transports, "", "UCX transports (as UCX_TLS); empty: UCX's choice.");
+
+namespace {
+
+using tandem::rollout::RolloutOptions;
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelTo(const std::string& target,
+                                                         const std::string& service,
+                                                         const tandem::ServerOptions& server) {
+  if (target.empty()) return nullptr;
+  return tandem::CreateChannel(
+      {.target = target, .service_name = service, .auth_token = server.auth_token});
+}
+
+absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& server) {
+  RolloutOptions options;
+  options.base_model_path = absl::GetFlag(FLAGS_base_model);
+  if (options.base_model_path.empty()) return absl::InvalidArgumentError("--base_model is required");
+  const std::string precision = absl::GetFlag(FLAGS_precision);
+  if (precision != "bf16" && precision != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precision is '", precision, "'; use bf16 or fp32"));
+  }
+  options.precision =
+      precision == "bf16" ? tandem::engine::Precision::kBF16 : tandem::engine::Precision::kF32;
+  auto weight_store =
+      ChannelTo(absl::GetFlag(FLAGS_weight_store), "tandem.v1.WeightStoreService", server);
+  if (!weight_store.ok()) return weight_store.status();
+  options.weight_store = *weight_store;
+  auto router_replay =
+      ChannelTo(absl::GetFlag(FLAGS_router_replay), "tandem.v1.RouterReplayService", server);
+  if (!router_replay.ok()) return router_replay.status();
+  options.router_replay = *router_replay;
+  options.adapters = absl::GetFlag(FLAGS_adapter);
+  options.registry.resident_versions = absl::GetFlag(FLAGS_resident_versions);
+  options.scheduler.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mib) << 20;
+  options.scheduler.max_queued_positions = absl::GetFlag(FLAGS_max_queued_tokens);
+  options.scheduler.max_batch_sequences = absl::GetFlag(FLAGS_max_batch_sequences);
+  if (options.registry.resident_versions < 1 || options.scheduler.kv_cache_bytes < 1 ||
+      options.scheduler.max_queued_positions < 1 || options.scheduler.max_batch_sequences < 1) {
+    return absl::InvalidArgumentError(
+        "--resident_versions, --kv_cache_mib, --max_queued_tokens and --max_batch_sequences "
+        "must be >= 1");
+  }
+  options.enable_ucx = absl::GetFlag(FLAGS_ucx);
+  options.ucx.transports = absl::GetFlag(FLAGS_ucx_transports);
+  return options;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   return tandem::RunServiceMain(
       argc, argv,
       {.name = "rollout",
-       .usage = "Tandem rollout service. Generation with routing capture and adapter hot-swap "
-                "(issue #6).",
+       .usage = "Tandem rollout service: batched generation with a versioned LoRA adapter, routes "
+                "recorded into router-replay, adapters hot-swapped from weight-store.",
        .defaults = {.port = 50052, .metrics_port = 9452, .max_message_bytes = 64 << 20},
-       .make_services =
-           [](const tandem::ServerOptions&) -> absl::StatusOr<std::vector<tandem::HostedService>> {
+       .make_services = [](const tandem::ServerOptions& server)
+           -> absl::StatusOr<std::vector<tandem::HostedService>> {
+         absl::StatusOr<RolloutOptions> options = OptionsFromFlags(server);
+         if (!options.ok()) return options.status();
+         auto service = tandem::rollout::RolloutServiceImpl::Create(*std::move(options));
+         if (!service.ok()) return service.status();
+         tandem::rollout::RolloutServiceImpl* raw = service->get();
          std::vector<tandem::HostedService> services;
-         services.push_back(
-             {"tandem.v1.RolloutService", std::make_unique<tandem::rollout::RolloutServiceImpl>()});
+         services.push_back({"tandem.v1.RolloutService", *std::move(service),
+                             [raw] { return raw->Ready(); }});
          return services;
        }});
 }

@@ -1,26 +1,67 @@
 #ifndef TANDEM_SERVICES_ROLLOUT_ROLLOUT_SERVICE_H_
 #define TANDEM_SERVICES_ROLLOUT_ROLLOUT_SERVICE_H_
 
-#include "common/unimplemented.h"
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "engine/transformer.h"
+#include "grpcpp/channel.h"
+#include "services/rollout/adapter_registry.h"
+#include "services/rollout/scheduler.h"
+#include "services/router_replay/route_appender.h"
+#include "services/weight_store/ucx_transport.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 
 namespace tandem::rollout {
 
-// gRPC adapter of the rollout service. Generation with routing capture and adapter hot-swap (issue
-// #6). Until then every RPC answers UNIMPLEMENTED naming itself.
+struct RolloutOptions {
+  std::string base_model_path;  // Safetensors file of the base model (engine format).
+  engine::Precision precision = engine::Precision::kBF16;
+  // Channels to the other services; null: requests that need them fail clearly.
+  std::shared_ptr<grpc::Channel> weight_store;
+  std::shared_ptr<grpc::Channel> router_replay;
+  // Adapters followed from the start; the replica is NOT_SERVING until the newest version of
+  // each (at start) is loaded.
+  std::vector<std::string> adapters;
+  bool enable_ucx = true;
+  weight_store::UcxOptions ucx;
+  AdapterRegistryOptions registry;
+  SchedulerOptions scheduler;
+  router_replay::RouteAppenderOptions routes;
+};
+
+// gRPC adapter of the rollout service: Generate streams each finished sample; GetAdapterStatus
+// reports the registry. The base model is loaded in Create; Ready() gates health.
 class RolloutServiceImpl final : public v1::RolloutService::CallbackService {
  public:
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* /*context*/, const v1::GenerateRequest* /*request*/) override {
-    return FinishStreamUnimplemented<grpc::ServerWriteReactor<v1::GenerateResponse>>(
-        "tandem.v1.RolloutService/Generate");
-  }
+  static absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> Create(RolloutOptions options);
+  ~RolloutServiceImpl() override;
 
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
   grpc::ServerUnaryReactor* GetAdapterStatus(grpc::CallbackServerContext* context,
-                                             const v1::GetAdapterStatusRequest* /*request*/,
-                                             v1::GetAdapterStatusResponse* /*response*/) override {
-    return FinishUnimplemented(context, "tandem.v1.RolloutService/GetAdapterStatus");
-  }
+                                             const v1::GetAdapterStatusRequest* request,
+                                             v1::GetAdapterStatusResponse* response) override;
+
+  // Base model loaded and every followed adapter's starting version servable.
+  bool Ready() const { return registry_->Ready(); }
+  const engine::ModelConfig& model_config() const { return base_->config(); }
+
+ private:
+  explicit RolloutServiceImpl(RolloutOptions options);
+
+  RolloutOptions options_;
+  const std::string replica_id_;
+  std::unique_ptr<engine::BaseModel> base_;
+  std::unique_ptr<weight_store::UcxWorker> ucx_;
+  std::unique_ptr<router_replay::RouteAppender> appender_;
+  std::unique_ptr<AdapterRegistry> registry_;
+  std::atomic<Scheduler*> scheduler_for_wakeups_{nullptr};
+  std::unique_ptr<Scheduler> scheduler_;
 };
 
 }  // namespace tandem::rollout

@@ -1,0 +1,391 @@
+#include "services/rollout/adapter_registry.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "google/protobuf/util/time_util.h"
+#include "services/rollout/rollout_metrics.h"
+#include "services/weight_store/adapter_client.h"
+#include "services/weight_store/engine_adapter.h"
+
+namespace tandem::rollout {
+namespace {
+
+using ::google::protobuf::util::TimeUtil;
+
+google::protobuf::Timestamp ToProto(absl::Time time) {
+  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(time));
+}
+
+std::shared_ptr<ServedModel> MakeBaseModel(engine::BaseModel& base,
+                                           engine::Precision precision) {
+  auto model = std::make_shared<ServedModel>();
+  model->transformer = std::make_unique<engine::Transformer>(base, nullptr, precision);
+  model->ready_time = absl::Now();
+  return model;
+}
+
+// Errors that retrying the same fetch cannot fix.
+bool IsPermanent(const absl::Status& status) {
+  return absl::IsNotFound(status) || absl::IsInvalidArgument(status) ||
+         absl::IsFailedPrecondition(status);
+}
+
+}  // namespace
+
+struct AdapterRegistry::Followed {
+  std::string name;
+  bool required = false;
+  bool snapshot_received = false;
+  int64_t first_announced = 0;  // The first snapshot's version: what Ready() waits for.
+  int64_t newest_announced = 0;
+  std::map<int64_t, absl::Time> announced_at;
+  absl::btree_map<int64_t, std::shared_ptr<ServedModel>> resident;
+  std::shared_ptr<ServedModel> current;
+  std::vector<std::shared_ptr<ServedModel>> staged;
+  std::set<int64_t> requested;  // Exact versions asked for, not servable yet.
+  absl::flat_hash_map<int64_t, absl::Status> failed_requests;
+  int64_t loading_version = 0;
+  v1::LoadPhase phase = v1::LOAD_PHASE_IDLE;
+  std::string last_error;
+  absl::Time last_error_time = absl::InfinitePast();
+  absl::Time last_swap_time = absl::InfinitePast();
+  absl::Time retry_at = absl::InfinitePast();
+  absl::Duration backoff;
+  grpc::ClientContext* watch_context = nullptr;  // Of the live WatchVersions call.
+  std::thread watcher, loader;
+
+  int64_t current_version() const { return current == nullptr ? 0 : current->version; }
+  int64_t staged_version() const {
+    int64_t newest = 0;
+    for (const auto& model : staged) newest = std::max(newest, model->version);
+    return newest;
+  }
+};
+
+AdapterRegistry::AdapterRegistry(engine::BaseModel& base,
+                                 std::shared_ptr<grpc::Channel> weight_store,
+                                 AdapterRegistryOptions options, std::function<void()> on_staged)
+    : base_model_(base),
+      stub_(weight_store == nullptr ? nullptr : v1::WeightStoreService::NewStub(weight_store)),
+      options_(std::move(options)),
+      on_staged_(std::move(on_staged)),
+      base_(MakeBaseModel(base, options_.precision)) {}
+
+AdapterRegistry::~AdapterRegistry() {
+  {
+    absl::MutexLock lock(&mutex_);
+    stopping_ = true;
+    for (auto& [name, followed] : followed_) {
+      if (followed->watch_context != nullptr) followed->watch_context->TryCancel();
+    }
+  }
+  for (auto& [name, followed] : followed_) {
+    followed->watcher.join();
+    followed->loader.join();
+  }
+}
+
+void AdapterRegistry::Follow(const std::string& adapter, bool required) {
+  absl::MutexLock lock(&mutex_);
+  FollowLocked(adapter).required |= required;
+}
+
+AdapterRegistry::Followed& AdapterRegistry::FollowLocked(const std::string& adapter) {
+  std::unique_ptr<Followed>& slot = followed_[adapter];
+  if (slot != nullptr) return *slot;
+  slot = std::make_unique<Followed>();
+  Followed& followed = *slot;
+  followed.name = adapter;
+  followed.backoff = options_.initial_backoff;
+  followed.watcher = std::thread([this, &followed] { Watch(followed); });
+  followed.loader = std::thread([this, &followed] { LoadLoop(followed); });
+  return followed;
+}
+
+bool AdapterRegistry::Ready() const {
+  absl::MutexLock lock(&mutex_);
+  for (const auto& [name, followed] : followed_) {
+    if (!followed->required) continue;
+    if (!followed->snapshot_received) return false;
+    if (followed->current_version() < followed->first_announced) return false;
+  }
+  return true;
+}
+
+bool AdapterRegistry::SleepUnlessStopping(absl::Duration duration) {
+  absl::MutexLock lock(&mutex_);
+  mutex_.AwaitWithTimeout(absl::Condition(&stopping_), duration);
+  return !stopping_;
+}
+
+void AdapterRegistry::Watch(Followed& followed) {
+  absl::Duration backoff = options_.initial_backoff;
+  while (true) {
+    grpc::ClientContext context;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (stopping_) return;
+      followed.watch_context = &context;
+    }
+    v1::WatchVersionsRequest request;
+    request.set_adapter_name(followed.name);
+    auto reader = stub_->WatchVersions(&context, request);
+    v1::WatchVersionsResponse response;
+    while (reader->Read(&response)) {
+      absl::MutexLock lock(&mutex_);
+      const int64_t version = response.version().version();
+      if (!followed.snapshot_received) followed.first_announced = version;
+      followed.snapshot_received = true;
+      if (version > followed.newest_announced) {
+        followed.newest_announced = version;
+        followed.announced_at[version] = absl::Now();
+      }
+      backoff = options_.initial_backoff;
+    }
+    const grpc::Status status = reader->Finish();
+    {
+      absl::MutexLock lock(&mutex_);
+      followed.watch_context = nullptr;
+      if (stopping_) return;
+    }
+    spdlog::warn("watching adapter '{}' at weight-store ended ({}: {}); retrying in {}",
+                 followed.name, static_cast<int>(status.error_code()), status.error_message(),
+                 absl::FormatDuration(backoff));
+    if (!SleepUnlessStopping(backoff)) return;
+    backoff = std::min(2 * backoff, options_.max_backoff);
+  }
+}
+
+int64_t AdapterRegistry::NextLoad(const Followed& followed) const {
+  if (!followed.requested.empty()) return *followed.requested.begin();
+  const int64_t have = std::max(followed.current_version(), followed.staged_version());
+  return followed.newest_announced > have ? followed.newest_announced : 0;
+}
+
+void AdapterRegistry::LoadLoop(Followed& followed) {
+  weight_store::AdapterFetcher fetcher(*stub_);
+  absl::MutexLock lock(&mutex_);
+  while (true) {
+    const auto has_work = [&] {
+      mutex_.AssertHeld();
+      return stopping_ || (NextLoad(followed) != 0 && absl::Now() >= followed.retry_at);
+    };
+    // Timed, so that a backoff that ends with no new event is noticed.
+    while (!mutex_.AwaitWithTimeout(absl::Condition(&has_work), absl::Milliseconds(50))) {
+    }
+    if (stopping_) return;
+    const int64_t version = NextLoad(followed);
+    const bool requested = followed.requested.contains(version);
+    followed.loading_version = version;
+    followed.phase = v1::LOAD_PHASE_FETCHING;
+    mutex_.Unlock();
+    absl::StatusOr<std::shared_ptr<ServedModel>> loaded = Load(followed.name, version, fetcher);
+    mutex_.Lock();
+    followed.loading_version = 0;
+    if (loaded.ok()) {
+      followed.staged.push_back(*std::move(loaded));
+      followed.phase = v1::LOAD_PHASE_STAGED;
+      followed.backoff = options_.initial_backoff;
+      followed.retry_at = absl::InfinitePast();
+      if (on_staged_) on_staged_();
+      continue;
+    }
+    spdlog::warn("loading adapter '{}' version {} failed: {}", followed.name, version,
+                 loaded.status().ToString());
+    followed.phase = followed.staged.empty() ? v1::LOAD_PHASE_IDLE : v1::LOAD_PHASE_STAGED;
+    followed.last_error = absl::StrCat("version ", version, ": ", loaded.status().ToString());
+    followed.last_error_time = absl::Now();
+    if (requested && IsPermanent(loaded.status())) {
+      followed.requested.erase(version);
+      followed.failed_requests[version] = loaded.status();
+    } else {
+      followed.retry_at = absl::Now() + followed.backoff;
+      followed.backoff = std::min(2 * followed.backoff, options_.max_backoff);
+    }
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
+    const std::string& adapter, int64_t version, weight_store::AdapterFetcher& fetcher) {
+  v1::GetManifestRequest request;
+  request.mutable_adapter()->set_adapter_name(adapter);
+  request.mutable_adapter()->set_exact_version(version);
+  v1::GetManifestResponse manifest;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.fetch_timeout));
+  if (absl::Status status = FromGrpcStatus(stub_->GetManifest(&context, request, &manifest));
+      !status.ok()) {
+    return status;
+  }
+  auto fetched = fetcher.Fetch(adapter, version,
+                               {.target = weight_store::EngineTargetLayout(),
+                                .ucx = options_.ucx,
+                                .holder = options_.holder,
+                                .timeout = options_.fetch_timeout});
+  if (!fetched.ok()) return fetched.status();
+  auto lora = weight_store::AdapterFromFetched(base_model_.config(),
+                                               manifest.manifest().lora(), *fetched);
+  if (!lora.ok()) return lora.status();
+  auto model = std::make_shared<ServedModel>();
+  model->adapter = adapter;
+  model->version = version;
+  model->lora = std::make_unique<engine::LoraAdapter>(
+      options_.precision == engine::Precision::kBF16 ? lora->RoundedToBf16() : *std::move(lora));
+  model->transformer = std::make_unique<engine::Transformer>(base_model_, model->lora.get(),
+                                                             options_.precision);
+  return model;
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
+    const v1::AdapterSelector& selector) {
+  if (selector.adapter_name().empty()) {
+    if (selector.version_case() != v1::AdapterSelector::VERSION_NOT_SET &&
+        !(selector.has_exact_version() && selector.exact_version() == 0)) {
+      return absl::InvalidArgumentError(
+          "adapter.adapter_name is empty (the base model): only exact_version 0 may be set");
+    }
+    return base_;
+  }
+  if (stub_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this replica has no weight-store (--weight_store), so it serves the base model only");
+  }
+  absl::MutexLock lock(&mutex_);
+  Followed& followed = FollowLocked(selector.adapter_name());
+  switch (selector.version_case()) {
+    case v1::AdapterSelector::kExactVersion:
+      if (selector.exact_version() < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("adapter.exact_version is ", selector.exact_version(), "; must be >= 1"));
+      }
+      return ResolveExact(followed, selector.exact_version());
+    case v1::AdapterSelector::kMinVersion:
+      if (selector.min_version() < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("adapter.min_version is ", selector.min_version(), "; must be >= 1"));
+      }
+      if (followed.current_version() >= selector.min_version()) return followed.current;
+      return nullptr;
+    default:  // latest
+      if (!followed.snapshot_received) return nullptr;
+      if (followed.newest_announced == 0) {
+        return absl::NotFoundError(absl::StrCat("adapter '", followed.name,
+                                                "' has no committed version in weight-store"));
+      }
+      if (followed.current_version() >= followed.newest_announced) return followed.current;
+      return nullptr;
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::ResolveExact(Followed& followed,
+                                                                           int64_t version) {
+  if (auto found = followed.resident.find(version); found != followed.resident.end()) {
+    return found->second;
+  }
+  if (auto failed = followed.failed_requests.find(version);
+      failed != followed.failed_requests.end()) {
+    absl::Status status = failed->second;
+    followed.failed_requests.erase(failed);
+    return status;
+  }
+  const bool loading = followed.loading_version == version ||
+                       std::any_of(followed.staged.begin(), followed.staged.end(),
+                                   [&](const auto& model) { return model->version == version; });
+  if (!loading) followed.requested.insert(version);
+  return nullptr;
+}
+
+std::shared_ptr<ServedModel> AdapterRegistry::Current(const std::string& adapter) const {
+  absl::MutexLock lock(&mutex_);
+  auto found = followed_.find(adapter);
+  return found == followed_.end() ? nullptr : found->second->current;
+}
+
+int AdapterRegistry::PromoteStaged() {
+  absl::MutexLock lock(&mutex_);
+  int swapped = 0;
+  const absl::Time now = absl::Now();
+  for (auto& [name, followed] : followed_) {
+    if (followed->staged.empty()) continue;
+    followed->phase = v1::LOAD_PHASE_SWAPPING;
+    for (std::shared_ptr<ServedModel>& model : followed->staged) {
+      model->ready_time = now;
+      followed->requested.erase(model->version);
+      if (model->version > followed->current_version()) {
+        followed->current = model;
+        RolloutMetrics::Get().adapter_version.Add({{"adapter", name}}).Set(model->version);
+        if (auto announced = followed->announced_at.find(model->version);
+            announced != followed->announced_at.end()) {
+          RolloutMetrics::Get().adapter_swap_seconds.Observe(
+              absl::ToDoubleSeconds(now - announced->second));
+        }
+      }
+      followed->resident[model->version] = std::move(model);
+      ++swapped;
+    }
+    followed->staged.clear();
+    followed->last_swap_time = now;
+    followed->phase = v1::LOAD_PHASE_IDLE;
+    Evict(*followed);
+  }
+  return swapped;
+}
+
+void AdapterRegistry::Evict(Followed& followed) {
+  for (auto it = followed.resident.begin();
+       it != followed.resident.end() &&
+       static_cast<int>(followed.resident.size()) > options_.resident_versions;) {
+    const bool in_use = it->second == followed.current || it->second->active_samples > 0;
+    it = in_use ? std::next(it) : followed.resident.erase(it);
+  }
+  std::erase_if(followed.announced_at,
+                [&](const auto& entry) { return entry.first <= followed.current_version(); });
+}
+
+v1::AdapterStatus AdapterRegistry::StatusOf(const Followed& followed) const {
+  v1::AdapterStatus status;
+  status.set_adapter_name(followed.name);
+  status.set_current_version(followed.current_version());
+  for (const auto& [version, model] : followed.resident) {
+    v1::ResidentVersion& resident = *status.add_resident_versions();
+    resident.set_version(version);
+    resident.set_active_samples(model->active_samples);
+    *resident.mutable_ready_time() = ToProto(model->ready_time);
+  }
+  status.set_loading_version(followed.loading_version != 0 ? followed.loading_version
+                                                           : followed.staged_version());
+  status.set_load_phase(followed.phase);
+  status.set_newest_announced_version(followed.newest_announced);
+  status.set_last_error(followed.last_error);
+  if (followed.last_error_time != absl::InfinitePast()) {
+    *status.mutable_last_error_time() = ToProto(followed.last_error_time);
+  }
+  if (followed.last_swap_time != absl::InfinitePast()) {
+    *status.mutable_last_swap_time() = ToProto(followed.last_swap_time);
+  }
+  return status;
+}
+
+absl::StatusOr<std::vector<v1::AdapterStatus>> AdapterRegistry::Status(
+    const std::string& adapter) const {
+  absl::MutexLock lock(&mutex_);
+  std::vector<v1::AdapterStatus> statuses;
+  if (!adapter.empty()) {
+    auto found = followed_.find(adapter);
+    if (found == followed_.end()) {
+      return absl::NotFoundError(absl::StrCat("this replica does not serve adapter '", adapter,
+                                              "' (no request or --adapter named it)"));
+    }
+    statuses.push_back(StatusOf(*found->second));
+    return statuses;
+  }
+  for (const auto& [name, followed] : followed_) statuses.push_back(StatusOf(*followed));
+  return statuses;
+}
+
+}  // namespace tandem::rollout

@@ -1,0 +1,114 @@
+#ifndef TANDEM_SERVICES_ROLLOUT_ADAPTER_REGISTRY_H_
+#define TANDEM_SERVICES_ROLLOUT_ADAPTER_REGISTRY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/model.h"
+#include "engine/transformer.h"
+#include "grpcpp/channel.h"
+#include "services/weight_store/adapter_client.h"
+#include "services/weight_store/ucx_transport.h"
+#include "tandem/v1/rollout.pb.h"
+#include "tandem/v1/weight_store.grpc.pb.h"
+
+namespace tandem::rollout {
+
+// Something samples can be generated with: the base model (adapter "", version 0) or one adapter
+// version over it. Immutable once servable; samples hold a shared_ptr, so a version retired from
+// the registry lives until its last sample finishes.
+struct ServedModel {
+  std::string adapter;
+  int64_t version = 0;
+  std::unique_ptr<engine::LoraAdapter> lora;  // Null for the base model.
+  std::unique_ptr<engine::Transformer> transformer;
+  absl::Time ready_time;
+  std::atomic<int> active_samples{0};
+};
+
+struct AdapterRegistryOptions {
+  // Versions of one adapter kept servable; older ones go once no sample uses them. The newest
+  // version is always made servable, so the count is exceeded while all others are in use.
+  int resident_versions = 3;
+  engine::Precision precision = engine::Precision::kBF16;
+  // Fetch by UCX when set (and the store serves it); gRPC otherwise.
+  weight_store::UcxWorker* ucx = nullptr;
+  std::string holder = "rollout";  // Lease holder name at the store.
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(10);
+  absl::Duration fetch_timeout = absl::Minutes(2);
+};
+
+// The adapter versions a rollout replica serves. Per followed adapter, a watcher thread follows
+// weight-store's WatchVersions and a loader thread fetches new versions in the background into
+// staging (retrying failures with backoff while the old version keeps serving); staged versions
+// become servable only in PromoteStaged, which the scheduler calls between decode steps, so a
+// decode step never sees a half-loaded adapter. Thread-safe.
+class AdapterRegistry {
+ public:
+  // `base` (already in the serving precision) must outlive the registry. `on_staged` is called
+  // (from a loader thread) when a version waits in staging.
+  AdapterRegistry(engine::BaseModel& base, std::shared_ptr<grpc::Channel> weight_store,
+                  AdapterRegistryOptions options, std::function<void()> on_staged);
+  ~AdapterRegistry();
+
+  // Starts following an adapter (idempotent). `required`: the replica is not Ready until the
+  // version weight-store announces first is servable (a restarted replica never serves stale
+  // weights).
+  void Follow(const std::string& adapter, bool required = false);
+  bool Ready() const;
+
+  // What `selector` resolves to now: a model; nullptr while it must wait (watch snapshot not in,
+  // version not loaded yet); or an error: NOT_FOUND (no committed version for "latest", exact
+  // version not in weight-store), INVALID_ARGUMENT (bad selector).
+  absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(const v1::AdapterSelector& selector);
+  // The version new requests for `adapter` get; nullptr if none.
+  std::shared_ptr<ServedModel> Current(const std::string& adapter) const;
+  std::shared_ptr<ServedModel> base_model() const { return base_; }
+
+  // The swap point: staged versions become servable, the newest becomes current, and versions
+  // beyond resident_versions that no sample uses are dropped. Returns how many were swapped in.
+  int PromoteStaged();
+
+  // GetAdapterStatus: one adapter, or all ("") by name; NOT_FOUND for one never followed.
+  absl::StatusOr<std::vector<v1::AdapterStatus>> Status(const std::string& adapter) const;
+
+ private:
+  struct Followed;
+
+  Followed& FollowLocked(const std::string& adapter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void Watch(Followed& followed);
+  void LoadLoop(Followed& followed);
+  // The version the loader should fetch next, or 0.
+  int64_t NextLoad(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::StatusOr<std::shared_ptr<ServedModel>> Load(const std::string& adapter, int64_t version,
+                                                    weight_store::AdapterFetcher& fetcher);
+  absl::StatusOr<std::shared_ptr<ServedModel>> ResolveExact(Followed& followed, int64_t version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void Evict(Followed& followed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  v1::AdapterStatus StatusOf(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  bool SleepUnlessStopping(absl::Duration duration);
+
+  engine::BaseModel& base_model_;
+  const std::unique_ptr<v1::WeightStoreService::Stub> stub_;
+  const AdapterRegistryOptions options_;
+  const std::function<void()> on_staged_;
+  const std::shared_ptr<ServedModel> base_;
+  mutable absl::Mutex mutex_;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::map<std::string, std::unique_ptr<Followed>> followed_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace tandem::rollout
+
+#endif  // TANDEM_SERVICES_ROLLOUT_ADAPTER_REGISTRY_H_

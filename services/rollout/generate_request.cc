@@ -1,0 +1,165 @@
+#include "services/rollout/generate_request.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "engine/sampler.h"
+#include "engine/sft.h"
+#include "engine/tokenizer.h"
+#include "services/router_replay/record_key.h"
+
+namespace tandem::rollout {
+namespace {
+
+constexpr int kMaxPrompts = 4096;
+constexpr int kMaxGroupSize = 256;
+constexpr int kMaxStopTokens = 64;
+constexpr size_t kMaxPromptTextBytes = size_t{1} << 20;
+
+absl::Status Invalid(auto&&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(parts...));
+}
+
+absl::StatusOr<std::vector<int>> PromptTokens(const v1::Prompt& prompt, int index,
+                                              const engine::ModelConfig& model) {
+  switch (prompt.content_case()) {
+    case v1::Prompt::kTokenIds: {
+      std::vector<int> ids(prompt.token_ids().ids().begin(), prompt.token_ids().ids().end());
+      for (int id : ids) {
+        if (id < 0 || id >= model.vocab_size) {
+          return Invalid("prompts[", index, "]: token ", id,
+                         id < 0 ? " < 0" : absl::StrCat(" >= vocab ", model.vocab_size));
+        }
+      }
+      return ids;
+    }
+    case v1::Prompt::kText: {
+      if (prompt.text().size() > kMaxPromptTextBytes) {
+        return Invalid("prompts[", index, "]: text has ", prompt.text().size(),
+                       " bytes; at most 1 MiB");
+      }
+      auto ids = engine::PromptTokens(prompt.text());
+      if (!ids.ok()) return Invalid("prompts[", index, "]: ", ids.status().message());
+      return ids;
+    }
+    default:
+      return Invalid("prompts[", index, "]: set token_ids or text");
+  }
+}
+
+absl::Status CheckSampling(const v1::SamplingParams& sampling, const engine::ModelConfig& model) {
+  if (sampling.max_new_tokens() < 1) {
+    return Invalid("sampling.max_new_tokens is ", sampling.max_new_tokens(), "; must be >= 1");
+  }
+  const float temperature = sampling.has_temperature() ? sampling.temperature() : 1.0f;
+  if (!(temperature >= 0 && temperature <= 100)) {
+    return Invalid("sampling.temperature is ", temperature, "; must be in [0, 100]");
+  }
+  const float top_p = sampling.has_top_p() ? sampling.top_p() : 1.0f;
+  if (!(top_p > 0 && top_p <= 1)) {
+    return Invalid("sampling.top_p is ", top_p, "; must be in (0, 1]");
+  }
+  if (sampling.top_k() < 0 || sampling.top_k() > model.vocab_size) {
+    return Invalid("sampling.top_k is ", sampling.top_k(), "; must be in [0, ", model.vocab_size,
+                   "]");
+  }
+  if (sampling.stop_token_ids_size() > kMaxStopTokens) {
+    return Invalid("sampling.stop_token_ids has ", sampling.stop_token_ids_size(),
+                   " ids; at most ", kMaxStopTokens);
+  }
+  for (int id : sampling.stop_token_ids()) {
+    if (id < 0 || id >= model.vocab_size) {
+      return Invalid("sampling.stop_token_ids: ", id, " is outside [0, ", model.vocab_size, ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRouteRecording(const v1::GenerateRequest& request) {
+  const v1::RouteRecording& routes = request.routes();
+  if (!routes.enabled()) return absl::OkStatus();
+  if (absl::Status status = router_replay::ValidateJobId(routes.job_id()); !status.ok()) {
+    return Invalid("routes.job_id: ", status.message());
+  }
+  if (routes.attempt() < 0) return Invalid("routes.attempt is ", routes.attempt(), "; must be >= 0");
+  return absl::OkStatus();
+}
+
+engine::SamplingConfig SamplingOf(const v1::SamplingParams& sampling) {
+  return {.temperature = sampling.has_temperature() ? sampling.temperature() : 1.0f,
+          .top_p = sampling.has_top_p() ? sampling.top_p() : 1.0f,
+          .top_k = sampling.top_k()};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,
+                                                            const engine::ModelConfig& model) {
+  if (request.request_id().empty() || request.request_id().size() > 128) {
+    return Invalid("request_id must have 1..128 bytes");
+  }
+  if (request.prompts_size() < 1 || request.prompts_size() > kMaxPrompts) {
+    return Invalid("prompts has ", request.prompts_size(), " entries; need 1..", kMaxPrompts);
+  }
+  const int group_size = request.group_size() == 0 ? 1 : request.group_size();
+  if (group_size < 1 || group_size > kMaxGroupSize) {
+    return Invalid("group_size is ", request.group_size(), "; must be in 1..", kMaxGroupSize);
+  }
+  if (!request.has_sampling()) return Invalid("sampling is required (max_new_tokens at least)");
+  const v1::SamplingParams& sampling = request.sampling();
+  if (absl::Status status = CheckSampling(sampling, model); !status.ok()) return status;
+  if (absl::Status status = CheckRouteRecording(request); !status.ok()) return status;
+
+  auto work = std::make_unique<GenerationWork>();
+  work->request = request;
+  work->request.set_group_size(group_size);
+  work->request.clear_prompts();
+  const uint64_t seed = sampling.has_seed() ? sampling.seed() : std::random_device()();
+  std::vector<int> stop_tokens = {engine::kEosId};
+  stop_tokens.insert(stop_tokens.end(), sampling.stop_token_ids().begin(),
+                     sampling.stop_token_ids().end());
+  absl::flat_hash_set<std::string> prompt_ids;
+  for (int i = 0; i < request.prompts_size(); ++i) {
+    const v1::Prompt& prompt = request.prompts(i);
+    auto tokens = PromptTokens(prompt, i, model);
+    if (!tokens.ok()) return tokens.status();
+    const int length = static_cast<int>(tokens->size());
+    if (length < 1) return Invalid("prompts[", i, "]: empty prompt");
+    if (length + int64_t{sampling.max_new_tokens()} > model.max_seq_len) {
+      return Invalid("prompts[", i, "]: ", length, " + ", sampling.max_new_tokens(),
+                     " tokens > context ", model.max_seq_len);
+    }
+    std::string prompt_id = prompt.prompt_id().empty()
+                                ? absl::StrCat(request.request_id(), ".", i)
+                                : prompt.prompt_id();
+    if (!prompt_ids.insert(prompt_id).second) {
+      return Invalid("prompts[", i, "]: prompt_id '", prompt_id, "' is not unique");
+    }
+    if (request.routes().enabled()) {
+      const router_replay::RecordKey key{request.routes().job_id(), 0,
+                                         absl::StrCat(prompt_id, "/", group_size - 1),
+                                         request.routes().attempt()};
+      if (absl::Status status = router_replay::ValidateRecordKey(key); !status.ok()) {
+        return Invalid("prompts[", i, "]: sample ids '", prompt_id,
+                       "/<j>' are no valid route keys: ", status.message());
+      }
+    }
+    for (int j = 0; j < group_size; ++j) {
+      engine::GenerationRequest& sample = work->samples.emplace_back();
+      sample.prompt = *tokens;
+      sample.max_new_tokens = sampling.max_new_tokens();
+      sample.sampling = SamplingOf(sampling);
+      sample.seed = engine::MixSeed(engine::MixSeed(seed, i), j);
+      sample.stop_tokens = stop_tokens;
+      work->reserved_positions += length + sampling.max_new_tokens();
+    }
+    work->prompt_ids.push_back(std::move(prompt_id));
+    work->prompt_tokens.push_back(length);
+    work->text_prompts.push_back(prompt.has_text());
+  }
+  return work;
+}
+
+}  // namespace tandem::rollout

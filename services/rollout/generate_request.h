@@ -1,0 +1,23 @@
+#ifndef TANDEM_SERVICES_ROLLOUT_GENERATE_REQUEST_H_
+#define TANDEM_SERVICES_ROLLOUT_GENERATE_REQUEST_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/config.h"
+#include "services/rollout/generation_work.h"
+#include "tandem/v1/rollout.pb.h"
+
+namespace tandem::rollout {
+
+// Checks a GenerateRequest against rollout.proto's rules and the model, and turns it into the
+// scheduler's work: tokenized prompts (text as <bos> + characters), one engine request per
+// sample with its own seed MixSeed(MixSeed(seed, prompt), sample), and EOS among the stop
+// tokens. INVALID_ARGUMENT naming the field, e.g. "prompts[3]: 900 + 200 tokens > context 1024".
+absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,
+                                                            const engine::ModelConfig& model);
+
+}  // namespace tandem::rollout
+
+#endif  // TANDEM_SERVICES_ROLLOUT_GENERATE_REQUEST_H_

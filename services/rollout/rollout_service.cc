@@ -1,0 +1,222 @@
+#include "services/rollout/rollout_service.h"
+
+#include <chrono>
+#include <deque>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/unary.h"
+#include "common/unimplemented.h"
+#include "services/rollout/generate_request.h"
+
+namespace tandem::rollout {
+namespace {
+
+std::string NewReplicaId() {
+  std::random_device random;
+  return absl::StrFormat("rollout-%08x%08x", random(), random());
+}
+
+absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
+// Streams a request's samples as the scheduler finishes them. The scheduler's callbacks may
+// outlive this reactor, so they reach it through `Stream`, which OnDone disconnects.
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateReactor(grpc::CallbackServerContext* context, Scheduler& scheduler,
+                  std::unique_ptr<GenerationWork> work)
+      : context_(context), scheduler_(scheduler), stream_(std::make_shared<Stream>()) {
+    stream_->reactor = this;
+    expected_ = work->num_samples();
+    work->start = absl::Now();
+    work->deadline = DeadlineOf(*context);
+    work->deliver = [stream = stream_](v1::GenerateResponse response) {
+      absl::MutexLock lock(&stream->mutex);
+      if (stream->reactor != nullptr) stream->reactor->Offer(std::move(response));
+    };
+    work->fail = [stream = stream_](const absl::Status& status) {
+      absl::MutexLock lock(&stream->mutex);
+      if (stream->reactor != nullptr) stream->reactor->Fail(ToGrpcStatus(status));
+    };
+    work_ = std::move(work);
+    absl::Duration retry_after;
+    if (absl::Status status = scheduler_.Submit(work_, &retry_after); !status.ok()) {
+      if (absl::IsResourceExhausted(status)) {
+        // gRPC's own retry pushback: clients with a retry policy wait this long.
+        context_->AddTrailingMetadata(
+            "grpc-retry-pushback-ms",
+            absl::StrCat(absl::ToInt64Milliseconds(retry_after)));
+      }
+      absl::MutexLock lock(&stream_->mutex);
+      Fail(ToGrpcStatus(status));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&stream_->mutex);
+    writing_ = false;
+    if (!ok) {
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "Generate: the client went away"));
+    } else if (pending_error_.has_value()) {
+      FinishOnce(*pending_error_);
+    } else if (!queue_.empty()) {
+      WriteNext();
+    } else if (written_ == expected_) {
+      FinishOnce(grpc::Status::OK);
+    }
+  }
+
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&stream_->mutex);
+      if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "Generate cancelled"));
+    }
+    work_->cancelled = true;  // The scheduler drops its samples and frees their KV cache.
+    scheduler_.Wake();
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&stream_->mutex);
+      stream_->reactor = nullptr;
+    }
+    work_->cancelled = true;
+    delete this;
+  }
+
+ private:
+  struct Stream {
+    absl::Mutex mutex;
+    GenerateReactor* reactor ABSL_GUARDED_BY(mutex) = nullptr;
+  };
+
+  // Called with stream_->mutex held.
+  void Offer(v1::GenerateResponse response) {
+    if (finished_) return;
+    queue_.push_back(std::move(response));
+    if (!writing_) WriteNext();
+  }
+
+  // Called with stream_->mutex held. Ends the stream after a write in progress.
+  void Fail(const grpc::Status& status) {
+    if (finished_ || pending_error_.has_value()) return;
+    if (writing_) {
+      pending_error_ = status;
+    } else {
+      FinishOnce(status);
+    }
+  }
+
+  void WriteNext() {
+    response_ = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    ++written_;
+    StartWrite(&response_);
+  }
+
+  void FinishOnce(const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  grpc::CallbackServerContext* const context_;
+  Scheduler& scheduler_;
+  const std::shared_ptr<Stream> stream_;
+  std::shared_ptr<GenerationWork> work_;
+  int expected_ = 0;
+  int written_ = 0;
+  std::deque<v1::GenerateResponse> queue_;
+  v1::GenerateResponse response_;
+  std::optional<grpc::Status> pending_error_;
+  bool writing_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+RolloutServiceImpl::RolloutServiceImpl(RolloutOptions options)
+    : options_(std::move(options)), replica_id_(NewReplicaId()) {}
+
+RolloutServiceImpl::~RolloutServiceImpl() {
+  scheduler_for_wakeups_ = nullptr;
+  scheduler_.reset();  // Before the registry whose models it runs.
+  registry_.reset();
+  appender_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
+    RolloutOptions options) {
+  std::unique_ptr<RolloutServiceImpl> service(new RolloutServiceImpl(std::move(options)));
+  const RolloutOptions& o = service->options_;
+  auto base = engine::BaseModel::Load(o.base_model_path);
+  if (!base.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot load the base model: ", base.status().message()));
+  }
+  service->base_ = std::make_unique<engine::BaseModel>(
+      o.precision == engine::Precision::kBF16 ? base->RoundedToBf16() : *std::move(base));
+  if (!o.adapters.empty() && o.weight_store == nullptr) {
+    return absl::InvalidArgumentError("--adapter needs --weight_store");
+  }
+  AdapterRegistryOptions registry = o.registry;
+  registry.precision = o.precision;
+  registry.holder = service->replica_id_;
+  if (o.enable_ucx && o.weight_store != nullptr) {
+    auto ucx = weight_store::UcxWorker::Create(o.ucx);
+    if (ucx.ok()) {
+      service->ucx_ = *std::move(ucx);
+      registry.ucx = service->ucx_.get();
+    } else {
+      spdlog::warn("UCX unavailable ({}); adapters are fetched over gRPC", ucx.status().ToString());
+    }
+  }
+  if (o.router_replay != nullptr) {
+    service->appender_ = std::make_unique<router_replay::RouteAppender>(o.router_replay, o.routes);
+  }
+  RolloutServiceImpl* raw = service.get();
+  service->registry_ = std::make_unique<AdapterRegistry>(
+      *service->base_, o.weight_store, registry, [raw] {
+        if (Scheduler* scheduler = raw->scheduler_for_wakeups_.load()) scheduler->Wake();
+      });
+  for (const std::string& adapter : o.adapters) service->registry_->Follow(adapter, true);
+  service->scheduler_ = std::make_unique<Scheduler>(*service->registry_, service->appender_.get(),
+                                                    service->base_->config(), o.scheduler);
+  service->scheduler_for_wakeups_ = service->scheduler_.get();
+  return service;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* RolloutServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  absl::StatusOr<std::unique_ptr<GenerationWork>> work = PrepareWork(*request, model_config());
+  if (!work.ok()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<v1::GenerateResponse>>(
+        ToGrpcStatus(work.status()));
+  }
+  return new GenerateReactor(context, *scheduler_, *std::move(work));
+}
+
+grpc::ServerUnaryReactor* RolloutServiceImpl::GetAdapterStatus(
+    grpc::CallbackServerContext* context, const v1::GetAdapterStatusRequest* request,
+    v1::GetAdapterStatusResponse* response) {
+  absl::StatusOr<std::vector<v1::AdapterStatus>> adapters =
+      registry_->Status(request->adapter_name());
+  absl::StatusOr<v1::GetAdapterStatusResponse> result = adapters.status();
+  if (adapters.ok()) {
+    v1::GetAdapterStatusResponse status;
+    status.set_replica_id(replica_id_);
+    status.mutable_adapters()->Add(adapters->begin(), adapters->end());
+    result = std::move(status);
+  }
+  return FinishUnary(context, std::move(result), response);
+}
+
+}  // namespace tandem::rollout

@@ -1,0 +1,403 @@
+#include "services/rollout/scheduler.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "engine/tokenizer.h"
+#include "services/rollout/rollout_metrics.h"
+
+namespace tandem::rollout {
+namespace {
+
+using router_replay::RecordKey;
+
+v1::FinishReason FinishReasonOf(engine::FinishReason reason) {
+  return reason == engine::FinishReason::kStop ? v1::FINISH_REASON_STOP
+                                                : v1::FINISH_REASON_LENGTH;
+}
+
+int64_t Positions(const engine::GenerationRequest& sample) {
+  return static_cast<int64_t>(sample.prompt.size()) + sample.max_new_tokens;
+}
+
+}  // namespace
+
+struct Scheduler::Pending {
+  std::shared_ptr<GenerationWork> work;
+  std::shared_ptr<ServedModel> model;  // Null while resolving.
+  int next_sample = 0;
+};
+
+struct Scheduler::Active {
+  std::shared_ptr<GenerationWork> work;
+  int sample = 0;                       // prompt * group_size + index in the group.
+  int64_t prefill_version = 0;          // Names the route record.
+  std::shared_ptr<ServedModel> running;  // The version its next token comes from.
+  // (generated tokens before the switch, version after it), ascending.
+  std::vector<std::pair<int, int64_t>> switches;
+};
+
+struct Scheduler::Finished {
+  std::shared_ptr<GenerationWork> work;
+  v1::GenerateResponse response;
+  std::optional<RecordKey> key;  // Set when routes were recorded.
+  absl::Status route_error;      // Set when queueing the routes already failed.
+};
+
+Scheduler::Scheduler(AdapterRegistry& registry, router_replay::RouteAppender* appender,
+                     const engine::ModelConfig& model, SchedulerOptions options)
+    : registry_(registry),
+      appender_(appender),
+      model_(model),
+      options_(options),
+      route_shape_{model.MoeLayerIndices(), model.top_k, model.num_experts},
+      batch_(std::make_unique<engine::GenerationBatch>(*registry.base_model()->transformer)),
+      scheduler_thread_([this] { Run(); }),
+      delivery_thread_([this] { Deliver(); }) {
+  RolloutMetrics::Get().kv_cache_budget_bytes.Set(static_cast<double>(options_.kv_cache_bytes));
+}
+
+Scheduler::~Scheduler() {
+  {
+    absl::MutexLock lock(&mutex_);
+    stopping_ = true;
+  }
+  scheduler_thread_.join();
+  const absl::Status shutting_down = absl::UnavailableError("rollout replica is shutting down");
+  absl::flat_hash_set<GenerationWork*> failed;
+  const auto fail = [&](const std::shared_ptr<GenerationWork>& work) {
+    if (failed.insert(work.get()).second) work->fail(shutting_down);
+  };
+  for (Pending& pending : resolving_) fail(pending.work);
+  for (Pending& pending : admitting_) fail(pending.work);
+  for (auto& [id, active] : active_) fail(active.work);
+  std::vector<std::shared_ptr<GenerationWork>> submitted;
+  {
+    absl::MutexLock lock(&mutex_);
+    submitted.swap(submitted_);
+  }
+  for (auto& work : submitted) fail(work);  // Outside mutex_: fail takes the stream's lock.
+  {
+    absl::MutexLock lock(&mutex_);
+    delivery_stopping_ = true;
+  }
+  delivery_thread_.join();
+}
+
+absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Duration* retry_after) {
+  int64_t largest = 0;
+  for (const engine::GenerationRequest& sample : work->samples) {
+    largest = std::max(largest, batch_->ReservedPositions(sample) * batch_->kv_bytes_per_token());
+  }
+  if (largest > options_.kv_cache_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a sample needs ", largest, " bytes of KV cache; this replica's budget is ",
+        options_.kv_cache_bytes, " (--kv_cache_mib)"));
+  }
+  absl::MutexLock lock(&mutex_);
+  if (stopping_) return absl::UnavailableError("rollout replica is shutting down");
+  const std::string& id = work->request.request_id();
+  if (in_flight_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", id, " is in flight"));
+  }
+  if (queued_positions_ > 0 &&
+      queued_positions_ + work->reserved_positions > options_.max_queued_positions) {
+    const double tokens_per_second = std::max(tokens_per_second_.load(), 1.0);
+    *retry_after = std::max(absl::Milliseconds(100),
+                            absl::Seconds(static_cast<double>(queued_positions_) /
+                                          tokens_per_second));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "replica has ", queued_positions_, " KV positions queued; this request needs ",
+        work->reserved_positions, " and the limit is ", options_.max_queued_positions,
+        "; retry in ", absl::FormatDuration(*retry_after)));
+  }
+  queued_positions_ += work->reserved_positions;
+  in_flight_.insert(id);
+  submitted_.push_back(std::move(work));
+  woken_ = true;
+  return absl::OkStatus();
+}
+
+void Scheduler::Wake() {
+  absl::MutexLock lock(&mutex_);
+  woken_ = true;
+}
+
+void Scheduler::Run() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mutex_);
+      const auto ready = [this] {
+        mutex_.AssertHeld();
+        return stopping_ || woken_ || !submitted_.empty();
+      };
+      if (active_.empty()) {
+        // Idle, or waiting on adapters or cancellations: poll, since resolution has no event.
+        mutex_.AwaitWithTimeout(absl::Condition(&ready),
+                                resolving_.empty() ? absl::Milliseconds(50)
+                                                   : absl::Milliseconds(5));
+      }
+      if (stopping_) return;
+      woken_ = false;
+      for (auto& work : submitted_) {
+        unfinished_[work->request.request_id()] = work->num_samples();
+        resolving_.push_back({.work = std::move(work)});
+      }
+      submitted_.clear();
+    }
+    registry_.PromoteStaged();  // The swap point: between decode steps.
+    DropCancelled();
+    ResolveAdapters();
+    AdmitSamples();
+    SwitchVersions();
+    if (batch_->active() > 0) {
+      const int rows = batch_->active();
+      const absl::Time begin = absl::Now();
+      batch_->Step();
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - begin);
+      RolloutMetrics::Get().decode_step_seconds.Observe(seconds);
+      RolloutMetrics::Get().tokens_generated.Increment(rows);
+      if (seconds > 0) tokens_per_second_ = 0.9 * tokens_per_second_ + 0.1 * rows / seconds;
+    }
+    CollectFinished();
+    UpdateGauges();
+  }
+}
+
+void Scheduler::DropCancelled() {
+  const absl::Time now = absl::Now();
+  absl::flat_hash_set<std::string> dropped;  // Request ids.
+  const auto drop = [&](const std::shared_ptr<GenerationWork>& work) {
+    const bool expired = now > work->deadline;
+    if (!work->cancelled && !expired) return false;
+    if (dropped.insert(work->request.request_id()).second) {
+      if (expired && !work->cancelled) {
+        work->fail(absl::DeadlineExceededError(
+            absl::StrCat("request ", work->request.request_id(),
+                         ": deadline passed before all samples finished")));
+      }
+    }
+    return true;
+  };
+  for (auto it = active_.begin(); it != active_.end();) {
+    if (!drop(it->second.work)) {
+      ++it;
+      continue;
+    }
+    batch_->Cancel(it->first);  // Frees its KV cache now.
+    --it->second.running->active_samples;
+    active_.erase(it++);
+  }
+  const auto drop_pending = [&](Pending& pending) {
+    if (!drop(pending.work)) return false;
+    int64_t positions = 0;
+    for (int s = pending.next_sample; s < pending.work->num_samples(); ++s) {
+      positions += Positions(pending.work->samples[s]);
+    }
+    absl::MutexLock lock(&mutex_);
+    queued_positions_ -= positions;
+    return true;
+  };
+  std::erase_if(admitting_, drop_pending);
+  std::erase_if(resolving_, drop_pending);
+  for (const std::string& request_id : dropped) EndRequest(request_id);
+}
+
+void Scheduler::EndRequest(const std::string& request_id) {
+  unfinished_.erase(request_id);
+  absl::MutexLock lock(&mutex_);
+  in_flight_.erase(request_id);
+}
+
+void Scheduler::ResolveAdapters() {
+  const absl::Time now = absl::Now();
+  std::vector<std::string> failed;
+  std::erase_if(resolving_, [&](Pending& pending) {
+    GenerationWork& work = *pending.work;
+    absl::StatusOr<std::shared_ptr<ServedModel>> model =
+        registry_.TryResolve(work.request.adapter());
+    if (model.ok() && *model == nullptr && now <= work.deadline) return false;
+    if (model.ok() && *model != nullptr) {
+      pending.model = *std::move(model);
+      admitting_.push_back(std::move(pending));
+      return true;
+    }
+    work.fail(model.ok() ? absl::DeadlineExceededError(absl::StrCat(
+                               "adapter '", work.request.adapter().adapter_name(),
+                               "': the selected version was not servable before the deadline"))
+                         : model.status());
+    absl::MutexLock lock(&mutex_);
+    queued_positions_ -= work.reserved_positions;
+    failed.push_back(work.request.request_id());
+    return true;
+  });
+  for (const std::string& request_id : failed) EndRequest(request_id);
+}
+
+void Scheduler::AdmitSamples() {
+  while (!admitting_.empty()) {
+    Pending& pending = admitting_.front();
+    GenerationWork& work = *pending.work;
+    for (; pending.next_sample < work.num_samples(); ++pending.next_sample) {
+      const engine::GenerationRequest& sample = work.samples[pending.next_sample];
+      const int64_t needed = batch_->ReservedPositions(sample) * batch_->kv_bytes_per_token();
+      // FIFO: while the head cannot be admitted, nothing behind it is.
+      if (batch_->active() >= options_.max_batch_sequences ||
+          batch_->kv_cache_bytes() + needed > options_.kv_cache_bytes) {
+        return;
+      }
+      absl::StatusOr<int> id = batch_->Admit(sample, pending.model->transformer.get());
+      {
+        absl::MutexLock lock(&mutex_);
+        queued_positions_ -= Positions(sample);
+      }
+      if (!id.ok()) {  // PrepareWork checked everything Admit does; a bug if it happens.
+        spdlog::error("request {}: admit failed: {}", work.request.request_id(),
+                      id.status().ToString());
+        work.cancelled = true;
+        work.fail(absl::InternalError(absl::StrCat("admit failed: ", id.status().message())));
+        continue;
+      }
+      ++pending.model->active_samples;
+      RolloutMetrics::Get().time_to_first_token_seconds.Observe(
+          absl::ToDoubleSeconds(absl::Now() - work.start));
+      active_[*id] = Active{.work = pending.work,
+                            .sample = pending.next_sample,
+                            .prefill_version = pending.model->version,
+                            .running = pending.model};
+    }
+    admitting_.pop_front();
+  }
+}
+
+void Scheduler::SwitchVersions() {
+  absl::flat_hash_map<std::string, std::shared_ptr<ServedModel>> current;
+  for (auto& [id, active] : active_) {
+    const std::string& adapter = active.running->adapter;
+    if (!active.work->request.allow_version_switch() || adapter.empty()) continue;
+    auto [slot, inserted] = current.try_emplace(adapter);
+    if (inserted) slot->second = registry_.Current(adapter);
+    const std::shared_ptr<ServedModel>& newest = slot->second;
+    if (newest == nullptr || newest->version <= active.running->version) continue;
+    const int generated = batch_->SwitchTransformer(id, *newest->transformer);
+    if (generated < 0) continue;  // Finished in its prefill; nothing left to switch.
+    active.switches.emplace_back(generated, newest->version);
+    --active.running->active_samples;
+    ++newest->active_samples;
+    active.running = newest;
+  }
+}
+
+void Scheduler::CollectFinished() {
+  for (auto& [id, sample] : batch_->TakeFinished()) {
+    auto found = active_.find(id);
+    Active active = std::move(found->second);
+    active_.erase(found);
+    --active.running->active_samples;
+    GenerationWork& work = *active.work;
+    const int group_size = work.group_size();
+    const int prompt = active.sample / group_size;
+    Finished finished{.work = active.work};
+    v1::GenerateResponse& response = finished.response;
+    response.set_request_id(work.request.request_id());
+    response.set_prompt_index(prompt);
+    response.set_sample_index(active.sample % group_size);
+    response.set_prompt_tokens(sample.prompt_length);
+    const std::vector<int> generated(sample.tokens.begin() + sample.prompt_length,
+                                     sample.tokens.end());
+    response.mutable_token_ids()->Add(generated.begin(), generated.end());
+    response.mutable_logprobs()->Add(sample.logprobs.begin(), sample.logprobs.end());
+    if (work.text_prompts[prompt]) response.set_text(engine::Decode(generated));
+    response.set_finish_reason(FinishReasonOf(sample.finish_reason));
+    response.set_adapter_version(active.prefill_version);
+    if (work.request.allow_version_switch()) {
+      auto next_switch = active.switches.begin();
+      int64_t version = active.prefill_version;
+      for (int t = 0; t < static_cast<int>(generated.size()); ++t) {
+        for (; next_switch != active.switches.end() && next_switch->first <= t; ++next_switch) {
+          version = next_switch->second;
+        }
+        response.add_token_adapter_versions(version);
+      }
+    }
+    RecordRoutes(active, sample, finished);
+    {
+      absl::MutexLock lock(&mutex_);
+      delivery_.push_back(std::move(finished));
+    }
+    if (--unfinished_[work.request.request_id()] == 0) EndRequest(work.request.request_id());
+  }
+}
+
+void Scheduler::RecordRoutes(const Active& active, const engine::GeneratedSample& sample,
+                             Finished& finished) {
+  const GenerationWork& work = *active.work;
+  v1::GenerateResponse& response = finished.response;
+  if (!work.request.routes().enabled()) {
+    response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
+    return;
+  }
+  const int prompt = active.sample / work.group_size();
+  RecordKey key{work.request.routes().job_id(), active.prefill_version,
+                absl::StrCat(work.prompt_ids[prompt], "/", active.sample % work.group_size()),
+                work.request.routes().attempt()};
+  v1::RouteRecordKey& proto_key = *response.mutable_route_key();
+  proto_key.set_job_id(key.job_id);
+  proto_key.set_policy_version(key.policy_version);
+  proto_key.set_sample_id(key.sample_id);
+  proto_key.set_attempt(key.attempt);
+  const int64_t rows = static_cast<int64_t>(sample.tokens.size()) - 1;
+  finished.route_error =
+      appender_ == nullptr
+          ? absl::FailedPreconditionError("this replica has no router-replay (--router_replay)")
+          : appender_->Append(key, route_shape_, 0, rows, sample.routes.data(), /*seal=*/true);
+  if (finished.route_error.ok()) RolloutMetrics::Get().routes_rows_sent.Increment(rows);
+  response.set_route_rows(rows);
+  finished.key = std::move(key);
+}
+
+void Scheduler::Deliver() {
+  while (true) {
+    Finished finished;
+    {
+      absl::MutexLock lock(&mutex_);
+      const auto ready = [this] {
+        mutex_.AssertHeld();
+        return delivery_stopping_ || !delivery_.empty();
+      };
+      mutex_.Await(absl::Condition(&ready));
+      if (delivery_.empty()) return;
+      finished = std::move(delivery_.front());
+      delivery_.pop_front();
+    }
+    v1::GenerateResponse& response = finished.response;
+    if (finished.key.has_value()) {
+      absl::Status routes = finished.route_error;
+      if (routes.ok()) {
+        routes = appender_->WaitForRecord(*finished.key, absl::Now() + options_.route_ack_timeout);
+      }
+      if (routes.ok()) {
+        response.set_route_status(v1::ROUTE_STATUS_RECORDED);
+      } else {
+        response.set_route_status(v1::ROUTE_STATUS_FAILED);
+        response.set_route_error(routes.ToString());
+        response.set_route_rows(0);
+        RolloutMetrics::Get().route_failures.Increment();
+      }
+    }
+    RolloutMetrics::Get().samples.Increment();
+    finished.work->deliver(std::move(response));
+  }
+}
+
+void Scheduler::UpdateGauges() {
+  RolloutMetrics& metrics = RolloutMetrics::Get();
+  metrics.batch_occupancy.Set(batch_->active());
+  metrics.kv_cache_used_bytes.Set(static_cast<double>(batch_->kv_cache_bytes()));
+  absl::MutexLock lock(&mutex_);
+  metrics.queued_tokens.Set(static_cast<double>(queued_positions_));
+}
+
+}  // namespace tandem::rollout
