@@ -209,14 +209,13 @@ grpc::ServerUnaryReactor* RolloutServiceImpl::GetAdapterStatus(
     v1::GetAdapterStatusResponse* response) {
   absl::StatusOr<std::vector<v1::AdapterStatus>> adapters =
       registry_->Status(request->adapter_name());
-  absl::StatusOr<v1::GetAdapterStatusResponse> result = adapters.status();
-  if (adapters.ok()) {
-    v1::GetAdapterStatusResponse status;
-    status.set_replica_id(replica_id_);
-    status.mutable_adapters()->Add(adapters->begin(), adapters->end());
-    result = std::move(status);
+  if (!adapters.ok()) {
+    return FinishUnary<v1::GetAdapterStatusResponse>(context, adapters.status(), response);
   }
-  return FinishUnary(context, std::move(result), response);
+  v1::GetAdapterStatusResponse result;
+  result.set_replica_id(replica_id_);
+  result.mutable_adapters()->Add(adapters->begin(), adapters->end());
+  return FinishUnary<v1::GetAdapterStatusResponse>(context, std::move(result), response);
 }
 
 }  // namespace tandem::rollout

@@ -104,10 +104,11 @@ absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Durat
   }
   if (queued_positions_ > 0 &&
       queued_positions_ + work->reserved_positions > options_.max_queued_positions) {
+    // The queue drains at about the decode rate (positions include prompts, so this errs long).
     const double tokens_per_second = std::max(tokens_per_second_.load(), 1.0);
-    *retry_after = std::max(absl::Milliseconds(100),
-                            absl::Seconds(static_cast<double>(queued_positions_) /
-                                          tokens_per_second));
+    *retry_after = std::clamp(
+        absl::Seconds(static_cast<double>(queued_positions_) / tokens_per_second),
+        absl::Milliseconds(100), absl::Seconds(30));
     return absl::ResourceExhaustedError(absl::StrCat(
         "replica has ", queued_positions_, " KV positions queued; this request needs ",
         work->reserved_positions, " and the limit is ", options_.max_queued_positions,

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "services/weight_store/tensor_assembly.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -129,7 +130,6 @@ v1::TargetLayout EngineTargetLayout() {
   v1::TargetLayout layout;
   layout.set_naming(v1::TENSOR_NAMING_ENGINE_NATIVE);
   layout.set_stack_experts(true);
-  layout.set_dtype(v1::DTYPE_F32);
   return layout;
 }
 
@@ -152,13 +152,17 @@ absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig
     if (parameter == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unexpected tensor '", name, "'"));
     }
-    if (tensor.tensor.spec().dtype() != v1::DTYPE_F32 ||
-        tensor.bytes.size() != parameter->value.size() * sizeof(float)) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has ",
-                                                     tensor.bytes.size(), " bytes; expected ",
-                                                     parameter->value.size(), " F32 values"));
+    const v1::DType dtype = tensor.tensor.spec().dtype();
+    const int64_t element_size = ElementSize(dtype);
+    if (element_size == 0 ||
+        tensor.bytes.size() != parameter->value.size() * static_cast<size_t>(element_size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' has ", tensor.bytes.size(), " bytes of ",
+                       v1::DType_Name(dtype), "; expected ", parameter->value.size(), " values"));
     }
-    std::memcpy(parameter->value.data(), tensor.bytes.data(), tensor.bytes.size());
+    auto values = ConvertFloats(tensor.bytes, dtype, v1::DTYPE_F32);
+    if (!values.ok()) return values.status();
+    std::memcpy(parameter->value.data(), values->data(), values->size());
   }
   return adapter;
 }

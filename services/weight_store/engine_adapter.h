@@ -40,10 +40,12 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
                                                    int64_t version,
                                                    v1::DType dtype = v1::DTYPE_F32);
 
-// The layout the engine consumes: one rank, its own parameter names (experts stacked), F32.
+// The layout the engine consumes: one rank, its own parameter names (experts stacked), stored
+// dtype (the UCX path never converts; AdapterFromFetched does).
 v1::TargetLayout EngineTargetLayout();
 
-// Builds the engine adapter of `lora` from tensors fetched in EngineTargetLayout().
+// Builds the engine adapter of `lora` from tensors fetched in EngineTargetLayout(), in any
+// float dtype (converted to F32).
 // INVALID_ARGUMENT naming the first missing, unexpected or mis-sized tensor.
 absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig& model_config,
                                                        const v1::LoraConfig& lora,

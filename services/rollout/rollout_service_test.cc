@@ -1,0 +1,677 @@
+// The rollout service through gRPC on loopback, with a real weight-store (UCX over tcp) and a
+// real router-replay: samples equal the engine's own, versions per sample, hot-swap under load
+// without torn outputs, routes stored equal the engine's capture, cancellation frees the KV
+// cache, admission control, readiness, and every bad request.
+#include "services/rollout/rollout_service.h"
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/channel.h"
+#include "common/health_client.h"
+#include "common/server.h"
+#include "common/testing/test_server.h"
+#include "engine/generator.h"
+#include "engine/sampler.h"
+#include "engine/sft.h"
+#include "engine/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/rollout/rollout_metrics.h"
+#include "services/router_replay/replay_fetch.h"
+#include "services/router_replay/router_replay_service.h"
+#include "services/weight_store/adapter_client.h"
+#include "services/weight_store/engine_adapter.h"
+#include "services/weight_store/weight_store_service.h"
+
+namespace tandem::rollout {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kAdapter[] = "policy";
+
+std::unique_ptr<ServiceServer> Serve(const std::string& name, const std::string& proto_name,
+                                     std::unique_ptr<grpc::Service> service,
+                                     std::function<bool()> ready = nullptr) {
+  std::vector<HostedService> services;
+  services.push_back({proto_name, std::move(service), std::move(ready)});
+  ServerOptions options = tandem::testing::LoopbackOptions();
+  options.drain_timeout = absl::Milliseconds(200);
+  auto server = ServiceServer::Start(name, std::move(services), options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  (*server)->SetReady();
+  return *std::move(server);
+}
+
+std::shared_ptr<grpc::Channel> ChannelTo(const ServiceServer& server, const std::string& service) {
+  return *CreateChannel(
+      {.target = absl::StrCat("127.0.0.1:", server.port()), .service_name = service});
+}
+
+// Everything one Generate call streamed, and how it ended.
+struct Generated {
+  std::vector<v1::GenerateResponse> samples;
+  grpc::Status status;
+  std::multimap<grpc::string_ref, grpc::string_ref> trailers;
+
+  // Samples in (prompt, sample) order.
+  std::vector<v1::GenerateResponse> Ordered() const {
+    std::vector<v1::GenerateResponse> ordered = samples;
+    std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) {
+      return std::pair(a.prompt_index(), a.sample_index()) <
+             std::pair(b.prompt_index(), b.sample_index());
+    });
+    return ordered;
+  }
+};
+
+class RolloutServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/rollout_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    model_config_ = engine::DefaultModelConfig();
+    base_ = std::make_unique<engine::BaseModel>(*engine::BaseModel::Create(model_config_, 7));
+    ASSERT_TRUE(base_->Save(dir_ + "/base.safetensors").ok());
+    serving_base_ = std::make_unique<engine::BaseModel>(base_->RoundedToBf16());
+
+    auto weight_store = weight_store::WeightStoreServiceImpl::Create(
+        {.data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}});
+    ASSERT_TRUE(weight_store.ok()) << weight_store.status();
+    weight_store_ =
+        Serve("weight-store", "tandem.v1.WeightStoreService", *std::move(weight_store));
+    weight_store_channel_ = ChannelTo(*weight_store_, "tandem.v1.WeightStoreService");
+    weight_store_stub_ = v1::WeightStoreService::NewStub(weight_store_channel_);
+
+    auto router_replay =
+        router_replay::RouterReplayServiceImpl::Create({.store = {.path = dir_ + "/routes"}});
+    ASSERT_TRUE(router_replay.ok()) << router_replay.status();
+    router_replay_ =
+        Serve("router-replay", "tandem.v1.RouterReplayService", *std::move(router_replay));
+    router_replay_channel_ = ChannelTo(*router_replay_, "tandem.v1.RouterReplayService");
+  }
+
+  void TearDown() override {
+    rollout_.reset();
+    rollout_service_ = nullptr;
+  }
+
+  RolloutOptions DefaultOptions() {
+    RolloutOptions options;
+    options.base_model_path = dir_ + "/base.safetensors";
+    options.weight_store = weight_store_channel_;
+    options.router_replay = router_replay_channel_;
+    options.ucx.transports = "tcp";
+    options.registry.initial_backoff = absl::Milliseconds(20);
+    options.registry.max_backoff = absl::Milliseconds(200);
+    return options;
+  }
+
+  void StartRollout(RolloutOptions options) {
+    rollout_.reset();
+    auto service = RolloutServiceImpl::Create(std::move(options));
+    ASSERT_TRUE(service.ok()) << service.status();
+    rollout_service_ = service->get();
+    rollout_ = Serve("rollout", "tandem.v1.RolloutService", *std::move(service),
+                     [raw = rollout_service_] { return raw->Ready(); });
+    rollout_channel_ = ChannelTo(*rollout_, "tandem.v1.RolloutService");
+    rollout_stub_ = v1::RolloutService::NewStub(rollout_channel_);
+  }
+
+  // A random adapter (B != 0, so it changes the outputs), published as `version`.
+  engine::LoraAdapter Publish(int64_t version) {
+    engine::LoraConfig lora;
+    lora.rank = 4;
+    engine::LoraAdapter adapter = *engine::LoraAdapter::Create(model_config_, lora, version);
+    std::mt19937_64 rng(100 + version);
+    for (const std::string& name : adapter.parameters().names()) {
+      engine::ParameterSet::FillNormal(*adapter.parameters().Find(name), 0.2f, rng);
+    }
+    auto published = weight_store::BuildAdapterVersion(adapter, model_config_, kAdapter, version);
+    EXPECT_TRUE(published.ok()) << published.status();
+    auto committed = weight_store::PublishAdapter(*weight_store_stub_, published->manifest,
+                                                  published->shard_views(), {});
+    EXPECT_TRUE(committed.ok()) << committed.status();
+    return adapter;
+  }
+
+  static v1::GenerateRequest Request(const std::string& id, int prompts, int group_size,
+                                     int max_new_tokens, uint64_t seed = 11) {
+    v1::GenerateRequest request;
+    request.set_request_id(id);
+    for (int p = 0; p < prompts; ++p) {
+      v1::TokenIds& ids = *request.add_prompts()->mutable_token_ids();
+      ids.add_ids(engine::kBosId);
+      for (int t = 0; t < 3 + p % 4; ++t) ids.add_ids(3 + (p * 7 + t * 3) % 40);
+    }
+    request.set_group_size(group_size);
+    request.mutable_sampling()->set_max_new_tokens(max_new_tokens);
+    request.mutable_sampling()->set_seed(seed);
+    request.mutable_sampling()->set_temperature(1.0f);
+    return request;
+  }
+
+  Generated Generate(const v1::GenerateRequest& request,
+                     absl::Duration timeout = absl::Seconds(60)) {
+    grpc::ClientContext context;
+    SetTimeout(context, timeout);
+    auto reader = rollout_stub_->Generate(&context, request);
+    Generated generated;
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) generated.samples.push_back(response);
+    generated.status = reader->Finish();
+    generated.trailers = context.GetServerTrailingMetadata();
+    return generated;
+  }
+
+  // What the engine alone generates for sample (prompt, j) of `request` on `adapter` (null:
+  // the base model), in the rollout's bf16 precision.
+  engine::GeneratedSample EngineSample(const v1::GenerateRequest& request, int prompt, int j,
+                                       const engine::LoraAdapter* adapter) {
+    std::optional<engine::LoraAdapter> rounded;
+    if (adapter != nullptr) rounded.emplace(adapter->RoundedToBf16());
+    engine::Transformer transformer(*serving_base_, rounded ? &*rounded : nullptr,
+                                    engine::Precision::kBF16);
+    engine::GenerationRequest sample;
+    sample.prompt.assign(request.prompts(prompt).token_ids().ids().begin(),
+                         request.prompts(prompt).token_ids().ids().end());
+    sample.max_new_tokens = request.sampling().max_new_tokens();
+    sample.sampling.temperature = request.sampling().temperature();
+    sample.seed = engine::MixSeed(engine::MixSeed(request.sampling().seed(), prompt), j);
+    sample.stop_tokens = {engine::kEosId};
+    return std::move((*engine::Generate(transformer, {sample}))[0]);
+  }
+
+  static std::vector<int> Tokens(const v1::GenerateResponse& response) {
+    return {response.token_ids().begin(), response.token_ids().end()};
+  }
+
+  static std::vector<int> GeneratedTokens(const engine::GeneratedSample& sample) {
+    return {sample.tokens.begin() + sample.prompt_length, sample.tokens.end()};
+  }
+
+  // Waits until the rollout's current version of kAdapter is `version`.
+  void AwaitCurrentVersion(int64_t version) {
+    for (int i = 0; i < 400; ++i) {
+      v1::GetAdapterStatusRequest request;
+      request.set_adapter_name(kAdapter);
+      v1::GetAdapterStatusResponse response;
+      grpc::ClientContext context;
+      SetTimeout(context, absl::Seconds(5));
+      if (rollout_stub_->GetAdapterStatus(&context, request, &response).ok() &&
+          response.adapters(0).current_version() == version) {
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    FAIL() << "version " << version << " never became current";
+  }
+
+  std::string dir_;
+  engine::ModelConfig model_config_;
+  std::unique_ptr<engine::BaseModel> base_, serving_base_;
+  std::unique_ptr<ServiceServer> weight_store_, router_replay_, rollout_;
+  std::shared_ptr<grpc::Channel> weight_store_channel_, router_replay_channel_, rollout_channel_;
+  std::unique_ptr<v1::WeightStoreService::Stub> weight_store_stub_;
+  std::unique_ptr<v1::RolloutService::Stub> rollout_stub_;
+  RolloutServiceImpl* rollout_service_ = nullptr;
+};
+
+TEST_F(RolloutServiceTest, SameSeedGivesSameSamplesEqualToTheEngineAlone) {
+  StartRollout(DefaultOptions());
+  const v1::GenerateRequest request = Request("r1", 3, 4, 12);
+  const Generated first = Generate(request);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_EQ(first.samples.size(), 12u);
+  v1::GenerateRequest again = request;
+  again.set_request_id("r2");
+  const Generated second = Generate(again);
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+
+  const std::vector<v1::GenerateResponse> a = first.Ordered(), b = second.Ordered();
+  for (int i = 0; i < 12; ++i) {
+    const int prompt = i / 4, j = i % 4;
+    ASSERT_EQ(a[i].prompt_index(), prompt);
+    ASSERT_EQ(a[i].sample_index(), j);
+    EXPECT_EQ(a[i].request_id(), "r1");
+    EXPECT_EQ(Tokens(a[i]), Tokens(b[i]));
+    EXPECT_EQ(a[i].prompt_tokens(), request.prompts(prompt).token_ids().ids_size());
+    EXPECT_EQ(a[i].logprobs_size(), a[i].token_ids_size());
+    EXPECT_EQ(a[i].adapter_version(), 0);
+    EXPECT_EQ(a[i].route_status(), v1::ROUTE_STATUS_NOT_REQUESTED);
+    EXPECT_EQ(a[i].token_adapter_versions_size(), 0);
+    const engine::GeneratedSample engine = EngineSample(request, prompt, j, nullptr);
+    EXPECT_EQ(Tokens(a[i]), GeneratedTokens(engine)) << "sample " << i;
+    for (int t = 0; t < a[i].logprobs_size() && t < static_cast<int>(engine.logprobs.size());
+         ++t) {
+      EXPECT_NEAR(a[i].logprobs(t), engine.logprobs[t], 1e-4);
+    }
+    EXPECT_EQ(a[i].finish_reason(), engine.finish_reason == engine::FinishReason::kStop
+                                        ? v1::FINISH_REASON_STOP
+                                        : v1::FINISH_REASON_LENGTH);
+  }
+  // Different seeds give different samples.
+  v1::GenerateRequest other = Request("r3", 3, 4, 12, /*seed=*/12);
+  EXPECT_NE(Tokens(Generate(other).Ordered()[0]), Tokens(a[0]));
+}
+
+TEST_F(RolloutServiceTest, TextPromptsAreTokenizedWithBosAndAnsweredWithText) {
+  StartRollout(DefaultOptions());
+  v1::GenerateRequest request = Request("text", 1, 1, 6);
+  request.mutable_prompts(0)->set_text("12+34=");
+  const Generated generated = Generate(request);
+  ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
+  const v1::GenerateResponse& sample = generated.samples.at(0);
+  EXPECT_EQ(sample.prompt_tokens(), 7);  // <bos> + 6 characters.
+  EXPECT_EQ(sample.text(), engine::Decode(Tokens(sample)));
+}
+
+TEST_F(RolloutServiceTest, RecordedRoutesEqualTheEngineCaptureAndAreSealed) {
+  StartRollout(DefaultOptions());
+  v1::GenerateRequest request = Request("routes", 2, 3, 10);
+  request.mutable_routes()->set_enabled(true);
+  request.mutable_routes()->set_job_id("job-7");
+  request.mutable_routes()->set_attempt(2);
+  request.mutable_prompts(1)->set_prompt_id("second");
+  const Generated generated = Generate(request);
+  ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
+  ASSERT_EQ(generated.samples.size(), 6u);
+
+  auto stub = v1::RouterReplayService::NewStub(router_replay_channel_);
+  for (const v1::GenerateResponse& sample : generated.Ordered()) {
+    ASSERT_EQ(sample.route_status(), v1::ROUTE_STATUS_RECORDED) << sample.route_error();
+    const int64_t tokens = sample.prompt_tokens() + sample.token_ids_size();
+    EXPECT_EQ(sample.route_rows(), tokens - 1);
+    EXPECT_EQ(sample.route_key().job_id(), "job-7");
+    EXPECT_EQ(sample.route_key().policy_version(), 0);
+    EXPECT_EQ(sample.route_key().attempt(), 2);
+    EXPECT_EQ(sample.route_key().sample_id(),
+              absl::StrCat(sample.prompt_index() == 0 ? "routes.0" : "second", "/",
+                           sample.sample_index()));
+    const router_replay::RecordKey key{"job-7", 0, sample.route_key().sample_id(), 2};
+    auto fetched = router_replay::FetchReplayRoutes(
+        *stub, {router_replay::ReplaySequence{key, tokens}},
+        {.moe_layers = model_config_.MoeLayerIndices(),
+         .top_k = model_config_.top_k,
+         .num_experts = model_config_.num_experts});
+    ASSERT_TRUE(fetched.ok()) << fetched.status();
+    EXPECT_EQ(fetched->statuses[0], v1::RECORD_STATUS_COMPLETE);
+    const engine::GeneratedSample engine =
+        EngineSample(request, sample.prompt_index(), sample.sample_index(), nullptr);
+    ASSERT_EQ(Tokens(sample), GeneratedTokens(engine));
+    const size_t row = model_config_.num_moe_layers() * model_config_.top_k;
+    EXPECT_EQ(std::vector<int16_t>(fetched->routes.begin(), fetched->routes.end() - row),
+              engine.routes);
+  }
+}
+
+TEST_F(RolloutServiceTest, UnreachableRouterReplayIsReportedPerSampleNeverSilently) {
+  RolloutOptions options = DefaultOptions();
+  options.router_replay = *CreateChannel({.target = "127.0.0.1:1",
+                                          .service_name = "tandem.v1.RouterReplayService"});
+  options.routes.max_attempts = 1;
+  options.routes.rpc_timeout = absl::Milliseconds(300);
+  StartRollout(std::move(options));
+  v1::GenerateRequest request = Request("lost", 1, 2, 4);
+  request.mutable_routes()->set_enabled(true);
+  request.mutable_routes()->set_job_id("job");
+  const Generated generated = Generate(request);
+  ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
+  ASSERT_EQ(generated.samples.size(), 2u);
+  for (const v1::GenerateResponse& sample : generated.samples) {
+    EXPECT_EQ(sample.route_status(), v1::ROUTE_STATUS_FAILED);
+    EXPECT_FALSE(sample.route_error().empty());
+    EXPECT_GT(sample.token_ids_size(), 0) << "the sample itself is still returned";
+  }
+}
+
+TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {
+  const engine::LoraAdapter v1_adapter = Publish(1);
+  StartRollout(DefaultOptions());
+  v1::GenerateRequest request = Request("latest", 2, 2, 10);
+  request.mutable_adapter()->set_adapter_name(kAdapter);
+  request.mutable_adapter()->set_latest(true);
+  Generated generated = Generate(request);
+  ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
+  for (const v1::GenerateResponse& sample : generated.samples) {
+    EXPECT_EQ(sample.adapter_version(), 1);
+    EXPECT_EQ(Tokens(sample), GeneratedTokens(EngineSample(request, sample.prompt_index(),
+                                                     sample.sample_index(), &v1_adapter)));
+  }
+  const std::vector<int> base_tokens = GeneratedTokens(EngineSample(request, 0, 0, nullptr));
+  EXPECT_NE(Tokens(generated.Ordered()[0]), base_tokens) << "the adapter must change outputs";
+
+  const engine::LoraAdapter v2_adapter = Publish(2);
+  AwaitCurrentVersion(2);
+  request.set_request_id("latest-2");
+  generated = Generate(request);
+  ASSERT_TRUE(generated.status.ok());
+  EXPECT_EQ(generated.samples[0].adapter_version(), 2);
+
+  request.set_request_id("exact-1");
+  request.mutable_adapter()->set_exact_version(1);
+  generated = Generate(request);
+  ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
+  const v1::GenerateResponse first = generated.Ordered()[0];
+  EXPECT_EQ(first.adapter_version(), 1);
+  EXPECT_EQ(Tokens(first), GeneratedTokens(EngineSample(request, 0, 0, &v1_adapter)));
+
+  request.set_request_id("min-3");
+  request.mutable_adapter()->set_min_version(3);
+  generated = Generate(request, absl::Milliseconds(500));
+  EXPECT_EQ(generated.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+
+  request.set_request_id("exact-99");
+  request.mutable_adapter()->set_exact_version(99);
+  generated = Generate(request);
+  EXPECT_EQ(generated.status.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  request.set_request_id("unknown");
+  request.mutable_adapter()->set_adapter_name("nobody");
+  request.mutable_adapter()->set_latest(true);
+  generated = Generate(request);
+  EXPECT_EQ(generated.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(generated.status.error_message(), HasSubstr("no committed version"));
+
+  v1::GetAdapterStatusRequest status_request;
+  status_request.set_adapter_name(kAdapter);
+  v1::GetAdapterStatusResponse status;
+  grpc::ClientContext context;
+  ASSERT_TRUE(rollout_stub_->GetAdapterStatus(&context, status_request, &status).ok());
+  EXPECT_THAT(status.replica_id(), HasSubstr("rollout-"));
+  const v1::AdapterStatus& adapter = status.adapters(0);
+  EXPECT_EQ(adapter.current_version(), 2);
+  EXPECT_EQ(adapter.newest_announced_version(), 2);
+  EXPECT_EQ(adapter.load_phase(), v1::LOAD_PHASE_IDLE);
+  ASSERT_EQ(adapter.resident_versions_size(), 2);
+  EXPECT_EQ(adapter.resident_versions(0).version(), 1);
+  EXPECT_EQ(adapter.resident_versions(1).version(), 2);
+
+  status_request.set_adapter_name("never-asked");
+  grpc::ClientContext unknown_context;
+  EXPECT_EQ(rollout_stub_->GetAdapterStatus(&unknown_context, status_request, &status)
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
+  absl::flat_hash_map<int64_t, engine::LoraAdapter> adapters;
+  adapters.emplace(1, Publish(1));
+  StartRollout(DefaultOptions());
+  v1::GenerateRequest request = Request("load", 8, 8, 40);
+  request.mutable_adapter()->set_adapter_name(kAdapter);
+  request.mutable_adapter()->set_latest(true);
+  v1::GenerateRequest switching = request;
+  switching.set_request_id("switching");
+  switching.set_allow_version_switch(true);
+
+  Generated fixed, partial;
+  std::thread fixed_thread([&] { fixed = Generate(request); });
+  std::thread switching_thread([&] { partial = Generate(switching); });
+  for (int64_t version = 2; version <= 3; ++version) {
+    absl::SleepFor(absl::Milliseconds(30));
+    adapters.emplace(version, Publish(version));
+  }
+  fixed_thread.join();
+  switching_thread.join();
+  ASSERT_TRUE(fixed.status.ok()) << fixed.status.error_message();
+  ASSERT_TRUE(partial.status.ok()) << partial.status.error_message();
+  ASSERT_EQ(fixed.samples.size(), 64u);
+  ASSERT_EQ(partial.samples.size(), 64u);
+
+  // Without switching, every sample is exactly what its one version generates.
+  for (const v1::GenerateResponse& sample : fixed.samples) {
+    ASSERT_TRUE(adapters.contains(sample.adapter_version()));
+    EXPECT_EQ(Tokens(sample),
+              GeneratedTokens(EngineSample(request, sample.prompt_index(), sample.sample_index(),
+                                     &adapters.at(sample.adapter_version()))));
+  }
+  // With switching, versions are per token, never go back, and each token is exactly what the
+  // engine produces switching at the same points (the KV cache is kept across the switch).
+  std::map<int64_t, engine::LoraAdapter> rounded;  // Stable addresses for the transformers.
+  absl::flat_hash_map<int64_t, std::unique_ptr<engine::Transformer>> transformers;
+  for (const auto& [version, adapter] : adapters) {
+    rounded.emplace(version, adapter.RoundedToBf16());
+    transformers[version] = std::make_unique<engine::Transformer>(
+        *serving_base_, &rounded.at(version), engine::Precision::kBF16);
+  }
+  int switched = 0;
+  for (const v1::GenerateResponse& sample : partial.samples) {
+    ASSERT_EQ(sample.token_adapter_versions_size(), sample.token_ids_size());
+    EXPECT_EQ(sample.token_adapter_versions(0), sample.adapter_version());
+    for (int t = 1; t < sample.token_adapter_versions_size(); ++t) {
+      EXPECT_LE(sample.token_adapter_versions(t - 1), sample.token_adapter_versions(t));
+    }
+    switched += sample.token_adapter_versions(sample.token_ids_size() - 1) !=
+                sample.adapter_version();
+    engine::GenerationBatch batch(*transformers.at(sample.adapter_version()));
+    engine::GenerationRequest replay;
+    const v1::TokenIds& prompt = switching.prompts(sample.prompt_index()).token_ids();
+    replay.prompt.assign(prompt.ids().begin(), prompt.ids().end());
+    replay.max_new_tokens = 40;
+    replay.seed = engine::MixSeed(engine::MixSeed(11, sample.prompt_index()),
+                                  sample.sample_index());
+    replay.stop_tokens = {engine::kEosId};
+    const int id = *batch.Admit(replay);
+    for (int t = 1; batch.active() > 0 && t < sample.token_ids_size(); ++t) {
+      batch.SwitchTransformer(id, *transformers.at(sample.token_adapter_versions(t)));
+      batch.Step();
+    }
+    EXPECT_EQ(Tokens(sample), GeneratedTokens(batch.TakeFinished().at(0).second));
+  }
+  std::printf("%d of 64 samples switched versions mid-sample\n", switched);
+}
+
+TEST_F(RolloutServiceTest, CancellingTheCallFreesTheKvCache) {
+  StartRollout(DefaultOptions());
+  const v1::GenerateRequest request = Request("cancel", 16, 16, 40);
+  {
+    grpc::ClientContext context;
+    auto reader = rollout_stub_->Generate(&context, request);
+    v1::GenerateResponse response;
+    ASSERT_TRUE(reader->Read(&response));
+    EXPECT_GT(RolloutMetrics::Get().kv_cache_used_bytes.Value(), 0);
+    context.TryCancel();
+    while (reader->Read(&response)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  for (int i = 0; i < 200 && RolloutMetrics::Get().kv_cache_used_bytes.Value() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(RolloutMetrics::Get().kv_cache_used_bytes.Value(), 0);
+  EXPECT_EQ(RolloutMetrics::Get().batch_occupancy.Value(), 0);
+  // The request id is free again, and the replica still serves.
+  const Generated after = Generate(Request("cancel", 1, 1, 4));
+  EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+}
+
+TEST_F(RolloutServiceTest, AdmissionControlRejectsWhatCannotFitWithARetryHint) {
+  RolloutOptions options = DefaultOptions();
+  options.scheduler.kv_cache_bytes = 40 * 2048;  // 40 positions of the default model.
+  options.scheduler.max_queued_positions = 200;
+  StartRollout(std::move(options));
+
+  Generated too_big = Generate(Request("big", 1, 1, 44));
+  EXPECT_EQ(too_big.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_big.status.error_message(), HasSubstr("bytes of KV cache"));
+
+  // One request fills the queue; while it runs, another is turned away with pushback.
+  grpc::ClientContext context;
+  auto filling = rollout_stub_->Generate(&context, Request("fill", 8, 2, 20));
+  v1::GenerateResponse response;
+  ASSERT_TRUE(filling->Read(&response));
+  const Generated rejected = Generate(Request("more", 4, 2, 20));
+  ASSERT_EQ(rejected.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(rejected.status.error_message(), HasSubstr("retry in"));
+  EXPECT_EQ(rejected.trailers.count("grpc-retry-pushback-ms"), 1u);
+  int received = 1;
+  while (filling->Read(&response)) ++received;
+  EXPECT_TRUE(filling->Finish().ok());
+  EXPECT_EQ(received, 16);
+  EXPECT_TRUE(Generate(Request("more", 4, 2, 20)).status.ok()) << "room again once it is done";
+}
+
+TEST_F(RolloutServiceTest, DuplicateInFlightRequestIdIsRejected) {
+  StartRollout(DefaultOptions());
+  grpc::ClientContext context;
+  auto first = rollout_stub_->Generate(&context, Request("same", 16, 8, 40));
+  v1::GenerateResponse response;
+  ASSERT_TRUE(first->Read(&response));
+  const Generated second = Generate(Request("same", 1, 1, 2));
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(second.status.error_message(), HasSubstr("request same is in flight"));
+  while (first->Read(&response)) {
+  }
+  EXPECT_TRUE(first->Finish().ok());
+}
+
+TEST_F(RolloutServiceTest, DeadlineIsHonoured) {
+  StartRollout(DefaultOptions());
+  const Generated generated = Generate(Request("slow", 64, 32, 40), absl::Milliseconds(100));
+  EXPECT_EQ(generated.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  for (int i = 0; i < 200 && RolloutMetrics::Get().kv_cache_used_bytes.Value() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(RolloutMetrics::Get().kv_cache_used_bytes.Value(), 0);
+}
+
+TEST_F(RolloutServiceTest, BadRequestsGetClearStatuses) {
+  StartRollout(DefaultOptions());
+  const auto expect_invalid = [&](v1::GenerateRequest request, const std::string& message) {
+    const Generated generated = Generate(request);
+    EXPECT_EQ(generated.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_THAT(generated.status.error_message(), HasSubstr(message));
+  };
+  v1::GenerateRequest request = Request("bad", 2, 1, 4);
+  v1::GenerateRequest bad = request;
+  bad.clear_request_id();
+  expect_invalid(bad, "request_id");
+  bad = request;
+  bad.clear_prompts();
+  expect_invalid(bad, "prompts has 0 entries");
+  bad = request;
+  bad.mutable_prompts(1)->mutable_token_ids()->clear_ids();
+  expect_invalid(bad, "prompts[1]: empty prompt");
+  bad = request;
+  bad.mutable_prompts(1)->clear_token_ids();
+  expect_invalid(bad, "prompts[1]: set token_ids or text");
+  bad = request;
+  bad.mutable_prompts(0)->mutable_token_ids()->add_ids(70000);
+  expect_invalid(bad, "prompts[0]: token 70000 >= vocab 49");
+  bad = request;
+  bad.mutable_prompts(0)->set_text("ABC");
+  expect_invalid(bad, "prompts[0]");
+  bad = request;
+  bad.mutable_sampling()->set_max_new_tokens(45);
+  expect_invalid(bad, "prompts[0]: 4 + 45 tokens > context 48");
+  bad = request;
+  bad.mutable_sampling()->set_max_new_tokens(0);
+  expect_invalid(bad, "max_new_tokens is 0");
+  bad = request;
+  bad.clear_sampling();
+  expect_invalid(bad, "sampling is required");
+  bad = request;
+  bad.mutable_sampling()->set_temperature(-1);
+  expect_invalid(bad, "temperature is -1");
+  bad = request;
+  bad.mutable_sampling()->set_top_p(0);
+  expect_invalid(bad, "top_p is 0");
+  bad = request;
+  bad.mutable_sampling()->set_top_k(50);
+  expect_invalid(bad, "top_k is 50");
+  bad = request;
+  bad.mutable_sampling()->add_stop_token_ids(-3);
+  expect_invalid(bad, "stop_token_ids: -3");
+  bad = request;
+  bad.set_group_size(300);
+  expect_invalid(bad, "group_size is 300");
+  bad = request;
+  bad.mutable_prompts(0)->set_prompt_id("p");
+  bad.mutable_prompts(1)->set_prompt_id("p");
+  expect_invalid(bad, "prompt_id 'p' is not unique");
+  bad = request;
+  bad.mutable_routes()->set_enabled(true);
+  expect_invalid(bad, "routes.job_id");
+  bad = request;
+  bad.mutable_adapter()->set_exact_version(3);
+  expect_invalid(bad, "only exact_version 0");
+  bad = request;
+  bad.mutable_adapter()->set_adapter_name(kAdapter);
+  bad.mutable_adapter()->set_min_version(0);
+  expect_invalid(bad, "min_version is 0");
+}
+
+TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
+  Publish(1);
+  RolloutOptions options = DefaultOptions();
+  options.adapters = {kAdapter};
+  // A store that is not there yet: the replica must not serve (stale or base) weights.
+  options.weight_store = *CreateChannel(
+      {.target = "127.0.0.1:1", .service_name = "tandem.v1.WeightStoreService"});
+  StartRollout(options);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(*CheckHealth(rollout_channel_, "tandem.v1.RolloutService", absl::Seconds(5)), Health::kNotServing);
+  EXPECT_FALSE(rollout_service_->Ready());
+
+  options.weight_store = weight_store_channel_;
+  StartRollout(options);
+  ASSERT_TRUE(WaitUntilServing(rollout_channel_, "tandem.v1.RolloutService",
+                               absl::Seconds(20))
+                  .ok());
+  v1::GetAdapterStatusRequest request;
+  v1::GetAdapterStatusResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(rollout_stub_->GetAdapterStatus(&context, request, &response).ok());
+  EXPECT_EQ(response.adapters(0).current_version(), 1);
+}
+
+TEST_F(RolloutServiceTest, AFailedLoadKeepsTheOldVersionAndRetries) {
+  Publish(1);
+  RolloutOptions options = DefaultOptions();
+  options.adapters = {kAdapter};
+  StartRollout(options);
+  AwaitCurrentVersion(1);
+  // Version 2 is for a different model: it commits, but this replica cannot load it.
+  engine::ModelConfig other = model_config_;
+  other.expert_ffn_dim = 32;
+  engine::LoraAdapter wrong = *engine::LoraAdapter::Create(other, engine::LoraConfig{}, 1);
+  auto published = weight_store::BuildAdapterVersion(wrong, other, kAdapter, 2);
+  ASSERT_TRUE(weight_store::PublishAdapter(*weight_store_stub_, published->manifest,
+                                           published->shard_views(), {})
+                  .ok());
+  v1::GetAdapterStatusRequest request;
+  v1::GetAdapterStatusResponse response;
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext context;
+    ASSERT_TRUE(rollout_stub_->GetAdapterStatus(&context, request, &response).ok());
+    if (!response.adapters(0).last_error().empty()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const v1::AdapterStatus& status = response.adapters(0);
+  EXPECT_THAT(status.last_error(), HasSubstr("version 2"));
+  EXPECT_TRUE(status.has_last_error_time());
+  EXPECT_EQ(status.current_version(), 1);
+  EXPECT_EQ(status.newest_announced_version(), 2);
+  // Requests keep being served by version 1 meanwhile.
+  v1::GenerateRequest generate = Request("meanwhile", 1, 1, 4);
+  generate.mutable_adapter()->set_adapter_name(kAdapter);
+  generate.mutable_adapter()->set_min_version(1);
+  const Generated generated = Generate(generate);
+  ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
+  EXPECT_EQ(generated.samples[0].adapter_version(), 1);
+  // A good version 3 replaces it.
+  Publish(3);
+  AwaitCurrentVersion(3);
+}
+
+}  // namespace
+}  // namespace tandem::rollout
