@@ -1,5 +1,6 @@
 // Each service binary as a real process on loopback: health, auth, metrics, the clear
-// UNIMPLEMENTED answers of RPCs that later releases fill in, SIGTERM drain and bad flags.
+// UNIMPLEMENTED answers of RPCs that later releases fill in (validation errors once they are
+// implemented), SIGTERM drain and bad flags.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -11,6 +12,7 @@
 #include "common/channel.h"
 #include "common/health_client.h"
 #include "common/testing/http_get.h"
+#include "engine/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/rollout.grpc.pb.h"
@@ -51,6 +53,18 @@ struct ServiceCase {
   std::string expected_message;  // Default: "<proto_service>/<method>".
   std::vector<std::string> extra_args;
 };
+
+// The rollout serves a base model; a random one of the default config will do.
+std::string BaseModelPath() {
+  static const std::string path = [] {
+    const std::string file = ::testing::TempDir() + "/base_model.safetensors";
+    const absl::Status saved =
+        engine::BaseModel::Create(engine::DefaultModelConfig(), 1)->Save(file);
+    EXPECT_TRUE(saved.ok()) << saved;
+    return file;
+  }();
+  return path;
+}
 
 std::string ReadLog(const std::string& path) {
   std::ifstream in(path);
@@ -133,9 +147,22 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         ServiceCase{"trainer", "services/trainer/trainer", "tandem.v1.JobService", "GetJob",
                     Call<v1::JobService>(&v1::JobService::Stub::GetJob)},
-        ServiceCase{"rollout", "services/rollout/rollout", "tandem.v1.RolloutService",
-                    "GetAdapterStatus",
-                    Call<v1::RolloutService>(&v1::RolloutService::Stub::GetAdapterStatus)},
+        ServiceCase{"rollout",
+                    "services/rollout/rollout",
+                    "tandem.v1.RolloutService",
+                    "Generate",
+                    [](std::shared_ptr<grpc::Channel> channel, grpc::ClientContext* context) {
+                      auto reader = v1::RolloutService::NewStub(channel)->Generate(
+                          context, v1::GenerateRequest());
+                      v1::GenerateResponse response;
+                      while (reader->Read(&response)) {
+                      }
+                      return reader->Finish();
+                    },
+                    grpc::StatusCode::INVALID_ARGUMENT,
+                    "INVALID_ARGUMENT",
+                    "request_id must have 1..128 bytes",
+                    {"--base_model=" + BaseModelPath()}},
         ServiceCase{
             "weight-store",
             "services/weight_store/weight_store",

@@ -25,6 +25,8 @@ ABSL_FLAG(int64_t, max_queued_tokens, 1 << 20,
           "KV positions (prompt + max_new_tokens per sample) that may wait for admission; "
           "beyond it Generate is RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_batch_sequences, 256, "Sequences decoded together at most.");
+ABSL_FLAG(int, max_prefill_tokens_per_step, 1024,
+          "Prompt tokens prefilled between two decode steps (at least one prompt).");
 ABSL_FLAG(bool, ucx, true, "Fetch adapters by UCX when the weight-store serves it.");
 ABSL_FLAG(std::string, ucx_transports, "", "UCX transports (as UCX_TLS); empty: UCX's choice.");
 
@@ -64,11 +66,13 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   options.scheduler.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mib) << 20;
   options.scheduler.max_queued_positions = absl::GetFlag(FLAGS_max_queued_tokens);
   options.scheduler.max_batch_sequences = absl::GetFlag(FLAGS_max_batch_sequences);
+  options.scheduler.max_prefill_tokens_per_step = absl::GetFlag(FLAGS_max_prefill_tokens_per_step);
   if (options.registry.resident_versions < 1 || options.scheduler.kv_cache_bytes < 1 ||
-      options.scheduler.max_queued_positions < 1 || options.scheduler.max_batch_sequences < 1) {
+      options.scheduler.max_queued_positions < 1 || options.scheduler.max_batch_sequences < 1 ||
+      options.scheduler.max_prefill_tokens_per_step < 1) {
     return absl::InvalidArgumentError(
-        "--resident_versions, --kv_cache_mib, --max_queued_tokens and --max_batch_sequences "
-        "must be >= 1");
+        "--resident_versions, --kv_cache_mib, --max_queued_tokens, --max_batch_sequences and "
+        "--max_prefill_tokens_per_step must be >= 1");
   }
   options.enable_ucx = absl::GetFlag(FLAGS_ucx);
   options.ucx.transports = absl::GetFlag(FLAGS_ucx_transports);

@@ -23,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/rollout/rollout_metrics.h"
+#include "services/rollout/rollout_testing.h"
 #include "services/router_replay/replay_fetch.h"
 #include "services/router_replay/router_replay_service.h"
 #include "services/weight_store/adapter_client.h"
@@ -39,19 +40,9 @@ constexpr char kAdapter[] = "policy";
 std::unique_ptr<ServiceServer> Serve(const std::string& name, const std::string& proto_name,
                                      std::unique_ptr<grpc::Service> service,
                                      std::function<bool()> ready = nullptr) {
-  std::vector<HostedService> services;
-  services.push_back({proto_name, std::move(service), std::move(ready)});
-  ServerOptions options = tandem::testing::LoopbackOptions();
-  options.drain_timeout = absl::Milliseconds(200);
-  auto server = ServiceServer::Start(name, std::move(services), options);
+  auto server = ServeOnLoopback(name, proto_name, std::move(service), std::move(ready));
   EXPECT_TRUE(server.ok()) << server.status();
-  (*server)->SetReady();
   return *std::move(server);
-}
-
-std::shared_ptr<grpc::Channel> ChannelTo(const ServiceServer& server, const std::string& service) {
-  return *CreateChannel(
-      {.target = absl::StrCat("127.0.0.1:", server.port()), .service_name = service});
 }
 
 // Everything one Generate call streamed, and how it ended.
@@ -88,7 +79,7 @@ class RolloutServiceTest : public ::testing::Test {
     ASSERT_TRUE(weight_store.ok()) << weight_store.status();
     weight_store_ =
         Serve("weight-store", "tandem.v1.WeightStoreService", *std::move(weight_store));
-    weight_store_channel_ = ChannelTo(*weight_store_, "tandem.v1.WeightStoreService");
+    weight_store_channel_ = LoopbackChannel(*weight_store_, "tandem.v1.WeightStoreService");
     weight_store_stub_ = v1::WeightStoreService::NewStub(weight_store_channel_);
 
     auto router_replay =
@@ -96,7 +87,7 @@ class RolloutServiceTest : public ::testing::Test {
     ASSERT_TRUE(router_replay.ok()) << router_replay.status();
     router_replay_ =
         Serve("router-replay", "tandem.v1.RouterReplayService", *std::move(router_replay));
-    router_replay_channel_ = ChannelTo(*router_replay_, "tandem.v1.RouterReplayService");
+    router_replay_channel_ = LoopbackChannel(*router_replay_, "tandem.v1.RouterReplayService");
   }
 
   void TearDown() override {
@@ -122,24 +113,16 @@ class RolloutServiceTest : public ::testing::Test {
     rollout_service_ = service->get();
     rollout_ = Serve("rollout", "tandem.v1.RolloutService", *std::move(service),
                      [raw = rollout_service_] { return raw->Ready(); });
-    rollout_channel_ = ChannelTo(*rollout_, "tandem.v1.RolloutService");
+    rollout_channel_ = LoopbackChannel(*rollout_, "tandem.v1.RolloutService");
     rollout_stub_ = v1::RolloutService::NewStub(rollout_channel_);
   }
 
-  // A random adapter (B != 0, so it changes the outputs), published as `version`.
+  // A random adapter, published as `version`.
   engine::LoraAdapter Publish(int64_t version) {
-    engine::LoraConfig lora;
-    lora.rank = 4;
-    engine::LoraAdapter adapter = *engine::LoraAdapter::Create(model_config_, lora, version);
-    std::mt19937_64 rng(100 + version);
-    for (const std::string& name : adapter.parameters().names()) {
-      engine::ParameterSet::FillNormal(*adapter.parameters().Find(name), 0.2f, rng);
-    }
-    auto published = weight_store::BuildAdapterVersion(adapter, model_config_, kAdapter, version);
-    EXPECT_TRUE(published.ok()) << published.status();
-    auto committed = weight_store::PublishAdapter(*weight_store_stub_, published->manifest,
-                                                  published->shard_views(), {});
-    EXPECT_TRUE(committed.ok()) << committed.status();
+    engine::LoraAdapter adapter = RandomAdapter(model_config_, 100 + version);
+    const absl::Status published =
+        PublishEngineAdapter(*weight_store_stub_, adapter, model_config_, kAdapter, version);
+    EXPECT_TRUE(published.ok()) << published;
     return adapter;
   }
 
@@ -644,10 +627,7 @@ TEST_F(RolloutServiceTest, AFailedLoadKeepsTheOldVersionAndRetries) {
   engine::ModelConfig other = model_config_;
   other.expert_ffn_dim = 32;
   engine::LoraAdapter wrong = *engine::LoraAdapter::Create(other, engine::LoraConfig{}, 1);
-  auto published = weight_store::BuildAdapterVersion(wrong, other, kAdapter, 2);
-  ASSERT_TRUE(weight_store::PublishAdapter(*weight_store_stub_, published->manifest,
-                                           published->shard_views(), {})
-                  .ok());
+  ASSERT_TRUE(PublishEngineAdapter(*weight_store_stub_, wrong, other, kAdapter, 2).ok());
   v1::GetAdapterStatusRequest request;
   v1::GetAdapterStatusResponse response;
   for (int i = 0; i < 200; ++i) {

@@ -238,6 +238,7 @@ void Scheduler::ResolveAdapters() {
 }
 
 void Scheduler::AdmitSamples() {
+  int64_t prefilled = 0;
   while (!admitting_.empty()) {
     Pending& pending = admitting_.front();
     GenerationWork& work = *pending.work;
@@ -246,9 +247,11 @@ void Scheduler::AdmitSamples() {
       const int64_t needed = batch_->ReservedPositions(sample) * batch_->kv_bytes_per_token();
       // FIFO: while the head cannot be admitted, nothing behind it is.
       if (batch_->active() >= options_.max_batch_sequences ||
-          batch_->kv_cache_bytes() + needed > options_.kv_cache_bytes) {
+          batch_->kv_cache_bytes() + needed > options_.kv_cache_bytes ||
+          prefilled >= options_.max_prefill_tokens_per_step) {
         return;
       }
+      prefilled += static_cast<int64_t>(sample.prompt.size());
       absl::StatusOr<int> id = batch_->Admit(sample, pending.model->transformer.get());
       {
         absl::MutexLock lock(&mutex_);

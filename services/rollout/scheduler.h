@@ -26,6 +26,9 @@ struct SchedulerOptions {
   // KV positions that may wait for admission; a request beyond it is RESOURCE_EXHAUSTED.
   int64_t max_queued_positions = int64_t{1} << 20;
   int max_batch_sequences = 256;
+  // Prompt tokens prefilled between two decode steps (at least one prompt): bounds how long
+  // running samples, and adapter swaps, wait behind a large new request.
+  int max_prefill_tokens_per_step = 1024;
   // How long delivery waits for router-replay to acknowledge a sample's routes.
   absl::Duration route_ack_timeout = absl::Seconds(30);
 };

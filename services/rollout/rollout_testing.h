@@ -1,0 +1,64 @@
+#ifndef TANDEM_SERVICES_ROLLOUT_ROLLOUT_TESTING_H_
+#define TANDEM_SERVICES_ROLLOUT_ROLLOUT_TESTING_H_
+
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/channel.h"
+#include "common/server.h"
+#include "common/testing/test_server.h"
+#include "engine/model.h"
+#include "services/weight_store/adapter_client.h"
+#include "services/weight_store/engine_adapter.h"
+
+// Shared by the rollout test and benchmark: services on loopback and published adapters.
+namespace tandem::rollout {
+
+inline absl::StatusOr<std::unique_ptr<ServiceServer>> ServeOnLoopback(
+    const std::string& name, const std::string& proto_name, std::unique_ptr<grpc::Service> service,
+    std::function<bool()> ready = nullptr) {
+  std::vector<HostedService> services;
+  services.push_back({proto_name, std::move(service), std::move(ready)});
+  ServerOptions options = tandem::testing::LoopbackOptions();
+  options.drain_timeout = absl::Milliseconds(200);
+  auto server = ServiceServer::Start(name, std::move(services), options);
+  if (server.ok()) (*server)->SetReady();
+  return server;
+}
+
+inline std::shared_ptr<grpc::Channel> LoopbackChannel(const ServiceServer& server,
+                                                      const std::string& service) {
+  return *CreateChannel(
+      {.target = absl::StrCat("127.0.0.1:", server.port()), .service_name = service});
+}
+
+// A rank-4 adapter with every tensor random (B != 0, so it changes outputs).
+inline engine::LoraAdapter RandomAdapter(const engine::ModelConfig& model, uint64_t seed) {
+  engine::LoraConfig lora;
+  lora.rank = 4;
+  engine::LoraAdapter adapter = *engine::LoraAdapter::Create(model, lora, seed);
+  std::mt19937_64 rng(seed);
+  for (const std::string& name : adapter.parameters().names()) {
+    engine::ParameterSet::FillNormal(*adapter.parameters().Find(name), 0.2f, rng);
+  }
+  return adapter;
+}
+
+inline absl::Status PublishEngineAdapter(v1::WeightStoreService::StubInterface& stub,
+                                         const engine::LoraAdapter& adapter,
+                                         const engine::ModelConfig& model,
+                                         const std::string& name, int64_t version) {
+  auto published = weight_store::BuildAdapterVersion(adapter, model, name, version);
+  if (!published.ok()) return published.status();
+  return weight_store::PublishAdapter(stub, published->manifest, published->shard_views(), {})
+      .status();
+}
+
+}  // namespace tandem::rollout
+
+#endif  // TANDEM_SERVICES_ROLLOUT_ROLLOUT_TESTING_H_
