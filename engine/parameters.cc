@@ -135,4 +135,14 @@ absl::Status ParameterSet::LoadFrom(const SafetensorsFile& file) {
   return absl::OkStatus();
 }
 
+std::vector<Param> OptimizerParams(ParameterSet& parameters) {
+  std::vector<Param> params;
+  for (const std::string& name : parameters.names()) {
+    Parameter& parameter = *parameters.Find(name);
+    params.push_back({name, parameter.value.data(), parameter.grad.data(), parameter.size(),
+                      parameter.shape.size() >= 2});
+  }
+  return params;
+}
+
 }  // namespace tandem::engine

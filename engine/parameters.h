@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/safetensors.h"
+#include "engine/optimizer.h"
 
 namespace tandem::engine {
 
@@ -54,6 +55,10 @@ class ParameterSet {
   std::map<std::string, Parameter> parameters_;
   std::vector<std::string> order_;
 };
+
+// Every parameter of the set for an optimizer, with gradients (enable them first); weight
+// decay for matrices only, since norms and biases are scales, not features.
+std::vector<Param> OptimizerParams(ParameterSet& parameters);
 
 // "model.layers.3.mlp.experts.gate_proj.weight", 5 ->
 // "model.layers.3.mlp.experts.5.gate_proj.weight"

@@ -11,17 +11,6 @@ namespace {
 
 constexpr uint64_t kEvalSeedOffset = 0x5eed;  // Held-out prompts never meet training ones by seed.
 
-std::vector<Param> AllParams(ParameterSet& parameters) {
-  std::vector<Param> params;
-  for (const std::string& name : parameters.names()) {
-    Parameter& parameter = *parameters.Find(name);
-    // Decay matrices only: norms and biases are scales, not features.
-    params.push_back({name, parameter.value.data(), parameter.grad.data(), parameter.size(),
-                      parameter.shape.size() >= 2});
-  }
-  return params;
-}
-
 // One supervised batch: "<bos> prompt answer <eos>", loss on the answer and <eos>.
 struct SupervisedBatch {
   TokenBatch inputs;
@@ -105,7 +94,7 @@ absl::StatusOr<SftProgress> TrainSupervised(
     const std::function<void(const SftProgress&)>& on_eval) {
   if (absl::Status status = config.Validate(); !status.ok()) return status;
   model.parameters().EnableGradients();
-  auto optimizer = AdamW::Create(AdamWConfig{}, AllParams(model.parameters()));
+  auto optimizer = AdamW::Create(AdamWConfig{}, OptimizerParams(model.parameters()));
   if (!optimizer.ok()) return optimizer.status();
   const ScheduleConfig schedule{config.peak_lr, config.min_lr, config.warmup_steps,
                                 config.max_steps};

@@ -9,10 +9,14 @@ namespace {
 // The weight each token's loss gets in the aggregate: token-mean 1/sum(m); seq-mean-token-sum
 // 1/B; seq-mean-token-mean 1/(B * sum_t m of its row).
 std::vector<double> AggregationScales(absl::Span<const double> mask, int rows, int cols,
-                                      Aggregation aggregation) {
+                                      Aggregation aggregation, double total_tokens,
+                                      int total_rows) {
   std::vector<double> scale(mask.size(), 0);
-  double total = 0;
-  for (double m : mask) total += m;
+  double total = total_tokens;
+  if (total == 0) {
+    for (double m : mask) total += m;
+  }
+  const int batch_rows = total_rows > 0 ? total_rows : rows;
   for (int b = 0; b < rows; ++b) {
     double row_tokens = 0;
     for (int t = 0; t < cols; ++t) row_tokens += mask[static_cast<size_t>(b) * cols + t];
@@ -23,10 +27,10 @@ std::vector<double> AggregationScales(absl::Span<const double> mask, int rows, i
           scale[i] = total > 0 ? mask[i] / total : 0;
           break;
         case Aggregation::kSeqMeanTokenSum:
-          scale[i] = mask[i] / rows;
+          scale[i] = mask[i] / batch_rows;
           break;
         case Aggregation::kSeqMeanTokenMean:
-          scale[i] = row_tokens > 0 ? mask[i] / (rows * row_tokens) : 0;
+          scale[i] = row_tokens > 0 ? mask[i] / (batch_rows * row_tokens) : 0;
           break;
       }
     }
@@ -62,7 +66,8 @@ double KlEstimateGradient(double d, KlEstimator estimator) {
 }
 
 PolicyLossResult ComputePolicyLoss(const PolicyLossInputs& in, const PolicyLossConfig& config) {
-  const std::vector<double> scale = AggregationScales(in.mask, in.rows, in.cols, config.aggregation);
+  const std::vector<double> scale = AggregationScales(in.mask, in.rows, in.cols, config.aggregation,
+                                                      in.total_tokens, in.total_rows);
   PolicyLossResult result;
   result.dlogp.assign(scale.size(), 0);
   double tokens = 0, clipped = 0, kl_sum = 0;

@@ -32,6 +32,10 @@ struct PolicyLossInputs {
   absl::Span<const double> ref_logp;
   int rows = 0;
   int cols = 0;
+  // The mini-batch these rows are a micro-batch of, for the aggregation's denominators; 0: these
+  // rows are the whole batch.
+  double total_tokens = 0;
+  int total_rows = 0;
 };
 
 struct PolicyLossResult {

@@ -1,0 +1,180 @@
+#include "services/trainer/job_spec.h"
+
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/tasks.h"
+#include "services/weight_store/lora_layout.h"
+
+namespace tandem::trainer {
+namespace {
+
+absl::Status Invalid(auto&&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat("spec.", parts...));
+}
+
+absl::Status CheckData(v1::JobSpec& spec) {
+  switch (spec.data_case()) {
+    case v1::JobSpec::kTask: {
+      const v1::TaskSpec& task = spec.task();
+      int digits = 2;
+      for (const auto& [key, value] : task.params()) {
+        if (key != "digits") return Invalid("task.params: unknown key '", key, "'");
+        if (!absl::SimpleAtoi(value, &digits)) {
+          return Invalid("task.params.digits: '", value, "' is not a number");
+        }
+      }
+      auto made = engine::MakeTask(task.name(), digits);
+      if (!made.ok()) return Invalid("task: ", made.status().message());
+      return absl::OkStatus();
+    }
+    case v1::JobSpec::kDataset:
+      if (spec.dataset().path().empty()) return Invalid("dataset.path is required");
+      if (spec.dataset().verifier() != "exact_match") {
+        return Invalid("dataset.verifier: '", spec.dataset().verifier(),
+                       "' is unknown; known: exact_match");
+      }
+      return absl::OkStatus();
+    default:
+      return Invalid("task or dataset is required");
+  }
+}
+
+absl::Status CheckAlgorithm(v1::JobSpec& spec) {
+  switch (spec.algorithm()) {
+    case v1::ALGORITHM_GRPO:
+    case v1::ALGORITHM_DR_GRPO:
+      if (spec.group_size() < 2) {
+        return Invalid("group_size: ", v1::Algorithm_Name(spec.algorithm()), " needs >= 2");
+      }
+      break;
+    case v1::ALGORITHM_PPO:
+      return Invalid("algorithm: PPO needs a value head, which this trainer does not have yet; "
+                     "use GRPO or DR_GRPO");
+    default:
+      return Invalid("algorithm is required (GRPO or DR_GRPO)");
+  }
+  v1::AlgorithmConfig& config = *spec.mutable_algorithm_config();
+  if (!(config.learning_rate() > 0) || !std::isfinite(config.learning_rate())) {
+    return Invalid("algorithm_config.learning_rate must be > 0");
+  }
+  if (config.weight_decay() < 0) return Invalid("algorithm_config.weight_decay must be >= 0");
+  if (!config.has_max_grad_norm()) config.set_max_grad_norm(1.0);
+  if (config.max_grad_norm() < 0) return Invalid("algorithm_config.max_grad_norm must be >= 0");
+  if (!config.has_clip_eps_low()) config.set_clip_eps_low(0.2);
+  if (config.clip_eps_low() < 0 || config.clip_eps_low() >= 1) {
+    return Invalid("algorithm_config.clip_eps_low must be in [0, 1)");
+  }
+  if (!config.has_clip_eps_high()) config.set_clip_eps_high(config.clip_eps_low());
+  if (config.clip_eps_high() < 0) return Invalid("algorithm_config.clip_eps_high must be >= 0");
+  if (!config.has_dual_clip_c()) config.set_dual_clip_c(3.0);
+  if (config.dual_clip_c() != 0 && config.dual_clip_c() <= 1) {
+    return Invalid("algorithm_config.dual_clip_c must be > 1 (or 0 to disable)");
+  }
+  if (config.kl_coef() < 0) return Invalid("algorithm_config.kl_coef must be >= 0");
+  if (config.kl_estimator() == v1::KL_ESTIMATOR_UNSPECIFIED) {
+    config.set_kl_estimator(v1::KL_ESTIMATOR_K3);
+  }
+  if (!config.has_gamma()) config.set_gamma(1.0);
+  if (!config.has_gae_lambda()) config.set_gae_lambda(1.0);
+  if (config.gamma() < 0 || config.gamma() > 1 || config.gae_lambda() < 0 ||
+      config.gae_lambda() > 1) {
+    return Invalid("algorithm_config.gamma and gae_lambda must be in [0, 1]");
+  }
+  if (!config.has_whiten_advantages()) config.set_whiten_advantages(false);
+  if (config.loss_aggregation() == v1::LOSS_AGGREGATION_UNSPECIFIED) {
+    config.set_loss_aggregation(v1::LOSS_AGGREGATION_TOKEN_MEAN);
+  }
+  if (config.updates_per_step() == 0) config.set_updates_per_step(1);
+  if (config.updates_per_step() < 1 || spec.prompts_per_step() % config.updates_per_step() != 0) {
+    return Invalid("algorithm_config.updates_per_step must be >= 1 and divide prompts_per_step");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCorrection(v1::JobSpec& spec) {
+  v1::IsCorrection& correction = *spec.mutable_is_correction();
+  if (correction.mode() == v1::IS_CORRECTION_MODE_UNSPECIFIED) {
+    correction.set_mode(v1::IS_CORRECTION_MODE_NONE);
+  }
+  const v1::IsCorrectionMode mode = correction.mode();
+  const bool icepop = mode == v1::IS_CORRECTION_MODE_ICEPOP;
+  if (!correction.has_upper_bound()) correction.set_upper_bound(icepop ? 5.0 : 2.0);
+  if (!correction.has_lower_bound()) correction.set_lower_bound(0.5);
+  if (!(correction.upper_bound() > 0) || correction.lower_bound() < 0 ||
+      correction.upper_bound() < correction.lower_bound()) {
+    return Invalid("is_correction: need upper_bound > 0, lower_bound >= 0, upper >= lower");
+  }
+  if (correction.rejection_level() == v1::REJECTION_LEVEL_UNSPECIFIED) {
+    correction.set_rejection_level(v1::REJECTION_LEVEL_TOKEN);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSizes(v1::JobSpec& spec) {
+  if (spec.display_name().size() > 256) return Invalid("display_name: at most 256 bytes");
+  if (spec.base_model_path().empty()) return Invalid("base_model_path is required");
+  if (spec.prompts_per_step() < 1 || spec.prompts_per_step() > 65536) {
+    return Invalid("prompts_per_step must be in 1..65536");
+  }
+  if (spec.group_size() < 1 || spec.group_size() > 256) {
+    return Invalid("group_size must be in 1..256");
+  }
+  if (spec.num_steps() < 1 || spec.num_steps() > 10'000'000) {
+    return Invalid("num_steps must be in 1..10^7");
+  }
+  if (spec.micro_batch_size() == 0) spec.set_micro_batch_size(8);
+  if (spec.micro_batch_size() < 1) return Invalid("micro_batch_size must be >= 1");
+  if (!spec.has_sampling() || spec.sampling().max_new_tokens() < 1) {
+    return Invalid("sampling.max_new_tokens must be >= 1");
+  }
+  if (spec.checkpoint_every() < 0) return Invalid("checkpoint_every must be >= 0");
+  return absl::OkStatus();
+}
+
+absl::Status CheckEndpoints(v1::JobSpec& spec) {
+  if (spec.routing_replay() == v1::ROUTING_REPLAY_MODE_UNSPECIFIED) {
+    spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_R3);
+  }
+  if (spec.sync_mode() == v1::SYNC_MODE_UNSPECIFIED) spec.set_sync_mode(v1::SYNC_MODE_SYNC);
+  if (spec.sync_mode() != v1::SYNC_MODE_SYNC) {
+    return Invalid("sync_mode: only SYNC is supported by this trainer");
+  }
+  if (spec.max_staleness() != 0) return Invalid("max_staleness must be 0 in SYNC");
+  const v1::ServiceEndpoints& endpoints = spec.endpoints();
+  if (endpoints.rollout_size() < 1 || endpoints.rollout_size() > 256) {
+    return Invalid("endpoints.rollout: 1..256 addresses required");
+  }
+  for (const std::string& address : endpoints.rollout()) {
+    if (address.empty()) return Invalid("endpoints.rollout: empty address");
+  }
+  if (endpoints.weight_store().empty()) return Invalid("endpoints.weight_store is required");
+  if (spec.routing_replay() == v1::ROUTING_REPLAY_MODE_R3 && endpoints.router_replay().empty()) {
+    return Invalid("endpoints.router_replay: required for R3");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const std::string& job_id,
+                                           const std::string& default_output_dir) {
+  v1::JobSpec spec = original;
+  for (absl::Status (*check)(v1::JobSpec&) :
+       {CheckData, CheckSizes, CheckAlgorithm, CheckCorrection, CheckEndpoints}) {
+    if (absl::Status status = check(spec); !status.ok()) return status;
+  }
+  if (!spec.has_lora() || spec.lora().rank() < 1) return Invalid("lora.rank is required");
+  if (spec.lora().expert_layout() == v1::EXPERT_LAYOUT_UNSPECIFIED) {
+    spec.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_PER_EXPERT);
+  }
+  if (absl::Status status = weight_store::ValidateLoraConfig(spec.lora()); !status.ok()) {
+    return Invalid("lora: ", status.message());
+  }
+  if (spec.adapter_name().empty()) spec.set_adapter_name(job_id);
+  if (spec.output_dir().empty()) spec.set_output_dir(default_output_dir);
+  return spec;
+}
+
+}  // namespace tandem::trainer

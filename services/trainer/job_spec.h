@@ -1,0 +1,19 @@
+#ifndef TANDEM_SERVICES_TRAINER_JOB_SPEC_H_
+#define TANDEM_SERVICES_TRAINER_JOB_SPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tandem/v1/trainer.pb.h"
+
+namespace tandem::trainer {
+
+// Checks a JobSpec against trainer.proto's rules and returns it with every default resolved (what
+// Job.spec stores). INVALID_ARGUMENT names the field, e.g. "spec.group_size: GRPO needs >= 2".
+// Things only the running job can check (files, services) are left to it.
+absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec, const std::string& job_id,
+                                           const std::string& default_output_dir);
+
+}  // namespace tandem::trainer
+
+#endif  // TANDEM_SERVICES_TRAINER_JOB_SPEC_H_

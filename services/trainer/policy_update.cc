@@ -1,0 +1,287 @@
+#include "services/trainer/policy_update.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/loss.h"
+
+namespace tandem::trainer {
+namespace {
+
+void Accumulate(engine::RoutingStats& total, const engine::RoutingStats& part) {
+  total.decisions += part.decisions;
+  total.differing_decisions += part.differing_decisions;
+  total.tokens += part.tokens;
+  total.differing_tokens += part.differing_tokens;
+  total.live_fallbacks += part.live_fallbacks;
+}
+
+// Live routes against recorded ones, as the engine counts replay disagreement: per token x MoE
+// layer, whether the top-k sets differ; recorded rows of -1 are not compared.
+engine::RoutingStats CompareRoutes(const int16_t* live, const int16_t* recorded, int64_t tokens,
+                                   int layers, int top_k) {
+  engine::RoutingStats stats;
+  for (int64_t t = 0; t < tokens; ++t) {
+    bool token_compared = false, token_differs = false;
+    for (int l = 0; l < layers; ++l) {
+      const int64_t row = (t * layers + l) * top_k;
+      if (recorded[row] < 0) continue;
+      std::vector<int16_t> a(live + row, live + row + top_k), b(recorded + row, recorded + row + top_k);
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      ++stats.decisions;
+      token_compared = true;
+      if (a != b) {
+        ++stats.differing_decisions;
+        token_differs = true;
+      }
+    }
+    stats.tokens += token_compared;
+    stats.differing_tokens += token_differs;
+  }
+  return stats;
+}
+
+}  // namespace
+
+struct PolicyUpdater::Batch {
+  const std::vector<TrainingSample>& samples;
+  const std::vector<int16_t>* rollout_routes = nullptr;  // Null when none were fetched.
+  std::vector<int64_t> offsets;  // Token offset of each sample's sequence; size n + 1.
+  int cols = 0;                  // Longest response.
+  int route_width = 0;           // MoE layers x top_k.
+  std::vector<double> mask, advantages, rollout_logp, old_logp;  // B x cols
+  std::vector<bool> have_old;    // Per sample: old_logp filled.
+  std::vector<int16_t> old_routes;  // R2: the old-policy pass's live routes.
+  std::vector<double> weights, is_mask;  // Mismatch weights and mask after rejection.
+  double is_affected = 0;                // Tokens whose weight was clipped, zeroed or rejected.
+
+  int rows() const { return static_cast<int>(samples.size()); }
+  size_t at(int sample, int t) const { return static_cast<size_t>(sample) * cols + t; }
+};
+
+PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
+                             engine::AdamW& optimizer, PolicyUpdateConfig config)
+    : base_(base),
+      lora_(lora),
+      optimizer_(optimizer),
+      config_(std::move(config)),
+      policy_(base, &lora),
+      reference_(base, nullptr) {}
+
+absl::StatusOr<const float*> PolicyUpdater::Forward(engine::Transformer& transformer,
+                                                    const Batch& batch, int begin, int end,
+                                                    const std::vector<int16_t>* routes) {
+  engine::TokenBatch tokens;
+  for (int i = begin; i < end; ++i) {
+    std::vector<int> sequence = batch.samples[i].prompt;
+    sequence.insert(sequence.end(), batch.samples[i].response.begin(),
+                    batch.samples[i].response.end());
+    tokens.Add(sequence);
+  }
+  if (routes == nullptr || routes->empty()) return transformer.Forward(tokens, nullptr);
+  const std::vector<int16_t> slice(routes->begin() + batch.offsets[begin] * batch.route_width,
+                                   routes->begin() + batch.offsets[end] * batch.route_width);
+  return transformer.Forward(tokens, &slice);
+}
+
+absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSample>& samples,
+                                                  const std::vector<int16_t>& rollout_routes) {
+  const engine::ModelConfig& model = base_.config();
+  Batch batch{.samples = samples};
+  batch.route_width = model.num_moe_layers() * model.top_k;
+  batch.offsets.push_back(0);
+  std::vector<double> scores;
+  std::vector<int> groups;
+  for (const TrainingSample& sample : samples) {
+    if (sample.prompt.empty() || sample.response.empty() ||
+        sample.rollout_logprobs.size() != sample.response.size()) {
+      return absl::InvalidArgumentError(
+          "every sample needs a prompt, a response and one rollout log-prob per response token");
+    }
+    batch.offsets.push_back(batch.offsets.back() +
+                            static_cast<int64_t>(sample.prompt.size() + sample.response.size()));
+    batch.cols = std::max(batch.cols, static_cast<int>(sample.response.size()));
+    scores.push_back(sample.reward);
+    groups.push_back(sample.group);
+  }
+  if (!rollout_routes.empty()) {
+    if (static_cast<int64_t>(rollout_routes.size()) != batch.offsets.back() * batch.route_width) {
+      return absl::InvalidArgumentError(absl::StrCat("rollout routes hold ", rollout_routes.size(),
+                                                     " ids; the samples need ",
+                                                     batch.offsets.back() * batch.route_width));
+    }
+    batch.rollout_routes = &rollout_routes;
+  }
+  const size_t size = static_cast<size_t>(batch.rows()) * batch.cols;
+  batch.mask.assign(size, 0);
+  batch.advantages.assign(size, 0);
+  batch.rollout_logp.assign(size, 0);
+  batch.old_logp.assign(size, 0);
+  batch.weights.assign(size, 1);
+  batch.is_mask.assign(size, 0);
+  batch.have_old.assign(samples.size(), false);
+  const std::vector<double> advantages =
+      GroupAdvantages(scores, groups, config_.baseline);
+  for (int i = 0; i < batch.rows(); ++i) {
+    for (size_t t = 0; t < samples[i].response.size(); ++t) {
+      batch.mask[batch.at(i, t)] = 1;
+      batch.advantages[batch.at(i, t)] = advantages[i];
+      batch.rollout_logp[batch.at(i, t)] = samples[i].rollout_logprobs[t];
+    }
+  }
+  if (config_.whiten_advantages) batch.advantages = WhitenMasked(batch.advantages, batch.mask);
+
+  UpdateStats stats;
+  for (double m : batch.mask) stats.response_tokens += static_cast<int64_t>(m);
+  // With one update the update pass runs the old policy itself: its log-probs are logp_old.
+  if (config_.updates_per_step > 1) {
+    if (absl::Status status = OldPolicyPass(batch, stats); !status.ok()) return status;
+  }
+  const int per_update = batch.rows() / config_.updates_per_step;
+  double loss = 0;
+  for (int u = 0; u < config_.updates_per_step; ++u) {
+    const int end = u + 1 == config_.updates_per_step ? batch.rows() : (u + 1) * per_update;
+    auto mini_batch_loss = UpdateMiniBatch(batch, u * per_update, end, stats);
+    if (!mini_batch_loss.ok()) return mini_batch_loss.status();
+    loss += *mini_batch_loss;
+  }
+  const double tokens = static_cast<double>(std::max<int64_t>(stats.response_tokens, 1));
+  stats.loss = loss / config_.updates_per_step;
+  stats.ppo_clip_share /= tokens;
+  stats.ref_kl /= tokens;
+  stats.mismatch_kl_k3 /= tokens;
+  stats.is_clipped_share = batch.is_affected / tokens;
+  stats.is_ess = EffectiveSampleSize(batch.weights, batch.is_mask);
+  return stats;
+}
+
+std::vector<double> PolicyUpdater::ResponseLogProbs(const Batch& batch, int begin, int end,
+                                                    const float* logits) const {
+  const int vocab = base_.config().vocab_size;
+  std::vector<double> logp(static_cast<size_t>(end - begin) * batch.cols, 0);
+  std::vector<float> row;
+  for (int i = begin; i < end; ++i) {
+    const TrainingSample& sample = batch.samples[i];
+    const int responses = static_cast<int>(sample.response.size());
+    const int64_t start = batch.offsets[i] - batch.offsets[begin] +
+                          static_cast<int64_t>(sample.prompt.size()) - 1;
+    row.resize(responses);
+    cpu::TokenLogProbs(logits + start * vocab, sample.response.data(), row.data(), nullptr,
+                       responses, vocab);
+    std::copy(row.begin(), row.end(), logp.begin() + static_cast<size_t>(i - begin) * batch.cols);
+  }
+  return logp;
+}
+
+void PolicyUpdater::RecordOldPolicy(Batch& batch, int begin, int end,
+                                    const std::vector<double>& logp, UpdateStats& stats) {
+  const size_t first = batch.at(begin, 0), count = logp.size();
+  std::copy(logp.begin(), logp.end(), batch.old_logp.begin() + first);
+  for (int i = begin; i < end; ++i) batch.have_old[i] = true;
+  // Routes of the forward that produced `logp`, against the rollout's.
+  if (config_.replay == RouteReplay::kR3 && batch.rollout_routes != nullptr) {
+    Accumulate(stats.routing, policy_.routing_stats());
+  } else if (batch.rollout_routes != nullptr) {
+    Accumulate(stats.routing,
+               CompareRoutes(policy_.routes().data(),
+                             batch.rollout_routes->data() + batch.offsets[begin] * batch.route_width,
+                             batch.offsets[end] - batch.offsets[begin],
+                             base_.config().num_moe_layers(), base_.config().top_k));
+  }
+  if (config_.replay == RouteReplay::kR2) {
+    batch.old_routes.insert(batch.old_routes.end(), policy_.routes().begin(),
+                            policy_.routes().end());
+  }
+  std::vector<double> log_ratio(count);
+  for (size_t j = 0; j < count; ++j) {
+    log_ratio[j] = batch.old_logp[first + j] - batch.rollout_logp[first + j];
+    if (batch.mask[first + j] > 0) {
+      stats.mismatch_kl_k3 += KlEstimate(-log_ratio[j], KlEstimator::kK3);
+    }
+  }
+  const IsWeights weights =
+      ComputeIsWeights(log_ratio, absl::MakeConstSpan(batch.mask).subspan(first, count),
+                       end - begin, batch.cols, config_.is);
+  std::copy(weights.weights.begin(), weights.weights.end(), batch.weights.begin() + first);
+  std::copy(weights.mask.begin(), weights.mask.end(), batch.is_mask.begin() + first);
+  double tokens = 0;
+  for (size_t j = 0; j < count; ++j) tokens += batch.mask[first + j];
+  batch.is_affected += weights.clipped_share * tokens;
+}
+
+absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
+  const std::vector<int16_t>* routes =
+      config_.replay == RouteReplay::kR3 ? batch.rollout_routes : nullptr;
+  for (int begin = 0; begin < batch.rows(); begin += config_.micro_batch_size) {
+    const int end = std::min(batch.rows(), begin + config_.micro_batch_size);
+    absl::StatusOr<const float*> logits = Forward(policy_, batch, begin, end, routes);
+    if (!logits.ok()) return logits.status();
+    RecordOldPolicy(batch, begin, end, ResponseLogProbs(batch, begin, end, *logits), stats);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, int end,
+                                                      UpdateStats& stats) {
+  const int vocab = base_.config().vocab_size;
+  const std::vector<int16_t>* routes = config_.replay == RouteReplay::kR3   ? batch.rollout_routes
+                                       : config_.replay == RouteReplay::kR2 ? &batch.old_routes
+                                                                            : nullptr;
+  double total_tokens = 0;
+  for (size_t i = batch.at(begin, 0); i < batch.at(end, 0); ++i) total_tokens += batch.mask[i];
+  double loss = 0;
+  for (int micro = begin; micro < end; micro += config_.micro_batch_size) {
+    const int micro_end = std::min(end, micro + config_.micro_batch_size);
+    absl::StatusOr<const float*> logits = Forward(policy_, batch, micro, micro_end, routes);
+    if (!logits.ok()) return logits.status();
+    const std::vector<double> logp = ResponseLogProbs(batch, micro, micro_end, *logits);
+    if (!batch.have_old[micro]) RecordOldPolicy(batch, micro, micro_end, logp, stats);
+    std::vector<double> ref_logp;
+    if (config_.loss.kl_coef > 0) {
+      absl::StatusOr<const float*> ref_logits = Forward(reference_, batch, micro, micro_end, routes);
+      if (!ref_logits.ok()) return ref_logits.status();
+      ref_logp = ResponseLogProbs(batch, micro, micro_end, *ref_logits);
+    }
+    const size_t first = batch.at(micro, 0), count = logp.size();
+    const auto rows = [&](const std::vector<double>& v) {
+      return absl::MakeConstSpan(v).subspan(first, count);
+    };
+    const PolicyLossResult result = ComputePolicyLoss(
+        {.logp = logp, .old_logp = rows(batch.old_logp), .advantages = rows(batch.advantages),
+         .mask = rows(batch.is_mask), .weights = rows(batch.weights), .ref_logp = ref_logp,
+         .rows = micro_end - micro, .cols = batch.cols, .total_tokens = total_tokens,
+         .total_rows = end - begin},
+        config_.loss);
+    loss += result.loss;
+    double tokens = 0;
+    for (size_t j = 0; j < count; ++j) tokens += batch.mask[first + j];
+    stats.ppo_clip_share += result.clip_share * tokens;
+    stats.ref_kl += result.ref_kl * tokens;
+    // d loss / d logits, through each response token's log-probability.
+    const int64_t positions = batch.offsets[micro_end] - batch.offsets[micro];
+    std::vector<float> dlogits(static_cast<size_t>(positions) * vocab, 0.0f);
+    for (int i = micro; i < micro_end; ++i) {
+      const TrainingSample& sample = batch.samples[i];
+      const int responses = static_cast<int>(sample.response.size());
+      std::vector<float> dlogp(responses);
+      for (int t = 0; t < responses; ++t) {
+        dlogp[t] = static_cast<float>(result.dlogp[static_cast<size_t>(i - micro) * batch.cols + t]);
+      }
+      const int64_t start = batch.offsets[i] - batch.offsets[micro] +
+                            static_cast<int64_t>(sample.prompt.size()) - 1;
+      cpu::TokenLogProbsBackward(*logits + start * vocab, sample.response.data(), dlogp.data(),
+                                 dlogits.data() + start * vocab, responses, vocab);
+    }
+    policy_.Backward(dlogits.data());
+  }
+  stats.grad_norm = engine::ClipGradNorm(optimizer_.params(), config_.max_grad_norm);
+  if (std::isfinite(stats.grad_norm)) {
+    if (absl::Status status = optimizer_.Step(config_.learning_rate); !status.ok()) return status;
+  }
+  lora_.parameters().ZeroGradients();
+  return loss;
+}
+
+}  // namespace tandem::trainer

@@ -1,0 +1,100 @@
+#ifndef TANDEM_SERVICES_TRAINER_POLICY_UPDATE_H_
+#define TANDEM_SERVICES_TRAINER_POLICY_UPDATE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "engine/optimizer.h"
+#include "engine/transformer.h"
+#include "services/trainer/advantages.h"
+#include "services/trainer/mismatch_correction.h"
+#include "services/trainer/policy_loss.h"
+
+namespace tandem::trainer {
+
+// One scored rollout sample the policy learns from.
+struct TrainingSample {
+  std::vector<int> prompt;
+  std::vector<int> response;             // Generated tokens.
+  std::vector<float> rollout_logprobs;   // Per response token, from the rollout.
+  int group = 0;                         // The prompt it answers.
+  double reward = 0;
+};
+
+// Which routes the training forward passes replay.
+enum class RouteReplay {
+  kOff,  // The trainer routes live.
+  kR2,   // Update passes replay the trainer's own old-policy routes.
+  kR3,   // Every pass replays the rollout's recorded routes.
+};
+
+struct PolicyUpdateConfig {
+  GroupBaseline baseline = GroupBaseline::kGrpo;
+  bool whiten_advantages = false;
+  PolicyLossConfig loss;
+  IsConfig is;
+  RouteReplay replay = RouteReplay::kR3;
+  int updates_per_step = 1;  // Mini-batches (contiguous whole groups) per call.
+  int micro_batch_size = 8;  // Sequences per forward/backward.
+  float learning_rate = 1e-4f;
+  float max_grad_norm = 1.0f;  // 0: measure only.
+};
+
+struct UpdateStats {
+  double loss = 0;           // Mean over mini-batches.
+  double grad_norm = 0;      // Of the last mini-batch, before clipping.
+  double ppo_clip_share = 0;
+  double ref_kl = 0;
+  double is_ess = 1;
+  double is_clipped_share = 0;
+  double mismatch_kl_k3 = 0;  // Mean over response tokens of k3(rollout || trainer old policy).
+  // The trainer's live routing against the rollout's routes in the old-policy pass (every
+  // forwarded position); zeros when no rollout routes were given.
+  engine::RoutingStats routing;
+  int64_t response_tokens = 0;
+};
+
+// GRPO-style policy updates of a LoRA adapter on scored samples: advantages, the old policy's
+// log-probs (and routes), mismatch weights, then for each mini-batch forward with replay,
+// the clipped policy loss, backward through the engine, gradient clipping and AdamW.
+class PolicyUpdater {
+ public:
+  // None is owned; all must outlive the updater. `optimizer` holds `lora`'s parameters, whose
+  // gradients must be enabled.
+  PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer,
+                PolicyUpdateConfig config);
+
+  // `rollout_routes`: [sum over samples of (prompt + response) tokens, MoE layers, top_k] in
+  // sample order (the layout FetchReplayRoutes fills), or empty when none were fetched (R3 then
+  // routes live). INVALID_ARGUMENT for inconsistent samples.
+  absl::StatusOr<UpdateStats> Update(const std::vector<TrainingSample>& samples,
+                                     const std::vector<int16_t>& rollout_routes);
+
+ private:
+  struct Batch;
+
+  absl::Status OldPolicyPass(Batch& batch, UpdateStats& stats);
+  // B x cols log-probs of the response tokens of samples [begin, end) from their forward's logits.
+  std::vector<double> ResponseLogProbs(const Batch& batch, int begin, int end,
+                                       const float* logits) const;
+  // Takes `logp` (the policy before this call's updates, just forwarded) as logp_old of samples
+  // [begin, end) with its routing statistics, R2 routes and mismatch weights.
+  void RecordOldPolicy(Batch& batch, int begin, int end, const std::vector<double>& logp,
+                       UpdateStats& stats);
+  absl::StatusOr<double> UpdateMiniBatch(Batch& batch, int begin, int end, UpdateStats& stats);
+  absl::StatusOr<const float*> Forward(engine::Transformer& transformer, const Batch& batch,
+                                       int begin, int end, const std::vector<int16_t>* routes);
+
+  engine::BaseModel& base_;
+  engine::LoraAdapter& lora_;
+  engine::AdamW& optimizer_;
+  const PolicyUpdateConfig config_;
+  engine::Transformer policy_;
+  engine::Transformer reference_;  // The base model alone, for the KL penalty.
+};
+
+}  // namespace tandem::trainer
+
+#endif  // TANDEM_SERVICES_TRAINER_POLICY_UPDATE_H_
