@@ -1,0 +1,85 @@
+#include "services/trainer/checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
+
+namespace tandem::trainer {
+namespace {
+
+constexpr char kFile[] = "checkpoint.safetensors";
+constexpr char kLora[] = "lora/";
+constexpr char kOptimizer[] = "optimizer/";
+constexpr char kStep[] = "tandem.step";
+constexpr char kVersion[] = "tandem.policy_version";
+constexpr char kOptimizerStep[] = "tandem.optimizer_step";
+
+absl::StatusOr<int64_t> IntMetadata(const SafetensorsFile& file, const std::string& key) {
+  auto found = file.metadata.find(key);
+  int64_t value = 0;
+  if (found == file.metadata.end() || !absl::SimpleAtoi(found->second, &value)) {
+    return absl::DataLossError(absl::StrCat("checkpoint metadata '", key, "' missing or bad"));
+  }
+  return value;
+}
+
+}  // namespace
+
+absl::Status SaveCheckpoint(const std::string& dir, int64_t step, int64_t policy_version,
+                            const engine::LoraAdapter& lora, const engine::AdamWState& optimizer) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  SafetensorsFile adapter = lora.ToSafetensors();
+  SafetensorsFile file;
+  file.metadata = adapter.metadata;
+  for (auto& [name, tensor] : adapter.tensors) file.tensors[kLora + name] = std::move(tensor);
+  for (const auto& [name, values] : optimizer.tensors) {
+    auto tensor = Tensor::FromBytes(
+        DType::kF32, {static_cast<int64_t>(values.size())},
+        absl::MakeConstSpan(reinterpret_cast<const std::byte*>(values.data()),
+                            values.size() * sizeof(float)));
+    if (!tensor.ok()) return tensor.status();
+    file.tensors[kOptimizer + name] = *std::move(tensor);
+  }
+  file.metadata[kStep] = absl::StrCat(step);
+  file.metadata[kVersion] = absl::StrCat(policy_version);
+  file.metadata[kOptimizerStep] = absl::StrCat(optimizer.step);
+  return WriteSafetensors(absl::StrCat(dir, "/", kFile), file);
+}
+
+absl::StatusOr<std::optional<Checkpoint>> LoadCheckpoint(const std::string& dir,
+                                                         const engine::ModelConfig& model) {
+  const std::string path = absl::StrCat(dir, "/", kFile);
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  auto file = ReadSafetensors(path);
+  if (!file.ok()) return file.status();
+  SafetensorsFile adapter;
+  adapter.metadata = file->metadata;
+  engine::AdamWState optimizer;
+  for (auto& [name, tensor] : file->tensors) {
+    if (name.starts_with(kLora)) {
+      adapter.tensors[name.substr(std::strlen(kLora))] = std::move(tensor);
+    } else if (name.starts_with(kOptimizer)) {
+      auto values = tensor.data<float>();
+      if (!values.ok()) return values.status();
+      optimizer.tensors[name.substr(std::strlen(kOptimizer))].assign(values->begin(),
+                                                                     values->end());
+    }
+  }
+  auto lora = engine::LoraAdapter::FromSafetensors(adapter, model);
+  if (!lora.ok()) return lora.status();
+  auto step = IntMetadata(*file, kStep);
+  auto version = IntMetadata(*file, kVersion);
+  auto optimizer_step = IntMetadata(*file, kOptimizerStep);
+  for (const auto* value : {&step, &version, &optimizer_step}) {
+    if (!value->ok()) return value->status();
+  }
+  optimizer.step = *optimizer_step;
+  return Checkpoint{*step, *version, *std::move(lora), std::move(optimizer)};
+}
+
+}  // namespace tandem::trainer

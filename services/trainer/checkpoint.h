@@ -1,0 +1,37 @@
+#ifndef TANDEM_SERVICES_TRAINER_CHECKPOINT_H_
+#define TANDEM_SERVICES_TRAINER_CHECKPOINT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/config.h"
+#include "engine/model.h"
+#include "engine/optimizer.h"
+
+namespace tandem::trainer {
+
+// Everything a job needs to continue after a restart. The data order and every sampling seed are
+// functions of (job seed, step), so the step is the whole RNG state.
+struct Checkpoint {
+  int64_t step = 0;
+  int64_t policy_version = 0;  // Last version published when it was taken.
+  engine::LoraAdapter lora;
+  engine::AdamWState optimizer;
+};
+
+// One safetensors file, <dir>/checkpoint.safetensors: the adapter ("lora/..."), the optimizer
+// moments ("optimizer/...") and step, version and configs in the metadata. Written to a temporary
+// file, fsynced and renamed, so a crash leaves the previous checkpoint or the new one.
+absl::Status SaveCheckpoint(const std::string& dir, int64_t step, int64_t policy_version,
+                            const engine::LoraAdapter& lora, const engine::AdamWState& optimizer);
+
+// The checkpoint under `dir`, or nullopt when there is none; errors for a corrupt file or one made
+// for another model.
+absl::StatusOr<std::optional<Checkpoint>> LoadCheckpoint(const std::string& dir,
+                                                         const engine::ModelConfig& model);
+
+}  // namespace tandem::trainer
+
+#endif  // TANDEM_SERVICES_TRAINER_CHECKPOINT_H_

@@ -1,0 +1,436 @@
+#include "services/trainer/job_run.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/channel.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "engine/sampler.h"
+#include "engine/sft.h"
+#include "engine/tokenizer.h"
+#include "services/router_replay/replay_fetch.h"
+#include "services/trainer/checkpoint.h"
+#include "services/trainer/policy_update.h"
+#include "services/trainer/task_source.h"
+#include "services/weight_store/adapter_client.h"
+#include "services/weight_store/engine_adapter.h"
+#include "tandem/v1/rollout.grpc.pb.h"
+#include "tandem/v1/router_replay.grpc.pb.h"
+#include "tandem/v1/weight_store.grpc.pb.h"
+
+namespace tandem::trainer {
+namespace {
+
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+absl::Status Cancelled() { return absl::CancelledError("job cancelled"); }
+
+std::string BaseModelFile(const std::string& path) {
+  return std::filesystem::is_directory(path) ? path + "/model.safetensors" : path;
+}
+
+PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
+  const v1::AlgorithmConfig& algorithm = spec.algorithm_config();
+  const v1::IsCorrection& correction = spec.is_correction();
+  PolicyUpdateConfig config;
+  config.baseline = spec.algorithm() == v1::ALGORITHM_DR_GRPO ? GroupBaseline::kDrGrpo
+                                                              : GroupBaseline::kGrpo;
+  config.whiten_advantages = algorithm.whiten_advantages();
+  config.loss = {.clip_low = algorithm.clip_eps_low(),
+                 .clip_high = algorithm.clip_eps_high(),
+                 .dual_clip_c = algorithm.dual_clip_c(),
+                 .aggregation =
+                     algorithm.loss_aggregation() == v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM
+                         ? Aggregation::kSeqMeanTokenSum
+                     : algorithm.loss_aggregation() == v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN
+                         ? Aggregation::kSeqMeanTokenMean
+                         : Aggregation::kTokenMean,
+                 .kl_coef = algorithm.kl_coef(),
+                 .kl_estimator = algorithm.kl_estimator() == v1::KL_ESTIMATOR_K1   ? KlEstimator::kK1
+                                 : algorithm.kl_estimator() == v1::KL_ESTIMATOR_K2 ? KlEstimator::kK2
+                                                                                   : KlEstimator::kK3};
+  switch (correction.mode()) {
+    case v1::IS_CORRECTION_MODE_TOKEN_TIS:
+      config.is.mode = IsMode::kTokenTis;
+      break;
+    case v1::IS_CORRECTION_MODE_SEQUENCE_TIS:
+      config.is.mode = IsMode::kSequenceTis;
+      break;
+    case v1::IS_CORRECTION_MODE_ICEPOP:
+      config.is.mode = IsMode::kIcePop;
+      break;
+    case v1::IS_CORRECTION_MODE_REJECTION:
+      config.is.mode = IsMode::kRejection;
+      break;
+    default:
+      config.is.mode = IsMode::kNone;
+  }
+  config.is.upper = correction.upper_bound();
+  config.is.lower = correction.lower_bound();
+  config.is.level = correction.rejection_level() == v1::REJECTION_LEVEL_SEQUENCE
+                        ? RejectionLevel::kSequence
+                        : RejectionLevel::kToken;
+  config.replay = spec.routing_replay() == v1::ROUTING_REPLAY_MODE_OFF  ? RouteReplay::kOff
+                  : spec.routing_replay() == v1::ROUTING_REPLAY_MODE_R2 ? RouteReplay::kR2
+                                                                       : RouteReplay::kR3;
+  config.updates_per_step = algorithm.updates_per_step();
+  config.micro_batch_size = spec.micro_batch_size();
+  config.learning_rate = static_cast<float>(algorithm.learning_rate());
+  config.max_grad_norm = static_cast<float>(algorithm.max_grad_norm());
+  return config;
+}
+
+// One step's samples as generated, and how they scored.
+struct StepSamples {
+  std::vector<v1::GenerateResponse> responses;  // prompt-major
+  std::vector<TrainingSample> training;
+  double accuracy = 0, reward_mean = 0, length_mean = 0, truncated_share = 0;
+};
+
+class JobRun {
+ public:
+  JobRun(const v1::Job& job, const JobEnvironment& environment)
+      : job_(job), spec_(job.spec()), environment_(environment) {}
+
+  absl::Status Init();
+  absl::Status Run(const JobProgress& progress, const std::atomic<bool>& cancelled);
+
+ private:
+  template <typename Service>
+  absl::StatusOr<std::unique_ptr<typename Service::Stub>> Connect(const std::string& target,
+                                                                  const std::string& name) {
+    auto channel = CreateChannel(
+        {.target = target, .service_name = name, .auth_token = environment_.auth_token});
+    if (!channel.ok()) return channel.status();
+    return Service::NewStub(*channel);
+  }
+
+  void SetDeadline(grpc::ClientContext& context) const {
+    SetTimeout(context, environment_.rpc_timeout);
+  }
+  absl::StatusOr<int64_t> NewestVersion();
+  absl::Status Publish(int64_t version, int64_t step);
+  absl::Status AwaitSwap(int64_t version);
+  absl::StatusOr<StepSamples> Generate(int64_t step, int64_t version);
+  absl::StatusOr<std::vector<v1::GenerateResponse>> GenerateOn(
+      v1::RolloutService::Stub& stub, const v1::GenerateRequest& request);
+  absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
+                                                   double* missing_share);
+
+  const v1::Job job_;
+  const v1::JobSpec& spec_;
+  const JobEnvironment environment_;
+  std::unique_ptr<engine::BaseModel> base_;
+  std::unique_ptr<engine::Task> task_;
+  std::unique_ptr<engine::LoraAdapter> lora_;
+  std::optional<engine::AdamW> optimizer_;
+  std::vector<std::unique_ptr<v1::RolloutService::Stub>> rollouts_;
+  std::unique_ptr<v1::WeightStoreService::Stub> weight_store_;
+  std::unique_ptr<v1::RouterReplayService::Stub> router_replay_;
+  int64_t start_step_ = 0;
+};
+
+absl::Status JobRun::Init() {
+  auto base = engine::BaseModel::Load(BaseModelFile(spec_.base_model_path()));
+  if (!base.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("base model: ", base.status().message()));
+  }
+  base_ = std::make_unique<engine::BaseModel>(*std::move(base));
+  auto task = MakeJobTask(spec_);
+  if (!task.ok()) return task.status();
+  task_ = *std::move(task);
+  for (const std::string& address : spec_.endpoints().rollout()) {
+    auto stub = Connect<v1::RolloutService>(address, "tandem.v1.RolloutService");
+    if (!stub.ok()) return stub.status();
+    rollouts_.push_back(*std::move(stub));
+  }
+  auto weight_store =
+      Connect<v1::WeightStoreService>(spec_.endpoints().weight_store(), "tandem.v1.WeightStoreService");
+  if (!weight_store.ok()) return weight_store.status();
+  weight_store_ = *std::move(weight_store);
+  if (!spec_.endpoints().router_replay().empty()) {
+    auto router_replay = Connect<v1::RouterReplayService>(spec_.endpoints().router_replay(),
+                                                          "tandem.v1.RouterReplayService");
+    if (!router_replay.ok()) return router_replay.status();
+    router_replay_ = *std::move(router_replay);
+  }
+  auto checkpoint = LoadCheckpoint(spec_.output_dir(), base_->config());
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (checkpoint->has_value()) {
+    start_step_ = (*checkpoint)->step;
+    lora_ = std::make_unique<engine::LoraAdapter>(std::move((*checkpoint)->lora));
+  } else {
+    auto lora_config = weight_store::LoraConfigFromProto(spec_.lora());
+    if (!lora_config.ok()) return lora_config.status();
+    auto lora = engine::LoraAdapter::Create(base_->config(), *lora_config, spec_.seed());
+    if (!lora.ok()) return lora.status();
+    lora_ = std::make_unique<engine::LoraAdapter>(*std::move(lora));
+  }
+  lora_->parameters().EnableGradients();
+  auto optimizer = engine::AdamW::Create(
+      {.weight_decay = static_cast<float>(spec_.algorithm_config().weight_decay())},
+      engine::OptimizerParams(lora_->parameters()));
+  if (!optimizer.ok()) return optimizer.status();
+  optimizer_.emplace(*std::move(optimizer));
+  if (checkpoint->has_value()) return optimizer_->ImportState((*checkpoint)->optimizer);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> JobRun::NewestVersion() {
+  v1::GetManifestRequest request;
+  request.mutable_adapter()->set_adapter_name(spec_.adapter_name());
+  request.mutable_adapter()->set_latest(true);
+  v1::GetManifestResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  const absl::Status status = FromGrpcStatus(weight_store_->GetManifest(&context, request, &response));
+  if (absl::IsNotFound(status)) return 0;
+  if (!status.ok()) return status;
+  return response.manifest().version();
+}
+
+absl::Status JobRun::Publish(int64_t version, int64_t step) {
+  auto published = weight_store::BuildAdapterVersion(*lora_, base_->config(), spec_.adapter_name(),
+                                                     version);
+  if (!published.ok()) return published.status();
+  (*published->manifest.mutable_labels())["job_id"] = job_.id();
+  (*published->manifest.mutable_labels())["step"] = absl::StrCat(step);
+  return weight_store::PublishAdapter(*weight_store_, published->manifest,
+                                      published->shard_views(), {.ucx = environment_.ucx})
+      .status();
+}
+
+absl::Status JobRun::AwaitSwap(int64_t version) {
+  const absl::Time deadline = absl::Now() + environment_.swap_timeout;
+  for (size_t r = 0; r < rollouts_.size(); ++r) {
+    while (true) {
+      v1::GetAdapterStatusRequest request;
+      request.set_adapter_name(spec_.adapter_name());
+      v1::GetAdapterStatusResponse response;
+      grpc::ClientContext context;
+      SetTimeout(context, absl::Seconds(10));
+      const absl::Status status =
+          FromGrpcStatus(rollouts_[r]->GetAdapterStatus(&context, request, &response));
+      // A replica that does not follow the adapter yet loads the version on first use.
+      if (absl::IsNotFound(status)) break;
+      if (!status.ok()) return status;
+      if (response.adapters(0).current_version() >= version) break;
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "rollout ", spec_.endpoints().rollout(r), " did not serve version ", version,
+            " within ", absl::FormatDuration(environment_.swap_timeout), "; last error: ",
+            response.adapters(0).last_error()));
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::GenerateOn(
+    v1::RolloutService::Stub& stub, const v1::GenerateRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  auto reader = stub.Generate(&context, request);
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) responses.push_back(response);
+  if (absl::Status status = FromGrpcStatus(reader->Finish()); !status.ok()) return status;
+  return responses;
+}
+
+absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
+  const int prompts = spec_.prompts_per_step(), group = spec_.group_size();
+  const std::vector<engine::Sample> problems =
+      engine::GeneratePrompts(*task_, prompts, engine::MixSeed(spec_.seed(), step));
+  // Contiguous shares of the prompts, one request per replica, all in flight together.
+  const int replicas = static_cast<int>(rollouts_.size());
+  std::vector<absl::StatusOr<std::vector<v1::GenerateResponse>>> results(replicas);
+  std::vector<int> first_prompt(replicas + 1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < replicas; ++r) {
+    first_prompt[r] = prompts * r / replicas;
+    first_prompt[r + 1] = prompts * (r + 1) / replicas;
+    v1::GenerateRequest request;
+    request.set_request_id(absl::StrCat(job_.id(), "-s", step, "-v", version, "-r", r));
+    for (int p = first_prompt[r]; p < first_prompt[r + 1]; ++p) {
+      v1::Prompt& prompt = *request.add_prompts();
+      prompt.set_text(problems[p].prompt);
+      prompt.set_prompt_id(absl::StrCat("s", step, ".p", p));
+    }
+    if (request.prompts_size() == 0) continue;
+    request.set_group_size(group);
+    *request.mutable_sampling() = spec_.sampling();
+    request.mutable_sampling()->set_seed(engine::MixSeed(spec_.seed(), step));
+    request.mutable_adapter()->set_adapter_name(spec_.adapter_name());
+    request.mutable_adapter()->set_exact_version(version);
+    if (router_replay_ != nullptr) {
+      request.mutable_routes()->set_enabled(true);
+      request.mutable_routes()->set_job_id(job_.id());
+    }
+    threads.emplace_back([this, &results, r, request = std::move(request)] {
+      results[r] = GenerateOn(*rollouts_[r], request);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+
+  StepSamples samples;
+  samples.responses.resize(static_cast<size_t>(prompts) * group);
+  for (int r = 0; r < replicas; ++r) {
+    if (first_prompt[r] == first_prompt[r + 1]) continue;
+    if (!results[r].ok()) {
+      return absl::Status(results[r].status().code(),
+                          absl::StrCat("rollout ", spec_.endpoints().rollout(r), ": ",
+                                       results[r].status().message()));
+    }
+    for (v1::GenerateResponse& response : *results[r]) {
+      if (response.finish_reason() == v1::FINISH_REASON_ERROR) {
+        return absl::InternalError(absl::StrCat("rollout sample failed: ", response.error_message()));
+      }
+      const int prompt = first_prompt[r] + response.prompt_index();
+      samples.responses[static_cast<size_t>(prompt) * group + response.sample_index()] =
+          std::move(response);
+    }
+  }
+  for (size_t i = 0; i < samples.responses.size(); ++i) {
+    const v1::GenerateResponse& response = samples.responses[i];
+    const engine::Sample& problem = problems[i / group];
+    TrainingSample& sample = samples.training.emplace_back();
+    auto prompt = engine::PromptTokens(problem.prompt);
+    if (!prompt.ok()) return prompt.status();
+    sample.prompt = *std::move(prompt);
+    sample.response.assign(response.token_ids().begin(), response.token_ids().end());
+    sample.rollout_logprobs.assign(response.logprobs().begin(), response.logprobs().end());
+    sample.group = static_cast<int>(i / group);
+    sample.reward = task_->Reward(problem.prompt,
+                                  engine::Decode(sample.response, engine::SpecialTokens::kRender));
+    samples.accuracy += sample.reward >= 1;
+    samples.reward_mean += sample.reward;
+    samples.length_mean += static_cast<double>(sample.response.size());
+    samples.truncated_share += response.finish_reason() == v1::FINISH_REASON_LENGTH;
+  }
+  const double count = static_cast<double>(samples.training.size());
+  samples.accuracy /= count;
+  samples.reward_mean /= count;
+  samples.length_mean /= count;
+  samples.truncated_share /= count;
+  return samples;
+}
+
+absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samples,
+                                                         double* missing_share) {
+  std::vector<router_replay::ReplaySequence> sequences;
+  int64_t rows = 0;
+  for (const v1::GenerateResponse& response : samples.responses) {
+    const v1::RouteRecordKey& key = response.route_key();
+    const int64_t tokens = response.prompt_tokens() + response.token_ids_size();
+    sequences.push_back(
+        {{key.job_id(), key.policy_version(), key.sample_id(), key.attempt()}, tokens});
+    rows += tokens - 1;
+  }
+  const engine::ModelConfig& model = base_->config();
+  auto fetched = router_replay::FetchReplayRoutes(
+      *router_replay_, sequences,
+      {.moe_layers = model.MoeLayerIndices(),
+       .top_k = model.top_k,
+       .num_experts = model.num_experts,
+       .allow_partial = true,
+       .timeout = environment_.rpc_timeout});
+  if (!fetched.ok()) return fetched.status();
+  *missing_share = rows > 0 ? static_cast<double>(fetched->missing_entries) /
+                                  (static_cast<double>(rows) * model.num_moe_layers())
+                            : 0;
+  return std::move(fetched->routes);
+}
+
+absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& cancelled) {
+  PolicyUpdater updater(*base_, *lora_, *optimizer_, UpdateConfigOf(spec_));
+  auto newest = NewestVersion();
+  if (!newest.ok()) return newest.status();
+  // The adapter this run starts from (fresh, or restored) becomes a new version: a resumed job
+  // never assumes that versions published after its checkpoint match its weights.
+  int64_t version = *newest + 1;
+  if (absl::Status status = Publish(version, start_step_); !status.ok()) return status;
+  progress.on_published(version);
+  for (int64_t step = start_step_ + 1; step <= spec_.num_steps(); ++step) {
+    if (cancelled) return Cancelled();
+    v1::StepMetrics metrics;
+    metrics.set_step(step);
+    metrics.set_min_rollout_version(version);
+    const absl::Time step_start = absl::Now();
+    absl::StatusOr<StepSamples> samples = Generate(step, version);
+    if (!samples.ok()) return samples.status();
+    metrics.set_generation_seconds(SecondsSince(step_start));
+    if (cancelled) return Cancelled();
+
+    std::vector<int16_t> routes;
+    double missing_share = 0;
+    if (router_replay_ != nullptr) {
+      const absl::Time start = absl::Now();
+      auto fetched = FetchRoutes(*samples, &missing_share);
+      if (!fetched.ok()) return fetched.status();
+      routes = *std::move(fetched);
+      metrics.set_route_fetch_seconds(SecondsSince(start));
+    }
+
+    absl::Time start = absl::Now();
+    absl::StatusOr<UpdateStats> stats = updater.Update(samples->training, routes);
+    if (!stats.ok()) return stats.status();
+    metrics.set_training_seconds(SecondsSince(start));
+    if (cancelled) return Cancelled();
+
+    start = absl::Now();
+    ++version;
+    if (absl::Status status = Publish(version, step); !status.ok()) return status;
+    metrics.set_publish_seconds(SecondsSince(start));
+    progress.on_published(version);
+    start = absl::Now();
+    if (absl::Status status = AwaitSwap(version); !status.ok()) return status;
+    metrics.set_swap_seconds(SecondsSince(start));
+
+    if ((spec_.checkpoint_every() > 0 && step % spec_.checkpoint_every() == 0) ||
+        step == spec_.num_steps()) {
+      if (absl::Status status = SaveCheckpoint(spec_.output_dir(), step, version, *lora_,
+                                               optimizer_->ExportState());
+          !status.ok()) {
+        return status;
+      }
+    }
+    metrics.set_policy_version(version);
+    metrics.set_reward_mean(samples->reward_mean);
+    metrics.set_accuracy(samples->accuracy);
+    metrics.set_response_length_mean(samples->length_mean);
+    metrics.set_truncated_share(samples->truncated_share);
+    metrics.set_routing_disagreement_token_layer(stats->routing.decision_disagreement());
+    metrics.set_routing_disagreement_token(stats->routing.token_disagreement());
+    metrics.set_missing_route_share(missing_share);
+    metrics.set_mismatch_kl_k3(stats->mismatch_kl_k3);
+    metrics.set_is_weight_ess(stats->is_ess);
+    metrics.set_is_clipped_share(stats->is_clipped_share);
+    metrics.set_ppo_clip_share(stats->ppo_clip_share);
+    metrics.set_ref_kl(stats->ref_kl);
+    metrics.set_loss(stats->loss);
+    metrics.set_grad_norm(stats->grad_norm);
+    metrics.set_response_tokens(stats->response_tokens);
+    metrics.set_step_seconds(SecondsSince(step_start));
+    progress.on_step(metrics);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
+                    const JobProgress& progress, const std::atomic<bool>& cancelled) {
+  JobRun run(job, environment);
+  if (absl::Status status = run.Init(); !status.ok()) return status;
+  return run.Run(progress, cancelled);
+}
+
+}  // namespace tandem::trainer
