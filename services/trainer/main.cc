@@ -1,21 +1,52 @@
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "common/logging.h"
 #include "common/service_main.h"
 #include "services/trainer/job_service.h"
+
+ABSL_FLAG(std::string, data_dir, "trainer-data",
+          "Job records and, by default, each job's checkpoint directory (<data_dir>/<job id>).");
+ABSL_FLAG(bool, ucx, true, "Publish adapters to weight-store by UCX put when it serves UCX.");
+ABSL_FLAG(std::string, ucx_transports, "", "UCX transports (as UCX_TLS); empty: UCX's choice.");
+
+namespace {
+
+// The trainer's UCX worker lives as long as the process.
+tandem::weight_store::UcxWorker* MaybeUcx() {
+  if (!absl::GetFlag(FLAGS_ucx)) return nullptr;
+  static auto* worker = [] {
+    auto created = tandem::weight_store::UcxWorker::Create(
+        {.transports = absl::GetFlag(FLAGS_ucx_transports)});
+    if (!created.ok()) {
+      spdlog::warn("UCX unavailable ({}); adapters are published over gRPC",
+                   created.status().ToString());
+      return static_cast<tandem::weight_store::UcxWorker*>(nullptr);
+    }
+    return created->release();
+  }();
+  return worker;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   return tandem::RunServiceMain(
       argc, argv,
       {.name = "trainer",
-       .usage = "Tandem trainer service. Job API: create, list, watch and cancel RL jobs; runs "
-                "them (issue #7).",
+       .usage = "Tandem trainer: the Job API. Runs GRPO on a LoRA adapter of an MoE model with "
+                "rollout, weight-store and router-replay.",
        .defaults = {.port = 50051, .metrics_port = 9451, .max_message_bytes = 16 << 20},
-       .make_services =
-           [](const tandem::ServerOptions&) -> absl::StatusOr<std::vector<tandem::HostedService>> {
+       .make_services = [](const tandem::ServerOptions& server)
+           -> absl::StatusOr<std::vector<tandem::HostedService>> {
+         auto service = tandem::trainer::JobServiceImpl::Create(
+             {.data_dir = absl::GetFlag(FLAGS_data_dir),
+              .environment = {.auth_token = server.auth_token, .ucx = MaybeUcx()}});
+         if (!service.ok()) return service.status();
          std::vector<tandem::HostedService> services;
-         services.push_back(
-             {"tandem.v1.JobService", std::make_unique<tandem::trainer::JobServiceImpl>()});
+         services.push_back({"tandem.v1.JobService", *std::move(service)});
          return services;
        }});
 }

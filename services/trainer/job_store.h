@@ -1,0 +1,32 @@
+#ifndef TANDEM_SERVICES_TRAINER_JOB_STORE_H_
+#define TANDEM_SERVICES_TRAINER_JOB_STORE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tandem/v1/trainer.pb.h"
+
+namespace tandem::trainer {
+
+// Jobs on disk, one file per job (<dir>/jobs/<id>.binpb), each replaced atomically (temporary
+// file, fsync, rename, directory fsync), so an acknowledged change survives a crash.
+class JobStore {
+ public:
+  // Creates the directory if needed and reads every job in it.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& dir);
+
+  const std::vector<v1::Job>& loaded() const { return loaded_; }
+  absl::Status Put(const v1::Job& job);
+
+ private:
+  explicit JobStore(std::string dir) : dir_(std::move(dir)) {}
+
+  const std::string dir_;
+  std::vector<v1::Job> loaded_;
+};
+
+}  // namespace tandem::trainer
+
+#endif  // TANDEM_SERVICES_TRAINER_JOB_STORE_H_

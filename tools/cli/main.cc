@@ -1,0 +1,263 @@
+// tandem-cli: submit, list, watch and cancel jobs on the trainer; measure greedy accuracy of an
+// adapter version through a rollout replica. Exits non-zero with a message on any error.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/channel.h"
+#include "common/server_options.h"
+#include "engine/sampler.h"
+#include "engine/sft.h"
+#include "engine/tasks.h"
+#include "engine/tokenizer.h"
+#include "google/protobuf/util/json_util.h"
+#include "tandem/v1/rollout.grpc.pb.h"
+#include "tandem/v1/trainer.grpc.pb.h"
+#include "tools/cli/spec_file.h"
+
+ABSL_FLAG(std::string, trainer, "127.0.0.1:50051", "Trainer address.");
+ABSL_FLAG(std::string, rollout, "127.0.0.1:50052", "Rollout address (eval).");
+ABSL_FLAG(std::string, spec, "", "submit: job spec file (.json, .yaml or .yml).");
+ABSL_FLAG(std::string, request_id, "", "submit: idempotency key; empty: derived from the spec.");
+ABSL_FLAG(bool, watch, false, "submit: watch the job until it ends.");
+ABSL_FLAG(std::string, state, "", "list: only jobs in this state (e.g. RUNNING).");
+ABSL_FLAG(std::string, adapter, "", "eval: adapter name; empty: the base model.");
+ABSL_FLAG(int64_t, version, 0, "eval: adapter version.");
+ABSL_FLAG(std::string, task, "addition", "eval: task.");
+ABSL_FLAG(int, digits, 2, "eval: task digits.");
+ABSL_FLAG(int, prompts, 200, "eval: prompts, answered greedily.");
+
+// Defined with the servers' flags: the bearer token file (empty: $TANDEM_AUTH_TOKEN).
+ABSL_DECLARE_FLAG(std::string, auth_token_file);
+
+namespace tandem::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "tandem-cli COMMAND [flags]\n"
+    "  submit --spec=FILE [--watch]   create a job from a JSON or YAML JobSpec\n"
+    "  list [--state=RUNNING]         list jobs, newest first\n"
+    "  get JOB_ID                     print a job as JSON\n"
+    "  watch JOB_ID                   follow a job's progress until it ends\n"
+    "  cancel JOB_ID                  cancel a job\n"
+    "  eval --adapter=A --version=N   greedy accuracy of a version through rollout";
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const std::string& target,
+                                                       const std::string& service) {
+  auto token = ReadAuthToken(absl::GetFlag(FLAGS_auth_token_file));
+  if (!token.ok()) return token.status();
+  return CreateChannel({.target = target, .service_name = service, .auth_token = *token});
+}
+
+absl::StatusOr<std::unique_ptr<v1::JobService::Stub>> Trainer() {
+  auto channel = Channel(absl::GetFlag(FLAGS_trainer), "tandem.v1.JobService");
+  if (!channel.ok()) return channel.status();
+  return v1::JobService::NewStub(*channel);
+}
+
+absl::Status Check(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+std::string ShortState(v1::JobState state) { return v1::JobState_Name(state).substr(10); }
+
+std::string ProgressLine(const v1::Job& job) {
+  constexpr int kWidth = 24;
+  const int64_t steps = std::max<int64_t>(job.spec().num_steps(), 1);
+  const int filled = static_cast<int>(kWidth * job.current_step() / steps);
+  std::string line = absl::StrFormat("[%s%s] %lld/%lld %s", std::string(filled, '#'),
+                                     std::string(kWidth - filled, '.'),
+                                     static_cast<long long>(job.current_step()),
+                                     static_cast<long long>(steps), ShortState(job.state()));
+  if (job.has_latest_metrics()) {
+    const v1::StepMetrics& m = job.latest_metrics();
+    absl::StrAppendFormat(&line,
+                          "  reward %.3f  acc %.3f  len %.1f  route-disagree %.2f%%  "
+                          "mismatch-k3 %.5f  grad %.3f  %.2f s/step (gen %.2f train %.2f "
+                          "publish %.3f swap %.3f)",
+                          m.reward_mean(), m.accuracy(), m.response_length_mean(),
+                          100 * m.routing_disagreement_token_layer(), m.mismatch_kl_k3(),
+                          m.grad_norm(), m.step_seconds(), m.generation_seconds(),
+                          m.training_seconds(), m.publish_seconds(), m.swap_seconds());
+  }
+  return line;
+}
+
+absl::Status Watch(const std::string& job_id) {
+  auto trainer = Trainer();
+  if (!trainer.ok()) return trainer.status();
+  grpc::ClientContext context;
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  auto reader = (*trainer)->WatchJob(&context, request);
+  v1::WatchJobResponse event;
+  v1::Job last;
+  while (reader->Read(&event)) {
+    last = event.job();
+    std::printf("%s\n", ProgressLine(last).c_str());
+    std::fflush(stdout);
+  }
+  if (absl::Status status = Check(reader->Finish()); !status.ok()) return status;
+  if (last.state() == v1::JOB_STATE_SUCCEEDED) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("job ", job_id, " ended ", ShortState(last.state()),
+                                         last.error_message().empty() ? "" : ": ",
+                                         last.error_message()));
+}
+
+absl::Status Submit() {
+  auto spec = ReadJobSpec(absl::GetFlag(FLAGS_spec));
+  if (!spec.ok()) return spec.status();
+  auto trainer = Trainer();
+  if (!trainer.ok()) return trainer.status();
+  v1::CreateJobRequest request;
+  std::string request_id = absl::GetFlag(FLAGS_request_id);
+  if (request_id.empty()) {
+    request_id = absl::StrFormat("cli-%016x", std::hash<std::string>()(spec->SerializeAsString()));
+  }
+  request.set_request_id(request_id);
+  *request.mutable_spec() = *std::move(spec);
+  v1::CreateJobResponse response;
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(30));
+  if (absl::Status status = Check((*trainer)->CreateJob(&context, request, &response));
+      !status.ok()) {
+    return status;
+  }
+  std::printf("%s\n", response.job().id().c_str());
+  std::fflush(stdout);
+  return absl::GetFlag(FLAGS_watch) ? Watch(response.job().id()) : absl::OkStatus();
+}
+
+absl::Status List() {
+  auto trainer = Trainer();
+  if (!trainer.ok()) return trainer.status();
+  v1::ListJobsRequest request;
+  if (const std::string state = absl::GetFlag(FLAGS_state); !state.empty()) {
+    v1::JobState parsed;
+    if (!v1::JobState_Parse("JOB_STATE_" + state, &parsed)) {
+      return absl::InvalidArgumentError(absl::StrCat("--state=", state, " is not a job state"));
+    }
+    request.add_states(parsed);
+  }
+  std::printf("%-18s %-10s %-9s %-8s %s\n", "JOB", "STATE", "STEP", "VERSION", "NAME");
+  do {
+    v1::ListJobsResponse response;
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(30));
+    if (absl::Status status = Check((*trainer)->ListJobs(&context, request, &response));
+        !status.ok()) {
+      return status;
+    }
+    for (const v1::Job& job : response.jobs()) {
+      std::printf("%-18s %-10s %4lld/%-4lld %-8lld %s\n", job.id().c_str(),
+                  ShortState(job.state()).c_str(), static_cast<long long>(job.current_step()),
+                  static_cast<long long>(job.spec().num_steps()),
+                  static_cast<long long>(job.policy_version()), job.spec().display_name().c_str());
+    }
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  return absl::OkStatus();
+}
+
+absl::Status GetOrCancel(const std::string& command, const std::string& job_id) {
+  auto trainer = Trainer();
+  if (!trainer.ok()) return trainer.status();
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(30));
+  v1::Job job;
+  if (command == "get") {
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    v1::GetJobResponse response;
+    if (absl::Status status = Check((*trainer)->GetJob(&context, request, &response)); !status.ok()) {
+      return status;
+    }
+    job = response.job();
+  } else {
+    v1::CancelJobRequest request;
+    request.set_job_id(job_id);
+    v1::CancelJobResponse response;
+    if (absl::Status status = Check((*trainer)->CancelJob(&context, request, &response));
+        !status.ok()) {
+      return status;
+    }
+    job = response.job();
+  }
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(job, &json, options);
+  std::printf("%s", json.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status Eval() {
+  auto task = engine::MakeTask(absl::GetFlag(FLAGS_task), absl::GetFlag(FLAGS_digits));
+  if (!task.ok()) return task.status();
+  auto channel = Channel(absl::GetFlag(FLAGS_rollout), "tandem.v1.RolloutService");
+  if (!channel.ok()) return channel.status();
+  auto rollout = v1::RolloutService::NewStub(*channel);
+  // A seed no training step uses (steps mix the job seed with the step number).
+  const std::vector<engine::Sample> problems =
+      engine::GeneratePrompts(**task, absl::GetFlag(FLAGS_prompts), 0x5eed0fe7a1);
+  v1::GenerateRequest request;
+  request.set_request_id(absl::StrFormat("eval-%s-%lld-%llx", absl::GetFlag(FLAGS_adapter),
+                                         static_cast<long long>(absl::GetFlag(FLAGS_version)),
+                                         static_cast<unsigned long long>(absl::ToUnixNanos(absl::Now()))));
+  for (const engine::Sample& problem : problems) request.add_prompts()->set_text(problem.prompt);
+  request.mutable_sampling()->set_temperature(0);
+  request.mutable_sampling()->set_max_new_tokens(absl::GetFlag(FLAGS_digits) + 3);
+  if (!absl::GetFlag(FLAGS_adapter).empty()) {
+    request.mutable_adapter()->set_adapter_name(absl::GetFlag(FLAGS_adapter));
+    request.mutable_adapter()->set_exact_version(absl::GetFlag(FLAGS_version));
+  }
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Minutes(5));
+  auto reader = rollout->Generate(&context, request);
+  v1::GenerateResponse response;
+  int correct = 0;
+  while (reader->Read(&response)) {
+    const std::vector<int> tokens(response.token_ids().begin(), response.token_ids().end());
+    correct += (*task)->Reward(problems[response.prompt_index()].prompt,
+                               engine::Decode(tokens, engine::SpecialTokens::kRender)) >= 1;
+  }
+  if (absl::Status status = Check(reader->Finish()); !status.ok()) return status;
+  std::printf("accuracy %.3f (%d/%zu)\n", static_cast<double>(correct) / problems.size(), correct,
+              problems.size());
+  return absl::OkStatus();
+}
+
+absl::Status RunCommand(const std::vector<char*>& args) {
+  if (args.size() < 2) return absl::InvalidArgumentError(kUsage);
+  const std::string command = args[1];
+  const std::string operand = args.size() > 2 ? args[2] : "";
+  if (command == "submit") return Submit();
+  if (command == "list") return List();
+  if (command == "eval") return Eval();
+  if (command == "get" || command == "cancel" || command == "watch") {
+    if (operand.empty()) return absl::InvalidArgumentError(absl::StrCat(command, " needs a JOB_ID"));
+    return command == "watch" ? Watch(operand) : GetOrCancel(command, operand);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'\n", kUsage));
+}
+
+}  // namespace
+}  // namespace tandem::cli
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(tandem::cli::kUsage);
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const absl::Status status = tandem::cli::RunCommand(args);
+  if (!status.ok()) {
+    std::fprintf(stderr, "tandem-cli: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
