@@ -9,7 +9,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/unary.h"
-#include "common/unimplemented.h"
+#include "common/finished_reactor.h"
 #include "services/rollout/generate_request.h"
 
 namespace tandem::rollout {

@@ -35,6 +35,10 @@ std::string NewJobId() {
   return absl::StrFormat("job-%06x%06x", random() & 0xffffff, random() & 0xffffff);
 }
 
+absl::Status RequireJobId(const std::string& job_id) {
+  return job_id.empty() ? absl::InvalidArgumentError("job_id is required") : absl::OkStatus();
+}
+
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
          state == v1::JOB_STATE_CANCELLED;
@@ -196,6 +200,7 @@ void JobServiceImpl::Update(const std::string& job_id, v1::WatchEventType event,
 }
 
 absl::StatusOr<int64_t> JobServiceImpl::Subscribe(const std::string& job_id, Listener listener) {
+  if (absl::Status status = RequireJobId(job_id); !status.ok()) return status;
   absl::MutexLock lock(&mutex_);
   auto found = jobs_.find(job_id);
   if (found == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
@@ -246,6 +251,7 @@ absl::StatusOr<v1::Job> JobServiceImpl::Create(const v1::CreateJobRequest& reque
 }
 
 absl::StatusOr<v1::Job> JobServiceImpl::Get(const std::string& job_id) const {
+  if (absl::Status status = RequireJobId(job_id); !status.ok()) return status;
   absl::MutexLock lock(&mutex_);
   auto found = jobs_.find(job_id);
   if (found == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
@@ -297,6 +303,7 @@ absl::StatusOr<v1::ListJobsResponse> JobServiceImpl::List(
 }
 
 absl::StatusOr<v1::Job> JobServiceImpl::Cancel(const std::string& job_id) {
+  if (absl::Status status = RequireJobId(job_id); !status.ok()) return status;
   absl::MutexLock lock(&mutex_);
   auto found = jobs_.find(job_id);
   if (found == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));

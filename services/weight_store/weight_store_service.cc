@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "common/unary.h"
-#include "common/unimplemented.h"
+#include "common/finished_reactor.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/weight_store/reshard.h"
 #include "services/weight_store/tensor_assembly.h"

@@ -1,0 +1,399 @@
+// The trainer end to end: the four service binaries as separate processes on loopback run a real
+// GRPO job that completes and improves greedy accuracy; cancel; kill -9 of the trainer mid-job
+// and resume from the checkpoint; bad specs rejected; the CLI's exit codes and messages.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/channel.h"
+#include "common/health_client.h"
+#include "common/testing/http_get.h"
+#include "engine/sampler.h"
+#include "engine/tasks.h"
+#include "engine/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tandem/v1/rollout.grpc.pb.h"
+#include "tandem/v1/trainer.grpc.pb.h"
+#include "tests/service_process.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Dir() { return ::testing::TempDir() + "/trainer_process"; }
+
+// A small base model for 1-digit addition (100 supervised steps, about 65% greedy accuracy).
+std::string BaseModelPath() {
+  static const std::string path = [] {
+    const std::string file = Dir() + "/base.safetensors";
+    std::filesystem::create_directories(Dir());
+    auto process = ServiceProcess::Start(RunfilePath("engine/make_base_model"),
+                                         {"--digits=1", "--max_steps=100", "--out=" + file},
+                                         Dir() + "/make_base_model.log");
+    EXPECT_TRUE(process.ok()) << process.status();
+    const int status = process->Wait();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return file;
+  }();
+  return path;
+}
+
+struct Service {
+  std::string binary;
+  std::string proto_name;
+  std::vector<std::string> flags;
+  int port = 0;
+  std::unique_ptr<ServiceProcess> process;
+};
+
+class TrainerProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = Dir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(data_);
+    std::filesystem::create_directories(data_);
+    const std::string base = BaseModelPath();
+    services_["weight_store"] = {"services/weight_store/weight_store",
+                                 "tandem.v1.WeightStoreService",
+                                 {"--data_dir=" + data_ + "/ws", "--ucx_transports=tcp"}};
+    services_["router_replay"] = {"services/router_replay/router_replay",
+                                  "tandem.v1.RouterReplayService",
+                                  {"--data_dir=" + data_ + "/rr"}};
+    for (auto& [name, service] : services_) service.port = PickFreePort();
+    services_["rollout"] = {"services/rollout/rollout",
+                            "tandem.v1.RolloutService",
+                            {"--base_model=" + base, "--ucx_transports=tcp",
+                             absl::StrCat("--weight_store=127.0.0.1:", Port("weight_store")),
+                             absl::StrCat("--router_replay=127.0.0.1:", Port("router_replay"))}};
+    services_["trainer"] = {"services/trainer/trainer",
+                            "tandem.v1.JobService",
+                            {"--data_dir=" + data_ + "/trainer", "--ucx_transports=tcp"}};
+    services_["rollout"].port = PickFreePort();
+    services_["trainer"].port = PickFreePort();
+    for (const char* name : {"weight_store", "router_replay", "rollout", "trainer"}) Start(name);
+    trainer_ = v1::JobService::NewStub(Channel("trainer"));
+    rollout_ = v1::RolloutService::NewStub(Channel("rollout"));
+  }
+
+  int Port(const std::string& name) { return services_[name].port; }
+
+  std::shared_ptr<grpc::Channel> Channel(const std::string& name) {
+    return *CreateChannel({.target = absl::StrCat("127.0.0.1:", Port(name)),
+                           .service_name = services_[name].proto_name});
+  }
+
+  void Start(const std::string& name) {
+    Service& service = services_[name];
+    std::vector<std::string> args = {"--host=127.0.0.1", absl::StrCat("--port=", service.port),
+                                     absl::StrCat("--metrics_port=", PickFreePort())};
+    args.insert(args.end(), service.flags.begin(), service.flags.end());
+    auto process = ServiceProcess::Start(RunfilePath(service.binary), args,
+                                         absl::StrCat(data_, "/", name, ".log"));
+    ASSERT_TRUE(process.ok()) << process.status();
+    service.process = std::make_unique<ServiceProcess>(*std::move(process));
+    auto health = *CreateChannel({.target = absl::StrCat("127.0.0.1:", service.port),
+                                  .service_name = "grpc.health.v1.Health"});
+    ASSERT_TRUE(WaitUntilServing(health, service.proto_name, absl::Seconds(30)).ok()) << name;
+  }
+
+  v1::JobSpec Spec(int steps) {
+    v1::JobSpec spec;
+    spec.set_display_name("test");
+    spec.mutable_task()->set_name("addition");
+    (*spec.mutable_task()->mutable_params())["digits"] = "1";
+    spec.set_base_model_path(BaseModelPath());
+    spec.mutable_lora()->set_rank(8);
+    spec.mutable_lora()->set_alpha(16);
+    spec.set_algorithm(v1::ALGORITHM_GRPO);
+    spec.mutable_algorithm_config()->set_learning_rate(5e-3);
+    spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_TOKEN_TIS);
+    spec.set_prompts_per_step(32);
+    spec.set_group_size(8);
+    spec.set_num_steps(steps);
+    spec.set_micro_batch_size(64);
+    spec.mutable_sampling()->set_max_new_tokens(4);
+    spec.mutable_endpoints()->add_rollout(absl::StrCat("127.0.0.1:", Port("rollout")));
+    spec.mutable_endpoints()->set_weight_store(absl::StrCat("127.0.0.1:", Port("weight_store")));
+    spec.mutable_endpoints()->set_router_replay(absl::StrCat("127.0.0.1:", Port("router_replay")));
+    spec.set_seed(7);
+    return spec;
+  }
+
+  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& request_id) {
+    v1::CreateJobRequest request;
+    request.set_request_id(request_id);
+    *request.mutable_spec() = spec;
+    v1::CreateJobResponse response;
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(30));
+    const grpc::Status status = trainer_->CreateJob(&context, request, &response);
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    return response.job();
+  }
+
+  v1::Job Get(const std::string& job_id) {
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    v1::GetJobResponse response;
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(30));
+    EXPECT_TRUE(trainer_->GetJob(&context, request, &response).ok());
+    return response.job();
+  }
+
+  // Polls until `done` holds for the job (or a minute passes).
+  v1::Job AwaitJob(const std::string& job_id, const std::function<bool(const v1::Job&)>& done) {
+    v1::Job job;
+    for (int i = 0; i < 1200; ++i) {
+      job = Get(job_id);
+      if (done(job)) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return job;
+  }
+
+  // Greedy accuracy on 1-digit addition of `version` (0: the base model) through the rollout.
+  double GreedyAccuracy(const std::string& adapter, int64_t version) {
+    auto task = *engine::MakeTask("addition", 1);
+    const std::vector<engine::Sample> problems = engine::GeneratePrompts(*task, 400, 99);
+    v1::GenerateRequest request;
+    request.set_request_id(absl::StrCat("eval-", version));
+    for (const engine::Sample& problem : problems) request.add_prompts()->set_text(problem.prompt);
+    request.mutable_sampling()->set_temperature(0);
+    request.mutable_sampling()->set_max_new_tokens(4);
+    if (version > 0) {
+      request.mutable_adapter()->set_adapter_name(adapter);
+      request.mutable_adapter()->set_exact_version(version);
+    }
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(60));
+    auto reader = rollout_->Generate(&context, request);
+    v1::GenerateResponse response;
+    int correct = 0;
+    while (reader->Read(&response)) {
+      const std::vector<int> tokens(response.token_ids().begin(), response.token_ids().end());
+      correct += task->Reward(problems[response.prompt_index()].prompt,
+                              engine::Decode(tokens, engine::SpecialTokens::kRender)) >= 1;
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return correct / 400.0;
+  }
+
+  std::string data_;
+  std::map<std::string, Service> services_;
+  std::unique_ptr<v1::JobService::Stub> trainer_;
+  std::unique_ptr<v1::RolloutService::Stub> rollout_;
+};
+
+TEST_F(TrainerProcessTest, AJobRunsThroughAllFourServicesAndImprovesAccuracy) {
+  const double before = GreedyAccuracy("", 0);
+  auto job = Create(Spec(40), "first");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job->spec().adapter_name(), job->id()) << "defaults are resolved";
+  EXPECT_EQ(job->spec().routing_replay(), v1::ROUTING_REPLAY_MODE_R3);
+
+  // WatchJob: a snapshot, state changes and steps, then the end of the stream at SUCCEEDED.
+  grpc::ClientContext context;
+  v1::WatchJobRequest watch;
+  watch.set_job_id(job->id());
+  auto reader = trainer_->WatchJob(&context, watch);
+  v1::WatchJobResponse event;
+  std::vector<v1::WatchJobResponse> events;
+  while (reader->Read(&event)) events.push_back(event);
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().type(), v1::WATCH_EVENT_TYPE_SNAPSHOT);
+  const v1::Job& done = events.back().job();
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  EXPECT_EQ(done.current_step(), 40);
+  EXPECT_EQ(done.policy_version(), 41) << "the initial adapter, then one version per step";
+  int steps_seen = 0;
+  for (const v1::WatchJobResponse& e : events) {
+    steps_seen += e.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED;
+  }
+  EXPECT_GT(steps_seen, 0);
+
+  const v1::StepMetrics& metrics = done.latest_metrics();
+  EXPECT_EQ(metrics.step(), 40);
+  EXPECT_EQ(metrics.policy_version(), 41);
+  EXPECT_EQ(metrics.min_rollout_version(), 40);
+  EXPECT_GT(metrics.response_tokens(), 0);
+  EXPECT_LT(metrics.routing_disagreement_token_layer(), 0.1) << "bf16 rollout vs fp32 trainer";
+  EXPECT_LT(metrics.missing_route_share(), 1e-9) << "every route was recorded";
+  EXPECT_LT(metrics.mismatch_kl_k3(), 0.01);
+  EXPECT_GT(metrics.is_weight_ess(), 0.5);
+  for (double seconds : {metrics.generation_seconds(), metrics.training_seconds(),
+                         metrics.publish_seconds(), metrics.step_seconds()}) {
+    EXPECT_GT(seconds, 0);
+  }
+
+  const double after = GreedyAccuracy(job->id(), done.policy_version());
+  std::printf("greedy accuracy %.3f -> %.3f\n", before, after);
+  EXPECT_GT(after, before + 0.02);
+
+  // The API around a finished job.
+  auto again = Create(Spec(40), "first");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->id(), job->id()) << "CreateJob is idempotent on request_id";
+  auto conflicting = Create(Spec(41), "first");
+  EXPECT_EQ(conflicting.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(conflicting.status().message(), HasSubstr("with a different spec"));
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job->id());
+  v1::CancelJobResponse cancelled;
+  grpc::ClientContext cancel_context;
+  const grpc::Status cancel_status = trainer_->CancelJob(&cancel_context, cancel, &cancelled);
+  EXPECT_EQ(cancel_status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(cancel_status.error_message(), HasSubstr("is already SUCCEEDED"));
+  v1::ListJobsRequest list;
+  list.add_states(v1::JOB_STATE_SUCCEEDED);
+  v1::ListJobsResponse listed;
+  grpc::ClientContext list_context;
+  ASSERT_TRUE(trainer_->ListJobs(&list_context, list, &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_EQ(listed.jobs(0).id(), job->id());
+}
+
+TEST_F(TrainerProcessTest, CancelStopsRunningAndQueuedJobs) {
+  auto running = Create(Spec(100000), "long");
+  auto queued = Create(Spec(5), "behind");
+  ASSERT_TRUE(running.ok() && queued.ok());
+  AwaitJob(running->id(), [](const v1::Job& job) { return job.current_step() >= 2; });
+  for (const std::string& id : {queued->id(), running->id()}) {
+    v1::CancelJobRequest request;
+    request.set_job_id(id);
+    v1::CancelJobResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(trainer_->CancelJob(&context, request, &response).ok());
+    EXPECT_THAT(response.job().state(),
+                ::testing::AnyOf(v1::JOB_STATE_CANCELLING, v1::JOB_STATE_CANCELLED));
+  }
+  EXPECT_EQ(Get(queued->id()).state(), v1::JOB_STATE_CANCELLED) << "a queued job ends at once";
+  const v1::Job stopped =
+      AwaitJob(running->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_CANCELLING; });
+  EXPECT_EQ(stopped.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_GT(stopped.policy_version(), 0) << "versions published before the cancel remain";
+  EXPECT_TRUE(stopped.has_end_time());
+}
+
+TEST_F(TrainerProcessTest, KillDashNineOfTheTrainerResumesFromTheCheckpoint) {
+  v1::JobSpec spec = Spec(16);
+  spec.set_checkpoint_every(3);
+  auto job = Create(spec, "resumable");
+  ASSERT_TRUE(job.ok()) << job.status();
+  AwaitJob(job->id(), [](const v1::Job& job) { return job.current_step() >= 7; });
+  services_["trainer"].process->Stop(SIGKILL);
+  services_["trainer"].process.reset();
+  Start("trainer");
+  trainer_ = v1::JobService::NewStub(Channel("trainer"));
+  const v1::Job done =
+      AwaitJob(job->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_RUNNING; });
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  EXPECT_EQ(done.current_step(), 16);
+  // Resumed from step 6 or later: the restored adapter was republished as a new version.
+  EXPECT_GT(done.policy_version(), 17);
+  EXPECT_TRUE(std::filesystem::exists(done.spec().output_dir() + "/checkpoint.safetensors"));
+}
+
+TEST_F(TrainerProcessTest, BadSpecsAreRejectedWithClearMessages) {
+  const auto expect_invalid = [&](v1::JobSpec spec, const std::string& message) {
+    auto job = Create(spec, absl::StrCat("bad-", message));
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_THAT(job.status().message(), HasSubstr(message));
+  };
+  v1::JobSpec spec = Spec(5);
+  spec.set_group_size(1);
+  expect_invalid(spec, "spec.group_size: ALGORITHM_GRPO needs >= 2");
+  spec = Spec(5);
+  spec.clear_task();
+  expect_invalid(spec, "spec.task or dataset is required");
+  spec = Spec(5);
+  spec.mutable_task()->set_name("chess");
+  expect_invalid(spec, "unknown task");
+  spec = Spec(5);
+  spec.mutable_endpoints()->clear_router_replay();
+  expect_invalid(spec, "spec.endpoints.router_replay: required for R3");
+  spec = Spec(5);
+  spec.mutable_algorithm_config()->set_learning_rate(0);
+  expect_invalid(spec, "learning_rate must be > 0");
+  spec = Spec(5);
+  spec.mutable_lora()->set_rank(0);
+  expect_invalid(spec, "lora.rank is required");
+  spec = Spec(5);
+  spec.set_algorithm(v1::ALGORITHM_PPO);
+  expect_invalid(spec, "PPO needs a value head");
+  spec = Spec(5);
+  spec.mutable_is_correction()->set_upper_bound(-1);
+  expect_invalid(spec, "is_correction");
+  spec = Spec(5);
+  spec.clear_sampling();
+  expect_invalid(spec, "sampling.max_new_tokens");
+  auto no_request_id = Create(Spec(5), "");
+  EXPECT_EQ(no_request_id.status().code(), absl::StatusCode::kInvalidArgument);
+
+  // Checked when the job starts: a missing base model fails the job with that error.
+  spec = Spec(5);
+  spec.set_base_model_path(data_ + "/no-such-model.safetensors");
+  auto job = Create(spec, "missing-model");
+  ASSERT_TRUE(job.ok());
+  const v1::Job failed =
+      AwaitJob(job->id(), [](const v1::Job& job) { return job.state() == v1::JOB_STATE_FAILED; });
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error_message(), HasSubstr("base model"));
+}
+
+TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors) {
+  const std::string good = data_ + "/job.yaml";
+  std::ofstream(good) << "display_name: cli\n"
+                         "task: {name: addition, params: {digits: \"1\"}}\n"
+                         "base_model_path: " << BaseModelPath() << "\n"
+                         "lora: {rank: 4}\n"
+                         "algorithm: ALGORITHM_GRPO\n"
+                         "algorithm_config: {learning_rate: 0.001}\n"
+                         "prompts_per_step: 4\ngroup_size: 2\nnum_steps: 2\n"
+                         "sampling: {max_new_tokens: 3}\n"
+                         "endpoints:\n"
+                         "  rollout: [\"127.0.0.1:" << Port("rollout") << "\"]\n"
+                         "  weight_store: 127.0.0.1:" << Port("weight_store") << "\n"
+                         "  router_replay: 127.0.0.1:" << Port("router_replay") << "\n";
+  const std::string bad = data_ + "/bad.json";
+  std::ofstream(bad) << "{\"group_size\": \"many\"}";
+  const auto cli = [&](const std::vector<std::string>& args, const std::string& log) {
+    std::vector<std::string> all = {absl::StrCat("--trainer=127.0.0.1:", Port("trainer"))};
+    all.insert(all.begin(), args.begin(), args.end());
+    auto process = ServiceProcess::Start(RunfilePath("tools/cli/tandem-cli"), all, log);
+    EXPECT_TRUE(process.ok());
+    return process->Wait();
+  };
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  int status = cli({"submit", "--spec=" + good, "--watch"}, data_ + "/good.log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read(data_ + "/good.log");
+  EXPECT_THAT(read(data_ + "/good.log"), HasSubstr("2/2 SUCCEEDED"));
+  status = cli({"submit", "--spec=" + bad}, data_ + "/bad.log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  EXPECT_THAT(read(data_ + "/bad.log"), HasSubstr("tandem-cli: " + bad));
+  status = cli({"watch", "job-nope"}, data_ + "/missing.log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  EXPECT_THAT(read(data_ + "/missing.log"), HasSubstr("job job-nope not found"));
+}
+
+}  // namespace
+}  // namespace tandem::testing
