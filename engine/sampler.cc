@@ -27,10 +27,13 @@ int Argmax(const float* logits, int vocab) {
   return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
 }
 
-double LogSumExp(const float* logits, int vocab, float max_logit) {
+// log sum_i exp(logits[i] / temperature).
+double LogSumExp(const float* logits, int vocab, float max_logit, double temperature) {
   double sum = 0.0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
-  return max_logit + std::log(sum);
+  for (int i = 0; i < vocab; ++i) {
+    sum += std::exp((static_cast<double>(logits[i]) - max_logit) / temperature);
+  }
+  return max_logit / temperature + std::log(sum);
 }
 
 // Token ids most likely first (ties by lower id), cut to top_k; all ids in id order if no cut.
@@ -111,8 +114,10 @@ SampledToken SampleToken(const float* logits, int vocab, const SamplingConfig& c
   const float max_logit = logits[argmax];
   const bool greedy = config.temperature <= 0.0f || config.top_k == 1;
   const int token = greedy ? argmax : Draw(logits, vocab, config, max_logit, u);
-  const double log_z = LogSumExp(logits, vocab, max_logit);
-  return {token, static_cast<float>(static_cast<double>(logits[token]) - log_z)};
+  // Log-probability under softmax(logits / T); greedy decoding reports the T = 1 distribution.
+  const double temperature = config.temperature > 0.0f ? config.temperature : 1.0;
+  const double log_z = LogSumExp(logits, vocab, max_logit, temperature);
+  return {token, static_cast<float>(static_cast<double>(logits[token]) / temperature - log_z)};
 }
 
 uint64_t MixSeed(uint64_t seed, uint64_t stream) {

@@ -20,9 +20,9 @@ absl::Status Validate(const SamplingConfig& config);
 
 struct SampledToken {
   int token;
-  // log softmax(logits)[token] of the UNMODIFIED policy (temperature 1, no top-k/top-p), not of
-  // the distribution that was sampled from: RL uses it as log pi_old(token), and the trainer's
-  // recomputed log-probabilities are untempered and untruncated too.
+  // log softmax(logits / temperature)[token], before top-k/top-p truncation (temperature 1 for
+  // greedy decoding): RL uses it as log pi_old(token), and the trainer recomputes the same
+  // quantity from its logits divided by the sampling temperature (veRL's semantics).
   float logprob;
 };
 

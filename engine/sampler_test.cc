@@ -126,7 +126,7 @@ TEST(SamplerTest, MaskedTokensAreNeverDrawn) {
   EXPECT_NEAR(freq[1], 0.5, 0.02);
 }
 
-TEST(SamplerTest, LogprobIsTheUntemperedUntruncatedLogSoftmax) {
+TEST(SamplerTest, LogprobIsTheTemperedUntruncatedLogSoftmax) {
   std::mt19937_64 logit_rng(21);
   std::mt19937_64 rng(22);
   for (const SamplingConfig& config : {SamplingConfig{}, SamplingConfig{.temperature = 0.0f},
@@ -134,7 +134,8 @@ TEST(SamplerTest, LogprobIsTheUntemperedUntruncatedLogSoftmax) {
                                        SamplingConfig{.temperature = 3.0f, .top_p = 0.5f}}) {
     for (int i = 0; i < 50; ++i) {
       const std::vector<float> logits = RandomLogits(logit_rng, 49);
-      const std::vector<double> probs = Softmax(logits, 1.0);
+      const std::vector<double> probs =
+          Softmax(logits, config.temperature > 0 ? config.temperature : 1.0);
       const SampledToken sampled = SampleToken(logits.data(), 49, config, rng);
       EXPECT_NEAR(sampled.logprob, std::log(probs[sampled.token]), 1e-5);
     }

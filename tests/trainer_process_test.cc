@@ -33,7 +33,7 @@ using ::testing::HasSubstr;
 
 std::string Dir() { return ::testing::TempDir() + "/trainer_process"; }
 
-// A small base model for 1-digit addition (100 supervised steps, about 65% greedy accuracy).
+// The demo's base model: 1-digit addition, 100 supervised steps (about 65% greedy accuracy).
 std::string BaseModelPath() {
   static const std::string path = [] {
     const std::string file = Dir() + "/base.safetensors";
@@ -123,6 +123,7 @@ class TrainerProcessTest : public ::testing::Test {
     spec.set_num_steps(steps);
     spec.set_micro_batch_size(64);
     spec.mutable_sampling()->set_max_new_tokens(4);
+    spec.mutable_sampling()->set_temperature(0.6f);
     spec.mutable_endpoints()->add_rollout(absl::StrCat("127.0.0.1:", Port("rollout")));
     spec.mutable_endpoints()->set_weight_store(absl::StrCat("127.0.0.1:", Port("weight_store")));
     spec.mutable_endpoints()->set_router_replay(absl::StrCat("127.0.0.1:", Port("router_replay")));
@@ -201,7 +202,7 @@ class TrainerProcessTest : public ::testing::Test {
 
 TEST_F(TrainerProcessTest, AJobRunsThroughAllFourServicesAndImprovesAccuracy) {
   const double before = GreedyAccuracy("", 0);
-  auto job = Create(Spec(40), "first");
+  auto job = Create(Spec(60), "first");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(job->spec().adapter_name(), job->id()) << "defaults are resolved";
@@ -220,8 +221,8 @@ TEST_F(TrainerProcessTest, AJobRunsThroughAllFourServicesAndImprovesAccuracy) {
   EXPECT_EQ(events.front().type(), v1::WATCH_EVENT_TYPE_SNAPSHOT);
   const v1::Job& done = events.back().job();
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
-  EXPECT_EQ(done.current_step(), 40);
-  EXPECT_EQ(done.policy_version(), 41) << "the initial adapter, then one version per step";
+  EXPECT_EQ(done.current_step(), 60);
+  EXPECT_EQ(done.policy_version(), 61) << "the initial adapter, then one version per step";
   int steps_seen = 0;
   for (const v1::WatchJobResponse& e : events) {
     steps_seen += e.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED;
@@ -229,9 +230,9 @@ TEST_F(TrainerProcessTest, AJobRunsThroughAllFourServicesAndImprovesAccuracy) {
   EXPECT_GT(steps_seen, 0);
 
   const v1::StepMetrics& metrics = done.latest_metrics();
-  EXPECT_EQ(metrics.step(), 40);
-  EXPECT_EQ(metrics.policy_version(), 41);
-  EXPECT_EQ(metrics.min_rollout_version(), 40);
+  EXPECT_EQ(metrics.step(), 60);
+  EXPECT_EQ(metrics.policy_version(), 61);
+  EXPECT_EQ(metrics.min_rollout_version(), 60);
   EXPECT_GT(metrics.response_tokens(), 0);
   EXPECT_LT(metrics.routing_disagreement_token_layer(), 0.1) << "bf16 rollout vs fp32 trainer";
   EXPECT_LT(metrics.missing_route_share(), 1e-9) << "every route was recorded";
@@ -244,13 +245,13 @@ TEST_F(TrainerProcessTest, AJobRunsThroughAllFourServicesAndImprovesAccuracy) {
 
   const double after = GreedyAccuracy(job->id(), done.policy_version());
   std::printf("greedy accuracy %.3f -> %.3f\n", before, after);
-  EXPECT_GT(after, before + 0.02);
+  EXPECT_GT(after, before + 0.05);
 
   // The API around a finished job.
-  auto again = Create(Spec(40), "first");
+  auto again = Create(Spec(60), "first");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->id(), job->id()) << "CreateJob is idempotent on request_id";
-  auto conflicting = Create(Spec(41), "first");
+  auto conflicting = Create(Spec(61), "first");
   EXPECT_EQ(conflicting.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(conflicting.status().message(), HasSubstr("with a different spec"));
   v1::CancelJobRequest cancel;

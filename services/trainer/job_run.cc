@@ -82,6 +82,8 @@ PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
   config.micro_batch_size = spec.micro_batch_size();
   config.learning_rate = static_cast<float>(algorithm.learning_rate());
   config.max_grad_norm = static_cast<float>(algorithm.max_grad_norm());
+  const float temperature = spec.sampling().has_temperature() ? spec.sampling().temperature() : 1;
+  config.temperature = temperature > 0 ? temperature : 1;
   return config;
 }
 

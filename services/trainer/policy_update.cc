@@ -80,10 +80,20 @@ absl::StatusOr<const float*> PolicyUpdater::Forward(engine::Transformer& transfo
                     batch.samples[i].response.end());
     tokens.Add(sequence);
   }
-  if (routes == nullptr || routes->empty()) return transformer.Forward(tokens, nullptr);
-  const std::vector<int16_t> slice(routes->begin() + batch.offsets[begin] * batch.route_width,
-                                   routes->begin() + batch.offsets[end] * batch.route_width);
-  return transformer.Forward(tokens, &slice);
+  absl::StatusOr<const float*> logits;
+  if (routes == nullptr || routes->empty()) {
+    logits = transformer.Forward(tokens, nullptr);
+  } else {
+    const std::vector<int16_t> slice(routes->begin() + batch.offsets[begin] * batch.route_width,
+                                     routes->begin() + batch.offsets[end] * batch.route_width);
+    logits = transformer.Forward(tokens, &slice);
+  }
+  if (!logits.ok() || config_.temperature == 1.0f) return logits;
+  // The policy the rollout sampled from: logits / T.
+  const size_t count = static_cast<size_t>(tokens.num_tokens()) * base_.config().vocab_size;
+  scaled_logits_.assign(*logits, *logits + count);
+  for (float& logit : scaled_logits_) logit /= config_.temperature;
+  return scaled_logits_.data();
 }
 
 absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSample>& samples,
@@ -240,9 +250,16 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
     if (!batch.have_old[micro]) RecordOldPolicy(batch, micro, micro_end, logp, stats);
     std::vector<double> ref_logp;
     if (config_.loss.kl_coef > 0) {
+      // Kept aside: the reference forward reuses the scaled-logits buffer.
+      const std::vector<float> policy_logits(*logits, *logits + (batch.offsets[micro_end] -
+                                                                 batch.offsets[micro]) * vocab);
       absl::StatusOr<const float*> ref_logits = Forward(reference_, batch, micro, micro_end, routes);
       if (!ref_logits.ok()) return ref_logits.status();
       ref_logp = ResponseLogProbs(batch, micro, micro_end, *ref_logits);
+      if (config_.temperature != 1.0f) {
+        scaled_logits_ = policy_logits;
+        logits = scaled_logits_.data();
+      }
     }
     const size_t first = batch.at(micro, 0), count = logp.size();
     const auto rows = [&](const std::vector<double>& v) {
@@ -273,6 +290,9 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
                             static_cast<int64_t>(sample.prompt.size()) - 1;
       cpu::TokenLogProbsBackward(*logits + start * vocab, sample.response.data(), dlogp.data(),
                                  dlogits.data() + start * vocab, responses, vocab);
+    }
+    if (config_.temperature != 1.0f) {
+      for (float& d : dlogits) d /= config_.temperature;  // Through logits / T.
     }
     policy_.Backward(dlogits.data());
   }

@@ -40,6 +40,9 @@ struct PolicyUpdateConfig {
   int micro_batch_size = 8;  // Sequences per forward/backward.
   float learning_rate = 1e-4f;
   float max_grad_norm = 1.0f;  // 0: measure only.
+  // The rollout's sampling temperature: log-probs are of softmax(logits / temperature), the
+  // quantity the rollout reports (1 for greedy).
+  float temperature = 1.0f;
 };
 
 struct UpdateStats {
@@ -93,6 +96,7 @@ class PolicyUpdater {
   const PolicyUpdateConfig config_;
   engine::Transformer policy_;
   engine::Transformer reference_;  // The base model alone, for the KL penalty.
+  std::vector<float> scaled_logits_;  // The last Forward's logits / temperature.
 };
 
 }  // namespace tandem::trainer

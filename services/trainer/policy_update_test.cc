@@ -49,7 +49,8 @@ class PolicyUpdateTest : public ::testing::Test {
   }
 
   // `groups` prompts x 8 samples of 3 tokens; reward 1 when the first token is kTarget.
-  std::vector<TrainingSample> Rollouts(int groups, uint64_t seed, std::vector<int16_t>* routes) {
+  std::vector<TrainingSample> Rollouts(int groups, uint64_t seed, std::vector<int16_t>* routes,
+                                       float temperature = 1.0f) {
     engine::Transformer transformer(base_, &lora_);
     std::vector<engine::GenerationRequest> requests;
     for (int g = 0; g < groups; ++g) {
@@ -57,6 +58,7 @@ class PolicyUpdateTest : public ::testing::Test {
         engine::GenerationRequest& request = requests.emplace_back();
         request.prompt = {1, 3 + g % 5};
         request.max_new_tokens = 3;
+        request.sampling.temperature = temperature;
         request.seed = engine::MixSeed(seed, g * 8 + j);
       }
     }
@@ -128,6 +130,18 @@ TEST_F(PolicyUpdateTest, SeveralUpdatesPerStepAndMismatchStatistics) {
   EXPECT_NEAR(stats->is_clipped_share, 1.0, 1e-9);
   EXPECT_NEAR(stats->is_ess, 1.0, 1e-9);
   EXPECT_EQ(stats->response_tokens, 32 * 3);
+}
+
+TEST_F(PolicyUpdateTest, LogProbsAreOfTheSamplingTemperatureLikeTheRollouts) {
+  for (float temperature : {0.5f, 1.0f, 2.0f}) {
+    PolicyUpdater updater(base_, lora_, *optimizer_,
+                          {.learning_rate = 0, .temperature = temperature});
+    auto stats = updater.Update(Rollouts(2, 3, nullptr, temperature), {});
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_LT(stats->mismatch_kl_k3, 1e-8) << "temperature " << temperature;
+  }
+  PolicyUpdater untempered(base_, lora_, *optimizer_, {.learning_rate = 0});
+  EXPECT_GT(untempered.Update(Rollouts(2, 3, nullptr, 0.5f), {})->mismatch_kl_k3, 1e-3);
 }
 
 TEST_F(PolicyUpdateTest, InconsistentInputsAreRejected) {

@@ -31,7 +31,8 @@ ABSL_FLAG(std::string, adapter, "", "eval: adapter name; empty: the base model."
 ABSL_FLAG(int64_t, version, 0, "eval: adapter version.");
 ABSL_FLAG(std::string, task, "addition", "eval: task.");
 ABSL_FLAG(int, digits, 2, "eval: task digits.");
-ABSL_FLAG(int, prompts, 200, "eval: prompts, answered greedily.");
+ABSL_FLAG(int, prompts, 200, "eval: prompts.");
+ABSL_FLAG(double, temperature, 0, "eval: sampling temperature; 0 answers greedily.");
 
 // Defined with the servers' flags: the bearer token file (empty: $TANDEM_AUTH_TOKEN).
 ABSL_DECLARE_FLAG(std::string, auth_token_file);
@@ -46,7 +47,8 @@ constexpr char kUsage[] =
     "  get JOB_ID                     print a job as JSON\n"
     "  watch JOB_ID                   follow a job's progress until it ends\n"
     "  cancel JOB_ID                  cancel a job\n"
-    "  eval --adapter=A --version=N   greedy accuracy of a version through rollout";
+    "  eval --adapter=A --version=N   accuracy of a version through rollout (greedy, or\n"
+    "                                 sampled at --temperature)";
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const std::string& target,
                                                        const std::string& service) {
@@ -90,6 +92,29 @@ std::string ProgressLine(const v1::Job& job) {
   return line;
 }
 
+// Means over the steps a watch saw (consecutive steps may be coalesced by the server).
+struct StepTotals {
+  int steps = 0;
+  double disagreement = 0, mismatch = 0, refit = 0, tokens = 0, seconds = 0;
+
+  void Add(const v1::StepMetrics& m) {
+    ++steps;
+    disagreement += m.routing_disagreement_token_layer();
+    mismatch += m.mismatch_kl_k3();
+    refit += m.publish_seconds() + m.swap_seconds();
+    tokens += static_cast<double>(m.response_tokens());
+    seconds += m.step_seconds();
+  }
+
+  std::string Summary() const {
+    const double n = std::max(steps, 1);
+    return absl::StrFormat(
+        "summary: steps %d  routing-disagreement %.4f  mismatch-k3 %.6f  refit-seconds %.4f  "
+        "tokens-per-second %.0f",
+        steps, disagreement / n, mismatch / n, refit / n, seconds > 0 ? tokens / seconds : 0.0);
+  }
+};
+
 absl::Status Watch(const std::string& job_id) {
   auto trainer = Trainer();
   if (!trainer.ok()) return trainer.status();
@@ -99,12 +124,15 @@ absl::Status Watch(const std::string& job_id) {
   auto reader = (*trainer)->WatchJob(&context, request);
   v1::WatchJobResponse event;
   v1::Job last;
+  StepTotals totals;
   while (reader->Read(&event)) {
     last = event.job();
+    if (event.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED) totals.Add(last.latest_metrics());
     std::printf("%s\n", ProgressLine(last).c_str());
     std::fflush(stdout);
   }
   if (absl::Status status = Check(reader->Finish()); !status.ok()) return status;
+  std::printf("%s\n", totals.Summary().c_str());
   if (last.state() == v1::JOB_STATE_SUCCEEDED) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat("job ", job_id, " ended ", ShortState(last.state()),
                                          last.error_message().empty() ? "" : ": ",
@@ -212,7 +240,8 @@ absl::Status Eval() {
                                          static_cast<long long>(absl::GetFlag(FLAGS_version)),
                                          static_cast<unsigned long long>(absl::ToUnixNanos(absl::Now()))));
   for (const engine::Sample& problem : problems) request.add_prompts()->set_text(problem.prompt);
-  request.mutable_sampling()->set_temperature(0);
+  request.mutable_sampling()->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  request.mutable_sampling()->set_seed(1);
   request.mutable_sampling()->set_max_new_tokens(absl::GetFlag(FLAGS_digits) + 3);
   if (!absl::GetFlag(FLAGS_adapter).empty()) {
     request.mutable_adapter()->set_adapter_name(absl::GetFlag(FLAGS_adapter));
