@@ -1,7 +1,6 @@
 #include "services/rollout/rollout_service.h"
 
 #include <chrono>
-#include <deque>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +9,7 @@
 #include "common/status.h"
 #include "common/unary.h"
 #include "common/finished_reactor.h"
+#include "common/queued_write_reactor.h"
 #include "services/rollout/generate_request.h"
 
 namespace tandem::rollout {
@@ -26,119 +26,47 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   return absl::FromChrono(deadline);
 }
 
-// Streams a request's samples as the scheduler finishes them. The scheduler's callbacks may
-// outlive this reactor, so they reach it through `Stream`, which OnDone disconnects.
-class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+// Streams a request's samples as the scheduler finishes them, then ends OK after the last.
+class GenerateReactor final : public QueuedWriteReactor<v1::GenerateResponse> {
  public:
   GenerateReactor(grpc::CallbackServerContext* context, Scheduler& scheduler,
                   std::unique_ptr<GenerationWork> work)
-      : context_(context), scheduler_(scheduler), stream_(std::make_shared<Stream>()) {
-    stream_->reactor = this;
-    expected_ = work->num_samples();
+      : scheduler_(scheduler), expected_(work->num_samples()) {
     work->start = absl::Now();
     work->deadline = DeadlineOf(*context);
-    work->deliver = [stream = stream_](v1::GenerateResponse response) {
-      absl::MutexLock lock(&stream->mutex);
-      if (stream->reactor != nullptr) stream->reactor->Offer(std::move(response));
+    work->deliver = [sink = sink()](v1::GenerateResponse response) {
+      sink->Write(std::move(response));
     };
-    work->fail = [stream = stream_](const absl::Status& status) {
-      absl::MutexLock lock(&stream->mutex);
-      if (stream->reactor != nullptr) stream->reactor->Fail(ToGrpcStatus(status));
+    work->fail = [sink = sink()](const absl::Status& status) {
+      sink->Finish(ToGrpcStatus(status));
     };
     work_ = std::move(work);
     absl::Duration retry_after;
     if (absl::Status status = scheduler_.Submit(work_, &retry_after); !status.ok()) {
       if (absl::IsResourceExhausted(status)) {
         // gRPC's own retry pushback: clients with a retry policy wait this long.
-        context_->AddTrailingMetadata(
-            "grpc-retry-pushback-ms",
-            absl::StrCat(absl::ToInt64Milliseconds(retry_after)));
+        context->AddTrailingMetadata("grpc-retry-pushback-ms",
+                                     absl::StrCat(absl::ToInt64Milliseconds(retry_after)));
       }
-      absl::MutexLock lock(&stream_->mutex);
-      Fail(ToGrpcStatus(status));
+      sink()->Finish(ToGrpcStatus(status));
     }
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&stream_->mutex);
-    writing_ = false;
-    if (!ok) {
-      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "Generate: the client went away"));
-    } else if (pending_error_.has_value()) {
-      FinishOnce(*pending_error_);
-    } else if (!queue_.empty()) {
-      WriteNext();
-    } else if (written_ == expected_) {
-      FinishOnce(grpc::Status::OK);
-    }
-  }
-
-  void OnCancel() override {
-    {
-      absl::MutexLock lock(&stream_->mutex);
-      if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "Generate cancelled"));
-    }
-    work_->cancelled = true;  // The scheduler drops its samples and frees their KV cache.
-    scheduler_.Wake();
-  }
-
-  void OnDone() override {
-    {
-      absl::MutexLock lock(&stream_->mutex);
-      stream_->reactor = nullptr;
-    }
-    work_->cancelled = true;
-    delete this;
   }
 
  private:
-  struct Stream {
-    absl::Mutex mutex;
-    GenerateReactor* reactor ABSL_GUARDED_BY(mutex) = nullptr;
-  };
-
-  // Called with stream_->mutex held.
-  void Offer(v1::GenerateResponse response) {
-    if (finished_) return;
-    queue_.push_back(std::move(response));
-    if (!writing_) WriteNext();
+  bool IsLast(const v1::GenerateResponse& /*response*/) override {
+    return ++written_ == expected_;
   }
 
-  // Called with stream_->mutex held. Ends the stream after a write in progress.
-  void Fail(const grpc::Status& status) {
-    if (finished_ || pending_error_.has_value()) return;
-    if (writing_) {
-      pending_error_ = status;
-    } else {
-      FinishOnce(status);
-    }
+  // The scheduler drops the request's samples and frees their KV cache.
+  void OnClientGone() override {
+    work_->cancelled = true;
+    scheduler_.Wake();
   }
 
-  void WriteNext() {
-    response_ = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
-    ++written_;
-    StartWrite(&response_);
-  }
-
-  void FinishOnce(const grpc::Status& status) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(status);
-  }
-
-  grpc::CallbackServerContext* const context_;
   Scheduler& scheduler_;
-  const std::shared_ptr<Stream> stream_;
-  std::shared_ptr<GenerationWork> work_;
-  int expected_ = 0;
+  const int expected_;
   int written_ = 0;
-  std::deque<v1::GenerateResponse> queue_;
-  v1::GenerateResponse response_;
-  std::optional<grpc::Status> pending_error_;
-  bool writing_ = false;
-  bool finished_ = false;
+  std::shared_ptr<GenerationWork> work_;
 };
 
 }  // namespace

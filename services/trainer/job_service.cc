@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
+#include "common/queued_write_reactor.h"
 #include "common/status.h"
 #include "common/unary.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -51,91 +52,43 @@ std::string FilterKey(const v1::ListJobsRequest& request) {
   return absl::StrJoin(states, ",");
 }
 
-// Streams a job's snapshot and events until it is terminal. Events come from the service's
-// listener under its lock; writes happen one at a time, so they queue here.
-class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchJobResponse> {
+// Streams a job's snapshot and events, ending OK after a terminal state. A step event waiting
+// behind another one replaces it; state changes are never dropped.
+class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
  public:
-  WatchReactor(JobServiceImpl& service, const std::string& job_id)
-      : service_(service), state_(std::make_shared<State>()) {
-    state_->reactor = this;
-    auto subscription = service_.Subscribe(job_id, [state = state_](const v1::WatchJobResponse& event) {
-      absl::MutexLock lock(&state->mutex);
-      if (state->reactor != nullptr) state->reactor->Offer(event);
-    });
+  WatchReactor(JobServiceImpl& service, const std::string& job_id) : service_(service) {
+    auto subscription = service_.Subscribe(
+        job_id, [sink = sink()](const v1::WatchJobResponse& event) { sink->Write(event); });
     if (!subscription.ok()) {
-      absl::MutexLock lock(&state_->mutex);
-      FinishOnce(ToGrpcStatus(subscription.status()));
+      sink()->Finish(ToGrpcStatus(subscription.status()));
       return;
     }
     subscription_ = *subscription;
   }
 
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&state_->mutex);
-    writing_ = false;
-    if (!ok) {
-      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch ended"));
-    } else if (!pending_.empty()) {
-      WriteNext();
-    } else if (terminal_sent_) {
-      FinishOnce(grpc::Status::OK);
-    }
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&state_->mutex);
-    if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
-  }
-
-  void OnDone() override {
-    if (subscription_ != 0) service_.Unsubscribe(subscription_);
-    {
-      absl::MutexLock lock(&state_->mutex);
-      state_->reactor = nullptr;
-    }
-    delete this;
-  }
-
  private:
-  struct State {
-    absl::Mutex mutex;
-    WatchReactor* reactor = nullptr;
-  };
-
-  // With state_->mutex held. A step event waiting behind another one replaces it (coalescing);
-  // state changes are never dropped.
-  void Offer(const v1::WatchJobResponse& event) {
-    if (finished_ || terminal_queued_) return;
-    if (event.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED && !pending_.empty() &&
-        pending_.back().type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED) {
-      pending_.back() = event;
-    } else {
-      pending_.push_back(event);
-    }
+  void Enqueue(std::deque<v1::WatchJobResponse>& queue, v1::WatchJobResponse event) override {
+    if (terminal_queued_) return;
     terminal_queued_ = IsTerminal(event.job().state());
-    if (!writing_) WriteNext();
+    if (event.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED && !queue.empty() &&
+        queue.back().type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED) {
+      queue.back() = std::move(event);
+    } else {
+      queue.push_back(std::move(event));
+    }
   }
 
-  void WriteNext() {
-    response_ = std::move(pending_.front());
-    pending_.pop_front();
-    terminal_sent_ = IsTerminal(response_.job().state());
-    writing_ = true;
-    StartWrite(&response_);
+  bool IsLast(const v1::WatchJobResponse& event) override {
+    return IsTerminal(event.job().state());
   }
 
-  void FinishOnce(const grpc::Status& status) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(status);
+  void OnClientGone() override {
+    if (subscription_ != 0) service_.Unsubscribe(subscription_);
   }
 
   JobServiceImpl& service_;
-  std::shared_ptr<State> state_;
   int64_t subscription_ = 0;
-  std::deque<v1::WatchJobResponse> pending_;
-  v1::WatchJobResponse response_;
-  bool writing_ = false, finished_ = false, terminal_queued_ = false, terminal_sent_ = false;
+  bool terminal_queued_ = false;
 };
 
 }  // namespace

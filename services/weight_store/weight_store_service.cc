@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/unary.h"
 #include "common/finished_reactor.h"
+#include "common/queued_write_reactor.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/weight_store/reshard.h"
 #include "services/weight_store/tensor_assembly.h"
@@ -100,87 +101,42 @@ class PutShardReactor final : public grpc::ServerReadReactor<v1::PutShardRequest
   std::map<int, uint64_t> progress_;
 };
 
-// Streams the newest version, then every newer commit (skipping versions a slow reader
-// missed). The store's listener may outlive this reactor, so they share `State`.
-class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchVersionsResponse> {
+// Streams the newest version, then every newer commit. A slow reader skips to the newest
+// version; whatever comes first is the snapshot.
+class WatchReactor final : public QueuedWriteReactor<v1::WatchVersionsResponse> {
  public:
-  WatchReactor(AdapterStore& store, const std::string& adapter)
-      : store_(store), state_(std::make_shared<State>()) {
-    state_->reactor = this;
-    watch_id_ = store_.Watch(adapter, [state = state_](const v1::VersionInfo& version) {
-      absl::MutexLock lock(&state->mutex);
-      if (state->reactor != nullptr)
-        state->reactor->Offer(version, v1::VERSION_EVENT_TYPE_COMMITTED);
+  WatchReactor(AdapterStore& store, const std::string& adapter) : store_(store) {
+    watch_id_ = store_.Watch(adapter, [sink = sink()](const v1::VersionInfo& version) {
+      sink->Write(Event(version, v1::VERSION_EVENT_TYPE_COMMITTED));
     });
-    absl::MutexLock lock(&state_->mutex);
-    Offer(store_.Newest(adapter), v1::VERSION_EVENT_TYPE_SNAPSHOT);
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&state_->mutex);
-    writing_ = false;
-    if (!ok || cancelled_) {
-      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch ended"));
-    } else if (pending_.has_value()) {
-      WriteLocked();
-    }
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&state_->mutex);
-    cancelled_ = true;
-    if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
-  }
-
-  void OnDone() override {
-    store_.Unwatch(watch_id_);
-    {
-      absl::MutexLock lock(&state_->mutex);
-      state_->reactor = nullptr;
-    }
-    delete this;
+    sink()->Write(Event(store_.Newest(adapter), v1::VERSION_EVENT_TYPE_SNAPSHOT));
   }
 
  private:
-  struct State {
-    absl::Mutex mutex;
-    WatchReactor* reactor = nullptr;
-  };
+  static v1::WatchVersionsResponse Event(const v1::VersionInfo& version,
+                                         v1::VersionEventType type) {
+    v1::WatchVersionsResponse event;
+    event.set_type(type);
+    *event.mutable_version() = version;
+    return event;
+  }
 
-  // Called with state_->mutex held.
-  void Offer(const v1::VersionInfo& version, v1::VersionEventType type) {
-    if (finished_ || (sent_any_ && version.version() <= newest_offered_)) return;
-    newest_offered_ = version.version();
+  void Enqueue(std::deque<v1::WatchVersionsResponse>& queue,
+               v1::WatchVersionsResponse event) override {
+    if (sent_any_ && event.version().version() <= newest_offered_) return;
+    if (!sent_any_) event.set_type(v1::VERSION_EVENT_TYPE_SNAPSHOT);
     sent_any_ = true;
-    v1::WatchVersionsResponse& next = pending_.emplace();
-    next.set_type(type);
-    *next.mutable_version() = version;
-    if (!writing_) WriteLocked();
+    newest_offered_ = event.version().version();
+    queue.clear();
+    queue.push_back(std::move(event));
   }
 
-  void WriteLocked() {
-    response_ = *std::move(pending_);
-    pending_.reset();
-    writing_ = true;
-    StartWrite(&response_);
-  }
-
-  void FinishOnce(const grpc::Status& status) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(status);
-  }
+  void OnClientGone() override { store_.Unwatch(watch_id_); }
 
   AdapterStore& store_;
-  std::shared_ptr<State> state_;
   int64_t watch_id_ = 0;
-  v1::WatchVersionsResponse response_;
-  std::optional<v1::WatchVersionsResponse> pending_;
   int64_t newest_offered_ = 0;
   bool sent_any_ = false;
-  bool writing_ = false;
-  bool cancelled_ = false;
-  bool finished_ = false;
 };
 
 // Streams a version assembled into the consumer's layout, one tensor at a time.
