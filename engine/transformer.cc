@@ -211,6 +211,7 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
   token_replayed_.assign(rows, 0);
   token_differs_.assign(rows, 0);
   routes_.assign(static_cast<size_t>(rows) * moe_layers_.size() * config_.top_k, -1);
+  live_routes_.assign(routes_.size(), -1);
 
   const int d = config_.d_model;
   const float* embedding = Weight("model.embed_tokens.weight").value.data();
@@ -237,6 +238,7 @@ void Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
   const int d = config_.d_model;
   const float* embedding = Weight("model.embed_tokens.weight").value.data();
   routes_.assign(static_cast<size_t>(rows) * moe_layers_.size() * config_.top_k, -1);
+  live_routes_.assign(routes_.size(), -1);
   stats_ = RoutingStats{};
   std::vector<float> x(static_cast<size_t>(rows) * d);
   for (int t = 0; t < rows; ++t) std::copy_n(embedding + int64_t{tokens[t]} * d, d, &x[t * d]);
@@ -367,6 +369,10 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   cpu::TopK(act.scores.data(), bias == nullptr ? nullptr : bias->value.data(), rows, experts, k,
             act.ids.data());
 
+  for (int t = 0; t < rows; ++t) {
+    std::copy_n(act.ids.data() + int64_t{t} * k, k,
+                live_routes_.data() + (int64_t{t} * layers + moe_index) * k);
+  }
   if (replay != nullptr) {  // Replace live routes by the given ones, measuring disagreement.
     for (int t = 0; t < rows; ++t) {
       const int16_t* given = replay + (int64_t{t} * layers + moe_index) * k;

@@ -67,6 +67,8 @@ class Transformer {
 
   // Routes the last Forward used (replayed ones with fallbacks filled in by live routing).
   const std::vector<int16_t>& routes() const { return routes_; }
+  // Routes live routing chose in the last Forward, before any replay replaced them.
+  const std::vector<int16_t>& live_routes() const { return live_routes_; }
   // Live routing against the replayed routes in the last Forward; zeros without replay.
   const RoutingStats& routing_stats() const { return stats_; }
 
@@ -110,7 +112,7 @@ class Transformer {
   std::vector<int> sequence_starts_;
   std::vector<LayerActivations> layers_;
   std::vector<float> final_input_, final_norm_, final_rstd_, logits_;
-  std::vector<int16_t> routes_;
+  std::vector<int16_t> routes_, live_routes_;
   RoutingStats stats_;
   std::vector<uint8_t> token_replayed_, token_differs_;  // Per token, for RoutingStats.
   std::vector<std::vector<float>> attention_probs_;      // Per layer, per sequence [H, T, T].

@@ -118,7 +118,8 @@ TEST(TransformerTest, ReplayedRoutesAreUsedAndDisagreementIsCounted) {
   Transformer transformer(model, nullptr);
   const TokenBatch batch = TwoSequences();
   Logits(transformer, batch);
-  std::vector<int16_t> routes = transformer.routes();
+  const std::vector<int16_t> live = transformer.routes();
+  std::vector<int16_t> routes = live;
   // Token 0, last MoE layer (so no later routing depends on it): swap in the two experts
   // live routing did not pick. Token 0, first MoE layer: route live.
   std::vector<int16_t> others;
@@ -137,6 +138,9 @@ TEST(TransformerTest, ReplayedRoutesAreUsedAndDisagreementIsCounted) {
   EXPECT_EQ(stats.decisions, batch.num_tokens() * 2 - 1);
   EXPECT_EQ(stats.differing_decisions, 1);
   EXPECT_EQ(stats.differing_tokens, 1);
+  // What live routing chose is kept beside what was used; only the last MoE layer of token 0
+  // was replaced, and nothing downstream of it routes, so live routing matches the first pass.
+  EXPECT_EQ(transformer.live_routes(), live);
 }
 
 TEST(TransformerTest, InvalidReplayIsRejectedWithAClearMessage) {

@@ -18,7 +18,7 @@ void Accumulate(engine::RoutingStats& total, const engine::RoutingStats& part) {
 }
 
 // Live routes against recorded ones, as the engine counts replay disagreement: per token x MoE
-// layer, whether the top-k sets differ; recorded rows of -1 are not compared.
+// layer, whether the top-k sets differ; recorded rows of -1 (never forwarded) are not compared.
 engine::RoutingStats CompareRoutes(const int16_t* live, const int16_t* recorded, int64_t tokens,
                                    int layers, int top_k) {
   engine::RoutingStats stats;
@@ -190,15 +190,18 @@ void PolicyUpdater::RecordOldPolicy(Batch& batch, int begin, int end,
   const size_t first = batch.at(begin, 0), count = logp.size();
   std::copy(logp.begin(), logp.end(), batch.old_logp.begin() + first);
   for (int i = begin; i < end; ++i) batch.have_old[i] = true;
-  // Routes of the forward that produced `logp`, against the rollout's.
-  if (config_.replay == RouteReplay::kR3 && batch.rollout_routes != nullptr) {
-    Accumulate(stats.routing, policy_.routing_stats());
-  } else if (batch.rollout_routes != nullptr) {
-    Accumulate(stats.routing,
-               CompareRoutes(policy_.routes().data(),
-                             batch.rollout_routes->data() + batch.offsets[begin] * batch.route_width,
-                             batch.offsets[end] - batch.offsets[begin],
-                             base_.config().num_moe_layers(), base_.config().top_k));
+  // The trainer's live routing of the response tokens, before any replay, against the rollout's.
+  if (batch.rollout_routes != nullptr) {
+    for (int i = begin; i < end; ++i) {
+      const int64_t first_response =
+          batch.offsets[i] + static_cast<int64_t>(batch.samples[i].prompt.size());
+      const int64_t local = first_response - batch.offsets[begin];
+      Accumulate(stats.routing,
+                 CompareRoutes(policy_.live_routes().data() + local * batch.route_width,
+                               batch.rollout_routes->data() + first_response * batch.route_width,
+                               static_cast<int64_t>(batch.samples[i].response.size()),
+                               base_.config().num_moe_layers(), base_.config().top_k));
+    }
   }
   if (config_.replay == RouteReplay::kR2) {
     batch.old_routes.insert(batch.old_routes.end(), policy_.routes().begin(),

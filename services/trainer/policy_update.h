@@ -53,8 +53,8 @@ struct UpdateStats {
   double is_ess = 1;
   double is_clipped_share = 0;
   double mismatch_kl_k3 = 0;  // Mean over response tokens of k3(rollout || trainer old policy).
-  // The trainer's live routing against the rollout's routes in the old-policy pass (every
-  // forwarded position); zeros when no rollout routes were given.
+  // The trainer's live routing of the response tokens against the rollout's routes in the
+  // old-policy pass; zeros when no rollout routes were given.
   engine::RoutingStats routing;
   int64_t response_tokens = 0;
 };
