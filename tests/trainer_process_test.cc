@@ -1,6 +1,7 @@
 // The trainer end to end: the four service binaries as separate processes on loopback run a real
 // GRPO job that completes and improves greedy accuracy; cancel; kill -9 of the trainer mid-job
-// and resume from the checkpoint; bad specs rejected; the CLI's exit codes and messages.
+// and resume from the checkpoint; kill -9 of the rollout mid-job; bad specs rejected; the CLI's
+// exit codes and messages.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -309,6 +310,20 @@ TEST_F(TrainerProcessTest, KillDashNineOfTheTrainerResumesFromTheCheckpoint) {
   // Resumed from step 6 or later: the restored adapter was republished as a new version.
   EXPECT_GT(done.policy_version(), 17);
   EXPECT_TRUE(std::filesystem::exists(done.spec().output_dir() + "/checkpoint.safetensors"));
+}
+
+TEST_F(TrainerProcessTest, ARolloutRestartCostsARetryNotTheJob) {
+  auto job = Create(Spec(12), "survives");
+  ASSERT_TRUE(job.ok()) << job.status();
+  AwaitJob(job->id(), [](const v1::Job& job) { return job.current_step() >= 3; });
+  services_["rollout"].process->Stop(SIGKILL);
+  services_["rollout"].process.reset();
+  absl::SleepFor(absl::Milliseconds(300));
+  Start("rollout");
+  const v1::Job done = AwaitJob(
+      job->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_RUNNING; });
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  EXPECT_EQ(done.current_step(), 12);
 }
 
 TEST_F(TrainerProcessTest, BadSpecsAreRejectedWithClearMessages) {

@@ -119,6 +119,9 @@ class JobRun {
   absl::Status Publish(int64_t version, int64_t step);
   absl::Status AwaitSwap(int64_t version);
   absl::StatusOr<StepSamples> Generate(int64_t step, int64_t version);
+  // One attempt at a step's samples from every replica, prompt-major.
+  absl::StatusOr<std::vector<v1::GenerateResponse>> RequestSamples(
+      int64_t step, int64_t version, int attempt, const std::vector<engine::Sample>& problems);
   absl::StatusOr<std::vector<v1::GenerateResponse>> GenerateOn(
       v1::RolloutService::Stub& stub, const v1::GenerateRequest& request);
   absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
@@ -219,8 +222,9 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
       SetTimeout(context, absl::Seconds(10));
       const absl::Status status =
           FromGrpcStatus(rollouts_[r]->GetAdapterStatus(&context, request, &response));
-      // A replica that does not follow the adapter yet loads the version on first use.
-      if (absl::IsNotFound(status)) break;
+      // A replica that does not follow the adapter yet (or is restarting, and so will not
+      // either) loads the version on first use.
+      if (absl::IsNotFound(status) || absl::IsUnavailable(status)) break;
       if (!status.ok()) return status;
       if (response.adapters(0).current_version() >= version) break;
       if (absl::Now() > deadline) {
@@ -247,10 +251,9 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::GenerateOn(
   return responses;
 }
 
-absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
-  const int prompts = spec_.prompts_per_step(), group = spec_.group_size();
-  const std::vector<engine::Sample> problems =
-      engine::GeneratePrompts(*task_, prompts, engine::MixSeed(spec_.seed(), step));
+absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
+    int64_t step, int64_t version, int attempt, const std::vector<engine::Sample>& problems) {
+  const int prompts = static_cast<int>(problems.size()), group = spec_.group_size();
   // Contiguous shares of the prompts, one request per replica, all in flight together.
   const int replicas = static_cast<int>(rollouts_.size());
   std::vector<absl::StatusOr<std::vector<v1::GenerateResponse>>> results(replicas);
@@ -260,7 +263,8 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
     first_prompt[r] = prompts * r / replicas;
     first_prompt[r + 1] = prompts * (r + 1) / replicas;
     v1::GenerateRequest request;
-    request.set_request_id(absl::StrCat(job_.id(), "-s", step, "-v", version, "-r", r));
+    request.set_request_id(
+        absl::StrCat(job_.id(), "-s", step, "-v", version, "-r", r, "-a", attempt));
     for (int p = first_prompt[r]; p < first_prompt[r + 1]; ++p) {
       v1::Prompt& prompt = *request.add_prompts();
       prompt.set_text(problems[p].prompt);
@@ -275,6 +279,7 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
     if (router_replay_ != nullptr) {
       request.mutable_routes()->set_enabled(true);
       request.mutable_routes()->set_job_id(job_.id());
+      request.mutable_routes()->set_attempt(attempt);  // A retry never overwrites routes.
     }
     threads.emplace_back([this, &results, r, request = std::move(request)] {
       results[r] = GenerateOn(*rollouts_[r], request);
@@ -282,8 +287,7 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
   }
   for (std::thread& thread : threads) thread.join();
 
-  StepSamples samples;
-  samples.responses.resize(static_cast<size_t>(prompts) * group);
+  std::vector<v1::GenerateResponse> responses(static_cast<size_t>(prompts) * group);
   for (int r = 0; r < replicas; ++r) {
     if (first_prompt[r] == first_prompt[r + 1]) continue;
     if (!results[r].ok()) {
@@ -296,10 +300,35 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
         return absl::InternalError(absl::StrCat("rollout sample failed: ", response.error_message()));
       }
       const int prompt = first_prompt[r] + response.prompt_index();
-      samples.responses[static_cast<size_t>(prompt) * group + response.sample_index()] =
+      responses[static_cast<size_t>(prompt) * group + response.sample_index()] =
           std::move(response);
     }
   }
+  return responses;
+}
+
+absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
+  const int group = spec_.group_size();
+  const std::vector<engine::Sample> problems =
+      engine::GeneratePrompts(*task_, spec_.prompts_per_step(), engine::MixSeed(spec_.seed(), step));
+  // A replica that restarts or is briefly unreachable costs a retry of the step's generation,
+  // not the job.
+  absl::StatusOr<std::vector<v1::GenerateResponse>> responses;
+  absl::Duration backoff = environment_.retry_backoff;
+  for (int attempt = 0;; ++attempt) {
+    responses = RequestSamples(step, version, attempt, problems);
+    if (responses.ok() || !absl::IsUnavailable(responses.status()) ||
+        attempt + 1 >= environment_.generate_attempts) {
+      break;
+    }
+    spdlog::warn("job {} step {}: {}; retrying in {}", job_.id(), step,
+                 responses.status().ToString(), absl::FormatDuration(backoff));
+    absl::SleepFor(backoff);
+    backoff *= 2;
+  }
+  if (!responses.ok()) return responses.status();
+  StepSamples samples;
+  samples.responses = *std::move(responses);
   for (size_t i = 0; i < samples.responses.size(); ++i) {
     const v1::GenerateResponse& response = samples.responses[i];
     const engine::Sample& problem = problems[i / group];

@@ -19,6 +19,10 @@ struct JobEnvironment {
   weight_store::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
   absl::Duration rpc_timeout = absl::Minutes(5);
   absl::Duration swap_timeout = absl::Seconds(60);
+  // Generation of a step is retried while a rollout replica is UNAVAILABLE (restarting,
+  // unreachable), this many times in all, waiting retry_backoff, then twice as long, ...
+  int generate_attempts = 6;
+  absl::Duration retry_backoff = absl::Milliseconds(500);
 };
 
 // Called from the run's thread.
