@@ -1,0 +1,200 @@
+// The Job API through gRPC on loopback, without the other services: jobs whose base model is
+// missing fail at start, which is all paging, filtering, watching and persistence need.
+#include "services/trainer/job_service.h"
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/channel.h"
+#include "common/server.h"
+#include "common/testing/test_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+class JobServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/jobs_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    Start();
+  }
+
+  void Start() {
+    server_.reset();
+    auto service = JobServiceImpl::Create({.data_dir = dir_});
+    ASSERT_TRUE(service.ok()) << service.status();
+    std::vector<HostedService> services;
+    services.push_back({"tandem.v1.JobService", *std::move(service)});
+    ServerOptions options = tandem::testing::LoopbackOptions();
+    options.drain_timeout = absl::Milliseconds(200);
+    server_ = *ServiceServer::Start("trainer", std::move(services), options);
+    server_->SetReady();
+    stub_ = v1::JobService::NewStub(*CreateChannel(
+        {.target = absl::StrCat("127.0.0.1:", server_->port()),
+         .service_name = "tandem.v1.JobService"}));
+  }
+
+  v1::JobSpec Spec(int steps) const {
+    v1::JobSpec spec;
+    spec.mutable_task()->set_name("addition");
+    spec.set_base_model_path(dir_ + "/missing.safetensors");
+    spec.mutable_lora()->set_rank(4);
+    spec.set_algorithm(v1::ALGORITHM_GRPO);
+    spec.mutable_algorithm_config()->set_learning_rate(1e-3);
+    spec.set_prompts_per_step(2);
+    spec.set_group_size(2);
+    spec.set_num_steps(steps);
+    spec.mutable_sampling()->set_max_new_tokens(2);
+    spec.mutable_endpoints()->add_rollout("127.0.0.1:1");
+    spec.mutable_endpoints()->set_weight_store("127.0.0.1:1");
+    spec.mutable_endpoints()->set_router_replay("127.0.0.1:1");
+    return spec;
+  }
+
+  std::string Create(int steps, const std::string& request_id) {
+    v1::CreateJobRequest request;
+    request.set_request_id(request_id);
+    *request.mutable_spec() = Spec(steps);
+    v1::CreateJobResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub_->CreateJob(&context, request, &response).ok());
+    return response.job().id();
+  }
+
+  grpc::Status List(v1::ListJobsRequest request, v1::ListJobsResponse* response) {
+    grpc::ClientContext context;
+    return stub_->ListJobs(&context, request, response);
+  }
+
+  v1::Job AwaitTerminal(const std::string& job_id) {
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    v1::GetJobResponse response;
+    for (int i = 0; i < 400; ++i) {
+      grpc::ClientContext context;
+      EXPECT_TRUE(stub_->GetJob(&context, request, &response).ok());
+      const v1::JobState state = response.job().state();
+      if (state == v1::JOB_STATE_FAILED || state == v1::JOB_STATE_SUCCEEDED ||
+          state == v1::JOB_STATE_CANCELLED) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return response.job();
+  }
+
+  std::string dir_;
+  std::unique_ptr<ServiceServer> server_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+TEST_F(JobServiceTest, ListPagesNewestFirstAndFiltersByState) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(Create(1 + i, absl::StrCat("r", i)));
+  for (const std::string& id : ids) {
+    const v1::Job job = AwaitTerminal(id);
+    EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+    EXPECT_THAT(job.error_message(), HasSubstr("base model"));
+  }
+  v1::ListJobsRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> listed;
+  int pages = 0;
+  do {
+    v1::ListJobsResponse response;
+    ASSERT_TRUE(List(request, &response).ok());
+    for (const v1::Job& job : response.jobs()) listed.push_back(job.id());
+    request.set_page_token(response.next_page_token());
+    ++pages;
+  } while (!request.page_token().empty());
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(listed, std::vector<std::string>(ids.rbegin(), ids.rend())) << "newest first";
+
+  v1::ListJobsRequest running;
+  running.add_states(v1::JOB_STATE_RUNNING);
+  v1::ListJobsResponse response;
+  ASSERT_TRUE(List(running, &response).ok());
+  EXPECT_EQ(response.jobs_size(), 0);
+
+  // A token belongs to its filter; bad values are INVALID_ARGUMENT.
+  v1::ListJobsRequest first_page;
+  first_page.set_page_size(2);
+  ASSERT_TRUE(List(first_page, &response).ok());
+  v1::ListJobsRequest other_filter = running;
+  other_filter.set_page_token(response.next_page_token());
+  EXPECT_EQ(List(other_filter, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ListJobsRequest bad;
+  bad.set_page_token("garbage");
+  EXPECT_EQ(List(bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad.clear_page_token();
+  bad.set_page_size(-1);
+  EXPECT_EQ(List(bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad.set_page_size(0);
+  bad.add_states(v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(List(bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(JobServiceTest, JobsSurviveARestartAndWatchingAFinishedJobSendsOnlyItsSnapshot) {
+  const std::string id = Create(3, "persisted");
+  const v1::Job failed = AwaitTerminal(id);
+  ASSERT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  Start();  // A new service over the same directory.
+  v1::GetJobRequest get;
+  get.set_job_id(id);
+  v1::GetJobResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->GetJob(&context, get, &response).ok());
+  EXPECT_EQ(response.job().state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(response.job().error_message(), failed.error_message());
+  EXPECT_EQ(Create(3, "persisted"), id) << "request ids are remembered across restarts";
+
+  grpc::ClientContext watch_context;
+  v1::WatchJobRequest watch;
+  watch.set_job_id(id);
+  auto reader = stub_->WatchJob(&watch_context, watch);
+  v1::WatchJobResponse event;
+  int events = 0;
+  while (reader->Read(&event)) {
+    ++events;
+    EXPECT_EQ(event.type(), v1::WATCH_EVENT_TYPE_SNAPSHOT);
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(events, 1);
+}
+
+TEST_F(JobServiceTest, UnknownAndMissingIdsGetClearStatuses) {
+  v1::GetJobRequest get;
+  v1::GetJobResponse got;
+  grpc::ClientContext empty_context;
+  EXPECT_EQ(stub_->GetJob(&empty_context, get, &got).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  get.set_job_id("job-nope");
+  grpc::ClientContext context;
+  const grpc::Status missing = stub_->GetJob(&context, get, &got);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(missing.error_message(), "job job-nope not found");
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-nope");
+  v1::CancelJobResponse cancelled;
+  grpc::ClientContext cancel_context;
+  EXPECT_EQ(stub_->CancelJob(&cancel_context, cancel, &cancelled).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext watch_context;
+  v1::WatchJobRequest watch;
+  watch.set_job_id("job-nope");
+  auto reader = stub_->WatchJob(&watch_context, watch);
+  v1::WatchJobResponse event;
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace tandem::trainer
