@@ -131,6 +131,9 @@ void ServiceServer::Drain() {
                absl::FormatDuration(options_.drain_timeout));
   SetServing(false);
   absl::SleepFor(options_.drain_delay);
+  for (const HostedService& hosted : services_) {
+    if (hosted.drain) hosted.drain();
+  }
   server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
   server_->Wait();
   spdlog::info("{} stopped", name_);

@@ -23,6 +23,9 @@ struct HostedService {
   // Optional: whether the service can do its work yet (e.g. rollout until its weights are
   // loaded). Null: ready as soon as the server is.
   std::function<bool()> ready;
+  // Optional: called when a drain begins (after --drain_delay, before new calls are refused),
+  // so long-running calls can end early with what they have.
+  std::function<void()> drain;
 };
 
 // The server every Tandem service runs in: standard health service (NOT_SERVING until
@@ -44,8 +47,8 @@ class ServiceServer {
   // thread when some do not pass yet); call once the server can do its work.
   void SetReady();
 
-  // Graceful drain: NOT_SERVING, wait --drain_delay, refuse new calls, give in-flight calls
-  // up to --drain_timeout, then cancel what is left. Blocks until the server has stopped;
+  // Graceful drain: NOT_SERVING, wait --drain_delay, tell the services (HostedService::drain),
+  // refuse new calls, give in-flight calls up to --drain_timeout, then cancel what is left. Blocks until the server has stopped;
   // later calls return at once.
   void Drain();
 

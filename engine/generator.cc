@@ -207,6 +207,15 @@ void GenerationBatch::Retire(int id) {
   active_.erase(found);
 }
 
+bool GenerationBatch::Stop(int id) {
+  auto found = std::find_if(active_.begin(), active_.end(),
+                            [id](const auto& sequence) { return sequence->id == id; });
+  if (found == active_.end()) return false;
+  (*found)->sample.finish_reason = FinishReason::kCancelled;
+  Retire(id);
+  return true;
+}
+
 void GenerationBatch::Cancel(int id) {
   std::erase_if(active_, [id](const auto& sequence) { return sequence->id == id; });
 }

@@ -22,7 +22,7 @@ struct GenerationRequest {
   std::vector<int> stop_tokens;
 };
 
-enum class FinishReason { kStop, kLength };
+enum class FinishReason { kStop, kLength, kCancelled };
 
 struct GeneratedSample {
   std::vector<int> tokens;  // Prompt followed by the generated tokens.
@@ -61,6 +61,10 @@ class GenerationBatch {
 
   // Drops a sequence (e.g. its client went away) and frees its KV cache.
   void Cancel(int id);
+
+  // Ends a sequence now, keeping what it generated (FinishReason::kCancelled, e.g. the server is
+  // draining); it is returned by the next TakeFinished. False for an unknown id.
+  bool Stop(int id);
 
   int active() const { return static_cast<int>(active_.size()); }
   // KV-cache bytes reserved by the active sequences, for admission control.

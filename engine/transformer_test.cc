@@ -379,6 +379,26 @@ TEST(GenerationBatchTest, KvCacheIsReservedPerRequestAndFreedOnCancelAndFinish) 
   EXPECT_EQ(finished[0].second.finish_reason, FinishReason::kLength);
 }
 
+TEST(GenerationBatchTest, StopEndsASequenceKeepingWhatItGenerated) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  GenerationBatch batch(transformer);
+  GenerationRequest request;
+  request.prompt = {1, 5, 7};
+  request.max_new_tokens = 8;
+  const int id = *batch.Admit(request);
+  batch.Step();
+  EXPECT_TRUE(batch.Stop(id));
+  EXPECT_FALSE(batch.Stop(id));
+  EXPECT_EQ(batch.active(), 0);
+  EXPECT_EQ(batch.kv_cache_bytes(), 0);
+  const auto finished = batch.TakeFinished();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].second.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(finished[0].second.tokens.size(), 5u) << "prompt + the two generated tokens";
+  EXPECT_EQ(finished[0].second.routes.size(), 4u * 2 * 2);
+}
+
 TEST(GenerationBatchTest, AnyStopTokenEndsTheSample) {
   BaseModel model = RandomModel(TinyConfig(), 1);
   Transformer transformer(model, nullptr);

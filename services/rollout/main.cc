@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
          tandem::rollout::RolloutServiceImpl* raw = service->get();
          std::vector<tandem::HostedService> services;
          services.push_back({"tandem.v1.RolloutService", *std::move(service),
-                             [raw] { return raw->Ready(); }});
+                             [raw] { return raw->Ready(); }, [raw] { raw->Drain(); }});
          return services;
        }});
 }

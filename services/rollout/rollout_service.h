@@ -49,6 +49,8 @@ class RolloutServiceImpl final : public v1::RolloutService::CallbackService {
 
   // Base model loaded and every followed adapter's starting version servable.
   bool Ready() const { return registry_->Ready(); }
+  // Ends running samples early (FINISH_REASON_CANCELLED, tokens so far) for a server drain.
+  void Drain() { scheduler_->Drain(); }
   const engine::ModelConfig& model_config() const { return base_->config(); }
 
  private:

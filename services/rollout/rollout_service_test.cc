@@ -39,8 +39,10 @@ constexpr char kAdapter[] = "policy";
 
 std::unique_ptr<ServiceServer> Serve(const std::string& name, const std::string& proto_name,
                                      std::unique_ptr<grpc::Service> service,
-                                     std::function<bool()> ready = nullptr) {
-  auto server = ServeOnLoopback(name, proto_name, std::move(service), std::move(ready));
+                                     std::function<bool()> ready = nullptr,
+                                     std::function<void()> drain = nullptr) {
+  auto server =
+      ServeOnLoopback(name, proto_name, std::move(service), std::move(ready), std::move(drain));
   EXPECT_TRUE(server.ok()) << server.status();
   return *std::move(server);
 }
@@ -112,7 +114,8 @@ class RolloutServiceTest : public ::testing::Test {
     ASSERT_TRUE(service.ok()) << service.status();
     rollout_service_ = service->get();
     rollout_ = Serve("rollout", "tandem.v1.RolloutService", *std::move(service),
-                     [raw = rollout_service_] { return raw->Ready(); });
+                     [raw = rollout_service_] { return raw->Ready(); },
+                     [raw = rollout_service_] { raw->Drain(); });
     rollout_channel_ = LoopbackChannel(*rollout_, "tandem.v1.RolloutService");
     rollout_stub_ = v1::RolloutService::NewStub(rollout_channel_);
   }
@@ -475,6 +478,36 @@ TEST_F(RolloutServiceTest, CancellingTheCallFreesTheKvCache) {
   // The request id is free again, and the replica still serves.
   const Generated after = Generate(Request("cancel", 1, 1, 4));
   EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+}
+
+TEST_F(RolloutServiceTest, DrainEndsRunningSamplesEarlyWithWhatTheyHave) {
+  RolloutOptions options = DefaultOptions();
+  options.scheduler.max_batch_sequences = 64;  // Some samples wait for admission.
+  StartRollout(std::move(options));
+  v1::GenerateRequest request = Request("drained", 32, 4, 40);
+  request.mutable_routes()->set_enabled(true);
+  request.mutable_routes()->set_job_id("drain");
+  grpc::ClientContext context;
+  auto reader = rollout_stub_->Generate(&context, request);
+  v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  std::thread drain([&] { rollout_->Drain(); });
+  int received = 1, cancelled = 0, partial = 0;
+  while (reader->Read(&response)) {
+    ++received;
+    if (response.finish_reason() != v1::FINISH_REASON_CANCELLED) continue;
+    ++cancelled;
+    partial += response.token_ids_size() > 0;
+    EXPECT_EQ(response.logprobs_size(), response.token_ids_size());
+    if (response.token_ids_size() > 0) {
+      EXPECT_EQ(response.route_status(), v1::ROUTE_STATUS_RECORDED) << response.route_error();
+    }
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  drain.join();
+  EXPECT_EQ(received, 128) << "every sample is answered";
+  EXPECT_GT(cancelled, 0);
+  EXPECT_GT(partial, 0) << "running samples come back with their tokens so far";
 }
 
 TEST_F(RolloutServiceTest, AdmissionControlRejectsWhatCannotFitWithARetryHint) {

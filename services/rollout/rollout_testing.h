@@ -21,9 +21,9 @@ namespace tandem::rollout {
 
 inline absl::StatusOr<std::unique_ptr<ServiceServer>> ServeOnLoopback(
     const std::string& name, const std::string& proto_name, std::unique_ptr<grpc::Service> service,
-    std::function<bool()> ready = nullptr) {
+    std::function<bool()> ready = nullptr, std::function<void()> drain = nullptr) {
   std::vector<HostedService> services;
-  services.push_back({proto_name, std::move(service), std::move(ready)});
+  services.push_back({proto_name, std::move(service), std::move(ready), std::move(drain)});
   ServerOptions options = tandem::testing::LoopbackOptions();
   options.drain_timeout = absl::Milliseconds(200);
   auto server = ServiceServer::Start(name, std::move(services), options);

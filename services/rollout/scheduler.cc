@@ -14,8 +14,15 @@ namespace {
 using router_replay::RecordKey;
 
 v1::FinishReason FinishReasonOf(engine::FinishReason reason) {
-  return reason == engine::FinishReason::kStop ? v1::FINISH_REASON_STOP
-                                                : v1::FINISH_REASON_LENGTH;
+  switch (reason) {
+    case engine::FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
 }
 
 int64_t Positions(const engine::GenerationRequest& sample) {
@@ -97,7 +104,7 @@ absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Durat
         options_.kv_cache_bytes, " (--kv_cache_mib)"));
   }
   absl::MutexLock lock(&mutex_);
-  if (stopping_) return absl::UnavailableError("rollout replica is shutting down");
+  if (stopping_ || draining_) return absl::UnavailableError("rollout replica is shutting down");
   const std::string& id = work->request.request_id();
   if (in_flight_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", id, " is in flight"));
@@ -126,8 +133,15 @@ void Scheduler::Wake() {
   woken_ = true;
 }
 
+void Scheduler::Drain() {
+  absl::MutexLock lock(&mutex_);
+  draining_ = true;
+  woken_ = true;
+}
+
 void Scheduler::Run() {
   while (true) {
+    bool draining = false;
     {
       absl::MutexLock lock(&mutex_);
       const auto ready = [this] {
@@ -142,6 +156,7 @@ void Scheduler::Run() {
       }
       if (stopping_) return;
       woken_ = false;
+      draining = draining_;
       for (auto& work : submitted_) {
         unfinished_[work->request.request_id()] = work->num_samples();
         resolving_.push_back({.work = std::move(work)});
@@ -150,6 +165,7 @@ void Scheduler::Run() {
     }
     registry_.PromoteStaged();  // The swap point: between decode steps.
     DropCancelled();
+    if (draining) StopEverything();
     ResolveAdapters();
     AdmitSamples();
     SwitchVersions();
@@ -165,6 +181,35 @@ void Scheduler::Run() {
     CollectFinished();
     UpdateGauges();
   }
+}
+
+void Scheduler::StopEverything() {
+  for (const auto& [id, active] : active_) batch_->Stop(id);  // Finished below, CANCELLED.
+  // Samples never admitted end CANCELLED with no tokens.
+  const auto cancel_pending = [this](Pending& pending) {
+    GenerationWork& work = *pending.work;
+    for (int s = pending.next_sample; s < work.num_samples(); ++s) {
+      Finished finished{.work = pending.work};
+      v1::GenerateResponse& response = finished.response;
+      response.set_request_id(work.request.request_id());
+      response.set_prompt_index(s / work.group_size());
+      response.set_sample_index(s % work.group_size());
+      response.set_prompt_tokens(work.prompt_tokens[s / work.group_size()]);
+      response.set_finish_reason(v1::FINISH_REASON_CANCELLED);
+      response.set_adapter_version(pending.model == nullptr ? 0 : pending.model->version);
+      response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
+      absl::MutexLock lock(&mutex_);
+      queued_positions_ -= Positions(work.samples[s]);
+      delivery_.push_back(std::move(finished));
+    }
+    if ((unfinished_[work.request.request_id()] -= work.num_samples() - pending.next_sample) == 0) {
+      EndRequest(work.request.request_id());
+    }
+  };
+  for (Pending& pending : resolving_) cancel_pending(pending);
+  for (Pending& pending : admitting_) cancel_pending(pending);
+  resolving_.clear();
+  admitting_.clear();
 }
 
 void Scheduler::DropCancelled() {

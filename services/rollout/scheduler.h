@@ -55,6 +55,10 @@ class Scheduler {
   // Wakes the scheduler thread (a version was staged, a client went away).
   void Wake();
 
+  // The replica is draining: running samples end now with what they generated and waiting ones
+  // with none (FINISH_REASON_CANCELLED), and new requests are UNAVAILABLE.
+  void Drain();
+
   int64_t kv_cache_budget() const { return options_.kv_cache_bytes; }
 
  private:
@@ -64,6 +68,7 @@ class Scheduler {
 
   void Run();
   void DropCancelled();
+  void StopEverything();
   void ResolveAdapters();
   void AdmitSamples();
   void SwitchVersions();
@@ -94,6 +99,7 @@ class Scheduler {
   mutable absl::Mutex mutex_;
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   bool woken_ ABSL_GUARDED_BY(mutex_) = false;
+  bool draining_ ABSL_GUARDED_BY(mutex_) = false;
   std::vector<std::shared_ptr<GenerationWork>> submitted_ ABSL_GUARDED_BY(mutex_);
   int64_t queued_positions_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mutex_);  // request ids

@@ -299,6 +299,10 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
       if (response.finish_reason() == v1::FINISH_REASON_ERROR) {
         return absl::InternalError(absl::StrCat("rollout sample failed: ", response.error_message()));
       }
+      if (response.finish_reason() == v1::FINISH_REASON_CANCELLED) {  // Retried elsewhere/later.
+        return absl::UnavailableError(
+            absl::StrCat("rollout ", spec_.endpoints().rollout(r), " is draining"));
+      }
       const int prompt = first_prompt[r] + response.prompt_index();
       responses[static_cast<size_t>(prompt) * group + response.sample_index()] =
           std::move(response);
