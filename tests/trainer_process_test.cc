@@ -326,6 +326,22 @@ TEST_F(TrainerProcessTest, ARolloutRestartCostsARetryNotTheJob) {
   EXPECT_EQ(done.current_step(), 12);
 }
 
+TEST_F(TrainerProcessTest, AsyncJobsTrainOnSamplesOneVersionBehind) {
+  v1::JobSpec spec = Spec(10);
+  spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+  auto job = Create(spec, "async");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().max_staleness(), 1);
+  const v1::Job done = AwaitJob(
+      job->id(), [](const v1::Job& job) { return job.state() == v1::JOB_STATE_SUCCEEDED ||
+                                                 job.state() == v1::JOB_STATE_FAILED; });
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  const v1::StepMetrics& last = done.latest_metrics();
+  // Step 10 trained version 10 into 11 on samples of version 9 (staleness 1).
+  EXPECT_EQ(last.policy_version(), 11);
+  EXPECT_EQ(last.min_rollout_version(), 9);
+}
+
 TEST_F(TrainerProcessTest, BadSpecsAreRejectedWithClearMessages) {
   const auto expect_invalid = [&](v1::JobSpec spec, const std::string& message) {
     auto job = Create(spec, absl::StrCat("bad-", message));
@@ -359,6 +375,12 @@ TEST_F(TrainerProcessTest, BadSpecsAreRejectedWithClearMessages) {
   spec = Spec(5);
   spec.clear_sampling();
   expect_invalid(spec, "sampling.max_new_tokens");
+  spec = Spec(5);
+  spec.set_max_staleness(2);
+  expect_invalid(spec, "max_staleness must be 0 in SYNC");
+  spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+  spec.set_max_staleness(17);
+  expect_invalid(spec, "max_staleness must be in 1..16");
   auto no_request_id = Create(Spec(5), "");
   EXPECT_EQ(no_request_id.status().code(), absl::StatusCode::kInvalidArgument);
 

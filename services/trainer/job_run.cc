@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -393,15 +394,32 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
   int64_t version = *newest + 1;
   if (absl::Status status = Publish(version, start_step_); !status.ok()) return status;
   progress.on_published(version);
+  // ASYNC: the next step's samples are generated (with the version published so far, one
+  // behind the one being trained) while this step trains; mismatch weights correct for it.
+  const bool overlap = spec_.sync_mode() == v1::SYNC_MODE_ASYNC;
+  std::future<absl::StatusOr<StepSamples>> next;
+  int64_t next_version = 0;
   for (int64_t step = start_step_ + 1; step <= spec_.num_steps(); ++step) {
     if (cancelled) return Cancelled();
     v1::StepMetrics metrics;
     metrics.set_step(step);
-    metrics.set_min_rollout_version(version);
     const absl::Time step_start = absl::Now();
-    absl::StatusOr<StepSamples> samples = Generate(step, version);
+    int64_t rollout_version = version;
+    absl::StatusOr<StepSamples> samples;
+    if (next.valid()) {
+      rollout_version = next_version;
+      samples = next.get();
+    } else {
+      samples = Generate(step, version);
+    }
     if (!samples.ok()) return samples.status();
+    metrics.set_min_rollout_version(rollout_version);
     metrics.set_generation_seconds(SecondsSince(step_start));
+    if (overlap && step < spec_.num_steps()) {
+      next_version = version;
+      next = std::async(std::launch::async,
+                        [this, step, v = version] { return Generate(step + 1, v); });
+    }
     if (cancelled) return Cancelled();
 
     std::vector<int16_t> routes;

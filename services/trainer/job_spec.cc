@@ -138,10 +138,15 @@ absl::Status CheckEndpoints(v1::JobSpec& spec) {
     spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_R3);
   }
   if (spec.sync_mode() == v1::SYNC_MODE_UNSPECIFIED) spec.set_sync_mode(v1::SYNC_MODE_SYNC);
-  if (spec.sync_mode() != v1::SYNC_MODE_SYNC) {
-    return Invalid("sync_mode: only SYNC is supported by this trainer");
+  if (spec.sync_mode() == v1::SYNC_MODE_SYNC && spec.max_staleness() != 0) {
+    return Invalid("max_staleness must be 0 in SYNC");
   }
-  if (spec.max_staleness() != 0) return Invalid("max_staleness must be 0 in SYNC");
+  if (spec.sync_mode() == v1::SYNC_MODE_ASYNC) {
+    if (spec.max_staleness() == 0) spec.set_max_staleness(1);
+    if (spec.max_staleness() < 1 || spec.max_staleness() > 16) {
+      return Invalid("max_staleness must be in 1..16");
+    }
+  }
   const v1::ServiceEndpoints& endpoints = spec.endpoints();
   if (endpoints.rollout_size() < 1 || endpoints.rollout_size() > 256) {
     return Invalid("endpoints.rollout: 1..256 addresses required");
