@@ -188,6 +188,7 @@ void AdapterRegistry::LoadLoop(Followed& followed) {
     mutex_.Lock();
     followed.loading_version = 0;
     if (loaded.ok()) {
+      followed.requested.erase(version);  // Staged now; ResolveExact waits for the swap.
       followed.staged.push_back(*std::move(loaded));
       followed.phase = v1::LOAD_PHASE_STAGED;
       followed.backoff = options_.initial_backoff;
@@ -313,7 +314,9 @@ int AdapterRegistry::PromoteStaged() {
   for (auto& [name, followed] : followed_) {
     if (followed->staged.empty()) continue;
     followed->phase = v1::LOAD_PHASE_SWAPPING;
+    std::vector<int64_t> promoted;
     for (std::shared_ptr<ServedModel>& model : followed->staged) {
+      promoted.push_back(model->version);
       model->ready_time = now;
       followed->requested.erase(model->version);
       if (model->version > followed->current_version()) {
@@ -331,16 +334,18 @@ int AdapterRegistry::PromoteStaged() {
     followed->staged.clear();
     followed->last_swap_time = now;
     followed->phase = v1::LOAD_PHASE_IDLE;
-    Evict(*followed);
+    // A version just loaded for an exact request stays until that request had its chance.
+    Evict(*followed, promoted);
   }
   return swapped;
 }
 
-void AdapterRegistry::Evict(Followed& followed) {
+void AdapterRegistry::Evict(Followed& followed, const std::vector<int64_t>& keep) {
   for (auto it = followed.resident.begin();
        it != followed.resident.end() &&
        static_cast<int>(followed.resident.size()) > options_.resident_versions;) {
-    const bool in_use = it->second == followed.current || it->second->active_samples > 0;
+    const bool in_use = it->second == followed.current || it->second->active_samples > 0 ||
+                        std::find(keep.begin(), keep.end(), it->first) != keep.end();
     it = in_use ? std::next(it) : followed.resident.erase(it);
   }
   std::erase_if(followed.announced_at,

@@ -95,7 +95,9 @@ class AdapterRegistry {
                                                     weight_store::AdapterFetcher& fetcher);
   absl::StatusOr<std::shared_ptr<ServedModel>> ResolveExact(Followed& followed, int64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  void Evict(Followed& followed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Drops versions beyond resident_versions that are not current, not in use and not in `keep`.
+  void Evict(Followed& followed, const std::vector<int64_t>& keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   v1::AdapterStatus StatusOf(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   bool SleepUnlessStopping(absl::Duration duration);
 

@@ -25,7 +25,7 @@ inline absl::StatusOr<std::unique_ptr<ServiceServer>> ServeOnLoopback(
   std::vector<HostedService> services;
   services.push_back({proto_name, std::move(service), std::move(ready), std::move(drain)});
   ServerOptions options = tandem::testing::LoopbackOptions();
-  options.drain_timeout = absl::Milliseconds(200);
+  options.drain_timeout = absl::Seconds(2);  // Room for a drain to deliver its samples.
   auto server = ServiceServer::Start(name, std::move(services), options);
   if (server.ok()) (*server)->SetReady();
   return server;

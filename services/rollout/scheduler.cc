@@ -307,7 +307,8 @@ void Scheduler::AdmitSamples() {
                       id.status().ToString());
         work.cancelled = true;
         work.fail(absl::InternalError(absl::StrCat("admit failed: ", id.status().message())));
-        continue;
+        ++pending.next_sample;
+        return;  // DropCancelled removes the rest of the request and frees its id.
       }
       ++pending.model->active_samples;
       RolloutMetrics::Get().time_to_first_token_seconds.Observe(

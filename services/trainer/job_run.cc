@@ -7,7 +7,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/channel.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -113,6 +116,13 @@ class JobRun {
     return Service::NewStub(*channel);
   }
 
+  // Cancels the Generate calls in flight and any later attempt (the run is ending).
+  void AbandonGeneration();
+  bool Abandoned() {
+    absl::MutexLock lock(&calls_mutex_);
+    return abandoned_;
+  }
+
   void SetDeadline(grpc::ClientContext& context) const {
     SetTimeout(context, environment_.rpc_timeout);
   }
@@ -139,6 +149,9 @@ class JobRun {
   std::unique_ptr<v1::WeightStoreService::Stub> weight_store_;
   std::unique_ptr<v1::RouterReplayService::Stub> router_replay_;
   int64_t start_step_ = 0;
+  absl::Mutex calls_mutex_;
+  absl::flat_hash_set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(calls_mutex_);
+  bool abandoned_ ABSL_GUARDED_BY(calls_mutex_) = false;
 };
 
 absl::Status JobRun::Init() {
@@ -244,12 +257,28 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::GenerateOn(
     v1::RolloutService::Stub& stub, const v1::GenerateRequest& request) {
   grpc::ClientContext context;
   SetDeadline(context);
+  {
+    absl::MutexLock lock(&calls_mutex_);
+    if (abandoned_) return absl::CancelledError("generation abandoned");
+    calls_.insert(&context);
+  }
   auto reader = stub.Generate(&context, request);
   std::vector<v1::GenerateResponse> responses;
   v1::GenerateResponse response;
   while (reader->Read(&response)) responses.push_back(response);
-  if (absl::Status status = FromGrpcStatus(reader->Finish()); !status.ok()) return status;
+  const absl::Status status = FromGrpcStatus(reader->Finish());
+  {
+    absl::MutexLock lock(&calls_mutex_);
+    calls_.erase(&context);
+  }
+  if (!status.ok()) return status;
   return responses;
+}
+
+void JobRun::AbandonGeneration() {
+  absl::MutexLock lock(&calls_mutex_);
+  abandoned_ = true;
+  for (grpc::ClientContext* context : calls_) context->TryCancel();
 }
 
 absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
@@ -323,7 +352,7 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
   for (int attempt = 0;; ++attempt) {
     responses = RequestSamples(step, version, attempt, problems);
     if (responses.ok() || !absl::IsUnavailable(responses.status()) ||
-        attempt + 1 >= environment_.generate_attempts) {
+        attempt + 1 >= environment_.generate_attempts || Abandoned()) {
       break;
     }
     spdlog::warn("job {} step {}: {}; retrying in {}", job_.id(), step,
@@ -399,6 +428,12 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
   const bool overlap = spec_.sync_mode() == v1::SYNC_MODE_ASYNC;
   std::future<absl::StatusOr<StepSamples>> next;
   int64_t next_version = 0;
+  // Leaving early (cancel, error) must not wait out a generation nobody will use.
+  const absl::Cleanup stop_next = [&] {
+    if (!next.valid()) return;
+    AbandonGeneration();
+    next.wait();
+  };
   for (int64_t step = start_step_ + 1; step <= spec_.num_steps(); ++step) {
     if (cancelled) return Cancelled();
     v1::StepMetrics metrics;

@@ -341,10 +341,12 @@ void JobServiceImpl::WorkLoop() {
     absl::MutexLock lock(&mutex_);
     if (stopping_) return;  // Shutdown, not the job's end: it resumes after a restart.
     Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [&result](v1::Job& job) {
-      if (result.ok()) {
-        job.set_state(v1::JOB_STATE_SUCCEEDED);
-      } else if (absl::IsCancelled(result) && job.state() == v1::JOB_STATE_CANCELLING) {
+      // A cancel that raced with the last step still ends CANCELLED (never CANCELLING ->
+      // SUCCEEDED); the versions it published remain.
+      if (job.state() == v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
         job.set_state(v1::JOB_STATE_CANCELLED);
+      } else if (result.ok()) {
+        job.set_state(v1::JOB_STATE_SUCCEEDED);
       } else {
         job.set_state(v1::JOB_STATE_FAILED);
         job.set_error_message(result.ToString());

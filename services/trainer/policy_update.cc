@@ -247,7 +247,10 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   double loss = 0;
   for (int micro = begin; micro < end; micro += config_.micro_batch_size) {
     const int micro_end = std::min(end, micro + config_.micro_batch_size);
-    absl::StatusOr<const float*> logits = Forward(policy_, batch, micro, micro_end, routes);
+    // Without a separate old-policy pass, R2's "old routes" are this forward's live ones.
+    const std::vector<int16_t>* replay =
+        config_.replay == RouteReplay::kR2 && !batch.have_old[micro] ? nullptr : routes;
+    absl::StatusOr<const float*> logits = Forward(policy_, batch, micro, micro_end, replay);
     if (!logits.ok()) return logits.status();
     const std::vector<double> logp = ResponseLogProbs(batch, micro, micro_end, *logits);
     if (!batch.have_old[micro]) RecordOldPolicy(batch, micro, micro_end, logp, stats);
@@ -256,7 +259,7 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
       // Kept aside: the reference forward reuses the scaled-logits buffer.
       const std::vector<float> policy_logits(*logits, *logits + (batch.offsets[micro_end] -
                                                                  batch.offsets[micro]) * vocab);
-      absl::StatusOr<const float*> ref_logits = Forward(reference_, batch, micro, micro_end, routes);
+      absl::StatusOr<const float*> ref_logits = Forward(reference_, batch, micro, micro_end, replay);
       if (!ref_logits.ok()) return ref_logits.status();
       ref_logp = ResponseLogProbs(batch, micro, micro_end, *ref_logits);
       if (config_.temperature != 1.0f) {

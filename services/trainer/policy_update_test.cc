@@ -144,6 +144,16 @@ TEST_F(PolicyUpdateTest, LogProbsAreOfTheSamplingTemperatureLikeTheRollouts) {
   EXPECT_GT(untempered.Update(Rollouts(2, 3, nullptr, 0.5f), {})->mismatch_kl_k3, 1e-3);
 }
 
+TEST_F(PolicyUpdateTest, R2WithOneUpdateReplaysNothingButItsOwnLiveRoutes) {
+  // One update per step fuses the old-policy pass into the update pass: the routes R2 would
+  // replay are the live routes of that same forward, over many micro-batches.
+  PolicyUpdater updater(base_, lora_, *optimizer_,
+                        {.replay = RouteReplay::kR2, .micro_batch_size = 3, .learning_rate = 1e-3f});
+  auto stats = updater.Update(Rollouts(4, 1, nullptr), {});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_TRUE(std::isfinite(stats->loss));
+}
+
 TEST_F(PolicyUpdateTest, InconsistentInputsAreRejected) {
   PolicyUpdater updater(base_, lora_, *optimizer_, {});
   std::vector<TrainingSample> samples = Rollouts(1, 1, nullptr);
