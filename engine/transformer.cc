@@ -110,14 +110,14 @@ void AddInto(float* target, const float* values, int64_t count) {
   for (int64_t i = 0; i < count; ++i) target[i] += values[i];
 }
 
+}  // namespace
+
 bool SameExpertSet(const int16_t* a, const int16_t* b, int k) {
   for (int i = 0; i < k; ++i) {
     if (std::find(b, b + k, a[i]) == b + k) return false;
   }
   return true;
 }
-
-}  // namespace
 
 void TokenBatch::Add(const std::vector<int>& sequence) {
   tokens.insert(tokens.end(), sequence.begin(), sequence.end());

@@ -38,6 +38,10 @@ struct RoutingStats {
   double token_disagreement() const;
 };
 
+// Whether two routing rows of k distinct expert ids choose the same set (order aside): what
+// counts as agreement between live and replayed routing.
+bool SameExpertSet(const int16_t* a, const int16_t* b, int k);
+
 // Computes attention for the rows of one forward call. Training attends within each packed
 // sequence; generation attends against a KV cache.
 class AttentionBackend {

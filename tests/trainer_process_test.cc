@@ -18,13 +18,12 @@
 #include "common/channel.h"
 #include "common/health_client.h"
 #include "common/testing/http_get.h"
-#include "engine/sampler.h"
 #include "engine/tasks.h"
-#include "engine/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 #include "tandem/v1/trainer.grpc.pb.h"
+#include "services/rollout/task_accuracy.h"
 #include "tests/service_process.h"
 
 namespace tandem::testing {
@@ -171,28 +170,14 @@ class TrainerProcessTest : public ::testing::Test {
   // Greedy accuracy on 1-digit addition of `version` (0: the base model) through the rollout.
   double GreedyAccuracy(const std::string& adapter, int64_t version) {
     auto task = *engine::MakeTask("addition", 1);
-    const std::vector<engine::Sample> problems = engine::GeneratePrompts(*task, 400, 99);
-    v1::GenerateRequest request;
-    request.set_request_id(absl::StrCat("eval-", version));
-    for (const engine::Sample& problem : problems) request.add_prompts()->set_text(problem.prompt);
-    request.mutable_sampling()->set_temperature(0);
-    request.mutable_sampling()->set_max_new_tokens(4);
-    if (version > 0) {
-      request.mutable_adapter()->set_adapter_name(adapter);
-      request.mutable_adapter()->set_exact_version(version);
-    }
-    grpc::ClientContext context;
-    SetTimeout(context, absl::Seconds(60));
-    auto reader = rollout_->Generate(&context, request);
-    v1::GenerateResponse response;
-    int correct = 0;
-    while (reader->Read(&response)) {
-      const std::vector<int> tokens(response.token_ids().begin(), response.token_ids().end());
-      correct += task->Reward(problems[response.prompt_index()].prompt,
-                              engine::Decode(tokens, engine::SpecialTokens::kRender)) >= 1;
-    }
-    EXPECT_TRUE(reader->Finish().ok());
-    return correct / 400.0;
+    auto accuracy = rollout::MeasureAccuracy(*rollout_, *task,
+                                             {.adapter = version > 0 ? adapter : "",
+                                              .version = version,
+                                              .prompts = 400,
+                                              .prompt_seed = 99,
+                                              .max_new_tokens = 4});
+    EXPECT_TRUE(accuracy.ok()) << accuracy.status();
+    return accuracy.ok() ? accuracy->share() : 0;
   }
 
   std::string data_;

@@ -25,6 +25,17 @@ v1::FinishReason FinishReasonOf(engine::FinishReason reason) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
+// The response of sample `sample` (prompt-major index) of `work`, naming it and its prompt.
+v1::GenerateResponse SampleResponse(const GenerationWork& work, int sample) {
+  const int prompt = sample / work.group_size();
+  v1::GenerateResponse response;
+  response.set_request_id(work.request.request_id());
+  response.set_prompt_index(prompt);
+  response.set_sample_index(sample % work.group_size());
+  response.set_prompt_tokens(work.prompt_tokens[prompt]);
+  return response;
+}
+
 int64_t Positions(const engine::GenerationRequest& sample) {
   return static_cast<int64_t>(sample.prompt.size()) + sample.max_new_tokens;
 }
@@ -189,12 +200,8 @@ void Scheduler::StopEverything() {
   const auto cancel_pending = [this](Pending& pending) {
     GenerationWork& work = *pending.work;
     for (int s = pending.next_sample; s < work.num_samples(); ++s) {
-      Finished finished{.work = pending.work};
+      Finished finished{.work = pending.work, .response = SampleResponse(work, s)};
       v1::GenerateResponse& response = finished.response;
-      response.set_request_id(work.request.request_id());
-      response.set_prompt_index(s / work.group_size());
-      response.set_sample_index(s % work.group_size());
-      response.set_prompt_tokens(work.prompt_tokens[s / work.group_size()]);
       response.set_finish_reason(v1::FINISH_REASON_CANCELLED);
       response.set_adapter_version(pending.model == nullptr ? 0 : pending.model->version);
       response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
@@ -349,12 +356,8 @@ void Scheduler::CollectFinished() {
     GenerationWork& work = *active.work;
     const int group_size = work.group_size();
     const int prompt = active.sample / group_size;
-    Finished finished{.work = active.work};
+    Finished finished{.work = active.work, .response = SampleResponse(work, active.sample)};
     v1::GenerateResponse& response = finished.response;
-    response.set_request_id(work.request.request_id());
-    response.set_prompt_index(prompt);
-    response.set_sample_index(active.sample % group_size);
-    response.set_prompt_tokens(sample.prompt_length);
     const std::vector<int> generated(sample.tokens.begin() + sample.prompt_length,
                                      sample.tokens.end());
     response.mutable_token_ids()->Add(generated.begin(), generated.end());

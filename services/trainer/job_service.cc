@@ -91,6 +91,16 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
   bool terminal_queued_ = false;
 };
 
+// Finishes an RPC whose response is just the job.
+template <typename Response>
+grpc::ServerUnaryReactor* FinishWithJob(grpc::CallbackServerContext* context,
+                                        absl::StatusOr<v1::Job> job, Response* response) {
+  if (!job.ok()) return FinishUnary<Response>(context, job.status(), response);
+  Response result;
+  *result.mutable_job() = *std::move(job);
+  return FinishUnary<Response>(context, std::move(result), response);
+}
+
 }  // namespace
 
 JobServiceImpl::JobServiceImpl(TrainerOptions options) : options_(std::move(options)) {}
@@ -360,21 +370,13 @@ void JobServiceImpl::WorkLoop() {
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* context,
                                                     const v1::CreateJobRequest* request,
                                                     v1::CreateJobResponse* response) {
-  absl::StatusOr<v1::Job> job = Create(*request);
-  if (!job.ok()) return FinishUnary<v1::CreateJobResponse>(context, job.status(), response);
-  v1::CreateJobResponse result;
-  *result.mutable_job() = *std::move(job);
-  return FinishUnary<v1::CreateJobResponse>(context, std::move(result), response);
+  return FinishWithJob(context, Create(*request), response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
                                                  v1::GetJobResponse* response) {
-  absl::StatusOr<v1::Job> job = Get(request->job_id());
-  if (!job.ok()) return FinishUnary<v1::GetJobResponse>(context, job.status(), response);
-  v1::GetJobResponse result;
-  *result.mutable_job() = *std::move(job);
-  return FinishUnary<v1::GetJobResponse>(context, std::move(result), response);
+  return FinishWithJob(context, Get(request->job_id()), response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
@@ -386,11 +388,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::CancelJobResponse* response) {
-  absl::StatusOr<v1::Job> job = Cancel(request->job_id());
-  if (!job.ok()) return FinishUnary<v1::CancelJobResponse>(context, job.status(), response);
-  v1::CancelJobResponse result;
-  *result.mutable_job() = *std::move(job);
-  return FinishUnary<v1::CancelJobResponse>(context, std::move(result), response);
+  return FinishWithJob(context, Cancel(request->job_id()), response);
 }
 
 grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(

@@ -9,30 +9,19 @@
 namespace tandem::trainer {
 namespace {
 
-void Accumulate(engine::RoutingStats& total, const engine::RoutingStats& part) {
-  total.decisions += part.decisions;
-  total.differing_decisions += part.differing_decisions;
-  total.tokens += part.tokens;
-  total.differing_tokens += part.differing_tokens;
-  total.live_fallbacks += part.live_fallbacks;
-}
-
-// Live routes against recorded ones, as the engine counts replay disagreement: per token x MoE
-// layer, whether the top-k sets differ; recorded rows of -1 (never forwarded) are not compared.
-engine::RoutingStats CompareRoutes(const int16_t* live, const int16_t* recorded, int64_t tokens,
-                                   int layers, int top_k) {
-  engine::RoutingStats stats;
+// Adds live routes against recorded ones to `stats`, as the engine counts replay disagreement:
+// per token x MoE layer, whether the top-k sets differ; recorded rows of -1 (never forwarded)
+// are not compared.
+void CompareRoutes(const int16_t* live, const int16_t* recorded, int64_t tokens, int layers,
+                   int top_k, engine::RoutingStats& stats) {
   for (int64_t t = 0; t < tokens; ++t) {
     bool token_compared = false, token_differs = false;
     for (int l = 0; l < layers; ++l) {
       const int64_t row = (t * layers + l) * top_k;
       if (recorded[row] < 0) continue;
-      std::vector<int16_t> a(live + row, live + row + top_k), b(recorded + row, recorded + row + top_k);
-      std::sort(a.begin(), a.end());
-      std::sort(b.begin(), b.end());
       ++stats.decisions;
       token_compared = true;
-      if (a != b) {
+      if (!engine::SameExpertSet(live + row, recorded + row, top_k)) {
         ++stats.differing_decisions;
         token_differs = true;
       }
@@ -40,7 +29,6 @@ engine::RoutingStats CompareRoutes(const int16_t* live, const int16_t* recorded,
     stats.tokens += token_compared;
     stats.differing_tokens += token_differs;
   }
-  return stats;
 }
 
 }  // namespace
@@ -196,11 +184,10 @@ void PolicyUpdater::RecordOldPolicy(Batch& batch, int begin, int end,
       const int64_t first_response =
           batch.offsets[i] + static_cast<int64_t>(batch.samples[i].prompt.size());
       const int64_t local = first_response - batch.offsets[begin];
-      Accumulate(stats.routing,
-                 CompareRoutes(policy_.live_routes().data() + local * batch.route_width,
-                               batch.rollout_routes->data() + first_response * batch.route_width,
-                               static_cast<int64_t>(batch.samples[i].response.size()),
-                               base_.config().num_moe_layers(), base_.config().top_k));
+      CompareRoutes(policy_.live_routes().data() + local * batch.route_width,
+                    batch.rollout_routes->data() + first_response * batch.route_width,
+                    static_cast<int64_t>(batch.samples[i].response.size()),
+                    base_.config().num_moe_layers(), base_.config().top_k, stats.routing);
     }
   }
   if (config_.replay == RouteReplay::kR2) {

@@ -12,13 +12,11 @@
 #include "absl/strings/str_format.h"
 #include "common/channel.h"
 #include "common/server_options.h"
-#include "engine/sampler.h"
-#include "engine/sft.h"
 #include "engine/tasks.h"
-#include "engine/tokenizer.h"
 #include "google/protobuf/util/json_util.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 #include "tandem/v1/trainer.grpc.pb.h"
+#include "services/rollout/task_accuracy.h"
 #include "tools/cli/spec_file.h"
 
 ABSL_FLAG(std::string, trainer, "127.0.0.1:50051", "Trainer address.");
@@ -232,34 +230,16 @@ absl::Status Eval() {
   auto channel = Channel(absl::GetFlag(FLAGS_rollout), "tandem.v1.RolloutService");
   if (!channel.ok()) return channel.status();
   auto rollout = v1::RolloutService::NewStub(*channel);
-  // A seed no training step uses (steps mix the job seed with the step number).
-  const std::vector<engine::Sample> problems =
-      engine::GeneratePrompts(**task, absl::GetFlag(FLAGS_prompts), 0x5eed0fe7a1);
-  v1::GenerateRequest request;
-  request.set_request_id(absl::StrFormat("eval-%s-%lld-%llx", absl::GetFlag(FLAGS_adapter),
-                                         static_cast<long long>(absl::GetFlag(FLAGS_version)),
-                                         static_cast<unsigned long long>(absl::ToUnixNanos(absl::Now()))));
-  for (const engine::Sample& problem : problems) request.add_prompts()->set_text(problem.prompt);
-  request.mutable_sampling()->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
-  request.mutable_sampling()->set_seed(1);
-  request.mutable_sampling()->set_max_new_tokens(absl::GetFlag(FLAGS_digits) + 3);
-  if (!absl::GetFlag(FLAGS_adapter).empty()) {
-    request.mutable_adapter()->set_adapter_name(absl::GetFlag(FLAGS_adapter));
-    request.mutable_adapter()->set_exact_version(absl::GetFlag(FLAGS_version));
-  }
-  grpc::ClientContext context;
-  SetTimeout(context, absl::Minutes(5));
-  auto reader = rollout->Generate(&context, request);
-  v1::GenerateResponse response;
-  int correct = 0;
-  while (reader->Read(&response)) {
-    const std::vector<int> tokens(response.token_ids().begin(), response.token_ids().end());
-    correct += (*task)->Reward(problems[response.prompt_index()].prompt,
-                               engine::Decode(tokens, engine::SpecialTokens::kRender)) >= 1;
-  }
-  if (absl::Status status = Check(reader->Finish()); !status.ok()) return status;
-  std::printf("accuracy %.3f (%d/%zu)\n", static_cast<double>(correct) / problems.size(), correct,
-              problems.size());
+  auto accuracy = rollout::MeasureAccuracy(
+      *rollout, **task,
+      {.adapter = absl::GetFlag(FLAGS_adapter),
+       .version = absl::GetFlag(FLAGS_version),
+       .prompts = absl::GetFlag(FLAGS_prompts),
+       .prompt_seed = 0x5eed0fe7a1,  // No training step uses it (steps mix job seed and step).
+       .max_new_tokens = absl::GetFlag(FLAGS_digits) + 3,
+       .temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature))});
+  if (!accuracy.ok()) return accuracy.status();
+  std::printf("accuracy %.3f (%d/%d)\n", accuracy->share(), accuracy->correct, accuracy->total);
   return absl::OkStatus();
 }
 
