@@ -76,6 +76,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ChannelOption
               static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
   // Long streams (WatchJob, WatchVersions) sit idle between events; keep them probed.
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  if (options.max_reconnect_backoff.has_value()) {
+    const int max_ms = static_cast<int>(absl::ToInt64Milliseconds(*options.max_reconnect_backoff));
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(max_ms, 1000));
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(max_ms, 1000));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  }
   if (options.tls.has_value() && !options.tls->server_name_override.empty()) {
     args.SetSslTargetNameOverride(options.tls->server_name_override);
   }

@@ -32,6 +32,9 @@ struct ChannelOptions {
   int max_attempts = 4;  // Including the first; gRPC caps it at 5.
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(2);
+  // Longest wait between two connection attempts to an unreachable server; unset: gRPC's
+  // default (1 s growing to 120 s). Waiting for a server that is starting wants it short.
+  std::optional<absl::Duration> max_reconnect_backoff;
 };
 
 // The gRPC service config that retries UNAVAILABLE for every idempotent method of

@@ -11,15 +11,16 @@ namespace {
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
+// How often a NOT_SERVING server is asked again, and the longest reconnect backoff while waiting.
 constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 
-}  // namespace
-
-absl::StatusOr<Health> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,
-                                   const std::string& service, absl::Duration timeout) {
+absl::StatusOr<Health> Check(const std::shared_ptr<grpc::Channel>& channel,
+                             const std::string& service, absl::Duration timeout,
+                             bool wait_for_ready) {
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   SetTimeout(context, timeout);
+  context.set_wait_for_ready(wait_for_ready);
   HealthCheckRequest request;
   request.set_service(service);
   HealthCheckResponse response;
@@ -29,15 +30,29 @@ absl::StatusOr<Health> CheckHealth(const std::shared_ptr<grpc::Channel>& channel
   return response.status() == HealthCheckResponse::SERVING ? Health::kServing : Health::kNotServing;
 }
 
-absl::Status WaitUntilServing(const std::shared_ptr<grpc::Channel>& channel,
-                              const std::string& service, absl::Duration timeout) {
+}  // namespace
+
+absl::StatusOr<Health> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,
+                                   const std::string& service, absl::Duration timeout) {
+  return Check(channel, service, timeout, /*wait_for_ready=*/false);
+}
+
+absl::Status WaitUntilServing(ChannelOptions server, const std::string& service,
+                              absl::Duration timeout) {
+  server.service_name = "grpc.health.v1.Health";
+  server.max_reconnect_backoff = kPollInterval;
+  auto channel = CreateChannel(server);
+  if (!channel.ok()) return channel.status();
   const absl::Time deadline = absl::Now() + timeout;
   absl::Status last = absl::UnavailableError("no answer yet");
   while (absl::Now() < deadline) {
-    auto health = CheckHealth(channel, service, std::max(kPollInterval, deadline - absl::Now()));
+    auto health = Check(*channel, service, deadline - absl::Now(), /*wait_for_ready=*/true);
     if (health.ok() && *health == Health::kServing) return absl::OkStatus();
-    last = health.ok() ? absl::UnavailableError("NOT_SERVING") : health.status();
-    absl::SleepFor(kPollInterval);
+    last = health.ok() ? absl::UnavailableError(*health == Health::kNotServing
+                                                    ? "NOT_SERVING"
+                                                    : "unknown service")
+                       : health.status();
+    absl::SleepFor(std::min(kPollInterval, std::max(deadline - absl::Now(), absl::ZeroDuration())));
   }
   return absl::DeadlineExceededError(absl::StrCat("'", service, "' not SERVING within ",
                                                   absl::FormatDuration(timeout),

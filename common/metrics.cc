@@ -4,8 +4,10 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/version.h"
 #include "grpcpp/support/status.h"
+#include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
 
 namespace tandem {
@@ -91,19 +93,31 @@ const std::shared_ptr<prometheus::Registry>& SharedRegistry() {
 
 prometheus::Registry& MetricsRegistry() { return *SharedRegistry(); }
 
-absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& host,
-                                                                        int port) {
+absl::StatusOr<int> ServeMetrics(const std::string& host, int port) {
+  struct Endpoint {
+    std::string host;
+    int port;
+  };
+  static absl::Mutex mutex(absl::kConstInit);
+  static const Endpoint* endpoint ABSL_GUARDED_BY(mutex) = nullptr;  // Never destroyed.
+  absl::MutexLock lock(&mutex);
+  if (endpoint != nullptr) {
+    if (endpoint->host == host && (port == 0 || port == endpoint->port)) return endpoint->port;
+    return absl::FailedPreconditionError(
+        absl::StrCat("this process already serves /metrics on ", endpoint->host, ":",
+                     endpoint->port, "; cannot also serve it on ", host, ":", port));
+  }
   const std::string address = absl::StrCat(host, ":", port);
-  std::unique_ptr<prometheus::Exposer> exposer;
+  prometheus::Exposer* exposer = nullptr;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(address);
+    exposer = new prometheus::Exposer(address);  // Never destroyed, see above.
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve /metrics on ", address, ": ", e.what()));
   }
   exposer->RegisterCollectable(SharedRegistry());  // Held weakly by the exposer.
-  const int bound_port = exposer->GetListeningPorts().at(0);
-  return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(exposer), bound_port));
+  endpoint = new Endpoint{host, exposer->GetListeningPorts().at(0)};
+  return endpoint->port;
 }
 
 void RecordBuildInfo(absl::string_view service) {

@@ -1,14 +1,12 @@
 #ifndef TANDEM_COMMON_METRICS_H_
 #define TANDEM_COMMON_METRICS_H_
 
-#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -18,20 +16,13 @@ namespace tandem {
 // The one registry of this process; every Tandem metric registers here.
 prometheus::Registry& MetricsRegistry();
 
-// Serves the process registry as Prometheus text at http://host:port/metrics.
-class MetricsEndpoint {
- public:
-  // Port 0 lets the OS pick; port() tells which. UNAVAILABLE when the port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& host, int port);
-  int port() const { return port_; }
-
- private:
-  MetricsEndpoint(std::unique_ptr<prometheus::Exposer> exposer, int port)
-      : exposer_(std::move(exposer)), port_(port) {}
-
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_;
-};
+// Serves the process registry as Prometheus text at http://host:port/metrics and returns the
+// bound port (port 0 lets the OS pick). One endpoint per process, never stopped: stopping
+// prometheus-cpp's exposer takes about two seconds, which every server shutdown (and every
+// in-process test server) would pay. The first call binds; a later call for the same host with
+// port 0 or the bound port shares it, any other is FAILED_PRECONDITION. UNAVAILABLE when the
+// port cannot be bound.
+absl::StatusOr<int> ServeMetrics(const std::string& host, int port);
 
 // Sets tandem_build_info{service,version} to 1, the usual way to expose what runs where.
 void RecordBuildInfo(absl::string_view service);

@@ -71,11 +71,15 @@ TEST(MetricsTest, ErrorsAreLabelledWithTheirCode) {
                         "\"Append\",service=\"tandem.testing.EchoService\"}"));
 }
 
-TEST(MetricsTest, BusyPortIsUnavailable) {
-  auto first = MetricsEndpoint::Start("127.0.0.1", 0);
+TEST(MetricsTest, OneEndpointPerProcess) {
+  auto first = ServeMetrics("127.0.0.1", 0);
   ASSERT_TRUE(first.ok()) << first.status();
-  auto second = MetricsEndpoint::Start("127.0.0.1", (*first)->port());
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(*ServeMetrics("127.0.0.1", 0), *first);
+  EXPECT_EQ(*ServeMetrics("127.0.0.1", *first), *first);
+  EXPECT_EQ(ServeMetrics("127.0.0.1", *first + 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ServeMetrics("0.0.0.0", *first).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -57,9 +57,9 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
     std::string name, std::vector<HostedService> services, const ServerOptions& options) {
   std::unique_ptr<ServiceServer> server(
       new ServiceServer(std::move(name), std::move(services), options));
-  auto metrics = MetricsEndpoint::Start(options.host, options.metrics_port);
-  if (!metrics.ok()) return metrics.status();
-  server->metrics_ = *std::move(metrics);
+  auto metrics_port = ServeMetrics(options.host, options.metrics_port);
+  if (!metrics_port.ok()) return metrics_port.status();
+  server->metrics_port_ = *metrics_port;
   RecordBuildInfo(server->name_);
 
   grpc::EnableDefaultHealthCheckService(true);

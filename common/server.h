@@ -41,7 +41,7 @@ class ServiceServer {
   ~ServiceServer();
 
   int port() const { return port_; }
-  int metrics_port() const { return metrics_->port(); }
+  int metrics_port() const { return metrics_port_; }
 
   // Reports SERVING once every hosted service's `ready` probe passes (polled on a background
   // thread when some do not pass yet); call once the server can do its work.
@@ -62,7 +62,7 @@ class ServiceServer {
   const std::string name_;
   std::vector<HostedService> services_;
   const ServerOptions options_;
-  std::unique_ptr<MetricsEndpoint> metrics_;
+  int metrics_port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex drain_mutex_;

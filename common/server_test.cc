@@ -1,5 +1,6 @@
 #include "common/server.h"
 
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -41,6 +42,27 @@ TEST(ServiceServerTest, NotServingUntilReady) {
   EXPECT_EQ(*CheckHealth(channel, kEcho, absl::Seconds(5)), Health::kServing);
   EXPECT_EQ(*CheckHealth(channel, "", absl::Seconds(5)), Health::kServing);
   EXPECT_EQ(*CheckHealth(channel, "tandem.v1.Nope", absl::Seconds(5)), Health::kUnknownService);
+}
+
+TEST(ServiceServerTest, ReadinessProbeHoldsNotServingUntilItPasses) {
+  std::atomic<bool> ready{false};
+  std::atomic<int> probes{0};
+  std::vector<HostedService> services;
+  services.push_back({kEcho, std::make_unique<testing::EchoServiceImpl>(), [&] {
+                        ++probes;
+                        return ready.load();
+                      }});
+  auto server = ServiceServer::Start("echo", std::move(services), testing::LoopbackOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->SetReady();
+  const ChannelOptions target = {.target = "127.0.0.1:" + std::to_string((*server)->port())};
+  auto channel = *CreateChannel({.target = target.target, .service_name = kEcho});
+  // The probe has been asked (and said no) since SetReady: NOT_SERVING is its answer, not the
+  // state every server starts in.
+  while (probes.load() < 2) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(*CheckHealth(channel, kEcho, absl::Seconds(5)), Health::kNotServing);
+  ready = true;
+  EXPECT_TRUE(WaitUntilServing(target, kEcho, absl::Seconds(5)).ok());
 }
 
 TEST(ServiceServerTest, DrainFinishesInFlightCallsAndRefusesNewOnes) {

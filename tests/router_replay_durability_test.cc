@@ -42,9 +42,9 @@ class RouterReplayDurabilityTest : public ::testing::Test {
     EXPECT_TRUE(process.ok()) << process.status();
     channel_ = *CreateChannel({.target = absl::StrCat("127.0.0.1:", port),
                                .service_name = "tandem.v1.RouterReplayService"});
-    auto health = *CreateChannel(
-        {.target = absl::StrCat("127.0.0.1:", port), .service_name = "grpc.health.v1.Health"});
-    EXPECT_TRUE(WaitUntilServing(health, "tandem.v1.RouterReplayService", absl::Seconds(30)).ok());
+    EXPECT_TRUE(WaitUntilServing({.target = absl::StrCat("127.0.0.1:", port)},
+                                 "tandem.v1.RouterReplayService", absl::Seconds(30))
+                    .ok());
     return *std::move(process);
   }
 

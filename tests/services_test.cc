@@ -97,8 +97,7 @@ TEST_P(ServiceBinaryTest, ServesWithAuthAndMetricsThenDrainsOnSigterm) {
   ASSERT_TRUE(process.ok()) << process.status();
   const std::string target = absl::StrCat("127.0.0.1:", port);
 
-  auto health_channel = *CreateChannel({.target = target, .service_name = "grpc.health.v1.Health"});
-  ASSERT_TRUE(WaitUntilServing(health_channel, GetParam().proto_service, absl::Seconds(20)).ok())
+  ASSERT_TRUE(WaitUntilServing({.target = target}, GetParam().proto_service, absl::Seconds(20)).ok())
       << ReadLog(LogPath());
 
   const grpc::Status authorized = CallWithToken(target, kToken);

@@ -52,8 +52,9 @@ class WeightStoreProcessTest : public ::testing::TestWithParam<std::string> {
         ::testing::TempDir() + "/weight_store.log");
     EXPECT_TRUE(process.ok()) << process.status();
     const std::string target = absl::StrCat("127.0.0.1:", port);
-    auto health = *CreateChannel({.target = target, .service_name = "grpc.health.v1.Health"});
-    EXPECT_TRUE(WaitUntilServing(health, "tandem.v1.WeightStoreService", absl::Seconds(30)).ok());
+    EXPECT_TRUE(
+        WaitUntilServing({.target = target}, "tandem.v1.WeightStoreService", absl::Seconds(30))
+            .ok());
     stub_ = v1::WeightStoreService::NewStub(
         *CreateChannel({.target = target, .service_name = "tandem.v1.WeightStoreService"}));
     return *std::move(process);

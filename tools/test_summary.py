@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Counts test cases in the JUnit XML files Bazel wrote for the given test targets.
 
-Usage: test_summary.py TESTLOGS_DIR LABEL... Prints failed and skipped cases, then, as
-the last line, "N passed, N failed". A target that crashed before writing its own cases
-counts as one failed case. Exit status 1 when anything failed or a target has no result.
+Usage: test_summary.py TESTLOGS_DIR LABEL... Prints one line per target (PASSED, FAILED, or
+SKIPPED when every case skipped: a CUDA test without a GPU is not a pass), the failed and
+skipped cases, the summed test time, then, as the last line, "N passed, N failed". A target
+that crashed before writing its own cases counts as one failed case. Exit status 1 when
+anything failed or a target has no result.
 """
 import os
 import sys
@@ -28,21 +30,41 @@ def cases_of(path):
             yield name, "passed"
 
 
+def seconds_of(path):
+    """The target's run time as its XML records it (gtest's testsuites element)."""
+    try:
+        return float(ElementTree.parse(path).getroot().get("time", "0"))
+    except ValueError:
+        return 0.0
+
+
+def target_outcome(outcomes):
+    if "failed" in outcomes or not outcomes:
+        return "failed"
+    return "skipped" if all(o == "skipped" for o in outcomes) else "passed"
+
+
 def main():
     testlogs, labels = sys.argv[1], sys.argv[2:]
     counts = {"passed": 0, "failed": 0, "skipped": 0}
+    total_seconds = 0.0
     for label in labels:
         path = target_xml(testlogs, label)
         if not os.path.exists(path):
             print(f"FAILED {label}: no test result (did not build or run)")
             counts["failed"] += 1
             continue
-        for name, outcome in cases_of(path):
+        cases = list(cases_of(path))
+        seconds = seconds_of(path)
+        total_seconds += seconds
+        print(f"{target_outcome([o for _, o in cases]).upper():7} {label} ({seconds:.1f} s)")
+        for name, outcome in cases:
             counts[outcome] += 1
             if outcome != "passed":
-                print(f"{outcome.upper()} {label} {name}")
+                print(f"  {outcome.upper()} {name}")
     if counts["skipped"]:
         print(f"{counts['skipped']} skipped (CUDA tests without a GPU)")
+    print(f"test time {total_seconds:.0f} s summed over targets")
     print(f"{counts['passed']} passed, {counts['failed']} failed")
     return 1 if counts["failed"] else 0
 

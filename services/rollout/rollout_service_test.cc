@@ -634,14 +634,16 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
   options.weight_store = *CreateChannel(
       {.target = "127.0.0.1:1", .service_name = "tandem.v1.WeightStoreService"});
   StartRollout(options);
-  absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_EQ(*CheckHealth(rollout_channel_, "tandem.v1.RolloutService", absl::Seconds(5)), Health::kNotServing);
+  // The server has been told it may serve (SetReady), which a replica without a readiness gate
+  // would do at once: NOT_SERVING here is the gate's answer, not the state servers start in.
   EXPECT_FALSE(rollout_service_->Ready());
+  EXPECT_EQ(*CheckHealth(rollout_channel_, "tandem.v1.RolloutService", absl::Seconds(5)),
+            Health::kNotServing);
 
   options.weight_store = weight_store_channel_;
   StartRollout(options);
-  ASSERT_TRUE(WaitUntilServing(rollout_channel_, "tandem.v1.RolloutService",
-                               absl::Seconds(20))
+  ASSERT_TRUE(WaitUntilServing({.target = absl::StrCat("127.0.0.1:", rollout_->port())},
+                               "tandem.v1.RolloutService", absl::Seconds(20))
                   .ok());
   v1::GetAdapterStatusRequest request;
   v1::GetAdapterStatusResponse response;

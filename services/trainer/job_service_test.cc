@@ -1,5 +1,6 @@
-// The Job API through gRPC on loopback, without the other services: jobs whose base model is
-// missing fail at start, which is all paging, filtering, watching and persistence need.
+// The Job API through gRPC on loopback with the real job runner but without the other services:
+// jobs whose base model is missing fail at start, which is all paging, filtering, watching and
+// persistence need. The job state machine itself is unit-tested in job_manager_test.
 #include "services/trainer/job_service.h"
 
 #include <filesystem>
@@ -29,10 +30,13 @@ class JobServiceTest : public ::testing::Test {
 
   void Start() {
     server_.reset();
-    auto service = JobServiceImpl::Create({.data_dir = dir_});
-    ASSERT_TRUE(service.ok()) << service.status();
+    auto jobs = JobManager::Open(dir_, [](const v1::Job& job, const JobProgress& progress,
+                                          const std::atomic<bool>& cancelled) {
+      return RunJob(job, JobEnvironment(), progress, cancelled);
+    });
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
     std::vector<HostedService> services;
-    services.push_back({"tandem.v1.JobService", *std::move(service)});
+    services.push_back({"tandem.v1.JobService", std::make_unique<JobServiceImpl>(*std::move(jobs))});
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.drain_timeout = absl::Milliseconds(200);
     server_ = *ServiceServer::Start("trainer", std::move(services), options);
@@ -168,6 +172,19 @@ TEST_F(JobServiceTest, JobsSurviveARestartAndWatchingAFinishedJobSendsOnlyItsSna
   }
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(events, 1);
+}
+
+// Every spec rule is unit-tested in job_spec_test; this checks the status reaches the client.
+TEST_F(JobServiceTest, ABadSpecIsInvalidArgumentNamingTheField) {
+  v1::CreateJobRequest request;
+  request.set_request_id("bad");
+  *request.mutable_spec() = Spec(1);
+  request.mutable_spec()->set_group_size(1);
+  v1::CreateJobResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub_->CreateJob(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("spec.group_size: ALGORITHM_GRPO needs >= 2"));
 }
 
 TEST_F(JobServiceTest, UnknownAndMissingIdsGetClearStatuses) {

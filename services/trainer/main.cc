@@ -1,3 +1,4 @@
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,12 +42,18 @@ int main(int argc, char** argv) {
        .defaults = {.port = 50051, .metrics_port = 9451, .max_message_bytes = 16 << 20},
        .make_services = [](const tandem::ServerOptions& server)
            -> absl::StatusOr<std::vector<tandem::HostedService>> {
-         auto service = tandem::trainer::JobServiceImpl::Create(
-             {.data_dir = absl::GetFlag(FLAGS_data_dir),
-              .environment = {.auth_token = server.auth_token, .ucx = MaybeUcx()}});
-         if (!service.ok()) return service.status();
+         const tandem::trainer::JobEnvironment environment = {.auth_token = server.auth_token,
+                                                              .ucx = MaybeUcx()};
+         auto jobs = tandem::trainer::JobManager::Open(
+             absl::GetFlag(FLAGS_data_dir),
+             [environment](const tandem::v1::Job& job, const tandem::trainer::JobProgress& progress,
+                           const std::atomic<bool>& cancelled) {
+               return tandem::trainer::RunJob(job, environment, progress, cancelled);
+             });
+         if (!jobs.ok()) return jobs.status();
          std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.v1.JobService", *std::move(service)});
+         services.push_back({"tandem.v1.JobService",
+                             std::make_unique<tandem::trainer::JobServiceImpl>(*std::move(jobs))});
          return services;
        }});
 }

@@ -18,17 +18,10 @@ ABSL_FLAG(absl::Duration, wait, absl::Seconds(2),
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Reports whether a Tandem service is SERVING.");
   absl::ParseCommandLine(argc, argv);
-  // Health is exempt from auth, so no token is needed; the channel's retry config is keyed
-  // by service, and the health service is what this tool calls.
-  auto channel = tandem::CreateChannel(
-      {.target = absl::GetFlag(FLAGS_target), .service_name = "grpc.health.v1.Health"});
-  if (!channel.ok()) {
-    std::fprintf(stderr, "health_check: %s\n", channel.status().ToString().c_str());
-    return 1;
-  }
+  // Health is exempt from auth, so no token is needed.
   const std::string service = absl::GetFlag(FLAGS_service);
-  const absl::Status status =
-      tandem::WaitUntilServing(*channel, service, absl::GetFlag(FLAGS_wait));
+  const absl::Status status = tandem::WaitUntilServing({.target = absl::GetFlag(FLAGS_target)},
+                                                       service, absl::GetFlag(FLAGS_wait));
   if (!status.ok()) {
     std::fprintf(stderr, "health_check: %s at %s: %s\n",
                  service.empty() ? "server" : service.c_str(), absl::GetFlag(FLAGS_target).c_str(),

@@ -1,0 +1,316 @@
+#include "services/trainer/job_manager.h"
+
+#include <algorithm>
+#include <optional>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "common/proto_time.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "services/trainer/job_spec.h"
+#include "services/trainer/trainer_metrics.h"
+
+namespace tandem::trainer {
+namespace {
+
+constexpr int kDefaultPageSize = 50;
+constexpr int kMaxPageSize = 1000;
+
+std::string NewJobId() {
+  std::random_device random;
+  return absl::StrFormat("job-%06x%06x", random() & 0xffffff, random() & 0xffffff);
+}
+
+absl::Status RequireJobId(const std::string& job_id) {
+  return job_id.empty() ? absl::InvalidArgumentError("job_id is required") : absl::OkStatus();
+}
+
+absl::Status JobNotFound(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+}
+
+bool Runnable(const v1::Job& job) {
+  return job.state() == v1::JOB_STATE_RUNNING || job.state() == v1::JOB_STATE_QUEUED;
+}
+
+// Newest first; ties (same create time) by id.
+bool NewerFirst(const v1::Job& a, const v1::Job& b) {
+  const absl::Time ta = FromTimestamp(a.create_time()), tb = FromTimestamp(b.create_time());
+  return ta != tb ? ta > tb : a.id() < b.id();
+}
+
+// Jobs found RUNNING at start resume first, then the oldest queued job.
+bool RunsBefore(const v1::Job& a, const v1::Job& b) {
+  const bool a_running = a.state() == v1::JOB_STATE_RUNNING;
+  if (a_running != (b.state() == v1::JOB_STATE_RUNNING)) return a_running;
+  return FromTimestamp(a.create_time()) < FromTimestamp(b.create_time());
+}
+
+// A page token names the offset and the filter it belongs to: "<offset>/<states>".
+std::string FilterKey(const v1::ListJobsRequest& request) {
+  std::vector<int> states(request.states().begin(), request.states().end());
+  std::sort(states.begin(), states.end());
+  return absl::StrJoin(states, ",");
+}
+
+}  // namespace
+
+JobManager::JobManager(std::string data_dir, JobRunner runner, std::unique_ptr<JobStore> store)
+    : data_dir_(std::move(data_dir)), runner_(std::move(runner)), store_(std::move(store)) {}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& data_dir,
+                                                           JobRunner runner) {
+  auto store = JobStore::Open(data_dir);
+  if (!store.ok()) return store.status();
+  std::unique_ptr<JobManager> manager(
+      new JobManager(data_dir, std::move(runner), *std::move(store)));
+  {
+    absl::MutexLock lock(&manager->mutex_);
+    for (const v1::Job& job : manager->store_->loaded()) {
+      manager->jobs_[job.id()] = job;
+      manager->by_request_id_[job.request_id()] = job.id();
+      // A cancel that was in progress when the trainer stopped is complete now.
+      if (job.state() == v1::JOB_STATE_CANCELLING) {
+        manager->Update(job.id(), v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& j) {
+          j.set_state(v1::JOB_STATE_CANCELLED);
+          *j.mutable_end_time() = NowTimestamp();
+        });
+      }
+    }
+    RecordJobCounts(manager->AllJobs());
+  }
+  manager->worker_ = std::thread([raw = manager.get()] { raw->WorkLoop(); });
+  return manager;
+}
+
+JobManager::~JobManager() {
+  {
+    absl::MutexLock lock(&mutex_);
+    stopping_ = true;
+  }
+  cancel_running_ = true;  // The run stops; its job stays RUNNING on disk and resumes later.
+  worker_.join();
+}
+
+std::vector<v1::Job> JobManager::AllJobs() const {
+  std::vector<v1::Job> jobs;
+  for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  return jobs;
+}
+
+void JobManager::Update(const std::string& job_id, v1::WatchEventType event,
+                        const std::function<void(v1::Job&)>& change) {
+  v1::Job& job = jobs_[job_id];
+  change(job);
+  *job.mutable_update_time() = NowTimestamp();
+  if (absl::Status status = store_->Put(job); !status.ok()) {
+    spdlog::error("cannot persist job {}: {}", job_id, status.ToString());
+  }
+  if (event == v1::WATCH_EVENT_TYPE_UNSPECIFIED) return;
+  v1::WatchJobResponse response;
+  response.set_type(event);
+  *response.mutable_job() = job;
+  for (auto& [id, subscription] : subscriptions_) {
+    if (subscription.job_id == job_id) subscription.listener(response);
+  }
+  if (event == v1::WATCH_EVENT_TYPE_STATE_CHANGED) RecordJobCounts(AllJobs());
+}
+
+absl::StatusOr<int64_t> JobManager::Subscribe(const std::string& job_id, Listener listener) {
+  if (absl::Status status = RequireJobId(job_id); !status.ok()) return status;
+  absl::MutexLock lock(&mutex_);
+  auto found = jobs_.find(job_id);
+  if (found == jobs_.end()) return JobNotFound(job_id);
+  v1::WatchJobResponse snapshot;
+  snapshot.set_type(v1::WATCH_EVENT_TYPE_SNAPSHOT);
+  *snapshot.mutable_job() = found->second;
+  listener(snapshot);
+  const int64_t id = next_subscription_++;
+  subscriptions_[id] = {job_id, std::move(listener)};
+  return id;
+}
+
+void JobManager::Unsubscribe(int64_t subscription) {
+  absl::MutexLock lock(&mutex_);
+  subscriptions_.erase(subscription);
+}
+
+absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) {
+  if (request.request_id().empty() || request.request_id().size() > 256) {
+    return absl::InvalidArgumentError("request_id must have 1..256 bytes");
+  }
+  absl::MutexLock lock(&mutex_);
+  if (auto existing = by_request_id_.find(request.request_id()); existing != by_request_id_.end()) {
+    const v1::Job& job = jobs_[existing->second];
+    auto resolved =
+        ResolveJobSpec(request.spec(), job.id(), absl::StrCat(data_dir_, "/", job.id()));
+    if (resolved.ok() &&
+        google::protobuf::util::MessageDifferencer::Equals(*resolved, job.spec())) {
+      return job;
+    }
+    return absl::AlreadyExistsError(absl::StrCat("request_id ", request.request_id(),
+                                                 " already created job ", job.id(),
+                                                 " with a different spec"));
+  }
+  const std::string id = NewJobId();
+  auto spec = ResolveJobSpec(request.spec(), id, absl::StrCat(data_dir_, "/", id));
+  if (!spec.ok()) return spec.status();
+  by_request_id_[request.request_id()] = id;
+  Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [&](v1::Job& job) {
+    job.set_id(id);
+    *job.mutable_spec() = *std::move(spec);
+    job.set_state(v1::JOB_STATE_QUEUED);
+    job.set_request_id(request.request_id());
+    *job.mutable_create_time() = NowTimestamp();
+  });
+  spdlog::info("job {} queued ({} steps)", id, jobs_[id].spec().num_steps());
+  return jobs_[id];
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
+  if (absl::Status status = RequireJobId(job_id); !status.ok()) return status;
+  absl::MutexLock lock(&mutex_);
+  auto found = jobs_.find(job_id);
+  if (found == jobs_.end()) return JobNotFound(job_id);
+  return found->second;
+}
+
+absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest& request) const {
+  if (request.page_size() < 0) return absl::InvalidArgumentError("page_size must be >= 0");
+  for (int state : request.states()) {
+    if (state == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(state)) {
+      return absl::InvalidArgumentError(absl::StrCat("states: ", state, " is not a job state"));
+    }
+  }
+  const int page_size = request.page_size() == 0 ? kDefaultPageSize
+                                                 : std::min(request.page_size(), kMaxPageSize);
+  int64_t offset = 0;
+  if (!request.page_token().empty()) {
+    const std::vector<std::string> parts = absl::StrSplit(request.page_token(), '/');
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &offset) || offset < 0 ||
+        parts[1] != FilterKey(request)) {
+      return absl::InvalidArgumentError("page_token is malformed or belongs to another filter");
+    }
+  }
+  std::vector<v1::Job> jobs;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (const auto& [id, job] : jobs_) {
+      if (request.states().empty() ||
+          std::find(request.states().begin(), request.states().end(), job.state()) !=
+              request.states().end()) {
+        jobs.push_back(job);
+      }
+    }
+  }
+  std::sort(jobs.begin(), jobs.end(), NewerFirst);
+  v1::ListJobsResponse response;
+  for (int64_t i = offset; i < static_cast<int64_t>(jobs.size()) && i < offset + page_size; ++i) {
+    *response.add_jobs() = jobs[i];
+  }
+  if (offset + page_size < static_cast<int64_t>(jobs.size())) {
+    response.set_next_page_token(absl::StrCat(offset + page_size, "/", FilterKey(request)));
+  }
+  return response;
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id) {
+  if (absl::Status status = RequireJobId(job_id); !status.ok()) return status;
+  absl::MutexLock lock(&mutex_);
+  auto found = jobs_.find(job_id);
+  if (found == jobs_.end()) return JobNotFound(job_id);
+  switch (found->second.state()) {
+    case v1::JOB_STATE_SUCCEEDED:
+    case v1::JOB_STATE_FAILED:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " is already ", v1::JobState_Name(found->second.state()).substr(10)));
+    case v1::JOB_STATE_QUEUED:
+      Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& job) {
+        job.set_state(v1::JOB_STATE_CANCELLED);
+        *job.mutable_end_time() = NowTimestamp();
+      });
+      break;
+    case v1::JOB_STATE_RUNNING:
+      Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+             [](v1::Job& job) { job.set_state(v1::JOB_STATE_CANCELLING); });
+      cancel_running_ = true;
+      break;
+    default:  // CANCELLING or CANCELLED: nothing to do.
+      break;
+  }
+  return jobs_[job_id];
+}
+
+std::optional<v1::Job> JobManager::StartNextJob() {
+  absl::MutexLock lock(&mutex_);
+  const auto runnable = [this]() {
+    mutex_.AssertHeld();
+    return stopping_ || std::any_of(jobs_.begin(), jobs_.end(),
+                                    [](const auto& entry) { return Runnable(entry.second); });
+  };
+  mutex_.Await(absl::Condition(&runnable));
+  if (stopping_) return std::nullopt;
+  const v1::Job* next = nullptr;
+  for (const auto& [id, job] : jobs_) {
+    if (Runnable(job) && (next == nullptr || RunsBefore(job, *next))) next = &job;
+  }
+  const std::string id = next->id();
+  cancel_running_ = false;
+  Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& job) {
+    job.set_state(v1::JOB_STATE_RUNNING);
+    if (!job.has_start_time()) *job.mutable_start_time() = NowTimestamp();
+  });
+  return jobs_[id];
+}
+
+JobProgress JobManager::ProgressOf(const std::string& job_id) {
+  return {.on_published =
+              [this, job_id](int64_t version) {
+                absl::MutexLock lock(&mutex_);
+                Update(job_id, v1::WATCH_EVENT_TYPE_UNSPECIFIED,
+                       [version](v1::Job& job) { job.set_policy_version(version); });
+              },
+          .on_step =
+              [this, job_id](const v1::StepMetrics& metrics) {
+                RecordStepMetrics(job_id, metrics);
+                absl::MutexLock lock(&mutex_);
+                Update(job_id, v1::WATCH_EVENT_TYPE_STEP_COMPLETED, [&metrics](v1::Job& job) {
+                  job.set_current_step(metrics.step());
+                  *job.mutable_latest_metrics() = metrics;
+                });
+              }};
+}
+
+void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
+  Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [&result](v1::Job& job) {
+    // A cancel that raced with the last step still ends CANCELLED (never CANCELLING ->
+    // SUCCEEDED); the versions it published remain.
+    if (job.state() == v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
+      job.set_state(v1::JOB_STATE_CANCELLED);
+    } else if (result.ok()) {
+      job.set_state(v1::JOB_STATE_SUCCEEDED);
+    } else {
+      job.set_state(v1::JOB_STATE_FAILED);
+      job.set_error_message(result.ToString());
+    }
+    *job.mutable_end_time() = NowTimestamp();
+  });
+  spdlog::info("job {} {}", job_id, v1::JobState_Name(jobs_[job_id].state()));
+}
+
+void JobManager::WorkLoop() {
+  while (std::optional<v1::Job> job = StartNextJob()) {
+    spdlog::info("job {} running from step {}", job->id(), job->current_step());
+    const absl::Status result = runner_(*job, ProgressOf(job->id()), cancel_running_);
+    absl::MutexLock lock(&mutex_);
+    if (stopping_) return;  // Shutdown, not the job's end: it resumes after a restart.
+    Finish(job->id(), result);
+  }
+}
+
+}  // namespace tandem::trainer

@@ -1,0 +1,268 @@
+// The Job API's core with a scripted job runner: states, cancellation, persistence, resume
+// order, idempotent creation and subscriptions, with no gRPC and no other services.
+#include "services/trainer/job_manager.h"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem::trainer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A job runner the test drives: each run reports one published version and one step, then
+// waits until the test ends it with an outcome or the manager cancels it.
+class ScriptedRunner {
+ public:
+  JobRunner runner() {
+    return [this](const v1::Job& job, const JobProgress& progress,
+                  const std::atomic<bool>& cancelled) { return Run(job, progress, cancelled); };
+  }
+
+  // Waits until job `id` is running; false after 10 s.
+  bool AwaitRunning(const std::string& id) {
+    absl::MutexLock lock(&mutex_);
+    const auto running = [&] {
+      mutex_.AssertHeld();
+      return running_ == id;
+    };
+    return mutex_.AwaitWithTimeout(absl::Condition(&running), absl::Seconds(10));
+  }
+
+  void End(absl::Status outcome) {
+    absl::MutexLock lock(&mutex_);
+    outcome_ = std::move(outcome);
+  }
+
+  std::vector<std::string> started() {
+    absl::MutexLock lock(&mutex_);
+    return started_;
+  }
+
+ private:
+  absl::Status Run(const v1::Job& job, const JobProgress& progress,
+                   const std::atomic<bool>& cancelled) {
+    progress.on_published(7);
+    v1::StepMetrics metrics;
+    metrics.set_step(job.current_step() + 1);
+    metrics.set_accuracy(0.5);
+    progress.on_step(metrics);
+    absl::MutexLock lock(&mutex_);
+    started_.push_back(job.id());
+    running_ = job.id();
+    const auto done = [&] {
+      mutex_.AssertHeld();
+      return outcome_.has_value() || cancelled.load();
+    };
+    // The manager's cancel flag is no Mutex condition: poll it briefly.
+    while (!mutex_.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(2))) {
+    }
+    running_.clear();
+    if (!outcome_.has_value()) return absl::CancelledError("job cancelled");
+    absl::Status outcome = *std::move(outcome_);
+    outcome_.reset();
+    return outcome;
+  }
+
+  absl::Mutex mutex_;
+  std::vector<std::string> started_ ABSL_GUARDED_BY(mutex_);
+  std::string running_ ABSL_GUARDED_BY(mutex_);
+  std::optional<absl::Status> outcome_ ABSL_GUARDED_BY(mutex_);
+};
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/job_manager_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    Reopen();
+  }
+
+  void Reopen() {
+    jobs_.reset();
+    auto jobs = JobManager::Open(dir_, runner_.runner());
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    jobs_ = *std::move(jobs);
+  }
+
+  static v1::JobSpec Spec() {
+    v1::JobSpec spec;
+    spec.mutable_task()->set_name("addition");
+    spec.set_base_model_path("/models/base.safetensors");
+    spec.mutable_lora()->set_rank(4);
+    spec.set_algorithm(v1::ALGORITHM_GRPO);
+    spec.mutable_algorithm_config()->set_learning_rate(1e-3);
+    spec.set_prompts_per_step(2);
+    spec.set_group_size(2);
+    spec.set_num_steps(3);
+    spec.mutable_sampling()->set_max_new_tokens(2);
+    spec.mutable_endpoints()->add_rollout("127.0.0.1:1");
+    spec.mutable_endpoints()->set_weight_store("127.0.0.1:1");
+    spec.mutable_endpoints()->set_router_replay("127.0.0.1:1");
+    return spec;
+  }
+
+  std::string Create(const std::string& request_id, v1::JobSpec spec = Spec()) {
+    v1::CreateJobRequest request;
+    request.set_request_id(request_id);
+    *request.mutable_spec() = std::move(spec);
+    auto job = jobs_->Create(request);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+
+  // Waits until the job is in `state`; returns the job as it is then.
+  v1::Job AwaitState(const std::string& id, v1::JobState state) {
+    v1::Job job;
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    do {
+      job = *jobs_->Get(id);
+      if (job.state() == state) break;
+      absl::SleepFor(absl::Milliseconds(1));
+    } while (absl::Now() < deadline);
+    EXPECT_EQ(v1::JobState_Name(job.state()), v1::JobState_Name(state)) << id;
+    return job;
+  }
+
+  std::string dir_;
+  ScriptedRunner runner_;
+  std::unique_ptr<JobManager> jobs_;
+};
+
+TEST_F(JobManagerTest, AJobRunsToSuccessWithItsProgressRecorded) {
+  const std::string id = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  const v1::Job running = *jobs_->Get(id);
+  EXPECT_EQ(running.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(running.policy_version(), 7);
+  EXPECT_EQ(running.current_step(), 1);
+  EXPECT_DOUBLE_EQ(running.latest_metrics().accuracy(), 0.5);
+  EXPECT_TRUE(running.has_start_time());
+  EXPECT_EQ(running.spec().adapter_name(), id) << "stored with defaults resolved";
+  EXPECT_EQ(running.spec().output_dir(), absl::StrCat(dir_, "/", id));
+  runner_.End(absl::OkStatus());
+  const v1::Job done = AwaitState(id, v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE(done.has_end_time());
+  EXPECT_TRUE(done.error_message().empty());
+}
+
+TEST_F(JobManagerTest, ARunnerErrorFailsTheJobWithItsMessage) {
+  const std::string id = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  runner_.End(absl::FailedPreconditionError("base model: no such file"));
+  const v1::Job failed = AwaitState(id, v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error_message(), HasSubstr("base model: no such file"));
+  EXPECT_EQ(jobs_->Cancel(id).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobManagerTest, JobsRunOneAtATimeOldestFirstAndCancelEndsQueuedAndRunningJobs) {
+  const std::string first = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(first));
+  const std::string second = Create("r2");
+  const std::string third = Create("r3");
+  EXPECT_EQ(jobs_->Get(second)->state(), v1::JOB_STATE_QUEUED);
+
+  EXPECT_EQ(jobs_->Cancel(second)->state(), v1::JOB_STATE_CANCELLED) << "queued: at once";
+  EXPECT_EQ(jobs_->Cancel(first)->state(), v1::JOB_STATE_CANCELLING) << "running: at the runner";
+  AwaitState(first, v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(jobs_->Cancel(first)->state(), v1::JOB_STATE_CANCELLED) << "idempotent";
+
+  ASSERT_TRUE(runner_.AwaitRunning(third));
+  runner_.End(absl::OkStatus());
+  AwaitState(third, v1::JOB_STATE_SUCCEEDED);
+  EXPECT_THAT(runner_.started(), ElementsAre(first, third));
+}
+
+TEST_F(JobManagerTest, ACancelRacingTheLastStepStillEndsCancelled) {
+  const std::string id = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  ASSERT_EQ(jobs_->Cancel(id)->state(), v1::JOB_STATE_CANCELLING);
+  runner_.End(absl::OkStatus());  // The run finished its last step anyway.
+  AwaitState(id, v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, ARestartResumesTheRunningJobBeforeOlderQueuedOnes) {
+  const std::string first = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(first));
+  const std::string second = Create("r2");
+  Reopen();  // The run is stopped, not ended: its job stays RUNNING on disk.
+  ASSERT_TRUE(runner_.AwaitRunning(first));
+  EXPECT_THAT(runner_.started(), ElementsAre(first, first));
+  EXPECT_EQ(jobs_->Get(first)->current_step(), 2) << "the resumed run started from step 1";
+  runner_.End(absl::OkStatus());
+  ASSERT_TRUE(runner_.AwaitRunning(second));
+  runner_.End(absl::OkStatus());
+  AwaitState(second, v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(JobManagerTest, ACancelCutByARestartCompletesAtTheNextOpen) {
+  const std::string id = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  // Stop the manager while the job is CANCELLING: its state on disk stays CANCELLING.
+  jobs_->Cancel(id).IgnoreError();
+  Reopen();
+  AwaitState(id, v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, RequestIdsMakeCreateIdempotentAcrossRestarts) {
+  const std::string id = Create("same");
+  EXPECT_EQ(Create("same"), id);
+  Reopen();
+  EXPECT_EQ(Create("same"), id);
+  v1::JobSpec other = Spec();
+  other.set_num_steps(4);
+  v1::CreateJobRequest request;
+  request.set_request_id("same");
+  *request.mutable_spec() = other;
+  const absl::Status conflict = jobs_->Create(request).status();
+  EXPECT_TRUE(absl::IsAlreadyExists(conflict)) << conflict;
+  EXPECT_THAT(conflict.message(), HasSubstr(id));
+  request.clear_request_id();
+  EXPECT_TRUE(absl::IsInvalidArgument(jobs_->Create(request).status()));
+  request.set_request_id(std::string(257, 'x'));
+  EXPECT_TRUE(absl::IsInvalidArgument(jobs_->Create(request).status()));
+}
+
+TEST_F(JobManagerTest, ABadSpecCreatesNoJob) {
+  v1::JobSpec bad = Spec();
+  bad.set_group_size(1);
+  v1::CreateJobRequest request;
+  request.set_request_id("bad");
+  *request.mutable_spec() = bad;
+  const absl::Status status = jobs_->Create(request).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("spec.group_size"));
+  EXPECT_EQ(jobs_->List({})->jobs_size(), 0);
+}
+
+TEST_F(JobManagerTest, SubscribersGetTheSnapshotThenEveryStateAndStepEvent) {
+  const std::string id = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  absl::Mutex mutex;
+  std::vector<std::string> events;
+  auto subscription = jobs_->Subscribe(id, [&](const v1::WatchJobResponse& event) {
+    absl::MutexLock lock(&mutex);
+    events.push_back(absl::StrCat(v1::WatchEventType_Name(event.type()), " ",
+                                  v1::JobState_Name(event.job().state())));
+  });
+  ASSERT_TRUE(subscription.ok()) << subscription.status();
+  runner_.End(absl::OkStatus());
+  AwaitState(id, v1::JOB_STATE_SUCCEEDED);
+  jobs_->Unsubscribe(*subscription);
+  EXPECT_TRUE(absl::IsNotFound(jobs_->Subscribe("job-nope", [](const auto&) {}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(jobs_->Subscribe("", [](const auto&) {}).status()));
+  absl::MutexLock lock(&mutex);
+  EXPECT_THAT(events, ElementsAre("WATCH_EVENT_TYPE_SNAPSHOT JOB_STATE_RUNNING",
+                                  "WATCH_EVENT_TYPE_STATE_CHANGED JOB_STATE_SUCCEEDED"));
+}
+
+}  // namespace
+}  // namespace tandem::trainer

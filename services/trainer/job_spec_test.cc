@@ -1,0 +1,793 @@
+// ResolveJobSpec: every rule of trainer.proto's JobSpec that can be checked before the job runs
+// (INVALID_ARGUMENT naming the field) and every default it resolves into the stored spec.
+#include "services/trainer/job_spec.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tandem/v1/common.pb.h"
+#include "tandem/v1/trainer.pb.h"
+
+namespace tandem::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kJobId[] = "job-7f3a2c91d0e4";
+constexpr char kOutputDir[] = "/var/lib/tandem/jobs/job-7f3a2c91d0e4";
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// The smallest valid spec: only the required fields. Each test changes one field of it.
+v1::JobSpec ValidSpec() {
+  v1::JobSpec spec;
+  spec.mutable_task()->set_name("addition");
+  spec.set_base_model_path("/models/base.safetensors");
+  spec.mutable_lora()->set_rank(4);
+  spec.set_algorithm(v1::ALGORITHM_GRPO);
+  spec.mutable_algorithm_config()->set_learning_rate(1e-3);
+  spec.set_prompts_per_step(4);
+  spec.set_group_size(2);
+  spec.set_num_steps(10);
+  spec.mutable_sampling()->set_max_new_tokens(4);
+  spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
+  spec.mutable_endpoints()->set_weight_store("127.0.0.1:50053");
+  spec.mutable_endpoints()->set_router_replay("127.0.0.1:50054");
+  return spec;
+}
+
+// jobs/demo.yaml as proto fields.
+v1::JobSpec DemoSpec() {
+  v1::JobSpec spec;
+  spec.set_display_name("addition-grpo-r3");
+  spec.mutable_task()->set_name("addition");
+  (*spec.mutable_task()->mutable_params())["digits"] = "1";
+  spec.set_base_model_path(".tandem/base_model_addition1.safetensors");
+  spec.mutable_lora()->set_rank(8);
+  spec.mutable_lora()->set_alpha(16);
+  spec.set_algorithm(v1::ALGORITHM_GRPO);
+  spec.mutable_algorithm_config()->set_learning_rate(0.005);
+  spec.mutable_algorithm_config()->set_max_grad_norm(1.0);
+  spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_R3);
+  spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_TOKEN_TIS);
+  spec.set_prompts_per_step(64);
+  spec.set_group_size(8);
+  spec.set_num_steps(100);
+  spec.set_micro_batch_size(64);
+  spec.mutable_sampling()->set_temperature(0.6f);
+  spec.mutable_sampling()->set_max_new_tokens(4);
+  spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
+  spec.mutable_endpoints()->set_weight_store("127.0.0.1:50053");
+  spec.mutable_endpoints()->set_router_replay("127.0.0.1:50054");
+  spec.set_checkpoint_every(25);
+  spec.set_seed(7);
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> Resolve(const v1::JobSpec& spec) {
+  return ResolveJobSpec(spec, kJobId, kOutputDir);
+}
+
+absl::Status ResolveStatus(const v1::JobSpec& spec) { return Resolve(spec).status(); }
+
+// The resolved spec; an empty one (and a failure) when the spec is rejected.
+v1::JobSpec ResolveOk(const v1::JobSpec& spec) {
+  absl::StatusOr<v1::JobSpec> resolved = Resolve(spec);
+  EXPECT_TRUE(resolved.ok()) << resolved.status();
+  return resolved.ok() ? *std::move(resolved) : v1::JobSpec();
+}
+
+MATCHER_P(IsInvalidArgumentWith, message, "") {
+  return absl::IsInvalidArgument(arg) &&
+         ::testing::ExplainMatchResult(HasSubstr(message), std::string(arg.message()),
+                                       result_listener);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Good specs.
+
+TEST(ResolveJobSpecTest, TheMinimalSpecIsAccepted) {
+  EXPECT_TRUE(ResolveStatus(ValidSpec()).ok()) << ResolveStatus(ValidSpec());
+}
+
+TEST(ResolveJobSpecTest, TheDemoJobIsAcceptedWithItsValuesKept) {
+  const v1::JobSpec resolved = ResolveOk(DemoSpec());
+  EXPECT_EQ(resolved.display_name(), "addition-grpo-r3");
+  EXPECT_EQ(resolved.task().name(), "addition");
+  EXPECT_EQ(resolved.task().params().at("digits"), "1");
+  EXPECT_EQ(resolved.base_model_path(), ".tandem/base_model_addition1.safetensors");
+  EXPECT_EQ(resolved.lora().rank(), 8);
+  EXPECT_FLOAT_EQ(resolved.lora().alpha(), 16);
+  EXPECT_EQ(resolved.algorithm(), v1::ALGORITHM_GRPO);
+  EXPECT_DOUBLE_EQ(resolved.algorithm_config().learning_rate(), 0.005);
+  EXPECT_DOUBLE_EQ(resolved.algorithm_config().max_grad_norm(), 1.0);
+  EXPECT_EQ(resolved.routing_replay(), v1::ROUTING_REPLAY_MODE_R3);
+  EXPECT_EQ(resolved.is_correction().mode(), v1::IS_CORRECTION_MODE_TOKEN_TIS);
+  EXPECT_EQ(resolved.prompts_per_step(), 64);
+  EXPECT_EQ(resolved.group_size(), 8);
+  EXPECT_EQ(resolved.num_steps(), 100);
+  EXPECT_EQ(resolved.micro_batch_size(), 64);
+  EXPECT_FLOAT_EQ(resolved.sampling().temperature(), 0.6f);
+  EXPECT_EQ(resolved.sampling().max_new_tokens(), 4);
+  EXPECT_EQ(resolved.checkpoint_every(), 25);
+  EXPECT_EQ(resolved.seed(), 7u);
+  EXPECT_EQ(resolved.adapter_name(), kJobId);
+  EXPECT_EQ(resolved.output_dir(), kOutputDir);
+}
+
+TEST(ResolveJobSpecTest, EveryBuiltInTaskIsAccepted) {
+  for (const char* name : {"addition", "reverse", "sort"}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_task()->set_name(name);
+    EXPECT_TRUE(ResolveStatus(spec).ok()) << name << ": " << ResolveStatus(spec);
+  }
+}
+
+TEST(ResolveJobSpecTest, ADatasetWithExactMatchIsAccepted) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_dataset()->set_path("/data/prompts.jsonl");
+  spec.mutable_dataset()->set_verifier("exact_match");
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+}
+
+TEST(ResolveJobSpecTest, DrGrpoIsAccepted) {
+  v1::JobSpec spec = ValidSpec();
+  spec.set_algorithm(v1::ALGORITHM_DR_GRPO);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+}
+
+TEST(ResolveJobSpecTest, RangeLimitsAreInclusive) {
+  v1::JobSpec spec = ValidSpec();
+  spec.set_display_name(std::string(256, 'x'));
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+  spec = ValidSpec();
+  spec.set_prompts_per_step(65536);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+  spec = ValidSpec();
+  spec.set_group_size(256);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+  spec = ValidSpec();
+  spec.set_num_steps(10'000'000);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+  spec = ValidSpec();
+  spec.clear_endpoints();
+  spec.mutable_endpoints()->set_weight_store("127.0.0.1:50053");
+  spec.mutable_endpoints()->set_router_replay("127.0.0.1:50054");
+  for (int i = 0; i < 256; ++i) spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+}
+
+TEST(ResolveJobSpecTest, ResolvingAResolvedSpecChangesNothing) {
+  const v1::JobSpec resolved = ResolveOk(DemoSpec());
+  EXPECT_EQ(ResolveOk(resolved).DebugString(), resolved.DebugString());
+}
+
+// ---------------------------------------------------------------------------------------------
+// data: task or dataset.
+
+TEST(ResolveJobSpecTest, TaskOrDatasetIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.clear_task();
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.task or dataset is required"));
+}
+
+TEST(ResolveJobSpecTest, UnknownTaskIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_task()->set_name("chess");
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.task: unknown task \"chess\""));
+}
+
+TEST(ResolveJobSpecTest, UnknownTaskParamIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  (*spec.mutable_task()->mutable_params())["width"] = "3";
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.task.params: unknown key 'width'"));
+}
+
+TEST(ResolveJobSpecTest, NonNumericTaskDigitsAreRejected) {
+  v1::JobSpec spec = ValidSpec();
+  (*spec.mutable_task()->mutable_params())["digits"] = "many";
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.task.params.digits: 'many' is not a number"));
+}
+
+TEST(ResolveJobSpecTest, TaskDigitsOutsideOneToNineAreRejected) {
+  for (const char* digits : {"0", "10"}) {
+    v1::JobSpec spec = ValidSpec();
+    (*spec.mutable_task()->mutable_params())["digits"] = digits;
+    EXPECT_THAT(ResolveStatus(spec),
+                IsInvalidArgumentWith(std::string("spec.task: task digits = ") + digits +
+                                      " is outside [1, 9]"));
+  }
+}
+
+TEST(ResolveJobSpecTest, DatasetPathIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_dataset()->set_verifier("exact_match");
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.dataset.path is required"));
+}
+
+TEST(ResolveJobSpecTest, UnknownDatasetVerifierIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_dataset()->set_path("/data/prompts.jsonl");
+  spec.mutable_dataset()->set_verifier("fuzzy");
+  EXPECT_THAT(
+      ResolveStatus(spec),
+      IsInvalidArgumentWith("spec.dataset.verifier: 'fuzzy' is unknown; known: exact_match"));
+}
+
+TEST(ResolveJobSpecTest, DatasetVerifierIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_dataset()->set_path("/data/prompts.jsonl");
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.dataset.verifier: '' is unknown; known: exact_match"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sizes and required scalars.
+
+TEST(ResolveJobSpecTest, DisplayNameOver256BytesIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.set_display_name(std::string(257, 'x'));
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.display_name: at most 256 bytes"));
+}
+
+TEST(ResolveJobSpecTest, BaseModelPathIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.clear_base_model_path();
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.base_model_path is required"));
+}
+
+TEST(ResolveJobSpecTest, PromptsPerStepMustBeInOneTo65536) {
+  for (int prompts : {0, -1, 65537}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.set_prompts_per_step(prompts);
+    EXPECT_THAT(ResolveStatus(spec),
+                IsInvalidArgumentWith("spec.prompts_per_step must be in 1..65536"))
+        << prompts;
+  }
+}
+
+TEST(ResolveJobSpecTest, GroupSizeMustBeInOneTo256) {
+  for (int group : {0, -1, 257}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.set_group_size(group);
+    EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.group_size must be in 1..256"))
+        << group;
+  }
+}
+
+TEST(ResolveJobSpecTest, NumStepsMustBeInOneToTenMillion) {
+  for (int64_t steps : {int64_t{0}, int64_t{-1}, int64_t{10'000'001}}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.set_num_steps(steps);
+    EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.num_steps must be in 1..10^7"))
+        << steps;
+  }
+}
+
+TEST(ResolveJobSpecTest, NegativeMicroBatchSizeIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.set_micro_batch_size(-1);
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.micro_batch_size must be >= 1"));
+}
+
+TEST(ResolveJobSpecTest, SamplingMaxNewTokensIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.clear_sampling();
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.sampling.max_new_tokens must be >= 1"));
+  spec = ValidSpec();
+  spec.mutable_sampling()->set_max_new_tokens(0);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.sampling.max_new_tokens must be >= 1"));
+}
+
+TEST(ResolveJobSpecTest, NegativeCheckpointEveryIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.set_checkpoint_every(-1);
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.checkpoint_every must be >= 0"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// algorithm and algorithm_config.
+
+TEST(ResolveJobSpecTest, AlgorithmIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.clear_algorithm();
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm is required (GRPO or DR_GRPO)"));
+}
+
+TEST(ResolveJobSpecTest, PpoIsRejectedForLackOfAValueHead) {
+  v1::JobSpec spec = ValidSpec();
+  spec.set_algorithm(v1::ALGORITHM_PPO);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm: PPO needs a value head, which this trainer "
+                                    "does not have yet; use GRPO or DR_GRPO"));
+}
+
+TEST(ResolveJobSpecTest, GroupSizeBelowTwoIsRejectedForGrpo) {
+  v1::JobSpec spec = ValidSpec();
+  spec.set_group_size(1);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.group_size: ALGORITHM_GRPO needs >= 2"));
+}
+
+TEST(ResolveJobSpecTest, GroupSizeBelowTwoIsRejectedForDrGrpo) {
+  v1::JobSpec spec = ValidSpec();
+  spec.set_algorithm(v1::ALGORITHM_DR_GRPO);
+  spec.set_group_size(1);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.group_size: ALGORITHM_DR_GRPO needs >= 2"));
+}
+
+TEST(ResolveJobSpecTest, LearningRateMustBePositiveAndFinite) {
+  for (double rate : {0.0, -1e-3, kNan, kInfinity}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_algorithm_config()->set_learning_rate(rate);
+    EXPECT_THAT(ResolveStatus(spec),
+                IsInvalidArgumentWith("spec.algorithm_config.learning_rate must be > 0"))
+        << rate;
+  }
+}
+
+TEST(ResolveJobSpecTest, AlgorithmConfigIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.clear_algorithm_config();
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.learning_rate must be > 0"));
+}
+
+TEST(ResolveJobSpecTest, NegativeWeightDecayIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_weight_decay(-0.1);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.weight_decay must be >= 0"));
+}
+
+TEST(ResolveJobSpecTest, NegativeMaxGradNormIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_max_grad_norm(-1);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.max_grad_norm must be >= 0"));
+}
+
+TEST(ResolveJobSpecTest, ClipEpsLowMustBeInZeroToOne) {
+  for (double eps : {-0.1, 1.0, 1.5}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_algorithm_config()->set_clip_eps_low(eps);
+    EXPECT_THAT(ResolveStatus(spec),
+                IsInvalidArgumentWith("spec.algorithm_config.clip_eps_low must be in [0, 1)"))
+        << eps;
+  }
+}
+
+TEST(ResolveJobSpecTest, NegativeClipEpsHighIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_clip_eps_high(-0.1);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.clip_eps_high must be >= 0"));
+}
+
+TEST(ResolveJobSpecTest, DualClipCMustExceedOneUnlessZero) {
+  for (double c : {1.0, 0.5, -2.0}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_algorithm_config()->set_dual_clip_c(c);
+    EXPECT_THAT(
+        ResolveStatus(spec),
+        IsInvalidArgumentWith("spec.algorithm_config.dual_clip_c must be > 1 (or 0 to disable)"))
+        << c;
+  }
+}
+
+TEST(ResolveJobSpecTest, NegativeKlCoefIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_kl_coef(-0.01);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.kl_coef must be >= 0"));
+}
+
+TEST(ResolveJobSpecTest, GammaMustBeInZeroToOne) {
+  for (double gamma : {-0.1, 1.5}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_algorithm_config()->set_gamma(gamma);
+    EXPECT_THAT(
+        ResolveStatus(spec),
+        IsInvalidArgumentWith("spec.algorithm_config.gamma and gae_lambda must be in [0, 1]"))
+        << gamma;
+  }
+}
+
+TEST(ResolveJobSpecTest, GaeLambdaMustBeInZeroToOne) {
+  for (double lambda : {-0.1, 1.5}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_algorithm_config()->set_gae_lambda(lambda);
+    EXPECT_THAT(
+        ResolveStatus(spec),
+        IsInvalidArgumentWith("spec.algorithm_config.gamma and gae_lambda must be in [0, 1]"))
+        << lambda;
+  }
+}
+
+TEST(ResolveJobSpecTest, NegativeUpdatesPerStepIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_updates_per_step(-1);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.updates_per_step must be >= 1 and "
+                                    "divide prompts_per_step"));
+}
+
+TEST(ResolveJobSpecTest, UpdatesPerStepMustDividePromptsPerStep) {
+  v1::JobSpec spec = ValidSpec();  // prompts_per_step 4
+  spec.mutable_algorithm_config()->set_updates_per_step(3);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.updates_per_step must be >= 1 and "
+                                    "divide prompts_per_step"));
+  spec.mutable_algorithm_config()->set_updates_per_step(2);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+}
+
+// ---------------------------------------------------------------------------------------------
+// is_correction.
+
+TEST(ResolveJobSpecTest, IsCorrectionUpperBoundMustBePositive) {
+  for (v1::IsCorrectionMode mode :
+       {v1::IS_CORRECTION_MODE_UNSPECIFIED, v1::IS_CORRECTION_MODE_TOKEN_TIS,
+        v1::IS_CORRECTION_MODE_ICEPOP}) {
+    for (double upper : {-1.0, 0.0}) {
+      v1::JobSpec spec = ValidSpec();
+      spec.mutable_is_correction()->set_mode(mode);
+      spec.mutable_is_correction()->set_upper_bound(upper);
+      EXPECT_THAT(ResolveStatus(spec),
+                  IsInvalidArgumentWith("spec.is_correction: need upper_bound > 0, "
+                                        "lower_bound >= 0, upper >= lower"))
+          << v1::IsCorrectionMode_Name(mode) << " " << upper;
+    }
+  }
+}
+
+TEST(ResolveJobSpecTest, IsCorrectionNegativeLowerBoundIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_is_correction()->set_lower_bound(-0.1);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.is_correction: need upper_bound > 0, lower_bound >= 0, "
+                                    "upper >= lower"));
+}
+
+TEST(ResolveJobSpecTest, IsCorrectionUpperBelowLowerIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_REJECTION);
+  spec.mutable_is_correction()->set_upper_bound(1.0);
+  spec.mutable_is_correction()->set_lower_bound(1.5);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.is_correction: need upper_bound > 0, lower_bound >= 0, "
+                                    "upper >= lower"));
+  spec.mutable_is_correction()->set_lower_bound(1.0);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+}
+
+// ---------------------------------------------------------------------------------------------
+// sync_mode, max_staleness and endpoints.
+
+TEST(ResolveJobSpecTest, MaxStalenessMustBeZeroInSync) {
+  for (v1::SyncMode mode : {v1::SYNC_MODE_UNSPECIFIED, v1::SYNC_MODE_SYNC}) {
+    for (int staleness : {2, -1}) {
+      v1::JobSpec spec = ValidSpec();
+      spec.set_sync_mode(mode);
+      spec.set_max_staleness(staleness);
+      EXPECT_THAT(ResolveStatus(spec),
+                  IsInvalidArgumentWith("spec.max_staleness must be 0 in SYNC"))
+          << v1::SyncMode_Name(mode) << " " << staleness;
+    }
+  }
+}
+
+TEST(ResolveJobSpecTest, MaxStalenessMustBeInOneToSixteenInAsync) {
+  for (int staleness : {17, -1}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+    spec.set_max_staleness(staleness);
+    EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.max_staleness must be in 1..16"))
+        << staleness;
+  }
+  v1::JobSpec spec = ValidSpec();
+  spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+  spec.set_max_staleness(16);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+}
+
+TEST(ResolveJobSpecTest, RolloutEndpointIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_endpoints()->clear_rollout();
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.endpoints.rollout: 1..256 addresses required"));
+}
+
+TEST(ResolveJobSpecTest, MoreThan256RolloutEndpointsAreRejected) {
+  v1::JobSpec spec = ValidSpec();
+  for (int i = 0; i < 256; ++i) spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.endpoints.rollout: 1..256 addresses required"));
+}
+
+TEST(ResolveJobSpecTest, EmptyRolloutAddressIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_endpoints()->add_rollout("");
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.endpoints.rollout: empty address"));
+}
+
+TEST(ResolveJobSpecTest, WeightStoreEndpointIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_endpoints()->clear_weight_store();
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.endpoints.weight_store is required"));
+}
+
+TEST(ResolveJobSpecTest, RouterReplayEndpointIsRequiredForR3) {
+  for (v1::RoutingReplayMode mode :
+       {v1::ROUTING_REPLAY_MODE_UNSPECIFIED, v1::ROUTING_REPLAY_MODE_R3}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.set_routing_replay(mode);
+    spec.mutable_endpoints()->clear_router_replay();
+    EXPECT_THAT(ResolveStatus(spec),
+                IsInvalidArgumentWith("spec.endpoints.router_replay: required for R3"))
+        << v1::RoutingReplayMode_Name(mode);
+  }
+}
+
+TEST(ResolveJobSpecTest, RouterReplayEndpointIsOptionalWithoutR3) {
+  for (v1::RoutingReplayMode mode : {v1::ROUTING_REPLAY_MODE_OFF, v1::ROUTING_REPLAY_MODE_R2}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.set_routing_replay(mode);
+    spec.mutable_endpoints()->clear_router_replay();
+    EXPECT_TRUE(ResolveStatus(spec).ok())
+        << v1::RoutingReplayMode_Name(mode) << ": " << ResolveStatus(spec);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// lora.
+
+TEST(ResolveJobSpecTest, LoraRankIsRequired) {
+  v1::JobSpec spec = ValidSpec();
+  spec.clear_lora();
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.lora.rank is required"));
+  for (int rank : {0, -1}) {
+    spec = ValidSpec();
+    spec.mutable_lora()->set_rank(rank);
+    EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.lora.rank is required")) << rank;
+  }
+}
+
+TEST(ResolveJobSpecTest, LoraRankAbove1024IsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_lora()->set_rank(1025);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.lora: lora.rank: 1025 not in 1..1024"));
+}
+
+TEST(ResolveJobSpecTest, NegativeOrNonFiniteLoraAlphaIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_lora()->set_alpha(-1);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.lora: lora.alpha: -1 < 0 or not finite"));
+  spec.mutable_lora()->set_alpha(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.lora: lora.alpha: "));
+}
+
+TEST(ResolveJobSpecTest, LoraDropoutMustBeInZeroToOne) {
+  for (float dropout : {1.0f, -0.5f}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_lora()->set_dropout(dropout);
+    EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.lora: lora.dropout: ")) << dropout;
+  }
+}
+
+TEST(ResolveJobSpecTest, ExpertLayoutOutsideTheEnumIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_lora()->set_expert_layout(static_cast<v1::ExpertLayout>(99));
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.lora: lora.expert_layout: 99 is not a layout"));
+}
+
+TEST(ResolveJobSpecTest, UnknownLoraTargetModuleIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_lora()->add_target_modules("router");
+  EXPECT_THAT(
+      ResolveStatus(spec),
+      IsInvalidArgumentWith("spec.lora: lora.target_modules: 'router' is not a LoRA target"));
+}
+
+TEST(ResolveJobSpecTest, DuplicateLoraTargetModuleIsRejected) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_lora()->add_target_modules("q_proj");
+  spec.mutable_lora()->add_target_modules("q_proj");
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.lora: lora.target_modules: duplicate 'q_proj'"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaults: each resolved into the returned spec; an explicit value is kept.
+
+TEST(ResolveJobSpecTest, AdapterNameDefaultsToTheJobId) {
+  EXPECT_EQ(ResolveOk(ValidSpec()).adapter_name(), kJobId);
+  v1::JobSpec spec = ValidSpec();
+  spec.set_adapter_name("my-adapter");
+  EXPECT_EQ(ResolveOk(spec).adapter_name(), "my-adapter");
+}
+
+TEST(ResolveJobSpecTest, OutputDirDefaultsToTheDefaultOutputDir) {
+  EXPECT_EQ(ResolveOk(ValidSpec()).output_dir(), kOutputDir);
+  v1::JobSpec spec = ValidSpec();
+  spec.set_output_dir("/scratch/run1");
+  EXPECT_EQ(ResolveOk(spec).output_dir(), "/scratch/run1");
+}
+
+TEST(ResolveJobSpecTest, MicroBatchSizeDefaultsToEight) {
+  EXPECT_EQ(ResolveOk(ValidSpec()).micro_batch_size(), 8);
+  v1::JobSpec spec = ValidSpec();
+  spec.set_micro_batch_size(3);
+  EXPECT_EQ(ResolveOk(spec).micro_batch_size(), 3);
+}
+
+TEST(ResolveJobSpecTest, MaxGradNormDefaultsToOneAndZeroIsKept) {
+  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  ASSERT_TRUE(resolved.algorithm_config().has_max_grad_norm());
+  EXPECT_DOUBLE_EQ(resolved.algorithm_config().max_grad_norm(), 1.0);
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_max_grad_norm(0);
+  EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().max_grad_norm(), 0.0);
+}
+
+TEST(ResolveJobSpecTest, ClipEpsLowDefaultsToPointTwo) {
+  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  ASSERT_TRUE(resolved.algorithm_config().has_clip_eps_low());
+  EXPECT_DOUBLE_EQ(resolved.algorithm_config().clip_eps_low(), 0.2);
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_clip_eps_low(0);
+  EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().clip_eps_low(), 0.0);
+}
+
+TEST(ResolveJobSpecTest, ClipEpsHighDefaultsToClipEpsLow) {
+  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  ASSERT_TRUE(resolved.algorithm_config().has_clip_eps_high());
+  EXPECT_DOUBLE_EQ(resolved.algorithm_config().clip_eps_high(), 0.2);
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_clip_eps_low(0.1);
+  EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().clip_eps_high(), 0.1);
+  spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_clip_eps_high(0.28);
+  EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().clip_eps_high(), 0.28);
+}
+
+TEST(ResolveJobSpecTest, DualClipCDefaultsToThreeAndZeroDisables) {
+  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  ASSERT_TRUE(resolved.algorithm_config().has_dual_clip_c());
+  EXPECT_DOUBLE_EQ(resolved.algorithm_config().dual_clip_c(), 3.0);
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_dual_clip_c(0);
+  EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().dual_clip_c(), 0.0);
+}
+
+TEST(ResolveJobSpecTest, KlEstimatorDefaultsToK3) {
+  EXPECT_EQ(ResolveOk(ValidSpec()).algorithm_config().kl_estimator(), v1::KL_ESTIMATOR_K3);
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_kl_estimator(v1::KL_ESTIMATOR_K1);
+  EXPECT_EQ(ResolveOk(spec).algorithm_config().kl_estimator(), v1::KL_ESTIMATOR_K1);
+}
+
+TEST(ResolveJobSpecTest, GammaAndGaeLambdaDefaultToOne) {
+  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  ASSERT_TRUE(resolved.algorithm_config().has_gamma());
+  ASSERT_TRUE(resolved.algorithm_config().has_gae_lambda());
+  EXPECT_DOUBLE_EQ(resolved.algorithm_config().gamma(), 1.0);
+  EXPECT_DOUBLE_EQ(resolved.algorithm_config().gae_lambda(), 1.0);
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_gamma(0);
+  EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().gamma(), 0.0);
+}
+
+TEST(ResolveJobSpecTest, WhitenAdvantagesDefaultsToFalse) {
+  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  ASSERT_TRUE(resolved.algorithm_config().has_whiten_advantages());
+  EXPECT_FALSE(resolved.algorithm_config().whiten_advantages());
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_whiten_advantages(true);
+  EXPECT_TRUE(ResolveOk(spec).algorithm_config().whiten_advantages());
+}
+
+TEST(ResolveJobSpecTest, LossAggregationDefaultsToTokenMean) {
+  EXPECT_EQ(ResolveOk(ValidSpec()).algorithm_config().loss_aggregation(),
+            v1::LOSS_AGGREGATION_TOKEN_MEAN);
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_loss_aggregation(v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
+  EXPECT_EQ(ResolveOk(spec).algorithm_config().loss_aggregation(),
+            v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
+}
+
+TEST(ResolveJobSpecTest, UpdatesPerStepDefaultsToOne) {
+  EXPECT_EQ(ResolveOk(ValidSpec()).algorithm_config().updates_per_step(), 1);
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_algorithm_config()->set_updates_per_step(4);
+  EXPECT_EQ(ResolveOk(spec).algorithm_config().updates_per_step(), 4);
+}
+
+TEST(ResolveJobSpecTest, IsCorrectionDefaultsToNoneWithBoundsTwoAndOneHalf) {
+  const v1::IsCorrection resolved = ResolveOk(ValidSpec()).is_correction();
+  EXPECT_EQ(resolved.mode(), v1::IS_CORRECTION_MODE_NONE);
+  ASSERT_TRUE(resolved.has_upper_bound());
+  ASSERT_TRUE(resolved.has_lower_bound());
+  EXPECT_DOUBLE_EQ(resolved.upper_bound(), 2.0);
+  EXPECT_DOUBLE_EQ(resolved.lower_bound(), 0.5);
+  EXPECT_EQ(resolved.rejection_level(), v1::REJECTION_LEVEL_TOKEN);
+}
+
+TEST(ResolveJobSpecTest, UpperBoundDefaultsToTwoForTisAndRejection) {
+  for (v1::IsCorrectionMode mode :
+       {v1::IS_CORRECTION_MODE_TOKEN_TIS, v1::IS_CORRECTION_MODE_SEQUENCE_TIS,
+        v1::IS_CORRECTION_MODE_REJECTION}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_is_correction()->set_mode(mode);
+    const v1::IsCorrection resolved = ResolveOk(spec).is_correction();
+    EXPECT_EQ(resolved.mode(), mode);
+    EXPECT_DOUBLE_EQ(resolved.upper_bound(), 2.0) << v1::IsCorrectionMode_Name(mode);
+    EXPECT_DOUBLE_EQ(resolved.lower_bound(), 0.5) << v1::IsCorrectionMode_Name(mode);
+  }
+}
+
+TEST(ResolveJobSpecTest, IcepopUpperBoundDefaultsToFive) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_ICEPOP);
+  const v1::IsCorrection resolved = ResolveOk(spec).is_correction();
+  EXPECT_DOUBLE_EQ(resolved.upper_bound(), 5.0);
+  EXPECT_DOUBLE_EQ(resolved.lower_bound(), 0.5);
+}
+
+TEST(ResolveJobSpecTest, ExplicitIsCorrectionValuesAreKept) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_REJECTION);
+  spec.mutable_is_correction()->set_upper_bound(3.0);
+  spec.mutable_is_correction()->set_lower_bound(0.25);
+  spec.mutable_is_correction()->set_rejection_level(v1::REJECTION_LEVEL_SEQUENCE);
+  const v1::IsCorrection resolved = ResolveOk(spec).is_correction();
+  EXPECT_DOUBLE_EQ(resolved.upper_bound(), 3.0);
+  EXPECT_DOUBLE_EQ(resolved.lower_bound(), 0.25);
+  EXPECT_EQ(resolved.rejection_level(), v1::REJECTION_LEVEL_SEQUENCE);
+}
+
+TEST(ResolveJobSpecTest, RoutingReplayDefaultsToR3) {
+  EXPECT_EQ(ResolveOk(ValidSpec()).routing_replay(), v1::ROUTING_REPLAY_MODE_R3);
+  v1::JobSpec spec = ValidSpec();
+  spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_R2);
+  EXPECT_EQ(ResolveOk(spec).routing_replay(), v1::ROUTING_REPLAY_MODE_R2);
+}
+
+TEST(ResolveJobSpecTest, SyncModeDefaultsToSyncWithStalenessZero) {
+  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  EXPECT_EQ(resolved.sync_mode(), v1::SYNC_MODE_SYNC);
+  EXPECT_EQ(resolved.max_staleness(), 0);
+}
+
+TEST(ResolveJobSpecTest, MaxStalenessDefaultsToOneInAsync) {
+  v1::JobSpec spec = ValidSpec();
+  spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+  EXPECT_EQ(ResolveOk(spec).max_staleness(), 1);
+  spec.set_max_staleness(4);
+  EXPECT_EQ(ResolveOk(spec).max_staleness(), 4);
+}
+
+TEST(ResolveJobSpecTest, ExpertLayoutDefaultsToPerExpert) {
+  EXPECT_EQ(ResolveOk(ValidSpec()).lora().expert_layout(), v1::EXPERT_LAYOUT_PER_EXPERT);
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_SHARED_OUTER);
+  EXPECT_EQ(ResolveOk(spec).lora().expert_layout(), v1::EXPERT_LAYOUT_SHARED_OUTER);
+}
+
+}  // namespace
+}  // namespace tandem::trainer
