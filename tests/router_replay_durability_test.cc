@@ -12,9 +12,9 @@
 #include "common/channel.h"
 #include "common/health_client.h"
 #include "gtest/gtest.h"
-#include "services/router_replay/route_appender.h"
-#include "services/router_replay/route_queries.h"
-#include "services/router_replay/route_testing.h"
+#include "services/router_replay/client/route_appender.h"
+#include "services/router_replay/client/route_wire.h"
+#include "services/router_replay/client/testing/route_testing.h"
 #include "tests/service_process.h"
 
 namespace tandem::router_replay {

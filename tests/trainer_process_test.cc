@@ -23,7 +23,7 @@
 #include "gtest/gtest.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 #include "tandem/v1/trainer.grpc.pb.h"
-#include "services/rollout/task_accuracy.h"
+#include "services/rollout/client/task_accuracy.h"
 #include "tests/service_process.h"
 
 namespace tandem::testing {

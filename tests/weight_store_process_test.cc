@@ -12,8 +12,8 @@
 #include "common/channel.h"
 #include "common/health_client.h"
 #include "gtest/gtest.h"
-#include "services/weight_store/adapter_client.h"
-#include "services/weight_store/adapter_testing.h"
+#include "services/weight_store/client/adapter_client.h"
+#include "transfer/lora_testing.h"
 #include "tests/service_process.h"
 
 namespace tandem::weight_store {
@@ -24,7 +24,7 @@ using tandem::testing::RunfilePath;
 using tandem::testing::ServiceProcess;
 
 // About a MiB in a few dozen tensors, so a fetch takes many messages.
-const TestAdapterSpec kWide{.model = {.num_layers = 3,
+const transfer::TestAdapterSpec kWide{.model = {.num_layers = 3,
                                       .num_dense_layers = 1,
                                       .hidden = 256,
                                       .q_out = 256,
@@ -39,7 +39,7 @@ class WeightStoreProcessTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     data_dir_ = ::testing::TempDir() + "/weight-store-process-data";
     std::filesystem::remove_all(data_dir_);
-    client_ucx_ = *UcxWorker::Create({.transports = GetParam()});
+    client_ucx_ = *transfer::UcxWorker::Create({.transports = GetParam()});
   }
 
   ServiceProcess Start() {
@@ -67,12 +67,12 @@ class WeightStoreProcessTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::string data_dir_;
-  std::unique_ptr<UcxWorker> client_ucx_;
+  std::unique_ptr<transfer::UcxWorker> client_ucx_;
   std::unique_ptr<v1::WeightStoreService::Stub> stub_;
 };
 
 TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDashNine) {
-  const TestAdapter committed = MakeTestAdapter("job-1", 1, 21, kWide);
+  const transfer::TestAdapter committed = transfer::MakeTestAdapter("job-1", 1, 21, kWide);
   {
     ServiceProcess store = Start();
     ASSERT_TRUE(PublishAdapter(*stub_, committed.manifest, committed.shard_views(),
@@ -86,13 +86,13 @@ TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDash
       bool matched = false;
       for (const auto& [name, bytes] : committed.canonical) {
         matched =
-            matched || (StackedName(name) == tensor.tensor.spec().name() && bytes == tensor.bytes);
+            matched || (transfer::StackedName(name) == tensor.tensor.spec().name() && bytes == tensor.bytes);
       }
       EXPECT_TRUE(matched) << tensor.tensor.spec().name();
     }
 
     // Killed mid-upload: version 2 began, half its first shard arrived, no commit.
-    const TestAdapter interrupted = MakeTestAdapter("job-1", 2, 22, kWide);
+    const transfer::TestAdapter interrupted = transfer::MakeTestAdapter("job-1", 2, 22, kWide);
     v1::BeginPublishRequest begin;
     *begin.mutable_manifest() = interrupted.manifest;
     v1::BeginPublishResponse begun;

@@ -9,8 +9,8 @@
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/rollout/rollout_metrics.h"
-#include "services/weight_store/adapter_client.h"
-#include "services/weight_store/engine_adapter.h"
+#include "services/weight_store/client/adapter_client.h"
+#include "services/weight_store/client/engine_lora.h"
 
 namespace tandem::rollout {
 namespace {

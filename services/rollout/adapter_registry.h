@@ -17,8 +17,8 @@
 #include "engine/model.h"
 #include "engine/transformer.h"
 #include "grpcpp/channel.h"
-#include "services/weight_store/adapter_client.h"
-#include "services/weight_store/ucx_transport.h"
+#include "services/weight_store/client/adapter_client.h"
+#include "transfer/ucx_transport.h"
 #include "tandem/v1/rollout.pb.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 
@@ -42,7 +42,7 @@ struct AdapterRegistryOptions {
   int resident_versions = 3;
   engine::Precision precision = engine::Precision::kBF16;
   // Fetch by UCX when set (and the store serves it); gRPC otherwise.
-  weight_store::UcxWorker* ucx = nullptr;
+  transfer::UcxWorker* ucx = nullptr;
   std::string holder = "rollout";  // Lease holder name at the store.
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(10);

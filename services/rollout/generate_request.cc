@@ -8,7 +8,7 @@
 #include "engine/sampler.h"
 #include "engine/sft.h"
 #include "engine/tokenizer.h"
-#include "services/router_replay/record_key.h"
+#include "services/router_replay/client/record_key.h"
 
 namespace tandem::rollout {
 namespace {

@@ -20,8 +20,8 @@
 #include "engine/tokenizer.h"
 #include "services/rollout/rollout_service.h"
 #include "services/rollout/rollout_testing.h"
-#include "services/router_replay/router_replay_service.h"
-#include "services/weight_store/weight_store_service.h"
+#include "services/router_replay/client/testing/router_replay_server.h"
+#include "services/weight_store/client/testing/weight_store_server.h"
 
 ABSL_FLAG(std::string, base_model, "",
           "Base model (make_base_model); empty: a random model of the default config.");
@@ -153,11 +153,11 @@ int Main() {
 
   auto store = *ServeOnLoopback(
       "weight-store", "tandem.v1.WeightStoreService",
-      *weight_store::WeightStoreServiceImpl::Create(
+      *weight_store::testing::NewWeightStoreService(
           {.data_dir = dir + "/weights", .keep_versions = 4, .ucx = {.transports = transports}}));
   auto replay = *ServeOnLoopback(
       "router-replay", "tandem.v1.RouterReplayService",
-      *router_replay::RouterReplayServiceImpl::Create({.store = {.path = dir + "/routes"}}));
+      *router_replay::testing::NewRouterReplayService({.store = {.path = dir + "/routes"}}));
   RolloutOptions options;
   options.base_model_path = base_path;
   options.weight_store = LoopbackChannel(*store, "tandem.v1.WeightStoreService");

@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   registry.precision = o.precision;
   registry.holder = service->replica_id_;
   if (o.enable_ucx && o.weight_store != nullptr) {
-    auto ucx = weight_store::UcxWorker::Create(o.ucx);
+    auto ucx = transfer::UcxWorker::Create(o.ucx);
     if (ucx.ok()) {
       service->ucx_ = *std::move(ucx);
       registry.ucx = service->ucx_.get();

@@ -12,8 +12,8 @@
 #include "grpcpp/channel.h"
 #include "services/rollout/adapter_registry.h"
 #include "services/rollout/scheduler.h"
-#include "services/router_replay/route_appender.h"
-#include "services/weight_store/ucx_transport.h"
+#include "services/router_replay/client/route_appender.h"
+#include "transfer/ucx_transport.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 
 namespace tandem::rollout {
@@ -28,7 +28,7 @@ struct RolloutOptions {
   // each (at start) is loaded.
   std::vector<std::string> adapters;
   bool enable_ucx = true;
-  weight_store::UcxOptions ucx;
+  transfer::UcxOptions ucx;
   AdapterRegistryOptions registry;
   SchedulerOptions scheduler;
   router_replay::RouteAppenderOptions routes;
@@ -59,7 +59,7 @@ class RolloutServiceImpl final : public v1::RolloutService::CallbackService {
   RolloutOptions options_;
   const std::string replica_id_;
   std::unique_ptr<engine::BaseModel> base_;
-  std::unique_ptr<weight_store::UcxWorker> ucx_;
+  std::unique_ptr<transfer::UcxWorker> ucx_;
   std::unique_ptr<router_replay::RouteAppender> appender_;
   std::unique_ptr<AdapterRegistry> registry_;
   std::atomic<Scheduler*> scheduler_for_wakeups_{nullptr};

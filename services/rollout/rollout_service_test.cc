@@ -24,11 +24,11 @@
 #include "gtest/gtest.h"
 #include "services/rollout/rollout_metrics.h"
 #include "services/rollout/rollout_testing.h"
-#include "services/router_replay/replay_fetch.h"
-#include "services/router_replay/router_replay_service.h"
-#include "services/weight_store/adapter_client.h"
-#include "services/weight_store/engine_adapter.h"
-#include "services/weight_store/weight_store_service.h"
+#include "services/router_replay/client/replay_fetch.h"
+#include "services/router_replay/client/testing/router_replay_server.h"
+#include "services/weight_store/client/adapter_client.h"
+#include "services/weight_store/client/engine_lora.h"
+#include "services/weight_store/client/testing/weight_store_server.h"
 
 namespace tandem::rollout {
 namespace {
@@ -76,7 +76,7 @@ class RolloutServiceTest : public ::testing::Test {
     ASSERT_TRUE(base_->Save(dir_ + "/base.safetensors").ok());
     serving_base_ = std::make_unique<engine::BaseModel>(base_->RoundedToBf16());
 
-    auto weight_store = weight_store::WeightStoreServiceImpl::Create(
+    auto weight_store = weight_store::testing::NewWeightStoreService(
         {.data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}});
     ASSERT_TRUE(weight_store.ok()) << weight_store.status();
     weight_store_ =
@@ -85,7 +85,7 @@ class RolloutServiceTest : public ::testing::Test {
     weight_store_stub_ = v1::WeightStoreService::NewStub(weight_store_channel_);
 
     auto router_replay =
-        router_replay::RouterReplayServiceImpl::Create({.store = {.path = dir_ + "/routes"}});
+        router_replay::testing::NewRouterReplayService({.store = {.path = dir_ + "/routes"}});
     ASSERT_TRUE(router_replay.ok()) << router_replay.status();
     router_replay_ =
         Serve("router-replay", "tandem.v1.RouterReplayService", *std::move(router_replay));

@@ -13,8 +13,8 @@
 #include "common/server.h"
 #include "common/testing/test_server.h"
 #include "engine/model.h"
-#include "services/weight_store/adapter_client.h"
-#include "services/weight_store/engine_adapter.h"
+#include "services/weight_store/client/adapter_client.h"
+#include "services/weight_store/client/engine_lora.h"
 
 // Shared by the rollout test and benchmark: services on loopback and published adapters.
 namespace tandem::rollout {

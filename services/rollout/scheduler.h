@@ -16,7 +16,7 @@
 #include "engine/generator.h"
 #include "services/rollout/adapter_registry.h"
 #include "services/rollout/generation_work.h"
-#include "services/router_replay/route_appender.h"
+#include "services/router_replay/client/route_appender.h"
 
 namespace tandem::rollout {
 

@@ -205,30 +205,6 @@ absl::StatusOr<std::string> Decompress(absl::string_view compressed) {
 
 }  // namespace
 
-absl::Status ValidateShape(const RouteShape& shape) {
-  if (shape.layers.empty() || shape.layers.size() > kMaxLayers) {
-    return absl::InvalidArgumentError(absl::StrCat("moe_layer_indices has ", shape.layers.size(),
-                                                   " entries; allowed 1..", kMaxLayers));
-  }
-  for (size_t i = 0; i < shape.layers.size(); ++i) {
-    if (shape.layers[i] < 0 || (i > 0 && shape.layers[i] <= shape.layers[i - 1])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("moe_layer_indices must be strictly increasing global layer indices >= 0; "
-                       "entry ",
-                       i, " is ", shape.layers[i]));
-    }
-  }
-  if (shape.top_k < 1 || shape.top_k > kMaxTopK) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_k is ", shape.top_k, "; allowed 1..", kMaxTopK));
-  }
-  if (shape.num_experts < shape.top_k || shape.num_experts > kMaxExperts) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_experts is ", shape.num_experts, "; allowed top_k..", kMaxExperts));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateRows(const RouteShape& shape, const int16_t* rows, int64_t num_rows,
                           int64_t first_row) {
   const int layers = static_cast<int>(shape.layers.size());

@@ -8,27 +8,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "services/router_replay/client/route_wire.h"
 
 namespace tandem::router_replay {
-
-// What every row of a record looks like: per MoE layer (named by global index) top_k logical
-// expert ids in selection order. Rows are [layers, top_k] int16; -1 marks a missing (row, layer).
-struct RouteShape {
-  std::vector<int32_t> layers;
-  int32_t top_k = 0;
-  int32_t num_experts = 0;
-
-  int64_t ids_per_row() const { return static_cast<int64_t>(layers.size()) * top_k; }
-  friend bool operator==(const RouteShape&, const RouteShape&) = default;
-};
-
-inline constexpr int kMaxLayers = 1024;
-inline constexpr int kMaxTopK = 64;
-inline constexpr int kMaxExperts = 32767;
-
-// INVALID_ARGUMENT unless layers are 1..1024 strictly increasing indices >= 0, top_k is 1..64
-// and num_experts is top_k..32767.
-absl::Status ValidateShape(const RouteShape& shape);
 
 // Checks rows [num_rows, layers, top_k]: every id in [-1, num_experts), and each (row, layer)
 // either k distinct ids or all -1. Messages name the row (counted from first_row), the global

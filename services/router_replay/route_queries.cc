@@ -215,37 +215,6 @@ absl::StatusOr<std::vector<std::vector<RecordInfo>>> LoadGroups(
 
 }  // namespace
 
-RecordKey FromProto(const v1::RouteRecordKey& key) {
-  return {.job_id = key.job_id(),
-          .policy_version = key.policy_version(),
-          .sample_id = key.sample_id(),
-          .attempt = key.attempt()};
-}
-
-v1::RouteRecordKey ToProto(const RecordKey& key) {
-  v1::RouteRecordKey proto;
-  proto.set_job_id(key.job_id);
-  proto.set_policy_version(key.policy_version);
-  proto.set_sample_id(key.sample_id);
-  proto.set_attempt(key.attempt);
-  return proto;
-}
-
-v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
-                                   int64_t num_rows, const int16_t* rows, bool seal) {
-  v1::AppendRequest request;
-  *request.mutable_key() = ToProto(key);
-  request.mutable_moe_layer_indices()->Add(shape.layers.begin(), shape.layers.end());
-  request.set_top_k(shape.top_k);
-  request.set_num_experts(shape.num_experts);
-  request.set_token_offset(first_row);
-  request.set_num_tokens(static_cast<int32_t>(num_rows));
-  request.set_rows(reinterpret_cast<const char*>(rows),
-                   num_rows * shape.ids_per_row() * sizeof(int16_t));
-  request.set_seal(seal);
-  return request;
-}
-
 absl::StatusOr<RowSpan> VersionSpan(const v1::VersionRange& versions) {
   if (versions.begin() < 0 || versions.end() < 0 ||
       (versions.end() != 0 && versions.end() <= versions.begin())) {

@@ -1,24 +1,19 @@
 #ifndef TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_QUERIES_H_
 #define TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_QUERIES_H_
 
+// The server's planning of FetchRoutes, GetExpertLoad and PlanPlacement against the store.
+
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/router_replay/client/route_wire.h"
 #include "services/router_replay/route_store.h"
 #include "tandem/v1/router_replay.pb.h"
 
 namespace tandem::router_replay {
-
-RecordKey FromProto(const v1::RouteRecordKey& key);
-v1::RouteRecordKey ToProto(const RecordKey& key);
-
-// The Append chunk carrying rows [first_row, first_row + num_rows) of a record,
-// [num_rows, layers, top_k].
-v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
-                                   int64_t num_rows, const int16_t* rows, bool seal);
 
 // Rows [begin, end) of a record.
 struct RowSpan {

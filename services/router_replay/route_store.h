@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rocksdb/db.h"
-#include "services/router_replay/record_key.h"
+#include "services/router_replay/client/record_key.h"
 #include "services/router_replay/route_codec.h"
 
 namespace tandem::router_replay {

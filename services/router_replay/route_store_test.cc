@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "services/router_replay/route_testing.h"
+#include "services/router_replay/client/testing/route_testing.h"
 
 namespace tandem::router_replay {
 namespace {

@@ -25,9 +25,9 @@
 #include "engine/sampler.h"
 #include "engine/sft.h"
 #include "engine/tasks.h"
-#include "services/router_replay/route_appender.h"
+#include "services/router_replay/client/route_appender.h"
 #include "services/router_replay/route_queries.h"
-#include "services/router_replay/route_testing.h"
+#include "services/router_replay/client/testing/route_testing.h"
 #include "services/router_replay/router_replay_service.h"
 
 ABSL_FLAG(int, records, 64, "Records (samples) per client in the loopback runs.");

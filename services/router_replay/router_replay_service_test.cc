@@ -24,10 +24,10 @@
 #include "engine/transformer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/router_replay/replay_fetch.h"
-#include "services/router_replay/route_appender.h"
+#include "services/router_replay/client/replay_fetch.h"
+#include "services/router_replay/client/route_appender.h"
 #include "services/router_replay/route_queries.h"
-#include "services/router_replay/route_testing.h"
+#include "services/router_replay/client/testing/route_testing.h"
 
 namespace tandem::router_replay {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "services/weight_store/ucx_transport.h"
+#include "transfer/ucx_transport.h"
 #include "tandem/v1/trainer.pb.h"
 
 namespace tandem::trainer {
@@ -16,7 +16,7 @@ namespace tandem::trainer {
 // What a job run needs from the trainer process.
 struct JobEnvironment {
   std::string auth_token;  // Sent to the other services.
-  weight_store::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
+  transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
   absl::Duration rpc_timeout = absl::Minutes(5);
   absl::Duration swap_timeout = absl::Seconds(60);
   // Generation of a step is retried while a rollout replica is UNAVAILABLE (restarting,

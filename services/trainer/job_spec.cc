@@ -5,7 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/tasks.h"
-#include "services/weight_store/lora_layout.h"
+#include "transfer/lora_layout.h"
 
 namespace tandem::trainer {
 namespace {
@@ -174,7 +174,7 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const st
   if (spec.lora().expert_layout() == v1::EXPERT_LAYOUT_UNSPECIFIED) {
     spec.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_PER_EXPERT);
   }
-  if (absl::Status status = weight_store::ValidateLoraConfig(spec.lora()); !status.ok()) {
+  if (absl::Status status = transfer::ValidateLoraConfig(spec.lora()); !status.ok()) {
     return Invalid("lora: ", status.message());
   }
   if (spec.adapter_name().empty()) spec.set_adapter_name(job_id);

@@ -16,15 +16,15 @@ ABSL_FLAG(std::string, ucx_transports, "", "UCX transports (as UCX_TLS); empty: 
 namespace {
 
 // The trainer's UCX worker lives as long as the process.
-tandem::weight_store::UcxWorker* MaybeUcx() {
+tandem::transfer::UcxWorker* MaybeUcx() {
   if (!absl::GetFlag(FLAGS_ucx)) return nullptr;
   static auto* worker = [] {
-    auto created = tandem::weight_store::UcxWorker::Create(
+    auto created = tandem::transfer::UcxWorker::Create(
         {.transports = absl::GetFlag(FLAGS_ucx_transports)});
     if (!created.ok()) {
       spdlog::warn("UCX unavailable ({}); adapters are published over gRPC",
                    created.status().ToString());
-      return static_cast<tandem::weight_store::UcxWorker*>(nullptr);
+      return static_cast<tandem::transfer::UcxWorker*>(nullptr);
     }
     return created->release();
   }();

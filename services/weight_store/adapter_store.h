@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "services/weight_store/byte_ranges.h"
 #include "services/weight_store/shard_buffer.h"
-#include "services/weight_store/ucx_transport.h"
+#include "transfer/ucx_transport.h"
 #include "services/weight_store/version_files.h"
 #include "tandem/v1/weight_store.pb.h"
 
@@ -25,7 +25,7 @@ struct AdapterStoreOptions {
   std::string data_dir;   // Committed versions live here and are recovered from here.
   int keep_versions = 3;  // Newest committed versions kept per adapter (plus leased ones).
   absl::Duration upload_expiry = absl::Minutes(15);
-  UcxWorker* ucx = nullptr;  // Not owned; null: gRPC data path only.
+  transfer::UcxWorker* ucx = nullptr;  // Not owned; null: gRPC data path only.
 };
 
 struct BeginResult {

@@ -17,7 +17,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/weight_store/adapter_testing.h"
+#include "transfer/lora_testing.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 using ::testing::HasSubstr;
 
-uint64_t TotalBytes(const TestAdapter& adapter) {
+uint64_t TotalBytes(const transfer::TestAdapter& adapter) {
   uint64_t total = 0;
   for (const std::string& shard : adapter.shards) total += shard.size();
   return total;
@@ -58,7 +58,7 @@ class AdapterStoreTest : public ::testing::Test {
   }
 
   // Puts every shard of `adapter` whole.
-  absl::Status PutAll(const std::string& upload_id, const TestAdapter& adapter) {
+  absl::Status PutAll(const std::string& upload_id, const transfer::TestAdapter& adapter) {
     for (size_t i = 0; i < adapter.shards.size(); ++i) {
       absl::StatusOr<uint64_t> written =
           store_->Put(upload_id, static_cast<int>(i), 0, adapter.shards[i]);
@@ -67,7 +67,7 @@ class AdapterStoreTest : public ::testing::Test {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<AdapterStore::CommitOutcome> Publish(const TestAdapter& adapter) {
+  absl::StatusOr<AdapterStore::CommitOutcome> Publish(const transfer::TestAdapter& adapter) {
     absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, /*use_ucx=*/false);
     if (!begun.ok()) return begun.status();
     if (absl::Status status = PutAll(begun->upload_id, adapter); !status.ok()) return status;
@@ -79,7 +79,7 @@ class AdapterStoreTest : public ::testing::Test {
     return (fs::path(data_dir_) / dir_name / absl::StrCat(version)).string();
   }
 
-  static void ExpectHolds(const CommittedVersion& version, const TestAdapter& adapter) {
+  static void ExpectHolds(const CommittedVersion& version, const transfer::TestAdapter& adapter) {
     EXPECT_EQ(version.manifest.adapter_name(), adapter.manifest.adapter_name());
     EXPECT_EQ(version.manifest.version(), adapter.manifest.version());
     EXPECT_EQ(version.manifest.total_bytes(), TotalBytes(adapter));
@@ -104,7 +104,7 @@ class AdapterStoreTest : public ::testing::Test {
 };
 
 TEST_F(AdapterStoreTest, CommitPublishesTheVersionWithItsBytes) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 1);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 1);
   ASSERT_GE(adapter.shards.size(), 2u);
   const absl::Time before = absl::Now();
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, /*use_ucx=*/false);
@@ -172,7 +172,7 @@ TEST_F(AdapterStoreTest, CommitPublishesTheVersionWithItsBytes) {
 }
 
 TEST_F(AdapterStoreTest, CommitWithMissingBytesFailsAndLeavesTheUploadOpen) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 2);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 2);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   const std::string& shard0 = adapter.shards[0];
@@ -199,7 +199,7 @@ TEST_F(AdapterStoreTest, CommitWithMissingBytesFailsAndLeavesTheUploadOpen) {
 }
 
 TEST_F(AdapterStoreTest, CommitWithAWrongChecksumFailsAndARePutFixesIt) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 3);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 3);
   ASSERT_GE(adapter.shards.size(), 2u);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
@@ -224,7 +224,7 @@ TEST_F(AdapterStoreTest, CommitWithAWrongChecksumFailsAndARePutFixesIt) {
 }
 
 TEST_F(AdapterStoreTest, CommitIsIdempotentAndClosesTheUpload) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 4);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 4);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   ASSERT_TRUE(PutAll(begun->upload_id, adapter).ok());
@@ -251,7 +251,7 @@ TEST_F(AdapterStoreTest, CommitIsIdempotentAndClosesTheUpload) {
 }
 
 TEST_F(AdapterStoreTest, PutRejectsWritesOutsideTheShards) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 5);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 5);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   const int shards = static_cast<int>(adapter.shards.size());
@@ -280,20 +280,20 @@ TEST_F(AdapterStoreTest, PutRejectsWritesOutsideTheShards) {
 }
 
 TEST_F(AdapterStoreTest, BeginValidatesTheManifestAndNeedsUcxForUcxUploads) {
-  v1::Manifest broken = MakeTestAdapter("job-1", 1, 6).manifest;
+  v1::Manifest broken = transfer::MakeTestAdapter("job-1", 1, 6).manifest;
   broken.mutable_shards(0)->mutable_pieces()->RemoveLast();
   absl::Status invalid = store_->Begin(broken, false).status();
   EXPECT_TRUE(absl::IsInvalidArgument(invalid)) << invalid;
   EXPECT_THAT(invalid.message(), HasSubstr("job-1@1: "));
 
-  absl::Status no_ucx = store_->Begin(MakeTestAdapter("job-1", 1, 6).manifest, true).status();
+  absl::Status no_ucx = store_->Begin(transfer::MakeTestAdapter("job-1", 1, 6).manifest, true).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(no_ucx)) << no_ucx;
   EXPECT_THAT(no_ucx.message(), HasSubstr("runs without UCX"));
   EXPECT_EQ(store_->totals().open_uploads, 0);
 }
 
 TEST_F(AdapterStoreTest, VersionRules) {
-  const TestAdapter v2 = MakeTestAdapter("job-1", 2, 7);
+  const transfer::TestAdapter v2 = transfer::MakeTestAdapter("job-1", 2, 7);
   absl::StatusOr<BeginResult> first = store_->Begin(v2.manifest, false);
   ASSERT_TRUE(first.ok()) << first.status();
   // A retried Begin gets the same upload and targets.
@@ -303,7 +303,7 @@ TEST_F(AdapterStoreTest, VersionRules) {
   EXPECT_EQ(retried->shards, first->shards);
   EXPECT_EQ(store_->totals().open_uploads, 1);
   // Another manifest for the version being uploaded is refused.
-  const TestAdapter rival = MakeTestAdapter("job-1", 2, 8);
+  const transfer::TestAdapter rival = transfer::MakeTestAdapter("job-1", 2, 8);
   absl::Status concurrent = store_->Begin(rival.manifest, false).status();
   EXPECT_TRUE(absl::IsAborted(concurrent)) << concurrent;
   EXPECT_THAT(concurrent.message(),
@@ -314,19 +314,19 @@ TEST_F(AdapterStoreTest, VersionRules) {
   absl::Status equal = store_->Begin(rival.manifest, false).status();
   EXPECT_TRUE(absl::IsAlreadyExists(equal)) << equal;
   EXPECT_THAT(equal.message(), HasSubstr("job-1@2 is already committed"));
-  absl::Status older = store_->Begin(MakeTestAdapter("job-1", 1, 9).manifest, false).status();
+  absl::Status older = store_->Begin(transfer::MakeTestAdapter("job-1", 1, 9).manifest, false).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(older)) << older;
   EXPECT_THAT(older.message(), HasSubstr("version 1 < newest 2 of job-1"));
   // Versions of other adapters are independent.
-  EXPECT_TRUE(Publish(MakeTestAdapter("job-2", 1, 10)).ok());
-  absl::StatusOr<AdapterStore::CommitOutcome> v3 = Publish(MakeTestAdapter("job-1", 3, 11));
+  EXPECT_TRUE(Publish(transfer::MakeTestAdapter("job-2", 1, 10)).ok());
+  absl::StatusOr<AdapterStore::CommitOutcome> v3 = Publish(transfer::MakeTestAdapter("job-1", 3, 11));
   ASSERT_TRUE(v3.ok()) << v3.status();
   EXPECT_EQ(store_->Newest("job-1").version(), 3);
 }
 
 TEST_F(AdapterStoreTest, ACommitOvertakenByANewerVersionFails) {
-  const TestAdapter v5 = MakeTestAdapter("job-1", 5, 12);
-  const TestAdapter v6 = MakeTestAdapter("job-1", 6, 13);
+  const transfer::TestAdapter v5 = transfer::MakeTestAdapter("job-1", 5, 12);
+  const transfer::TestAdapter v6 = transfer::MakeTestAdapter("job-1", 6, 13);
   absl::StatusOr<BeginResult> begun5 = store_->Begin(v5.manifest, false);
   absl::StatusOr<BeginResult> begun6 = store_->Begin(v6.manifest, false);
   ASSERT_TRUE(begun5.ok()) << begun5.status();
@@ -347,7 +347,7 @@ TEST_F(AdapterStoreTest, ACommitOvertakenByANewerVersionFails) {
 }
 
 TEST_F(AdapterStoreTest, AbortFreesTheUpload) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 14);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 14);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   ASSERT_TRUE(PutAll(begun->upload_id, adapter).ok());
@@ -386,14 +386,14 @@ TEST_F(AdapterStoreTest, WatchersHearEachCommitOfTheirAdapterOnceItIsVisible) {
   int other_adapter = 0;
   store_->Watch("job-2", [&](const v1::VersionInfo&) { ++other_adapter; });
 
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 15);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 15);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   ASSERT_TRUE(PutAll(begun->upload_id, adapter).ok());
   absl::StatusOr<AdapterStore::CommitOutcome> first = store_->Commit(begun->upload_id);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(store_->Commit(begun->upload_id).ok());  // A repeated commit is not announced.
-  absl::StatusOr<AdapterStore::CommitOutcome> second = Publish(MakeTestAdapter("job-1", 2, 16));
+  absl::StatusOr<AdapterStore::CommitOutcome> second = Publish(transfer::MakeTestAdapter("job-1", 2, 16));
   ASSERT_TRUE(second.ok()) << second.status();
 
   ASSERT_EQ(heard.size(), 2u);
@@ -403,29 +403,29 @@ TEST_F(AdapterStoreTest, WatchersHearEachCommitOfTheirAdapterOnceItIsVisible) {
   EXPECT_EQ(other_adapter, 0);
 
   store_->Unwatch(watch);
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 3, 17)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 3, 17)).ok());
   EXPECT_EQ(heard.size(), 2u);
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-2", 1, 18)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-2", 1, 18)).ok());
   EXPECT_EQ(other_adapter, 1);
 }
 
 TEST_F(AdapterStoreTest, CommittedVersionsSurviveReopeningAndOpenUploadsDoNot) {
-  const TestAdapter v1_adapter = MakeTestAdapter("team/job:1", 1, 19);
-  const TestAdapter v2 = MakeTestAdapter("team/job:1", 2, 20);
-  const TestAdapter other = MakeTestAdapter("job-2", 1, 21);
+  const transfer::TestAdapter v1_adapter = transfer::MakeTestAdapter("team/job:1", 1, 19);
+  const transfer::TestAdapter v2 = transfer::MakeTestAdapter("team/job:1", 2, 20);
+  const transfer::TestAdapter other = transfer::MakeTestAdapter("job-2", 1, 21);
   ASSERT_TRUE(Publish(v1_adapter).ok());
   absl::StatusOr<AdapterStore::CommitOutcome> committed2 = Publish(v2);
   ASSERT_TRUE(committed2.ok()) << committed2.status();
   ASSERT_TRUE(Publish(other).ok());
   // Every byte of version 3 is put, but it is never committed.
-  const TestAdapter v3 = MakeTestAdapter("team/job:1", 3, 22);
+  const transfer::TestAdapter v3 = transfer::MakeTestAdapter("team/job:1", 3, 22);
   absl::StatusOr<BeginResult> begun3 = store_->Begin(v3.manifest, false);
   ASSERT_TRUE(begun3.ok()) << begun3.status();
   ASSERT_TRUE(PutAll(begun3->upload_id, v3).ok());
   EXPECT_TRUE(fs::exists(VersionDir("team%2Fjob%3A1", 2)));
 
   ASSERT_NO_FATAL_FAILURE(Reopen());
-  for (const TestAdapter* adapter : {&v1_adapter, &v2, &other}) {
+  for (const transfer::TestAdapter* adapter : {&v1_adapter, &v2, &other}) {
     absl::StatusOr<std::shared_ptr<const CommittedVersion>> found =
         store_->Find(adapter->manifest.adapter_name(), adapter->manifest.version(), 0);
     ASSERT_TRUE(found.ok()) << found.status();
@@ -446,16 +446,16 @@ TEST_F(AdapterStoreTest, CommittedVersionsSurviveReopeningAndOpenUploadsDoNot) {
   const absl::Status again = store_->Begin(v2.manifest, false).status();
   EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
   EXPECT_TRUE(absl::IsAlreadyExists(
-      store_->Begin(MakeTestAdapter("team/job:1", 1, 23).manifest, false).status()));
+      store_->Begin(transfer::MakeTestAdapter("team/job:1", 1, 23).manifest, false).status()));
   absl::StatusOr<AdapterStore::CommitOutcome> redone = Publish(v3);
   ASSERT_TRUE(redone.ok()) << redone.status();
   EXPECT_EQ(redone->version.version(), 3);
 }
 
 TEST_F(AdapterStoreTest, ReopeningIgnoresAndRemovesAPartiallyWrittenVersion) {
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 1, 24)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 24)).ok());
   // Version 2 as a write interrupted just before its rename: every file is there and valid.
-  const TestAdapter v2 = MakeTestAdapter("job-1", 2, 25);
+  const transfer::TestAdapter v2 = transfer::MakeTestAdapter("job-1", 2, 25);
   const fs::path partial = VersionDir("job-1", 2) + ".partial";
   ASSERT_TRUE(fs::create_directories(partial));
   std::ofstream(partial / "manifest.binpb", std::ios::binary) << v2.manifest.SerializeAsString();
@@ -477,9 +477,9 @@ TEST_F(AdapterStoreTest, ReopeningIgnoresAndRemovesAPartiallyWrittenVersion) {
 }
 
 TEST_F(AdapterStoreTest, ReopeningSkipsAStoredVersionWithACorruptShard) {
-  const TestAdapter first = MakeTestAdapter("job-1", 1, 26);
+  const transfer::TestAdapter first = transfer::MakeTestAdapter("job-1", 1, 26);
   ASSERT_TRUE(Publish(first).ok());
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 2, 27)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 27)).ok());
   const fs::path shard = fs::path(VersionDir("job-1", 2)) / "shard-0.bin";
   {
     std::fstream file(shard, std::ios::binary | std::ios::in | std::ios::out);
@@ -505,8 +505,8 @@ TEST_F(AdapterStoreTest, ReopeningSkipsAStoredVersionWithACorruptShard) {
 // that publishes that version again cannot rename its ".partial" directory over it (UNAVAILABLE
 // "cannot rename"). Enable once recovery (or WriteVersion) clears such a directory.
 TEST_F(AdapterStoreTest, DISABLED_ASkippedCorruptVersionCanBePublishedAgain) {
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 1, 28)).ok());
-  const TestAdapter v2 = MakeTestAdapter("job-1", 2, 29);
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 28)).ok());
+  const transfer::TestAdapter v2 = transfer::MakeTestAdapter("job-1", 2, 29);
   ASSERT_TRUE(Publish(v2).ok());
   fs::resize_file(fs::path(VersionDir("job-1", 2)) / "shard-0.bin", 1);
 
@@ -522,9 +522,9 @@ TEST_F(AdapterStoreTest, DISABLED_ASkippedCorruptVersionCanBePublishedAgain) {
 
 TEST_F(AdapterStoreTest, RetentionKeepsTheNewestVersionsAndAppliesOnReopen) {
   ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/2));
-  std::vector<TestAdapter> versions;
+  std::vector<transfer::TestAdapter> versions;
   for (int64_t version = 1; version <= 4; ++version) {
-    versions.push_back(MakeTestAdapter("job-1", version, 30 + version));
+    versions.push_back(transfer::MakeTestAdapter("job-1", version, 30 + version));
     ASSERT_TRUE(Publish(versions.back()).ok()) << version;
   }
   ExpectNotFound("job-1", 1);
@@ -550,7 +550,7 @@ TEST_F(AdapterStoreTest, RetentionKeepsTheNewestVersionsAndAppliesOnReopen) {
 
 TEST_F(AdapterStoreTest, ALeaseKeepsItsVersionUntilReleased) {
   ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/1));
-  const TestAdapter leased_adapter = MakeTestAdapter("job-1", 1, 40);
+  const transfer::TestAdapter leased_adapter = transfer::MakeTestAdapter("job-1", 1, 40);
   ASSERT_TRUE(Publish(leased_adapter).ok());
   const absl::Time before = absl::Now();
   absl::StatusOr<AdapterStore::Lease> lease =
@@ -568,8 +568,8 @@ TEST_F(AdapterStoreTest, ALeaseKeepsItsVersionUntilReleased) {
   EXPECT_THAT(other_version.message(), HasSubstr("is for job-1@1"));
   EXPECT_TRUE(absl::IsFailedPrecondition(store_->LeasedVersion(lease->id, "job-2", 1).status()));
 
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 2, 41)).ok());
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 3, 42)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 41)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 3, 42)).ok());
   store_->ExpireAndRetain(absl::Now());
   absl::StatusOr<std::shared_ptr<const CommittedVersion>> kept = store_->Find("job-1", 1, 0);
   ASSERT_TRUE(kept.ok()) << kept.status();  // Leased: kept past keep_versions.
@@ -600,14 +600,14 @@ TEST_F(AdapterStoreTest, ALeaseKeepsItsVersionUntilReleased) {
 
 TEST_F(AdapterStoreTest, ARenewedLeaseKeepsItsVersionUntilItExpires) {
   ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/1));
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 1, 43)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 43)).ok());
   absl::StatusOr<AdapterStore::Lease> lease =
       store_->AcquireLease("job-1", 1, "replica-0", absl::Minutes(1));
   ASSERT_TRUE(lease.ok()) << lease.status();
   absl::StatusOr<absl::Time> renewed = store_->RenewLease(lease->id, absl::Minutes(2));
   ASSERT_TRUE(renewed.ok()) << renewed.status();
   EXPECT_GE(*renewed, lease->expire_time + absl::Minutes(1));
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 2, 44)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 44)).ok());
 
   // Past the first ttl, within the renewed one.
   store_->ExpireAndRetain(absl::Now() + absl::Seconds(90));
@@ -626,7 +626,7 @@ TEST_F(AdapterStoreTest, ARenewedLeaseKeepsItsVersionUntilItExpires) {
 
 TEST_F(AdapterStoreTest, AnExpiredLeaseStopsPinningBeforeTheSweep) {
   ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/1));
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 1, 45)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 45)).ok());
   absl::StatusOr<AdapterStore::Lease> lease =
       store_->AcquireLease("job-1", 1, "replica-0", absl::Milliseconds(10));
   ASSERT_TRUE(lease.ok()) << lease.status();
@@ -634,7 +634,7 @@ TEST_F(AdapterStoreTest, AnExpiredLeaseStopsPinningBeforeTheSweep) {
 
   EXPECT_TRUE(absl::IsNotFound(store_->LeasedVersion(lease->id, "job-1", 1).status()));
   EXPECT_TRUE(absl::IsNotFound(store_->RenewLease(lease->id, absl::Minutes(1)).status()));
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 2, 46)).ok());  // Retention at commit.
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 46)).ok());  // Retention at commit.
   ExpectNotFound("job-1", 1);
   EXPECT_EQ(store_->totals().leases, 1);  // Dropped by the next sweep.
   store_->ExpireAndRetain(absl::Now());
@@ -642,7 +642,7 @@ TEST_F(AdapterStoreTest, AnExpiredLeaseStopsPinningBeforeTheSweep) {
 }
 
 TEST_F(AdapterStoreTest, TheSweepDropsExpiredUploads) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 47);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 47);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   ASSERT_TRUE(store_->Put(begun->upload_id, 0, 0, adapter.shards[0]).ok());
@@ -669,7 +669,7 @@ TEST_F(AdapterStoreTest, TheSweepDropsExpiredUploads) {
 }
 
 TEST_F(AdapterStoreTest, PutKeepsAnUploadAlive) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 48);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 48);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   absl::SleepFor(absl::Milliseconds(5));
@@ -683,7 +683,7 @@ TEST_F(AdapterStoreTest, PutKeepsAnUploadAlive) {
 
 TEST_F(AdapterStoreTest, AnUploadPastItsExpiryIsGoneBeforeTheSweep) {
   ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/3, /*upload_expiry=*/absl::Milliseconds(20)));
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 49);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 49);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   absl::SleepFor(absl::Milliseconds(40));

@@ -12,7 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "services/weight_store/lora_layout.h"
+#include "transfer/lora_layout.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -70,7 +70,7 @@ absl::Status ValidateShape(const v1::CanonicalTensor& tensor, TensorInfo& info) 
   }
   info.shape.push_back(std::max(tensor.num_experts(), 1));
   info.shape.insert(info.shape.end(), spec.shape().begin(), spec.shape().end());
-  const uint64_t max_elements = kMaxTensorBytes / ElementSize(spec.dtype());
+  const uint64_t max_elements = kMaxTensorBytes / transfer::ElementSize(spec.dtype());
   uint64_t elements = 1;
   for (int64_t dim : info.shape) {
     if (static_cast<uint64_t>(dim) > max_elements / elements) {
@@ -84,13 +84,13 @@ absl::Status ValidateShape(const v1::CanonicalTensor& tensor, TensorInfo& info) 
 
 absl::Status ValidateExperts(const v1::CanonicalTensor& tensor) {
   const absl::string_view name = tensor.spec().name();
-  const size_t placeholder = name.find(kExpertPlaceholder);
+  const size_t placeholder = name.find(transfer::kExpertPlaceholder);
   if (placeholder == absl::string_view::npos) {
     if (tensor.num_experts() != 0) return Invalid("num_experts ", tensor.num_experts(), " != 0");
     return absl::OkStatus();
   }
-  if (name.find(kExpertPlaceholder, placeholder + 1) != absl::string_view::npos) {
-    return Invalid("'", kExpertPlaceholder, "' more than once");
+  if (name.find(transfer::kExpertPlaceholder, placeholder + 1) != absl::string_view::npos) {
+    return Invalid("'", transfer::kExpertPlaceholder, "' more than once");
   }
   if (tensor.num_experts() < 1 || tensor.num_experts() > kMaxExperts) {
     return Invalid("num_experts ", tensor.num_experts(), " not in 1..", kMaxExperts);
@@ -103,7 +103,7 @@ absl::Status ValidateTensor(const v1::CanonicalTensor& tensor, TensorInfo& info)
   if (spec.name().empty() || spec.name().size() > kMaxTensorNameBytes) {
     return Invalid("name of ", spec.name().size(), " bytes not in 1..", kMaxTensorNameBytes);
   }
-  if (ElementSize(spec.dtype()) == 0) return Invalid("dtype ", spec.dtype(), " is not a dtype");
+  if (transfer::ElementSize(spec.dtype()) == 0) return Invalid("dtype ", spec.dtype(), " is not a dtype");
   if (absl::Status status = ValidateExperts(tensor); !status.ok()) return status;
   return ValidateShape(tensor, info);
 }
@@ -144,13 +144,13 @@ absl::Status ValidateExpertRange(const v1::ShardPiece& piece, const TensorInfo& 
 // The up_proj tensor of a fused piece.
 absl::StatusOr<int> FusedPartner(const v1::ShardPiece& piece, const TensorInfo& gate,
                                  const Tensors& tensors) {
-  const std::optional<std::string> up_name = UpProjName(piece.tensor_name());
+  const std::optional<std::string> up_name = transfer::UpProjName(piece.tensor_name());
   if (!up_name.has_value()) return Invalid("fused_gate_up on a tensor without 'gate_proj'");
   const auto up = tensors.index_by_name.find(*up_name);
   if (up == tensors.index_by_name.end()) {
     return Invalid("fused_gate_up partner '", *up_name, "' missing");
   }
-  if (!CanFuseGateUp(*gate.tensor, *tensors.infos[up->second].tensor)) {
+  if (!transfer::CanFuseGateUp(*gate.tensor, *tensors.infos[up->second].tensor)) {
     return Invalid("fused_gate_up partner '", *up_name, "' differs in dtype, shape or experts");
   }
   if (piece.fused_dim() < 0 || piece.fused_dim() >= gate.tensor->spec().shape_size()) {
@@ -192,7 +192,7 @@ absl::Status ValidateBytes(const v1::ShardPiece& piece, const v1::Shard& shard,
                            const TensorInfo& info, const CoveredBox& box) {
   // Fits: the box lies within a tensor of at most kMaxTensorBytes.
   const uint64_t expected =
-      BoxElements(box) * (piece.fused_gate_up() ? 2 : 1) * ElementSize(info.tensor->spec().dtype());
+      BoxElements(box) * (piece.fused_gate_up() ? 2 : 1) * transfer::ElementSize(info.tensor->spec().dtype());
   if (piece.byte_length() != expected) {
     return Invalid("byte_length ", piece.byte_length(), " != ", expected, " of the slice");
   }
@@ -291,7 +291,7 @@ absl::Status ValidateCoverage(const TensorInfo& info, std::vector<CoveredBox>& b
 }
 
 absl::Status ValidateContents(const v1::Manifest& manifest) {
-  if (absl::Status status = ValidateLoraConfig(manifest.lora()); !status.ok()) return status;
+  if (absl::Status status = transfer::ValidateLoraConfig(manifest.lora()); !status.ok()) return status;
   Tensors tensors;
   if (absl::Status status = ValidateTensors(manifest, tensors); !status.ok()) return status;
   if (manifest.shards_size() < 1 || manifest.shards_size() > kMaxShards) {

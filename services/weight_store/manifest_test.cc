@@ -8,8 +8,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/weight_store/adapter_testing.h"
-#include "services/weight_store/lora_layout.h"
+#include "transfer/lora_testing.h"
+#include "transfer/lora_layout.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -25,20 +25,20 @@ v1::LoraConfig Lora(v1::ExpertLayout layout) {
 }
 
 // The manifest of the small test model published by every rank of a TP x EP producer.
-v1::Manifest Publish(v1::ExpertLayout expert_layout, v1::DType dtype, ProducerLayout layout) {
+v1::Manifest Publish(v1::ExpertLayout expert_layout, v1::DType dtype, transfer::ProducerLayout layout) {
   v1::Manifest manifest;
   manifest.set_adapter_name("policy/job-1");
   manifest.set_version(3);
   *manifest.mutable_lora() = Lora(expert_layout);
   const std::vector<v1::CanonicalTensor> tensors =
-      *CanonicalTensorsFor(kTinyModel, manifest.lora(), dtype);
+      *transfer::CanonicalTensorsFor(transfer::kTinyModel, manifest.lora(), dtype);
   manifest.mutable_tensors()->Add(tensors.begin(), tensors.end());
-  const absl::flat_hash_map<std::string, std::string> canonical = RandomCanonicalBytes(tensors, 1);
+  const absl::flat_hash_map<std::string, std::string> canonical = transfer::RandomCanonicalBytes(tensors, 1);
   const int tp_size = layout.tp_size;
   for (int rank = 0; rank < tp_size * layout.ep_size; ++rank) {
     layout.tp_rank = rank % tp_size;
     layout.ep_rank = rank / tp_size;
-    auto shard = BuildProducerShard(tensors, canonical, layout, rank);
+    auto shard = transfer::BuildProducerShard(tensors, canonical, layout, rank);
     EXPECT_TRUE(shard.ok()) << shard.status();
     if (shard.ok() && shard->first.byte_size() > 0) *manifest.add_shards() = shard->first;
   }
@@ -77,10 +77,10 @@ TEST(ValidateManifestTest, AcceptsProducerManifests) {
   for (auto layout :
        {v1::EXPERT_LAYOUT_PER_EXPERT, v1::EXPERT_LAYOUT_SHARED, v1::EXPERT_LAYOUT_SHARED_OUTER}) {
     for (auto dtype : {v1::DTYPE_BF16, v1::DTYPE_F32}) {
-      for (const ProducerLayout& producer :
-           {ProducerLayout{.tp_size = 2, .ep_size = 2},
-            ProducerLayout{.fuse_gate_up = false, .stack_experts = false},
-            ProducerLayout{.tp_size = 4, .ep_size = 4, .stack_experts = false}}) {
+      for (const transfer::ProducerLayout& producer :
+           {transfer::ProducerLayout{.tp_size = 2, .ep_size = 2},
+            transfer::ProducerLayout{.fuse_gate_up = false, .stack_experts = false},
+            transfer::ProducerLayout{.tp_size = 4, .ep_size = 4, .stack_experts = false}}) {
         EXPECT_TRUE(ValidateManifest(Publish(layout, dtype, producer)).ok())
             << ValidateManifest(Publish(layout, dtype, producer));
       }

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
-#include "services/weight_store/lora_layout.h"
+#include "transfer/lora_layout.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -85,7 +85,7 @@ absl::StatusOr<Consumer> ResolveLayout(const v1::TargetLayout& target) {
 // tensor), all in the tensor's extended index space (see TensorBox).
 struct Placement {
   int tensor = 0;
-  TensorBox box;
+  transfer::TensorBox box;
   std::vector<int64_t> buffer_shape;
   // Where box.begin lies in the buffer.
   std::vector<int64_t> origin;
@@ -96,7 +96,7 @@ struct Placement {
 
 // The placements of `box` of `gate` and, when fused, of the same box of `up` right after it
 // along extended dim `fused_dim` of one buffer.
-std::vector<Placement> PlaceBox(int gate, std::optional<int> up, const TensorBox& box,
+std::vector<Placement> PlaceBox(int gate, std::optional<int> up, const transfer::TensorBox& box,
                                 int fused_dim) {
   Placement placement{gate, box, box.size, std::vector<int64_t>(box.size.size(), 0)};
   if (!up.has_value()) return {placement};
@@ -115,9 +115,9 @@ absl::flat_hash_map<absl::string_view, int> IndexByName(const v1::Manifest& mani
   return index_by_name;
 }
 
-TensorBox PieceBox(const v1::ShardPiece& piece, const v1::CanonicalTensor& tensor) {
+transfer::TensorBox PieceBox(const v1::ShardPiece& piece, const v1::CanonicalTensor& tensor) {
   const bool per_expert = tensor.num_experts() > 0;
-  TensorBox box{{per_expert ? piece.expert_begin() : 0},
+  transfer::TensorBox box{{per_expert ? piece.expert_begin() : 0},
                 {per_expert ? piece.expert_end() - piece.expert_begin() : 1}};
   for (const v1::DimSlice& slice : piece.slice()) {
     box.begin.push_back(slice.offset());
@@ -134,8 +134,8 @@ std::vector<std::vector<Placement>> SourcePlacements(const v1::Manifest& manifes
     for (const v1::ShardPiece& piece : manifest.shards(s).pieces()) {
       const int gate = index_by_name.at(piece.tensor_name());
       std::optional<int> up;
-      if (piece.fused_gate_up()) up = index_by_name.at(*UpProjName(piece.tensor_name()));
-      const TensorBox box = PieceBox(piece, manifest.tensors(gate));
+      if (piece.fused_gate_up()) up = index_by_name.at(*transfer::UpProjName(piece.tensor_name()));
+      const transfer::TensorBox box = PieceBox(piece, manifest.tensors(gate));
       for (Placement& placement : PlaceBox(gate, up, box, piece.fused_dim() + 1)) {
         placement.shard = s;
         placement.buffer_offset = piece.byte_offset();
@@ -157,11 +157,11 @@ absl::flat_hash_map<int, int> FusedPairs(const v1::Manifest& manifest) {
   const absl::flat_hash_map<absl::string_view, int> index_by_name = IndexByName(manifest);
   absl::flat_hash_map<int, int> pairs;
   for (int t = 0; t < manifest.tensors_size(); ++t) {
-    const std::optional<std::string> up_name = UpProjName(manifest.tensors(t).spec().name());
+    const std::optional<std::string> up_name = transfer::UpProjName(manifest.tensors(t).spec().name());
     if (!up_name.has_value()) continue;
     const auto up = index_by_name.find(*up_name);
     if (up != index_by_name.end() &&
-        CanFuseGateUp(manifest.tensors(t), manifest.tensors(up->second))) {
+        transfer::CanFuseGateUp(manifest.tensors(t), manifest.tensors(up->second))) {
       pairs[t] = up->second;
     }
   }
@@ -169,16 +169,16 @@ absl::flat_hash_map<int, int> FusedPairs(const v1::Manifest& manifest) {
 }
 
 std::string StackedName(absl::string_view name) {
-  const std::string segment = absl::StrCat(".", kExpertPlaceholder);
+  const std::string segment = absl::StrCat(".", transfer::kExpertPlaceholder);
   if (absl::StrContains(name, segment)) return absl::StrReplaceAll(name, {{segment, ""}});
-  return absl::StrReplaceAll(name, {{kExpertPlaceholder, ""}});
+  return absl::StrReplaceAll(name, {{transfer::kExpertPlaceholder, ""}});
 }
 
 // The target tensor holding `box` of canonical tensor `gate` (fused with `up` if set). With
 // `stacked` the expert dim stays as the leading dim; otherwise box holds a single expert and
 // the target drops that dim.
 Target MakeTarget(const v1::CanonicalTensor& canonical, std::string name, int gate,
-                  std::optional<int> up, const TensorBox& box, bool stacked) {
+                  std::optional<int> up, const transfer::TensorBox& box, bool stacked) {
   Target target;
   target.parts = PlaceBox(gate, up, box, 1);
   const std::vector<int64_t>& shape = target.parts[0].buffer_shape;
@@ -192,7 +192,7 @@ Target MakeTarget(const v1::CanonicalTensor& canonical, std::string name, int ga
   }
   int64_t elements = 1;
   for (int64_t dim : shape) elements *= dim;
-  target.tensor.set_byte_size(elements * ElementSize(canonical.spec().dtype()));
+  target.tensor.set_byte_size(elements * transfer::ElementSize(canonical.spec().dtype()));
   return target;
 }
 
@@ -200,9 +200,9 @@ Target MakeTarget(const v1::CanonicalTensor& canonical, std::string name, int ga
 absl::Status AddTargets(const v1::Manifest& manifest, int t, std::optional<int> up,
                         const Consumer& consumer, std::vector<Target>& targets) {
   const v1::CanonicalTensor& canonical = manifest.tensors(t);
-  const bool expert_group = IsRoutedExpertTensor(canonical.spec().name());
-  absl::StatusOr<TensorBox> box =
-      RankBox(canonical, expert_group ? consumer.expert_tp_rank : consumer.tp_rank,
+  const bool expert_group = transfer::IsRoutedExpertTensor(canonical.spec().name());
+  absl::StatusOr<transfer::TensorBox> box =
+      transfer::RankBox(canonical, expert_group ? consumer.expert_tp_rank : consumer.tp_rank,
               expert_group ? consumer.expert_tp_size : consumer.tp_size, consumer.ep_rank,
               consumer.ep_size);
   if (!box.ok()) return Invalid("target layout: ", box.status().message());
@@ -213,12 +213,12 @@ absl::Status AddTargets(const v1::Manifest& manifest, int t, std::optional<int> 
   } else if (consumer.stack_experts) {
     targets.push_back(MakeTarget(canonical, StackedName(name), t, up, *box, true));
   } else {
-    TensorBox expert_box = *box;
+    transfer::TensorBox expert_box = *box;
     expert_box.size[0] = 1;
     for (int64_t e = box->begin[0]; e < box->begin[0] + box->size[0]; ++e) {
       expert_box.begin[0] = e;
       targets.push_back(
-          MakeTarget(canonical, absl::StrReplaceAll(name, {{kExpertPlaceholder, absl::StrCat(e)}}),
+          MakeTarget(canonical, absl::StrReplaceAll(name, {{transfer::kExpertPlaceholder, absl::StrCat(e)}}),
                      t, up, expert_box, false));
     }
   }
@@ -417,7 +417,7 @@ bool Join(v1::CopyOp& last, const v1::CopyOp& op) {
 }
 
 v1::PlannedTensor Plan(Target target, const std::vector<std::vector<Placement>>& sources) {
-  const int64_t element_size = ElementSize(target.tensor.spec().dtype());
+  const int64_t element_size = transfer::ElementSize(target.tensor.spec().dtype());
   std::vector<v1::CopyOp> ops;
   for (const Placement& part : target.parts) {
     for (const Placement& source : sources[part.tensor]) {

@@ -12,8 +12,8 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "services/weight_store/adapter_testing.h"
-#include "services/weight_store/lora_layout.h"
+#include "transfer/lora_testing.h"
+#include "transfer/lora_layout.h"
 #include "services/weight_store/manifest.h"
 
 namespace tandem::weight_store {
@@ -38,10 +38,10 @@ struct Published {
 // Publishes `tensors` from every rank of a producer with `layout`'s sizes; shard i of the
 // manifest is producer rank i (ep-major) unless a rank held nothing.
 Published Publish(std::vector<v1::CanonicalTensor> tensors, v1::ExpertLayout expert_layout,
-                  ProducerLayout layout) {
+                  transfer::ProducerLayout layout) {
   Published published;
   published.tensors = std::move(tensors);
-  published.canonical = RandomCanonicalBytes(published.tensors, 1234);
+  published.canonical = transfer::RandomCanonicalBytes(published.tensors, 1234);
   v1::Manifest& manifest = published.manifest;
   manifest.set_adapter_name("policy");
   manifest.set_version(1);
@@ -51,7 +51,7 @@ Published Publish(std::vector<v1::CanonicalTensor> tensors, v1::ExpertLayout exp
   for (int rank = 0; rank < layout.tp_size * layout.ep_size; ++rank) {
     layout.tp_rank = rank % layout.tp_size;
     layout.ep_rank = rank / layout.tp_size;
-    auto shard = BuildProducerShard(published.tensors, published.canonical, layout, rank);
+    auto shard = transfer::BuildProducerShard(published.tensors, published.canonical, layout, rank);
     EXPECT_TRUE(shard.ok()) << shard.status();
     if (!shard.ok() || shard->first.byte_size() == 0) continue;
     *manifest.add_shards() = std::move(shard->first);
@@ -62,12 +62,12 @@ Published Publish(std::vector<v1::CanonicalTensor> tensors, v1::ExpertLayout exp
 }
 
 Published PublishModel(v1::ExpertLayout expert_layout, v1::DType dtype,
-                       const ProducerLayout& layout) {
+                       const transfer::ProducerLayout& layout) {
   v1::LoraConfig lora;
   lora.set_rank(kRank);
   lora.set_expert_layout(expert_layout);
   absl::StatusOr<std::vector<v1::CanonicalTensor>> tensors =
-      CanonicalTensorsFor(kTinyModel, lora, dtype);
+      transfer::CanonicalTensorsFor(transfer::kTinyModel, lora, dtype);
   EXPECT_TRUE(tensors.ok()) << tensors.status();
   return Publish(*std::move(tensors), expert_layout, layout);
 }
@@ -149,7 +149,7 @@ std::map<std::string, Expected> HandSliced(const Published& published,
         fused ? absl::StrReplaceAll(name, {{"gate_proj", "gate_up_proj"}}) : name;
     const std::vector<int64_t> local = {(row_range.end - row_range.begin) * std::ssize(parts),
                                         col_range.end - col_range.begin};
-    const int64_t element_size = ElementSize(tensor.spec().dtype());
+    const int64_t element_size = transfer::ElementSize(tensor.spec().dtype());
     auto gather = [&](std::vector<int64_t> experts) {
       return Gather(published, parts, experts, row_range, col_range, rows, cols, element_size);
     };
@@ -235,9 +235,9 @@ struct Options {
   bool stack_experts;
 };
 
-using MatrixParam = std::tuple<ProducerLayout, v1::ExpertLayout, v1::DType>;
+using MatrixParam = std::tuple<transfer::ProducerLayout, v1::ExpertLayout, v1::DType>;
 
-std::string ProducerName(const ProducerLayout& layout) {
+std::string ProducerName(const transfer::ProducerLayout& layout) {
   return absl::StrCat("Tp", layout.tp_size, "Ep", layout.ep_size,
                       layout.fuse_gate_up ? "Fused" : "", layout.stack_experts ? "Stacked" : "");
 }
@@ -245,7 +245,7 @@ std::string ProducerName(const ProducerLayout& layout) {
 }  // namespace
 
 // Readable test parameters (gtest would print the struct's bytes).
-void PrintTo(const ProducerLayout& layout, std::ostream* os) { *os << ProducerName(layout); }
+void PrintTo(const transfer::ProducerLayout& layout, std::ostream* os) { *os << ProducerName(layout); }
 
 namespace {
 
@@ -285,9 +285,9 @@ TEST_P(ReshardMatrixTest, AssembledTensorsMatchHandSlicing) {
 INSTANTIATE_TEST_SUITE_P(
     Producers, ReshardMatrixTest,
     ::testing::Combine(
-        ::testing::Values(ProducerLayout{.tp_size = 2, .ep_size = 2},
-                          ProducerLayout{.fuse_gate_up = false, .stack_experts = false},
-                          ProducerLayout{.tp_size = 4, .ep_size = 1, .stack_experts = false}),
+        ::testing::Values(transfer::ProducerLayout{.tp_size = 2, .ep_size = 2},
+                          transfer::ProducerLayout{.fuse_gate_up = false, .stack_experts = false},
+                          transfer::ProducerLayout{.tp_size = 4, .ep_size = 1, .stack_experts = false}),
         ::testing::Values(v1::EXPERT_LAYOUT_PER_EXPERT, v1::EXPERT_LAYOUT_SHARED,
                           v1::EXPERT_LAYOUT_SHARED_OUTER),
         ::testing::Values(v1::DTYPE_BF16, v1::DTYPE_F32)),
@@ -299,7 +299,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A consumer laid out like a producer rank gets that rank's pieces back, each with one op.
 TEST(ReshardTest, ProducerLayoutRoundTrips) {
-  const ProducerLayout trainer{.tp_size = 2, .ep_size = 2};
+  const transfer::ProducerLayout trainer{.tp_size = 2, .ep_size = 2};
   const Published published = PublishModel(v1::EXPERT_LAYOUT_SHARED_OUTER, v1::DTYPE_BF16, trainer);
   ASSERT_EQ(published.manifest.shards_size(), 4);
   for (int s = 0; s < 4; ++s) {
@@ -500,7 +500,7 @@ TEST(ReshardTest, RejectsTargetNameClash) {
     tensor->mutable_spec()->add_shape(4);
   }
   const Published published =
-      Publish({per_expert, shared}, v1::EXPERT_LAYOUT_PER_EXPERT, ProducerLayout{});
+      Publish({per_expert, shared}, v1::EXPERT_LAYOUT_PER_EXPERT, transfer::ProducerLayout{});
   EXPECT_TRUE(PlanReads(published.manifest, v1::TargetLayout(), {}).ok());
   v1::TargetLayout stacked;
   stacked.set_stack_experts(true);

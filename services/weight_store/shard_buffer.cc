@@ -2,11 +2,11 @@
 
 namespace tandem::weight_store {
 
-absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBuffer::Allocate(UcxWorker* ucx, size_t length) {
+absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBuffer::Allocate(transfer::UcxWorker* ucx, size_t length) {
   std::unique_ptr<ShardBuffer> buffer(new ShardBuffer());
   buffer->length_ = length;
   if (ucx != nullptr) {
-    absl::StatusOr<std::unique_ptr<UcxRegion>> region = ucx->Allocate(length);
+    absl::StatusOr<std::unique_ptr<transfer::UcxRegion>> region = ucx->Allocate(length);
     if (!region.ok()) return region.status();
     buffer->region_ = *std::move(region);
     buffer->data_ = buffer->region_->data();

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "services/weight_store/ucx_transport.h"
+#include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
 
@@ -14,18 +14,18 @@ namespace tandem::weight_store {
 // and consumers get from it without the store touching the bytes; plain memory otherwise.
 class ShardBuffer {
  public:
-  static absl::StatusOr<std::unique_ptr<ShardBuffer>> Allocate(UcxWorker* ucx, size_t length);
+  static absl::StatusOr<std::unique_ptr<ShardBuffer>> Allocate(transfer::UcxWorker* ucx, size_t length);
 
   char* data() const { return data_; }
   size_t length() const { return length_; }
   absl::string_view bytes() const { return {data_, length_}; }
   // Null without UCX.
-  const UcxRegion* region() const { return region_.get(); }
+  const transfer::UcxRegion* region() const { return region_.get(); }
 
  private:
   ShardBuffer() = default;
 
-  std::unique_ptr<UcxRegion> region_;
+  std::unique_ptr<transfer::UcxRegion> region_;
   std::unique_ptr<char[]> plain_;
   char* data_ = nullptr;
   size_t length_ = 0;

@@ -67,7 +67,7 @@ absl::Status ReadInto(const std::string& path, char* out, size_t length) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& dir, UcxWorker* ucx) {
+absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& dir, transfer::UcxWorker* ucx) {
   auto version = std::make_unique<CommittedVersion>();
   std::ifstream manifest_in(dir / kManifestFile, std::ios::binary);
   if (!manifest_in || !version->manifest.ParseFromIstream(&manifest_in)) {
@@ -143,7 +143,7 @@ absl::Status DeleteVersion(const std::string& data_dir, const std::string& adapt
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
-    const std::string& data_dir, UcxWorker* ucx, std::vector<std::string>* skipped) {
+    const std::string& data_dir, transfer::UcxWorker* ucx, std::vector<std::string>* skipped) {
   std::vector<std::unique_ptr<CommittedVersion>> versions;
   std::error_code error;
   fs::create_directories(data_dir, error);

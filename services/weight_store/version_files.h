@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/weight_store/shard_buffer.h"
-#include "services/weight_store/ucx_transport.h"
+#include "transfer/ucx_transport.h"
 #include "tandem/v1/weight_store.pb.h"
 
 namespace tandem::weight_store {
@@ -33,7 +33,7 @@ absl::Status DeleteVersion(const std::string& data_dir, const std::string& adapt
 // checksums (a version that fails is skipped and reported in `skipped`); leftovers of
 // interrupted writes are deleted.
 absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
-    const std::string& data_dir, UcxWorker* ucx, std::vector<std::string>* skipped);
+    const std::string& data_dir, transfer::UcxWorker* ucx, std::vector<std::string>* skipped);
 
 }  // namespace tandem::weight_store
 

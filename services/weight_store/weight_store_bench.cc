@@ -18,8 +18,8 @@
 #include "common/channel.h"
 #include "common/process_memory.h"
 #include "common/server.h"
-#include "services/weight_store/adapter_client.h"
-#include "services/weight_store/adapter_testing.h"
+#include "services/weight_store/client/adapter_client.h"
+#include "transfer/lora_testing.h"
 #include "services/weight_store/weight_store_service.h"
 
 ABSL_FLAG(std::string, transports, "tcp", "UCX transports for store and clients (as UCX_TLS).");
@@ -40,8 +40,8 @@ double SecondsSince(Clock::time_point start) {
 double MiB(double bytes) { return bytes / (1 << 20); }
 
 // A DeepSeek-like expert layer is about 2.4 MiB of rank-16 LoRA here; layers set the size.
-TestAdapterSpec SpecOfSize(double mib) {
-  TestAdapterSpec spec{.tp_size = 2, .ep_size = 2, .rank = 16};
+transfer::TestAdapterSpec SpecOfSize(double mib) {
+  transfer::TestAdapterSpec spec{.tp_size = 2, .ep_size = 2, .rank = 16};
   spec.model = {.num_layers = std::max(1, static_cast<int>(mib / 2.57 + 0.5)),
                 .num_dense_layers = 1,
                 .hidden = 1024,
@@ -108,7 +108,7 @@ v1::TargetLayout Stacked() {
 
 // Best of three fetches of the whole adapter by one fetcher (endpoint kept), MiB/s.
 double FetchMiBps(const Store& store, const std::string& adapter, int64_t version, double bytes,
-                  UcxWorker* ucx) {
+                  transfer::UcxWorker* ucx) {
   auto stub = Stub(store);
   AdapterFetcher fetcher(*stub);
   double best = 0;
@@ -127,7 +127,7 @@ double FetchMiBps(const Store& store, const std::string& adapter, int64_t versio
 
 // Publishes by UCX while `subscribers` replicas watch; returns seconds until every replica has
 // fetched the new version by UCX.
-double PublishToSubscribers(const Store& store, const TestAdapter& adapter, UcxWorker& producer) {
+double PublishToSubscribers(const Store& store, const transfer::TestAdapter& adapter, transfer::UcxWorker& producer) {
   const int count = absl::GetFlag(FLAGS_subscribers);
   std::vector<std::thread> replicas;
   std::vector<double> done(count, 0);
@@ -135,7 +135,7 @@ double PublishToSubscribers(const Store& store, const TestAdapter& adapter, UcxW
   const auto start = Clock::now();
   for (int r = 0; r < count; ++r) {
     replicas.emplace_back([&, r] {
-      auto ucx = *UcxWorker::Create({.transports = absl::GetFlag(FLAGS_transports)});
+      auto ucx = *transfer::UcxWorker::Create({.transports = absl::GetFlag(FLAGS_transports)});
       auto stub = Stub(store);
       grpc::ClientContext context;
       v1::WatchVersionsRequest request;
@@ -169,14 +169,14 @@ double PublishToSubscribers(const Store& store, const TestAdapter& adapter, UcxW
 void Run() {
   const std::string transports = absl::GetFlag(FLAGS_transports);
   Store store = StartStore();
-  auto producer = *UcxWorker::Create({.transports = transports});
-  auto consumer = *UcxWorker::Create({.transports = transports});
+  auto producer = *transfer::UcxWorker::Create({.transports = transports});
+  auto consumer = *transfer::UcxWorker::Create({.transports = transports});
   std::printf("transports %s, %d subscribers\n", transports.c_str(),
               absl::GetFlag(FLAGS_subscribers));
   int64_t version = 0;
   for (const std::string& size : absl::GetFlag(FLAGS_sizes_mib)) {
-    const TestAdapter adapter =
-        MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size)));
+    const transfer::TestAdapter adapter =
+        transfer::MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size)));
     double bytes = 0;
     for (const std::string& shard : adapter.shards) bytes += static_cast<double>(shard.size());
     const double latency = PublishToSubscribers(store, adapter, *producer);

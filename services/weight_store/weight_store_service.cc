@@ -15,6 +15,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "services/weight_store/reshard.h"
 #include "services/weight_store/tensor_assembly.h"
+#include "transfer/dtype_conversion.h"
 #include "services/weight_store/weight_store_metrics.h"
 #include "xxhash.h"
 
@@ -186,7 +187,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsRespo
 
   // Assembles, converts and checksums the next tensor.
   absl::Status LoadTensor(const v1::PlannedTensor& planned) {
-    absl::StatusOr<std::string> bytes = ConvertFloats(
+    absl::StatusOr<std::string> bytes = transfer::ConvertFloats(
         AssembleTensor(planned, *version_), planned.tensor().spec().dtype(), target_dtype_);
     if (!bytes.ok()) return bytes.status();
     bytes_ = *std::move(bytes);
@@ -238,7 +239,7 @@ absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> WeightStoreServiceImpl::
     const WeightStoreOptions& options) {
   std::unique_ptr<WeightStoreServiceImpl> service(new WeightStoreServiceImpl());
   if (options.enable_ucx) {
-    absl::StatusOr<std::unique_ptr<UcxWorker>> ucx = UcxWorker::Create(options.ucx);
+    absl::StatusOr<std::unique_ptr<transfer::UcxWorker>> ucx = transfer::UcxWorker::Create(options.ucx);
     if (!ucx.ok()) return ucx.status();
     service->ucx_ = *std::move(ucx);
   }
@@ -269,7 +270,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::BeginPublish(
     *result.mutable_expire_time() = ToTimestamp(begun->expire_time);
     if (request->use_ucx()) {
       for (size_t i = 0; i < begun->shards.size(); ++i) {
-        const UcxRegion& region = *begun->shards[i]->region();
+        const transfer::UcxRegion& region = *begun->shards[i]->region();
         v1::ShardRegion& target = *result.add_targets();
         target.set_shard_index(static_cast<int32_t>(i));
         target.set_remote_address(region.remote_address());
@@ -383,7 +384,7 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
   }
   for (size_t i = 0; i < used.size(); ++i) {
     if (!used[i]) continue;
-    const UcxRegion& region = *(*version)->shards[i]->region();
+    const transfer::UcxRegion& region = *(*version)->shards[i]->region();
     v1::ShardRegion& shard = *result.add_shards();
     shard.set_shard_index(static_cast<int32_t>(i));
     shard.set_remote_address(region.remote_address());

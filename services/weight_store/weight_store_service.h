@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "common/periodic_thread.h"
 #include "services/weight_store/adapter_store.h"
-#include "services/weight_store/ucx_transport.h"
+#include "transfer/ucx_transport.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 
 namespace tandem::weight_store {
@@ -20,7 +20,7 @@ struct WeightStoreOptions {
   int keep_versions = 3;
   absl::Duration upload_expiry = absl::Minutes(15);
   bool enable_ucx = true;
-  UcxOptions ucx;
+  transfer::UcxOptions ucx;
   absl::Duration sweep_interval = absl::Seconds(1);
 };
 
@@ -69,7 +69,7 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
   WeightStoreServiceImpl() = default;
   absl::StatusOr<v1::GetReadPlanResponse> ReadPlan(const v1::GetReadPlanRequest& request);
 
-  std::unique_ptr<UcxWorker> ucx_;  // Declared first: outlives the store's registered memory.
+  std::unique_ptr<transfer::UcxWorker> ucx_;  // Declared first: outlives the store's registered memory.
   std::unique_ptr<AdapterStore> store_;
   absl::Mutex mutex_;
   // Read plans with checksums, per (version, layout, names): checksumming costs a pass over

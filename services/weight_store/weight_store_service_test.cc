@@ -15,8 +15,8 @@
 #include "common/testing/test_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/weight_store/adapter_client.h"
-#include "services/weight_store/adapter_testing.h"
+#include "services/weight_store/client/adapter_client.h"
+#include "transfer/lora_testing.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -30,7 +30,7 @@ class WeightStoreServiceTest : public ::testing::Test {
                 ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(data_dir_);
     StartServer();
-    client_ucx_ = *UcxWorker::Create({.transports = "tcp"});
+    client_ucx_ = *transfer::UcxWorker::Create({.transports = "tcp"});
   }
 
   void StartServer(int keep_versions = 3, absl::Duration upload_expiry = absl::Minutes(1)) {
@@ -53,7 +53,7 @@ class WeightStoreServiceTest : public ::testing::Test {
     stub_ = v1::WeightStoreService::NewStub(channel_);
   }
 
-  absl::StatusOr<v1::VersionInfo> Publish(const TestAdapter& adapter, bool by_ucx) {
+  absl::StatusOr<v1::VersionInfo> Publish(const transfer::TestAdapter& adapter, bool by_ucx) {
     return PublishAdapter(*stub_, adapter.manifest, adapter.shard_views(),
                           {.ucx = by_ucx ? client_ucx_.get() : nullptr});
   }
@@ -65,12 +65,12 @@ class WeightStoreServiceTest : public ::testing::Test {
   }
 
   // Canonical names, experts stacked: what a TP1/EP1 consumer gets with stack_experts.
-  static void ExpectCanonical(const TestAdapter& adapter, const FetchedAdapter& fetched) {
+  static void ExpectCanonical(const transfer::TestAdapter& adapter, const FetchedAdapter& fetched) {
     ASSERT_EQ(fetched.tensors.size(), adapter.canonical.size());
     for (const FetchedTensor& tensor : fetched.tensors) {
       bool found = false;
       for (const auto& [name, bytes] : adapter.canonical) {
-        if (StackedName(name) != tensor.tensor.spec().name()) continue;
+        if (transfer::StackedName(name) != tensor.tensor.spec().name()) continue;
         found = true;
         EXPECT_TRUE(tensor.bytes == bytes) << name;
       }
@@ -117,13 +117,13 @@ class WeightStoreServiceTest : public ::testing::Test {
   std::unique_ptr<ServiceServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WeightStoreService::Stub> stub_;
-  std::unique_ptr<UcxWorker> client_ucx_;
+  std::unique_ptr<transfer::UcxWorker> client_ucx_;
 };
 
 TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
-  const TestAdapter grpc_adapter = MakeTestAdapter("job-1", 1, 1);
+  const transfer::TestAdapter grpc_adapter = transfer::MakeTestAdapter("job-1", 1, 1);
   ASSERT_TRUE(Publish(grpc_adapter, /*by_ucx=*/false).ok());
-  const TestAdapter ucx_adapter = MakeTestAdapter("job-1", 2, 2);
+  const transfer::TestAdapter ucx_adapter = transfer::MakeTestAdapter("job-1", 2, 2);
   absl::StatusOr<v1::VersionInfo> committed = Publish(ucx_adapter, /*by_ucx=*/true);
   ASSERT_TRUE(committed.ok()) << committed.status();
   EXPECT_EQ(committed->version(), 2);
@@ -155,7 +155,7 @@ TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
 }
 
 TEST_F(WeightStoreServiceTest, FetchConvertsDtypesOverGrpc) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 3, {.tp_size = 1, .ep_size = 1});
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 3, {.tp_size = 1, .ep_size = 1});
   ASSERT_TRUE(Publish(adapter, false).ok());
   v1::TargetLayout target = Stacked();
   target.set_dtype(v1::DTYPE_F32);
@@ -165,7 +165,7 @@ TEST_F(WeightStoreServiceTest, FetchConvertsDtypesOverGrpc) {
   EXPECT_EQ(first.tensor.spec().dtype(), v1::DTYPE_F32);
   const std::string& bf16 = adapter.canonical.begin()->second;
   for (const auto& [name, bytes] : adapter.canonical) {
-    if (StackedName(name) != first.tensor.spec().name()) continue;
+    if (transfer::StackedName(name) != first.tensor.spec().name()) continue;
     ASSERT_EQ(first.bytes.size(), 2 * bytes.size());
     for (size_t i = 0; i < bytes.size() / 2; ++i) {  // bf16 -> f32 is exact: bits move up.
       EXPECT_EQ(first.bytes.substr(4 * i + 2, 2), bytes.substr(2 * i, 2));
@@ -178,7 +178,7 @@ TEST_F(WeightStoreServiceTest, FetchConvertsDtypesOverGrpc) {
 }
 
 TEST_F(WeightStoreServiceTest, CommitRejectsMissingCorruptAndOversizedShards) {
-  const TestAdapter adapter = MakeTestAdapter("job-1", 1, 4);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 4);
   v1::BeginPublishResponse begun;
   ASSERT_TRUE(Begin(adapter.manifest, &begun).ok());
   const std::string& upload = begun.upload_id();
@@ -209,12 +209,12 @@ TEST_F(WeightStoreServiceTest, CommitRejectsMissingCorruptAndOversizedShards) {
 }
 
 TEST_F(WeightStoreServiceTest, VersionRulesAndConcurrentPublishOfOneVersion) {
-  const TestAdapter v2 = MakeTestAdapter("job-1", 2, 5);
+  const transfer::TestAdapter v2 = transfer::MakeTestAdapter("job-1", 2, 5);
   v1::BeginPublishResponse first, again, other;
   ASSERT_TRUE(Begin(v2.manifest, &first).ok());
   ASSERT_TRUE(Begin(v2.manifest, &again).ok());  // A retry gets the same upload.
   EXPECT_EQ(again.upload_id(), first.upload_id());
-  TestAdapter rival = MakeTestAdapter("job-1", 2, 6);
+  transfer::TestAdapter rival = transfer::MakeTestAdapter("job-1", 2, 6);
   grpc::Status concurrent = Begin(rival.manifest, &other);
   EXPECT_EQ(concurrent.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(concurrent.error_message(), HasSubstr("in progress"));
@@ -222,13 +222,13 @@ TEST_F(WeightStoreServiceTest, VersionRulesAndConcurrentPublishOfOneVersion) {
     ASSERT_TRUE(Put(first.upload_id(), i, 0, v2.shards[i]).ok());
   ASSERT_TRUE(Commit(first.upload_id()).ok());
   EXPECT_EQ(Begin(rival.manifest, &other).error_code(), grpc::StatusCode::ALREADY_EXISTS);
-  EXPECT_EQ(Begin(MakeTestAdapter("job-1", 1, 7).manifest, &other).error_code(),
+  EXPECT_EQ(Begin(transfer::MakeTestAdapter("job-1", 1, 7).manifest, &other).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
-  v1::Manifest broken = MakeTestAdapter("job-1", 3, 8).manifest;
+  v1::Manifest broken = transfer::MakeTestAdapter("job-1", 3, 8).manifest;
   broken.mutable_shards(0)->mutable_pieces()->RemoveLast();
   EXPECT_EQ(Begin(broken, &other).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // Aborting frees the upload; the version can be published again.
-  const TestAdapter v3 = MakeTestAdapter("job-1", 3, 9);
+  const transfer::TestAdapter v3 = transfer::MakeTestAdapter("job-1", 3, 9);
   ASSERT_TRUE(Begin(v3.manifest, &other).ok());
   grpc::ClientContext context;
   v1::AbortPublishRequest abort;
@@ -241,7 +241,7 @@ TEST_F(WeightStoreServiceTest, VersionRulesAndConcurrentPublishOfOneVersion) {
 
 TEST_F(WeightStoreServiceTest, UnknownRetiredAndExpiredAreNotFoundAndLeasesPinVersions) {
   StartServer(/*keep_versions=*/1, /*upload_expiry=*/absl::Milliseconds(100));
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 1, 10), false).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 10), false).ok());
   grpc::ClientContext acquire_context;
   v1::AcquireLeaseRequest acquire;
   acquire.set_adapter_name("job-1");
@@ -249,8 +249,8 @@ TEST_F(WeightStoreServiceTest, UnknownRetiredAndExpiredAreNotFoundAndLeasesPinVe
   acquire.set_holder("replica-0");
   v1::AcquireLeaseResponse lease;
   ASSERT_TRUE(stub_->AcquireLease(&acquire_context, acquire, &lease).ok());
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 2, 11), false).ok());
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 3, 12), false).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 11), false).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 3, 12), false).ok());
   absl::SleepFor(absl::Milliseconds(200));               // Sweeps run.
   EXPECT_TRUE(Fetch("job-1", 1, true, Stacked()).ok());  // Leased: kept.
   EXPECT_EQ(Fetch("job-1", 2, false).status().code(), absl::StatusCode::kNotFound);  // Retired.
@@ -275,13 +275,13 @@ TEST_F(WeightStoreServiceTest, UnknownRetiredAndExpiredAreNotFoundAndLeasesPinVe
             grpc::StatusCode::NOT_FOUND);
 
   v1::BeginPublishResponse begun;
-  ASSERT_TRUE(Begin(MakeTestAdapter("job-1", 4, 13).manifest, &begun).ok());
+  ASSERT_TRUE(Begin(transfer::MakeTestAdapter("job-1", 4, 13).manifest, &begun).ok());
   absl::SleepFor(absl::Milliseconds(300));  // The upload expires.
   EXPECT_EQ(Commit(begun.upload_id()).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 1, 14), false).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 14), false).ok());
   grpc::ClientContext context;
   v1::WatchVersionsRequest request;
   request.set_adapter_name("job-1");
@@ -290,7 +290,7 @@ TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
   ASSERT_TRUE(reader->Read(&event));
   EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
   EXPECT_EQ(event.version().version(), 1);
-  ASSERT_TRUE(Publish(MakeTestAdapter("job-1", 2, 15), true).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 15), true).ok());
   ASSERT_TRUE(reader->Read(&event));
   EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
   EXPECT_EQ(event.version().version(), 2);
@@ -302,10 +302,10 @@ TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
 }
 
 TEST_F(WeightStoreServiceTest, CommittedVersionsSurviveARestartAndPartialWritesDoNot) {
-  const TestAdapter adapter = MakeTestAdapter("team/job:1", 5, 16);
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("team/job:1", 5, 16);
   ASSERT_TRUE(Publish(adapter, true).ok());
   v1::BeginPublishResponse begun;
-  ASSERT_TRUE(Begin(MakeTestAdapter("team/job:1", 6, 17).manifest, &begun).ok());
+  ASSERT_TRUE(Begin(transfer::MakeTestAdapter("team/job:1", 6, 17).manifest, &begun).ok());
   std::filesystem::create_directories(data_dir_ + "/team%2Fjob%3A1/7.partial");
   StartServer();
   absl::StatusOr<FetchedAdapter> fetched = Fetch("team/job:1", 5, true, Stacked());

@@ -16,7 +16,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 #include "tandem/v1/trainer.grpc.pb.h"
-#include "services/rollout/task_accuracy.h"
+#include "services/rollout/client/task_accuracy.h"
 #include "tools/cli/spec_file.h"
 
 ABSL_FLAG(std::string, trainer, "127.0.0.1:50051", "Trainer address.");

@@ -1,4 +1,4 @@
-#include "services/router_replay/replay_fetch.h"
+#include "services/router_replay/client/replay_fetch.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/status.h"
-#include "services/router_replay/route_queries.h"
+#include "services/router_replay/client/route_wire.h"
 
 namespace tandem::router_replay {
 namespace {

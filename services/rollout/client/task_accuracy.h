@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_ROLLOUT_TASK_ACCURACY_H_
-#define TANDEM_SERVICES_ROLLOUT_TASK_ACCURACY_H_
+#ifndef TANDEM_SERVICES_ROLLOUT_CLIENT_TASK_ACCURACY_H_
+#define TANDEM_SERVICES_ROLLOUT_CLIENT_TASK_ACCURACY_H_
 
 #include <cstdint>
 #include <string>
@@ -34,4 +34,4 @@ absl::StatusOr<Accuracy> MeasureAccuracy(v1::RolloutService::StubInterface& roll
 
 }  // namespace tandem::rollout
 
-#endif  // TANDEM_SERVICES_ROLLOUT_TASK_ACCURACY_H_
+#endif  // TANDEM_SERVICES_ROLLOUT_CLIENT_TASK_ACCURACY_H_

@@ -1,4 +1,4 @@
-#include "services/weight_store/adapter_client.h"
+#include "services/weight_store/client/adapter_client.h"
 
 #include <algorithm>
 #include <cstring>
@@ -52,14 +52,14 @@ absl::Status PutByGrpc(v1::WeightStoreService::StubInterface& stub, const std::s
 
 absl::Status PutByUcx(const v1::BeginPublishResponse& begun,
                       const std::vector<absl::string_view>& shards, const PublishOptions& options) {
-  absl::StatusOr<std::unique_ptr<UcxPeer>> peer =
+  absl::StatusOr<std::unique_ptr<transfer::UcxPeer>> peer =
       options.ucx->Connect(begun.store_worker_address());
   if (!peer.ok()) return peer.status();
   const absl::Time deadline = absl::Now() + options.timeout;
   for (const v1::ShardRegion& target : begun.targets()) {
     const absl::string_view bytes = shards[target.shard_index()];
     // UCX reads the source without writing it; the API takes a mutable pointer for both ways.
-    const std::vector<UcxPeer::Transfer> transfers = {
+    const std::vector<transfer::UcxPeer::Transfer> transfers = {
         {target.remote_address(), const_cast<char*>(bytes.data()), bytes.size()}};
     if (absl::Status status = (*peer)->Put(target.rkey(), transfers, deadline); !status.ok()) {
       return status;
@@ -112,14 +112,14 @@ std::vector<StagedSpan> SpansOf(const v1::GetReadPlanResponse& plan, int shard) 
 // Pulls what a read plan needs from the store's memory in a few large gets per shard, then
 // assembles the tensors locally: plans of sliced layouts hold many small strided blocks, and a
 // round trip per block would cost far more than the bytes.
-absl::StatusOr<FetchedAdapter> PullPlan(const v1::GetReadPlanResponse& plan, UcxPeer& peer,
+absl::StatusOr<FetchedAdapter> PullPlan(const v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
                                         const FetchOptions& options) {
   const absl::Time deadline = absl::Now() + options.timeout;
   absl::flat_hash_map<int, std::vector<StagedSpan>> staged;
   for (const v1::ShardRegion& region : plan.shards()) {
     std::vector<StagedSpan>& spans = staged[region.shard_index()] =
         SpansOf(plan, region.shard_index());
-    std::vector<UcxPeer::Transfer> transfers;
+    std::vector<transfer::UcxPeer::Transfer> transfers;
     for (StagedSpan& span : spans) {
       if (span.end > region.length()) {
         return absl::InternalError(
@@ -273,7 +273,7 @@ absl::StatusOr<FetchedAdapter> AdapterFetcher::FetchByUcx(absl::string_view adap
       return status;
     }
   }
-  absl::StatusOr<UcxPeer*> peer = PeerFor(*options.ucx, plan.store_worker_address());
+  absl::StatusOr<transfer::UcxPeer*> peer = PeerFor(*options.ucx, plan.store_worker_address());
   absl::StatusOr<FetchedAdapter> fetched =
       peer.ok() ? PullPlan(plan, **peer, options) : peer.status();
   if (!fetched.ok()) peer_.reset();  // A broken endpoint is not reused.
@@ -281,9 +281,9 @@ absl::StatusOr<FetchedAdapter> AdapterFetcher::FetchByUcx(absl::string_view adap
   return fetched;
 }
 
-absl::StatusOr<UcxPeer*> AdapterFetcher::PeerFor(UcxWorker& ucx, const std::string& store_address) {
+absl::StatusOr<transfer::UcxPeer*> AdapterFetcher::PeerFor(transfer::UcxWorker& ucx, const std::string& store_address) {
   if (peer_ == nullptr || peer_worker_ != &ucx || peer_address_ != store_address) {
-    absl::StatusOr<std::unique_ptr<UcxPeer>> peer = ucx.Connect(store_address);
+    absl::StatusOr<std::unique_ptr<transfer::UcxPeer>> peer = ucx.Connect(store_address);
     if (!peer.ok()) return peer.status();
     peer_ = *std::move(peer);
     peer_worker_ = &ucx;

@@ -1,4 +1,4 @@
-#include "services/rollout/task_accuracy.h"
+#include "services/rollout/client/task_accuracy.h"
 
 #include <vector>
 

@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_WEIGHT_STORE_LORA_LAYOUT_H_
-#define TANDEM_SERVICES_WEIGHT_STORE_LORA_LAYOUT_H_
+#ifndef TANDEM_TRANSFER_LORA_LAYOUT_H_
+#define TANDEM_TRANSFER_LORA_LAYOUT_H_
 
 #include <cstdint>
 #include <optional>
@@ -14,7 +14,7 @@
 #include "tandem/v1/common.pb.h"
 #include "tandem/v1/weight_store.pb.h"
 
-namespace tandem::weight_store {
+namespace tandem::transfer {
 
 // Stands for the expert id in the name of a per-expert canonical tensor.
 inline constexpr absl::string_view kExpertPlaceholder = "{e}";
@@ -110,6 +110,6 @@ absl::StatusOr<std::pair<v1::Shard, std::string>> BuildProducerShard(
     const absl::flat_hash_map<std::string, std::string>& canonical, const ProducerLayout& layout,
     int producer_rank);
 
-}  // namespace tandem::weight_store
+}  // namespace tandem::transfer
 
-#endif  // TANDEM_SERVICES_WEIGHT_STORE_LORA_LAYOUT_H_
+#endif  // TANDEM_TRANSFER_LORA_LAYOUT_H_

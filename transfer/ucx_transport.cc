@@ -1,4 +1,4 @@
-#include "services/weight_store/ucx_transport.h"
+#include "transfer/ucx_transport.h"
 
 #include <poll.h>
 #include <ucs/type/status.h>
@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 
-namespace tandem::weight_store {
+namespace tandem::transfer {
 namespace {
 
 // Bounds how long closing an endpoint may wait for the peer; the worker's destruction
@@ -539,4 +539,4 @@ std::string UcxPeer::DebugString() const {
   return info;
 }
 
-}  // namespace tandem::weight_store
+}  // namespace tandem::transfer

@@ -1,4 +1,4 @@
-#include "services/weight_store/lora_layout.h"
+#include "transfer/lora_layout.h"
 
 #include <xxhash.h>
 
@@ -7,9 +7,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/weight_store/adapter_testing.h"
+#include "transfer/lora_testing.h"
 
-namespace tandem::weight_store {
+namespace tandem::transfer {
 namespace {
 
 using ::testing::ElementsAre;
@@ -259,4 +259,4 @@ TEST(BuildProducerShardTest, RejectsBadInput) {
 }
 
 }  // namespace
-}  // namespace tandem::weight_store
+}  // namespace tandem::transfer

@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_TESTING_H_
-#define TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_TESTING_H_
+#ifndef TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_TESTING_ROUTE_TESTING_H_
+#define TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_TESTING_ROUTE_TESTING_H_
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "services/router_replay/route_codec.h"
+#include "services/router_replay/client/route_wire.h"
 
 namespace tandem::router_replay {
 
@@ -49,4 +49,4 @@ inline std::vector<int16_t> SyntheticRoutes(const RouteShape& shape, int64_t row
 
 }  // namespace tandem::router_replay
 
-#endif  // TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_TESTING_H_
+#endif  // TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_TESTING_ROUTE_TESTING_H_

@@ -1,4 +1,4 @@
-#include "services/router_replay/route_appender.h"
+#include "services/router_replay/client/route_appender.h"
 
 #include <algorithm>
 #include <utility>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/status.h"
-#include "services/router_replay/route_queries.h"
+#include "services/router_replay/client/route_wire.h"
 
 namespace tandem::router_replay {
 namespace {

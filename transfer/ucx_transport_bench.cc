@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "services/weight_store/ucx_transport.h"
+#include "transfer/ucx_transport.h"
 
 ABSL_FLAG(uint64_t, bytes, 64 << 20, "Size of the store's region, moved whole by each operation.");
 ABSL_FLAG(std::string, transports, "tcp", "UCX transports (as UCX_TLS).");
@@ -26,7 +26,7 @@ ABSL_FLAG(uint64_t, chunk_kib, 256, "UcxOptions::max_chunk_bytes, in KiB.");
 ABSL_FLAG(int, window, 16, "UcxOptions::window.");
 ABSL_FLAG(bool, print_lanes, false, "Print the endpoint's transports and lanes.");
 
-namespace tandem::weight_store {
+namespace tandem::transfer {
 namespace {
 
 UcxOptions Options() {
@@ -145,9 +145,9 @@ int Run() {
 }
 
 }  // namespace
-}  // namespace tandem::weight_store
+}  // namespace tandem::transfer
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  return tandem::weight_store::Run();
+  return tandem::transfer::Run();
 }

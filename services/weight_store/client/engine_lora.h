@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_WEIGHT_STORE_ENGINE_ADAPTER_H_
-#define TANDEM_SERVICES_WEIGHT_STORE_ENGINE_ADAPTER_H_
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_CLIENT_ENGINE_LORA_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_CLIENT_ENGINE_LORA_H_
 
 #include <cstdint>
 #include <string>
@@ -9,16 +9,16 @@
 #include "absl/strings/string_view.h"
 #include "engine/config.h"
 #include "engine/model.h"
-#include "services/weight_store/adapter_client.h"
-#include "services/weight_store/lora_layout.h"
+#include "services/weight_store/client/adapter_client.h"
+#include "transfer/lora_layout.h"
 #include "tandem/v1/weight_store.pb.h"
 
-// The bridge between the embedded engine's LoRA adapters and weight-store versions: what the
+// Conversions between the embedded engine's LoRA adapters and weight-store versions: what the
 // trainer publishes and what a rollout replica builds from a fetch.
 namespace tandem::weight_store {
 
 // Dimensions of the engine model as the layout code sees them.
-ModelShape ModelShapeOf(const engine::ModelConfig& config);
+transfer::ModelShape ModelShapeOf(const engine::ModelConfig& config);
 
 v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config);
 // INVALID_ARGUMENT for values the engine cannot run (rank, alpha, unknown modules).
@@ -53,4 +53,4 @@ absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig
 
 }  // namespace tandem::weight_store
 
-#endif  // TANDEM_SERVICES_WEIGHT_STORE_ENGINE_ADAPTER_H_
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_CLIENT_ENGINE_LORA_H_

@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_ROUTER_REPLAY_REPLAY_FETCH_H_
-#define TANDEM_SERVICES_ROUTER_REPLAY_REPLAY_FETCH_H_
+#ifndef TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_REPLAY_FETCH_H_
+#define TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_REPLAY_FETCH_H_
 
 #include <cstdint>
 #include <vector>
@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "services/router_replay/record_key.h"
+#include "services/router_replay/client/record_key.h"
 #include "tandem/v1/router_replay.grpc.pb.h"
 
 namespace tandem::router_replay {
@@ -47,4 +47,4 @@ absl::StatusOr<ReplayRoutes> FetchReplayRoutes(v1::RouterReplayService::StubInte
 
 }  // namespace tandem::router_replay
 
-#endif  // TANDEM_SERVICES_ROUTER_REPLAY_REPLAY_FETCH_H_
+#endif  // TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_REPLAY_FETCH_H_

@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_ROUTER_REPLAY_RECORD_KEY_H_
-#define TANDEM_SERVICES_ROUTER_REPLAY_RECORD_KEY_H_
+#ifndef TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_RECORD_KEY_H_
+#define TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_RECORD_KEY_H_
 
 #include <cstdint>
 #include <string>
@@ -47,4 +47,4 @@ int32_t DataParallelRank(absl::string_view sample_id, int32_t dp_size);
 
 }  // namespace tandem::router_replay
 
-#endif  // TANDEM_SERVICES_ROUTER_REPLAY_RECORD_KEY_H_
+#endif  // TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_RECORD_KEY_H_

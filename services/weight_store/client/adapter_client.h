@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_CLIENT_H_
-#define TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_CLIENT_H_
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_CLIENT_ADAPTER_CLIENT_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_CLIENT_ADAPTER_CLIENT_H_
 
 #include <memory>
 #include <string>
@@ -8,14 +8,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "services/weight_store/ucx_transport.h"
+#include "transfer/ucx_transport.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 
 namespace tandem::weight_store {
 
 struct PublishOptions {
   // Put the shard bytes by UCX into the store's memory; null: PutShard streams over gRPC.
-  UcxWorker* ucx = nullptr;
+  transfer::UcxWorker* ucx = nullptr;
   size_t grpc_chunk_bytes = size_t{4} << 20;
   absl::Duration timeout = absl::Minutes(10);
 };
@@ -32,7 +32,7 @@ struct FetchOptions {
   std::vector<std::string> tensor_names;  // Empty: all.
   // Get straight from the store's memory by UCX; null (or a store without UCX, or a UCX
   // failure) uses the FetchTensors stream.
-  UcxWorker* ucx = nullptr;
+  transfer::UcxWorker* ucx = nullptr;
   std::string holder = "tandem-client";  // Names the lease the UCX path takes.
   absl::Duration timeout = absl::Minutes(10);
 };
@@ -60,12 +60,12 @@ class AdapterFetcher {
  private:
   absl::StatusOr<FetchedAdapter> FetchByUcx(absl::string_view adapter, int64_t version,
                                             const FetchOptions& options);
-  absl::StatusOr<UcxPeer*> PeerFor(UcxWorker& ucx, const std::string& store_address);
+  absl::StatusOr<transfer::UcxPeer*> PeerFor(transfer::UcxWorker& ucx, const std::string& store_address);
 
   v1::WeightStoreService::StubInterface& stub_;
-  UcxWorker* peer_worker_ = nullptr;
+  transfer::UcxWorker* peer_worker_ = nullptr;
   std::string peer_address_;
-  std::unique_ptr<UcxPeer> peer_;
+  std::unique_ptr<transfer::UcxPeer> peer_;
 };
 
 // One fetch with a fresh AdapterFetcher.
@@ -75,4 +75,4 @@ absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterfac
 
 }  // namespace tandem::weight_store
 
-#endif  // TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_CLIENT_H_
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_CLIENT_ADAPTER_CLIENT_H_

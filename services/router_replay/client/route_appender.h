@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_APPENDER_H_
-#define TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_APPENDER_H_
+#ifndef TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_ROUTE_APPENDER_H_
+#define TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_ROUTE_APPENDER_H_
 
 #include <cstdint>
 #include <deque>
@@ -13,8 +13,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
-#include "services/router_replay/record_key.h"
-#include "services/router_replay/route_codec.h"
+#include "services/router_replay/client/record_key.h"
+#include "services/router_replay/client/route_wire.h"
 #include "tandem/v1/router_replay.grpc.pb.h"
 
 namespace tandem::router_replay {
@@ -97,4 +97,4 @@ class RouteAppender {
 
 }  // namespace tandem::router_replay
 
-#endif  // TANDEM_SERVICES_ROUTER_REPLAY_ROUTE_APPENDER_H_
+#endif  // TANDEM_SERVICES_ROUTER_REPLAY_CLIENT_ROUTE_APPENDER_H_

@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_TESTING_H_
-#define TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_TESTING_H_
+#ifndef TANDEM_TRANSFER_LORA_TESTING_H_
+#define TANDEM_TRANSFER_LORA_TESTING_H_
 
 #include <algorithm>
 #include <cstring>
@@ -9,10 +9,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
-#include "services/weight_store/lora_layout.h"
+#include "transfer/lora_layout.h"
 #include "tandem/v1/weight_store.pb.h"
 
-namespace tandem::weight_store {
+namespace tandem::transfer {
 
 // A complete adapter version as a trainer with TP x EP ranks would publish it: the manifest,
 // each rank's shard bytes, and the canonical tensors for checking what consumers assemble.
@@ -98,6 +98,6 @@ inline std::string StackedName(std::string name) {
   return name;
 }
 
-}  // namespace tandem::weight_store
+}  // namespace tandem::transfer
 
-#endif  // TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_TESTING_H_
+#endif  // TANDEM_TRANSFER_LORA_TESTING_H_

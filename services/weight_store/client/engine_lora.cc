@@ -1,11 +1,11 @@
-#include "services/weight_store/engine_adapter.h"
+#include "services/weight_store/client/engine_lora.h"
 
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
-#include "services/weight_store/tensor_assembly.h"
+#include "transfer/dtype_conversion.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -17,7 +17,7 @@ std::string CanonicalName(const std::string& name, const engine::Parameter& para
   if (!parameter.stacked_experts) return name;
   std::string canonical = name;
   const size_t at = canonical.find(kExperts);
-  canonical.insert(at + std::strlen(kExperts), absl::StrCat(kExpertPlaceholder, "."));
+  canonical.insert(at + std::strlen(kExperts), absl::StrCat(transfer::kExpertPlaceholder, "."));
   return canonical;
 }
 
@@ -47,7 +47,7 @@ v1::ExpertLayout ExpertLayoutToProto(engine::ExpertLayout layout) {
 
 }  // namespace
 
-ModelShape ModelShapeOf(const engine::ModelConfig& config) {
+transfer::ModelShape ModelShapeOf(const engine::ModelConfig& config) {
   return {.num_layers = config.num_layers,
           .num_dense_layers = config.num_dense_layers,
           .hidden = config.d_model,
@@ -101,7 +101,7 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
     return absl::InvalidArgumentError("adapters are published as F32 or BF16");
   }
   const v1::LoraConfig lora = LoraConfigToProto(adapter.config());
-  auto tensors = CanonicalTensorsFor(ModelShapeOf(model_config), lora, dtype);
+  auto tensors = transfer::CanonicalTensorsFor(ModelShapeOf(model_config), lora, dtype);
   if (!tensors.ok()) return tensors.status();
   absl::flat_hash_map<std::string, std::string> canonical;
   const engine::ParameterSet& parameters = adapter.parameters();
@@ -113,7 +113,7 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
     return absl::InvalidArgumentError(absl::StrCat("adapter has ", canonical.size(),
                                                    " tensors; its config names ", tensors->size()));
   }
-  auto shard = BuildProducerShard(*tensors, canonical, ProducerLayout{}, /*producer_rank=*/0);
+  auto shard = transfer::BuildProducerShard(*tensors, canonical, transfer::ProducerLayout{}, /*producer_rank=*/0);
   if (!shard.ok()) return shard.status();
   AdapterVersion published;
   v1::Manifest& manifest = published.manifest;
@@ -153,14 +153,14 @@ absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig
       return absl::InvalidArgumentError(absl::StrCat("unexpected tensor '", name, "'"));
     }
     const v1::DType dtype = tensor.tensor.spec().dtype();
-    const int64_t element_size = ElementSize(dtype);
+    const int64_t element_size = transfer::ElementSize(dtype);
     if (element_size == 0 ||
         tensor.bytes.size() != parameter->value.size() * static_cast<size_t>(element_size)) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", name, "' has ", tensor.bytes.size(), " bytes of ",
                        v1::DType_Name(dtype), "; expected ", parameter->value.size(), " values"));
     }
-    auto values = ConvertFloats(tensor.bytes, dtype, v1::DTYPE_F32);
+    auto values = transfer::ConvertFloats(tensor.bytes, dtype, v1::DTYPE_F32);
     if (!values.ok()) return values.status();
     std::memcpy(parameter->value.data(), values->data(), values->size());
   }

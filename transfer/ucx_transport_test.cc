@@ -1,7 +1,7 @@
 // Real UCX between two processes: each test forks a store process that exposes a region over
 // its own worker, and reads/writes it from the test process. The store is forked before the
 // test process creates any UCX worker, so the child inherits no UCX threads.
-#include "services/weight_store/ucx_transport.h"
+#include "transfer/ucx_transport.h"
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -23,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tandem::weight_store {
+namespace tandem::transfer {
 namespace {
 
 // Not a multiple of the chunk size, so the last chunk of a whole-region transfer is partial.
@@ -430,4 +430,4 @@ TEST(UcxWorkerTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace tandem::weight_store
+}  // namespace tandem::transfer

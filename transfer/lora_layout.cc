@@ -1,4 +1,4 @@
-#include "services/weight_store/lora_layout.h"
+#include "transfer/lora_layout.h"
 
 #include <xxhash.h>
 
@@ -13,7 +13,7 @@
 #include "absl/strings/strip.h"
 #include "absl/types/span.h"
 
-namespace tandem::weight_store {
+namespace tandem::transfer {
 namespace {
 
 constexpr absl::string_view kTargetModules[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
@@ -416,4 +416,4 @@ absl::StatusOr<std::pair<v1::Shard, std::string>> BuildProducerShard(
   return std::pair{std::move(shard), std::move(bytes)};
 }
 
-}  // namespace tandem::weight_store
+}  // namespace tandem::transfer

@@ -1,4 +1,4 @@
-#include "services/weight_store/engine_adapter.h"
+#include "services/weight_store/client/engine_lora.h"
 
 #include <random>
 
@@ -40,9 +40,9 @@ FetchedAdapter FetchInEngineLayout(const AdapterVersion& version) {
   return fetched;
 }
 
-class EngineAdapterTest : public ::testing::TestWithParam<engine::ExpertLayout> {};
+class EngineLoraTest : public ::testing::TestWithParam<engine::ExpertLayout> {};
 
-TEST_P(EngineAdapterTest, PublishedVersionRebuildsTheSameAdapter) {
+TEST_P(EngineLoraTest, PublishedVersionRebuildsTheSameAdapter) {
   const engine::ModelConfig model = engine::DefaultModelConfig();
   const engine::LoraAdapter adapter = RandomAdapter(model, GetParam());
   auto version = BuildAdapterVersion(adapter, model, "policy", 3);
@@ -59,12 +59,12 @@ TEST_P(EngineAdapterTest, PublishedVersionRebuildsTheSameAdapter) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllLayouts, EngineAdapterTest,
+INSTANTIATE_TEST_SUITE_P(AllLayouts, EngineLoraTest,
                          ::testing::Values(engine::ExpertLayout::kPerExpert,
                                            engine::ExpertLayout::kShared,
                                            engine::ExpertLayout::kSharedOuter));
 
-TEST(EngineAdapterTest, Bf16VersionsRoundToNearestEven) {
+TEST(EngineLoraTest, Bf16VersionsRoundToNearestEven) {
   const engine::ModelConfig model = engine::DefaultModelConfig();
   const engine::LoraAdapter adapter = RandomAdapter(model, engine::ExpertLayout::kPerExpert);
   auto version = BuildAdapterVersion(adapter, model, "policy", 1, v1::DTYPE_BF16);
@@ -73,7 +73,7 @@ TEST(EngineAdapterTest, Bf16VersionsRoundToNearestEven) {
             static_cast<size_t>(adapter.parameters().num_elements()) * sizeof(float));
 }
 
-TEST(EngineAdapterTest, MismatchedTensorsAreRejectedByName) {
+TEST(EngineLoraTest, MismatchedTensorsAreRejectedByName) {
   const engine::ModelConfig model = engine::DefaultModelConfig();
   const engine::LoraAdapter adapter = RandomAdapter(model, engine::ExpertLayout::kPerExpert);
   AdapterVersion version = *BuildAdapterVersion(adapter, model, "policy", 1);

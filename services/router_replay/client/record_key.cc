@@ -1,4 +1,4 @@
-#include "services/router_replay/record_key.h"
+#include "services/router_replay/client/record_key.h"
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"

@@ -2,8 +2,8 @@
 // exposes registered shard buffers (UcxRegion) and a client reads or writes them through an
 // endpoint (UcxPeer) without the store's CPU copying data, except where the transport (tcp)
 // emulates RMA in software, which the store's progress thread serves.
-#ifndef TANDEM_SERVICES_WEIGHT_STORE_UCX_TRANSPORT_H_
-#define TANDEM_SERVICES_WEIGHT_STORE_UCX_TRANSPORT_H_
+#ifndef TANDEM_TRANSFER_UCX_TRANSPORT_H_
+#define TANDEM_TRANSFER_UCX_TRANSPORT_H_
 
 #include <ucp/api/ucp.h>
 
@@ -20,7 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
-namespace tandem::weight_store {
+namespace tandem::transfer {
 
 struct UcxOptions {
   // Transports, as UCX_TLS (e.g. "tcp", "posix,sysv,self"); empty: UCX's default selection.
@@ -171,6 +171,6 @@ class UcxPeer {
   std::map<std::string, RemoteKey, std::less<>> rkeys_;
 };
 
-}  // namespace tandem::weight_store
+}  // namespace tandem::transfer
 
-#endif  // TANDEM_SERVICES_WEIGHT_STORE_UCX_TRANSPORT_H_
+#endif  // TANDEM_TRANSFER_UCX_TRANSPORT_H_

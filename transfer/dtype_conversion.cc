@@ -1,0 +1,54 @@
+#include "transfer/dtype_conversion.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+
+namespace tandem::transfer {
+namespace {
+
+bool IsFloat(v1::DType dtype) {
+  return dtype == v1::DTYPE_F32 || dtype == v1::DTYPE_BF16 || dtype == v1::DTYPE_F16;
+}
+
+size_t FloatSize(v1::DType dtype) { return dtype == v1::DTYPE_F32 ? 4 : 2; }
+
+float LoadFloat(const char* in, v1::DType dtype) {
+  if (dtype == v1::DTYPE_F32) {
+    float value;
+    std::memcpy(&value, in, sizeof(value));
+    return value;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, in, sizeof(bits));
+  return dtype == v1::DTYPE_BF16 ? ToFloat(BFloat16{bits}) : ToFloat(Float16{bits});
+}
+
+void StoreFloat(float value, v1::DType dtype, char* out) {
+  if (dtype == v1::DTYPE_F32) {
+    std::memcpy(out, &value, sizeof(value));
+    return;
+  }
+  const uint16_t bits = dtype == v1::DTYPE_BF16 ? ToBFloat16(value).bits : ToFloat16(value).bits;
+  std::memcpy(out, &bits, sizeof(bits));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ConvertFloats(std::string bytes, v1::DType from, v1::DType to) {
+  if (to == v1::DTYPE_UNSPECIFIED || to == from) return bytes;
+  if (!IsFloat(from) || !IsFloat(to)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot convert ", v1::DType_Name(from), " to ", v1::DType_Name(to)));
+  }
+  const size_t count = bytes.size() / FloatSize(from);
+  std::string out(count * FloatSize(to), '\0');
+  for (size_t i = 0; i < count; ++i) {
+    StoreFloat(LoadFloat(bytes.data() + i * FloatSize(from), from), to,
+               out.data() + i * FloatSize(to));
+  }
+  return out;
+}
+
+}  // namespace tandem::transfer

@@ -1,0 +1,17 @@
+#ifndef TANDEM_TRANSFER_DTYPE_CONVERSION_H_
+#define TANDEM_TRANSFER_DTYPE_CONVERSION_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tandem/v1/common.pb.h"
+
+namespace tandem::transfer {
+
+// Converts floating-point tensor bytes between F32, BF16 and F16 (round to nearest even);
+// UNSPECIFIED or equal dtypes return the bytes unchanged. INVALID_ARGUMENT otherwise.
+absl::StatusOr<std::string> ConvertFloats(std::string bytes, v1::DType from, v1::DType to);
+
+}  // namespace tandem::transfer
+
+#endif  // TANDEM_TRANSFER_DTYPE_CONVERSION_H_
