@@ -19,22 +19,12 @@
 #include "grpcpp/channel.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "transfer/ucx_transport.h"
+#include "services/rollout/sequence_batch.h"
+#include "services/rollout/served_model.h"
 #include "tandem/v1/rollout.pb.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 
 namespace tandem::rollout {
-
-// Something samples can be generated with: the base model (adapter "", version 0) or one adapter
-// version over it. Immutable once servable; samples hold a shared_ptr, so a version retired from
-// the registry lives until its last sample finishes.
-struct ServedModel {
-  std::string adapter;
-  int64_t version = 0;
-  std::unique_ptr<engine::LoraAdapter> lora;  // Null for the base model.
-  std::unique_ptr<engine::Transformer> transformer;
-  absl::Time ready_time;
-  std::atomic<int> active_samples{0};
-};
 
 struct AdapterRegistryOptions {
   // Versions of one adapter kept servable; older ones go once no sample uses them. The newest
@@ -54,13 +44,13 @@ struct AdapterRegistryOptions {
 // staging (retrying failures with backoff while the old version keeps serving); staged versions
 // become servable only in PromoteStaged, which the scheduler calls between decode steps, so a
 // decode step never sees a half-loaded adapter. Thread-safe.
-class AdapterRegistry {
+class AdapterRegistry final : public ServedModels {
  public:
   // `base` (already in the serving precision) must outlive the registry. `on_staged` is called
   // (from a loader thread) when a version waits in staging.
   AdapterRegistry(engine::BaseModel& base, std::shared_ptr<grpc::Channel> weight_store,
                   AdapterRegistryOptions options, std::function<void()> on_staged);
-  ~AdapterRegistry();
+  ~AdapterRegistry() override;
 
   // Starts following an adapter (idempotent). `required`: the replica is not Ready until the
   // version weight-store announces first is servable (a restarted replica never serves stale
@@ -71,14 +61,15 @@ class AdapterRegistry {
   // What `selector` resolves to now: a model; nullptr while it must wait (watch snapshot not in,
   // version not loaded yet); or an error: NOT_FOUND (no committed version for "latest", exact
   // version not in weight-store), INVALID_ARGUMENT (bad selector).
-  absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(const v1::AdapterSelector& selector);
+  absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(
+      const v1::AdapterSelector& selector) override;
   // The version new requests for `adapter` get; nullptr if none.
-  std::shared_ptr<ServedModel> Current(const std::string& adapter) const;
+  std::shared_ptr<ServedModel> Current(const std::string& adapter) const override;
   std::shared_ptr<ServedModel> base_model() const { return base_; }
 
   // The swap point: staged versions become servable, the newest becomes current, and versions
   // beyond resident_versions that no sample uses are dropped. Returns how many were swapped in.
-  int PromoteStaged();
+  int PromoteStaged() override;
 
   // GetAdapterStatus: one adapter, or all ("") by name; NOT_FOUND for one never followed.
   absl::StatusOr<std::vector<v1::AdapterStatus>> Status(const std::string& adapter) const;

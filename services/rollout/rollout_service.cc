@@ -76,6 +76,7 @@ RolloutServiceImpl::RolloutServiceImpl(RolloutOptions options)
 
 RolloutServiceImpl::~RolloutServiceImpl() {
   scheduler_for_wakeups_ = nullptr;
+  scheduler_thread_.reset();
   scheduler_.reset();  // Before the registry whose models it runs.
   registry_.reset();
   appender_.reset();
@@ -116,9 +117,12 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
         if (Scheduler* scheduler = raw->scheduler_for_wakeups_.load()) scheduler->Wake();
       });
   for (const std::string& adapter : o.adapters) service->registry_->Follow(adapter, true);
-  service->scheduler_ = std::make_unique<Scheduler>(*service->registry_, service->appender_.get(),
-                                                    service->base_->config(), o.scheduler);
+  service->scheduler_ = std::make_unique<Scheduler>(
+      *service->registry_,
+      std::make_unique<EngineBatch>(*service->registry_->base_model()->transformer),
+      service->appender_.get(), service->base_->config(), o.scheduler);
   service->scheduler_for_wakeups_ = service->scheduler_.get();
+  service->scheduler_thread_ = std::make_unique<SchedulerThread>(*service->scheduler_);
   return service;
 }
 

@@ -64,6 +64,7 @@ class RolloutServiceImpl final : public v1::RolloutService::CallbackService {
   std::unique_ptr<AdapterRegistry> registry_;
   std::atomic<Scheduler*> scheduler_for_wakeups_{nullptr};
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<SchedulerThread> scheduler_thread_;
 };
 
 }  // namespace tandem::rollout

@@ -64,25 +64,20 @@ struct Scheduler::Finished {
   absl::Status route_error;      // Set when queueing the routes already failed.
 };
 
-Scheduler::Scheduler(AdapterRegistry& registry, router_replay::RouteAppender* appender,
-                     const engine::ModelConfig& model, SchedulerOptions options)
-    : registry_(registry),
+Scheduler::Scheduler(ServedModels& models, std::unique_ptr<SequenceBatch> batch,
+                     router_replay::RouteAppender* appender, const engine::ModelConfig& model,
+                     SchedulerOptions options)
+    : models_(models),
       appender_(appender),
-      model_(model),
       options_(options),
       route_shape_{model.MoeLayerIndices(), model.top_k, model.num_experts},
-      batch_(std::make_unique<engine::GenerationBatch>(*registry.base_model()->transformer)),
-      scheduler_thread_([this] { Run(); }),
+      batch_(std::move(batch)),
       delivery_thread_([this] { Deliver(); }) {
   RolloutMetrics::Get().kv_cache_budget_bytes.Set(static_cast<double>(options_.kv_cache_bytes));
 }
 
 Scheduler::~Scheduler() {
-  {
-    absl::MutexLock lock(&mutex_);
-    stopping_ = true;
-  }
-  scheduler_thread_.join();
+  Shutdown();
   const absl::Status shutting_down = absl::UnavailableError("rollout replica is shutting down");
   absl::flat_hash_set<GenerationWork*> failed;
   const auto fail = [&](const std::shared_ptr<GenerationWork>& work) {
@@ -107,7 +102,7 @@ Scheduler::~Scheduler() {
 absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Duration* retry_after) {
   int64_t largest = 0;
   for (const engine::GenerationRequest& sample : work->samples) {
-    largest = std::max(largest, batch_->ReservedPositions(sample) * batch_->kv_bytes_per_token());
+    largest = std::max(largest, batch_->ReservedBytes(sample));
   }
   if (largest > options_.kv_cache_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -150,48 +145,62 @@ void Scheduler::Drain() {
   woken_ = true;
 }
 
-void Scheduler::Run() {
-  while (true) {
-    bool draining = false;
-    {
-      absl::MutexLock lock(&mutex_);
-      const auto ready = [this] {
-        mutex_.AssertHeld();
-        return stopping_ || woken_ || !submitted_.empty();
-      };
-      if (active_.empty()) {
-        // Idle, or waiting on adapters or cancellations: poll, since resolution has no event.
-        mutex_.AwaitWithTimeout(absl::Condition(&ready),
-                                resolving_.empty() ? absl::Milliseconds(50)
-                                                   : absl::Milliseconds(5));
-      }
-      if (stopping_) return;
-      woken_ = false;
-      draining = draining_;
-      for (auto& work : submitted_) {
-        unfinished_[work->request.request_id()] = work->num_samples();
-        resolving_.push_back({.work = std::move(work)});
-      }
-      submitted_.clear();
-    }
-    registry_.PromoteStaged();  // The swap point: between decode steps.
-    DropCancelled();
-    if (draining) StopEverything();
-    ResolveAdapters();
-    AdmitSamples();
-    SwitchVersions();
-    if (batch_->active() > 0) {
-      const int rows = batch_->active();
-      const absl::Time begin = absl::Now();
-      batch_->Step();
-      const double seconds = absl::ToDoubleSeconds(absl::Now() - begin);
-      RolloutMetrics::Get().decode_step_seconds.Observe(seconds);
-      RolloutMetrics::Get().tokens_generated.Increment(rows);
-      if (seconds > 0) tokens_per_second_ = 0.9 * tokens_per_second_ + 0.1 * rows / seconds;
-    }
-    CollectFinished();
-    UpdateGauges();
+void Scheduler::Shutdown() {
+  absl::MutexLock lock(&mutex_);
+  stopping_ = true;
+}
+
+bool Scheduler::AwaitWork() {
+  absl::MutexLock lock(&mutex_);
+  const auto ready = [this] {
+    mutex_.AssertHeld();
+    return stopping_ || woken_ || !submitted_.empty();
+  };
+  if (active_.empty()) {
+    mutex_.AwaitWithTimeout(absl::Condition(&ready),
+                            resolving_.empty() ? options_.idle_poll : options_.resolve_poll);
   }
+  return !stopping_;
+}
+
+void Scheduler::RunStep() {
+  Plan();
+  Execute();
+  CollectFinished();
+  UpdateGauges();
+}
+
+void Scheduler::TakeSubmitted(bool* draining) {
+  absl::MutexLock lock(&mutex_);
+  woken_ = false;
+  *draining = draining_;
+  for (auto& work : submitted_) {
+    unfinished_[work->request.request_id()] = work->num_samples();
+    resolving_.push_back({.work = std::move(work)});
+  }
+  submitted_.clear();
+}
+
+void Scheduler::Plan() {
+  bool draining = false;
+  TakeSubmitted(&draining);
+  models_.PromoteStaged();  // The swap point: between decode steps.
+  DropCancelled();
+  if (draining) StopEverything();
+  ResolveAdapters();
+  AdmitSamples();
+  SwitchVersions();
+}
+
+void Scheduler::Execute() {
+  if (batch_->active() == 0) return;
+  const int rows = batch_->active();
+  const absl::Time begin = absl::Now();
+  batch_->Step();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - begin);
+  RolloutMetrics::Get().decode_step_seconds.Observe(seconds);
+  RolloutMetrics::Get().tokens_generated.Increment(rows);
+  if (seconds > 0) tokens_per_second_ = 0.9 * tokens_per_second_ + 0.1 * rows / seconds;
 }
 
 void Scheduler::StopEverything() {
@@ -270,7 +279,7 @@ void Scheduler::ResolveAdapters() {
   std::erase_if(resolving_, [&](Pending& pending) {
     GenerationWork& work = *pending.work;
     absl::StatusOr<std::shared_ptr<ServedModel>> model =
-        registry_.TryResolve(work.request.adapter());
+        models_.TryResolve(work.request.adapter());
     if (model.ok() && *model == nullptr && now <= work.deadline) return false;
     if (model.ok() && *model != nullptr) {
       pending.model = *std::move(model);
@@ -296,7 +305,7 @@ void Scheduler::AdmitSamples() {
     GenerationWork& work = *pending.work;
     for (; pending.next_sample < work.num_samples(); ++pending.next_sample) {
       const engine::GenerationRequest& sample = work.samples[pending.next_sample];
-      const int64_t needed = batch_->ReservedPositions(sample) * batch_->kv_bytes_per_token();
+      const int64_t needed = batch_->ReservedBytes(sample);
       // FIFO: while the head cannot be admitted, nothing behind it is.
       if (batch_->active() >= options_.max_batch_sequences ||
           batch_->kv_cache_bytes() + needed > options_.kv_cache_bytes ||
@@ -304,7 +313,7 @@ void Scheduler::AdmitSamples() {
         return;
       }
       prefilled += static_cast<int64_t>(sample.prompt.size());
-      absl::StatusOr<int> id = batch_->Admit(sample, pending.model->transformer.get());
+      absl::StatusOr<int> id = batch_->Admit(sample, *pending.model);
       {
         absl::MutexLock lock(&mutex_);
         queued_positions_ -= Positions(sample);
@@ -335,10 +344,10 @@ void Scheduler::SwitchVersions() {
     const std::string& adapter = active.running->adapter;
     if (!active.work->request.allow_version_switch() || adapter.empty()) continue;
     auto [slot, inserted] = current.try_emplace(adapter);
-    if (inserted) slot->second = registry_.Current(adapter);
+    if (inserted) slot->second = models_.Current(adapter);
     const std::shared_ptr<ServedModel>& newest = slot->second;
     if (newest == nullptr || newest->version <= active.running->version) continue;
-    const int generated = batch_->SwitchTransformer(id, *newest->transformer);
+    const int generated = batch_->Switch(id, *newest);
     if (generated < 0) continue;  // Finished in its prefill; nothing left to switch.
     active.switches.emplace_back(generated, newest->version);
     --active.running->active_samples;

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/generator.h"
-#include "services/rollout/adapter_registry.h"
+#include "services/rollout/sequence_batch.h"
 #include "services/rollout/generation_work.h"
 #include "services/router_replay/client/route_appender.h"
 
@@ -31,47 +31,67 @@ struct SchedulerOptions {
   int max_prefill_tokens_per_step = 1024;
   // How long delivery waits for router-replay to acknowledge a sample's routes.
   absl::Duration route_ack_timeout = absl::Seconds(30);
+  // With nothing running, how often the step thread looks again for cancellations and
+  // deadlines, and for adapter versions that became servable while requests wait for them.
+  absl::Duration idle_poll = absl::Milliseconds(50);
+  absl::Duration resolve_poll = absl::Milliseconds(5);
 };
 
-// Continuous batching for one replica. A scheduler thread resolves each request's adapter
-// version, admits samples FIFO while the KV budget allows (prefill), runs decode steps over
-// everything admitted, swaps staged adapter versions in between steps, and hands finished samples
-// to a delivery thread, which waits for router-replay to acknowledge their routes (sent in the
-// background by RouteAppender) before streaming them back.
+// Continuous batching for one replica, as vLLM v1 structures it: each step plans (takes new
+// requests, swaps staged adapter versions in, drops cancelled samples, resolves each request's
+// adapter version, admits samples FIFO while the KV budget and the prefill budget allow, moves
+// samples to newer versions), executes one decode step of the batch, and applies its output
+// (finished samples become responses, their routes are queued to router-replay). A delivery
+// thread waits for router-replay to acknowledge a sample's routes before handing it to its
+// request. The scheduler owns no model and no step thread: it runs on a SequenceBatch and
+// ServedModels it is given, stepped by a SchedulerThread in the service and by hand in tests.
 class Scheduler {
  public:
   // `appender` may be null when no router-replay is configured (recording requests then fail
-  // their routes, never silently).
-  Scheduler(AdapterRegistry& registry, router_replay::RouteAppender* appender,
-            const engine::ModelConfig& model, SchedulerOptions options);
-  // Fails requests still waiting with UNAVAILABLE and drops active samples.
+  // their routes, never silently). `model` gives the route shape.
+  Scheduler(ServedModels& models, std::unique_ptr<SequenceBatch> batch,
+            router_replay::RouteAppender* appender, const engine::ModelConfig& model,
+            SchedulerOptions options);
+  // Fails requests still waiting with UNAVAILABLE and drops active samples. Stop the
+  // SchedulerThread first.
   ~Scheduler();
 
   // Queues a request. ALREADY_EXISTS when its request_id is in flight, RESOURCE_EXHAUSTED (with
   // `retry_after` set) when the queue is full, INVALID_ARGUMENT when one sample cannot fit the
   // KV budget at all.
   absl::Status Submit(std::shared_ptr<GenerationWork> work, absl::Duration* retry_after);
-
-  // Wakes the scheduler thread (a version was staged, a client went away).
+  // Wakes the step thread (a version was staged, a client went away).
   void Wake();
-
   // The replica is draining: running samples end now with what they generated and waiting ones
   // with none (FINISH_REASON_CANCELLED), and new requests are UNAVAILABLE.
   void Drain();
-
   int64_t kv_cache_budget() const { return options_.kv_cache_bytes; }
+
+  // One step: plan, execute, apply. Call from one thread at a time.
+  void RunStep();
+  // Blocks while there is nothing to do: returns at once while samples are running, else when
+  // woken, a request arrives or a poll interval passes (adapter resolution and cancellations
+  // have no event). False once Shutdown was called.
+  bool AwaitWork();
+  // Makes AwaitWork return false from now on.
+  void Shutdown();
 
  private:
   struct Active;  // A sample in the decode batch.
   struct Finished;
   struct Pending;  // A request not fully admitted yet.
 
-  void Run();
+  // Plan: everything decided between two decode steps.
+  void Plan();
+  void TakeSubmitted(bool* draining);
   void DropCancelled();
   void StopEverything();
   void ResolveAdapters();
   void AdmitSamples();
   void SwitchVersions();
+  // Execute: one decode step.
+  void Execute();
+  // Apply: the step's finished samples become responses.
   void CollectFinished();
   // Queues the sample's routes (sealing the record) and names the record in the response.
   void RecordRoutes(const Active& active, const engine::GeneratedSample& sample,
@@ -81,14 +101,13 @@ class Scheduler {
   void Deliver();
   void UpdateGauges();
 
-  AdapterRegistry& registry_;
+  ServedModels& models_;
   router_replay::RouteAppender* const appender_;
-  const engine::ModelConfig model_;
   const SchedulerOptions options_;
-  router_replay::RouteShape route_shape_;
+  const router_replay::RouteShape route_shape_;
 
-  // Owned by the scheduler thread.
-  std::unique_ptr<engine::GenerationBatch> batch_;
+  // Owned by the stepping thread.
+  const std::unique_ptr<SequenceBatch> batch_;
   absl::flat_hash_map<int, Active> active_;
   std::deque<Pending> admitting_;  // Requests with a resolved model, FIFO.
   std::vector<Pending> resolving_;  // Requests waiting for their adapter version.
@@ -105,9 +124,24 @@ class Scheduler {
   absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mutex_);  // request ids
   std::deque<Finished> delivery_ ABSL_GUARDED_BY(mutex_);
   bool delivery_stopping_ ABSL_GUARDED_BY(mutex_) = false;
-
-  std::thread scheduler_thread_;
   std::thread delivery_thread_;
+};
+
+// Steps a scheduler on its own thread until destroyed.
+class SchedulerThread {
+ public:
+  explicit SchedulerThread(Scheduler& scheduler)
+      : scheduler_(scheduler), thread_([this] {
+          while (scheduler_.AwaitWork()) scheduler_.RunStep();
+        }) {}
+  ~SchedulerThread() {
+    scheduler_.Shutdown();
+    thread_.join();
+  }
+
+ private:
+  Scheduler& scheduler_;
+  std::thread thread_;
 };
 
 }  // namespace tandem::rollout

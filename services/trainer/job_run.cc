@@ -228,6 +228,7 @@ absl::Status JobRun::Publish(int64_t version, int64_t step) {
 absl::Status JobRun::AwaitSwap(int64_t version) {
   const absl::Time deadline = absl::Now() + environment_.swap_timeout;
   for (size_t r = 0; r < rollouts_.size(); ++r) {
+    absl::Duration poll = environment_.swap_poll_initial;
     while (true) {
       v1::GetAdapterStatusRequest request;
       request.set_adapter_name(spec_.adapter_name());
@@ -247,7 +248,8 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
             " within ", absl::FormatDuration(environment_.swap_timeout), "; last error: ",
             response.adapters(0).last_error()));
       }
-      absl::SleepFor(absl::Milliseconds(2));
+      absl::SleepFor(poll);
+      poll = std::min(poll * 2, environment_.swap_poll_max);
     }
   }
   return absl::OkStatus();

@@ -19,6 +19,11 @@ struct JobEnvironment {
   transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
   absl::Duration rpc_timeout = absl::Minutes(5);
   absl::Duration swap_timeout = absl::Seconds(60);
+  // While a replica has not swapped a published version in yet, it is asked again after
+  // swap_poll_initial, then twice as long each time up to swap_poll_max: a local swap takes
+  // milliseconds, a remote one over a slow link seconds, and neither wants a 2 ms RPC loop.
+  absl::Duration swap_poll_initial = absl::Milliseconds(1);
+  absl::Duration swap_poll_max = absl::Milliseconds(50);
   // Generation of a step is retried while a rollout replica is UNAVAILABLE (restarting,
   // unreachable), this many times in all, waiting retry_backoff, then twice as long, ...
   int generate_attempts = 6;

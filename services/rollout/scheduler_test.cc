@@ -1,0 +1,387 @@
+// The scheduler with no model: a fake batch that "generates" token t+1 after token t, and fake
+// served models. Each test steps the scheduler by hand (RunStep), so admission, budgets,
+// cancellation, drain and version switches are checked step by step, deterministically.
+#include "services/rollout/scheduler.h"
+
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem::rollout {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int64_t kBytesPerPosition = 10;
+
+// Sequences whose every step appends last token + 1; one finishes after max_new_tokens
+// (LENGTH) or on a stop token (STOP). Records which model each step ran on.
+class FakeBatch final : public SequenceBatch {
+ public:
+  struct Sequence {
+    engine::GenerationRequest request;
+    engine::GeneratedSample sample;
+    const ServedModel* model = nullptr;
+  };
+
+  absl::StatusOr<int> Admit(const engine::GenerationRequest& request,
+                            const ServedModel& model) override {
+    const int id = next_id_++;
+    Sequence& sequence = sequences_[id];
+    sequence.request = request;
+    sequence.model = &model;
+    sequence.sample.tokens = request.prompt;
+    sequence.sample.prompt_length = static_cast<int>(request.prompt.size());
+    Generate(id);  // Prefill samples the first token, as the engine does.
+    return id;
+  }
+  int Switch(int id, const ServedModel& model) override {
+    auto found = sequences_.find(id);
+    if (found == sequences_.end()) return -1;
+    found->second.model = &model;
+    return static_cast<int>(found->second.sample.logprobs.size());
+  }
+  void Step() override {
+    ++steps_;
+    std::vector<int> ids;
+    for (const auto& [id, sequence] : sequences_) ids.push_back(id);
+    for (int id : ids) Generate(id);
+  }
+  std::vector<std::pair<int, engine::GeneratedSample>> TakeFinished() override {
+    return std::exchange(finished_, {});
+  }
+  void Cancel(int id) override {
+    sequences_.erase(id);
+    cancelled_.push_back(id);
+  }
+  bool Stop(int id) override {
+    auto found = sequences_.find(id);
+    if (found == sequences_.end()) return false;
+    found->second.sample.finish_reason = engine::FinishReason::kCancelled;
+    Finish(id);
+    return true;
+  }
+  int active() const override { return static_cast<int>(sequences_.size()); }
+  int64_t kv_cache_bytes() const override {
+    int64_t bytes = 0;
+    for (const auto& [id, sequence] : sequences_) bytes += ReservedBytes(sequence.request);
+    return bytes;
+  }
+  int64_t ReservedBytes(const engine::GenerationRequest& request) const override {
+    return (static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens) *
+           kBytesPerPosition;
+  }
+
+  int steps() const { return steps_; }
+  const std::vector<int>& cancelled() const { return cancelled_; }
+
+ private:
+  void Generate(int id) {
+    Sequence& sequence = sequences_.at(id);
+    const int token = sequence.sample.tokens.back() + 1;
+    sequence.sample.tokens.push_back(token);
+    sequence.sample.logprobs.push_back(-0.5f);
+    const auto& stops = sequence.request.stop_tokens;
+    if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+      sequence.sample.finish_reason = engine::FinishReason::kStop;
+      Finish(id);
+    } else if (static_cast<int>(sequence.sample.logprobs.size()) >=
+               sequence.request.max_new_tokens) {
+      sequence.sample.finish_reason = engine::FinishReason::kLength;
+      Finish(id);
+    }
+  }
+  void Finish(int id) {
+    finished_.emplace_back(id, std::move(sequences_.at(id).sample));
+    sequences_.erase(id);
+  }
+
+  int next_id_ = 0;
+  int steps_ = 0;
+  std::map<int, Sequence> sequences_;
+  std::vector<std::pair<int, engine::GeneratedSample>> finished_;
+  std::vector<int> cancelled_;
+};
+
+// The base model and, per adapter, its current version; a request for an adapter with no
+// version waits, one for "missing" is NOT_FOUND.
+class FakeModels final : public ServedModels {
+ public:
+  FakeModels() : base_(std::make_shared<ServedModel>()) {}
+
+  std::shared_ptr<ServedModel> Publish(const std::string& adapter, int64_t version) {
+    auto model = std::make_shared<ServedModel>();
+    model->adapter = adapter;
+    model->version = version;
+    current_[adapter] = model;
+    return model;
+  }
+
+  int PromoteStaged() override { return 0; }
+  absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(
+      const v1::AdapterSelector& selector) override {
+    if (selector.adapter_name().empty()) return base_;
+    if (selector.adapter_name() == "missing") return absl::NotFoundError("no adapter 'missing'");
+    return Current(selector.adapter_name());
+  }
+  std::shared_ptr<ServedModel> Current(const std::string& adapter) const override {
+    auto found = current_.find(adapter);
+    return found == current_.end() ? nullptr : found->second;
+  }
+
+ private:
+  std::shared_ptr<ServedModel> base_;
+  std::map<std::string, std::shared_ptr<ServedModel>> current_;
+};
+
+// What a request's client received.
+struct Outcome {
+  absl::Mutex mutex;
+  std::vector<v1::GenerateResponse> samples ABSL_GUARDED_BY(mutex);
+  std::optional<absl::Status> failure ABSL_GUARDED_BY(mutex);
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void Start(SchedulerOptions options) {
+    auto batch = std::make_unique<FakeBatch>();
+    batch_ = batch.get();
+    scheduler_ = std::make_unique<Scheduler>(models_, std::move(batch), /*appender=*/nullptr,
+                                             engine::DefaultModelConfig(), options);
+  }
+
+  // A request of `prompts` prompts of `prompt_length` tokens, `group` samples each.
+  std::shared_ptr<GenerationWork> Work(const std::string& id, int prompts, int group,
+                                       int prompt_length, int max_new_tokens,
+                                       Outcome& outcome) {
+    auto work = std::make_shared<GenerationWork>();
+    work->request.set_request_id(id);
+    work->request.set_group_size(group);
+    work->start = absl::Now();
+    for (int p = 0; p < prompts; ++p) {
+      work->prompt_ids.push_back(absl::StrCat("p", p));
+      work->prompt_tokens.push_back(prompt_length);
+      work->text_prompts.push_back(false);
+      for (int s = 0; s < group; ++s) {
+        engine::GenerationRequest& sample = work->samples.emplace_back();
+        sample.prompt.assign(prompt_length, 10 * (p + 1));
+        sample.max_new_tokens = max_new_tokens;
+        work->reserved_positions += prompt_length + max_new_tokens;
+      }
+    }
+    work->deliver = [&outcome](v1::GenerateResponse response) {
+      absl::MutexLock lock(&outcome.mutex);
+      outcome.samples.push_back(std::move(response));
+    };
+    work->fail = [&outcome](absl::Status status) {
+      absl::MutexLock lock(&outcome.mutex);
+      outcome.failure = std::move(status);
+    };
+    return work;
+  }
+
+  absl::Status Submit(std::shared_ptr<GenerationWork> work) {
+    absl::Duration retry_after;
+    return scheduler_->Submit(std::move(work), &retry_after);
+  }
+
+  // Waits for the delivery thread to hand over `count` samples.
+  static std::vector<v1::GenerateResponse> AwaitSamples(Outcome& outcome, size_t count) {
+    absl::MutexLock lock(&outcome.mutex);
+    const auto done = [&] {
+      outcome.mutex.AssertHeld();
+      return outcome.samples.size() >= count;
+    };
+    outcome.mutex.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
+    return outcome.samples;
+  }
+
+  static std::optional<absl::Status> Failure(Outcome& outcome) {
+    absl::MutexLock lock(&outcome.mutex);
+    return outcome.failure;
+  }
+
+  // What clients received; declared before the scheduler, which may still call them while it
+  // shuts down.
+  Outcome& NewOutcome() { return outcomes_.emplace_back(); }
+
+  std::list<Outcome> outcomes_;
+  FakeModels models_;
+  FakeBatch* batch_ = nullptr;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerTest, AdmitsFifoWithinTheKvBudgetAndRunsEverySampleToTheEnd) {
+  // Each sample reserves (2 + 3) positions = 50 bytes; the budget holds two.
+  Start({.kv_cache_bytes = 100});
+  Outcome& outcome = NewOutcome();
+  ASSERT_TRUE(Submit(Work("r", /*prompts=*/3, /*group=*/1, 2, 3, outcome)).ok());
+  scheduler_->RunStep();
+  EXPECT_EQ(batch_->active(), 2) << "the third sample waits for KV cache";
+  scheduler_->RunStep();
+  scheduler_->RunStep();  // The first two reach 3 tokens and leave; the third is admitted.
+  EXPECT_EQ(batch_->active(), 1);
+  while (batch_->active() > 0) scheduler_->RunStep();
+  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 3);
+  ASSERT_EQ(samples.size(), 3u);
+  for (const v1::GenerateResponse& sample : samples) {
+    const int first = 10 * (sample.prompt_index() + 1) + 1;
+    EXPECT_THAT(sample.token_ids(), ElementsAre(first, first + 1, first + 2));
+    EXPECT_EQ(sample.finish_reason(), v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(sample.prompt_tokens(), 2);
+    EXPECT_EQ(sample.route_status(), v1::ROUTE_STATUS_NOT_REQUESTED);
+    EXPECT_EQ(sample.request_id(), "r");
+  }
+  EXPECT_FALSE(Failure(outcome).has_value());
+  // The id is free again once every sample is out.
+  Outcome& again = NewOutcome();
+  EXPECT_TRUE(Submit(Work("r", 1, 1, 2, 1, again)).ok());
+}
+
+TEST_F(SchedulerTest, PrefillBudgetAdmitsOnePromptPerStepAndAlwaysAtLeastOne) {
+  Start({.max_prefill_tokens_per_step = 4});
+  Outcome& outcome = NewOutcome();
+  ASSERT_TRUE(Submit(Work("r", 3, 1, /*prompt_length=*/6, 5, outcome)).ok());
+  scheduler_->RunStep();
+  EXPECT_EQ(batch_->active(), 1) << "a prompt over the budget is still admitted alone";
+  scheduler_->RunStep();
+  EXPECT_EQ(batch_->active(), 2);
+}
+
+TEST_F(SchedulerTest, SubmitRefusesDuplicatesOversizedSamplesAndAFullQueue) {
+  Start({.kv_cache_bytes = 100, .max_queued_positions = 12});
+  Outcome& first = NewOutcome();
+  Outcome& second = NewOutcome();
+  Outcome& third = NewOutcome();
+  Outcome& fourth = NewOutcome();
+  ASSERT_TRUE(Submit(Work("a", 1, 1, 2, 3, first)).ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(Submit(Work("a", 1, 1, 2, 3, second))));
+  const absl::Status too_big = Submit(Work("b", 1, 1, 2, 9, second));  // 110 bytes > 100.
+  EXPECT_TRUE(absl::IsInvalidArgument(too_big)) << too_big;
+  EXPECT_THAT(too_big.message(), HasSubstr("--kv_cache_mib"));
+  absl::Duration retry_after;
+  const absl::Status full = scheduler_->Submit(Work("c", 2, 1, 2, 3, third), &retry_after);
+  EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
+  EXPECT_THAT(full.message(), HasSubstr("retry in"));
+  EXPECT_GE(retry_after, absl::Milliseconds(100));
+  scheduler_->Drain();
+  EXPECT_TRUE(absl::IsUnavailable(Submit(Work("d", 1, 1, 2, 3, fourth))));
+}
+
+TEST_F(SchedulerTest, ACancelledRequestFreesItsKvCacheAtTheNextStep) {
+  Start({.kv_cache_bytes = 100});
+  Outcome& cancelled = NewOutcome();
+  Outcome& waiting = NewOutcome();
+  auto work = Work("gone", 2, 1, 2, 8, cancelled);  // 100 bytes each: one at a time.
+  ASSERT_TRUE(Submit(work).ok());
+  scheduler_->RunStep();
+  ASSERT_TRUE(Submit(Work("next", 1, 1, 2, 3, waiting)).ok());
+  scheduler_->RunStep();
+  EXPECT_EQ(batch_->active(), 1);
+  work->cancelled = true;
+  scheduler_->RunStep();
+  EXPECT_EQ(batch_->cancelled().size(), 1u) << "its running sample left the batch";
+  EXPECT_EQ(batch_->active(), 1) << "the next request took the freed cache";
+  while (batch_->active() > 0) scheduler_->RunStep();
+  EXPECT_EQ(AwaitSamples(waiting, 1).size(), 1u);
+  absl::MutexLock lock(&cancelled.mutex);
+  EXPECT_TRUE(cancelled.samples.empty());
+  EXPECT_FALSE(cancelled.failure.has_value()) << "the client left; nobody to tell";
+}
+
+TEST_F(SchedulerTest, APassedDeadlineFailsTheRequest) {
+  Start({});
+  Outcome& outcome = NewOutcome();
+  auto work = Work("late", 1, 1, 2, 50, outcome);
+  ASSERT_TRUE(Submit(work).ok());
+  scheduler_->RunStep();
+  work->deadline = absl::Now() - absl::Seconds(1);
+  scheduler_->RunStep();
+  EXPECT_EQ(batch_->active(), 0);
+  const std::optional<absl::Status> failure = Failure(outcome);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(*failure)) << *failure;
+}
+
+TEST_F(SchedulerTest, DrainEndsRunningSamplesWithTheirTokensAndWaitingOnesWithNone) {
+  Start({.kv_cache_bytes = 50});
+  Outcome& outcome = NewOutcome();
+  ASSERT_TRUE(Submit(Work("r", 2, 1, 2, 3, outcome)).ok());
+  scheduler_->RunStep();
+  scheduler_->Drain();
+  scheduler_->RunStep();
+  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 2);
+  ASSERT_EQ(samples.size(), 2u);
+  for (const v1::GenerateResponse& sample : samples) {
+    EXPECT_EQ(sample.finish_reason(), v1::FINISH_REASON_CANCELLED);
+    EXPECT_EQ(sample.token_ids_size(), sample.prompt_index() == 0 ? 2 : 0) << sample.DebugString();
+  }
+}
+
+TEST_F(SchedulerTest, RequestsWaitForTheirAdapterAndFailWhenItCannotExist) {
+  Start({});
+  Outcome& waiting = NewOutcome();
+  Outcome& missing = NewOutcome();
+  auto work = Work("w", 1, 1, 2, 2, waiting);
+  work->request.mutable_adapter()->set_adapter_name("policy");
+  work->request.mutable_adapter()->set_latest(true);
+  ASSERT_TRUE(Submit(work).ok());
+  auto bad = Work("m", 1, 1, 2, 2, missing);
+  bad->request.mutable_adapter()->set_adapter_name("missing");
+  ASSERT_TRUE(Submit(bad).ok());
+  scheduler_->RunStep();
+  EXPECT_EQ(batch_->active(), 0) << "no version of 'policy' yet";
+  ASSERT_TRUE(Failure(missing).has_value());
+  EXPECT_TRUE(absl::IsNotFound(*Failure(missing)));
+  models_.Publish("policy", 4);
+  scheduler_->RunStep();
+  while (batch_->active() > 0) scheduler_->RunStep();
+  const std::vector<v1::GenerateResponse> samples = AwaitSamples(waiting, 1);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].adapter_version(), 4);
+}
+
+TEST_F(SchedulerTest, SamplesAllowedToSwitchMoveToTheNewestVersionBetweenSteps) {
+  Start({});
+  models_.Publish("policy", 1);
+  Outcome& outcome = NewOutcome();
+  auto work = Work("s", 1, 1, 2, 4, outcome);
+  work->request.mutable_adapter()->set_adapter_name("policy");
+  work->request.mutable_adapter()->set_latest(true);
+  work->request.set_allow_version_switch(true);
+  ASSERT_TRUE(Submit(work).ok());
+  scheduler_->RunStep();  // Prefill (token 1) and one decode step (token 2) on version 1.
+  models_.Publish("policy", 2);
+  while (batch_->active() > 0) scheduler_->RunStep();
+  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].adapter_version(), 1) << "the version that prefilled it";
+  EXPECT_THAT(samples[0].token_adapter_versions(), ElementsAre(1, 1, 2, 2));
+}
+
+TEST_F(SchedulerTest, RecordingRoutesWithoutARouterReplayFailsTheRoutesNotTheSample) {
+  Start({});
+  Outcome& outcome = NewOutcome();
+  auto work = Work("r", 1, 1, 2, 2, outcome);
+  work->request.mutable_routes()->set_enabled(true);
+  work->request.mutable_routes()->set_job_id("job-1");
+  ASSERT_TRUE(Submit(work).ok());
+  while (batch_->steps() == 0 || batch_->active() > 0) scheduler_->RunStep();
+  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].route_status(), v1::ROUTE_STATUS_FAILED);
+  EXPECT_THAT(samples[0].route_error(), HasSubstr("--router_replay"));
+  EXPECT_EQ(samples[0].route_key().sample_id(), "p0/0");
+}
+
+}  // namespace
+}  // namespace tandem::rollout

@@ -1,0 +1,90 @@
+#ifndef TANDEM_SERVICES_ROLLOUT_SEQUENCE_BATCH_H_
+#define TANDEM_SERVICES_ROLLOUT_SEQUENCE_BATCH_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/generator.h"
+#include "services/rollout/served_model.h"
+#include "tandem/v1/rollout.pb.h"
+
+namespace tandem::rollout {
+
+// What the scheduler executes: a continuous batch of sequences, each running on a served model
+// (an adapter version). EngineBatch runs the embedded engine; scheduler tests use a model-free
+// fake. Used from the scheduler's thread only.
+class SequenceBatch {
+ public:
+  virtual ~SequenceBatch() = default;
+
+  // Reserves the sequence's KV cache, prefills its prompt on `model` and samples the first
+  // token; returns the sequence's id.
+  virtual absl::StatusOr<int> Admit(const engine::GenerationRequest& request,
+                                    const ServedModel& model) = 0;
+  // Runs the sequence's later steps on `model`; returns how many tokens it had generated
+  // before, or -1 for an unknown (finished) id.
+  virtual int Switch(int id, const ServedModel& model) = 0;
+  // One decode step of every active sequence.
+  virtual void Step() = 0;
+  // Sequences that finished since the last call, with their ids.
+  virtual std::vector<std::pair<int, engine::GeneratedSample>> TakeFinished() = 0;
+  // Drops a sequence and frees its KV cache.
+  virtual void Cancel(int id) = 0;
+  // Ends a sequence now with what it generated (returned by the next TakeFinished).
+  virtual bool Stop(int id) = 0;
+
+  virtual int active() const = 0;
+  virtual int64_t kv_cache_bytes() const = 0;
+  // KV-cache bytes a request reserves (prompt + max_new_tokens, capped by the model).
+  virtual int64_t ReservedBytes(const engine::GenerationRequest& request) const = 0;
+};
+
+// The adapter versions the scheduler resolves requests to; AdapterRegistry in the service.
+class ServedModels {
+ public:
+  virtual ~ServedModels() = default;
+  // The swap point: staged versions become servable; returns how many.
+  virtual int PromoteStaged() = 0;
+  // A model; nullptr while the request must wait; or why it never can.
+  virtual absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(
+      const v1::AdapterSelector& selector) = 0;
+  // The version new requests for `adapter` get; nullptr if none.
+  virtual std::shared_ptr<ServedModel> Current(const std::string& adapter) const = 0;
+};
+
+// The embedded engine's GenerationBatch as a SequenceBatch.
+class EngineBatch final : public SequenceBatch {
+ public:
+  // `base` runs sequences admitted on a model without a transformer; it must outlive the batch.
+  explicit EngineBatch(engine::Transformer& base) : batch_(base) {}
+
+  absl::StatusOr<int> Admit(const engine::GenerationRequest& request,
+                            const ServedModel& model) override {
+    return batch_.Admit(request, model.transformer.get());
+  }
+  int Switch(int id, const ServedModel& model) override {
+    return batch_.SwitchTransformer(id, *model.transformer);
+  }
+  void Step() override { batch_.Step(); }
+  std::vector<std::pair<int, engine::GeneratedSample>> TakeFinished() override {
+    return batch_.TakeFinished();
+  }
+  void Cancel(int id) override { batch_.Cancel(id); }
+  bool Stop(int id) override { return batch_.Stop(id); }
+  int active() const override { return batch_.active(); }
+  int64_t kv_cache_bytes() const override { return batch_.kv_cache_bytes(); }
+  int64_t ReservedBytes(const engine::GenerationRequest& request) const override {
+    return batch_.ReservedPositions(request) * batch_.kv_bytes_per_token();
+  }
+
+ private:
+  engine::GenerationBatch batch_;
+};
+
+}  // namespace tandem::rollout
+
+#endif  // TANDEM_SERVICES_ROLLOUT_SEQUENCE_BATCH_H_
