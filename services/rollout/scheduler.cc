@@ -230,16 +230,14 @@ void Scheduler::StopEverything() {
 
 void Scheduler::DropCancelled() {
   const absl::Time now = absl::Now();
-  absl::flat_hash_set<std::string> dropped;  // Request ids.
+  // Request ids, and the requests whose client must hear of the passed deadline.
+  absl::flat_hash_set<std::string> dropped;
+  std::vector<std::shared_ptr<GenerationWork>> expired_requests;
   const auto drop = [&](const std::shared_ptr<GenerationWork>& work) {
     const bool expired = now > work->deadline;
     if (!work->cancelled && !expired) return false;
-    if (dropped.insert(work->request.request_id()).second) {
-      if (expired && !work->cancelled) {
-        work->fail(absl::DeadlineExceededError(
-            absl::StrCat("request ", work->request.request_id(),
-                         ": deadline passed before all samples finished")));
-      }
+    if (dropped.insert(work->request.request_id()).second && expired && !work->cancelled) {
+      expired_requests.push_back(work);
     }
     return true;
   };
@@ -265,6 +263,10 @@ void Scheduler::DropCancelled() {
   std::erase_if(admitting_, drop_pending);
   std::erase_if(resolving_, drop_pending);
   for (const std::string& request_id : dropped) EndRequest(request_id);
+  for (const auto& work : expired_requests) {
+    work->fail(absl::DeadlineExceededError(absl::StrCat(
+        "request ", work->request.request_id(), ": deadline passed before all samples finished")));
+  }
 }
 
 void Scheduler::EndRequest(const std::string& request_id) {
@@ -275,7 +277,7 @@ void Scheduler::EndRequest(const std::string& request_id) {
 
 void Scheduler::ResolveAdapters() {
   const absl::Time now = absl::Now();
-  std::vector<std::string> failed;
+  std::vector<std::pair<std::shared_ptr<GenerationWork>, absl::Status>> failed;
   std::erase_if(resolving_, [&](Pending& pending) {
     GenerationWork& work = *pending.work;
     absl::StatusOr<std::shared_ptr<ServedModel>> model =
@@ -286,16 +288,21 @@ void Scheduler::ResolveAdapters() {
       admitting_.push_back(std::move(pending));
       return true;
     }
-    work.fail(model.ok() ? absl::DeadlineExceededError(absl::StrCat(
-                               "adapter '", work.request.adapter().adapter_name(),
-                               "': the selected version was not servable before the deadline"))
-                         : model.status());
+    failed.emplace_back(pending.work,
+                        model.ok() ? absl::DeadlineExceededError(absl::StrCat(
+                                         "adapter '", work.request.adapter().adapter_name(),
+                                         "': the selected version was not servable before the "
+                                         "deadline"))
+                                   : model.status());
     absl::MutexLock lock(&mutex_);
     queued_positions_ -= work.reserved_positions;
-    failed.push_back(work.request.request_id());
     return true;
   });
-  for (const std::string& request_id : failed) EndRequest(request_id);
+  // The id is free before the client hears of the failure, so it can retry at once.
+  for (auto& [work, status] : failed) {
+    EndRequest(work->request.request_id());
+    work->fail(std::move(status));
+  }
 }
 
 void Scheduler::AdmitSamples() {
