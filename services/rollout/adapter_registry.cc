@@ -6,20 +6,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/proto_time.h"
 #include "common/status.h"
-#include "google/protobuf/util/time_util.h"
 #include "services/rollout/rollout_metrics.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
 
 namespace tandem::rollout {
 namespace {
-
-using ::google::protobuf::util::TimeUtil;
-
-google::protobuf::Timestamp ToProto(absl::Time time) {
-  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(time));
-}
 
 std::shared_ptr<ServedModel> MakeBaseModel(engine::BaseModel& base,
                                            engine::Precision precision) {
@@ -360,7 +354,7 @@ v1::AdapterStatus AdapterRegistry::StatusOf(const Followed& followed) const {
     v1::ResidentVersion& resident = *status.add_resident_versions();
     resident.set_version(version);
     resident.set_active_samples(model->active_samples);
-    *resident.mutable_ready_time() = ToProto(model->ready_time);
+    *resident.mutable_ready_time() = ToTimestamp(model->ready_time);
   }
   status.set_loading_version(followed.loading_version != 0 ? followed.loading_version
                                                            : followed.staged_version());
@@ -368,10 +362,10 @@ v1::AdapterStatus AdapterRegistry::StatusOf(const Followed& followed) const {
   status.set_newest_announced_version(followed.newest_announced);
   status.set_last_error(followed.last_error);
   if (followed.last_error_time != absl::InfinitePast()) {
-    *status.mutable_last_error_time() = ToProto(followed.last_error_time);
+    *status.mutable_last_error_time() = ToTimestamp(followed.last_error_time);
   }
   if (followed.last_swap_time != absl::InfinitePast()) {
-    *status.mutable_last_swap_time() = ToProto(followed.last_swap_time);
+    *status.mutable_last_swap_time() = ToTimestamp(followed.last_swap_time);
   }
   return status;
 }

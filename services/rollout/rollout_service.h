@@ -34,7 +34,7 @@ struct RolloutOptions {
   router_replay::RouteAppenderOptions routes;
 };
 
-// gRPC adapter of the rollout service: Generate streams each finished sample; GetAdapterStatus
+// gRPC front end of the rollout service: Generate streams each finished sample; GetAdapterStatus
 // reports the registry. The base model is loaded in Create; Ready() gates health.
 class RolloutServiceImpl final : public v1::RolloutService::CallbackService {
  public:

@@ -18,7 +18,7 @@ struct RouterReplayOptions {
   absl::Duration sweep_interval = absl::Minutes(1);
 };
 
-// gRPC adapter of the router-replay service: converts messages and statuses; the work is done
+// gRPC front end of the router-replay service: converts messages and statuses; the work is done
 // by RouteStore (append, seal, delete) and route_queries (fetch, load, placement).
 class RouterReplayServiceImpl final : public v1::RouterReplayService::CallbackService {
  public:

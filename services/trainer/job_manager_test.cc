@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/trainer/job_spec_testing.h"
 
 namespace tandem::trainer {
 namespace {
@@ -93,24 +94,8 @@ class JobManagerTest : public ::testing::Test {
     jobs_ = *std::move(jobs);
   }
 
-  static v1::JobSpec Spec() {
-    v1::JobSpec spec;
-    spec.mutable_task()->set_name("addition");
-    spec.set_base_model_path("/models/base.safetensors");
-    spec.mutable_lora()->set_rank(4);
-    spec.set_algorithm(v1::ALGORITHM_GRPO);
-    spec.mutable_algorithm_config()->set_learning_rate(1e-3);
-    spec.set_prompts_per_step(2);
-    spec.set_group_size(2);
-    spec.set_num_steps(3);
-    spec.mutable_sampling()->set_max_new_tokens(2);
-    spec.mutable_endpoints()->add_rollout("127.0.0.1:1");
-    spec.mutable_endpoints()->set_weight_store("127.0.0.1:1");
-    spec.mutable_endpoints()->set_router_replay("127.0.0.1:1");
-    return spec;
-  }
 
-  std::string Create(const std::string& request_id, v1::JobSpec spec = Spec()) {
+  std::string Create(const std::string& request_id, v1::JobSpec spec = MinimalValidSpec()) {
     v1::CreateJobRequest request;
     request.set_request_id(request_id);
     *request.mutable_spec() = std::move(spec);
@@ -217,7 +202,7 @@ TEST_F(JobManagerTest, RequestIdsMakeCreateIdempotentAcrossRestarts) {
   EXPECT_EQ(Create("same"), id);
   Reopen();
   EXPECT_EQ(Create("same"), id);
-  v1::JobSpec other = Spec();
+  v1::JobSpec other = MinimalValidSpec();
   other.set_num_steps(4);
   v1::CreateJobRequest request;
   request.set_request_id("same");
@@ -232,7 +217,7 @@ TEST_F(JobManagerTest, RequestIdsMakeCreateIdempotentAcrossRestarts) {
 }
 
 TEST_F(JobManagerTest, ABadSpecCreatesNoJob) {
-  v1::JobSpec bad = Spec();
+  v1::JobSpec bad = MinimalValidSpec();
   bad.set_group_size(1);
   v1::CreateJobRequest request;
   request.set_request_id("bad");

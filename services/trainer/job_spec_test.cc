@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/trainer/job_spec_testing.h"
 #include "tandem/v1/common.pb.h"
 #include "tandem/v1/trainer.pb.h"
 
@@ -24,23 +25,6 @@ constexpr char kOutputDir[] = "/var/lib/tandem/jobs/job-7f3a2c91d0e4";
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// The smallest valid spec: only the required fields. Each test changes one field of it.
-v1::JobSpec ValidSpec() {
-  v1::JobSpec spec;
-  spec.mutable_task()->set_name("addition");
-  spec.set_base_model_path("/models/base.safetensors");
-  spec.mutable_lora()->set_rank(4);
-  spec.set_algorithm(v1::ALGORITHM_GRPO);
-  spec.mutable_algorithm_config()->set_learning_rate(1e-3);
-  spec.set_prompts_per_step(4);
-  spec.set_group_size(2);
-  spec.set_num_steps(10);
-  spec.mutable_sampling()->set_max_new_tokens(4);
-  spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
-  spec.mutable_endpoints()->set_weight_store("127.0.0.1:50053");
-  spec.mutable_endpoints()->set_router_replay("127.0.0.1:50054");
-  return spec;
-}
 
 // jobs/demo.yaml as proto fields.
 v1::JobSpec DemoSpec() {
@@ -93,7 +77,7 @@ MATCHER_P(IsInvalidArgumentWith, message, "") {
 // Good specs.
 
 TEST(ResolveJobSpecTest, TheMinimalSpecIsAccepted) {
-  EXPECT_TRUE(ResolveStatus(ValidSpec()).ok()) << ResolveStatus(ValidSpec());
+  EXPECT_TRUE(ResolveStatus(MinimalValidSpec()).ok()) << ResolveStatus(MinimalValidSpec());
 }
 
 TEST(ResolveJobSpecTest, TheDemoJobIsAcceptedWithItsValuesKept) {
@@ -123,39 +107,39 @@ TEST(ResolveJobSpecTest, TheDemoJobIsAcceptedWithItsValuesKept) {
 
 TEST(ResolveJobSpecTest, EveryBuiltInTaskIsAccepted) {
   for (const char* name : {"addition", "reverse", "sort"}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_task()->set_name(name);
     EXPECT_TRUE(ResolveStatus(spec).ok()) << name << ": " << ResolveStatus(spec);
   }
 }
 
 TEST(ResolveJobSpecTest, ADatasetWithExactMatchIsAccepted) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_dataset()->set_path("/data/prompts.jsonl");
   spec.mutable_dataset()->set_verifier("exact_match");
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
 TEST(ResolveJobSpecTest, DrGrpoIsAccepted) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_algorithm(v1::ALGORITHM_DR_GRPO);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
 TEST(ResolveJobSpecTest, RangeLimitsAreInclusive) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_display_name(std::string(256, 'x'));
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
-  spec = ValidSpec();
+  spec = MinimalValidSpec();
   spec.set_prompts_per_step(65536);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
-  spec = ValidSpec();
+  spec = MinimalValidSpec();
   spec.set_group_size(256);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
-  spec = ValidSpec();
+  spec = MinimalValidSpec();
   spec.set_num_steps(10'000'000);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
-  spec = ValidSpec();
+  spec = MinimalValidSpec();
   spec.clear_endpoints();
   spec.mutable_endpoints()->set_weight_store("127.0.0.1:50053");
   spec.mutable_endpoints()->set_router_replay("127.0.0.1:50054");
@@ -172,25 +156,25 @@ TEST(ResolveJobSpecTest, ResolvingAResolvedSpecChangesNothing) {
 // data: task or dataset.
 
 TEST(ResolveJobSpecTest, TaskOrDatasetIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.clear_task();
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.task or dataset is required"));
 }
 
 TEST(ResolveJobSpecTest, UnknownTaskIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_task()->set_name("chess");
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.task: unknown task \"chess\""));
 }
 
 TEST(ResolveJobSpecTest, UnknownTaskParamIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   (*spec.mutable_task()->mutable_params())["width"] = "3";
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.task.params: unknown key 'width'"));
 }
 
 TEST(ResolveJobSpecTest, NonNumericTaskDigitsAreRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   (*spec.mutable_task()->mutable_params())["digits"] = "many";
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.task.params.digits: 'many' is not a number"));
@@ -198,7 +182,7 @@ TEST(ResolveJobSpecTest, NonNumericTaskDigitsAreRejected) {
 
 TEST(ResolveJobSpecTest, TaskDigitsOutsideOneToNineAreRejected) {
   for (const char* digits : {"0", "10"}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     (*spec.mutable_task()->mutable_params())["digits"] = digits;
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith(std::string("spec.task: task digits = ") + digits +
@@ -207,13 +191,13 @@ TEST(ResolveJobSpecTest, TaskDigitsOutsideOneToNineAreRejected) {
 }
 
 TEST(ResolveJobSpecTest, DatasetPathIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_dataset()->set_verifier("exact_match");
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.dataset.path is required"));
 }
 
 TEST(ResolveJobSpecTest, UnknownDatasetVerifierIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_dataset()->set_path("/data/prompts.jsonl");
   spec.mutable_dataset()->set_verifier("fuzzy");
   EXPECT_THAT(
@@ -222,7 +206,7 @@ TEST(ResolveJobSpecTest, UnknownDatasetVerifierIsRejected) {
 }
 
 TEST(ResolveJobSpecTest, DatasetVerifierIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_dataset()->set_path("/data/prompts.jsonl");
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.dataset.verifier: '' is unknown; known: exact_match"));
@@ -232,20 +216,20 @@ TEST(ResolveJobSpecTest, DatasetVerifierIsRequired) {
 // Sizes and required scalars.
 
 TEST(ResolveJobSpecTest, DisplayNameOver256BytesIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_display_name(std::string(257, 'x'));
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.display_name: at most 256 bytes"));
 }
 
 TEST(ResolveJobSpecTest, BaseModelPathIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.clear_base_model_path();
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.base_model_path is required"));
 }
 
 TEST(ResolveJobSpecTest, PromptsPerStepMustBeInOneTo65536) {
   for (int prompts : {0, -1, 65537}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.set_prompts_per_step(prompts);
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith("spec.prompts_per_step must be in 1..65536"))
@@ -255,7 +239,7 @@ TEST(ResolveJobSpecTest, PromptsPerStepMustBeInOneTo65536) {
 
 TEST(ResolveJobSpecTest, GroupSizeMustBeInOneTo256) {
   for (int group : {0, -1, 257}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.set_group_size(group);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.group_size must be in 1..256"))
         << group;
@@ -264,7 +248,7 @@ TEST(ResolveJobSpecTest, GroupSizeMustBeInOneTo256) {
 
 TEST(ResolveJobSpecTest, NumStepsMustBeInOneToTenMillion) {
   for (int64_t steps : {int64_t{0}, int64_t{-1}, int64_t{10'000'001}}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.set_num_steps(steps);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.num_steps must be in 1..10^7"))
         << steps;
@@ -272,24 +256,24 @@ TEST(ResolveJobSpecTest, NumStepsMustBeInOneToTenMillion) {
 }
 
 TEST(ResolveJobSpecTest, NegativeMicroBatchSizeIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_micro_batch_size(-1);
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.micro_batch_size must be >= 1"));
 }
 
 TEST(ResolveJobSpecTest, SamplingMaxNewTokensIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.clear_sampling();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.sampling.max_new_tokens must be >= 1"));
-  spec = ValidSpec();
+  spec = MinimalValidSpec();
   spec.mutable_sampling()->set_max_new_tokens(0);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.sampling.max_new_tokens must be >= 1"));
 }
 
 TEST(ResolveJobSpecTest, NegativeCheckpointEveryIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_checkpoint_every(-1);
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.checkpoint_every must be >= 0"));
 }
@@ -298,14 +282,14 @@ TEST(ResolveJobSpecTest, NegativeCheckpointEveryIsRejected) {
 // algorithm and algorithm_config.
 
 TEST(ResolveJobSpecTest, AlgorithmIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.clear_algorithm();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm is required (GRPO or DR_GRPO)"));
 }
 
 TEST(ResolveJobSpecTest, PpoIsRejectedForLackOfAValueHead) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_algorithm(v1::ALGORITHM_PPO);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm: PPO needs a value head, which this trainer "
@@ -313,14 +297,14 @@ TEST(ResolveJobSpecTest, PpoIsRejectedForLackOfAValueHead) {
 }
 
 TEST(ResolveJobSpecTest, GroupSizeBelowTwoIsRejectedForGrpo) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_group_size(1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.group_size: ALGORITHM_GRPO needs >= 2"));
 }
 
 TEST(ResolveJobSpecTest, GroupSizeBelowTwoIsRejectedForDrGrpo) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_algorithm(v1::ALGORITHM_DR_GRPO);
   spec.set_group_size(1);
   EXPECT_THAT(ResolveStatus(spec),
@@ -329,7 +313,7 @@ TEST(ResolveJobSpecTest, GroupSizeBelowTwoIsRejectedForDrGrpo) {
 
 TEST(ResolveJobSpecTest, LearningRateMustBePositiveAndFinite) {
   for (double rate : {0.0, -1e-3, kNan, kInfinity}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_learning_rate(rate);
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith("spec.algorithm_config.learning_rate must be > 0"))
@@ -338,21 +322,21 @@ TEST(ResolveJobSpecTest, LearningRateMustBePositiveAndFinite) {
 }
 
 TEST(ResolveJobSpecTest, AlgorithmConfigIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.clear_algorithm_config();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.learning_rate must be > 0"));
 }
 
 TEST(ResolveJobSpecTest, NegativeWeightDecayIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_weight_decay(-0.1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.weight_decay must be >= 0"));
 }
 
 TEST(ResolveJobSpecTest, NegativeMaxGradNormIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_max_grad_norm(-1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.max_grad_norm must be >= 0"));
@@ -360,7 +344,7 @@ TEST(ResolveJobSpecTest, NegativeMaxGradNormIsRejected) {
 
 TEST(ResolveJobSpecTest, ClipEpsLowMustBeInZeroToOne) {
   for (double eps : {-0.1, 1.0, 1.5}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_clip_eps_low(eps);
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith("spec.algorithm_config.clip_eps_low must be in [0, 1)"))
@@ -369,7 +353,7 @@ TEST(ResolveJobSpecTest, ClipEpsLowMustBeInZeroToOne) {
 }
 
 TEST(ResolveJobSpecTest, NegativeClipEpsHighIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_clip_eps_high(-0.1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.clip_eps_high must be >= 0"));
@@ -377,7 +361,7 @@ TEST(ResolveJobSpecTest, NegativeClipEpsHighIsRejected) {
 
 TEST(ResolveJobSpecTest, DualClipCMustExceedOneUnlessZero) {
   for (double c : {1.0, 0.5, -2.0}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_dual_clip_c(c);
     EXPECT_THAT(
         ResolveStatus(spec),
@@ -387,7 +371,7 @@ TEST(ResolveJobSpecTest, DualClipCMustExceedOneUnlessZero) {
 }
 
 TEST(ResolveJobSpecTest, NegativeKlCoefIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_kl_coef(-0.01);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.kl_coef must be >= 0"));
@@ -395,7 +379,7 @@ TEST(ResolveJobSpecTest, NegativeKlCoefIsRejected) {
 
 TEST(ResolveJobSpecTest, GammaMustBeInZeroToOne) {
   for (double gamma : {-0.1, 1.5}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_gamma(gamma);
     EXPECT_THAT(
         ResolveStatus(spec),
@@ -406,7 +390,7 @@ TEST(ResolveJobSpecTest, GammaMustBeInZeroToOne) {
 
 TEST(ResolveJobSpecTest, GaeLambdaMustBeInZeroToOne) {
   for (double lambda : {-0.1, 1.5}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_gae_lambda(lambda);
     EXPECT_THAT(
         ResolveStatus(spec),
@@ -416,7 +400,7 @@ TEST(ResolveJobSpecTest, GaeLambdaMustBeInZeroToOne) {
 }
 
 TEST(ResolveJobSpecTest, NegativeUpdatesPerStepIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_updates_per_step(-1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.updates_per_step must be >= 1 and "
@@ -424,7 +408,7 @@ TEST(ResolveJobSpecTest, NegativeUpdatesPerStepIsRejected) {
 }
 
 TEST(ResolveJobSpecTest, UpdatesPerStepMustDividePromptsPerStep) {
-  v1::JobSpec spec = ValidSpec();  // prompts_per_step 4
+  v1::JobSpec spec = MinimalValidSpec();  // prompts_per_step 4
   spec.mutable_algorithm_config()->set_updates_per_step(3);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.updates_per_step must be >= 1 and "
@@ -441,7 +425,7 @@ TEST(ResolveJobSpecTest, IsCorrectionUpperBoundMustBePositive) {
        {v1::IS_CORRECTION_MODE_UNSPECIFIED, v1::IS_CORRECTION_MODE_TOKEN_TIS,
         v1::IS_CORRECTION_MODE_ICEPOP}) {
     for (double upper : {-1.0, 0.0}) {
-      v1::JobSpec spec = ValidSpec();
+      v1::JobSpec spec = MinimalValidSpec();
       spec.mutable_is_correction()->set_mode(mode);
       spec.mutable_is_correction()->set_upper_bound(upper);
       EXPECT_THAT(ResolveStatus(spec),
@@ -453,7 +437,7 @@ TEST(ResolveJobSpecTest, IsCorrectionUpperBoundMustBePositive) {
 }
 
 TEST(ResolveJobSpecTest, IsCorrectionNegativeLowerBoundIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_is_correction()->set_lower_bound(-0.1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.is_correction: need upper_bound > 0, lower_bound >= 0, "
@@ -461,7 +445,7 @@ TEST(ResolveJobSpecTest, IsCorrectionNegativeLowerBoundIsRejected) {
 }
 
 TEST(ResolveJobSpecTest, IsCorrectionUpperBelowLowerIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_REJECTION);
   spec.mutable_is_correction()->set_upper_bound(1.0);
   spec.mutable_is_correction()->set_lower_bound(1.5);
@@ -478,7 +462,7 @@ TEST(ResolveJobSpecTest, IsCorrectionUpperBelowLowerIsRejected) {
 TEST(ResolveJobSpecTest, MaxStalenessMustBeZeroInSync) {
   for (v1::SyncMode mode : {v1::SYNC_MODE_UNSPECIFIED, v1::SYNC_MODE_SYNC}) {
     for (int staleness : {2, -1}) {
-      v1::JobSpec spec = ValidSpec();
+      v1::JobSpec spec = MinimalValidSpec();
       spec.set_sync_mode(mode);
       spec.set_max_staleness(staleness);
       EXPECT_THAT(ResolveStatus(spec),
@@ -490,40 +474,40 @@ TEST(ResolveJobSpecTest, MaxStalenessMustBeZeroInSync) {
 
 TEST(ResolveJobSpecTest, MaxStalenessMustBeInOneToSixteenInAsync) {
   for (int staleness : {17, -1}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
     spec.set_max_staleness(staleness);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.max_staleness must be in 1..16"))
         << staleness;
   }
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
   spec.set_max_staleness(16);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
 TEST(ResolveJobSpecTest, RolloutEndpointIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->clear_rollout();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.endpoints.rollout: 1..256 addresses required"));
 }
 
 TEST(ResolveJobSpecTest, MoreThan256RolloutEndpointsAreRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   for (int i = 0; i < 256; ++i) spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.endpoints.rollout: 1..256 addresses required"));
 }
 
 TEST(ResolveJobSpecTest, EmptyRolloutAddressIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->add_rollout("");
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.endpoints.rollout: empty address"));
 }
 
 TEST(ResolveJobSpecTest, WeightStoreEndpointIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->clear_weight_store();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.endpoints.weight_store is required"));
@@ -532,7 +516,7 @@ TEST(ResolveJobSpecTest, WeightStoreEndpointIsRequired) {
 TEST(ResolveJobSpecTest, RouterReplayEndpointIsRequiredForR3) {
   for (v1::RoutingReplayMode mode :
        {v1::ROUTING_REPLAY_MODE_UNSPECIFIED, v1::ROUTING_REPLAY_MODE_R3}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.set_routing_replay(mode);
     spec.mutable_endpoints()->clear_router_replay();
     EXPECT_THAT(ResolveStatus(spec),
@@ -543,7 +527,7 @@ TEST(ResolveJobSpecTest, RouterReplayEndpointIsRequiredForR3) {
 
 TEST(ResolveJobSpecTest, RouterReplayEndpointIsOptionalWithoutR3) {
   for (v1::RoutingReplayMode mode : {v1::ROUTING_REPLAY_MODE_OFF, v1::ROUTING_REPLAY_MODE_R2}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.set_routing_replay(mode);
     spec.mutable_endpoints()->clear_router_replay();
     EXPECT_TRUE(ResolveStatus(spec).ok())
@@ -555,25 +539,25 @@ TEST(ResolveJobSpecTest, RouterReplayEndpointIsOptionalWithoutR3) {
 // lora.
 
 TEST(ResolveJobSpecTest, LoraRankIsRequired) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.clear_lora();
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.lora.rank is required"));
   for (int rank : {0, -1}) {
-    spec = ValidSpec();
+    spec = MinimalValidSpec();
     spec.mutable_lora()->set_rank(rank);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.lora.rank is required")) << rank;
   }
 }
 
 TEST(ResolveJobSpecTest, LoraRankAbove1024IsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->set_rank(1025);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.lora: lora.rank: 1025 not in 1..1024"));
 }
 
 TEST(ResolveJobSpecTest, NegativeOrNonFiniteLoraAlphaIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->set_alpha(-1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.lora: lora.alpha: -1 < 0 or not finite"));
@@ -583,21 +567,21 @@ TEST(ResolveJobSpecTest, NegativeOrNonFiniteLoraAlphaIsRejected) {
 
 TEST(ResolveJobSpecTest, LoraDropoutMustBeInZeroToOne) {
   for (float dropout : {1.0f, -0.5f}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_lora()->set_dropout(dropout);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.lora: lora.dropout: ")) << dropout;
   }
 }
 
 TEST(ResolveJobSpecTest, ExpertLayoutOutsideTheEnumIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->set_expert_layout(static_cast<v1::ExpertLayout>(99));
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.lora: lora.expert_layout: 99 is not a layout"));
 }
 
 TEST(ResolveJobSpecTest, UnknownLoraTargetModuleIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->add_target_modules("router");
   EXPECT_THAT(
       ResolveStatus(spec),
@@ -605,7 +589,7 @@ TEST(ResolveJobSpecTest, UnknownLoraTargetModuleIsRejected) {
 }
 
 TEST(ResolveJobSpecTest, DuplicateLoraTargetModuleIsRejected) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->add_target_modules("q_proj");
   spec.mutable_lora()->add_target_modules("q_proj");
   EXPECT_THAT(ResolveStatus(spec),
@@ -616,110 +600,110 @@ TEST(ResolveJobSpecTest, DuplicateLoraTargetModuleIsRejected) {
 // Defaults: each resolved into the returned spec; an explicit value is kept.
 
 TEST(ResolveJobSpecTest, AdapterNameDefaultsToTheJobId) {
-  EXPECT_EQ(ResolveOk(ValidSpec()).adapter_name(), kJobId);
-  v1::JobSpec spec = ValidSpec();
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).adapter_name(), kJobId);
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_adapter_name("my-adapter");
   EXPECT_EQ(ResolveOk(spec).adapter_name(), "my-adapter");
 }
 
 TEST(ResolveJobSpecTest, OutputDirDefaultsToTheDefaultOutputDir) {
-  EXPECT_EQ(ResolveOk(ValidSpec()).output_dir(), kOutputDir);
-  v1::JobSpec spec = ValidSpec();
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).output_dir(), kOutputDir);
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_output_dir("/scratch/run1");
   EXPECT_EQ(ResolveOk(spec).output_dir(), "/scratch/run1");
 }
 
 TEST(ResolveJobSpecTest, MicroBatchSizeDefaultsToEight) {
-  EXPECT_EQ(ResolveOk(ValidSpec()).micro_batch_size(), 8);
-  v1::JobSpec spec = ValidSpec();
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).micro_batch_size(), 8);
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_micro_batch_size(3);
   EXPECT_EQ(ResolveOk(spec).micro_batch_size(), 3);
 }
 
 TEST(ResolveJobSpecTest, MaxGradNormDefaultsToOneAndZeroIsKept) {
-  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_max_grad_norm());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().max_grad_norm(), 1.0);
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_max_grad_norm(0);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().max_grad_norm(), 0.0);
 }
 
 TEST(ResolveJobSpecTest, ClipEpsLowDefaultsToPointTwo) {
-  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_clip_eps_low());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().clip_eps_low(), 0.2);
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_clip_eps_low(0);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().clip_eps_low(), 0.0);
 }
 
 TEST(ResolveJobSpecTest, ClipEpsHighDefaultsToClipEpsLow) {
-  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_clip_eps_high());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().clip_eps_high(), 0.2);
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_clip_eps_low(0.1);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().clip_eps_high(), 0.1);
-  spec = ValidSpec();
+  spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_clip_eps_high(0.28);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().clip_eps_high(), 0.28);
 }
 
 TEST(ResolveJobSpecTest, DualClipCDefaultsToThreeAndZeroDisables) {
-  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_dual_clip_c());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().dual_clip_c(), 3.0);
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_dual_clip_c(0);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().dual_clip_c(), 0.0);
 }
 
 TEST(ResolveJobSpecTest, KlEstimatorDefaultsToK3) {
-  EXPECT_EQ(ResolveOk(ValidSpec()).algorithm_config().kl_estimator(), v1::KL_ESTIMATOR_K3);
-  v1::JobSpec spec = ValidSpec();
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().kl_estimator(), v1::KL_ESTIMATOR_K3);
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_kl_estimator(v1::KL_ESTIMATOR_K1);
   EXPECT_EQ(ResolveOk(spec).algorithm_config().kl_estimator(), v1::KL_ESTIMATOR_K1);
 }
 
 TEST(ResolveJobSpecTest, GammaAndGaeLambdaDefaultToOne) {
-  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_gamma());
   ASSERT_TRUE(resolved.algorithm_config().has_gae_lambda());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().gamma(), 1.0);
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().gae_lambda(), 1.0);
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_gamma(0);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().gamma(), 0.0);
 }
 
 TEST(ResolveJobSpecTest, WhitenAdvantagesDefaultsToFalse) {
-  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_whiten_advantages());
   EXPECT_FALSE(resolved.algorithm_config().whiten_advantages());
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_whiten_advantages(true);
   EXPECT_TRUE(ResolveOk(spec).algorithm_config().whiten_advantages());
 }
 
 TEST(ResolveJobSpecTest, LossAggregationDefaultsToTokenMean) {
-  EXPECT_EQ(ResolveOk(ValidSpec()).algorithm_config().loss_aggregation(),
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().loss_aggregation(),
             v1::LOSS_AGGREGATION_TOKEN_MEAN);
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_loss_aggregation(v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
   EXPECT_EQ(ResolveOk(spec).algorithm_config().loss_aggregation(),
             v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
 }
 
 TEST(ResolveJobSpecTest, UpdatesPerStepDefaultsToOne) {
-  EXPECT_EQ(ResolveOk(ValidSpec()).algorithm_config().updates_per_step(), 1);
-  v1::JobSpec spec = ValidSpec();
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().updates_per_step(), 1);
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_updates_per_step(4);
   EXPECT_EQ(ResolveOk(spec).algorithm_config().updates_per_step(), 4);
 }
 
 TEST(ResolveJobSpecTest, IsCorrectionDefaultsToNoneWithBoundsTwoAndOneHalf) {
-  const v1::IsCorrection resolved = ResolveOk(ValidSpec()).is_correction();
+  const v1::IsCorrection resolved = ResolveOk(MinimalValidSpec()).is_correction();
   EXPECT_EQ(resolved.mode(), v1::IS_CORRECTION_MODE_NONE);
   ASSERT_TRUE(resolved.has_upper_bound());
   ASSERT_TRUE(resolved.has_lower_bound());
@@ -732,7 +716,7 @@ TEST(ResolveJobSpecTest, UpperBoundDefaultsToTwoForTisAndRejection) {
   for (v1::IsCorrectionMode mode :
        {v1::IS_CORRECTION_MODE_TOKEN_TIS, v1::IS_CORRECTION_MODE_SEQUENCE_TIS,
         v1::IS_CORRECTION_MODE_REJECTION}) {
-    v1::JobSpec spec = ValidSpec();
+    v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_is_correction()->set_mode(mode);
     const v1::IsCorrection resolved = ResolveOk(spec).is_correction();
     EXPECT_EQ(resolved.mode(), mode);
@@ -742,7 +726,7 @@ TEST(ResolveJobSpecTest, UpperBoundDefaultsToTwoForTisAndRejection) {
 }
 
 TEST(ResolveJobSpecTest, IcepopUpperBoundDefaultsToFive) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_ICEPOP);
   const v1::IsCorrection resolved = ResolveOk(spec).is_correction();
   EXPECT_DOUBLE_EQ(resolved.upper_bound(), 5.0);
@@ -750,7 +734,7 @@ TEST(ResolveJobSpecTest, IcepopUpperBoundDefaultsToFive) {
 }
 
 TEST(ResolveJobSpecTest, ExplicitIsCorrectionValuesAreKept) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_REJECTION);
   spec.mutable_is_correction()->set_upper_bound(3.0);
   spec.mutable_is_correction()->set_lower_bound(0.25);
@@ -762,20 +746,20 @@ TEST(ResolveJobSpecTest, ExplicitIsCorrectionValuesAreKept) {
 }
 
 TEST(ResolveJobSpecTest, RoutingReplayDefaultsToR3) {
-  EXPECT_EQ(ResolveOk(ValidSpec()).routing_replay(), v1::ROUTING_REPLAY_MODE_R3);
-  v1::JobSpec spec = ValidSpec();
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).routing_replay(), v1::ROUTING_REPLAY_MODE_R3);
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_R2);
   EXPECT_EQ(ResolveOk(spec).routing_replay(), v1::ROUTING_REPLAY_MODE_R2);
 }
 
 TEST(ResolveJobSpecTest, SyncModeDefaultsToSyncWithStalenessZero) {
-  const v1::JobSpec resolved = ResolveOk(ValidSpec());
+  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   EXPECT_EQ(resolved.sync_mode(), v1::SYNC_MODE_SYNC);
   EXPECT_EQ(resolved.max_staleness(), 0);
 }
 
 TEST(ResolveJobSpecTest, MaxStalenessDefaultsToOneInAsync) {
-  v1::JobSpec spec = ValidSpec();
+  v1::JobSpec spec = MinimalValidSpec();
   spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
   EXPECT_EQ(ResolveOk(spec).max_staleness(), 1);
   spec.set_max_staleness(4);
@@ -783,8 +767,8 @@ TEST(ResolveJobSpecTest, MaxStalenessDefaultsToOneInAsync) {
 }
 
 TEST(ResolveJobSpecTest, ExpertLayoutDefaultsToPerExpert) {
-  EXPECT_EQ(ResolveOk(ValidSpec()).lora().expert_layout(), v1::EXPERT_LAYOUT_PER_EXPERT);
-  v1::JobSpec spec = ValidSpec();
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).lora().expert_layout(), v1::EXPERT_LAYOUT_PER_EXPERT);
+  v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_SHARED_OUTER);
   EXPECT_EQ(ResolveOk(spec).lora().expert_layout(), v1::EXPERT_LAYOUT_SHARED_OUTER);
 }

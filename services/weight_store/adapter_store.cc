@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/proto_time.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/weight_store/manifest.h"
@@ -198,7 +199,7 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
   if (verified.ok()) {
     staged.manifest = upload->manifest;
     *staged.manifest.mutable_commit_time() =
-        google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
+        NowTimestamp();
     staged.shards = std::move(upload->shards);
     verified = WriteVersion(options_.data_dir, staged);
     if (!verified.ok()) upload->shards = std::move(staged.shards);

@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/proto_time.h"
 #include "common/status.h"
 #include "common/unary.h"
 #include "common/finished_reactor.h"
 #include "common/queued_write_reactor.h"
-#include "google/protobuf/util/time_util.h"
 #include "services/weight_store/reshard.h"
 #include "services/weight_store/tensor_assembly.h"
 #include "transfer/dtype_conversion.h"
@@ -22,15 +22,19 @@
 namespace tandem::weight_store {
 namespace {
 
-using google::protobuf::util::TimeUtil;
+// Where a shard's bytes are for one-sided UCX access: address, packed key and length.
+void FillShardRegion(int32_t shard_index, const transfer::UcxRegion& region,
+                     v1::ShardRegion& out) {
+  out.set_shard_index(shard_index);
+  out.set_remote_address(region.remote_address());
+  out.set_rkey(region.packed_rkey());
+  out.set_length(region.length());
+}
+
 
 constexpr size_t kMaxChunkBytes = size_t{4} << 20;
 constexpr size_t kMinFetchChunkBytes = size_t{1} << 20;
 constexpr size_t kMaxPlanCacheEntries = 64;
-
-google::protobuf::Timestamp ToTimestamp(absl::Time time) {
-  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(time));
-}
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
@@ -270,12 +274,8 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::BeginPublish(
     *result.mutable_expire_time() = ToTimestamp(begun->expire_time);
     if (request->use_ucx()) {
       for (size_t i = 0; i < begun->shards.size(); ++i) {
-        const transfer::UcxRegion& region = *begun->shards[i]->region();
-        v1::ShardRegion& target = *result.add_targets();
-        target.set_shard_index(static_cast<int32_t>(i));
-        target.set_remote_address(region.remote_address());
-        target.set_rkey(region.packed_rkey());
-        target.set_length(region.length());
+        FillShardRegion(static_cast<int32_t>(i), *begun->shards[i]->region(),
+                        *result.add_targets());
       }
       result.set_store_worker_address(ucx_->address());
     }
@@ -384,12 +384,8 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
   }
   for (size_t i = 0; i < used.size(); ++i) {
     if (!used[i]) continue;
-    const transfer::UcxRegion& region = *(*version)->shards[i]->region();
-    v1::ShardRegion& shard = *result.add_shards();
-    shard.set_shard_index(static_cast<int32_t>(i));
-    shard.set_remote_address(region.remote_address());
-    shard.set_rkey(region.packed_rkey());
-    shard.set_length(region.length());
+    FillShardRegion(static_cast<int32_t>(i), *(*version)->shards[i]->region(),
+                    *result.add_shards());
   }
   result.set_store_worker_address(ucx_->address());
   absl::MutexLock lock(&mutex_);

@@ -24,7 +24,7 @@ struct WeightStoreOptions {
   absl::Duration sweep_interval = absl::Seconds(1);
 };
 
-// gRPC adapter of the weight-store: converts messages and statuses around AdapterStore (state),
+// gRPC front end of the weight-store: converts messages and statuses around AdapterStore (state),
 // reshard (read plans) and tensor assembly (the gRPC data path).
 class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackService {
  public:
