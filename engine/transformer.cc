@@ -325,28 +325,33 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
 }
 
 void Transformer::RunDenseFfn(int layer, int rows, LayerActivations& act) {
-  const int d = config_.d_model;
-  const int ffn = config_.dense_ffn_dim;
   act.group_offsets = {0, rows};
+  RunSwiGluMlp(layer, act.norm2.data(), 0, config_.dense_ffn_dim, act, act.ffn_out);
+}
+
+void Transformer::RunSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
+                               LayerActivations& act, std::vector<float>& out) {
+  const int d = config_.d_model;
+  const int rows = act.group_offsets.back();
   const int64_t hidden = static_cast<int64_t>(rows) * ffn;
   act.gate.resize(hidden);
   act.up.resize(hidden);
   act.activation.resize(hidden);
-  act.ffn_out.assign(static_cast<size_t>(rows) * d, 0.0f);
-  ProjectGroups(act.norm2.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "gate_proj")).value.data(), 0, d, ffn,
-                Lora(layer, "gate_proj"), act.lora_gate, act.gate.data());
-  ProjectGroups(act.norm2.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "up_proj")).value.data(), 0, d, ffn,
-                Lora(layer, "up_proj"), act.lora_up, act.up.data());
+  out.resize(static_cast<size_t>(rows) * d);
+  ProjectGroups(x, act.group_offsets,
+                Weight(ProjectionName(config_, layer, "gate_proj")).value.data(), weight_stride, d,
+                ffn, Lora(layer, "gate_proj"), act.lora_gate, act.gate.data());
+  ProjectGroups(x, act.group_offsets,
+                Weight(ProjectionName(config_, layer, "up_proj")).value.data(), weight_stride, d,
+                ffn, Lora(layer, "up_proj"), act.lora_up, act.up.data());
   Round(act.gate.data(), hidden);
   Round(act.up.data(), hidden);
   cpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
   Round(act.activation.data(), hidden);
   ProjectGroups(act.activation.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "down_proj")).value.data(), 0, ffn, d,
-                Lora(layer, "down_proj"), act.lora_down, act.ffn_out.data());
-  Round(act.ffn_out.data(), act.ffn_out.size());
+                Weight(ProjectionName(config_, layer, "down_proj")).value.data(), weight_stride,
+                ffn, d, Lora(layer, "down_proj"), act.lora_down, out.data());
+  Round(out.data(), out.size());
 }
 
 void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* replay,
@@ -404,26 +409,7 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   act.ffn_input.resize(static_cast<size_t>(routed) * d);
   cpu::PermuteRows(act.norm2.data(), act.permutation, act.ffn_input.data(), d);
 
-  const int64_t hidden = static_cast<int64_t>(routed) * ffn;
-  act.gate.resize(hidden);
-  act.up.resize(hidden);
-  act.activation.resize(hidden);
-  act.ffn_rows_out.resize(static_cast<size_t>(routed) * d);
-  const int64_t up_stride = int64_t{ffn} * d;
-  ProjectGroups(act.ffn_input.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "gate_proj")).value.data(), up_stride, d, ffn,
-                Lora(layer, "gate_proj"), act.lora_gate, act.gate.data());
-  ProjectGroups(act.ffn_input.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "up_proj")).value.data(), up_stride, d, ffn,
-                Lora(layer, "up_proj"), act.lora_up, act.up.data());
-  Round(act.gate.data(), hidden);
-  Round(act.up.data(), hidden);
-  cpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
-  Round(act.activation.data(), hidden);
-  ProjectGroups(act.activation.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "down_proj")).value.data(), up_stride, ffn, d,
-                Lora(layer, "down_proj"), act.lora_down, act.ffn_rows_out.data());
-  Round(act.ffn_rows_out.data(), act.ffn_rows_out.size());
+  RunSwiGluMlp(layer, act.ffn_input.data(), int64_t{ffn} * d, ffn, act, act.ffn_rows_out);
   act.ffn_out.assign(static_cast<size_t>(rows) * d, 0.0f);
   cpu::UnpermuteAdd(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(),
                     act.ffn_out.data(), d);
@@ -525,22 +511,27 @@ void Transformer::BackwardLayer(int layer, float* dx) {
 
 void Transformer::BackwardDenseFfn(int layer, const float* dy, float* dnorm2) {
   LayerActivations& act = layers_[layer];
+  BackwardSwiGluMlp(layer, act.norm2.data(), 0, config_.dense_ffn_dim, act, dy, dnorm2);
+}
+
+void Transformer::BackwardSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
+                                    LayerActivations& act, const float* dy, float* dx) {
   const int d = config_.d_model;
-  const int ffn = config_.dense_ffn_dim;
   const int64_t hidden = static_cast<int64_t>(act.group_offsets.back()) * ffn;
   std::vector<float> dactivation(hidden, 0.0f), dgate(hidden, 0.0f), dup(hidden, 0.0f);
   Parameter& down = Weight(ProjectionName(config_, layer, "down_proj"));
   ProjectGroupsBackward(act.activation.data(), act.group_offsets, down.value.data(),
-                        down.grad_or_null(), 0, ffn, d, Lora(layer, "down_proj"), act.lora_down, dy,
-                        dactivation.data());
+                        down.grad_or_null(), weight_stride, ffn, d, Lora(layer, "down_proj"),
+                        act.lora_down, dy, dactivation.data());
   cpu::SwiGluBackward(act.gate.data(), act.up.data(), dactivation.data(), dgate.data(), dup.data(),
                       hidden);
   Parameter& gate = Weight(ProjectionName(config_, layer, "gate_proj"));
   Parameter& up = Weight(ProjectionName(config_, layer, "up_proj"));
-  ProjectGroupsBackward(act.norm2.data(), act.group_offsets, gate.value.data(), gate.grad_or_null(),
-                        0, d, ffn, Lora(layer, "gate_proj"), act.lora_gate, dgate.data(), dnorm2);
-  ProjectGroupsBackward(act.norm2.data(), act.group_offsets, up.value.data(), up.grad_or_null(), 0,
-                        d, ffn, Lora(layer, "up_proj"), act.lora_up, dup.data(), dnorm2);
+  ProjectGroupsBackward(x, act.group_offsets, gate.value.data(), gate.grad_or_null(),
+                        weight_stride, d, ffn, Lora(layer, "gate_proj"), act.lora_gate,
+                        dgate.data(), dx);
+  ProjectGroupsBackward(x, act.group_offsets, up.value.data(), up.grad_or_null(), weight_stride,
+                        d, ffn, Lora(layer, "up_proj"), act.lora_up, dup.data(), dx);
 }
 
 void Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
@@ -558,23 +549,8 @@ void Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
   std::vector<float> dgate_weights(static_cast<size_t>(routed), 0.0f);
   cpu::UnpermuteAddBackward(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(), dy,
                             drows.data(), dgate_weights.data(), d);
-  const int64_t hidden = static_cast<int64_t>(routed) * ffn;
-  std::vector<float> dactivation(hidden, 0.0f), dgate(hidden, 0.0f), dup(hidden, 0.0f);
-  Parameter& down = Weight(ProjectionName(config_, layer, "down_proj"));
-  ProjectGroupsBackward(act.activation.data(), act.group_offsets, down.value.data(),
-                        down.grad_or_null(), stride, ffn, d, Lora(layer, "down_proj"),
-                        act.lora_down, drows.data(), dactivation.data());
-  cpu::SwiGluBackward(act.gate.data(), act.up.data(), dactivation.data(), dgate.data(), dup.data(),
-                      hidden);
   std::vector<float> dinput(static_cast<size_t>(routed) * d, 0.0f);
-  Parameter& gate = Weight(ProjectionName(config_, layer, "gate_proj"));
-  Parameter& up = Weight(ProjectionName(config_, layer, "up_proj"));
-  ProjectGroupsBackward(act.ffn_input.data(), act.group_offsets, gate.value.data(),
-                        gate.grad_or_null(), stride, d, ffn, Lora(layer, "gate_proj"),
-                        act.lora_gate, dgate.data(), dinput.data());
-  ProjectGroupsBackward(act.ffn_input.data(), act.group_offsets, up.value.data(), up.grad_or_null(),
-                        stride, d, ffn, Lora(layer, "up_proj"), act.lora_up, dup.data(),
-                        dinput.data());
+  BackwardSwiGluMlp(layer, act.ffn_input.data(), stride, ffn, act, drows.data(), dinput.data());
   cpu::PermuteRowsBackward(dinput.data(), act.permutation, dnorm2, d);
 
   // The router learns through the gate weights, which R3 recomputes from its logits.

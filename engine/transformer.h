@@ -95,6 +95,14 @@ class Transformer {
                 const int16_t* replay, LayerActivations& act);
   void RunDenseFfn(int layer, int rows, LayerActivations& act);
   void RunMoeFfn(int layer, int moe_index, int rows, const int16_t* replay, LayerActivations& act);
+  // down(silu(gate(x)) * up(x)) over act.group_offsets' row groups (group g uses the weights at
+  // g * weight_stride: one dense MLP with stride 0, or one expert per group), with LoRA; keeps
+  // gate, up and activation in `act` for the backward pass and writes `out` ([rows, d_model]).
+  void RunSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
+                    LayerActivations& act, std::vector<float>& out);
+  // Backward of RunSwiGluMlp: dx += ∂L/∂x, weight and LoRA gradients accumulated.
+  void BackwardSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
+                         LayerActivations& act, const float* dy, float* dx);
   void RunHead(int rows, const float* x);
   void BackwardLayer(int layer, float* dx);
   void BackwardDenseFfn(int layer, const float* dy, float* dn2);

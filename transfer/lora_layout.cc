@@ -287,6 +287,13 @@ int64_t ElementSize(v1::DType dtype) {
   }
 }
 
+v1::LoraConfig WithLoraDefaults(v1::LoraConfig lora) {
+  if (lora.expert_layout() == v1::EXPERT_LAYOUT_UNSPECIFIED) {
+    lora.set_expert_layout(v1::EXPERT_LAYOUT_PER_EXPERT);
+  }
+  return lora;
+}
+
 absl::Status ValidateLoraConfig(const v1::LoraConfig& lora) {
   if (lora.rank() < 1 || lora.rank() > kMaxRank) {
     return absl::InvalidArgumentError(

@@ -22,6 +22,10 @@ inline constexpr absl::string_view kExpertPlaceholder = "{e}";
 // Bytes per element; 0 for DTYPE_UNSPECIFIED and values outside the enum.
 int64_t ElementSize(v1::DType dtype);
 
+// `lora` with LoraConfig's default expert layout filled in (UNSPECIFIED -> PER_EXPERT), the one
+// place that default is decided.
+v1::LoraConfig WithLoraDefaults(v1::LoraConfig lora);
+
 // OK iff the config obeys LoraConfig's rules with expert_layout set (as a Manifest requires):
 // rank 1..1024, alpha finite >= 0, dropout in [0, 1), target modules allowed and unique.
 absl::Status ValidateLoraConfig(const v1::LoraConfig& lora);

@@ -61,11 +61,11 @@ struct AdapterRegistry::Followed {
   }
 };
 
-AdapterRegistry::AdapterRegistry(engine::BaseModel& base,
-                                 std::shared_ptr<grpc::Channel> weight_store,
-                                 AdapterRegistryOptions options, std::function<void()> on_staged)
+AdapterRegistry::AdapterRegistry(
+    engine::BaseModel& base, std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store,
+    AdapterRegistryOptions options, std::function<void()> on_staged)
     : base_model_(base),
-      stub_(weight_store == nullptr ? nullptr : v1::WeightStoreService::NewStub(weight_store)),
+      stub_(std::move(weight_store)),
       options_(std::move(options)),
       on_staged_(std::move(on_staged)),
       base_(MakeBaseModel(base, options_.precision)) {}

@@ -16,7 +16,6 @@
 #include "absl/time/time.h"
 #include "engine/model.h"
 #include "engine/transformer.h"
-#include "grpcpp/channel.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "transfer/ucx_transport.h"
 #include "services/rollout/sequence_batch.h"
@@ -48,7 +47,9 @@ class AdapterRegistry final : public ServedModels {
  public:
   // `base` (already in the serving precision) must outlive the registry. `on_staged` is called
   // (from a loader thread) when a version waits in staging.
-  AdapterRegistry(engine::BaseModel& base, std::shared_ptr<grpc::Channel> weight_store,
+  // `weight_store` may be null (only the base model is served).
+  AdapterRegistry(engine::BaseModel& base,
+                  std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store,
                   AdapterRegistryOptions options, std::function<void()> on_staged);
   ~AdapterRegistry() override;
 
@@ -93,7 +94,7 @@ class AdapterRegistry final : public ServedModels {
   bool SleepUnlessStopping(absl::Duration duration);
 
   engine::BaseModel& base_model_;
-  const std::unique_ptr<v1::WeightStoreService::Stub> stub_;
+  const std::unique_ptr<v1::WeightStoreService::StubInterface> stub_;
   const AdapterRegistryOptions options_;
   const std::function<void()> on_staged_;
   const std::shared_ptr<ServedModel> base_;

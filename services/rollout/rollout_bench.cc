@@ -151,25 +151,29 @@ int Main() {
   const engine::ModelConfig& model = base.config();
   const std::string transports = absl::GetFlag(FLAGS_transports);
 
-  auto store = *ServeOnLoopback(
-      "weight-store", "tandem.v1.WeightStoreService",
-      *weight_store::testing::NewWeightStoreService(
-          {.data_dir = dir + "/weights", .keep_versions = 4, .ucx = {.transports = transports}}));
-  auto replay = *ServeOnLoopback(
-      "router-replay", "tandem.v1.RouterReplayService",
-      *router_replay::testing::NewRouterReplayService({.store = {.path = dir + "/routes"}}));
+  auto store = *tandem::testing::StartLoopbackServer(
+      "weight-store",
+      {"tandem.v1.WeightStoreService",
+       *weight_store::testing::NewWeightStoreService(
+           {.data_dir = dir + "/weights", .keep_versions = 4, .ucx = {.transports = transports}})},
+      RolloutTestOptions());
+  auto replay = *tandem::testing::StartLoopbackServer(
+      "router-replay",
+      {"tandem.v1.RouterReplayService",
+       *router_replay::testing::NewRouterReplayService({.store = {.path = dir + "/routes"}})},
+      RolloutTestOptions());
   RolloutOptions options;
   options.base_model_path = base_path;
-  options.weight_store = LoopbackChannel(*store, "tandem.v1.WeightStoreService");
-  options.router_replay = LoopbackChannel(*replay, "tandem.v1.RouterReplayService");
+  options.weight_store = store.Channel();
+  options.router_replay = replay.Channel();
   options.ucx.transports = transports;
   options.adapters = {kAdapter};
   options.scheduler.kv_cache_bytes = int64_t{1} << 30;
   options.scheduler.max_batch_sequences = 1 << 16;
   auto rollout_service = *RolloutServiceImpl::Create(options);
-  auto rollout = *ServeOnLoopback("rollout", "tandem.v1.RolloutService", std::move(rollout_service));
-  auto rollout_stub =
-      v1::RolloutService::NewStub(LoopbackChannel(*rollout, "tandem.v1.RolloutService"));
+  auto rollout = *tandem::testing::StartLoopbackServer(
+      "rollout", {"tandem.v1.RolloutService", std::move(rollout_service)}, RolloutTestOptions());
+  auto rollout_stub = v1::RolloutService::NewStub(rollout.Channel());
   auto store_stub = v1::WeightStoreService::NewStub(options.weight_store);
 
   const engine::LoraAdapter adapter = RandomAdapter(model, 1);

@@ -10,6 +10,7 @@
 #include "common/unary.h"
 #include "common/finished_reactor.h"
 #include "common/queued_write_reactor.h"
+#include "tandem/v1/weight_store.grpc.pb.h"
 #include "services/rollout/generate_request.h"
 
 namespace tandem::rollout {
@@ -113,7 +114,9 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   }
   RolloutServiceImpl* raw = service.get();
   service->registry_ = std::make_unique<AdapterRegistry>(
-      *service->base_, o.weight_store, registry, [raw] {
+      *service->base_,
+      o.weight_store == nullptr ? nullptr : v1::WeightStoreService::NewStub(o.weight_store),
+      registry, [raw] {
         if (Scheduler* scheduler = raw->scheduler_for_wakeups_.load()) scheduler->Wake();
       });
   for (const std::string& adapter : o.adapters) service->registry_->Follow(adapter, true);

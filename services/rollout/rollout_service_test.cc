@@ -37,12 +37,13 @@ using ::testing::HasSubstr;
 
 constexpr char kAdapter[] = "policy";
 
-std::unique_ptr<ServiceServer> Serve(const std::string& name, const std::string& proto_name,
-                                     std::unique_ptr<grpc::Service> service,
-                                     std::function<bool()> ready = nullptr,
-                                     std::function<void()> drain = nullptr) {
-  auto server =
-      ServeOnLoopback(name, proto_name, std::move(service), std::move(ready), std::move(drain));
+tandem::testing::LoopbackServer Serve(const std::string& name, const std::string& proto_name,
+                                      std::unique_ptr<grpc::Service> service,
+                                      std::function<bool()> ready = nullptr,
+                                      std::function<void()> drain = nullptr) {
+  auto server = tandem::testing::StartLoopbackServer(
+      name, {proto_name, std::move(service), std::move(ready), std::move(drain)},
+      RolloutTestOptions());
   EXPECT_TRUE(server.ok()) << server.status();
   return *std::move(server);
 }
@@ -81,7 +82,7 @@ class RolloutServiceTest : public ::testing::Test {
     ASSERT_TRUE(weight_store.ok()) << weight_store.status();
     weight_store_ =
         Serve("weight-store", "tandem.v1.WeightStoreService", *std::move(weight_store));
-    weight_store_channel_ = LoopbackChannel(*weight_store_, "tandem.v1.WeightStoreService");
+    weight_store_channel_ = weight_store_.Channel();
     weight_store_stub_ = v1::WeightStoreService::NewStub(weight_store_channel_);
 
     auto router_replay =
@@ -89,11 +90,11 @@ class RolloutServiceTest : public ::testing::Test {
     ASSERT_TRUE(router_replay.ok()) << router_replay.status();
     router_replay_ =
         Serve("router-replay", "tandem.v1.RouterReplayService", *std::move(router_replay));
-    router_replay_channel_ = LoopbackChannel(*router_replay_, "tandem.v1.RouterReplayService");
+    router_replay_channel_ = router_replay_.Channel();
   }
 
   void TearDown() override {
-    rollout_.reset();
+    rollout_.server.reset();
     rollout_service_ = nullptr;
   }
 
@@ -109,14 +110,14 @@ class RolloutServiceTest : public ::testing::Test {
   }
 
   void StartRollout(RolloutOptions options) {
-    rollout_.reset();
+    rollout_.server.reset();
     auto service = RolloutServiceImpl::Create(std::move(options));
     ASSERT_TRUE(service.ok()) << service.status();
     rollout_service_ = service->get();
     rollout_ = Serve("rollout", "tandem.v1.RolloutService", *std::move(service),
                      [raw = rollout_service_] { return raw->Ready(); },
                      [raw = rollout_service_] { raw->Drain(); });
-    rollout_channel_ = LoopbackChannel(*rollout_, "tandem.v1.RolloutService");
+    rollout_channel_ = rollout_.Channel();
     rollout_stub_ = v1::RolloutService::NewStub(rollout_channel_);
   }
 
@@ -204,7 +205,7 @@ class RolloutServiceTest : public ::testing::Test {
   std::string dir_;
   engine::ModelConfig model_config_;
   std::unique_ptr<engine::BaseModel> base_, serving_base_;
-  std::unique_ptr<ServiceServer> weight_store_, router_replay_, rollout_;
+  tandem::testing::LoopbackServer weight_store_, router_replay_, rollout_;
   std::shared_ptr<grpc::Channel> weight_store_channel_, router_replay_channel_, rollout_channel_;
   std::unique_ptr<v1::WeightStoreService::Stub> weight_store_stub_;
   std::unique_ptr<v1::RolloutService::Stub> rollout_stub_;
@@ -496,7 +497,7 @@ TEST_F(RolloutServiceTest, DrainEndsRunningSamplesEarlyWithWhatTheyHave) {
   auto reader = rollout_stub_->Generate(&context, request);
   v1::GenerateResponse response;
   ASSERT_TRUE(reader->Read(&response));
-  std::thread drain([&] { rollout_->Drain(); });
+  std::thread drain([&] { rollout_.server->Drain(); });
   int received = 1, cancelled = 0, partial = 0;
   while (reader->Read(&response)) {
     ++received;
@@ -648,7 +649,7 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
 
   options.weight_store = weight_store_channel_;
   StartRollout(options);
-  ASSERT_TRUE(WaitUntilServing({.target = absl::StrCat("127.0.0.1:", rollout_->port())},
+  ASSERT_TRUE(WaitUntilServing({.target = rollout_.target()},
                                "tandem.v1.RolloutService", absl::Seconds(20))
                   .ok());
   v1::GetAdapterStatusRequest request;

@@ -16,25 +16,14 @@
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
 
-// Shared by the rollout test and benchmark: services on loopback and published adapters.
+// Shared by the rollout test and benchmark: server options and published adapters.
 namespace tandem::rollout {
 
-inline absl::StatusOr<std::unique_ptr<ServiceServer>> ServeOnLoopback(
-    const std::string& name, const std::string& proto_name, std::unique_ptr<grpc::Service> service,
-    std::function<bool()> ready = nullptr, std::function<void()> drain = nullptr) {
-  std::vector<HostedService> services;
-  services.push_back({proto_name, std::move(service), std::move(ready), std::move(drain)});
+// Options of the in-process servers of rollout tests: a drain has room to deliver samples.
+inline ServerOptions RolloutTestOptions() {
   ServerOptions options = tandem::testing::LoopbackOptions();
-  options.drain_timeout = absl::Seconds(2);  // Room for a drain to deliver its samples.
-  auto server = ServiceServer::Start(name, std::move(services), options);
-  if (server.ok()) (*server)->SetReady();
-  return server;
-}
-
-inline std::shared_ptr<grpc::Channel> LoopbackChannel(const ServiceServer& server,
-                                                      const std::string& service) {
-  return *CreateChannel(
-      {.target = absl::StrCat("127.0.0.1:", server.port()), .service_name = service});
+  options.drain_timeout = absl::Seconds(2);
+  return options;
 }
 
 // A rank-4 adapter with every tensor random (B != 0, so it changes outputs).

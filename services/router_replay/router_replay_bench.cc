@@ -19,6 +19,7 @@
 #include "common/channel.h"
 #include "common/process_memory.h"
 #include "common/server.h"
+#include "common/testing/test_server.h"
 #include "engine/config.h"
 #include "engine/generator.h"
 #include "engine/model.h"
@@ -132,28 +133,17 @@ std::vector<std::vector<int16_t>> EngineRoutes(const engine::ModelConfig& config
   return routes;
 }
 
-struct LoopbackServer {
-  std::unique_ptr<ServiceServer> server;
-  std::shared_ptr<grpc::Channel> channel() const {
-    return *CreateChannel({.target = absl::StrCat("127.0.0.1:", server->port()),
-                           .service_name = "tandem.v1.RouterReplayService"});
-  }
-};
+using tandem::testing::LoopbackServer;
 
 LoopbackServer StartServer() {
   const std::string path = absl::GetFlag(FLAGS_data_dir);
   std::filesystem::remove_all(path);
-  std::vector<HostedService> services;
-  services.push_back({"tandem.v1.RouterReplayService",
-                      *RouterReplayServiceImpl::Create({.store = {.path = path}})});
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.metrics_port = 0;
+  ServerOptions options = tandem::testing::LoopbackOptions();
   options.max_message_bytes = 8 << 20;
-  LoopbackServer server{*ServiceServer::Start("router-replay", std::move(services), options)};
-  server.server->SetReady();
-  return server;
+  return *tandem::testing::StartLoopbackServer(
+      "router-replay",
+      {"tandem.v1.RouterReplayService", *RouterReplayServiceImpl::Create({.store = {.path = path}})},
+      options);
 }
 
 // Every client appends its own records in decode-sized chunks; returns tokens/s until all
@@ -167,7 +157,7 @@ double Ingest(const LoopbackServer& server, int clients, int first_client, const
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      RouteAppender appender(server.channel());
+      RouteAppender appender(server.Channel());
       for (int r = 0; r < records; ++r) {
         const RecordKey key{.job_id = "bench",
                             .policy_version = first_client + c,
@@ -198,7 +188,7 @@ double Fetch(const LoopbackServer& server, int clients) {
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      auto stub = v1::RouterReplayService::NewStub(server.channel());
+      auto stub = v1::RouterReplayService::NewStub(server.Channel());
       v1::FetchRoutesRequest request;
       request.mutable_job()->set_job_id("bench");
       request.set_dp_rank(c);

@@ -41,17 +41,13 @@ class RouterReplayServiceTest : public ::testing::Test {
     std::filesystem::remove_all(dir);
     auto service = RouterReplayServiceImpl::Create({.store = {.path = dir}});
     ASSERT_TRUE(service.ok()) << service.status();
-    std::vector<HostedService> services;
-    services.push_back({"tandem.v1.RouterReplayService", *std::move(service)});
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.max_message_bytes = 8 << 20;
-    auto server = ServiceServer::Start("router-replay", std::move(services), options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-    server_->SetReady();
-    channel_ = new std::shared_ptr<grpc::Channel>(
-        *CreateChannel({.target = absl::StrCat("127.0.0.1:", server_->port()),
-                        .service_name = "tandem.v1.RouterReplayService"}));
+    auto started = tandem::testing::StartLoopbackServer(
+        "router-replay", {"tandem.v1.RouterReplayService", *std::move(service)}, options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    channel_ = new std::shared_ptr<grpc::Channel>(started->Channel());
+    server_ = started->server.release();
   }
 
   static void TearDownTestSuite() {

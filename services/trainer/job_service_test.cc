@@ -35,15 +35,14 @@ class JobServiceTest : public ::testing::Test {
       return RunJob(job, JobEnvironment(), progress, cancelled);
     });
     ASSERT_TRUE(jobs.ok()) << jobs.status();
-    std::vector<HostedService> services;
-    services.push_back({"tandem.v1.JobService", std::make_unique<JobServiceImpl>(*std::move(jobs))});
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.drain_timeout = absl::Milliseconds(200);
-    server_ = *ServiceServer::Start("trainer", std::move(services), options);
-    server_->SetReady();
-    stub_ = v1::JobService::NewStub(*CreateChannel(
-        {.target = absl::StrCat("127.0.0.1:", server_->port()),
-         .service_name = "tandem.v1.JobService"}));
+    auto started = tandem::testing::StartLoopbackServer(
+        "trainer",
+        {"tandem.v1.JobService", std::make_unique<JobServiceImpl>(*std::move(jobs))}, options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    stub_ = v1::JobService::NewStub(started->Channel());
+    server_ = std::move(started->server);
   }
 
   v1::JobSpec Spec(int steps) const {

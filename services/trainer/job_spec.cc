@@ -171,9 +171,7 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const st
     if (absl::Status status = check(spec); !status.ok()) return status;
   }
   if (!spec.has_lora() || spec.lora().rank() < 1) return Invalid("lora.rank is required");
-  if (spec.lora().expert_layout() == v1::EXPERT_LAYOUT_UNSPECIFIED) {
-    spec.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_PER_EXPERT);
-  }
+  *spec.mutable_lora() = transfer::WithLoraDefaults(spec.lora());
   if (absl::Status status = transfer::ValidateLoraConfig(spec.lora()); !status.ok()) {
     return Invalid("lora: ", status.message());
   }

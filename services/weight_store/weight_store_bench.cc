@@ -18,6 +18,7 @@
 #include "common/channel.h"
 #include "common/process_memory.h"
 #include "common/server.h"
+#include "common/testing/test_server.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "transfer/lora_testing.h"
 #include "services/weight_store/weight_store_service.h"
@@ -74,30 +75,23 @@ double PerftestGetMiBps(size_t bytes) {
   return fields.size() > 6 ? std::stod(fields[6]) : 0;
 }
 
-struct Store {
-  std::unique_ptr<ServiceServer> server;
-  std::string target() const { return absl::StrCat("127.0.0.1:", server->port()); }
-};
+using Store = tandem::testing::LoopbackServer;
 
 Store StartStore() {
   std::filesystem::remove_all(absl::GetFlag(FLAGS_data_dir));
-  std::vector<HostedService> services;
-  services.push_back(
+  ServerOptions options = tandem::testing::LoopbackOptions();
+  options.max_message_bytes = 80 << 20;
+  return *tandem::testing::StartLoopbackServer(
+      "weight-store",
       {"tandem.v1.WeightStoreService",
        *WeightStoreServiceImpl::Create({.data_dir = absl::GetFlag(FLAGS_data_dir),
                                         .keep_versions = 2,
-                                        .ucx = {.transports = absl::GetFlag(FLAGS_transports)}})});
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.max_message_bytes = 80 << 20;
-  Store store{*ServiceServer::Start("weight-store", std::move(services), options)};
-  store.server->SetReady();
-  return store;
+                                        .ucx = {.transports = absl::GetFlag(FLAGS_transports)}})},
+      options);
 }
 
 std::unique_ptr<v1::WeightStoreService::Stub> Stub(const Store& store) {
-  return v1::WeightStoreService::NewStub(
-      *CreateChannel({.target = store.target(), .service_name = "tandem.v1.WeightStoreService"}));
+  return v1::WeightStoreService::NewStub(store.Channel());
 }
 
 v1::TargetLayout Stacked() {

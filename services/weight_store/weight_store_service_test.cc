@@ -41,15 +41,14 @@ class WeightStoreServiceTest : public ::testing::Test {
                                                    .ucx = {.transports = "tcp"},
                                                    .sweep_interval = absl::Milliseconds(50)});
     ASSERT_TRUE(service.ok()) << service.status();
-    std::vector<HostedService> services;
-    services.push_back({"tandem.v1.WeightStoreService", *std::move(service)});
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.max_message_bytes = 80 << 20;
     options.drain_timeout = absl::Milliseconds(200);
-    server_ = *ServiceServer::Start("weight-store", std::move(services), options);
-    server_->SetReady();
-    channel_ = *CreateChannel({.target = absl::StrCat("127.0.0.1:", server_->port()),
-                               .service_name = "tandem.v1.WeightStoreService"});
+    auto started = tandem::testing::StartLoopbackServer(
+        "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)}, options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    channel_ = started->Channel();
+    server_ = std::move(started->server);
     stub_ = v1::WeightStoreService::NewStub(channel_);
   }
 

@@ -67,7 +67,8 @@ v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config) {
   return proto;
 }
 
-absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& proto) {
+absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& given) {
+  const v1::LoraConfig proto = transfer::WithLoraDefaults(given);
   engine::LoraConfig config;
   config.rank = proto.rank();
   config.alpha = proto.alpha() == 0 ? static_cast<float>(proto.rank()) : proto.alpha();
@@ -75,7 +76,6 @@ absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& pro
     config.targets.assign(proto.target_modules().begin(), proto.target_modules().end());
   }
   switch (proto.expert_layout()) {
-    case v1::EXPERT_LAYOUT_UNSPECIFIED:
     case v1::EXPERT_LAYOUT_PER_EXPERT:
       config.expert_layout = engine::ExpertLayout::kPerExpert;
       break;
