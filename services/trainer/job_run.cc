@@ -30,6 +30,15 @@
 namespace tandem::trainer {
 namespace {
 
+template <typename Service>
+absl::StatusOr<std::unique_ptr<typename Service::StubInterface>> Dial(
+    const std::string& address, const std::string& service_name, const std::string& auth_token) {
+  auto channel =
+      CreateChannel({.target = address, .service_name = service_name, .auth_token = auth_token});
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<typename Service::StubInterface>(Service::NewStub(*channel));
+}
+
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
 absl::Status Cancelled() { return absl::CancelledError("job cancelled"); }
@@ -107,15 +116,6 @@ class JobRun {
   absl::Status Run(const JobProgress& progress, const std::atomic<bool>& cancelled);
 
  private:
-  template <typename Service>
-  absl::StatusOr<std::unique_ptr<typename Service::Stub>> Connect(const std::string& target,
-                                                                  const std::string& name) {
-    auto channel = CreateChannel(
-        {.target = target, .service_name = name, .auth_token = environment_.auth_token});
-    if (!channel.ok()) return channel.status();
-    return Service::NewStub(*channel);
-  }
-
   // Cancels the Generate calls in flight and any later attempt (the run is ending).
   void AbandonGeneration();
   bool Abandoned() {
@@ -134,7 +134,7 @@ class JobRun {
   absl::StatusOr<std::vector<v1::GenerateResponse>> RequestSamples(
       int64_t step, int64_t version, int attempt, const std::vector<engine::Sample>& problems);
   absl::StatusOr<std::vector<v1::GenerateResponse>> GenerateOn(
-      v1::RolloutService::Stub& stub, const v1::GenerateRequest& request);
+      v1::RolloutService::StubInterface& stub, const v1::GenerateRequest& request);
   absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
                                                    double* missing_share);
 
@@ -145,9 +145,9 @@ class JobRun {
   std::unique_ptr<engine::Task> task_;
   std::unique_ptr<engine::LoraAdapter> lora_;
   std::optional<engine::AdamW> optimizer_;
-  std::vector<std::unique_ptr<v1::RolloutService::Stub>> rollouts_;
-  std::unique_ptr<v1::WeightStoreService::Stub> weight_store_;
-  std::unique_ptr<v1::RouterReplayService::Stub> router_replay_;
+  std::vector<std::unique_ptr<v1::RolloutService::StubInterface>> rollouts_;
+  std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store_;
+  std::unique_ptr<v1::RouterReplayService::StubInterface> router_replay_;
   int64_t start_step_ = 0;
   absl::Mutex calls_mutex_;
   absl::flat_hash_set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(calls_mutex_);
@@ -164,18 +164,19 @@ absl::Status JobRun::Init() {
   auto task = MakeJobTask(spec_);
   if (!task.ok()) return task.status();
   task_ = *std::move(task);
+  GrpcServiceDialer grpc_dialer(environment_.auth_token);
+  ServiceDialer& dialer =
+      environment_.dialer != nullptr ? *environment_.dialer : grpc_dialer;
   for (const std::string& address : spec_.endpoints().rollout()) {
-    auto stub = Connect<v1::RolloutService>(address, "tandem.v1.RolloutService");
+    auto stub = dialer.Rollout(address);
     if (!stub.ok()) return stub.status();
     rollouts_.push_back(*std::move(stub));
   }
-  auto weight_store =
-      Connect<v1::WeightStoreService>(spec_.endpoints().weight_store(), "tandem.v1.WeightStoreService");
+  auto weight_store = dialer.WeightStore(spec_.endpoints().weight_store());
   if (!weight_store.ok()) return weight_store.status();
   weight_store_ = *std::move(weight_store);
   if (!spec_.endpoints().router_replay().empty()) {
-    auto router_replay = Connect<v1::RouterReplayService>(spec_.endpoints().router_replay(),
-                                                          "tandem.v1.RouterReplayService");
+    auto router_replay = dialer.RouterReplay(spec_.endpoints().router_replay());
     if (!router_replay.ok()) return router_replay.status();
     router_replay_ = *std::move(router_replay);
   }
@@ -256,7 +257,7 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
 }
 
 absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::GenerateOn(
-    v1::RolloutService::Stub& stub, const v1::GenerateRequest& request) {
+    v1::RolloutService::StubInterface& stub, const v1::GenerateRequest& request) {
   grpc::ClientContext context;
   SetDeadline(context);
   {
@@ -515,6 +516,21 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> GrpcServiceDialer::Rollout(
+    const std::string& address) {
+  return Dial<v1::RolloutService>(address, "tandem.v1.RolloutService", auth_token_);
+}
+
+absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>>
+GrpcServiceDialer::WeightStore(const std::string& address) {
+  return Dial<v1::WeightStoreService>(address, "tandem.v1.WeightStoreService", auth_token_);
+}
+
+absl::StatusOr<std::unique_ptr<v1::RouterReplayService::StubInterface>>
+GrpcServiceDialer::RouterReplay(const std::string& address) {
+  return Dial<v1::RouterReplayService>(address, "tandem.v1.RouterReplayService", auth_token_);
+}
 
 absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
                     const JobProgress& progress, const std::atomic<bool>& cancelled) {

@@ -6,16 +6,51 @@
 #include <functional>
 #include <string>
 
+#include <memory>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "transfer/ucx_transport.h"
+#include "tandem/v1/rollout.grpc.pb.h"
+#include "tandem/v1/router_replay.grpc.pb.h"
 #include "tandem/v1/trainer.pb.h"
+#include "tandem/v1/weight_store.grpc.pb.h"
+#include "transfer/ucx_transport.h"
 
 namespace tandem::trainer {
 
+// Opens the stubs a job run calls, by the addresses its spec names. The trainer dials gRPC
+// channels (GrpcServiceDialer); tests hand out fakes or in-process servers.
+class ServiceDialer {
+ public:
+  virtual ~ServiceDialer() = default;
+  virtual absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> Rollout(
+      const std::string& address) = 0;
+  virtual absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>> WeightStore(
+      const std::string& address) = 0;
+  virtual absl::StatusOr<std::unique_ptr<v1::RouterReplayService::StubInterface>> RouterReplay(
+      const std::string& address) = 0;
+};
+
+// gRPC channels (CreateChannel: retries, keepalive) carrying the bearer token.
+class GrpcServiceDialer final : public ServiceDialer {
+ public:
+  explicit GrpcServiceDialer(std::string auth_token) : auth_token_(std::move(auth_token)) {}
+  absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> Rollout(
+      const std::string& address) override;
+  absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>> WeightStore(
+      const std::string& address) override;
+  absl::StatusOr<std::unique_ptr<v1::RouterReplayService::StubInterface>> RouterReplay(
+      const std::string& address) override;
+
+ private:
+  const std::string auth_token_;
+};
+
 // What a job run needs from the trainer process.
 struct JobEnvironment {
-  std::string auth_token;  // Sent to the other services.
+  std::string auth_token;  // Sent to the other services when `dialer` is null.
+  ServiceDialer* dialer = nullptr;  // Not owned; null: GrpcServiceDialer(auth_token).
   transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
   absl::Duration rpc_timeout = absl::Minutes(5);
   absl::Duration swap_timeout = absl::Seconds(60);

@@ -1,0 +1,320 @@
+// The job step loop (RunJob) against a scripted fake rollout replica and the real weight-store
+// in process on loopback: versions published per step, retries of a step's generation,
+// failures, waiting for the replica to swap, cancellation. No other process, no model on the
+// rollout side.
+#include "services/trainer/job_run.h"
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/testing/test_server.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/trainer/job_spec.h"
+#include "services/trainer/job_spec_testing.h"
+#include "services/weight_store/client/testing/weight_store_server.h"
+
+namespace tandem::trainer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A finished server stream: the responses, then the status.
+class FakeReader final : public grpc::ClientReaderInterface<v1::GenerateResponse> {
+ public:
+  FakeReader(std::vector<v1::GenerateResponse> responses, grpc::Status status)
+      : responses_(std::move(responses)), status_(std::move(status)) {}
+  bool Read(v1::GenerateResponse* response) override {
+    if (next_ == responses_.size()) return false;
+    *response = responses_[next_++];
+    return true;
+  }
+  grpc::Status Finish() override { return status_; }
+  bool NextMessageSize(uint32_t* size) override {
+    *size = next_ < responses_.size() ? static_cast<uint32_t>(responses_[next_].ByteSizeLong()) : 0;
+    return next_ < responses_.size();
+  }
+  void WaitForInitialMetadata() override {}
+
+ private:
+  std::vector<v1::GenerateResponse> responses_;
+  grpc::Status status_;
+  size_t next_ = 0;
+};
+
+// A rollout replica that answers every sample with "<eos>" (log-prob -1), after failing the
+// first `unavailable_calls` calls with UNAVAILABLE or answering them as a draining replica
+// does; it reports `current_version` to GetAdapterStatus once asked `swap_after_polls` times.
+struct FakeRolloutState {
+  absl::Mutex mutex;
+  int unavailable_calls ABSL_GUARDED_BY(mutex) = 0;
+  int draining_calls ABSL_GUARDED_BY(mutex) = 0;
+  bool error_sample ABSL_GUARDED_BY(mutex) = false;
+  bool never_swaps ABSL_GUARDED_BY(mutex) = false;
+  int swap_after_polls ABSL_GUARDED_BY(mutex) = 0;
+  int polls ABSL_GUARDED_BY(mutex) = 0;
+  std::vector<v1::GenerateRequest> requests ABSL_GUARDED_BY(mutex);
+  int64_t newest_published ABSL_GUARDED_BY(mutex) = 0;  // Told by the test's weight-store watch.
+};
+
+class FakeRolloutStub final : public v1::RolloutService::StubInterface {
+ public:
+  explicit FakeRolloutStub(FakeRolloutState& state) : state_(state) {}
+
+  grpc::Status GetAdapterStatus(grpc::ClientContext*, const v1::GetAdapterStatusRequest& request,
+                                v1::GetAdapterStatusResponse* response) override {
+    absl::MutexLock lock(&state_.mutex);
+    v1::AdapterStatus& status = *response->add_adapters();
+    status.set_adapter_name(request.adapter_name());
+    const bool swapped = !state_.never_swaps && ++state_.polls > state_.swap_after_polls;
+    if (swapped) state_.polls = 0;
+    status.set_current_version(swapped ? state_.newest_published : 0);
+    if (!swapped) status.set_last_error("still loading");
+    return grpc::Status::OK;
+  }
+
+ private:
+  grpc::ClientReaderInterface<v1::GenerateResponse>* GenerateRaw(
+      grpc::ClientContext*, const v1::GenerateRequest& request) override {
+    absl::MutexLock lock(&state_.mutex);
+    state_.requests.push_back(request);
+    if (state_.unavailable_calls > 0) {
+      --state_.unavailable_calls;
+      return new FakeReader({}, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting"));
+    }
+    const bool draining = state_.draining_calls > 0;
+    if (draining) --state_.draining_calls;
+    std::vector<v1::GenerateResponse> responses;
+    for (int p = 0; p < request.prompts_size(); ++p) {
+      for (int s = 0; s < request.group_size(); ++s) {
+        v1::GenerateResponse& response = responses.emplace_back();
+        response.set_request_id(request.request_id());
+        response.set_prompt_index(p);
+        response.set_sample_index(s);
+        response.add_token_ids(engine::kEosId);
+        response.add_logprobs(-1.0f);
+        response.set_adapter_version(request.adapter().exact_version());
+        response.set_finish_reason(draining ? v1::FINISH_REASON_CANCELLED
+                                            : v1::FINISH_REASON_STOP);
+      }
+    }
+    if (state_.error_sample) {
+      responses.back().set_finish_reason(v1::FINISH_REASON_ERROR);
+      responses.back().set_error_message("kernel fault");
+    }
+    return new FakeReader(std::move(responses), grpc::Status::OK);
+  }
+  grpc::ClientAsyncReaderInterface<v1::GenerateResponse>* AsyncGenerateRaw(
+      grpc::ClientContext*, const v1::GenerateRequest&, grpc::CompletionQueue*, void*) override {
+    return nullptr;  // The job loop uses the blocking API only.
+  }
+  grpc::ClientAsyncReaderInterface<v1::GenerateResponse>* PrepareAsyncGenerateRaw(
+      grpc::ClientContext*, const v1::GenerateRequest&, grpc::CompletionQueue*) override {
+    return nullptr;
+  }
+  grpc::ClientAsyncResponseReaderInterface<v1::GetAdapterStatusResponse>*
+  AsyncGetAdapterStatusRaw(grpc::ClientContext*, const v1::GetAdapterStatusRequest&,
+                           grpc::CompletionQueue*) override {
+    return nullptr;
+  }
+  grpc::ClientAsyncResponseReaderInterface<v1::GetAdapterStatusResponse>*
+  PrepareAsyncGetAdapterStatusRaw(grpc::ClientContext*, const v1::GetAdapterStatusRequest&,
+                                  grpc::CompletionQueue*) override {
+    return nullptr;
+  }
+
+  FakeRolloutState& state_;
+};
+
+// Rollout addresses get the fake; the weight-store address the real store on loopback.
+class TestDialer final : public ServiceDialer {
+ public:
+  TestDialer(FakeRolloutState& rollout, std::shared_ptr<grpc::Channel> weight_store)
+      : rollout_(rollout), weight_store_(std::move(weight_store)) {}
+  absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> Rollout(
+      const std::string&) override {
+    return std::make_unique<FakeRolloutStub>(rollout_);
+  }
+  absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>> WeightStore(
+      const std::string&) override {
+    return std::unique_ptr<v1::WeightStoreService::StubInterface>(
+        v1::WeightStoreService::NewStub(weight_store_));
+  }
+  absl::StatusOr<std::unique_ptr<v1::RouterReplayService::StubInterface>> RouterReplay(
+      const std::string& address) override {
+    return absl::FailedPreconditionError(absl::StrCat("no router-replay in this test: ", address));
+  }
+
+ private:
+  FakeRolloutState& rollout_;
+  std::shared_ptr<grpc::Channel> weight_store_;
+};
+
+class JobRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/job_run_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    ASSERT_TRUE(engine::BaseModel::Create(engine::DefaultModelConfig(), 3)
+                    ->Save(dir_ + "/base.safetensors")
+                    .ok());
+    auto service = weight_store::testing::NewWeightStoreService(
+        {.data_dir = dir_ + "/weights", .enable_ucx = false});
+    ASSERT_TRUE(service.ok()) << service.status();
+    auto store = tandem::testing::StartLoopbackServer(
+        "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)});
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    dialer_ = std::make_unique<TestDialer>(rollout_, store_.Channel());
+    environment_.dialer = dialer_.get();
+    environment_.retry_backoff = absl::Milliseconds(1);
+    environment_.swap_timeout = absl::Seconds(10);
+  }
+
+  // A resolved job: `steps` GRPO steps of 2 prompts x 2 samples, no routing replay.
+  v1::Job Job(int steps) const {
+    v1::JobSpec spec = MinimalValidSpec();
+    spec.set_base_model_path(dir_ + "/base.safetensors");
+    spec.set_num_steps(steps);
+    spec.set_prompts_per_step(2);
+    spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_OFF);
+    spec.mutable_endpoints()->clear_router_replay();
+    v1::Job job;
+    job.set_id("job-test");
+    *job.mutable_spec() = *ResolveJobSpec(spec, job.id(), dir_ + "/out");
+    return job;
+  }
+
+  // Runs the job; the fake replica learns each published version from on_published.
+  absl::Status Run(const v1::Job& job, const std::atomic<bool>& cancelled) {
+    const JobProgress progress{
+        .on_published =
+            [this](int64_t version) {
+              published_.push_back(version);
+              absl::MutexLock lock(&rollout_.mutex);
+              rollout_.newest_published = version;
+            },
+        .on_step = [this](const v1::StepMetrics& metrics) { steps_.push_back(metrics); }};
+    return RunJob(job, environment_, progress, cancelled);
+  }
+
+  std::vector<int64_t> RequestedVersions() {
+    absl::MutexLock lock(&rollout_.mutex);
+    std::vector<int64_t> versions;
+    for (const auto& request : rollout_.requests) {
+      versions.push_back(request.adapter().exact_version());
+    }
+    return versions;
+  }
+
+  std::string dir_;
+  tandem::testing::LoopbackServer store_;
+  FakeRolloutState rollout_;
+  std::unique_ptr<TestDialer> dialer_;
+  JobEnvironment environment_;
+  std::vector<int64_t> published_;
+  std::vector<v1::StepMetrics> steps_;
+  std::atomic<bool> not_cancelled_{false};
+};
+
+TEST_F(JobRunTest, EachStepGeneratesWithTheCurrentVersionAndPublishesTheNext) {
+  const absl::Status status = Run(Job(2), not_cancelled_);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_THAT(published_, ElementsAre(1, 2, 3)) << "the start adapter, then one per step";
+  EXPECT_THAT(RequestedVersions(), ElementsAre(1, 2));
+  ASSERT_EQ(steps_.size(), 2u);
+  EXPECT_EQ(steps_[1].step(), 2);
+  EXPECT_EQ(steps_[1].policy_version(), 3);
+  EXPECT_EQ(steps_[1].min_rollout_version(), 2);
+  EXPECT_DOUBLE_EQ(steps_[1].response_length_mean(), 1.0);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/out/checkpoint.safetensors"));
+  // A second run of the same job resumes from the checkpoint: nothing left but a new version.
+  published_.clear();
+  ASSERT_TRUE(Run(Job(2), not_cancelled_).ok());
+  EXPECT_THAT(published_, ElementsAre(4));
+}
+
+TEST_F(JobRunTest, AnUnavailableReplicaCostsRetriesWithNewAttemptNumbers) {
+  {
+    absl::MutexLock lock(&rollout_.mutex);
+    rollout_.unavailable_calls = 2;
+    rollout_.draining_calls = 1;
+  }
+  ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
+  absl::MutexLock lock(&rollout_.mutex);
+  ASSERT_EQ(rollout_.requests.size(), 4u);
+  for (size_t attempt = 0; attempt < rollout_.requests.size(); ++attempt) {
+    EXPECT_THAT(rollout_.requests[attempt].request_id(), HasSubstr(absl::StrCat("-a", attempt)));
+  }
+}
+
+TEST_F(JobRunTest, AReplicaUnavailableForEveryAttemptFailsTheJob) {
+  environment_.generate_attempts = 3;
+  {
+    absl::MutexLock lock(&rollout_.mutex);
+    rollout_.unavailable_calls = 3;
+  }
+  const absl::Status status = Run(Job(1), not_cancelled_);
+  EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("restarting"));
+}
+
+TEST_F(JobRunTest, AFailedSampleFailsTheStepWithItsMessage) {
+  {
+    absl::MutexLock lock(&rollout_.mutex);
+    rollout_.error_sample = true;
+  }
+  const absl::Status status = Run(Job(1), not_cancelled_);
+  EXPECT_TRUE(absl::IsInternal(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("kernel fault"));
+}
+
+TEST_F(JobRunTest, TheStepWaitsForTheReplicaToServeTheNewVersion) {
+  {
+    absl::MutexLock lock(&rollout_.mutex);
+    rollout_.swap_after_polls = 3;
+  }
+  ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
+  ASSERT_EQ(steps_.size(), 1u);
+  EXPECT_GT(steps_[0].swap_seconds(), 0);
+}
+
+TEST_F(JobRunTest, AReplicaThatNeverSwapsFailsTheStepNamingItsLastError) {
+  environment_.swap_timeout = absl::Milliseconds(100);
+  {
+    absl::MutexLock lock(&rollout_.mutex);
+    rollout_.never_swaps = true;
+  }
+  const absl::Status status = Run(Job(1), not_cancelled_);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("still loading"));
+}
+
+TEST_F(JobRunTest, ACancelledRunStopsBeforeItsNextPhase) {
+  std::atomic<bool> cancelled{true};
+  const absl::Status status = Run(Job(3), cancelled);
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
+  EXPECT_TRUE(steps_.empty());
+}
+
+TEST_F(JobRunTest, AMissingBaseModelFailsBeforeAnythingIsPublished) {
+  v1::Job job = Job(1);
+  job.mutable_spec()->set_base_model_path(dir_ + "/nope.safetensors");
+  const absl::Status status = Run(job, not_cancelled_);
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("base model"));
+  EXPECT_TRUE(published_.empty());
+}
+
+}  // namespace
+}  // namespace tandem::trainer
