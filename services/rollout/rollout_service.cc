@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/call_tracker.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/unary.h"
@@ -31,8 +32,8 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 class GenerateReactor final : public QueuedWriteReactor<v1::GenerateResponse> {
  public:
   GenerateReactor(grpc::CallbackServerContext* context, Scheduler& scheduler,
-                  std::unique_ptr<GenerationWork> work)
-      : scheduler_(scheduler), expected_(work->num_samples()) {
+                  CallTracker& streams, std::unique_ptr<GenerationWork> work)
+      : scheduler_(scheduler), stream_(streams), expected_(work->num_samples()) {
     work->start = absl::Now();
     work->deadline = DeadlineOf(*context);
     work->deliver = [sink = sink()](v1::GenerateResponse response) {
@@ -65,6 +66,7 @@ class GenerateReactor final : public QueuedWriteReactor<v1::GenerateResponse> {
   }
 
   Scheduler& scheduler_;
+  const CallTracker::Token stream_;  // Until the reactor is done.
   const int expected_;
   int written_ = 0;
   std::shared_ptr<GenerationWork> work_;
@@ -129,6 +131,17 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   return service;
 }
 
+void RolloutServiceImpl::Drain() {
+  scheduler_->Drain();
+  if (!streams_.WaitUntilIdle(options_.drain_wait)) {
+    spdlog::warn("rollout drain: Generate streams still open after {}",
+                 absl::FormatDuration(options_.drain_wait));
+  }
+  // A connection closed right after a stream's last response can reach the client as a reset
+  // that discards responses it had not read yet.
+  absl::SleepFor(options_.drain_linger);
+}
+
 grpc::ServerWriteReactor<v1::GenerateResponse>* RolloutServiceImpl::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   absl::StatusOr<std::unique_ptr<GenerationWork>> work = PrepareWork(*request, model_config());
@@ -136,7 +149,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* RolloutServiceImpl::Generate(
     return new FinishedReactor<grpc::ServerWriteReactor<v1::GenerateResponse>>(
         ToGrpcStatus(work.status()));
   }
-  return new GenerateReactor(context, *scheduler_, *std::move(work));
+  return new GenerateReactor(context, *scheduler_, streams_, *std::move(work));
 }
 
 grpc::ServerUnaryReactor* RolloutServiceImpl::GetAdapterStatus(

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/call_tracker.h"
 #include "engine/model.h"
 #include "engine/transformer.h"
 #include "grpcpp/channel.h"
@@ -32,6 +33,10 @@ struct RolloutOptions {
   AdapterRegistryOptions registry;
   SchedulerOptions scheduler;
   router_replay::RouteAppenderOptions routes;
+  // On drain: how long Generate streams may take to end (each has all its samples by then,
+  // most cut short), and how long the server then waits before closing connections.
+  absl::Duration drain_wait = absl::Seconds(10);
+  absl::Duration drain_linger = absl::Milliseconds(200);
 };
 
 // gRPC front end of the rollout service: Generate streams each finished sample; GetAdapterStatus
@@ -49,8 +54,10 @@ class RolloutServiceImpl final : public v1::RolloutService::CallbackService {
 
   // Base model loaded and every followed adapter's starting version servable.
   bool Ready() const { return registry_->Ready(); }
-  // Ends running samples early (FINISH_REASON_CANCELLED, tokens so far) for a server drain.
-  void Drain() { scheduler_->Drain(); }
+  // For a server drain: ends running samples early (FINISH_REASON_CANCELLED, tokens so far),
+  // waits up to options.drain_wait for the streams to end, then options.drain_linger more so
+  // clients read the last responses before the server closes their connections.
+  void Drain();
   const engine::ModelConfig& model_config() const { return base_->config(); }
 
  private:
@@ -65,6 +72,7 @@ class RolloutServiceImpl final : public v1::RolloutService::CallbackService {
   std::atomic<Scheduler*> scheduler_for_wakeups_{nullptr};
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SchedulerThread> scheduler_thread_;
+  CallTracker streams_;  // Generate calls in progress.
 };
 
 }  // namespace tandem::rollout
