@@ -15,6 +15,10 @@
 namespace tandem {
 namespace {
 
+// How often readiness probes are asked while a service is not ready yet: cheap calls, and a
+// replica that became ready should not wait long to take traffic.
+constexpr absl::Duration kReadinessPollInterval = absl::Milliseconds(50);
+
 int Milliseconds(absl::Duration duration) {
   return static_cast<int>(absl::ToInt64Milliseconds(duration));
 }
@@ -119,7 +123,7 @@ void ServiceServer::SetReady() {
   if (serving_ || drained_) return;
   spdlog::info("{} is up; NOT_SERVING until its services are ready", name_);
   readiness_poller_ =
-      std::make_unique<PeriodicThread>(absl::Milliseconds(50), [this] { PollReadiness(); });
+      std::make_unique<PeriodicThread>(kReadinessPollInterval, [this] { PollReadiness(); });
 }
 
 void ServiceServer::Drain() {

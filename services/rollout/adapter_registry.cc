@@ -170,7 +170,7 @@ void AdapterRegistry::LoadLoop(Followed& followed) {
       return stopping_ || (NextLoad(followed) != 0 && absl::Now() >= followed.retry_at);
     };
     // Timed, so that a backoff that ends with no new event is noticed.
-    while (!mutex_.AwaitWithTimeout(absl::Condition(&has_work), absl::Milliseconds(50))) {
+    while (!mutex_.AwaitWithTimeout(absl::Condition(&has_work), options_.backoff_poll)) {
     }
     if (stopping_) return;
     const int64_t version = NextLoad(followed);

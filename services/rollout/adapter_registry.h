@@ -34,6 +34,8 @@ struct AdapterRegistryOptions {
   transfer::UcxWorker* ucx = nullptr;
   std::string holder = "rollout";  // Lease holder name at the store.
   absl::Duration initial_backoff = absl::Milliseconds(100);
+  // How often a loader waiting out a retry backoff looks whether it has ended.
+  absl::Duration backoff_poll = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(10);
   absl::Duration fetch_timeout = absl::Minutes(2);
 };
