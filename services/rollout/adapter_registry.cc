@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
+#include "common/utf8.h"
 #include "common/status.h"
 #include "services/rollout/rollout_metrics.h"
 #include "services/weight_store/client/adapter_client.h"
@@ -360,7 +361,7 @@ v1::AdapterStatus AdapterRegistry::StatusOf(const Followed& followed) const {
                                                            : followed.staged_version());
   status.set_load_phase(followed.phase);
   status.set_newest_announced_version(followed.newest_announced);
-  status.set_last_error(followed.last_error);
+  status.set_last_error(ValidUtf8(followed.last_error));
   if (followed.last_error_time != absl::InfinitePast()) {
     *status.mutable_last_error_time() = ToTimestamp(followed.last_error_time);
   }

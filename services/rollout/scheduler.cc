@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/utf8.h"
 #include "engine/tokenizer.h"
 #include "services/rollout/rollout_metrics.h"
 
@@ -451,7 +452,7 @@ void Scheduler::Deliver() {
         response.set_route_status(v1::ROUTE_STATUS_RECORDED);
       } else {
         response.set_route_status(v1::ROUTE_STATUS_FAILED);
-        response.set_route_error(routes.ToString());
+        response.set_route_error(ValidUtf8(routes.ToString()));
         response.set_route_rows(0);
         RolloutMetrics::Get().route_failures.Increment();
       }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
+#include "common/utf8.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "services/trainer/job_spec.h"
 #include "services/trainer/trainer_metrics.h"
@@ -20,6 +21,8 @@ namespace {
 
 constexpr int kDefaultPageSize = 50;
 constexpr int kMaxPageSize = 1000;
+// How long the worker waits before trying again to record that a job starts (disk trouble).
+constexpr absl::Duration kStartRetryInterval = absl::Seconds(1);
 
 std::string NewJobId() {
   std::random_device random;
@@ -28,6 +31,13 @@ std::string NewJobId() {
 
 absl::Status RequireJobId(const std::string& job_id) {
   return job_id.empty() ? absl::InvalidArgumentError("job_id is required") : absl::OkStatus();
+}
+
+// A change a client asked for that could not be made durable: not acknowledged. Keeps the
+// store's code (RESOURCE_EXHAUSTED for a full disk) and path.
+absl::Status Unpersisted(const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("the job record could not be saved, so nothing "
+                                                  "changed: ", status.message()));
 }
 
 absl::Status JobNotFound(const std::string& job_id) {
@@ -76,7 +86,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& 
       manager->by_request_id_[job.request_id()] = job.id();
       // A cancel that was in progress when the trainer stopped is complete now.
       if (job.state() == v1::JOB_STATE_CANCELLING) {
-        manager->Update(job.id(), v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& j) {
+        manager->UpdateOrLog(job.id(), v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& j) {
           j.set_state(v1::JOB_STATE_CANCELLED);
           *j.mutable_end_time() = NowTimestamp();
         });
@@ -103,15 +113,22 @@ std::vector<v1::Job> JobManager::AllJobs() const {
   return jobs;
 }
 
-void JobManager::Update(const std::string& job_id, v1::WatchEventType event,
-                        const std::function<void(v1::Job&)>& change) {
-  v1::Job& job = jobs_[job_id];
+absl::Status JobManager::Update(const std::string& job_id, v1::WatchEventType event,
+                                const std::function<void(v1::Job&)>& change) {
+  auto [entry, created] = jobs_.try_emplace(job_id);
+  v1::Job& job = entry->second;
+  const v1::Job before = job;
   change(job);
   *job.mutable_update_time() = NowTimestamp();
   if (absl::Status status = store_->Put(job); !status.ok()) {
-    spdlog::error("cannot persist job {}: {}", job_id, status.ToString());
+    if (created) {
+      jobs_.erase(entry);
+    } else {
+      job = before;
+    }
+    return status;
   }
-  if (event == v1::WATCH_EVENT_TYPE_UNSPECIFIED) return;
+  if (event == v1::WATCH_EVENT_TYPE_UNSPECIFIED) return absl::OkStatus();
   v1::WatchJobResponse response;
   response.set_type(event);
   *response.mutable_job() = job;
@@ -119,6 +136,15 @@ void JobManager::Update(const std::string& job_id, v1::WatchEventType event,
     if (subscription.job_id == job_id) subscription.listener(response);
   }
   if (event == v1::WATCH_EVENT_TYPE_STATE_CHANGED) RecordJobCounts(AllJobs());
+  return absl::OkStatus();
+}
+
+void JobManager::UpdateOrLog(const std::string& job_id, v1::WatchEventType event,
+                             const std::function<void(v1::Job&)>& change) {
+  if (absl::Status status = Update(job_id, event, change); !status.ok()) {
+    spdlog::error("job {}: cannot persist its record, so the change is not applied: {}", job_id,
+                  status.ToString());
+  }
 }
 
 absl::StatusOr<int64_t> JobManager::Subscribe(const std::string& job_id, Listener listener) {
@@ -160,14 +186,18 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) 
   const std::string id = NewJobId();
   auto spec = ResolveJobSpec(request.spec(), id, absl::StrCat(data_dir_, "/", id));
   if (!spec.ok()) return spec.status();
+  if (absl::Status status = Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                                   [&](v1::Job& job) {
+                                     job.set_id(id);
+                                     *job.mutable_spec() = *std::move(spec);
+                                     job.set_state(v1::JOB_STATE_QUEUED);
+                                     job.set_request_id(request.request_id());
+                                     *job.mutable_create_time() = NowTimestamp();
+                                   });
+      !status.ok()) {
+    return Unpersisted(status);
+  }
   by_request_id_[request.request_id()] = id;
-  Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [&](v1::Job& job) {
-    job.set_id(id);
-    *job.mutable_spec() = *std::move(spec);
-    job.set_state(v1::JOB_STATE_QUEUED);
-    job.set_request_id(request.request_id());
-    *job.mutable_create_time() = NowTimestamp();
-  });
   spdlog::info("job {} queued ({} steps)", id, jobs_[id].spec().num_steps());
   return jobs_[id];
 }
@@ -230,14 +260,22 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", job_id, " is already ", v1::JobState_Name(found->second.state()).substr(10)));
     case v1::JOB_STATE_QUEUED:
-      Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& job) {
-        job.set_state(v1::JOB_STATE_CANCELLED);
-        *job.mutable_end_time() = NowTimestamp();
-      });
+      if (absl::Status status = Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                                       [](v1::Job& job) {
+                                         job.set_state(v1::JOB_STATE_CANCELLED);
+                                         *job.mutable_end_time() = NowTimestamp();
+                                       });
+          !status.ok()) {
+        return Unpersisted(status);
+      }
       break;
     case v1::JOB_STATE_RUNNING:
-      Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-             [](v1::Job& job) { job.set_state(v1::JOB_STATE_CANCELLING); });
+      if (absl::Status status =
+              Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                     [](v1::Job& job) { job.set_state(v1::JOB_STATE_CANCELLING); });
+          !status.ok()) {
+        return Unpersisted(status);
+      }
       cancel_running_ = true;
       break;
     default:  // CANCELLING or CANCELLED: nothing to do.
@@ -253,33 +291,43 @@ std::optional<v1::Job> JobManager::StartNextJob() {
     return stopping_ || std::any_of(jobs_.begin(), jobs_.end(),
                                     [](const auto& entry) { return Runnable(entry.second); });
   };
-  mutex_.Await(absl::Condition(&runnable));
-  if (stopping_) return std::nullopt;
-  const v1::Job* next = nullptr;
-  for (const auto& [id, job] : jobs_) {
-    if (Runnable(job) && (next == nullptr || RunsBefore(job, *next))) next = &job;
+  const auto stopping = [this]() {
+    mutex_.AssertHeld();
+    return stopping_;
+  };
+  while (true) {
+    mutex_.Await(absl::Condition(&runnable));
+    if (stopping_) return std::nullopt;
+    const v1::Job* next = nullptr;
+    for (const auto& [id, job] : jobs_) {
+      if (Runnable(job) && (next == nullptr || RunsBefore(job, *next))) next = &job;
+    }
+    const std::string id = next->id();
+    cancel_running_ = false;
+    const absl::Status started = Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& job) {
+      job.set_state(v1::JOB_STATE_RUNNING);
+      if (!job.has_start_time()) *job.mutable_start_time() = NowTimestamp();
+    });
+    if (started.ok()) return jobs_[id];
+    // A job whose start cannot be recorded does not run (its restart would not resume it).
+    spdlog::error("job {} cannot start: {}; retrying in {}", id, started.ToString(),
+                  absl::FormatDuration(kStartRetryInterval));
+    mutex_.AwaitWithTimeout(absl::Condition(&stopping), kStartRetryInterval);
   }
-  const std::string id = next->id();
-  cancel_running_ = false;
-  Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& job) {
-    job.set_state(v1::JOB_STATE_RUNNING);
-    if (!job.has_start_time()) *job.mutable_start_time() = NowTimestamp();
-  });
-  return jobs_[id];
 }
 
 JobProgress JobManager::ProgressOf(const std::string& job_id) {
   return {.on_published =
               [this, job_id](int64_t version) {
                 absl::MutexLock lock(&mutex_);
-                Update(job_id, v1::WATCH_EVENT_TYPE_UNSPECIFIED,
+                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_UNSPECIFIED,
                        [version](v1::Job& job) { job.set_policy_version(version); });
               },
           .on_step =
               [this, job_id](const v1::StepMetrics& metrics) {
                 RecordStepMetrics(job_id, metrics);
                 absl::MutexLock lock(&mutex_);
-                Update(job_id, v1::WATCH_EVENT_TYPE_STEP_COMPLETED, [&metrics](v1::Job& job) {
+                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_STEP_COMPLETED, [&metrics](v1::Job& job) {
                   job.set_current_step(metrics.step());
                   *job.mutable_latest_metrics() = metrics;
                 });
@@ -287,7 +335,7 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
 }
 
 void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
-  Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [&result](v1::Job& job) {
+  UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [&result](v1::Job& job) {
     // A cancel that raced with the last step still ends CANCELLED (never CANCELLING ->
     // SUCCEEDED); the versions it published remain.
     if (job.state() == v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
@@ -296,7 +344,7 @@ void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
       job.set_state(v1::JOB_STATE_SUCCEEDED);
     } else {
       job.set_state(v1::JOB_STATE_FAILED);
-      job.set_error_message(result.ToString());
+      job.set_error_message(ValidUtf8(result.ToString()));
     }
     *job.mutable_end_time() = NowTimestamp();
   });

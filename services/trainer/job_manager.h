@@ -61,8 +61,15 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Applies `change` to the job, stamps update_time, persists it and tells its listeners
   // (nobody for WATCH_EVENT_TYPE_UNSPECIFIED: a change that is no event, e.g. a new version).
-  void Update(const std::string& job_id, v1::WatchEventType event,
-              const std::function<void(v1::Job&)>& change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // When the record cannot be persisted, the change is undone (a job that did not exist is
+  // removed), nobody is told, and the error (naming the path) is returned.
+  absl::Status Update(const std::string& job_id, v1::WatchEventType event,
+                      const std::function<void(v1::Job&)>& change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Update for changes no client waits on (the worker's progress): a failure is logged.
+  void UpdateOrLog(const std::string& job_id, v1::WatchEventType event,
+                   const std::function<void(v1::Job&)>& change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::vector<v1::Job> AllJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::string data_dir_;

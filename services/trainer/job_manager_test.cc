@@ -3,6 +3,7 @@
 #include "services/trainer/job_manager.h"
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -247,6 +248,88 @@ TEST_F(JobManagerTest, SubscribersGetTheSnapshotThenEveryStateAndStepEvent) {
   absl::MutexLock lock(&mutex);
   EXPECT_THAT(events, ElementsAre("WATCH_EVENT_TYPE_SNAPSHOT JOB_STATE_RUNNING",
                                   "WATCH_EVENT_TYPE_STATE_CHANGED JOB_STATE_SUCCEEDED"));
+}
+
+}  // namespace
+}  // namespace tandem::trainer
+
+namespace tandem::trainer {
+namespace {
+
+// The one file of a job's record.
+std::string RecordPath(const std::string& dir, const std::string& id) {
+  return absl::StrCat(dir, "/jobs/", id, ".binpb");
+}
+
+TEST_F(JobManagerTest, AnErrorWithInvalidUtf8IsStoredEscapedAndStaysReadable) {
+  const std::string id = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  runner_.End(absl::FailedPreconditionError("base model: header \xFF\xFE is not JSON"));
+  const v1::Job failed = AwaitState(id, v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error_message(), HasSubstr("header \\xFF\\xFE is not JSON"));
+  std::string bytes;
+  ASSERT_TRUE(failed.SerializeToString(&bytes));
+  Reopen();
+  EXPECT_EQ(jobs_->Get(id)->error_message(), failed.error_message());
+  EXPECT_EQ(jobs_->List({})->jobs_size(), 1);
+}
+
+TEST_F(JobManagerTest, ACorruptRecordIsQuarantinedAsAFailedJobAndTheRestLoad) {
+  const std::string damaged = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(damaged));
+  runner_.End(absl::OkStatus());
+  AwaitState(damaged, v1::JOB_STATE_SUCCEEDED);
+  const std::string intact = Create("r2");
+  ASSERT_TRUE(runner_.AwaitRunning(intact));
+  jobs_.reset();
+  {
+    // Flip one byte in the middle of the record (say, a path in its spec).
+    std::fstream file(RecordPath(dir_, damaged), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(40);
+    char byte = 0;
+    file.read(&byte, 1);
+    file.seekp(40);
+    byte ^= 0x5A;
+    file.write(&byte, 1);
+  }
+  Reopen();
+  const v1::Job quarantined = *jobs_->Get(damaged);
+  EXPECT_EQ(quarantined.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(quarantined.error_message(), HasSubstr("checksum mismatch"));
+  EXPECT_TRUE(std::filesystem::exists(RecordPath(dir_, damaged) + ".corrupt"));
+  EXPECT_TRUE(runner_.AwaitRunning(intact)) << "the intact running job resumes";
+  runner_.End(absl::OkStatus());
+  AwaitState(intact, v1::JOB_STATE_SUCCEEDED);
+  Reopen();  // The stand-in record is a valid record now.
+  EXPECT_EQ(jobs_->Get(damaged)->state(), v1::JOB_STATE_FAILED);
+}
+
+TEST_F(JobManagerTest, ARecordThatCannotBeSavedIsNotAcknowledged) {
+  const std::string running = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(running));
+  const std::string queued = Create("r2");
+  // The jobs directory becomes a plain file: every write fails, even for root.
+  std::filesystem::rename(dir_ + "/jobs", dir_ + "/jobs.saved");
+  { std::ofstream(dir_ + "/jobs") << "not a directory"; }
+
+  v1::CreateJobRequest request;
+  request.set_request_id("r3");
+  *request.mutable_spec() = MinimalValidSpec();
+  const absl::Status create = jobs_->Create(request).status();
+  EXPECT_FALSE(create.ok());
+  EXPECT_THAT(create.message(), HasSubstr("could not be saved"));
+  EXPECT_THAT(create.message(), HasSubstr(dir_ + "/jobs/"));
+  EXPECT_EQ(jobs_->List({})->jobs_size(), 2) << "no job was created";
+
+  const absl::Status cancel = jobs_->Cancel(queued).status();
+  EXPECT_FALSE(cancel.ok());
+  EXPECT_EQ(jobs_->Get(queued)->state(), v1::JOB_STATE_QUEUED) << "the cancel did not happen";
+
+  std::filesystem::remove(dir_ + "/jobs");
+  std::filesystem::rename(dir_ + "/jobs.saved", dir_ + "/jobs");
+  EXPECT_EQ(jobs_->Cancel(queued)->state(), v1::JOB_STATE_CANCELLED);
+  runner_.End(absl::OkStatus());
+  AwaitState(running, v1::JOB_STATE_SUCCEEDED);
 }
 
 }  // namespace

@@ -3,14 +3,23 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/base/internal/endian.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/logging.h"
+#include "common/proto_time.h"
 
 namespace tandem::trainer {
 namespace {
+
+constexpr absl::string_view kMagic = "TJOB";
+constexpr size_t kHeaderBytes = 4 + 8;  // Magic, XXH3-64 of the payload.
 
 absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
@@ -22,6 +31,56 @@ absl::Status SyncPath(const std::string& path, int flags) {
   const int result = fsync(fd);
   close(fd);
   return result == 0 ? absl::OkStatus() : Errno("fsync", path);
+}
+
+std::string Encode(const v1::Job& job) {
+  const std::string payload = job.SerializeAsString();
+  std::string file(kMagic);
+  char checksum[8];
+  absl::little_endian::Store64(checksum, Xxh3Checksum(payload));
+  file.append(checksum, sizeof(checksum));
+  return file + payload;
+}
+
+absl::StatusOr<v1::Job> Decode(const std::string& file) {
+  v1::Job job;
+  if (!absl::StartsWith(file, kMagic)) {
+    // Written before records carried a checksum: accepted if it parses (rewritten on change).
+    if (job.ParseFromString(file)) return job;
+    return absl::DataLossError("neither a checksummed record nor a parsable job");
+  }
+  if (file.size() < kHeaderBytes) return absl::DataLossError("truncated header");
+  const absl::string_view payload = absl::string_view(file).substr(kHeaderBytes);
+  const uint64_t expected = absl::little_endian::Load64(file.data() + kMagic.size());
+  if (Xxh3Checksum(payload) != expected) {
+    return absl::DataLossError(
+        absl::StrCat("checksum mismatch (", file.size(), " bytes; written ",
+                     ChecksumToHex(expected), ", read ", ChecksumToHex(Xxh3Checksum(payload)),
+                     ")"));
+  }
+  if (!job.ParseFromString(std::string(payload))) {
+    return absl::DataLossError("checksum matches but the job does not parse");
+  }
+  return job;
+}
+
+// Moves a damaged record aside and stands in a FAILED job of its id, so clients see what
+// happened instead of the trainer refusing to start.
+v1::Job Quarantine(const std::string& path, const std::string& job_id,
+                   const absl::Status& problem) {
+  const std::string aside = path + ".corrupt";
+  std::error_code error;
+  std::filesystem::rename(path, aside, error);
+  spdlog::error("job record {} is corrupt ({}); moved to {}{}", path, problem.message(), aside,
+                error ? absl::StrCat(" failed: ", error.message()) : "");
+  v1::Job job;
+  job.set_id(job_id);
+  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_error_message(absl::StrCat("the trainer's record of this job was corrupt (",
+                                     problem.message(), ") and is kept at ", aside));
+  *job.mutable_update_time() = NowTimestamp();
+  *job.mutable_end_time() = job.update_time();
+  return job;
 }
 
 }  // namespace
@@ -39,11 +98,20 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir)
       continue;
     }
     std::ifstream in(path, std::ios::binary);
-    v1::Job job;
-    if (!job.ParseFromIstream(&in)) {
-      return absl::DataLossError(absl::StrCat("job file ", path, " is corrupt"));
+    std::stringstream contents;
+    contents << in.rdbuf();
+    absl::StatusOr<v1::Job> job = Decode(contents.str());
+    const std::string id = entry.path().stem().string();
+    if (job.ok() && job->id() != id) {
+      job = absl::DataLossError(absl::StrCat("holds job ", job->id()));
     }
-    store->loaded_.push_back(std::move(job));
+    if (job.ok()) {
+      store->loaded_.push_back(*std::move(job));
+    } else {
+      v1::Job failed = Quarantine(path, id, job.status());
+      if (absl::Status status = store->Put(failed); !status.ok()) return status;
+      store->loaded_.push_back(std::move(failed));
+    }
   }
   return store;
 }
@@ -53,7 +121,11 @@ absl::Status JobStore::Put(const v1::Job& job) {
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!job.SerializeToOstream(&out) || !out.flush()) return Errno("write", temporary);
+    if (!out) return Errno("create", temporary);
+    const std::string file = Encode(job);
+    if (!out.write(file.data(), static_cast<std::streamsize>(file.size())) || !out.flush()) {
+      return Errno("write", temporary);
+    }
   }
   if (absl::Status status = SyncPath(temporary, O_RDONLY); !status.ok()) return status;
   if (rename(temporary.c_str(), path.c_str()) != 0) return Errno("rename", temporary);
