@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 #include "common/safetensors.h"
 
 namespace tandem::trainer {
@@ -16,6 +17,29 @@ constexpr char kOptimizer[] = "optimizer/";
 constexpr char kStep[] = "tandem.step";
 constexpr char kVersion[] = "tandem.policy_version";
 constexpr char kOptimizerStep[] = "tandem.optimizer_step";
+// Per tensor, the XXH3-64 of its bytes: "tandem.xxh3.<tensor name>" -> 16 hex digits.
+constexpr char kChecksumPrefix[] = "tandem.xxh3.";
+
+uint64_t TensorChecksum(const Tensor& tensor) { return Xxh3Checksum(tensor.bytes()); }
+
+// Every tensor's bytes against the checksum written with it: a flipped bit in an AdamW moment
+// must not resume silently.
+absl::Status VerifyChecksums(const SafetensorsFile& file, const std::string& path) {
+  for (const auto& [name, tensor] : file.tensors) {
+    auto written = file.metadata.find(kChecksumPrefix + name);
+    if (written == file.metadata.end()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, ": tensor ", name, " has no checksum"));
+    }
+    if (written->second != ChecksumToHex(TensorChecksum(tensor))) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, ": tensor ", name,
+                                              " is corrupt (xxh3 ",
+                                              ChecksumToHex(TensorChecksum(tensor)),
+                                              ", written ", written->second, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<int64_t> IntMetadata(const SafetensorsFile& file, const std::string& key) {
   auto found = file.metadata.find(key);
@@ -48,6 +72,9 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step, int64_t policy
   file.metadata[kStep] = absl::StrCat(step);
   file.metadata[kVersion] = absl::StrCat(policy_version);
   file.metadata[kOptimizerStep] = absl::StrCat(optimizer.step);
+  for (const auto& [name, tensor] : file.tensors) {
+    file.metadata[kChecksumPrefix + name] = ChecksumToHex(TensorChecksum(tensor));
+  }
   return WriteSafetensors(absl::StrCat(dir, "/", kFile), file);
 }
 
@@ -57,6 +84,7 @@ absl::StatusOr<std::optional<Checkpoint>> LoadCheckpoint(const std::string& dir,
   if (!std::filesystem::exists(path)) return std::nullopt;
   auto file = ReadSafetensors(path);
   if (!file.ok()) return file.status();
+  if (absl::Status status = VerifyChecksums(*file, path); !status.ok()) return status;
   SafetensorsFile adapter;
   adapter.metadata = file->metadata;
   engine::AdamWState optimizer;

@@ -1,6 +1,7 @@
 #include "services/trainer/job_run.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -42,6 +43,24 @@ absl::StatusOr<std::unique_ptr<typename Service::StubInterface>> Dial(
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
 absl::Status Cancelled() { return absl::CancelledError("job cancelled"); }
+
+// A non-finite loss, gradient norm or LoRA parameter fails the step: training on would publish
+// a broken adapter and end the job SUCCEEDED.
+absl::Status CheckFinite(int64_t step, const UpdateStats& stats, const engine::LoraAdapter& lora) {
+  if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
+    return absl::InternalError(absl::StrCat("step ", step, ": loss ", stats.loss,
+                                            ", gradient norm ", stats.grad_norm,
+                                            "; not publishing a diverged adapter"));
+  }
+  for (const std::string& name : lora.parameters().names()) {
+    const std::vector<float>& values = lora.parameters().Find(name)->value;
+    if (!std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); })) {
+      return absl::InternalError(absl::StrCat("step ", step, ": LoRA tensor ", name,
+                                              " holds non-finite values after the update"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::string BaseModelFile(const std::string& path) {
   return std::filesystem::is_directory(path) ? path + "/model.safetensors" : path;
@@ -473,6 +492,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     absl::Time start = absl::Now();
     absl::StatusOr<UpdateStats> stats = updater.Update(samples->training, routes);
     if (!stats.ok()) return stats.status();
+    if (absl::Status status = CheckFinite(step, *stats, *lora_); !status.ok()) return status;
     metrics.set_training_seconds(SecondsSince(start));
     if (cancelled) return Cancelled();
 

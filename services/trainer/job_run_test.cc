@@ -5,7 +5,9 @@
 #include "services/trainer/job_run.h"
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +60,7 @@ struct FakeRolloutState {
   int unavailable_calls ABSL_GUARDED_BY(mutex) = 0;
   int draining_calls ABSL_GUARDED_BY(mutex) = 0;
   bool error_sample ABSL_GUARDED_BY(mutex) = false;
+  bool nan_logprobs ABSL_GUARDED_BY(mutex) = false;
   bool never_swaps ABSL_GUARDED_BY(mutex) = false;
   int swap_after_polls ABSL_GUARDED_BY(mutex) = 0;
   int polls ABSL_GUARDED_BY(mutex) = 0;
@@ -100,7 +103,7 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
         response.set_prompt_index(p);
         response.set_sample_index(s);
         response.add_token_ids(engine::kEosId);
-        response.add_logprobs(-1.0f);
+        response.add_logprobs(state_.nan_logprobs ? std::nanf("") : -1.0f);
         response.set_adapter_version(request.adapter().exact_version());
         response.set_finish_reason(draining ? v1::FINISH_REASON_CANCELLED
                                             : v1::FINISH_REASON_STOP);
@@ -298,6 +301,38 @@ TEST_F(JobRunTest, AReplicaThatNeverSwapsFailsTheStepNamingItsLastError) {
   const absl::Status status = Run(Job(1), not_cancelled_);
   EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
   EXPECT_THAT(status.message(), HasSubstr("still loading"));
+}
+
+TEST_F(JobRunTest, ANonFiniteLossFailsTheStepBeforeAnythingIsPublished) {
+  {
+    absl::MutexLock lock(&rollout_.mutex);
+    rollout_.nan_logprobs = true;  // Through token TIS weights into the loss.
+  }
+  v1::Job job = Job(2);
+  job.mutable_spec()->mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_TOKEN_TIS);
+  const absl::Status status = Run(job, not_cancelled_);
+  EXPECT_TRUE(absl::IsInternal(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("step 1: loss nan"));
+  EXPECT_THAT(published_, ElementsAre(1)) << "only the starting adapter";
+  EXPECT_TRUE(steps_.empty());
+}
+
+TEST_F(JobRunTest, ACorruptCheckpointIsRefusedNamingTheTensor) {
+  ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
+  const std::string checkpoint = dir_ + "/out/checkpoint.safetensors";
+  {
+    std::fstream file(checkpoint, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-16, std::ios::end);  // Tensor data, not the header.
+    char byte = 0;
+    file.read(&byte, 1);
+    file.seekp(-16, std::ios::end);
+    byte ^= 0x40;
+    file.write(&byte, 1);
+  }
+  const absl::Status status = Run(Job(2), not_cancelled_);
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("is corrupt (xxh3"));
+  EXPECT_THAT(status.message(), HasSubstr("tensor "));
 }
 
 TEST_F(JobRunTest, ACancelledRunStopsBeforeItsNextPhase) {

@@ -504,7 +504,28 @@ TEST_F(AdapterStoreTest, ReopeningSkipsAStoredVersionWithACorruptShard) {
 // Fails today: the corrupt version is skipped at recovery but its directory stays, so the commit
 // that publishes that version again cannot rename its ".partial" directory over it (UNAVAILABLE
 // "cannot rename"). Enable once recovery (or WriteVersion) clears such a directory.
-TEST_F(AdapterStoreTest, DISABLED_ASkippedCorruptVersionCanBePublishedAgain) {
+TEST_F(AdapterStoreTest, AManifestEditedOnDiskIsNotServed) {
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 27);
+  ASSERT_TRUE(Publish(adapter).ok());
+  const std::string manifest = VersionDir("job-1", 1) + "/manifest.binpb";
+  std::string bytes;
+  {
+    std::ifstream in(manifest, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // The LoRA alpha, a float inside the manifest: change its lowest byte (16 -> 16.000002).
+  const float alpha = adapter.manifest.lora().alpha();
+  std::string alpha_bytes(reinterpret_cast<const char*>(&alpha), sizeof(alpha));
+  const size_t at = bytes.find(alpha_bytes);
+  ASSERT_NE(at, std::string::npos) << "alpha " << alpha << " not found in the stored manifest";
+  bytes[at] ^= 1;
+  { std::ofstream(manifest, std::ios::binary | std::ios::trunc) << bytes; }
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ExpectNotFound("job-1", 1);
+  EXPECT_TRUE(fs::exists(VersionDir("job-1", 1) + ".corrupt"));
+}
+
+TEST_F(AdapterStoreTest, ASkippedCorruptVersionIsMovedAsideAndCanBePublishedAgain) {
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 28)).ok());
   const transfer::TestAdapter v2 = transfer::MakeTestAdapter("job-1", 2, 29);
   ASSERT_TRUE(Publish(v2).ok());
@@ -512,6 +533,7 @@ TEST_F(AdapterStoreTest, DISABLED_ASkippedCorruptVersionCanBePublishedAgain) {
 
   ASSERT_NO_FATAL_FAILURE(Reopen());
   ExpectNotFound("job-1", 2);
+  EXPECT_TRUE(fs::exists(VersionDir("job-1", 2) + ".corrupt"));
   absl::StatusOr<AdapterStore::CommitOutcome> again = Publish(v2);
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_NO_FATAL_FAILURE(Reopen());

@@ -7,8 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "xxhash.h"
@@ -20,6 +23,8 @@ namespace fs = std::filesystem;
 
 constexpr char kPartialSuffix[] = ".partial";
 constexpr char kManifestFile[] = "manifest.binpb";
+constexpr absl::string_view kManifestMagic = "TMAN";
+constexpr absl::string_view kCorruptSuffix = ".corrupt";
 
 std::string AdapterDir(const std::string& data_dir, const std::string& adapter) {
   return (fs::path(data_dir) / absl::StrReplaceAll(adapter, {{"/", "%2F"}, {":", "%3A"}})).string();
@@ -67,11 +72,44 @@ absl::Status ReadInto(const std::string& path, char* out, size_t length) {
   return absl::OkStatus();
 }
 
+// manifest.binpb is "TMAN" + the XXH3-64 of the manifest (8 bytes, little-endian) + the
+// manifest, so an edit on disk (say, alpha 16 -> 15.94) is refused rather than served.
+std::string EncodeManifest(const v1::Manifest& manifest) {
+  const std::string payload = manifest.SerializeAsString();
+  char checksum[8];
+  absl::little_endian::Store64(checksum, XXH3_64bits(payload.data(), payload.size()));
+  return absl::StrCat(kManifestMagic, absl::string_view(checksum, sizeof(checksum)), payload);
+}
+
+absl::Status DecodeManifest(const std::string& file, const fs::path& dir, v1::Manifest* manifest) {
+  const size_t header = kManifestMagic.size() + 8;
+  if (!absl::StartsWith(file, kManifestMagic)) {
+    // Written before manifests carried a checksum: accepted if it parses.
+    if (manifest->ParseFromString(file)) return absl::OkStatus();
+    return absl::DataLossError(absl::StrCat("unreadable manifest in ", dir.string()));
+  }
+  if (file.size() < header) {
+    return absl::DataLossError(absl::StrCat("truncated manifest in ", dir.string()));
+  }
+  const absl::string_view payload = absl::string_view(file).substr(header);
+  if (XXH3_64bits(payload.data(), payload.size()) !=
+      absl::little_endian::Load64(file.data() + kManifestMagic.size())) {
+    return absl::DataLossError(absl::StrCat("manifest checksum mismatch in ", dir.string()));
+  }
+  if (!manifest->ParseFromString(std::string(payload))) {
+    return absl::DataLossError(absl::StrCat("unparsable manifest in ", dir.string()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& dir, transfer::UcxWorker* ucx) {
   auto version = std::make_unique<CommittedVersion>();
   std::ifstream manifest_in(dir / kManifestFile, std::ios::binary);
-  if (!manifest_in || !version->manifest.ParseFromIstream(&manifest_in)) {
-    return absl::DataLossError(absl::StrCat("unreadable manifest in ", dir.string()));
+  std::stringstream manifest_bytes;
+  manifest_bytes << manifest_in.rdbuf();
+  if (absl::Status status = DecodeManifest(manifest_bytes.str(), dir, &version->manifest);
+      !status.ok()) {
+    return status;
   }
   for (int i = 0; i < version->manifest.shards_size(); ++i) {
     const v1::Shard& shard = version->manifest.shards(i);
@@ -121,7 +159,7 @@ absl::Status WriteVersion(const std::string& data_dir, const CommittedVersion& v
     }
   }
   if (absl::Status status = WriteFile((fs::path(partial_dir) / kManifestFile).string(),
-                                      version.manifest.SerializeAsString());
+                                      EncodeManifest(version.manifest));
       !status.ok()) {
     return status;
   }
@@ -151,6 +189,7 @@ absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
     if (!adapter.is_directory()) continue;
     for (const fs::directory_entry& entry : fs::directory_iterator(adapter.path(), error)) {
       const std::string name = entry.path().filename().string();
+      if (absl::EndsWith(name, kCorruptSuffix)) continue;  // Kept for inspection.
       int64_t number = 0;
       if (!absl::SimpleAtoi(name, &number)) {  // An interrupted write (".partial") or junk.
         fs::remove_all(entry.path(), error);
@@ -158,7 +197,12 @@ absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
       }
       absl::StatusOr<std::unique_ptr<CommittedVersion>> version = ReadVersion(entry.path(), ucx);
       if (!version.ok()) {
-        skipped->push_back(std::string(version.status().message()));
+        // Moved aside, so the version number can be published again.
+        const std::string aside = absl::StrCat(entry.path().string(), kCorruptSuffix);
+        fs::remove_all(aside, error);
+        fs::rename(entry.path(), aside, error);
+        skipped->push_back(absl::StrCat(version.status().message(), "; moved to ", aside));
+        error.clear();
         continue;
       }
       versions.push_back(*std::move(version));

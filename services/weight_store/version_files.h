@@ -29,9 +29,9 @@ absl::Status WriteVersion(const std::string& data_dir, const CommittedVersion& v
 absl::Status DeleteVersion(const std::string& data_dir, const std::string& adapter,
                            int64_t version);
 
-// Every complete version under data_dir, shards verified against the manifest's sizes and
-// checksums (a version that fails is skipped and reported in `skipped`); leftovers of
-// interrupted writes are deleted.
+// Every complete version under data_dir, the manifest and shards verified against their
+// checksums (a version that fails is moved aside to <version>.corrupt, kept for inspection, and
+// reported in `skipped`); leftovers of interrupted writes are deleted.
 absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
     const std::string& data_dir, transfer::UcxWorker* ucx, std::vector<std::string>* skipped);
 
