@@ -162,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(
                     },
                     grpc::StatusCode::INVALID_ARGUMENT,
                     "INVALID_ARGUMENT",
-                    "request_id must have 1..128 bytes",
+                    "bad request_id: ''",
                     {"--base_model=" + BaseModelPath()}},
         ServiceCase{
             "weight-store",

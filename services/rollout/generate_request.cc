@@ -5,6 +5,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/identifier.h"
+#include "services/rollout/client/sampling_rules.h"
 #include "engine/sampler.h"
 #include "engine/sft.h"
 #include "engine/tokenizer.h"
@@ -15,7 +17,6 @@ namespace {
 
 constexpr int kMaxPrompts = 4096;
 constexpr int kMaxGroupSize = 256;
-constexpr int kMaxStopTokens = 64;
 constexpr size_t kMaxPromptTextBytes = size_t{1} << 20;
 
 absl::Status Invalid(auto&&... parts) {
@@ -36,9 +37,9 @@ absl::StatusOr<std::vector<int>> PromptTokens(const v1::Prompt& prompt, int inde
       return ids;
     }
     case v1::Prompt::kText: {
-      if (prompt.text().size() > kMaxPromptTextBytes) {
+      if (prompt.text().empty() || prompt.text().size() > kMaxPromptTextBytes) {
         return Invalid("prompts[", index, "]: text has ", prompt.text().size(),
-                       " bytes; at most 1 MiB");
+                       " bytes; must have 1 byte .. 1 MiB");
       }
       auto ids = engine::PromptTokens(prompt.text());
       if (!ids.ok()) return Invalid("prompts[", index, "]: ", ids.status().message());
@@ -47,34 +48,6 @@ absl::StatusOr<std::vector<int>> PromptTokens(const v1::Prompt& prompt, int inde
     default:
       return Invalid("prompts[", index, "]: set token_ids or text");
   }
-}
-
-absl::Status CheckSampling(const v1::SamplingParams& sampling, const engine::ModelConfig& model) {
-  if (sampling.max_new_tokens() < 1) {
-    return Invalid("sampling.max_new_tokens is ", sampling.max_new_tokens(), "; must be >= 1");
-  }
-  const float temperature = sampling.has_temperature() ? sampling.temperature() : 1.0f;
-  if (!(temperature >= 0 && temperature <= 100)) {
-    return Invalid("sampling.temperature is ", temperature, "; must be in [0, 100]");
-  }
-  const float top_p = sampling.has_top_p() ? sampling.top_p() : 1.0f;
-  if (!(top_p > 0 && top_p <= 1)) {
-    return Invalid("sampling.top_p is ", top_p, "; must be in (0, 1]");
-  }
-  if (sampling.top_k() < 0 || sampling.top_k() > model.vocab_size) {
-    return Invalid("sampling.top_k is ", sampling.top_k(), "; must be in [0, ", model.vocab_size,
-                   "]");
-  }
-  if (sampling.stop_token_ids_size() > kMaxStopTokens) {
-    return Invalid("sampling.stop_token_ids has ", sampling.stop_token_ids_size(),
-                   " ids; at most ", kMaxStopTokens);
-  }
-  for (int id : sampling.stop_token_ids()) {
-    if (id < 0 || id >= model.vocab_size) {
-      return Invalid("sampling.stop_token_ids: ", id, " is outside [0, ", model.vocab_size, ")");
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CheckRouteRecording(const v1::GenerateRequest& request) {
@@ -97,8 +70,9 @@ engine::SamplingConfig SamplingOf(const v1::SamplingParams& sampling) {
 
 absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,
                                                             const engine::ModelConfig& model) {
-  if (request.request_id().empty() || request.request_id().size() > 128) {
-    return Invalid("request_id must have 1..128 bytes");
+  if (absl::Status status = ValidateIdentifier("request_id", request.request_id());
+      !status.ok()) {
+    return status;
   }
   if (request.prompts_size() < 1 || request.prompts_size() > kMaxPrompts) {
     return Invalid("prompts has ", request.prompts_size(), " entries; need 1..", kMaxPrompts);
@@ -108,8 +82,18 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
     return Invalid("group_size is ", request.group_size(), "; must be in 1..", kMaxGroupSize);
   }
   if (!request.has_sampling()) return Invalid("sampling is required (max_new_tokens at least)");
+  // Checked here, before the replica follows the adapter (a watcher per name).
+  if (!request.adapter().adapter_name().empty()) {
+    if (absl::Status status =
+            ValidateIdentifier("adapter.adapter_name", request.adapter().adapter_name());
+        !status.ok()) {
+      return status;
+    }
+  }
   const v1::SamplingParams& sampling = request.sampling();
-  if (absl::Status status = CheckSampling(sampling, model); !status.ok()) return status;
+  if (absl::Status status = ValidateSampling(sampling, model.vocab_size); !status.ok()) {
+    return status;
+  }
   if (absl::Status status = CheckRouteRecording(request); !status.ok()) return status;
 
   auto work = std::make_unique<GenerationWork>();

@@ -631,6 +631,19 @@ TEST_F(RolloutServiceTest, BadRequestsGetClearStatuses) {
   bad.mutable_adapter()->set_adapter_name(kAdapter);
   bad.mutable_adapter()->set_min_version(0);
   expect_invalid(bad, "min_version is 0");
+  bad = request;
+  bad.mutable_adapter()->set_adapter_name(kAdapter);
+  bad.mutable_adapter()->set_exact_version(-2);
+  expect_invalid(bad, "exact_version is -2");
+  bad = request;
+  bad.mutable_adapter()->set_adapter_name("../other tenant");
+  expect_invalid(bad, "bad adapter.adapter_name");
+  bad = request;
+  bad.mutable_prompts(0)->set_text("");
+  expect_invalid(bad, "prompts[0]: text has 0 bytes");
+  bad = request;
+  bad.set_request_id("two words");
+  expect_invalid(bad, "bad request_id");
 }
 
 TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {

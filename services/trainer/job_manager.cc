@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/identifier.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
 #include "common/utf8.h"
@@ -167,8 +168,9 @@ void JobManager::Unsubscribe(int64_t subscription) {
 }
 
 absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) {
-  if (request.request_id().empty() || request.request_id().size() > 256) {
-    return absl::InvalidArgumentError("request_id must have 1..256 bytes");
+  if (absl::Status status = ValidateIdentifier("request_id", request.request_id());
+      !status.ok()) {
+    return status;
   }
   absl::MutexLock lock(&mutex_);
   if (auto existing = by_request_id_.find(request.request_id()); existing != by_request_id_.end()) {

@@ -4,7 +4,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/identifier.h"
 #include "engine/tasks.h"
+#include "engine/tokenizer.h"
+#include "services/rollout/client/sampling_rules.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::trainer {
@@ -12,6 +15,16 @@ namespace {
 
 absl::Status Invalid(auto&&... parts) {
   return absl::InvalidArgumentError(absl::StrCat("spec.", parts...));
+}
+
+// Comparisons that NaN fails: a NaN hyperparameter is refused, never silently clipped.
+bool AtLeast(double value, double low) { return value >= low; }
+bool Within(double value, double low, double high) { return value >= low && value <= high; }
+
+// An enum field holding a number its enum does not define (a newer client, a typo in JSON).
+absl::Status CheckEnum(const char* field, int value, bool (*is_valid)(int)) {
+  if (is_valid(value)) return absl::OkStatus();
+  return Invalid(field, " is ", value, ", which is no value of its enum");
 }
 
 absl::Status CheckData(v1::JobSpec& spec) {
@@ -57,32 +70,58 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
   }
   v1::AlgorithmConfig& config = *spec.mutable_algorithm_config();
   if (!(config.learning_rate() > 0) || !std::isfinite(config.learning_rate())) {
-    return Invalid("algorithm_config.learning_rate must be > 0");
+    return Invalid("algorithm_config.learning_rate is ", config.learning_rate(),
+                   "; must be > 0 and finite");
   }
-  if (config.weight_decay() < 0) return Invalid("algorithm_config.weight_decay must be >= 0");
+  if (!AtLeast(config.weight_decay(), 0) || !std::isfinite(config.weight_decay())) {
+    return Invalid("algorithm_config.weight_decay is ", config.weight_decay(),
+                   "; must be >= 0 and finite");
+  }
   if (!config.has_max_grad_norm()) config.set_max_grad_norm(1.0);
-  if (config.max_grad_norm() < 0) return Invalid("algorithm_config.max_grad_norm must be >= 0");
+  if (!AtLeast(config.max_grad_norm(), 0)) {
+    return Invalid("algorithm_config.max_grad_norm is ", config.max_grad_norm(),
+                   "; must be >= 0");
+  }
   if (!config.has_clip_eps_low()) config.set_clip_eps_low(0.2);
-  if (config.clip_eps_low() < 0 || config.clip_eps_low() >= 1) {
-    return Invalid("algorithm_config.clip_eps_low must be in [0, 1)");
+  if (!(config.clip_eps_low() >= 0 && config.clip_eps_low() < 1)) {
+    return Invalid("algorithm_config.clip_eps_low is ", config.clip_eps_low(),
+                   "; must be in [0, 1)");
   }
   if (!config.has_clip_eps_high()) config.set_clip_eps_high(config.clip_eps_low());
-  if (config.clip_eps_high() < 0) return Invalid("algorithm_config.clip_eps_high must be >= 0");
-  if (!config.has_dual_clip_c()) config.set_dual_clip_c(3.0);
-  if (config.dual_clip_c() != 0 && config.dual_clip_c() <= 1) {
-    return Invalid("algorithm_config.dual_clip_c must be > 1 (or 0 to disable)");
+  if (!AtLeast(config.clip_eps_high(), 0) || !std::isfinite(config.clip_eps_high())) {
+    return Invalid("algorithm_config.clip_eps_high is ", config.clip_eps_high(),
+                   "; must be >= 0 and finite");
   }
-  if (config.kl_coef() < 0) return Invalid("algorithm_config.kl_coef must be >= 0");
+  if (!config.has_dual_clip_c()) config.set_dual_clip_c(3.0);
+  if (config.dual_clip_c() != 0 &&
+      !(config.dual_clip_c() > 1 && std::isfinite(config.dual_clip_c()))) {
+    return Invalid("algorithm_config.dual_clip_c is ", config.dual_clip_c(),
+                   "; must be > 1 and finite (or 0 to disable)");
+  }
+  if (!AtLeast(config.kl_coef(), 0) || !std::isfinite(config.kl_coef())) {
+    return Invalid("algorithm_config.kl_coef is ", config.kl_coef(), "; must be >= 0 and finite");
+  }
+  if (absl::Status status = CheckEnum("algorithm_config.kl_estimator", config.kl_estimator(),
+                                      v1::KlEstimator_IsValid);
+      !status.ok()) {
+    return status;
+  }
   if (config.kl_estimator() == v1::KL_ESTIMATOR_UNSPECIFIED) {
     config.set_kl_estimator(v1::KL_ESTIMATOR_K3);
   }
   if (!config.has_gamma()) config.set_gamma(1.0);
   if (!config.has_gae_lambda()) config.set_gae_lambda(1.0);
-  if (config.gamma() < 0 || config.gamma() > 1 || config.gae_lambda() < 0 ||
-      config.gae_lambda() > 1) {
-    return Invalid("algorithm_config.gamma and gae_lambda must be in [0, 1]");
+  if (!Within(config.gamma(), 0, 1) || !Within(config.gae_lambda(), 0, 1)) {
+    return Invalid("algorithm_config.gamma and gae_lambda must be in [0, 1]; gamma is ",
+                   config.gamma(), ", gae_lambda ", config.gae_lambda());
   }
   if (!config.has_whiten_advantages()) config.set_whiten_advantages(false);
+  if (absl::Status status =
+          CheckEnum("algorithm_config.loss_aggregation", config.loss_aggregation(),
+                    v1::LossAggregation_IsValid);
+      !status.ok()) {
+    return status;
+  }
   if (config.loss_aggregation() == v1::LOSS_AGGREGATION_UNSPECIFIED) {
     config.set_loss_aggregation(v1::LOSS_AGGREGATION_TOKEN_MEAN);
   }
@@ -95,6 +134,16 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
 
 absl::Status CheckCorrection(v1::JobSpec& spec) {
   v1::IsCorrection& correction = *spec.mutable_is_correction();
+  if (absl::Status status = CheckEnum("is_correction.mode", correction.mode(),
+                                      v1::IsCorrectionMode_IsValid);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CheckEnum("is_correction.rejection_level",
+                                      correction.rejection_level(), v1::RejectionLevel_IsValid);
+      !status.ok()) {
+    return status;
+  }
   if (correction.mode() == v1::IS_CORRECTION_MODE_UNSPECIFIED) {
     correction.set_mode(v1::IS_CORRECTION_MODE_NONE);
   }
@@ -102,9 +151,11 @@ absl::Status CheckCorrection(v1::JobSpec& spec) {
   const bool icepop = mode == v1::IS_CORRECTION_MODE_ICEPOP;
   if (!correction.has_upper_bound()) correction.set_upper_bound(icepop ? 5.0 : 2.0);
   if (!correction.has_lower_bound()) correction.set_lower_bound(0.5);
-  if (!(correction.upper_bound() > 0) || correction.lower_bound() < 0 ||
+  if (!(correction.upper_bound() > 0) || !AtLeast(correction.lower_bound(), 0) ||
       correction.upper_bound() < correction.lower_bound()) {
-    return Invalid("is_correction: need upper_bound > 0, lower_bound >= 0, upper >= lower");
+    return Invalid("is_correction: need upper_bound > 0, lower_bound >= 0, upper >= lower; "
+                   "upper_bound is ",
+                   correction.upper_bound(), ", lower_bound ", correction.lower_bound());
   }
   if (correction.rejection_level() == v1::REJECTION_LEVEL_UNSPECIFIED) {
     correction.set_rejection_level(v1::REJECTION_LEVEL_TOKEN);
@@ -126,14 +177,25 @@ absl::Status CheckSizes(v1::JobSpec& spec) {
   }
   if (spec.micro_batch_size() == 0) spec.set_micro_batch_size(8);
   if (spec.micro_batch_size() < 1) return Invalid("micro_batch_size must be >= 1");
-  if (!spec.has_sampling() || spec.sampling().max_new_tokens() < 1) {
-    return Invalid("sampling.max_new_tokens must be >= 1");
+  // The rollout's own rules, checked here so a job never fails at its first step instead.
+  if (absl::Status status = rollout::ValidateSampling(spec.sampling(), engine::kVocabSize);
+      !status.ok()) {
+    return Invalid(status.message());
   }
   if (spec.checkpoint_every() < 0) return Invalid("checkpoint_every must be >= 0");
   return absl::OkStatus();
 }
 
 absl::Status CheckEndpoints(v1::JobSpec& spec) {
+  if (absl::Status status =
+          CheckEnum("routing_replay", spec.routing_replay(), v1::RoutingReplayMode_IsValid);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CheckEnum("sync_mode", spec.sync_mode(), v1::SyncMode_IsValid);
+      !status.ok()) {
+    return status;
+  }
   if (spec.routing_replay() == v1::ROUTING_REPLAY_MODE_UNSPECIFIED) {
     spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_R3);
   }
@@ -176,6 +238,10 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const st
     return Invalid("lora: ", status.message());
   }
   if (spec.adapter_name().empty()) spec.set_adapter_name(job_id);
+  if (absl::Status status = ValidateIdentifier("spec.adapter_name", spec.adapter_name());
+      !status.ok()) {
+    return status;
+  }
   if (spec.output_dir().empty()) spec.set_output_dir(default_output_dir);
   return spec;
 }

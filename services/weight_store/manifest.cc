@@ -11,13 +11,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/identifier.h"
 #include "absl/strings/string_view.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::weight_store {
 namespace {
 
-constexpr size_t kMaxIdentifierBytes = 128;
 constexpr int kMaxTensors = 1'000'000;
 constexpr size_t kMaxTensorNameBytes = 512;
 constexpr int kMaxDims = 8;
@@ -31,14 +31,6 @@ constexpr uint64_t kMaxTensorBytes = kMaxShards * kMaxShardBytes;
 template <typename... Parts>
 absl::Status Invalid(const Parts&... parts) {
   return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
-
-bool IsIdentifier(absl::string_view value) {
-  return !value.empty() && value.size() <= kMaxIdentifierBytes &&
-         std::all_of(value.begin(), value.end(), [](char c) {
-           return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == ':' || c == '/' ||
-                  c == '-';
-         });
 }
 
 // A canonical tensor with its extended index space: [experts] ++ shape, where a tensor that is
@@ -315,8 +307,9 @@ absl::Status ValidateContents(const v1::Manifest& manifest) {
 }  // namespace
 
 absl::Status ValidateManifest(const v1::Manifest& manifest) {
-  if (!IsIdentifier(manifest.adapter_name())) {
-    return Invalid("bad adapter_name: '", manifest.adapter_name(), "'");
+  if (absl::Status status = ValidateIdentifier("adapter_name", manifest.adapter_name());
+      !status.ok()) {
+    return status;
   }
   if (manifest.version() < 1) {
     return Invalid(manifest.adapter_name(), ": version ", manifest.version(), " < 1");

@@ -2,26 +2,11 @@
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
+#include "common/identifier.h"
 #include "xxhash.h"
 
 namespace tandem::router_replay {
 namespace {
-
-constexpr size_t kMaxIdentifierBytes = 128;
-
-bool IsIdentifierChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == ':' || c == '/' || c == '-';
-}
-
-absl::Status ValidateIdentifier(absl::string_view field, absl::string_view value) {
-  bool ok = !value.empty() && value.size() <= kMaxIdentifierBytes;
-  for (char c : value) ok = ok && IsIdentifierChar(c);
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad ", field, ": '", value.substr(0, kMaxIdentifierBytes),
-                   "' (identifiers are 1-128 bytes from [A-Za-z0-9._:/-])"));
-}
 
 void AppendBigEndian64(std::string& out, uint64_t value) {
   char bytes[8];

@@ -1,0 +1,28 @@
+#include "common/identifier.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/utf8.h"
+
+namespace tandem {
+
+bool IsIdentifier(absl::string_view value) {
+  return !value.empty() && value.size() <= kMaxIdentifierBytes &&
+         value.find("..") == absl::string_view::npos &&
+         std::all_of(value.begin(), value.end(), [](char c) {
+           return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == ':' || c == '/' ||
+                  c == '-';
+         });
+}
+
+absl::Status ValidateIdentifier(absl::string_view field, absl::string_view value) {
+  if (IsIdentifier(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad ", field, ": '", ValidUtf8(value.substr(0, kMaxIdentifierBytes)),
+                   value.size() > kMaxIdentifierBytes ? "...' (" : "' (", value.size(),
+                   " bytes; identifiers are 1-128 bytes from [A-Za-z0-9._:/-], without '..')"));
+}
+
+}  // namespace tandem

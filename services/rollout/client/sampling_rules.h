@@ -1,0 +1,18 @@
+#ifndef TANDEM_SERVICES_ROLLOUT_CLIENT_SAMPLING_RULES_H_
+#define TANDEM_SERVICES_ROLLOUT_CLIENT_SAMPLING_RULES_H_
+
+#include "absl/status/status.h"
+#include "tandem/v1/rollout.pb.h"
+
+namespace tandem::rollout {
+
+// SamplingParams' rules (rollout.proto) for a model of `vocab_size` tokens: max_new_tokens >= 1,
+// temperature in [0, 100], top_p in (0, 1], top_k in [0, vocab_size], at most 64 stop tokens
+// in [0, vocab_size). NaN is outside every range. INVALID_ARGUMENT names the field and its
+// value, e.g. "sampling.top_p is 0; must be in (0, 1]". Rollout checks each Generate with it,
+// the trainer each job spec, so a job never fails at its first step for a spec it accepted.
+absl::Status ValidateSampling(const v1::SamplingParams& sampling, int vocab_size);
+
+}  // namespace tandem::rollout
+
+#endif  // TANDEM_SERVICES_ROLLOUT_CLIENT_SAMPLING_RULES_H_
