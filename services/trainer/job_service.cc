@@ -2,6 +2,7 @@
 
 #include <deque>
 
+#include "common/open_streams.h"
 #include "common/queued_write_reactor.h"
 #include "common/status.h"
 #include "common/unary.h"
@@ -18,7 +19,9 @@ bool IsTerminal(v1::JobState state) {
 // behind another one replaces it; state changes are never dropped.
 class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
  public:
-  WatchReactor(JobManager& jobs, const std::string& job_id) : jobs_(jobs) {
+  WatchReactor(JobManager& jobs, OpenStreams<v1::WatchJobResponse>& open,
+               const std::string& job_id)
+      : jobs_(jobs), open_(open) {
     auto subscription = jobs_.Subscribe(
         job_id, [sink = sink()](const v1::WatchJobResponse& event) { sink->Write(event); });
     if (!subscription.ok()) {
@@ -26,6 +29,7 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
       return;
     }
     subscription_ = *subscription;
+    open_id_ = open_.Add(sink());
   }
 
  private:
@@ -46,9 +50,12 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
 
   void OnClientGone() override {
     if (subscription_ != 0) jobs_.Unsubscribe(subscription_);
+    open_.Remove(open_id_);
   }
 
   JobManager& jobs_;
+  OpenStreams<v1::WatchJobResponse>& open_;
+  int64_t open_id_ = 0;
   int64_t subscription_ = 0;
   bool terminal_queued_ = false;
 };
@@ -91,7 +98,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 
 grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* /*context*/, const v1::WatchJobRequest* request) {
-  return new WatchReactor(*jobs_, request->job_id());
+  return new WatchReactor(*jobs_, watches_, request->job_id());
 }
 
 }  // namespace tandem::trainer

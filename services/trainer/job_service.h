@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "common/open_streams.h"
 #include "services/trainer/job_manager.h"
 #include "tandem/v1/trainer.grpc.pb.h"
 
@@ -26,11 +27,15 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override;
+  // For a server drain: ends every WatchJob stream with UNAVAILABLE (watch again).
+  void Drain() { watches_.EndAll(DrainingStatus("trainer")); }
+
   grpc::ServerWriteReactor<v1::WatchJobResponse>* WatchJob(
       grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) override;
 
  private:
   const std::unique_ptr<JobManager> jobs_;
+  OpenStreams<v1::WatchJobResponse> watches_;
 };
 
 }  // namespace tandem::trainer

@@ -51,9 +51,11 @@ int main(int argc, char** argv) {
                return tandem::trainer::RunJob(job, environment, progress, cancelled);
              });
          if (!jobs.ok()) return jobs.status();
+         auto service = std::make_unique<tandem::trainer::JobServiceImpl>(*std::move(jobs));
+         tandem::trainer::JobServiceImpl* raw = service.get();
          std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.v1.JobService",
-                             std::make_unique<tandem::trainer::JobServiceImpl>(*std::move(jobs))});
+         services.push_back(
+             {"tandem.v1.JobService", std::move(service), /*ready=*/nullptr, [raw] { raw->Drain(); }});
          return services;
        }});
 }

@@ -56,8 +56,10 @@ int main(int argc, char** argv) {
          absl::StatusOr<std::unique_ptr<tandem::weight_store::WeightStoreServiceImpl>> service =
              tandem::weight_store::WeightStoreServiceImpl::Create(*options);
          if (!service.ok()) return service.status();
+         tandem::weight_store::WeightStoreServiceImpl* raw = service->get();
          std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.v1.WeightStoreService", *std::move(service)});
+         services.push_back({"tandem.v1.WeightStoreService", *std::move(service),
+                             /*ready=*/nullptr, [raw] { raw->Drain(); }});
          return services;
        }});
 }

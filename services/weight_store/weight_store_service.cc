@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/open_streams.h"
 #include "common/proto_time.h"
 #include "common/status.h"
 #include "common/unary.h"
@@ -110,11 +111,14 @@ class PutShardReactor final : public grpc::ServerReadReactor<v1::PutShardRequest
 // version; whatever comes first is the snapshot.
 class WatchReactor final : public QueuedWriteReactor<v1::WatchVersionsResponse> {
  public:
-  WatchReactor(AdapterStore& store, const std::string& adapter) : store_(store) {
+  WatchReactor(AdapterStore& store, OpenStreams<v1::WatchVersionsResponse>& open,
+               const std::string& adapter)
+      : store_(store), open_(open) {
     watch_id_ = store_.Watch(adapter, [sink = sink()](const v1::VersionInfo& version) {
       sink->Write(Event(version, v1::VERSION_EVENT_TYPE_COMMITTED));
     });
     sink()->Write(Event(store_.Newest(adapter), v1::VERSION_EVENT_TYPE_SNAPSHOT));
+    open_id_ = open_.Add(sink());
   }
 
  private:
@@ -136,10 +140,15 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchVersionsResponse> 
     queue.push_back(std::move(event));
   }
 
-  void OnClientGone() override { store_.Unwatch(watch_id_); }
+  void OnClientGone() override {
+    store_.Unwatch(watch_id_);
+    open_.Remove(open_id_);
+  }
 
   AdapterStore& store_;
+  OpenStreams<v1::WatchVersionsResponse>& open_;
   int64_t watch_id_ = 0;
+  int64_t open_id_ = 0;
   int64_t newest_offered_ = 0;
   bool sent_any_ = false;
 };
@@ -345,7 +354,7 @@ grpc::ServerWriteReactor<v1::WatchVersionsResponse>* WeightStoreServiceImpl::Wat
     return new FinishedReactor<grpc::ServerWriteReactor<v1::WatchVersionsResponse>>(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "adapter_name is required"));
   }
-  return new WatchReactor(*store_, request->adapter_name());
+  return new WatchReactor(*store_, watches_, request->adapter_name());
 }
 
 grpc::ServerWriteReactor<v1::FetchTensorsResponse>* WeightStoreServiceImpl::FetchTensors(

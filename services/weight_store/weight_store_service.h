@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/open_streams.h"
 #include "common/periodic_thread.h"
 #include "services/weight_store/adapter_store.h"
 #include "transfer/ucx_transport.h"
@@ -45,6 +46,9 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
   grpc::ServerUnaryReactor* GetManifest(grpc::CallbackServerContext* context,
                                         const v1::GetManifestRequest* request,
                                         v1::GetManifestResponse* response) override;
+  // For a server drain: ends every WatchVersions stream with UNAVAILABLE (watch again).
+  void Drain() { watches_.EndAll(DrainingStatus("weight-store")); }
+
   grpc::ServerWriteReactor<v1::WatchVersionsResponse>* WatchVersions(
       grpc::CallbackServerContext* context, const v1::WatchVersionsRequest* request) override;
   grpc::ServerWriteReactor<v1::FetchTensorsResponse>* FetchTensors(
@@ -76,6 +80,7 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
   // the bytes, and every replica of a deployment asks for the same few layouts.
   absl::flat_hash_map<std::string, v1::GetReadPlanResponse> plan_cache_ ABSL_GUARDED_BY(mutex_);
   std::unique_ptr<PeriodicThread> sweeper_;  // Expiry and retention; stops before the store goes.
+  OpenStreams<v1::WatchVersionsResponse> watches_;
 };
 
 }  // namespace tandem::weight_store

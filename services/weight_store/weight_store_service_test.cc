@@ -44,8 +44,11 @@ class WeightStoreServiceTest : public ::testing::Test {
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.max_message_bytes = 80 << 20;
     options.drain_timeout = absl::Milliseconds(200);
+    WeightStoreServiceImpl* raw = service->get();
     auto started = tandem::testing::StartLoopbackServer(
-        "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)}, options);
+        "weight-store",
+        {"tandem.v1.WeightStoreService", *std::move(service), nullptr, [raw] { raw->Drain(); }},
+        options);
     ASSERT_TRUE(started.ok()) << started.status();
     channel_ = started->Channel();
     server_ = std::move(started->server);
@@ -298,6 +301,24 @@ TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
   while (reader->Read(&event)) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(WeightStoreServiceTest, ADrainEndsWatchStreamsAtOnceTellingClientsToWatchAgain) {
+  grpc::ClientContext context;
+  v1::WatchVersionsRequest request;
+  request.set_adapter_name("job-1");
+  auto reader = stub_->WatchVersions(&context, request);
+  v1::WatchVersionsResponse snapshot;
+  ASSERT_TRUE(reader->Read(&snapshot));
+  // The fixture's drain timeout would cancel the stream (CANCELLED) if the drain waited for it.
+  std::thread drain([this] { server_->Drain(); });
+  v1::WatchVersionsResponse more;
+  while (reader->Read(&more)) {
+  }
+  const grpc::Status status = reader->Finish();
+  drain.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("watch again"));
 }
 
 TEST_F(WeightStoreServiceTest, CommittedVersionsSurviveARestartAndPartialWritesDoNot) {
