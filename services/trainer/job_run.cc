@@ -44,6 +44,9 @@ double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now()
 
 absl::Status Cancelled() { return absl::CancelledError("job cancelled"); }
 
+// The longest wait between two tries of a store that is restarting.
+constexpr absl::Duration kMaxStoreBackoff = absl::Seconds(5);
+
 // A non-finite loss, gradient norm or LoRA parameter fails the step: training on would publish
 // a broken adapter and end the job SUCCEEDED.
 absl::Status CheckFinite(int64_t step, const UpdateStats& stats, const engine::LoraAdapter& lora) {
@@ -146,6 +149,10 @@ class JobRun {
     SetTimeout(context, environment_.rpc_timeout);
   }
   absl::StatusOr<int64_t> NewestVersion();
+  // Calls `call` (with its attempt number) until it returns anything but UNAVAILABLE or `store`
+  // has been unavailable for longer than the environment's store_outage_budget.
+  absl::Status RideOutOutage(absl::string_view store,
+                             const std::function<absl::Status(int attempt)>& call);
   absl::Status Publish(int64_t version, int64_t step);
   absl::Status AwaitSwap(int64_t version);
   absl::StatusOr<StepSamples> Generate(int64_t step, int64_t version);
@@ -234,15 +241,42 @@ absl::StatusOr<int64_t> JobRun::NewestVersion() {
   return response.manifest().version();
 }
 
+absl::Status JobRun::RideOutOutage(absl::string_view store,
+                                   const std::function<absl::Status(int attempt)>& call) {
+  const absl::Time start = absl::Now();
+  absl::Duration backoff = environment_.retry_backoff;
+  for (int attempt = 0;; ++attempt) {
+    absl::Status status = call(attempt);
+    if (!absl::IsUnavailable(status)) return status;
+    const absl::Duration down = absl::Now() - start;
+    if (down + backoff > environment_.store_outage_budget || Abandoned()) {
+      return absl::UnavailableError(absl::StrCat(
+          store, " unavailable for ", absl::FormatDuration(absl::Trunc(down, absl::Seconds(1))),
+          " (outage budget ", absl::FormatDuration(environment_.store_outage_budget),
+          "): ", status.message()));
+    }
+    spdlog::warn("job {}: {} unavailable ({}); retrying in {}", job_.id(), store,
+                 status.message(), absl::FormatDuration(backoff));
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, kMaxStoreBackoff);
+  }
+}
+
 absl::Status JobRun::Publish(int64_t version, int64_t step) {
   auto published = weight_store::BuildAdapterVersion(*lora_, base_->config(), spec_.adapter_name(),
                                                      version);
   if (!published.ok()) return published.status();
   (*published->manifest.mutable_labels())["job_id"] = job_.id();
   (*published->manifest.mutable_labels())["step"] = absl::StrCat(step);
-  return weight_store::PublishAdapter(*weight_store_, published->manifest,
-                                      published->shard_views(), {.ucx = environment_.ucx})
-      .status();
+  return RideOutOutage("weight-store", [&](int attempt) {
+    const absl::Status status =
+        weight_store::PublishAdapter(*weight_store_, published->manifest,
+                                     published->shard_views(), {.ucx = environment_.ucx})
+            .status();
+    // A retry after an outage finds the version committed when the first try's commit landed
+    // just before the store went away: this trainer is its only producer, so it is ours.
+    return attempt > 0 && absl::IsAlreadyExists(status) ? absl::OkStatus() : status;
+  });
 }
 
 absl::Status JobRun::AwaitSwap(int64_t version) {
@@ -438,7 +472,15 @@ absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samp
 
 absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& cancelled) {
   PolicyUpdater updater(*base_, *lora_, *optimizer_, UpdateConfigOf(spec_));
-  auto newest = NewestVersion();
+  absl::StatusOr<int64_t> newest;
+  if (absl::Status status = RideOutOutage("weight-store",
+                                          [&](int) {
+                                            newest = NewestVersion();
+                                            return newest.status();
+                                          });
+      !status.ok()) {
+    return status;
+  }
   if (!newest.ok()) return newest.status();
   // The adapter this run starts from (fresh, or restored) becomes a new version: a resumed job
   // never assumes that versions published after its checkpoint match its weights.
@@ -483,7 +525,15 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     double missing_share = 0;
     if (router_replay_ != nullptr) {
       const absl::Time start = absl::Now();
-      auto fetched = FetchRoutes(*samples, &missing_share);
+      absl::StatusOr<std::vector<int16_t>> fetched;
+      if (absl::Status status = RideOutOutage("router-replay",
+                                              [&](int) {
+                                                fetched = FetchRoutes(*samples, &missing_share);
+                                                return fetched.status();
+                                              });
+          !status.ok()) {
+        return status;
+      }
       if (!fetched.ok()) return fetched.status();
       routes = *std::move(fetched);
       metrics.set_route_fetch_seconds(SecondsSince(start));

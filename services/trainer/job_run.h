@@ -63,6 +63,10 @@ struct JobEnvironment {
   // unreachable), this many times in all, waiting retry_backoff, then twice as long, ...
   int generate_attempts = 6;
   absl::Duration retry_backoff = absl::Milliseconds(500);
+  // A store (weight-store, router-replay) that is UNAVAILABLE (restarting) is retried with the
+  // same doubling backoff (capped at 5 s) until it has been unavailable this long; only then
+  // does the job fail, naming the store and the time.
+  absl::Duration store_outage_budget = absl::Seconds(60);
 };
 
 // Called from the run's thread.

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <thread>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -66,6 +68,9 @@ struct FakeRolloutState {
   int polls ABSL_GUARDED_BY(mutex) = 0;
   std::vector<v1::GenerateRequest> requests ABSL_GUARDED_BY(mutex);
   int64_t newest_published ABSL_GUARDED_BY(mutex) = 0;  // Told by the test's weight-store watch.
+  // Called (without the lock) at the start of each Generate, with the call's number.
+  std::function<void(int)> before_generate;
+  std::atomic<int> generate_calls{0};
 };
 
 class FakeRolloutStub final : public v1::RolloutService::StubInterface {
@@ -87,6 +92,8 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
  private:
   grpc::ClientReaderInterface<v1::GenerateResponse>* GenerateRaw(
       grpc::ClientContext*, const v1::GenerateRequest& request) override {
+    const int call = ++state_.generate_calls;
+    if (state_.before_generate) state_.before_generate(call);
     absl::MutexLock lock(&state_.mutex);
     state_.requests.push_back(request);
     if (state_.unavailable_calls > 0) {
@@ -171,17 +178,29 @@ class JobRunTest : public ::testing::Test {
     ASSERT_TRUE(engine::BaseModel::Create(engine::DefaultModelConfig(), 3)
                     ->Save(dir_ + "/base.safetensors")
                     .ok());
-    auto service = weight_store::testing::NewWeightStoreService(
-        {.data_dir = dir_ + "/weights", .enable_ucx = false});
-    ASSERT_TRUE(service.ok()) << service.status();
-    auto store = tandem::testing::StartLoopbackServer(
-        "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)});
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
+    ASSERT_TRUE(StartStore(0).ok());
     dialer_ = std::make_unique<TestDialer>(rollout_, store_.Channel());
     environment_.dialer = dialer_.get();
     environment_.retry_backoff = absl::Milliseconds(1);
     environment_.swap_timeout = absl::Seconds(10);
+  }
+
+  void TearDown() override {
+    if (restart_.joinable()) restart_.join();
+  }
+
+  // The real weight-store over dir_/weights on loopback, on `port` (0: any).
+  absl::Status StartStore(int port) {
+    auto service = weight_store::testing::NewWeightStoreService(
+        {.data_dir = dir_ + "/weights", .enable_ucx = false});
+    if (!service.ok()) return service.status();
+    ServerOptions options = tandem::testing::LoopbackOptions();
+    options.port = port;
+    auto store = tandem::testing::StartLoopbackServer(
+        "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)}, options);
+    if (!store.ok()) return store.status();
+    store_ = *std::move(store);
+    return absl::OkStatus();
   }
 
   // A resolved job: `steps` GRPO steps of 2 prompts x 2 samples, no routing replay.
@@ -222,6 +241,7 @@ class JobRunTest : public ::testing::Test {
 
   std::string dir_;
   tandem::testing::LoopbackServer store_;
+  std::thread restart_;
   FakeRolloutState rollout_;
   std::unique_ptr<TestDialer> dialer_;
   JobEnvironment environment_;
@@ -245,6 +265,35 @@ TEST_F(JobRunTest, EachStepGeneratesWithTheCurrentVersionAndPublishesTheNext) {
   published_.clear();
   ASSERT_TRUE(Run(Job(2), not_cancelled_).ok());
   EXPECT_THAT(published_, ElementsAre(4));
+}
+
+TEST_F(JobRunTest, AWeightStoreRestartDuringAStepCostsRetriesNotTheJob) {
+  // While step 2 generates, the store goes down; it comes back (same port, same data) 300 ms
+  // later, after the step has tried to publish.
+  rollout_.before_generate = [this](int call) {
+    if (call != 2) return;
+    const int port = store_.server->port();
+    store_.server.reset();
+    restart_ = std::thread([this, port] {
+      absl::SleepFor(absl::Milliseconds(300));
+      EXPECT_TRUE(StartStore(port).ok());
+    });
+  };
+  environment_.store_outage_budget = absl::Seconds(30);
+  const absl::Status status = Run(Job(2), not_cancelled_);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_THAT(published_, ElementsAre(1, 2, 3));
+}
+
+TEST_F(JobRunTest, AStoreDownLongerThanTheOutageBudgetFailsTheJobNamingIt) {
+  rollout_.before_generate = [this](int call) {
+    if (call == 1) store_.server.reset();
+  };
+  environment_.store_outage_budget = absl::Milliseconds(200);
+  const absl::Status status = Run(Job(1), not_cancelled_);
+  EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("weight-store unavailable for"));
+  EXPECT_THAT(status.message(), HasSubstr("outage budget 200ms"));
 }
 
 TEST_F(JobRunTest, AnUnavailableReplicaCostsRetriesWithNewAttemptNumbers) {
