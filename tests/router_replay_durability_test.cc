@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/health_client.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/router_replay/client/route_appender.h"
 #include "services/router_replay/client/route_wire.h"
@@ -22,6 +24,7 @@ namespace {
 
 using tandem::testing::PickFreePort;
 using tandem::testing::RunfilePath;
+using ::testing::HasSubstr;
 using tandem::testing::ServiceProcess;
 
 class RouterReplayDurabilityTest : public ::testing::Test {
@@ -31,14 +34,22 @@ class RouterReplayDurabilityTest : public ::testing::Test {
     std::filesystem::remove_all(data_dir_);
   }
 
+  // Starts the binary on the data directory (with `extra` flags).
+  absl::StatusOr<ServiceProcess> Launch(int port, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--host=127.0.0.1", absl::StrCat("--port=", port),
+                                     absl::StrCat("--metrics_port=", PickFreePort()),
+                                     "--data_dir=" + data_dir_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return ServiceProcess::Start(RunfilePath("services/router_replay/router_replay"), args,
+                                 LogPath());
+  }
+
+  static std::string LogPath() { return ::testing::TempDir() + "/router_replay.log"; }
+
   // Starts the binary on the data directory and waits until it serves.
-  ServiceProcess Start() {
+  ServiceProcess Start(const std::vector<std::string>& extra = {}) {
     const int port = PickFreePort();
-    auto process = ServiceProcess::Start(
-        RunfilePath("services/router_replay/router_replay"),
-        {"--host=127.0.0.1", absl::StrCat("--port=", port),
-         absl::StrCat("--metrics_port=", PickFreePort()), "--data_dir=" + data_dir_},
-        ::testing::TempDir() + "/router_replay.log");
+    auto process = Launch(port, extra);
     EXPECT_TRUE(process.ok()) << process.status();
     channel_ = *CreateChannel({.target = absl::StrCat("127.0.0.1:", port),
                                .service_name = "tandem.v1.RouterReplayService"});
@@ -120,6 +131,44 @@ TEST_F(RouterReplayDurabilityTest, AcknowledgedAppendsAndSealsSurviveKillDashNin
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(records, kRecords + 1);
   EXPECT_EQ(restarted.Stop(SIGTERM), 0);
+}
+
+TEST_F(RouterReplayDurabilityTest, ADamagedRouteLogRefusesToStartUnlessTheOperatorChooses) {
+  {
+    ServiceProcess process = Start();
+    RouteAppender appender(channel_);
+    for (int r = 0; r < 50; ++r) {
+      const std::vector<int16_t> rows = SyntheticRoutes(shape_, 20, r);
+      ASSERT_TRUE(appender.Append(Key(r), shape_, 0, 20, rows.data(), /*seal=*/true).ok());
+    }
+    ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(60)).ok());  // All acknowledged.
+    process.Stop(SIGKILL);
+  }
+  // A disk fault cuts the newest log file short: acknowledged records are in the lost part.
+  std::filesystem::path newest_log;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir_)) {
+    if (entry.path().extension() == ".log" &&
+        (newest_log.empty() || entry.path().filename() > newest_log.filename())) {
+      newest_log = entry.path();
+    }
+  }
+  ASSERT_FALSE(newest_log.empty());
+  const auto size = std::filesystem::file_size(newest_log);
+  ASSERT_GT(size, 1000u);
+  std::filesystem::resize_file(newest_log, size / 2);
+
+  auto refused = Launch(PickFreePort());
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  const int status = refused->Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
+  std::ifstream log(LogPath());
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_THAT(text, HasSubstr("is damaged"));
+  EXPECT_THAT(text, HasSubstr("--wal_recovery=point_in_time"));
+
+  // The operator's choice: start with what precedes the damage.
+  ServiceProcess recovered = Start({"--wal_recovery=point_in_time"});
+  EXPECT_EQ(recovered.Stop(SIGTERM), 0);
 }
 
 }  // namespace

@@ -15,6 +15,9 @@ ABSL_FLAG(std::string, fsync, "ack",
           "When appended routes reach stable storage: 'ack' (once per Append stream or Seal, "
           "before replying: durable acknowledgements), 'always' (every chunk) or 'never' "
           "(survives a process crash, not a machine crash).");
+ABSL_FLAG(std::string, wal_recovery, "refuse",
+          "A damaged route log at start: 'refuse' to start (acknowledged records are never "
+          "dropped silently) or 'point_in_time' (keep what precedes the damage, drop the rest).");
 ABSL_FLAG(int, zstd_level, 1, "zstd level for route blocks; 0 stores bit-packed ids only.");
 ABSL_FLAG(absl::Duration, retention_ttl, absl::Hours(72),
           "Records untouched for this long are deleted; 0 keeps them until DeleteRecords.");
@@ -43,11 +46,14 @@ absl::StatusOr<tandem::router_replay::RouterReplayOptions> OptionsFromFlags() {
   if (write_buffer_mib < 1 || block_cache_mib < 1) {
     return absl::InvalidArgumentError("--write_buffer_mib and --block_cache_mib must be >= 1");
   }
+  auto wal_recovery = tandem::router_replay::ParseWalRecovery(absl::GetFlag(FLAGS_wal_recovery));
+  if (!wal_recovery.ok()) return wal_recovery.status();
   options.store = {.path = absl::GetFlag(FLAGS_data_dir),
                    .sync = *sync,
                    .zstd_level = zstd_level,
                    .write_buffer_bytes = write_buffer_mib << 20,
-                   .block_cache_bytes = block_cache_mib << 20};
+                   .block_cache_bytes = block_cache_mib << 20,
+                   .wal_recovery = *wal_recovery};
   options.retention_ttl = ttl;
   options.sweep_interval = std::clamp(ttl / 10, absl::Seconds(1), absl::Minutes(10));
   return options;

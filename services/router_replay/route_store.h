@@ -28,6 +28,16 @@ enum class SyncPolicy {
 };
 absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view name);
 
+// What opening the store does with a damaged route log (RocksDB's WAL), e.g. one truncated by
+// a disk fault after its records were acknowledged.
+enum class WalRecovery {
+  kRefuse,       // Refuse to open, naming the damage: acknowledged records are never dropped
+                 // silently. The default.
+  kPointInTime,  // Keep everything before the damage and drop the rest (logged): an
+                 // operator's choice after looking at the damage.
+};
+absl::StatusOr<WalRecovery> ParseWalRecovery(absl::string_view name);
+
 struct RouteStoreOptions {
   std::string path;
   SyncPolicy sync = SyncPolicy::kOnAcknowledge;
@@ -35,6 +45,7 @@ struct RouteStoreOptions {
   // Memory bounds: the write buffer spills to disk when full; the block cache holds read blocks.
   int64_t write_buffer_bytes = int64_t{64} << 20;
   int64_t block_cache_bytes = int64_t{64} << 20;
+  WalRecovery wal_recovery = WalRecovery::kRefuse;
 };
 
 // Stored state of one record.
