@@ -10,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/options.h"
-#include "rocksdb/sst_file_manager.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 #include "tandem/internal/route_record.pb.h"
@@ -40,6 +39,9 @@ std::string PrefixEnd(std::string prefix) {
   prefix.back() = static_cast<char>(static_cast<uint8_t>(prefix.back()) + 1);
   return prefix;
 }
+
+// How often a store refusing writes after a full disk tries to resume.
+constexpr absl::Duration kResumeRetryInterval = absl::Milliseconds(200);
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
@@ -147,8 +149,14 @@ absl::StatusOr<std::unique_ptr<RouteStore>> RouteStore::Open(const RouteStoreOpt
   db_options.wal_recovery_mode = options.wal_recovery == WalRecovery::kRefuse
                                      ? rocksdb::WALRecoveryMode::kAbsoluteConsistency
                                      : rocksdb::WALRecoveryMode::kPointInTimeRecovery;
-  // Lets RocksDB notice free space again after a full disk and resume on its own.
-  db_options.sst_file_manager.reset(rocksdb::NewSstFileManager(rocksdb::Env::Default()));
+  // After a full disk RocksDB refuses writes until it has recovered, which it retries on its
+  // own: soon, so appends work again shortly after space is freed, with no restart.
+  db_options.bgerror_resume_retry_interval = absl::ToInt64Microseconds(kResumeRetryInterval);
+  std::unique_ptr<rocksdb::Env> env;
+  if (options.file_system != nullptr) {
+    env = rocksdb::NewCompositeEnv(options.file_system);
+    db_options.env = env.get();
+  }
   db_options.write_buffer_size = static_cast<size_t>(options.write_buffer_bytes);
   db_options.max_write_buffer_number = 2;
   // Blocks are already bit-packed and zstd-compressed; compressing again only costs time.
@@ -173,13 +181,15 @@ absl::StatusOr<std::unique_ptr<RouteStore>> RouteStore::Open(const RouteStoreOpt
                  "damage in the route log are gone",
                  options.path);
   }
-  std::unique_ptr<RouteStore> store(new RouteStore(std::unique_ptr<rocksdb::DB>(db), options));
+  std::unique_ptr<RouteStore> store(
+      new RouteStore(std::move(env), std::unique_ptr<rocksdb::DB>(db), options));
   if (absl::Status status = store->LoadTotals(); !status.ok()) return status;
   return store;
 }
 
-RouteStore::RouteStore(std::unique_ptr<rocksdb::DB> db, const RouteStoreOptions& options)
-    : db_(std::move(db)), options_(options) {}
+RouteStore::RouteStore(std::unique_ptr<rocksdb::Env> env, std::unique_ptr<rocksdb::DB> db,
+                       const RouteStoreOptions& options)
+    : env_(std::move(env)), db_(std::move(db)), options_(options) {}
 
 RouteStore::~RouteStore() {
   if (db_ != nullptr) db_->Close().PermitUncheckedError();
@@ -201,11 +211,8 @@ absl::Status RouteStore::LoadTotals() {
 absl::Status RouteStore::Write(rocksdb::WriteBatch& batch) {
   rocksdb::WriteOptions write_options;
   write_options.sync = options_.sync == SyncPolicy::kAlways;
-  rocksdb::Status status = db_->Write(write_options, &batch);
-  // After a background error (a full disk) RocksDB refuses every write until resumed; try once
-  // per failed write, so appends work again as soon as there is space, without a restart.
-  if (!status.ok() && db_->Resume().ok()) status = db_->Write(write_options, &batch);
-  return FromRocks(status, absl::StrCat("writing routes under ", options_.path));
+  return FromRocks(db_->Write(write_options, &batch),
+                   absl::StrCat("writing routes under ", options_.path));
 }
 
 absl::Status RouteStore::Sync() {

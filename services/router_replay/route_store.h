@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rocksdb/db.h"
+#include "rocksdb/file_system.h"
 #include "services/router_replay/client/record_key.h"
 #include "services/router_replay/route_codec.h"
 
@@ -46,6 +47,8 @@ struct RouteStoreOptions {
   int64_t write_buffer_bytes = int64_t{64} << 20;
   int64_t block_cache_bytes = int64_t{64} << 20;
   WalRecovery wal_recovery = WalRecovery::kRefuse;
+  // Where files live; null: the local disk. Tests inject faults (a disk that fills up).
+  std::shared_ptr<rocksdb::FileSystem> file_system;
 };
 
 // Stored state of one record.
@@ -130,7 +133,8 @@ class RouteStore {
   StoreTotals totals() const;
 
  private:
-  RouteStore(std::unique_ptr<rocksdb::DB> db, const RouteStoreOptions& options);
+  RouteStore(std::unique_ptr<rocksdb::Env> env, std::unique_ptr<rocksdb::DB> db,
+             const RouteStoreOptions& options);
 
   std::mutex& StripeFor(absl::string_view encoded_key) const;
   absl::Status LoadTotals();
@@ -142,6 +146,7 @@ class RouteStore {
                              DeleteOutcome& outcome);
   absl::Status Write(rocksdb::WriteBatch& batch);
 
+  std::unique_ptr<rocksdb::Env> env_;  // Set with options.file_system; outlives db_.
   std::unique_ptr<rocksdb::DB> db_;
   RouteStoreOptions options_;
   mutable std::array<std::mutex, 64> stripes_;

@@ -1,14 +1,18 @@
 #include "services/router_replay/route_store.h"
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/router_replay/client/testing/route_testing.h"
 
 namespace tandem::router_replay {
 namespace {
+
+using ::testing::HasSubstr;
 
 class RouteStoreTest : public ::testing::Test {
  protected:
@@ -217,6 +221,72 @@ TEST_F(RouteStoreTest, StoresHundredsOfExperts) {
     ASSERT_TRUE(Append(key, rows, 0, 64, true).ok());
     EXPECT_EQ(Read(key, 0, 64), rows) << experts;
   }
+}
+
+// Local files whose writes fail with "no space" while `full` is set.
+class DiskThatFillsUp final : public rocksdb::FileSystemWrapper {
+ public:
+  DiskThatFillsUp() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "DiskThatFillsUp"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* file,
+                                    rocksdb::IODebugContext* debug) override {
+    rocksdb::IOStatus status = target()->NewWritableFile(name, options, file, debug);
+    if (status.ok()) *file = std::make_unique<File>(std::move(*file), full);
+    return status;
+  }
+
+  std::atomic<bool> full{false};
+
+ private:
+  class File final : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, std::atomic<bool>& full)
+        : FSWritableFileOwnerWrapper(std::move(file)), full_(full) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* debug) override {
+      if (full_) return rocksdb::IOStatus::NoSpace("the test disk is full");
+      return FSWritableFileOwnerWrapper::Append(data, options, debug);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info,
+                             rocksdb::IODebugContext* debug) override {
+      if (full_) return rocksdb::IOStatus::NoSpace("the test disk is full");
+      return FSWritableFileOwnerWrapper::Append(data, options, info, debug);
+    }
+
+   private:
+    std::atomic<bool>& full_;
+  };
+};
+
+TEST_F(RouteStoreTest, AFullDiskIsResourceExhaustedAndAppendsResumeOnceThereIsSpace) {
+  auto disk = std::make_shared<DiskThatFillsUp>();
+  store_.reset();
+  auto store = RouteStore::Open({.path = path_.string(), .file_system = disk});
+  ASSERT_TRUE(store.ok()) << store.status();
+  store_ = *std::move(store);
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 30, 5);
+  ASSERT_TRUE(Append(Key("before"), rows, 0, 10).ok());
+
+  disk->full = true;
+  const absl::Status full = Append(Key("during"), rows, 0, 10).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
+  EXPECT_THAT(full.message(), HasSubstr(path_.string()));
+
+  disk->full = false;  // Space again: the store resumes by itself, no restart needed.
+  absl::Status after;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  do {
+    after = Append(Key("after"), rows, 0, 10).status();
+    if (after.ok()) break;
+    EXPECT_TRUE(absl::IsResourceExhausted(after)) << after;
+    absl::SleepFor(absl::Milliseconds(20));
+  } while (absl::Now() < deadline);
+  ASSERT_TRUE(after.ok()) << after;
+  EXPECT_EQ(Read(Key("after"), 0, 10), Slice(rows, 0, 10));
+  EXPECT_EQ(Read(Key("before"), 0, 10), Slice(rows, 0, 10));
 }
 
 }  // namespace
