@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/health_client.h"
+#include "common/server_options.h"
 #include "common/testing/http_get.h"
 #include "engine/tasks.h"
 #include "gmock/gmock.h"
@@ -81,6 +82,7 @@ class TrainerProcessTest : public ::testing::Test {
                             {"--data_dir=" + data_ + "/trainer", "--ucx_transports=tcp"}};
     services_["rollout"].port = PickFreePort();
     services_["trainer"].port = PickFreePort();
+    if (tls_) UseMutualTls();
     for (const char* name : {"weight_store", "router_replay", "rollout", "trainer"}) Start(name);
     trainer_ = v1::JobService::NewStub(Channel("trainer"));
     rollout_ = v1::RolloutService::NewStub(Channel("rollout"));
@@ -88,9 +90,41 @@ class TrainerProcessTest : public ::testing::Test {
 
   int Port(const std::string& name) { return services_[name].port; }
 
+  static std::string Cert(const std::string& name) {
+    return RunfilePath("common/testing/" + name);
+  }
+
+  // Every service serves TLS and requires client certificates (mTLS); the trainer and rollout
+  // dial the others with the same CA and a client certificate.
+  void UseMutualTls() {
+    for (auto& [name, service] : services_) {
+      service.flags.insert(service.flags.end(),
+                           {"--tls_cert=" + Cert("server.pem"), "--tls_key=" + Cert("server.key"),
+                            "--tls_client_ca=" + Cert("ca.pem")});
+    }
+    for (const char* dialer : {"rollout", "trainer"}) {
+      services_[dialer].flags.insert(
+          services_[dialer].flags.end(),
+          {"--peer_tls_ca=" + Cert("ca.pem"), "--peer_tls_cert=" + Cert("client.pem"),
+           "--peer_tls_key=" + Cert("client.key"), "--peer_tls_server_name=localhost"});
+    }
+  }
+
+  // How this test dials a service: plaintext, or TLS with a client certificate.
+  ChannelOptions Dial(const std::string& name) {
+    ChannelOptions options{.target = absl::StrCat("127.0.0.1:", Port(name)),
+                           .service_name = services_[name].proto_name};
+    if (tls_) {
+      options.tls = ClientTls{.root_ca = *ReadSmallFile(Cert("ca.pem")),
+                              .certificate_chain = *ReadSmallFile(Cert("client.pem")),
+                              .private_key = *ReadSmallFile(Cert("client.key")),
+                              .server_name_override = "localhost"};
+    }
+    return options;
+  }
+
   std::shared_ptr<grpc::Channel> Channel(const std::string& name) {
-    return *CreateChannel({.target = absl::StrCat("127.0.0.1:", Port(name)),
-                           .service_name = services_[name].proto_name});
+    return *CreateChannel(Dial(name));
   }
 
   void Start(const std::string& name) {
@@ -102,8 +136,7 @@ class TrainerProcessTest : public ::testing::Test {
                                          absl::StrCat(data_, "/", name, ".log"));
     ASSERT_TRUE(process.ok()) << process.status();
     service.process = std::make_unique<ServiceProcess>(*std::move(process));
-    ASSERT_TRUE(WaitUntilServing({.target = absl::StrCat("127.0.0.1:", service.port)},
-                                 service.proto_name, absl::Seconds(30))
+    ASSERT_TRUE(WaitUntilServing(Dial(name), service.proto_name, absl::Seconds(30))
                     .ok())
         << name;
   }
@@ -182,6 +215,7 @@ class TrainerProcessTest : public ::testing::Test {
   }
 
   std::string data_;
+  bool tls_ = false;  // Set by the TLS fixture before SetUp.
   std::map<std::string, Service> services_;
   std::unique_ptr<v1::JobService::Stub> trainer_;
   std::unique_ptr<v1::RolloutService::Stub> rollout_;
@@ -364,6 +398,35 @@ TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors)
   status = cli({"watch", "job-nope"}, data_ + "/missing.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
   EXPECT_THAT(read(data_ + "/missing.log"), HasSubstr("job job-nope not found"));
+}
+
+// The same services with TLS on every connection and client certificates required (mTLS):
+// the bearer token never crosses a plaintext link.
+class TrainerProcessTlsTest : public TrainerProcessTest {
+ protected:
+  TrainerProcessTlsTest() { tls_ = true; }
+};
+
+TEST_F(TrainerProcessTlsTest, AJobRunsWithMutualTlsBetweenAllFourServices) {
+  auto job = Create(Spec(3), "tls");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
+    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
+  });
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  EXPECT_EQ(done.current_step(), 3);
+  // A client without a certificate is refused by the trainer.
+  ChannelOptions anonymous = Dial("trainer");
+  anonymous.tls->certificate_chain.clear();
+  anonymous.tls->private_key.clear();
+  auto stub = v1::JobService::NewStub(*CreateChannel(anonymous));
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(10));
+  v1::GetJobRequest request;
+  request.set_job_id(job->id());
+  v1::GetJobResponse response;
+  EXPECT_EQ(stub->GetJob(&context, request, &response).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/channel.h"
+#include "common/peer_tls.h"
 #include "common/service_main.h"
 #include "services/rollout/rollout_service.h"
 
@@ -34,12 +35,12 @@ namespace {
 
 using tandem::rollout::RolloutOptions;
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelTo(const std::string& target,
-                                                         const std::string& service,
-                                                         const tandem::ServerOptions& server) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelTo(
+    const std::string& target, const std::string& service, const tandem::ServerOptions& server,
+    const std::optional<tandem::ClientTls>& tls) {
   if (target.empty()) return nullptr;
   return tandem::CreateChannel(
-      {.target = target, .service_name = service, .auth_token = server.auth_token});
+      {.target = target, .service_name = service, .auth_token = server.auth_token, .tls = tls});
 }
 
 absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& server) {
@@ -53,12 +54,14 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   }
   options.precision =
       precision == "bf16" ? tandem::engine::Precision::kBF16 : tandem::engine::Precision::kF32;
-  auto weight_store =
-      ChannelTo(absl::GetFlag(FLAGS_weight_store), "tandem.v1.WeightStoreService", server);
+  auto peer_tls = tandem::PeerTlsFromFlags();
+  if (!peer_tls.ok()) return peer_tls.status();
+  auto weight_store = ChannelTo(absl::GetFlag(FLAGS_weight_store), "tandem.v1.WeightStoreService",
+                                server, *peer_tls);
   if (!weight_store.ok()) return weight_store.status();
   options.weight_store = *weight_store;
-  auto router_replay =
-      ChannelTo(absl::GetFlag(FLAGS_router_replay), "tandem.v1.RouterReplayService", server);
+  auto router_replay = ChannelTo(absl::GetFlag(FLAGS_router_replay),
+                                 "tandem.v1.RouterReplayService", server, *peer_tls);
   if (!router_replay.ok()) return router_replay.status();
   options.router_replay = *router_replay;
   options.adapters = absl::GetFlag(FLAGS_adapter);

@@ -33,9 +33,10 @@ namespace {
 
 template <typename Service>
 absl::StatusOr<std::unique_ptr<typename Service::StubInterface>> Dial(
-    const std::string& address, const std::string& service_name, const std::string& auth_token) {
-  auto channel =
-      CreateChannel({.target = address, .service_name = service_name, .auth_token = auth_token});
+    const std::string& address, const std::string& service_name, const std::string& auth_token,
+    const std::optional<ClientTls>& tls) {
+  auto channel = CreateChannel(
+      {.target = address, .service_name = service_name, .auth_token = auth_token, .tls = tls});
   if (!channel.ok()) return channel.status();
   return std::unique_ptr<typename Service::StubInterface>(Service::NewStub(*channel));
 }
@@ -190,7 +191,7 @@ absl::Status JobRun::Init() {
   auto task = MakeJobTask(spec_);
   if (!task.ok()) return task.status();
   task_ = *std::move(task);
-  GrpcServiceDialer grpc_dialer(environment_.auth_token);
+  GrpcServiceDialer grpc_dialer(environment_.auth_token, environment_.tls);
   ServiceDialer& dialer =
       environment_.dialer != nullptr ? *environment_.dialer : grpc_dialer;
   for (const std::string& address : spec_.endpoints().rollout()) {
@@ -589,17 +590,17 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
 
 absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> GrpcServiceDialer::Rollout(
     const std::string& address) {
-  return Dial<v1::RolloutService>(address, "tandem.v1.RolloutService", auth_token_);
+  return Dial<v1::RolloutService>(address, "tandem.v1.RolloutService", auth_token_, tls_);
 }
 
 absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>>
 GrpcServiceDialer::WeightStore(const std::string& address) {
-  return Dial<v1::WeightStoreService>(address, "tandem.v1.WeightStoreService", auth_token_);
+  return Dial<v1::WeightStoreService>(address, "tandem.v1.WeightStoreService", auth_token_, tls_);
 }
 
 absl::StatusOr<std::unique_ptr<v1::RouterReplayService::StubInterface>>
 GrpcServiceDialer::RouterReplay(const std::string& address) {
-  return Dial<v1::RouterReplayService>(address, "tandem.v1.RouterReplayService", auth_token_);
+  return Dial<v1::RouterReplayService>(address, "tandem.v1.RouterReplayService", auth_token_, tls_);
 }
 
 absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,

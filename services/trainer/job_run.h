@@ -7,10 +7,12 @@
 #include <string>
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/channel.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 #include "tandem/v1/router_replay.grpc.pb.h"
 #include "tandem/v1/trainer.pb.h"
@@ -35,7 +37,8 @@ class ServiceDialer {
 // gRPC channels (CreateChannel: retries, keepalive) carrying the bearer token.
 class GrpcServiceDialer final : public ServiceDialer {
  public:
-  explicit GrpcServiceDialer(std::string auth_token) : auth_token_(std::move(auth_token)) {}
+  GrpcServiceDialer(std::string auth_token, std::optional<ClientTls> tls)
+      : auth_token_(std::move(auth_token)), tls_(std::move(tls)) {}
   absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> Rollout(
       const std::string& address) override;
   absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>> WeightStore(
@@ -45,11 +48,13 @@ class GrpcServiceDialer final : public ServiceDialer {
 
  private:
   const std::string auth_token_;
+  const std::optional<ClientTls> tls_;  // Unset: plaintext.
 };
 
 // What a job run needs from the trainer process.
 struct JobEnvironment {
   std::string auth_token;  // Sent to the other services when `dialer` is null.
+  std::optional<ClientTls> tls;  // How they are dialed when `dialer` is null; unset: plaintext.
   ServiceDialer* dialer = nullptr;  // Not owned; null: GrpcServiceDialer(auth_token).
   transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
   absl::Duration rpc_timeout = absl::Minutes(5);

@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "common/logging.h"
+#include "common/peer_tls.h"
 #include "common/service_main.h"
 #include "services/trainer/job_service.h"
 
@@ -42,8 +43,10 @@ int main(int argc, char** argv) {
        .defaults = {.port = 50051, .metrics_port = 9451, .max_message_bytes = 16 << 20},
        .make_services = [](const tandem::ServerOptions& server)
            -> absl::StatusOr<std::vector<tandem::HostedService>> {
-         const tandem::trainer::JobEnvironment environment = {.auth_token = server.auth_token,
-                                                              .ucx = MaybeUcx()};
+         auto peer_tls = tandem::PeerTlsFromFlags();
+         if (!peer_tls.ok()) return peer_tls.status();
+         const tandem::trainer::JobEnvironment environment = {
+             .auth_token = server.auth_token, .tls = *std::move(peer_tls), .ucx = MaybeUcx()};
          auto jobs = tandem::trainer::JobManager::Open(
              absl::GetFlag(FLAGS_data_dir),
              [environment](const tandem::v1::Job& job, const tandem::trainer::JobProgress& progress,
