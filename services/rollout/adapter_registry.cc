@@ -252,6 +252,14 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
         "this replica has no weight-store (--weight_store), so it serves the base model only");
   }
   absl::MutexLock lock(&mutex_);
+  // Each followed adapter costs a watch stream and two threads for the replica's lifetime: a
+  // client naming ever new adapters must not grow that without bound.
+  if (!followed_.contains(selector.adapter_name()) &&
+      static_cast<int>(followed_.size()) >= options_.max_followed_adapters) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this replica already follows ", followed_.size(), " adapters (--max_followed_adapters); "
+        "cannot also serve '", selector.adapter_name(), "'"));
+  }
   Followed& followed = FollowLocked(selector.adapter_name());
   switch (selector.version_case()) {
     case v1::AdapterSelector::kExactVersion:

@@ -29,6 +29,9 @@ struct AdapterRegistryOptions {
   // Versions of one adapter kept servable; older ones go once no sample uses them. The newest
   // version is always made servable, so the count is exceeded while all others are in use.
   int resident_versions = 3;
+  // Adapters a replica follows at most (each holds a watch stream and two threads); a request
+  // naming one more is RESOURCE_EXHAUSTED.
+  int max_followed_adapters = 64;
   engine::Precision precision = engine::Precision::kBF16;
   // Fetch by UCX when set (and the store serves it); gRPC otherwise.
   transfer::UcxWorker* ucx = nullptr;

@@ -21,6 +21,9 @@ ABSL_FLAG(std::vector<std::string>, adapter, {},
           "Adapters to follow from the start (comma-separated); NOT_SERVING until the newest "
           "version of each is loaded.");
 ABSL_FLAG(int, resident_versions, 3, "Adapter versions kept servable per adapter.");
+ABSL_FLAG(int, max_followed_adapters, 64,
+          "Adapters this replica follows at most; a request naming one more is "
+          "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, kv_cache_mib, 256, "KV cache budget of admitted sequences, MiB.");
 ABSL_FLAG(int64_t, max_queued_tokens, 1 << 20,
           "KV positions (prompt + max_new_tokens per sample) that may wait for admission; "
@@ -66,6 +69,10 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   options.router_replay = *router_replay;
   options.adapters = absl::GetFlag(FLAGS_adapter);
   options.registry.resident_versions = absl::GetFlag(FLAGS_resident_versions);
+  options.registry.max_followed_adapters = absl::GetFlag(FLAGS_max_followed_adapters);
+  if (options.registry.max_followed_adapters < 1) {
+    return absl::InvalidArgumentError("--max_followed_adapters must be >= 1");
+  }
   options.scheduler.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mib) << 20;
   options.scheduler.max_queued_positions = absl::GetFlag(FLAGS_max_queued_tokens);
   options.scheduler.max_batch_sequences = absl::GetFlag(FLAGS_max_batch_sequences);

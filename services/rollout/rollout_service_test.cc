@@ -646,6 +646,31 @@ TEST_F(RolloutServiceTest, BadRequestsGetClearStatuses) {
   expect_invalid(bad, "bad request_id");
 }
 
+TEST_F(RolloutServiceTest, AReplicaFollowsABoundedNumberOfAdapters) {
+  RolloutOptions options = DefaultOptions();
+  options.registry.max_followed_adapters = 2;
+  StartRollout(std::move(options));
+  const auto generate_for = [&](const std::string& adapter) {
+    v1::GenerateRequest request = Request(absl::StrCat("for-", adapter), 1, 1, 2);
+    request.mutable_adapter()->set_adapter_name(adapter);
+    request.mutable_adapter()->set_exact_version(1);
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Milliseconds(500));  // Unpublished names wait, then time out.
+    auto reader = rollout_stub_->Generate(&context, request);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+    }
+    return reader->Finish();
+  };
+  generate_for("first");
+  generate_for("second");
+  const grpc::Status third = generate_for("third");
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
+  EXPECT_THAT(third.error_message(), HasSubstr("--max_followed_adapters"));
+  EXPECT_NE(generate_for("first").error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "an adapter already followed is still served";
+}
+
 TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
   Publish(1);
   RolloutOptions options = DefaultOptions();
