@@ -18,6 +18,8 @@ ABSL_FLAG(std::string, fsync, "ack",
 ABSL_FLAG(std::string, wal_recovery, "refuse",
           "A damaged route log at start: 'refuse' to start (acknowledged records are never "
           "dropped silently) or 'point_in_time' (keep what precedes the damage, drop the rest).");
+ABSL_FLAG(int, max_fetch_streams, 32,
+          "FetchRoutes streams served at once; one more is RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, zstd_level, 1, "zstd level for route blocks; 0 stores bit-packed ids only.");
 ABSL_FLAG(absl::Duration, retention_ttl, absl::Hours(72),
           "Records untouched for this long are deleted; 0 keeps them until DeleteRecords.");
@@ -55,6 +57,7 @@ absl::StatusOr<tandem::router_replay::RouterReplayOptions> OptionsFromFlags() {
                    .block_cache_bytes = block_cache_mib << 20,
                    .wal_recovery = *wal_recovery};
   options.retention_ttl = ttl;
+  options.max_fetch_streams = absl::GetFlag(FLAGS_max_fetch_streams);
   options.sweep_interval = std::clamp(ttl / 10, absl::Seconds(1), absl::Minutes(10));
   return options;
 }

@@ -1,5 +1,7 @@
 #include "services/router_replay/router_replay_service.h"
 
+#include <malloc.h>
+
 #include <cstring>
 #include <optional>
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/finished_reactor.h"
 #include "common/status.h"
 #include "common/unary.h"
 #include "prometheus/histogram.h"
@@ -126,7 +129,9 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::AppendRequest> {
 // Streams a planned fetch one message at a time.
 class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesResponse> {
  public:
-  FetchReactor(const RouteStore& store, const v1::FetchRoutesRequest& request) {
+  FetchReactor(const RouteStore& store, const v1::FetchRoutesRequest& request,
+               std::unique_ptr<CallTracker::Token> slot)
+      : slot_(std::move(slot)) {
     absl::StatusOr<FetchPlan> plan = PlanFetch(store, request);
     if (!plan.ok()) {
       Finish(ToGrpcStatus(plan.status()));
@@ -163,6 +168,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesRespon
     StartWrite(&response_);
   }
 
+  const std::unique_ptr<CallTracker::Token> slot_;  // One of max_fetch_streams, until done.
   std::optional<FetchCursor> cursor_;
   v1::FetchRoutesResponse response_;
 };
@@ -173,7 +179,12 @@ absl::StatusOr<std::unique_ptr<RouterReplayServiceImpl>> RouterReplayServiceImpl
     const RouterReplayOptions& options) {
   absl::StatusOr<std::unique_ptr<RouteStore>> store = RouteStore::Open(options.store);
   if (!store.ok()) return store.status();
-  std::unique_ptr<RouterReplayServiceImpl> service(new RouterReplayServiceImpl(*std::move(store)));
+  if (options.max_fetch_streams < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_fetch_streams is ", options.max_fetch_streams, "; must be >= 1"));
+  }
+  std::unique_ptr<RouterReplayServiceImpl> service(
+      new RouterReplayServiceImpl(*std::move(store), options.max_fetch_streams));
   if (options.retention_ttl > absl::ZeroDuration()) {
     service->sweeper_ = std::make_unique<RetentionSweeper>(*service->store_, options.retention_ttl,
                                                            options.sweep_interval);
@@ -182,8 +193,13 @@ absl::StatusOr<std::unique_ptr<RouterReplayServiceImpl>> RouterReplayServiceImpl
   return service;
 }
 
-RouterReplayServiceImpl::RouterReplayServiceImpl(std::unique_ptr<RouteStore> store)
-    : store_(std::move(store)) {}
+RouterReplayServiceImpl::RouterReplayServiceImpl(std::unique_ptr<RouteStore> store,
+                                                 int max_fetch_streams)
+    : store_(std::move(store)),
+      max_fetch_streams_(max_fetch_streams),
+      // Fetch responses are large and freed in bursts; hand their memory back to the system
+      // when no fetch runs, so a burst of stalled clients does not leave the process big.
+      fetch_streams_([] { malloc_trim(0); }) {}
 
 grpc::ServerReadReactor<v1::AppendRequest>* RouterReplayServiceImpl::Append(
     grpc::CallbackServerContext* /*context*/, v1::AppendResponse* response) {
@@ -208,7 +224,15 @@ grpc::ServerUnaryReactor* RouterReplayServiceImpl::Seal(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<v1::FetchRoutesResponse>* RouterReplayServiceImpl::FetchRoutes(
     grpc::CallbackServerContext* /*context*/, const v1::FetchRoutesRequest* request) {
-  return new FetchReactor(*store_, *request);
+  std::unique_ptr<CallTracker::Token> slot = fetch_streams_.TryEnter(max_fetch_streams_);
+  if (slot == nullptr) {
+    return new FinishedReactor<grpc::ServerWriteReactor<v1::FetchRoutesResponse>>(
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     absl::StrCat("router-replay serves ", max_fetch_streams_,
+                                  " FetchRoutes streams at once (--max_fetch_streams); retry "
+                                  "when one ends")));
+  }
+  return new FetchReactor(*store_, *request, std::move(slot));
 }
 
 grpc::ServerUnaryReactor* RouterReplayServiceImpl::GetExpertLoad(

@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/call_tracker.h"
 #include "services/router_replay/retention_sweeper.h"
 #include "services/router_replay/route_store.h"
 #include "tandem/v1/router_replay.grpc.pb.h"
@@ -16,6 +17,9 @@ struct RouterReplayOptions {
   // Records untouched for this long are deleted; zero keeps them until DeleteRecords.
   absl::Duration retention_ttl = absl::ZeroDuration();
   absl::Duration sweep_interval = absl::Minutes(1);
+  // FetchRoutes streams served at once; each holds up to one response (a few MiB) while its
+  // client reads, so a crowd of stalled clients cannot grow memory without bound.
+  int max_fetch_streams = 32;
 };
 
 // gRPC front end of the router-replay service: converts messages and statuses; the work is done
@@ -24,6 +28,7 @@ class RouterReplayServiceImpl final : public v1::RouterReplayService::CallbackSe
  public:
   static absl::StatusOr<std::unique_ptr<RouterReplayServiceImpl>> Create(
       const RouterReplayOptions& options);
+  ~RouterReplayServiceImpl() override = default;
 
   grpc::ServerReadReactor<v1::AppendRequest>* Append(grpc::CallbackServerContext* context,
                                                      v1::AppendResponse* response) override;
@@ -43,9 +48,11 @@ class RouterReplayServiceImpl final : public v1::RouterReplayService::CallbackSe
                                           v1::DeleteRecordsResponse* response) override;
 
  private:
-  explicit RouterReplayServiceImpl(std::unique_ptr<RouteStore> store);
+  RouterReplayServiceImpl(std::unique_ptr<RouteStore> store, int max_fetch_streams);
 
   std::unique_ptr<RouteStore> store_;
+  const int max_fetch_streams_;
+  CallTracker fetch_streams_;
   std::unique_ptr<RetentionSweeper> sweeper_;  // Declared after store_: stops before it closes.
 };
 

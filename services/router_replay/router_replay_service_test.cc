@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -637,6 +638,73 @@ TEST_F(RouterReplayServiceTest, HundredsOfExpertsRoundTripWithoutOverflow) {
     EXPECT_EQ(RowsOf(messages), rows) << experts;
     EXPECT_EQ(messages[0].num_experts(), experts);
   }
+}
+
+TEST(RouterReplayStreamsTest, FetchStreamsAreBoundedAndASlotFreesWhenItsClientLeaves) {
+  const std::string dir = ::testing::TempDir() + "/router_replay_streams";
+  std::filesystem::remove_all(dir);
+  auto service = RouterReplayServiceImpl::Create({.store = {.path = dir}, .max_fetch_streams = 2});
+  ASSERT_TRUE(service.ok()) << service.status();
+  auto server = tandem::testing::StartLoopbackServer(
+      "router-replay", {"tandem.v1.RouterReplayService", *std::move(service)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = server->Channel();
+  // A DeepSeek-V3-like record of ~17 MiB as fetched: far more than a stream's flow-control
+  // window, so a client that stops reading keeps its stream (and its slot) open.
+  RouteShape layered{.layers = std::vector<int32_t>(58), .top_k = 8, .num_experts = 256};
+  std::iota(layered.layers.begin(), layered.layers.end(), 3);  // Layers 0..2 dense.
+  const RecordKey key{.job_id = "streams", .policy_version = 1, .sample_id = "big"};
+  {
+    RouteAppender appender(channel);
+    constexpr int kRows = 20000, kChunk = 2000;
+    const std::vector<int16_t> rows = SyntheticRoutes(layered, kRows, 1);
+    for (int first = 0; first < kRows; first += kChunk) {
+      ASSERT_TRUE(appender
+                      .Append(key, layered, first, kChunk,
+                              rows.data() + int64_t{first} * layered.ids_per_row(),
+                              first + kChunk == kRows)
+                      .ok());
+    }
+    ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(60)).ok());
+  }
+  auto stub = v1::RouterReplayService::NewStub(channel);
+  v1::FetchRoutesRequest request;
+  *request.mutable_records()->add_records()->mutable_key() = ToProto(key);
+  struct Stream {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderInterface<v1::FetchRoutesResponse>> reader;
+  };
+  const auto open = [&](Stream& stream) {
+    stream.reader = stub->FetchRoutes(&stream.context, request);
+    v1::FetchRoutesResponse first;
+    return stream.reader->Read(&first);  // Once this returns, the server serves the stream.
+  };
+  Stream a, b, c;
+  ASSERT_TRUE(open(a));
+  ASSERT_TRUE(open(b));
+  EXPECT_FALSE(open(c));
+  const grpc::Status refused = c.reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max_fetch_streams"));
+
+  a.context.TryCancel();
+  a.reader->Finish();
+  // The cancelled stream's slot comes back once its reactor is done.
+  bool served = false;
+  for (int i = 0; i < 200 && !served; ++i) {
+    Stream retry;
+    served = open(retry);
+    if (!served) {
+      retry.reader->Finish();
+      absl::SleepFor(absl::Milliseconds(10));
+    } else {
+      retry.context.TryCancel();
+      retry.reader->Finish();
+    }
+  }
+  EXPECT_TRUE(served);
+  b.context.TryCancel();
+  b.reader->Finish();
 }
 
 }  // namespace
