@@ -20,6 +20,7 @@
 #include "engine/sampler.h"
 #include "engine/sft.h"
 #include "engine/tokenizer.h"
+#include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/rollout/rollout_metrics.h"
@@ -68,10 +69,7 @@ struct Generated {
 class RolloutServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/rollout_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tandem::testing::FreshTestDir("rollout");
     model_config_ = engine::DefaultModelConfig();
     base_ = std::make_unique<engine::BaseModel>(*engine::BaseModel::Create(model_config_, 7));
     ASSERT_TRUE(base_->Save(dir_ + "/base.safetensors").ok());

@@ -19,6 +19,7 @@
 #include "common/testing/test_server.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/trainer/job_spec.h"
@@ -171,10 +172,7 @@ class TestDialer final : public ServiceDialer {
 class JobRunTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/job_run_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tandem::testing::FreshTestDir("job_run");
     ASSERT_TRUE(engine::BaseModel::Create(engine::DefaultModelConfig(), 3)
                     ->Save(dir_ + "/base.safetensors")
                     .ok());

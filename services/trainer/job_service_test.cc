@@ -11,6 +11,7 @@
 #include "common/channel.h"
 #include "common/server.h"
 #include "common/testing/test_server.h"
+#include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -22,9 +23,7 @@ using ::testing::HasSubstr;
 class JobServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/jobs_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
+    dir_ = tandem::testing::FreshTestDir("jobs");
     Start();
   }
 

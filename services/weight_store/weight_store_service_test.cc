@@ -13,6 +13,7 @@
 #include "common/server.h"
 #include "common/testing/http_get.h"
 #include "common/testing/test_server.h"
+#include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/weight_store/client/adapter_client.h"
@@ -26,9 +27,7 @@ using ::testing::HasSubstr;
 class WeightStoreServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    data_dir_ = ::testing::TempDir() + "/weight_store_" +
-                ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(data_dir_);
+    data_dir_ = tandem::testing::FreshTestDir("weight_store");
     StartServer();
     client_ucx_ = *transfer::UcxWorker::Create({.transports = "tcp"});
   }
