@@ -15,7 +15,8 @@ namespace tandem {
 // reading from), and so their number can be bounded (each holds memory while a client reads).
 class CallTracker {
  public:
-  // `on_idle` runs (outside the lock) each time the last call in progress ends.
+  // `on_idle` runs (outside the lock) each time the last call in progress ends; the tracker must
+  // outlive every token (a reactor holding one is done before its service is destroyed).
   explicit CallTracker(std::function<void()> on_idle = nullptr) : on_idle_(std::move(on_idle)) {}
 
   // Held by a call for as long as it runs (e.g. a member of its reactor).

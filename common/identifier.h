@@ -8,7 +8,8 @@ namespace tandem {
 
 // The identifier rule of common.proto, shared by every service: job ids, adapter names,
 // sample ids, request ids, upload ids and lease ids are 1-128 bytes from [A-Za-z0-9._:/-]
-// (so never spaces, and never a path that climbs out of a directory with "..").
+// (so never spaces), without "..", and without a "." path segment: names become directory
+// names, which must never climb out of or alias their parent.
 inline constexpr size_t kMaxIdentifierBytes = 128;
 
 bool IsIdentifier(absl::string_view value);

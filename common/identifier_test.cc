@@ -21,6 +21,7 @@ TEST(IdentifierTest, TheCommonProtoCharactersAreAccepted) {
 TEST(IdentifierTest, SpacesPathClimbingLengthAndOtherBytesAreRejected) {
   for (const std::string& id : {std::string(""), std::string("has space"), std::string("../etc"),
                                 std::string("a/../b"), std::string(129, 'x'),
+                                std::string("."), std::string("team/./policy"),
                                 std::string("caf\xC3\xA9"), std::string("tab\t"),
                                 std::string("nul\0x", 5)}) {
     EXPECT_FALSE(IsIdentifier(id)) << id;

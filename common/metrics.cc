@@ -97,6 +97,7 @@ absl::StatusOr<int> ServeMetrics(const std::string& host, int port) {
   struct Endpoint {
     std::string host;
     int port;
+    prometheus::Exposer* exposer;  // Kept reachable: never destroyed is not leaked.
   };
   static absl::Mutex mutex(absl::kConstInit);
   static const Endpoint* endpoint ABSL_GUARDED_BY(mutex) = nullptr;  // Never destroyed.
@@ -116,7 +117,7 @@ absl::StatusOr<int> ServeMetrics(const std::string& host, int port) {
         absl::StrCat("cannot serve /metrics on ", address, ": ", e.what()));
   }
   exposer->RegisterCollectable(SharedRegistry());  // Held weakly by the exposer.
-  endpoint = new Endpoint{host, exposer->GetListeningPorts().at(0)};
+  endpoint = new Endpoint{host, exposer->GetListeningPorts().at(0), exposer};
   return endpoint->port;
 }
 

@@ -22,14 +22,18 @@ class OpenStreams {
 
   // Registers an open stream and returns its id; a stream opened after EndAll ends at once.
   int64_t Add(std::shared_ptr<Sink> sink) {
-    absl::MutexLock lock(&mutex_);
-    if (ended_.has_value()) {
-      sink->Finish(*ended_);
-      return 0;
+    std::optional<grpc::Status> ended;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (!ended_.has_value()) {
+        const int64_t id = next_id_++;
+        streams_.emplace(id, std::move(sink));
+        return id;
+      }
+      ended = ended_;
     }
-    const int64_t id = next_id_++;
-    streams_.emplace(id, std::move(sink));
-    return id;
+    sink->Finish(*ended);  // Outside the lock, as in EndAll.
+    return 0;
   }
 
   // Forgets a stream (it ended); unknown ids are ignored.

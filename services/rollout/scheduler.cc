@@ -157,7 +157,7 @@ bool Scheduler::AwaitWork() {
     mutex_.AssertHeld();
     return stopping_ || woken_ || !submitted_.empty();
   };
-  if (active_.empty()) {
+  if (active_.empty() && admitting_.empty()) {
     mutex_.AwaitWithTimeout(absl::Condition(&ready),
                             resolving_.empty() ? options_.idle_poll : options_.resolve_poll);
   }

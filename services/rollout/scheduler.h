@@ -69,7 +69,8 @@ class Scheduler {
 
   // One step: plan, execute, apply. Call from one thread at a time.
   void RunStep();
-  // Blocks while there is nothing to do: returns at once while samples are running, else when
+  // Blocks while there is nothing to do: returns at once while samples are running or waiting
+  // for admission, else when
   // woken, a request arrives or a poll interval passes (adapter resolution and cancellations
   // have no event). False once Shutdown was called.
   bool AwaitWork();

@@ -16,7 +16,8 @@ namespace tandem::rollout {
 
 // What the scheduler executes: a continuous batch of sequences, each running on a served model
 // (an adapter version). EngineBatch runs the embedded engine; scheduler tests use a model-free
-// fake. Used from the scheduler's thread only.
+// fake. Used from the scheduler's stepping thread only, except ReservedBytes, which is a pure
+// function of the model and may be called from any thread (Submit).
 class SequenceBatch {
  public:
   virtual ~SequenceBatch() = default;

@@ -166,8 +166,7 @@ absl::StatusOr<std::unique_ptr<RouteStore>> RouteStore::Open(const RouteStoreOpt
   db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   rocksdb::DB* db = nullptr;
   const rocksdb::Status opened = rocksdb::DB::Open(db_options, options.path, &db);
-  if (!opened.ok() && options.wal_recovery == WalRecovery::kRefuse &&
-      (opened.IsCorruption() || opened.IsIOError())) {
+  if (!opened.ok() && options.wal_recovery == WalRecovery::kRefuse && opened.IsCorruption()) {
     return absl::DataLossError(absl::StrCat(
         "the route log under ", options.path, " is damaged (", opened.ToString(),
         "); not starting, since acknowledged records could be lost. Keep a copy of the "

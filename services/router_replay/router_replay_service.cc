@@ -20,6 +20,8 @@
 namespace tandem::router_replay {
 namespace {
 
+constexpr absl::Duration kMinTrimInterval = absl::Seconds(5);
+
 constexpr size_t kMaxChunkRowBytes = size_t{4} << 20;
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
@@ -198,8 +200,19 @@ RouterReplayServiceImpl::RouterReplayServiceImpl(std::unique_ptr<RouteStore> sto
     : store_(std::move(store)),
       max_fetch_streams_(max_fetch_streams),
       // Fetch responses are large and freed in bursts; hand their memory back to the system
-      // when no fetch runs, so a burst of stalled clients does not leave the process big.
-      fetch_streams_([] { malloc_trim(0); }) {}
+      // when no fetch runs, so a burst of stalled clients does not leave the process big
+      // (at most every few seconds: a trim walks the heap under the allocator's lock).
+      fetch_streams_([this] { TrimMemory(); }) {}
+
+void RouterReplayServiceImpl::TrimMemory() {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&trim_mutex_);
+    if (now - last_trim_ < kMinTrimInterval) return;
+    last_trim_ = now;
+  }
+  malloc_trim(0);
+}
 
 grpc::ServerReadReactor<v1::AppendRequest>* RouterReplayServiceImpl::Append(
     grpc::CallbackServerContext* /*context*/, v1::AppendResponse* response) {

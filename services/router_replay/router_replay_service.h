@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/call_tracker.h"
 #include "services/router_replay/retention_sweeper.h"
@@ -51,7 +52,12 @@ class RouterReplayServiceImpl final : public v1::RouterReplayService::CallbackSe
   RouterReplayServiceImpl(std::unique_ptr<RouteStore> store, int max_fetch_streams);
 
   std::unique_ptr<RouteStore> store_;
+  // Returns freed memory to the system, at most every kMinTrimInterval.
+  void TrimMemory();
+
   const int max_fetch_streams_;
+  absl::Mutex trim_mutex_;
+  absl::Time last_trim_ ABSL_GUARDED_BY(trim_mutex_) = absl::InfinitePast();
   CallTracker fetch_streams_;
   std::unique_ptr<RetentionSweeper> sweeper_;  // Declared after store_: stops before it closes.
 };

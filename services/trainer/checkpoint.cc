@@ -1,11 +1,13 @@
 #include "services/trainer/checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
+#include "common/logging.h"
 #include "common/safetensors.h"
 
 namespace tandem::trainer {
@@ -25,6 +27,13 @@ uint64_t TensorChecksum(const Tensor& tensor) { return Xxh3Checksum(tensor.bytes
 // Every tensor's bytes against the checksum written with it: a flipped bit in an AdamW moment
 // must not resume silently.
 absl::Status VerifyChecksums(const SafetensorsFile& file, const std::string& path) {
+  const bool written_with_checksums =
+      std::any_of(file.metadata.begin(), file.metadata.end(),
+                  [](const auto& entry) { return entry.first.starts_with(kChecksumPrefix); });
+  if (!written_with_checksums) {
+    spdlog::warn("checkpoint {} predates tensor checksums; loading it unverified", path);
+    return absl::OkStatus();
+  }
   for (const auto& [name, tensor] : file.tensors) {
     auto written = file.metadata.find(kChecksumPrefix + name);
     if (written == file.metadata.end()) {

@@ -22,7 +22,8 @@ namespace {
 
 constexpr int kDefaultPageSize = 50;
 constexpr int kMaxPageSize = 1000;
-// How long the worker waits before trying again to record that a job starts (disk trouble).
+// How long the worker waits before trying again to record that a job starts or ends (disk
+// trouble).
 constexpr absl::Duration kStartRetryInterval = absl::Seconds(1);
 
 std::string NewJobId() {
@@ -337,7 +338,15 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
 }
 
 void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
-  UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [&result](v1::Job& job) {
+  // A job whose end cannot be recorded is not run again (it would publish more versions): the
+  // record is retried until it is saved or the manager stops (then a restart resumes the job).
+  const auto stopping = [this]() {
+    mutex_.AssertHeld();
+    return stopping_;
+  };
+  while (true) {
+    const absl::Status saved = Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                                      [&result](v1::Job& job) {
     // A cancel that raced with the last step still ends CANCELLED (never CANCELLING ->
     // SUCCEEDED); the versions it published remain.
     if (job.state() == v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
@@ -349,7 +358,12 @@ void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
       job.set_error_message(ValidUtf8(result.ToString()));
     }
     *job.mutable_end_time() = NowTimestamp();
-  });
+                                      });
+    if (saved.ok() || stopping_) break;
+    spdlog::error("job {} ended but its record cannot be saved: {}; retrying in {}", job_id,
+                  saved.ToString(), absl::FormatDuration(kStartRetryInterval));
+    mutex_.AwaitWithTimeout(absl::Condition(&stopping), kStartRetryInterval);
+  }
   spdlog::info("job {} {}", job_id, v1::JobState_Name(jobs_[job_id].state()));
 }
 

@@ -47,6 +47,8 @@ absl::Status Cancelled() { return absl::CancelledError("job cancelled"); }
 
 // The longest wait between two tries of a store that is restarting.
 constexpr absl::Duration kMaxStoreBackoff = absl::Seconds(5);
+// How often a run waiting out a store's backoff looks whether it was cancelled.
+constexpr absl::Duration kCancelCheckInterval = absl::Milliseconds(50);
 
 // A non-finite loss, gradient norm or LoRA parameter fails the step: training on would publish
 // a broken adapter and end the job SUCCEEDED.
@@ -150,8 +152,9 @@ class JobRun {
     SetTimeout(context, environment_.rpc_timeout);
   }
   absl::StatusOr<int64_t> NewestVersion();
-  // Calls `call` (with its attempt number) until it returns anything but UNAVAILABLE or `store`
-  // has been unavailable for longer than the environment's store_outage_budget.
+  // Calls `call` (with its attempt number) until it returns anything but UNAVAILABLE or
+  // RESOURCE_EXHAUSTED, `store` has been unavailable for longer than the environment's
+  // store_outage_budget, or the run is cancelled (CANCELLED).
   absl::Status RideOutOutage(absl::string_view store,
                              const std::function<absl::Status(int attempt)>& call);
   absl::Status Publish(int64_t version, int64_t step);
@@ -176,6 +179,7 @@ class JobRun {
   std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store_;
   std::unique_ptr<v1::RouterReplayService::StubInterface> router_replay_;
   int64_t start_step_ = 0;
+  const std::atomic<bool>* cancelled_ = nullptr;  // Set by Run.
   absl::Mutex calls_mutex_;
   absl::flat_hash_set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(calls_mutex_);
   bool abandoned_ ABSL_GUARDED_BY(calls_mutex_) = false;
@@ -245,20 +249,28 @@ absl::StatusOr<int64_t> JobRun::NewestVersion() {
 absl::Status JobRun::RideOutOutage(absl::string_view store,
                                    const std::function<absl::Status(int attempt)>& call) {
   const absl::Time start = absl::Now();
-  absl::Duration backoff = environment_.retry_backoff;
+  absl::Duration backoff = std::min(environment_.retry_backoff, kMaxStoreBackoff);
   for (int attempt = 0;; ++attempt) {
+    if (*cancelled_) return Cancelled();
     absl::Status status = call(attempt);
-    if (!absl::IsUnavailable(status)) return status;
+    // UNAVAILABLE: restarting or unreachable; RESOURCE_EXHAUSTED: a full disk or a busy store
+    // (router-replay's stream limit), both expected to pass.
+    if (!absl::IsUnavailable(status) && !absl::IsResourceExhausted(status)) return status;
     const absl::Duration down = absl::Now() - start;
-    if (down + backoff > environment_.store_outage_budget || Abandoned()) {
-      return absl::UnavailableError(absl::StrCat(
-          store, " unavailable for ", absl::FormatDuration(absl::Trunc(down, absl::Seconds(1))),
-          " (outage budget ", absl::FormatDuration(environment_.store_outage_budget),
-          "): ", status.message()));
+    if (down + backoff > environment_.store_outage_budget) {
+      return absl::Status(
+          status.code(),
+          absl::StrCat(store, " unavailable for ",
+                       absl::FormatDuration(absl::Trunc(down, absl::Seconds(1))),
+                       " (outage budget ", absl::FormatDuration(environment_.store_outage_budget),
+                       "): ", status.message()));
     }
     spdlog::warn("job {}: {} unavailable ({}); retrying in {}", job_.id(), store,
                  status.message(), absl::FormatDuration(backoff));
-    absl::SleepFor(backoff);
+    // Sliced, so a cancel does not wait out the backoff.
+    for (absl::Time until = absl::Now() + backoff; absl::Now() < until && !*cancelled_;) {
+      absl::SleepFor(std::min(until - absl::Now(), kCancelCheckInterval));
+    }
     backoff = std::min(backoff * 2, kMaxStoreBackoff);
   }
 }
@@ -472,6 +484,7 @@ absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samp
 }
 
 absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& cancelled) {
+  cancelled_ = &cancelled;
   PolicyUpdater updater(*base_, *lora_, *optimizer_, UpdateConfigOf(spec_));
   absl::StatusOr<int64_t> newest;
   if (absl::Status status = RideOutOutage("weight-store",

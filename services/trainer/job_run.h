@@ -55,7 +55,7 @@ class GrpcServiceDialer final : public ServiceDialer {
 struct JobEnvironment {
   std::string auth_token;  // Sent to the other services when `dialer` is null.
   std::optional<ClientTls> tls;  // How they are dialed when `dialer` is null; unset: plaintext.
-  ServiceDialer* dialer = nullptr;  // Not owned; null: GrpcServiceDialer(auth_token).
+  ServiceDialer* dialer = nullptr;  // Not owned; null: GrpcServiceDialer(auth_token, tls).
   transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
   absl::Duration rpc_timeout = absl::Minutes(5);
   absl::Duration swap_timeout = absl::Seconds(60);
@@ -68,9 +68,9 @@ struct JobEnvironment {
   // unreachable), this many times in all, waiting retry_backoff, then twice as long, ...
   int generate_attempts = 6;
   absl::Duration retry_backoff = absl::Milliseconds(500);
-  // A store (weight-store, router-replay) that is UNAVAILABLE (restarting) is retried with the
-  // same doubling backoff (capped at 5 s) until it has been unavailable this long; only then
-  // does the job fail, naming the store and the time.
+  // A store (weight-store, router-replay) that is UNAVAILABLE (restarting) or RESOURCE_EXHAUSTED
+  // (full disk, too busy) is retried with the same doubling backoff (capped at 5 s) until it has
+  // been unavailable this long; only then does the job fail, naming the store and the time.
   absl::Duration store_outage_budget = absl::Seconds(60);
 };
 

@@ -294,6 +294,21 @@ TEST_F(JobRunTest, AStoreDownLongerThanTheOutageBudgetFailsTheJobNamingIt) {
   EXPECT_THAT(status.message(), HasSubstr("outage budget 200ms"));
 }
 
+TEST_F(JobRunTest, ACancelDuringAStoreOutageEndsTheRunCancelled) {
+  std::atomic<bool> cancelled{false};
+  rollout_.before_generate = [this, &cancelled](int call) {
+    if (call != 1) return;
+    store_.server.reset();  // Down for good: only the cancel can end the wait.
+    restart_ = std::thread([&cancelled] {
+      absl::SleepFor(absl::Milliseconds(200));
+      cancelled = true;
+    });
+  };
+  environment_.store_outage_budget = absl::Minutes(10);
+  const absl::Status status = Run(Job(2), cancelled);
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
+}
+
 TEST_F(JobRunTest, AnUnavailableReplicaCostsRetriesWithNewAttemptNumbers) {
   {
     absl::MutexLock lock(&rollout_.mutex);

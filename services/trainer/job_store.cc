@@ -66,13 +66,17 @@ absl::StatusOr<v1::Job> Decode(const std::string& file) {
 
 // Moves a damaged record aside and stands in a FAILED job of its id, so clients see what
 // happened instead of the trainer refusing to start.
-v1::Job Quarantine(const std::string& path, const std::string& job_id,
-                   const absl::Status& problem) {
+absl::StatusOr<v1::Job> Quarantine(const std::string& path, const std::string& job_id,
+                                   const absl::Status& problem) {
   const std::string aside = path + ".corrupt";
   std::error_code error;
   std::filesystem::rename(path, aside, error);
-  spdlog::error("job record {} is corrupt ({}); moved to {}{}", path, problem.message(), aside,
-                error ? absl::StrCat(" failed: ", error.message()) : "");
+  if (error) {
+    return absl::DataLossError(absl::StrCat("job record ", path, " is corrupt (",
+                                            problem.message(), ") and cannot be moved aside: ",
+                                            error.message()));
+  }
+  spdlog::error("job record {} is corrupt ({}); moved to {}", path, problem.message(), aside);
   v1::Job job;
   job.set_id(job_id);
   job.set_state(v1::JOB_STATE_FAILED);
@@ -99,7 +103,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir)
     }
     std::ifstream in(path, std::ios::binary);
     std::stringstream contents;
-    contents << in.rdbuf();
+    if (!in || !(contents << in.rdbuf()) || contents.str().empty()) {
+      // Unreadable (permissions, I/O) is not corrupt: nothing is quarantined on a bad day.
+      return Errno("read", path);
+    }
     absl::StatusOr<v1::Job> job = Decode(contents.str());
     const std::string id = entry.path().stem().string();
     if (job.ok() && job->id() != id) {
@@ -108,9 +115,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir)
     if (job.ok()) {
       store->loaded_.push_back(*std::move(job));
     } else {
-      v1::Job failed = Quarantine(path, id, job.status());
-      if (absl::Status status = store->Put(failed); !status.ok()) return status;
-      store->loaded_.push_back(std::move(failed));
+      absl::StatusOr<v1::Job> failed = Quarantine(path, id, job.status());
+      if (!failed.ok()) return failed.status();
+      if (absl::Status status = store->Put(*failed); !status.ok()) return status;
+      store->loaded_.push_back(*std::move(failed));
     }
   }
   return store;

@@ -102,11 +102,23 @@ absl::Status DecodeManifest(const std::string& file, const fs::path& dir, v1::Ma
   return absl::OkStatus();
 }
 
+// Renames a damaged version directory to <dir>.corrupt; says what happened.
+std::string MoveAside(const std::string& dir) {
+  const std::string aside = absl::StrCat(dir, kCorruptSuffix);
+  std::error_code error;
+  fs::remove_all(aside, error);
+  fs::rename(dir, aside, error);
+  if (error) return absl::StrCat("could not move it to ", aside, ": ", error.message());
+  return absl::StrCat("moved to ", aside);
+}
+
 absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& dir, transfer::UcxWorker* ucx) {
   auto version = std::make_unique<CommittedVersion>();
   std::ifstream manifest_in(dir / kManifestFile, std::ios::binary);
   std::stringstream manifest_bytes;
-  manifest_bytes << manifest_in.rdbuf();
+  if (!manifest_in || !(manifest_bytes << manifest_in.rdbuf()) || manifest_bytes.str().empty()) {
+    return absl::DataLossError(absl::StrCat("no readable manifest in ", dir.string()));
+  }
   if (absl::Status status = DecodeManifest(manifest_bytes.str(), dir, &version->manifest);
       !status.ok()) {
     return status;
@@ -196,13 +208,20 @@ absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
         continue;
       }
       absl::StatusOr<std::unique_ptr<CommittedVersion>> version = ReadVersion(entry.path(), ucx);
-      if (!version.ok()) {
-        // Moved aside, so the version number can be published again.
-        const std::string aside = absl::StrCat(entry.path().string(), kCorruptSuffix);
-        fs::remove_all(aside, error);
-        fs::rename(entry.path(), aside, error);
-        skipped->push_back(absl::StrCat(version.status().message(), "; moved to ", aside));
-        error.clear();
+      if (absl::IsDataLoss(version.status())) {
+        // Damaged on disk: moved aside (kept for inspection), so the number can be published
+        // again. Anything else (memory, UCX registration) is no verdict on the files.
+        skipped->push_back(absl::StrCat(version.status().message(), "; ",
+                                        MoveAside(entry.path().string())));
+        continue;
+      }
+      if (!version.ok()) return version.status();
+      const v1::Manifest& manifest = (*version)->manifest;
+      if (manifest.version() != number ||
+          AdapterDir(data_dir, manifest.adapter_name()) != adapter.path().string()) {
+        skipped->push_back(absl::StrCat(entry.path().string(), " holds ",
+                                        manifest.adapter_name(), "@", manifest.version(), "; ",
+                                        MoveAside(entry.path().string())));
         continue;
       }
       versions.push_back(*std::move(version));

@@ -14,8 +14,11 @@ namespace {
 
 constexpr int64_t kMaxChunkRowBytes = int64_t{4} << 20;
 
+// Worth retrying the same stream: the server restarts, is slow, or its disk is full (it resumes
+// on its own once there is space).
 bool IsTransient(grpc::StatusCode code) {
-  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         code == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
 // Appends `next` to `into` when it continues it: same record, contiguous rows, not yet sealed.
