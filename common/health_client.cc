@@ -30,6 +30,22 @@ absl::StatusOr<Health> Check(const std::shared_ptr<grpc::Channel>& channel,
   return response.status() == HealthCheckResponse::SERVING ? Health::kServing : Health::kNotServing;
 }
 
+const char* ChannelStateName(grpc_connectivity_state state) {
+  switch (state) {
+    case GRPC_CHANNEL_IDLE:
+      return "IDLE";
+    case GRPC_CHANNEL_CONNECTING:
+      return "CONNECTING";
+    case GRPC_CHANNEL_READY:
+      return "READY";
+    case GRPC_CHANNEL_TRANSIENT_FAILURE:
+      return "TRANSIENT_FAILURE (refused, unreachable, or TLS handshake failed)";
+    case GRPC_CHANNEL_SHUTDOWN:
+      return "SHUTDOWN";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 absl::StatusOr<Health> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,
@@ -54,9 +70,11 @@ absl::Status WaitUntilServing(ChannelOptions server, const std::string& service,
                        : health.status();
     absl::SleepFor(std::min(kPollInterval, std::max(deadline - absl::Now(), absl::ZeroDuration())));
   }
-  return absl::DeadlineExceededError(absl::StrCat("'", service, "' not SERVING within ",
-                                                  absl::FormatDuration(timeout),
-                                                  "; last: ", last.ToString()));
+  // A server that never answered leaves only DEADLINE_EXCEEDED from wait_for_ready; the channel
+  // state tells a refused connection or failed TLS handshake (TRANSIENT_FAILURE) from a slow one.
+  return absl::DeadlineExceededError(absl::StrCat(
+      "'", service, "' not SERVING within ", absl::FormatDuration(timeout), "; last: ",
+      last.ToString(), "; connection ", ChannelStateName((*channel)->GetState(false))));
 }
 
 }  // namespace tandem
