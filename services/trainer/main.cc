@@ -13,6 +13,9 @@ ABSL_FLAG(std::string, data_dir, "trainer-data",
           "Job records and, by default, each job's checkpoint directory (<data_dir>/<job id>).");
 ABSL_FLAG(bool, ucx, true, "Publish adapters to weight-store by UCX put when it serves UCX.");
 ABSL_FLAG(std::string, ucx_transports, "", "UCX transports (as UCX_TLS); empty: UCX's choice.");
+ABSL_FLAG(absl::Duration, store_outage_budget, absl::Seconds(60),
+          "How long a running job waits out an unavailable weight-store or router-replay "
+          "(restarting, full disk) before it fails.");
 
 namespace {
 
@@ -45,8 +48,14 @@ int main(int argc, char** argv) {
            -> absl::StatusOr<std::vector<tandem::HostedService>> {
          auto peer_tls = tandem::PeerTlsFromFlags();
          if (!peer_tls.ok()) return peer_tls.status();
-         const tandem::trainer::JobEnvironment environment = {
-             .auth_token = server.auth_token, .tls = *std::move(peer_tls), .ucx = MaybeUcx()};
+         const absl::Duration outage_budget = absl::GetFlag(FLAGS_store_outage_budget);
+         if (outage_budget < absl::ZeroDuration()) {
+           return absl::InvalidArgumentError("--store_outage_budget must be >= 0");
+         }
+         const tandem::trainer::JobEnvironment environment = {.auth_token = server.auth_token,
+                                                              .tls = *std::move(peer_tls),
+                                                              .ucx = MaybeUcx(),
+                                                              .store_outage_budget = outage_budget};
          auto jobs = tandem::trainer::JobManager::Open(
              absl::GetFlag(FLAGS_data_dir),
              [environment](const tandem::v1::Job& job, const tandem::trainer::JobProgress& progress,
