@@ -24,7 +24,21 @@ constexpr int kDefaultPageSize = 50;
 constexpr int kMaxPageSize = 1000;
 // How long the worker waits before trying again to record that a job starts or ends (disk
 // trouble).
-constexpr absl::Duration kStartRetryInterval = absl::Seconds(1);
+constexpr absl::Duration kSaveRetryInterval = absl::Seconds(1);
+
+// A run's result as the job's terminal state. A cancel that raced with the last step still
+// ends CANCELLED (never CANCELLING -> SUCCEEDED); the versions it published remain.
+void RecordOutcome(const absl::Status& result, v1::Job& job) {
+  if (job.state() == v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
+    job.set_state(v1::JOB_STATE_CANCELLED);
+  } else if (result.ok()) {
+    job.set_state(v1::JOB_STATE_SUCCEEDED);
+  } else {
+    job.set_state(v1::JOB_STATE_FAILED);
+    job.set_error_message(ValidUtf8(result.ToString()));
+  }
+  *job.mutable_end_time() = NowTimestamp();
+}
 
 std::string NewJobId() {
   std::random_device random;
@@ -294,10 +308,6 @@ std::optional<v1::Job> JobManager::StartNextJob() {
     return stopping_ || std::any_of(jobs_.begin(), jobs_.end(),
                                     [](const auto& entry) { return Runnable(entry.second); });
   };
-  const auto stopping = [this]() {
-    mutex_.AssertHeld();
-    return stopping_;
-  };
   while (true) {
     mutex_.Await(absl::Condition(&runnable));
     if (stopping_) return std::nullopt;
@@ -313,9 +323,7 @@ std::optional<v1::Job> JobManager::StartNextJob() {
     });
     if (started.ok()) return jobs_[id];
     // A job whose start cannot be recorded does not run (its restart would not resume it).
-    spdlog::error("job {} cannot start: {}; retrying in {}", id, started.ToString(),
-                  absl::FormatDuration(kStartRetryInterval));
-    mutex_.AwaitWithTimeout(absl::Condition(&stopping), kStartRetryInterval);
+    PauseAfterSaveFailure(absl::StrCat("job ", id, " cannot start"), started);
   }
 }
 
@@ -340,31 +348,25 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
 void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
   // A job whose end cannot be recorded is not run again (it would publish more versions): the
   // record is retried until it is saved or the manager stops (then a restart resumes the job).
+  while (true) {
+    const absl::Status saved =
+        Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+               [&result](v1::Job& job) { RecordOutcome(result, job); });
+    if (saved.ok() || stopping_) break;
+    PauseAfterSaveFailure(absl::StrCat("job ", job_id, " ended but its record cannot be saved"),
+                          saved);
+  }
+  spdlog::info("job {} {}", job_id, v1::JobState_Name(jobs_[job_id].state()));
+}
+
+void JobManager::PauseAfterSaveFailure(const std::string& what, const absl::Status& status) {
+  spdlog::error("{}: {}; retrying in {}", what, status.ToString(),
+                absl::FormatDuration(kSaveRetryInterval));
   const auto stopping = [this]() {
     mutex_.AssertHeld();
     return stopping_;
   };
-  while (true) {
-    const absl::Status saved = Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-                                      [&result](v1::Job& job) {
-    // A cancel that raced with the last step still ends CANCELLED (never CANCELLING ->
-    // SUCCEEDED); the versions it published remain.
-    if (job.state() == v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
-      job.set_state(v1::JOB_STATE_CANCELLED);
-    } else if (result.ok()) {
-      job.set_state(v1::JOB_STATE_SUCCEEDED);
-    } else {
-      job.set_state(v1::JOB_STATE_FAILED);
-      job.set_error_message(ValidUtf8(result.ToString()));
-    }
-    *job.mutable_end_time() = NowTimestamp();
-                                      });
-    if (saved.ok() || stopping_) break;
-    spdlog::error("job {} ended but its record cannot be saved: {}; retrying in {}", job_id,
-                  saved.ToString(), absl::FormatDuration(kStartRetryInterval));
-    mutex_.AwaitWithTimeout(absl::Condition(&stopping), kStartRetryInterval);
-  }
-  spdlog::info("job {} {}", job_id, v1::JobState_Name(jobs_[job_id].state()));
+  mutex_.AwaitWithTimeout(absl::Condition(&stopping), kSaveRetryInterval);
 }
 
 void JobManager::WorkLoop() {

@@ -66,6 +66,9 @@ class JobManager {
   absl::Status Update(const std::string& job_id, v1::WatchEventType event,
                       const std::function<void(v1::Job&)>& change)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Logs `what` failed to be saved and waits a while (less if the manager stops).
+  void PauseAfterSaveFailure(const std::string& what, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Update for changes no client waits on (the worker's progress): a failure is logged.
   void UpdateOrLog(const std::string& job_id, v1::WatchEventType event,
                    const std::function<void(v1::Job&)>& change)

@@ -281,16 +281,8 @@ TEST_F(JobManagerTest, ACorruptRecordIsQuarantinedAsAFailedJobAndTheRestLoad) {
   const std::string intact = Create("r2");
   ASSERT_TRUE(runner_.AwaitRunning(intact));
   jobs_.reset();
-  {
-    // Flip one byte in the middle of the record (say, a path in its spec).
-    std::fstream file(RecordPath(dir_, damaged), std::ios::in | std::ios::out | std::ios::binary);
-    file.seekg(40);
-    char byte = 0;
-    file.read(&byte, 1);
-    file.seekp(40);
-    byte ^= 0x5A;
-    file.write(&byte, 1);
-  }
+  // One byte in the middle of the record (say, a path in its spec).
+  ASSERT_TRUE(tandem::testing::FlipByte(RecordPath(dir_, damaged), 40));
   Reopen();
   const v1::Job quarantined = *jobs_->Get(damaged);
   EXPECT_EQ(quarantined.state(), v1::JOB_STATE_FAILED);

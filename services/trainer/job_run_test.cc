@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <functional>
 #include <thread>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -382,15 +381,8 @@ TEST_F(JobRunTest, ANonFiniteLossFailsTheStepBeforeAnythingIsPublished) {
 TEST_F(JobRunTest, ACorruptCheckpointIsRefusedNamingTheTensor) {
   ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
   const std::string checkpoint = dir_ + "/out/checkpoint.safetensors";
-  {
-    std::fstream file(checkpoint, std::ios::in | std::ios::out | std::ios::binary);
-    file.seekg(-16, std::ios::end);  // Tensor data, not the header.
-    char byte = 0;
-    file.read(&byte, 1);
-    file.seekp(-16, std::ios::end);
-    byte ^= 0x40;
-    file.write(&byte, 1);
-  }
+  // Tensor data, not the header.
+  ASSERT_TRUE(tandem::testing::FlipByte(checkpoint, -16, std::ios::end));
   const absl::Status status = Run(Job(2), not_cancelled_);
   EXPECT_TRUE(absl::IsDataLoss(status)) << status;
   EXPECT_THAT(status.message(), HasSubstr("is corrupt (xxh3"));

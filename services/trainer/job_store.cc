@@ -8,18 +8,15 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/base/internal/endian.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/checksum.h"
+#include "common/checksummed_message.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
 
 namespace tandem::trainer {
 namespace {
 
-constexpr absl::string_view kMagic = "TJOB";
-constexpr size_t kHeaderBytes = 4 + 8;  // Magic, XXH3-64 of the payload.
+constexpr absl::string_view kMagic = "TJOB";  // See EncodeChecksummed.
 
 absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
@@ -31,37 +28,6 @@ absl::Status SyncPath(const std::string& path, int flags) {
   const int result = fsync(fd);
   close(fd);
   return result == 0 ? absl::OkStatus() : Errno("fsync", path);
-}
-
-std::string Encode(const v1::Job& job) {
-  const std::string payload = job.SerializeAsString();
-  std::string file(kMagic);
-  char checksum[8];
-  absl::little_endian::Store64(checksum, Xxh3Checksum(payload));
-  file.append(checksum, sizeof(checksum));
-  return file + payload;
-}
-
-absl::StatusOr<v1::Job> Decode(const std::string& file) {
-  v1::Job job;
-  if (!absl::StartsWith(file, kMagic)) {
-    // Written before records carried a checksum: accepted if it parses (rewritten on change).
-    if (job.ParseFromString(file)) return job;
-    return absl::DataLossError("neither a checksummed record nor a parsable job");
-  }
-  if (file.size() < kHeaderBytes) return absl::DataLossError("truncated header");
-  const absl::string_view payload = absl::string_view(file).substr(kHeaderBytes);
-  const uint64_t expected = absl::little_endian::Load64(file.data() + kMagic.size());
-  if (Xxh3Checksum(payload) != expected) {
-    return absl::DataLossError(
-        absl::StrCat("checksum mismatch (", file.size(), " bytes; written ",
-                     ChecksumToHex(expected), ", read ", ChecksumToHex(Xxh3Checksum(payload)),
-                     ")"));
-  }
-  if (!job.ParseFromString(std::string(payload))) {
-    return absl::DataLossError("checksum matches but the job does not parse");
-  }
-  return job;
 }
 
 // Moves a damaged record aside and stands in a FAILED job of its id, so clients see what
@@ -107,7 +73,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir)
       // Unreadable (permissions, I/O) is not corrupt: nothing is quarantined on a bad day.
       return Errno("read", path);
     }
-    absl::StatusOr<v1::Job> job = Decode(contents.str());
+    absl::StatusOr<v1::Job> job = v1::Job();
+    if (absl::Status status = DecodeChecksummed(kMagic, contents.str(), *job); !status.ok()) {
+      job = status;
+    }
     const std::string id = entry.path().stem().string();
     if (job.ok() && job->id() != id) {
       job = absl::DataLossError(absl::StrCat("holds job ", job->id()));
@@ -130,7 +99,7 @@ absl::Status JobStore::Put(const v1::Job& job) {
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) return Errno("create", temporary);
-    const std::string file = Encode(job);
+    const std::string file = EncodeChecksummed(kMagic, job);
     if (!out.write(file.data(), static_cast<std::streamsize>(file.size())) || !out.flush()) {
       return Errno("write", temporary);
     }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "transfer/lora_testing.h"
@@ -481,17 +482,7 @@ TEST_F(AdapterStoreTest, ReopeningSkipsAStoredVersionWithACorruptShard) {
   ASSERT_TRUE(Publish(first).ok());
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 27)).ok());
   const fs::path shard = fs::path(VersionDir("job-1", 2)) / "shard-0.bin";
-  {
-    std::fstream file(shard, std::ios::binary | std::ios::in | std::ios::out);
-    ASSERT_TRUE(file.good());
-    char byte = 0;
-    file.seekg(3);
-    file.read(&byte, 1);
-    byte ^= 1;
-    file.seekp(3);
-    file.write(&byte, 1);
-    ASSERT_TRUE(file.good());
-  }
+  ASSERT_TRUE(tandem::testing::FlipByte(shard.string(), 3, std::ios::beg, 1));
 
   ASSERT_NO_FATAL_FAILURE(Reopen());
   ExpectNotFound("job-1", 2);

@@ -9,11 +9,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/base/internal/endian.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/checksummed_message.h"
 #include "xxhash.h"
 
 namespace tandem::weight_store {
@@ -23,6 +23,8 @@ namespace fs = std::filesystem;
 
 constexpr char kPartialSuffix[] = ".partial";
 constexpr char kManifestFile[] = "manifest.binpb";
+// manifest.binpb is EncodeChecksummed("TMAN", manifest): an edit on disk (say, alpha 16 ->
+// 15.94) is refused rather than served.
 constexpr absl::string_view kManifestMagic = "TMAN";
 constexpr absl::string_view kCorruptSuffix = ".corrupt";
 
@@ -72,36 +74,6 @@ absl::Status ReadInto(const std::string& path, char* out, size_t length) {
   return absl::OkStatus();
 }
 
-// manifest.binpb is "TMAN" + the XXH3-64 of the manifest (8 bytes, little-endian) + the
-// manifest, so an edit on disk (say, alpha 16 -> 15.94) is refused rather than served.
-std::string EncodeManifest(const v1::Manifest& manifest) {
-  const std::string payload = manifest.SerializeAsString();
-  char checksum[8];
-  absl::little_endian::Store64(checksum, XXH3_64bits(payload.data(), payload.size()));
-  return absl::StrCat(kManifestMagic, absl::string_view(checksum, sizeof(checksum)), payload);
-}
-
-absl::Status DecodeManifest(const std::string& file, const fs::path& dir, v1::Manifest* manifest) {
-  const size_t header = kManifestMagic.size() + 8;
-  if (!absl::StartsWith(file, kManifestMagic)) {
-    // Written before manifests carried a checksum: accepted if it parses.
-    if (manifest->ParseFromString(file)) return absl::OkStatus();
-    return absl::DataLossError(absl::StrCat("unreadable manifest in ", dir.string()));
-  }
-  if (file.size() < header) {
-    return absl::DataLossError(absl::StrCat("truncated manifest in ", dir.string()));
-  }
-  const absl::string_view payload = absl::string_view(file).substr(header);
-  if (XXH3_64bits(payload.data(), payload.size()) !=
-      absl::little_endian::Load64(file.data() + kManifestMagic.size())) {
-    return absl::DataLossError(absl::StrCat("manifest checksum mismatch in ", dir.string()));
-  }
-  if (!manifest->ParseFromString(std::string(payload))) {
-    return absl::DataLossError(absl::StrCat("unparsable manifest in ", dir.string()));
-  }
-  return absl::OkStatus();
-}
-
 // Renames a damaged version directory to <dir>.corrupt; says what happened.
 std::string MoveAside(const std::string& dir) {
   const std::string aside = absl::StrCat(dir, kCorruptSuffix);
@@ -119,9 +91,10 @@ absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& di
   if (!manifest_in || !(manifest_bytes << manifest_in.rdbuf()) || manifest_bytes.str().empty()) {
     return absl::DataLossError(absl::StrCat("no readable manifest in ", dir.string()));
   }
-  if (absl::Status status = DecodeManifest(manifest_bytes.str(), dir, &version->manifest);
+  if (absl::Status status =
+          DecodeChecksummed(kManifestMagic, manifest_bytes.str(), version->manifest);
       !status.ok()) {
-    return status;
+    return absl::DataLossError(absl::StrCat("manifest in ", dir.string(), ": ", status.message()));
   }
   for (int i = 0; i < version->manifest.shards_size(); ++i) {
     const v1::Shard& shard = version->manifest.shards(i);
@@ -171,7 +144,7 @@ absl::Status WriteVersion(const std::string& data_dir, const CommittedVersion& v
     }
   }
   if (absl::Status status = WriteFile((fs::path(partial_dir) / kManifestFile).string(),
-                                      EncodeManifest(version.manifest));
+                                      EncodeChecksummed(kManifestMagic, version.manifest));
       !status.ok()) {
     return status;
   }
