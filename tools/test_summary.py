@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Counts test cases in the JUnit XML files Bazel wrote for the given test targets.
 
-Usage: test_summary.py TESTLOGS_DIR LABEL... Prints one line per target (PASSED, FAILED, or
+Usage: test_summary.py --testlogs=DIR [--testlogs=DIR...] LABEL... Each label's results are
+taken from the first testlogs directory that has them (fuzz targets live in an output base of
+their own). Prints one line per target (PASSED, FAILED, or
 SKIPPED when every case skipped: a CUDA test without a GPU is not a pass), the failed and
 skipped cases, the summed test time, then, as the last line, "N passed, N failed". A target
 that crashed before writing its own cases counts as one failed case. Exit status 1 when
@@ -12,9 +14,10 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 
-def target_xml(testlogs, label):
+def target_xml(testlogs_dirs, label):
     package, name = label.lstrip("/").split(":")
-    return os.path.join(testlogs, package, name, "test.xml")
+    paths = [os.path.join(d, package, name, "test.xml") for d in testlogs_dirs]
+    return next((p for p in paths if os.path.exists(p)), paths[0])
 
 
 def cases_of(path):
@@ -31,9 +34,12 @@ def cases_of(path):
 
 
 def seconds_of(path):
-    """The target's run time as its XML records it (gtest's testsuites element)."""
+    """The target's run time as its XML records it: gtest's testsuites element, or for tests
+    Bazel wrote the XML of (shell tests such as the fuzz targets) its one testcase."""
+    root = ElementTree.parse(path).getroot()
+    element = root if root.get("time") is not None else root.find(".//testcase")
     try:
-        return float(ElementTree.parse(path).getroot().get("time", "0"))
+        return float(element.get("time", "0")) if element is not None else 0.0
     except ValueError:
         return 0.0
 
@@ -45,7 +51,8 @@ def target_outcome(outcomes):
 
 
 def main():
-    testlogs, labels = sys.argv[1], sys.argv[2:]
+    testlogs = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--testlogs=")]
+    labels = [a for a in sys.argv[1:] if not a.startswith("--testlogs=")]
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     total_seconds = 0.0
     for label in labels:

@@ -191,10 +191,15 @@ absl::Status UnpackBytes(const RouteShape& shape, absl::string_view payload, int
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Decompress(absl::string_view compressed) {
+// `max_size` is the most the block's header allows, so a damaged frame header cannot make the
+// reader allocate gigabytes.
+absl::StatusOr<std::string> Decompress(absl::string_view compressed, uint64_t max_size) {
   const unsigned long long size = ZSTD_getFrameContentSize(compressed.data(), compressed.size());
-  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1ull << 32)) {
+  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN) {
     return Corrupt("bad zstd frame");
+  }
+  if (size > max_size) {
+    return Corrupt(absl::StrCat("zstd frame of ", size, " bytes, header allows ", max_size));
   }
   std::string payload(size, '\0');
   const size_t written = ZSTD_decompressDCtx(ThreadDecompressionContext(), payload.data(), size,
@@ -295,21 +300,22 @@ absl::Status DecodeBlock(const RouteShape& shape, absl::string_view block, int16
   if (!encoding.ok()) return encoding.status();
   const int64_t num_rows = *RowsOf(block);
   const bool has_bitmap = block[1] & kHasMissingBitmap;
+  const int layers = static_cast<int>(shape.layers.size());
+  const int k = shape.top_k;
+  const int bits = BitsPerId(shape.num_experts);
+  const int64_t cells = num_rows * layers;
+  const size_t bitmap_bytes = has_bitmap ? (cells + 7) / 8 : 0;
   std::string decompressed;
   absl::string_view payload = block.substr(kHeaderBytes);
   if (*encoding == BlockEncoding::kPackedZstd) {
-    absl::StatusOr<std::string> inflated = Decompress(payload);
+    const uint64_t max_payload = bitmap_bytes + (cells * k * bits + 7) / 8;
+    absl::StatusOr<std::string> inflated = Decompress(payload, max_payload);
     if (!inflated.ok()) return inflated.status();
     decompressed = *std::move(inflated);
     payload = decompressed;
   }
-  const int layers = static_cast<int>(shape.layers.size());
-  const int k = shape.top_k;
-  const int64_t cells = num_rows * layers;
-  const size_t bitmap_bytes = has_bitmap ? (cells + 7) / 8 : 0;
   if (payload.size() < bitmap_bytes) return Corrupt("presence bitmap truncated");
   const absl::string_view bitmap = payload.substr(0, bitmap_bytes);
-  const int bits = BitsPerId(shape.num_experts);
   if (bits == 8 && bitmap_bytes == 0) return UnpackBytes(shape, payload, num_rows, out);
   BitReader reader(payload.substr(bitmap_bytes));
   for (int l = 0; l < layers; ++l) {

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/router_replay/client/testing/route_testing.h"
 
@@ -150,6 +151,21 @@ TEST(RouteCodecTest, CorruptBlocksAreDataLoss) {
   zstd_block.resize(zstd_block.size() / 2);
   out.resize(skewed.size());
   EXPECT_EQ(DecodeBlock(wide, zstd_block, out.data()).code(), absl::StatusCode::kDataLoss);
+}
+
+// A header whose row count shrank must not let the zstd frame decompress more than those rows
+// can hold: the frame's own size field is outside data and could ask for gigabytes.
+TEST(RouteCodecTest, ZstdFrameLargerThanTheHeaderAllowsIsDataLoss) {
+  const RouteShape wide = Shape(4, 4, 256);
+  const std::vector<int16_t> skewed = SyntheticRoutes(wide, 2000, 9, 1.5);
+  std::string block = EncodeBlock(wide, skewed.data(), 2000, 3);
+  ASSERT_EQ(*EncodingOf(block), BlockEncoding::kPackedZstd);
+  block[2] = 1;  // Rows, little-endian u32 at offset 2: now 1.
+  block[3] = block[4] = block[5] = 0;
+  std::vector<int16_t> out(wide.ids_per_row());
+  const absl::Status status = DecodeBlock(wide, block, out.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("header allows"));
 }
 
 }  // namespace

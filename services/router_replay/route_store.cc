@@ -6,8 +6,8 @@
 #include "absl/base/internal/endian.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
@@ -176,9 +176,10 @@ absl::StatusOr<std::unique_ptr<RouteStore>> RouteStore::Open(const RouteStoreOpt
     return status;
   }
   if (options.wal_recovery == WalRecovery::kPointInTime) {
-    spdlog::warn("router-replay: opened {} with --wal_recovery=point_in_time: records after any "
-                 "damage in the route log are gone",
-                 options.path);
+    spdlog::warn(
+        "router-replay: opened {} with --wal_recovery=point_in_time: records after any "
+        "damage in the route log are gone",
+        options.path);
   }
   std::unique_ptr<RouteStore> store(
       new RouteStore(std::move(env), std::unique_ptr<rocksdb::DB>(db), options));
@@ -369,6 +370,12 @@ absl::Status RouteStore::ReadRows(const RecordInfo& record, int64_t begin, int64
     const absl::string_view block(it->value().data(), it->value().size());
     absl::StatusOr<int64_t> block_rows = RowsOf(block);
     if (!block_rows.ok()) return block_rows.status();
+    // The header is read before anything else checks the block: bound it by the record first.
+    if (*block_rows <= 0 || block_first + *block_rows > record.rows) {
+      return absl::DataLossError(absl::StrCat("corrupt route block of ", ToString(record.key),
+                                              " at row ", block_first, ": header says ",
+                                              *block_rows, " rows, record has ", record.rows));
+    }
     decoded.resize(*block_rows * ids_per_row);
     if (absl::Status status = DecodeBlock(record.shape, block, decoded.data()); !status.ok()) {
       return status;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 #include "yaml-cpp/yaml.h"
@@ -43,12 +44,16 @@ nlohmann::json ToJson(const YAML::Node& node) {
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, bool yaml) {
+  if (!IsValidUtf8(text)) return absl::InvalidArgumentError("not UTF-8 text");
   std::string json = text;
   if (yaml) {
     try {
       json = ToJson(YAML::Load(text)).dump();
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(absl::StrCat("YAML: ", error.what()));
+    } catch (const nlohmann::json::exception& error) {
+      // An escape such as "\x86" yields a byte that is no UTF-8, which JSON cannot carry.
+      return absl::InvalidArgumentError(absl::StrCat("YAML string is not UTF-8: ", error.what()));
     }
   }
   v1::JobSpec spec;
