@@ -87,7 +87,7 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bo
     }
   }
   for (auto& [id, upload] : uploads_) {
-    if (upload->state == Upload::State::kAborted ||
+    if (upload->state == Upload::State::kAborted || Expired(*upload, absl::Now()) ||
         upload->manifest.adapter_name() != manifest.adapter_name() ||
         upload->manifest.version() != manifest.version()) {
       continue;
@@ -121,9 +121,7 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bo
 
 absl::StatusOr<AdapterStore::Upload*> AdapterStore::OpenUpload(absl::string_view upload_id) {
   auto it = uploads_.find(upload_id);
-  // An expired upload is gone even before the next sweep frees it.
-  if (it == uploads_.end() ||
-      (it->second->state == Upload::State::kOpen && it->second->expire_time < absl::Now())) {
+  if (it == uploads_.end() || Expired(*it->second, absl::Now())) {
     return absl::NotFoundError(absl::StrCat("upload ", upload_id, " not found (or expired)"));
   }
   Upload& upload = *it->second;
@@ -180,8 +178,14 @@ absl::Status AdapterStore::CheckWritten(const Upload& upload) const {
   return absl::OkStatus();
 }
 
+bool AdapterStore::Expired(const Upload& upload, absl::Time now) {
+  return upload.state == Upload::State::kOpen && upload.expire_time < now;
+}
+
 absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_view upload_id) {
   Upload* upload = nullptr;
+  absl::Time begun;  // Read under the lock: past it, a sweep may free the upload.
+  bool by_ucx = false;
   {
     absl::MutexLock lock(&mutex_);
     auto it = uploads_.find(upload_id);
@@ -192,14 +196,15 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
     if (!open.ok()) return open.status();
     upload = *open;
     upload->state = Upload::State::kCommitting;  // No more puts, no abort, no expiry.
+    begun = upload->begun;
+    by_ucx = upload->use_ucx;
   }
   // Checksums and the fsync of a large adapter take a while: outside the lock.
   absl::Status verified = CheckWritten(*upload);
   CommittedVersion staged;
   if (verified.ok()) {
     staged.manifest = upload->manifest;
-    *staged.manifest.mutable_commit_time() =
-        NowTimestamp();
+    *staged.manifest.mutable_commit_time() = NowTimestamp();
     staged.shards = std::move(upload->shards);
     verified = WriteVersion(options_.data_dir, staged);
     if (!verified.ok()) upload->shards = std::move(staged.shards);
@@ -212,7 +217,13 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
     if (!verified.ok()) return verified;
     upload->manifest = staged.manifest;
     result = Publish(*upload);
-    if (!result.ok()) return result.status();
+    if (!result.ok()) {
+      // Overtaken by a newer version: this upload can never commit, and its bytes are gone with
+      // `staged`, so it must not stay open looking retryable.
+      upload->state = Upload::State::kAborted;
+      upload->shards.clear();
+      return result.status();
+    }
     for (const auto& [id, watcher] : watchers_) {
       if (watcher.adapter == result->adapter_name()) listeners.push_back(watcher.listener);
     }
@@ -221,8 +232,7 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
     RetainLocked(result->adapter_name(), absl::Now());
   }
   for (const auto& listener : listeners) listener(*result);
-  return CommitOutcome{
-      .version = *result, .since_begin = absl::Now() - upload->begun, .by_ucx = upload->use_ucx};
+  return CommitOutcome{.version = *result, .since_begin = absl::Now() - begun, .by_ucx = by_ucx};
 }
 
 absl::StatusOr<v1::VersionInfo> AdapterStore::Publish(Upload& upload) {
@@ -303,6 +313,9 @@ absl::StatusOr<AdapterStore::Lease> AdapterStore::AcquireLease(absl::string_view
                                                                int64_t version,
                                                                absl::string_view holder,
                                                                absl::Duration ttl) {
+  if (version < 1) {  // Find would take 0 as "the newest", and the lease would pin nothing.
+    return absl::InvalidArgumentError(absl::StrCat("version is ", version, "; must be >= 1"));
+  }
   if (absl::StatusOr<std::shared_ptr<const CommittedVersion>> found = Find(adapter, version, 0);
       !found.ok()) {
     return found.status();

@@ -15,9 +15,9 @@
 #include "absl/time/time.h"
 #include "services/weight_store/byte_ranges.h"
 #include "services/weight_store/shard_buffer.h"
-#include "transfer/ucx_transport.h"
 #include "services/weight_store/version_files.h"
 #include "tandem/v1/weight_store.pb.h"
+#include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
 
@@ -124,6 +124,8 @@ class AdapterStore {
   absl::Status Recover();
   absl::StatusOr<Upload*> OpenUpload(absl::string_view upload_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // An open upload past its expiry is gone for every caller, even before the sweep frees it.
+  static bool Expired(const Upload& upload, absl::Time now);
   absl::Status CheckWritten(const Upload& upload) const;
   absl::StatusOr<v1::VersionInfo> Publish(Upload& upload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void RetainLocked(const std::string& adapter, absl::Time now)

@@ -94,8 +94,8 @@ class AdapterStoreTest : public ::testing::Test {
   void ExpectNotFound(const std::string& adapter, int64_t version) const {
     absl::StatusOr<std::shared_ptr<const CommittedVersion>> found =
         store_->Find(adapter, version, 0);
-    EXPECT_TRUE(absl::IsNotFound(found.status())) << adapter << "@" << version << ": "
-                                                  << found.status();
+    EXPECT_TRUE(absl::IsNotFound(found.status()))
+        << adapter << "@" << version << ": " << found.status();
     EXPECT_THAT(found.status().message(),
                 HasSubstr(absl::StrCat("equal to ", version, " (never committed, or retired)")));
   }
@@ -266,9 +266,8 @@ TEST_F(AdapterStoreTest, PutRejectsWritesOutsideTheShards) {
   }
   absl::Status past_end = store_->Put(begun->upload_id, 0, size - 1, "ab").status();
   EXPECT_TRUE(absl::IsInvalidArgument(past_end)) << past_end;
-  EXPECT_THAT(past_end.message(),
-              HasSubstr(absl::StrCat("shard 0: 2 bytes at offset ", size - 1, " do not fit its ",
-                                     size, " bytes")));
+  EXPECT_THAT(past_end.message(), HasSubstr(absl::StrCat("shard 0: 2 bytes at offset ", size - 1,
+                                                         " do not fit its ", size, " bytes")));
   EXPECT_TRUE(absl::IsInvalidArgument(store_->Put(begun->upload_id, 0, size + 1, "a").status()));
   EXPECT_TRUE(absl::IsInvalidArgument(store_->Put(begun->upload_id, 0, 0, "").status()));
   absl::Status unknown = store_->Put("upload-unknown", 0, 0, "a").status();
@@ -287,7 +286,8 @@ TEST_F(AdapterStoreTest, BeginValidatesTheManifestAndNeedsUcxForUcxUploads) {
   EXPECT_TRUE(absl::IsInvalidArgument(invalid)) << invalid;
   EXPECT_THAT(invalid.message(), HasSubstr("job-1@1: "));
 
-  absl::Status no_ucx = store_->Begin(transfer::MakeTestAdapter("job-1", 1, 6).manifest, true).status();
+  absl::Status no_ucx =
+      store_->Begin(transfer::MakeTestAdapter("job-1", 1, 6).manifest, true).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(no_ucx)) << no_ucx;
   EXPECT_THAT(no_ucx.message(), HasSubstr("runs without UCX"));
   EXPECT_EQ(store_->totals().open_uploads, 0);
@@ -315,12 +315,14 @@ TEST_F(AdapterStoreTest, VersionRules) {
   absl::Status equal = store_->Begin(rival.manifest, false).status();
   EXPECT_TRUE(absl::IsAlreadyExists(equal)) << equal;
   EXPECT_THAT(equal.message(), HasSubstr("job-1@2 is already committed"));
-  absl::Status older = store_->Begin(transfer::MakeTestAdapter("job-1", 1, 9).manifest, false).status();
+  absl::Status older =
+      store_->Begin(transfer::MakeTestAdapter("job-1", 1, 9).manifest, false).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(older)) << older;
   EXPECT_THAT(older.message(), HasSubstr("version 1 < newest 2 of job-1"));
   // Versions of other adapters are independent.
   EXPECT_TRUE(Publish(transfer::MakeTestAdapter("job-2", 1, 10)).ok());
-  absl::StatusOr<AdapterStore::CommitOutcome> v3 = Publish(transfer::MakeTestAdapter("job-1", 3, 11));
+  absl::StatusOr<AdapterStore::CommitOutcome> v3 =
+      Publish(transfer::MakeTestAdapter("job-1", 3, 11));
   ASSERT_TRUE(v3.ok()) << v3.status();
   EXPECT_EQ(store_->Newest("job-1").version(), 3);
 }
@@ -345,6 +347,13 @@ TEST_F(AdapterStoreTest, ACommitOvertakenByANewerVersionFails) {
   EXPECT_FALSE(fs::exists(VersionDir("job-1", 5)));
   EXPECT_FALSE(fs::exists(VersionDir("job-1", 5) + ".partial"));
   EXPECT_TRUE(fs::exists(VersionDir("job-1", 6)));
+  // The overtaken upload gave its bytes up: it is closed, not left open and retryable.
+  EXPECT_EQ(store_->totals().open_uploads, 0);
+  absl::Status put = store_->Put(begun5->upload_id, 0, 0, v5.shards[0]).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(put)) << put;
+  absl::Status retried = store_->Commit(begun5->upload_id).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(retried)) << retried;
+  EXPECT_THAT(retried.message(), HasSubstr("aborted"));
 }
 
 TEST_F(AdapterStoreTest, AbortFreesTheUpload) {
@@ -394,7 +403,8 @@ TEST_F(AdapterStoreTest, WatchersHearEachCommitOfTheirAdapterOnceItIsVisible) {
   absl::StatusOr<AdapterStore::CommitOutcome> first = store_->Commit(begun->upload_id);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(store_->Commit(begun->upload_id).ok());  // A repeated commit is not announced.
-  absl::StatusOr<AdapterStore::CommitOutcome> second = Publish(transfer::MakeTestAdapter("job-1", 2, 16));
+  absl::StatusOr<AdapterStore::CommitOutcome> second =
+      Publish(transfer::MakeTestAdapter("job-1", 2, 16));
   ASSERT_TRUE(second.ok()) << second.status();
 
   ASSERT_EQ(heard.size(), 2u);
@@ -706,6 +716,22 @@ TEST_F(AdapterStoreTest, AnUploadPastItsExpiryIsGoneBeforeTheSweep) {
   EXPECT_TRUE(absl::IsNotFound(commit)) << commit;
   EXPECT_THAT(commit.message(), HasSubstr("not found (or expired)"));
   ExpectNotFound("job-1", 1);
+  // Beginning the same version again starts afresh rather than reviving the expired upload
+  // with whatever bytes it had.
+  absl::StatusOr<BeginResult> again = store_->Begin(adapter.manifest, false);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->upload_id, begun->upload_id);
+}
+
+TEST_F(AdapterStoreTest, ALeaseNamesAnExactVersion) {
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 50)).ok());
+  for (int64_t version : {0, -1}) {
+    absl::Status status =
+        store_->AcquireLease("job-1", version, "replica-0", absl::Minutes(1)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+    EXPECT_THAT(status.message(), HasSubstr("must be >= 1"));
+  }
+  EXPECT_EQ(store_->totals().leases, 0);
 }
 
 }  // namespace

@@ -8,30 +8,28 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/finished_reactor.h"
 #include "common/open_streams.h"
 #include "common/proto_time.h"
+#include "common/queued_write_reactor.h"
 #include "common/status.h"
 #include "common/unary.h"
-#include "common/finished_reactor.h"
-#include "common/queued_write_reactor.h"
 #include "services/weight_store/reshard.h"
 #include "services/weight_store/tensor_assembly.h"
-#include "transfer/dtype_conversion.h"
 #include "services/weight_store/weight_store_metrics.h"
+#include "transfer/dtype_conversion.h"
 #include "xxhash.h"
 
 namespace tandem::weight_store {
 namespace {
 
 // Where a shard's bytes are for one-sided UCX access: address, packed key and length.
-void FillShardRegion(int32_t shard_index, const transfer::UcxRegion& region,
-                     v1::ShardRegion& out) {
+void FillShardRegion(int32_t shard_index, const transfer::UcxRegion& region, v1::ShardRegion& out) {
   out.set_shard_index(shard_index);
   out.set_remote_address(region.remote_address());
   out.set_rkey(region.packed_rkey());
   out.set_length(region.length());
 }
-
 
 constexpr size_t kMaxChunkBytes = size_t{4} << 20;
 constexpr size_t kMinFetchChunkBytes = size_t{1} << 20;
@@ -252,7 +250,8 @@ absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> WeightStoreServiceImpl::
     const WeightStoreOptions& options) {
   std::unique_ptr<WeightStoreServiceImpl> service(new WeightStoreServiceImpl());
   if (options.enable_ucx) {
-    absl::StatusOr<std::unique_ptr<transfer::UcxWorker>> ucx = transfer::UcxWorker::Create(options.ucx);
+    absl::StatusOr<std::unique_ptr<transfer::UcxWorker>> ucx =
+        transfer::UcxWorker::Create(options.ucx);
     if (!ucx.ok()) return ucx.status();
     service->ucx_ = *std::move(ucx);
   }
@@ -442,10 +441,6 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
     v1::AcquireLeaseResponse* response) {
   const auto acquire = [&]() -> absl::StatusOr<v1::AcquireLeaseResponse> {
     if (request->holder().empty()) return absl::InvalidArgumentError("holder is required");
-    if (request->version() < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("version is ", request->version(), "; must be >= 1"));
-    }
     absl::StatusOr<absl::Duration> ttl = LeaseTtl(request->ttl_seconds());
     if (!ttl.ok()) return ttl.status();
     absl::StatusOr<AdapterStore::Lease> lease =
