@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
-#include "common/utf8.h"
 #include "common/status.h"
+#include "common/utf8.h"
 #include "services/rollout/rollout_metrics.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
@@ -16,13 +16,27 @@
 namespace tandem::rollout {
 namespace {
 
-std::shared_ptr<ServedModel> MakeBaseModel(engine::BaseModel& base,
-                                           engine::Precision precision) {
+std::shared_ptr<ServedModel> MakeBaseModel(engine::BaseModel& base, engine::Precision precision) {
   auto model = std::make_shared<ServedModel>();
   model->transformer = std::make_unique<engine::Transformer>(base, nullptr, precision);
   model->ready_time = absl::Now();
   return model;
 }
+
+// Counts a follower thread out when it ends (declared first, so it runs last), so that a
+// retired adapter's threads are joined only once they are done.
+class ThreadEndCounter {
+ public:
+  ThreadEndCounter(absl::Mutex& mutex, int& ended) : mutex_(mutex), ended_(ended) {}
+  ~ThreadEndCounter() {
+    absl::MutexLock lock(&mutex_);
+    ++ended_;
+  }
+
+ private:
+  absl::Mutex& mutex_;
+  int& ended_;
+};
 
 // Errors that retrying the same fetch cannot fix.
 bool IsPermanent(const absl::Status& status) {
@@ -52,6 +66,9 @@ struct AdapterRegistry::Followed {
   absl::Time retry_at = absl::InfinitePast();
   absl::Duration backoff;
   grpc::ClientContext* watch_context = nullptr;  // Of the live WatchVersions call.
+  absl::Time last_named = absl::Now();           // By a request.
+  bool retired = false;                          // Unfollowed: its threads end.
+  int threads_ended = 0;
   std::thread watcher, loader;
 
   int64_t current_version() const { return current == nullptr ? 0 : current->version; }
@@ -80,6 +97,10 @@ AdapterRegistry::~AdapterRegistry() {
     }
   }
   for (auto& [name, followed] : followed_) {
+    followed->watcher.join();
+    followed->loader.join();
+  }
+  for (auto& followed : retired_) {
     followed->watcher.join();
     followed->loader.join();
   }
@@ -112,19 +133,61 @@ bool AdapterRegistry::Ready() const {
   return true;
 }
 
-bool AdapterRegistry::SleepUnlessStopping(absl::Duration duration) {
+bool AdapterRegistry::StoppedLocked(const Followed& followed) const {
+  return stopping_ || followed.retired;
+}
+
+bool AdapterRegistry::SleepUnlessStopped(const Followed& followed, absl::Duration duration) {
   absl::MutexLock lock(&mutex_);
-  mutex_.AwaitWithTimeout(absl::Condition(&stopping_), duration);
-  return !stopping_;
+  const auto stopped = [&] {
+    mutex_.AssertHeld();
+    return StoppedLocked(followed);
+  };
+  mutex_.AwaitWithTimeout(absl::Condition(&stopped), duration);
+  return !StoppedLocked(followed);
+}
+
+bool AdapterRegistry::IdleLocked(const Followed& followed, absl::Time now) const {
+  if (followed.required || now - followed.last_named < options_.unfollow_idle_after ||
+      followed.loading_version != 0 || !followed.staged.empty() || !followed.requested.empty()) {
+    return false;
+  }
+  return std::none_of(followed.resident.begin(), followed.resident.end(),
+                      [](const auto& entry) { return entry.second->active_samples > 0; });
+}
+
+void AdapterRegistry::RetireIdleLocked(absl::Time now) {
+  for (auto it = followed_.begin(); it != followed_.end();) {
+    Followed& followed = *it->second;
+    if (!IdleLocked(followed, now)) {
+      ++it;
+      continue;
+    }
+    spdlog::info("unfollowing adapter '{}': no request named it for {}", followed.name,
+                 absl::FormatDuration(now - followed.last_named));
+    followed.retired = true;
+    if (followed.watch_context != nullptr) followed.watch_context->TryCancel();
+    auto& versions = RolloutMetrics::Get().adapter_version;
+    versions.Remove(&versions.Add({{"adapter", followed.name}}));
+    retired_.push_back(std::move(it->second));
+    it = followed_.erase(it);
+  }
+  std::erase_if(retired_, [](const std::unique_ptr<Followed>& followed) {
+    if (followed->threads_ended < 2) return false;
+    followed->watcher.join();  // Both have counted themselves out: these return at once.
+    followed->loader.join();
+    return true;
+  });
 }
 
 void AdapterRegistry::Watch(Followed& followed) {
+  ThreadEndCounter end_counter(mutex_, followed.threads_ended);
   absl::Duration backoff = options_.initial_backoff;
   while (true) {
     grpc::ClientContext context;
     {
       absl::MutexLock lock(&mutex_);
-      if (stopping_) return;
+      if (StoppedLocked(followed)) return;
       followed.watch_context = &context;
     }
     v1::WatchVersionsRequest request;
@@ -146,12 +209,12 @@ void AdapterRegistry::Watch(Followed& followed) {
     {
       absl::MutexLock lock(&mutex_);
       followed.watch_context = nullptr;
-      if (stopping_) return;
+      if (StoppedLocked(followed)) return;
     }
     spdlog::warn("watching adapter '{}' at weight-store ended ({}: {}); retrying in {}",
                  followed.name, static_cast<int>(status.error_code()), status.error_message(),
                  absl::FormatDuration(backoff));
-    if (!SleepUnlessStopping(backoff)) return;
+    if (!SleepUnlessStopped(followed, backoff)) return;
     backoff = std::min(2 * backoff, options_.max_backoff);
   }
 }
@@ -163,17 +226,19 @@ int64_t AdapterRegistry::NextLoad(const Followed& followed) const {
 }
 
 void AdapterRegistry::LoadLoop(Followed& followed) {
+  ThreadEndCounter end_counter(mutex_, followed.threads_ended);
   weight_store::AdapterFetcher fetcher(*stub_);
   absl::MutexLock lock(&mutex_);
   while (true) {
     const auto has_work = [&] {
       mutex_.AssertHeld();
-      return stopping_ || (NextLoad(followed) != 0 && absl::Now() >= followed.retry_at);
+      return StoppedLocked(followed) ||
+             (NextLoad(followed) != 0 && absl::Now() >= followed.retry_at);
     };
     // Timed, so that a backoff that ends with no new event is noticed.
     while (!mutex_.AwaitWithTimeout(absl::Condition(&has_work), options_.backoff_poll)) {
     }
-    if (stopping_) return;
+    if (StoppedLocked(followed)) return;
     const int64_t version = NextLoad(followed);
     const bool requested = followed.requested.contains(version);
     followed.loading_version = version;
@@ -224,16 +289,16 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
                                 .holder = options_.holder,
                                 .timeout = options_.fetch_timeout});
   if (!fetched.ok()) return fetched.status();
-  auto lora = weight_store::AdapterFromFetched(base_model_.config(),
-                                               manifest.manifest().lora(), *fetched);
+  auto lora =
+      weight_store::AdapterFromFetched(base_model_.config(), manifest.manifest().lora(), *fetched);
   if (!lora.ok()) return lora.status();
   auto model = std::make_shared<ServedModel>();
   model->adapter = adapter;
   model->version = version;
   model->lora = std::make_unique<engine::LoraAdapter>(
       options_.precision == engine::Precision::kBF16 ? lora->RoundedToBf16() : *std::move(lora));
-  model->transformer = std::make_unique<engine::Transformer>(base_model_, model->lora.get(),
-                                                             options_.precision);
+  model->transformer =
+      std::make_unique<engine::Transformer>(base_model_, model->lora.get(), options_.precision);
   return model;
 }
 
@@ -252,15 +317,19 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
         "this replica has no weight-store (--weight_store), so it serves the base model only");
   }
   absl::MutexLock lock(&mutex_);
-  // Each followed adapter costs a watch stream and two threads for the replica's lifetime: a
-  // client naming ever new adapters must not grow that without bound.
+  // Each followed adapter costs a watch stream and two threads until it is idle: a client
+  // naming ever new adapters must not grow that without bound.
+  if (!followed_.contains(selector.adapter_name())) RetireIdleLocked(absl::Now());
   if (!followed_.contains(selector.adapter_name()) &&
       static_cast<int>(followed_.size()) >= options_.max_followed_adapters) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this replica already follows ", followed_.size(), " adapters (--max_followed_adapters); "
-        "cannot also serve '", selector.adapter_name(), "'"));
+    return absl::ResourceExhaustedError(absl::StrCat("this replica already follows ",
+                                                     followed_.size(),
+                                                     " adapters (--max_followed_adapters); "
+                                                     "cannot also serve '",
+                                                     selector.adapter_name(), "'"));
   }
   Followed& followed = FollowLocked(selector.adapter_name());
+  followed.last_named = absl::Now();
   switch (selector.version_case()) {
     case v1::AdapterSelector::kExactVersion:
       if (selector.exact_version() < 1) {
@@ -278,8 +347,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
     default:  // latest
       if (!followed.snapshot_received) return nullptr;
       if (followed.newest_announced == 0) {
-        return absl::NotFoundError(absl::StrCat("adapter '", followed.name,
-                                                "' has no committed version in weight-store"));
+        return absl::NotFoundError(
+            absl::StrCat("adapter '", followed.name, "' has no committed version in weight-store"));
       }
       if (followed.current_version() >= followed.newest_announced) return followed.current;
       return nullptr;
@@ -314,6 +383,7 @@ int AdapterRegistry::PromoteStaged() {
   absl::MutexLock lock(&mutex_);
   int swapped = 0;
   const absl::Time now = absl::Now();
+  RetireIdleLocked(now);
   for (auto& [name, followed] : followed_) {
     if (followed->staged.empty()) continue;
     followed->phase = v1::LOAD_PHASE_SWAPPING;

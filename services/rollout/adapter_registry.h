@@ -16,12 +16,12 @@
 #include "absl/time/time.h"
 #include "engine/model.h"
 #include "engine/transformer.h"
-#include "services/weight_store/client/adapter_client.h"
-#include "transfer/ucx_transport.h"
 #include "services/rollout/sequence_batch.h"
 #include "services/rollout/served_model.h"
+#include "services/weight_store/client/adapter_client.h"
 #include "tandem/v1/rollout.pb.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
+#include "transfer/ucx_transport.h"
 
 namespace tandem::rollout {
 
@@ -32,6 +32,11 @@ struct AdapterRegistryOptions {
   // Adapters a replica follows at most (each holds a watch stream and two threads); a request
   // naming one more is RESOURCE_EXHAUSTED.
   int max_followed_adapters = 64;
+  // A followed adapter that no request has named for this long, with nothing loading, staged or
+  // in use, is unfollowed: its watch stream, threads, versions and metric series are released,
+  // so a replica serving one job after another never runs into max_followed_adapters. Adapters
+  // the replica was started with (Follow(..., required)) are kept.
+  absl::Duration unfollow_idle_after = absl::Minutes(10);
   engine::Precision precision = engine::Precision::kBF16;
   // Fetch by UCX when set (and the store serves it); gRPC otherwise.
   transfer::UcxWorker* ucx = nullptr;
@@ -84,6 +89,11 @@ class AdapterRegistry final : public ServedModels {
   struct Followed;
 
   Followed& FollowLocked(const std::string& adapter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  bool IdleLocked(const Followed& followed, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Unfollows idle adapters and joins the threads of earlier ones that have ended.
+  void RetireIdleLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  bool StoppedLocked(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void Watch(Followed& followed);
   void LoadLoop(Followed& followed);
   // The version the loader should fetch next, or 0.
@@ -96,7 +106,7 @@ class AdapterRegistry final : public ServedModels {
   void Evict(Followed& followed, const std::vector<int64_t>& keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   v1::AdapterStatus StatusOf(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  bool SleepUnlessStopping(absl::Duration duration);
+  bool SleepUnlessStopped(const Followed& followed, absl::Duration duration);
 
   engine::BaseModel& base_model_;
   const std::unique_ptr<v1::WeightStoreService::StubInterface> stub_;
@@ -106,6 +116,8 @@ class AdapterRegistry final : public ServedModels {
   mutable absl::Mutex mutex_;
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   std::map<std::string, std::unique_ptr<Followed>> followed_ ABSL_GUARDED_BY(mutex_);
+  // Unfollowed, their threads ending.
+  std::vector<std::unique_ptr<Followed>> retired_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace tandem::rollout

@@ -24,6 +24,9 @@ ABSL_FLAG(int, resident_versions, 3, "Adapter versions kept servable per adapter
 ABSL_FLAG(int, max_followed_adapters, 64,
           "Adapters this replica follows at most; a request naming one more is "
           "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(absl::Duration, unfollow_idle_after, absl::Minutes(10),
+          "An adapter no request has named for this long (nothing in use or loading) is "
+          "unfollowed; those named by --adapter are kept.");
 ABSL_FLAG(int64_t, kv_cache_mib, 256, "KV cache budget of admitted sequences, MiB.");
 ABSL_FLAG(int64_t, max_queued_tokens, 1 << 20,
           "KV positions (prompt + max_new_tokens per sample) that may wait for admission; "
@@ -49,7 +52,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelTo(
 absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& server) {
   RolloutOptions options;
   options.base_model_path = absl::GetFlag(FLAGS_base_model);
-  if (options.base_model_path.empty()) return absl::InvalidArgumentError("--base_model is required");
+  if (options.base_model_path.empty())
+    return absl::InvalidArgumentError("--base_model is required");
   const std::string precision = absl::GetFlag(FLAGS_precision);
   if (precision != "bf16" && precision != "fp32") {
     return absl::InvalidArgumentError(
@@ -72,6 +76,10 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   options.registry.max_followed_adapters = absl::GetFlag(FLAGS_max_followed_adapters);
   if (options.registry.max_followed_adapters < 1) {
     return absl::InvalidArgumentError("--max_followed_adapters must be >= 1");
+  }
+  options.registry.unfollow_idle_after = absl::GetFlag(FLAGS_unfollow_idle_after);
+  if (options.registry.unfollow_idle_after <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--unfollow_idle_after must be positive");
   }
   options.scheduler.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mib) << 20;
   options.scheduler.max_queued_positions = absl::GetFlag(FLAGS_max_queued_tokens);

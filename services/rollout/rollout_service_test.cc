@@ -15,12 +15,12 @@
 #include "common/channel.h"
 #include "common/health_client.h"
 #include "common/server.h"
+#include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/sft.h"
 #include "engine/tokenizer.h"
-#include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/rollout/rollout_metrics.h"
@@ -78,8 +78,7 @@ class RolloutServiceTest : public ::testing::Test {
     auto weight_store = weight_store::testing::NewWeightStoreService(
         {.data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}});
     ASSERT_TRUE(weight_store.ok()) << weight_store.status();
-    weight_store_ =
-        Serve("weight-store", "tandem.v1.WeightStoreService", *std::move(weight_store));
+    weight_store_ = Serve("weight-store", "tandem.v1.WeightStoreService", *std::move(weight_store));
     weight_store_channel_ = weight_store_.Channel();
     weight_store_stub_ = v1::WeightStoreService::NewStub(weight_store_channel_);
 
@@ -112,9 +111,10 @@ class RolloutServiceTest : public ::testing::Test {
     auto service = RolloutServiceImpl::Create(std::move(options));
     ASSERT_TRUE(service.ok()) << service.status();
     rollout_service_ = service->get();
-    rollout_ = Serve("rollout", "tandem.v1.RolloutService", *std::move(service),
-                     [raw = rollout_service_] { return raw->Ready(); },
-                     [raw = rollout_service_] { raw->Drain(); });
+    rollout_ = Serve(
+        "rollout", "tandem.v1.RolloutService", *std::move(service),
+        [raw = rollout_service_] { return raw->Ready(); },
+        [raw = rollout_service_] { raw->Drain(); });
     rollout_channel_ = rollout_.Channel();
     rollout_stub_ = v1::RolloutService::NewStub(rollout_channel_);
   }
@@ -235,8 +235,7 @@ TEST_F(RolloutServiceTest, SameSeedGivesSameSamplesEqualToTheEngineAlone) {
     EXPECT_EQ(a[i].token_adapter_versions_size(), 0);
     const engine::GeneratedSample engine = EngineSample(request, prompt, j, nullptr);
     EXPECT_EQ(Tokens(a[i]), GeneratedTokens(engine)) << "sample " << i;
-    for (int t = 0; t < a[i].logprobs_size() && t < static_cast<int>(engine.logprobs.size());
-         ++t) {
+    for (int t = 0; t < a[i].logprobs_size() && t < static_cast<int>(engine.logprobs.size()); ++t) {
       EXPECT_NEAR(a[i].logprobs(t), engine.logprobs[t], 1e-4);
     }
     EXPECT_EQ(a[i].finish_reason(), engine.finish_reason == engine::FinishReason::kStop
@@ -282,11 +281,11 @@ TEST_F(RolloutServiceTest, RecordedRoutesEqualTheEngineCaptureAndAreSealed) {
               absl::StrCat(sample.prompt_index() == 0 ? "routes.0" : "second", "/",
                            sample.sample_index()));
     const router_replay::RecordKey key{"job-7", 0, sample.route_key().sample_id(), 2};
-    auto fetched = router_replay::FetchReplayRoutes(
-        *stub, {router_replay::ReplaySequence{key, tokens}},
-        {.moe_layers = model_config_.MoeLayerIndices(),
-         .top_k = model_config_.top_k,
-         .num_experts = model_config_.num_experts});
+    auto fetched =
+        router_replay::FetchReplayRoutes(*stub, {router_replay::ReplaySequence{key, tokens}},
+                                         {.moe_layers = model_config_.MoeLayerIndices(),
+                                          .top_k = model_config_.top_k,
+                                          .num_experts = model_config_.num_experts});
     ASSERT_TRUE(fetched.ok()) << fetched.status();
     EXPECT_EQ(fetched->statuses[0], v1::RECORD_STATUS_COMPLETE);
     const engine::GeneratedSample engine =
@@ -300,8 +299,8 @@ TEST_F(RolloutServiceTest, RecordedRoutesEqualTheEngineCaptureAndAreSealed) {
 
 TEST_F(RolloutServiceTest, UnreachableRouterReplayIsReportedPerSampleNeverSilently) {
   RolloutOptions options = DefaultOptions();
-  options.router_replay = *CreateChannel({.target = "127.0.0.1:1",
-                                          .service_name = "tandem.v1.RouterReplayService"});
+  options.router_replay =
+      *CreateChannel({.target = "127.0.0.1:1", .service_name = "tandem.v1.RouterReplayService"});
   options.routes.max_attempts = 1;
   options.routes.rpc_timeout = absl::Milliseconds(300);
   StartRollout(std::move(options));
@@ -329,7 +328,7 @@ TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {
   for (const v1::GenerateResponse& sample : generated.samples) {
     EXPECT_EQ(sample.adapter_version(), 1);
     EXPECT_EQ(Tokens(sample), GeneratedTokens(EngineSample(request, sample.prompt_index(),
-                                                     sample.sample_index(), &v1_adapter)));
+                                                           sample.sample_index(), &v1_adapter)));
   }
   const std::vector<int> base_tokens = GeneratedTokens(EngineSample(request, 0, 0, nullptr));
   EXPECT_NE(Tokens(generated.Ordered()[0]), base_tokens) << "the adapter must change outputs";
@@ -382,8 +381,7 @@ TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {
 
   status_request.set_adapter_name("never-asked");
   grpc::ClientContext unknown_context;
-  EXPECT_EQ(rollout_stub_->GetAdapterStatus(&unknown_context, status_request, &status)
-                .error_code(),
+  EXPECT_EQ(rollout_stub_->GetAdapterStatus(&unknown_context, status_request, &status).error_code(),
             grpc::StatusCode::NOT_FOUND);
 }
 
@@ -417,7 +415,7 @@ TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
     ASSERT_TRUE(adapters.contains(sample.adapter_version()));
     EXPECT_EQ(Tokens(sample),
               GeneratedTokens(EngineSample(request, sample.prompt_index(), sample.sample_index(),
-                                     &adapters.at(sample.adapter_version()))));
+                                           &adapters.at(sample.adapter_version()))));
   }
   // With switching, versions are per token, never go back, and each token is exactly what the
   // engine produces switching at the same points (the KV cache is kept across the switch).
@@ -435,15 +433,15 @@ TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
     for (int t = 1; t < sample.token_adapter_versions_size(); ++t) {
       EXPECT_LE(sample.token_adapter_versions(t - 1), sample.token_adapter_versions(t));
     }
-    switched += sample.token_adapter_versions(sample.token_ids_size() - 1) !=
-                sample.adapter_version();
+    switched +=
+        sample.token_adapter_versions(sample.token_ids_size() - 1) != sample.adapter_version();
     engine::GenerationBatch batch(*transformers.at(sample.adapter_version()));
     engine::GenerationRequest replay;
     const v1::TokenIds& prompt = switching.prompts(sample.prompt_index()).token_ids();
     replay.prompt.assign(prompt.ids().begin(), prompt.ids().end());
     replay.max_new_tokens = 40;
-    replay.seed = engine::MixSeed(engine::MixSeed(11, sample.prompt_index()),
-                                  sample.sample_index());
+    replay.seed =
+        engine::MixSeed(engine::MixSeed(11, sample.prompt_index()), sample.sample_index());
     replay.stop_tokens = {engine::kEosId};
     const int id = *batch.Admit(replay);
     for (int t = 1; batch.active() > 0 && t < sample.token_ids_size(); ++t) {
@@ -669,13 +667,43 @@ TEST_F(RolloutServiceTest, AReplicaFollowsABoundedNumberOfAdapters) {
       << "an adapter already followed is still served";
 }
 
+TEST_F(RolloutServiceTest, AnIdleAdapterIsUnfollowedAndFreesItsSlot) {
+  Publish(1);
+  RolloutOptions options = DefaultOptions();
+  options.registry.max_followed_adapters = 1;
+  options.registry.unfollow_idle_after = absl::Milliseconds(100);
+  StartRollout(std::move(options));
+  v1::GenerateRequest request = Request("served", 1, 1, 2);
+  request.mutable_adapter()->set_adapter_name(kAdapter);
+  request.mutable_adapter()->set_exact_version(1);
+  ASSERT_EQ(Generate(request).status.error_code(), grpc::StatusCode::OK);
+  absl::SleepFor(absl::Milliseconds(100));  // The idle period is what is under test.
+
+  // A job after the first one gets the slot the idle adapter held.
+  v1::GenerateRequest next = Request("next-job", 1, 1, 2);
+  next.mutable_adapter()->set_adapter_name("next-job");
+  next.mutable_adapter()->set_exact_version(1);
+  // Followed (the store is asked, and has no such version) rather than RESOURCE_EXHAUSTED.
+  const grpc::Status status = Generate(next).status;
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("no committed version of adapter 'next-job'"));
+
+  grpc::ClientContext status_context;
+  v1::GetAdapterStatusRequest status_request;
+  status_request.set_adapter_name(kAdapter);
+  v1::GetAdapterStatusResponse adapter_status;
+  const grpc::Status unfollowed =
+      rollout_stub_->GetAdapterStatus(&status_context, status_request, &adapter_status);
+  EXPECT_EQ(unfollowed.error_code(), grpc::StatusCode::NOT_FOUND) << unfollowed.error_message();
+}
+
 TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
   Publish(1);
   RolloutOptions options = DefaultOptions();
   options.adapters = {kAdapter};
   // A store that is not there yet: the replica must not serve (stale or base) weights.
-  options.weight_store = *CreateChannel(
-      {.target = "127.0.0.1:1", .service_name = "tandem.v1.WeightStoreService"});
+  options.weight_store =
+      *CreateChannel({.target = "127.0.0.1:1", .service_name = "tandem.v1.WeightStoreService"});
   StartRollout(options);
   // The server has been told it may serve (SetReady), which a replica without a readiness gate
   // would do at once: NOT_SERVING here is the gate's answer, not the state servers start in.
@@ -685,9 +713,9 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
 
   options.weight_store = weight_store_channel_;
   StartRollout(options);
-  ASSERT_TRUE(WaitUntilServing({.target = rollout_.target()},
-                               "tandem.v1.RolloutService", absl::Seconds(20))
-                  .ok());
+  ASSERT_TRUE(
+      WaitUntilServing({.target = rollout_.target()}, "tandem.v1.RolloutService", absl::Seconds(20))
+          .ok());
   v1::GetAdapterStatusRequest request;
   v1::GetAdapterStatusResponse response;
   grpc::ClientContext context;
