@@ -20,6 +20,8 @@ ABSL_FLAG(std::string, wal_recovery, "refuse",
           "dropped silently) or 'point_in_time' (keep what precedes the damage, drop the rest).");
 ABSL_FLAG(int, max_fetch_streams, 32,
           "FetchRoutes streams served at once; one more is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(absl::Duration, fetch_write_timeout, absl::Minutes(1),
+          "A FetchRoutes stream whose client reads nothing for this long is cancelled.");
 ABSL_FLAG(int, zstd_level, 1, "zstd level for route blocks; 0 stores bit-packed ids only.");
 ABSL_FLAG(absl::Duration, retention_ttl, absl::Hours(72),
           "Records untouched for this long are deleted; 0 keeps them until DeleteRecords.");
@@ -58,6 +60,7 @@ absl::StatusOr<tandem::router_replay::RouterReplayOptions> OptionsFromFlags() {
                    .wal_recovery = *wal_recovery};
   options.retention_ttl = ttl;
   options.max_fetch_streams = absl::GetFlag(FLAGS_max_fetch_streams);
+  options.fetch_write_timeout = absl::GetFlag(FLAGS_fetch_write_timeout);
   options.sweep_interval = std::clamp(ttl / 10, absl::Seconds(1), absl::Minutes(10));
   return options;
 }

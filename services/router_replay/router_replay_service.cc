@@ -132,8 +132,9 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::AppendRequest> {
 class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesResponse> {
  public:
   FetchReactor(const RouteStore& store, const v1::FetchRoutesRequest& request,
-               std::unique_ptr<CallTracker::Token> slot)
-      : slot_(std::move(slot)) {
+               std::unique_ptr<CallTracker::Token> slot, grpc::CallbackServerContext* context,
+               WriteStallGuard& stalls)
+      : slot_(std::move(slot)), context_(context), stalls_(stalls) {
     absl::StatusOr<FetchPlan> plan = PlanFetch(store, request);
     if (!plan.ok()) {
       Finish(ToGrpcStatus(plan.status()));
@@ -144,6 +145,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesRespon
   }
 
   void OnWriteDone(bool ok) override {
+    stalls_.WriteDone(context_);
     if (!ok) {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "FetchRoutes: the client went away"));
       return;
@@ -151,7 +153,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesRespon
     WriteNext();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    stalls_.Remove(context_);
+    delete this;
+  }
 
  private:
   void WriteNext() {
@@ -167,10 +172,13 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesRespon
     response_ = **std::move(next);
     RouterReplayMetrics::Get().RecordFetch(response_.num_rows(),
                                            static_cast<int64_t>(response_.rows().size()));
+    stalls_.WriteStarted(context_);
     StartWrite(&response_);
   }
 
   const std::unique_ptr<CallTracker::Token> slot_;  // One of max_fetch_streams, until done.
+  grpc::CallbackServerContext* const context_;
+  WriteStallGuard& stalls_;
   std::optional<FetchCursor> cursor_;
   v1::FetchRoutesResponse response_;
 };
@@ -185,8 +193,11 @@ absl::StatusOr<std::unique_ptr<RouterReplayServiceImpl>> RouterReplayServiceImpl
     return absl::InvalidArgumentError(
         absl::StrCat("max_fetch_streams is ", options.max_fetch_streams, "; must be >= 1"));
   }
+  if (options.fetch_write_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("fetch_write_timeout must be positive");
+  }
   std::unique_ptr<RouterReplayServiceImpl> service(
-      new RouterReplayServiceImpl(*std::move(store), options.max_fetch_streams));
+      new RouterReplayServiceImpl(*std::move(store), options));
   if (options.retention_ttl > absl::ZeroDuration()) {
     service->sweeper_ = std::make_unique<RetentionSweeper>(*service->store_, options.retention_ttl,
                                                            options.sweep_interval);
@@ -196,13 +207,14 @@ absl::StatusOr<std::unique_ptr<RouterReplayServiceImpl>> RouterReplayServiceImpl
 }
 
 RouterReplayServiceImpl::RouterReplayServiceImpl(std::unique_ptr<RouteStore> store,
-                                                 int max_fetch_streams)
+                                                 const RouterReplayOptions& options)
     : store_(std::move(store)),
-      max_fetch_streams_(max_fetch_streams),
+      max_fetch_streams_(options.max_fetch_streams),
       // Fetch responses are large and freed in bursts; hand their memory back to the system
       // when no fetch runs, so a burst of stalled clients does not leave the process big
       // (at most every few seconds: a trim walks the heap under the allocator's lock).
-      fetch_streams_([this] { TrimMemory(); }) {}
+      fetch_streams_([this] { TrimMemory(); }),
+      fetch_stalls_("FetchRoutes", options.fetch_write_timeout) {}
 
 void RouterReplayServiceImpl::TrimMemory() {
   const absl::Time now = absl::Now();
@@ -236,7 +248,7 @@ grpc::ServerUnaryReactor* RouterReplayServiceImpl::Seal(grpc::CallbackServerCont
 }
 
 grpc::ServerWriteReactor<v1::FetchRoutesResponse>* RouterReplayServiceImpl::FetchRoutes(
-    grpc::CallbackServerContext* /*context*/, const v1::FetchRoutesRequest* request) {
+    grpc::CallbackServerContext* context, const v1::FetchRoutesRequest* request) {
   std::unique_ptr<CallTracker::Token> slot = fetch_streams_.TryEnter(max_fetch_streams_);
   if (slot == nullptr) {
     return new FinishedReactor<grpc::ServerWriteReactor<v1::FetchRoutesResponse>>(
@@ -245,7 +257,7 @@ grpc::ServerWriteReactor<v1::FetchRoutesResponse>* RouterReplayServiceImpl::Fetc
                                   " FetchRoutes streams at once (--max_fetch_streams); retry "
                                   "when one ends")));
   }
-  return new FetchReactor(*store_, *request, std::move(slot));
+  return new FetchReactor(*store_, *request, std::move(slot), context, fetch_stalls_);
 }
 
 grpc::ServerUnaryReactor* RouterReplayServiceImpl::GetExpertLoad(

@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/call_tracker.h"
+#include "common/write_stall_guard.h"
 #include "services/router_replay/retention_sweeper.h"
 #include "services/router_replay/route_store.h"
 #include "tandem/v1/router_replay.grpc.pb.h"
@@ -21,6 +22,9 @@ struct RouterReplayOptions {
   // FetchRoutes streams served at once; each holds up to one response (a few MiB) while its
   // client reads, so a crowd of stalled clients cannot grow memory without bound.
   int max_fetch_streams = 32;
+  // A FetchRoutes stream whose client reads nothing for this long is cancelled, freeing its
+  // slot and its response.
+  absl::Duration fetch_write_timeout = absl::Minutes(1);
 };
 
 // gRPC front end of the router-replay service: converts messages and statuses; the work is done
@@ -49,7 +53,7 @@ class RouterReplayServiceImpl final : public v1::RouterReplayService::CallbackSe
                                           v1::DeleteRecordsResponse* response) override;
 
  private:
-  RouterReplayServiceImpl(std::unique_ptr<RouteStore> store, int max_fetch_streams);
+  RouterReplayServiceImpl(std::unique_ptr<RouteStore> store, const RouterReplayOptions& options);
 
   std::unique_ptr<RouteStore> store_;
   // Returns freed memory to the system, at most every kMinTrimInterval.
@@ -59,6 +63,7 @@ class RouterReplayServiceImpl final : public v1::RouterReplayService::CallbackSe
   absl::Mutex trim_mutex_;
   absl::Time last_trim_ ABSL_GUARDED_BY(trim_mutex_) = absl::InfinitePast();
   CallTracker fetch_streams_;
+  WriteStallGuard fetch_stalls_;
   std::unique_ptr<RetentionSweeper> sweeper_;  // Declared after store_: stops before it closes.
 };
 

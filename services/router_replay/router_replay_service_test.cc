@@ -27,8 +27,8 @@
 #include "gtest/gtest.h"
 #include "services/router_replay/client/replay_fetch.h"
 #include "services/router_replay/client/route_appender.h"
-#include "services/router_replay/route_queries.h"
 #include "services/router_replay/client/testing/route_testing.h"
+#include "services/router_replay/route_queries.h"
 
 namespace tandem::router_replay {
 namespace {
@@ -640,22 +640,28 @@ TEST_F(RouterReplayServiceTest, HundredsOfExpertsRoundTripWithoutOverflow) {
   }
 }
 
-TEST(RouterReplayStreamsTest, FetchStreamsAreBoundedAndASlotFreesWhenItsClientLeaves) {
-  const std::string dir = ::testing::TempDir() + "/router_replay_streams";
-  std::filesystem::remove_all(dir);
-  auto service = RouterReplayServiceImpl::Create({.store = {.path = dir}, .max_fetch_streams = 2});
-  ASSERT_TRUE(service.ok()) << service.status();
-  auto server = tandem::testing::StartLoopbackServer(
-      "router-replay", {"tandem.v1.RouterReplayService", *std::move(service)});
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto channel = server->Channel();
-  // A DeepSeek-V3-like record of ~17 MiB as fetched: far more than a stream's flow-control
-  // window, so a client that stops reading keeps its stream (and its slot) open.
-  RouteShape layered{.layers = std::vector<int32_t>(58), .top_k = 8, .num_experts = 256};
-  std::iota(layered.layers.begin(), layered.layers.end(), 3);  // Layers 0..2 dense.
-  const RecordKey key{.job_id = "streams", .policy_version = 1, .sample_id = "big"};
-  {
-    RouteAppender appender(channel);
+// A router-replay holding one record of ~17 MiB as fetched (DeepSeek-V3-like): far more than a
+// stream's flow-control window, so a client that stops reading keeps its stream open.
+class FetchStreamsTest : public ::testing::Test {
+ protected:
+  struct Stream {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderInterface<v1::FetchRoutesResponse>> reader;
+  };
+
+  void Start(RouterReplayOptions options) {
+    options.store.path = ::testing::TempDir() + "/router_replay_streams";
+    std::filesystem::remove_all(options.store.path);
+    auto service = RouterReplayServiceImpl::Create(options);
+    ASSERT_TRUE(service.ok()) << service.status();
+    auto server = tandem::testing::StartLoopbackServer(
+        "router-replay", {"tandem.v1.RouterReplayService", *std::move(service)});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    RouteShape layered{.layers = std::vector<int32_t>(58), .top_k = 8, .num_experts = 256};
+    std::iota(layered.layers.begin(), layered.layers.end(), 3);  // Layers 0..2 dense.
+    const RecordKey key{.job_id = "streams", .policy_version = 1, .sample_id = "big"};
+    RouteAppender appender(server_.Channel());
     constexpr int kRows = 20000, kChunk = 2000;
     const std::vector<int16_t> rows = SyntheticRoutes(layered, kRows, 1);
     for (int first = 0; first < kRows; first += kChunk) {
@@ -666,45 +672,65 @@ TEST(RouterReplayStreamsTest, FetchStreamsAreBoundedAndASlotFreesWhenItsClientLe
                       .ok());
     }
     ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(60)).ok());
+    stub_ = v1::RouterReplayService::NewStub(server_.Channel());
+    *request_.mutable_records()->add_records()->mutable_key() = ToProto(key);
   }
-  auto stub = v1::RouterReplayService::NewStub(channel);
-  v1::FetchRoutesRequest request;
-  *request.mutable_records()->add_records()->mutable_key() = ToProto(key);
-  struct Stream {
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReaderInterface<v1::FetchRoutesResponse>> reader;
-  };
-  const auto open = [&](Stream& stream) {
-    stream.reader = stub->FetchRoutes(&stream.context, request);
+
+  // Opens a fetch and reads its first message: once that returns, the server serves it.
+  bool Open(Stream& stream) {
+    stream.reader = stub_->FetchRoutes(&stream.context, request_);
     v1::FetchRoutesResponse first;
-    return stream.reader->Read(&first);  // Once this returns, the server serves the stream.
-  };
+    return stream.reader->Read(&first);
+  }
+
+  // Whether a new fetch is served within a few seconds (a freed slot comes back once the old
+  // stream's reactor is done).
+  bool ServedSoon() {
+    for (int i = 0; i < 300; ++i) {
+      Stream retry;
+      const bool served = Open(retry);
+      retry.context.TryCancel();
+      retry.reader->Finish();
+      if (served) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+
+  tandem::testing::LoopbackServer server_;
+  std::unique_ptr<v1::RouterReplayService::Stub> stub_;
+  v1::FetchRoutesRequest request_;
+};
+
+TEST_F(FetchStreamsTest, FetchStreamsAreBoundedAndASlotFreesWhenItsClientLeaves) {
+  ASSERT_NO_FATAL_FAILURE(Start({.max_fetch_streams = 2}));
   Stream a, b, c;
-  ASSERT_TRUE(open(a));
-  ASSERT_TRUE(open(b));
-  EXPECT_FALSE(open(c));
+  ASSERT_TRUE(Open(a));
+  ASSERT_TRUE(Open(b));
+  EXPECT_FALSE(Open(c));
   const grpc::Status refused = c.reader->Finish();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
   EXPECT_THAT(refused.error_message(), HasSubstr("--max_fetch_streams"));
 
   a.context.TryCancel();
   a.reader->Finish();
-  // The cancelled stream's slot comes back once its reactor is done.
-  bool served = false;
-  for (int i = 0; i < 200 && !served; ++i) {
-    Stream retry;
-    served = open(retry);
-    if (!served) {
-      retry.reader->Finish();
-      absl::SleepFor(absl::Milliseconds(10));
-    } else {
-      retry.context.TryCancel();
-      retry.reader->Finish();
-    }
-  }
-  EXPECT_TRUE(served);
+  EXPECT_TRUE(ServedSoon());
   b.context.TryCancel();
   b.reader->Finish();
+}
+
+TEST_F(FetchStreamsTest, AClientThatStopsReadingLosesItsStream) {
+  ASSERT_NO_FATAL_FAILURE(
+      Start({.max_fetch_streams = 1, .fetch_write_timeout = absl::Milliseconds(200)}));
+  Stream stalled;
+  SetTimeout(stalled.context, absl::Seconds(30));  // Without the guard: fails, not hangs.
+  ASSERT_TRUE(Open(stalled));                      // And reads nothing more.
+  EXPECT_TRUE(ServedSoon()) << "the stalled stream kept the only slot";
+  v1::FetchRoutesResponse buffered;
+  while (stalled.reader->Read(&buffered)) {  // What had reached the client before the cut.
+  }
+  const grpc::Status ended = stalled.reader->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::CANCELLED) << ended.error_message();
 }
 
 }  // namespace
