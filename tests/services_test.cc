@@ -172,7 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
             Call<v1::WeightStoreService>(&v1::WeightStoreService::Stub::GetManifest),
             grpc::StatusCode::INVALID_ARGUMENT,
             "INVALID_ARGUMENT",
-            "adapter.adapter_name is required",
+            "bad adapter.adapter_name: ''",
             {"--data_dir=" + ::testing::TempDir() + "/weight-store-data", "--ucx_transports=tcp"}},
         ServiceCase{"router-replay",
                     "services/router_replay/router_replay",

@@ -45,6 +45,17 @@ absl::StatusOr<std::vector<int>> LayerPositions(const RecordInfo& record,
   return positions;
 }
 
+// Checked before the record is looked up, so a missing record's ranges are checked too.
+absl::Status ValidateRowRanges(const v1::RecordRequest& requested, const RecordKey& key) {
+  for (const v1::RowRange& range : requested.row_ranges()) {
+    if (range.begin() < 0 || range.end() <= range.begin()) {
+      return absl::InvalidArgumentError(absl::StrCat("record ", ToString(key), ": bad row range [",
+                                                     range.begin(), ", ", range.end(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Requested row spans of a named record; its status becomes PARTIAL if rows are not all there.
 absl::Status ResolveSpans(const v1::RecordRequest& requested, FetchItem& item) {
   const RecordInfo& record = *item.record;
@@ -52,11 +63,6 @@ absl::Status ResolveSpans(const v1::RecordRequest& requested, FetchItem& item) {
     item.spans.push_back({0, record.rows});
   }
   for (const v1::RowRange& range : requested.row_ranges()) {
-    if (range.begin() < 0 || range.end() <= range.begin()) {
-      return absl::InvalidArgumentError(absl::StrCat("record ", ToString(item.key),
-                                                     ": bad row range [", range.begin(), ", ",
-                                                     range.end(), ")"));
-    }
     if (record.sealed && range.end() > record.rows) {
       return absl::InvalidArgumentError(
           absl::StrCat("record ", ToString(item.key), ": row range [", range.begin(), ", ",
@@ -76,6 +82,7 @@ absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store, const v1::Record
   FetchItem item;
   item.key = FromProto(requested.key());
   if (absl::Status status = ValidateRecordKey(item.key); !status.ok()) return status;
+  if (absl::Status status = ValidateRowRanges(requested, item.key); !status.ok()) return status;
   absl::StatusOr<RecordInfo> record = store.Get(item.key);
   if (absl::IsNotFound(record.status()) && allow_partial) {
     item.status = v1::RECORD_STATUS_MISSING;
@@ -105,8 +112,8 @@ absl::StatusOr<std::vector<RecordInfo>> SelectJobRecords(const RouteStore& store
   if (!listed.ok()) return listed.status();
   std::vector<RecordInfo> selected;
   for (RecordInfo& record : *listed) {
-    if (!record.sealed && !include_unsealed) continue;
-    // Listing is ordered by (version, sample, attempt): a later attempt replaces the one before.
+    // Listing is ordered by (version, sample, attempt): a later attempt replaces the one before,
+    // so an abandoned attempt is never read, even when the newest one is not sealed yet.
     if (!job.all_attempts() && !selected.empty() &&
         selected.back().key.policy_version == record.key.policy_version &&
         selected.back().key.sample_id == record.key.sample_id) {
@@ -114,6 +121,9 @@ absl::StatusOr<std::vector<RecordInfo>> SelectJobRecords(const RouteStore& store
       continue;
     }
     selected.push_back(std::move(record));
+  }
+  if (!include_unsealed) {
+    std::erase_if(selected, [](const RecordInfo& record) { return !record.sealed; });
   }
   return selected;
 }
@@ -180,12 +190,13 @@ absl::Status CountRecord(const RouteStore& store, const RecordInfo& record,
 
 // The records each load group counts: the named keys, or one group of the job's records.
 absl::StatusOr<std::vector<std::vector<RecordInfo>>> LoadGroups(
-    const RouteStore& store, const v1::GetExpertLoadRequest& request) {
+    const RouteStore& store, const v1::GetExpertLoadRequest& request, bool all_attempts) {
   std::vector<std::vector<RecordInfo>> groups;
   if (request.groups().empty()) {
     v1::JobRecords job;
     job.set_job_id(request.job_id());
     *job.mutable_versions() = request.versions();
+    job.set_all_attempts(all_attempts);
     absl::StatusOr<std::vector<RecordInfo>> records =
         SelectJobRecords(store, job, /*include_unsealed=*/true);
     if (!records.ok()) return records.status();
@@ -322,9 +333,15 @@ absl::Status FetchCursor::FillRows(const FetchItem& item, int64_t first, int64_t
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& store,
-                                                          const v1::GetExpertLoadRequest& request) {
-  absl::StatusOr<std::vector<std::vector<RecordInfo>>> groups = LoadGroups(store, request);
+namespace {
+
+// GetExpertLoad, counting every attempt of a job's samples when `all_attempts` (PlanPlacement
+// from JobRecords); GetExpertLoad itself counts the highest attempt only.
+absl::StatusOr<v1::GetExpertLoadResponse> CountLoad(const RouteStore& store,
+                                                    const v1::GetExpertLoadRequest& request,
+                                                    bool all_attempts) {
+  absl::StatusOr<std::vector<std::vector<RecordInfo>>> groups =
+      LoadGroups(store, request, all_attempts);
   if (!groups.ok()) return groups.status();
   v1::GetExpertLoadResponse response;
   const RecordInfo* first = nullptr;
@@ -360,6 +377,13 @@ absl::StatusOr<v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& stor
   return response;
 }
 
+}  // namespace
+
+absl::StatusOr<v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& store,
+                                                          const v1::GetExpertLoadRequest& request) {
+  return CountLoad(store, request, /*all_attempts=*/false);
+}
+
 absl::StatusOr<v1::PlanPlacementResponse> PlanExpertPlacement(
     const RouteStore& store, const v1::PlanPlacementRequest& request) {
   PlacementRequest placement{.num_replicas = request.num_replicas(),
@@ -375,7 +399,8 @@ absl::StatusOr<v1::PlanPlacementResponse> PlanExpertPlacement(
     v1::GetExpertLoadRequest load_request;
     load_request.set_job_id(request.job().job_id());
     *load_request.mutable_versions() = request.job().versions();
-    absl::StatusOr<v1::GetExpertLoadResponse> load = CountExpertLoad(store, load_request);
+    absl::StatusOr<v1::GetExpertLoadResponse> load =
+        CountLoad(store, load_request, request.job().all_attempts());
     if (!load.ok()) return load.status();
     if (load->layer_indices().empty()) {
       return absl::FailedPreconditionError(

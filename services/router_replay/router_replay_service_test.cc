@@ -455,6 +455,18 @@ TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSpli
   EXPECT_EQ(RowsOf(messages), big);
 }
 
+TEST_F(RouterReplayServiceTest, RowRangesOfAMissingRecordAreCheckedToo) {
+  v1::FetchRoutesRequest request = Named({Key("never-stored")});
+  request.set_allow_partial(true);
+  v1::RowRange& range = *request.mutable_records()->mutable_records(0)->add_row_ranges();
+  range.set_begin(5);
+  range.set_end(2);
+  std::vector<v1::FetchRoutesResponse> messages;
+  const grpc::Status status = Fetch(request, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("bad row range [5, 2)"));
+}
+
 TEST_F(RouterReplayServiceTest, JobSelectionTakesTheLatestAttemptAndShardsEverySampleOnce) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 3, 7);
   for (int s = 0; s < 60; ++s) Store(Key(absl::StrCat("p", s / 4, "/", s % 4), 1 + s % 3), rows);
@@ -470,11 +482,18 @@ TEST_F(RouterReplayServiceTest, JobSelectionTakesTheLatestAttemptAndShardsEveryS
   EXPECT_EQ(messages[0].key().attempt(), 1);
   EXPECT_EQ(messages[0].stored_rows(), 5);
 
+  // A retry still in progress supersedes the sealed attempt before it: that one was abandoned.
+  Store(Key("p0/3", 1, 1), rows, /*seal=*/false);
+  messages.clear();
+  ASSERT_TRUE(Fetch(request, &messages).ok());
+  EXPECT_EQ(messages.size(), 59u);
+  for (const auto& message : messages) EXPECT_NE(message.key().sample_id(), "p0/3");
+
   request.mutable_job()->set_all_attempts(true);
   request.set_allow_partial(true);
   messages.clear();
   ASSERT_TRUE(Fetch(request, &messages).ok());
-  EXPECT_EQ(messages.size(), 62u);
+  EXPECT_EQ(messages.size(), 63u);
 
   request.mutable_job()->mutable_versions()->set_begin(2);
   request.mutable_job()->mutable_versions()->set_end(3);
@@ -498,8 +517,9 @@ TEST_F(RouterReplayServiceTest, JobSelectionTakesTheLatestAttemptAndShardsEveryS
       EXPECT_EQ(DataParallelRank(message.key().sample_id(), 3), rank);
     }
   }
-  EXPECT_EQ(seen.size(), 60u);
-  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 60u);
+  // Every sealed sample but p0/3, whose newest attempt is still open.
+  EXPECT_EQ(seen.size(), 59u);
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 59u);
 }
 
 TEST_F(RouterReplayServiceTest, ExpertLoadCountsEveryChoicePerLayerAndGroup) {

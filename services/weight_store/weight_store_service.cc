@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/finished_reactor.h"
+#include "common/identifier.h"
 #include "common/open_streams.h"
 #include "common/proto_time.h"
 #include "common/queued_write_reactor.h"
@@ -45,6 +46,35 @@ absl::StatusOr<absl::Duration> LeaseTtl(double seconds) {
   return absl::Seconds(seconds);
 }
 
+// FetchTensors and GetReadPlan name one committed version: an adapter and a version >= 1.
+absl::Status ValidateVersionOf(absl::string_view adapter_name, int64_t version) {
+  if (absl::Status status = ValidateIdentifier("adapter_name", adapter_name); !status.ok()) {
+    return status;
+  }
+  if (version < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("version is ", version, "; must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+// common.proto's AdapterSelector as weight-store reads it: a name, and a version (exact or
+// minimum) that is >= 1 when set; unset means the newest.
+absl::Status ValidateSelector(const v1::AdapterSelector& selector) {
+  if (absl::Status status = ValidateIdentifier("adapter.adapter_name", selector.adapter_name());
+      !status.ok()) {
+    return status;
+  }
+  if (selector.has_exact_version() && selector.exact_version() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter.exact_version is ", selector.exact_version(), "; must be >= 1"));
+  }
+  if (selector.has_min_version() && selector.min_version() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter.min_version is ", selector.min_version(), "; must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> Names(const google::protobuf::RepeatedPtrField<std::string>& names) {
   return {names.begin(), names.end()};
 }
@@ -78,14 +108,20 @@ class PutShardReactor final : public grpc::ServerReadReactor<v1::PutShardRequest
 
  private:
   absl::Status Store() {
-    if (upload_id_.empty()) upload_id_ = request_.upload_id();
+    if (upload_id_.empty()) {
+      if (absl::Status status = ValidateIdentifier("upload_id", request_.upload_id());
+          !status.ok()) {
+        return status;
+      }
+      upload_id_ = request_.upload_id();
+    }
     if (request_.upload_id() != upload_id_) {
       return absl::InvalidArgumentError(absl::StrCat("chunk names upload ", request_.upload_id(),
                                                      "; this stream writes ", upload_id_));
     }
     if (request_.data().empty() || request_.data().size() > kMaxChunkBytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat("chunk of ", request_.data().size(), " bytes; allowed 1 B..4 MiB"));
+          absl::StrCat("data has ", request_.data().size(), " bytes; allowed 1 B..4 MiB"));
     }
     absl::StatusOr<uint64_t> written =
         store_.Put(upload_id_, request_.shard_index(), request_.offset(), request_.data());
@@ -180,9 +216,9 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsRespo
       return absl::InvalidArgumentError(
           absl::StrCat("max_chunk_bytes is ", chunk_bytes_, "; allowed 1 MiB..4 MiB"));
     }
-    if (request.version() < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("version is ", request.version(), "; must be >= 1"));
+    if (absl::Status status = ValidateVersionOf(request.adapter_name(), request.version());
+        !status.ok()) {
+      return status;
     }
     absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
         store.Find(request.adapter_name(), request.version(), 0);
@@ -302,6 +338,9 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::CommitPublish(
     grpc::CallbackServerContext* context, const v1::CommitPublishRequest* request,
     v1::CommitPublishResponse* response) {
   const auto commit = [&]() -> absl::StatusOr<v1::CommitPublishResponse> {
+    if (absl::Status status = ValidateIdentifier("upload_id", request->upload_id()); !status.ok()) {
+      return status;
+    }
     absl::StatusOr<AdapterStore::CommitOutcome> outcome = store_->Commit(request->upload_id());
     if (!outcome.ok()) return outcome.status();
     if (!outcome->repeated) {
@@ -322,7 +361,8 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::CommitPublish(
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::AbortPublish(
     grpc::CallbackServerContext* context, const v1::AbortPublishRequest* request,
     v1::AbortPublishResponse* response) {
-  absl::Status aborted = store_->Abort(request->upload_id());
+  absl::Status aborted = ValidateIdentifier("upload_id", request->upload_id());
+  if (aborted.ok()) aborted = store_->Abort(request->upload_id());
   absl::StatusOr<v1::AbortPublishResponse> result =
       aborted.ok() ? absl::StatusOr<v1::AbortPublishResponse>(v1::AbortPublishResponse())
                    : absl::StatusOr<v1::AbortPublishResponse>(aborted);
@@ -334,9 +374,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(grpc::CallbackServ
                                                               v1::GetManifestResponse* response) {
   const auto get = [&]() -> absl::StatusOr<v1::GetManifestResponse> {
     const v1::AdapterSelector& selector = request->adapter();
-    if (selector.adapter_name().empty()) {
-      return absl::InvalidArgumentError("adapter.adapter_name is required");
-    }
+    if (absl::Status status = ValidateSelector(selector); !status.ok()) return status;
     absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
         store_->Find(selector.adapter_name(), selector.exact_version(), selector.min_version());
     if (!version.ok()) return version.status();
@@ -349,9 +387,10 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(grpc::CallbackServ
 
 grpc::ServerWriteReactor<v1::WatchVersionsResponse>* WeightStoreServiceImpl::WatchVersions(
     grpc::CallbackServerContext* /*context*/, const v1::WatchVersionsRequest* request) {
-  if (request->adapter_name().empty()) {
+  if (absl::Status status = ValidateIdentifier("adapter_name", request->adapter_name());
+      !status.ok()) {
     return new FinishedReactor<grpc::ServerWriteReactor<v1::WatchVersionsResponse>>(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "adapter_name is required"));
+        ToGrpcStatus(status));
   }
   return new WatchReactor(*store_, watches_, request->adapter_name());
 }
@@ -368,6 +407,13 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
   }
   if (request.target().dtype() != v1::DTYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError("GetReadPlan never converts: leave target.dtype unset");
+  }
+  if (absl::Status status = ValidateVersionOf(request.adapter_name(), request.version());
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = ValidateIdentifier("lease_id", request.lease_id()); !status.ok()) {
+    return status;
   }
   absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
       store_->LeasedVersion(request.lease_id(), request.adapter_name(), request.version());
@@ -441,6 +487,10 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
     v1::AcquireLeaseResponse* response) {
   const auto acquire = [&]() -> absl::StatusOr<v1::AcquireLeaseResponse> {
     if (request->holder().empty()) return absl::InvalidArgumentError("holder is required");
+    if (absl::Status status = ValidateIdentifier("adapter_name", request->adapter_name());
+        !status.ok()) {
+      return status;
+    }
     absl::StatusOr<absl::Duration> ttl = LeaseTtl(request->ttl_seconds());
     if (!ttl.ok()) return ttl.status();
     absl::StatusOr<AdapterStore::Lease> lease =
@@ -459,6 +509,9 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(grpc::CallbackServe
                                                              const v1::RenewLeaseRequest* request,
                                                              v1::RenewLeaseResponse* response) {
   const auto renew = [&]() -> absl::StatusOr<v1::RenewLeaseResponse> {
+    if (absl::Status status = ValidateIdentifier("lease_id", request->lease_id()); !status.ok()) {
+      return status;
+    }
     absl::StatusOr<absl::Duration> ttl = LeaseTtl(request->ttl_seconds());
     if (!ttl.ok()) return ttl.status();
     absl::StatusOr<absl::Time> expire = store_->RenewLease(request->lease_id(), *ttl);
@@ -473,6 +526,9 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(grpc::CallbackServe
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::ReleaseLease(
     grpc::CallbackServerContext* context, const v1::ReleaseLeaseRequest* request,
     v1::ReleaseLeaseResponse* response) {
+  if (absl::Status status = ValidateIdentifier("lease_id", request->lease_id()); !status.ok()) {
+    return FinishUnary(context, absl::StatusOr<v1::ReleaseLeaseResponse>(status), response);
+  }
   store_->ReleaseLease(request->lease_id());
   WeightStoreMetrics::Get().RecordTotals(store_->totals());
   return FinishUnary(context, absl::StatusOr<v1::ReleaseLeaseResponse>(v1::ReleaseLeaseResponse()),

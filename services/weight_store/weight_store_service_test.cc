@@ -12,8 +12,8 @@
 #include "common/channel.h"
 #include "common/server.h"
 #include "common/testing/http_get.h"
-#include "common/testing/test_server.h"
 #include "common/testing/test_dir.h"
+#include "common/testing/test_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/weight_store/client/adapter_client.h"
@@ -156,7 +156,8 @@ TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
 }
 
 TEST_F(WeightStoreServiceTest, FetchConvertsDtypesOverGrpc) {
-  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 3, {.tp_size = 1, .ep_size = 1});
+  const transfer::TestAdapter adapter =
+      transfer::MakeTestAdapter("job-1", 1, 3, {.tp_size = 1, .ep_size = 1});
   ASSERT_TRUE(Publish(adapter, false).ok());
   v1::TargetLayout target = Stacked();
   target.set_dtype(v1::DTYPE_F32);
@@ -279,6 +280,82 @@ TEST_F(WeightStoreServiceTest, UnknownRetiredAndExpiredAreNotFoundAndLeasesPinVe
   ASSERT_TRUE(Begin(transfer::MakeTestAdapter("job-1", 4, 13).manifest, &begun).ok());
   absl::SleepFor(absl::Milliseconds(300));  // The upload expires.
   EXPECT_EQ(Commit(begun.upload_id()).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Every id and name a request carries follows common.proto's identifier rule, and every
+// version a request names is >= 1: INVALID_ARGUMENT naming the field, before any lookup.
+TEST_F(WeightStoreServiceTest, IdsNamesAndVersionsAreCheckedAtTheEdge) {
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 70), /*by_ucx=*/false).ok());
+  const auto expect_invalid = [](const grpc::Status& status, const std::string& message) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_THAT(status.error_message(), HasSubstr(message));
+  };
+  const auto get_manifest = [&](const v1::AdapterSelector& selector) {
+    grpc::ClientContext context;
+    v1::GetManifestRequest request;
+    *request.mutable_adapter() = selector;
+    v1::GetManifestResponse response;
+    return stub_->GetManifest(&context, request, &response);
+  };
+  v1::AdapterSelector selector;
+  selector.set_adapter_name("job 1");
+  expect_invalid(get_manifest(selector), "bad adapter.adapter_name: 'job 1'");
+  selector.set_adapter_name("job-1");
+  selector.set_exact_version(0);
+  expect_invalid(get_manifest(selector), "adapter.exact_version is 0");
+  selector.set_min_version(-3);
+  expect_invalid(get_manifest(selector), "adapter.min_version is -3");
+
+  {
+    grpc::ClientContext context;
+    v1::WatchVersionsRequest request;
+    request.set_adapter_name("../other");
+    auto reader = stub_->WatchVersions(&context, request);
+    v1::WatchVersionsResponse response;
+    EXPECT_FALSE(reader->Read(&response));
+    expect_invalid(reader->Finish(), "bad adapter_name: '../other'");
+  }
+  {
+    grpc::ClientContext context;
+    v1::FetchTensorsRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(0);
+    auto reader = stub_->FetchTensors(&context, request);
+    v1::FetchTensorsResponse response;
+    EXPECT_FALSE(reader->Read(&response));
+    expect_invalid(reader->Finish(), "version is 0");
+  }
+  {
+    grpc::ClientContext context;
+    v1::GetReadPlanRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(-1);
+    request.set_lease_id("lease-1");
+    v1::GetReadPlanResponse response;
+    expect_invalid(stub_->GetReadPlan(&context, request, &response), "version is -1");
+  }
+  {
+    grpc::ClientContext context;
+    v1::AbortPublishRequest request;  // No upload_id.
+    v1::AbortPublishResponse response;
+    expect_invalid(stub_->AbortPublish(&context, request, &response), "bad upload_id: ''");
+  }
+  {
+    grpc::ClientContext context;
+    v1::ReleaseLeaseRequest request;
+    request.set_lease_id("lease 1");
+    v1::ReleaseLeaseResponse response;
+    expect_invalid(stub_->ReleaseLease(&context, request, &response), "bad lease_id: 'lease 1'");
+  }
+  {
+    grpc::ClientContext context;
+    v1::AcquireLeaseRequest request;
+    request.set_adapter_name("");
+    request.set_version(1);
+    request.set_holder("replica-0");
+    v1::AcquireLeaseResponse response;
+    expect_invalid(stub_->AcquireLease(&context, request, &response), "bad adapter_name: ''");
+  }
 }
 
 TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
