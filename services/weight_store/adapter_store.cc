@@ -259,7 +259,9 @@ absl::Status AdapterStore::Abort(absl::string_view upload_id) {
   if (it == uploads_.end()) return absl::OkStatus();
   Upload& upload = *it->second;
   if (upload.state == Upload::State::kCommitted || upload.state == Upload::State::kCommitting) {
-    return absl::FailedPreconditionError(absl::StrCat("upload ", upload_id, " is committed"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "upload ", upload_id,
+        upload.state == Upload::State::kCommitted ? " is committed" : " is committing"));
   }
   upload.state = Upload::State::kAborted;
   upload.shards.clear();  // Frees (and deregisters) the memory now.
