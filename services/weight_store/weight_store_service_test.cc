@@ -24,6 +24,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The status of a server stream refused before its first message.
+template <typename Response>
+grpc::Status RefusedStatus(grpc::ClientReaderInterface<Response>& reader) {
+  Response response;
+  EXPECT_FALSE(reader.Read(&response));
+  return reader.Finish();
+}
+
 class WeightStoreServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -310,20 +318,15 @@ TEST_F(WeightStoreServiceTest, IdsNamesAndVersionsAreCheckedAtTheEdge) {
     grpc::ClientContext context;
     v1::WatchVersionsRequest request;
     request.set_adapter_name("../other");
-    auto reader = stub_->WatchVersions(&context, request);
-    v1::WatchVersionsResponse response;
-    EXPECT_FALSE(reader->Read(&response));
-    expect_invalid(reader->Finish(), "bad adapter_name: '../other'");
+    expect_invalid(RefusedStatus(*stub_->WatchVersions(&context, request)),
+                   "bad adapter_name: '../other'");
   }
   {
     grpc::ClientContext context;
     v1::FetchTensorsRequest request;
     request.set_adapter_name("job-1");
     request.set_version(0);
-    auto reader = stub_->FetchTensors(&context, request);
-    v1::FetchTensorsResponse response;
-    EXPECT_FALSE(reader->Read(&response));
-    expect_invalid(reader->Finish(), "version is 0");
+    expect_invalid(RefusedStatus(*stub_->FetchTensors(&context, request)), "version is 0");
   }
   {
     grpc::ClientContext context;
