@@ -39,7 +39,7 @@ void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics
     const double value = field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE
                              ? reflection->GetDouble(metrics, &field)
                              : static_cast<double>(reflection->GetInt64(metrics, &field));
-    StepFamily(field).Add({{"job", job_id}}).Set(value);
+    StepFamily(field).Add({{"job_id", job_id}}).Set(value);
   }
 }
 

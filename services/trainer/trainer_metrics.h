@@ -8,7 +8,7 @@
 namespace tandem::trainer {
 
 // Exports a completed step as Prometheus gauges, one per StepMetrics field:
-// tandem_trainer_<field>{job="<id>"} (e.g. tandem_trainer_reward_mean, _mismatch_kl_k3,
+// tandem_trainer_<field>{job_id="<id>"} (e.g. tandem_trainer_reward_mean, _mismatch_kl_k3,
 // _generation_seconds), in MetricsRegistry().
 void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics);
 
