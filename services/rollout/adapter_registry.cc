@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/adapter_selector.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
 #include "common/status.h"
@@ -316,6 +317,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
     return absl::FailedPreconditionError(
         "this replica has no weight-store (--weight_store), so it serves the base model only");
   }
+  if (absl::Status status = ValidateSelectorVersion(selector); !status.ok()) return status;
   absl::MutexLock lock(&mutex_);
   // Each followed adapter costs a watch stream and two threads until it is idle: a client
   // naming ever new adapters must not grow that without bound.
@@ -332,16 +334,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
   followed.last_named = absl::Now();
   switch (selector.version_case()) {
     case v1::AdapterSelector::kExactVersion:
-      if (selector.exact_version() < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("adapter.exact_version is ", selector.exact_version(), "; must be >= 1"));
-      }
       return ResolveExact(followed, selector.exact_version());
     case v1::AdapterSelector::kMinVersion:
-      if (selector.min_version() < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("adapter.min_version is ", selector.min_version(), "; must be >= 1"));
-      }
       if (followed.current_version() >= selector.min_version()) return followed.current;
       return nullptr;
     default:  // latest

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/adapter_selector.h"
 #include "common/finished_reactor.h"
 #include "common/identifier.h"
 #include "common/open_streams.h"
@@ -64,15 +65,7 @@ absl::Status ValidateSelector(const v1::AdapterSelector& selector) {
       !status.ok()) {
     return status;
   }
-  if (selector.has_exact_version() && selector.exact_version() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("adapter.exact_version is ", selector.exact_version(), "; must be >= 1"));
-  }
-  if (selector.has_min_version() && selector.min_version() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("adapter.min_version is ", selector.min_version(), "; must be >= 1"));
-  }
-  return absl::OkStatus();
+  return ValidateSelectorVersion(selector);
 }
 
 std::vector<std::string> Names(const google::protobuf::RepeatedPtrField<std::string>& names) {
