@@ -86,15 +86,19 @@ std::string FilterKey(const v1::ListJobsRequest& request) {
 
 }  // namespace
 
-JobManager::JobManager(std::string data_dir, JobRunner runner, std::unique_ptr<JobStore> store)
-    : data_dir_(std::move(data_dir)), runner_(std::move(runner)), store_(std::move(store)) {}
+JobManager::JobManager(std::string data_dir, JobRunner runner,
+                       v1::ServiceEndpoints default_endpoints, std::unique_ptr<JobStore> store)
+    : data_dir_(std::move(data_dir)),
+      default_endpoints_(std::move(default_endpoints)),
+      runner_(std::move(runner)),
+      store_(std::move(store)) {}
 
-absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& data_dir,
-                                                           JobRunner runner) {
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
+    const std::string& data_dir, JobRunner runner, const v1::ServiceEndpoints& default_endpoints) {
   auto store = JobStore::Open(data_dir);
   if (!store.ok()) return store.status();
   std::unique_ptr<JobManager> manager(
-      new JobManager(data_dir, std::move(runner), *std::move(store)));
+      new JobManager(data_dir, std::move(runner), default_endpoints, *std::move(store)));
   {
     absl::MutexLock lock(&manager->mutex_);
     for (const v1::Job& job : manager->store_->loaded()) {
@@ -182,6 +186,11 @@ void JobManager::Unsubscribe(int64_t subscription) {
   subscriptions_.erase(subscription);
 }
 
+absl::StatusOr<v1::JobSpec> JobManager::Resolve(const v1::JobSpec& spec,
+                                               const std::string& job_id) const {
+  return ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id), default_endpoints_);
+}
+
 absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) {
   if (absl::Status status = ValidateIdentifier("request_id", request.request_id());
       !status.ok()) {
@@ -190,8 +199,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) 
   absl::MutexLock lock(&mutex_);
   if (auto existing = by_request_id_.find(request.request_id()); existing != by_request_id_.end()) {
     const v1::Job& job = jobs_[existing->second];
-    auto resolved =
-        ResolveJobSpec(request.spec(), job.id(), absl::StrCat(data_dir_, "/", job.id()));
+    auto resolved = Resolve(request.spec(), job.id());
     if (resolved.ok() &&
         google::protobuf::util::MessageDifferencer::Equals(*resolved, job.spec())) {
       return job;
@@ -201,7 +209,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) 
                                                  " with a different spec"));
   }
   const std::string id = NewJobId();
-  auto spec = ResolveJobSpec(request.spec(), id, absl::StrCat(data_dir_, "/", id));
+  auto spec = Resolve(request.spec(), id);
   if (!spec.ok()) return spec.status();
   if (absl::Status status = Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
                                    [&](v1::Job& job) {

@@ -33,8 +33,10 @@ using JobRunner = std::function<absl::Status(const v1::Job& job, const JobProgre
 class JobManager {
  public:
   // Reads the jobs in data_dir (a cancel cut by a restart completes now) and starts the worker.
-  static absl::StatusOr<std::unique_ptr<JobManager>> Open(const std::string& data_dir,
-                                                         JobRunner runner);
+  // New jobs whose spec leaves an endpoint empty take it from `default_endpoints`.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Open(
+      const std::string& data_dir, JobRunner runner,
+      const v1::ServiceEndpoints& default_endpoints = {});
   // Stops the running job (it stays RUNNING on disk and resumes at the next Open) and the worker.
   ~JobManager();
 
@@ -50,7 +52,9 @@ class JobManager {
   void Unsubscribe(int64_t subscription);
 
  private:
-  JobManager(std::string data_dir, JobRunner runner, std::unique_ptr<JobStore> store);
+  JobManager(std::string data_dir, JobRunner runner, v1::ServiceEndpoints default_endpoints,
+             std::unique_ptr<JobStore> store);
+  absl::StatusOr<v1::JobSpec> Resolve(const v1::JobSpec& spec, const std::string& job_id) const;
 
   void WorkLoop();
   // The job to run next (RUNNING before QUEUED, then oldest), marked RUNNING; nullopt when
@@ -76,6 +80,7 @@ class JobManager {
   std::vector<v1::Job> AllJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::string data_dir_;
+  const v1::ServiceEndpoints default_endpoints_;
   const JobRunner runner_;
   const std::unique_ptr<JobStore> store_;
   mutable absl::Mutex mutex_;

@@ -11,6 +11,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/channel.h"
 #include "common/logging.h"
@@ -21,6 +22,7 @@
 #include "services/router_replay/client/replay_fetch.h"
 #include "services/trainer/checkpoint.h"
 #include "services/trainer/policy_update.h"
+#include "services/trainer/service_endpoints.h"
 #include "services/trainer/task_source.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
@@ -175,6 +177,7 @@ class JobRun {
   std::unique_ptr<engine::Task> task_;
   std::unique_ptr<engine::LoraAdapter> lora_;
   std::optional<engine::AdamW> optimizer_;
+  std::vector<std::string> rollout_addresses_;  // One per replica, as rollouts_.
   std::vector<std::unique_ptr<v1::RolloutService::StubInterface>> rollouts_;
   std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store_;
   std::unique_ptr<v1::RouterReplayService::StubInterface> router_replay_;
@@ -198,7 +201,14 @@ absl::Status JobRun::Init() {
   GrpcServiceDialer grpc_dialer(environment_.auth_token, environment_.tls);
   ServiceDialer& dialer =
       environment_.dialer != nullptr ? *environment_.dialer : grpc_dialer;
-  for (const std::string& address : spec_.endpoints().rollout()) {
+  auto replicas = RolloutReplicas(spec_.endpoints());
+  if (!replicas.ok()) return replicas.status();
+  rollout_addresses_ = *std::move(replicas);
+  if (!spec_.endpoints().rollout_service().empty()) {
+    spdlog::info("job {}: rollout replicas of {}: {}", job_.id(), spec_.endpoints().rollout_service(),
+                 absl::StrJoin(rollout_addresses_, ", "));
+  }
+  for (const std::string& address : rollout_addresses_) {
     auto stub = dialer.Rollout(address);
     if (!stub.ok()) return stub.status();
     rollouts_.push_back(*std::move(stub));
@@ -311,7 +321,7 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
       if (response.adapters(0).current_version() >= version) break;
       if (absl::Now() > deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
-            "rollout ", spec_.endpoints().rollout(r), " did not serve version ", version,
+            "rollout ", rollout_addresses_[r], " did not serve version ", version,
             " within ", absl::FormatDuration(environment_.swap_timeout), "; last error: ",
             response.adapters(0).last_error()));
       }
@@ -391,7 +401,7 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
     if (first_prompt[r] == first_prompt[r + 1]) continue;
     if (!results[r].ok()) {
       return absl::Status(results[r].status().code(),
-                          absl::StrCat("rollout ", spec_.endpoints().rollout(r), ": ",
+                          absl::StrCat("rollout ", rollout_addresses_[r], ": ",
                                        results[r].status().message()));
     }
     for (v1::GenerateResponse& response : *results[r]) {
@@ -400,7 +410,7 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
       }
       if (response.finish_reason() == v1::FINISH_REASON_CANCELLED) {  // Retried elsewhere/later.
         return absl::UnavailableError(
-            absl::StrCat("rollout ", spec_.endpoints().rollout(r), " is draining"));
+            absl::StrCat("rollout ", rollout_addresses_[r], " is draining"));
       }
       const int prompt = first_prompt[r] + response.prompt_index();
       responses[static_cast<size_t>(prompt) * group + response.sample_index()] =

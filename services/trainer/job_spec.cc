@@ -8,6 +8,7 @@
 #include "engine/tasks.h"
 #include "engine/tokenizer.h"
 #include "services/rollout/client/sampling_rules.h"
+#include "services/trainer/service_endpoints.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::trainer {
@@ -210,7 +211,14 @@ absl::Status CheckEndpoints(v1::JobSpec& spec) {
     }
   }
   const v1::ServiceEndpoints& endpoints = spec.endpoints();
-  if (endpoints.rollout_size() < 1 || endpoints.rollout_size() > 256) {
+  if (!endpoints.rollout_service().empty()) {
+    if (endpoints.rollout_size() > 0) {
+      return Invalid("endpoints: rollout and rollout_service are exclusive; name one");
+    }
+    if (absl::Status status = CheckServiceName(endpoints.rollout_service()); !status.ok()) {
+      return Invalid("endpoints.rollout_service: ", status.message());
+    }
+  } else if (endpoints.rollout_size() < 1 || endpoints.rollout_size() > 256) {
     return Invalid("endpoints.rollout: 1..256 addresses required");
   }
   for (const std::string& address : endpoints.rollout()) {
@@ -226,8 +234,10 @@ absl::Status CheckEndpoints(v1::JobSpec& spec) {
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const std::string& job_id,
-                                           const std::string& default_output_dir) {
+                                           const std::string& default_output_dir,
+                                           const v1::ServiceEndpoints& default_endpoints) {
   v1::JobSpec spec = original;
+  ApplyDefaultEndpoints(default_endpoints, *spec.mutable_endpoints());
   for (absl::Status (*check)(v1::JobSpec&) :
        {CheckData, CheckSizes, CheckAlgorithm, CheckCorrection, CheckEndpoints}) {
     if (absl::Status status = check(spec); !status.ok()) return status;

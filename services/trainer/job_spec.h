@@ -10,9 +10,11 @@ namespace tandem::trainer {
 
 // Checks a JobSpec against trainer.proto's rules and returns it with every default resolved (what
 // Job.spec stores). INVALID_ARGUMENT names the field, e.g. "spec.group_size: GRPO needs >= 2".
+// Endpoints the spec leaves empty take `default_endpoints` (the trainer's flags) first.
 // Things only the running job can check (files, services) are left to it.
 absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec, const std::string& job_id,
-                                           const std::string& default_output_dir);
+                                           const std::string& default_output_dir,
+                                           const v1::ServiceEndpoints& default_endpoints = {});
 
 }  // namespace tandem::trainer
 

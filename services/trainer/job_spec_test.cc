@@ -528,6 +528,61 @@ TEST(ResolveJobSpecTest, RouterReplayEndpointIsRequiredForR3) {
   }
 }
 
+TEST(ResolveJobSpecTest, EmptyEndpointsTakeTheTrainersDefaults) {
+  v1::JobSpec spec = MinimalValidSpec();
+  spec.clear_endpoints();
+  v1::ServiceEndpoints defaults;
+  defaults.set_rollout_service("tandem-rollout-headless:50052");
+  defaults.set_weight_store("tandem-weight-store:50053");
+  defaults.set_router_replay("tandem-router-replay:50054");
+  auto resolved = ResolveJobSpec(spec, kJobId, kOutputDir, defaults);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(resolved->endpoints().SerializeAsString(), defaults.SerializeAsString());
+}
+
+TEST(ResolveJobSpecTest, WhatTheSpecNamesWinsFieldByField) {
+  v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_endpoints()->clear_router_replay();
+  v1::ServiceEndpoints defaults;
+  defaults.set_rollout_service("tandem-rollout-headless:50052");
+  defaults.set_weight_store("tandem-weight-store:50053");
+  defaults.set_router_replay("tandem-router-replay:50054");
+  auto resolved = ResolveJobSpec(spec, kJobId, kOutputDir, defaults);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  // The spec's rollout list replaces the default Service; its weight-store stays.
+  EXPECT_THAT(resolved->endpoints().rollout(), ::testing::ElementsAre("127.0.0.1:50052"));
+  EXPECT_EQ(resolved->endpoints().rollout_service(), "");
+  EXPECT_EQ(resolved->endpoints().weight_store(), "127.0.0.1:50053");
+  EXPECT_EQ(resolved->endpoints().router_replay(), "tandem-router-replay:50054");
+}
+
+TEST(ResolveJobSpecTest, ARolloutServiceReplacesTheRolloutList) {
+  v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_endpoints()->clear_rollout();
+  spec.mutable_endpoints()->set_rollout_service("rollout-headless:50052");
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+}
+
+TEST(ResolveJobSpecTest, RolloutAndRolloutServiceAreExclusive) {
+  v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_endpoints()->set_rollout_service("rollout-headless:50052");
+  EXPECT_THAT(
+      ResolveStatus(spec),
+      IsInvalidArgumentWith("spec.endpoints: rollout and rollout_service are exclusive; name one"));
+}
+
+TEST(ResolveJobSpecTest, ARolloutServiceNeedsAPort) {
+  for (const char* service : {"rollout-headless", "rollout-headless:0", ":50052"}) {
+    v1::JobSpec spec = MinimalValidSpec();
+    spec.mutable_endpoints()->clear_rollout();
+    spec.mutable_endpoints()->set_rollout_service(service);
+    const absl::Status status = ResolveStatus(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << service;
+    EXPECT_THAT(std::string(status.message()), ::testing::StartsWith("spec.endpoints.rollout_service: '"))
+        << service;
+  }
+}
+
 TEST(ResolveJobSpecTest, RouterReplayEndpointIsOptionalWithoutR3) {
   for (v1::RoutingReplayMode mode : {v1::ROUTING_REPLAY_MODE_OFF, v1::ROUTING_REPLAY_MODE_R2}) {
     v1::JobSpec spec = MinimalValidSpec();

@@ -4,10 +4,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/peer_tls.h"
 #include "common/service_main.h"
 #include "services/trainer/job_service.h"
+#include "services/trainer/service_endpoints.h"
 
 ABSL_FLAG(std::string, data_dir, "trainer-data",
           "Job records and, by default, each job's checkpoint directory (<data_dir>/<job id>).");
@@ -16,8 +18,34 @@ ABSL_FLAG(std::string, ucx_transports, "", "UCX transports (as UCX_TLS); empty: 
 ABSL_FLAG(absl::Duration, store_outage_budget, absl::Seconds(60),
           "How long a running job waits out an unavailable weight-store or router-replay "
           "(restarting, full disk) before it fails.");
+// Defaults for jobs whose spec leaves endpoints empty (trainer.proto's ServiceEndpoints).
+ABSL_FLAG(std::vector<std::string>, rollout, {},
+          "Default rollout replicas (comma-separated addresses); exclusive with --rollout_service.");
+ABSL_FLAG(std::string, rollout_service, "",
+          "Default rollout replicas as a headless Service name:port: every address the name "
+          "resolves to is a replica, looked up whenever a job starts or resumes.");
+ABSL_FLAG(std::string, weight_store, "", "Default weight-store address.");
+ABSL_FLAG(std::string, router_replay, "", "Default router-replay address.");
 
 namespace {
+
+absl::StatusOr<tandem::v1::ServiceEndpoints> DefaultEndpointsFromFlags() {
+  tandem::v1::ServiceEndpoints defaults;
+  for (const std::string& address : absl::GetFlag(FLAGS_rollout)) defaults.add_rollout(address);
+  defaults.set_rollout_service(absl::GetFlag(FLAGS_rollout_service));
+  defaults.set_weight_store(absl::GetFlag(FLAGS_weight_store));
+  defaults.set_router_replay(absl::GetFlag(FLAGS_router_replay));
+  if (!defaults.rollout().empty() && !defaults.rollout_service().empty()) {
+    return absl::InvalidArgumentError("--rollout and --rollout_service are exclusive; set one");
+  }
+  if (!defaults.rollout_service().empty()) {
+    if (absl::Status status = tandem::trainer::CheckServiceName(defaults.rollout_service());
+        !status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--rollout_service: ", status.message()));
+    }
+  }
+  return defaults;
+}
 
 // The trainer's UCX worker lives as long as the process.
 tandem::transfer::UcxWorker* MaybeUcx() {
@@ -56,12 +84,15 @@ int main(int argc, char** argv) {
                                                               .tls = *std::move(peer_tls),
                                                               .ucx = MaybeUcx(),
                                                               .store_outage_budget = outage_budget};
+         auto default_endpoints = DefaultEndpointsFromFlags();
+         if (!default_endpoints.ok()) return default_endpoints.status();
          auto jobs = tandem::trainer::JobManager::Open(
              absl::GetFlag(FLAGS_data_dir),
              [environment](const tandem::v1::Job& job, const tandem::trainer::JobProgress& progress,
                            const std::atomic<bool>& cancelled) {
                return tandem::trainer::RunJob(job, environment, progress, cancelled);
-             });
+             },
+             *default_endpoints);
          if (!jobs.ok()) return jobs.status();
          auto service = std::make_unique<tandem::trainer::JobServiceImpl>(*std::move(jobs));
          tandem::trainer::JobServiceImpl* raw = service.get();
