@@ -84,6 +84,9 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
         absl::StrCat("cannot serve gRPC on ", address, " (port in use, or TLS material invalid?)"));
   }
   server->SetServing(false);
+  // Liveness asks only whether the process still answers: it must not fail while the server
+  // loads its model or drains, which readiness ("") reports.
+  server->server_->GetHealthCheckService()->SetServingStatus(std::string(kLivenessService), true);
   spdlog::info(
       "{} listening on {}:{}, metrics on :{}/metrics, auth {}, {}", server->name_, options.host,
       server->port_, server->metrics_port(), options.auth_token.empty() ? "OFF" : "on",
@@ -95,7 +98,8 @@ ServiceServer::~ServiceServer() { Drain(); }
 
 void ServiceServer::SetServing(bool serving) {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  health->SetServingStatus(serving);  // The overall "" service.
+  // Not the overload without a name: it would set every name, liveness too.
+  health->SetServingStatus("", serving);
   for (const HostedService& hosted : services_) {
     health->SetServingStatus(hosted.proto_name, serving);
   }

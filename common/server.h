@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "common/periodic_thread.h"
@@ -15,6 +16,10 @@
 #include "grpcpp/server.h"
 
 namespace tandem {
+
+// The health-check name that is SERVING as long as the server answers at all (Kubernetes
+// liveness probes ask it); "" and each service's name report readiness.
+inline constexpr absl::string_view kLivenessService = "liveness";
 
 // A gRPC service and the full proto name health checks report it under.
 struct HostedService {

@@ -38,6 +38,9 @@ TEST(ServiceServerTest, NotServingUntilReady) {
       {.target = "127.0.0.1:" + std::to_string((*server)->port()), .service_name = kEcho});
   EXPECT_EQ(*CheckHealth(channel, kEcho, absl::Seconds(5)), Health::kNotServing);
   EXPECT_EQ(*CheckHealth(channel, "", absl::Seconds(5)), Health::kNotServing);
+  // Alive while not ready yet: a liveness probe must not restart a server that is loading.
+  EXPECT_EQ(*CheckHealth(channel, std::string(kLivenessService), absl::Seconds(5)),
+            Health::kServing);
   (*server)->SetReady();
   EXPECT_EQ(*CheckHealth(channel, kEcho, absl::Seconds(5)), Health::kServing);
   EXPECT_EQ(*CheckHealth(channel, "", absl::Seconds(5)), Health::kServing);
@@ -76,9 +79,12 @@ TEST(ServiceServerTest, DrainFinishesInFlightCallsAndRefusesNewOnes) {
   while (server->echo->calls_started.load() == 0) absl::SleepFor(absl::Milliseconds(5));
   std::thread drain([&] { server->server->Drain(); });
 
-  // During the drain delay health already says NOT_SERVING, so balancers move away first.
+  // During the drain delay health already says NOT_SERVING, so balancers move away first;
+  // liveness still passes, so the drain is not cut short by a restart.
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(*CheckHealth(channel, kEcho, absl::Seconds(5)), Health::kNotServing);
+  EXPECT_EQ(*CheckHealth(channel, std::string(kLivenessService), absl::Seconds(5)),
+            Health::kServing);
   // After it, new calls are refused while the old one is still running.
   absl::SleepFor(absl::Milliseconds(600));
   const grpc::Status refused = Echo(channel, 0);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/channel.h"
+#include "common/peer_tls.h"
 #include "common/server_options.h"
 #include "engine/tasks.h"
 #include "google/protobuf/util/json_util.h"
@@ -52,7 +53,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const std::string& target
                                                        const std::string& service) {
   auto token = ReadAuthToken(absl::GetFlag(FLAGS_auth_token_file));
   if (!token.ok()) return token.status();
-  return CreateChannel({.target = target, .service_name = service, .auth_token = *token});
+  auto tls = PeerTlsFromFlags();  // --peer_tls_*: the services speak TLS.
+  if (!tls.ok()) return tls.status();
+  return CreateChannel(
+      {.target = target, .service_name = service, .auth_token = *token, .tls = *std::move(tls)});
 }
 
 absl::StatusOr<std::unique_ptr<v1::JobService::Stub>> Trainer() {
