@@ -528,13 +528,19 @@ TEST(ResolveJobSpecTest, RouterReplayEndpointIsRequiredForR3) {
   }
 }
 
-TEST(ResolveJobSpecTest, EmptyEndpointsTakeTheTrainersDefaults) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.clear_endpoints();
+// Endpoints as the Helm chart gives them to the trainer.
+v1::ServiceEndpoints TrainerDefaults() {
   v1::ServiceEndpoints defaults;
   defaults.set_rollout_service("tandem-rollout-headless:50052");
   defaults.set_weight_store("tandem-weight-store:50053");
   defaults.set_router_replay("tandem-router-replay:50054");
+  return defaults;
+}
+
+TEST(ResolveJobSpecTest, EmptyEndpointsTakeTheTrainersDefaults) {
+  v1::JobSpec spec = MinimalValidSpec();
+  spec.clear_endpoints();
+  const v1::ServiceEndpoints defaults = TrainerDefaults();
   auto resolved = ResolveJobSpec(spec, kJobId, kOutputDir, defaults);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_EQ(resolved->endpoints().SerializeAsString(), defaults.SerializeAsString());
@@ -543,10 +549,7 @@ TEST(ResolveJobSpecTest, EmptyEndpointsTakeTheTrainersDefaults) {
 TEST(ResolveJobSpecTest, WhatTheSpecNamesWinsFieldByField) {
   v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->clear_router_replay();
-  v1::ServiceEndpoints defaults;
-  defaults.set_rollout_service("tandem-rollout-headless:50052");
-  defaults.set_weight_store("tandem-weight-store:50053");
-  defaults.set_router_replay("tandem-router-replay:50054");
+  const v1::ServiceEndpoints defaults = TrainerDefaults();
   auto resolved = ResolveJobSpec(spec, kJobId, kOutputDir, defaults);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   // The spec's rollout list replaces the default Service; its weight-store stays.

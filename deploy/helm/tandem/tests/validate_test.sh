@@ -4,11 +4,8 @@
 # against the Kubernetes (and CRD) OpenAPI schemas.
 set -euo pipefail
 # Under Bazel this script runs as <package>/<test name>; by hand, from tests/.
-chart=${TEST_SRCDIR:+$TEST_SRCDIR/$TEST_WORKSPACE/deploy/helm/tandem}
-chart=${chart:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
-tests_dir=$chart/tests
-work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/validate.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+lib=${TEST_SRCDIR:+$TEST_SRCDIR/$TEST_WORKSPACE/deploy/helm/tandem/tests/render_lib.sh}
+source "${lib:-$(dirname "${BASH_SOURCE[0]}")/render_lib.sh}"
 validate=(node "$tests_dir/validate.cjs")
 
 "${validate[@]}" values "$chart" "$chart"/values-*.yaml
@@ -23,13 +20,8 @@ for bad in typo wrong-type bad-enum; do
   echo "refused as it should be: $(cat "$work/$bad.err")"
 done
 
-"$chart/../../../tools/helm_render/build.sh" "$work/helm_render"
-while read -r name args; do
-  [[ -z "$name" || "$name" == \#* ]] && continue
-  # shellcheck disable=SC2086  # args are words by design.
-  (cd "$chart" && "$work/helm_render" --chart=. $args) >"$work/$name.yaml"
-  "${validate[@]}" manifests "$work/$name.yaml"
-done <"$tests_dir/cases.txt"
+validate_manifests() { "${validate[@]}" manifests "$2"; }
+for_each_case validate_manifests "$work"
 
 # The render itself refuses what no values schema can: TLS without a certificate source.
 if (cd "$chart" && "$work/helm_render" --chart=. --set tls.enabled=true) >/dev/null 2>"$work/tls.err"; then
