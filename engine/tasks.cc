@@ -128,9 +128,12 @@ std::string Sorted(absl::string_view digits) {
 double Task::Reward(const std::string& prompt_text, const std::string& completion_text) const {
   const std::optional<std::string> answer = Answer(prompt_text);
   if (!answer) return 0.0;
+  return CompletionBeforeEos(completion_text) == *answer ? 1.0 : 0.0;
+}
+
+absl::string_view Task::CompletionBeforeEos(const std::string& completion_text) {
   absl::string_view completion = completion_text;
-  completion = completion.substr(0, completion.find(kSpecialTokenText[kEosId]));
-  return completion == *answer ? 1.0 : 0.0;
+  return completion.substr(0, completion.find(kSpecialTokenText[kEosId]));
 }
 
 absl::StatusOr<std::unique_ptr<Task>> MakeTask(absl::string_view name, int digits) {

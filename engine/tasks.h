@@ -32,8 +32,13 @@ class Task {
 
   // 1 when the completion is exactly the answer, else 0 (also for prompts of another task).
   // The completion ends at its first "<eos>" (Decode with SpecialTokens::kRender) or at the end
-  // of the text; anything else, whitespace included, is a wrong answer.
-  double Reward(const std::string& prompt_text, const std::string& completion_text) const;
+  // of the text; anything else, whitespace included, is a wrong answer. Datasets override it
+  // with the verifier their job names.
+  virtual double Reward(const std::string& prompt_text, const std::string& completion_text) const;
+
+ protected:
+  // The completion up to its first "<eos>".
+  static absl::string_view CompletionBeforeEos(const std::string& completion_text);
 };
 
 // Largest operand length: a sum of two 9-digit numbers fits comfortably in int64.

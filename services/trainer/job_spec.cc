@@ -7,6 +7,7 @@
 #include "common/identifier.h"
 #include "engine/tasks.h"
 #include "engine/tokenizer.h"
+#include "engine/verifiers/verifier.h"
 #include "services/rollout/client/sampling_rules.h"
 #include "services/trainer/service_endpoints.h"
 #include "transfer/lora_layout.h"
@@ -45,9 +46,8 @@ absl::Status CheckData(v1::JobSpec& spec) {
     }
     case v1::JobSpec::kDataset:
       if (spec.dataset().path().empty()) return Invalid("dataset.path is required");
-      if (spec.dataset().verifier() != "exact_match") {
-        return Invalid("dataset.verifier: '", spec.dataset().verifier(),
-                       "' is unknown; known: exact_match");
+      if (auto verifier = engine::FindVerifier(spec.dataset().verifier()); !verifier.ok()) {
+        return Invalid("dataset.verifier: ", verifier.status().message());
       }
       return absl::OkStatus();
     default:

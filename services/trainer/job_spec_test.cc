@@ -28,7 +28,6 @@ constexpr char kOutputDir[] = "/var/lib/tandem/jobs/job-7f3a2c91d0e4";
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-
 // jobs/demo.yaml as proto fields.
 v1::JobSpec DemoSpec() {
   v1::JobSpec spec;
@@ -205,14 +204,15 @@ TEST(ResolveJobSpecTest, UnknownDatasetVerifierIsRejected) {
   spec.mutable_dataset()->set_verifier("fuzzy");
   EXPECT_THAT(
       ResolveStatus(spec),
-      IsInvalidArgumentWith("spec.dataset.verifier: 'fuzzy' is unknown; known: exact_match"));
+      IsInvalidArgumentWith("spec.dataset.verifier: 'fuzzy' is unknown; known: exact_match, math"));
 }
 
 TEST(ResolveJobSpecTest, DatasetVerifierIsRequired) {
   v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_dataset()->set_path("/data/prompts.jsonl");
-  EXPECT_THAT(ResolveStatus(spec),
-              IsInvalidArgumentWith("spec.dataset.verifier: '' is unknown; known: exact_match"));
+  EXPECT_THAT(
+      ResolveStatus(spec),
+      IsInvalidArgumentWith("spec.dataset.verifier: '' is unknown; known: exact_match, math"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,8 +334,7 @@ TEST(ResolveJobSpecTest, AlgorithmConfigIsRequired) {
 TEST(ResolveJobSpecTest, NegativeWeightDecayIsRejected) {
   v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_weight_decay(-0.1);
-  EXPECT_THAT(ResolveStatus(spec),
-              IsInvalidArgumentWith("spec.algorithm_config.weight_decay is "));
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.algorithm_config.weight_decay is "));
 }
 
 TEST(ResolveJobSpecTest, NegativeMaxGradNormIsRejected) {
@@ -349,9 +348,7 @@ TEST(ResolveJobSpecTest, ClipEpsLowMustBeInZeroToOne) {
   for (double eps : {-0.1, 1.0, 1.5}) {
     v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_clip_eps_low(eps);
-    EXPECT_THAT(ResolveStatus(spec),
-                IsInvalidArgumentWith("; must be in [0, 1)"))
-        << eps;
+    EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("; must be in [0, 1)")) << eps;
   }
 }
 
@@ -366,9 +363,8 @@ TEST(ResolveJobSpecTest, DualClipCMustExceedOneUnlessZero) {
   for (double c : {1.0, 0.5, -2.0}) {
     v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_dual_clip_c(c);
-    EXPECT_THAT(
-        ResolveStatus(spec),
-        IsInvalidArgumentWith("must be > 1 and finite (or 0 to disable)"))
+    EXPECT_THAT(ResolveStatus(spec),
+                IsInvalidArgumentWith("must be > 1 and finite (or 0 to disable)"))
         << c;
   }
 }
@@ -376,8 +372,7 @@ TEST(ResolveJobSpecTest, DualClipCMustExceedOneUnlessZero) {
 TEST(ResolveJobSpecTest, NegativeKlCoefIsRejected) {
   v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_kl_coef(-0.01);
-  EXPECT_THAT(ResolveStatus(spec),
-              IsInvalidArgumentWith("spec.algorithm_config.kl_coef is "));
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.algorithm_config.kl_coef is "));
 }
 
 TEST(ResolveJobSpecTest, GammaMustBeInZeroToOne) {
@@ -581,7 +576,8 @@ TEST(ResolveJobSpecTest, ARolloutServiceNeedsAPort) {
     spec.mutable_endpoints()->set_rollout_service(service);
     const absl::Status status = ResolveStatus(spec);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << service;
-    EXPECT_THAT(std::string(status.message()), ::testing::StartsWith("spec.endpoints.rollout_service: '"))
+    EXPECT_THAT(std::string(status.message()),
+                ::testing::StartsWith("spec.endpoints.rollout_service: '"))
         << service;
   }
 }
@@ -842,15 +838,22 @@ namespace {
 
 TEST(ResolveJobSpecTest, NanAndInfinityAreRefusedInEveryFloatField) {
   const std::vector<std::pair<std::string, std::function<void(v1::JobSpec&, double)>>> fields = {
-      {"weight_decay", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_weight_decay(v); }},
-      {"max_grad_norm", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_max_grad_norm(v); }},
-      {"clip_eps_low", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_low(v); }},
-      {"clip_eps_high", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_high(v); }},
-      {"dual_clip_c", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_dual_clip_c(v); }},
+      {"weight_decay",
+       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_weight_decay(v); }},
+      {"max_grad_norm",
+       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_max_grad_norm(v); }},
+      {"clip_eps_low",
+       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_low(v); }},
+      {"clip_eps_high",
+       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_high(v); }},
+      {"dual_clip_c",
+       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_dual_clip_c(v); }},
       {"kl_coef", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_kl_coef(v); }},
       {"gamma", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gamma(v); }},
-      {"gae_lambda", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gae_lambda(v); }},
-      {"is_correction", [](v1::JobSpec& s, double v) { s.mutable_is_correction()->set_lower_bound(v); }},
+      {"gae_lambda",
+       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gae_lambda(v); }},
+      {"is_correction",
+       [](v1::JobSpec& s, double v) { s.mutable_is_correction()->set_lower_bound(v); }},
   };
   for (const auto& [field, set] : fields) {
     v1::JobSpec spec = MinimalValidSpec();
@@ -871,12 +874,25 @@ TEST(ResolveJobSpecTest, NanAndInfinityAreRefusedInEveryFloatField) {
 
 TEST(ResolveJobSpecTest, EnumValuesOutsideTheirEnumAreRefused) {
   const std::vector<std::pair<std::string, std::function<void(v1::JobSpec&)>>> fields = {
-      {"routing_replay", [](v1::JobSpec& s) { s.set_routing_replay(static_cast<v1::RoutingReplayMode>(7)); }},
+      {"routing_replay",
+       [](v1::JobSpec& s) { s.set_routing_replay(static_cast<v1::RoutingReplayMode>(7)); }},
       {"sync_mode", [](v1::JobSpec& s) { s.set_sync_mode(static_cast<v1::SyncMode>(7)); }},
-      {"is_correction.mode", [](v1::JobSpec& s) { s.mutable_is_correction()->set_mode(static_cast<v1::IsCorrectionMode>(9)); }},
-      {"is_correction.rejection_level", [](v1::JobSpec& s) { s.mutable_is_correction()->set_rejection_level(static_cast<v1::RejectionLevel>(9)); }},
-      {"algorithm_config.kl_estimator", [](v1::JobSpec& s) { s.mutable_algorithm_config()->set_kl_estimator(static_cast<v1::KlEstimator>(9)); }},
-      {"algorithm_config.loss_aggregation", [](v1::JobSpec& s) { s.mutable_algorithm_config()->set_loss_aggregation(static_cast<v1::LossAggregation>(9)); }},
+      {"is_correction.mode",
+       [](v1::JobSpec& s) {
+         s.mutable_is_correction()->set_mode(static_cast<v1::IsCorrectionMode>(9));
+       }},
+      {"is_correction.rejection_level",
+       [](v1::JobSpec& s) {
+         s.mutable_is_correction()->set_rejection_level(static_cast<v1::RejectionLevel>(9));
+       }},
+      {"algorithm_config.kl_estimator",
+       [](v1::JobSpec& s) {
+         s.mutable_algorithm_config()->set_kl_estimator(static_cast<v1::KlEstimator>(9));
+       }},
+      {"algorithm_config.loss_aggregation",
+       [](v1::JobSpec& s) {
+         s.mutable_algorithm_config()->set_loss_aggregation(static_cast<v1::LossAggregation>(9));
+       }},
   };
   for (const auto& [field, set] : fields) {
     v1::JobSpec spec = MinimalValidSpec();
@@ -891,11 +907,13 @@ TEST(ResolveJobSpecTest, EnumValuesOutsideTheirEnumAreRefused) {
 TEST(ResolveJobSpecTest, SamplingFollowsTheRolloutsRulesAtCreateTime) {
   const std::vector<std::pair<std::string, std::function<void(v1::SamplingParams&)>>> cases = {
       {"sampling.temperature is 101", [](v1::SamplingParams& p) { p.set_temperature(101); }},
-      {"sampling.temperature is nan", [](v1::SamplingParams& p) { p.set_temperature(std::nanf("")); }},
+      {"sampling.temperature is nan",
+       [](v1::SamplingParams& p) { p.set_temperature(std::nanf("")); }},
       {"sampling.top_p is 0", [](v1::SamplingParams& p) { p.set_top_p(0); }},
       {"sampling.top_k is -1", [](v1::SamplingParams& p) { p.set_top_k(-1); }},
       {"sampling.stop_token_ids: -3", [](v1::SamplingParams& p) { p.add_stop_token_ids(-3); }},
-      {"sampling.stop_token_ids has 65", [](v1::SamplingParams& p) {
+      {"sampling.stop_token_ids has 65",
+       [](v1::SamplingParams& p) {
          for (int i = 0; i < 65; ++i) p.add_stop_token_ids(2);
        }},
   };
@@ -909,7 +927,8 @@ TEST(ResolveJobSpecTest, SamplingFollowsTheRolloutsRulesAtCreateTime) {
 }
 
 TEST(ResolveJobSpecTest, AdapterNameFollowsTheIdentifierRule) {
-  for (const std::string& name : {std::string("has space"), std::string("../escape"), std::string(129, 'a')}) {
+  for (const std::string& name :
+       {std::string("has space"), std::string("../escape"), std::string(129, 'a')}) {
     v1::JobSpec spec = MinimalValidSpec();
     spec.set_adapter_name(name);
     const absl::Status status = ResolveStatus(spec);

@@ -7,15 +7,17 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/verifiers/verifier.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::trainer {
 namespace {
 
-// Prompt/answer pairs from a file, verified by exact match of the completion.
+// Prompt/answer pairs from a file, each completion scored by the job's verifier.
 class DatasetTask final : public engine::Task {
  public:
-  explicit DatasetTask(std::vector<engine::Sample> samples) : samples_(std::move(samples)) {
+  DatasetTask(std::vector<engine::Sample> samples, engine::Verifier verifier)
+      : samples_(std::move(samples)), verifier_(verifier) {
     for (const engine::Sample& sample : samples_) answers_[sample.prompt] = sample.answer;
   }
 
@@ -31,12 +33,20 @@ class DatasetTask final : public engine::Task {
     return found->second;
   }
 
+  double Reward(const std::string& prompt_text, const std::string& completion_text) const override {
+    const std::optional<std::string> answer = Answer(prompt_text);
+    return answer ? verifier_(CompletionBeforeEos(completion_text), *answer) : 0.0;
+  }
+
  private:
   std::vector<engine::Sample> samples_;
+  engine::Verifier verifier_;
   absl::flat_hash_map<std::string, std::string> answers_;
 };
 
 absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec& spec) {
+  auto verifier = engine::FindVerifier(spec.verifier());
+  if (!verifier.ok()) return verifier.status();
   std::ifstream in(spec.path());
   if (!in) return absl::NotFoundError(absl::StrCat("dataset '", spec.path(), "' cannot be read"));
   const std::string prompt_field = spec.prompt_field().empty() ? "prompt" : spec.prompt_field();
@@ -57,7 +67,7 @@ absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec&
   if (samples.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("dataset '", spec.path(), "' has no rows"));
   }
-  return std::make_unique<DatasetTask>(std::move(samples));
+  return std::make_unique<DatasetTask>(std::move(samples), *verifier);
 }
 
 }  // namespace
@@ -65,8 +75,8 @@ absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec&
 absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const v1::JobSpec& spec) {
   if (spec.has_dataset()) return LoadDataset(spec.dataset());
   int digits = 2;
-  if (auto found = spec.task().params().find("digits"); found != spec.task().params().end() &&
-                                                       !absl::SimpleAtoi(found->second, &digits)) {
+  if (auto found = spec.task().params().find("digits");
+      found != spec.task().params().end() && !absl::SimpleAtoi(found->second, &digits)) {
     return absl::InvalidArgumentError(absl::StrCat("task.params.digits: '", found->second, "'"));
   }
   auto task = engine::MakeTask(spec.task().name(), digits);
