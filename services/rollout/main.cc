@@ -8,6 +8,7 @@
 #include "common/channel.h"
 #include "common/peer_tls.h"
 #include "common/service_main.h"
+#include "engine/blas_threads_flag.h"
 #include "services/rollout/rollout_service.h"
 
 ABSL_FLAG(std::string, base_model, "",
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
        .defaults = {.port = 50052, .metrics_port = 9452, .max_message_bytes = 64 << 20},
        .make_services = [](const tandem::ServerOptions& server)
            -> absl::StatusOr<std::vector<tandem::HostedService>> {
+         if (auto threads = tandem::engine::ApplyBlasThreadsFlag(); !threads.ok()) {
+           return threads.status();
+         }
          absl::StatusOr<RolloutOptions> options = OptionsFromFlags(server);
          if (!options.ok()) return options.status();
          auto service = tandem::rollout::RolloutServiceImpl::Create(*std::move(options));

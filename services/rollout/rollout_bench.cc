@@ -14,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
+#include "engine/blas_threads_flag.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/sft.h"
@@ -139,6 +140,11 @@ void PrintLatencies(const char* label, const std::vector<double>& latencies) {
 }
 
 int Main() {
+  auto blas_threads = engine::ApplyBlasThreadsFlag();
+  if (!blas_threads.ok()) {
+    std::fprintf(stderr, "rollout_bench: %s\n", blas_threads.status().ToString().c_str());
+    return 2;
+  }
   const std::string dir = std::filesystem::temp_directory_path() / "tandem_rollout_bench";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -184,9 +190,10 @@ int Main() {
   engine::LoraAdapter serving_adapter = adapter.RoundedToBf16();
   engine::Transformer base_engine(serving_base, nullptr, engine::Precision::kBF16);
   engine::Transformer adapter_engine(serving_base, &serving_adapter, engine::Precision::kBF16);
-  std::printf("%d prompts x %d samples, up to %d new tokens, bf16, 1 BLAS thread\n",
-              absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_group_size),
-              absl::GetFlag(FLAGS_max_new_tokens));
+  std::printf(
+      "%d prompts x %d samples, up to %d new tokens, bf16, %d BLAS threads (--blas_threads)\n",
+      absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_group_size),
+      absl::GetFlag(FLAGS_max_new_tokens), *blas_threads);
   struct Case {
     const char* label;
     bool adapter;
@@ -199,11 +206,11 @@ int Main() {
     int64_t engine_tokens = 0, service_tokens = 0;
     int failures = 0;
     for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
-      engine_best = std::max(engine_best, EngineTokensPerSecond(
-                                              c.adapter ? adapter_engine : base_engine, request,
-                                              &engine_tokens));
-      service_best = std::max(service_best, ServiceTokensPerSecond(*rollout_stub, request,
-                                                                   &service_tokens, &failures));
+      engine_best = std::max(
+          engine_best,
+          EngineTokensPerSecond(c.adapter ? adapter_engine : base_engine, request, &engine_tokens));
+      service_best = std::max(
+          service_best, ServiceTokensPerSecond(*rollout_stub, request, &service_tokens, &failures));
     }
     std::printf("%-26s engine %8.0f tok/s  service %8.0f tok/s  ratio %.3f  (tokens %lld/%lld%s)\n",
                 c.label, engine_best, service_best, service_best / engine_best,

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/peer_tls.h"
 #include "common/service_main.h"
+#include "engine/blas_threads_flag.h"
 #include "services/trainer/job_service.h"
 #include "services/trainer/service_endpoints.h"
 
@@ -19,8 +20,9 @@ ABSL_FLAG(absl::Duration, store_outage_budget, absl::Seconds(60),
           "How long a running job waits out an unavailable weight-store or router-replay "
           "(restarting, full disk) before it fails.");
 // Defaults for jobs whose spec leaves endpoints empty (trainer.proto's ServiceEndpoints).
-ABSL_FLAG(std::vector<std::string>, rollout, {},
-          "Default rollout replicas (comma-separated addresses); exclusive with --rollout_service.");
+ABSL_FLAG(
+    std::vector<std::string>, rollout, {},
+    "Default rollout replicas (comma-separated addresses); exclusive with --rollout_service.");
 ABSL_FLAG(std::string, rollout_service, "",
           "Default rollout replicas as a headless Service name:port: every address the name "
           "resolves to is a replica, looked up whenever a job starts or resumes.");
@@ -51,8 +53,8 @@ absl::StatusOr<tandem::v1::ServiceEndpoints> DefaultEndpointsFromFlags() {
 tandem::transfer::UcxWorker* MaybeUcx() {
   if (!absl::GetFlag(FLAGS_ucx)) return nullptr;
   static auto* worker = [] {
-    auto created = tandem::transfer::UcxWorker::Create(
-        {.transports = absl::GetFlag(FLAGS_ucx_transports)});
+    auto created =
+        tandem::transfer::UcxWorker::Create({.transports = absl::GetFlag(FLAGS_ucx_transports)});
     if (!created.ok()) {
       spdlog::warn("UCX unavailable ({}); adapters are published over gRPC",
                    created.status().ToString());
@@ -74,6 +76,9 @@ int main(int argc, char** argv) {
        .defaults = {.port = 50051, .metrics_port = 9451, .max_message_bytes = 16 << 20},
        .make_services = [](const tandem::ServerOptions& server)
            -> absl::StatusOr<std::vector<tandem::HostedService>> {
+         if (auto threads = tandem::engine::ApplyBlasThreadsFlag(); !threads.ok()) {
+           return threads.status();
+         }
          auto peer_tls = tandem::PeerTlsFromFlags();
          if (!peer_tls.ok()) return peer_tls.status();
          const absl::Duration outage_budget = absl::GetFlag(FLAGS_store_outage_budget);
@@ -97,8 +102,8 @@ int main(int argc, char** argv) {
          auto service = std::make_unique<tandem::trainer::JobServiceImpl>(*std::move(jobs));
          tandem::trainer::JobServiceImpl* raw = service.get();
          std::vector<tandem::HostedService> services;
-         services.push_back(
-             {"tandem.v1.JobService", std::move(service), /*ready=*/nullptr, [raw] { raw->Drain(); }});
+         services.push_back({"tandem.v1.JobService", std::move(service), /*ready=*/nullptr,
+                             [raw] { raw->Drain(); }});
          return services;
        }});
 }
