@@ -75,4 +75,24 @@ absl::Status Tensor::CheckElementType(DType requested) const {
                                                     " elements from a ", DebugString(), " tensor"));
 }
 
+absl::StatusOr<Tensor> ConvertedToF32(const Tensor& tensor) {
+  if (tensor.dtype() == DType::kF32) return tensor;
+  auto converted = Tensor::Create(DType::kF32, tensor.shape());
+  if (!converted.ok()) return converted.status();
+  float* out = converted->mutable_data<float>()->data();
+  // The spans are bound to locals first: a range-for over `*tensor.data<T>()` would iterate a
+  // span inside a StatusOr temporary destroyed before the loop runs.
+  if (tensor.dtype() == DType::kBF16) {
+    const absl::Span<const BFloat16> values = *tensor.data<BFloat16>();
+    for (BFloat16 value : values) *out++ = ToFloat(value);
+  } else if (tensor.dtype() == DType::kF16) {
+    const absl::Span<const Float16> values = *tensor.data<Float16>();
+    for (Float16 value : values) *out++ = ToFloat(value);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DTypeName(tensor.dtype()), " is not a floating-point dtype"));
+  }
+  return converted;
+}
+
 }  // namespace tandem

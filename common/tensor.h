@@ -111,6 +111,10 @@ class Tensor {
   std::vector<std::byte> bytes_;
 };
 
+// An F32 copy of a floating-point tensor (F32, BF16 or F16); INVALID_ARGUMENT for integer
+// dtypes. Checkpoints store weights in 16 bits; the engine computes in F32.
+absl::StatusOr<Tensor> ConvertedToF32(const Tensor& tensor);
+
 }  // namespace tandem
 
 #endif  // TANDEM_COMMON_TENSOR_H_

@@ -242,5 +242,21 @@ TEST(TensorTest, EqualityIsBitwise) {
   EXPECT_NE(*a, *b);
 }
 
+TEST(ConvertedToF32Test, SixteenBitFloatsWidenExactlyAndIntegersAreRefused) {
+  Tensor bf16 = *Tensor::Create(DType::kBF16, {2});
+  (*bf16.mutable_data<BFloat16>())[0] = ToBFloat16(1.5f);
+  (*bf16.mutable_data<BFloat16>())[1] = ToBFloat16(-2.0f);
+  auto widened = ConvertedToF32(bf16);
+  ASSERT_TRUE(widened.ok()) << widened.status();
+  EXPECT_EQ(widened->shape(), std::vector<int64_t>{2});
+  EXPECT_EQ((*widened->data<float>())[0], 1.5f);
+  EXPECT_EQ((*widened->data<float>())[1], -2.0f);
+  Tensor f16 = *Tensor::Create(DType::kF16, {1});
+  (*f16.mutable_data<Float16>())[0] = ToFloat16(0.25f);
+  EXPECT_EQ((*ConvertedToF32(f16)->data<float>())[0], 0.25f);
+  EXPECT_EQ(ConvertedToF32(*Tensor::Create(DType::kI32, {1})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -201,8 +201,17 @@ absl::StatusOr<LoraAdapter> LoraAdapter::FromSafetensors(const SafetensorsFile& 
   }
   auto lora_config = LoraConfig::FromJson(found->second);
   if (!lora_config.ok()) return lora_config.status();
-  LoraAdapter adapter(model_config, *lora_config);
-  if (absl::Status status = adapter.parameters_.LoadFrom(file); !status.ok()) return status;
+  return FromTensors(file.tensors, model_config, *lora_config);
+}
+
+absl::StatusOr<LoraAdapter> LoraAdapter::FromTensors(const std::map<std::string, Tensor>& tensors,
+                                                     const ModelConfig& model_config,
+                                                     const LoraConfig& lora_config) {
+  if (absl::Status status = lora_config.Validate(); !status.ok()) return status;
+  LoraAdapter adapter(model_config, lora_config);
+  if (absl::Status status = adapter.parameters_.LoadFrom({tensors, {}}); !status.ok()) {
+    return status;
+  }
   return adapter;
 }
 

@@ -61,6 +61,11 @@ class LoraAdapter {
   SafetensorsFile ToSafetensors() const;
   static absl::StatusOr<LoraAdapter> FromSafetensors(const SafetensorsFile& file,
                                                      const ModelConfig& model_config);
+  // From tensors under the canonical names (as ToSafetensors writes them), F32.
+  // INVALID_ARGUMENT for a bad config or a missing, unexpected or misshapen tensor.
+  static absl::StatusOr<LoraAdapter> FromTensors(const std::map<std::string, Tensor>& tensors,
+                                                 const ModelConfig& model_config,
+                                                 const LoraConfig& lora_config);
 
   LoraAdapter RoundedToBf16() const;
 
@@ -69,6 +74,7 @@ class LoraAdapter {
   std::optional<LoraProjection> Projection(int layer, absl::string_view module);
 
   const LoraConfig& config() const { return lora_config_; }
+  const ModelConfig& model_config() const { return model_config_; }
   ParameterSet& parameters() { return parameters_; }
   const ParameterSet& parameters() const { return parameters_; }
 

@@ -1,12 +1,11 @@
 #include "engine/hf/hf_checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_file.h"
 #include "common/safetensors.h"
 
 namespace tandem::engine::hf {
@@ -16,41 +15,11 @@ constexpr char kConfigFile[] = "config.json";
 constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 
-absl::StatusOr<nlohmann::json> ReadJson(const std::filesystem::path& path) {
-  std::ifstream file(path);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
-  std::stringstream contents;
-  contents << file.rdbuf();
-  nlohmann::json json = nlohmann::json::parse(contents.str(), nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), " is not a JSON object"));
-  }
-  return json;
-}
-
-// F32 copy of a floating-point tensor.
-absl::StatusOr<Tensor> ToF32(const std::string& name, const Tensor& tensor) {
-  if (tensor.dtype() == DType::kF32) return tensor;
-  auto converted = Tensor::Create(DType::kF32, tensor.shape());
-  if (!converted.ok()) return converted.status();
-  float* out = converted->mutable_data<float>()->data();
-  if (tensor.dtype() == DType::kBF16) {
-    for (BFloat16 value : *tensor.data<BFloat16>()) *out++ = ToFloat(value);
-  } else if (tensor.dtype() == DType::kF16) {
-    for (Float16 value : *tensor.data<Float16>()) *out++ = ToFloat(value);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has dtype ",
-                                                   DTypeName(tensor.dtype()),
-                                                   "; model weights must be F32, BF16 or F16"));
-  }
-  return converted;
-}
-
 // Shard file -> the tensors the index puts in it.
 using ShardPlan = std::map<std::string, std::vector<std::string>>;
 
 absl::StatusOr<ShardPlan> PlanFromIndex(const std::filesystem::path& index_path) {
-  auto index = ReadJson(index_path);
+  auto index = ReadJsonObject(index_path.string());
   if (!index.ok()) return index.status();
   if (!index->contains("weight_map") || !(*index)["weight_map"].is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(index_path.string(), " has no weight_map"));
@@ -95,8 +64,12 @@ absl::Status ReadShard(const std::filesystem::path& path, const std::vector<std:
                                                      name, ", which ", kIndexFile,
                                                      " does not assign to it"));
     }
-    auto converted = ToF32(name, tensor);
-    if (!converted.ok()) return converted.status();
+    auto converted = ConvertedToF32(tensor);
+    if (!converted.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": ",
+                                                     converted.status().message(),
+                                                     "; weights must be F32, BF16 or F16"));
+    }
     tensors[name] = *std::move(converted);
   }
   return absl::OkStatus();
@@ -107,7 +80,7 @@ absl::Status ReadShard(const std::filesystem::path& path, const std::vector<std:
 absl::StatusOr<HfCheckpoint> ReadHfCheckpoint(const std::string& directory) {
   const std::filesystem::path root(directory);
   HfCheckpoint checkpoint;
-  auto config = ReadJson(root / kConfigFile);
+  auto config = ReadJsonObject((root / kConfigFile).string());
   if (!config.ok()) return config.status();
   checkpoint.config = *std::move(config);
   const bool sharded = std::filesystem::exists(root / kIndexFile);

@@ -1,0 +1,36 @@
+#ifndef TANDEM_ENGINE_PEFT_ADAPTER_H_
+#define TANDEM_ENGINE_PEFT_ADAPTER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/config.h"
+#include "engine/model.h"
+
+namespace tandem::engine {
+
+// PEFT's on-disk LoRA adapter, which PeftModel.from_pretrained and vLLM's LoRA loader read:
+//   DIR/adapter_config.json        {"peft_type": "LORA", "r", "lora_alpha", "target_modules",
+//                                   "base_model_name_or_path", ...}
+//   DIR/adapter_model.safetensors  "base_model.model." + the module path + ".lora_A.weight"
+//                                  [r, in] / ".lora_B.weight" [out, r], e.g.
+//                                  base_model.model.model.layers.1.mlp.experts.3.up_proj.lora_B.weight
+// Experts are always per expert there: an adapter whose layout shares a side between experts
+// (shared, shared_outer) is written with that side copied to every expert, which computes the
+// same function; it reads back in the per_expert layout.
+
+// Writes `adapter` (F32) into `directory`, creating it; files are replaced atomically.
+absl::Status WritePeftAdapter(const LoraAdapter& adapter, const std::string& directory,
+                              const std::string& base_model_name_or_path);
+
+// Reads a PEFT LoRA directory for a model of `model_config` (F32, BF16 or F16 tensors).
+// INVALID_ARGUMENT naming the key for what would change the computation and is not supported
+// (use_rslora, use_dora, bias other than "none", fan_in_fan_out, rank or alpha patterns,
+// target_modules as a regex or outside q/k/v/o/gate/up/down_proj), and for a missing,
+// unexpected or misshapen tensor (naming it); NOT_FOUND for a missing file.
+absl::StatusOr<LoraAdapter> ReadPeftAdapter(const std::string& directory,
+                                            const ModelConfig& model_config);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_PEFT_ADAPTER_H_
