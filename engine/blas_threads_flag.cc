@@ -13,17 +13,13 @@ ABSL_FLAG(int, blas_threads, 0,
 
 namespace tandem::engine {
 
-absl::StatusOr<int> BlasThreadsFromFlag() {
+absl::StatusOr<int> ApplyBlasThreadsFlag() {
   const int requested = absl::GetFlag(FLAGS_blas_threads);
   if (requested < 0) return absl::InvalidArgumentError("--blas_threads must be >= 0");
-  return requested > 0 ? requested : std::max(1, UsableCores() - 1);
-}
-
-absl::StatusOr<int> ApplyBlasThreadsFlag() {
-  auto threads = BlasThreadsFromFlag();
-  if (!threads.ok()) return threads.status();
-  cpu::SetBlasThreads(*threads);
-  spdlog::info("OpenBLAS threads: {} ({} usable cores)", *threads, UsableCores());
+  const int usable = UsableCores();
+  const int threads = requested > 0 ? requested : std::max(1, usable - 1);
+  cpu::SetBlasThreads(threads);
+  spdlog::info("OpenBLAS threads: {} ({} usable cores)", threads, usable);
   return threads;
 }
 

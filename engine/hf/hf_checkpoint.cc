@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json_file.h"
@@ -58,8 +59,9 @@ absl::Status ReadShard(const std::filesystem::path& path, const std::vector<std:
                                               ", which does not hold it"));
     }
   }
+  const absl::flat_hash_set<std::string> assigned(planned.begin(), planned.end());
   for (auto& [name, tensor] : shard->tensors) {
-    if (sharded && std::find(planned.begin(), planned.end(), name) == planned.end()) {
+    if (sharded && !assigned.contains(name)) {
       return absl::InvalidArgumentError(absl::StrCat(path.filename().string(), " holds tensor ",
                                                      name, ", which ", kIndexFile,
                                                      " does not assign to it"));

@@ -144,8 +144,10 @@ absl::Status HfTokenizer::ParsePreTokenizer(const nlohmann::json& pre_tokenizer)
   for (const auto& step : Flattened(pre_tokenizer, "pretokenizers")) {
     const std::string type = step.value("type", "");
     if (type == "ByteLevel") {
+      std::optional<RegexSplit> gpt2_split;
+      if (step.value("use_regex", true)) gpt2_split = *RegexSplit::Compile(kGpt2Pattern);
       pre_tokenizer_.emplace_back(
-          ByteLevelStep{step.value("add_prefix_space", false), step.value("use_regex", true)});
+          ByteLevelStep{step.value("add_prefix_space", false), std::move(gpt2_split)});
       byte_level_ = true;
       continue;
     }
@@ -227,14 +229,13 @@ absl::Status HfTokenizer::EncodePlain(absl::string_view text, std::vector<int32_
       }
     } else {
       const auto& byte_level = std::get<ByteLevelStep>(step);
-      static const auto* gpt2 = new RegexSplit(*RegexSplit::Compile(kGpt2Pattern));
       for (std::string& piece : pieces) {
         if (byte_level.add_prefix_space && !piece.starts_with(' ')) piece.insert(0, " ");
-        if (!byte_level.use_regex) {
+        if (!byte_level.gpt2_split) {
           next.push_back(std::move(piece));
           continue;
         }
-        for (absl::string_view part : gpt2->Split(piece)) next.emplace_back(part);
+        for (absl::string_view part : byte_level.gpt2_split->Split(piece)) next.emplace_back(part);
       }
     }
     pieces = std::move(next);

@@ -2,6 +2,7 @@
 #define TANDEM_ENGINE_TEXT_HF_TOKENIZER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -58,7 +59,7 @@ class HfTokenizer {
   };
   struct ByteLevelStep {
     bool add_prefix_space;
-    bool use_regex;
+    std::optional<RegexSplit> gpt2_split;  // With use_regex: GPT-2's pattern, compiled once.
   };
   using PreTokenizerStep = std::variant<RegexSplit, ByteLevelStep>;
   struct Segment {

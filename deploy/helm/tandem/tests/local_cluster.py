@@ -84,9 +84,9 @@ class Container:
         return env
 
     def start(self):
-        log = open(self.pod.directory / f"{self.name}.log", "ab")
-        self.process = subprocess.Popen(self.argv(), env=self.environment(), stdout=log,
-                                        stderr=subprocess.STDOUT, cwd=self.pod.directory)
+        with open(self.pod.directory / f"{self.name}.log", "ab") as log:  # Popen keeps a copy.
+            self.process = subprocess.Popen(self.argv(), env=self.environment(), stdout=log,
+                                            stderr=subprocess.STDOUT, cwd=self.pod.directory)
 
     def run_to_completion(self, timeout):
         self.start()

@@ -90,17 +90,20 @@ class Prometheus:
         self.address = address
         rules = directory / "rules.yaml"
         rules.write_text(yaml.safe_dump({"groups": cluster.rule_groups()}))
+        scrape_configs = cluster.scrape_configs("1s")
+        self.targets = sum(len(scrape["static_configs"]) for scrape in scrape_configs)
         config = directory / "prometheus.yaml"
         config.write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
                        "evaluation_interval": "1s"},
             "rule_files": [str(rules)],
-            "scrape_configs": cluster.scrape_configs("1s"),
+            "scrape_configs": scrape_configs,
         }))
-        self.log = open(directory / "prometheus.log", "ab")
-        self.process = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={directory / 'tsdb'}",
-             f"--web.listen-address={address}"], stdout=self.log, stderr=subprocess.STDOUT)
+        with open(directory / "prometheus.log", "ab") as log:  # Popen keeps its own copy.
+            self.process = subprocess.Popen(
+                ["prometheus", f"--config.file={config}",
+                 f"--storage.tsdb.path={directory / 'tsdb'}", f"--web.listen-address={address}"],
+                stdout=log, stderr=subprocess.STDOUT)
         self._wait_until_ready()
 
     def _wait_until_ready(self):
@@ -121,15 +124,15 @@ class Prometheus:
             raise AssertionError(f"{path} {params}: {body}")
         return body["data"]
 
-    def wait_until_scraping(self, targets):
-        """Waits until `targets` targets are discovered and answer (discovery syncs every 5 s)."""
+    def wait_until_scraping(self):
+        """Waits until every target is discovered and answers (discovery syncs every 5 s)."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             active = self.api("targets")["activeTargets"]
-            if len(active) == targets and all(t["health"] == "up" for t in active):
+            if len(active) == self.targets and all(t["health"] == "up" for t in active):
                 return
             time.sleep(0.5)
-        raise AssertionError(f"Prometheus does not scrape all {targets} targets: {active}")
+        raise AssertionError(f"Prometheus does not scrape all {self.targets} targets: {active}")
 
     def query(self, expr):
         return self.api("query", query=expr)["result"]
@@ -186,8 +189,7 @@ def check_a_killed_service_goes_pending(prometheus, cluster):
 def run_monitoring_case(cluster, chart, work, subnet):
     prometheus = Prometheus(cluster, work, f"127.{subnet}.0.2:9090")
     try:
-        prometheus.wait_until_scraping(sum(len(config["static_configs"])
-                                           for config in cluster.scrape_configs("1s")))
+        prometheus.wait_until_scraping()
         print(submit_short_job(cluster, work))
         time.sleep(3)  # A last scrape after the job, and a rule evaluation over it.
         check_every_query_returns_a_series(prometheus, cluster, chart)
