@@ -27,6 +27,26 @@ absl::string_view ScoringName(cpu::ScoringFunction scoring) {
   return scoring == cpu::ScoringFunction::kSoftmax ? "softmax" : "sigmoid";
 }
 
+constexpr std::pair<QkNorm, const char*> kQkNormNames[] = {
+    {QkNorm::kNone, "none"},
+    {QkNorm::kPerHead, "per_head"},
+    {QkNorm::kWholeProjection, "whole_projection"}};
+
+const char* QkNormName(QkNorm norm) {
+  for (const auto& [value, name] : kQkNormNames) {
+    if (value == norm) return name;
+  }
+  return "none";
+}
+
+absl::StatusOr<QkNorm> QkNormFromName(absl::string_view name) {
+  for (const auto& [value, known] : kQkNormNames) {
+    if (name == known) return value;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("qk_norm = '", name, "' is not none, per_head or whole_projection"));
+}
+
 template <typename T>
 absl::Status Read(const json& object, const char* key, T& out) {
   if (!object.contains(key)) return absl::OkStatus();  // Absent keys keep the default.
@@ -49,9 +69,16 @@ absl::StatusOr<json> ParseObject(const std::string& text) {
 
 }  // namespace
 
+bool ModelConfig::IsMoeLayer(int layer) const {
+  return layer >= num_dense_layers && (layer + 1) % decoder_sparse_step == 0 &&
+         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
+}
+
 std::vector<int> ModelConfig::MoeLayerIndices() const {
   std::vector<int> indices;
-  for (int layer = num_dense_layers; layer < num_layers; ++layer) indices.push_back(layer);
+  for (int layer = 0; layer < num_layers; ++layer) {
+    if (IsMoeLayer(layer)) indices.push_back(layer);
+  }
   return indices;
 }
 
@@ -59,9 +86,12 @@ absl::Status ModelConfig::Validate() const {
   const std::pair<absl::string_view, std::tuple<double, double, double>> checks[] = {
       {"vocab_size", {vocab_size, 1, 1 << 20}},
       {"d_model", {d_model, 1, 1 << 16}},
-      {"num_heads", {num_heads, 1, d_model}},
+      {"num_heads", {num_heads, 1, 1 << 12}},
+      {"num_kv_heads", {num_kv_heads, 0, num_heads}},
+      {"attention_head_dim", {attention_head_dim, 0, 1 << 12}},
       {"num_layers", {num_layers, 1, 1024}},
       {"num_dense_layers", {num_dense_layers, 0, num_layers}},
+      {"decoder_sparse_step", {decoder_sparse_step, 1, num_layers}},
       {"dense_ffn_dim", {dense_ffn_dim, 1, 1 << 18}},
       {"num_experts", {num_experts, 1, 32767}},
       {"top_k", {top_k, 1, std::min(num_experts, 64)}},
@@ -74,9 +104,23 @@ absl::Status ModelConfig::Validate() const {
     const auto [value, low, high] = range;
     if (absl::Status status = CheckRange(field, value, low, high); !status.ok()) return status;
   }
-  if (d_model % num_heads != 0 || head_dim() % 2 != 0) {
+  if (attention_head_dim == 0 && d_model % num_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("d_model = ", d_model, " must split into ",
+                                                   num_heads, " heads without attention_head_dim"));
+  }
+  if (head_dim() % 2 != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("d_model = ", d_model, " must split into ", num_heads, " heads of even size"));
+        absl::StrCat("head dimension ", head_dim(), " must be even for RoPE"));
+  }
+  if (num_heads % kv_heads() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_kv_heads = ", num_kv_heads, " must divide num_heads = ", num_heads));
+  }
+  for (int layer : mlp_only_layers) {
+    if (absl::Status status = CheckRange("mlp_only_layers", layer, 0, num_layers - 1);
+        !status.ok()) {
+      return status;
+    }
   }
   return absl::OkStatus();
 }
@@ -85,14 +129,21 @@ std::string ModelConfig::ToJson() const {
   return json{{"vocab_size", vocab_size},
               {"d_model", d_model},
               {"num_heads", num_heads},
+              {"num_kv_heads", num_kv_heads},
+              {"attention_head_dim", attention_head_dim},
+              {"qk_norm", QkNormName(qk_norm)},
               {"num_layers", num_layers},
               {"num_dense_layers", num_dense_layers},
+              {"decoder_sparse_step", decoder_sparse_step},
+              {"mlp_only_layers", mlp_only_layers},
               {"dense_ffn_dim", dense_ffn_dim},
               {"num_experts", num_experts},
               {"top_k", top_k},
               {"expert_ffn_dim", expert_ffn_dim},
               {"shared_expert", shared_expert},
               {"scoring", std::string(ScoringName(scoring))},
+              {"norm_topk_prob", norm_topk_prob},
+              {"tie_word_embeddings", tie_word_embeddings},
               {"max_seq_len", max_seq_len},
               {"rope_theta", rope_theta},
               {"norm_eps", norm_eps}}
@@ -104,18 +155,28 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text) {
   if (!object.ok()) return object.status();
   ModelConfig config;
   std::string scoring = "softmax";
-  for (absl::Status status :
-       {Read(*object, "vocab_size", config.vocab_size), Read(*object, "d_model", config.d_model),
-        Read(*object, "num_heads", config.num_heads),
-        Read(*object, "num_layers", config.num_layers),
-        Read(*object, "num_dense_layers", config.num_dense_layers),
-        Read(*object, "dense_ffn_dim", config.dense_ffn_dim),
-        Read(*object, "num_experts", config.num_experts), Read(*object, "top_k", config.top_k),
-        Read(*object, "expert_ffn_dim", config.expert_ffn_dim),
-        Read(*object, "shared_expert", config.shared_expert), Read(*object, "scoring", scoring),
-        Read(*object, "max_seq_len", config.max_seq_len),
-        Read(*object, "rope_theta", config.rope_theta),
-        Read(*object, "norm_eps", config.norm_eps)}) {
+  std::string qk_norm = "none";
+  for (absl::Status status : {Read(*object, "vocab_size", config.vocab_size),
+                              Read(*object, "d_model", config.d_model),
+                              Read(*object, "num_heads", config.num_heads),
+                              Read(*object, "num_kv_heads", config.num_kv_heads),
+                              Read(*object, "attention_head_dim", config.attention_head_dim),
+                              Read(*object, "qk_norm", qk_norm),
+                              Read(*object, "num_layers", config.num_layers),
+                              Read(*object, "num_dense_layers", config.num_dense_layers),
+                              Read(*object, "decoder_sparse_step", config.decoder_sparse_step),
+                              Read(*object, "mlp_only_layers", config.mlp_only_layers),
+                              Read(*object, "norm_topk_prob", config.norm_topk_prob),
+                              Read(*object, "tie_word_embeddings", config.tie_word_embeddings),
+                              Read(*object, "dense_ffn_dim", config.dense_ffn_dim),
+                              Read(*object, "num_experts", config.num_experts),
+                              Read(*object, "top_k", config.top_k),
+                              Read(*object, "expert_ffn_dim", config.expert_ffn_dim),
+                              Read(*object, "shared_expert", config.shared_expert),
+                              Read(*object, "scoring", scoring),
+                              Read(*object, "max_seq_len", config.max_seq_len),
+                              Read(*object, "rope_theta", config.rope_theta),
+                              Read(*object, "norm_eps", config.norm_eps)}) {
     if (!status.ok()) return status;
   }
   if (scoring != "softmax" && scoring != "sigmoid") {
@@ -124,6 +185,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text) {
   }
   config.scoring =
       scoring == "softmax" ? cpu::ScoringFunction::kSoftmax : cpu::ScoringFunction::kSigmoid;
+  auto parsed_qk_norm = QkNormFromName(qk_norm);
+  if (!parsed_qk_norm.ok()) return parsed_qk_norm.status();
+  config.qk_norm = *parsed_qk_norm;
   if (absl::Status status = config.Validate(); !status.ok()) return status;
   return config;
 }

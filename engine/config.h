@@ -10,28 +10,47 @@
 
 namespace tandem::engine {
 
-// Shape of the embedded decoder-only MoE transformer: token embedding; layers of
-// RMSNorm -> causal attention with RoPE -> RMSNorm -> FFN, where the first
-// num_dense_layers FFNs are dense SwiGLU and the rest MoE; final RMSNorm; LM head.
+// Where attention normalizes queries and keys (RMSNorm) before RoPE: not at all, per head
+// over head_dim (Qwen3), or over the whole projection before it is split into heads (OLMoE).
+enum class QkNorm { kNone, kPerHead, kWholeProjection };
+
+// Shape of the decoder-only MoE transformer: token embedding; layers of RMSNorm -> causal
+// grouped-query attention with RoPE -> RMSNorm -> FFN, dense SwiGLU or MoE; final RMSNorm;
+// LM head. The defaults are the embedded model's; Hugging Face architectures set the rest
+// (engine/hf).
 struct ModelConfig {
   int vocab_size = 0;
   int d_model = 64;
   int num_heads = 4;
+  int num_kv_heads = 0;        // Heads of keys and values, dividing num_heads; 0: num_heads.
+  int attention_head_dim = 0;  // 0: d_model / num_heads.
+  QkNorm qk_norm = QkNorm::kNone;
   int num_layers = 4;
+  // Layer l is MoE unless l < num_dense_layers (DeepSeek's first_k_dense_replace), or
+  // (l + 1) % decoder_sparse_step != 0, or l is in mlp_only_layers (Qwen's placement).
   int num_dense_layers = 1;
+  int decoder_sparse_step = 1;
+  std::vector<int> mlp_only_layers;
   int dense_ffn_dim = 128;
   int num_experts = 8;
   int top_k = 2;
   int expert_ffn_dim = 64;
   bool shared_expert = false;  // One always-on expert of expert_ffn_dim beside the routed ones.
   cpu::ScoringFunction scoring = cpu::ScoringFunction::kSoftmax;
+  // Gate weights are the selected scores renormalized to sum to 1 (else the scores as they
+  // are, e.g. softmax probabilities over all experts).
+  bool norm_topk_prob = true;
+  bool tie_word_embeddings = false;  // The LM head is the token embedding.
   int max_seq_len = 48;
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
 
-  int head_dim() const { return d_model / num_heads; }
-  bool IsMoeLayer(int layer) const { return layer >= num_dense_layers; }
-  int num_moe_layers() const { return num_layers - num_dense_layers; }
+  int head_dim() const { return attention_head_dim > 0 ? attention_head_dim : d_model / num_heads; }
+  int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  int q_dim() const { return num_heads * head_dim(); }    // q_proj out, o_proj in.
+  int kv_dim() const { return kv_heads() * head_dim(); }  // k_proj and v_proj out.
+  bool IsMoeLayer(int layer) const;
+  int num_moe_layers() const { return static_cast<int>(MoeLayerIndices().size()); }
   // Global indices of the MoE layers: routing records name layers by these, never by
   // "i-th MoE layer", so dense layers can never shift rows.
   std::vector<int> MoeLayerIndices() const;

@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "engine/generator.h"
+#include "engine/hf/hf_model.h"
 #include "engine/model.h"
 #include "engine/sft.h"
 #include "engine/tasks.h"
@@ -105,7 +106,7 @@ void ReportBf16Mismatch(BaseModel& model, const std::vector<GeneratedSample>& sa
 int Main() {
   cpu::SetBlasThreads(absl::GetFlag(FLAGS_threads));
   const std::string path = absl::GetFlag(FLAGS_base_model);
-  auto model = path.empty() ? BaseModel::Create(DefaultModelConfig(), 1) : BaseModel::Load(path);
+  auto model = path.empty() ? BaseModel::Create(DefaultModelConfig(), 1) : hf::LoadBaseModel(path);
   if (!model.ok()) {
     std::fprintf(stderr, "engine_bench: %s\n", model.status().ToString().c_str());
     return 1;

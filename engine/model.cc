@@ -23,7 +23,9 @@ std::string LayerPrefix(int layer) { return absl::StrCat("model.layers.", layer,
 std::pair<int64_t, int64_t> ProjectionShape(const ModelConfig& config, int layer,
                                             absl::string_view module) {
   const int64_t d = config.d_model;
-  if (IsAttention(module)) return {d, d};
+  if (module == "q_proj") return {config.q_dim(), d};
+  if (module == "k_proj" || module == "v_proj") return {config.kv_dim(), d};
+  if (module == "o_proj") return {d, config.q_dim()};
   const int64_t ffn = config.IsMoeLayer(layer) ? config.expert_ffn_dim : config.dense_ffn_dim;
   return module == "down_proj" ? std::pair{d, ffn} : std::pair{ffn, d};
 }
@@ -45,6 +47,10 @@ absl::StatusOr<ModelConfig> ModelConfigOf(const SafetensorsFile& file, const std
 
 }  // namespace
 
+std::string HeadWeightName(const ModelConfig& config) {
+  return config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+}
+
 std::string ProjectionName(const ModelConfig& config, int layer, absl::string_view module) {
   if (IsAttention(module)) return absl::StrCat(LayerPrefix(layer), "self_attn.", module, ".weight");
   if (config.IsMoeLayer(layer))
@@ -61,7 +67,15 @@ BaseModel::BaseModel(const ModelConfig& config) : config_(config) {
     const std::string prefix = LayerPrefix(layer);
     parameters_.Add(prefix + "input_layernorm.weight", {d});
     for (const char* module : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-      parameters_.Add(ProjectionName(config, layer, module), {d, d});
+      const auto [out, in] = ProjectionShape(config, layer, module);
+      parameters_.Add(ProjectionName(config, layer, module), {out, in});
+    }
+    if (config.qk_norm != QkNorm::kNone) {
+      const bool per_head = config.qk_norm == QkNorm::kPerHead;
+      parameters_.Add(prefix + "self_attn.q_norm.weight",
+                      {per_head ? config.head_dim() : config.q_dim()});
+      parameters_.Add(prefix + "self_attn.k_norm.weight",
+                      {per_head ? config.head_dim() : config.kv_dim()});
     }
     parameters_.Add(prefix + "post_attention_layernorm.weight", {d});
     for (const char* module : {"gate_proj", "up_proj", "down_proj"}) {
@@ -85,7 +99,7 @@ BaseModel::BaseModel(const ModelConfig& config) : config_(config) {
     }
   }
   parameters_.Add("model.norm.weight", {d});
-  parameters_.Add("lm_head.weight", {config.vocab_size, d});
+  if (!config.tie_word_embeddings) parameters_.Add("lm_head.weight", {config.vocab_size, d});
 }
 
 absl::StatusOr<BaseModel> BaseModel::Create(const ModelConfig& config, uint64_t seed) {
@@ -113,10 +127,19 @@ absl::StatusOr<BaseModel> BaseModel::Load(const std::string& path) {
   if (!file.ok()) return file.status();
   auto config = ModelConfigOf(*file, path);
   if (!config.ok()) return config.status();
-  BaseModel model(*config);
-  if (absl::Status status = model.parameters_.LoadFrom(*file); !status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "': ", status.message()));
+  auto model = FromTensors(*config, *file);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat("'", path, "': ", model.status().message()));
   }
+  return model;
+}
+
+absl::StatusOr<BaseModel> BaseModel::FromTensors(const ModelConfig& config,
+                                                 const SafetensorsFile& file) {
+  if (absl::Status status = config.Validate(); !status.ok()) return status;
+  BaseModel model(config);
+  if (absl::Status status = model.parameters_.LoadFrom(file); !status.ok()) return status;
   return model;
 }
 

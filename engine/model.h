@@ -22,6 +22,11 @@ class BaseModel {
   // depth as in GPT-2 so the residual stream starts tame).
   static absl::StatusOr<BaseModel> Create(const ModelConfig& config, uint64_t seed);
   static absl::StatusOr<BaseModel> Load(const std::string& path);
+  // From tensors under the canonical names (stacked experts one tensor per expert, as Save
+  // writes them); INVALID_ARGUMENT for a bad config or a missing, unexpected or misshapen
+  // tensor.
+  static absl::StatusOr<BaseModel> FromTensors(const ModelConfig& config,
+                                               const SafetensorsFile& file);
   absl::Status Save(const std::string& path) const;
 
   // A copy with every weight rounded to bf16, for the bf16 inference mode.
@@ -90,6 +95,9 @@ class LoraAdapter {
 // "model.layers.2.self_attn.q_proj.weight"; expert projections of MoE layers name the
 // stacked tensor "model.layers.{l}.mlp.experts.{module}.weight".
 std::string ProjectionName(const ModelConfig& config, int layer, absl::string_view module);
+
+// The LM head's weight: "lm_head.weight", or the token embedding when they are tied.
+std::string HeadWeightName(const ModelConfig& config);
 
 }  // namespace tandem::engine
 

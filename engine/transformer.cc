@@ -19,6 +19,7 @@ namespace tandem::engine {
 // Everything one layer's forward computed, kept for its backward.
 struct Transformer::LayerActivations {
   std::vector<float> input, norm1, rstd1, q, k, v, attention, norm2_input, norm2, rstd2;
+  std::vector<float> q_raw, k_raw, q_rstd, k_rstd;    // Projections before the q/k norms.
   std::vector<float> lora_q, lora_k, lora_v, lora_o;  // LoRA intermediates x·Aᵀ.
   // FFN rows: one per token (dense) or per routed (token, slot) in expert order (MoE).
   std::vector<float> ffn_input, gate, up, activation, ffn_rows_out, ffn_out;
@@ -36,9 +37,13 @@ namespace {
 // Attention within each packed sequence, saving probabilities for the backward.
 class SequenceAttention : public AttentionBackend {
  public:
-  SequenceAttention(const std::vector<int>& starts, int heads, int head_dim,
+  SequenceAttention(const std::vector<int>& starts, const ModelConfig& config,
                     std::vector<std::vector<float>>& probs)
-      : starts_(starts), heads_(heads), head_dim_(head_dim), probs_(probs) {}
+      : starts_(starts),
+        heads_(config.num_heads),
+        kv_heads_(config.kv_heads()),
+        head_dim_(config.head_dim()),
+        probs_(probs) {}
 
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     std::vector<float>& probs = probs_[layer];
@@ -49,13 +54,14 @@ class SequenceAttention : public AttentionBackend {
     }
     probs.resize(probs_size);
     int64_t probs_offset = 0;
-    const int width = heads_ * head_dim_;
+    const int64_t q_width = heads_ * head_dim_;
+    const int64_t kv_width = kv_heads_ * head_dim_;
     for (size_t s = 0; s + 1 < starts_.size(); ++s) {
       const int begin = starts_[s];
       const int length = starts_[s + 1] - begin;
-      cpu::CausalAttention(q + begin * width, k + begin * width, v + begin * width,
-                           out + begin * width, probs.data() + probs_offset, length, heads_,
-                           head_dim_);
+      cpu::CausalAttention(q + begin * q_width, k + begin * kv_width, v + begin * kv_width,
+                           out + begin * q_width, probs.data() + probs_offset, length, heads_,
+                           kv_heads_, head_dim_);
       probs_offset += static_cast<int64_t>(heads_) * length * length;
     }
   }
@@ -63,6 +69,7 @@ class SequenceAttention : public AttentionBackend {
  private:
   const std::vector<int>& starts_;
   const int heads_;
+  const int kv_heads_;
   const int head_dim_;
   std::vector<std::vector<float>>& probs_;
 };
@@ -110,6 +117,12 @@ void AddInto(float* target, const float* values, int64_t count) {
   for (int64_t i = 0; i < count; ++i) target[i] += values[i];
 }
 
+// Rows and width the q/k norm of a projection with `heads` heads normalizes over.
+std::pair<int, int> QkNormShape(const ModelConfig& config, int rows, int heads) {
+  if (config.qk_norm == QkNorm::kPerHead) return {rows * heads, config.head_dim()};
+  return {rows, heads * config.head_dim()};
+}
+
 }  // namespace
 
 bool SameExpertSet(const int16_t* a, const int16_t* b, int k) {
@@ -138,8 +151,11 @@ Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precisio
       lora_(lora),
       precision_(precision),
       moe_layers_(config_.MoeLayerIndices()),
+      moe_index_(config_.num_layers, -1),
       layers_(config_.num_layers),
-      attention_probs_(config_.num_layers) {}
+      attention_probs_(config_.num_layers) {
+  for (size_t m = 0; m < moe_layers_.size(); ++m) moe_index_[moe_layers_[m]] = static_cast<int>(m);
+}
 
 Transformer::~Transformer() = default;
 
@@ -205,8 +221,7 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
       positions_[t] = t - batch.sequence_starts[s];
     }
   }
-  SequenceAttention attention(sequence_starts_, config_.num_heads, config_.head_dim(),
-                              attention_probs_);
+  SequenceAttention attention(sequence_starts_, config_, attention_probs_);
   stats_ = RoutingStats{};
   token_replayed_.assign(rows, 0);
   token_differs_.assign(rows, 0);
@@ -262,8 +277,8 @@ void Transformer::RunHead(int rows, const float* x) {
                rows, d, config_.norm_eps);
   Round(final_norm_.data(), final_norm_.size());
   logits_.resize(static_cast<size_t>(rows) * config_.vocab_size);
-  cpu::Linear(final_norm_.data(), Weight("lm_head.weight").value.data(), logits_.data(), rows, d,
-              config_.vocab_size);
+  cpu::Linear(final_norm_.data(), Weight(HeadWeightName(config_)).value.data(), logits_.data(),
+              rows, d, config_.vocab_size);
   Round(logits_.data(), logits_.size());
 }
 
@@ -282,26 +297,35 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
   std::vector<float>* outputs[] = {&act.q, &act.k, &act.v};
   std::vector<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
   const char* modules[] = {"q_proj", "k_proj", "v_proj"};
+  const int widths[] = {config_.q_dim(), config_.kv_dim(), config_.kv_dim()};
   for (int i = 0; i < 3; ++i) {
-    outputs[i]->resize(n);
+    const int64_t size = int64_t{rows} * widths[i];
+    outputs[i]->resize(size);
     ProjectGroups(act.norm1.data(), one_group,
-                  Weight(ProjectionName(config_, layer, modules[i])).value.data(), 0, d, d,
+                  Weight(ProjectionName(config_, layer, modules[i])).value.data(), 0, d, widths[i],
                   Lora(layer, modules[i]), *lora_h[i], outputs[i]->data());
-    Round(outputs[i]->data(), n);
+    Round(outputs[i]->data(), size);
+  }
+  if (config_.qk_norm != QkNorm::kNone) {
+    NormalizeQk(prefix + "self_attn.q_norm.weight", rows, config_.num_heads, act.q, act.q_raw,
+                act.q_rstd);
+    NormalizeQk(prefix + "self_attn.k_norm.weight", rows, config_.kv_heads(), act.k, act.k_raw,
+                act.k_rstd);
   }
   cpu::Rope(act.q.data(), positions, rows, config_.num_heads, config_.head_dim(),
             config_.rope_theta);
-  cpu::Rope(act.k.data(), positions, rows, config_.num_heads, config_.head_dim(),
+  cpu::Rope(act.k.data(), positions, rows, config_.kv_heads(), config_.head_dim(),
             config_.rope_theta);
-  act.attention.resize(n);
+  const int64_t attention_size = int64_t{rows} * config_.q_dim();
+  act.attention.resize(attention_size);
   attention.Attend(layer, act.q.data(), act.k.data(), act.v.data(), act.attention.data());
-  Round(act.attention.data(), n);
+  Round(act.attention.data(), attention_size);
 
   act.norm2_input = act.input;  // Residual: input + o_proj(attention).
   std::vector<float> projected(n);
   ProjectGroups(act.attention.data(), one_group,
-                Weight(ProjectionName(config_, layer, "o_proj")).value.data(), 0, d, d,
-                Lora(layer, "o_proj"), act.lora_o, projected.data());
+                Weight(ProjectionName(config_, layer, "o_proj")).value.data(), 0, config_.q_dim(),
+                d, Lora(layer, "o_proj"), act.lora_o, projected.data());
   Round(projected.data(), n);
   AddInto(act.norm2_input.data(), projected.data(), n);
   Round(act.norm2_input.data(), n);
@@ -313,15 +337,36 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
                act.rstd2.data(), rows, d, config_.norm_eps);
   Round(act.norm2.data(), n);
 
-  if (config_.IsMoeLayer(layer)) {
-    const int moe_index = layer - config_.num_dense_layers;
-    RunMoeFfn(layer, moe_index, rows, replay, act);
+  if (moe_index_[layer] >= 0) {
+    RunMoeFfn(layer, moe_index_[layer], rows, replay, act);
   } else {
     RunDenseFfn(layer, rows, act);
   }
   // ffn_out becomes the layer output: residual + FFN.
   AddInto(act.ffn_out.data(), act.norm2_input.data(), n);
   Round(act.ffn_out.data(), n);
+}
+
+void Transformer::NormalizeQk(const std::string& weight, int rows, int heads, std::vector<float>& x,
+                              std::vector<float>& raw, std::vector<float>& rstd) {
+  raw = x;
+  const auto [norm_rows, width] = QkNormShape(config_, rows, heads);
+  rstd.resize(norm_rows);
+  cpu::RmsNorm(raw.data(), Weight(weight).value.data(), x.data(), rstd.data(), norm_rows, width,
+               config_.norm_eps);
+  Round(x.data(), x.size());
+}
+
+void Transformer::NormalizeQkBackward(const std::string& weight, int heads,
+                                      const std::vector<float>& raw, const std::vector<float>& rstd,
+                                      std::vector<float>& dx) {
+  const int rows = static_cast<int>(tokens_.size());
+  const auto [norm_rows, width] = QkNormShape(config_, rows, heads);
+  std::vector<float> draw(dx.size(), 0.0f);
+  Parameter& norm = Weight(weight);
+  cpu::RmsNormBackward(raw.data(), norm.value.data(), rstd.data(), dx.data(), draw.data(),
+                       norm.grad_or_null(), norm_rows, width);
+  dx = std::move(draw);
 }
 
 void Transformer::RunDenseFfn(int layer, int rows, LayerActivations& act) {
@@ -401,7 +446,7 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   }
 
   act.gate_weights.resize(static_cast<size_t>(rows) * k);
-  cpu::GateWeights(act.scores.data(), act.ids.data(), rows, experts, k, /*normalize=*/true,
+  cpu::GateWeights(act.scores.data(), act.ids.data(), rows, experts, k, config_.norm_topk_prob,
                    act.gate_weights.data());
   act.permutation = cpu::BuildPermutation(act.ids.data(), rows, k, experts);
   act.group_offsets = act.permutation.offsets;
@@ -437,7 +482,7 @@ void Transformer::Backward(const float* dlogits) {
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
   std::vector<float> dnorm(static_cast<size_t>(rows) * d, 0.0f);
-  Parameter& head = Weight("lm_head.weight");
+  Parameter& head = Weight(HeadWeightName(config_));
   cpu::LinearBackward(final_norm_.data(), head.value.data(), dlogits, dnorm.data(),
                       head.grad_or_null(), rows, d, config_.vocab_size);
   std::vector<float> dx(static_cast<size_t>(rows) * d, 0.0f);
@@ -462,7 +507,7 @@ void Transformer::BackwardLayer(int layer, float* dx) {
 
   // FFN and its norm; the residual passes dx straight to the FFN block's input.
   std::vector<float> dnorm2(n, 0.0f);
-  if (config_.IsMoeLayer(layer)) {
+  if (moe_index_[layer] >= 0) {
     BackwardMoeFfn(layer, dx, dnorm2.data());
   } else {
     BackwardDenseFfn(layer, dx, dnorm2.data());
@@ -474,34 +519,44 @@ void Transformer::BackwardLayer(int layer, float* dx) {
 
   // Attention block.
   const std::vector<int> one_group = {0, rows};
-  std::vector<float> dattention(n, 0.0f);
+  const int q_dim = config_.q_dim();
+  const int kv_dim = config_.kv_dim();
+  std::vector<float> dattention(int64_t{rows} * q_dim, 0.0f);
   Parameter& o = Weight(ProjectionName(config_, layer, "o_proj"));
-  ProjectGroupsBackward(act.attention.data(), one_group, o.value.data(), o.grad_or_null(), 0, d, d,
-                        Lora(layer, "o_proj"), act.lora_o, dmid.data(), dattention.data());
-  std::vector<float> dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f);
+  ProjectGroupsBackward(act.attention.data(), one_group, o.value.data(), o.grad_or_null(), 0, q_dim,
+                        d, Lora(layer, "o_proj"), act.lora_o, dmid.data(), dattention.data());
+  std::vector<float> dq(int64_t{rows} * q_dim, 0.0f), dk(int64_t{rows} * kv_dim, 0.0f),
+      dv(int64_t{rows} * kv_dim, 0.0f);
   const int heads = config_.num_heads;
+  const int kv_heads = config_.kv_heads();
   const int head_dim = config_.head_dim();
   int64_t probs_offset = 0;
   for (size_t s = 0; s + 1 < sequence_starts_.size(); ++s) {
     const int begin = sequence_starts_[s];
     const int length = sequence_starts_[s + 1] - begin;
-    const int64_t at = int64_t{begin} * d;
-    cpu::CausalAttentionBackward(act.q.data() + at, act.k.data() + at, act.v.data() + at,
+    const int64_t at_q = int64_t{begin} * q_dim;
+    const int64_t at_kv = int64_t{begin} * kv_dim;
+    cpu::CausalAttentionBackward(act.q.data() + at_q, act.k.data() + at_kv, act.v.data() + at_kv,
                                  attention_probs_[layer].data() + probs_offset,
-                                 dattention.data() + at, dq.data() + at, dk.data() + at,
-                                 dv.data() + at, length, heads, head_dim);
+                                 dattention.data() + at_q, dq.data() + at_q, dk.data() + at_kv,
+                                 dv.data() + at_kv, length, heads, kv_heads, head_dim);
     probs_offset += int64_t{heads} * length * length;
   }
   cpu::RopeBackward(dq.data(), positions_.data(), rows, heads, head_dim, config_.rope_theta);
-  cpu::RopeBackward(dk.data(), positions_.data(), rows, heads, head_dim, config_.rope_theta);
+  cpu::RopeBackward(dk.data(), positions_.data(), rows, kv_heads, head_dim, config_.rope_theta);
+  if (config_.qk_norm != QkNorm::kNone) {
+    NormalizeQkBackward(prefix + "self_attn.q_norm.weight", heads, act.q_raw, act.q_rstd, dq);
+    NormalizeQkBackward(prefix + "self_attn.k_norm.weight", kv_heads, act.k_raw, act.k_rstd, dk);
+  }
   std::vector<float> dnorm1(n, 0.0f);
   const std::vector<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
   const float* grads[] = {dq.data(), dk.data(), dv.data()};
   const char* modules[] = {"q_proj", "k_proj", "v_proj"};
+  const int widths[] = {q_dim, kv_dim, kv_dim};
   for (int i = 0; i < 3; ++i) {
     Parameter& w = Weight(ProjectionName(config_, layer, modules[i]));
-    ProjectGroupsBackward(act.norm1.data(), one_group, w.value.data(), w.grad_or_null(), 0, d, d,
-                          Lora(layer, modules[i]), *lora_h[i], grads[i], dnorm1.data());
+    ProjectGroupsBackward(act.norm1.data(), one_group, w.value.data(), w.grad_or_null(), 0, d,
+                          widths[i], Lora(layer, modules[i]), *lora_h[i], grads[i], dnorm1.data());
   }
   std::copy(dmid.begin(), dmid.end(), dx);  // Residual around attention.
   Parameter& input_norm = Weight(prefix + "input_layernorm.weight");
@@ -527,11 +582,10 @@ void Transformer::BackwardSwiGluMlp(int layer, const float* x, int64_t weight_st
                       hidden);
   Parameter& gate = Weight(ProjectionName(config_, layer, "gate_proj"));
   Parameter& up = Weight(ProjectionName(config_, layer, "up_proj"));
-  ProjectGroupsBackward(x, act.group_offsets, gate.value.data(), gate.grad_or_null(),
-                        weight_stride, d, ffn, Lora(layer, "gate_proj"), act.lora_gate,
-                        dgate.data(), dx);
-  ProjectGroupsBackward(x, act.group_offsets, up.value.data(), up.grad_or_null(), weight_stride,
-                        d, ffn, Lora(layer, "up_proj"), act.lora_up, dup.data(), dx);
+  ProjectGroupsBackward(x, act.group_offsets, gate.value.data(), gate.grad_or_null(), weight_stride,
+                        d, ffn, Lora(layer, "gate_proj"), act.lora_gate, dgate.data(), dx);
+  ProjectGroupsBackward(x, act.group_offsets, up.value.data(), up.grad_or_null(), weight_stride, d,
+                        ffn, Lora(layer, "up_proj"), act.lora_up, dup.data(), dx);
 }
 
 void Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
@@ -557,7 +611,7 @@ void Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
   std::vector<float> drouter_logits(static_cast<size_t>(rows) * experts, 0.0f);
   cpu::RouterGatesBackward(act.router_logits.data(), act.scores.data(), act.ids.data(),
                            dgate_weights.data(), drouter_logits.data(), rows, experts, k,
-                           /*normalize=*/true, config_.scoring);
+                           config_.norm_topk_prob, config_.scoring);
   Parameter& router = Weight(prefix + "gate.weight");
   cpu::LinearBackward(act.norm2.data(), router.value.data(), drouter_logits.data(), dnorm2,
                       router.grad_or_null(), rows, d, experts);

@@ -93,6 +93,13 @@ class Transformer {
 
   void RunLayer(int layer, const int* positions, int rows, AttentionBackend& attention,
                 const int16_t* replay, LayerActivations& act);
+  // RMSNorm of a q or k projection x ([rows, heads * head_dim]) in place, as config's qk_norm
+  // says; keeps the input in `raw` and the reciprocal RMS in `rstd` for the backward.
+  void NormalizeQk(const std::string& weight, int rows, int heads, std::vector<float>& x,
+                   std::vector<float>& raw, std::vector<float>& rstd);
+  // Turns dx, the gradient of the normalized projection, into that of the raw one.
+  void NormalizeQkBackward(const std::string& weight, int heads, const std::vector<float>& raw,
+                           const std::vector<float>& rstd, std::vector<float>& dx);
   void RunDenseFfn(int layer, int rows, LayerActivations& act);
   void RunMoeFfn(int layer, int moe_index, int rows, const int16_t* replay, LayerActivations& act);
   // down(silu(gate(x)) * up(x)) over act.group_offsets' row groups (group g uses the weights at
@@ -117,6 +124,7 @@ class Transformer {
   LoraAdapter* lora_;
   Precision precision_;
   std::vector<int> moe_layers_;
+  std::vector<int> moe_index_;  // Per layer: its index among the MoE layers, -1 if dense.
 
   // State of the last Forward.
   std::vector<int> tokens_;

@@ -47,7 +47,11 @@ absl::Status ValidateTargetModules(const v1::LoraConfig& lora) {
 }
 
 absl::Status ValidateModelShape(const ModelShape& model) {
-  const bool has_moe = model.num_dense_layers < model.num_layers;
+  bool has_moe = false;
+  bool has_dense = false;
+  for (int layer = 0; layer < model.num_layers; ++layer) {
+    (model.IsDenseLayer(layer) ? has_dense : has_moe) = true;
+  }
   if (model.num_layers < 1 || model.num_dense_layers < 0 ||
       model.num_dense_layers > model.num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("model: num_dense_layers ",
@@ -55,7 +59,7 @@ absl::Status ValidateModelShape(const ModelShape& model) {
                                                    model.num_layers));
   }
   if (model.hidden < 1 || model.q_out < 1 || model.kv_out < 1 ||
-      (model.num_dense_layers > 0 && model.dense_ffn < 1) || (has_moe && model.expert_ffn < 1)) {
+      (has_dense && model.dense_ffn < 1) || (has_moe && model.expert_ffn < 1)) {
     return absl::InvalidArgumentError(
         "model: hidden, q_out, kv_out and the used ffn sizes must be >= 1");
   }
@@ -120,7 +124,7 @@ void AddLayer(const ModelShape& model, const v1::LoraConfig& lora, v1::DType dty
       AddProjection(attention, projection, lora.rank(), dtype, 0, 0, tensors);
     }
   }
-  const bool dense = layer < model.num_dense_layers;
+  const bool dense = model.IsDenseLayer(layer);
   const int64_t ffn = dense ? model.dense_ffn : model.expert_ffn;
   const std::string mlp = absl::StrCat("model.layers.", layer, dense ? ".mlp." : ".mlp.experts.");
   for (const Projection& projection :
@@ -313,6 +317,11 @@ absl::Status ValidateLoraConfig(const v1::LoraConfig& lora) {
         absl::StrCat("lora.expert_layout: ", lora.expert_layout(), " is not a layout"));
   }
   return ValidateTargetModules(lora);
+}
+
+bool ModelShape::IsDenseLayer(int layer) const {
+  return layer < num_dense_layers || std::find(other_dense_layers.begin(), other_dense_layers.end(),
+                                               layer) != other_dense_layers.end();
 }
 
 std::vector<int64_t> ExtendedShape(const v1::CanonicalTensor& tensor) {

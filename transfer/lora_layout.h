@@ -66,9 +66,11 @@ absl::StatusOr<TensorBox> RankBox(const v1::CanonicalTensor& tensor, int tp_rank
 
 // Dimensions of the base model the adapter targets.
 struct ModelShape {
-  // Layers [0, num_dense_layers) have a dense MLP, the rest an MoE.
+  // Layers [0, num_dense_layers) and those listed in other_dense_layers have a dense MLP, the
+  // rest an MoE.
   int num_layers = 0;
   int num_dense_layers = 0;
+  std::vector<int> other_dense_layers;
   // d_model.
   int64_t hidden = 0;
   // q_proj out features (= o_proj in features) and k_proj/v_proj out features.
@@ -78,6 +80,8 @@ struct ModelShape {
   int64_t dense_ffn = 0;
   int64_t expert_ffn = 0;
   int num_experts = 0;
+
+  bool IsDenseLayer(int layer) const;
 };
 
 // The canonical tensors (PEFT names, unscaled, in `dtype`) of a LoRA config on that model, sorted

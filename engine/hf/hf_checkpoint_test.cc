@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
-#include "engine/hf/qwen3_moe.h"
+#include "engine/hf/hf_architecture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -67,7 +67,7 @@ void WriteTiny(const std::string& directory, bool sharded,
                const std::function<void(std::map<std::string, Tensor>&)>& edit = nullptr) {
   WriteJson(directory + "/config.json", TinyConfig());
   std::map<std::string, Tensor> tensors;
-  for (const auto& [name, shape] : Qwen3MoeTensorShapes(*Qwen3MoeConfigFromJson(TinyConfig()))) {
+  for (const auto& [name, shape] : HfTensorShapes(*HfArchitectureFromConfig(TinyConfig()))) {
     tensors[name] = Filled(sharded ? DType::kBF16 : DType::kF32, shape);
   }
   if (edit) edit(tensors);
@@ -95,9 +95,9 @@ void WriteTiny(const std::string& directory, bool sharded,
 absl::Status LoadAndCheck(const std::string& directory) {
   auto checkpoint = ReadHfCheckpoint(directory);
   if (!checkpoint.ok()) return checkpoint.status();
-  auto config = Qwen3MoeConfigFromJson(checkpoint->config);
-  if (!config.ok()) return config.status();
-  return CheckTensorShapes(*checkpoint, Qwen3MoeTensorShapes(*config));
+  auto architecture = HfArchitectureFromConfig(checkpoint->config);
+  if (!architecture.ok()) return architecture.status();
+  return CheckTensorShapes(*checkpoint, HfTensorShapes(*architecture));
 }
 
 TEST(HfCheckpointTest, AShardedBf16CheckpointLoadsAsF32) {
@@ -108,9 +108,9 @@ TEST(HfCheckpointTest, AShardedBf16CheckpointLoadsAsF32) {
   const Tensor& norm = checkpoint->tensors.at("model.layers.1.self_attn.k_norm.weight");
   EXPECT_EQ(norm.dtype(), DType::kF32);
   EXPECT_EQ((*norm.data<float>())[3], 3.0f / 8.0f);
-  auto config = Qwen3MoeConfigFromJson(checkpoint->config);
+  auto config = HfArchitectureFromConfig(checkpoint->config);
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_TRUE(CheckTensorShapes(*checkpoint, Qwen3MoeTensorShapes(*config)).ok());
+  EXPECT_TRUE(CheckTensorShapes(*checkpoint, HfTensorShapes(*config)).ok());
   EXPECT_TRUE(checkpoint->tensors.contains("model.layers.1.mlp.experts.3.down_proj.weight"));
   EXPECT_TRUE(checkpoint->tensors.contains("model.layers.0.mlp.down_proj.weight"));
 }
@@ -186,9 +186,9 @@ TEST(HfCheckpointTest, MissingFilesAreNotFound) {
   EXPECT_THAT(status.message(), HasSubstr("it should hold "));
 }
 
-TEST(Qwen3MoeConfigTest, WhatIsNotComputedExactlyIsRefusedByName) {
+TEST(HfArchitectureTest, WhatIsNotComputedExactlyIsRefusedByName) {
   const std::vector<std::pair<std::string, nlohmann::json>> refused = {
-      {"architectures", nlohmann::json::array({"MixtralForCausalLM"})},
+      {"architectures", nlohmann::json::array({"GptOssForCausalLM"})},
       {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}},
       {"use_sliding_window", true},
       {"attention_bias", true},
@@ -202,29 +202,29 @@ TEST(Qwen3MoeConfigTest, WhatIsNotComputedExactlyIsRefusedByName) {
   for (const auto& [field, value] : refused) {
     nlohmann::json json = TinyConfig();
     json[field] = value;
-    auto config = Qwen3MoeConfigFromJson(json);
+    auto config = HfArchitectureFromConfig(json);
     ASSERT_FALSE(config.ok()) << field;
     EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(config.status().message(), HasSubstr(field)) << config.status();
   }
 }
 
-TEST(Qwen3MoeConfigTest, SparseStepAndMlpOnlyLayersPlaceTheMoeLayers) {
+TEST(HfArchitectureTest, SparseStepAndMlpOnlyLayersPlaceTheMoeLayers) {
   nlohmann::json json = TinyConfig();
   json["num_hidden_layers"] = 6;
   json["decoder_sparse_step"] = 2;
   json["mlp_only_layers"] = {3};
-  auto config = Qwen3MoeConfigFromJson(json);
-  ASSERT_TRUE(config.ok()) << config.status();
+  auto architecture = HfArchitectureFromConfig(json);
+  ASSERT_TRUE(architecture.ok()) << architecture.status();
   std::vector<bool> moe;
-  for (int layer = 0; layer < 6; ++layer) moe.push_back(config->IsMoeLayer(layer));
+  for (int layer = 0; layer < 6; ++layer) moe.push_back(architecture->config.IsMoeLayer(layer));
   EXPECT_EQ(moe, (std::vector<bool>{false, true, false, false, false, true}));
   json.erase("head_dim");
   json.erase("num_key_value_heads");
-  auto defaults = Qwen3MoeConfigFromJson(json);
+  auto defaults = HfArchitectureFromConfig(json);
   ASSERT_TRUE(defaults.ok());
-  EXPECT_EQ(defaults->head_dim, 4);
-  EXPECT_EQ(defaults->num_key_value_heads, 4);
+  EXPECT_EQ(defaults->config.head_dim(), 4);
+  EXPECT_EQ(defaults->config.kv_heads(), 4);
 }
 
 }  // namespace

@@ -52,38 +52,45 @@ void SoftmaxBackwardInPlace(const float* p, float* dp, int T) {
 
 }  // namespace
 
-// Per head, q/k/v are [T, D] views with row stride H*D, so each head is two strided GEMMs.
+// Per head, q is a [T, D] view with row stride H*D and k, v views with row stride KV*D, so each
+// head is two strided GEMMs.
 void CausalAttention(const float* q, const float* k, const float* v, float* out, float* probs,
-                     int T, int H, int D) {
+                     int T, int H, int KV, int D) {
   const int ld = H * D;
+  const int ld_kv = KV * D;
+  const int group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int h = 0; h < H; ++h) {
+    const int kv = (h / group) * D;
     float* p = probs + static_cast<int64_t>(h) * T * T;
-    Gemm(false, true, T, T, D, scale, q + h * D, ld, k + h * D, ld, 0.0f, p, T);
+    Gemm(false, true, T, T, D, scale, q + h * D, ld, k + kv, ld_kv, 0.0f, p, T);
     CausalSoftmax(p, T);
-    Gemm(false, false, T, D, T, 1.0f, p, T, v + h * D, ld, 0.0f, out + h * D, ld);
+    Gemm(false, false, T, D, T, 1.0f, p, T, v + kv, ld_kv, 0.0f, out + h * D, ld);
   }
 }
 
 void CausalAttentionBackward(const float* q, const float* k, const float* v, const float* probs,
                              const float* dout, float* dq, float* dk, float* dv, int T, int H,
-                             int D) {
+                             int KV, int D) {
   const int ld = H * D;
+  const int ld_kv = KV * D;
+  const int group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const bool need_scores_grad = dq != nullptr || dk != nullptr;
   std::vector<float> ds(need_scores_grad ? static_cast<size_t>(T) * T : 0);
   for (int h = 0; h < H; ++h) {
+    const int kv = (h / group) * D;
     const float* p = probs + static_cast<int64_t>(h) * T * T;
     const float* dout_h = dout + h * D;
-    if (dv != nullptr) Gemm(true, false, T, D, T, 1.0f, p, T, dout_h, ld, 1.0f, dv + h * D, ld);
+    if (dv != nullptr) Gemm(true, false, T, D, T, 1.0f, p, T, dout_h, ld, 1.0f, dv + kv, ld_kv);
     if (!need_scores_grad) continue;
-    Gemm(false, true, T, T, D, 1.0f, dout_h, ld, v + h * D, ld, 0.0f, ds.data(), T);
+    Gemm(false, true, T, T, D, 1.0f, dout_h, ld, v + kv, ld_kv, 0.0f, ds.data(), T);
     SoftmaxBackwardInPlace(p, ds.data(), T);
     if (dq != nullptr) {
-      Gemm(false, false, T, D, T, scale, ds.data(), T, k + h * D, ld, 1.0f, dq + h * D, ld);
+      Gemm(false, false, T, D, T, scale, ds.data(), T, k + kv, ld_kv, 1.0f, dq + h * D, ld);
     }
     if (dk != nullptr) {
-      Gemm(true, false, T, D, T, scale, ds.data(), T, q + h * D, ld, 1.0f, dk + h * D, ld);
+      Gemm(true, false, T, D, T, scale, ds.data(), T, q + h * D, ld, 1.0f, dk + kv, ld_kv);
     }
   }
 }
@@ -91,14 +98,16 @@ void CausalAttentionBackward(const float* q, const float* k, const float* v, con
 // A single query row: two matrix-vector products per head. sgemv beats both an m = 1 Gemm and
 // plain loops (which GCC does not vectorize at -O2) by about 2x at T=128, D=32.
 void DecodeAttention(const float* q, const float* k_cache, const float* v_cache, int len,
-                     float* out, int H, int D, float* scratch) {
-  const int ld = H * D;
+                     float* out, int H, int KV, int D, float* scratch) {
+  const int ld_kv = KV * D;
+  const int group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int h = 0; h < H; ++h) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, len, D, scale, k_cache + h * D, ld, q + h * D, 1, 0.0f,
+    const int kv = (h / group) * D;
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, len, D, scale, k_cache + kv, ld_kv, q + h * D, 1, 0.0f,
                 scratch, 1);
     SoftmaxInPlace(scratch, len);
-    cblas_sgemv(CblasRowMajor, CblasTrans, len, D, 1.0f, v_cache + h * D, ld, scratch, 1, 0.0f,
+    cblas_sgemv(CblasRowMajor, CblasTrans, len, D, 1.0f, v_cache + kv, ld_kv, scratch, 1, 0.0f,
                 out + h * D, 1);
   }
 }

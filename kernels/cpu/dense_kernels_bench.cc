@@ -147,7 +147,7 @@ void BM_CausalAttention(benchmark::State& state) {
   const std::vector<float> q = Random(n), k = Random(n), v = Random(n);
   std::vector<float> out(n), probs(static_cast<size_t>(H) * T * T);
   for (auto _ : state) {
-    CausalAttention(q.data(), k.data(), v.data(), out.data(), probs.data(), T, H, D);
+    CausalAttention(q.data(), k.data(), v.data(), out.data(), probs.data(), T, H, H, D);
     benchmark::DoNotOptimize(out.data());
   }
   SetFlops(state, AttentionFlops(T, H, D));
@@ -159,10 +159,10 @@ void BM_CausalAttentionBackward(benchmark::State& state) {
   const size_t n = static_cast<size_t>(T) * H * D;
   const std::vector<float> q = Random(n), k = Random(n), v = Random(n), dout = Random(n);
   std::vector<float> out(n), probs(static_cast<size_t>(H) * T * T), dq(n), dk(n), dv(n);
-  CausalAttention(q.data(), k.data(), v.data(), out.data(), probs.data(), T, H, D);
+  CausalAttention(q.data(), k.data(), v.data(), out.data(), probs.data(), T, H, H, D);
   for (auto _ : state) {
     CausalAttentionBackward(q.data(), k.data(), v.data(), probs.data(), dout.data(), dq.data(),
-                            dk.data(), dv.data(), T, H, D);
+                            dk.data(), dv.data(), T, H, H, D);
     benchmark::DoNotOptimize(dq.data());
   }
   SetFlops(state, 2 * AttentionFlops(T, H, D));
@@ -176,7 +176,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   const std::vector<float> q = Random(H * D), k = Random(n), v = Random(n);
   std::vector<float> out(H * D), scratch(T);
   for (auto _ : state) {
-    DecodeAttention(q.data(), k.data(), v.data(), T, out.data(), H, D, scratch.data());
+    DecodeAttention(q.data(), k.data(), v.data(), T, out.data(), H, H, D, scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
   SetFlops(state, 4.0 * T * D * H);

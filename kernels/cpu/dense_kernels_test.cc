@@ -348,115 +348,174 @@ TEST(RopeTest, GradientMatchesFiniteDifferences) {
 // ---------------------------------------------------------------------------------------------
 // Attention
 
-constexpr int kT = 23, kH = 3, kD = 12;
+constexpr int kT = 23, kH = 4, kD = 12;
+// Key/value heads: multi-head (kH), grouped-query and multi-query attention.
+constexpr int kKvHeads[] = {kH, 2, 1};
 
 struct Qkv {
   Vec q, k, v;
 };
 
-Qkv RandomQkv(std::mt19937& rng, int T, int H, int D, float range = 1.0f) {
-  const size_t n = static_cast<size_t>(T) * H * D;
-  return {Random(rng, n, -range, range), Random(rng, n, -range, range),
-          Random(rng, n, -range, range)};
+Qkv RandomQkv(std::mt19937& rng, int T, int H, int KV, int D, float range = 1.0f) {
+  const size_t nq = static_cast<size_t>(T) * H * D, nkv = static_cast<size_t>(T) * KV * D;
+  return {Random(rng, nq, -range, range), Random(rng, nkv, -range, range),
+          Random(rng, nkv, -range, range)};
+}
+
+// [T, KV, D] -> [T, H, D], each key/value head copied to the query heads of its group.
+Vec RepeatHeads(const Vec& x, int T, int H, int KV, int D) {
+  Vec repeated(static_cast<size_t>(T) * H * D);
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < H; ++h) {
+      std::copy_n(x.data() + (t * KV + h / (H / KV)) * D, D, repeated.data() + (t * H + h) * D);
+    }
+  }
+  return repeated;
 }
 
 TEST(AttentionTest, ForwardMatchesReference) {
   std::mt19937 rng(13);
-  const Qkv in = RandomQkv(rng, kT, kH, kD, 2.0f);
-  Vec out(kT * kH * kD), probs(kH * kT * kT), out_ref(out.size()), probs_ref(probs.size());
-  CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), kT, kH, kD);
-  reference::CausalAttention(in.q.data(), in.k.data(), in.v.data(), out_ref.data(),
-                             probs_ref.data(), kT, kH, kD);
-  EXPECT_TRUE(AllClose(out, out_ref, 1e-6, 1e-5));
-  EXPECT_TRUE(AllClose(probs, probs_ref, 1e-6, 1e-5));
-  for (int h = 0; h < kH; ++h) {
-    for (int t = 0; t < kT; ++t) {
-      const float* row = probs.data() + (h * kT + t) * kT;
-      double sum = 0.0;
-      for (int j = 0; j < kT; ++j) {
-        sum += row[j];
-        if (j > t) {
-          EXPECT_EQ(row[j], 0.0f) << "h=" << h << " t=" << t << " j=" << j;
+  for (const int kv : kKvHeads) {
+    SCOPED_TRACE(::testing::Message() << "KV=" << kv);
+    const Qkv in = RandomQkv(rng, kT, kH, kv, kD, 2.0f);
+    Vec out(kT * kH * kD), probs(kH * kT * kT), out_ref(out.size()), probs_ref(probs.size());
+    CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), kT, kH, kv,
+                    kD);
+    reference::CausalAttention(in.q.data(), in.k.data(), in.v.data(), out_ref.data(),
+                               probs_ref.data(), kT, kH, kv, kD);
+    EXPECT_TRUE(AllClose(out, out_ref, 1e-6, 1e-5));
+    EXPECT_TRUE(AllClose(probs, probs_ref, 1e-6, 1e-5));
+    for (int h = 0; h < kH; ++h) {
+      for (int t = 0; t < kT; ++t) {
+        const float* row = probs.data() + (h * kT + t) * kT;
+        double sum = 0.0;
+        for (int j = 0; j < kT; ++j) {
+          sum += row[j];
+          if (j > t) {
+            EXPECT_EQ(row[j], 0.0f) << "h=" << h << " t=" << t << " j=" << j;
+          }
         }
+        EXPECT_NEAR(sum, 1.0, 1e-5) << "h=" << h << " t=" << t;
       }
-      EXPECT_NEAR(sum, 1.0, 1e-5) << "h=" << h << " t=" << t;
     }
   }
 }
 
+// Grouped-query attention is multi-head attention over keys and values repeated per group
+// (how transformers' repeat_kv computes it).
+TEST(AttentionTest, GroupedQueriesEqualRepeatedKeysAndValues) {
+  std::mt19937 rng(19);
+  const int kv = 2;
+  const Qkv in = RandomQkv(rng, kT, kH, kv, kD, 2.0f);
+  const Vec k = RepeatHeads(in.k, kT, kH, kv, kD), v = RepeatHeads(in.v, kT, kH, kv, kD);
+  const size_t n = static_cast<size_t>(kT) * kH * kD;
+  Vec grouped(n), repeated(n), probs(kH * kT * kT);
+  CausalAttention(in.q.data(), in.k.data(), in.v.data(), grouped.data(), probs.data(), kT, kH, kv,
+                  kD);
+  CausalAttention(in.q.data(), k.data(), v.data(), repeated.data(), probs.data(), kT, kH, kH, kD);
+  EXPECT_EQ(grouped, repeated);
+  // The gradient of a shared head is the sum over its group.
+  const Vec dout = Random(rng, n);
+  Vec dk(in.k.size()), dv(in.v.size()), dk_repeated(n), dv_repeated(n);
+  CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(), nullptr,
+                          dk.data(), dv.data(), kT, kH, kv, kD);
+  CausalAttentionBackward(in.q.data(), k.data(), v.data(), probs.data(), dout.data(), nullptr,
+                          dk_repeated.data(), dv_repeated.data(), kT, kH, kH, kD);
+  Vec dk_summed(dk.size(), 0.0f), dv_summed(dv.size(), 0.0f);
+  for (int t = 0; t < kT; ++t) {
+    for (int h = 0; h < kH; ++h) {
+      for (int d = 0; d < kD; ++d) {
+        dk_summed[(t * kv + h / (kH / kv)) * kD + d] += dk_repeated[(t * kH + h) * kD + d];
+        dv_summed[(t * kv + h / (kH / kv)) * kD + d] += dv_repeated[(t * kH + h) * kD + d];
+      }
+    }
+  }
+  EXPECT_TRUE(AllClose(dk, dk_summed, 1e-5, 1e-5));
+  EXPECT_TRUE(AllClose(dv, dv_summed, 1e-5, 1e-5));
+}
+
 TEST(AttentionTest, BackwardAccumulatesLikeReference) {
   std::mt19937 rng(14);
-  const Qkv in = RandomQkv(rng, kT, kH, kD, 2.0f);
-  const size_t n = static_cast<size_t>(kT) * kH * kD;
-  const Vec dout = Random(rng, n);
-  Vec out(n), probs(kH * kT * kT);
-  CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), kT, kH, kD);
-  Vec dq = Random(rng, n), dk = Random(rng, n), dv = Random(rng, n);
-  Vec dq_ref = dq, dk_ref = dk, dv_ref = dv;
-  CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(),
-                          dq.data(), dk.data(), dv.data(), kT, kH, kD);
-  reference::CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(),
-                                     dout.data(), dq_ref.data(), dk_ref.data(), dv_ref.data(), kT,
-                                     kH, kD);
-  EXPECT_TRUE(AllClose(dq, dq_ref, 1e-5, 1e-5));
-  EXPECT_TRUE(AllClose(dk, dk_ref, 1e-5, 1e-5));
-  EXPECT_TRUE(AllClose(dv, dv_ref, 1e-5, 1e-5));
+  for (const int kv : kKvHeads) {
+    SCOPED_TRACE(::testing::Message() << "KV=" << kv);
+    const Qkv in = RandomQkv(rng, kT, kH, kv, kD, 2.0f);
+    const size_t n = static_cast<size_t>(kT) * kH * kD, nkv = in.k.size();
+    const Vec dout = Random(rng, n);
+    Vec out(n), probs(kH * kT * kT);
+    CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), kT, kH, kv,
+                    kD);
+    Vec dq = Random(rng, n), dk = Random(rng, nkv), dv = Random(rng, nkv);
+    Vec dq_ref = dq, dk_ref = dk, dv_ref = dv;
+    CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(),
+                            dq.data(), dk.data(), dv.data(), kT, kH, kv, kD);
+    reference::CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(),
+                                       dout.data(), dq_ref.data(), dk_ref.data(), dv_ref.data(), kT,
+                                       kH, kv, kD);
+    EXPECT_TRUE(AllClose(dq, dq_ref, 1e-5, 1e-5));
+    EXPECT_TRUE(AllClose(dk, dk_ref, 1e-5, 1e-5));
+    EXPECT_TRUE(AllClose(dv, dv_ref, 1e-5, 1e-5));
 
-  // Each output alone equals its share of the all-outputs call.
-  Vec all_q(n), all_k(n), all_v(n), only_q(n), only_k(n), only_v(n);
-  CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(),
-                          all_q.data(), all_k.data(), all_v.data(), kT, kH, kD);
-  CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(),
-                          only_q.data(), nullptr, nullptr, kT, kH, kD);
-  CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(), nullptr,
-                          only_k.data(), nullptr, kT, kH, kD);
-  CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(), nullptr,
-                          nullptr, only_v.data(), kT, kH, kD);
-  EXPECT_EQ(only_q, all_q);
-  EXPECT_EQ(only_k, all_k);
-  EXPECT_EQ(only_v, all_v);
+    // Each output alone equals its share of the all-outputs call.
+    Vec all_q(n), all_k(nkv), all_v(nkv), only_q(n), only_k(nkv), only_v(nkv);
+    auto backward = [&](float* q_grad, float* k_grad, float* v_grad) {
+      CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(),
+                              q_grad, k_grad, v_grad, kT, kH, kv, kD);
+    };
+    backward(all_q.data(), all_k.data(), all_v.data());
+    backward(only_q.data(), nullptr, nullptr);
+    backward(nullptr, only_k.data(), nullptr);
+    backward(nullptr, nullptr, only_v.data());
+    EXPECT_EQ(only_q, all_q);
+    EXPECT_EQ(only_k, all_k);
+    EXPECT_EQ(only_v, all_v);
+  }
 }
 
 TEST(AttentionTest, GradientMatchesFiniteDifferences) {
   std::mt19937 rng(15);
-  const Qkv in = RandomQkv(rng, kT, kH, kD, 2.0f);
-  const size_t n = static_cast<size_t>(kT) * kH * kD;
-  const Vec dout = Random(rng, n);
-  Vec out(n), probs(kH * kT * kT), dq(n), dk(n), dv(n);
-  CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), kT, kH, kD);
-  CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(),
-                          dq.data(), dk.data(), dv.data(), kT, kH, kD);
-  const DVec qd = ToDouble(in.q), kd = ToDouble(in.k), vd = ToDouble(in.v);
-  const DVec doutd = ToDouble(dout);
-  auto loss = [&](const DVec& qs, const DVec& ks, const DVec& vs) {
-    DVec o(n), p(kH * kT * kT);
-    reference::CausalAttention(qs.data(), ks.data(), vs.data(), o.data(), p.data(), kT, kH, kD);
-    return Dot(o, doutd);
-  };
-  ExpectGradientMatches(
-      "dq", qd, [&](const DVec& x) { return loss(x, kd, vd); }, dq, rng, 40);
-  ExpectGradientMatches(
-      "dk", kd, [&](const DVec& x) { return loss(qd, x, vd); }, dk, rng, 40);
-  ExpectGradientMatches(
-      "dv", vd, [&](const DVec& x) { return loss(qd, kd, x); }, dv, rng, 40);
+  for (const int kv : {kH, 2}) {
+    SCOPED_TRACE(::testing::Message() << "KV=" << kv);
+    const Qkv in = RandomQkv(rng, kT, kH, kv, kD, 2.0f);
+    const size_t n = static_cast<size_t>(kT) * kH * kD, nkv = in.k.size();
+    const Vec dout = Random(rng, n);
+    Vec out(n), probs(kH * kT * kT), dq(n), dk(nkv), dv(nkv);
+    CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), kT, kH, kv,
+                    kD);
+    CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(),
+                            dq.data(), dk.data(), dv.data(), kT, kH, kv, kD);
+    const DVec qd = ToDouble(in.q), kd = ToDouble(in.k), vd = ToDouble(in.v);
+    const DVec doutd = ToDouble(dout);
+    auto loss = [&](const DVec& qs, const DVec& ks, const DVec& vs) {
+      DVec o(n), p(kH * kT * kT);
+      reference::CausalAttention(qs.data(), ks.data(), vs.data(), o.data(), p.data(), kT, kH, kv,
+                                 kD);
+      return Dot(o, doutd);
+    };
+    ExpectGradientMatches(
+        "dq", qd, [&](const DVec& x) { return loss(x, kd, vd); }, dq, rng, 40);
+    ExpectGradientMatches(
+        "dk", kd, [&](const DVec& x) { return loss(qd, x, vd); }, dk, rng, 40);
+    ExpectGradientMatches(
+        "dv", vd, [&](const DVec& x) { return loss(qd, kd, x); }, dv, rng, 40);
+  }
 }
 
 // The model's "KV-cache decode equals full forward" test rests on this.
 TEST(AttentionTest, DecodeEqualsCausalRow) {
   std::mt19937 rng(16);
-  for (const int D : {16, 32}) {
+  for (const auto [D, KV] : {std::pair{16, 3}, std::pair{32, 3}, std::pair{16, 1}}) {
     const int T = 37, H = 3;
-    SCOPED_TRACE(::testing::Message() << "D=" << D);
-    const Qkv in = RandomQkv(rng, T, H, D, 2.0f);
+    SCOPED_TRACE(::testing::Message() << "D=" << D << " KV=" << KV);
+    const Qkv in = RandomQkv(rng, T, H, KV, D, 2.0f);
     const int row = H * D;
     Vec out(T * row), probs(H * T * T), decoded(row), decoded_ref(row), scratch(T);
     Vec scratch_ref(T);
-    CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), T, H, D);
+    CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), T, H, KV, D);
     float max_diff = 0.0f;
     for (int t = 0; t < T; ++t) {
       const float* q = in.q.data() + t * row;
-      DecodeAttention(q, in.k.data(), in.v.data(), t + 1, decoded.data(), H, D, scratch.data());
-      reference::DecodeAttention(q, in.k.data(), in.v.data(), t + 1, decoded_ref.data(), H, D,
+      DecodeAttention(q, in.k.data(), in.v.data(), t + 1, decoded.data(), H, KV, D, scratch.data());
+      reference::DecodeAttention(q, in.k.data(), in.v.data(), t + 1, decoded_ref.data(), H, KV, D,
                                  scratch_ref.data());
       const Vec full(out.begin() + t * row, out.begin() + (t + 1) * row);
       EXPECT_TRUE(AllClose(decoded, full, 1e-5, 0.0)) << "t=" << t;
@@ -465,21 +524,22 @@ TEST(AttentionTest, DecodeEqualsCausalRow) {
     }
     std::ostringstream diff;
     diff << max_diff;
-    RecordProperty("max_decode_vs_full_diff_D" + std::to_string(D), diff.str());
+    RecordProperty("max_decode_vs_full_diff_D" + std::to_string(D) + "_KV" + std::to_string(KV),
+                   diff.str());
   }
 }
 
 TEST(AttentionTest, LargeScoresStayFinite) {
   std::mt19937 rng(17);
-  const Qkv in = RandomQkv(rng, kT, kH, kD, 100.0f);
+  const Qkv in = RandomQkv(rng, kT, kH, kH, kD, 100.0f);
   const size_t n = static_cast<size_t>(kT) * kH * kD;
   Vec out(n), probs(kH * kT * kT), dq(n), dk(n), dv(n), scratch(kT), decoded(kH * kD);
   const Vec dout = Random(rng, n);
-  CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), kT, kH, kD);
+  CausalAttention(in.q.data(), in.k.data(), in.v.data(), out.data(), probs.data(), kT, kH, kH, kD);
   CausalAttentionBackward(in.q.data(), in.k.data(), in.v.data(), probs.data(), dout.data(),
-                          dq.data(), dk.data(), dv.data(), kT, kH, kD);
+                          dq.data(), dk.data(), dv.data(), kT, kH, kH, kD);
   DecodeAttention(in.q.data() + (kT - 1) * kH * kD, in.k.data(), in.v.data(), kT, decoded.data(),
-                  kH, kD, scratch.data());
+                  kH, kH, kD, scratch.data());
   EXPECT_TRUE(AllFinite(out));
   EXPECT_TRUE(AllFinite(probs));
   EXPECT_TRUE(AllFinite(dq));

@@ -158,7 +158,8 @@ void RopeBackward(Real* dx, const int* positions, int tokens, int heads, int hea
 
 template <typename Real>
 void CausalAttention(const Real* q, const Real* k, const Real* v, Real* out, Real* probs, int T,
-                     int H, int D) {
+                     int H, int KV, int D) {
+  const int group = H / KV;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   for (int h = 0; h < H; ++h) {
     for (int t = 0; t < T; ++t) {
@@ -166,7 +167,7 @@ void CausalAttention(const Real* q, const Real* k, const Real* v, Real* out, Rea
       for (int j = 0; j <= t; ++j) {
         double dot = 0.0;
         for (int d = 0; d < D; ++d)
-          dot += double{q[Index(t, h, d, H, D)]} * k[Index(j, h, d, H, D)];
+          dot += double{q[Index(t, h, d, H, D)]} * k[Index(j, h / group, d, KV, D)];
         p[j] = scale * dot;
       }
       const double lse = LogSumExp(p.data(), t + 1);
@@ -175,7 +176,7 @@ void CausalAttention(const Real* q, const Real* k, const Real* v, Real* out, Rea
       for (int j = 0; j < T; ++j) prow[j] = j <= t ? static_cast<Real>(p[j]) : Real{0};
       for (int d = 0; d < D; ++d) {
         double sum = 0.0;
-        for (int j = 0; j <= t; ++j) sum += p[j] * v[Index(j, h, d, H, D)];
+        for (int j = 0; j <= t; ++j) sum += p[j] * v[Index(j, h / group, d, KV, D)];
         out[Index(t, h, d, H, D)] = static_cast<Real>(sum);
       }
     }
@@ -186,7 +187,9 @@ void CausalAttention(const Real* q, const Real* k, const Real* v, Real* out, Rea
 // dS = P ∘ (dP - rowsum(P ∘ dP)), dQ = scale dS K, dK = scale dSᵀ Q.
 template <typename Real>
 void CausalAttentionBackward(const Real* q, const Real* k, const Real* v, const Real* probs,
-                             const Real* dout, Real* dq, Real* dk, Real* dv, int T, int H, int D) {
+                             const Real* dout, Real* dq, Real* dk, Real* dv, int T, int H, int KV,
+                             int D) {
+  const int group = H / KV;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   for (int h = 0; h < H; ++h) {
     for (int t = 0; t < T; ++t) {
@@ -195,22 +198,22 @@ void CausalAttentionBackward(const Real* q, const Real* k, const Real* v, const 
       double dot = 0.0;
       for (int j = 0; j <= t; ++j) {
         for (int d = 0; d < D; ++d)
-          dp[j] += double{dout[Index(t, h, d, H, D)]} * v[Index(j, h, d, H, D)];
+          dp[j] += double{dout[Index(t, h, d, H, D)]} * v[Index(j, h / group, d, KV, D)];
         dot += prow[j] * dp[j];
       }
       for (int j = 0; j <= t; ++j) {
         const double ds = prow[j] * (dp[j] - dot);
         for (int d = 0; d < D; ++d) {
           if (dv != nullptr) {
-            Real& g = dv[Index(j, h, d, H, D)];
+            Real& g = dv[Index(j, h / group, d, KV, D)];
             g = static_cast<Real>(g + double{prow[j]} * dout[Index(t, h, d, H, D)]);
           }
           if (dq != nullptr) {
             Real& g = dq[Index(t, h, d, H, D)];
-            g = static_cast<Real>(g + scale * ds * k[Index(j, h, d, H, D)]);
+            g = static_cast<Real>(g + scale * ds * k[Index(j, h / group, d, KV, D)]);
           }
           if (dk != nullptr) {
-            Real& g = dk[Index(j, h, d, H, D)];
+            Real& g = dk[Index(j, h / group, d, KV, D)];
             g = static_cast<Real>(g + scale * ds * q[Index(t, h, d, H, D)]);
           }
         }
@@ -221,13 +224,15 @@ void CausalAttentionBackward(const Real* q, const Real* k, const Real* v, const 
 
 template <typename Real>
 void DecodeAttention(const Real* q, const Real* k_cache, const Real* v_cache, int len, Real* out,
-                     int H, int D, Real* scratch) {
+                     int H, int KV, int D, Real* scratch) {
+  const int group = H / KV;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   for (int h = 0; h < H; ++h) {
     std::vector<double> p(len);
     for (int j = 0; j < len; ++j) {
       double dot = 0.0;
-      for (int d = 0; d < D; ++d) dot += double{q[h * D + d]} * k_cache[Index(j, h, d, H, D)];
+      for (int d = 0; d < D; ++d)
+        dot += double{q[h * D + d]} * k_cache[Index(j, h / group, d, KV, D)];
       p[j] = scale * dot;
     }
     const double lse = LogSumExp(p.data(), len);
@@ -237,7 +242,7 @@ void DecodeAttention(const Real* q, const Real* k_cache, const Real* v_cache, in
     }
     for (int d = 0; d < D; ++d) {
       double sum = 0.0;
-      for (int j = 0; j < len; ++j) sum += p[j] * v_cache[Index(j, h, d, H, D)];
+      for (int j = 0; j < len; ++j) sum += p[j] * v_cache[Index(j, h / group, d, KV, D)];
       out[h * D + d] = static_cast<Real>(sum);
     }
   }
@@ -311,10 +316,10 @@ void TokenLogProbsBackward(const Real* logits, const int* targets, const Real* d
   template void Rope(Real*, const int*, int, int, int, double);                                   \
   template void RopeBackward(Real*, const int*, int, int, int, double);                           \
   template void CausalAttention(const Real*, const Real*, const Real*, Real*, Real*, int, int,    \
-                                int);                                                             \
+                                int, int);                                                        \
   template void CausalAttentionBackward(const Real*, const Real*, const Real*, const Real*,       \
-                                        const Real*, Real*, Real*, Real*, int, int, int);         \
-  template void DecodeAttention(const Real*, const Real*, const Real*, int, Real*, int, int,      \
+                                        const Real*, Real*, Real*, Real*, int, int, int, int);    \
+  template void DecodeAttention(const Real*, const Real*, const Real*, int, Real*, int, int, int, \
                                 Real*);                                                           \
   template void SwiGlu(const Real*, const Real*, Real*, int64_t);                                 \
   template void SwiGluBackward(const Real*, const Real*, const Real*, Real*, Real*, int64_t);     \

@@ -37,15 +37,16 @@ void RopeBackward(Real* dx, const int* positions, int tokens, int heads, int hea
 
 template <typename Real>
 void CausalAttention(const Real* q, const Real* k, const Real* v, Real* out, Real* probs, int T,
-                     int H, int D);
+                     int H, int KV, int D);
 
 template <typename Real>
 void CausalAttentionBackward(const Real* q, const Real* k, const Real* v, const Real* probs,
-                             const Real* dout, Real* dq, Real* dk, Real* dv, int T, int H, int D);
+                             const Real* dout, Real* dq, Real* dk, Real* dv, int T, int H, int KV,
+                             int D);
 
 template <typename Real>
 void DecodeAttention(const Real* q, const Real* k_cache, const Real* v_cache, int len, Real* out,
-                     int H, int D, Real* scratch);
+                     int H, int KV, int D, Real* scratch);
 
 template <typename Real>
 void SwiGlu(const Real* gate, const Real* up, Real* out, int64_t n);

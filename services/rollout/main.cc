@@ -12,7 +12,8 @@
 #include "services/rollout/rollout_service.h"
 
 ABSL_FLAG(std::string, base_model, "",
-          "Base model safetensors file (engine format, e.g. from make_base_model). Required.");
+          "Base model: a Hugging Face model directory or an engine safetensors file "
+          "(make_base_model). Required.");
 ABSL_FLAG(std::string, precision, "bf16", "Inference precision: bf16 or fp32.");
 ABSL_FLAG(std::string, weight_store, "",
           "weight-store address (host:port); empty: the base model only, no adapters.");

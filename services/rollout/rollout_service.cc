@@ -11,6 +11,7 @@
 #include "common/unary.h"
 #include "common/finished_reactor.h"
 #include "common/queued_write_reactor.h"
+#include "engine/hf/hf_model.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 #include "services/rollout/generate_request.h"
 
@@ -89,7 +90,7 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
     RolloutOptions options) {
   std::unique_ptr<RolloutServiceImpl> service(new RolloutServiceImpl(std::move(options)));
   const RolloutOptions& o = service->options_;
-  auto base = engine::BaseModel::Load(o.base_model_path);
+  auto base = engine::hf::LoadBaseModel(o.base_model_path);
   if (!base.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot load the base model: ", base.status().message()));

@@ -20,7 +20,8 @@
 namespace tandem::rollout {
 
 struct RolloutOptions {
-  std::string base_model_path;  // Safetensors file of the base model (engine format).
+  // A Hugging Face model directory or an engine safetensors file (engine::hf::LoadBaseModel).
+  std::string base_model_path;
   engine::Precision precision = engine::Precision::kBF16;
   // Channels to the other services; null: requests that need them fail clearly.
   std::shared_ptr<grpc::Channel> weight_store;

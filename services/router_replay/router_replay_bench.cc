@@ -22,6 +22,7 @@
 #include "common/testing/test_server.h"
 #include "engine/config.h"
 #include "engine/generator.h"
+#include "engine/hf/hf_model.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/sft.h"
@@ -115,7 +116,7 @@ void PrintStorageRow(const char* label, const RouteShape& shape,
 std::vector<std::vector<int16_t>> EngineRoutes(const engine::ModelConfig& config, int samples) {
   const std::string path = absl::GetFlag(FLAGS_base_model);
   auto model =
-      path.empty() ? *engine::BaseModel::Create(config, 11) : *engine::BaseModel::Load(path);
+      path.empty() ? *engine::BaseModel::Create(config, 11) : *engine::hf::LoadBaseModel(path);
   engine::Transformer transformer(model, nullptr, engine::Precision::kBF16);
   std::vector<engine::GenerationRequest> requests;
   const std::unique_ptr<engine::Task> task = *engine::MakeTask("addition", 2);

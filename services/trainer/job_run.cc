@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <future>
 #include <memory>
 #include <thread>
@@ -16,6 +15,7 @@
 #include "common/channel.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "engine/hf/hf_model.h"
 #include "engine/sampler.h"
 #include "engine/sft.h"
 #include "engine/tokenizer.h"
@@ -68,10 +68,6 @@ absl::Status CheckFinite(int64_t step, const UpdateStats& stats, const engine::L
     }
   }
   return absl::OkStatus();
-}
-
-std::string BaseModelFile(const std::string& path) {
-  return std::filesystem::is_directory(path) ? path + "/model.safetensors" : path;
 }
 
 PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
@@ -189,7 +185,7 @@ class JobRun {
 };
 
 absl::Status JobRun::Init() {
-  auto base = engine::BaseModel::Load(BaseModelFile(spec_.base_model_path()));
+  auto base = engine::hf::LoadBaseModel(spec_.base_model_path());
   if (!base.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("base model: ", base.status().message()));

@@ -48,14 +48,18 @@ v1::ExpertLayout ExpertLayoutToProto(engine::ExpertLayout layout) {
 }  // namespace
 
 transfer::ModelShape ModelShapeOf(const engine::ModelConfig& config) {
-  return {.num_layers = config.num_layers,
-          .num_dense_layers = config.num_dense_layers,
-          .hidden = config.d_model,
-          .q_out = config.d_model,
-          .kv_out = config.d_model,
-          .dense_ffn = config.dense_ffn_dim,
-          .expert_ffn = config.expert_ffn_dim,
-          .num_experts = config.num_experts};
+  transfer::ModelShape shape{.num_layers = config.num_layers,
+                             .num_dense_layers = config.num_dense_layers,
+                             .hidden = config.d_model,
+                             .q_out = config.q_dim(),
+                             .kv_out = config.kv_dim(),
+                             .dense_ffn = config.dense_ffn_dim,
+                             .expert_ffn = config.expert_ffn_dim,
+                             .num_experts = config.num_experts};
+  for (int layer = config.num_dense_layers; layer < config.num_layers; ++layer) {
+    if (!config.IsMoeLayer(layer)) shape.other_dense_layers.push_back(layer);
+  }
+  return shape;
 }
 
 v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config) {
@@ -95,8 +99,8 @@ absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& giv
 
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
                                                    const engine::ModelConfig& model_config,
-                                                   absl::string_view adapter_name,
-                                                   int64_t version, v1::DType dtype) {
+                                                   absl::string_view adapter_name, int64_t version,
+                                                   v1::DType dtype) {
   if (dtype != v1::DTYPE_F32 && dtype != v1::DTYPE_BF16) {
     return absl::InvalidArgumentError("adapters are published as F32 or BF16");
   }
@@ -113,7 +117,8 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
     return absl::InvalidArgumentError(absl::StrCat("adapter has ", canonical.size(),
                                                    " tensors; its config names ", tensors->size()));
   }
-  auto shard = transfer::BuildProducerShard(*tensors, canonical, transfer::ProducerLayout{}, /*producer_rank=*/0);
+  auto shard = transfer::BuildProducerShard(*tensors, canonical, transfer::ProducerLayout{},
+                                            /*producer_rank=*/0);
   if (!shard.ok()) return shard.status();
   AdapterVersion published;
   v1::Manifest& manifest = published.manifest;

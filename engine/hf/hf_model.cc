@@ -1,0 +1,61 @@
+#include "engine/hf/hf_model.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "engine/hf/hf_architecture.h"
+#include "engine/hf/hf_checkpoint.h"
+
+namespace tandem::engine::hf {
+namespace {
+
+// The engine's canonical name of an HF tensor: MoE tensors move under "mlp." with the
+// engine's projection names; every other name is already canonical.
+std::string CanonicalName(const HfArchitecture& architecture, const std::string& name) {
+  const std::string block = absl::StrCat(".", architecture.moe_block, ".");
+  if (architecture.moe_block == "mlp" || name.find(block) == std::string::npos) return name;
+  std::string renamed = absl::StrReplaceAll(name, {{block, ".mlp."}});
+  const char* engine_names[] = {"gate_proj", "up_proj", "down_proj"};
+  for (int i = 0; i < 3; ++i) {
+    const std::string suffix = absl::StrCat(".", architecture.expert_projections[i], ".weight");
+    if (renamed.ends_with(suffix)) {
+      renamed.replace(renamed.size() - suffix.size(), suffix.size(),
+                      absl::StrCat(".", engine_names[i], ".weight"));
+    }
+  }
+  return renamed;
+}
+
+absl::Status InDirectory(const std::string& directory, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("'", directory, "': ", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<BaseModel> LoadHfModel(const std::string& directory) {
+  auto checkpoint = ReadHfCheckpoint(directory);
+  if (!checkpoint.ok()) return checkpoint.status();
+  auto architecture = HfArchitectureFromConfig(checkpoint->config);
+  if (!architecture.ok()) return InDirectory(directory, architecture.status());
+  const TensorShapes expected = HfTensorShapes(*architecture);
+  if (absl::Status status = CheckTensorShapes(*checkpoint, expected); !status.ok()) {
+    return InDirectory(directory, status);
+  }
+  SafetensorsFile canonical;
+  for (auto& [name, tensor] : checkpoint->tensors) {
+    canonical.tensors[CanonicalName(*architecture, name)] = std::move(tensor);
+  }
+  auto model = BaseModel::FromTensors(architecture->config, canonical);
+  if (!model.ok()) return InDirectory(directory, model.status());
+  return model;
+}
+
+absl::StatusOr<BaseModel> LoadBaseModel(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) return LoadHfModel(path);
+  return BaseModel::Load(path);
+}
+
+}  // namespace tandem::engine::hf

@@ -1,0 +1,300 @@
+"""Tiny random Hugging Face MoE checkpoints and an independent NumPy forward pass over them.
+
+Written from the math of transformers' modelling files (modeling_qwen3_moe.py,
+modeling_mixtral.py, modeling_olmoe.py), not from Tandem's C++: every architecture is a
+decoder with RMSNorm, rotate-half RoPE, causal grouped-query attention and a top-k MoE of SwiGLU
+experts; they differ in where the q/k norms sit, how router probabilities become gate weights,
+which layers are sparse and what the tensors are called. The forward runs in float64, so the
+engine's float32 result is compared with the exact value of the same weights.
+"""
+
+import json
+import os
+
+import numpy as np
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors, written by hand (the format is an 8-byte little-endian header length, a JSON
+# header {name: {dtype, shape, data_offsets}}, then the bytes).
+
+def to_bf16_bits(values):
+    """float32 -> bfloat16 bit patterns, rounding to nearest even (as torch does)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def from_bf16_bits(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def stored_values(values, dtype):
+    """What a tensor reads back as once stored in `dtype`."""
+    values = np.asarray(values, dtype=np.float32)
+    if dtype == "BF16":
+        return from_bf16_bits(to_bf16_bits(values)).reshape(values.shape)
+    if dtype == "F16":
+        return values.astype(np.float16).astype(np.float32)
+    return values
+
+
+def encode(values, dtype):
+    values = np.asarray(values, dtype=np.float32)
+    if dtype == "BF16":
+        return to_bf16_bits(values).tobytes()
+    if dtype == "F16":
+        return values.astype(np.float16).tobytes()
+    return values.astype("<f4").tobytes()
+
+
+def write_safetensors(path, tensors, dtype):
+    header = {"__metadata__": {"format": "pt"}}
+    blobs = []
+    offset = 0
+    for name in sorted(tensors):
+        blob = encode(tensors[name], dtype)
+        header[name] = {"dtype": dtype, "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    header_bytes = json.dumps(header).encode()
+    header_bytes += b" " * (-len(header_bytes) % 8)
+    with open(path, "wb") as out:
+        out.write(len(header_bytes).to_bytes(8, "little"))
+        out.write(header_bytes)
+        for blob in blobs:
+            out.write(blob)
+
+
+def write_checkpoint(directory, config, tensors, dtype, shards):
+    """A model directory as save_pretrained writes it: one file, or `shards` files + index."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as out:
+        json.dump(config, out, indent=2)
+    if shards == 1:
+        write_safetensors(os.path.join(directory, "model.safetensors"), tensors, dtype)
+        return
+    names = sorted(tensors)
+    weight_map = {}
+    for shard in range(shards):
+        file = f"model-{shard + 1:05d}-of-{shards:05d}.safetensors"
+        part = {name: tensors[name] for name in names[shard::shards]}
+        write_safetensors(os.path.join(directory, file), part, dtype)
+        weight_map.update({name: file for name in part})
+    total = sum(len(encode(value, dtype)) for value in tensors.values())
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as out:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, out, indent=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The architectures: config.json, tensor names and shapes.
+
+def qwen3_moe_config(**overrides):
+    config = {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "vocab_size": 97, "hidden_size": 48, "intermediate_size": 80,
+        "moe_intermediate_size": 24, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+        "tie_word_embeddings": False, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "max_position_embeddings": 128, "hidden_act": "silu", "attention_bias": False,
+        "use_sliding_window": False, "rope_scaling": None, "torch_dtype": "bfloat16",
+    }
+    config.update(overrides)
+    return config
+
+
+def mixtral_config(**overrides):
+    config = {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+        "vocab_size": 89, "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "num_local_experts": 6,
+        "num_experts_per_tok": 2, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+        "max_position_embeddings": 128, "hidden_act": "silu", "sliding_window": None,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    }
+    config.update(overrides)
+    return config
+
+
+def olmoe_config(**overrides):
+    config = {
+        "architectures": ["OlmoeForCausalLM"], "model_type": "olmoe",
+        "vocab_size": 101, "hidden_size": 32, "intermediate_size": 20, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 8,
+        "num_experts_per_tok": 3, "norm_topk_prob": False, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "max_position_embeddings": 128, "hidden_act": "silu",
+        "clip_qkv": None, "attention_bias": False, "rope_scaling": None,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    }
+    config.update(overrides)
+    return config
+
+
+class Arch:
+    """How one architecture names its tensors and computes what differs between them."""
+
+    def __init__(self, config):
+        self.config = config
+        c = config
+        self.kind = c["architectures"][0]
+        self.hidden = c["hidden_size"]
+        self.heads = c["num_attention_heads"]
+        self.kv_heads = c.get("num_key_value_heads") or self.heads
+        self.head_dim = c.get("head_dim") or self.hidden // self.heads
+        self.layers = c["num_hidden_layers"]
+        self.eps = c["rms_norm_eps"]
+        if self.kind == "MixtralForCausalLM":
+            self.experts = c["num_local_experts"]
+            self.expert_ffn = c["intermediate_size"]
+            self.mlp = "block_sparse_moe"
+            self.projections = {"gate": "w1", "up": "w3", "down": "w2"}
+        else:
+            self.experts = c["num_experts"]
+            self.expert_ffn = c.get("moe_intermediate_size", c["intermediate_size"])
+            self.mlp = "mlp"
+            self.projections = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+        self.top_k = c["num_experts_per_tok"]
+
+    def is_moe(self, layer):
+        c = self.config
+        if self.kind != "Qwen3MoeForCausalLM":
+            return True
+        return layer not in c["mlp_only_layers"] and (layer + 1) % c["decoder_sparse_step"] == 0
+
+    # Gate weights from the router logits of one token: transformers' routing per model.
+    def gates(self, logits):
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        order = np.argsort(-probs, kind="stable")[: self.top_k]
+        weights = probs[order]
+        renormalize = self.kind == "MixtralForCausalLM" or self.config.get("norm_topk_prob")
+        if renormalize:
+            weights = weights / weights.sum()
+        return order, weights
+
+    def shapes(self):
+        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        shapes = {"model.embed_tokens.weight": (self.config["vocab_size"], h),
+                  "model.norm.weight": (h,)}
+        if not self.config["tie_word_embeddings"]:
+            shapes["lm_head.weight"] = (self.config["vocab_size"], h)
+        for layer in range(self.layers):
+            p = f"model.layers.{layer}."
+            shapes[p + "input_layernorm.weight"] = (h,)
+            shapes[p + "post_attention_layernorm.weight"] = (h,)
+            shapes[p + "self_attn.q_proj.weight"] = (q, h)
+            shapes[p + "self_attn.k_proj.weight"] = (kv, h)
+            shapes[p + "self_attn.v_proj.weight"] = (kv, h)
+            shapes[p + "self_attn.o_proj.weight"] = (h, q)
+            if self.kind == "Qwen3MoeForCausalLM":
+                shapes[p + "self_attn.q_norm.weight"] = (self.head_dim,)
+                shapes[p + "self_attn.k_norm.weight"] = (self.head_dim,)
+            elif self.kind == "OlmoeForCausalLM":
+                shapes[p + "self_attn.q_norm.weight"] = (q,)
+                shapes[p + "self_attn.k_norm.weight"] = (kv,)
+            if not self.is_moe(layer):
+                ffn = self.config["intermediate_size"]
+                shapes[p + "mlp.gate_proj.weight"] = (ffn, h)
+                shapes[p + "mlp.up_proj.weight"] = (ffn, h)
+                shapes[p + "mlp.down_proj.weight"] = (h, ffn)
+                continue
+            shapes[p + f"{self.mlp}.gate.weight"] = (self.experts, h)
+            for e in range(self.experts):
+                at = p + f"{self.mlp}.experts.{e}."
+                shapes[at + self.projections["gate"] + ".weight"] = (self.expert_ffn, h)
+                shapes[at + self.projections["up"] + ".weight"] = (self.expert_ffn, h)
+                shapes[at + self.projections["down"] + ".weight"] = (h, self.expert_ffn)
+        return shapes
+
+    def random_tensors(self, seed):
+        rng = np.random.default_rng(seed)
+        tensors = {}
+        for name, shape in sorted(self.shapes().items()):
+            if name.endswith("norm.weight"):
+                tensors[name] = 1.0 + 0.1 * rng.standard_normal(shape)
+            elif name.endswith("embed_tokens.weight"):
+                tensors[name] = rng.standard_normal(shape)
+            else:
+                tensors[name] = rng.standard_normal(shape) / np.sqrt(shape[-1])
+        return {name: value.astype(np.float32) for name, value in tensors.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The forward pass, float64.
+
+def rms_norm(x, weight, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def rope(x, theta):
+    """x [T, heads, D]; rotate_half: element i pairs with i + D/2."""
+    t, _, d = x.shape
+    inv_freq = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    angles = np.outer(np.arange(t, dtype=np.float64), inv_freq)
+    cos = np.cos(np.concatenate([angles, angles], axis=-1))[:, None, :]
+    sin = np.sin(np.concatenate([angles, angles], axis=-1))[:, None, :]
+    rotated = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def forward(arch, tensors, tokens):
+    """Logits [T, vocab] and routes [T, moe layers, top_k] (descending score) of one sequence."""
+    w = {name: value.astype(np.float64) for name, value in tensors.items()}
+    c = arch.config
+    t = len(tokens)
+    x = w["model.embed_tokens.weight"][tokens]
+    routes = []
+    mask = np.triu(np.full((t, t), -np.inf), k=1)
+    for layer in range(arch.layers):
+        p = f"model.layers.{layer}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], arch.eps)
+        q = h @ w[p + "self_attn.q_proj.weight"].T
+        k = h @ w[p + "self_attn.k_proj.weight"].T
+        v = h @ w[p + "self_attn.v_proj.weight"].T
+        if arch.kind == "OlmoeForCausalLM":  # Norms over the whole projection, before heads.
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], arch.eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], arch.eps)
+        q = q.reshape(t, arch.heads, arch.head_dim)
+        k = k.reshape(t, arch.kv_heads, arch.head_dim)
+        v = v.reshape(t, arch.kv_heads, arch.head_dim)
+        if arch.kind == "Qwen3MoeForCausalLM":  # Norms per head.
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], arch.eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], arch.eps)
+        q, k = rope(q, c["rope_theta"]), rope(k, c["rope_theta"])
+        group = arch.heads // arch.kv_heads
+        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+        scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(arch.head_dim) + mask
+        probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        attention = np.einsum("hts,shd->thd", probs, v).reshape(t, -1)
+        x = x + attention @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], arch.eps)
+        if not arch.is_moe(layer):
+            x = x + swiglu(h, w, p + "mlp.", ("gate_proj", "up_proj", "down_proj"))
+            continue
+        logits = h @ w[p + f"{arch.mlp}.gate.weight"].T
+        out = np.zeros_like(h)
+        layer_routes = []
+        for i in range(t):
+            ids, gates = arch.gates(logits[i])
+            layer_routes.append(ids)
+            for expert, gate in zip(ids, gates):
+                at = p + f"{arch.mlp}.experts.{expert}."
+                names = (arch.projections["gate"], arch.projections["up"], arch.projections["down"])
+                out[i] += gate * swiglu(h[i : i + 1], w, at, names)[0]
+        routes.append(layer_routes)
+        x = x + out
+    x = rms_norm(x, w["model.norm.weight"], arch.eps)
+    head = w["model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight"]
+    return x @ head.T, np.array(routes, dtype=np.int64).transpose(1, 0, 2)
+
+
+def swiglu(x, w, prefix, names):
+    gate, up, down = (w[prefix + name + ".weight"] for name in names)
+    return (silu(x @ gate.T) * (x @ up.T)) @ down.T
