@@ -14,6 +14,7 @@
 #include "engine/model.h"
 #include "engine/sft.h"
 #include "engine/tasks.h"
+#include "engine/tokenizer.h"
 #include "kernels/cpu/gemm.h"
 
 ABSL_FLAG(std::string, base_model, "",

@@ -53,13 +53,6 @@ absl::Status SftConfig::Validate() const {
   return engine::Validate(ScheduleConfig{peak_lr, min_lr, warmup_steps, max_steps});
 }
 
-absl::StatusOr<std::vector<int>> PromptTokens(const std::string& prompt) {
-  auto encoded = Encode(prompt);
-  if (!encoded.ok()) return encoded.status();
-  encoded->insert(encoded->begin(), kBosId);
-  return encoded;
-}
-
 std::string CompletionText(const std::vector<int>& tokens, int prompt_length) {
   return Decode(std::vector<int>(tokens.begin() + prompt_length, tokens.end()),
                 SpecialTokens::kRender);

@@ -46,9 +46,6 @@ absl::StatusOr<SftProgress> TrainSupervised(BaseModel& model, const Task& task,
 absl::StatusOr<double> GreedyAccuracy(Transformer& transformer, const Task& task, int count,
                                       uint64_t seed);
 
-// <bos> followed by the prompt's characters: how every task prompt enters the model.
-absl::StatusOr<std::vector<int>> PromptTokens(const std::string& prompt);
-
 // The text a completion's tokens spell, with <eos> rendered so Task::Reward sees the end.
 std::string CompletionText(const std::vector<int>& tokens, int prompt_length);
 

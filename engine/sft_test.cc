@@ -38,13 +38,5 @@ TEST(SftTest, BadConfigIsRejected) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(SftTest, PromptTokensStartWithBosAndRejectUnknownCharacters) {
-  auto tokens = PromptTokens("1+2=");
-  ASSERT_TRUE(tokens.ok());
-  EXPECT_EQ(tokens->front(), 1);
-  EXPECT_EQ(tokens->size(), 5u);
-  EXPECT_FALSE(PromptTokens("1+2=?").ok());
-}
-
 }  // namespace
 }  // namespace tandem::engine

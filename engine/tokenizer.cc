@@ -39,6 +39,13 @@ absl::StatusOr<std::vector<int>> Encode(absl::string_view text) {
   return ids;
 }
 
+absl::StatusOr<std::vector<int>> PromptTokens(absl::string_view prompt) {
+  auto encoded = Encode(prompt);
+  if (!encoded.ok()) return encoded.status();
+  encoded->insert(encoded->begin(), kBosId);
+  return encoded;
+}
+
 std::string Decode(const std::vector<int>& ids, SpecialTokens special) {
   std::string text;
   text.reserve(ids.size());

@@ -24,6 +24,9 @@ inline constexpr int kVocabSize = kNumSpecialTokens + static_cast<int>(sizeof(kA
 // INVALID_ARGUMENT naming the first character outside the alphabet and its position.
 absl::StatusOr<std::vector<int>> Encode(absl::string_view text);
 
+// <bos> followed by the prompt's characters: how every task prompt enters the model.
+absl::StatusOr<std::vector<int>> PromptTokens(absl::string_view prompt);
+
 // How SpecialTokens::kRender writes each special token, indexed by id.
 inline constexpr const char* kSpecialTokenText[kNumSpecialTokens] = {"<pad>", "<bos>", "<eos>"};
 

@@ -58,5 +58,13 @@ TEST(TokenizerTest, OutOfRangeIdsDecodeToQuestionMark) {
   EXPECT_EQ(Decode({-1, 3, kVocabSize}), "?0?");
 }
 
+TEST(TokenizerTest, PromptTokensStartWithBosAndRejectUnknownCharacters) {
+  auto tokens = PromptTokens("1+2=");
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(tokens->front(), 1);
+  EXPECT_EQ(tokens->size(), 5u);
+  EXPECT_FALSE(PromptTokens("1+2=?").ok());
+}
+
 }  // namespace
 }  // namespace tandem::engine

@@ -6,10 +6,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/identifier.h"
-#include "services/rollout/client/sampling_rules.h"
 #include "engine/sampler.h"
-#include "engine/sft.h"
-#include "engine/tokenizer.h"
+#include "services/rollout/client/sampling_rules.h"
 #include "services/router_replay/client/record_key.h"
 
 namespace tandem::rollout {
@@ -19,35 +17,46 @@ constexpr int kMaxPrompts = 4096;
 constexpr int kMaxGroupSize = 256;
 constexpr size_t kMaxPromptTextBytes = size_t{1} << 20;
 
-absl::Status Invalid(auto&&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
+absl::Status Invalid(auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); }
+
+absl::StatusOr<std::vector<int>> TextTokens(const v1::Prompt& prompt, int index,
+                                            const engine::text::TextCodec& codec) {
+  if (prompt.text().empty() || prompt.text().size() > kMaxPromptTextBytes) {
+    return Invalid("prompts[", index, "]: text has ", prompt.text().size(),
+                   " bytes; must have 1 byte .. 1 MiB");
+  }
+  auto ids = codec.EncodePrompt(prompt.text());
+  if (!ids.ok()) {
+    return absl::Status(ids.status().code(),
+                        absl::StrCat("prompts[", index, "]: ", ids.status().message()));
+  }
+  return ids;
 }
 
 absl::StatusOr<std::vector<int>> PromptTokens(const v1::Prompt& prompt, int index,
-                                              const engine::ModelConfig& model) {
+                                              const engine::ModelConfig& model,
+                                              const engine::text::TextCodec& codec) {
+  std::vector<int> ids;
   switch (prompt.content_case()) {
-    case v1::Prompt::kTokenIds: {
-      std::vector<int> ids(prompt.token_ids().ids().begin(), prompt.token_ids().ids().end());
-      for (int id : ids) {
-        if (id < 0 || id >= model.vocab_size) {
-          return Invalid("prompts[", index, "]: token ", id,
-                         id < 0 ? " < 0" : absl::StrCat(" >= vocab ", model.vocab_size));
-        }
-      }
-      return ids;
-    }
+    case v1::Prompt::kTokenIds:
+      ids.assign(prompt.token_ids().ids().begin(), prompt.token_ids().ids().end());
+      break;
     case v1::Prompt::kText: {
-      if (prompt.text().empty() || prompt.text().size() > kMaxPromptTextBytes) {
-        return Invalid("prompts[", index, "]: text has ", prompt.text().size(),
-                       " bytes; must have 1 byte .. 1 MiB");
-      }
-      auto ids = engine::PromptTokens(prompt.text());
-      if (!ids.ok()) return Invalid("prompts[", index, "]: ", ids.status().message());
-      return ids;
+      auto text_ids = TextTokens(prompt, index, codec);
+      if (!text_ids.ok()) return text_ids.status();
+      ids = *std::move(text_ids);
+      break;
     }
     default:
       return Invalid("prompts[", index, "]: set token_ids or text");
   }
+  for (int id : ids) {  // A tokenizer may know ids beyond the model's vocabulary too.
+    if (id < 0 || id >= model.vocab_size) {
+      return Invalid("prompts[", index, "]: token ", id,
+                     id < 0 ? " < 0" : absl::StrCat(" >= vocab ", model.vocab_size));
+    }
+  }
+  return ids;
 }
 
 absl::Status CheckRouteRecording(const v1::GenerateRequest& request) {
@@ -56,7 +65,8 @@ absl::Status CheckRouteRecording(const v1::GenerateRequest& request) {
   if (absl::Status status = router_replay::ValidateJobId(routes.job_id()); !status.ok()) {
     return Invalid("routes.job_id: ", status.message());
   }
-  if (routes.attempt() < 0) return Invalid("routes.attempt is ", routes.attempt(), "; must be >= 0");
+  if (routes.attempt() < 0)
+    return Invalid("routes.attempt is ", routes.attempt(), "; must be >= 0");
   return absl::OkStatus();
 }
 
@@ -69,9 +79,9 @@ engine::SamplingConfig SamplingOf(const v1::SamplingParams& sampling) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,
-                                                            const engine::ModelConfig& model) {
-  if (absl::Status status = ValidateIdentifier("request_id", request.request_id());
-      !status.ok()) {
+                                                            const engine::ModelConfig& model,
+                                                            const engine::text::TextCodec& codec) {
+  if (absl::Status status = ValidateIdentifier("request_id", request.request_id()); !status.ok()) {
     return status;
   }
   if (request.prompts_size() < 1 || request.prompts_size() > kMaxPrompts) {
@@ -101,13 +111,13 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
   work->request.set_group_size(group_size);
   work->request.clear_prompts();
   const uint64_t seed = sampling.has_seed() ? sampling.seed() : std::random_device()();
-  std::vector<int> stop_tokens = {engine::kEosId};
+  std::vector<int> stop_tokens = codec.StopTokenIds();
   stop_tokens.insert(stop_tokens.end(), sampling.stop_token_ids().begin(),
                      sampling.stop_token_ids().end());
   absl::flat_hash_set<std::string> prompt_ids;
   for (int i = 0; i < request.prompts_size(); ++i) {
     const v1::Prompt& prompt = request.prompts(i);
-    auto tokens = PromptTokens(prompt, i, model);
+    auto tokens = PromptTokens(prompt, i, model, codec);
     if (!tokens.ok()) return tokens.status();
     const int length = static_cast<int>(tokens->size());
     if (length < 1) return Invalid("prompts[", i, "]: empty prompt");
@@ -115,9 +125,8 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
       return Invalid("prompts[", i, "]: ", length, " + ", sampling.max_new_tokens(),
                      " tokens > context ", model.max_seq_len);
     }
-    std::string prompt_id = prompt.prompt_id().empty()
-                                ? absl::StrCat(request.request_id(), ".", i)
-                                : prompt.prompt_id();
+    std::string prompt_id = prompt.prompt_id().empty() ? absl::StrCat(request.request_id(), ".", i)
+                                                       : prompt.prompt_id();
     if (!prompt_ids.insert(prompt_id).second) {
       return Invalid("prompts[", i, "]: prompt_id '", prompt_id, "' is not unique");
     }
@@ -142,6 +151,7 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
     work->prompt_ids.push_back(std::move(prompt_id));
     work->prompt_tokens.push_back(length);
     work->text_prompts.push_back(prompt.has_text());
+    work->codec = &codec;
   }
   return work;
 }

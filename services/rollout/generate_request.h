@@ -6,17 +6,21 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/config.h"
+#include "engine/text/text_codec.h"
 #include "services/rollout/generation_work.h"
 #include "tandem/v1/rollout.pb.h"
 
 namespace tandem::rollout {
 
 // Checks a GenerateRequest against rollout.proto's rules and the model, and turns it into the
-// scheduler's work: tokenized prompts (text as <bos> + characters), one engine request per
-// sample with its own seed MixSeed(MixSeed(seed, prompt), sample), and EOS among the stop
-// tokens. INVALID_ARGUMENT naming the field, e.g. "prompts[3]: 900 + 200 tokens > context 1024".
+// scheduler's work: prompts tokenized by the model's codec (which must outlive the work), one
+// engine request per sample with its own seed MixSeed(MixSeed(seed, prompt), sample), and the
+// model's stop tokens (EOS) among the stop tokens. INVALID_ARGUMENT naming the field, e.g.
+// "prompts[3]: 900 + 200 tokens > context 1024"; FAILED_PRECONDITION for a text prompt to a
+// model without a tokenizer.
 absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,
-                                                            const engine::ModelConfig& model);
+                                                            const engine::ModelConfig& model,
+                                                            const engine::text::TextCodec& codec);
 
 }  // namespace tandem::rollout
 

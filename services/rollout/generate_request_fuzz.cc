@@ -16,8 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tandem::v1::GenerateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   static const tandem::engine::ModelConfig model = tandem::engine::DefaultModelConfig();
+  static const auto codec = *tandem::engine::text::TextCodecFor("embedded.safetensors");
   absl::StatusOr<std::unique_ptr<tandem::rollout::GenerationWork>> work =
-      tandem::rollout::PrepareWork(request, model);
+      tandem::rollout::PrepareWork(request, model, *codec);
   if (!work.ok()) return 0;
   FuzzCheck((*work)->num_samples() > 0, "accepted work has samples");
   for (const tandem::engine::GenerationRequest& sample : (*work)->samples) {

@@ -6,14 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/call_tracker.h"
+#include "common/finished_reactor.h"
 #include "common/logging.h"
+#include "common/queued_write_reactor.h"
 #include "common/status.h"
 #include "common/unary.h"
-#include "common/finished_reactor.h"
-#include "common/queued_write_reactor.h"
 #include "engine/hf/hf_model.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
 #include "services/rollout/generate_request.h"
+#include "tandem/v1/weight_store.grpc.pb.h"
 
 namespace tandem::rollout {
 namespace {
@@ -32,8 +32,8 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 // Streams a request's samples as the scheduler finishes them, then ends OK after the last.
 class GenerateReactor final : public QueuedWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(grpc::CallbackServerContext* context, Scheduler& scheduler,
-                  CallTracker& streams, std::unique_ptr<GenerationWork> work)
+  GenerateReactor(grpc::CallbackServerContext* context, Scheduler& scheduler, CallTracker& streams,
+                  std::unique_ptr<GenerationWork> work)
       : scheduler_(scheduler), stream_(streams), expected_(work->num_samples()) {
     work->start = absl::Now();
     work->deadline = DeadlineOf(*context);
@@ -56,9 +56,7 @@ class GenerateReactor final : public QueuedWriteReactor<v1::GenerateResponse> {
   }
 
  private:
-  bool IsLast(const v1::GenerateResponse& /*response*/) override {
-    return ++written_ == expected_;
-  }
+  bool IsLast(const v1::GenerateResponse& /*response*/) override { return ++written_ == expected_; }
 
   // The scheduler drops the request's samples and frees their KV cache.
   void OnClientGone() override {
@@ -97,6 +95,12 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   }
   service->base_ = std::make_unique<engine::BaseModel>(
       o.precision == engine::Precision::kBF16 ? base->RoundedToBf16() : *std::move(base));
+  auto codec = engine::text::TextCodecFor(o.base_model_path);
+  if (!codec.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot load the base model's tokenizer: ", codec.status().message()));
+  }
+  service->codec_ = *std::move(codec);
   if (!o.adapters.empty() && o.weight_store == nullptr) {
     return absl::InvalidArgumentError("--adapter needs --weight_store");
   }
@@ -145,7 +149,8 @@ void RolloutServiceImpl::Drain() {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* RolloutServiceImpl::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  absl::StatusOr<std::unique_ptr<GenerationWork>> work = PrepareWork(*request, model_config());
+  absl::StatusOr<std::unique_ptr<GenerationWork>> work =
+      PrepareWork(*request, model_config(), *codec_);
   if (!work.ok()) {
     return new FinishedReactor<grpc::ServerWriteReactor<v1::GenerateResponse>>(
         ToGrpcStatus(work.status()));

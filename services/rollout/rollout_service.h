@@ -9,13 +9,14 @@
 #include "absl/status/statusor.h"
 #include "common/call_tracker.h"
 #include "engine/model.h"
+#include "engine/text/text_codec.h"
 #include "engine/transformer.h"
 #include "grpcpp/channel.h"
 #include "services/rollout/adapter_registry.h"
 #include "services/rollout/scheduler.h"
 #include "services/router_replay/client/route_appender.h"
-#include "transfer/ucx_transport.h"
 #include "tandem/v1/rollout.grpc.pb.h"
+#include "transfer/ucx_transport.h"
 
 namespace tandem::rollout {
 
@@ -67,6 +68,7 @@ class RolloutServiceImpl final : public v1::RolloutService::CallbackService {
   RolloutOptions options_;
   const std::string replica_id_;
   std::unique_ptr<engine::BaseModel> base_;
+  std::unique_ptr<engine::text::TextCodec> codec_;  // The base model's prompts and stop ids.
   std::unique_ptr<transfer::UcxWorker> ucx_;
   std::unique_ptr<router_replay::RouteAppender> appender_;
   std::unique_ptr<AdapterRegistry> registry_;

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/utf8.h"
-#include "engine/tokenizer.h"
 #include "services/rollout/rollout_metrics.h"
 
 namespace tandem::rollout {
@@ -51,8 +50,8 @@ struct Scheduler::Pending {
 
 struct Scheduler::Active {
   std::shared_ptr<GenerationWork> work;
-  int sample = 0;                       // prompt * group_size + index in the group.
-  int64_t prefill_version = 0;          // Names the route record.
+  int sample = 0;                        // prompt * group_size + index in the group.
+  int64_t prefill_version = 0;           // Names the route record.
   std::shared_ptr<ServedModel> running;  // The version its next token comes from.
   // (generated tokens before the switch, version after it), ascending.
   std::vector<std::pair<int, int64_t>> switches;
@@ -106,9 +105,9 @@ absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Durat
     largest = std::max(largest, batch_->ReservedBytes(sample));
   }
   if (largest > options_.kv_cache_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a sample needs ", largest, " bytes of KV cache; this replica's budget is ",
-        options_.kv_cache_bytes, " (--kv_cache_mib)"));
+    return absl::InvalidArgumentError(absl::StrCat("a sample needs ", largest,
+                                                   " bytes of KV cache; this replica's budget is ",
+                                                   options_.kv_cache_bytes, " (--kv_cache_mib)"));
   }
   absl::MutexLock lock(&mutex_);
   if (stopping_ || draining_) return absl::UnavailableError("rollout replica is shutting down");
@@ -120,13 +119,13 @@ absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Durat
       queued_positions_ + work->reserved_positions > options_.max_queued_positions) {
     // The queue drains at about the decode rate (positions include prompts, so this errs long).
     const double tokens_per_second = std::max(tokens_per_second_.load(), 1.0);
-    *retry_after = std::clamp(
-        absl::Seconds(static_cast<double>(queued_positions_) / tokens_per_second),
-        absl::Milliseconds(100), absl::Seconds(30));
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "replica has ", queued_positions_, " KV positions queued; this request needs ",
-        work->reserved_positions, " and the limit is ", options_.max_queued_positions,
-        "; retry in ", absl::FormatDuration(*retry_after)));
+    *retry_after =
+        std::clamp(absl::Seconds(static_cast<double>(queued_positions_) / tokens_per_second),
+                   absl::Milliseconds(100), absl::Seconds(30));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("replica has ", queued_positions_, " KV positions queued; this request needs ",
+                     work->reserved_positions, " and the limit is ", options_.max_queued_positions,
+                     "; retry in ", absl::FormatDuration(*retry_after)));
   }
   queued_positions_ += work->reserved_positions;
   in_flight_.insert(id);
@@ -281,8 +280,7 @@ void Scheduler::ResolveAdapters() {
   std::vector<std::pair<std::shared_ptr<GenerationWork>, absl::Status>> failed;
   std::erase_if(resolving_, [&](Pending& pending) {
     GenerationWork& work = *pending.work;
-    absl::StatusOr<std::shared_ptr<ServedModel>> model =
-        models_.TryResolve(work.request.adapter());
+    absl::StatusOr<std::shared_ptr<ServedModel>> model = models_.TryResolve(work.request.adapter());
     if (model.ok() && *model == nullptr && now <= work.deadline) return false;
     if (model.ok() && *model != nullptr) {
       pending.model = *std::move(model);
@@ -379,7 +377,7 @@ void Scheduler::CollectFinished() {
                                      sample.tokens.end());
     response.mutable_token_ids()->Add(generated.begin(), generated.end());
     response.mutable_logprobs()->Add(sample.logprobs.begin(), sample.logprobs.end());
-    if (work.text_prompts[prompt]) response.set_text(engine::Decode(generated));
+    if (work.text_prompts[prompt]) response.set_text(work.codec->Decode(generated));
     response.set_finish_reason(FinishReasonOf(sample.finish_reason));
     response.set_adapter_version(active.prefill_version);
     if (work.request.allow_version_switch()) {

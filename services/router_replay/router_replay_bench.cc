@@ -27,9 +27,10 @@
 #include "engine/sampler.h"
 #include "engine/sft.h"
 #include "engine/tasks.h"
+#include "engine/tokenizer.h"
 #include "services/router_replay/client/route_appender.h"
-#include "services/router_replay/route_queries.h"
 #include "services/router_replay/client/testing/route_testing.h"
+#include "services/router_replay/route_queries.h"
 #include "services/router_replay/router_replay_service.h"
 
 ABSL_FLAG(int, records, 64, "Records (samples) per client in the loopback runs.");
@@ -143,7 +144,8 @@ LoopbackServer StartServer() {
   options.max_message_bytes = 8 << 20;
   return *tandem::testing::StartLoopbackServer(
       "router-replay",
-      {"tandem.v1.RouterReplayService", *RouterReplayServiceImpl::Create({.store = {.path = path}})},
+      {"tandem.v1.RouterReplayService",
+       *RouterReplayServiceImpl::Create({.store = {.path = path}})},
       options);
 }
 

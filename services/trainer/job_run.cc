@@ -17,8 +17,8 @@
 #include "common/status.h"
 #include "engine/hf/hf_model.h"
 #include "engine/sampler.h"
-#include "engine/sft.h"
-#include "engine/tokenizer.h"
+#include "engine/tasks.h"
+#include "engine/text/text_codec.h"
 #include "services/router_replay/client/replay_fetch.h"
 #include "services/trainer/checkpoint.h"
 #include "services/trainer/policy_update.h"
@@ -74,22 +74,22 @@ PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
   const v1::AlgorithmConfig& algorithm = spec.algorithm_config();
   const v1::IsCorrection& correction = spec.is_correction();
   PolicyUpdateConfig config;
-  config.baseline = spec.algorithm() == v1::ALGORITHM_DR_GRPO ? GroupBaseline::kDrGrpo
-                                                              : GroupBaseline::kGrpo;
+  config.baseline =
+      spec.algorithm() == v1::ALGORITHM_DR_GRPO ? GroupBaseline::kDrGrpo : GroupBaseline::kGrpo;
   config.whiten_advantages = algorithm.whiten_advantages();
-  config.loss = {.clip_low = algorithm.clip_eps_low(),
-                 .clip_high = algorithm.clip_eps_high(),
-                 .dual_clip_c = algorithm.dual_clip_c(),
-                 .aggregation =
-                     algorithm.loss_aggregation() == v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM
+  config.loss = {
+      .clip_low = algorithm.clip_eps_low(),
+      .clip_high = algorithm.clip_eps_high(),
+      .dual_clip_c = algorithm.dual_clip_c(),
+      .aggregation = algorithm.loss_aggregation() == v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM
                          ? Aggregation::kSeqMeanTokenSum
                      : algorithm.loss_aggregation() == v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN
                          ? Aggregation::kSeqMeanTokenMean
                          : Aggregation::kTokenMean,
-                 .kl_coef = algorithm.kl_coef(),
-                 .kl_estimator = algorithm.kl_estimator() == v1::KL_ESTIMATOR_K1   ? KlEstimator::kK1
-                                 : algorithm.kl_estimator() == v1::KL_ESTIMATOR_K2 ? KlEstimator::kK2
-                                                                                   : KlEstimator::kK3};
+      .kl_coef = algorithm.kl_coef(),
+      .kl_estimator = algorithm.kl_estimator() == v1::KL_ESTIMATOR_K1   ? KlEstimator::kK1
+                      : algorithm.kl_estimator() == v1::KL_ESTIMATOR_K2 ? KlEstimator::kK2
+                                                                        : KlEstimator::kK3};
   switch (correction.mode()) {
     case v1::IS_CORRECTION_MODE_TOKEN_TIS:
       config.is.mode = IsMode::kTokenTis;
@@ -113,7 +113,7 @@ PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
                         : RejectionLevel::kToken;
   config.replay = spec.routing_replay() == v1::ROUTING_REPLAY_MODE_OFF  ? RouteReplay::kOff
                   : spec.routing_replay() == v1::ROUTING_REPLAY_MODE_R2 ? RouteReplay::kR2
-                                                                       : RouteReplay::kR3;
+                                                                        : RouteReplay::kR3;
   config.updates_per_step = algorithm.updates_per_step();
   config.micro_batch_size = spec.micro_batch_size();
   config.learning_rate = static_cast<float>(algorithm.learning_rate());
@@ -158,9 +158,9 @@ class JobRun {
   absl::Status Publish(int64_t version, int64_t step);
   absl::Status AwaitSwap(int64_t version);
   absl::StatusOr<StepSamples> Generate(int64_t step, int64_t version);
-  // One attempt at a step's samples from every replica, prompt-major.
+  // One attempt at a step's samples from every replica, prompt-major, for the prompts' ids.
   absl::StatusOr<std::vector<v1::GenerateResponse>> RequestSamples(
-      int64_t step, int64_t version, int attempt, const std::vector<engine::Sample>& problems);
+      int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompts);
   absl::StatusOr<std::vector<v1::GenerateResponse>> GenerateOn(
       v1::RolloutService::StubInterface& stub, const v1::GenerateRequest& request);
   absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
@@ -170,6 +170,7 @@ class JobRun {
   const v1::JobSpec& spec_;
   const JobEnvironment environment_;
   std::unique_ptr<engine::BaseModel> base_;
+  std::unique_ptr<engine::text::TextCodec> codec_;  // As rollout's: prompts sent as their ids.
   std::unique_ptr<engine::Task> task_;
   std::unique_ptr<engine::LoraAdapter> lora_;
   std::optional<engine::AdamW> optimizer_;
@@ -187,22 +188,25 @@ class JobRun {
 absl::Status JobRun::Init() {
   auto base = engine::hf::LoadBaseModel(spec_.base_model_path());
   if (!base.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("base model: ", base.status().message()));
+    return absl::FailedPreconditionError(absl::StrCat("base model: ", base.status().message()));
   }
   base_ = std::make_unique<engine::BaseModel>(*std::move(base));
-  auto task = MakeJobTask(spec_);
+  auto codec = engine::text::TextCodecFor(spec_.base_model_path());
+  if (!codec.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("tokenizer: ", codec.status().message()));
+  }
+  codec_ = *std::move(codec);
+  auto task = MakeJobTask(spec_, *codec_);
   if (!task.ok()) return task.status();
   task_ = *std::move(task);
   GrpcServiceDialer grpc_dialer(environment_.auth_token, environment_.tls);
-  ServiceDialer& dialer =
-      environment_.dialer != nullptr ? *environment_.dialer : grpc_dialer;
+  ServiceDialer& dialer = environment_.dialer != nullptr ? *environment_.dialer : grpc_dialer;
   auto replicas = RolloutReplicas(spec_.endpoints());
   if (!replicas.ok()) return replicas.status();
   rollout_addresses_ = *std::move(replicas);
   if (!spec_.endpoints().rollout_service().empty()) {
-    spdlog::info("job {}: rollout replicas of {}: {}", job_.id(), spec_.endpoints().rollout_service(),
-                 absl::StrJoin(rollout_addresses_, ", "));
+    spdlog::info("job {}: rollout replicas of {}: {}", job_.id(),
+                 spec_.endpoints().rollout_service(), absl::StrJoin(rollout_addresses_, ", "));
   }
   for (const std::string& address : rollout_addresses_) {
     auto stub = dialer.Rollout(address);
@@ -246,7 +250,8 @@ absl::StatusOr<int64_t> JobRun::NewestVersion() {
   v1::GetManifestResponse response;
   grpc::ClientContext context;
   SetDeadline(context);
-  const absl::Status status = FromGrpcStatus(weight_store_->GetManifest(&context, request, &response));
+  const absl::Status status =
+      FromGrpcStatus(weight_store_->GetManifest(&context, request, &response));
   if (absl::IsNotFound(status)) return 0;
   if (!status.ok()) return status;
   return response.manifest().version();
@@ -271,8 +276,8 @@ absl::Status JobRun::RideOutOutage(absl::string_view store,
                        " (outage budget ", absl::FormatDuration(environment_.store_outage_budget),
                        "): ", status.message()));
     }
-    spdlog::warn("job {}: {} unavailable ({}); retrying in {}", job_.id(), store,
-                 status.message(), absl::FormatDuration(backoff));
+    spdlog::warn("job {}: {} unavailable ({}); retrying in {}", job_.id(), store, status.message(),
+                 absl::FormatDuration(backoff));
     // Sliced, so a cancel does not wait out the backoff.
     for (absl::Time until = absl::Now() + backoff; absl::Now() < until && !*cancelled_;) {
       absl::SleepFor(std::min(until - absl::Now(), kCancelCheckInterval));
@@ -282,15 +287,15 @@ absl::Status JobRun::RideOutOutage(absl::string_view store,
 }
 
 absl::Status JobRun::Publish(int64_t version, int64_t step) {
-  auto published = weight_store::BuildAdapterVersion(*lora_, base_->config(), spec_.adapter_name(),
-                                                     version);
+  auto published =
+      weight_store::BuildAdapterVersion(*lora_, base_->config(), spec_.adapter_name(), version);
   if (!published.ok()) return published.status();
   (*published->manifest.mutable_labels())["job_id"] = job_.id();
   (*published->manifest.mutable_labels())["step"] = absl::StrCat(step);
   return RideOutOutage("weight-store", [&](int attempt) {
     const absl::Status status =
-        weight_store::PublishAdapter(*weight_store_, published->manifest,
-                                     published->shard_views(), {.ucx = environment_.ucx})
+        weight_store::PublishAdapter(*weight_store_, published->manifest, published->shard_views(),
+                                     {.ucx = environment_.ucx})
             .status();
     // A retry after an outage finds the version committed when the first try's commit landed
     // just before the store went away: this trainer is its only producer, so it is ours.
@@ -316,10 +321,10 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
       if (!status.ok()) return status;
       if (response.adapters(0).current_version() >= version) break;
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "rollout ", rollout_addresses_[r], " did not serve version ", version,
-            " within ", absl::FormatDuration(environment_.swap_timeout), "; last error: ",
-            response.adapters(0).last_error()));
+        return absl::DeadlineExceededError(
+            absl::StrCat("rollout ", rollout_addresses_[r], " did not serve version ", version,
+                         " within ", absl::FormatDuration(environment_.swap_timeout),
+                         "; last error: ", response.adapters(0).last_error()));
       }
       absl::SleepFor(poll);
       poll = std::min(poll * 2, environment_.swap_poll_max);
@@ -357,8 +362,8 @@ void JobRun::AbandonGeneration() {
 }
 
 absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
-    int64_t step, int64_t version, int attempt, const std::vector<engine::Sample>& problems) {
-  const int prompts = static_cast<int>(problems.size()), group = spec_.group_size();
+    int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompt_ids) {
+  const int prompts = static_cast<int>(prompt_ids.size()), group = spec_.group_size();
   // Contiguous shares of the prompts, one request per replica, all in flight together.
   const int replicas = static_cast<int>(rollouts_.size());
   std::vector<absl::StatusOr<std::vector<v1::GenerateResponse>>> results(replicas);
@@ -372,7 +377,7 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
         absl::StrCat(job_.id(), "-s", step, "-v", version, "-r", r, "-a", attempt));
     for (int p = first_prompt[r]; p < first_prompt[r + 1]; ++p) {
       v1::Prompt& prompt = *request.add_prompts();
-      prompt.set_text(problems[p].prompt);
+      prompt.mutable_token_ids()->mutable_ids()->Add(prompt_ids[p].begin(), prompt_ids[p].end());
       prompt.set_prompt_id(absl::StrCat("s", step, ".p", p));
     }
     if (request.prompts_size() == 0) continue;
@@ -396,13 +401,14 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
   for (int r = 0; r < replicas; ++r) {
     if (first_prompt[r] == first_prompt[r + 1]) continue;
     if (!results[r].ok()) {
-      return absl::Status(results[r].status().code(),
-                          absl::StrCat("rollout ", rollout_addresses_[r], ": ",
-                                       results[r].status().message()));
+      return absl::Status(
+          results[r].status().code(),
+          absl::StrCat("rollout ", rollout_addresses_[r], ": ", results[r].status().message()));
     }
     for (v1::GenerateResponse& response : *results[r]) {
       if (response.finish_reason() == v1::FINISH_REASON_ERROR) {
-        return absl::InternalError(absl::StrCat("rollout sample failed: ", response.error_message()));
+        return absl::InternalError(
+            absl::StrCat("rollout sample failed: ", response.error_message()));
       }
       if (response.finish_reason() == v1::FINISH_REASON_CANCELLED) {  // Retried elsewhere/later.
         return absl::UnavailableError(
@@ -418,14 +424,20 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
 
 absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
   const int group = spec_.group_size();
-  const std::vector<engine::Sample> problems =
-      engine::GeneratePrompts(*task_, spec_.prompts_per_step(), engine::MixSeed(spec_.seed(), step));
+  const std::vector<engine::Sample> problems = engine::GeneratePrompts(
+      *task_, spec_.prompts_per_step(), engine::MixSeed(spec_.seed(), step));
+  std::vector<std::vector<int>> prompts;
+  for (const engine::Sample& problem : problems) {
+    auto ids = codec_->EncodePrompt(problem.prompt);
+    if (!ids.ok()) return ids.status();
+    prompts.push_back(*std::move(ids));
+  }
   // A replica that restarts or is briefly unreachable costs a retry of the step's generation,
   // not the job.
   absl::StatusOr<std::vector<v1::GenerateResponse>> responses;
   absl::Duration backoff = environment_.retry_backoff;
   for (int attempt = 0;; ++attempt) {
-    responses = RequestSamples(step, version, attempt, problems);
+    responses = RequestSamples(step, version, attempt, prompts);
     if (responses.ok() || !absl::IsUnavailable(responses.status()) ||
         attempt + 1 >= environment_.generate_attempts || Abandoned()) {
       break;
@@ -442,14 +454,11 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
     const v1::GenerateResponse& response = samples.responses[i];
     const engine::Sample& problem = problems[i / group];
     TrainingSample& sample = samples.training.emplace_back();
-    auto prompt = engine::PromptTokens(problem.prompt);
-    if (!prompt.ok()) return prompt.status();
-    sample.prompt = *std::move(prompt);
+    sample.prompt = prompts[i / group];
     sample.response.assign(response.token_ids().begin(), response.token_ids().end());
     sample.rollout_logprobs.assign(response.logprobs().begin(), response.logprobs().end());
     sample.group = static_cast<int>(i / group);
-    sample.reward = task_->Reward(problem.prompt,
-                                  engine::Decode(sample.response, engine::SpecialTokens::kRender));
+    sample.reward = task_->Reward(problem.prompt, codec_->DecodeCompletion(sample.response));
     samples.accuracy += sample.reward >= 1;
     samples.reward_mean += sample.reward;
     samples.length_mean += static_cast<double>(sample.response.size());
@@ -475,13 +484,12 @@ absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samp
     rows += tokens - 1;
   }
   const engine::ModelConfig& model = base_->config();
-  auto fetched = router_replay::FetchReplayRoutes(
-      *router_replay_, sequences,
-      {.moe_layers = model.MoeLayerIndices(),
-       .top_k = model.top_k,
-       .num_experts = model.num_experts,
-       .allow_partial = true,
-       .timeout = environment_.rpc_timeout});
+  auto fetched = router_replay::FetchReplayRoutes(*router_replay_, sequences,
+                                                  {.moe_layers = model.MoeLayerIndices(),
+                                                   .top_k = model.top_k,
+                                                   .num_experts = model.num_experts,
+                                                   .allow_partial = true,
+                                                   .timeout = environment_.rpc_timeout});
   if (!fetched.ok()) return fetched.status();
   *missing_share = rows > 0 ? static_cast<double>(fetched->missing_entries) /
                                   (static_cast<double>(rows) * model.num_moe_layers())
@@ -577,8 +585,8 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
 
     if ((spec_.checkpoint_every() > 0 && step % spec_.checkpoint_every() == 0) ||
         step == spec_.num_steps()) {
-      if (absl::Status status = SaveCheckpoint(spec_.output_dir(), step, version, *lora_,
-                                               optimizer_->ExportState());
+      if (absl::Status status =
+              SaveCheckpoint(spec_.output_dir(), step, version, *lora_, optimizer_->ExportState());
           !status.ok()) {
         return status;
       }

@@ -44,25 +44,74 @@ class DatasetTask final : public engine::Task {
   absl::flat_hash_map<std::string, std::string> answers_;
 };
 
-absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec& spec) {
+// The fields of a dataset row, with their defaults.
+struct DatasetFields {
+  std::string prompt;
+  std::string messages;
+  std::string answer;
+};
+
+absl::StatusOr<std::vector<engine::text::ChatMessage>> ParseMessages(const nlohmann::json& list) {
+  if (!list.is_array() || list.empty())
+    return absl::InvalidArgumentError("is not a non-empty list");
+  std::vector<engine::text::ChatMessage> messages;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& message = list[i];
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string() ||
+        !message.contains("content") || !message["content"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message ", i, " needs string fields 'role' and 'content'"));
+    }
+    messages.push_back({message["role"].get<std::string>(), message["content"].get<std::string>()});
+  }
+  return messages;
+}
+
+// One row's prompt text: its prompt field as is, or its conversation rendered by the codec.
+absl::StatusOr<std::string> RowPrompt(const nlohmann::json& row, const DatasetFields& fields,
+                                      const engine::text::TextCodec& codec) {
+  if (row.contains(fields.prompt) && row[fields.prompt].is_string()) {
+    return row[fields.prompt].get<std::string>();
+  }
+  if (!row.contains(fields.messages)) {
+    return absl::InvalidArgumentError(absl::StrCat("need a string field '", fields.prompt,
+                                                   "' or a conversation '", fields.messages, "'"));
+  }
+  auto messages = ParseMessages(row[fields.messages]);
+  if (!messages.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", fields.messages, "' ", messages.status().message()));
+  }
+  return codec.RenderChat(*messages);
+}
+
+absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec& spec,
+                                                          const engine::text::TextCodec& codec) {
   auto verifier = engine::FindVerifier(spec.verifier());
   if (!verifier.ok()) return verifier.status();
   std::ifstream in(spec.path());
   if (!in) return absl::NotFoundError(absl::StrCat("dataset '", spec.path(), "' cannot be read"));
-  const std::string prompt_field = spec.prompt_field().empty() ? "prompt" : spec.prompt_field();
-  const std::string answer_field = spec.answer_field().empty() ? "answer" : spec.answer_field();
+  const DatasetFields fields{
+      .prompt = spec.prompt_field().empty() ? "prompt" : spec.prompt_field(),
+      .messages = spec.messages_field().empty() ? "messages" : spec.messages_field(),
+      .answer = spec.answer_field().empty() ? "answer" : spec.answer_field()};
   std::vector<engine::Sample> samples;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!row.is_object() || !row.contains(prompt_field) || !row[prompt_field].is_string() ||
-        !row.contains(answer_field) || !row[answer_field].is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat("dataset '", spec.path(), "' line ", number,
-                                                     ": need string fields '", prompt_field,
-                                                     "' and '", answer_field, "'"));
+    auto row_error = [&](absl::StatusCode code, absl::string_view message) {
+      return absl::Status(code,
+                          absl::StrCat("dataset '", spec.path(), "' line ", number, ": ", message));
+    };
+    if (!row.is_object() || !row.contains(fields.answer) || !row[fields.answer].is_string()) {
+      return row_error(
+          absl::StatusCode::kInvalidArgument,
+          absl::StrCat("need a JSON object with a string field '", fields.answer, "'"));
     }
-    samples.push_back({row[prompt_field].get<std::string>(), row[answer_field].get<std::string>()});
+    auto prompt = RowPrompt(row, fields, codec);
+    if (!prompt.ok()) return row_error(prompt.status().code(), prompt.status().message());
+    samples.push_back({*std::move(prompt), row[fields.answer].get<std::string>()});
   }
   if (samples.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("dataset '", spec.path(), "' has no rows"));
@@ -72,8 +121,9 @@ absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec&
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const v1::JobSpec& spec) {
-  if (spec.has_dataset()) return LoadDataset(spec.dataset());
+absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const v1::JobSpec& spec,
+                                                          const engine::text::TextCodec& codec) {
+  if (spec.has_dataset()) return LoadDataset(spec.dataset(), codec);
   int digits = 2;
   if (auto found = spec.task().params().find("digits");
       found != spec.task().params().end() && !absl::SimpleAtoi(found->second, &digits)) {

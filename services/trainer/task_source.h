@@ -5,14 +5,18 @@
 
 #include "absl/status/statusor.h"
 #include "engine/tasks.h"
+#include "engine/text/text_codec.h"
 #include "tandem/v1/trainer.pb.h"
 
 namespace tandem::trainer {
 
 // The prompts and verifier of a job: a built-in task ("digits" param, default 2), or a JSON-lines
-// dataset whose answers are checked by exact match (prompts drawn uniformly with replacement).
-// INVALID_ARGUMENT for a bad task; NOT_FOUND / INVALID_ARGUMENT for a missing or malformed file.
-absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const v1::JobSpec& spec);
+// dataset whose answers are checked by the job's verifier (prompts drawn uniformly with
+// replacement); a dataset row's conversation is rendered by `codec`'s chat format. INVALID_ARGUMENT
+// for a bad task; NOT_FOUND / INVALID_ARGUMENT naming the line for a missing or malformed file;
+// FAILED_PRECONDITION for conversations to a model without a chat format.
+absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const v1::JobSpec& spec,
+                                                          const engine::text::TextCodec& codec);
 
 }  // namespace tandem::trainer
 
