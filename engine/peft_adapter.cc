@@ -77,10 +77,11 @@ absl::StatusOr<LoraConfig> LoraConfigFromPeft(const nlohmann::json& config) {
   return lora;
 }
 
-// The adapter's tensors under PEFT names, shared expert sides copied to every expert.
-std::map<std::string, Tensor> PeftTensors(const LoraAdapter& adapter, int num_experts) {
+// Canonical tensors under PEFT names, shared expert sides copied to every expert.
+std::map<std::string, Tensor> PeftTensors(const std::map<std::string, Tensor>& canonical,
+                                          int num_experts) {
   std::map<std::string, Tensor> tensors;
-  for (auto& [name, tensor] : adapter.ToSafetensors().tensors) {
+  for (const auto& [name, tensor] : canonical) {
     std::smatch shared;
     if (!std::regex_match(name, shared, SharedExpertSide())) {
       tensors[kPrefix + name] = tensor;
@@ -97,17 +98,25 @@ std::map<std::string, Tensor> PeftTensors(const LoraAdapter& adapter, int num_ex
 
 absl::Status WritePeftAdapter(const LoraAdapter& adapter, const std::string& directory,
                               const std::string& base_model_name_or_path) {
+  return WritePeftDirectory(adapter.ToSafetensors().tensors, adapter.config(),
+                            adapter.model_config().num_experts, directory,
+                            base_model_name_or_path);
+}
+
+absl::Status WritePeftDirectory(const std::map<std::string, Tensor>& tensors,
+                                const LoraConfig& lora, int num_experts,
+                                const std::string& directory,
+                                const std::string& base_model_name_or_path) {
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (error) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create ", directory, ": ", error.message()));
   }
-  const int experts = adapter.model_config().num_experts;
   absl::Status status = WriteSafetensors(absl::StrCat(directory, "/", kWeightsFile),
-                                         {PeftTensors(adapter, experts), {{"format", "pt"}}});
+                                         {PeftTensors(tensors, num_experts), {{"format", "pt"}}});
   if (!status.ok()) return status;
-  const std::string config = PeftConfig(adapter.config(), base_model_name_or_path).dump(2);
+  const std::string config = PeftConfig(lora, base_model_name_or_path).dump(2);
   const std::string path = absl::StrCat(directory, "/", kConfigFile);
   const std::string temporary = path + ".tmp";
   if (!(std::ofstream(temporary) << config << "\n")) {

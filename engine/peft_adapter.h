@@ -1,6 +1,7 @@
 #ifndef TANDEM_ENGINE_PEFT_ADAPTER_H_
 #define TANDEM_ENGINE_PEFT_ADAPTER_H_
 
+#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,13 @@ namespace tandem::engine {
 // Writes `adapter` (F32) into `directory`, creating it; files are replaced atomically.
 absl::Status WritePeftAdapter(const LoraAdapter& adapter, const std::string& directory,
                               const std::string& base_model_name_or_path);
+
+// The same from an adapter's canonical tensors (as LoraAdapter::ToSafetensors names them: a
+// side shared between experts without an expert index) for a model of `num_experts` experts.
+absl::Status WritePeftDirectory(const std::map<std::string, Tensor>& tensors,
+                                const LoraConfig& lora, int num_experts,
+                                const std::string& directory,
+                                const std::string& base_model_name_or_path);
 
 // Reads a PEFT LoRA directory for a model of `model_config` (F32, BF16 or F16 tensors).
 // INVALID_ARGUMENT naming the key for what would change the computation and is not supported

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <future>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "engine/hf/hf_model.h"
+#include "engine/peft_adapter.h"
 #include "engine/sampler.h"
 #include "engine/tasks.h"
 #include "engine/text/text_codec.h"
@@ -68,6 +70,14 @@ absl::Status CheckFinite(int64_t step, const UpdateStats& stats, const engine::L
     }
   }
   return absl::OkStatus();
+}
+
+// Whether two LoRA configs compute alike: targets compare as sets (PEFT keeps them as a set).
+bool SameLora(const engine::LoraConfig& a, const engine::LoraConfig& b) {
+  const std::set<std::string> a_targets(a.targets.begin(), a.targets.end());
+  const std::set<std::string> b_targets(b.targets.begin(), b.targets.end());
+  return a.rank == b.rank && a.alpha == b.alpha && a.expert_layout == b.expert_layout &&
+         a_targets == b_targets;
 }
 
 PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
@@ -149,6 +159,8 @@ class JobRun {
   void SetDeadline(grpc::ClientContext& context) const {
     SetTimeout(context, environment_.rpc_timeout);
   }
+  // A new job's adapter: the spec's initial PEFT adapter, else A random and B zero.
+  absl::StatusOr<engine::LoraAdapter> InitialAdapter() const;
   absl::StatusOr<int64_t> NewestVersion();
   // Calls `call` (with its attempt number) until it returns anything but UNAVAILABLE or
   // RESOURCE_EXHAUSTED, `store` has been unavailable for longer than the environment's
@@ -227,9 +239,7 @@ absl::Status JobRun::Init() {
     start_step_ = (*checkpoint)->step;
     lora_ = std::make_unique<engine::LoraAdapter>(std::move((*checkpoint)->lora));
   } else {
-    auto lora_config = weight_store::LoraConfigFromProto(spec_.lora());
-    if (!lora_config.ok()) return lora_config.status();
-    auto lora = engine::LoraAdapter::Create(base_->config(), *lora_config, spec_.seed());
+    auto lora = InitialAdapter();
     if (!lora.ok()) return lora.status();
     lora_ = std::make_unique<engine::LoraAdapter>(*std::move(lora));
   }
@@ -241,6 +251,24 @@ absl::Status JobRun::Init() {
   optimizer_.emplace(*std::move(optimizer));
   if (checkpoint->has_value()) return optimizer_->ImportState((*checkpoint)->optimizer);
   return absl::OkStatus();
+}
+
+absl::StatusOr<engine::LoraAdapter> JobRun::InitialAdapter() const {
+  auto lora_config = weight_store::LoraConfigFromProto(spec_.lora());
+  if (!lora_config.ok()) return lora_config.status();
+  const std::string& path = spec_.initial_adapter_path();
+  if (path.empty()) return engine::LoraAdapter::Create(base_->config(), *lora_config, spec_.seed());
+  auto adapter = engine::ReadPeftAdapter(path, base_->config());
+  if (!adapter.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("initial adapter: ", adapter.status().message()));
+  }
+  if (!SameLora(adapter->config(), *lora_config)) {
+    return absl::FailedPreconditionError(absl::StrCat("initial adapter '", path, "' is ",
+                                                      adapter->config().ToJson(),
+                                                      "; the spec's lora is ", lora_config->ToJson()));
+  }
+  return adapter;
 }
 
 absl::StatusOr<int64_t> JobRun::NewestVersion() {

@@ -17,12 +17,14 @@
 #include "absl/synchronization/mutex.h"
 #include "common/testing/test_server.h"
 #include "engine/model.h"
+#include "engine/peft_adapter.h"
 #include "engine/tokenizer.h"
 #include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/trainer/job_spec.h"
 #include "services/trainer/job_spec_testing.h"
+#include "services/weight_store/client/peft_export.h"
 #include "services/weight_store/client/testing/weight_store_server.h"
 
 namespace tandem::trainer {
@@ -394,6 +396,44 @@ TEST_F(JobRunTest, ACancelledRunStopsBeforeItsNextPhase) {
   const absl::Status status = Run(Job(3), cancelled);
   EXPECT_TRUE(absl::IsCancelled(status)) << status;
   EXPECT_TRUE(steps_.empty());
+}
+
+// Export a version as PEFT (what `tandem-cli export` does), start a new job from it: the new
+// job's first version is that adapter.
+TEST_F(JobRunTest, AJobStartsFromAnExportedPeftAdapter) {
+  ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
+  auto store = v1::WeightStoreService::NewStub(store_.Channel());
+  const std::string peft = dir_ + "/peft";
+  ASSERT_TRUE(weight_store::ExportPeftAdapter(*store, "job-test", 2, peft, "base").ok());
+
+  v1::Job second = Job(1);
+  second.set_id("job-two");
+  second.mutable_spec()->set_adapter_name("job-two");
+  second.mutable_spec()->set_output_dir(dir_ + "/out2");
+  second.mutable_spec()->set_initial_adapter_path(peft);
+  published_.clear();
+  ASSERT_TRUE(Run(second, not_cancelled_).ok());
+  ASSERT_THAT(published_, ElementsAre(1, 2));
+  ASSERT_TRUE(weight_store::ExportPeftAdapter(*store, "job-two", 1, dir_ + "/start", "base").ok());
+  const engine::ModelConfig model = engine::DefaultModelConfig();
+  auto exported = engine::ReadPeftAdapter(peft, model);
+  auto started = engine::ReadPeftAdapter(dir_ + "/start", model);
+  ASSERT_TRUE(exported.ok() && started.ok()) << exported.status() << started.status();
+  for (const std::string& name : exported->parameters().names()) {
+    EXPECT_EQ(started->parameters().Find(name)->value, exported->parameters().Find(name)->value)
+        << name;
+  }
+
+  // A spec whose LoRA differs from the adapter's fails the job before anything is published.
+  second.set_id("job-three");
+  second.mutable_spec()->set_adapter_name("job-three");
+  second.mutable_spec()->set_output_dir(dir_ + "/out3");
+  second.mutable_spec()->mutable_lora()->set_rank(second.spec().lora().rank() + 1);
+  published_.clear();
+  const absl::Status status = Run(second, not_cancelled_);
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("initial adapter"));
+  EXPECT_TRUE(published_.empty());
 }
 
 TEST_F(JobRunTest, AMissingBaseModelFailsBeforeAnythingIsPublished) {

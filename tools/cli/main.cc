@@ -1,5 +1,6 @@
 // tandem-cli: submit, list, watch and cancel jobs on the trainer; measure greedy accuracy of an
-// adapter version through a rollout replica. Exits non-zero with a message on any error.
+// adapter version through a rollout replica; export a version as a PEFT adapter. Exits non-zero
+// with a message on any error.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,9 +16,11 @@
 #include "common/server_options.h"
 #include "engine/tasks.h"
 #include "google/protobuf/util/json_util.h"
+#include "services/rollout/client/task_accuracy.h"
+#include "services/weight_store/client/peft_export.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 #include "tandem/v1/trainer.grpc.pb.h"
-#include "services/rollout/client/task_accuracy.h"
+#include "tandem/v1/weight_store.grpc.pb.h"
 #include "tools/cli/spec_file.h"
 
 ABSL_FLAG(std::string, trainer, "127.0.0.1:50051", "Trainer address.");
@@ -27,7 +30,12 @@ ABSL_FLAG(std::string, request_id, "", "submit: idempotency key; empty: derived 
 ABSL_FLAG(bool, watch, false, "submit: watch the job until it ends.");
 ABSL_FLAG(std::string, state, "", "list: only jobs in this state (e.g. RUNNING).");
 ABSL_FLAG(std::string, adapter, "", "eval: adapter name; empty: the base model.");
-ABSL_FLAG(int64_t, version, 0, "eval: adapter version.");
+ABSL_FLAG(int64_t, version, 0, "eval: adapter version; export: version, 0 for the newest.");
+ABSL_FLAG(std::string, out, "", "export: directory to write the PEFT adapter into.");
+ABSL_FLAG(std::string, weight_store, "",
+          "export: weight-store address; empty: the one the job's spec names.");
+ABSL_FLAG(std::string, base_model_name, "",
+          "export: base_model_name_or_path to write; empty: the job's base_model_path.");
 ABSL_FLAG(std::string, task, "addition", "eval: task.");
 ABSL_FLAG(int, digits, 2, "eval: task digits.");
 ABSL_FLAG(int, prompts, 200, "eval: prompts.");
@@ -47,7 +55,9 @@ constexpr char kUsage[] =
     "  watch JOB_ID                   follow a job's progress until it ends\n"
     "  cancel JOB_ID                  cancel a job\n"
     "  eval --adapter=A --version=N   accuracy of a version through rollout (greedy, or\n"
-    "                                 sampled at --temperature)";
+    "                                 sampled at --temperature)\n"
+    "  export JOB_ID --out=DIR        write a version of the job's adapter (--version, default\n"
+    "                                 the newest) as a PEFT LoRA directory";
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const std::string& target,
                                                        const std::string& service) {
@@ -76,10 +86,10 @@ std::string ProgressLine(const v1::Job& job) {
   constexpr int kWidth = 24;
   const int64_t steps = std::max<int64_t>(job.spec().num_steps(), 1);
   const int filled = static_cast<int>(kWidth * job.current_step() / steps);
-  std::string line = absl::StrFormat("[%s%s] %lld/%lld %s", std::string(filled, '#'),
-                                     std::string(kWidth - filled, '.'),
-                                     static_cast<long long>(job.current_step()),
-                                     static_cast<long long>(steps), ShortState(job.state()));
+  std::string line =
+      absl::StrFormat("[%s%s] %lld/%lld %s", std::string(filled, '#'),
+                      std::string(kWidth - filled, '.'), static_cast<long long>(job.current_step()),
+                      static_cast<long long>(steps), ShortState(job.state()));
   if (job.has_latest_metrics()) {
     const v1::StepMetrics& m = job.latest_metrics();
     absl::StrAppendFormat(&line,
@@ -196,21 +206,51 @@ absl::Status List() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::Job> GetJob(v1::JobService::StubInterface& trainer, const std::string& job_id) {
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(30));
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::GetJobResponse response;
+  if (absl::Status status = Check(trainer.GetJob(&context, request, &response)); !status.ok()) {
+    return status;
+  }
+  return response.job();
+}
+
+absl::Status Export(const std::string& job_id) {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return absl::InvalidArgumentError("export needs --out=DIR");
+  auto trainer = Trainer();
+  if (!trainer.ok()) return trainer.status();
+  auto job = GetJob(**trainer, job_id);
+  if (!job.ok()) return job.status();
+  std::string store_address = absl::GetFlag(FLAGS_weight_store);
+  if (store_address.empty()) store_address = job->spec().endpoints().weight_store();
+  std::string base_model = absl::GetFlag(FLAGS_base_model_name);
+  if (base_model.empty()) base_model = job->spec().base_model_path();
+  auto channel = Channel(store_address, "tandem.v1.WeightStoreService");
+  if (!channel.ok()) return channel.status();
+  auto store = v1::WeightStoreService::NewStub(*channel);
+  auto version = weight_store::ExportPeftAdapter(*store, job->spec().adapter_name(),
+                                                 absl::GetFlag(FLAGS_version), out, base_model);
+  if (!version.ok()) return version.status();
+  std::printf("exported %s version %lld to %s\n", job->spec().adapter_name().c_str(),
+              static_cast<long long>(*version), out.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status GetOrCancel(const std::string& command, const std::string& job_id) {
   auto trainer = Trainer();
   if (!trainer.ok()) return trainer.status();
-  grpc::ClientContext context;
-  SetTimeout(context, absl::Seconds(30));
   v1::Job job;
   if (command == "get") {
-    v1::GetJobRequest request;
-    request.set_job_id(job_id);
-    v1::GetJobResponse response;
-    if (absl::Status status = Check((*trainer)->GetJob(&context, request, &response)); !status.ok()) {
-      return status;
-    }
-    job = response.job();
+    auto got = GetJob(**trainer, job_id);
+    if (!got.ok()) return got.status();
+    job = *std::move(got);
   } else {
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(30));
     v1::CancelJobRequest request;
     request.set_job_id(job_id);
     v1::CancelJobResponse response;
@@ -254,8 +294,10 @@ absl::Status RunCommand(const std::vector<char*>& args) {
   if (command == "submit") return Submit();
   if (command == "list") return List();
   if (command == "eval") return Eval();
-  if (command == "get" || command == "cancel" || command == "watch") {
-    if (operand.empty()) return absl::InvalidArgumentError(absl::StrCat(command, " needs a JOB_ID"));
+  if (command == "get" || command == "cancel" || command == "watch" || command == "export") {
+    if (operand.empty())
+      return absl::InvalidArgumentError(absl::StrCat(command, " needs a JOB_ID"));
+    if (command == "export") return Export(operand);
     return command == "watch" ? Watch(operand) : GetOrCancel(command, operand);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'\n", kUsage));

@@ -125,6 +125,7 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
   manifest.set_adapter_name(std::string(adapter_name));
   manifest.set_version(version);
   *manifest.mutable_lora() = lora;
+  (*manifest.mutable_labels())[kNumExpertsLabel] = absl::StrCat(model_config.num_experts);
   manifest.mutable_tensors()->Add(tensors->begin(), tensors->end());
   *manifest.add_shards() = std::move(shard->first);
   published.shards.push_back(std::move(shard->second));

@@ -24,6 +24,10 @@ v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config);
 // INVALID_ARGUMENT for values the engine cannot run (rank, alpha, unknown modules).
 absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& config);
 
+// Manifest label of the base model's experts per MoE layer, which a side shared by all experts
+// stands for (a PEFT export copies it to each); set by BuildAdapterVersion.
+inline constexpr char kNumExpertsLabel[] = "num_experts";
+
 // One version ready for PublishAdapter.
 struct AdapterVersion {
   v1::Manifest manifest;
