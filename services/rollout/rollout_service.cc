@@ -88,11 +88,16 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
     RolloutOptions options) {
   std::unique_ptr<RolloutServiceImpl> service(new RolloutServiceImpl(std::move(options)));
   const RolloutOptions& o = service->options_;
+  const absl::Time load_start = absl::Now();
   auto base = engine::hf::LoadBaseModel(o.base_model_path);
   if (!base.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot load the base model: ", base.status().message()));
   }
+  spdlog::info("base model {} loaded in {}: {} layers ({} MoE, {} experts, top-{}), vocab {}",
+               o.base_model_path, absl::FormatDuration(absl::Now() - load_start),
+               base->config().num_layers, base->config().num_moe_layers(),
+               base->config().num_experts, base->config().top_k, base->config().vocab_size);
   service->base_ = std::make_unique<engine::BaseModel>(
       o.precision == engine::Precision::kBF16 ? base->RoundedToBf16() : *std::move(base));
   auto codec = engine::text::TextCodecFor(o.base_model_path);

@@ -264,9 +264,9 @@ absl::StatusOr<engine::LoraAdapter> JobRun::InitialAdapter() const {
         absl::StrCat("initial adapter: ", adapter.status().message()));
   }
   if (!SameLora(adapter->config(), *lora_config)) {
-    return absl::FailedPreconditionError(absl::StrCat("initial adapter '", path, "' is ",
-                                                      adapter->config().ToJson(),
-                                                      "; the spec's lora is ", lora_config->ToJson()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("initial adapter '", path, "' is ", adapter->config().ToJson(),
+                     "; the spec's lora is ", lora_config->ToJson()));
   }
   return adapter;
 }

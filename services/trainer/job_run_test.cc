@@ -8,18 +8,18 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
-#include <thread>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
 #include "engine/model.h"
 #include "engine/peft_adapter.h"
 #include "engine/tokenizer.h"
-#include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/trainer/job_spec.h"
@@ -114,8 +114,7 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
         response.add_token_ids(engine::kEosId);
         response.add_logprobs(state_.nan_logprobs ? std::nanf("") : -1.0f);
         response.set_adapter_version(request.adapter().exact_version());
-        response.set_finish_reason(draining ? v1::FINISH_REASON_CANCELLED
-                                            : v1::FINISH_REASON_STOP);
+        response.set_finish_reason(draining ? v1::FINISH_REASON_CANCELLED : v1::FINISH_REASON_STOP);
       }
     }
     if (state_.error_sample) {
@@ -132,9 +131,8 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
       grpc::ClientContext*, const v1::GenerateRequest&, grpc::CompletionQueue*) override {
     return nullptr;
   }
-  grpc::ClientAsyncResponseReaderInterface<v1::GetAdapterStatusResponse>*
-  AsyncGetAdapterStatusRaw(grpc::ClientContext*, const v1::GetAdapterStatusRequest&,
-                           grpc::CompletionQueue*) override {
+  grpc::ClientAsyncResponseReaderInterface<v1::GetAdapterStatusResponse>* AsyncGetAdapterStatusRaw(
+      grpc::ClientContext*, const v1::GetAdapterStatusRequest&, grpc::CompletionQueue*) override {
     return nullptr;
   }
   grpc::ClientAsyncResponseReaderInterface<v1::GetAdapterStatusResponse>*

@@ -10,8 +10,8 @@
 #include "engine/config.h"
 #include "engine/model.h"
 #include "services/weight_store/client/adapter_client.h"
-#include "transfer/lora_layout.h"
 #include "tandem/v1/weight_store.pb.h"
+#include "transfer/lora_layout.h"
 
 // Conversions between the embedded engine's LoRA adapters and weight-store versions: what the
 // trainer publishes and what a rollout replica builds from a fetch.
@@ -40,8 +40,7 @@ struct AdapterVersion {
 // tensor publishes it, in `dtype` (F32, or BF16 rounded to nearest even).
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
                                                    const engine::ModelConfig& model_config,
-                                                   absl::string_view adapter_name,
-                                                   int64_t version,
+                                                   absl::string_view adapter_name, int64_t version,
                                                    v1::DType dtype = v1::DTYPE_F32);
 
 // The layout the engine consumes: one rank, its own parameter names (experts stacked), stored

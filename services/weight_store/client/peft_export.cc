@@ -64,17 +64,20 @@ absl::StatusOr<int> NumExperts(const v1::Manifest& manifest) {
   bool shared_sides = false;
   for (const v1::CanonicalTensor& tensor : manifest.tensors()) {
     num_experts = std::max(num_experts, tensor.num_experts());
-    shared_sides |= absl::StrContains(tensor.spec().name(), ".mlp.experts.") &&
-                    tensor.num_experts() == 0;
+    shared_sides |=
+        absl::StrContains(tensor.spec().name(), ".mlp.experts.") && tensor.num_experts() == 0;
   }
   if (num_experts > 0 || !shared_sides) return num_experts;
   const auto label = manifest.labels().find(kNumExpertsLabel);
   if (label == manifest.labels().end() || !absl::SimpleAtoi(label->second, &num_experts) ||
       num_experts < 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "version ", manifest.version(), " shares LoRA sides between experts but does not say how "
-        "many experts there are (label '", kNumExpertsLabel, "'), which PEFT's per-expert "
-        "tensors need"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("version ", manifest.version(),
+                     " shares LoRA sides between experts but does not say how "
+                     "many experts there are (label '",
+                     kNumExpertsLabel,
+                     "'), which PEFT's per-expert "
+                     "tensors need"));
   }
   return num_experts;
 }

@@ -59,7 +59,8 @@ class PeftExportTest : public ::testing::TestWithParam<engine::ExpertLayout> {
  protected:
   void SetUp() override {
     dir_ = tandem::testing::FreshTestDir("peft_export");
-    auto service = testing::NewWeightStoreService({.data_dir = dir_ + "/store", .enable_ucx = false});
+    auto service =
+        testing::NewWeightStoreService({.data_dir = dir_ + "/store", .enable_ucx = false});
     ASSERT_TRUE(service.ok()) << service.status();
     auto server = tandem::testing::StartLoopbackServer(
         "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)});
@@ -69,8 +70,8 @@ class PeftExportTest : public ::testing::TestWithParam<engine::ExpertLayout> {
   }
 
   void Publish(const engine::LoraAdapter& adapter, int64_t version) {
-    auto built = BuildAdapterVersion(adapter, adapter.model_config(), "policy", version,
-                                     v1::DTYPE_BF16);
+    auto built =
+        BuildAdapterVersion(adapter, adapter.model_config(), "policy", version, v1::DTYPE_BF16);
     ASSERT_TRUE(built.ok()) << built.status();
     auto published = PublishAdapter(*stub_, built->manifest, built->shard_views(), {});
     ASSERT_TRUE(published.ok()) << published.status();
