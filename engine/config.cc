@@ -96,6 +96,10 @@ absl::Status ModelConfig::Validate() const {
       {"num_experts", {num_experts, 1, 32767}},
       {"top_k", {top_k, 1, std::min(num_experts, 64)}},
       {"expert_ffn_dim", {expert_ffn_dim, 1, 1 << 18}},
+      {"num_shared_experts", {num_shared_experts, 0, 64}},
+      {"num_expert_groups", {num_expert_groups, 1, num_experts}},
+      {"kept_expert_groups", {kept_expert_groups, 1, num_expert_groups}},
+      {"routed_scaling_factor", {routed_scaling_factor, 1e-6, 1e6}},
       {"max_seq_len", {max_seq_len, 2, 1 << 20}},
       {"rope_theta", {rope_theta, 1, 1e9}},
       {"norm_eps", {norm_eps, 1e-12, 1}},
@@ -115,6 +119,14 @@ absl::Status ModelConfig::Validate() const {
   if (num_heads % kv_heads() != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_kv_heads = ", num_kv_heads, " must divide num_heads = ", num_heads));
+  }
+  if (num_expert_groups > 1 &&
+      (num_experts % num_expert_groups != 0 || num_experts / num_expert_groups < 2 ||
+       kept_expert_groups * (num_experts / num_expert_groups) < top_k)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_expert_groups = ", num_expert_groups, " must split ", num_experts,
+        " experts into groups of at least 2, of which kept_expert_groups = ", kept_expert_groups,
+        " hold at least top_k = ", top_k));
   }
   for (int layer : mlp_only_layers) {
     if (absl::Status status = CheckRange("mlp_only_layers", layer, 0, num_layers - 1);
@@ -140,7 +152,10 @@ std::string ModelConfig::ToJson() const {
               {"num_experts", num_experts},
               {"top_k", top_k},
               {"expert_ffn_dim", expert_ffn_dim},
-              {"shared_expert", shared_expert},
+              {"num_shared_experts", num_shared_experts},
+              {"num_expert_groups", num_expert_groups},
+              {"kept_expert_groups", kept_expert_groups},
+              {"routed_scaling_factor", routed_scaling_factor},
               {"scoring", std::string(ScoringName(scoring))},
               {"norm_topk_prob", norm_topk_prob},
               {"tie_word_embeddings", tie_word_embeddings},
@@ -172,7 +187,10 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text) {
                               Read(*object, "num_experts", config.num_experts),
                               Read(*object, "top_k", config.top_k),
                               Read(*object, "expert_ffn_dim", config.expert_ffn_dim),
-                              Read(*object, "shared_expert", config.shared_expert),
+                              Read(*object, "num_shared_experts", config.num_shared_experts),
+                              Read(*object, "num_expert_groups", config.num_expert_groups),
+                              Read(*object, "kept_expert_groups", config.kept_expert_groups),
+                              Read(*object, "routed_scaling_factor", config.routed_scaling_factor),
                               Read(*object, "scoring", scoring),
                               Read(*object, "max_seq_len", config.max_seq_len),
                               Read(*object, "rope_theta", config.rope_theta),

@@ -35,8 +35,15 @@ struct ModelConfig {
   int num_experts = 8;
   int top_k = 2;
   int expert_ffn_dim = 64;
-  bool shared_expert = false;  // One always-on expert of expert_ffn_dim beside the routed ones.
+  // Always-on experts beside the routed ones, run as one MLP of num_shared_experts *
+  // expert_ffn_dim (DeepSeek's n_shared_experts).
+  int num_shared_experts = 0;
   cpu::ScoringFunction scoring = cpu::ScoringFunction::kSoftmax;
+  // DeepSeek-V3's group-limited routing (n_group, topk_group; 1 and 1 limit nothing) and the
+  // factor the gate weights are multiplied by (routed_scaling_factor).
+  int num_expert_groups = 1;
+  int kept_expert_groups = 1;
+  float routed_scaling_factor = 1.0f;
   // Gate weights are the selected scores renormalized to sum to 1 (else the scores as they
   // are, e.g. softmax probabilities over all experts).
   bool norm_topk_prob = true;
@@ -47,6 +54,7 @@ struct ModelConfig {
 
   int head_dim() const { return attention_head_dim > 0 ? attention_head_dim : d_model / num_heads; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  int shared_expert_ffn_dim() const { return num_shared_experts * expert_ffn_dim; }
   int q_dim() const { return num_heads * head_dim(); }    // q_proj out, o_proj in.
   int kv_dim() const { return kv_heads() * head_dim(); }  // k_proj and v_proj out.
   bool IsMoeLayer(int layer) const;

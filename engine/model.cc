@@ -61,7 +61,6 @@ std::string ProjectionName(const ModelConfig& config, int layer, absl::string_vi
 BaseModel::BaseModel(const ModelConfig& config) : config_(config) {
   const int64_t d = config.d_model;
   const int64_t experts = config.num_experts;
-  const int64_t ffn = config.expert_ffn_dim;
   parameters_.Add("model.embed_tokens.weight", {config.vocab_size, d});
   for (int layer = 0; layer < config.num_layers; ++layer) {
     const std::string prefix = LayerPrefix(layer);
@@ -92,10 +91,11 @@ BaseModel::BaseModel(const ModelConfig& config) : config_(config) {
     if (config.scoring == cpu::ScoringFunction::kSigmoid) {
       parameters_.Add(prefix + "mlp.gate.e_score_correction_bias", {experts});
     }
-    if (config.shared_expert) {
-      parameters_.Add(prefix + "mlp.shared_experts.gate_proj.weight", {ffn, d});
-      parameters_.Add(prefix + "mlp.shared_experts.up_proj.weight", {ffn, d});
-      parameters_.Add(prefix + "mlp.shared_experts.down_proj.weight", {d, ffn});
+    if (config.num_shared_experts > 0) {
+      const int64_t shared_ffn = config.shared_expert_ffn_dim();
+      parameters_.Add(prefix + "mlp.shared_experts.gate_proj.weight", {shared_ffn, d});
+      parameters_.Add(prefix + "mlp.shared_experts.up_proj.weight", {shared_ffn, d});
+      parameters_.Add(prefix + "mlp.shared_experts.down_proj.weight", {d, shared_ffn});
     }
   }
   parameters_.Add("model.norm.weight", {d});

@@ -119,7 +119,7 @@ TEST(ConfigTest, BadValuesAreRejectedByName) {
 TEST(ConfigTest, JsonRoundTrip) {
   ModelConfig config = SmallConfig();
   config.scoring = cpu::ScoringFunction::kSigmoid;
-  config.shared_expert = true;
+  config.num_shared_experts = 1;
   auto parsed = ModelConfig::FromJson(config.ToJson());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->ToJson(), config.ToJson());

@@ -417,7 +417,7 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   const Parameter* bias = model_.parameters().Find(prefix + "gate.e_score_correction_bias");
   act.ids.resize(static_cast<size_t>(rows) * k);
   cpu::TopK(act.scores.data(), bias == nullptr ? nullptr : bias->value.data(), rows, experts, k,
-            act.ids.data());
+            act.ids.data(), {config_.num_expert_groups, config_.kept_expert_groups});
 
   for (int t = 0; t < rows; ++t) {
     std::copy_n(act.ids.data() + int64_t{t} * k, k,
@@ -448,6 +448,7 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   act.gate_weights.resize(static_cast<size_t>(rows) * k);
   cpu::GateWeights(act.scores.data(), act.ids.data(), rows, experts, k, config_.norm_topk_prob,
                    act.gate_weights.data());
+  for (float& gate : act.gate_weights) gate *= config_.routed_scaling_factor;
   act.permutation = cpu::BuildPermutation(act.ids.data(), rows, k, experts);
   act.group_offsets = act.permutation.offsets;
   const int routed = rows * k;
@@ -459,15 +460,16 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   cpu::UnpermuteAdd(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(),
                     act.ffn_out.data(), d);
 
-  if (!config_.shared_expert) return;
-  const int64_t shared_hidden = static_cast<int64_t>(rows) * ffn;
+  if (config_.num_shared_experts == 0) return;
+  const int shared_ffn = config_.shared_expert_ffn_dim();
+  const int64_t shared_hidden = static_cast<int64_t>(rows) * shared_ffn;
   act.shared_gate.resize(shared_hidden);
   act.shared_up.resize(shared_hidden);
   act.shared_activation.resize(shared_hidden);
   cpu::Linear(act.norm2.data(), Weight(prefix + "shared_experts.gate_proj.weight").value.data(),
-              act.shared_gate.data(), rows, d, ffn);
+              act.shared_gate.data(), rows, d, shared_ffn);
   cpu::Linear(act.norm2.data(), Weight(prefix + "shared_experts.up_proj.weight").value.data(),
-              act.shared_up.data(), rows, d, ffn);
+              act.shared_up.data(), rows, d, shared_ffn);
   Round(act.shared_gate.data(), shared_hidden);
   Round(act.shared_up.data(), shared_hidden);
   cpu::SwiGlu(act.shared_gate.data(), act.shared_up.data(), act.shared_activation.data(),
@@ -475,7 +477,7 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   Round(act.shared_activation.data(), shared_hidden);
   cpu::Linear(act.shared_activation.data(),
               Weight(prefix + "shared_experts.down_proj.weight").value.data(), act.ffn_out.data(),
-              rows, ffn, d, /*accumulate=*/true);
+              rows, shared_ffn, d, /*accumulate=*/true);
 }
 
 void Transformer::Backward(const float* dlogits) {
@@ -608,6 +610,7 @@ void Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
   cpu::PermuteRowsBackward(dinput.data(), act.permutation, dnorm2, d);
 
   // The router learns through the gate weights, which R3 recomputes from its logits.
+  for (float& dgate : dgate_weights) dgate *= config_.routed_scaling_factor;
   std::vector<float> drouter_logits(static_cast<size_t>(rows) * experts, 0.0f);
   cpu::RouterGatesBackward(act.router_logits.data(), act.scores.data(), act.ids.data(),
                            dgate_weights.data(), drouter_logits.data(), rows, experts, k,
@@ -616,21 +619,22 @@ void Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
   cpu::LinearBackward(act.norm2.data(), router.value.data(), drouter_logits.data(), dnorm2,
                       router.grad_or_null(), rows, d, experts);
 
-  if (!config_.shared_expert) return;
-  const int64_t shared_hidden = static_cast<int64_t>(rows) * ffn;
+  if (config_.num_shared_experts == 0) return;
+  const int shared_ffn = config_.shared_expert_ffn_dim();
+  const int64_t shared_hidden = static_cast<int64_t>(rows) * shared_ffn;
   std::vector<float> dshared_activation(shared_hidden, 0.0f), dshared_gate(shared_hidden, 0.0f),
       dshared_up(shared_hidden, 0.0f);
   Parameter& shared_down = Weight(prefix + "shared_experts.down_proj.weight");
   cpu::LinearBackward(act.shared_activation.data(), shared_down.value.data(), dy,
-                      dshared_activation.data(), shared_down.grad_or_null(), rows, ffn, d);
+                      dshared_activation.data(), shared_down.grad_or_null(), rows, shared_ffn, d);
   cpu::SwiGluBackward(act.shared_gate.data(), act.shared_up.data(), dshared_activation.data(),
                       dshared_gate.data(), dshared_up.data(), shared_hidden);
   Parameter& shared_gate = Weight(prefix + "shared_experts.gate_proj.weight");
   Parameter& shared_up = Weight(prefix + "shared_experts.up_proj.weight");
   cpu::LinearBackward(act.norm2.data(), shared_gate.value.data(), dshared_gate.data(), dnorm2,
-                      shared_gate.grad_or_null(), rows, d, ffn);
+                      shared_gate.grad_or_null(), rows, d, shared_ffn);
   cpu::LinearBackward(act.norm2.data(), shared_up.value.data(), dshared_up.data(), dnorm2,
-                      shared_up.grad_or_null(), rows, d, ffn);
+                      shared_up.grad_or_null(), rows, d, shared_ffn);
 }
 
 }  // namespace tandem::engine

@@ -26,7 +26,7 @@ ModelConfig TinyConfig() {
   config.num_experts = 4;
   config.top_k = 2;
   config.expert_ffn_dim = 8;
-  config.shared_expert = true;
+  config.num_shared_experts = 1;
   config.max_seq_len = 16;
   return config;
 }
@@ -44,7 +44,7 @@ ModelConfig QwenShapedConfig() {
   config.mlp_only_layers = {1};
   config.norm_topk_prob = false;
   config.tie_word_embeddings = true;
-  config.shared_expert = false;
+  config.num_shared_experts = 0;
   return config;
 }
 
@@ -54,7 +54,20 @@ ModelConfig OlmoeShapedConfig() {
   config.num_kv_heads = 1;
   config.qk_norm = QkNorm::kWholeProjection;
   config.num_dense_layers = 0;
-  config.shared_expert = false;
+  config.num_shared_experts = 0;
+  return config;
+}
+
+// DeepSeek-V3's MoE block: sigmoid scores with a selection-only bias, group-limited routing,
+// scaled gate weights, two shared experts, a leading dense layer.
+ModelConfig DeepseekShapedConfig() {
+  ModelConfig config = TinyConfig();
+  config.scoring = cpu::ScoringFunction::kSigmoid;
+  config.num_experts = 8;
+  config.num_expert_groups = 4;
+  config.kept_expert_groups = 2;
+  config.routed_scaling_factor = 2.5f;
+  config.num_shared_experts = 2;
   return config;
 }
 

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -150,6 +151,37 @@ TEST(TopKTest, MatchesReferenceWhenScoresTieOften) {
       EXPECT_EQ(ids, expected) << "E=" << E << " k=" << k << " bias=" << (b != nullptr);
     }
   }
+}
+
+TEST(TopKTest, GroupLimitedMatchesReference) {
+  std::mt19937 rng(23);
+  for (auto [E, groups, kept, k] :
+       {std::tuple{16, 4, 2, 4}, std::tuple{256, 8, 4, 8}, std::tuple{12, 6, 1, 2}}) {
+    const int T = 11;
+    std::vector<float> scores(T * E);
+    const std::vector<float> logits = Random(T * E, rng, -3.0f, 3.0f);
+    RouterScores(logits.data(), scores.data(), T, E, ScoringFunction::kSigmoid);
+    const std::vector<float> bias = Random(E, rng, -0.5f, 0.5f);
+    std::vector<int16_t> ids(T * k), expected(T * k);
+    TopK(scores.data(), bias.data(), T, E, k, ids.data(), {groups, kept});
+    reference::TopK(scores.data(), bias.data(), T, E, k, expected.data(), {groups, kept});
+    EXPECT_EQ(ids, expected) << "E=" << E << " groups=" << groups;
+    EXPECT_EQ(ValidateRoutes(ids.data(), T, k, E), "");
+  }
+}
+
+// Two groups of three; group 0 scores 0.9 + 0.8, group 1 scores 0.3 + 0.2 and is masked to 0,
+// which still beats group 0's negative third key (as transformers' masked_fill(0.0) does).
+TEST(TopKTest, GroupLimitMasksWeakGroupsWithZero) {
+  const std::vector<float> keys = {0.9f, 0.8f, -0.4f, 0.3f, 0.2f, 0.1f};
+  std::vector<int16_t> ids(3);
+  TopK(keys.data(), nullptr, 1, 6, 3, ids.data(), {.groups = 2, .kept_groups = 1});
+  EXPECT_THAT(ids, ::testing::ElementsAre(0, 1, 3));
+  TopK(keys.data(), nullptr, 1, 6, 3, ids.data());
+  EXPECT_THAT(ids, ::testing::ElementsAre(0, 1, 3)) << "no limit: 0.3 is third anyway";
+  std::vector<int16_t> two(2);
+  TopK(keys.data(), nullptr, 1, 6, 2, two.data(), {.groups = 2, .kept_groups = 2});
+  EXPECT_THAT(two, ::testing::ElementsAre(0, 1));
 }
 
 TEST(TopKTest, SelectsExpertIdsAbove255) {

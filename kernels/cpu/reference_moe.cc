@@ -1,7 +1,9 @@
 #include "kernels/cpu/reference_moe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <set>
 #include <string>
@@ -69,17 +71,31 @@ void RouterScores(const float* logits, float* scores, int T, int E, ScoringFunct
   }
 }
 
-void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids) {
+void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids,
+          const GroupLimit& limit) {
+  const int size = E / limit.groups;
   for (int t = 0; t < T; ++t) {
+    std::vector<float> keys(E);
+    for (int e = 0; e < E; ++e) keys[e] = Key(scores + t * E, selection_bias, e);
+    if (limit.groups > 1) {
+      std::vector<std::pair<float, int>> ranked;  // (-group score, group): ascending = best first.
+      for (int g = 0; g < limit.groups; ++g) {
+        std::vector<float> group(keys.begin() + g * size, keys.begin() + (g + 1) * size);
+        std::sort(group.begin(), group.end(), std::greater<float>());
+        ranked.emplace_back(-(group[0] + group[1]), g);
+      }
+      std::sort(ranked.begin(), ranked.end());
+      for (int i = limit.kept_groups; i < limit.groups; ++i) {
+        const int g = ranked[i].second;
+        for (int e = g * size; e < (g + 1) * size; ++e) keys[e] = 0.0f;
+      }
+    }
     std::vector<bool> taken(E, false);
     for (int j = 0; j < k; ++j) {
       int best = -1;
       for (int e = 0; e < E; ++e) {
         // Strictly greater keeps the first (lowest) id among equal keys.
-        if (!taken[e] && (best < 0 || Key(scores + t * E, selection_bias, e) >
-                                          Key(scores + t * E, selection_bias, best))) {
-          best = e;
-        }
+        if (!taken[e] && (best < 0 || keys[e] > keys[best])) best = e;
       }
       taken[best] = true;
       ids[t * k + j] = static_cast<int16_t>(best);

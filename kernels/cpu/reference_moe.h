@@ -14,7 +14,9 @@
 namespace tandem::cpu::reference {
 
 void RouterScores(const float* logits, float* scores, int T, int E, ScoringFunction scoring);
-void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids);
+// Group limits by sorting every group's keys in full (not a max and a runner-up).
+void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids,
+          const GroupLimit& limit = {});
 void GateWeights(const float* scores, const int16_t* ids, int T, int E, int k, bool normalize,
                  float* gates);
 // Builds the full Jacobian d(gates)/d(logits) in double from the logits alone (scores is unused),

@@ -79,6 +79,32 @@ void SelectedSoftmaxBackwardRow(const float* scores, const int16_t* ids, const f
   for (int j = 0; j < k; ++j) dlogits[ids[j]] += scores[ids[j]] * inv_z * (dgates[j] - dot);
 }
 
+// Zeroes the keys of every group outside the kept ones (see GroupLimit).
+void MaskWeakGroups(const GroupLimit& limit, int E, float* keys) {
+  const int size = E / limit.groups;
+  std::vector<float> group_scores(limit.groups);
+  for (int g = 0; g < limit.groups; ++g) {
+    const float* group = keys + g * size;
+    const int best = static_cast<int>(std::max_element(group, group + size) - group);
+    float second = -std::numeric_limits<float>::infinity();
+    for (int e = 0; e < size; ++e) {
+      if (e != best) second = std::max(second, group[e]);
+    }
+    group_scores[g] = group[best] + second;
+  }
+  std::vector<int> groups(limit.groups);
+  std::iota(groups.begin(), groups.end(), 0);
+  std::partial_sort(
+      groups.begin(), groups.begin() + limit.kept_groups, groups.end(), [&](int a, int b) {
+        return group_scores[a] > group_scores[b] || (group_scores[a] == group_scores[b] && a < b);
+      });
+  std::vector<bool> kept(limit.groups, false);
+  for (int i = 0; i < limit.kept_groups; ++i) kept[groups[i]] = true;
+  for (int g = 0; g < limit.groups; ++g) {
+    if (!kept[g]) std::fill(keys + g * size, keys + (g + 1) * size, 0.0f);
+  }
+}
+
 std::string TokenPrefix(int t) { return "token " + std::to_string(t); }
 
 std::string CheckShape(int T, int k, int E) {
@@ -123,7 +149,8 @@ void RouterScores(const float* logits, float* scores, int T, int E, ScoringFunct
   for (int64_t i = 0; i < n; ++i) scores[i] = Sigmoid(logits[i]);
 }
 
-void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids) {
+void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids,
+          const GroupLimit& limit) {
   std::vector<float> keys(E);
   std::vector<int> order(E);
   const auto better = [&keys](int a, int b) {
@@ -131,6 +158,7 @@ void TopK(const float* scores, const float* selection_bias, int T, int E, int k,
   };
   for (int t = 0; t < T; ++t) {
     SelectionKeys(scores + int64_t{t} * E, selection_bias, E, keys.data());
+    if (limit.groups > 1) MaskWeakGroups(limit, E, keys.data());
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
     for (int j = 0; j < k; ++j) ids[int64_t{t} * k + j] = static_cast<int16_t>(order[j]);

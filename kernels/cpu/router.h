@@ -15,10 +15,22 @@ enum class ScoringFunction { kSoftmax, kSigmoid };
 // scores[T,E] = softmax(logits) row-wise, or sigmoid(logits) elementwise.
 void RouterScores(const float* logits, float* scores, int T, int E, ScoringFunction scoring);
 
+// DeepSeek-V3's group-limited routing (transformers' DeepseekV3TopkRouter): the E experts form
+// `groups` equal groups of at least two; a group scores the sum of its two best selection keys;
+// only the `kept_groups` best groups keep their keys, the others' keys become 0 (a masked_fill
+// with 0.0, not -inf: a kept expert whose key is below 0 loses to a masked one, as there).
+// groups = 1 limits nothing.
+struct GroupLimit {
+  int groups = 1;
+  int kept_groups = 1;
+};
+
 // ids[T,k] = the k experts with the largest scores[t] + selection_bias (bias may be nullptr;
-// DeepSeek-V3 uses a bias for selection only), in descending order of that sum; ties broken by the
-// lower expert id (deterministic). The sum is taken in float, as the model computes it.
-void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids);
+// DeepSeek-V3 uses a bias for selection only), after the group limit, in descending order of that
+// key; ties broken by the lower expert id (deterministic), also between groups. The sum is taken
+// in float, as the model computes it.
+void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids,
+          const GroupLimit& limit = {});
 
 // gates[T,k]: the selected scores, normalized to sum to 1 per row when normalize is true
 // (gates = s_i / sum_{j in S} s_j). With softmax scoring this equals R3's

@@ -48,8 +48,8 @@ def encode(values, dtype):
     return values.astype("<f4").tobytes()
 
 
-def write_safetensors(path, tensors, dtype):
-    header = {"__metadata__": {"format": "pt"}}
+def write_safetensors(path, tensors, dtype, metadata=None):
+    header = {"__metadata__": metadata or {"format": "pt"}}
     blobs = []
     offset = 0
     for name in sorted(tensors):
@@ -132,6 +132,26 @@ def olmoe_config(**overrides):
     return config
 
 
+def deepseek_moe_engine_config(**overrides):
+    """An engine-format model (ModelConfig JSON) whose MoE layers are DeepSeek-V3's MoE block
+    (the attention is the plain grouped-query kind: the engine does not compute MLA)."""
+    config = {
+        "vocab_size": 103, "d_model": 32, "num_heads": 4, "num_kv_heads": 2,
+        "attention_head_dim": 8, "qk_norm": "none", "num_layers": 3, "num_dense_layers": 1,
+        "dense_ffn_dim": 48, "num_experts": 16, "top_k": 4, "expert_ffn_dim": 12,
+        "num_shared_experts": 2, "scoring": "sigmoid", "num_expert_groups": 4,
+        "kept_expert_groups": 2, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+        "tie_word_embeddings": False, "max_seq_len": 64, "rope_theta": 10000.0,
+        "norm_eps": 1e-6,
+    }
+    config.update(overrides)
+    return config
+
+
+def write_engine_model(path, config, tensors):
+    write_safetensors(path, tensors, "F32", {"tandem.model_config": json.dumps(config)})
+
+
 class Arch:
     """How one architecture names its tensors and computes what differs between them."""
 
@@ -160,11 +180,14 @@ class Arch:
     def is_moe(self, layer):
         c = self.config
         if self.kind != "Qwen3MoeForCausalLM":
-            return True
+            return layer >= c.get("first_k_dense_replace", 0)
         return layer not in c["mlp_only_layers"] and (layer + 1) % c["decoder_sparse_step"] == 0
 
+    def shared_experts(self, h, w, prefix):
+        return 0.0  # Only DeepSeek's MoE block has them.
+
     # Gate weights from the router logits of one token: transformers' routing per model.
-    def gates(self, logits):
+    def gates(self, logits, w, prefix):
         probs = np.exp(logits - logits.max())
         probs /= probs.sum()
         order = np.argsort(-probs, kind="stable")[: self.top_k]
@@ -201,12 +224,16 @@ class Arch:
                 shapes[p + "mlp.down_proj.weight"] = (h, ffn)
                 continue
             shapes[p + f"{self.mlp}.gate.weight"] = (self.experts, h)
+            shapes.update(self.extra_moe_shapes(p))
             for e in range(self.experts):
                 at = p + f"{self.mlp}.experts.{e}."
                 shapes[at + self.projections["gate"] + ".weight"] = (self.expert_ffn, h)
                 shapes[at + self.projections["up"] + ".weight"] = (self.expert_ffn, h)
                 shapes[at + self.projections["down"] + ".weight"] = (h, self.expert_ffn)
         return shapes
+
+    def extra_moe_shapes(self, prefix):
+        return {}
 
     def random_tensors(self, seed):
         rng = np.random.default_rng(seed)
@@ -223,6 +250,50 @@ class Arch:
 
 # ---------------------------------------------------------------------------------------------
 # The forward pass, float64.
+
+class DeepseekMoeArch(Arch):
+    """The engine-format model of deepseek_moe_engine_config: plain grouped-query attention and
+    modeling_deepseek_v3.py's DeepseekV3TopkRouter + DeepseekV3MoE in the MoE layers."""
+
+    def __init__(self, engine_config):
+        c = engine_config
+        super().__init__({
+            "architectures": ["DeepseekMoeBlock"], "vocab_size": c["vocab_size"],
+            "hidden_size": c["d_model"], "num_attention_heads": c["num_heads"],
+            "num_key_value_heads": c["num_kv_heads"], "head_dim": c["attention_head_dim"],
+            "num_hidden_layers": c["num_layers"], "rms_norm_eps": c["norm_eps"],
+            "rope_theta": c["rope_theta"], "num_experts": c["num_experts"],
+            "moe_intermediate_size": c["expert_ffn_dim"], "intermediate_size": c["dense_ffn_dim"],
+            "num_experts_per_tok": c["top_k"], "first_k_dense_replace": c["num_dense_layers"],
+            "tie_word_embeddings": c["tie_word_embeddings"]})
+        self.engine_config = c
+
+    def gates(self, logits, w, prefix):
+        c = self.engine_config
+        scores = 1.0 / (1.0 + np.exp(-logits))
+        choice = scores + w[prefix + "mlp.gate.e_score_correction_bias"]
+        groups = choice.reshape(c["num_expert_groups"], -1)
+        group_scores = np.sort(groups, axis=1)[:, -2:].sum(axis=1)
+        kept = np.argsort(-group_scores, kind="stable")[: c["kept_expert_groups"]]
+        mask = np.zeros_like(groups, dtype=bool)
+        mask[kept] = True
+        choice = np.where(mask.reshape(-1), choice, 0.0)
+        ids = np.argsort(-choice, kind="stable")[: self.top_k]
+        weights = scores[ids]
+        if c["norm_topk_prob"]:
+            weights = weights / (weights.sum() + 1e-20)
+        return ids, weights * c["routed_scaling_factor"]
+
+    def shared_experts(self, h, w, prefix):
+        return swiglu(h, w, prefix + "mlp.shared_experts.", ("gate_proj", "up_proj", "down_proj"))
+
+    def extra_moe_shapes(self, prefix):
+        shared = self.engine_config["num_shared_experts"] * self.expert_ffn
+        return {prefix + "mlp.gate.e_score_correction_bias": (self.experts,),
+                prefix + "mlp.shared_experts.gate_proj.weight": (shared, self.hidden),
+                prefix + "mlp.shared_experts.up_proj.weight": (shared, self.hidden),
+                prefix + "mlp.shared_experts.down_proj.weight": (self.hidden, shared)}
+
 
 def rms_norm(x, weight, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
@@ -282,14 +353,14 @@ def forward(arch, tensors, tokens):
         out = np.zeros_like(h)
         layer_routes = []
         for i in range(t):
-            ids, gates = arch.gates(logits[i])
+            ids, gates = arch.gates(logits[i], w, p)
             layer_routes.append(ids)
             for expert, gate in zip(ids, gates):
                 at = p + f"{arch.mlp}.experts.{expert}."
                 names = (arch.projections["gate"], arch.projections["up"], arch.projections["down"])
                 out[i] += gate * swiglu(h[i : i + 1], w, at, names)[0]
         routes.append(layer_routes)
-        x = x + out
+        x = x + out + arch.shared_experts(h, w, p)
     x = rms_norm(x, w["model.norm.weight"], arch.eps)
     head = w["model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight"]
     return x @ head.T, np.array(routes, dtype=np.int64).transpose(1, 0, 2)

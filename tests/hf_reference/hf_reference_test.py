@@ -40,10 +40,13 @@ class ReferenceForwardTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as directory:
             hf_models.write_checkpoint(directory, config, tensors, dtype, shards)
             result = run_engine(directory)
-            self.assertEqual(result.returncode, 0, result.stderr)
-        ours = json.loads(result.stdout)
         stored = {name: hf_models.stored_values(value, dtype) for name, value in tensors.items()}
-        logits, routes = hf_models.forward(arch, stored, TOKENS)
+        self.compare(arch, stored, result, f"{dtype} x{shards}")
+
+    def compare(self, arch, tensors, result, label):
+        self.assertEqual(result.returncode, 0, result.stderr)
+        ours = json.loads(result.stdout)
+        logits, routes = hf_models.forward(arch, tensors, TOKENS)
         our_logits = np.array(ours["logits"])
         scale = np.abs(logits).max()
         worst = np.abs(our_logits - logits).max() / scale
@@ -51,7 +54,7 @@ class ReferenceForwardTest(unittest.TestCase):
         np.testing.assert_array_equal(np.array(ours["routes"]), routes)
         self.assertEqual(ours["moe_layers"],
                          [layer for layer in range(arch.layers) if arch.is_moe(layer)])
-        print(f"{config['architectures'][0]} {dtype} x{shards}: logits within {worst:.1e}, "
+        print(f"{arch.kind} {label}: logits within {worst:.1e}, "
               f"{routes.size} routed ids identical")
 
     def test_qwen3_moe_f32_gqa(self):
@@ -77,6 +80,20 @@ class ReferenceForwardTest(unittest.TestCase):
 
     def test_olmoe_f32_gqa_sharded(self):
         self.check(hf_models.olmoe_config(num_key_value_heads=2, norm_topk_prob=True), "F32", 4)
+
+    def test_deepseek_v3_moe_block(self):
+        """DeepSeek-V3's MoE block (sigmoid scores, selection-only bias, group-limited top-k,
+        routed_scaling_factor, shared experts, a leading dense layer) in an engine-format model,
+        since the engine does not compute DeepSeek's latent attention."""
+        for overrides in ({}, {"norm_topk_prob": False, "kept_expert_groups": 1}):
+            config = hf_models.deepseek_moe_engine_config(**overrides)
+            arch = hf_models.DeepseekMoeArch(config)
+            tensors = arch.random_tensors(5)
+            with tempfile.TemporaryDirectory() as directory:
+                path = os.path.join(directory, "model.safetensors")
+                hf_models.write_engine_model(path, config, tensors)
+                result = run_engine(path)
+            self.compare(arch, tensors, result, f"engine file {overrides}")
 
 
 class RefusedCheckpointTest(unittest.TestCase):
