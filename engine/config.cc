@@ -74,6 +74,11 @@ bool ModelConfig::IsMoeLayer(int layer) const {
          std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
 }
 
+cpu::RopeFrequencies ModelConfig::RopeFrequencies() const {
+  if (rope_yarn.factor == 1.0) return cpu::RopeFrequencies::Plain(rope_theta, head_dim());
+  return cpu::RopeFrequencies::Yarn(rope_theta, head_dim(), rope_yarn);
+}
+
 std::vector<int> ModelConfig::MoeLayerIndices() const {
   std::vector<int> indices;
   for (int layer = 0; layer < num_layers; ++layer) {
@@ -102,6 +107,14 @@ absl::Status ModelConfig::Validate() const {
       {"routed_scaling_factor", {routed_scaling_factor, 1e-6, 1e6}},
       {"max_seq_len", {max_seq_len, 2, 1 << 20}},
       {"rope_theta", {rope_theta, 1, 1e9}},
+      {"yarn_factor", {rope_yarn.factor, 1, 1e6}},
+      {"yarn_original_max_position",
+       {rope_yarn.original_max_position, rope_yarn.factor == 1.0 ? 0 : 1, 1 << 24}},
+      {"yarn_beta_fast", {rope_yarn.beta_fast, 1e-6, 1e6}},
+      {"yarn_beta_slow", {rope_yarn.beta_slow, 1e-6, 1e6}},
+      {"yarn_attention_factor", {rope_yarn.attention_factor, 0, 1e6}},
+      {"yarn_mscale", {rope_yarn.mscale, 0, 1e6}},
+      {"yarn_mscale_all_dim", {rope_yarn.mscale_all_dim, 0, 1e6}},
       {"norm_eps", {norm_eps, 1e-12, 1}},
   };
   for (const auto& [field, range] : checks) {
@@ -161,6 +174,14 @@ std::string ModelConfig::ToJson() const {
               {"tie_word_embeddings", tie_word_embeddings},
               {"max_seq_len", max_seq_len},
               {"rope_theta", rope_theta},
+              {"yarn_factor", rope_yarn.factor},
+              {"yarn_original_max_position", rope_yarn.original_max_position},
+              {"yarn_beta_fast", rope_yarn.beta_fast},
+              {"yarn_beta_slow", rope_yarn.beta_slow},
+              {"yarn_attention_factor", rope_yarn.attention_factor},
+              {"yarn_mscale", rope_yarn.mscale},
+              {"yarn_mscale_all_dim", rope_yarn.mscale_all_dim},
+              {"yarn_truncate", rope_yarn.truncate},
               {"norm_eps", norm_eps}}
       .dump();
 }
@@ -171,30 +192,39 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text) {
   ModelConfig config;
   std::string scoring = "softmax";
   std::string qk_norm = "none";
-  for (absl::Status status : {Read(*object, "vocab_size", config.vocab_size),
-                              Read(*object, "d_model", config.d_model),
-                              Read(*object, "num_heads", config.num_heads),
-                              Read(*object, "num_kv_heads", config.num_kv_heads),
-                              Read(*object, "attention_head_dim", config.attention_head_dim),
-                              Read(*object, "qk_norm", qk_norm),
-                              Read(*object, "num_layers", config.num_layers),
-                              Read(*object, "num_dense_layers", config.num_dense_layers),
-                              Read(*object, "decoder_sparse_step", config.decoder_sparse_step),
-                              Read(*object, "mlp_only_layers", config.mlp_only_layers),
-                              Read(*object, "norm_topk_prob", config.norm_topk_prob),
-                              Read(*object, "tie_word_embeddings", config.tie_word_embeddings),
-                              Read(*object, "dense_ffn_dim", config.dense_ffn_dim),
-                              Read(*object, "num_experts", config.num_experts),
-                              Read(*object, "top_k", config.top_k),
-                              Read(*object, "expert_ffn_dim", config.expert_ffn_dim),
-                              Read(*object, "num_shared_experts", config.num_shared_experts),
-                              Read(*object, "num_expert_groups", config.num_expert_groups),
-                              Read(*object, "kept_expert_groups", config.kept_expert_groups),
-                              Read(*object, "routed_scaling_factor", config.routed_scaling_factor),
-                              Read(*object, "scoring", scoring),
-                              Read(*object, "max_seq_len", config.max_seq_len),
-                              Read(*object, "rope_theta", config.rope_theta),
-                              Read(*object, "norm_eps", config.norm_eps)}) {
+  for (absl::Status status :
+       {Read(*object, "vocab_size", config.vocab_size),
+        Read(*object, "d_model", config.d_model),
+        Read(*object, "num_heads", config.num_heads),
+        Read(*object, "num_kv_heads", config.num_kv_heads),
+        Read(*object, "attention_head_dim", config.attention_head_dim),
+        Read(*object, "qk_norm", qk_norm),
+        Read(*object, "num_layers", config.num_layers),
+        Read(*object, "num_dense_layers", config.num_dense_layers),
+        Read(*object, "decoder_sparse_step", config.decoder_sparse_step),
+        Read(*object, "mlp_only_layers", config.mlp_only_layers),
+        Read(*object, "norm_topk_prob", config.norm_topk_prob),
+        Read(*object, "tie_word_embeddings", config.tie_word_embeddings),
+        Read(*object, "dense_ffn_dim", config.dense_ffn_dim),
+        Read(*object, "num_experts", config.num_experts),
+        Read(*object, "top_k", config.top_k),
+        Read(*object, "expert_ffn_dim", config.expert_ffn_dim),
+        Read(*object, "num_shared_experts", config.num_shared_experts),
+        Read(*object, "num_expert_groups", config.num_expert_groups),
+        Read(*object, "kept_expert_groups", config.kept_expert_groups),
+        Read(*object, "routed_scaling_factor", config.routed_scaling_factor),
+        Read(*object, "scoring", scoring),
+        Read(*object, "max_seq_len", config.max_seq_len),
+        Read(*object, "rope_theta", config.rope_theta),
+        Read(*object, "yarn_factor", config.rope_yarn.factor),
+        Read(*object, "yarn_original_max_position", config.rope_yarn.original_max_position),
+        Read(*object, "yarn_beta_fast", config.rope_yarn.beta_fast),
+        Read(*object, "yarn_beta_slow", config.rope_yarn.beta_slow),
+        Read(*object, "yarn_attention_factor", config.rope_yarn.attention_factor),
+        Read(*object, "yarn_mscale", config.rope_yarn.mscale),
+        Read(*object, "yarn_mscale_all_dim", config.rope_yarn.mscale_all_dim),
+        Read(*object, "yarn_truncate", config.rope_yarn.truncate),
+        Read(*object, "norm_eps", config.norm_eps)}) {
     if (!status.ok()) return status;
   }
   if (scoring != "softmax" && scoring != "sigmoid") {

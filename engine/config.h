@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
 
 namespace tandem::engine {
@@ -50,6 +51,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;  // The LM head is the token embedding.
   int max_seq_len = 48;
   float rope_theta = 10000.0f;
+  cpu::YarnParams rope_yarn;  // factor 1: plain RoPE.
   float norm_eps = 1e-5f;
 
   int head_dim() const { return attention_head_dim > 0 ? attention_head_dim : d_model / num_heads; }
@@ -58,6 +60,8 @@ struct ModelConfig {
   int q_dim() const { return num_heads * head_dim(); }    // q_proj out, o_proj in.
   int kv_dim() const { return kv_heads() * head_dim(); }  // k_proj and v_proj out.
   bool IsMoeLayer(int layer) const;
+  // The rotation frequencies of attention: plain RoPE of rope_theta, or YaRN.
+  cpu::RopeFrequencies RopeFrequencies() const;
   int num_moe_layers() const { return static_cast<int>(MoeLayerIndices().size()); }
   // Global indices of the MoE layers: routing records name layers by these, never by
   // "i-th MoE layer", so dense layers can never shift rows.

@@ -152,6 +152,7 @@ Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precisio
       precision_(precision),
       moe_layers_(config_.MoeLayerIndices()),
       moe_index_(config_.num_layers, -1),
+      rope_(config_.RopeFrequencies()),
       layers_(config_.num_layers),
       attention_probs_(config_.num_layers) {
   for (size_t m = 0; m < moe_layers_.size(); ++m) moe_index_[moe_layers_[m]] = static_cast<int>(m);
@@ -312,10 +313,8 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
     NormalizeQk(prefix + "self_attn.k_norm.weight", rows, config_.kv_heads(), act.k, act.k_raw,
                 act.k_rstd);
   }
-  cpu::Rope(act.q.data(), positions, rows, config_.num_heads, config_.head_dim(),
-            config_.rope_theta);
-  cpu::Rope(act.k.data(), positions, rows, config_.kv_heads(), config_.head_dim(),
-            config_.rope_theta);
+  cpu::Rope(act.q.data(), positions, rows, config_.num_heads, rope_);
+  cpu::Rope(act.k.data(), positions, rows, config_.kv_heads(), rope_);
   const int64_t attention_size = int64_t{rows} * config_.q_dim();
   act.attention.resize(attention_size);
   attention.Attend(layer, act.q.data(), act.k.data(), act.v.data(), act.attention.data());
@@ -544,8 +543,8 @@ void Transformer::BackwardLayer(int layer, float* dx) {
                                  dv.data() + at_kv, length, heads, kv_heads, head_dim);
     probs_offset += int64_t{heads} * length * length;
   }
-  cpu::RopeBackward(dq.data(), positions_.data(), rows, heads, head_dim, config_.rope_theta);
-  cpu::RopeBackward(dk.data(), positions_.data(), rows, kv_heads, head_dim, config_.rope_theta);
+  cpu::RopeBackward(dq.data(), positions_.data(), rows, heads, rope_);
+  cpu::RopeBackward(dk.data(), positions_.data(), rows, kv_heads, rope_);
   if (config_.qk_norm != QkNorm::kNone) {
     NormalizeQkBackward(prefix + "self_attn.q_norm.weight", heads, act.q_raw, act.q_rstd, dq);
     NormalizeQkBackward(prefix + "self_attn.k_norm.weight", kv_heads, act.k_raw, act.k_rstd, dk);

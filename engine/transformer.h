@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model.h"
 #include "kernels/cpu/permute.h"
+#include "kernels/cpu/rope.h"
 
 namespace tandem::engine {
 
@@ -125,6 +126,7 @@ class Transformer {
   Precision precision_;
   std::vector<int> moe_layers_;
   std::vector<int> moe_index_;  // Per layer: its index among the MoE layers, -1 if dense.
+  cpu::RopeFrequencies rope_;
 
   // State of the last Forward.
   std::vector<int> tokens_;

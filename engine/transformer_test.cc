@@ -33,7 +33,7 @@ ModelConfig TinyConfig() {
 
 // The shapes of Hugging Face architectures: grouped-query attention with a head size that is not
 // d_model / heads, q/k norms per head (Qwen3) or over the whole projection (OLMoE), a dense layer
-// between MoE layers, unnormalized top-k gates and a tied LM head.
+// between MoE layers, unnormalized top-k gates, a tied LM head and YaRN.
 ModelConfig QwenShapedConfig() {
   ModelConfig config = TinyConfig();
   config.num_heads = 4;
@@ -45,6 +45,7 @@ ModelConfig QwenShapedConfig() {
   config.norm_topk_prob = false;
   config.tie_word_embeddings = true;
   config.num_shared_experts = 0;
+  config.rope_yarn = {.factor = 2.0, .original_max_position = 8};
   return config;
 }
 

@@ -1,5 +1,6 @@
 #include "engine/hf/hf_architecture.h"
 
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -56,8 +57,7 @@ absl::Status ReadShared(const json& json_config, const char* experts_field, Mode
     return Invalid("hidden_act",
                    absl::StrCat(json_config["hidden_act"].dump(), " is not supported (silu only)"));
   }
-  if (absl::Status status = RefuseSet(json_config, {"rope_scaling", "attention_bias"});
-      !status.ok()) {
+  if (absl::Status status = RefuseSet(json_config, {"attention_bias"}); !status.ok()) {
     return status;
   }
   struct Field {
@@ -94,6 +94,56 @@ absl::Status ReadShared(const json& json_config, const char* experts_field, Mode
   return absl::OkStatus();
 }
 
+// rope_scaling: null, or YaRN as transformers' _compute_yarn_parameters reads it. Other types,
+// unknown keys, and a factor that disagrees with max_position_embeddings /
+// original_max_position_embeddings (which transformers versions resolve differently) are refused.
+absl::Status ReadRopeScaling(const json& json_config, ModelConfig& config) {
+  if (!IsSet(json_config, "rope_scaling")) return absl::OkStatus();
+  const json& scaling = json_config["rope_scaling"];
+  const std::string type = scaling.value("rope_type", scaling.value("type", ""));
+  if (type != "yarn") {
+    return Invalid("rope_scaling.rope_type",
+                   absl::StrCat("\"", type, "\" is not supported (yarn only)"));
+  }
+  for (const auto& [key, value] : scaling.items()) {
+    static const std::set<std::string> kKnown = {
+        "rope_type",      "type",      "factor",           "original_max_position_embeddings",
+        "beta_fast",      "beta_slow", "attention_factor", "mscale",
+        "mscale_all_dim", "truncate"};
+    if (!kKnown.contains(key))
+      return Invalid(absl::StrCat("rope_scaling.", key), "is not supported");
+  }
+  cpu::YarnParams& yarn = config.rope_yarn;
+  auto factor = Positive(scaling, "factor", 0);
+  if (!factor.ok() || *factor < 1) return Invalid("rope_scaling.factor", "must be a number >= 1");
+  yarn.factor = *factor;
+  auto original = Size(scaling, "original_max_position_embeddings", config.max_seq_len);
+  if (!original.ok()) return Invalid("rope_scaling", original.status().message());
+  yarn.original_max_position = *original;
+  if (scaling.contains("original_max_position_embeddings") &&
+      static_cast<double>(config.max_seq_len) / yarn.original_max_position != yarn.factor) {
+    return Invalid("rope_scaling.factor",
+                   absl::StrCat(yarn.factor,
+                                " is not max_position_embeddings / "
+                                "original_max_position_embeddings = ",
+                                config.max_seq_len, " / ", yarn.original_max_position));
+  }
+  struct Field {
+    const char* name;
+    double* target;
+  };
+  for (const Field& field :
+       {Field{"beta_fast", &yarn.beta_fast}, Field{"beta_slow", &yarn.beta_slow},
+        Field{"attention_factor", &yarn.attention_factor}, Field{"mscale", &yarn.mscale},
+        Field{"mscale_all_dim", &yarn.mscale_all_dim}}) {
+    auto value = Positive(scaling, field.name, *field.target);
+    if (!value.ok()) return Invalid(absl::StrCat("rope_scaling.", field.name), "must be > 0");
+    *field.target = *value;
+  }
+  yarn.truncate = scaling.value("truncate", true);
+  return absl::OkStatus();
+}
+
 absl::Status ReadNormAndRope(const json& json_config, double default_eps, double default_theta,
                              ModelConfig& config) {
   auto eps = Positive(json_config, "rms_norm_eps", default_eps);
@@ -102,7 +152,7 @@ absl::Status ReadNormAndRope(const json& json_config, double default_eps, double
   if (!theta.ok()) return theta.status();
   config.norm_eps = static_cast<float>(*eps);
   config.rope_theta = static_cast<float>(*theta);
-  return absl::OkStatus();
+  return ReadRopeScaling(json_config, config);
 }
 
 // modeling_qwen3_moe.py: per-head q/k RMSNorm; MoE layers placed by decoder_sparse_step and

@@ -189,7 +189,7 @@ TEST(HfCheckpointTest, MissingFilesAreNotFound) {
 TEST(HfArchitectureTest, WhatIsNotComputedExactlyIsRefusedByName) {
   const std::vector<std::pair<std::string, nlohmann::json>> refused = {
       {"architectures", nlohmann::json::array({"GptOssForCausalLM"})},
-      {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}},
+      {"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}}},
       {"use_sliding_window", true},
       {"attention_bias", true},
       {"hidden_act", "gelu"},

@@ -9,6 +9,7 @@ engine's float32 result is compared with the exact value of the same weights.
 """
 
 import json
+import math
 import os
 
 import numpy as np
@@ -299,13 +300,50 @@ def rms_norm(x, weight, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
-def rope(x, theta):
+def rope_frequencies(config, d):
+    """inv_freq and the cos/sin scale, as modeling_rope_utils.py computes them ("default" and
+    "yarn" rope types)."""
+    theta = config["rope_theta"]
+    inv_freq = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    scaling = config.get("rope_scaling")
+    if not scaling:
+        return inv_freq, 1.0
+    assert scaling.get("rope_type", scaling.get("type")) == "yarn"
+    factor = scaling["factor"]
+    original = scaling.get("original_max_position_embeddings") or config["max_position_embeddings"]
+
+    def get_mscale(scale, mscale=1.0):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    attention_factor = scaling.get("attention_factor")
+    if attention_factor is None:
+        if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+            attention_factor = get_mscale(factor, scaling["mscale"]) / get_mscale(
+                factor, scaling["mscale_all_dim"])
+        else:
+            attention_factor = get_mscale(factor)
+
+    def correction_dim(rotations):
+        return d * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = math.floor(correction_dim(scaling.get("beta_fast") or 32))
+    high = math.ceil(correction_dim(scaling.get("beta_slow") or 1))
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(d // 2) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    inv_freq = inv_freq / factor * (1 - extrapolation) + inv_freq * extrapolation
+    return inv_freq, attention_factor
+
+
+def rope(x, config):
     """x [T, heads, D]; rotate_half: element i pairs with i + D/2."""
     t, _, d = x.shape
-    inv_freq = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    inv_freq, scale = rope_frequencies(config, d)
     angles = np.outer(np.arange(t, dtype=np.float64), inv_freq)
-    cos = np.cos(np.concatenate([angles, angles], axis=-1))[:, None, :]
-    sin = np.sin(np.concatenate([angles, angles], axis=-1))[:, None, :]
+    cos = scale * np.cos(np.concatenate([angles, angles], axis=-1))[:, None, :]
+    sin = scale * np.sin(np.concatenate([angles, angles], axis=-1))[:, None, :]
     rotated = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], axis=-1)
     return x * cos + rotated * sin
 
@@ -337,7 +375,7 @@ def forward(arch, tensors, tokens):
         if arch.kind == "Qwen3MoeForCausalLM":  # Norms per head.
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], arch.eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], arch.eps)
-        q, k = rope(q, c["rope_theta"]), rope(k, c["rope_theta"])
+        q, k = rope(q, c), rope(k, c)
         group = arch.heads // arch.kv_heads
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
         scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(arch.head_dim) + mask

@@ -66,6 +66,13 @@ class ReferenceForwardTest(unittest.TestCase):
                                             tie_word_embeddings=True)
         self.check(config, "BF16", 3)
 
+    def test_qwen3_moe_yarn(self):
+        scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+        self.check(hf_models.qwen3_moe_config(rope_scaling=scaling), "F32", 1, seed=6)
+        scaling = {"type": "yarn", "factor": 8.0, "beta_fast": 16, "mscale": 0.8,
+                   "mscale_all_dim": 0.5}
+        self.check(hf_models.olmoe_config(rope_scaling=scaling), "F32", 2, seed=7)
+
     def test_qwen3_moe_f16(self):
         self.check(hf_models.qwen3_moe_config(num_key_value_heads=4), "F16", 2, seed=2)
 
@@ -138,8 +145,11 @@ class RefusedCheckpointTest(unittest.TestCase):
         self.assertIn("GptOssForCausalLM", self.refused(config))
 
     def test_rope_scaling_is_refused_by_name(self):
-        config = hf_models.qwen3_moe_config(rope_scaling={"rope_type": "yarn", "factor": 4.0})
-        self.assertIn("rope_scaling", self.refused(config))
+        config = hf_models.qwen3_moe_config(rope_scaling={"rope_type": "longrope", "factor": 4.0})
+        self.assertIn("rope_scaling.rope_type", self.refused(config))
+        config = hf_models.qwen3_moe_config(
+            rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32})
+        self.assertIn("rope_scaling.factor", self.refused(config))
 
     def test_a_sliding_window_is_refused_by_name(self):
         self.assertIn("sliding_window", self.refused(hf_models.mixtral_config(sliding_window=16)))
