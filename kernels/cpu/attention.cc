@@ -52,45 +52,58 @@ void SoftmaxBackwardInPlace(const float* p, float* dp, int T) {
 
 }  // namespace
 
-// Per head, q is a [T, D] view with row stride H*D and k, v views with row stride KV*D, so each
-// head is two strided GEMMs.
+AttentionShape AttentionShape::Standard(int heads, int kv_heads, int head_dim) {
+  return {.heads = heads,
+          .kv_heads = kv_heads,
+          .qk_dim = head_dim,
+          .v_dim = head_dim,
+          .scale = 1.0f / std::sqrt(static_cast<float>(head_dim))};
+}
+
+// Per head, q is a [T, Dqk] view with row stride H*Dqk, k and v views with row strides KV*Dqk
+// and KV*Dv, so each head is two strided GEMMs.
 void CausalAttention(const float* q, const float* k, const float* v, float* out, float* probs,
-                     int T, int H, int KV, int D) {
-  const int ld = H * D;
-  const int ld_kv = KV * D;
-  const int group = H / KV;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (int h = 0; h < H; ++h) {
-    const int kv = (h / group) * D;
+                     int T, const AttentionShape& s) {
+  const int ld_q = s.heads * s.qk_dim, ld_k = s.kv_heads * s.qk_dim;
+  const int ld_v = s.kv_heads * s.v_dim, ld_out = s.heads * s.v_dim;
+  const int group = s.heads / s.kv_heads;
+  for (int h = 0; h < s.heads; ++h) {
+    const int kv = h / group;
     float* p = probs + static_cast<int64_t>(h) * T * T;
-    Gemm(false, true, T, T, D, scale, q + h * D, ld, k + kv, ld_kv, 0.0f, p, T);
+    Gemm(false, true, T, T, s.qk_dim, s.scale, q + h * s.qk_dim, ld_q, k + kv * s.qk_dim, ld_k,
+         0.0f, p, T);
     CausalSoftmax(p, T);
-    Gemm(false, false, T, D, T, 1.0f, p, T, v + kv, ld_kv, 0.0f, out + h * D, ld);
+    Gemm(false, false, T, s.v_dim, T, 1.0f, p, T, v + kv * s.v_dim, ld_v, 0.0f,
+         out + h * s.v_dim, ld_out);
   }
 }
 
 void CausalAttentionBackward(const float* q, const float* k, const float* v, const float* probs,
-                             const float* dout, float* dq, float* dk, float* dv, int T, int H,
-                             int KV, int D) {
-  const int ld = H * D;
-  const int ld_kv = KV * D;
-  const int group = H / KV;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+                             const float* dout, float* dq, float* dk, float* dv, int T,
+                             const AttentionShape& s) {
+  const int ld_q = s.heads * s.qk_dim, ld_k = s.kv_heads * s.qk_dim;
+  const int ld_v = s.kv_heads * s.v_dim, ld_out = s.heads * s.v_dim;
+  const int group = s.heads / s.kv_heads;
   const bool need_scores_grad = dq != nullptr || dk != nullptr;
   std::vector<float> ds(need_scores_grad ? static_cast<size_t>(T) * T : 0);
-  for (int h = 0; h < H; ++h) {
-    const int kv = (h / group) * D;
+  for (int h = 0; h < s.heads; ++h) {
+    const int kv = h / group;
     const float* p = probs + static_cast<int64_t>(h) * T * T;
-    const float* dout_h = dout + h * D;
-    if (dv != nullptr) Gemm(true, false, T, D, T, 1.0f, p, T, dout_h, ld, 1.0f, dv + kv, ld_kv);
+    const float* dout_h = dout + h * s.v_dim;
+    if (dv != nullptr) {
+      Gemm(true, false, T, s.v_dim, T, 1.0f, p, T, dout_h, ld_out, 1.0f, dv + kv * s.v_dim, ld_v);
+    }
     if (!need_scores_grad) continue;
-    Gemm(false, true, T, T, D, 1.0f, dout_h, ld, v + kv, ld_kv, 0.0f, ds.data(), T);
+    Gemm(false, true, T, T, s.v_dim, 1.0f, dout_h, ld_out, v + kv * s.v_dim, ld_v, 0.0f,
+         ds.data(), T);
     SoftmaxBackwardInPlace(p, ds.data(), T);
     if (dq != nullptr) {
-      Gemm(false, false, T, D, T, scale, ds.data(), T, k + kv, ld_kv, 1.0f, dq + h * D, ld);
+      Gemm(false, false, T, s.qk_dim, T, s.scale, ds.data(), T, k + kv * s.qk_dim, ld_k, 1.0f,
+           dq + h * s.qk_dim, ld_q);
     }
     if (dk != nullptr) {
-      Gemm(true, false, T, D, T, scale, ds.data(), T, q + h * D, ld, 1.0f, dk + kv, ld_kv);
+      Gemm(true, false, T, s.qk_dim, T, s.scale, ds.data(), T, q + h * s.qk_dim, ld_q, 1.0f,
+           dk + kv * s.qk_dim, ld_k);
     }
   }
 }
@@ -98,18 +111,33 @@ void CausalAttentionBackward(const float* q, const float* k, const float* v, con
 // A single query row: two matrix-vector products per head. sgemv beats both an m = 1 Gemm and
 // plain loops (which GCC does not vectorize at -O2) by about 2x at T=128, D=32.
 void DecodeAttention(const float* q, const float* k_cache, const float* v_cache, int len,
-                     float* out, int H, int KV, int D, float* scratch) {
-  const int ld_kv = KV * D;
-  const int group = H / KV;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (int h = 0; h < H; ++h) {
-    const int kv = (h / group) * D;
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, len, D, scale, k_cache + kv, ld_kv, q + h * D, 1, 0.0f,
-                scratch, 1);
+                     float* out, const AttentionShape& s, float* scratch) {
+  const int ld_k = s.kv_heads * s.qk_dim, ld_v = s.kv_heads * s.v_dim;
+  const int group = s.heads / s.kv_heads;
+  for (int h = 0; h < s.heads; ++h) {
+    const int kv = h / group;
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, len, s.qk_dim, s.scale, k_cache + kv * s.qk_dim, ld_k,
+                q + h * s.qk_dim, 1, 0.0f, scratch, 1);
     SoftmaxInPlace(scratch, len);
-    cblas_sgemv(CblasRowMajor, CblasTrans, len, D, 1.0f, v_cache + kv, ld_kv, scratch, 1, 0.0f,
-                out + h * D, 1);
+    cblas_sgemv(CblasRowMajor, CblasTrans, len, s.v_dim, 1.0f, v_cache + kv * s.v_dim, ld_v,
+                scratch, 1, 0.0f, out + h * s.v_dim, 1);
   }
+}
+
+void CausalAttention(const float* q, const float* k, const float* v, float* out, float* probs,
+                     int T, int H, int KV, int D) {
+  CausalAttention(q, k, v, out, probs, T, AttentionShape::Standard(H, KV, D));
+}
+
+void CausalAttentionBackward(const float* q, const float* k, const float* v, const float* probs,
+                             const float* dout, float* dq, float* dk, float* dv, int T, int H,
+                             int KV, int D) {
+  CausalAttentionBackward(q, k, v, probs, dout, dq, dk, dv, T, AttentionShape::Standard(H, KV, D));
+}
+
+void DecodeAttention(const float* q, const float* k_cache, const float* v_cache, int len,
+                     float* out, int H, int KV, int D, float* scratch) {
+  DecodeAttention(q, k_cache, v_cache, len, out, AttentionShape::Standard(H, KV, D), scratch);
 }
 
 }  // namespace tandem::cpu

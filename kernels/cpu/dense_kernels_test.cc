@@ -434,6 +434,50 @@ TEST(AttentionTest, GroupedQueriesEqualRepeatedKeysAndValues) {
   EXPECT_TRUE(AllClose(dv, dv_summed, 1e-5, 1e-5));
 }
 
+// Keys wider than values and a scale of its own (DeepSeek's latent attention) equal standard
+// attention over values zero-padded to the key width, with queries pre-scaled.
+TEST(AttentionTest, WideKeysAndAScaleEqualPaddedStandardAttention) {
+  std::mt19937 rng(20);
+  const int H = 4, KV = 2, Dqk = 12, Dv = 5;
+  const AttentionShape shape{.heads = H, .kv_heads = KV, .qk_dim = Dqk, .v_dim = Dv, .scale = 0.3f};
+  const Qkv in = RandomQkv(rng, kT, H, KV, Dqk, 2.0f);
+  const Vec v = Random(rng, kT * KV * Dv);
+  Vec padded(in.k.size(), 0.0f), q_scaled = in.q;
+  for (int i = 0; i < kT * KV; ++i) std::copy_n(v.data() + i * Dv, Dv, padded.data() + i * Dqk);
+  for (float& x : q_scaled) x *= 0.3f * std::sqrt(static_cast<float>(Dqk));
+  Vec out(kT * H * Dv), probs(H * kT * kT), wide(kT * H * Dqk), wide_probs(probs.size());
+  CausalAttention(in.q.data(), in.k.data(), v.data(), out.data(), probs.data(), kT, shape);
+  CausalAttention(q_scaled.data(), in.k.data(), padded.data(), wide.data(), wide_probs.data(), kT,
+                  H, KV, Dqk);
+  EXPECT_TRUE(AllClose(probs, wide_probs, 1e-5, 1e-5));
+  for (int i = 0; i < kT * H; ++i) {
+    EXPECT_TRUE(AllClose(Vec(out.begin() + i * Dv, out.begin() + (i + 1) * Dv),
+                         Vec(wide.begin() + i * Dqk, wide.begin() + i * Dqk + Dv), 1e-5, 1e-5));
+  }
+  // Gradients: dk and dv (first Dv of the padded) agree; dq agrees up to the pre-scaling.
+  const Vec dout = Random(rng, out.size());
+  Vec dout_wide(wide.size(), 0.0f);
+  for (int i = 0; i < kT * H; ++i) std::copy_n(dout.data() + i * Dv, Dv, dout_wide.data() + i * Dqk);
+  Vec dq(in.q.size()), dk(in.k.size()), dv(v.size()), dq_w(in.q.size()), dk_w(in.k.size()),
+      dv_w(padded.size());
+  CausalAttentionBackward(in.q.data(), in.k.data(), v.data(), probs.data(), dout.data(), dq.data(),
+                          dk.data(), dv.data(), kT, shape);
+  CausalAttentionBackward(q_scaled.data(), in.k.data(), padded.data(), wide_probs.data(),
+                          dout_wide.data(), dq_w.data(), dk_w.data(), dv_w.data(), kT, H, KV, Dqk);
+  for (float& x : dq_w) x *= 0.3f * std::sqrt(static_cast<float>(Dqk));
+  EXPECT_TRUE(AllClose(dq, dq_w, 1e-4, 1e-4));
+  EXPECT_TRUE(AllClose(dk, dk_w, 1e-4, 1e-4));
+  for (int i = 0; i < kT * KV; ++i) {
+    EXPECT_TRUE(AllClose(Vec(dv.begin() + i * Dv, dv.begin() + (i + 1) * Dv),
+                         Vec(dv_w.begin() + i * Dqk, dv_w.begin() + i * Dqk + Dv), 1e-5, 1e-5));
+  }
+  // Decode of the last row equals its full-sequence row.
+  Vec decoded(H * Dv), scratch(kT);
+  DecodeAttention(in.q.data() + (kT - 1) * H * Dqk, in.k.data(), v.data(), kT, decoded.data(),
+                  shape, scratch.data());
+  EXPECT_TRUE(AllClose(decoded, Vec(out.end() - H * Dv, out.end()), 1e-5, 1e-5));
+}
+
 TEST(AttentionTest, BackwardAccumulatesLikeReference) {
   std::mt19937 rng(14);
   for (const int kv : kKvHeads) {
