@@ -1,6 +1,7 @@
 #include "engine/config.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -75,8 +76,22 @@ bool ModelConfig::IsMoeLayer(int layer) const {
 }
 
 cpu::RopeFrequencies ModelConfig::RopeFrequencies() const {
-  if (rope_yarn.factor == 1.0) return cpu::RopeFrequencies::Plain(rope_theta, head_dim());
-  return cpu::RopeFrequencies::Yarn(rope_theta, head_dim(), rope_yarn);
+  if (rope_yarn.factor == 1.0) return cpu::RopeFrequencies::Plain(rope_theta, rope_dim());
+  return cpu::RopeFrequencies::Yarn(rope_theta, rope_dim(), rope_yarn);
+}
+
+cpu::AttentionShape ModelConfig::attention_shape() const {
+  if (!latent_attention()) return cpu::AttentionShape::Standard(num_heads, kv_heads(), head_dim());
+  const int qk_dim = qk_nope_head_dim + qk_rope_head_dim;
+  // modeling_deepseek_v3.py: YaRN with mscale_all_dim scales the scores by its mscale squared.
+  const double mscale = rope_yarn.factor > 1 && rope_yarn.mscale_all_dim > 0
+                            ? cpu::YarnMscale(rope_yarn.factor, rope_yarn.mscale_all_dim)
+                            : 1.0;
+  return {.heads = num_heads,
+          .kv_heads = num_heads,
+          .qk_dim = qk_dim,
+          .v_dim = v_head_dim,
+          .scale = static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(qk_dim)))};
 }
 
 std::vector<int> ModelConfig::MoeLayerIndices() const {
@@ -94,6 +109,11 @@ absl::Status ModelConfig::Validate() const {
       {"num_heads", {num_heads, 1, 1 << 12}},
       {"num_kv_heads", {num_kv_heads, 0, num_heads}},
       {"attention_head_dim", {attention_head_dim, 0, 1 << 12}},
+      {"kv_lora_rank", {kv_lora_rank, 0, 1 << 16}},
+      {"q_lora_rank", {q_lora_rank, 0, 1 << 16}},
+      {"qk_nope_head_dim", {qk_nope_head_dim, latent_attention() ? 1 : 0, 1 << 12}},
+      {"qk_rope_head_dim", {qk_rope_head_dim, latent_attention() ? 2 : 0, 1 << 12}},
+      {"v_head_dim", {v_head_dim, latent_attention() ? 1 : 0, 1 << 12}},
       {"num_layers", {num_layers, 1, 1024}},
       {"num_dense_layers", {num_dense_layers, 0, num_layers}},
       {"decoder_sparse_step", {decoder_sparse_step, 1, num_layers}},
@@ -125,9 +145,12 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("d_model = ", d_model, " must split into ",
                                                    num_heads, " heads without attention_head_dim"));
   }
-  if (head_dim() % 2 != 0) {
+  if (rope_dim() % 2 != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("head dimension ", head_dim(), " must be even for RoPE"));
+        absl::StrCat("rotary dimension ", rope_dim(), " must be even for RoPE"));
+  }
+  if (latent_attention() && qk_norm != QkNorm::kNone) {
+    return absl::InvalidArgumentError("qk_norm must be none with latent attention");
   }
   if (num_heads % kv_heads() != 0) {
     return absl::InvalidArgumentError(
@@ -157,6 +180,12 @@ std::string ModelConfig::ToJson() const {
               {"num_kv_heads", num_kv_heads},
               {"attention_head_dim", attention_head_dim},
               {"qk_norm", QkNormName(qk_norm)},
+              {"kv_lora_rank", kv_lora_rank},
+              {"q_lora_rank", q_lora_rank},
+              {"qk_nope_head_dim", qk_nope_head_dim},
+              {"qk_rope_head_dim", qk_rope_head_dim},
+              {"v_head_dim", v_head_dim},
+              {"rope_interleave", rope_interleave},
               {"num_layers", num_layers},
               {"num_dense_layers", num_dense_layers},
               {"decoder_sparse_step", decoder_sparse_step},
@@ -199,6 +228,12 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text) {
         Read(*object, "num_kv_heads", config.num_kv_heads),
         Read(*object, "attention_head_dim", config.attention_head_dim),
         Read(*object, "qk_norm", qk_norm),
+        Read(*object, "kv_lora_rank", config.kv_lora_rank),
+        Read(*object, "q_lora_rank", config.q_lora_rank),
+        Read(*object, "qk_nope_head_dim", config.qk_nope_head_dim),
+        Read(*object, "qk_rope_head_dim", config.qk_rope_head_dim),
+        Read(*object, "v_head_dim", config.v_head_dim),
+        Read(*object, "rope_interleave", config.rope_interleave),
         Read(*object, "num_layers", config.num_layers),
         Read(*object, "num_dense_layers", config.num_dense_layers),
         Read(*object, "decoder_sparse_step", config.decoder_sparse_step),

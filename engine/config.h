@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
 
@@ -26,6 +27,18 @@ struct ModelConfig {
   int num_kv_heads = 0;        // Heads of keys and values, dividing num_heads; 0: num_heads.
   int attention_head_dim = 0;  // 0: d_model / num_heads.
   QkNorm qk_norm = QkNorm::kNone;
+  // DeepSeek's multi-head latent attention when kv_lora_rank > 0: queries from q_proj, or from
+  // q_a_proj -> RMSNorm -> q_b_proj when q_lora_rank > 0; keys and values expanded by kv_b_proj
+  // from a normalized kv_lora_rank-wide vector of kv_a_proj_with_mqa, which also gives the
+  // qk_rope_head_dim key dimensions every head shares. Queries and keys are qk_nope_head_dim +
+  // qk_rope_head_dim wide, values v_head_dim; RoPE turns the last qk_rope_head_dim, in
+  // interleaved pairs when rope_interleave. num_kv_heads and attention_head_dim are unused.
+  int kv_lora_rank = 0;
+  int q_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  bool rope_interleave = true;
   int num_layers = 4;
   // Layer l is MoE unless l < num_dense_layers (DeepSeek's first_k_dense_replace), or
   // (l + 1) % decoder_sparse_step != 0, or l is in mlp_only_layers (Qwen's placement).
@@ -57,8 +70,17 @@ struct ModelConfig {
   int head_dim() const { return attention_head_dim > 0 ? attention_head_dim : d_model / num_heads; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int shared_expert_ffn_dim() const { return num_shared_experts * expert_ffn_dim; }
-  int q_dim() const { return num_heads * head_dim(); }    // q_proj out, o_proj in.
+  int q_dim() const { return num_heads * head_dim(); }    // q_proj out (standard attention).
   int kv_dim() const { return kv_heads() * head_dim(); }  // k_proj and v_proj out.
+  bool latent_attention() const { return kv_lora_rank > 0; }
+  // Heads, widths and scale of the attention kernels, either kind.
+  cpu::AttentionShape attention_shape() const;
+  // Rows of queries, cached keys and cached values, and o_proj's input, either kind.
+  int query_width() const { return num_heads * attention_shape().qk_dim; }
+  int key_width() const { return attention_shape().kv_heads * attention_shape().qk_dim; }
+  int value_width() const { return attention_shape().kv_heads * attention_shape().v_dim; }
+  int attention_out_dim() const { return num_heads * attention_shape().v_dim; }
+  int rope_dim() const { return latent_attention() ? qk_rope_head_dim : head_dim(); }
   bool IsMoeLayer(int layer) const;
   // The rotation frequencies of attention: plain RoPE of rope_theta, or YaRN.
   cpu::RopeFrequencies RopeFrequencies() const;

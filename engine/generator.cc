@@ -13,7 +13,8 @@ struct GenerationBatch::Sequence {
   GeneratedSample sample;
   Transformer* transformer = nullptr;
   std::mt19937_64 rng;
-  // Per layer [reserved, kv_dim] keys and values; rows [0, cached) are filled.
+  // Per layer [reserved, key_width] keys and [reserved, value_width] values; rows [0, cached)
+  // are filled.
   std::vector<std::vector<float>> keys, values;
   int reserved = 0;
   int cached = 0;
@@ -27,12 +28,10 @@ class GenerationBatch::PrefillAttention : public AttentionBackend {
 
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     const int rows = static_cast<int>(sequence_.sample.tokens.size());
-    const int64_t n = int64_t{rows} * config_.kv_dim();
-    std::copy_n(k, n, sequence_.keys[layer].begin());
-    std::copy_n(v, n, sequence_.values[layer].begin());
+    std::copy_n(k, int64_t{rows} * config_.key_width(), sequence_.keys[layer].begin());
+    std::copy_n(v, int64_t{rows} * config_.value_width(), sequence_.values[layer].begin());
     probs_.resize(static_cast<size_t>(config_.num_heads) * rows * rows);
-    cpu::CausalAttention(q, k, v, out, probs_.data(), rows, config_.num_heads, config_.kv_heads(),
-                         config_.head_dim());
+    cpu::CausalAttention(q, k, v, out, probs_.data(), rows, config_.attention_shape());
   }
 
  private:
@@ -48,19 +47,19 @@ class GenerationBatch::DecodeAttention : public AttentionBackend {
       : sequences_(sequences), config_(config), scratch_(config.max_seq_len) {}
 
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
-    const int q_dim = config_.q_dim();
-    const int kv_dim = config_.kv_dim();
+    const cpu::AttentionShape shape = config_.attention_shape();
+    const int q_width = config_.query_width(), out_width = config_.attention_out_dim();
+    const int k_width = config_.key_width(), v_width = config_.value_width();
     for (size_t row = 0; row < sequences_.size(); ++row) {
       Sequence& sequence = *sequences_[row];
       const int position = sequence.cached;
-      std::copy_n(k + row * kv_dim, kv_dim,
-                  sequence.keys[layer].begin() + int64_t{position} * kv_dim);
-      std::copy_n(v + row * kv_dim, kv_dim,
-                  sequence.values[layer].begin() + int64_t{position} * kv_dim);
-      cpu::DecodeAttention(q + row * q_dim, sequence.keys[layer].data(),
-                           sequence.values[layer].data(), position + 1, out + row * q_dim,
-                           config_.num_heads, config_.kv_heads(), config_.head_dim(),
-                           scratch_.data());
+      std::copy_n(k + row * k_width, k_width,
+                  sequence.keys[layer].begin() + int64_t{position} * k_width);
+      std::copy_n(v + row * v_width, v_width,
+                  sequence.values[layer].begin() + int64_t{position} * v_width);
+      cpu::DecodeAttention(q + row * q_width, sequence.keys[layer].data(),
+                           sequence.values[layer].data(), position + 1, out + row * out_width,
+                           shape, scratch_.data());
     }
   }
 
@@ -76,7 +75,8 @@ GenerationBatch::GenerationBatch(Transformer& transformer)
 GenerationBatch::~GenerationBatch() = default;
 
 int64_t GenerationBatch::kv_bytes_per_token() const {
-  return int64_t{2} * config_.num_layers * config_.kv_dim() * static_cast<int64_t>(sizeof(float));
+  return int64_t{config_.num_layers} * (config_.key_width() + config_.value_width()) *
+         static_cast<int64_t>(sizeof(float));
 }
 
 int64_t GenerationBatch::kv_cache_bytes() const {
@@ -117,9 +117,12 @@ absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request,
   sequence->transformer = transformer != nullptr ? transformer : &transformer_;
   sequence->rng.seed(request.seed);
   sequence->reserved = ReservedPositions(request);
-  const size_t cache_floats = static_cast<size_t>(sequence->reserved) * config_.kv_dim();
-  sequence->keys.assign(config_.num_layers, std::vector<float>(cache_floats));
-  sequence->values.assign(config_.num_layers, std::vector<float>(cache_floats));
+  sequence->keys.assign(
+      config_.num_layers,
+      std::vector<float>(static_cast<size_t>(sequence->reserved) * config_.key_width()));
+  sequence->values.assign(
+      config_.num_layers,
+      std::vector<float>(static_cast<size_t>(sequence->reserved) * config_.value_width()));
 
   const int moe_row = config_.num_moe_layers() * config_.top_k;
   std::vector<int> positions(prompt_length);

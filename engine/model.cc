@@ -25,9 +25,41 @@ std::pair<int64_t, int64_t> ProjectionShape(const ModelConfig& config, int layer
   const int64_t d = config.d_model;
   if (module == "q_proj") return {config.q_dim(), d};
   if (module == "k_proj" || module == "v_proj") return {config.kv_dim(), d};
-  if (module == "o_proj") return {d, config.q_dim()};
+  if (module == "o_proj") return {d, config.attention_out_dim()};
   const int64_t ffn = config.IsMoeLayer(layer) ? config.expert_ffn_dim : config.dense_ffn_dim;
   return module == "down_proj" ? std::pair{d, ffn} : std::pair{ffn, d};
+}
+
+// DeepSeek's latent attention (see ModelConfig), under transformers' names.
+void AddLatentAttention(const ModelConfig& config, const std::string& prefix,
+                        ParameterSet& parameters) {
+  const int64_t d = config.d_model, heads = config.num_heads, latent = config.kv_lora_rank;
+  const int64_t qk = config.qk_nope_head_dim + config.qk_rope_head_dim;
+  if (config.q_lora_rank > 0) {
+    parameters.Add(prefix + "q_a_proj.weight", {config.q_lora_rank, d});
+    parameters.Add(prefix + "q_a_layernorm.weight", {config.q_lora_rank});
+    parameters.Add(prefix + "q_b_proj.weight", {heads * qk, config.q_lora_rank});
+  } else {
+    parameters.Add(prefix + "q_proj.weight", {heads * qk, d});
+  }
+  parameters.Add(prefix + "kv_a_proj_with_mqa.weight", {latent + config.qk_rope_head_dim, d});
+  parameters.Add(prefix + "kv_a_layernorm.weight", {latent});
+  parameters.Add(prefix + "kv_b_proj.weight",
+                 {heads * (config.qk_nope_head_dim + config.v_head_dim), latent});
+}
+
+// LoRA adapts q/k/v_proj of standard attention only: latent attention has no such projections.
+absl::Status CheckLoraTargets(const ModelConfig& model, const LoraConfig& lora) {
+  if (!model.latent_attention()) return absl::OkStatus();
+  for (const char* module : {"q_proj", "k_proj", "v_proj"}) {
+    if (lora.Targets(module)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("lora target ", module,
+                       " does not exist in latent attention; target o_proj, "
+                       "gate_proj, up_proj and down_proj"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void RoundAll(ParameterSet& parameters) {
@@ -65,10 +97,16 @@ BaseModel::BaseModel(const ModelConfig& config) : config_(config) {
   for (int layer = 0; layer < config.num_layers; ++layer) {
     const std::string prefix = LayerPrefix(layer);
     parameters_.Add(prefix + "input_layernorm.weight", {d});
-    for (const char* module : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-      const auto [out, in] = ProjectionShape(config, layer, module);
-      parameters_.Add(ProjectionName(config, layer, module), {out, in});
+    if (config.latent_attention()) {
+      AddLatentAttention(config, prefix + "self_attn.", parameters_);
+    } else {
+      for (const char* module : {"q_proj", "k_proj", "v_proj"}) {
+        const auto [out, in] = ProjectionShape(config, layer, module);
+        parameters_.Add(ProjectionName(config, layer, module), {out, in});
+      }
     }
+    const auto [o_out, o_in] = ProjectionShape(config, layer, "o_proj");
+    parameters_.Add(ProjectionName(config, layer, "o_proj"), {o_out, o_in});
     if (config.qk_norm != QkNorm::kNone) {
       const bool per_head = config.qk_norm == QkNorm::kPerHead;
       parameters_.Add(prefix + "self_attn.q_norm.weight",
@@ -191,6 +229,9 @@ absl::StatusOr<LoraAdapter> LoraAdapter::Create(const ModelConfig& model_config,
                                                 const LoraConfig& lora_config, uint64_t seed) {
   if (absl::Status status = model_config.Validate(); !status.ok()) return status;
   if (absl::Status status = lora_config.Validate(); !status.ok()) return status;
+  if (absl::Status status = CheckLoraTargets(model_config, lora_config); !status.ok()) {
+    return status;
+  }
   LoraAdapter adapter(model_config, lora_config);
   std::mt19937_64 rng(seed);
   for (const std::string& name : adapter.parameters_.names()) {
@@ -231,6 +272,9 @@ absl::StatusOr<LoraAdapter> LoraAdapter::FromTensors(const std::map<std::string,
                                                      const ModelConfig& model_config,
                                                      const LoraConfig& lora_config) {
   if (absl::Status status = lora_config.Validate(); !status.ok()) return status;
+  if (absl::Status status = CheckLoraTargets(model_config, lora_config); !status.ok()) {
+    return status;
+  }
   LoraAdapter adapter(model_config, lora_config);
   if (absl::Status status = adapter.parameters_.LoadFrom({tensors, {}}); !status.ok()) {
     return status;

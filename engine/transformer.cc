@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "engine/transformer_activations.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grouped_lora.h"
@@ -16,22 +17,6 @@
 
 namespace tandem::engine {
 
-// Everything one layer's forward computed, kept for its backward.
-struct Transformer::LayerActivations {
-  std::vector<float> input, norm1, rstd1, q, k, v, attention, norm2_input, norm2, rstd2;
-  std::vector<float> q_raw, k_raw, q_rstd, k_rstd;    // Projections before the q/k norms.
-  std::vector<float> lora_q, lora_k, lora_v, lora_o;  // LoRA intermediates x·Aᵀ.
-  // FFN rows: one per token (dense) or per routed (token, slot) in expert order (MoE).
-  std::vector<float> ffn_input, gate, up, activation, ffn_rows_out, ffn_out;
-  std::vector<float> lora_gate, lora_up, lora_down;
-  std::vector<int> group_offsets;
-  // MoE only.
-  std::vector<float> router_logits, scores, gate_weights;
-  std::vector<int16_t> ids;
-  cpu::ExpertPermutation permutation;
-  std::vector<float> shared_gate, shared_up, shared_activation;
-};
-
 namespace {
 
 // Attention within each packed sequence, saving probabilities for the backward.
@@ -40,9 +25,10 @@ class SequenceAttention : public AttentionBackend {
   SequenceAttention(const std::vector<int>& starts, const ModelConfig& config,
                     std::vector<std::vector<float>>& probs)
       : starts_(starts),
-        heads_(config.num_heads),
-        kv_heads_(config.kv_heads()),
-        head_dim_(config.head_dim()),
+        shape_(config.attention_shape()),
+        q_width_(config.query_width()),
+        k_width_(config.key_width()),
+        v_width_(config.value_width()),
         probs_(probs) {}
 
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
@@ -50,27 +36,24 @@ class SequenceAttention : public AttentionBackend {
     int64_t probs_size = 0;
     for (size_t s = 0; s + 1 < starts_.size(); ++s) {
       const int64_t length = starts_[s + 1] - starts_[s];
-      probs_size += heads_ * length * length;
+      probs_size += shape_.heads * length * length;
     }
     probs.resize(probs_size);
     int64_t probs_offset = 0;
-    const int64_t q_width = heads_ * head_dim_;
-    const int64_t kv_width = kv_heads_ * head_dim_;
+    const int64_t out_width = int64_t{shape_.heads} * shape_.v_dim;
     for (size_t s = 0; s + 1 < starts_.size(); ++s) {
-      const int begin = starts_[s];
-      const int length = starts_[s + 1] - begin;
-      cpu::CausalAttention(q + begin * q_width, k + begin * kv_width, v + begin * kv_width,
-                           out + begin * q_width, probs.data() + probs_offset, length, heads_,
-                           kv_heads_, head_dim_);
-      probs_offset += static_cast<int64_t>(heads_) * length * length;
+      const int64_t begin = starts_[s];
+      const int length = starts_[s + 1] - starts_[s];
+      cpu::CausalAttention(q + begin * q_width_, k + begin * k_width_, v + begin * v_width_,
+                           out + begin * out_width, probs.data() + probs_offset, length, shape_);
+      probs_offset += static_cast<int64_t>(shape_.heads) * length * length;
     }
   }
 
  private:
   const std::vector<int>& starts_;
-  const int heads_;
-  const int kv_heads_;
-  const int head_dim_;
+  const cpu::AttentionShape shape_;
+  const int64_t q_width_, k_width_, v_width_;
   std::vector<std::vector<float>>& probs_;
 };
 
@@ -294,6 +277,48 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
                act.norm1.data(), act.rstd1.data(), rows, d, config_.norm_eps);
   Round(act.norm1.data(), n);
 
+  if (config_.latent_attention()) {
+    RunLatentProjections(layer, positions, rows, act);
+  } else {
+    RunStandardProjections(layer, positions, rows, act);
+  }
+  const int64_t attention_size = int64_t{rows} * config_.attention_out_dim();
+  act.attention.resize(attention_size);
+  attention.Attend(layer, act.q.data(), act.k.data(), act.v.data(), act.attention.data());
+  Round(act.attention.data(), attention_size);
+
+  act.norm2_input = act.input;  // Residual: input + o_proj(attention).
+  std::vector<float> projected(n);
+  const std::vector<int> one_group = {0, rows};
+  ProjectGroups(act.attention.data(), one_group,
+                Weight(ProjectionName(config_, layer, "o_proj")).value.data(), 0,
+                config_.attention_out_dim(), d, Lora(layer, "o_proj"), act.lora_o,
+                projected.data());
+  Round(projected.data(), n);
+  AddInto(act.norm2_input.data(), projected.data(), n);
+  Round(act.norm2_input.data(), n);
+
+  act.norm2.resize(n);
+  act.rstd2.resize(rows);
+  cpu::RmsNorm(act.norm2_input.data(),
+               Weight(prefix + "post_attention_layernorm.weight").value.data(), act.norm2.data(),
+               act.rstd2.data(), rows, d, config_.norm_eps);
+  Round(act.norm2.data(), n);
+
+  if (moe_index_[layer] >= 0) {
+    RunMoeFfn(layer, moe_index_[layer], rows, replay, act);
+  } else {
+    RunDenseFfn(layer, rows, act);
+  }
+  // ffn_out becomes the layer output: residual + FFN.
+  AddInto(act.ffn_out.data(), act.norm2_input.data(), n);
+  Round(act.ffn_out.data(), n);
+}
+
+void Transformer::RunStandardProjections(int layer, const int* positions, int rows,
+                                         LayerActivations& act) {
+  const int d = config_.d_model;
+  const std::string prefix = absl::StrCat("model.layers.", layer, ".");
   const std::vector<int> one_group = {0, rows};
   std::vector<float>* outputs[] = {&act.q, &act.k, &act.v};
   std::vector<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
@@ -315,35 +340,32 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
   }
   cpu::Rope(act.q.data(), positions, rows, config_.num_heads, rope_);
   cpu::Rope(act.k.data(), positions, rows, config_.kv_heads(), rope_);
-  const int64_t attention_size = int64_t{rows} * config_.q_dim();
-  act.attention.resize(attention_size);
-  attention.Attend(layer, act.q.data(), act.k.data(), act.v.data(), act.attention.data());
-  Round(act.attention.data(), attention_size);
+}
 
-  act.norm2_input = act.input;  // Residual: input + o_proj(attention).
-  std::vector<float> projected(n);
-  ProjectGroups(act.attention.data(), one_group,
-                Weight(ProjectionName(config_, layer, "o_proj")).value.data(), 0, config_.q_dim(),
-                d, Lora(layer, "o_proj"), act.lora_o, projected.data());
-  Round(projected.data(), n);
-  AddInto(act.norm2_input.data(), projected.data(), n);
-  Round(act.norm2_input.data(), n);
-
-  act.norm2.resize(n);
-  act.rstd2.resize(rows);
-  cpu::RmsNorm(act.norm2_input.data(),
-               Weight(prefix + "post_attention_layernorm.weight").value.data(), act.norm2.data(),
-               act.rstd2.data(), rows, d, config_.norm_eps);
-  Round(act.norm2.data(), n);
-
-  if (moe_index_[layer] >= 0) {
-    RunMoeFfn(layer, moe_index_[layer], rows, replay, act);
-  } else {
-    RunDenseFfn(layer, rows, act);
+void Transformer::BackwardStandardProjections(int layer, LayerActivations& act,
+                                              std::vector<float>& dq, std::vector<float>& dk,
+                                              const std::vector<float>& dv, float* dnorm1) {
+  const int rows = static_cast<int>(tokens_.size());
+  const int d = config_.d_model;
+  const std::string prefix = absl::StrCat("model.layers.", layer, ".");
+  cpu::RopeBackward(dq.data(), positions_.data(), rows, config_.num_heads, rope_);
+  cpu::RopeBackward(dk.data(), positions_.data(), rows, config_.kv_heads(), rope_);
+  if (config_.qk_norm != QkNorm::kNone) {
+    NormalizeQkBackward(prefix + "self_attn.q_norm.weight", config_.num_heads, act.q_raw,
+                        act.q_rstd, dq);
+    NormalizeQkBackward(prefix + "self_attn.k_norm.weight", config_.kv_heads(), act.k_raw,
+                        act.k_rstd, dk);
   }
-  // ffn_out becomes the layer output: residual + FFN.
-  AddInto(act.ffn_out.data(), act.norm2_input.data(), n);
-  Round(act.ffn_out.data(), n);
+  const std::vector<int> one_group = {0, rows};
+  const std::vector<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
+  const float* grads[] = {dq.data(), dk.data(), dv.data()};
+  const char* modules[] = {"q_proj", "k_proj", "v_proj"};
+  const int widths[] = {config_.q_dim(), config_.kv_dim(), config_.kv_dim()};
+  for (int i = 0; i < 3; ++i) {
+    Parameter& w = Weight(ProjectionName(config_, layer, modules[i]));
+    ProjectGroupsBackward(act.norm1.data(), one_group, w.value.data(), w.grad_or_null(), 0, d,
+                          widths[i], Lora(layer, modules[i]), *lora_h[i], grads[i], dnorm1);
+  }
 }
 
 void Transformer::NormalizeQk(const std::string& weight, int rows, int heads, std::vector<float>& x,
@@ -520,44 +542,34 @@ void Transformer::BackwardLayer(int layer, float* dx) {
 
   // Attention block.
   const std::vector<int> one_group = {0, rows};
-  const int q_dim = config_.q_dim();
-  const int kv_dim = config_.kv_dim();
-  std::vector<float> dattention(int64_t{rows} * q_dim, 0.0f);
+  const cpu::AttentionShape shape = config_.attention_shape();
+  const int out_width = config_.attention_out_dim();
+  const int q_width = config_.query_width();
+  const int k_width = config_.key_width();
+  const int v_width = config_.value_width();
+  std::vector<float> dattention(int64_t{rows} * out_width, 0.0f);
   Parameter& o = Weight(ProjectionName(config_, layer, "o_proj"));
-  ProjectGroupsBackward(act.attention.data(), one_group, o.value.data(), o.grad_or_null(), 0, q_dim,
-                        d, Lora(layer, "o_proj"), act.lora_o, dmid.data(), dattention.data());
-  std::vector<float> dq(int64_t{rows} * q_dim, 0.0f), dk(int64_t{rows} * kv_dim, 0.0f),
-      dv(int64_t{rows} * kv_dim, 0.0f);
-  const int heads = config_.num_heads;
-  const int kv_heads = config_.kv_heads();
-  const int head_dim = config_.head_dim();
+  ProjectGroupsBackward(act.attention.data(), one_group, o.value.data(), o.grad_or_null(), 0,
+                        out_width, d, Lora(layer, "o_proj"), act.lora_o, dmid.data(),
+                        dattention.data());
+  std::vector<float> dq(int64_t{rows} * q_width, 0.0f), dk(int64_t{rows} * k_width, 0.0f),
+      dv(int64_t{rows} * v_width, 0.0f);
   int64_t probs_offset = 0;
   for (size_t s = 0; s + 1 < sequence_starts_.size(); ++s) {
     const int begin = sequence_starts_[s];
     const int length = sequence_starts_[s + 1] - begin;
-    const int64_t at_q = int64_t{begin} * q_dim;
-    const int64_t at_kv = int64_t{begin} * kv_dim;
-    cpu::CausalAttentionBackward(act.q.data() + at_q, act.k.data() + at_kv, act.v.data() + at_kv,
-                                 attention_probs_[layer].data() + probs_offset,
-                                 dattention.data() + at_q, dq.data() + at_q, dk.data() + at_kv,
-                                 dv.data() + at_kv, length, heads, kv_heads, head_dim);
-    probs_offset += int64_t{heads} * length * length;
-  }
-  cpu::RopeBackward(dq.data(), positions_.data(), rows, heads, rope_);
-  cpu::RopeBackward(dk.data(), positions_.data(), rows, kv_heads, rope_);
-  if (config_.qk_norm != QkNorm::kNone) {
-    NormalizeQkBackward(prefix + "self_attn.q_norm.weight", heads, act.q_raw, act.q_rstd, dq);
-    NormalizeQkBackward(prefix + "self_attn.k_norm.weight", kv_heads, act.k_raw, act.k_rstd, dk);
+    cpu::CausalAttentionBackward(
+        act.q.data() + int64_t{begin} * q_width, act.k.data() + int64_t{begin} * k_width,
+        act.v.data() + int64_t{begin} * v_width, attention_probs_[layer].data() + probs_offset,
+        dattention.data() + int64_t{begin} * out_width, dq.data() + int64_t{begin} * q_width,
+        dk.data() + int64_t{begin} * k_width, dv.data() + int64_t{begin} * v_width, length, shape);
+    probs_offset += int64_t{shape.heads} * length * length;
   }
   std::vector<float> dnorm1(n, 0.0f);
-  const std::vector<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
-  const float* grads[] = {dq.data(), dk.data(), dv.data()};
-  const char* modules[] = {"q_proj", "k_proj", "v_proj"};
-  const int widths[] = {q_dim, kv_dim, kv_dim};
-  for (int i = 0; i < 3; ++i) {
-    Parameter& w = Weight(ProjectionName(config_, layer, modules[i]));
-    ProjectGroupsBackward(act.norm1.data(), one_group, w.value.data(), w.grad_or_null(), 0, d,
-                          widths[i], Lora(layer, modules[i]), *lora_h[i], grads[i], dnorm1.data());
+  if (config_.latent_attention()) {
+    BackwardLatentProjections(layer, act, dq, dk, dv, dnorm1.data());
+  } else {
+    BackwardStandardProjections(layer, act, dq, dk, dv, dnorm1.data());
   }
   std::copy(dmid.begin(), dmid.end(), dx);  // Residual around attention.
   Parameter& input_norm = Weight(prefix + "input_layernorm.weight");

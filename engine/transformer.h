@@ -94,6 +94,18 @@ class Transformer {
 
   void RunLayer(int layer, const int* positions, int rows, AttentionBackend& attention,
                 const int16_t* replay, LayerActivations& act);
+  // Queries, keys and values of a layer in the attention kernels' layout (act.q, act.k, act.v),
+  // roped, from act.norm1; and back: dq, dk, dv (consumed) into dnorm1 and the weights' and
+  // LoRA's gradients. Standard grouped-query attention here; DeepSeek's latent attention in
+  // transformer_latent.cc.
+  void RunStandardProjections(int layer, const int* positions, int rows, LayerActivations& act);
+  void BackwardStandardProjections(int layer, LayerActivations& act, std::vector<float>& dq,
+                                   std::vector<float>& dk, const std::vector<float>& dv,
+                                   float* dnorm1);
+  void RunLatentProjections(int layer, const int* positions, int rows, LayerActivations& act);
+  void BackwardLatentProjections(int layer, LayerActivations& act, std::vector<float>& dq,
+                                 std::vector<float>& dk, const std::vector<float>& dv,
+                                 float* dnorm1);
   // RMSNorm of a q or k projection x ([rows, heads * head_dim]) in place, as config's qk_norm
   // says; keeps the input in `raw` and the reciprocal RMS in `rstd` for the backward.
   void NormalizeQk(const std::string& weight, int rows, int heads, std::vector<float>& x,

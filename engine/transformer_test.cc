@@ -72,13 +72,37 @@ ModelConfig DeepseekShapedConfig() {
   return config;
 }
 
+// DeepSeek-V3's latent attention (queries through a low-rank pair, YaRN with mscale_all_dim,
+// interleaved rotary pairs) with its MoE block.
+ModelConfig DeepseekV3ShapedConfig() {
+  ModelConfig config = DeepseekShapedConfig();
+  config.kv_lora_rank = 6;
+  config.q_lora_rank = 5;
+  config.qk_nope_head_dim = 4;
+  config.qk_rope_head_dim = 4;
+  config.v_head_dim = 3;
+  config.rope_yarn = {
+      .factor = 4.0, .original_max_position = 4, .mscale = 1.0, .mscale_all_dim = 1.0};
+  return config;
+}
+
+// LoRA on every projection the model has: latent attention has no q/k/v_proj.
+LoraConfig TestLora(const ModelConfig& model) {
+  LoraConfig lora;
+  if (model.latent_attention()) lora.targets = {"o_proj", "gate_proj", "up_proj", "down_proj"};
+  return lora;
+}
+
 struct NamedConfig {
   const char* name;
   ModelConfig (*make)();
 };
 
-const NamedConfig kConfigs[] = {
-    {"Embedded", TinyConfig}, {"QwenShaped", QwenShapedConfig}, {"OlmoeShaped", OlmoeShapedConfig}};
+const NamedConfig kConfigs[] = {{"Embedded", TinyConfig},
+                                {"QwenShaped", QwenShapedConfig},
+                                {"OlmoeShaped", OlmoeShapedConfig},
+                                {"DeepseekShaped", DeepseekShapedConfig},
+                                {"DeepseekV3Shaped", DeepseekV3ShapedConfig}};
 
 class ConfigTest : public ::testing::TestWithParam<NamedConfig> {};
 
@@ -321,7 +345,7 @@ TEST(TransformerTest, DenseLayersHaveNoRouteRowsAndIndicesAreGlobal) {
 
 TEST_P(ConfigTest, DecodeWithKvCacheEqualsFullForward) {
   BaseModel model = RandomModel(GetParam().make(), 1);
-  LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 2);
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), TestLora(model.config()), 2);
   RandomizeLora(adapter, 3);
   Transformer transformer(model, &adapter);
   std::vector<GenerationRequest> requests(2);
@@ -472,7 +496,7 @@ TEST(GenerationBatchTest, AnyStopTokenEndsTheSample) {
 
 TEST_P(ConfigTest, WholeModelGradientMatchesFiniteDifferences) {
   BaseModel model = RandomModel(GetParam().make(), 11);
-  LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 12);
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), TestLora(model.config()), 12);
   RandomizeLora(adapter, 13);
   model.parameters().EnableGradients();
   adapter.parameters().EnableGradients();

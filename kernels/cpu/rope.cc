@@ -35,17 +35,16 @@ void Rotate(float* x, const int* positions, int tokens, int heads, const RopeFre
   }
 }
 
-// YaRN's get_mscale.
-double Mscale(double factor, double mscale) {
-  return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
-}
-
 // The (fractional) dimension whose wavelength makes `rotations` turns over `max_position`.
 double CorrectionDim(double rotations, int dim, double base, int max_position) {
   return dim * std::log(max_position / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
 }
 
 }  // namespace
+
+double YarnMscale(double factor, double mscale) {
+  return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
 
 RopeFrequencies RopeFrequencies::Plain(double theta, int head_dim) {
   RopeFrequencies rope;
@@ -78,9 +77,9 @@ RopeFrequencies RopeFrequencies::Yarn(double theta, int head_dim, const YarnPara
     rope.scale = params.attention_factor;
   } else if (params.mscale > 0 && params.mscale_all_dim > 0) {
     rope.scale =
-        Mscale(params.factor, params.mscale) / Mscale(params.factor, params.mscale_all_dim);
+        YarnMscale(params.factor, params.mscale) / YarnMscale(params.factor, params.mscale_all_dim);
   } else {
-    rope.scale = Mscale(params.factor, 1.0);
+    rope.scale = YarnMscale(params.factor, 1.0);
   }
   return rope;
 }

@@ -19,6 +19,9 @@ struct YarnParams {
   bool truncate = true;  // Round the correction range to whole dimensions.
 };
 
+// YaRN's get_mscale: 0.1·mscale·ln(factor) + 1, or 1 for factor <= 1.
+double YarnMscale(double factor, double mscale);
+
 // The rotation frequencies of RoPE, one per pair of dimensions (head_dim / 2), and the scale the
 // rotated values are multiplied by.
 struct RopeFrequencies {

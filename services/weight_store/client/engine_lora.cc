@@ -51,7 +51,7 @@ transfer::ModelShape ModelShapeOf(const engine::ModelConfig& config) {
   transfer::ModelShape shape{.num_layers = config.num_layers,
                              .num_dense_layers = config.num_dense_layers,
                              .hidden = config.d_model,
-                             .q_out = config.q_dim(),
+                             .q_out = config.attention_out_dim(),  // q_proj out, o_proj in.
                              .kv_out = config.kv_dim(),
                              .dense_ffn = config.dense_ffn_dim,
                              .expert_ffn = config.expert_ffn_dim,

@@ -1,0 +1,36 @@
+#ifndef TANDEM_ENGINE_TRANSFORMER_ACTIVATIONS_H_
+#define TANDEM_ENGINE_TRANSFORMER_ACTIVATIONS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/transformer.h"
+#include "kernels/cpu/permute.h"
+
+// Internal to the Transformer's implementation files.
+namespace tandem::engine {
+
+// Everything one layer's forward computed, kept for its backward.
+struct Transformer::LayerActivations {
+  std::vector<float> input, norm1, rstd1, q, k, v, attention, norm2_input, norm2, rstd2;
+  std::vector<float> q_raw, k_raw, q_rstd, k_rstd;    // Projections before the q/k norms.
+  std::vector<float> lora_q, lora_k, lora_v, lora_o;  // LoRA intermediates x·Aᵀ.
+  // FFN rows: one per token (dense) or per routed (token, slot) in expert order (MoE).
+  std::vector<float> ffn_input, gate, up, activation, ffn_rows_out, ffn_out;
+  std::vector<float> lora_gate, lora_up, lora_down;
+  std::vector<int> group_offsets;
+  // MoE only.
+  std::vector<float> router_logits, scores, gate_weights;
+  std::vector<int16_t> ids;
+  cpu::ExpertPermutation permutation;
+  std::vector<float> shared_gate, shared_up, shared_activation;
+  // Latent attention only (transformer_latent.cc): the query down-projection before and after its
+  // norm, the compressed keys and values (with the shared rotary key), their normalized latent
+  // part, and its up-projection to per-head keys and values.
+  std::vector<float> latent_q_a, latent_q_a_norm, latent_q_a_rstd;
+  std::vector<float> latent_ckv, latent_c, latent_c_norm, latent_c_rstd, latent_kv;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_TRANSFORMER_ACTIVATIONS_H_
