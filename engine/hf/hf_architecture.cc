@@ -225,6 +225,73 @@ absl::StatusOr<HfArchitecture> Olmoe(const json& json_config) {
   return architecture;
 }
 
+// A config field with transformers' default when absent (or null, where null is no value).
+template <typename T>
+absl::StatusOr<T> Field(const json& config, const char* name, T fallback) {
+  if (!IsSet(config, name)) return fallback;
+  try {
+    return config[name].get<T>();
+  } catch (const json::exception&) {
+    return Invalid(name, absl::StrCat(config[name].dump(), " has the wrong type"));
+  }
+}
+
+// modeling_deepseek_v3.py: multi-head latent attention; the first first_k_dense_replace layers
+// dense, the rest DeepSeek's MoE block (sigmoid scores, selection-only e_score_correction_bias,
+// n_group/topk_group group-limited routing, norm_topk_prob, routed_scaling_factor,
+// n_shared_experts). Defaults as DeepseekV3Config's.
+absl::StatusOr<HfArchitecture> DeepseekV3(const json& json_config) {
+  HfArchitecture architecture{.name = "DeepseekV3ForCausalLM", .ignores_extra_layers = true};
+  ModelConfig& config = architecture.config;
+  for (absl::Status status : {ReadShared(json_config, "n_routed_experts", config),
+                              ReadNormAndRope(json_config, 1e-6, 10000.0, config)}) {
+    if (!status.ok()) return status;
+  }
+  if (json_config.value("topk_method", "noaux_tc") != "noaux_tc") {
+    return Invalid("topk_method", "only noaux_tc (DeepSeek-V3's) is supported");
+  }
+  if (json_config.value("scoring_func", "sigmoid") != "sigmoid") {
+    return Invalid("scoring_func", "only sigmoid (DeepSeek-V3's) is supported");
+  }
+  if (json_config.value("moe_layer_freq", 1) != 1) return Invalid("moe_layer_freq", "must be 1");
+  struct SizeField {
+    const char* name;
+    int* target;
+    int fallback;
+  };
+  for (const SizeField& field : {SizeField{"intermediate_size", &config.dense_ffn_dim, -1},
+                                 SizeField{"moe_intermediate_size", &config.expert_ffn_dim, -1},
+                                 SizeField{"kv_lora_rank", &config.kv_lora_rank, -1},
+                                 SizeField{"qk_nope_head_dim", &config.qk_nope_head_dim, -1},
+                                 SizeField{"qk_rope_head_dim", &config.qk_rope_head_dim, -1},
+                                 SizeField{"v_head_dim", &config.v_head_dim, -1},
+                                 SizeField{"n_group", &config.num_expert_groups, 8},
+                                 SizeField{"topk_group", &config.kept_expert_groups, 4},
+                                 SizeField{"n_shared_experts", &config.num_shared_experts, 1}}) {
+    auto value = Size(json_config, field.name, field.fallback);
+    if (!value.ok()) return value.status();
+    *field.target = *value;
+  }
+  // Absent: DeepseekV3Config's 1536; null: queries straight from q_proj.
+  auto q_lora_rank = Size(json_config, "q_lora_rank", 0);
+  if (!q_lora_rank.ok()) return q_lora_rank.status();
+  config.q_lora_rank = json_config.contains("q_lora_rank") ? *q_lora_rank : 1536;
+  auto first_dense = Field(json_config, "first_k_dense_replace", 3);
+  auto scaling = Field(json_config, "routed_scaling_factor", 2.5);
+  auto normalize = Field(json_config, "norm_topk_prob", true);
+  auto interleave = Field(json_config, "rope_interleave", true);
+  if (!first_dense.ok()) return first_dense.status();
+  if (!scaling.ok()) return scaling.status();
+  if (!normalize.ok()) return normalize.status();
+  if (!interleave.ok()) return interleave.status();
+  config.num_dense_layers = *first_dense;
+  config.routed_scaling_factor = static_cast<float>(*scaling);
+  config.norm_topk_prob = *normalize;
+  config.rope_interleave = *interleave;
+  config.scoring = cpu::ScoringFunction::kSigmoid;
+  return architecture;
+}
+
 absl::StatusOr<HfArchitecture> Read(const json& json_config) {
   const json architectures = json_config.value("architectures", json::array());
   const std::string name = architectures.size() == 1 && architectures[0].is_string()
@@ -233,16 +300,29 @@ absl::StatusOr<HfArchitecture> Read(const json& json_config) {
   if (name == "Qwen3MoeForCausalLM") return Qwen3Moe(json_config);
   if (name == "MixtralForCausalLM") return Mixtral(json_config);
   if (name == "OlmoeForCausalLM") return Olmoe(json_config);
-  if (IsSet(json_config, "kv_lora_rank")) {
-    return Invalid("kv_lora_rank",
-                   absl::StrCat("unsupported attention: ", architectures.dump(),
-                                " uses multi-head latent attention, which the engine does not "
-                                "compute"));
-  }
+  if (name == "DeepseekV3ForCausalLM") return DeepseekV3(json_config);
   return Invalid("architectures",
                  absl::StrCat(architectures.dump(),
                               " is not one of Qwen3MoeForCausalLM, MixtralForCausalLM, "
-                              "OlmoeForCausalLM"));
+                              "OlmoeForCausalLM, DeepseekV3ForCausalLM"));
+}
+
+void AddLatentAttentionShapes(const ModelConfig& config, const std::string& prefix,
+                              TensorShapes& shapes) {
+  const int64_t hidden = config.d_model, heads = config.num_heads;
+  const int64_t qk = config.qk_nope_head_dim + config.qk_rope_head_dim;
+  if (config.q_lora_rank > 0) {
+    shapes[prefix + "q_a_proj.weight"] = {config.q_lora_rank, hidden};
+    shapes[prefix + "q_a_layernorm.weight"] = {config.q_lora_rank};
+    shapes[prefix + "q_b_proj.weight"] = {heads * qk, config.q_lora_rank};
+  } else {
+    shapes[prefix + "q_proj.weight"] = {heads * qk, hidden};
+  }
+  shapes[prefix + "kv_a_proj_with_mqa.weight"] = {config.kv_lora_rank + config.qk_rope_head_dim,
+                                                  hidden};
+  shapes[prefix + "kv_a_layernorm.weight"] = {config.kv_lora_rank};
+  shapes[prefix + "kv_b_proj.weight"] = {heads * (config.qk_nope_head_dim + config.v_head_dim),
+                                         config.kv_lora_rank};
 }
 
 }  // namespace
@@ -273,10 +353,14 @@ TensorShapes HfTensorShapes(const HfArchitecture& architecture) {
     const std::string prefix = absl::StrCat("model.layers.", layer, ".");
     shapes[prefix + "input_layernorm.weight"] = {hidden};
     shapes[prefix + "post_attention_layernorm.weight"] = {hidden};
-    shapes[prefix + "self_attn.q_proj.weight"] = {q_dim, hidden};
-    shapes[prefix + "self_attn.k_proj.weight"] = {kv_dim, hidden};
-    shapes[prefix + "self_attn.v_proj.weight"] = {kv_dim, hidden};
-    shapes[prefix + "self_attn.o_proj.weight"] = {hidden, q_dim};
+    if (config.latent_attention()) {
+      AddLatentAttentionShapes(config, prefix + "self_attn.", shapes);
+    } else {
+      shapes[prefix + "self_attn.q_proj.weight"] = {q_dim, hidden};
+      shapes[prefix + "self_attn.k_proj.weight"] = {kv_dim, hidden};
+      shapes[prefix + "self_attn.v_proj.weight"] = {kv_dim, hidden};
+    }
+    shapes[prefix + "self_attn.o_proj.weight"] = {hidden, config.attention_out_dim()};
     if (config.qk_norm != QkNorm::kNone) {
       const bool per_head = config.qk_norm == QkNorm::kPerHead;
       shapes[prefix + "self_attn.q_norm.weight"] = {per_head ? config.head_dim() : q_dim};
@@ -294,6 +378,13 @@ TensorShapes HfTensorShapes(const HfArchitecture& architecture) {
     }
     const std::string block = absl::StrCat(prefix, architecture.moe_block, ".");
     shapes[block + "gate.weight"] = {config.num_experts, hidden};
+    if (config.scoring == cpu::ScoringFunction::kSigmoid) {
+      shapes[block + "gate.e_score_correction_bias"] = {config.num_experts};
+    }
+    if (config.num_shared_experts > 0) {
+      const std::string shared[3] = {"gate_proj", "up_proj", "down_proj"};
+      mlp(block + "shared_experts.", shared, config.shared_expert_ffn_dim());
+    }
     for (int expert = 0; expert < config.num_experts; ++expert) {
       mlp(absl::StrCat(block, "experts.", expert, "."), architecture.expert_projections,
           config.expert_ffn_dim);

@@ -23,14 +23,17 @@ struct HfArchitecture {
   // gate_proj, up_proj and down_proj.
   std::string moe_block = "mlp";
   std::string expert_projections[3] = {"gate_proj", "up_proj", "down_proj"};
+  // Tensors of layers num_hidden_layers and beyond are not part of the model (DeepSeek-V3 keeps
+  // its multi-token-prediction layer there, which transformers ignores too).
+  bool ignores_extra_layers = false;
 };
 
-// The architecture of a config.json: Qwen3MoeForCausalLM, MixtralForCausalLM or
-// OlmoeForCausalLM, with transformers' defaults for absent fields. INVALID_ARGUMENT naming
+// The architecture of a config.json: Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM
+// or DeepseekV3ForCausalLM, with transformers' defaults for absent fields. INVALID_ARGUMENT naming
 // the field for any other architecture, a missing or out-of-range size, and every setting
 // the engine would not compute exactly as transformers does (rope_scaling, sliding windows,
-// attention biases, activations other than silu, clip_qkv, router jitter, DeepSeek's latent
-// attention) — never a silent approximation.
+// attention biases, activations other than silu, clip_qkv, router jitter, rope_scaling other
+// than YaRN) — never a silent approximation.
 absl::StatusOr<HfArchitecture> HfArchitectureFromConfig(const nlohmann::json& config);
 
 // Every tensor a checkpoint of the architecture holds, by HF name, with its shape.

@@ -1,10 +1,13 @@
 #include "engine/hf/hf_model.h"
 
 #include <filesystem>
+#include <map>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "engine/hf/hf_architecture.h"
 #include "engine/hf/hf_checkpoint.h"
 
@@ -28,6 +31,17 @@ std::string CanonicalName(const HfArchitecture& architecture, const std::string&
   return renamed;
 }
 
+// Drops the tensors of layers `first` and beyond.
+void DropLayersFrom(int first, std::map<std::string, Tensor>& tensors) {
+  constexpr absl::string_view kLayers = "model.layers.";
+  std::erase_if(tensors, [&](const auto& entry) {
+    absl::string_view name = entry.first;
+    int layer = 0;
+    return absl::ConsumePrefix(&name, kLayers) &&
+           absl::SimpleAtoi(name.substr(0, name.find('.')), &layer) && layer >= first;
+  });
+}
+
 absl::Status InDirectory(const std::string& directory, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("'", directory, "': ", status.message()));
 }
@@ -39,6 +53,9 @@ absl::StatusOr<BaseModel> LoadHfModel(const std::string& directory) {
   if (!checkpoint.ok()) return checkpoint.status();
   auto architecture = HfArchitectureFromConfig(checkpoint->config);
   if (!architecture.ok()) return InDirectory(directory, architecture.status());
+  if (architecture->ignores_extra_layers) {
+    DropLayersFrom(architecture->config.num_layers, checkpoint->tensors);
+  }
   const TensorShapes expected = HfTensorShapes(*architecture);
   if (absl::Status status = CheckTensorShapes(*checkpoint, expected); !status.ok()) {
     return InDirectory(directory, status);

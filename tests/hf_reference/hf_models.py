@@ -187,6 +187,23 @@ class Arch:
     def shared_experts(self, h, w, prefix):
         return 0.0  # Only DeepSeek's MoE block has them.
 
+    def attention_inputs(self, h, w, prefix):
+        """Roped queries [T, H, D], keys and values [T, KV, D] and the score scale."""
+        t = h.shape[0]
+        q = h @ w[prefix + "q_proj.weight"].T
+        k = h @ w[prefix + "k_proj.weight"].T
+        v = h @ w[prefix + "v_proj.weight"].T
+        if self.kind == "OlmoeForCausalLM":  # Norms over the whole projection, before heads.
+            q = rms_norm(q, w[prefix + "q_norm.weight"], self.eps)
+            k = rms_norm(k, w[prefix + "k_norm.weight"], self.eps)
+        q = q.reshape(t, self.heads, self.head_dim)
+        k = k.reshape(t, self.kv_heads, self.head_dim)
+        v = v.reshape(t, self.kv_heads, self.head_dim)
+        if self.kind == "Qwen3MoeForCausalLM":  # Norms per head.
+            q = rms_norm(q, w[prefix + "q_norm.weight"], self.eps)
+            k = rms_norm(k, w[prefix + "k_norm.weight"], self.eps)
+        return rope(q, self.config), rope(k, self.config), v, 1.0 / np.sqrt(self.head_dim)
+
     # Gate weights from the router logits of one token: transformers' routing per model.
     def gates(self, logits, w, prefix):
         probs = np.exp(logits - logits.max())
@@ -268,32 +285,118 @@ class DeepseekMoeArch(Arch):
             "num_experts_per_tok": c["top_k"], "first_k_dense_replace": c["num_dense_layers"],
             "tie_word_embeddings": c["tie_word_embeddings"]})
         self.engine_config = c
+        self.routing = {"n_group": c["num_expert_groups"], "topk_group": c["kept_expert_groups"],
+                        "norm_topk_prob": c["norm_topk_prob"],
+                        "routed_scaling_factor": c["routed_scaling_factor"],
+                        "n_shared_experts": c["num_shared_experts"]}
 
+    # DeepseekV3TopkRouter.
     def gates(self, logits, w, prefix):
-        c = self.engine_config
+        r = self.routing
         scores = 1.0 / (1.0 + np.exp(-logits))
         choice = scores + w[prefix + "mlp.gate.e_score_correction_bias"]
-        groups = choice.reshape(c["num_expert_groups"], -1)
+        groups = choice.reshape(r["n_group"], -1)
         group_scores = np.sort(groups, axis=1)[:, -2:].sum(axis=1)
-        kept = np.argsort(-group_scores, kind="stable")[: c["kept_expert_groups"]]
+        kept = np.argsort(-group_scores, kind="stable")[: r["topk_group"]]
         mask = np.zeros_like(groups, dtype=bool)
         mask[kept] = True
         choice = np.where(mask.reshape(-1), choice, 0.0)
         ids = np.argsort(-choice, kind="stable")[: self.top_k]
         weights = scores[ids]
-        if c["norm_topk_prob"]:
+        if r["norm_topk_prob"]:
             weights = weights / (weights.sum() + 1e-20)
-        return ids, weights * c["routed_scaling_factor"]
+        return ids, weights * r["routed_scaling_factor"]
 
     def shared_experts(self, h, w, prefix):
         return swiglu(h, w, prefix + "mlp.shared_experts.", ("gate_proj", "up_proj", "down_proj"))
 
     def extra_moe_shapes(self, prefix):
-        shared = self.engine_config["num_shared_experts"] * self.expert_ffn
+        shared = self.routing["n_shared_experts"] * self.expert_ffn
         return {prefix + "mlp.gate.e_score_correction_bias": (self.experts,),
                 prefix + "mlp.shared_experts.gate_proj.weight": (shared, self.hidden),
                 prefix + "mlp.shared_experts.up_proj.weight": (shared, self.hidden),
                 prefix + "mlp.shared_experts.down_proj.weight": (self.hidden, shared)}
+
+
+def deepseek_v3_config(**overrides):
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+        "vocab_size": 97, "hidden_size": 32, "intermediate_size": 40,
+        "moe_intermediate_size": 12, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "n_shared_experts": 1, "n_routed_experts": 8,
+        "routed_scaling_factor": 2.5, "kv_lora_rank": 8, "q_lora_rank": 6,
+        "qk_rope_head_dim": 4, "v_head_dim": 5, "qk_nope_head_dim": 6, "n_group": 4,
+        "topk_group": 2, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+        "norm_topk_prob": True, "rope_interleave": True, "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid", "max_position_embeddings": 128, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                         "mscale_all_dim": 1.0},
+        "rms_norm_eps": 1e-6, "hidden_act": "silu", "attention_bias": False,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    }
+    config.update(overrides)
+    return config
+
+
+class DeepseekV3Arch(DeepseekMoeArch):
+    """modeling_deepseek_v3.py: DeepseekV3Attention (multi-head latent attention) and the MoE
+    block of DeepseekMoeArch."""
+
+    def __init__(self, config):
+        Arch.__init__(self, dict(config, num_experts=config["n_routed_experts"]))
+        self.config = config
+        self.routing = config
+        self.nope, self.rope_d = config["qk_nope_head_dim"], config["qk_rope_head_dim"]
+        self.v_dim, self.q_rank = config["v_head_dim"], config.get("q_lora_rank")
+
+    def shapes(self):
+        shapes = super().shapes()
+        c, h, heads = self.config, self.hidden, self.heads
+        qk = self.nope + self.rope_d
+        for layer in range(self.layers):
+            p = f"model.layers.{layer}.self_attn."
+            for name in ("q_proj", "k_proj", "v_proj"):
+                del shapes[p + name + ".weight"]
+            if self.q_rank:
+                shapes[p + "q_a_proj.weight"] = (self.q_rank, h)
+                shapes[p + "q_a_layernorm.weight"] = (self.q_rank,)
+                shapes[p + "q_b_proj.weight"] = (heads * qk, self.q_rank)
+            else:
+                shapes[p + "q_proj.weight"] = (heads * qk, h)
+            shapes[p + "kv_a_proj_with_mqa.weight"] = (c["kv_lora_rank"] + self.rope_d, h)
+            shapes[p + "kv_a_layernorm.weight"] = (c["kv_lora_rank"],)
+            shapes[p + "kv_b_proj.weight"] = (heads * (self.nope + self.v_dim), c["kv_lora_rank"])
+            shapes[p + "o_proj.weight"] = (h, heads * self.v_dim)
+        return shapes
+
+    def attention_inputs(self, h, w, prefix):
+        c, t, heads = self.config, h.shape[0], self.heads
+        if self.q_rank:
+            q = rms_norm(h @ w[prefix + "q_a_proj.weight"].T, w[prefix + "q_a_layernorm.weight"],
+                         self.eps) @ w[prefix + "q_b_proj.weight"].T
+        else:
+            q = h @ w[prefix + "q_proj.weight"].T
+        q = q.reshape(t, heads, self.nope + self.rope_d)
+        q_pass, q_rot = q[..., : self.nope], q[..., self.nope:]
+        compressed = h @ w[prefix + "kv_a_proj_with_mqa.weight"].T
+        k_pass, k_rot = compressed[:, : c["kv_lora_rank"]], compressed[:, c["kv_lora_rank"]:]
+        k_pass = rms_norm(k_pass, w[prefix + "kv_a_layernorm.weight"], self.eps)
+        kv = (k_pass @ w[prefix + "kv_b_proj.weight"].T).reshape(t, heads, self.nope + self.v_dim)
+        k_pass, v = kv[..., : self.nope], kv[..., self.nope:]
+        k_rot = k_rot.reshape(t, 1, self.rope_d)
+        if c.get("rope_interleave", True):  # apply_rotary_pos_emb_interleave's reordering.
+            q_rot = q_rot.reshape(t, heads, -1, 2).transpose(0, 1, 3, 2).reshape(t, heads, -1)
+            k_rot = k_rot.reshape(t, 1, -1, 2).transpose(0, 1, 3, 2).reshape(t, 1, -1)
+        q_rot, k_rot = rope(q_rot, c), rope(k_rot, c)
+        k_rot = np.broadcast_to(k_rot, (t, heads, self.rope_d))
+        scale = (self.nope + self.rope_d) ** -0.5
+        scaling = c.get("rope_scaling")
+        if scaling and scaling.get("mscale_all_dim"):
+            mscale = 0.1 * scaling["mscale_all_dim"] * math.log(scaling["factor"]) + 1.0
+            scale *= mscale * mscale
+        return (np.concatenate([q_pass, q_rot], axis=-1), np.concatenate([k_pass, k_rot], axis=-1),
+                v, scale)
 
 
 def rms_norm(x, weight, eps):
@@ -363,22 +466,10 @@ def forward(arch, tensors, tokens):
     for layer in range(arch.layers):
         p = f"model.layers.{layer}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], arch.eps)
-        q = h @ w[p + "self_attn.q_proj.weight"].T
-        k = h @ w[p + "self_attn.k_proj.weight"].T
-        v = h @ w[p + "self_attn.v_proj.weight"].T
-        if arch.kind == "OlmoeForCausalLM":  # Norms over the whole projection, before heads.
-            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], arch.eps)
-            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], arch.eps)
-        q = q.reshape(t, arch.heads, arch.head_dim)
-        k = k.reshape(t, arch.kv_heads, arch.head_dim)
-        v = v.reshape(t, arch.kv_heads, arch.head_dim)
-        if arch.kind == "Qwen3MoeForCausalLM":  # Norms per head.
-            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], arch.eps)
-            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], arch.eps)
-        q, k = rope(q, c), rope(k, c)
-        group = arch.heads // arch.kv_heads
+        q, k, v, scale = arch.attention_inputs(h, w, p + "self_attn.")
+        group = q.shape[1] // k.shape[1]
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-        scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(arch.head_dim) + mask
+        scores = np.einsum("thd,shd->hts", q, k) * scale + mask
         probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs /= probs.sum(axis=-1, keepdims=True)
         attention = np.einsum("hts,shd->thd", probs, v).reshape(t, -1)

@@ -34,8 +34,8 @@ def run_engine(directory, tokens=TOKENS):
 
 
 class ReferenceForwardTest(unittest.TestCase):
-    def check(self, config, dtype, shards, seed=1):
-        arch = hf_models.Arch(config)
+    def check(self, config, dtype, shards, seed=1, arch_class=hf_models.Arch):
+        arch = arch_class(config)
         tensors = arch.random_tensors(seed)
         with tempfile.TemporaryDirectory() as directory:
             hf_models.write_checkpoint(directory, config, tensors, dtype, shards)
@@ -88,6 +88,14 @@ class ReferenceForwardTest(unittest.TestCase):
     def test_olmoe_f32_gqa_sharded(self):
         self.check(hf_models.olmoe_config(num_key_value_heads=2, norm_topk_prob=True), "F32", 4)
 
+    def test_deepseek_v3(self):
+        """Multi-head latent attention (low-rank queries or q_proj, interleaved rotary pairs or
+        not, YaRN with mscale_all_dim) and DeepSeek's MoE block, in HF layout."""
+        self.check(hf_models.deepseek_v3_config(), "BF16", 2, arch_class=hf_models.DeepseekV3Arch)
+        config = hf_models.deepseek_v3_config(q_lora_rank=None, rope_interleave=False,
+                                              rope_scaling=None, norm_topk_prob=False)
+        self.check(config, "F32", 1, seed=8, arch_class=hf_models.DeepseekV3Arch)
+
     def test_deepseek_v3_moe_block(self):
         """DeepSeek-V3's MoE block (sigmoid scores, selection-only bias, group-limited top-k,
         routed_scaling_factor, shared experts, a leading dense layer) in an engine-format model,
@@ -139,6 +147,18 @@ class RefusedCheckpointTest(unittest.TestCase):
             os.truncate(shard, os.path.getsize(shard) - 100)
         stderr = self.refused(hf_models.mixtral_config(), edit_directory=truncate)
         self.assertIn("model-00002-of-00002.safetensors", stderr)
+
+    def test_deepseek_v3s_multi_token_prediction_layer_is_ignored(self):
+        """DeepSeek-V3 checkpoints hold layer num_hidden_layers (MTP), which transformers drops."""
+        config = hf_models.deepseek_v3_config()
+        arch = hf_models.DeepseekV3Arch(config)
+        tensors = arch.random_tensors(9)
+        extra = {name.replace("model.layers.2.", "model.layers.3."): value
+                 for name, value in tensors.items() if name.startswith("model.layers.2.")}
+        with tempfile.TemporaryDirectory() as directory:
+            hf_models.write_checkpoint(directory, config, {**tensors, **extra}, "F32", 2)
+            result = run_engine(directory)
+        ReferenceForwardTest.compare(self, arch, tensors, result, "with an MTP layer")
 
     def test_an_unknown_architecture_is_named(self):
         config = hf_models.qwen3_moe_config(architectures=["GptOssForCausalLM"])
