@@ -166,9 +166,9 @@ std::vector<float> Gradients(const ParameterSet& parameters) {
   return all;
 }
 
-TEST(TransformerTest, ReplayingLiveRoutesReproducesForwardAndGradientsExactly) {
-  BaseModel model = RandomModel(TinyConfig(), 1);
-  LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 2);
+TEST_P(ConfigTest, ReplayingLiveRoutesReproducesForwardAndGradientsExactly) {
+  BaseModel model = RandomModel(GetParam().make(), 1);
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), TestLora(model.config()), 2);
   RandomizeLora(adapter, 3);
   adapter.parameters().EnableGradients();
   Transformer transformer(model, &adapter);
@@ -185,7 +185,8 @@ TEST(TransformerTest, ReplayingLiveRoutesReproducesForwardAndGradientsExactly) {
   transformer.Backward(dlogits.data());
   EXPECT_EQ(live, replayed);
   EXPECT_EQ(live_grads, Gradients(adapter.parameters()));
-  EXPECT_EQ(transformer.routing_stats().decisions, batch.num_tokens() * 2);
+  EXPECT_EQ(transformer.routing_stats().decisions,
+            batch.num_tokens() * model.config().num_moe_layers());
   EXPECT_EQ(transformer.routing_stats().differing_decisions, 0);
   EXPECT_EQ(transformer.routing_stats().differing_tokens, 0);
 }
