@@ -225,14 +225,21 @@ LoraAdapter::LoraAdapter(const ModelConfig& model_config, const LoraConfig& lora
   }
 }
 
-absl::StatusOr<LoraAdapter> LoraAdapter::Create(const ModelConfig& model_config,
-                                                const LoraConfig& lora_config, uint64_t seed) {
+absl::StatusOr<LoraAdapter> LoraAdapter::Zeros(const ModelConfig& model_config,
+                                               const LoraConfig& lora_config) {
   if (absl::Status status = model_config.Validate(); !status.ok()) return status;
   if (absl::Status status = lora_config.Validate(); !status.ok()) return status;
   if (absl::Status status = CheckLoraTargets(model_config, lora_config); !status.ok()) {
     return status;
   }
-  LoraAdapter adapter(model_config, lora_config);
+  return LoraAdapter(model_config, lora_config);
+}
+
+absl::StatusOr<LoraAdapter> LoraAdapter::Create(const ModelConfig& model_config,
+                                                const LoraConfig& lora_config, uint64_t seed) {
+  auto created = Zeros(model_config, lora_config);
+  if (!created.ok()) return created.status();
+  LoraAdapter& adapter = *created;
   std::mt19937_64 rng(seed);
   for (const std::string& name : adapter.parameters_.names()) {
     Parameter& parameter = *adapter.parameters_.Find(name);
@@ -240,7 +247,7 @@ absl::StatusOr<LoraAdapter> LoraAdapter::Create(const ModelConfig& model_config,
       ParameterSet::FillNormal(parameter, 1.0f / std::sqrt(parameter.shape.back()), rng);
     }
   }
-  return adapter;
+  return created;
 }
 
 SafetensorsFile LoraAdapter::ToSafetensors() const {
@@ -271,12 +278,9 @@ absl::StatusOr<LoraAdapter> LoraAdapter::FromSafetensors(const SafetensorsFile& 
 absl::StatusOr<LoraAdapter> LoraAdapter::FromTensors(const std::map<std::string, Tensor>& tensors,
                                                      const ModelConfig& model_config,
                                                      const LoraConfig& lora_config) {
-  if (absl::Status status = lora_config.Validate(); !status.ok()) return status;
-  if (absl::Status status = CheckLoraTargets(model_config, lora_config); !status.ok()) {
-    return status;
-  }
-  LoraAdapter adapter(model_config, lora_config);
-  if (absl::Status status = adapter.parameters_.LoadFrom({tensors, {}}); !status.ok()) {
+  auto adapter = Zeros(model_config, lora_config);
+  if (!adapter.ok()) return adapter.status();
+  if (absl::Status status = adapter->parameters_.LoadFrom({tensors, {}}); !status.ok()) {
     return status;
   }
   return adapter;

@@ -59,6 +59,9 @@ class LoraAdapter {
   // A ~ N(0, 1/in), B = 0: the adapted model starts equal to the base model.
   static absl::StatusOr<LoraAdapter> Create(const ModelConfig& model_config,
                                             const LoraConfig& lora_config, uint64_t seed);
+  // Every tensor zero, for a caller that fills them (drawing A would be wasted work).
+  static absl::StatusOr<LoraAdapter> Zeros(const ModelConfig& model_config,
+                                           const LoraConfig& lora_config);
   // The LoRA config travels in the file's metadata; the model config must match the one
   // the adapter was made for (FAILED_PRECONDITION otherwise).
   static absl::StatusOr<LoraAdapter> Load(const std::string& path, const ModelConfig& model_config);

@@ -229,6 +229,7 @@ int64_t AdapterRegistry::NextLoad(const Followed& followed) const {
 void AdapterRegistry::LoadLoop(Followed& followed) {
   ThreadEndCounter end_counter(mutex_, followed.threads_ended);
   weight_store::AdapterFetcher fetcher(*stub_);
+  weight_store::FetchedAdapter fetched;  // Its memory is reused by every version's fetch.
   absl::MutexLock lock(&mutex_);
   while (true) {
     const auto has_work = [&] {
@@ -245,7 +246,8 @@ void AdapterRegistry::LoadLoop(Followed& followed) {
     followed.loading_version = version;
     followed.phase = v1::LOAD_PHASE_FETCHING;
     mutex_.Unlock();
-    absl::StatusOr<std::shared_ptr<ServedModel>> loaded = Load(followed.name, version, fetcher);
+    absl::StatusOr<std::shared_ptr<ServedModel>> loaded =
+        Load(followed.name, version, fetcher, fetched);
     mutex_.Lock();
     followed.loading_version = 0;
     if (loaded.ok()) {
@@ -273,7 +275,8 @@ void AdapterRegistry::LoadLoop(Followed& followed) {
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
-    const std::string& adapter, int64_t version, weight_store::AdapterFetcher& fetcher) {
+    const std::string& adapter, int64_t version, weight_store::AdapterFetcher& fetcher,
+    weight_store::FetchedAdapter& fetched) {
   v1::GetManifestRequest request;
   request.mutable_adapter()->set_adapter_name(adapter);
   request.mutable_adapter()->set_exact_version(version);
@@ -284,14 +287,17 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
       !status.ok()) {
     return status;
   }
-  auto fetched = fetcher.Fetch(adapter, version,
-                               {.target = weight_store::EngineTargetLayout(),
-                                .ucx = options_.ucx,
-                                .holder = options_.holder,
-                                .timeout = options_.fetch_timeout});
-  if (!fetched.ok()) return fetched.status();
+  if (absl::Status status = fetcher.FetchInto(adapter, version,
+                                              {.target = weight_store::EngineTargetLayout(),
+                                               .ucx = options_.ucx,
+                                               .holder = options_.holder,
+                                               .timeout = options_.fetch_timeout},
+                                              fetched);
+      !status.ok()) {
+    return status;
+  }
   auto lora =
-      weight_store::AdapterFromFetched(base_model_.config(), manifest.manifest().lora(), *fetched);
+      weight_store::AdapterFromFetched(base_model_.config(), manifest.manifest().lora(), fetched);
   if (!lora.ok()) return lora.status();
   auto model = std::make_shared<ServedModel>();
   model->adapter = adapter;

@@ -98,8 +98,11 @@ class AdapterRegistry final : public ServedModels {
   void LoadLoop(Followed& followed);
   // The version the loader should fetch next, or 0.
   int64_t NextLoad(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Fetches `version` into `fetched` (memory reused from version to version) and builds the
+  // model that serves it.
   absl::StatusOr<std::shared_ptr<ServedModel>> Load(const std::string& adapter, int64_t version,
-                                                    weight_store::AdapterFetcher& fetcher);
+                                                    weight_store::AdapterFetcher& fetcher,
+                                                    weight_store::FetchedAdapter& fetched);
   absl::StatusOr<std::shared_ptr<ServedModel>> ResolveExact(Followed& followed, int64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Drops versions beyond resident_versions that are not current, not in use and not in `keep`.

@@ -163,6 +163,31 @@ TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
   }
 }
 
+// A loader that fetches version after version into one FetchedAdapter gets each version's bytes
+// in the same memory (no fresh pages on a refit), by UCX and by gRPC.
+TEST_F(WeightStoreServiceTest, FetchIntoReusesTheMemoryOfTheLastVersion) {
+  const transfer::TestAdapter first = transfer::MakeTestAdapter("job-1", 1, 1);
+  const transfer::TestAdapter second = transfer::MakeTestAdapter("job-1", 2, 2);
+  ASSERT_TRUE(Publish(first, /*by_ucx=*/true).ok());
+  ASSERT_TRUE(Publish(second, /*by_ucx=*/true).ok());
+  for (bool by_ucx : {true, false}) {
+    AdapterFetcher fetcher(*stub_);
+    FetchedAdapter fetched;
+    const FetchOptions options{.target = Stacked(), .ucx = by_ucx ? client_ucx_.get() : nullptr};
+    ASSERT_TRUE(fetcher.FetchInto("job-1", 1, options, fetched).ok());
+    ExpectCanonical(first, fetched);
+    std::vector<const char*> memory;
+    for (const FetchedTensor& tensor : fetched.tensors) memory.push_back(tensor.bytes.data());
+    ASSERT_TRUE(fetcher.FetchInto("job-1", 2, options, fetched).ok());
+    EXPECT_EQ(fetched.by_ucx, by_ucx);
+    ExpectCanonical(second, fetched);
+    for (size_t i = 0; i < fetched.tensors.size(); ++i) {
+      EXPECT_EQ(fetched.tensors[i].bytes.data(), memory[i])
+          << fetched.tensors[i].tensor.spec().name();
+    }
+  }
+}
+
 TEST_F(WeightStoreServiceTest, FetchConvertsDtypesOverGrpc) {
   const transfer::TestAdapter adapter =
       transfer::MakeTestAdapter("job-1", 1, 3, {.tp_size = 1, .ep_size = 1});

@@ -81,7 +81,7 @@ void Abort(v1::WeightStoreService::StubInterface& stub, const std::string& uploa
 struct StagedSpan {
   uint64_t begin = 0;
   uint64_t end = 0;
-  std::unique_ptr<char[]> bytes;  // Not zero-filled: every byte is overwritten by the get.
+  uint64_t staged_at = 0;  // Offset of its bytes in the fetcher's staging memory.
 };
 
 // Spans closer than this are pulled as one: a wasted gap costs less than another round trip.
@@ -109,55 +109,17 @@ std::vector<StagedSpan> SpansOf(const v1::GetReadPlanResponse& plan, int shard) 
   return spans;
 }
 
-// Pulls what a read plan needs from the store's memory in a few large gets per shard, then
-// assembles the tensors locally: plans of sliced layouts hold many small strided blocks, and a
-// round trip per block would cost far more than the bytes.
-absl::StatusOr<FetchedAdapter> PullPlan(const v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
-                                        const FetchOptions& options) {
-  const absl::Time deadline = absl::Now() + options.timeout;
-  absl::flat_hash_map<int, std::vector<StagedSpan>> staged;
-  for (const v1::ShardRegion& region : plan.shards()) {
-    std::vector<StagedSpan>& spans = staged[region.shard_index()] =
-        SpansOf(plan, region.shard_index());
-    std::vector<transfer::UcxPeer::Transfer> transfers;
-    for (StagedSpan& span : spans) {
-      if (span.end > region.length()) {
-        return absl::InternalError(
-            absl::StrCat("read plan reads past shard ", region.shard_index()));
-      }
-      span.bytes = std::make_unique_for_overwrite<char[]>(span.end - span.begin);
-      transfers.push_back(
-          {region.remote_address() + span.begin, span.bytes.get(), span.end - span.begin});
-    }
-    if (absl::Status status = peer.Get(region.rkey(), transfers, deadline); !status.ok()) {
-      return status;
-    }
+// Sizes `fetched` for the plan's tensors, keeping the memory of tensors it already held.
+void ShapeLike(const v1::GetReadPlanResponse& plan, FetchedAdapter& fetched) {
+  fetched.tensors.resize(plan.tensors_size());
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    fetched.tensors[i].tensor = plan.tensors(i).tensor();
+    fetched.tensors[i].bytes.resize(plan.tensors(i).tensor().byte_size());
   }
-  FetchedAdapter fetched{.by_ucx = true};
-  for (const v1::PlannedTensor& planned : plan.tensors()) {
-    FetchedTensor& tensor = fetched.tensors.emplace_back();
-    tensor.tensor = planned.tensor();
-    tensor.bytes.resize(planned.tensor().byte_size());
-    for (const v1::CopyOp& op : planned.ops()) {
-      const std::vector<StagedSpan>& spans = staged[op.shard_index()];
-      const auto span = std::find_if(spans.begin(), spans.end(), [&](const StagedSpan& s) {
-        return s.begin <= op.src_offset() && op.src_offset() < s.end;
-      });
-      if (span == spans.end()) return absl::InternalError("read plan op outside staged bytes");
-      for (uint64_t block = 0; block < op.count(); ++block) {
-        std::memcpy(tensor.bytes.data() + op.dst_offset() + block * op.dst_stride(),
-                    span->bytes.get() + (op.src_offset() - span->begin) + block * op.src_stride(),
-                    op.length());
-      }
-    }
-    if (absl::Status status = VerifyChecksum(tensor); !status.ok()) return status;
-  }
-  return fetched;
 }
 
-absl::StatusOr<FetchedAdapter> FetchByGrpc(v1::WeightStoreService::StubInterface& stub,
-                                           absl::string_view adapter, int64_t version,
-                                           const FetchOptions& options) {
+absl::Status FetchByGrpc(v1::WeightStoreService::StubInterface& stub, absl::string_view adapter,
+                         int64_t version, const FetchOptions& options, FetchedAdapter& into) {
   v1::FetchTensorsRequest request;
   request.set_adapter_name(std::string(adapter));
   request.set_version(version);
@@ -166,30 +128,33 @@ absl::StatusOr<FetchedAdapter> FetchByGrpc(v1::WeightStoreService::StubInterface
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
   auto reader = stub.FetchTensors(&context, request);
-  FetchedAdapter fetched;
+  into.by_ucx = false;
+  size_t count = 0;  // Tensors received; `into` keeps the memory of any beyond.
   v1::FetchTensorsResponse chunk;
   while (reader->Read(&chunk)) {
     if (chunk.has_tensor()) {
-      if (!fetched.tensors.empty()) {
-        if (absl::Status status = VerifyChecksum(fetched.tensors.back()); !status.ok()) {
+      if (count > 0) {
+        if (absl::Status status = VerifyChecksum(into.tensors[count - 1]); !status.ok()) {
           context.TryCancel();
           return status;
         }
       }
-      fetched.tensors.push_back({.tensor = chunk.tensor()});
-      fetched.tensors.back().bytes.reserve(chunk.tensor().byte_size());
+      if (count == into.tensors.size()) into.tensors.emplace_back();
+      FetchedTensor& tensor = into.tensors[count++];
+      tensor.tensor = chunk.tensor();
+      tensor.bytes.clear();  // Keeps its capacity.
+      tensor.bytes.reserve(chunk.tensor().byte_size());
     }
-    if (fetched.tensors.empty() || chunk.offset() != fetched.tensors.back().bytes.size()) {
+    if (count == 0 || chunk.offset() != into.tensors[count - 1].bytes.size()) {
       context.TryCancel();
       return absl::InternalError("FetchTensors chunks out of order");
     }
-    fetched.tensors.back().bytes.append(chunk.data());
+    into.tensors[count - 1].bytes.append(chunk.data());
   }
+  into.tensors.resize(count);
   if (absl::Status status = Checked(reader->Finish()); !status.ok()) return status;
-  if (!fetched.tensors.empty()) {
-    if (absl::Status status = VerifyChecksum(fetched.tensors.back()); !status.ok()) return status;
-  }
-  return fetched;
+  if (count > 0) return VerifyChecksum(into.tensors.back());
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -231,9 +196,69 @@ absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInter
 }
 
 // The UCX path: lease the version, get the read plan, pull every op, release the lease.
-absl::StatusOr<FetchedAdapter> AdapterFetcher::FetchByUcx(absl::string_view adapter,
-                                                          int64_t version,
-                                                          const FetchOptions& options) {
+char* AdapterFetcher::Staging(uint64_t bytes) {
+  if (bytes > staging_bytes_) {
+    staging_ = std::make_unique_for_overwrite<char[]>(bytes);
+    staging_bytes_ = bytes;
+  }
+  return staging_.get();
+}
+
+// Pulls what a read plan needs from the store's memory in a few large gets per shard into the
+// staging memory, then assembles the tensors: plans of sliced layouts hold many small strided
+// blocks, and a round trip per block would cost far more than the bytes.
+absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
+                                      const FetchOptions& options, FetchedAdapter& fetched) {
+  const absl::Time deadline = absl::Now() + options.timeout;
+  absl::flat_hash_map<int, std::vector<StagedSpan>> staged;
+  uint64_t staging_bytes = 0;
+  for (const v1::ShardRegion& region : plan.shards()) {
+    std::vector<StagedSpan>& spans = staged[region.shard_index()] =
+        SpansOf(plan, region.shard_index());
+    for (StagedSpan& span : spans) {
+      if (span.end > region.length()) {
+        return absl::InternalError(
+            absl::StrCat("read plan reads past shard ", region.shard_index()));
+      }
+      span.staged_at = staging_bytes;
+      staging_bytes += span.end - span.begin;
+    }
+  }
+  char* staging = Staging(staging_bytes);
+  for (const v1::ShardRegion& region : plan.shards()) {
+    std::vector<transfer::UcxPeer::Transfer> transfers;
+    for (const StagedSpan& span : staged[region.shard_index()]) {
+      transfers.push_back(
+          {region.remote_address() + span.begin, staging + span.staged_at, span.end - span.begin});
+    }
+    if (absl::Status status = peer.Get(region.rkey(), transfers, deadline); !status.ok()) {
+      return status;
+    }
+  }
+  ShapeLike(plan, fetched);
+  fetched.by_ucx = true;
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    const v1::PlannedTensor& planned = plan.tensors(i);
+    FetchedTensor& tensor = fetched.tensors[i];
+    for (const v1::CopyOp& op : planned.ops()) {
+      const std::vector<StagedSpan>& spans = staged[op.shard_index()];
+      const auto span = std::find_if(spans.begin(), spans.end(), [&](const StagedSpan& s) {
+        return s.begin <= op.src_offset() && op.src_offset() < s.end;
+      });
+      if (span == spans.end()) return absl::InternalError("read plan op outside staged bytes");
+      const char* source = staging + span->staged_at + (op.src_offset() - span->begin);
+      for (uint64_t block = 0; block < op.count(); ++block) {
+        std::memcpy(tensor.bytes.data() + op.dst_offset() + block * op.dst_stride(),
+                    source + block * op.src_stride(), op.length());
+      }
+    }
+    if (absl::Status status = VerifyChecksum(tensor); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t version,
+                                        const FetchOptions& options, FetchedAdapter& fetched) {
   v1::WeightStoreService::StubInterface& stub = stub_;
   v1::AcquireLeaseRequest lease_request;
   lease_request.set_adapter_name(std::string(adapter));
@@ -274,14 +299,14 @@ absl::StatusOr<FetchedAdapter> AdapterFetcher::FetchByUcx(absl::string_view adap
     }
   }
   absl::StatusOr<transfer::UcxPeer*> peer = PeerFor(*options.ucx, plan.store_worker_address());
-  absl::StatusOr<FetchedAdapter> fetched =
-      peer.ok() ? PullPlan(plan, **peer, options) : peer.status();
-  if (!fetched.ok()) peer_.reset();  // A broken endpoint is not reused.
+  const absl::Status pulled = peer.ok() ? PullPlan(plan, **peer, options, fetched) : peer.status();
+  if (!pulled.ok()) peer_.reset();  // A broken endpoint is not reused.
   release();
-  return fetched;
+  return pulled;
 }
 
-absl::StatusOr<transfer::UcxPeer*> AdapterFetcher::PeerFor(transfer::UcxWorker& ucx, const std::string& store_address) {
+absl::StatusOr<transfer::UcxPeer*> AdapterFetcher::PeerFor(transfer::UcxWorker& ucx,
+                                                           const std::string& store_address) {
   if (peer_ == nullptr || peer_worker_ != &ucx || peer_address_ != store_address) {
     absl::StatusOr<std::unique_ptr<transfer::UcxPeer>> peer = ucx.Connect(store_address);
     if (!peer.ok()) return peer.status();
@@ -292,20 +317,28 @@ absl::StatusOr<transfer::UcxPeer*> AdapterFetcher::PeerFor(transfer::UcxWorker& 
   return peer_.get();
 }
 
-absl::StatusOr<FetchedAdapter> AdapterFetcher::Fetch(absl::string_view adapter, int64_t version,
-                                                     const FetchOptions& options) {
+absl::Status AdapterFetcher::FetchInto(absl::string_view adapter, int64_t version,
+                                       const FetchOptions& options, FetchedAdapter& fetched) {
   if (options.ucx != nullptr) {
-    absl::StatusOr<FetchedAdapter> fetched = FetchByUcx(adapter, version, options);
+    const absl::Status status = FetchByUcx(adapter, version, options, fetched);
     // Only transport trouble falls back; a wrong request would fail the same way over gRPC.
-    if (fetched.ok() ||
-        !(absl::IsUnavailable(fetched.status()) || absl::IsFailedPrecondition(fetched.status()) ||
-          absl::IsDeadlineExceeded(fetched.status()))) {
-      return fetched;
+    if (status.ok() || !(absl::IsUnavailable(status) || absl::IsFailedPrecondition(status) ||
+                         absl::IsDeadlineExceeded(status))) {
+      return status;
     }
     spdlog::warn("weight-store client: UCX fetch of {}@{} failed ({}); using gRPC", adapter,
-                 version, fetched.status());
+                 version, status);
   }
-  return FetchByGrpc(stub_, adapter, version, options);
+  return FetchByGrpc(stub_, adapter, version, options, fetched);
+}
+
+absl::StatusOr<FetchedAdapter> AdapterFetcher::Fetch(absl::string_view adapter, int64_t version,
+                                                     const FetchOptions& options) {
+  FetchedAdapter fetched;
+  if (absl::Status status = FetchInto(adapter, version, options, fetched); !status.ok()) {
+    return status;
+  }
+  return fetched;
 }
 
 absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,

@@ -8,8 +8,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "transfer/ucx_transport.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
+#include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
 
@@ -49,23 +49,36 @@ struct FetchedAdapter {
 
 // The rollout's side: fetches committed versions in its own layout, verifying every tensor's
 // checksum (DATA_LOSS on a mismatch). Keeps its UCX endpoint to the store between fetches,
-// since creating one costs a wireup round trip. Used by one thread at a time.
+// since creating one costs a wireup round trip, and its staging memory, since fresh pages cost
+// more than the transfer on these machines. Used by one thread at a time.
 class AdapterFetcher {
  public:
   explicit AdapterFetcher(v1::WeightStoreService::StubInterface& stub) : stub_(stub) {}
 
+  // Fetches into `fetched`, reusing its tensors' memory: a caller that fetches version after
+  // version of one adapter into the same FetchedAdapter touches no fresh memory after the first.
+  // On an error `fetched` holds no valid version.
+  absl::Status FetchInto(absl::string_view adapter, int64_t version, const FetchOptions& options,
+                         FetchedAdapter& fetched);
   absl::StatusOr<FetchedAdapter> Fetch(absl::string_view adapter, int64_t version,
                                        const FetchOptions& options);
 
  private:
-  absl::StatusOr<FetchedAdapter> FetchByUcx(absl::string_view adapter, int64_t version,
-                                            const FetchOptions& options);
-  absl::StatusOr<transfer::UcxPeer*> PeerFor(transfer::UcxWorker& ucx, const std::string& store_address);
+  absl::Status FetchByUcx(absl::string_view adapter, int64_t version, const FetchOptions& options,
+                          FetchedAdapter& fetched);
+  absl::Status PullPlan(const v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
+                        const FetchOptions& options, FetchedAdapter& fetched);
+  // At least `bytes` of staging memory, kept between fetches.
+  char* Staging(uint64_t bytes);
+  absl::StatusOr<transfer::UcxPeer*> PeerFor(transfer::UcxWorker& ucx,
+                                             const std::string& store_address);
 
   v1::WeightStoreService::StubInterface& stub_;
   transfer::UcxWorker* peer_worker_ = nullptr;
   std::string peer_address_;
   std::unique_ptr<transfer::UcxPeer> peer_;
+  std::unique_ptr<char[]> staging_;  // Not zero-filled: gets overwrite what a fetch reads.
+  uint64_t staging_bytes_ = 0;
 };
 
 // One fetch with a fresh AdapterFetcher.

@@ -144,7 +144,7 @@ absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig
                                                        const FetchedAdapter& fetched) {
   auto config = LoraConfigFromProto(lora);
   if (!config.ok()) return config.status();
-  auto adapter = engine::LoraAdapter::Create(model_config, *config, /*seed=*/0);
+  auto adapter = engine::LoraAdapter::Zeros(model_config, *config);
   if (!adapter.ok()) return adapter.status();
   engine::ParameterSet& parameters = adapter->parameters();
   if (fetched.tensors.size() != parameters.names().size()) {
