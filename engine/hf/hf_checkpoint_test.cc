@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
 #include "engine/hf/hf_architecture.h"
+#include "engine/hf/testing/checkpoint_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -65,31 +66,13 @@ void WriteJson(const std::string& path, const nlohmann::json& json) {
 // else in one F32 model.safetensors. `edit` may change the tensors first.
 void WriteTiny(const std::string& directory, bool sharded,
                const std::function<void(std::map<std::string, Tensor>&)>& edit = nullptr) {
-  WriteJson(directory + "/config.json", TinyConfig());
   std::map<std::string, Tensor> tensors;
   for (const auto& [name, shape] : HfTensorShapes(*HfArchitectureFromConfig(TinyConfig()))) {
     tensors[name] = Filled(sharded ? DType::kBF16 : DType::kF32, shape);
   }
   if (edit) edit(tensors);
-  if (!sharded) {
-    ASSERT_TRUE(WriteSafetensors(directory + "/model.safetensors", {tensors, {}}).ok());
-    return;
-  }
-  SafetensorsFile shards[2];
-  nlohmann::json weight_map;
-  int index = 0;
-  for (auto& [name, tensor] : tensors) {
-    const int shard = index++ < static_cast<int>(tensors.size()) / 2 ? 0 : 1;
-    weight_map[name] = absl::StrCat("model-0000", shard + 1, "-of-00002.safetensors");
-    shards[shard].tensors[name] = std::move(tensor);
-  }
-  for (int shard = 0; shard < 2; ++shard) {
-    ASSERT_TRUE(
-        WriteSafetensors(absl::StrCat(directory, "/model-0000", shard + 1, "-of-00002.safetensors"),
-                         shards[shard])
-            .ok());
-  }
-  WriteJson(directory + "/model.safetensors.index.json", {{"weight_map", weight_map}});
+  ASSERT_TRUE(
+      testing::WriteCheckpoint(directory, TinyConfig(), std::move(tensors), sharded ? 2 : 1).ok());
 }
 
 absl::Status LoadAndCheck(const std::string& directory) {
