@@ -43,6 +43,16 @@ absl::StatusOr<std::unique_ptr<AdapterStore>> AdapterStore::Open(
 
 AdapterStore::~AdapterStore() = default;
 
+std::shared_ptr<const CommittedVersion> AdapterStore::Share(CommittedVersion version) const {
+  return std::shared_ptr<const CommittedVersion>(
+      new CommittedVersion(std::move(version)), [pool = pool_](const CommittedVersion* retired) {
+        for (auto& shard : const_cast<CommittedVersion*>(retired)->shards) {
+          pool->Give(std::move(shard));
+        }
+        delete retired;
+      });
+}
+
 absl::Status AdapterStore::Recover() {
   std::vector<std::string> skipped;
   absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> versions =
@@ -55,7 +65,7 @@ absl::Status AdapterStore::Recover() {
   for (std::unique_ptr<CommittedVersion>& version : *versions) {
     const std::string adapter = version->manifest.adapter_name();
     const int64_t number = version->manifest.version();
-    adapters_[adapter].versions[number] = std::move(version);
+    adapters_[adapter].versions[number] = Share(std::move(*version));
   }
   for (const auto& [adapter, unused] : adapters_) RetainLocked(adapter, absl::Now());
   if (!versions->empty()) {
@@ -107,8 +117,7 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bo
   upload->use_ucx = use_ucx;
   upload->expire_time = absl::Now() + options_.upload_expiry;
   for (const v1::Shard& shard : manifest.shards()) {
-    absl::StatusOr<std::unique_ptr<ShardBuffer>> buffer =
-        ShardBuffer::Allocate(options_.ucx, shard.byte_size());
+    absl::StatusOr<std::unique_ptr<ShardBuffer>> buffer = pool_->Take(shard.byte_size());
     if (!buffer.ok()) return buffer.status();
     upload->shards.push_back(*std::move(buffer));
   }
@@ -227,8 +236,7 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
     for (const auto& [id, watcher] : watchers_) {
       if (watcher.adapter == result->adapter_name()) listeners.push_back(watcher.listener);
     }
-    adapters_[result->adapter_name()].versions[result->version()] =
-        std::make_shared<const CommittedVersion>(std::move(staged));
+    adapters_[result->adapter_name()].versions[result->version()] = Share(std::move(staged));
     RetainLocked(result->adapter_name(), absl::Now());
   }
   for (const auto& listener : listeners) listener(*result);

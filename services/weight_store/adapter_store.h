@@ -26,6 +26,8 @@ struct AdapterStoreOptions {
   int keep_versions = 3;  // Newest committed versions kept per adapter (plus leased ones).
   absl::Duration upload_expiry = absl::Minutes(15);
   transfer::UcxWorker* ucx = nullptr;  // Not owned; null: gRPC data path only.
+  // Memory of retired versions kept for new uploads of the same shard sizes (ShardBufferPool).
+  size_t pooled_bytes = size_t{1} << 30;
 };
 
 struct BeginResult {
@@ -119,7 +121,13 @@ class AdapterStore {
     absl::Time expire_time;
   };
 
-  explicit AdapterStore(const AdapterStoreOptions& options) : options_(options) {}
+  explicit AdapterStore(const AdapterStoreOptions& options)
+      : options_(options),
+        pool_(std::make_shared<ShardBufferPool>(options.ucx, options.pooled_bytes)) {}
+
+  // A committed version shared with readers; when the last one lets go of a retired version its
+  // buffers return to the pool.
+  std::shared_ptr<const CommittedVersion> Share(CommittedVersion version) const;
 
   absl::Status Recover();
   absl::StatusOr<Upload*> OpenUpload(absl::string_view upload_id)
@@ -134,6 +142,7 @@ class AdapterStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const AdapterStoreOptions options_;
+  const std::shared_ptr<ShardBufferPool> pool_;  // Shared with the versions' deleters.
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<std::string, Adapter> adapters_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<std::string, std::unique_ptr<Upload>> uploads_ ABSL_GUARDED_BY(mutex_);

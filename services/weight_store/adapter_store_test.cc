@@ -3,10 +3,13 @@
 // uploads and leases.
 #include "services/weight_store/adapter_store.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -170,6 +173,37 @@ TEST_F(AdapterStoreTest, CommitPublishesTheVersionWithItsBytes) {
   EXPECT_EQ(totals.leases, 0);
   EXPECT_TRUE(fs::exists(fs::path(VersionDir("job-1", 1)) / "manifest.binpb"));
   EXPECT_FALSE(fs::exists(VersionDir("job-1", 1) + ".partial"));
+}
+
+// Retiring a version hands its memory to the next uploads of the same shard sizes, once no reader
+// holds the retired version any more.
+TEST_F(AdapterStoreTest, NewUploadsReuseTheMemoryOfRetiredVersions) {
+  Reopen(/*keep_versions=*/1);
+  // Publishes version `v`, returning the addresses its shards were put into.
+  const auto publish = [&](int64_t v) {
+    const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", v, v);
+    absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
+    EXPECT_TRUE(begun.ok()) << begun.status();
+    std::set<uintptr_t> memory;
+    for (const ShardBuffer* shard : begun->shards) {
+      memory.insert(reinterpret_cast<uintptr_t>(shard->data()));
+    }
+    EXPECT_TRUE(PutAll(begun->upload_id, adapter).ok());
+    EXPECT_TRUE(store_->Commit(begun->upload_id).ok());
+    ExpectHolds(**store_->Find("job-1", v, 0), adapter);
+    return memory;
+  };
+  const std::set<uintptr_t> first = publish(1);
+  auto reader = store_->Find("job-1", 1, 0);  // A fetch of version 1 in flight.
+  ASSERT_TRUE(reader.ok());
+  const std::set<uintptr_t> second = publish(2);  // Retires version 1, which is still read.
+  const std::set<uintptr_t> third = publish(3);   // Retires version 2.
+  for (uintptr_t memory : third) EXPECT_FALSE(first.contains(memory)) << "version 1 is read";
+  EXPECT_EQ(publish(4), second) << "version 4 takes version 2's memory";
+  ExpectHolds(**reader, transfer::MakeTestAdapter("job-1", 1, 1));
+  reader->reset();  // Now version 1's memory returns to the pool, after version 3's.
+  EXPECT_EQ(publish(5), third);
+  EXPECT_EQ(publish(6), first);
 }
 
 TEST_F(AdapterStoreTest, CommitWithMissingBytesFailsAndLeavesTheUploadOpen) {

@@ -2,7 +2,8 @@
 
 namespace tandem::weight_store {
 
-absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBuffer::Allocate(transfer::UcxWorker* ucx, size_t length) {
+absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBuffer::Allocate(transfer::UcxWorker* ucx,
+                                                                   size_t length) {
   std::unique_ptr<ShardBuffer> buffer(new ShardBuffer());
   buffer->length_ = length;
   if (ucx != nullptr) {
@@ -15,6 +16,26 @@ absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBuffer::Allocate(transfer::Ucx
     buffer->data_ = buffer->plain_.get();
   }
   return buffer;
+}
+
+absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBufferPool::Take(size_t length) {
+  {
+    absl::MutexLock lock(&mutex_);
+    if (auto found = kept_.find(length); found != kept_.end()) {
+      std::unique_ptr<ShardBuffer> buffer = std::move(found->second);
+      kept_.erase(found);
+      kept_bytes_ -= length;
+      return buffer;
+    }
+  }
+  return ShardBuffer::Allocate(ucx_, length);
+}
+
+void ShardBufferPool::Give(std::unique_ptr<ShardBuffer> buffer) {
+  absl::MutexLock lock(&mutex_);
+  if (kept_bytes_ + buffer->length() > max_bytes_) return;
+  kept_bytes_ += buffer->length();
+  kept_.emplace(buffer->length(), std::move(buffer));
 }
 
 }  // namespace tandem::weight_store

@@ -2,10 +2,12 @@
 #define TANDEM_SERVICES_WEIGHT_STORE_SHARD_BUFFER_H_
 
 #include <cstddef>
+#include <map>
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
@@ -14,7 +16,8 @@ namespace tandem::weight_store {
 // and consumers get from it without the store touching the bytes; plain memory otherwise.
 class ShardBuffer {
  public:
-  static absl::StatusOr<std::unique_ptr<ShardBuffer>> Allocate(transfer::UcxWorker* ucx, size_t length);
+  static absl::StatusOr<std::unique_ptr<ShardBuffer>> Allocate(transfer::UcxWorker* ucx,
+                                                               size_t length);
 
   char* data() const { return data_; }
   size_t length() const { return length_; }
@@ -29,6 +32,27 @@ class ShardBuffer {
   std::unique_ptr<char[]> plain_;
   char* data_ = nullptr;
   size_t length_ = 0;
+};
+
+// The shard buffers of retired versions, kept for the next uploads of the same sizes: a stream
+// of versions of one adapter (each the size of the last) then maps and faults in no fresh
+// memory, which on these machines costs more than moving the bytes. Holds at most max_bytes;
+// thread-safe.
+class ShardBufferPool {
+ public:
+  ShardBufferPool(transfer::UcxWorker* ucx, size_t max_bytes) : ucx_(ucx), max_bytes_(max_bytes) {}
+
+  // A kept buffer of exactly `length` bytes, else a new one.
+  absl::StatusOr<std::unique_ptr<ShardBuffer>> Take(size_t length);
+  // Keeps `buffer` if there is room, else frees it.
+  void Give(std::unique_ptr<ShardBuffer> buffer);
+
+ private:
+  transfer::UcxWorker* const ucx_;
+  const size_t max_bytes_;
+  absl::Mutex mutex_;
+  std::multimap<size_t, std::unique_ptr<ShardBuffer>> kept_ ABSL_GUARDED_BY(mutex_);
+  size_t kept_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace tandem::weight_store
