@@ -44,13 +44,12 @@ absl::StatusOr<std::unique_ptr<AdapterStore>> AdapterStore::Open(
 AdapterStore::~AdapterStore() = default;
 
 std::shared_ptr<const CommittedVersion> AdapterStore::Share(CommittedVersion version) const {
-  return std::shared_ptr<const CommittedVersion>(
-      new CommittedVersion(std::move(version)), [pool = pool_](const CommittedVersion* retired) {
-        for (auto& shard : const_cast<CommittedVersion*>(retired)->shards) {
-          pool->Give(std::move(shard));
-        }
-        delete retired;
-      });
+  return std::shared_ptr<const CommittedVersion>(new CommittedVersion(std::move(version)),
+                                                 [pool = pool_](CommittedVersion* retired) {
+                                                   for (auto& shard : retired->shards)
+                                                     pool->Give(std::move(shard));
+                                                   delete retired;
+                                                 });
 }
 
 absl::Status AdapterStore::Recover() {
