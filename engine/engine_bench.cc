@@ -1,7 +1,9 @@
 // Throughput of the embedded engine on the default config: prefill, decode and LoRA
-// training tokens/s, KV-cache bytes per token, and, on a trained base model, how often bf16
-// rollout routing disagrees with fp32 training routing. Prints its figures.
+// training tokens/s, KV-cache bytes per token, and, on a trained base model, how often bf16 and
+// FP8 rollout routing disagrees with fp32 training routing and the resulting log-prob mismatch.
+// Prints its figures.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -16,6 +18,7 @@
 #include "engine/tasks.h"
 #include "engine/tokenizer.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/loss.h"
 
 ABSL_FLAG(std::string, base_model, "",
           "Trained base model (make_base_model); empty uses a random default-config model.");
@@ -86,22 +89,58 @@ void BenchTraining(BaseModel& model, const std::vector<GeneratedSample>& samples
               kRepeats * batch.num_tokens() / SecondsSince(start), batch.num_tokens());
 }
 
-void ReportBf16Mismatch(BaseModel& model, const std::vector<GeneratedSample>& samples) {
-  BaseModel rounded = model.RoundedToBf16();
-  Transformer rollout(rounded, nullptr, Precision::kBF16);
-  Transformer trainer(model, nullptr);
+// Log-probabilities of each sequence's next tokens, from logits [tokens, vocab] of `batch`.
+std::vector<double> NextTokenLogprobs(const float* logits, const TokenBatch& batch,
+                                      const std::vector<GeneratedSample>& samples, int vocab) {
+  std::vector<float> logp(static_cast<size_t>(batch.num_tokens()) * vocab);
+  cpu::LogSoftmax(logits, logp.data(), batch.num_tokens(), vocab);
+  std::vector<double> next;
+  for (int s = 0; s < batch.num_sequences(); ++s) {
+    for (int t = batch.sequence_starts[s]; t < batch.sequence_starts[s + 1]; ++t) {
+      const int next_token = samples[s].tokens[t - batch.sequence_starts[s] + 1];
+      next.push_back(logp[static_cast<size_t>(t) * vocab + next_token]);
+    }
+  }
+  return next;
+}
+
+// Mean k3 = exp(-d) + d - 1 of d = log p_trainer - log p_rollout over the tokens.
+double MismatchK3(const std::vector<double>& trainer, const std::vector<double>& rollout) {
+  double sum = 0;
+  for (size_t i = 0; i < trainer.size(); ++i) {
+    const double d = trainer[i] - rollout[i];
+    sum += std::exp(-d) + d - 1;
+  }
+  return sum / static_cast<double>(trainer.size());
+}
+
+// How a rollout of each reduced precision disagrees with fp32 training on the same sequences:
+// routing decisions, and the log-prob mismatch (k3) without replay and with R3.
+void ReportRolloutMismatch(BaseModel& model, const std::vector<GeneratedSample>& samples) {
   TokenBatch batch;
   for (const GeneratedSample& sample : samples) {
     batch.Add(std::vector<int>(sample.tokens.begin(), sample.tokens.end() - 1));
   }
-  rollout.Forward(batch, nullptr).IgnoreError();
-  const std::vector<int16_t> rollout_routes = rollout.routes();
-  trainer.Forward(batch, &rollout_routes).IgnoreError();
-  const RoutingStats& stats = trainer.routing_stats();
-  std::printf(
-      "bf16 rollout vs fp32 training routing: %.2f%% of token×layer decisions differ, "
-      "%.2f%% of tokens differ in some layer\n",
-      100 * stats.decision_disagreement(), 100 * stats.token_disagreement());
+  const int vocab = model.config().vocab_size;
+  Transformer trainer(model, nullptr);
+  const std::vector<double> live =
+      NextTokenLogprobs(*trainer.Forward(batch, nullptr), batch, samples, vocab);
+  for (const Precision precision : {Precision::kBF16, Precision::kFP8}) {
+    BaseModel served = model.ForPrecision(precision);
+    Transformer rollout(served, nullptr, precision);
+    const std::vector<double> rollout_logp =
+        NextTokenLogprobs(*rollout.Forward(batch, nullptr), batch, samples, vocab);
+    const std::vector<int16_t> rollout_routes = rollout.routes();
+    const std::vector<double> replayed =
+        NextTokenLogprobs(*trainer.Forward(batch, &rollout_routes), batch, samples, vocab);
+    const RoutingStats& stats = trainer.routing_stats();
+    std::printf(
+        "%s rollout vs fp32 training: %.2f%% of token×layer routing decisions differ (%.2f%% of "
+        "tokens in some layer); mismatch k3 %.2e without replay, %.2e with R3\n",
+        precision == Precision::kBF16 ? "bf16" : "fp8 ", 100 * stats.decision_disagreement(),
+        100 * stats.token_disagreement(), MismatchK3(live, rollout_logp),
+        MismatchK3(replayed, rollout_logp));
+  }
 }
 
 int Main() {
@@ -122,7 +161,7 @@ int Main() {
   auto samples = Generate(transformer, requests);
   if (!samples.ok()) return 1;
   BenchTraining(*model, *samples);
-  ReportBf16Mismatch(*model, *samples);
+  ReportRolloutMismatch(*model, *samples);
   return 0;
 }
 

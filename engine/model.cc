@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/safetensors.h"
+#include "kernels/cpu/fp8.h"
 
 namespace tandem::engine {
 namespace {
@@ -185,6 +186,27 @@ absl::Status BaseModel::Save(const std::string& path) const {
   SafetensorsFile file = parameters_.ToSafetensors();
   file.metadata[kModelConfigKey] = config_.ToJson();
   return WriteSafetensors(path, file);
+}
+
+absl::StatusOr<Precision> PrecisionFromName(absl::string_view name) {
+  if (name == "fp32") return Precision::kF32;
+  if (name == "bf16") return Precision::kBF16;
+  if (name == "fp8") return Precision::kFP8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("precision '", name, "' is not fp32, bf16 or fp8"));
+}
+
+BaseModel BaseModel::ForPrecision(Precision precision) const {
+  if (precision == Precision::kF32) return *this;
+  BaseModel rounded = RoundedToBf16();
+  if (precision != Precision::kFP8) return rounded;
+  for (const std::string& name : rounded.parameters_.names()) {
+    if (!name.ends_with("_proj.weight")) continue;
+    Parameter& weight = *rounded.parameters_.Find(name);
+    const int64_t in = weight.shape.back();
+    cpu::QuantizeRowsToE4M3(weight.value.data(), weight.size() / in, in);
+  }
+  return rounded;
 }
 
 BaseModel BaseModel::RoundedToBf16() const {

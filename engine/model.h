@@ -13,6 +13,15 @@
 
 namespace tandem::engine {
 
+// Rollout may run in bf16 (weights and activations rounded) or with FP8 E4M3 linear layers
+// (weights per output channel, inputs per token, fake-quantized over bf16, as vLLM/SGLang run
+// FP8 MoE models) while the trainer runs fp32; the difference reproduces real
+// training-inference mismatch. Transformer rounds activations; BaseModel::ForPrecision weights.
+enum class Precision { kF32, kBF16, kFP8 };
+
+// "fp32", "bf16", "fp8"; INVALID_ARGUMENT naming any other.
+absl::StatusOr<Precision> PrecisionFromName(absl::string_view name);
+
 // Base weights under canonical (Hugging Face / PEFT style) names, e.g.
 // "model.layers.{l}.self_attn.q_proj.weight", "model.layers.{l}.mlp.gate.weight" (router),
 // "model.layers.{l}.mlp.experts.{e}.down_proj.weight".
@@ -31,6 +40,10 @@ class BaseModel {
 
   // A copy with every weight rounded to bf16, for the bf16 inference mode.
   BaseModel RoundedToBf16() const;
+  // The copy a rollout of `precision` serves: as is (fp32), rounded to bf16, or rounded to bf16
+  // with every linear projection's weight (*_proj.weight: attention, MLPs, experts; not the
+  // router, norms, embeddings or LM head) fake-quantized to FP8 E4M3 per output channel.
+  BaseModel ForPrecision(Precision precision) const;
 
   const ModelConfig& config() const { return config_; }
   ParameterSet& parameters() { return parameters_; }

@@ -7,6 +7,7 @@
 #include "common/dtype.h"
 #include "engine/transformer_activations.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grouped_lora.h"
 #include "kernels/cpu/loss.h"
@@ -149,8 +150,12 @@ std::optional<LoraProjection> Transformer::Lora(int layer, absl::string_view mod
   return lora_ == nullptr ? std::nullopt : lora_->Projection(layer, module);
 }
 
+void Transformer::QuantizeInput(float* values, int64_t rows, int64_t width) const {
+  if (precision_ == Precision::kFP8) cpu::QuantizeRowsToE4M3(values, rows, width);
+}
+
 void Transformer::Round(float* values, int64_t count) const {
-  if (precision_ != Precision::kBF16) return;
+  if (precision_ == Precision::kF32) return;
   for (int64_t i = 0; i < count; ++i) values[i] = ToFloat(ToBFloat16(values[i]));
 }
 
@@ -276,6 +281,7 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
   cpu::RmsNorm(act.input.data(), Weight(prefix + "input_layernorm.weight").value.data(),
                act.norm1.data(), act.rstd1.data(), rows, d, config_.norm_eps);
   Round(act.norm1.data(), n);
+  QuantizeInput(act.norm1.data(), rows, d);
 
   if (config_.latent_attention()) {
     RunLatentProjections(layer, positions, rows, act);
@@ -286,6 +292,7 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
   act.attention.resize(attention_size);
   attention.Attend(layer, act.q.data(), act.k.data(), act.v.data(), act.attention.data());
   Round(act.attention.data(), attention_size);
+  QuantizeInput(act.attention.data(), rows, config_.attention_out_dim());
 
   act.norm2_input = act.input;  // Residual: input + o_proj(attention).
   std::vector<float> projected(n);
@@ -392,6 +399,7 @@ void Transformer::NormalizeQkBackward(const std::string& weight, int heads,
 
 void Transformer::RunDenseFfn(int layer, int rows, LayerActivations& act) {
   act.group_offsets = {0, rows};
+  QuantizeInput(act.norm2.data(), rows, config_.d_model);
   RunSwiGluMlp(layer, act.norm2.data(), 0, config_.dense_ffn_dim, act, act.ffn_out);
 }
 
@@ -414,6 +422,7 @@ void Transformer::RunSwiGluMlp(int layer, const float* x, int64_t weight_stride,
   Round(act.up.data(), hidden);
   cpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
   Round(act.activation.data(), hidden);
+  QuantizeInput(act.activation.data(), rows, ffn);
   ProjectGroups(act.activation.data(), act.group_offsets,
                 Weight(ProjectionName(config_, layer, "down_proj")).value.data(), weight_stride,
                 ffn, d, Lora(layer, "down_proj"), act.lora_down, out.data());
@@ -475,6 +484,7 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   const int routed = rows * k;
   act.ffn_input.resize(static_cast<size_t>(routed) * d);
   cpu::PermuteRows(act.norm2.data(), act.permutation, act.ffn_input.data(), d);
+  QuantizeInput(act.ffn_input.data(), routed, d);
 
   RunSwiGluMlp(layer, act.ffn_input.data(), int64_t{ffn} * d, ffn, act, act.ffn_rows_out);
   act.ffn_out.assign(static_cast<size_t>(rows) * d, 0.0f);
@@ -487,15 +497,24 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
   act.shared_gate.resize(shared_hidden);
   act.shared_up.resize(shared_hidden);
   act.shared_activation.resize(shared_hidden);
-  cpu::Linear(act.norm2.data(), Weight(prefix + "shared_experts.gate_proj.weight").value.data(),
+  // The router reads norm2 unquantized; the shared experts' FP8 input is a quantized copy.
+  std::vector<float> quantized;
+  const float* input = act.norm2.data();
+  if (precision_ == Precision::kFP8) {
+    quantized = act.norm2;
+    QuantizeInput(quantized.data(), rows, d);
+    input = quantized.data();
+  }
+  cpu::Linear(input, Weight(prefix + "shared_experts.gate_proj.weight").value.data(),
               act.shared_gate.data(), rows, d, shared_ffn);
-  cpu::Linear(act.norm2.data(), Weight(prefix + "shared_experts.up_proj.weight").value.data(),
+  cpu::Linear(input, Weight(prefix + "shared_experts.up_proj.weight").value.data(),
               act.shared_up.data(), rows, d, shared_ffn);
   Round(act.shared_gate.data(), shared_hidden);
   Round(act.shared_up.data(), shared_hidden);
   cpu::SwiGlu(act.shared_gate.data(), act.shared_up.data(), act.shared_activation.data(),
               shared_hidden);
   Round(act.shared_activation.data(), shared_hidden);
+  QuantizeInput(act.shared_activation.data(), rows, shared_ffn);
   cpu::Linear(act.shared_activation.data(),
               Weight(prefix + "shared_experts.down_proj.weight").value.data(), act.ffn_out.data(),
               rows, shared_ffn, d, /*accumulate=*/true);

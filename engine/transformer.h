@@ -12,10 +12,6 @@
 
 namespace tandem::engine {
 
-// Rollout may run in bf16 (weights rounded by the caller, activations rounded here) while
-// the trainer runs fp32; the difference reproduces real training-inference mismatch.
-enum class Precision { kF32, kBF16 };
-
 // Sequences packed back to back, without padding.
 struct TokenBatch {
   std::vector<int> tokens;
@@ -129,6 +125,8 @@ class Transformer {
   void BackwardMoeFfn(int layer, const float* dy, float* dn2);
   absl::Status CheckReplay(const std::vector<int16_t>& replay, int rows) const;
   void Round(float* values, int64_t count) const;
+  // The input of FP8 linear layers: quantized per row (token) in FP8 mode, as is otherwise.
+  void QuantizeInput(float* values, int64_t rows, int64_t width) const;
   Parameter& Weight(const std::string& name);
   std::optional<LoraProjection> Lora(int layer, absl::string_view module);
 

@@ -75,6 +75,7 @@ void Transformer::RunLatentProjections(int layer, const int* positions, int rows
                  act.latent_q_a_norm.data(), act.latent_q_a_rstd.data(), rows, rank,
                  config_.norm_eps);
     Round(act.latent_q_a_norm.data(), act.latent_q_a_norm.size());
+    QuantizeInput(act.latent_q_a_norm.data(), rows, rank);
     cpu::Linear(act.latent_q_a_norm.data(), Weight(prefix + "q_b_proj.weight").value.data(),
                 q.data(), rows, rank, heads * qk);
   } else {
@@ -93,6 +94,7 @@ void Transformer::RunLatentProjections(int layer, const int* positions, int rows
   cpu::RmsNorm(act.latent_c.data(), Weight(prefix + "kv_a_layernorm.weight").value.data(),
                act.latent_c_norm.data(), act.latent_c_rstd.data(), rows, latent, config_.norm_eps);
   Round(act.latent_c_norm.data(), act.latent_c_norm.size());
+  QuantizeInput(act.latent_c_norm.data(), rows, latent);
   // Per-head keys (their non-rotary part) and values [rows, heads, nope + v_dim].
   act.latent_kv.resize(int64_t{rows} * heads * (nope + v_dim));
   cpu::Linear(act.latent_c_norm.data(), Weight(prefix + "kv_b_proj.weight").value.data(),

@@ -8,6 +8,7 @@
 #include "engine/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/loss.h"
 
 namespace tandem::engine {
@@ -553,6 +554,53 @@ TEST(TransformerTest, Bf16InferenceDisagreesWithFp32TrainingRouting) {
   std::printf("bf16 rollout vs fp32 training: %.2f%% of decisions, %.2f%% of tokens differ\n",
               100 * stats.decision_disagreement(), 100 * stats.token_disagreement());
   EXPECT_GT(stats.differing_decisions, 0);
+}
+
+// FP8 rollout: only the linear projections' weights are quantized (per output channel, to E4M3
+// values over bf16), and generation with the KV cache computes what the full forward does.
+TEST_P(ConfigTest, Fp8RolloutQuantizesProjectionsAndDecodesLikeItsFullForward) {
+  BaseModel model = RandomModel(GetParam().make(), 31);
+  BaseModel served = model.ForPrecision(Precision::kFP8);
+  for (const std::string& name : model.parameters().names()) {
+    const std::vector<float>& original = model.parameters().Find(name)->value;
+    const std::vector<float>& quantized = served.parameters().Find(name)->value;
+    if (!name.ends_with("_proj.weight")) {
+      EXPECT_EQ(quantized, model.RoundedToBf16().parameters().Find(name)->value) << name;
+      continue;
+    }
+    EXPECT_NE(quantized, original) << name;
+    const int64_t in = model.parameters().Find(name)->shape.back();
+    for (int64_t row = 0; row < static_cast<int64_t>(quantized.size()) / in; ++row) {
+      float absmax = 0;
+      for (int64_t c = 0; c < in; ++c)
+        absmax = std::max(absmax, std::fabs(quantized[row * in + c]));
+      const float scale = absmax / cpu::kE4M3Max;
+      for (int64_t c = 0; c < in; ++c) {
+        const float value = quantized[row * in + c] / scale;
+        ASSERT_NEAR(value, cpu::RoundToE4M3(value), 1e-3 * std::fabs(value) + 1e-6) << name;
+      }
+    }
+  }
+  Transformer transformer(served, nullptr, Precision::kFP8);
+  GenerationRequest request;
+  request.prompt = {1, 5, 7, 2};
+  request.max_new_tokens = 8;
+  request.seed = 3;
+  auto samples = Generate(transformer, {request});
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  const GeneratedSample& sample = (*samples)[0];
+  TokenBatch batch;
+  batch.Add(std::vector<int>(sample.tokens.begin(), sample.tokens.end() - 1));
+  const std::vector<float> logits = Logits(transformer, batch);
+  EXPECT_EQ(transformer.routes(), sample.routes);
+  const int n = static_cast<int>(sample.tokens.size());
+  std::vector<float> logp(logits.size());
+  cpu::LogSoftmax(logits.data(), logp.data(), n - 1, 20);
+  for (int t = sample.prompt_length; t < n; ++t) {
+    EXPECT_NEAR(sample.logprobs[t - sample.prompt_length], logp[(t - 1) * 20 + sample.tokens[t]],
+                1e-4)
+        << "token " << t;
+  }
 }
 
 }  // namespace

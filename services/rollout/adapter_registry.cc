@@ -303,7 +303,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
   model->adapter = adapter;
   model->version = version;
   model->lora = std::make_unique<engine::LoraAdapter>(
-      options_.precision == engine::Precision::kBF16 ? lora->RoundedToBf16() : *std::move(lora));
+      // LoRA stays bf16 beside FP8 base weights, as inference engines apply it.
+      options_.precision == engine::Precision::kF32 ? *std::move(lora) : lora->RoundedToBf16());
   model->transformer =
       std::make_unique<engine::Transformer>(base_model_, model->lora.get(), options_.precision);
   return model;

@@ -14,7 +14,8 @@
 ABSL_FLAG(std::string, base_model, "",
           "Base model: a Hugging Face model directory or an engine safetensors file "
           "(make_base_model). Required.");
-ABSL_FLAG(std::string, precision, "bf16", "Inference precision: bf16 or fp32.");
+ABSL_FLAG(std::string, precision, "bf16",
+          "Inference precision: bf16, fp8 (E4M3 linear layers over bf16) or fp32.");
 ABSL_FLAG(std::string, weight_store, "",
           "weight-store address (host:port); empty: the base model only, no adapters.");
 ABSL_FLAG(std::string, router_replay, "",
@@ -57,12 +58,12 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   if (options.base_model_path.empty())
     return absl::InvalidArgumentError("--base_model is required");
   const std::string precision = absl::GetFlag(FLAGS_precision);
-  if (precision != "bf16" && precision != "fp32") {
+  auto parsed_precision = tandem::engine::PrecisionFromName(precision);
+  if (!parsed_precision.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--precision is '", precision, "'; use bf16 or fp32"));
+        absl::StrCat("--precision: ", parsed_precision.status().message()));
   }
-  options.precision =
-      precision == "bf16" ? tandem::engine::Precision::kBF16 : tandem::engine::Precision::kF32;
+  options.precision = *parsed_precision;
   auto peer_tls = tandem::PeerTlsFromFlags();
   if (!peer_tls.ok()) return peer_tls.status();
   auto weight_store = ChannelTo(absl::GetFlag(FLAGS_weight_store), "tandem.v1.WeightStoreService",

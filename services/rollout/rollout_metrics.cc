@@ -33,10 +33,10 @@ RolloutMetrics::RolloutMetrics()
       kv_cache_budget_bytes(Gauge("tandem_rollout_kv_cache_budget_bytes", "KV cache budget.")),
       queued_tokens(Gauge("tandem_rollout_queued_tokens",
                           "Positions reserved by samples waiting for admission.")),
-      time_to_first_token_seconds(LatencyHistogram(
-          "tandem_rollout_time_to_first_token_seconds", "Generate call to a sample's first token.")),
-      decode_step_seconds(LatencyHistogram(
-          "tandem_rollout_decode_step_seconds", "One decode step of the batch (per-token latency).")),
+      time_to_first_token_seconds(LatencyHistogram("tandem_rollout_time_to_first_token_seconds",
+                                                   "Generate call to a sample's first token.")),
+      decode_step_seconds(LatencyHistogram("tandem_rollout_decode_step_seconds",
+                                           "One decode step of the batch (per-token latency).")),
       adapter_swap_seconds(
           LatencyHistogram("tandem_rollout_adapter_swap_seconds",
                            "From weight-store announcing a version to it serving here.")),

@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
                base->config().num_layers, base->config().num_moe_layers(),
                base->config().num_experts, base->config().top_k, base->config().vocab_size);
   service->base_ = std::make_unique<engine::BaseModel>(
-      o.precision == engine::Precision::kBF16 ? base->RoundedToBf16() : *std::move(base));
+      o.precision == engine::Precision::kF32 ? *std::move(base) : base->ForPrecision(o.precision));
   auto codec = engine::text::TextCodecFor(o.base_model_path);
   if (!codec.ok()) {
     return absl::FailedPreconditionError(

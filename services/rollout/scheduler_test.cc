@@ -161,8 +161,7 @@ class SchedulerTest : public ::testing::Test {
 
   // A request of `prompts` prompts of `prompt_length` tokens, `group` samples each.
   std::shared_ptr<GenerationWork> Work(const std::string& id, int prompts, int group,
-                                       int prompt_length, int max_new_tokens,
-                                       Outcome& outcome) {
+                                       int prompt_length, int max_new_tokens, Outcome& outcome) {
     auto work = std::make_shared<GenerationWork>();
     work->request.set_request_id(id);
     work->request.set_group_size(group);
