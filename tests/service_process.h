@@ -37,7 +37,10 @@ class ServiceProcess {
 // Path of a binary built by Bazel and listed in the test's `data`.
 std::string RunfilePath(const std::string& workspace_relative);
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port on 127.0.0.1 that was free a moment ago, drawn at random below the kernel's
+// ephemeral range (ip_local_port_range, 32768 and up by default): a port the OS hands out
+// (bind to 0) is also what any outgoing connection of a test running beside this one may take
+// as its local port before the service binds it, which made process tests flake.
 int PickFreePort();
 
 }  // namespace tandem::testing
