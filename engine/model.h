@@ -17,6 +17,8 @@ namespace tandem::engine {
 // (weights per output channel, inputs per token, fake-quantized over bf16, as vLLM/SGLang run
 // FP8 MoE models) while the trainer runs fp32; the difference reproduces real
 // training-inference mismatch. Transformer rounds activations; BaseModel::ForPrecision weights.
+// LoRA weights stay bf16 but read the same (quantized) input as the base layer, where vLLM's
+// LoRA reads the bf16 input: a small difference of the emulation.
 enum class Precision { kF32, kBF16, kFP8 };
 
 // "fp32", "bf16", "fp8"; INVALID_ARGUMENT naming any other.
