@@ -205,12 +205,15 @@ float LearningRate(const ScheduleConfig& config, int64_t step) {
     return static_cast<float>(static_cast<double>(config.peak_lr) * (step + 1) /
                               config.warmup_steps);
   }
+  if (config.decay == LrDecay::kConstant) return config.peak_lr;
   if (step >= config.total_steps) return config.min_lr;
   const double progress = static_cast<double>(step - config.warmup_steps) /
                           static_cast<double>(config.total_steps - config.warmup_steps);
-  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  const double remaining = config.decay == LrDecay::kLinear
+                               ? 1.0 - progress
+                               : 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   const double min_lr = config.min_lr;
-  return static_cast<float>(min_lr + (config.peak_lr - min_lr) * cosine);
+  return static_cast<float>(min_lr + (config.peak_lr - min_lr) * remaining);
 }
 
 }  // namespace tandem::engine

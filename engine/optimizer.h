@@ -80,11 +80,20 @@ class AdamW {
 // untouched and is returned as is, so the caller can skip the step.
 float ClipGradNorm(std::span<const Param> params, float max_norm);
 
+// How the learning rate falls from peak_lr to min_lr after the warmup.
+enum class LrDecay { kCosine, kLinear, kConstant };
+
 struct ScheduleConfig {
   float peak_lr = 1e-3f;
   float min_lr = 0.0f;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
+  LrDecay decay = LrDecay::kCosine;
+
+  // peak_lr for every step (no warmup, no decay).
+  static ScheduleConfig Constant(float lr) {
+    return {.peak_lr = lr, .min_lr = lr, .decay = LrDecay::kConstant};
+  }
 };
 
 // INVALID_ARGUMENT naming the field: peak_lr > 0, min_lr in [0, peak_lr], warmup_steps >= 0,
@@ -93,9 +102,11 @@ absl::Status Validate(const ScheduleConfig& config);
 
 // Learning rate for the update with 0-based index `step` (AdamW::step() before the update):
 //   step < warmup:          peak_lr * (step + 1) / warmup  (the first update is not wasted at 0)
-//   warmup <= step < total: min_lr + (peak_lr - min_lr) * (1 + cos(pi * progress)) / 2, with
-//                           progress = (step - warmup) / (total - warmup), from peak toward min
-//   step >= total:          min_lr (training past the schedule keeps the floor)
+//   warmup <= step < total: min_lr + (peak_lr - min_lr) * f(progress), with progress =
+//                           (step - warmup) / (total - warmup) and f = (1 + cos(pi p)) / 2
+//                           (cosine), 1 - p (linear) or 1 (constant: peak_lr until the end)
+//   step >= total:          min_lr (training past the schedule keeps the floor), except that a
+//                           constant schedule stays at peak_lr
 // warmup 0 starts at peak_lr; warmup == total warms up and then drops straight to min_lr; a
 // negative step counts as 0. Requires a config that passes Validate.
 float LearningRate(const ScheduleConfig& config, int64_t step);

@@ -218,6 +218,31 @@ TEST(ScheduleTest, WarmupThenCosineToMinimum) {
   EXPECT_FLOAT_EQ(LearningRate(config, 1000), 0.1f);
 }
 
+TEST(ScheduleTest, WarmupThenLinearToMinimum) {
+  const ScheduleConfig config = {.peak_lr = 1.0f,
+                                 .min_lr = 0.2f,
+                                 .warmup_steps = 2,
+                                 .total_steps = 10,
+                                 .decay = LrDecay::kLinear};
+  ASSERT_TRUE(Validate(config).ok());
+  EXPECT_FLOAT_EQ(LearningRate(config, 0), 0.5f);
+  EXPECT_FLOAT_EQ(LearningRate(config, 2), 1.0f);
+  EXPECT_FLOAT_EQ(LearningRate(config, 4), 0.8f);  // A quarter of the way: 1 - 0.8 * 0.25.
+  EXPECT_FLOAT_EQ(LearningRate(config, 6), 0.6f);
+  EXPECT_FLOAT_EQ(LearningRate(config, 10), 0.2f);
+}
+
+TEST(ScheduleTest, ConstantKeepsThePeakAfterItsWarmup) {
+  ScheduleConfig config = ScheduleConfig::Constant(0.3f);
+  EXPECT_FLOAT_EQ(LearningRate(config, 0), 0.3f);
+  EXPECT_FLOAT_EQ(LearningRate(config, 1000), 0.3f);
+  config.warmup_steps = 3;
+  config.total_steps = 10;
+  EXPECT_FLOAT_EQ(LearningRate(config, 0), 0.1f);
+  EXPECT_FLOAT_EQ(LearningRate(config, 5), 0.3f);
+  EXPECT_FLOAT_EQ(LearningRate(config, 50), 0.3f);
+}
+
 TEST(ScheduleTest, NoWarmupStartsAtPeak) {
   const ScheduleConfig config = {
       .peak_lr = 2.0f, .min_lr = 0.0f, .warmup_steps = 0, .total_steps = 2};

@@ -29,15 +29,15 @@ std::vector<double> GroupAdvantages(absl::Span<const double> scores, absl::Span<
           std::max(0.0, (group.sum_squares - group.count * mean * mean) / (group.count - 1));
       std = std::sqrt(variance);
     }
-    advantages[i] = baseline == GroupBaseline::kGrpo ? (scores[i] - mean) / (std + 1e-6)
-                                                     : scores[i] - mean;
+    advantages[i] =
+        baseline == GroupBaseline::kGrpo ? (scores[i] - mean) / (std + 1e-6) : scores[i] - mean;
   }
   return advantages;
 }
 
 GaeResult ComputeGae(absl::Span<const double> rewards, absl::Span<const double> values,
-                     absl::Span<const double> mask, int rows, int cols, double gamma,
-                     double lambda, absl::Span<const bool> truncated) {
+                     absl::Span<const double> mask, int rows, int cols, double gamma, double lambda,
+                     absl::Span<const bool> truncated) {
   GaeResult result;
   result.advantages.assign(static_cast<size_t>(rows) * cols, 0);
   result.returns.assign(result.advantages.size(), 0);

@@ -28,8 +28,8 @@ struct GaeResult {
 // cut off at max_new_tokens: their recursion starts from the value of their last response token
 // instead of 0 (truncated GAE).
 GaeResult ComputeGae(absl::Span<const double> rewards, absl::Span<const double> values,
-                     absl::Span<const double> mask, int rows, int cols, double gamma,
-                     double lambda, absl::Span<const bool> truncated = {});
+                     absl::Span<const double> mask, int rows, int cols, double gamma, double lambda,
+                     absl::Span<const bool> truncated = {});
 
 // Masked whitening over the whole batch with the unbiased variance: (x - mean) / sqrt(var + 1e-8).
 std::vector<double> WhitenMasked(absl::Span<const double> values, absl::Span<const double> mask);

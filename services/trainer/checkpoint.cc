@@ -41,10 +41,9 @@ absl::Status VerifyChecksums(const SafetensorsFile& file, const std::string& pat
           absl::StrCat("checkpoint ", path, ": tensor ", name, " has no checksum"));
     }
     if (written->second != ChecksumToHex(TensorChecksum(tensor))) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", path, ": tensor ", name,
-                                              " is corrupt (xxh3 ",
-                                              ChecksumToHex(TensorChecksum(tensor)),
-                                              ", written ", written->second, ")"));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, ": tensor ", name, " is corrupt (xxh3 ",
+                       ChecksumToHex(TensorChecksum(tensor)), ", written ", written->second, ")"));
     }
   }
   return absl::OkStatus();
@@ -71,10 +70,10 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step, int64_t policy
   file.metadata = adapter.metadata;
   for (auto& [name, tensor] : adapter.tensors) file.tensors[kLora + name] = std::move(tensor);
   for (const auto& [name, values] : optimizer.tensors) {
-    auto tensor = Tensor::FromBytes(
-        DType::kF32, {static_cast<int64_t>(values.size())},
-        absl::MakeConstSpan(reinterpret_cast<const std::byte*>(values.data()),
-                            values.size() * sizeof(float)));
+    auto tensor =
+        Tensor::FromBytes(DType::kF32, {static_cast<int64_t>(values.size())},
+                          absl::MakeConstSpan(reinterpret_cast<const std::byte*>(values.data()),
+                                              values.size() * sizeof(float)));
     if (!tensor.ok()) return tensor.status();
     file.tensors[kOptimizer + name] = *std::move(tensor);
   }

@@ -53,7 +53,8 @@ absl::Status RequireJobId(const std::string& job_id) {
 // store's code (RESOURCE_EXHAUSTED for a full disk) and path.
 absl::Status Unpersisted(const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("the job record could not be saved, so nothing "
-                                                  "changed: ", status.message()));
+                                                  "changed: ",
+                                                  status.message()));
 }
 
 absl::Status JobNotFound(const std::string& job_id) {
@@ -187,13 +188,12 @@ void JobManager::Unsubscribe(int64_t subscription) {
 }
 
 absl::StatusOr<v1::JobSpec> JobManager::Resolve(const v1::JobSpec& spec,
-                                               const std::string& job_id) const {
+                                                const std::string& job_id) const {
   return ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id), default_endpoints_);
 }
 
 absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) {
-  if (absl::Status status = ValidateIdentifier("request_id", request.request_id());
-      !status.ok()) {
+  if (absl::Status status = ValidateIdentifier("request_id", request.request_id()); !status.ok()) {
     return status;
   }
   absl::MutexLock lock(&mutex_);
@@ -242,8 +242,8 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest&
       return absl::InvalidArgumentError(absl::StrCat("states: ", state, " is not a job state"));
     }
   }
-  const int page_size = request.page_size() == 0 ? kDefaultPageSize
-                                                 : std::min(request.page_size(), kMaxPageSize);
+  const int page_size =
+      request.page_size() == 0 ? kDefaultPageSize : std::min(request.page_size(), kMaxPageSize);
   int64_t offset = 0;
   if (!request.page_token().empty()) {
     const std::vector<std::string> parts = absl::StrSplit(request.page_token(), '/');
@@ -256,9 +256,8 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest&
   {
     absl::MutexLock lock(&mutex_);
     for (const auto& [id, job] : jobs_) {
-      if (request.states().empty() ||
-          std::find(request.states().begin(), request.states().end(), job.state()) !=
-              request.states().end()) {
+      if (request.states().empty() || std::find(request.states().begin(), request.states().end(),
+                                                job.state()) != request.states().end()) {
         jobs.push_back(job);
       }
     }
@@ -340,7 +339,7 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
               [this, job_id](int64_t version) {
                 absl::MutexLock lock(&mutex_);
                 UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_UNSPECIFIED,
-                       [version](v1::Job& job) { job.set_policy_version(version); });
+                            [version](v1::Job& job) { job.set_policy_version(version); });
               },
           .on_step =
               [this, job_id](const v1::StepMetrics& metrics) {
@@ -357,9 +356,8 @@ void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
   // A job whose end cannot be recorded is not run again (it would publish more versions): the
   // record is retried until it is saved or the manager stops (then a restart resumes the job).
   while (true) {
-    const absl::Status saved =
-        Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-               [&result](v1::Job& job) { RecordOutcome(result, job); });
+    const absl::Status saved = Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                                      [&result](v1::Job& job) { RecordOutcome(result, job); });
     if (saved.ok() || stopping_) break;
     PauseAfterSaveFailure(absl::StrCat("job ", job_id, " ended but its record cannot be saved"),
                           saved);

@@ -94,7 +94,6 @@ class JobManagerTest : public ::testing::Test {
     jobs_ = *std::move(jobs);
   }
 
-
   std::string Create(const std::string& request_id, v1::JobSpec spec = MinimalValidSpec()) {
     v1::CreateJobRequest request;
     request.set_request_id(request_id);

@@ -80,6 +80,19 @@ bool SameLora(const engine::LoraConfig& a, const engine::LoraConfig& b) {
          a_targets == b_targets;
 }
 
+engine::ScheduleConfig ScheduleOf(const v1::JobSpec& spec) {
+  const v1::AlgorithmConfig& algorithm = spec.algorithm_config();
+  const v1::LearningRateSchedule& schedule = algorithm.lr_schedule();
+  const auto peak = static_cast<float>(algorithm.learning_rate());
+  return {.peak_lr = peak,
+          .min_lr = static_cast<float>(peak * schedule.min_lr_ratio()),
+          .warmup_steps = schedule.warmup_updates(),
+          .total_steps = std::max<int64_t>(1, spec.num_steps() * algorithm.updates_per_step()),
+          .decay = schedule.decay() == v1::LR_DECAY_LINEAR   ? engine::LrDecay::kLinear
+                   : schedule.decay() == v1::LR_DECAY_COSINE ? engine::LrDecay::kCosine
+                                                             : engine::LrDecay::kConstant};
+}
+
 PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
   const v1::AlgorithmConfig& algorithm = spec.algorithm_config();
   const v1::IsCorrection& correction = spec.is_correction();
@@ -126,7 +139,7 @@ PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
                                                                         : RouteReplay::kR3;
   config.updates_per_step = algorithm.updates_per_step();
   config.micro_batch_size = spec.micro_batch_size();
-  config.learning_rate = static_cast<float>(algorithm.learning_rate());
+  config.schedule = ScheduleOf(spec);
   config.max_grad_norm = static_cast<float>(algorithm.max_grad_norm());
   const float temperature = spec.sampling().has_temperature() ? spec.sampling().temperature() : 1;
   config.temperature = temperature > 0 ? temperature : 1;
@@ -634,6 +647,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     metrics.set_ref_kl(stats->ref_kl);
     metrics.set_loss(stats->loss);
     metrics.set_grad_norm(stats->grad_norm);
+    metrics.set_learning_rate(stats->learning_rate);
     metrics.set_response_tokens(stats->response_tokens);
     metrics.set_step_seconds(SecondsSince(step_start));
     progress.on_step(metrics);

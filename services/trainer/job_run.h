@@ -4,10 +4,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <string>
-
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,8 +52,8 @@ class GrpcServiceDialer final : public ServiceDialer {
 
 // What a job run needs from the trainer process.
 struct JobEnvironment {
-  std::string auth_token;  // Sent to the other services when `dialer` is null.
-  std::optional<ClientTls> tls;  // How they are dialed when `dialer` is null; unset: plaintext.
+  std::string auth_token;           // Sent to the other services when `dialer` is null.
+  std::optional<ClientTls> tls;     // How they are dialed when `dialer` is null; unset: plaintext.
   ServiceDialer* dialer = nullptr;  // Not owned; null: GrpcServiceDialer(auth_token, tls).
   transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
   absl::Duration rpc_timeout = absl::Minutes(5);

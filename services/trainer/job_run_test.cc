@@ -264,6 +264,23 @@ TEST_F(JobRunTest, EachStepGeneratesWithTheCurrentVersionAndPublishesTheNext) {
   EXPECT_THAT(published_, ElementsAre(4));
 }
 
+// Warmup over 2 updates, then linear decay to half the rate at the last of 4 (one per step).
+TEST_F(JobRunTest, EachStepReportsTheLearningRateOfItsSchedule) {
+  v1::Job job = Job(4);
+  const double peak = job.spec().algorithm_config().learning_rate();
+  v1::LearningRateSchedule& schedule =
+      *job.mutable_spec()->mutable_algorithm_config()->mutable_lr_schedule();
+  schedule.set_warmup_updates(2);
+  schedule.set_decay(v1::LR_DECAY_LINEAR);
+  schedule.set_min_lr_ratio(0.5);
+  ASSERT_TRUE(Run(job, not_cancelled_).ok());
+  ASSERT_EQ(steps_.size(), 4u);
+  const double expected[] = {0.5, 1.0, 1.0, 0.75};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(steps_[i].learning_rate(), expected[i] * peak, 1e-6 * peak) << "step " << i + 1;
+  }
+}
+
 TEST_F(JobRunTest, AWeightStoreRestartDuringAStepCostsRetriesNotTheJob) {
   // While step 2 generates, the store goes down; it comes back (same port, same data) 300 ms
   // later, after the step has tried to publish.

@@ -19,8 +19,7 @@ bool IsTerminal(v1::JobState state) {
 // behind another one replaces it; state changes are never dropped.
 class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
  public:
-  WatchReactor(JobManager& jobs, OpenStreams<v1::WatchJobResponse>& open,
-               const std::string& job_id)
+  WatchReactor(JobManager& jobs, OpenStreams<v1::WatchJobResponse>& open, const std::string& job_id)
       : jobs_(jobs), open_(open) {
     auto subscription = jobs_.Subscribe(
         job_id, [sink = sink()](const v1::WatchJobResponse& event) { sink->Write(event); });

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/server.h"
-#include "common/testing/test_server.h"
 #include "common/testing/test_dir.h"
+#include "common/testing/test_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -37,8 +37,8 @@ class JobServiceTest : public ::testing::Test {
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.drain_timeout = absl::Milliseconds(200);
     auto started = tandem::testing::StartLoopbackServer(
-        "trainer",
-        {"tandem.v1.JobService", std::make_unique<JobServiceImpl>(*std::move(jobs))}, options);
+        "trainer", {"tandem.v1.JobService", std::make_unique<JobServiceImpl>(*std::move(jobs))},
+        options);
     ASSERT_TRUE(started.ok()) << started.status();
     stub_ = v1::JobService::NewStub(started->Channel());
     server_ = std::move(started->server);

@@ -64,8 +64,9 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
       }
       break;
     case v1::ALGORITHM_PPO:
-      return Invalid("algorithm: PPO needs a value head, which this trainer does not have yet; "
-                     "use GRPO or DR_GRPO");
+      return Invalid(
+          "algorithm: PPO needs a value head, which this trainer does not have yet; "
+          "use GRPO or DR_GRPO");
     default:
       return Invalid("algorithm is required (GRPO or DR_GRPO)");
   }
@@ -80,8 +81,7 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
   }
   if (!config.has_max_grad_norm()) config.set_max_grad_norm(1.0);
   if (!AtLeast(config.max_grad_norm(), 0)) {
-    return Invalid("algorithm_config.max_grad_norm is ", config.max_grad_norm(),
-                   "; must be >= 0");
+    return Invalid("algorithm_config.max_grad_norm is ", config.max_grad_norm(), "; must be >= 0");
   }
   if (!config.has_clip_eps_low()) config.set_clip_eps_low(0.2);
   if (!(config.clip_eps_low() >= 0 && config.clip_eps_low() < 1)) {
@@ -117,9 +117,8 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
                    config.gamma(), ", gae_lambda ", config.gae_lambda());
   }
   if (!config.has_whiten_advantages()) config.set_whiten_advantages(false);
-  if (absl::Status status =
-          CheckEnum("algorithm_config.loss_aggregation", config.loss_aggregation(),
-                    v1::LossAggregation_IsValid);
+  if (absl::Status status = CheckEnum("algorithm_config.loss_aggregation",
+                                      config.loss_aggregation(), v1::LossAggregation_IsValid);
       !status.ok()) {
     return status;
   }
@@ -133,15 +132,35 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckCorrection(v1::JobSpec& spec) {
-  v1::IsCorrection& correction = *spec.mutable_is_correction();
-  if (absl::Status status = CheckEnum("is_correction.mode", correction.mode(),
-                                      v1::IsCorrectionMode_IsValid);
+absl::Status CheckSchedule(v1::JobSpec& spec) {
+  v1::LearningRateSchedule& schedule = *spec.mutable_algorithm_config()->mutable_lr_schedule();
+  if (absl::Status status =
+          CheckEnum("algorithm_config.lr_schedule.decay", schedule.decay(), v1::LrDecay_IsValid);
       !status.ok()) {
     return status;
   }
-  if (absl::Status status = CheckEnum("is_correction.rejection_level",
-                                      correction.rejection_level(), v1::RejectionLevel_IsValid);
+  if (schedule.decay() == v1::LR_DECAY_UNSPECIFIED) schedule.set_decay(v1::LR_DECAY_CONSTANT);
+  const int64_t updates = spec.num_steps() * spec.algorithm_config().updates_per_step();
+  if (schedule.warmup_updates() < 0 || schedule.warmup_updates() > updates) {
+    return Invalid("algorithm_config.lr_schedule.warmup_updates is ", schedule.warmup_updates(),
+                   "; must be in 0..num_steps * updates_per_step = ", updates);
+  }
+  if (!Within(schedule.min_lr_ratio(), 0, 1)) {
+    return Invalid("algorithm_config.lr_schedule.min_lr_ratio is ", schedule.min_lr_ratio(),
+                   "; must be in [0, 1]");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCorrection(v1::JobSpec& spec) {
+  v1::IsCorrection& correction = *spec.mutable_is_correction();
+  if (absl::Status status =
+          CheckEnum("is_correction.mode", correction.mode(), v1::IsCorrectionMode_IsValid);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CheckEnum("is_correction.rejection_level", correction.rejection_level(),
+                                      v1::RejectionLevel_IsValid);
       !status.ok()) {
     return status;
   }
@@ -154,9 +173,10 @@ absl::Status CheckCorrection(v1::JobSpec& spec) {
   if (!correction.has_lower_bound()) correction.set_lower_bound(0.5);
   if (!(correction.upper_bound() > 0) || !AtLeast(correction.lower_bound(), 0) ||
       correction.upper_bound() < correction.lower_bound()) {
-    return Invalid("is_correction: need upper_bound > 0, lower_bound >= 0, upper >= lower; "
-                   "upper_bound is ",
-                   correction.upper_bound(), ", lower_bound ", correction.lower_bound());
+    return Invalid(
+        "is_correction: need upper_bound > 0, lower_bound >= 0, upper >= lower; "
+        "upper_bound is ",
+        correction.upper_bound(), ", lower_bound ", correction.lower_bound());
   }
   if (correction.rejection_level() == v1::REJECTION_LEVEL_UNSPECIFIED) {
     correction.set_rejection_level(v1::REJECTION_LEVEL_TOKEN);
@@ -239,7 +259,7 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const st
   v1::JobSpec spec = original;
   ApplyDefaultEndpoints(default_endpoints, *spec.mutable_endpoints());
   for (absl::Status (*check)(v1::JobSpec&) :
-       {CheckData, CheckSizes, CheckAlgorithm, CheckCorrection, CheckEndpoints}) {
+       {CheckData, CheckSizes, CheckAlgorithm, CheckSchedule, CheckCorrection, CheckEndpoints}) {
     if (absl::Status status = check(spec); !status.ok()) return status;
   }
   if (!spec.has_lora() || spec.lora().rank() < 1) return Invalid("lora.rank is required");

@@ -324,6 +324,28 @@ TEST(ResolveJobSpecTest, LearningRateMustBePositiveAndFinite) {
   }
 }
 
+TEST(ResolveJobSpecTest, TheLearningRateScheduleDefaultsToConstantAndIsChecked) {
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().lr_schedule().decay(),
+            v1::LR_DECAY_CONSTANT);
+  v1::JobSpec spec = MinimalValidSpec();
+  v1::LearningRateSchedule& schedule = *spec.mutable_algorithm_config()->mutable_lr_schedule();
+  schedule.set_decay(v1::LR_DECAY_COSINE);
+  schedule.set_warmup_updates(spec.num_steps());
+  schedule.set_min_lr_ratio(0.1);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+  schedule.set_warmup_updates(spec.num_steps() + 1);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.lr_schedule.warmup_updates is "));
+  schedule.set_warmup_updates(0);
+  schedule.set_min_lr_ratio(1.5);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.lr_schedule.min_lr_ratio is 1.5"));
+  schedule.set_min_lr_ratio(0);
+  schedule.set_decay(static_cast<v1::LrDecay>(9));
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.algorithm_config.lr_schedule.decay"));
+}
+
 TEST(ResolveJobSpecTest, AlgorithmConfigIsRequired) {
   v1::JobSpec spec = MinimalValidSpec();
   spec.clear_algorithm_config();

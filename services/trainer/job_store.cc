@@ -38,9 +38,8 @@ absl::StatusOr<v1::Job> Quarantine(const std::string& path, const std::string& j
   std::error_code error;
   std::filesystem::rename(path, aside, error);
   if (error) {
-    return absl::DataLossError(absl::StrCat("job record ", path, " is corrupt (",
-                                            problem.message(), ") and cannot be moved aside: ",
-                                            error.message()));
+    return absl::DataLossError(absl::StrCat("job record ", path, " is corrupt (", problem.message(),
+                                            ") and cannot be moved aside: ", error.message()));
   }
   spdlog::error("job record {} is corrupt ({}); moved to {}", path, problem.message(), aside);
   v1::Job job;
@@ -59,7 +58,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir)
   const std::string jobs = dir + "/jobs";
   std::error_code error;
   std::filesystem::create_directories(jobs, error);
-  if (error) return absl::InternalError(absl::StrCat("cannot create ", jobs, ": ", error.message()));
+  if (error)
+    return absl::InternalError(absl::StrCat("cannot create ", jobs, ": ", error.message()));
   std::unique_ptr<JobStore> store(new JobStore(jobs));
   for (const auto& entry : std::filesystem::directory_iterator(jobs)) {
     const std::string path = entry.path().string();

@@ -46,11 +46,13 @@ IsWeights ComputeIsWeights(absl::Span<const double> log_ratio, absl::Span<const 
   result.weights.assign(size, 1);
   result.mask.assign(mask.begin(), mask.end());
   if (config.mode == IsMode::kNone) return result;
-  const bool sequence = config.mode == IsMode::kSequenceTis ||
-                        (config.mode == IsMode::kRejection &&
-                         config.level == RejectionLevel::kSequence);
-  const std::vector<double> row_log_ratio = sequence ? RowLogRatios(
-      log_ratio, mask, rows, cols, /*mean=*/config.mode == IsMode::kRejection) : std::vector<double>();
+  const bool sequence =
+      config.mode == IsMode::kSequenceTis ||
+      (config.mode == IsMode::kRejection && config.level == RejectionLevel::kSequence);
+  const std::vector<double> row_log_ratio =
+      sequence
+          ? RowLogRatios(log_ratio, mask, rows, cols, /*mean=*/config.mode == IsMode::kRejection)
+          : std::vector<double>();
   double affected = 0, count = 0;
   for (int b = 0; b < rows; ++b) {
     for (int t = 0; t < cols; ++t) {

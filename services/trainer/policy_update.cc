@@ -40,8 +40,8 @@ struct PolicyUpdater::Batch {
   int cols = 0;                  // Longest response.
   int route_width = 0;           // MoE layers x top_k.
   std::vector<double> mask, advantages, rollout_logp, old_logp;  // B x cols
-  std::vector<bool> have_old;    // Per sample: old_logp filled.
-  std::vector<int16_t> old_routes;  // R2: the old-policy pass's live routes.
+  std::vector<bool> have_old;                                    // Per sample: old_logp filled.
+  std::vector<int16_t> old_routes;       // R2: the old-policy pass's live routes.
   std::vector<double> weights, is_mask;  // Mismatch weights and mask after rejection.
   double is_affected = 0;                // Tokens whose weight was clipped, zeroed or rejected.
 
@@ -120,8 +120,7 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
   batch.weights.assign(size, 1);
   batch.is_mask.assign(size, 0);
   batch.have_old.assign(samples.size(), false);
-  const std::vector<double> advantages =
-      GroupAdvantages(scores, groups, config_.baseline);
+  const std::vector<double> advantages = GroupAdvantages(scores, groups, config_.baseline);
   for (int i = 0; i < batch.rows(); ++i) {
     for (size_t t = 0; t < samples[i].response.size(); ++t) {
       batch.mask[batch.at(i, t)] = 1;
@@ -163,8 +162,8 @@ std::vector<double> PolicyUpdater::ResponseLogProbs(const Batch& batch, int begi
   for (int i = begin; i < end; ++i) {
     const TrainingSample& sample = batch.samples[i];
     const int responses = static_cast<int>(sample.response.size());
-    const int64_t start = batch.offsets[i] - batch.offsets[begin] +
-                          static_cast<int64_t>(sample.prompt.size()) - 1;
+    const int64_t start =
+        batch.offsets[i] - batch.offsets[begin] + static_cast<int64_t>(sample.prompt.size()) - 1;
     row.resize(responses);
     cpu::TokenLogProbs(logits + start * vocab, sample.response.data(), row.data(), nullptr,
                        responses, vocab);
@@ -244,9 +243,10 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
     std::vector<double> ref_logp;
     if (config_.loss.kl_coef > 0) {
       // Kept aside: the reference forward reuses the scaled-logits buffer.
-      const std::vector<float> policy_logits(*logits, *logits + (batch.offsets[micro_end] -
-                                                                 batch.offsets[micro]) * vocab);
-      absl::StatusOr<const float*> ref_logits = Forward(reference_, batch, micro, micro_end, replay);
+      const std::vector<float> policy_logits(
+          *logits, *logits + (batch.offsets[micro_end] - batch.offsets[micro]) * vocab);
+      absl::StatusOr<const float*> ref_logits =
+          Forward(reference_, batch, micro, micro_end, replay);
       if (!ref_logits.ok()) return ref_logits.status();
       ref_logp = ResponseLogProbs(batch, micro, micro_end, *ref_logits);
       if (config_.temperature != 1.0f) {
@@ -258,12 +258,17 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
     const auto rows = [&](const std::vector<double>& v) {
       return absl::MakeConstSpan(v).subspan(first, count);
     };
-    const PolicyLossResult result = ComputePolicyLoss(
-        {.logp = logp, .old_logp = rows(batch.old_logp), .advantages = rows(batch.advantages),
-         .mask = rows(batch.is_mask), .weights = rows(batch.weights), .ref_logp = ref_logp,
-         .rows = micro_end - micro, .cols = batch.cols, .total_tokens = total_tokens,
-         .total_rows = end - begin},
-        config_.loss);
+    const PolicyLossResult result = ComputePolicyLoss({.logp = logp,
+                                                       .old_logp = rows(batch.old_logp),
+                                                       .advantages = rows(batch.advantages),
+                                                       .mask = rows(batch.is_mask),
+                                                       .weights = rows(batch.weights),
+                                                       .ref_logp = ref_logp,
+                                                       .rows = micro_end - micro,
+                                                       .cols = batch.cols,
+                                                       .total_tokens = total_tokens,
+                                                       .total_rows = end - begin},
+                                                      config_.loss);
     loss += result.loss;
     double tokens = 0;
     for (size_t j = 0; j < count; ++j) tokens += batch.mask[first + j];
@@ -277,10 +282,11 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
       const int responses = static_cast<int>(sample.response.size());
       std::vector<float> dlogp(responses);
       for (int t = 0; t < responses; ++t) {
-        dlogp[t] = static_cast<float>(result.dlogp[static_cast<size_t>(i - micro) * batch.cols + t]);
+        dlogp[t] =
+            static_cast<float>(result.dlogp[static_cast<size_t>(i - micro) * batch.cols + t]);
       }
-      const int64_t start = batch.offsets[i] - batch.offsets[micro] +
-                            static_cast<int64_t>(sample.prompt.size()) - 1;
+      const int64_t start =
+          batch.offsets[i] - batch.offsets[micro] + static_cast<int64_t>(sample.prompt.size()) - 1;
       cpu::TokenLogProbsBackward(*logits + start * vocab, sample.response.data(), dlogp.data(),
                                  dlogits.data() + start * vocab, responses, vocab);
     }
@@ -291,7 +297,11 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   }
   stats.grad_norm = engine::ClipGradNorm(optimizer_.params(), config_.max_grad_norm);
   if (std::isfinite(stats.grad_norm)) {
-    if (absl::Status status = optimizer_.Step(config_.learning_rate); !status.ok()) return status;
+    stats.learning_rate = engine::LearningRate(config_.schedule, optimizer_.step());
+    if (absl::Status status = optimizer_.Step(static_cast<float>(stats.learning_rate));
+        !status.ok()) {
+      return status;
+    }
   }
   lora_.parameters().ZeroGradients();
   return loss;

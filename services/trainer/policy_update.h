@@ -17,9 +17,9 @@ namespace tandem::trainer {
 // One scored rollout sample the policy learns from.
 struct TrainingSample {
   std::vector<int> prompt;
-  std::vector<int> response;             // Generated tokens.
-  std::vector<float> rollout_logprobs;   // Per response token, from the rollout.
-  int group = 0;                         // The prompt it answers.
+  std::vector<int> response;            // Generated tokens.
+  std::vector<float> rollout_logprobs;  // Per response token, from the rollout.
+  int group = 0;                        // The prompt it answers.
   double reward = 0;
 };
 
@@ -38,7 +38,8 @@ struct PolicyUpdateConfig {
   RouteReplay replay = RouteReplay::kR3;
   int updates_per_step = 1;  // Mini-batches (contiguous whole groups) per call.
   int micro_batch_size = 8;  // Sequences per forward/backward.
-  float learning_rate = 1e-4f;
+  // Of every optimizer update, counted by the optimizer (which a checkpoint restores).
+  engine::ScheduleConfig schedule = engine::ScheduleConfig::Constant(1e-4f);
   float max_grad_norm = 1.0f;  // 0: measure only.
   // The rollout's sampling temperature: log-probs are of softmax(logits / temperature), the
   // quantity the rollout reports (1 for greedy).
@@ -48,6 +49,7 @@ struct PolicyUpdateConfig {
 struct UpdateStats {
   double loss = 0;           // Mean over mini-batches.
   double grad_norm = 0;      // Of the last mini-batch, before clipping.
+  double learning_rate = 0;  // Of the last update.
   double ppo_clip_share = 0;
   double ref_kl = 0;
   double is_ess = 1;
@@ -95,7 +97,7 @@ class PolicyUpdater {
   engine::AdamW& optimizer_;
   const PolicyUpdateConfig config_;
   engine::Transformer policy_;
-  engine::Transformer reference_;  // The base model alone, for the KL penalty.
+  engine::Transformer reference_;     // The base model alone, for the KL penalty.
   std::vector<float> scaled_logits_;  // The last Forward's logits / temperature.
 };
 

@@ -44,8 +44,8 @@ class PolicyUpdateTest : public ::testing::Test {
       : base_(LoudModel()),
         lora_(*engine::LoraAdapter::Create(SmallConfig(), engine::LoraConfig{.rank = 4}, 4)) {
     lora_.parameters().EnableGradients();
-    optimizer_.emplace(*engine::AdamW::Create({.weight_decay = 0},
-                                              engine::OptimizerParams(lora_.parameters())));
+    optimizer_.emplace(
+        *engine::AdamW::Create({.weight_decay = 0}, engine::OptimizerParams(lora_.parameters())));
   }
 
   // `groups` prompts x 8 samples of 3 tokens; reward 1 when the first token is kTarget.
@@ -64,7 +64,8 @@ class PolicyUpdateTest : public ::testing::Test {
     }
     std::vector<TrainingSample> samples;
     for (size_t i = 0; i < requests.size(); ++i) {
-      engine::GeneratedSample generated = std::move((*engine::Generate(transformer, {requests[i]}))[0]);
+      engine::GeneratedSample generated =
+          std::move((*engine::Generate(transformer, {requests[i]}))[0]);
       TrainingSample& sample = samples.emplace_back();
       sample.prompt = requests[i].prompt;
       sample.response.assign(generated.tokens.begin() + generated.prompt_length,
@@ -94,8 +95,9 @@ class PolicyUpdateTest : public ::testing::Test {
 };
 
 TEST_F(PolicyUpdateTest, GrpoRaisesTheRewardWithR3Replay) {
-  PolicyUpdater updater(base_, lora_, *optimizer_,
-                        {.replay = RouteReplay::kR3, .learning_rate = 1e-2f});
+  PolicyUpdater updater(
+      base_, lora_, *optimizer_,
+      {.replay = RouteReplay::kR3, .schedule = engine::ScheduleConfig::Constant(1e-2f)});
   const double before = MeanReward(Rollouts(8, 999, nullptr));
   for (int step = 0; step < 12; ++step) {
     std::vector<int16_t> routes;
@@ -115,10 +117,12 @@ TEST_F(PolicyUpdateTest, GrpoRaisesTheRewardWithR3Replay) {
 }
 
 TEST_F(PolicyUpdateTest, SeveralUpdatesPerStepAndMismatchStatistics) {
-  PolicyUpdater updater(
-      base_, lora_, *optimizer_,
-      {.is = {.mode = IsMode::kTokenTis, .upper = 1.5}, .replay = RouteReplay::kR2,
-       .updates_per_step = 2, .micro_batch_size = 3, .learning_rate = 1e-2f});
+  PolicyUpdater updater(base_, lora_, *optimizer_,
+                        {.is = {.mode = IsMode::kTokenTis, .upper = 1.5},
+                         .replay = RouteReplay::kR2,
+                         .updates_per_step = 2,
+                         .micro_batch_size = 3,
+                         .schedule = engine::ScheduleConfig::Constant(1e-2f)});
   std::vector<TrainingSample> samples = Rollouts(4, 1, nullptr);
   for (TrainingSample& sample : samples) {
     for (float& logp : sample.rollout_logprobs) logp -= 0.7f;  // A rollout that disagrees.
@@ -134,13 +138,15 @@ TEST_F(PolicyUpdateTest, SeveralUpdatesPerStepAndMismatchStatistics) {
 
 TEST_F(PolicyUpdateTest, LogProbsAreOfTheSamplingTemperatureLikeTheRollouts) {
   for (float temperature : {0.5f, 1.0f, 2.0f}) {
-    PolicyUpdater updater(base_, lora_, *optimizer_,
-                          {.learning_rate = 0, .temperature = temperature});
+    PolicyUpdater updater(
+        base_, lora_, *optimizer_,
+        {.schedule = engine::ScheduleConfig::Constant(0), .temperature = temperature});
     auto stats = updater.Update(Rollouts(2, 3, nullptr, temperature), {});
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_LT(stats->mismatch_kl_k3, 1e-8) << "temperature " << temperature;
   }
-  PolicyUpdater untempered(base_, lora_, *optimizer_, {.learning_rate = 0});
+  PolicyUpdater untempered(base_, lora_, *optimizer_,
+                           {.schedule = engine::ScheduleConfig::Constant(0)});
   EXPECT_GT(untempered.Update(Rollouts(2, 3, nullptr, 0.5f), {})->mismatch_kl_k3, 1e-3);
 }
 
@@ -148,7 +154,9 @@ TEST_F(PolicyUpdateTest, R2WithOneUpdateReplaysNothingButItsOwnLiveRoutes) {
   // One update per step fuses the old-policy pass into the update pass: the routes R2 would
   // replay are the live routes of that same forward, over many micro-batches.
   PolicyUpdater updater(base_, lora_, *optimizer_,
-                        {.replay = RouteReplay::kR2, .micro_batch_size = 3, .learning_rate = 1e-3f});
+                        {.replay = RouteReplay::kR2,
+                         .micro_batch_size = 3,
+                         .schedule = engine::ScheduleConfig::Constant(1e-3f)});
   auto stats = updater.Update(Rollouts(4, 1, nullptr), {});
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_TRUE(std::isfinite(stats->loss));

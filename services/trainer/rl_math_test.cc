@@ -29,10 +29,10 @@ TEST(AdvantagesTest, GaeMatchesTheReferenceVectors) {
                                         std::vector<double>{0.46575, 0.385, 0.3, 0.77, 0.6, 0}));
   EXPECT_THAT(gae.returns, Pointwise(DoubleNear(kTolerance),
                                      std::vector<double>{0.96575, 0.985, 1.0, 0.97, 1.0, 9.9}));
-  EXPECT_THAT(WhitenMasked(gae.advantages, kMask),
-              Pointwise(DoubleNear(kTolerance),
-                        std::vector<double>{-0.207331, -0.643321, -1.102258, 1.435392, 0.517519,
-                                            -2.722035}));
+  EXPECT_THAT(
+      WhitenMasked(gae.advantages, kMask),
+      Pointwise(DoubleNear(kTolerance), std::vector<double>{-0.207331, -0.643321, -1.102258,
+                                                            1.435392, 0.517519, -2.722035}));
   const GaeResult discounted = ComputeGae(kRewards, kValues, kMask, 2, 3, 0.99, 0.95);
   EXPECT_THAT(discounted.advantages,
               Pointwise(DoubleNear(kTolerance),
@@ -41,8 +41,8 @@ TEST(AdvantagesTest, GaeMatchesTheReferenceVectors) {
 
 TEST(AdvantagesTest, TruncatedGaeBootstrapsFromTheLastValue) {
   bool truncated[] = {false, true};
-  const GaeResult gae = ComputeGae(kRewards, kValues, kMask, 2, 3, 1.0, 0.95,
-                                   absl::MakeConstSpan(truncated, 2));
+  const GaeResult gae =
+      ComputeGae(kRewards, kValues, kMask, 2, 3, 1.0, 0.95, absl::MakeConstSpan(truncated, 2));
   // Row 0 is unchanged; row 1 starts from V(s_1) = 0.4: delta_1 = 1 + 0.4 - 0.4.
   EXPECT_NEAR(gae.advantages[0], 0.46575, kTolerance);
   EXPECT_NEAR(gae.advantages[4], 1.0, kTolerance);
@@ -53,12 +53,11 @@ TEST(AdvantagesTest, GrpoAndDrGrpoMatchTheReferenceVectors) {
   const std::vector<double> scores = {1, 0, 1, 1, 0, 0, 0.7};
   const std::vector<int> groups = {0, 0, 0, 0, 1, 1, 2};
   EXPECT_THAT(GroupAdvantages(scores, groups, GroupBaseline::kGrpo),
-              Pointwise(DoubleNear(kTolerance),
-                        std::vector<double>{0.499999, -1.499997, 0.499999, 0.499999, 0, 0,
-                                            0.699999}));
-  EXPECT_THAT(GroupAdvantages(scores, groups, GroupBaseline::kDrGrpo),
-              Pointwise(DoubleNear(kTolerance),
-                        std::vector<double>{0.25, -0.75, 0.25, 0.25, 0, 0, 0.7}));
+              Pointwise(DoubleNear(kTolerance), std::vector<double>{0.499999, -1.499997, 0.499999,
+                                                                    0.499999, 0, 0, 0.699999}));
+  EXPECT_THAT(
+      GroupAdvantages(scores, groups, GroupBaseline::kDrGrpo),
+      Pointwise(DoubleNear(kTolerance), std::vector<double>{0.25, -0.75, 0.25, 0.25, 0, 0, 0.7}));
 }
 
 std::vector<double> Logs(const std::vector<double>& ratios) {
@@ -81,7 +80,8 @@ TEST(MismatchCorrectionTest, TisClipsTokensOrWholeSequences) {
   const std::vector<double> mask = {1, 1, 1, 0};
   const IsWeights token =
       ComputeIsWeights(log_ratio, mask, 2, 2, {.mode = IsMode::kTokenTis, .upper = 2});
-  EXPECT_THAT(token.weights, Pointwise(DoubleNear(kTolerance), std::vector<double>{0.5, 2, 1.5, 1}));
+  EXPECT_THAT(token.weights,
+              Pointwise(DoubleNear(kTolerance), std::vector<double>{0.5, 2, 1.5, 1}));
   EXPECT_NEAR(token.clipped_share, 1.0 / 3, kTolerance);
   const IsWeights sequence =
       ComputeIsWeights(log_ratio, mask, 2, 2, {.mode = IsMode::kSequenceTis, .upper = 2});
@@ -119,10 +119,13 @@ TEST(PolicyLossTest, ClipAndDualClipFollowThePpoDefinition) {
   const std::vector<double> logp = {std::log(1.5), std::log(5.0), std::log(0.9)};
   const std::vector<double> advantages = {1, -1, -2};
   const std::vector<double> mask = {1, 1, 1};
-  const PolicyLossResult result = ComputePolicyLoss(
-      {.logp = logp, .old_logp = old_logp, .advantages = advantages, .mask = mask, .rows = 1,
-       .cols = 3},
-      {});
+  const PolicyLossResult result = ComputePolicyLoss({.logp = logp,
+                                                     .old_logp = old_logp,
+                                                     .advantages = advantages,
+                                                     .mask = mask,
+                                                     .rows = 1,
+                                                     .cols = 3},
+                                                    {});
   EXPECT_NEAR(result.loss, (-1.2 + 3 + 2 * 0.9) / 3, kTolerance);
   EXPECT_NEAR(result.clip_share, 2.0 / 3, kTolerance);
   EXPECT_THAT(result.dlogp, Pointwise(DoubleNear(kTolerance), std::vector<double>{0, 0, 0.6}));
@@ -146,9 +149,14 @@ TEST_P(PolicyLossGradientTest, GradientMatchesFiniteDifferences) {
   }
   const PolicyLossConfig config{.aggregation = GetParam(), .kl_coef = 0.1};
   const auto loss = [&](const std::vector<double>& at) {
-    return ComputePolicyLoss({.logp = at, .old_logp = old_logp, .advantages = advantages,
-                              .mask = mask, .weights = weights, .ref_logp = ref_logp,
-                              .rows = kRows, .cols = kCols},
+    return ComputePolicyLoss({.logp = at,
+                              .old_logp = old_logp,
+                              .advantages = advantages,
+                              .mask = mask,
+                              .weights = weights,
+                              .ref_logp = ref_logp,
+                              .rows = kRows,
+                              .cols = kCols},
                              config);
   };
   const PolicyLossResult result = loss(logp);

@@ -60,8 +60,7 @@ absl::StatusOr<std::vector<std::string>> ResolveAll(absl::string_view name_port)
   addrinfo* found = nullptr;
   if (int error = getaddrinfo(split->name.c_str(), nullptr, &hints, &found); error != 0) {
     return absl::UnavailableError(absl::StrCat("endpoints.rollout_service ", name_port,
-                                               ": no replica address (", gai_strerror(error),
-                                               ")"));
+                                               ": no replica address (", gai_strerror(error), ")"));
   }
   std::set<std::string> addresses;
   for (const addrinfo* info = found; info != nullptr; info = info->ai_next) {
@@ -95,8 +94,8 @@ absl::StatusOr<std::vector<std::string>> RolloutReplicas(const v1::ServiceEndpoi
   auto replicas = ResolveAll(endpoints.rollout_service());
   if (!replicas.ok()) return replicas.status();
   if (replicas->empty()) {
-    return absl::UnavailableError(absl::StrCat("endpoints.rollout_service ",
-                                               endpoints.rollout_service(), ": no replica address"));
+    return absl::UnavailableError(absl::StrCat(
+        "endpoints.rollout_service ", endpoints.rollout_service(), ": no replica address"));
   }
   if (replicas->size() > kMaxRolloutReplicas) {
     return absl::FailedPreconditionError(

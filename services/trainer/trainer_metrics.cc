@@ -15,8 +15,8 @@ using ::google::protobuf::FieldDescriptor;
 // One gauge family per StepMetrics field, made on first use; the step's fields are read by
 // reflection, so a field added to the proto is exported without touching this file.
 prometheus::Family<prometheus::Gauge>& StepFamily(const FieldDescriptor& field) {
-  static auto* families = new absl::flat_hash_map<const FieldDescriptor*,
-                                                  prometheus::Family<prometheus::Gauge>*>();
+  static auto* families =
+      new absl::flat_hash_map<const FieldDescriptor*, prometheus::Family<prometheus::Gauge>*>();
   static absl::Mutex mutex;
   absl::MutexLock lock(&mutex);
   auto& family = (*families)[&field];
@@ -51,8 +51,7 @@ void RecordJobCounts(const std::vector<v1::Job>& jobs) {
   absl::flat_hash_map<int, int> counts;
   for (const v1::Job& job : jobs) ++counts[job.state()];
   for (int state = v1::JOB_STATE_QUEUED; state <= v1::JOB_STATE_CANCELLED; ++state) {
-    family.Add({{"state", v1::JobState_Name(static_cast<v1::JobState>(state))}})
-        .Set(counts[state]);
+    family.Add({{"state", v1::JobState_Name(static_cast<v1::JobState>(state))}}).Set(counts[state]);
   }
 }
 
