@@ -76,7 +76,9 @@ bool ModelConfig::IsMoeLayer(int layer) const {
 }
 
 cpu::RopeFrequencies ModelConfig::RopeFrequencies() const {
-  if (rope_yarn.factor == 1.0) return cpu::RopeFrequencies::Plain(rope_theta, rope_dim());
+  if (rope_yarn.original_max_position == 0) {
+    return cpu::RopeFrequencies::Plain(rope_theta, rope_dim());
+  }
   return cpu::RopeFrequencies::Yarn(rope_theta, rope_dim(), rope_yarn);
 }
 
@@ -130,6 +132,7 @@ absl::Status ModelConfig::Validate() const {
       {"yarn_factor", {rope_yarn.factor, 1, 1e6}},
       {"yarn_original_max_position",
        {rope_yarn.original_max_position, rope_yarn.factor == 1.0 ? 0 : 1, 1 << 24}},
+      // (original_max_position 0 is plain RoPE, so a YaRN factor needs it.)
       {"yarn_beta_fast", {rope_yarn.beta_fast, 1e-6, 1e6}},
       {"yarn_beta_slow", {rope_yarn.beta_slow, 1e-6, 1e6}},
       {"yarn_attention_factor", {rope_yarn.attention_factor, 0, 1e6}},

@@ -64,7 +64,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;  // The LM head is the token embedding.
   int max_seq_len = 48;
   float rope_theta = 10000.0f;
-  cpu::YarnParams rope_yarn;  // factor 1: plain RoPE.
+  cpu::YarnParams rope_yarn;  // original_max_position 0: plain RoPE.
   float norm_eps = 1e-5f;
 
   int head_dim() const { return attention_head_dim > 0 ? attention_head_dim : d_model / num_heads; }

@@ -201,7 +201,7 @@ BaseModel BaseModel::ForPrecision(Precision precision) const {
   BaseModel rounded = RoundedToBf16();
   if (precision != Precision::kFP8) return rounded;
   for (const std::string& name : rounded.parameters_.names()) {
-    if (!name.ends_with("_proj.weight")) continue;
+    if (!name.ends_with("_proj.weight") && !name.ends_with("_proj_with_mqa.weight")) continue;
     Parameter& weight = *rounded.parameters_.Find(name);
     const int64_t in = weight.shape.back();
     cpu::QuantizeRowsToE4M3(weight.value.data(), weight.size() / in, in);

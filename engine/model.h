@@ -43,8 +43,9 @@ class BaseModel {
   // A copy with every weight rounded to bf16, for the bf16 inference mode.
   BaseModel RoundedToBf16() const;
   // The copy a rollout of `precision` serves: as is (fp32), rounded to bf16, or rounded to bf16
-  // with every linear projection's weight (*_proj.weight: attention, MLPs, experts; not the
-  // router, norms, embeddings or LM head) fake-quantized to FP8 E4M3 per output channel.
+  // with every linear projection's weight (*_proj.weight and kv_a_proj_with_mqa: attention,
+  // MLPs, experts; not the router, norms, embeddings or LM head) fake-quantized to FP8 E4M3 per
+  // output channel.
   BaseModel ForPrecision(Precision precision) const;
 
   const ModelConfig& config() const { return config_; }

@@ -16,6 +16,10 @@
 namespace tandem::engine {
 namespace {
 
+// transformers builds q_a_layernorm and kv_a_layernorm with DeepseekV3RMSNorm's default epsilon,
+// not the config's rms_norm_eps.
+constexpr float kLatentNormEps = 1e-6f;
+
 // transformers' apply_rotary_pos_emb_interleave reorders each rotary vector [x0, x1, x2, x3, ...]
 // to [x0, x2, ..., x1, x3, ...] before rotate-half RoPE and keeps that order; Reinterleave is the
 // inverse, for gradients.
@@ -73,7 +77,7 @@ void Transformer::RunLatentProjections(int layer, const int* positions, int rows
     act.latent_q_a_rstd.resize(rows);
     cpu::RmsNorm(act.latent_q_a.data(), Weight(prefix + "q_a_layernorm.weight").value.data(),
                  act.latent_q_a_norm.data(), act.latent_q_a_rstd.data(), rows, rank,
-                 config_.norm_eps);
+                 kLatentNormEps);
     Round(act.latent_q_a_norm.data(), act.latent_q_a_norm.size());
     QuantizeInput(act.latent_q_a_norm.data(), rows, rank);
     cpu::Linear(act.latent_q_a_norm.data(), Weight(prefix + "q_b_proj.weight").value.data(),
@@ -92,7 +96,7 @@ void Transformer::RunLatentProjections(int layer, const int* positions, int rows
   act.latent_c_norm.resize(act.latent_c.size());
   act.latent_c_rstd.resize(rows);
   cpu::RmsNorm(act.latent_c.data(), Weight(prefix + "kv_a_layernorm.weight").value.data(),
-               act.latent_c_norm.data(), act.latent_c_rstd.data(), rows, latent, config_.norm_eps);
+               act.latent_c_norm.data(), act.latent_c_rstd.data(), rows, latent, kLatentNormEps);
   Round(act.latent_c_norm.data(), act.latent_c_norm.size());
   QuantizeInput(act.latent_c_norm.data(), rows, latent);
   // Per-head keys (their non-rotary part) and values [rows, heads, nope + v_dim].

@@ -52,7 +52,9 @@ absl::Status RefuseSet(const json& config, std::initializer_list<const char*> fi
 }
 
 // What every supported architecture reads alike: attention, vocabulary, norms, RoPE, routing.
-absl::Status ReadShared(const json& json_config, const char* experts_field, ModelConfig& config) {
+// `default_kv_heads` is the architecture config's num_key_value_heads default (0: the heads).
+absl::Status ReadShared(const json& json_config, const char* experts_field, int default_kv_heads,
+                        ModelConfig& config) {
   if (json_config.value("hidden_act", "silu") != "silu") {
     return Invalid("hidden_act",
                    absl::StrCat(json_config["hidden_act"].dump(), " is not supported (silu only)"));
@@ -74,8 +76,9 @@ absl::Status ReadShared(const json& json_config, const char* experts_field, Mode
     if (!value.ok()) return value.status();
     *field.target = *value;
   }
-  // transformers' defaults: K/V heads = heads, head_dim = hidden / heads.
-  auto kv_heads = Size(json_config, "num_key_value_heads", config.num_heads);
+  // transformers' defaults: head_dim = hidden / heads; K/V heads as the architecture says.
+  auto kv_heads = Size(json_config, "num_key_value_heads",
+                       default_kv_heads > 0 ? default_kv_heads : config.num_heads);
   auto head_dim = Size(json_config, "head_dim", config.d_model / config.num_heads);
   if (!kv_heads.ok()) return kv_heads.status();
   if (!head_dim.ok()) return head_dim.status();
@@ -160,7 +163,7 @@ absl::Status ReadNormAndRope(const json& json_config, double default_eps, double
 absl::StatusOr<HfArchitecture> Qwen3Moe(const json& json_config) {
   HfArchitecture architecture{.name = "Qwen3MoeForCausalLM"};
   ModelConfig& config = architecture.config;
-  for (absl::Status status : {ReadShared(json_config, "num_experts", config),
+  for (absl::Status status : {ReadShared(json_config, "num_experts", 4, config),
                               ReadNormAndRope(json_config, 1e-6, 10000.0, config),
                               RefuseSet(json_config, {"use_sliding_window"})}) {
     if (!status.ok()) return status;
@@ -194,7 +197,7 @@ absl::StatusOr<HfArchitecture> Mixtral(const json& json_config) {
                               .moe_block = "block_sparse_moe",
                               .expert_projections = {"w1", "w3", "w2"}};
   ModelConfig& config = architecture.config;
-  for (absl::Status status : {ReadShared(json_config, "num_local_experts", config),
+  for (absl::Status status : {ReadShared(json_config, "num_local_experts", 8, config),
                               ReadNormAndRope(json_config, 1e-5, 1e6, config),
                               RefuseSet(json_config, {"sliding_window", "router_jitter_noise"})}) {
     if (!status.ok()) return status;
@@ -212,7 +215,7 @@ absl::StatusOr<HfArchitecture> Olmoe(const json& json_config) {
   HfArchitecture architecture{.name = "OlmoeForCausalLM"};
   ModelConfig& config = architecture.config;
   for (absl::Status status :
-       {ReadShared(json_config, "num_experts", config),
+       {ReadShared(json_config, "num_experts", 0, config),
         ReadNormAndRope(json_config, 1e-5, 10000.0, config),
         RefuseSet(json_config, {"clip_qkv", "head_dim"})}) {  // head_dim: OLMoE has none.
     if (!status.ok()) return status;
@@ -243,7 +246,7 @@ absl::StatusOr<T> Field(const json& config, const char* name, T fallback) {
 absl::StatusOr<HfArchitecture> DeepseekV3(const json& json_config) {
   HfArchitecture architecture{.name = "DeepseekV3ForCausalLM", .ignores_extra_layers = true};
   ModelConfig& config = architecture.config;
-  for (absl::Status status : {ReadShared(json_config, "n_routed_experts", config),
+  for (absl::Status status : {ReadShared(json_config, "n_routed_experts", 0, config),
                               ReadNormAndRope(json_config, 1e-6, 10000.0, config)}) {
     if (!status.ok()) return status;
   }
@@ -259,19 +262,26 @@ absl::StatusOr<HfArchitecture> DeepseekV3(const json& json_config) {
     int* target;
     int fallback;
   };
-  for (const SizeField& field : {SizeField{"intermediate_size", &config.dense_ffn_dim, -1},
-                                 SizeField{"moe_intermediate_size", &config.expert_ffn_dim, -1},
-                                 SizeField{"kv_lora_rank", &config.kv_lora_rank, -1},
-                                 SizeField{"qk_nope_head_dim", &config.qk_nope_head_dim, -1},
-                                 SizeField{"qk_rope_head_dim", &config.qk_rope_head_dim, -1},
-                                 SizeField{"v_head_dim", &config.v_head_dim, -1},
-                                 SizeField{"n_group", &config.num_expert_groups, 8},
-                                 SizeField{"topk_group", &config.kept_expert_groups, 4},
-                                 SizeField{"n_shared_experts", &config.num_shared_experts, 1}}) {
+  for (const SizeField& field : {
+           SizeField{"intermediate_size", &config.dense_ffn_dim, -1},
+           SizeField{"moe_intermediate_size", &config.expert_ffn_dim, -1},
+           SizeField{"kv_lora_rank", &config.kv_lora_rank, -1},
+           SizeField{"qk_nope_head_dim", &config.qk_nope_head_dim, -1},
+           SizeField{"qk_rope_head_dim", &config.qk_rope_head_dim, -1},
+           SizeField{"v_head_dim", &config.v_head_dim, -1},
+           SizeField{"n_group", &config.num_expert_groups, 8},
+           SizeField{"topk_group", &config.kept_expert_groups, 4},
+       }) {
     auto value = Size(json_config, field.name, field.fallback);
     if (!value.ok()) return value.status();
     *field.target = *value;
   }
+  auto shared_experts = Field(json_config, "n_shared_experts", 1);
+  if (!shared_experts.ok()) return shared_experts.status();
+  if (*shared_experts < 0 || *shared_experts > 64) {
+    return Invalid("n_shared_experts", absl::StrCat(*shared_experts, " is not in 0..64"));
+  }
+  config.num_shared_experts = *shared_experts;
   // Absent: DeepseekV3Config's 1536; null: queries straight from q_proj.
   auto q_lora_rank = Size(json_config, "q_lora_rank", 0);
   if (!q_lora_rank.ok()) return q_lora_rank.status();

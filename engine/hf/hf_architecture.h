@@ -31,9 +31,9 @@ struct HfArchitecture {
 // The architecture of a config.json: Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM
 // or DeepseekV3ForCausalLM, with transformers' defaults for absent fields. INVALID_ARGUMENT naming
 // the field for any other architecture, a missing or out-of-range size, and every setting
-// the engine would not compute exactly as transformers does (rope_scaling, sliding windows,
-// attention biases, activations other than silu, clip_qkv, router jitter, rope_scaling other
-// than YaRN) — never a silent approximation.
+// the engine would not compute exactly as transformers does (rope_scaling other than YaRN,
+// sliding windows, attention biases, activations other than silu, clip_qkv, router jitter,
+// DeepSeek's other routing methods) — never a silent approximation.
 absl::StatusOr<HfArchitecture> HfArchitectureFromConfig(const nlohmann::json& config);
 
 // Every tensor a checkpoint of the architecture holds, by HF name, with its shape.

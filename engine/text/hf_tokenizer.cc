@@ -103,7 +103,8 @@ absl::StatusOr<HfTokenizer> HfTokenizer::Parse(const nlohmann::json& root) {
   for (absl::Status status : {tokenizer.ParseAddedTokens(field("added_tokens")),
                               tokenizer.ParseNormalizer(field("normalizer")),
                               tokenizer.ParsePreTokenizer(field("pre_tokenizer")),
-                              tokenizer.ParseDecoder(field("decoder"))}) {
+                              tokenizer.ParseDecoder(field("decoder")),
+                              tokenizer.ParsePostProcessor(field("post_processor"))}) {
     if (!status.ok()) return status;
   }
   return tokenizer;
@@ -176,6 +177,39 @@ absl::Status HfTokenizer::ParseDecoder(const nlohmann::json& decoder) {
   if (!byte_level.ok()) return byte_level.status();
   byte_level_decoder_ = *byte_level;
   return absl::OkStatus();
+}
+
+// ByteLevel post-processing only touches offsets; TemplateProcessing frames a single sequence
+// with special tokens ("single": [{"SpecialToken": {"id": NAME}}, {"Sequence": {"id": "A"}}]).
+absl::Status HfTokenizer::ParsePostProcessor(const nlohmann::json& processor) {
+  if (processor.is_null()) return absl::OkStatus();
+  for (const auto& step : Flattened(processor, "processors")) {
+    const std::string type = step.value("type", "");
+    if (type == "ByteLevel") continue;
+    if (type != "TemplateProcessing") return Unsupported("post_processor", step);
+    bool before_sequence = true;
+    for (const auto& piece : step.value("single", nlohmann::json::array())) {
+      if (piece.contains("Sequence")) {
+        before_sequence = false;
+        continue;
+      }
+      const std::string name =
+          piece.contains("SpecialToken") ? piece["SpecialToken"].value("id", "") : "";
+      const nlohmann::json& special = step.value("special_tokens", nlohmann::json::object());
+      if (name.empty() || !special.contains(name) || !special[name].contains("ids")) {
+        return Unsupported("post_processor.single", piece);
+      }
+      std::vector<int32_t>& frame = before_sequence ? frame_before_ : frame_after_;
+      for (const auto& id : special[name]["ids"]) frame.push_back(id.get<int32_t>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int32_t> HfTokenizer::Framed(std::vector<int32_t> ids) const {
+  ids.insert(ids.begin(), frame_before_.begin(), frame_before_.end());
+  ids.insert(ids.end(), frame_after_.begin(), frame_after_.end());
+  return ids;
 }
 
 const HfTokenizer::AddedToken* HfTokenizer::AddedTokenAt(absl::string_view text,

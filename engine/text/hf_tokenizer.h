@@ -24,7 +24,9 @@ namespace tandem::engine::text {
 //      own GPT-2 regex and a prefix space),
 //   4. and each piece, spelled in the byte-level alphabet, is tokenized by the BPE model.
 // Encode adds no framing tokens (the post-processor is not applied, as with
-// add_special_tokens=False): callers frame sequences, e.g. with a chat template.
+// add_special_tokens=False): callers frame sequences with a chat template or with Framed(),
+// which applies the post-processor (ByteLevel: nothing; TemplateProcessing: its special tokens
+// around a single sequence).
 // Components or options outside this list are refused when loading, naming the field, never
 // approximated. Added tokens are matched in the text before normalization.
 class HfTokenizer {
@@ -33,6 +35,10 @@ class HfTokenizer {
   static absl::StatusOr<HfTokenizer> FromJson(absl::string_view json);
 
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const;
+
+  // `ids` framed as the post-processor frames a single sequence (add_special_tokens=True):
+  // e.g. a BOS before them from a TemplateProcessing; unchanged for ByteLevel or none.
+  std::vector<int32_t> Framed(std::vector<int32_t> ids) const;
 
   // The text of `ids`; bytes that do not form characters become U+FFFD. OUT_OF_RANGE naming
   // an id that is neither in the vocabulary nor an added token.
@@ -73,6 +79,7 @@ class HfTokenizer {
   absl::Status ParseNormalizer(const nlohmann::json& normalizer);
   absl::Status ParsePreTokenizer(const nlohmann::json& pre_tokenizer);
   absl::Status ParseDecoder(const nlohmann::json& decoder);
+  absl::Status ParsePostProcessor(const nlohmann::json& processor);
 
   std::vector<Segment> SplitOnAddedTokens(absl::string_view text) const;
   const AddedToken* AddedTokenAt(absl::string_view text, size_t position) const;
@@ -87,6 +94,7 @@ class HfTokenizer {
   std::vector<PreTokenizerStep> pre_tokenizer_;
   bool byte_level_ = false;  // Pieces are spelled in the byte-level alphabet before BPE.
   bool byte_level_decoder_ = false;
+  std::vector<int32_t> frame_before_, frame_after_;  // From the post-processor's template.
 };
 
 }  // namespace tandem::engine::text

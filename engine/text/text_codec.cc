@@ -52,7 +52,8 @@ class HfCodec final : public TextCodec {
     if (!tokenizer_) return NoTokenizer();
     auto ids = tokenizer_->Encode(text);
     if (!ids.ok()) return ids.status();
-    return std::vector<int>(ids->begin(), ids->end());
+    const std::vector<int32_t> framed = tokenizer_->Framed(*std::move(ids));
+    return std::vector<int>(framed.begin(), framed.end());
   }
 
   std::string Decode(const std::vector<int>& ids) const override {

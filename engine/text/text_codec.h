@@ -19,8 +19,9 @@ class TextCodec {
   virtual ~TextCodec() = default;
 
   // A prompt's ids as the model expects them: the embedded model's <bos> + characters, or a
-  // Hugging Face tokenizer's ids of the text (added tokens such as "<|im_start|>" recognised,
-  // nothing prepended). INVALID_ARGUMENT for text the tokenizer cannot encode;
+  // Hugging Face tokenizer's ids of the text (added tokens such as "<|im_start|>" recognised),
+  // framed as its post-processor frames one sequence (as tokenizer(text) does: a BOS for
+  // DeepSeek-V3, nothing for Qwen3). INVALID_ARGUMENT for text the tokenizer cannot encode;
   // FAILED_PRECONDITION when the model has no tokenizer.
   virtual absl::StatusOr<std::vector<int>> EncodePrompt(absl::string_view text) const = 0;
 

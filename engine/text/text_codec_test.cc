@@ -75,6 +75,34 @@ TEST(TextCodecTest, ConfigEosIsUsedWithoutAGenerationConfigAndImEndStopsChatTurn
   EXPECT_THAT((*codec)->StopTokenIds(), ElementsAre(kEndOfText, kImEnd));
 }
 
+// A post-processor's template frames prompts as tokenizer(text) does (DeepSeek-V3 prepends its
+// BOS this way); a post-processor of another kind is refused by name.
+TEST(TextCodecTest, ATemplatePostProcessorFramesPromptsAndOthersAreRefused) {
+  const std::string dir = ModelDirectory({{"eos_token_id", kEndOfText}}, nullptr, false);
+  nlohmann::json tokenizer = nlohmann::json::parse(std::ifstream(Qwen3Tokenizer()));
+  tokenizer["post_processor"] = {
+      {"type", "Sequence"},
+      {"processors",
+       {{{"type", "ByteLevel"}},
+        {{"type", "TemplateProcessing"},
+         {"single", {{{"SpecialToken", {{"id", "<|endoftext|>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+         {"special_tokens",
+          {{"<|endoftext|>", {{"id", "<|endoftext|>"}, {"ids", {kEndOfText}}}}}}}}}};
+  WriteJson(dir + "/tokenizer.json", tokenizer);
+  auto codec = TextCodecFor(dir);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  auto ids = (*codec)->EncodePrompt("hi");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->front(), kEndOfText);
+  EXPECT_EQ(ids->size(), 2u);
+
+  tokenizer["post_processor"] = {{"type", "RobertaProcessing"}};
+  WriteJson(dir + "/tokenizer.json", tokenizer);
+  const absl::Status refused = TextCodecFor(dir).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("post_processor"));
+}
+
 TEST(TextCodecTest, WithoutATokenizerPromptsMustBeTokenIds) {
   auto codec = TextCodecFor(ModelDirectory({{"eos_token_id", 7}}, nullptr, false));
   ASSERT_TRUE(codec.ok()) << codec.status();

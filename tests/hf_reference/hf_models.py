@@ -373,15 +373,16 @@ class DeepseekV3Arch(DeepseekMoeArch):
     def attention_inputs(self, h, w, prefix):
         c, t, heads = self.config, h.shape[0], self.heads
         if self.q_rank:
+            # DeepseekV3RMSNorm(q_lora_rank) and (kv_lora_rank): their default eps, 1e-6.
             q = rms_norm(h @ w[prefix + "q_a_proj.weight"].T, w[prefix + "q_a_layernorm.weight"],
-                         self.eps) @ w[prefix + "q_b_proj.weight"].T
+                         1e-6) @ w[prefix + "q_b_proj.weight"].T
         else:
             q = h @ w[prefix + "q_proj.weight"].T
         q = q.reshape(t, heads, self.nope + self.rope_d)
         q_pass, q_rot = q[..., : self.nope], q[..., self.nope:]
         compressed = h @ w[prefix + "kv_a_proj_with_mqa.weight"].T
         k_pass, k_rot = compressed[:, : c["kv_lora_rank"]], compressed[:, c["kv_lora_rank"]:]
-        k_pass = rms_norm(k_pass, w[prefix + "kv_a_layernorm.weight"], self.eps)
+        k_pass = rms_norm(k_pass, w[prefix + "kv_a_layernorm.weight"], 1e-6)
         kv = (k_pass @ w[prefix + "kv_b_proj.weight"].T).reshape(t, heads, self.nope + self.v_dim)
         k_pass, v = kv[..., : self.nope], kv[..., self.nope:]
         k_rot = k_rot.reshape(t, 1, self.rope_d)

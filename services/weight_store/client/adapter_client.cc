@@ -208,8 +208,7 @@ char* AdapterFetcher::Staging(uint64_t bytes) {
 // staging memory, then assembles the tensors: plans of sliced layouts hold many small strided
 // blocks, and a round trip per block would cost far more than the bytes.
 absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
-                                      const FetchOptions& options, FetchedAdapter& fetched) {
-  const absl::Time deadline = absl::Now() + options.timeout;
+                                      absl::Time deadline, FetchedAdapter& fetched) {
   absl::flat_hash_map<int, std::vector<StagedSpan>> staged;
   uint64_t staging_bytes = 0;
   for (const v1::ShardRegion& region : plan.shards()) {
@@ -260,11 +259,15 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
 absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t version,
                                         const FetchOptions& options, FetchedAdapter& fetched) {
   v1::WeightStoreService::StubInterface& stub = stub_;
+  // The lease must outlast every read of the store's memory: the whole fetch ends by the time
+  // the lease does, or the version may be retired and its memory reused under the reads.
+  const absl::Duration budget = std::clamp(options.timeout, absl::Seconds(1), absl::Seconds(600));
+  const absl::Time deadline = absl::Now() + budget;
   v1::AcquireLeaseRequest lease_request;
   lease_request.set_adapter_name(std::string(adapter));
   lease_request.set_version(version);
   lease_request.set_holder(options.holder);
-  lease_request.set_ttl_seconds(std::clamp(absl::ToDoubleSeconds(options.timeout), 1.0, 600.0));
+  lease_request.set_ttl_seconds(absl::ToDoubleSeconds(budget));
   v1::AcquireLeaseResponse lease;
   {
     grpc::ClientContext context;
@@ -291,7 +294,7 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
   v1::GetReadPlanResponse plan;
   {
     grpc::ClientContext context;
-    SetTimeout(context, absl::Seconds(60));
+    context.set_deadline(absl::ToChronoTime(deadline));
     if (absl::Status status = Checked(stub.GetReadPlan(&context, plan_request, &plan));
         !status.ok()) {
       release();
@@ -299,7 +302,7 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
     }
   }
   absl::StatusOr<transfer::UcxPeer*> peer = PeerFor(*options.ucx, plan.store_worker_address());
-  const absl::Status pulled = peer.ok() ? PullPlan(plan, **peer, options, fetched) : peer.status();
+  const absl::Status pulled = peer.ok() ? PullPlan(plan, **peer, deadline, fetched) : peer.status();
   if (!pulled.ok()) peer_.reset();  // A broken endpoint is not reused.
   release();
   return pulled;

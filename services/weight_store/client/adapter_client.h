@@ -67,7 +67,7 @@ class AdapterFetcher {
   absl::Status FetchByUcx(absl::string_view adapter, int64_t version, const FetchOptions& options,
                           FetchedAdapter& fetched);
   absl::Status PullPlan(const v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
-                        const FetchOptions& options, FetchedAdapter& fetched);
+                        absl::Time deadline, FetchedAdapter& fetched);
   // At least `bytes` of staging memory, kept between fetches.
   char* Staging(uint64_t bytes);
   absl::StatusOr<transfer::UcxPeer*> PeerFor(transfer::UcxWorker& ucx,
