@@ -30,13 +30,16 @@ absl::Status Invalid(absl::string_view key, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(kConfigFile, " ", key, ": ", why));
 }
 
-nlohmann::json PeftConfig(const LoraConfig& lora, const std::string& base_model) {
+nlohmann::json PeftConfig(const LoraConfig& lora, const std::string& base_model,
+                          const MoeModuleNames& names) {
+  std::vector<std::string> target_modules;
+  for (const std::string& target : lora.targets) target_modules.push_back(names.Module(target));
   return {{"peft_type", "LORA"},
           {"task_type", "CAUSAL_LM"},
           {"base_model_name_or_path", base_model},
           {"r", lora.rank},
           {"lora_alpha", lora.alpha},
-          {"target_modules", lora.targets},
+          {"target_modules", target_modules},
           {"lora_dropout", 0.0},
           {"bias", "none"},
           {"fan_in_fan_out", false},
@@ -52,7 +55,8 @@ nlohmann::json PeftConfig(const LoraConfig& lora, const std::string& base_model)
 }
 
 // What PEFT would compute differently from LoraConfig{r, lora_alpha, target_modules}.
-absl::StatusOr<LoraConfig> LoraConfigFromPeft(const nlohmann::json& config) {
+absl::StatusOr<LoraConfig> LoraConfigFromPeft(const nlohmann::json& config,
+                                              const MoeModuleNames& names) {
   if (config.value("peft_type", "") != "LORA") return Invalid("peft_type", "must be \"LORA\"");
   for (const char* flag : {"use_rslora", "use_dora", "fan_in_fan_out"}) {
     if (config.value(flag, false)) return Invalid(flag, "true is not supported");
@@ -69,7 +73,10 @@ absl::StatusOr<LoraConfig> LoraConfigFromPeft(const nlohmann::json& config) {
   LoraConfig lora;
   lora.rank = config.at("r").get<int>();
   lora.alpha = config.at("lora_alpha").get<float>();
-  lora.targets = config["target_modules"].get<std::vector<std::string>>();
+  lora.targets.clear();
+  for (const std::string& module : config["target_modules"].get<std::vector<std::string>>()) {
+    lora.targets.push_back(names.EngineModule(module));
+  }
   lora.expert_layout = ExpertLayout::kPerExpert;
   if (absl::Status status = lora.Validate(); !status.ok()) {
     return Invalid("r/lora_alpha/target_modules", status.message());
@@ -79,16 +86,17 @@ absl::StatusOr<LoraConfig> LoraConfigFromPeft(const nlohmann::json& config) {
 
 // Canonical tensors under PEFT names, shared expert sides copied to every expert.
 std::map<std::string, Tensor> PeftTensors(const std::map<std::string, Tensor>& canonical,
-                                          int num_experts) {
+                                          int num_experts, const MoeModuleNames& names) {
   std::map<std::string, Tensor> tensors;
   for (const auto& [name, tensor] : canonical) {
     std::smatch shared;
     if (!std::regex_match(name, shared, SharedExpertSide())) {
-      tensors[kPrefix + name] = tensor;
+      tensors[kPrefix + names.FromCanonical(name)] = tensor;
       continue;
     }
     for (int expert = 0; expert < num_experts; ++expert) {
-      tensors[absl::StrCat(kPrefix, shared[1].str(), expert, ".", shared[2].str())] = tensor;
+      const std::string per_expert = absl::StrCat(shared[1].str(), expert, ".", shared[2].str());
+      tensors[kPrefix + names.FromCanonical(per_expert)] = tensor;
     }
   }
   return tensors;
@@ -97,25 +105,29 @@ std::map<std::string, Tensor> PeftTensors(const std::map<std::string, Tensor>& c
 }  // namespace
 
 absl::Status WritePeftAdapter(const LoraAdapter& adapter, const std::string& directory,
-                              const std::string& base_model_name_or_path) {
+                              const std::string& base_model_name_or_path,
+                              const MoeModuleNames& names) {
   return WritePeftDirectory(adapter.ToSafetensors().tensors, adapter.config(),
-                            adapter.model_config().num_experts, directory, base_model_name_or_path);
+                            adapter.model_config().num_experts, directory, base_model_name_or_path,
+                            names);
 }
 
 absl::Status WritePeftDirectory(const std::map<std::string, Tensor>& tensors,
                                 const LoraConfig& lora, int num_experts,
                                 const std::string& directory,
-                                const std::string& base_model_name_or_path) {
+                                const std::string& base_model_name_or_path,
+                                const MoeModuleNames& names) {
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (error) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create ", directory, ": ", error.message()));
   }
-  absl::Status status = WriteSafetensors(absl::StrCat(directory, "/", kWeightsFile),
-                                         {PeftTensors(tensors, num_experts), {{"format", "pt"}}});
+  absl::Status status =
+      WriteSafetensors(absl::StrCat(directory, "/", kWeightsFile),
+                       {PeftTensors(tensors, num_experts, names), {{"format", "pt"}}});
   if (!status.ok()) return status;
-  const std::string config = PeftConfig(lora, base_model_name_or_path).dump(2);
+  const std::string config = PeftConfig(lora, base_model_name_or_path, names).dump(2);
   const std::string path = absl::StrCat(directory, "/", kConfigFile);
   const std::string temporary = path + ".tmp";
   if (!(std::ofstream(temporary) << config << "\n")) {
@@ -127,13 +139,14 @@ absl::Status WritePeftDirectory(const std::map<std::string, Tensor>& tensors,
 }
 
 absl::StatusOr<LoraAdapter> ReadPeftAdapter(const std::string& directory,
-                                            const ModelConfig& model_config) {
+                                            const ModelConfig& model_config,
+                                            const MoeModuleNames& names) {
   const std::filesystem::path root(directory);
   auto config = ReadJsonObject((root / kConfigFile).string());
   if (!config.ok()) return config.status();
   absl::StatusOr<LoraConfig> lora = absl::InternalError("unset");
   try {
-    lora = LoraConfigFromPeft(*config);
+    lora = LoraConfigFromPeft(*config, names);
   } catch (const nlohmann::json::exception& error) {  // A key missing or of the wrong type.
     return Invalid("", error.what());
   }
@@ -151,7 +164,7 @@ absl::StatusOr<LoraAdapter> ReadPeftAdapter(const std::string& directory,
       return absl::InvalidArgumentError(
           absl::StrCat(kWeightsFile, ": tensor ", name, ": ", converted.status().message()));
     }
-    tensors[name.substr(sizeof(kPrefix) - 1)] = *std::move(converted);
+    tensors[names.ToCanonical(name.substr(sizeof(kPrefix) - 1))] = *std::move(converted);
   }
   auto adapter = LoraAdapter::FromTensors(tensors, model_config, *lora);
   if (!adapter.ok()) {

@@ -130,6 +130,39 @@ TEST(PeftAdapterTest, NamesAndConfigKeysFollowPeftAndVllm) {
   }
 }
 
+// Mixtral's checkpoints call the MoE block block_sparse_moe and its projections w1/w3/w2;
+// PEFT matches target_modules against those names, so the adapter must use them.
+TEST(PeftAdapterTest, MixtralNamesRoundTripAndAreWhatPeftMatches) {
+  LoraAdapter adapter = TrainedAdapter(ExpertLayout::kShared);
+  const std::string directory = Directory("mixtral");
+  ASSERT_TRUE(
+      WritePeftAdapter(adapter, directory, "mistralai/Mixtral-8x7B-v0.1", MixtralModuleNames())
+          .ok());
+  const nlohmann::json config = ReadJson(directory + "/adapter_config.json");
+  EXPECT_THAT(config["target_modules"].get<std::vector<std::string>>(),
+              ::testing::IsSupersetOf({"q_proj", "w1", "w3", "w2"}));
+  EXPECT_EQ(config["target_modules"].dump().find("gate_proj"), std::string::npos);
+  auto file = *ReadSafetensors(directory + "/adapter_model.safetensors");
+  EXPECT_TRUE(file.tensors.contains(
+      "base_model.model.model.layers.1.block_sparse_moe.experts.2.w1.lora_A.weight"));
+  EXPECT_TRUE(file.tensors.contains(
+      "base_model.model.model.layers.2.block_sparse_moe.experts.0.w2.lora_B.weight"));
+  EXPECT_TRUE(
+      file.tensors.contains("base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"));
+  for (const auto& [name, tensor] : file.tensors) {
+    EXPECT_EQ(name.find(".mlp.experts."), std::string::npos) << name;
+  }
+  auto read = ReadPeftAdapter(directory, SmallConfig(), MixtralModuleNames());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->config().targets, adapter.config().targets);
+  BaseModel base = *BaseModel::Create(SmallConfig(), 1);
+  const std::vector<float> expected = Logits(base, adapter);
+  const std::vector<float> actual = Logits(base, *read);
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_NEAR(actual[i], expected[i], 1e-5f * (1 + std::abs(expected[i]))) << i;
+  }
+}
+
 TEST(PeftAdapterTest, Bf16TensorsAreRead) {
   const LoraAdapter adapter = TrainedAdapter(ExpertLayout::kPerExpert);
   const std::string directory = Directory("bf16");

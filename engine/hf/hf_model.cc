@@ -6,30 +6,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "common/json_file.h"
 #include "engine/hf/hf_architecture.h"
 #include "engine/hf/hf_checkpoint.h"
 
 namespace tandem::engine::hf {
 namespace {
-
-// The engine's canonical name of an HF tensor: MoE tensors move under "mlp." with the
-// engine's projection names; every other name is already canonical.
-std::string CanonicalName(const HfArchitecture& architecture, const std::string& name) {
-  const std::string block = absl::StrCat(".", architecture.moe_block, ".");
-  if (architecture.moe_block == "mlp" || name.find(block) == std::string::npos) return name;
-  std::string renamed = absl::StrReplaceAll(name, {{block, ".mlp."}});
-  const char* engine_names[] = {"gate_proj", "up_proj", "down_proj"};
-  for (int i = 0; i < 3; ++i) {
-    const std::string suffix = absl::StrCat(".", architecture.expert_projections[i], ".weight");
-    if (renamed.ends_with(suffix)) {
-      renamed.replace(renamed.size() - suffix.size(), suffix.size(),
-                      absl::StrCat(".", engine_names[i], ".weight"));
-    }
-  }
-  return renamed;
-}
 
 // Drops the tensors of layers `first` and beyond.
 void DropLayersFrom(int first, std::map<std::string, Tensor>& tensors) {
@@ -62,7 +45,7 @@ absl::StatusOr<BaseModel> LoadHfModel(const std::string& directory) {
   }
   SafetensorsFile canonical;
   for (auto& [name, tensor] : checkpoint->tensors) {
-    canonical.tensors[CanonicalName(*architecture, name)] = std::move(tensor);
+    canonical.tensors[architecture->names.ToCanonical(name)] = std::move(tensor);
   }
   auto model = BaseModel::FromTensors(architecture->config, canonical);
   if (!model.ok()) return InDirectory(directory, model.status());
@@ -73,6 +56,16 @@ absl::StatusOr<BaseModel> LoadBaseModel(const std::string& path) {
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) return LoadHfModel(path);
   return BaseModel::Load(path);
+}
+
+absl::StatusOr<std::string> BaseModelArchitecture(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(path, error)) return "";
+  auto config = ReadJsonObject((std::filesystem::path(path) / "config.json").string());
+  if (!config.ok()) return config.status();
+  auto architecture = HfArchitectureFromConfig(*config);
+  if (!architecture.ok()) return InDirectory(path, architecture.status());
+  return architecture->name;
 }
 
 }  // namespace tandem::engine::hf

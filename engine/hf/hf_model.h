@@ -19,6 +19,10 @@ absl::StatusOr<BaseModel> LoadHfModel(const std::string& directory);
 // `base_model_path` and `--base_model` takes.
 absl::StatusOr<BaseModel> LoadBaseModel(const std::string& path);
 
+// The architecture of the base model at `path` (config.json "architectures", e.g.
+// "MixtralForCausalLM"), "" for an engine file: what says how its PEFT adapters name modules.
+absl::StatusOr<std::string> BaseModelArchitecture(const std::string& path);
+
 }  // namespace tandem::engine::hf
 
 #endif  // TANDEM_ENGINE_HF_HF_MODEL_H_

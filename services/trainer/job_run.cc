@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "engine/hf/hf_model.h"
+#include "engine/module_names.h"
 #include "engine/peft_adapter.h"
 #include "engine/sampler.h"
 #include "engine/tasks.h"
@@ -195,6 +196,7 @@ class JobRun {
   const v1::JobSpec& spec_;
   const JobEnvironment environment_;
   std::unique_ptr<engine::BaseModel> base_;
+  std::string base_architecture_;  // config.json's, "" for an engine file; names PEFT modules.
   std::unique_ptr<engine::text::TextCodec> codec_;  // As rollout's: prompts sent as their ids.
   std::unique_ptr<engine::Task> task_;
   std::unique_ptr<engine::LoraAdapter> lora_;
@@ -216,6 +218,12 @@ absl::Status JobRun::Init() {
     return absl::FailedPreconditionError(absl::StrCat("base model: ", base.status().message()));
   }
   base_ = std::make_unique<engine::BaseModel>(*std::move(base));
+  auto architecture = engine::hf::BaseModelArchitecture(spec_.base_model_path());
+  if (!architecture.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("base model: ", architecture.status().message()));
+  }
+  base_architecture_ = *std::move(architecture);
   auto codec = engine::text::TextCodecFor(spec_.base_model_path());
   if (!codec.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("tokenizer: ", codec.status().message()));
@@ -271,7 +279,8 @@ absl::StatusOr<engine::LoraAdapter> JobRun::InitialAdapter() const {
   if (!lora_config.ok()) return lora_config.status();
   const std::string& path = spec_.initial_adapter_path();
   if (path.empty()) return engine::LoraAdapter::Create(base_->config(), *lora_config, spec_.seed());
-  auto adapter = engine::ReadPeftAdapter(path, base_->config());
+  auto adapter =
+      engine::ReadPeftAdapter(path, base_->config(), engine::ModuleNamesOf(base_architecture_));
   if (!adapter.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("initial adapter: ", adapter.status().message()));
@@ -333,6 +342,9 @@ absl::Status JobRun::Publish(int64_t version, int64_t step) {
   if (!published.ok()) return published.status();
   (*published->manifest.mutable_labels())["job_id"] = job_.id();
   (*published->manifest.mutable_labels())["step"] = absl::StrCat(step);
+  if (!base_architecture_.empty()) {
+    (*published->manifest.mutable_labels())[weight_store::kArchitectureLabel] = base_architecture_;
+  }
   return RideOutOutage("weight-store", [&](int attempt) {
     const absl::Status status =
         weight_store::PublishAdapter(*weight_store_, published->manifest, published->shard_views(),

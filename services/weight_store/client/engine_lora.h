@@ -27,6 +27,9 @@ absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& con
 // Manifest label of the base model's experts per MoE layer, which a side shared by all experts
 // stands for (a PEFT export copies it to each); set by BuildAdapterVersion.
 inline constexpr char kNumExpertsLabel[] = "num_experts";
+// The base model's config.json architecture, which says how PEFT names its MoE modules; set by
+// the trainer for Hugging Face base models.
+inline constexpr char kArchitectureLabel[] = "architecture";
 
 // One version ready for PublishAdapter.
 struct AdapterVersion {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/tensor.h"
+#include "engine/module_names.h"
 #include "engine/peft_adapter.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
@@ -101,8 +102,11 @@ absl::StatusOr<int64_t> ExportPeftAdapter(v1::WeightStoreService::StubInterface&
   if (!tensors.ok()) return tensors.status();
   auto num_experts = NumExperts(*manifest);
   if (!num_experts.ok()) return num_experts.status();
+  const auto architecture = manifest->labels().find(kArchitectureLabel);
+  const engine::MoeModuleNames names =
+      engine::ModuleNamesOf(architecture == manifest->labels().end() ? "" : architecture->second);
   if (absl::Status status = engine::WritePeftDirectory(*tensors, *lora, *num_experts, directory,
-                                                       base_model_name_or_path);
+                                                       base_model_name_or_path, names);
       !status.ok()) {
     return status;
   }

@@ -2,8 +2,10 @@
 
 #include <random>
 
+#include "common/safetensors.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
+#include "engine/module_names.h"
 #include "engine/peft_adapter.h"
 #include "engine/transformer.h"
 #include "gmock/gmock.h"
@@ -69,10 +71,13 @@ class PeftExportTest : public ::testing::TestWithParam<engine::ExpertLayout> {
     stub_ = v1::WeightStoreService::NewStub(server_.Channel());
   }
 
-  void Publish(const engine::LoraAdapter& adapter, int64_t version) {
+  void Publish(const engine::LoraAdapter& adapter, int64_t version,
+               const std::string& architecture = "") {
     auto built =
         BuildAdapterVersion(adapter, adapter.model_config(), "policy", version, v1::DTYPE_BF16);
     ASSERT_TRUE(built.ok()) << built.status();
+    if (!architecture.empty())
+      (*built->manifest.mutable_labels())[kArchitectureLabel] = architecture;
     auto published = PublishAdapter(*stub_, built->manifest, built->shard_views(), {});
     ASSERT_TRUE(published.ok()) << published.status();
   }
@@ -101,6 +106,24 @@ TEST_P(PeftExportTest, AnExportedVersionImportsToTheSameForward) {
   EXPECT_EQ(Logits(base, *imported), Logits(base, published));
 
   EXPECT_EQ(*ExportPeftAdapter(*stub_, "policy", 0, dir_ + "/newest", "base"), 2);
+}
+
+// The trainer labels versions of a Mixtral base model so; PEFT then matches Mixtral's modules.
+TEST_P(PeftExportTest, AMixtralVersionIsExportedUnderMixtralNames) {
+  const engine::ModelConfig model = QwenShapedModel();
+  engine::BaseModel base = *engine::BaseModel::Create(model, 3);
+  engine::LoraAdapter adapter = RandomAdapter(model, GetParam());
+  Publish(adapter, 1, "MixtralForCausalLM");
+
+  ASSERT_TRUE(ExportPeftAdapter(*stub_, "policy", 1, dir_ + "/peft", "mixtral").ok());
+  auto file = ReadSafetensors(dir_ + "/peft/adapter_model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->tensors.contains(
+      "base_model.model.model.layers.0.block_sparse_moe.experts.3.w2.lora_B.weight"));
+  auto imported = engine::ReadPeftAdapter(dir_ + "/peft", model, engine::MixtralModuleNames());
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  engine::LoraAdapter published = adapter.RoundedToBf16();
+  EXPECT_EQ(Logits(base, *imported), Logits(base, published));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLayouts, PeftExportTest,
