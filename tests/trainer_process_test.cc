@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/channel.h"
 #include "common/health_client.h"
 #include "common/safetensors.h"
@@ -400,9 +401,15 @@ TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors)
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  int status = cli({"submit", "--spec=" + good, "--watch"}, data_ + "/good.log");
+  const std::string tsv = data_ + "/metrics.tsv";
+  int status =
+      cli({"submit", "--spec=" + good, "--watch", "--metrics_tsv=" + tsv}, data_ + "/good.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read(data_ + "/good.log");
   EXPECT_THAT(read(data_ + "/good.log"), HasSubstr("2/2 SUCCEEDED"));
+  const std::vector<std::string> rows = absl::StrSplit(read(tsv), '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 3u) << "a header and one row per step";
+  EXPECT_TRUE(rows[0].starts_with("step\tpolicy_version\t")) << rows[0];
+  EXPECT_TRUE(rows[2].starts_with("2\t")) << rows[2];
   status = cli({"submit", "--spec=" + bad}, data_ + "/bad.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
   EXPECT_THAT(read(data_ + "/bad.log"), HasSubstr("tandem-cli: " + bad));

@@ -2,6 +2,7 @@
 // adapter version through a rollout replica; export a version as a PEFT adapter. Exits non-zero
 // with a message on any error.
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,16 @@
 #include "tandem/v1/trainer.grpc.pb.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 #include "tools/cli/spec_file.h"
+#include "tools/cli/step_metrics_tsv.h"
 
 ABSL_FLAG(std::string, trainer, "127.0.0.1:50051", "Trainer address.");
 ABSL_FLAG(std::string, rollout, "127.0.0.1:50052", "Rollout address (eval).");
 ABSL_FLAG(std::string, spec, "", "submit: job spec file (.json, .yaml or .yml).");
 ABSL_FLAG(std::string, request_id, "", "submit: idempotency key; empty: derived from the spec.");
 ABSL_FLAG(bool, watch, false, "submit: watch the job until it ends.");
+ABSL_FLAG(std::string, metrics_tsv, "",
+          "watch (and submit --watch): also write every step's StepMetrics to this file as "
+          "tab-separated values, a header naming the fields, then a row per step.");
 ABSL_FLAG(std::string, state, "", "list: only jobs in this state (e.g. RUNNING).");
 ABSL_FLAG(std::string, adapter, "", "eval: adapter name; empty: the base model.");
 ABSL_FLAG(int64_t, version, 0, "eval: adapter version; export: version, 0 for the newest.");
@@ -53,6 +58,7 @@ constexpr char kUsage[] =
     "  list [--state=RUNNING]         list jobs, newest first\n"
     "  get JOB_ID                     print a job as JSON\n"
     "  watch JOB_ID                   follow a job's progress until it ends\n"
+    "                                 (--metrics_tsv=FILE: every step's metrics as TSV)\n"
     "  cancel JOB_ID                  cancel a job\n"
     "  eval --adapter=A --version=N   accuracy of a version through rollout (greedy, or\n"
     "                                 sampled at --temperature)\n"
@@ -130,6 +136,14 @@ struct StepTotals {
 absl::Status Watch(const std::string& job_id) {
   auto trainer = Trainer();
   if (!trainer.ok()) return trainer.status();
+  const std::string tsv_path = absl::GetFlag(FLAGS_metrics_tsv);
+  std::ofstream tsv;
+  if (!tsv_path.empty()) {
+    tsv.open(tsv_path);
+    if (!(tsv << StepMetricsTsvHeader() << "\n")) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot write ", tsv_path));
+    }
+  }
   grpc::ClientContext context;
   v1::WatchJobRequest request;
   request.set_job_id(job_id);
@@ -139,7 +153,10 @@ absl::Status Watch(const std::string& job_id) {
   StepTotals totals;
   while (reader->Read(&event)) {
     last = event.job();
-    if (event.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED) totals.Add(last.latest_metrics());
+    if (event.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED) {
+      totals.Add(last.latest_metrics());
+      if (tsv.is_open()) tsv << StepMetricsTsvRow(last.latest_metrics()) << std::endl;
+    }
     std::printf("%s\n", ProgressLine(last).c_str());
     std::fflush(stdout);
   }

@@ -1,0 +1,48 @@
+#include "tools/cli/step_metrics_tsv.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace tandem::cli {
+namespace {
+
+using ::google::protobuf::FieldDescriptor;
+
+std::string Value(const v1::StepMetrics& metrics, const FieldDescriptor& field) {
+  const auto& reflection = *metrics.GetReflection();
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return absl::StrFormat("%.10g", reflection.GetDouble(metrics, &field));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return absl::StrFormat("%.7g", reflection.GetFloat(metrics, &field));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return absl::StrCat(reflection.GetInt64(metrics, &field));
+    case FieldDescriptor::CPPTYPE_INT32:
+      return absl::StrCat(reflection.GetInt32(metrics, &field));
+    default:  // StepMetrics holds numbers only; anything else would not plot.
+      return "";
+  }
+}
+
+}  // namespace
+
+std::string StepMetricsTsvHeader() {
+  const auto& descriptor = *v1::StepMetrics::descriptor();
+  std::vector<std::string> names;
+  for (int i = 0; i < descriptor.field_count(); ++i) names.push_back(descriptor.field(i)->name());
+  return absl::StrJoin(names, "\t");
+}
+
+std::string StepMetricsTsvRow(const v1::StepMetrics& metrics) {
+  const auto& descriptor = *v1::StepMetrics::descriptor();
+  std::vector<std::string> values;
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    values.push_back(Value(metrics, *descriptor.field(i)));
+  }
+  return absl::StrJoin(values, "\t");
+}
+
+}  // namespace tandem::cli
