@@ -416,6 +416,10 @@ TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors)
   status = cli({"watch", "job-nope"}, data_ + "/missing.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
   EXPECT_THAT(read(data_ + "/missing.log"), HasSubstr("job job-nope not found"));
+  status = cli({"watch", "job-nope", "--metrics_tsv=" + data_ + "/no/such/dir/m.tsv"},
+               data_ + "/unwritable.log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  EXPECT_THAT(read(data_ + "/unwritable.log"), HasSubstr("cannot write " + data_ + "/no/such"));
 }
 
 // A tiny random checkpoint of `config` in Hugging Face layout (two BF16 shards and an index),
