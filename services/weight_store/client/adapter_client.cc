@@ -9,7 +9,9 @@
 #include "absl/strings/str_format.h"
 #include "common/channel.h"
 #include "common/logging.h"
+#include "common/parallel_tasks.h"
 #include "common/status.h"
+#include "services/weight_store/client/read_plan.h"
 #include "xxhash.h"
 
 namespace tandem::weight_store {
@@ -77,36 +79,21 @@ void Abort(v1::WeightStoreService::StubInterface& stub, const std::string& uploa
   stub.AbortPublish(&context, request, &response);
 }
 
-// Source bytes [begin, end) of one shard, pulled into local memory in one piece.
-struct StagedSpan {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-  uint64_t staged_at = 0;  // Offset of its bytes in the fetcher's staging memory.
-};
-
-// Spans closer than this are pulled as one: a wasted gap costs less than another round trip.
-constexpr uint64_t kSpanMergeGap = uint64_t{1} << 20;
-
-// The spans of a shard that a plan reads, merged; each op's whole strided range lies in one.
-std::vector<StagedSpan> SpansOf(const v1::GetReadPlanResponse& plan, int shard) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (const v1::PlannedTensor& tensor : plan.tensors()) {
-    for (const v1::CopyOp& op : tensor.ops()) {
-      if (op.shard_index() != shard) continue;
-      ranges.emplace_back(op.src_offset(),
-                          op.src_offset() + (op.count() - 1) * op.src_stride() + op.length());
+// Copies a staged tensor's blocks from `staging` into its memory.
+void Assemble(const v1::PlannedTensor& planned,
+              const absl::flat_hash_map<int, std::vector<StagedSpan>>& spans_by_shard,
+              const char* staging, FetchedTensor& tensor) {
+  for (const v1::CopyOp& op : planned.ops()) {
+    const std::vector<StagedSpan>& spans = spans_by_shard.at(op.shard_index());
+    const auto span = std::find_if(spans.begin(), spans.end(), [&](const StagedSpan& s) {
+      return s.begin <= op.src_offset() && op.src_offset() < s.end;
+    });
+    const char* source = staging + span->staged_at + (op.src_offset() - span->begin);
+    for (uint64_t block = 0; block < op.count(); ++block) {
+      std::memcpy(tensor.bytes.data() + op.dst_offset() + block * op.dst_stride(),
+                  source + block * op.src_stride(), op.length());
     }
   }
-  std::sort(ranges.begin(), ranges.end());
-  std::vector<StagedSpan> spans;
-  for (const auto& [begin, end] : ranges) {
-    if (!spans.empty() && begin <= spans.back().end + kSpanMergeGap) {
-      spans.back().end = std::max(spans.back().end, end);
-    } else {
-      spans.push_back({.begin = begin, .end = end});
-    }
-  }
-  return spans;
 }
 
 // Sizes `fetched` for the plan's tensors, keeping the memory of tensors it already held.
@@ -157,6 +144,45 @@ absl::Status FetchByGrpc(v1::WeightStoreService::StubInterface& stub, absl::stri
   return absl::OkStatus();
 }
 
+// Gets a batch's staged spans, shard by shard, into the staging memory.
+absl::Status GetStaged(const google::protobuf::RepeatedPtrField<v1::ShardRegion>& regions,
+                       const absl::flat_hash_map<int, std::vector<StagedSpan>>& spans,
+                       char* staging, transfer::UcxPeer& peer, absl::Time deadline) {
+  for (const v1::ShardRegion& region : regions) {
+    std::vector<transfer::UcxPeer::Transfer> transfers;
+    for (const StagedSpan& span : spans.at(region.shard_index())) {
+      transfers.push_back(
+          {region.remote_address() + span.begin, staging + span.staged_at, span.end - span.begin});
+    }
+    if (transfers.empty()) continue;
+    if (absl::Status status = peer.Get(region.rkey(), transfers, deadline); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Gets a batch of single-block tensors straight into their memory, shard by shard.
+absl::Status GetDirect(const v1::GetReadPlanResponse& plan, const TensorBatch& batch,
+                       transfer::UcxPeer& peer, absl::Time deadline, FetchedAdapter& fetched) {
+  for (const v1::ShardRegion& region : plan.shards()) {
+    std::vector<transfer::UcxPeer::Transfer> transfers;
+    for (int i = batch.first; i < batch.last; ++i) {
+      for (const v1::CopyOp& op : plan.tensors(i).ops()) {
+        if (op.shard_index() != region.shard_index()) continue;
+        transfers.push_back({region.remote_address() + op.src_offset(),
+                             fetched.tensors[i].bytes.data() + op.dst_offset(),
+                             op.count() * op.length()});
+      }
+    }
+    if (transfers.empty()) continue;
+    if (absl::Status status = peer.Get(region.rkey(), transfers, deadline); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInterface& stub,
@@ -204,56 +230,47 @@ char* AdapterFetcher::Staging(uint64_t bytes) {
   return staging_.get();
 }
 
-// Pulls what a read plan needs from the store's memory in a few large gets per shard into the
-// staging memory, then assembles the tensors: plans of sliced layouts hold many small strided
-// blocks, and a round trip per block would cost far more than the bytes.
+// Pulls what a read plan needs from the store's memory, batch by batch. Tensors of single
+// blocks land in their memory directly; the others (sliced layouts: many small strided blocks,
+// where a round trip per block would cost far more than the bytes) come in a few large gets per
+// shard into staging memory and are copied from there. Copies and checksums of arrived batches
+// overlap the gets of later ones.
 absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
                                       absl::Time deadline, FetchedAdapter& fetched) {
-  absl::flat_hash_map<int, std::vector<StagedSpan>> staged;
+  absl::StatusOr<RegionsByShard> regions = CheckedRegions(plan);
+  if (!regions.ok()) return regions.status();
+  ShapeLike(plan, fetched);
+  fetched.by_ucx = true;
+  const std::vector<TensorBatch> batches = BatchesOf(plan);
+  // Every batch stages into its own part, so that no get overwrites bytes still being copied.
+  std::vector<absl::flat_hash_map<int, std::vector<StagedSpan>>> spans(batches.size());
   uint64_t staging_bytes = 0;
-  for (const v1::ShardRegion& region : plan.shards()) {
-    std::vector<StagedSpan>& spans = staged[region.shard_index()] =
-        SpansOf(plan, region.shard_index());
-    for (StagedSpan& span : spans) {
-      if (span.end > region.length()) {
-        return absl::InternalError(
-            absl::StrCat("read plan reads past shard ", region.shard_index()));
+  for (size_t b = 0; b < batches.size(); ++b) {
+    if (batches[b].direct) continue;
+    for (const v1::ShardRegion& region : plan.shards()) {
+      std::vector<StagedSpan>& shard_spans = spans[b][region.shard_index()] =
+          SpansOf(plan, batches[b].first, batches[b].last, region.shard_index());
+      for (StagedSpan& span : shard_spans) {
+        span.staged_at = staging_bytes;
+        staging_bytes += span.end - span.begin;
       }
-      span.staged_at = staging_bytes;
-      staging_bytes += span.end - span.begin;
     }
   }
   char* staging = Staging(staging_bytes);
-  for (const v1::ShardRegion& region : plan.shards()) {
-    std::vector<transfer::UcxPeer::Transfer> transfers;
-    for (const StagedSpan& span : staged[region.shard_index()]) {
-      transfers.push_back(
-          {region.remote_address() + span.begin, staging + span.staged_at, span.end - span.begin});
-    }
-    if (absl::Status status = peer.Get(region.rkey(), transfers, deadline); !status.ok()) {
-      return status;
-    }
-  }
-  ShapeLike(plan, fetched);
-  fetched.by_ucx = true;
-  for (int i = 0; i < plan.tensors_size(); ++i) {
-    const v1::PlannedTensor& planned = plan.tensors(i);
-    FetchedTensor& tensor = fetched.tensors[i];
-    for (const v1::CopyOp& op : planned.ops()) {
-      const std::vector<StagedSpan>& spans = staged[op.shard_index()];
-      const auto span = std::find_if(spans.begin(), spans.end(), [&](const StagedSpan& s) {
-        return s.begin <= op.src_offset() && op.src_offset() < s.end;
+  ParallelTasks finishing;
+  absl::Status pulled;
+  for (size_t b = 0; b < batches.size() && pulled.ok(); ++b) {
+    pulled = batches[b].direct ? GetDirect(plan, batches[b], peer, deadline, fetched)
+                               : GetStaged(plan.shards(), spans[b], staging, peer, deadline);
+    for (int i = batches[b].first; i < batches[b].last && pulled.ok(); ++i) {
+      finishing.Add([&, b, i] {
+        if (!batches[b].direct) Assemble(plan.tensors(i), spans[b], staging, fetched.tensors[i]);
+        return VerifyChecksum(fetched.tensors[i]);
       });
-      if (span == spans.end()) return absl::InternalError("read plan op outside staged bytes");
-      const char* source = staging + span->staged_at + (op.src_offset() - span->begin);
-      for (uint64_t block = 0; block < op.count(); ++block) {
-        std::memcpy(tensor.bytes.data() + op.dst_offset() + block * op.dst_stride(),
-                    source + block * op.src_stride(), op.length());
-      }
     }
-    if (absl::Status status = VerifyChecksum(tensor); !status.ok()) return status;
   }
-  return absl::OkStatus();
+  const absl::Status finished = finishing.Finish();
+  return pulled.ok() ? finished : pulled;
 }
 
 absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t version,

@@ -1,0 +1,50 @@
+#include "common/parallel_tasks.h"
+
+#include <utility>
+
+namespace tandem {
+
+ParallelTasks::ParallelTasks() : helper_([this] { Drain(/*until_finishing=*/true); }) {}
+
+ParallelTasks::~ParallelTasks() {
+  if (helper_.joinable()) Finish().IgnoreError();
+}
+
+void ParallelTasks::Add(absl::AnyInvocable<absl::Status() &&> task) {
+  absl::MutexLock lock(&mutex_);
+  queue_.push_back(std::move(task));
+}
+
+absl::Status ParallelTasks::Finish() {
+  {
+    absl::MutexLock lock(&mutex_);
+    finishing_ = true;
+  }
+  Drain(/*until_finishing=*/false);
+  helper_.join();
+  absl::MutexLock lock(&mutex_);
+  return first_error_;
+}
+
+void ParallelTasks::Drain(bool until_finishing) {
+  const auto ready = [this, until_finishing]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return !queue_.empty() || finishing_ || !until_finishing;
+  };
+  while (true) {
+    absl::AnyInvocable<absl::Status() &&> task;
+    {
+      absl::MutexLock lock(&mutex_, absl::Condition(&ready));
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      if (!first_error_.ok()) continue;
+    }
+    absl::Status status = std::move(task)();
+    if (!status.ok()) {
+      absl::MutexLock lock(&mutex_);
+      first_error_.Update(status);
+    }
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,43 @@
+#ifndef TANDEM_COMMON_PARALLEL_TASKS_H_
+#define TANDEM_COMMON_PARALLEL_TASKS_H_
+
+#include <deque>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tandem {
+
+// Work handed off while the caller goes on with its own: a helper thread runs added tasks in
+// order, and Finish() has the caller take its share of what is left. A fetch uses it to copy
+// and checksum what has arrived while it waits for what has not.
+class ParallelTasks {
+ public:
+  ParallelTasks();
+  ~ParallelTasks();  // Finishes, if the owner did not.
+
+  ParallelTasks(const ParallelTasks&) = delete;
+  ParallelTasks& operator=(const ParallelTasks&) = delete;
+
+  void Add(absl::AnyInvocable<absl::Status() &&> task);
+  // Runs tasks on the calling thread too until none is left, waits for the helper's, and
+  // returns the first error. Once a task failed, tasks not yet started are dropped.
+  absl::Status Finish();
+
+ private:
+  // Runs queued tasks until the queue is empty and, if `until_finishing`, Finish was called.
+  void Drain(bool until_finishing);
+
+  absl::Mutex mutex_;
+  std::deque<absl::AnyInvocable<absl::Status() &&>> queue_ ABSL_GUARDED_BY(mutex_);
+  bool finishing_ ABSL_GUARDED_BY(mutex_) = false;
+  absl::Status first_error_ ABSL_GUARDED_BY(mutex_);
+  std::thread helper_;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_PARALLEL_TASKS_H_

@@ -1,0 +1,98 @@
+#include "services/weight_store/client/read_plan.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::weight_store {
+namespace {
+
+// Spans closer than this are pulled as one: a wasted gap costs less than another round trip.
+constexpr uint64_t kSpanMergeGap = uint64_t{1} << 20;
+
+bool IsContiguous(const v1::CopyOp& op) {
+  return op.count() == 1 || (op.src_stride() == op.length() && op.dst_stride() == op.length());
+}
+
+}  // namespace
+
+bool ReadsDirectly(const v1::PlannedTensor& tensor) {
+  return std::all_of(tensor.ops().begin(), tensor.ops().end(), IsContiguous);
+}
+
+std::optional<uint64_t> EndOfBlocks(uint64_t offset, uint64_t count, uint64_t stride,
+                                    uint64_t length) {
+  uint64_t span = 0;
+  uint64_t end = 0;
+  if (count == 0 || length == 0 || __builtin_mul_overflow(count - 1, stride, &span) ||
+      __builtin_add_overflow(offset, span, &end) || __builtin_add_overflow(end, length, &end)) {
+    return std::nullopt;
+  }
+  return end;
+}
+
+absl::StatusOr<RegionsByShard> CheckedRegions(const v1::GetReadPlanResponse& plan) {
+  RegionsByShard regions;
+  for (const v1::ShardRegion& region : plan.shards()) {
+    if (!regions.emplace(region.shard_index(), &region).second) {
+      return absl::InternalError(
+          absl::StrCat("read plan lists shard ", region.shard_index(), " twice"));
+    }
+  }
+  for (const v1::PlannedTensor& tensor : plan.tensors()) {
+    for (const v1::CopyOp& op : tensor.ops()) {
+      const auto region = regions.find(op.shard_index());
+      const std::optional<uint64_t> src_end =
+          EndOfBlocks(op.src_offset(), op.count(), op.src_stride(), op.length());
+      const std::optional<uint64_t> dst_end =
+          EndOfBlocks(op.dst_offset(), op.count(), op.dst_stride(), op.length());
+      if (region == regions.end() || !src_end || *src_end > region->second->length() || !dst_end ||
+          *dst_end > tensor.tensor().byte_size()) {
+        return absl::InternalError(absl::StrCat("read plan of tensor ",
+                                                tensor.tensor().spec().name(),
+                                                " reads or writes out of bounds"));
+      }
+    }
+  }
+  return regions;
+}
+
+std::vector<StagedSpan> SpansOf(const v1::GetReadPlanResponse& plan, int first, int last,
+                                int shard) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (int i = first; i < last; ++i) {
+    for (const v1::CopyOp& op : plan.tensors(i).ops()) {
+      if (op.shard_index() != shard) continue;
+      ranges.emplace_back(op.src_offset(),
+                          *EndOfBlocks(op.src_offset(), op.count(), op.src_stride(), op.length()));
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<StagedSpan> spans;
+  for (const auto& [begin, end] : ranges) {
+    if (!spans.empty() && begin <= spans.back().end + kSpanMergeGap) {
+      spans.back().end = std::max(spans.back().end, end);
+    } else {
+      spans.push_back({.begin = begin, .end = end});
+    }
+  }
+  return spans;
+}
+
+std::vector<TensorBatch> BatchesOf(const v1::GetReadPlanResponse& plan) {
+  std::vector<TensorBatch> batches;
+  uint64_t bytes = kBatchBytes;
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    const bool direct = ReadsDirectly(plan.tensors(i));
+    if (bytes >= kBatchBytes || batches.back().direct != direct) {
+      batches.push_back({.first = i, .last = i, .direct = direct});
+      bytes = 0;
+    }
+    ++batches.back().last;
+    bytes += plan.tensors(i).tensor().byte_size();
+  }
+  return batches;
+}
+
+}  // namespace tandem::weight_store

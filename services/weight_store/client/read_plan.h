@@ -1,0 +1,63 @@
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_CLIENT_READ_PLAN_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_CLIENT_READ_PLAN_H_
+
+// The geometry of a weight-store read plan as a UCX fetcher executes it: which tensors can be
+// read straight into their memory, which bytes of a shard to stage for the others, how to
+// batch the gets, and the bounds check that keeps a faulty plan from writing past memory.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "tandem/v1/weight_store.pb.h"
+
+namespace tandem::weight_store {
+
+// Source bytes [begin, end) of one shard, pulled into local memory in one piece.
+struct StagedSpan {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t staged_at = 0;  // Offset of its bytes in the fetcher's staging memory.
+};
+
+// Whether a tensor's copies are all single blocks that can land in its memory as they are.
+// Plans of sliced layouts hold many small strided blocks instead, which are staged: a round
+// trip per block would cost far more than the bytes.
+bool ReadsDirectly(const v1::PlannedTensor& tensor);
+
+// One past the last byte of `count` blocks of `length` bytes, `stride` apart from `offset`;
+// nullopt on overflow or when there are no bytes.
+std::optional<uint64_t> EndOfBlocks(uint64_t offset, uint64_t count, uint64_t stride,
+                                    uint64_t length);
+
+using RegionsByShard = absl::flat_hash_map<int, const v1::ShardRegion*>;
+
+// The plan's shard regions by index, once every op was checked to stay inside its shard region
+// and its tensor: the plan says where the fetcher's gets and copies write, and a faulty store
+// must not make it write past its memory. INTERNAL naming the tensor otherwise.
+absl::StatusOr<RegionsByShard> CheckedRegions(const v1::GetReadPlanResponse& plan);
+
+// The merged spans of a shard that tensors [first, last) of a checked plan read; each op's
+// whole strided range lies in one. Spans closer than a gap that costs less than another round
+// trip are merged.
+std::vector<StagedSpan> SpansOf(const v1::GetReadPlanResponse& plan, int first, int last,
+                                int shard);
+
+// Consecutive tensors [first, last) of a plan, about kBatchBytes together, read one way.
+struct TensorBatch {
+  int first = 0;
+  int last = 0;
+  bool direct = false;
+};
+
+// Tensors are pulled in batches of about this many bytes: the copies and checksums of a batch
+// that has arrived overlap the gets of the next.
+inline constexpr uint64_t kBatchBytes = uint64_t{16} << 20;
+
+std::vector<TensorBatch> BatchesOf(const v1::GetReadPlanResponse& plan);
+
+}  // namespace tandem::weight_store
+
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_CLIENT_READ_PLAN_H_

@@ -1,0 +1,126 @@
+#include "services/weight_store/client/read_plan.h"
+
+#include <limits>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace tandem::weight_store {
+namespace {
+
+v1::CopyOp Op(int shard, uint64_t src, uint64_t dst, uint64_t length, uint64_t count = 1,
+              uint64_t src_stride = 0, uint64_t dst_stride = 0) {
+  v1::CopyOp op;
+  op.set_shard_index(shard);
+  op.set_src_offset(src);
+  op.set_dst_offset(dst);
+  op.set_length(length);
+  op.set_count(count);
+  op.set_src_stride(src_stride);
+  op.set_dst_stride(dst_stride);
+  return op;
+}
+
+// Two shards of 4 KiB; tensor "t" of `tensor_bytes` filled by `op`.
+v1::GetReadPlanResponse PlanWith(const v1::CopyOp& op, uint64_t tensor_bytes = 1024) {
+  v1::GetReadPlanResponse plan;
+  for (int shard = 0; shard < 2; ++shard) {
+    v1::ShardRegion* region = plan.add_shards();
+    region->set_shard_index(shard);
+    region->set_length(4096);
+  }
+  v1::PlannedTensor* tensor = plan.add_tensors();
+  tensor->mutable_tensor()->mutable_spec()->set_name("t");
+  tensor->mutable_tensor()->set_byte_size(tensor_bytes);
+  *tensor->add_ops() = op;
+  return plan;
+}
+
+TEST(ReadPlanTest, OpsInsideTheirShardAndTensorPass) {
+  // 8 rows of 128 bytes, every other 128 bytes of shard 1, ending exactly at both ends.
+  const v1::GetReadPlanResponse plan = PlanWith(Op(1, 2048, 0, 128, 8, 256, 128));
+  absl::StatusOr<RegionsByShard> regions = CheckedRegions(plan);
+  ASSERT_TRUE(regions.ok()) << regions.status();
+  EXPECT_EQ(regions->at(1)->shard_index(), 1);
+}
+
+TEST(ReadPlanTest, OpsThatWouldReadOrWritePastMemoryAreRefused) {
+  const uint64_t huge = std::numeric_limits<uint64_t>::max() / 2;
+  const struct {
+    std::string what;
+    v1::CopyOp op;
+  } cases[] = {
+      {"past the shard", Op(0, 4000, 0, 128)},
+      {"past the tensor", Op(0, 0, 1000, 128)},
+      {"strided past the tensor", Op(0, 0, 0, 128, 8, 128, 256)},
+      {"unknown shard", Op(7, 0, 0, 128)},
+      {"overflowing stride", Op(0, 0, 0, 128, 3, huge, 128)},
+      {"overflowing offset", Op(0, std::numeric_limits<uint64_t>::max() - 10, 0, 128)},
+      {"no blocks", Op(0, 0, 0, 128, 0)},
+      {"empty blocks", Op(0, 0, 0, 0)},
+  };
+  for (const auto& [what, op] : cases) {
+    absl::StatusOr<RegionsByShard> regions = CheckedRegions(PlanWith(op));
+    EXPECT_EQ(regions.status().code(), absl::StatusCode::kInternal) << what;
+    EXPECT_EQ(regions.status().message(), "read plan of tensor t reads or writes out of bounds")
+        << what;
+  }
+  v1::GetReadPlanResponse twice = PlanWith(Op(0, 0, 0, 128));
+  twice.add_shards()->set_shard_index(0);
+  EXPECT_EQ(CheckedRegions(twice).status().message(), "read plan lists shard 0 twice");
+}
+
+TEST(ReadPlanTest, OnlyTensorsOfSingleBlocksAreReadDirectly) {
+  EXPECT_TRUE(ReadsDirectly(PlanWith(Op(0, 0, 0, 1024)).tensors(0)));
+  // Blocks that touch on both sides are one block.
+  EXPECT_TRUE(ReadsDirectly(PlanWith(Op(0, 0, 0, 128, 8, 128, 128)).tensors(0)));
+  EXPECT_FALSE(ReadsDirectly(PlanWith(Op(0, 0, 0, 128, 8, 256, 128)).tensors(0)));
+  EXPECT_FALSE(ReadsDirectly(PlanWith(Op(0, 0, 0, 128, 8, 128, 256)).tensors(0)));
+}
+
+TEST(ReadPlanTest, SpansMergeNearbyReadsOfAShardAndKeepFarOnesApart) {
+  v1::GetReadPlanResponse plan = PlanWith(Op(0, 0, 0, 128, 4, 256, 128), 512);
+  v1::PlannedTensor* second = plan.add_tensors();
+  second->mutable_tensor()->set_byte_size(512);
+  *second->add_ops() = Op(0, 2048, 0, 512);
+  *second->add_ops() = Op(1, 0, 0, 64);  // Another shard's: not in shard 0's spans.
+  v1::PlannedTensor* far = plan.add_tensors();
+  far->mutable_tensor()->set_byte_size(512);
+  *far->add_ops() = Op(0, uint64_t{64} << 20, 0, 512);
+  const std::vector<StagedSpan> spans = SpansOf(plan, 0, 3, /*shard=*/0);
+  ASSERT_EQ(spans.size(), 2);
+  EXPECT_EQ(spans[0].begin, 0);
+  EXPECT_EQ(spans[0].end, 2560);
+  EXPECT_EQ(spans[1].begin, uint64_t{64} << 20);
+  EXPECT_EQ(spans[1].end, (uint64_t{64} << 20) + 512);
+  EXPECT_EQ(SpansOf(plan, 2, 3, /*shard=*/1).size(), 0);
+}
+
+TEST(ReadPlanTest, BatchesHoldAboutTheBatchSizeOfOneKindOfTensor) {
+  v1::GetReadPlanResponse plan;
+  const auto add = [&plan](uint64_t bytes, bool direct) {
+    v1::PlannedTensor* tensor = plan.add_tensors();
+    tensor->mutable_tensor()->set_byte_size(bytes);
+    *tensor->add_ops() = direct ? Op(0, 0, 0, bytes) : Op(0, 0, 0, bytes / 2, 2, bytes, bytes / 2);
+  };
+  const uint64_t quarter = kBatchBytes / 4;
+  for (int i = 0; i < 6; ++i) add(quarter, /*direct=*/true);  // 4 fill a batch, 2 start one.
+  add(quarter, /*direct=*/false);                             // Another kind: a new batch.
+  add(quarter, /*direct=*/true);
+  const std::vector<TensorBatch> batches = BatchesOf(plan);
+  ASSERT_EQ(batches.size(), 4);
+  EXPECT_EQ(batches[0].first, 0);
+  EXPECT_EQ(batches[0].last, 4);
+  EXPECT_TRUE(batches[0].direct);
+  EXPECT_EQ(batches[1].first, 4);
+  EXPECT_EQ(batches[1].last, 6);
+  EXPECT_EQ(batches[2].first, 6);
+  EXPECT_EQ(batches[2].last, 7);
+  EXPECT_FALSE(batches[2].direct);
+  EXPECT_EQ(batches[3].first, 7);
+  EXPECT_TRUE(batches[3].direct);
+  EXPECT_TRUE(BatchesOf(v1::GetReadPlanResponse()).empty());
+}
+
+}  // namespace
+}  // namespace tandem::weight_store
