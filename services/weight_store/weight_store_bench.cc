@@ -137,9 +137,10 @@ struct Subscriber {
 };
 
 // Publishes by UCX while the subscribers watch; returns seconds until every one has fetched the
-// new version by UCX.
+// new version, by UCX or (rollout --ucx=false) by the gRPC stream.
 double PublishToSubscribers(const transfer::TestAdapter& adapter, transfer::UcxWorker& producer,
-                            std::vector<std::unique_ptr<Subscriber>>& subscribers) {
+                            std::vector<std::unique_ptr<Subscriber>>& subscribers,
+                            bool subscribers_by_ucx = true) {
   const int count = static_cast<int>(subscribers.size());
   std::vector<std::thread> replicas;
   std::vector<double> done(count, 0);
@@ -159,7 +160,9 @@ double PublishToSubscribers(const transfer::TestAdapter& adapter, transfer::UcxW
       }
       const absl::Status fetched = subscriber.fetcher.FetchInto(
           adapter.manifest.adapter_name(), adapter.manifest.version(),
-          {.target = Stacked(), .ucx = subscriber.ucx.get(), .holder = absl::StrCat("r", r)},
+          {.target = Stacked(),
+           .ucx = subscribers_by_ucx ? subscriber.ucx.get() : nullptr,
+           .holder = absl::StrCat("r", r)},
           subscriber.fetched);
       done[r] = fetched.ok() ? SecondsSince(start) : -1;
       context.TryCancel();
@@ -206,6 +209,13 @@ void Run() {
     double bytes = 0;
     for (const std::string& shard : adapter.shards) bytes += static_cast<double>(shard.size());
     const double latency = PublishToSubscribers(adapter, *producer, subscribers);
+    // The same steady refit with subscribers that fetch by gRPC (after one warm-up).
+    PublishToSubscribers(
+        transfer::MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size))),
+        *producer, subscribers, /*subscribers_by_ucx=*/false);
+    const double grpc_latency = PublishToSubscribers(
+        transfer::MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size))),
+        *producer, subscribers, /*subscribers_by_ucx=*/false);
     const double ucx = FetchMiBps(store, "bench", version, bytes, consumer.get());
     const double grpc = FetchMiBps(store, "bench", version, bytes, nullptr);
     const double perftest = PerftestGetMiBps(static_cast<size_t>(bytes));
@@ -214,9 +224,11 @@ void Run() {
     const double raw_seconds = perftest > 0 ? (1 + count) * MiB(bytes) / perftest : 0;
     std::printf(
         "%8.1f MiB: fetch ucx %7.1f MiB/s (%5.1f%% of ucx_perftest get %7.1f) | grpc %7.1f MiB/s | "
-        "publish->%d fetched %7.3f s = %4.2fx raw transfer %6.3f s (first of the size %.3f s)\n",
+        "publish->%d fetched %7.3f s = %4.2fx raw transfer %6.3f s (first of the size %.3f s; "
+        "fetched by grpc %.3f s = %4.2fx)\n",
         MiB(bytes), ucx, perftest > 0 ? 100 * ucx / perftest : 0, perftest, grpc, count, latency,
-        raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds, first);
+        raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds, first, grpc_latency,
+        raw_seconds > 0 ? grpc_latency / raw_seconds : 0);
   }
   store.server->Drain();
   std::printf("peak resident memory (store + clients + source tensors): %.0f MiB\n",
