@@ -653,6 +653,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     metrics.set_routing_disagreement_token(stats->routing.token_disagreement());
     metrics.set_missing_route_share(missing_share);
     metrics.set_mismatch_kl_k3(stats->mismatch_kl_k3);
+    metrics.set_large_mismatch_share(stats->large_mismatch_share);
     metrics.set_is_weight_ess(stats->is_ess);
     metrics.set_is_clipped_share(stats->is_clipped_share);
     metrics.set_ppo_clip_share(stats->ppo_clip_share);

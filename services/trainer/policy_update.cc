@@ -149,6 +149,7 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
   stats.ppo_clip_share /= tokens;
   stats.ref_kl /= tokens;
   stats.mismatch_kl_k3 /= tokens;
+  stats.large_mismatch_share /= tokens;
   stats.is_clipped_share = batch.is_affected / tokens;
   stats.is_ess = EffectiveSampleSize(batch.weights, batch.is_mask);
   return stats;
@@ -198,6 +199,7 @@ void PolicyUpdater::RecordOldPolicy(Batch& batch, int begin, int end,
     log_ratio[j] = batch.old_logp[first + j] - batch.rollout_logp[first + j];
     if (batch.mask[first + j] > 0) {
       stats.mismatch_kl_k3 += KlEstimate(-log_ratio[j], KlEstimator::kK3);
+      stats.large_mismatch_share += std::abs(log_ratio[j]) > 1 ? 1 : 0;
     }
   }
   const IsWeights weights =

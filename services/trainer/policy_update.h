@@ -55,6 +55,8 @@ struct UpdateStats {
   double is_ess = 1;
   double is_clipped_share = 0;
   double mismatch_kl_k3 = 0;  // Mean over response tokens of k3(rollout || trainer old policy).
+  // Share of response tokens with |logp_old - logp_rollout| > 1.
+  double large_mismatch_share = 0;
   // The trainer's live routing of the response tokens against the rollout's routes in the
   // old-policy pass; zeros when no rollout routes were given.
   engine::RoutingStats routing;

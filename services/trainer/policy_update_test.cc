@@ -109,6 +109,7 @@ TEST_F(PolicyUpdateTest, GrpoRaisesTheRewardWithR3Replay) {
     EXPECT_GT(stats->routing.decisions, 0);
     EXPECT_EQ(stats->routing.differing_decisions, 0);
     EXPECT_LT(stats->mismatch_kl_k3, 1e-6);
+    EXPECT_EQ(stats->large_mismatch_share, 0);
     EXPECT_TRUE(std::isfinite(stats->grad_norm));
   }
   const double after = MeanReward(Rollouts(8, 999, nullptr));
@@ -131,9 +132,32 @@ TEST_F(PolicyUpdateTest, SeveralUpdatesPerStepAndMismatchStatistics) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   // log rho = +0.7 everywhere: k3 = e^0.7 - 1 - 0.7, and every weight exp(0.7) > 1.5 clips.
   EXPECT_NEAR(stats->mismatch_kl_k3, std::exp(0.7) - 1.7, 1e-4);
+  EXPECT_EQ(stats->large_mismatch_share, 0);  // |log rho| = 0.7 is within the factor e.
   EXPECT_NEAR(stats->is_clipped_share, 1.0, 1e-9);
   EXPECT_NEAR(stats->is_ess, 1.0, 1e-9);
   EXPECT_EQ(stats->response_tokens, 32 * 3);
+}
+
+TEST_F(PolicyUpdateTest, LargeMismatchShareCountsTokensOffByMoreThanAFactorE) {
+  PolicyUpdater updater(base_, lora_, *optimizer_,
+                        {.schedule = engine::ScheduleConfig::Constant(0)});
+  std::vector<TrainingSample> samples = Rollouts(4, 1, nullptr);
+  // Of every four samples, rollout log-probs 1.2 below the trainer's in two and 1.2 above in one
+  // count (both directions); 0.9 below, within a factor e, does not.
+  const float shifts[] = {-1.2f, -1.2f, 1.2f, -0.9f};
+  for (size_t i = 0; i < samples.size(); ++i) {
+    for (float& logp : samples[i].rollout_logprobs) logp += shifts[i % 4];
+  }
+  auto stats = updater.Update(samples, {});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int64_t large = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (i % 4 < 3) large += static_cast<int64_t>(samples[i].response.size());
+  }
+  EXPECT_NEAR(stats->large_mismatch_share, static_cast<double>(large) / stats->response_tokens,
+              1e-12);
+  EXPECT_GT(stats->large_mismatch_share, 0);
+  EXPECT_LT(stats->large_mismatch_share, 1);
 }
 
 TEST_F(PolicyUpdateTest, LogProbsAreOfTheSamplingTemperatureLikeTheRollouts) {
