@@ -520,10 +520,11 @@ void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* r
               rows, shared_ffn, d, /*accumulate=*/true);
 }
 
-void Transformer::Backward(const float* dlogits) {
+void Transformer::Backward(const float* dlogits, const float* dhidden) {
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
   std::vector<float> dnorm(static_cast<size_t>(rows) * d, 0.0f);
+  if (dhidden != nullptr) dnorm.assign(dhidden, dhidden + dnorm.size());
   Parameter& head = Weight(HeadWeightName(config_));
   cpu::LinearBackward(final_norm_.data(), head.value.data(), dlogits, dnorm.data(),
                       head.grad_or_null(), rows, d, config_.vocab_size);

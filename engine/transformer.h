@@ -73,9 +73,15 @@ class Transformer {
   // Live routing against the replayed routes in the last Forward; zeros without replay.
   const RoutingStats& routing_stats() const { return stats_; }
 
-  // Backpropagates dlogits [tokens, vocab] of the last Forward into every parameter whose
-  // gradients are enabled (ParameterSet::EnableGradients), accumulating.
-  void Backward(const float* dlogits);
+  // The final normalized hidden states [tokens, d_model] of the last Forward, which the LM head
+  // reads: the input of a head outside the model, such as PPO's value head.
+  const std::vector<float>& final_hidden() const { return final_norm_; }
+
+  // Backpropagates dlogits [tokens, vocab] of the last Forward, plus, if non-null, dhidden
+  // [tokens, d_model] (the gradient of a head outside the model with respect to
+  // final_hidden()), into every parameter whose gradients are enabled
+  // (ParameterSet::EnableGradients), accumulating.
+  void Backward(const float* dlogits, const float* dhidden = nullptr);
 
   // One forward over arbitrary rows (token, absolute position) with a caller's attention;
   // what generation builds on. Writes logits [rows, vocab] and, if non-null, the routes

@@ -505,9 +505,16 @@ TEST_P(ConfigTest, WholeModelGradientMatchesFiniteDifferences) {
   Transformer transformer(model, &adapter);
   const TokenBatch batch = TwoSequences();
   const std::vector<float> weights = RandomWeights(batch.num_tokens() * 20, 14);
+  // The loss also reads the final hidden states, as PPO's value head does.
+  const std::vector<float> hidden_weights =
+      RandomWeights(batch.num_tokens() * model.config().d_model, 16);
+  const auto loss = [&](const std::vector<int16_t>* routes) {
+    const double logits_term = Dot(Logits(transformer, batch, routes), weights);
+    return logits_term + Dot(transformer.final_hidden(), hidden_weights);
+  };
   Logits(transformer, batch);
   const std::vector<int16_t> routes = transformer.routes();  // Held fixed: routing is discrete.
-  transformer.Backward(weights.data());
+  transformer.Backward(weights.data(), hidden_weights.data());
 
   std::mt19937_64 rng(15);
   int checked = 0;
@@ -519,9 +526,9 @@ TEST_P(ConfigTest, WholeModelGradientMatchesFiniteDifferences) {
         const float original = parameter.value[i];
         const float eps = 2e-3f;  // Small against the curvature the q/k norms add.
         parameter.value[i] = original + eps;
-        const double plus = Dot(Logits(transformer, batch, &routes), weights);
+        const double plus = loss(&routes);
         parameter.value[i] = original - eps;
-        const double minus = Dot(Logits(transformer, batch, &routes), weights);
+        const double minus = loss(&routes);
         parameter.value[i] = original;
         const double numeric = (plus - minus) / (2 * eps);
         EXPECT_NEAR(parameter.grad[i], numeric, 2e-2 + 2e-2 * std::abs(numeric))

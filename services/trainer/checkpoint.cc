@@ -16,6 +16,9 @@ namespace {
 constexpr char kFile[] = "checkpoint.safetensors";
 constexpr char kLora[] = "lora/";
 constexpr char kOptimizer[] = "optimizer/";
+constexpr char kCriticHead[] = "critic/head/";
+constexpr char kCriticOptimizer[] = "critic/optimizer/";
+constexpr char kCriticOptimizerStep[] = "tandem.critic_optimizer_step";
 constexpr char kStep[] = "tandem.step";
 constexpr char kVersion[] = "tandem.policy_version";
 constexpr char kOptimizerStep[] = "tandem.optimizer_step";
@@ -58,10 +61,26 @@ absl::StatusOr<int64_t> IntMetadata(const SafetensorsFile& file, const std::stri
   return value;
 }
 
+// Writes `tensors` as 1-D F32 tensors named prefix + name.
+absl::Status AddF32Tensors(const char* prefix,
+                           const std::map<std::string, std::vector<float>>& tensors,
+                           SafetensorsFile& file) {
+  for (const auto& [name, values] : tensors) {
+    auto tensor =
+        Tensor::FromBytes(DType::kF32, {static_cast<int64_t>(values.size())},
+                          absl::MakeConstSpan(reinterpret_cast<const std::byte*>(values.data()),
+                                              values.size() * sizeof(float)));
+    if (!tensor.ok()) return tensor.status();
+    file.tensors[prefix + name] = *std::move(tensor);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& dir, int64_t step, int64_t policy_version,
-                            const engine::LoraAdapter& lora, const engine::AdamWState& optimizer) {
+                            const engine::LoraAdapter& lora, const engine::AdamWState& optimizer,
+                            const CriticState* critic) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
@@ -69,13 +88,16 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step, int64_t policy
   SafetensorsFile file;
   file.metadata = adapter.metadata;
   for (auto& [name, tensor] : adapter.tensors) file.tensors[kLora + name] = std::move(tensor);
-  for (const auto& [name, values] : optimizer.tensors) {
-    auto tensor =
-        Tensor::FromBytes(DType::kF32, {static_cast<int64_t>(values.size())},
-                          absl::MakeConstSpan(reinterpret_cast<const std::byte*>(values.data()),
-                                              values.size() * sizeof(float)));
-    if (!tensor.ok()) return tensor.status();
-    file.tensors[kOptimizer + name] = *std::move(tensor);
+  if (absl::Status status = AddF32Tensors(kOptimizer, optimizer.tensors, file); !status.ok()) {
+    return status;
+  }
+  if (critic != nullptr) {
+    for (const auto& [prefix, tensors] :
+         {std::pair{kCriticHead, &critic->head},
+          std::pair{kCriticOptimizer, &critic->optimizer.tensors}}) {
+      if (absl::Status status = AddF32Tensors(prefix, *tensors, file); !status.ok()) return status;
+    }
+    file.metadata[kCriticOptimizerStep] = absl::StrCat(critic->optimizer.step);
   }
   file.metadata[kStep] = absl::StrCat(step);
   file.metadata[kVersion] = absl::StrCat(policy_version);
@@ -96,14 +118,21 @@ absl::StatusOr<std::optional<Checkpoint>> LoadCheckpoint(const std::string& dir,
   SafetensorsFile adapter;
   adapter.metadata = file->metadata;
   engine::AdamWState optimizer;
+  CriticState critic;
+  bool has_critic = false;
   for (auto& [name, tensor] : file->tensors) {
     if (name.starts_with(kLora)) {
       adapter.tensors[name.substr(std::strlen(kLora))] = std::move(tensor);
-    } else if (name.starts_with(kOptimizer)) {
+      continue;
+    }
+    for (const auto& [prefix, tensors] :
+         {std::pair{kOptimizer, &optimizer.tensors}, std::pair{kCriticHead, &critic.head},
+          std::pair{kCriticOptimizer, &critic.optimizer.tensors}}) {
+      if (!name.starts_with(prefix)) continue;
       auto values = tensor.data<float>();
       if (!values.ok()) return values.status();
-      optimizer.tensors[name.substr(std::strlen(kOptimizer))].assign(values->begin(),
-                                                                     values->end());
+      (*tensors)[name.substr(std::strlen(prefix))].assign(values->begin(), values->end());
+      has_critic = has_critic || tensors != &optimizer.tensors;
     }
   }
   auto lora = engine::LoraAdapter::FromSafetensors(adapter, model);
@@ -115,7 +144,14 @@ absl::StatusOr<std::optional<Checkpoint>> LoadCheckpoint(const std::string& dir,
     if (!value->ok()) return value->status();
   }
   optimizer.step = *optimizer_step;
-  return Checkpoint{*step, *version, *std::move(lora), std::move(optimizer)};
+  Checkpoint checkpoint{*step, *version, *std::move(lora), std::move(optimizer)};
+  if (has_critic) {
+    auto critic_step = IntMetadata(*file, kCriticOptimizerStep);
+    if (!critic_step.ok()) return critic_step.status();
+    critic.optimizer.step = *critic_step;
+    checkpoint.critic = std::move(critic);
+  }
+  return checkpoint;
 }
 
 }  // namespace tandem::trainer

@@ -100,6 +100,13 @@ PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
   PolicyUpdateConfig config;
   config.baseline =
       spec.algorithm() == v1::ALGORITHM_DR_GRPO ? GroupBaseline::kDrGrpo : GroupBaseline::kGrpo;
+  // The value head itself is the run's; Run points the critic at it.
+  config.critic = {.learning_rate = static_cast<float>(algorithm.value_learning_rate()),
+                   .gamma = algorithm.gamma(),
+                   .lambda = algorithm.gae_lambda(),
+                   .truncated_gae = algorithm.truncated_gae(),
+                   .loss_coef = algorithm.value_loss_coef(),
+                   .value_clip = algorithm.value_clip()};
   config.whiten_advantages = algorithm.whiten_advantages();
   config.loss = {
       .clip_low = algorithm.clip_eps_low(),
@@ -175,6 +182,8 @@ class JobRun {
   }
   // A new job's adapter: the spec's initial PEFT adapter, else A random and B zero.
   absl::StatusOr<engine::LoraAdapter> InitialAdapter() const;
+  // The value head and its optimizer from a PPO job's checkpoint; DATA_LOSS if it has none.
+  absl::Status RestoreCritic(const std::optional<CriticState>& critic);
   absl::StatusOr<int64_t> NewestVersion();
   // Calls `call` (with its attempt number) until it returns anything but UNAVAILABLE or
   // RESOURCE_EXHAUSTED, `store` has been unavailable for longer than the environment's
@@ -201,6 +210,8 @@ class JobRun {
   std::unique_ptr<engine::Task> task_;
   std::unique_ptr<engine::LoraAdapter> lora_;
   std::optional<engine::AdamW> optimizer_;
+  std::optional<ValueHead> value_head_;  // PPO's critic, with an optimizer of its own.
+  std::optional<engine::AdamW> critic_optimizer_;
   std::vector<std::string> rollout_addresses_;  // One per replica, as rollouts_.
   std::vector<std::unique_ptr<v1::RolloutService::StubInterface>> rollouts_;
   std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store_;
@@ -265,13 +276,32 @@ absl::Status JobRun::Init() {
     lora_ = std::make_unique<engine::LoraAdapter>(*std::move(lora));
   }
   lora_->parameters().EnableGradients();
-  auto optimizer = engine::AdamW::Create(
-      {.weight_decay = static_cast<float>(spec_.algorithm_config().weight_decay())},
-      engine::OptimizerParams(lora_->parameters()));
+  const engine::AdamWConfig adamw{.weight_decay =
+                                      static_cast<float>(spec_.algorithm_config().weight_decay())};
+  auto optimizer = engine::AdamW::Create(adamw, engine::OptimizerParams(lora_->parameters()));
   if (!optimizer.ok()) return optimizer.status();
   optimizer_.emplace(*std::move(optimizer));
-  if (checkpoint->has_value()) return optimizer_->ImportState((*checkpoint)->optimizer);
-  return absl::OkStatus();
+  if (spec_.algorithm() == v1::ALGORITHM_PPO) {
+    value_head_.emplace(base_->config().d_model);
+    auto critic_optimizer = engine::AdamW::Create(adamw, value_head_->OptimizerParams());
+    if (!critic_optimizer.ok()) return critic_optimizer.status();
+    critic_optimizer_.emplace(*std::move(critic_optimizer));
+  }
+  if (!checkpoint->has_value()) return absl::OkStatus();
+  if (value_head_) {
+    if (absl::Status status = RestoreCritic((*checkpoint)->critic); !status.ok()) return status;
+  }
+  return optimizer_->ImportState((*checkpoint)->optimizer);
+}
+
+absl::Status JobRun::RestoreCritic(const std::optional<CriticState>& critic) {
+  if (!critic.has_value()) {
+    return absl::DataLossError("checkpoint of a PPO job holds no value head");
+  }
+  absl::Status status = value_head_->Restore(critic->head);
+  if (status.ok()) status = critic_optimizer_->ImportState(critic->optimizer);
+  if (status.ok()) return status;
+  return absl::DataLossError(absl::StrCat("checkpoint of a PPO job: ", status.message()));
 }
 
 absl::StatusOr<engine::LoraAdapter> JobRun::InitialAdapter() const {
@@ -512,10 +542,11 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
     sample.rollout_logprobs.assign(response.logprobs().begin(), response.logprobs().end());
     sample.group = static_cast<int>(i / group);
     sample.reward = task_->Reward(problem.prompt, codec_->DecodeCompletion(sample.response));
+    sample.truncated = response.finish_reason() == v1::FINISH_REASON_LENGTH;
     samples.accuracy += sample.reward >= 1;
     samples.reward_mean += sample.reward;
     samples.length_mean += static_cast<double>(sample.response.size());
-    samples.truncated_share += response.finish_reason() == v1::FINISH_REASON_LENGTH;
+    samples.truncated_share += sample.truncated;
   }
   const double count = static_cast<double>(samples.training.size());
   samples.accuracy /= count;
@@ -552,7 +583,12 @@ absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samp
 
 absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& cancelled) {
   cancelled_ = &cancelled;
-  PolicyUpdater updater(*base_, *lora_, *optimizer_, UpdateConfigOf(spec_));
+  PolicyUpdateConfig update_config = UpdateConfigOf(spec_);
+  if (value_head_) {
+    update_config.critic.head = &*value_head_;
+    update_config.critic.optimizer = &*critic_optimizer_;
+  }
+  PolicyUpdater updater(*base_, *lora_, *optimizer_, std::move(update_config));
   absl::StatusOr<int64_t> newest;
   if (absl::Status status = RideOutOutage("weight-store",
                                           [&](int) {
@@ -638,8 +674,12 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
 
     if ((spec_.checkpoint_every() > 0 && step % spec_.checkpoint_every() == 0) ||
         step == spec_.num_steps()) {
+      std::optional<CriticState> critic;
+      if (value_head_)
+        critic = CriticState{value_head_->Tensors(), critic_optimizer_->ExportState()};
       if (absl::Status status =
-              SaveCheckpoint(spec_.output_dir(), step, version, *lora_, optimizer_->ExportState());
+              SaveCheckpoint(spec_.output_dir(), step, version, *lora_, optimizer_->ExportState(),
+                             critic ? &*critic : nullptr);
           !status.ok()) {
         return status;
       }
@@ -659,6 +699,8 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     metrics.set_ppo_clip_share(stats->ppo_clip_share);
     metrics.set_ref_kl(stats->ref_kl);
     metrics.set_loss(stats->loss);
+    metrics.set_value_loss(stats->value_loss);
+    metrics.set_explained_variance(stats->explained_variance);
     metrics.set_grad_norm(stats->grad_norm);
     metrics.set_learning_rate(stats->learning_rate);
     metrics.set_response_tokens(stats->response_tokens);

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/safetensors.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
 #include "engine/model.h"
@@ -201,8 +202,9 @@ class JobRunTest : public ::testing::Test {
   }
 
   // A resolved job: `steps` GRPO steps of 2 prompts x 2 samples, no routing replay.
-  v1::Job Job(int steps) const {
+  v1::Job Job(int steps, v1::Algorithm algorithm = v1::ALGORITHM_GRPO) const {
     v1::JobSpec spec = MinimalValidSpec();
+    spec.set_algorithm(algorithm);
     spec.set_base_model_path(dir_ + "/base.safetensors");
     spec.set_num_steps(steps);
     spec.set_prompts_per_step(2);
@@ -404,6 +406,31 @@ TEST_F(JobRunTest, ACorruptCheckpointIsRefusedNamingTheTensor) {
   EXPECT_TRUE(absl::IsDataLoss(status)) << status;
   EXPECT_THAT(status.message(), HasSubstr("is corrupt (xxh3"));
   EXPECT_THAT(status.message(), HasSubstr("tensor "));
+}
+
+// PPO's value head lives in the trainer: checkpointed beside the adapter and restored on resume.
+TEST_F(JobRunTest, APpoJobCheckpointsItsValueHeadAndResumesWithIt) {
+  ASSERT_TRUE(Run(Job(1, v1::ALGORITHM_PPO), not_cancelled_).ok());
+  ASSERT_EQ(steps_.size(), 1u);
+  EXPECT_TRUE(std::isfinite(steps_[0].value_loss()));
+  absl::StatusOr<SafetensorsFile> checkpoint =
+      ReadSafetensors(dir_ + "/out/checkpoint.safetensors");
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_TRUE(checkpoint->tensors.contains("critic/head/value_head.weight"));
+  EXPECT_EQ(checkpoint->tensors.at("critic/head/value_head.weight").num_elements(),
+            engine::DefaultModelConfig().d_model);
+  EXPECT_TRUE(checkpoint->tensors.contains("critic/optimizer/value_head.bias.exp_avg"));
+  published_.clear();
+  const absl::Status resumed = Run(Job(2, v1::ALGORITHM_PPO), not_cancelled_);
+  ASSERT_TRUE(resumed.ok()) << resumed;
+  EXPECT_THAT(published_, ElementsAre(3, 4));
+}
+
+TEST_F(JobRunTest, APpoJobRefusesACheckpointWithoutAValueHead) {
+  ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());  // GRPO: no value head in its checkpoint.
+  const absl::Status status = Run(Job(2, v1::ALGORITHM_PPO), not_cancelled_);
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_EQ(status.message(), "checkpoint of a PPO job holds no value head");
 }
 
 TEST_F(JobRunTest, ACancelledRunStopsBeforeItsNextPhase) {

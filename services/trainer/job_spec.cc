@@ -64,11 +64,9 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
       }
       break;
     case v1::ALGORITHM_PPO:
-      return Invalid(
-          "algorithm: PPO needs a value head, which this trainer does not have yet; "
-          "use GRPO or DR_GRPO");
+      break;
     default:
-      return Invalid("algorithm is required (GRPO or DR_GRPO)");
+      return Invalid("algorithm is required (GRPO, DR_GRPO or PPO)");
   }
   v1::AlgorithmConfig& config = *spec.mutable_algorithm_config();
   if (!(config.learning_rate() > 0) || !std::isfinite(config.learning_rate())) {
@@ -116,7 +114,23 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
     return Invalid("algorithm_config.gamma and gae_lambda must be in [0, 1]; gamma is ",
                    config.gamma(), ", gae_lambda ", config.gae_lambda());
   }
-  if (!config.has_whiten_advantages()) config.set_whiten_advantages(false);
+  const bool ppo = spec.algorithm() == v1::ALGORITHM_PPO;
+  if (!config.has_whiten_advantages()) config.set_whiten_advantages(ppo);
+  if (!config.has_value_loss_coef()) config.set_value_loss_coef(0.1);
+  if (!config.has_value_clip()) config.set_value_clip(0.2);
+  if (!config.has_value_learning_rate()) {
+    config.set_value_learning_rate(10 * config.learning_rate());
+  }
+  if (!(config.value_learning_rate() > 0) || !std::isfinite(config.value_learning_rate())) {
+    return Invalid("algorithm_config.value_learning_rate is ", config.value_learning_rate(),
+                   "; must be > 0 and finite");
+  }
+  for (const auto& [name, value] : {std::pair{"value_loss_coef", config.value_loss_coef()},
+                                    std::pair{"value_clip", config.value_clip()}}) {
+    if (!AtLeast(value, 0) || !std::isfinite(value)) {
+      return Invalid("algorithm_config.", name, " is ", value, "; must be >= 0 and finite");
+    }
+  }
   if (absl::Status status = CheckEnum("algorithm_config.loss_aggregation",
                                       config.loss_aggregation(), v1::LossAggregation_IsValid);
       !status.ok()) {

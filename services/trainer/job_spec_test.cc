@@ -288,15 +288,45 @@ TEST(ResolveJobSpecTest, AlgorithmIsRequired) {
   v1::JobSpec spec = MinimalValidSpec();
   spec.clear_algorithm();
   EXPECT_THAT(ResolveStatus(spec),
-              IsInvalidArgumentWith("spec.algorithm is required (GRPO or DR_GRPO)"));
+              IsInvalidArgumentWith("spec.algorithm is required (GRPO, DR_GRPO or PPO)"));
 }
 
-TEST(ResolveJobSpecTest, PpoIsRejectedForLackOfAValueHead) {
+TEST(ResolveJobSpecTest, PpoTakesGroupsOfOneWhitensByDefaultAndDefaultsItsValueLoss) {
   v1::JobSpec spec = MinimalValidSpec();
   spec.set_algorithm(v1::ALGORITHM_PPO);
+  spec.set_group_size(1);
+  absl::StatusOr<v1::JobSpec> resolved = Resolve(spec);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_TRUE(resolved->algorithm_config().whiten_advantages());
+  EXPECT_EQ(resolved->algorithm_config().value_loss_coef(), 0.1);
+  EXPECT_EQ(resolved->algorithm_config().value_clip(), 0.2);
+  EXPECT_DOUBLE_EQ(resolved->algorithm_config().value_learning_rate(),
+                   10 * resolved->algorithm_config().learning_rate());
+  spec.mutable_algorithm_config()->set_whiten_advantages(false);
+  spec.mutable_algorithm_config()->set_value_clip(0);
+  resolved = Resolve(spec);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_FALSE(resolved->algorithm_config().whiten_advantages());
+  EXPECT_EQ(resolved->algorithm_config().value_clip(), 0);
+}
+
+TEST(ResolveJobSpecTest, ValueLossSettingsMustBeNonNegativeAndFinite) {
+  v1::JobSpec spec = MinimalValidSpec();
+  spec.set_algorithm(v1::ALGORITHM_PPO);
+  spec.mutable_algorithm_config()->set_value_loss_coef(-0.5);
   EXPECT_THAT(ResolveStatus(spec),
-              IsInvalidArgumentWith("spec.algorithm: PPO needs a value head, which this trainer "
-                                    "does not have yet; use GRPO or DR_GRPO"));
+              IsInvalidArgumentWith(
+                  "spec.algorithm_config.value_loss_coef is -0.5; must be >= 0 and finite"));
+  spec.mutable_algorithm_config()->set_value_loss_coef(0.5);
+  spec.mutable_algorithm_config()->set_value_clip(std::numeric_limits<double>::infinity());
+  EXPECT_THAT(
+      ResolveStatus(spec),
+      IsInvalidArgumentWith("spec.algorithm_config.value_clip is inf; must be >= 0 and finite"));
+  spec.mutable_algorithm_config()->set_value_clip(0.2);
+  spec.mutable_algorithm_config()->set_value_learning_rate(0);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith(
+                  "spec.algorithm_config.value_learning_rate is 0; must be > 0 and finite"));
 }
 
 TEST(ResolveJobSpecTest, GroupSizeBelowTwoIsRejectedForGrpo) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/container/fixed_array.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/loss.h"
 
@@ -31,6 +32,26 @@ void CompareRoutes(const int16_t* live, const int16_t* recorded, int64_t tokens,
   }
 }
 
+// 1 - Var(returns - values) / Var(returns) over the masked tokens; 0 when the returns are
+// constant.
+double ExplainedVariance(const std::vector<double>& returns, const std::vector<double>& values,
+                         const std::vector<double>& mask) {
+  double n = 0, sum = 0, sum_sq = 0, error_sum = 0, error_sq = 0;
+  for (size_t j = 0; j < mask.size(); ++j) {
+    if (mask[j] == 0) continue;
+    const double error = returns[j] - values[j];
+    n += 1;
+    sum += returns[j];
+    sum_sq += returns[j] * returns[j];
+    error_sum += error;
+    error_sq += error * error;
+  }
+  if (n == 0) return 0;
+  const double variance = sum_sq / n - (sum / n) * (sum / n);
+  const double error_variance = error_sq / n - (error_sum / n) * (error_sum / n);
+  return variance > 1e-12 ? 1 - error_variance / variance : 0;
+}
+
 }  // namespace
 
 struct PolicyUpdater::Batch {
@@ -40,6 +61,7 @@ struct PolicyUpdater::Batch {
   int cols = 0;                  // Longest response.
   int route_width = 0;           // MoE layers x top_k.
   std::vector<double> mask, advantages, rollout_logp, old_logp;  // B x cols
+  std::vector<double> old_values, returns;                       // B x cols, with a critic
   std::vector<bool> have_old;                                    // Per sample: old_logp filled.
   std::vector<int16_t> old_routes;       // R2: the old-policy pass's live routes.
   std::vector<double> weights, is_mask;  // Mismatch weights and mask after rejection.
@@ -120,22 +142,31 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
   batch.weights.assign(size, 1);
   batch.is_mask.assign(size, 0);
   batch.have_old.assign(samples.size(), false);
-  const std::vector<double> advantages = GroupAdvantages(scores, groups, config_.baseline);
   for (int i = 0; i < batch.rows(); ++i) {
     for (size_t t = 0; t < samples[i].response.size(); ++t) {
       batch.mask[batch.at(i, t)] = 1;
-      batch.advantages[batch.at(i, t)] = advantages[i];
       batch.rollout_logp[batch.at(i, t)] = samples[i].rollout_logprobs[t];
     }
   }
-  if (config_.whiten_advantages) batch.advantages = WhitenMasked(batch.advantages, batch.mask);
+  const bool critic = config_.critic.head != nullptr;
+  if (!critic) {
+    const std::vector<double> advantages = GroupAdvantages(scores, groups, config_.baseline);
+    for (size_t j = 0; j < size; ++j)
+      batch.advantages[j] = batch.mask[j] * advantages[j / batch.cols];
+    if (config_.whiten_advantages) batch.advantages = WhitenMasked(batch.advantages, batch.mask);
+  } else {
+    batch.old_values.assign(size, 0);
+  }
 
   UpdateStats stats;
   for (double m : batch.mask) stats.response_tokens += static_cast<int64_t>(m);
-  // With one update the update pass runs the old policy itself: its log-probs are logp_old.
-  if (config_.updates_per_step > 1) {
+  // With one update the update pass runs the old policy itself: its log-probs are logp_old. A
+  // critic needs every sample's old value before the first update (advantages are whitened over
+  // the batch).
+  if (config_.updates_per_step > 1 || critic) {
     if (absl::Status status = OldPolicyPass(batch, stats); !status.ok()) return status;
   }
+  if (critic) CriticAdvantages(batch, stats);
   const int per_update = batch.rows() / config_.updates_per_step;
   double loss = 0;
   for (int u = 0; u < config_.updates_per_step; ++u) {
@@ -146,6 +177,7 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
   }
   const double tokens = static_cast<double>(std::max<int64_t>(stats.response_tokens, 1));
   stats.loss = loss / config_.updates_per_step;
+  stats.value_loss /= config_.updates_per_step;
   stats.ppo_clip_share /= tokens;
   stats.ref_kl /= tokens;
   stats.mismatch_kl_k3 /= tokens;
@@ -163,8 +195,7 @@ std::vector<double> PolicyUpdater::ResponseLogProbs(const Batch& batch, int begi
   for (int i = begin; i < end; ++i) {
     const TrainingSample& sample = batch.samples[i];
     const int responses = static_cast<int>(sample.response.size());
-    const int64_t start =
-        batch.offsets[i] - batch.offsets[begin] + static_cast<int64_t>(sample.prompt.size()) - 1;
+    const int64_t start = ResponseRow(batch, begin, i, 0);
     row.resize(responses);
     cpu::TokenLogProbs(logits + start * vocab, sample.response.data(), row.data(), nullptr,
                        responses, vocab);
@@ -220,8 +251,70 @@ absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
     absl::StatusOr<const float*> logits = Forward(policy_, batch, begin, end, routes);
     if (!logits.ok()) return logits.status();
     RecordOldPolicy(batch, begin, end, ResponseLogProbs(batch, begin, end, *logits), stats);
+    if (config_.critic.head == nullptr) continue;
+    const float* hidden = policy_.final_hidden().data();
+    for (int i = begin; i < end; ++i) {
+      for (size_t t = 0; t < batch.samples[i].response.size(); ++t) {
+        const int64_t row = ResponseRow(batch, begin, i, static_cast<int>(t));
+        batch.old_values[batch.at(i, t)] =
+            config_.critic.head->Value(hidden + row * base_.config().d_model);
+      }
+    }
   }
   return absl::OkStatus();
+}
+
+int64_t PolicyUpdater::ResponseRow(const Batch& batch, int begin, int i, int t) const {
+  return batch.offsets[i] - batch.offsets[begin] +
+         static_cast<int64_t>(batch.samples[i].prompt.size()) - 1 + t;
+}
+
+void PolicyUpdater::CriticAdvantages(Batch& batch, UpdateStats& stats) const {
+  std::vector<double> rewards(batch.mask.size(), 0);
+  absl::FixedArray<bool> truncated(batch.rows(), false);
+  for (int i = 0; i < batch.rows(); ++i) {
+    const TrainingSample& sample = batch.samples[i];
+    rewards[batch.at(i, static_cast<int>(sample.response.size()) - 1)] = sample.reward;
+    truncated[i] = config_.critic.truncated_gae && sample.truncated;
+  }
+  GaeResult gae = ComputeGae(rewards, batch.old_values, batch.mask, batch.rows(), batch.cols,
+                             config_.critic.gamma, config_.critic.lambda,
+                             absl::MakeConstSpan(truncated.data(), truncated.size()));
+  batch.returns = std::move(gae.returns);
+  batch.advantages = config_.whiten_advantages ? WhitenMasked(gae.advantages, batch.mask)
+                                               : std::move(gae.advantages);
+  stats.explained_variance = ExplainedVariance(batch.returns, batch.old_values, batch.mask);
+}
+
+double PolicyUpdater::ValueLoss(const Batch& batch, int micro, int micro_end, double total_tokens,
+                                std::vector<float>& dhidden) {
+  ValueHead& head = *config_.critic.head;
+  const int d = base_.config().d_model;
+  const float* hidden = policy_.final_hidden().data();
+  const double clip = config_.critic.value_clip;
+  double loss = 0;
+  for (int i = micro; i < micro_end; ++i) {
+    for (size_t t = 0; t < batch.samples[i].response.size(); ++t) {
+      const size_t at = batch.at(i, t);
+      const int64_t row = ResponseRow(batch, micro, i, static_cast<int>(t));
+      const double value = head.Value(hidden + row * d);
+      const double old = batch.old_values[at];
+      const double clipped = clip > 0 ? old + std::clamp(value - old, -clip, clip) : value;
+      const double error = value - batch.returns[at];
+      const double clipped_error = clipped - batch.returns[at];
+      // d(0.5 * max(error^2, clipped_error^2)) / dV; the clipped branch is flat outside the clip.
+      double dvalue = error;
+      if (clipped_error * clipped_error > error * error) {
+        loss += 0.5 * clipped_error * clipped_error;
+        dvalue = std::abs(value - old) < clip ? clipped_error : 0;
+      } else {
+        loss += 0.5 * error * error;
+      }
+      head.Backward(hidden + row * d, config_.critic.loss_coef * dvalue / total_tokens,
+                    dhidden.data() + row * d);
+    }
+  }
+  return loss / total_tokens;
 }
 
 absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, int end,
@@ -287,15 +380,19 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
         dlogp[t] =
             static_cast<float>(result.dlogp[static_cast<size_t>(i - micro) * batch.cols + t]);
       }
-      const int64_t start =
-          batch.offsets[i] - batch.offsets[micro] + static_cast<int64_t>(sample.prompt.size()) - 1;
+      const int64_t start = ResponseRow(batch, micro, i, 0);
       cpu::TokenLogProbsBackward(*logits + start * vocab, sample.response.data(), dlogp.data(),
                                  dlogits.data() + start * vocab, responses, vocab);
     }
     if (config_.temperature != 1.0f) {
       for (float& d : dlogits) d /= config_.temperature;  // Through logits / T.
     }
-    policy_.Backward(dlogits.data());
+    std::vector<float> dhidden;
+    if (config_.critic.head != nullptr) {
+      dhidden.assign(static_cast<size_t>(positions) * base_.config().d_model, 0.0f);
+      stats.value_loss += ValueLoss(batch, micro, micro_end, total_tokens, dhidden);
+    }
+    policy_.Backward(dlogits.data(), dhidden.empty() ? nullptr : dhidden.data());
   }
   stats.grad_norm = engine::ClipGradNorm(optimizer_.params(), config_.max_grad_norm);
   if (std::isfinite(stats.grad_norm)) {
@@ -306,6 +403,15 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
     }
   }
   lora_.parameters().ZeroGradients();
+  if (config_.critic.head != nullptr) {
+    const CriticConfig& critic = config_.critic;
+    if (std::isfinite(engine::ClipGradNorm(critic.optimizer->params(), config_.max_grad_norm))) {
+      if (absl::Status status = critic.optimizer->Step(critic.learning_rate); !status.ok()) {
+        return status;
+      }
+    }
+    critic.head->ZeroGradients();
+  }
   return loss;
 }
 

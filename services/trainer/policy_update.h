@@ -11,6 +11,7 @@
 #include "services/trainer/advantages.h"
 #include "services/trainer/mismatch_correction.h"
 #include "services/trainer/policy_loss.h"
+#include "services/trainer/value_head.h"
 
 namespace tandem::trainer {
 
@@ -21,6 +22,7 @@ struct TrainingSample {
   std::vector<float> rollout_logprobs;  // Per response token, from the rollout.
   int group = 0;                        // The prompt it answers.
   double reward = 0;
+  bool truncated = false;  // Stopped at max_new_tokens: PPO's truncated GAE bootstraps it.
 };
 
 // Which routes the training forward passes replay.
@@ -30,8 +32,24 @@ enum class RouteReplay {
   kR3,   // Every pass replays the rollout's recorded routes.
 };
 
+// PPO's critic: with a value head, advantages come from GAE over its values instead of group
+// baselines, and a clipped value loss trains it (and, through the trunk, the LoRA).
+struct CriticConfig {
+  ValueHead* head = nullptr;  // Null: no critic (GRPO).
+  // The head's own optimizer (over head->OptimizerParams()) and learning rate: one linear layer
+  // must follow the returns' scale within a few steps, far faster than the LoRA moves.
+  engine::AdamW* optimizer = nullptr;
+  float learning_rate = 1e-2f;
+  double gamma = 1.0;
+  double lambda = 1.0;
+  bool truncated_gae = false;  // Bootstrap truncated samples with their last value (EGAE).
+  double loss_coef = 0.1;
+  double value_clip = 0.2;  // 0: unclipped.
+};
+
 struct PolicyUpdateConfig {
   GroupBaseline baseline = GroupBaseline::kGrpo;
+  CriticConfig critic;
   bool whiten_advantages = false;
   PolicyLossConfig loss;
   IsConfig is;
@@ -57,6 +75,10 @@ struct UpdateStats {
   double mismatch_kl_k3 = 0;  // Mean over response tokens of k3(rollout || trainer old policy).
   // Share of response tokens with |logp_old - logp_rollout| > 1.
   double large_mismatch_share = 0;
+  // With a critic: the value loss (mean over mini-batches, before loss_coef), and the share of
+  // the returns' variance the old values explain, 1 - Var(R - V_old) / Var(R) over tokens.
+  double value_loss = 0;
+  double explained_variance = 0;
   // The trainer's live routing of the response tokens against the rollout's routes in the
   // old-policy pass; zeros when no rollout routes were given.
   engine::RoutingStats routing;
@@ -83,6 +105,16 @@ class PolicyUpdater {
   struct Batch;
 
   absl::Status OldPolicyPass(Batch& batch, UpdateStats& stats);
+  // PPO: token rewards (the score at each sample's last token), GAE over the old values,
+  // returns, whitening and explained variance.
+  void CriticAdvantages(Batch& batch, UpdateStats& stats) const;
+  // Adds the value loss of samples [micro, micro_end) (this forward's hidden states) to
+  // `dhidden` and the value head's gradients; returns its token-mean share over `total_tokens`.
+  double ValueLoss(const Batch& batch, int micro, int micro_end, double total_tokens,
+                   std::vector<float>& dhidden);
+  // Row of the hidden state (and logits) that predicts response token t of sample i, counted
+  // from sample `begin`'s first token.
+  int64_t ResponseRow(const Batch& batch, int begin, int i, int t) const;
   // B x cols log-probs of the response tokens of samples [begin, end) from their forward's logits.
   std::vector<double> ResponseLogProbs(const Batch& batch, int begin, int end,
                                        const float* logits) const;

@@ -117,6 +117,117 @@ TEST_F(PolicyUpdateTest, GrpoRaisesTheRewardWithR3Replay) {
   EXPECT_GT(after, before + 0.3);
 }
 
+TEST_F(PolicyUpdateTest, PpoWithAValueHeadRaisesTheReward) {
+  ValueHead head(SmallConfig().d_model);
+  engine::AdamW head_optimizer =
+      *engine::AdamW::Create({.weight_decay = 0}, head.OptimizerParams());
+  PolicyUpdater updater(base_, lora_, *optimizer_,
+                        {.critic = {.head = &head,
+                                    .optimizer = &head_optimizer,
+                                    .learning_rate = 0.05f,
+                                    .gamma = 1.0,
+                                    .lambda = 0.95},
+                         .whiten_advantages = true,
+                         .schedule = engine::ScheduleConfig::Constant(1e-2f)});
+  const double before = MeanReward(Rollouts(8, 999, nullptr));
+  for (int step = 0; step < 12; ++step) {
+    std::vector<int16_t> routes;
+    std::vector<TrainingSample> samples = Rollouts(8, step, &routes);
+    for (size_t i = 0; i < samples.size(); ++i) samples[i].group = static_cast<int>(i);
+    auto stats = updater.Update(samples, routes);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_TRUE(std::isfinite(stats->value_loss) && std::isfinite(stats->grad_norm));
+  }
+  const double after = MeanReward(Rollouts(8, 999, nullptr));
+  std::printf("reward %.3f -> %.3f\n", before, after);
+  EXPECT_GT(after, before + 0.3);
+}
+
+// The least value loss a linear head can reach on fixed features: 0.5 * mean((w.h + b - R)^2)
+// at the least-squares w, b (normal equations, Gaussian elimination).
+double LeastSquaresValueLoss(const std::vector<std::vector<double>>& features,
+                             const std::vector<double>& returns) {
+  const size_t n = features[0].size() + 1;  // w and b.
+  std::vector<std::vector<double>> system(n, std::vector<double>(n + 1, 0));
+  for (size_t r = 0; r < features.size(); ++r) {
+    std::vector<double> x = features[r];
+    x.push_back(1);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) system[i][j] += x[i] * x[j];
+      system[i][n] += x[i] * returns[r];
+    }
+  }
+  for (size_t i = 0; i < n; ++i) system[i][i] += 1e-9;  // Keeps it regular.
+  for (size_t col = 0; col < n; ++col) {
+    size_t pivot = col;
+    for (size_t r = col + 1; r < n; ++r) {
+      if (std::abs(system[r][col]) > std::abs(system[pivot][col])) pivot = r;
+    }
+    std::swap(system[col], system[pivot]);
+    for (size_t r = 0; r < n; ++r) {
+      if (r == col) continue;
+      const double factor = system[r][col] / system[col][col];
+      for (size_t c = col; c <= n; ++c) system[r][c] -= factor * system[col][c];
+    }
+  }
+  double loss = 0;
+  for (size_t r = 0; r < features.size(); ++r) {
+    double value = system[n - 1][n] / system[n - 1][n - 1];
+    for (size_t i = 0; i + 1 < n; ++i) value += features[r][i] * system[i][n] / system[i][i];
+    loss += 0.5 * (value - returns[r]) * (value - returns[r]);
+  }
+  return loss / features.size();
+}
+
+// With the trunk frozen (the LoRA's learning rate 0) and one fixed batch, whose returns
+// stay the scores (gamma = lambda = 1), the value loss must fall to what the best linear head on
+// those hidden states reaches.
+TEST_F(PolicyUpdateTest, TheValueHeadConvergesToTheBestLinearFitOfTheReturns) {
+  ValueHead head(SmallConfig().d_model);
+  engine::AdamW head_optimizer =
+      *engine::AdamW::Create({.weight_decay = 0}, head.OptimizerParams());
+  PolicyUpdater updater(
+      base_, lora_, *optimizer_,
+      {.critic = {.head = &head, .optimizer = &head_optimizer, .learning_rate = 1e-2f},
+       .whiten_advantages = true,
+       .schedule = engine::ScheduleConfig::Constant(0)});
+  std::vector<int16_t> routes;
+  const std::vector<TrainingSample> samples = Rollouts(8, 5, &routes);
+  ASSERT_GT(MeanReward(samples), 0);
+  ASSERT_LT(MeanReward(samples), 1);
+  // The hidden state that predicts each response token, and its return.
+  std::vector<std::vector<double>> features;
+  std::vector<double> returns;
+  engine::Transformer trunk(base_, &lora_);
+  const int d = SmallConfig().d_model;
+  for (const TrainingSample& sample : samples) {
+    engine::TokenBatch batch;
+    std::vector<int> sequence = sample.prompt;
+    sequence.insert(sequence.end(), sample.response.begin(), sample.response.end());
+    batch.Add(sequence);
+    ASSERT_TRUE(trunk.Forward(batch, nullptr).ok());
+    for (size_t t = 0; t < sample.response.size(); ++t) {
+      const float* row = trunk.final_hidden().data() + (sample.prompt.size() - 1 + t) * d;
+      features.emplace_back(row, row + d);
+      returns.push_back(sample.reward);
+    }
+  }
+  const double best = LeastSquaresValueLoss(features, returns);
+  std::vector<double> value_loss, explained;
+  for (int update = 0; update < 100; ++update) {
+    auto stats = updater.Update(samples, routes);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    value_loss.push_back(stats->value_loss);
+    explained.push_back(stats->explained_variance);
+  }
+  std::printf("value loss %.5f -> %.5f (best linear fit %.5f), explained variance %.3f -> %.3f\n",
+              value_loss.front(), value_loss.back(), best, explained.front(), explained.back());
+  EXPECT_EQ(explained.front(), 0);  // The head starts at zero: V = 0 explains nothing.
+  EXPECT_GT(explained.back(), 0);
+  EXPECT_LT(value_loss.back(), best * 1.05);
+  EXPECT_LT(value_loss.back(), value_loss.front() * 0.9);
+}
+
 TEST_F(PolicyUpdateTest, SeveralUpdatesPerStepAndMismatchStatistics) {
   PolicyUpdater updater(base_, lora_, *optimizer_,
                         {.is = {.mode = IsMode::kTokenTis, .upper = 1.5},
