@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <future>
 #include <memory>
 #include <set>
@@ -604,16 +605,21 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
   int64_t version = *newest + 1;
   if (absl::Status status = Publish(version, start_step_); !status.ok()) return status;
   progress.on_published(version);
-  // ASYNC: the next step's samples are generated (with the version published so far, one
-  // behind the one being trained) while this step trains; mismatch weights correct for it.
-  const bool overlap = spec_.sync_mode() == v1::SYNC_MODE_ASYNC;
-  std::future<absl::StatusOr<StepSamples>> next;
-  int64_t next_version = 0;
-  // Leaving early (cancel, error) must not wait out a generation nobody will use.
-  const absl::Cleanup stop_next = [&] {
-    if (!next.valid()) return;
+  // ASYNC: generation runs up to max_staleness steps ahead of training, each step's samples
+  // generated with the newest version published when its generation starts, so a step trains
+  // on samples at most max_staleness versions behind; mismatch weights correct for it.
+  const int64_t lookahead = spec_.sync_mode() == v1::SYNC_MODE_ASYNC ? spec_.max_staleness() : 0;
+  struct Ahead {
+    int64_t step;
+    int64_t version;
+    std::future<absl::StatusOr<StepSamples>> samples;
+  };
+  std::deque<Ahead> ahead;  // Ascending steps.
+  // Leaving early (cancel, error) must not wait out generations nobody will use.
+  const absl::Cleanup stop_ahead = [&] {
+    if (ahead.empty()) return;
     AbandonGeneration();
-    next.wait();
+    for (Ahead& pending : ahead) pending.samples.wait();
   };
   for (int64_t step = start_step_ + 1; step <= spec_.num_steps(); ++step) {
     if (cancelled) return Cancelled();
@@ -622,19 +628,21 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     const absl::Time step_start = absl::Now();
     int64_t rollout_version = version;
     absl::StatusOr<StepSamples> samples;
-    if (next.valid()) {
-      rollout_version = next_version;
-      samples = next.get();
+    if (!ahead.empty() && ahead.front().step == step) {
+      rollout_version = ahead.front().version;
+      samples = ahead.front().samples.get();
+      ahead.pop_front();
     } else {
       samples = Generate(step, version);
     }
     if (!samples.ok()) return samples.status();
     metrics.set_min_rollout_version(rollout_version);
     metrics.set_generation_seconds(SecondsSince(step_start));
-    if (overlap && step < spec_.num_steps()) {
-      next_version = version;
-      next = std::async(std::launch::async,
-                        [this, step, v = version] { return Generate(step + 1, v); });
+    for (int64_t next = ahead.empty() ? step + 1 : ahead.back().step + 1;
+         next <= std::min(step + lookahead, spec_.num_steps()); ++next) {
+      ahead.push_back({next, version, std::async(std::launch::async, [this, next, v = version] {
+                         return Generate(next, v);
+                       })});
     }
     if (cancelled) return Cancelled();
 

@@ -4,6 +4,7 @@
 // rollout side.
 #include "services/trainer/job_run.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -264,6 +265,44 @@ TEST_F(JobRunTest, EachStepGeneratesWithTheCurrentVersionAndPublishesTheNext) {
   published_.clear();
   ASSERT_TRUE(Run(Job(2), not_cancelled_).ok());
   EXPECT_THAT(published_, ElementsAre(4));
+}
+
+// ASYNC generates up to max_staleness steps ahead, each with the newest version published when
+// its generation starts: no step trains on samples more than max_staleness versions behind.
+TEST_F(JobRunTest, AsyncGenerationRunsUpToMaxStalenessStepsAhead) {
+  for (const int staleness : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("max_staleness ", staleness));
+    std::filesystem::remove_all(dir_ + "/out");
+    {
+      absl::MutexLock lock(&rollout_.mutex);
+      rollout_.requests.clear();
+    }
+    steps_.clear();
+    published_.clear();
+    v1::Job job = Job(5);
+    job.mutable_spec()->set_sync_mode(v1::SYNC_MODE_ASYNC);
+    job.mutable_spec()->set_max_staleness(staleness);
+    ASSERT_TRUE(Run(job, not_cancelled_).ok());
+    ASSERT_EQ(steps_.size(), 5u);
+    // Versions counted from the one the run started from (the store keeps the first run's).
+    const int64_t start = published_.front() - 1;
+    std::vector<int64_t> generated_with, behind;
+    for (const v1::StepMetrics& step : steps_) {
+      generated_with.push_back(step.min_rollout_version() - start);
+      behind.push_back(step.policy_version() - 1 - step.min_rollout_version());
+    }
+    std::vector<int64_t> requested = RequestedVersions();
+    for (int64_t& version : requested) version -= start;
+    std::sort(requested.begin(), requested.end());
+    EXPECT_EQ(requested, generated_with);
+    if (staleness == 1) {
+      EXPECT_THAT(generated_with, ElementsAre(1, 1, 2, 3, 4));
+      EXPECT_THAT(behind, ElementsAre(0, 1, 1, 1, 1));
+    } else {
+      EXPECT_THAT(generated_with, ElementsAre(1, 1, 1, 2, 3));
+      EXPECT_THAT(behind, ElementsAre(0, 1, 2, 2, 2));
+    }
+  }
 }
 
 // Warmup over 2 updates, then linear decay to half the rate at the last of 4 (one per step).
