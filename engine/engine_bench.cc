@@ -2,6 +2,7 @@
 // training tokens/s, KV-cache bytes per token, and, on a trained base model, how often bf16 and
 // FP8 rollout routing disagrees with fp32 training routing and the resulting log-prob mismatch.
 // Prints its figures.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,7 +22,12 @@
 #include "kernels/cpu/loss.h"
 
 ABSL_FLAG(std::string, base_model, "",
-          "Trained base model (make_base_model); empty uses a random default-config model.");
+          "Trained base model (make_base_model) or HF directory; empty: a random model of the "
+          "default config, resized by the flags below.");
+ABSL_FLAG(int, d_model, 0, "Random model: hidden size (0: the default config's).");
+ABSL_FLAG(int, num_layers, 0, "Random model: layers (0: the default config's).");
+ABSL_FLAG(int, num_experts, 0, "Random model: routed experts per MoE layer (0: default).");
+ABSL_FLAG(int, top_k, 0, "Random model: experts per token (0: the default config's).");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads.");
 ABSL_FLAG(int, sequences, 64, "Sequences per batch.");
 
@@ -143,17 +149,38 @@ void ReportRolloutMismatch(BaseModel& model, const std::vector<GeneratedSample>&
   }
 }
 
+// The default config with the sizes the flags set; FFN widths and heads scale with d_model.
+ModelConfig RandomModelConfig() {
+  ModelConfig config = DefaultModelConfig();
+  const auto set = [](int flag, int& field) {
+    if (flag > 0) field = flag;
+  };
+  const int d_model = absl::GetFlag(FLAGS_d_model);
+  if (d_model > 0) {
+    config.dense_ffn_dim = config.dense_ffn_dim * d_model / config.d_model;
+    config.expert_ffn_dim = config.expert_ffn_dim * d_model / config.d_model;
+    config.num_heads = std::max(1, config.num_heads * d_model / config.d_model);
+    config.d_model = d_model;
+  }
+  set(absl::GetFlag(FLAGS_num_layers), config.num_layers);
+  set(absl::GetFlag(FLAGS_num_experts), config.num_experts);
+  set(absl::GetFlag(FLAGS_top_k), config.top_k);
+  return config;
+}
+
 int Main() {
   cpu::SetBlasThreads(absl::GetFlag(FLAGS_threads));
   const std::string path = absl::GetFlag(FLAGS_base_model);
-  auto model = path.empty() ? BaseModel::Create(DefaultModelConfig(), 1) : hf::LoadBaseModel(path);
+  auto model = path.empty() ? BaseModel::Create(RandomModelConfig(), 1) : hf::LoadBaseModel(path);
   if (!model.ok()) {
     std::fprintf(stderr, "engine_bench: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  std::printf("model: %lld parameters, %s\n",
+  const ModelConfig& config = model->config();
+  std::printf("model: %lld parameters, %s; d_model %d, %d layers, top-%d of %d experts\n",
               static_cast<long long>(model->parameters().num_elements()),
-              path.empty() ? "random" : path.c_str());
+              path.empty() ? "random" : path.c_str(), config.d_model, config.num_layers,
+              config.top_k, config.num_experts);
   auto task = MakeTask("addition", 2);
   const std::vector<GenerationRequest> requests = Requests(**task, absl::GetFlag(FLAGS_sequences));
   Transformer transformer(*model, nullptr);
