@@ -449,7 +449,9 @@ TEST_F(JobRunTest, ACorruptCheckpointIsRefusedNamingTheTensor) {
 
 // PPO's value head lives in the trainer: checkpointed beside the adapter and restored on resume.
 TEST_F(JobRunTest, APpoJobCheckpointsItsValueHeadAndResumesWithIt) {
-  ASSERT_TRUE(Run(Job(1, v1::ALGORITHM_PPO), not_cancelled_).ok());
+  v1::Job job = Job(1, v1::ALGORITHM_PPO);
+  job.mutable_spec()->set_group_size(1);  // PPO needs no groups.
+  ASSERT_TRUE(Run(job, not_cancelled_).ok());
   ASSERT_EQ(steps_.size(), 1u);
   EXPECT_TRUE(std::isfinite(steps_[0].value_loss()));
   absl::StatusOr<SafetensorsFile> checkpoint =
@@ -460,7 +462,8 @@ TEST_F(JobRunTest, APpoJobCheckpointsItsValueHeadAndResumesWithIt) {
             engine::DefaultModelConfig().d_model);
   EXPECT_TRUE(checkpoint->tensors.contains("critic/optimizer/value_head.bias.exp_avg"));
   published_.clear();
-  const absl::Status resumed = Run(Job(2, v1::ALGORITHM_PPO), not_cancelled_);
+  job.mutable_spec()->set_num_steps(2);
+  const absl::Status resumed = Run(job, not_cancelled_);
   ASSERT_TRUE(resumed.ok()) << resumed;
   EXPECT_THAT(published_, ElementsAre(3, 4));
 }
