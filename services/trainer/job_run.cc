@@ -160,6 +160,7 @@ struct StepSamples {
   std::vector<v1::GenerateResponse> responses;  // prompt-major
   std::vector<TrainingSample> training;
   double accuracy = 0, reward_mean = 0, length_mean = 0, truncated_share = 0;
+  double partial_share = 0;  // Samples that switched to a newer version mid-generation.
 };
 
 class JobRun {
@@ -470,6 +471,7 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
     request.mutable_sampling()->set_seed(engine::MixSeed(spec_.seed(), step));
     request.mutable_adapter()->set_adapter_name(spec_.adapter_name());
     request.mutable_adapter()->set_exact_version(version);
+    request.set_allow_version_switch(spec_.partial_rollouts());
     if (router_replay_ != nullptr) {
       request.mutable_routes()->set_enabled(true);
       request.mutable_routes()->set_job_id(job_.id());
@@ -548,12 +550,15 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
     samples.reward_mean += sample.reward;
     samples.length_mean += static_cast<double>(sample.response.size());
     samples.truncated_share += sample.truncated;
+    const auto& versions = response.token_adapter_versions();
+    samples.partial_share += !versions.empty() && versions[versions.size() - 1] > versions[0];
   }
   const double count = static_cast<double>(samples.training.size());
   samples.accuracy /= count;
   samples.reward_mean /= count;
   samples.length_mean /= count;
   samples.truncated_share /= count;
+  samples.partial_share /= count;
   return samples;
 }
 
@@ -697,6 +702,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     metrics.set_accuracy(samples->accuracy);
     metrics.set_response_length_mean(samples->length_mean);
     metrics.set_truncated_share(samples->truncated_share);
+    metrics.set_partial_rollout_share(samples->partial_share);
     metrics.set_routing_disagreement_token_layer(stats->routing.decision_disagreement());
     metrics.set_routing_disagreement_token(stats->routing.token_disagreement());
     metrics.set_missing_route_share(missing_share);

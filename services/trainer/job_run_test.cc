@@ -72,8 +72,8 @@ struct FakeRolloutState {
   int polls ABSL_GUARDED_BY(mutex) = 0;
   std::vector<v1::GenerateRequest> requests ABSL_GUARDED_BY(mutex);
   int64_t newest_published ABSL_GUARDED_BY(mutex) = 0;  // Told by the test's weight-store watch.
-  // Called (without the lock) at the start of each Generate, with the call's number.
-  std::function<void(int)> before_generate;
+  // Called (without the lock) at the start of each Generate, with the call's number and request.
+  std::function<void(int, const v1::GenerateRequest&)> before_generate;
   std::atomic<int> generate_calls{0};
 };
 
@@ -97,7 +97,7 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
   grpc::ClientReaderInterface<v1::GenerateResponse>* GenerateRaw(
       grpc::ClientContext*, const v1::GenerateRequest& request) override {
     const int call = ++state_.generate_calls;
-    if (state_.before_generate) state_.before_generate(call);
+    if (state_.before_generate) state_.before_generate(call, request);
     absl::MutexLock lock(&state_.mutex);
     state_.requests.push_back(request);
     if (state_.unavailable_calls > 0) {
@@ -116,6 +116,15 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
         response.add_token_ids(engine::kEosId);
         response.add_logprobs(state_.nan_logprobs ? std::nanf("") : -1.0f);
         response.set_adapter_version(request.adapter().exact_version());
+        if (request.allow_version_switch()) {
+          // As a partial rollout does: a second token from the newest version published by
+          // then (the first is always the prefill's).
+          response.add_token_ids(engine::kEosId);
+          response.add_logprobs(-1.0f);
+          response.add_token_adapter_versions(request.adapter().exact_version());
+          response.add_token_adapter_versions(
+              std::max(request.adapter().exact_version(), state_.newest_published));
+        }
         response.set_finish_reason(draining ? v1::FINISH_REASON_CANCELLED : v1::FINISH_REASON_STOP);
       }
     }
@@ -305,6 +314,37 @@ TEST_F(JobRunTest, AsyncGenerationRunsUpToMaxStalenessStepsAhead) {
   }
 }
 
+// With partial_rollouts, generation asks for version switches, and a sample that finished on a
+// newer version than it started with counts in the step's partial_rollout_share. The replica
+// holds each step's generation until the trainer has published the version after the one asked
+// for, as a generation that overlaps a publish sees it.
+TEST_F(JobRunTest, PartialRolloutsSwitchToVersionsPublishedWhileGenerating) {
+  rollout_.before_generate = [this](int call, const v1::GenerateRequest& request) {
+    if (call < 2) return;
+    absl::MutexLock lock(&rollout_.mutex);
+    const int64_t wanted = request.adapter().exact_version() + 1;
+    const auto published = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rollout_.mutex) {
+      return rollout_.newest_published >= wanted;
+    };
+    rollout_.mutex.AwaitWithTimeout(absl::Condition(&published), absl::Seconds(10));
+  };
+  v1::Job job = Job(3);
+  job.mutable_spec()->set_sync_mode(v1::SYNC_MODE_ASYNC);
+  job.mutable_spec()->set_max_staleness(1);
+  job.mutable_spec()->set_partial_rollouts(true);
+  ASSERT_TRUE(Run(job, not_cancelled_).ok());
+  {
+    absl::MutexLock lock(&rollout_.mutex);
+    for (const v1::GenerateRequest& request : rollout_.requests) {
+      EXPECT_TRUE(request.allow_version_switch());
+    }
+  }
+  ASSERT_EQ(steps_.size(), 3u);
+  EXPECT_EQ(steps_[0].partial_rollout_share(), 0);  // Generated before anything else published.
+  EXPECT_EQ(steps_[1].partial_rollout_share(), 1);
+  EXPECT_EQ(steps_[2].partial_rollout_share(), 1);
+}
+
 // Warmup over 2 updates, then linear decay to half the rate at the last of 4 (one per step).
 TEST_F(JobRunTest, EachStepReportsTheLearningRateOfItsSchedule) {
   v1::Job job = Job(4);
@@ -325,7 +365,7 @@ TEST_F(JobRunTest, EachStepReportsTheLearningRateOfItsSchedule) {
 TEST_F(JobRunTest, AWeightStoreRestartDuringAStepCostsRetriesNotTheJob) {
   // While step 2 generates, the store goes down; it comes back (same port, same data) 300 ms
   // later, after the step has tried to publish.
-  rollout_.before_generate = [this](int call) {
+  rollout_.before_generate = [this](int call, const v1::GenerateRequest&) {
     if (call != 2) return;
     const int port = store_.server->port();
     store_.server.reset();
@@ -341,7 +381,7 @@ TEST_F(JobRunTest, AWeightStoreRestartDuringAStepCostsRetriesNotTheJob) {
 }
 
 TEST_F(JobRunTest, AStoreDownLongerThanTheOutageBudgetFailsTheJobNamingIt) {
-  rollout_.before_generate = [this](int call) {
+  rollout_.before_generate = [this](int call, const v1::GenerateRequest&) {
     if (call == 1) store_.server.reset();
   };
   environment_.store_outage_budget = absl::Milliseconds(200);
@@ -353,7 +393,7 @@ TEST_F(JobRunTest, AStoreDownLongerThanTheOutageBudgetFailsTheJobNamingIt) {
 
 TEST_F(JobRunTest, ACancelDuringAStoreOutageEndsTheRunCancelled) {
   std::atomic<bool> cancelled{false};
-  rollout_.before_generate = [this, &cancelled](int call) {
+  rollout_.before_generate = [this, &cancelled](int call, const v1::GenerateRequest&) {
     if (call != 1) return;
     store_.server.reset();  // Down for good: only the cancel can end the wait.
     restart_ = std::thread([&cancelled] {

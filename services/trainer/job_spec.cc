@@ -238,6 +238,11 @@ absl::Status CheckEndpoints(v1::JobSpec& spec) {
   if (spec.sync_mode() == v1::SYNC_MODE_SYNC && spec.max_staleness() != 0) {
     return Invalid("max_staleness must be 0 in SYNC");
   }
+  if (spec.partial_rollouts() && spec.sync_mode() != v1::SYNC_MODE_ASYNC) {
+    return Invalid(
+        "partial_rollouts needs sync_mode ASYNC (in SYNC no version is published while "
+        "samples generate)");
+  }
   if (spec.sync_mode() == v1::SYNC_MODE_ASYNC) {
     if (spec.max_staleness() == 0) spec.set_max_staleness(1);
     if (spec.max_staleness() < 1 || spec.max_staleness() > 16) {

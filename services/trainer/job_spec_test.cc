@@ -536,6 +536,16 @@ TEST(ResolveJobSpecTest, MaxStalenessMustBeInOneToSixteenInAsync) {
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
+TEST(ResolveJobSpecTest, PartialRolloutsNeedAsync) {
+  v1::JobSpec spec = MinimalValidSpec();
+  spec.set_partial_rollouts(true);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.partial_rollouts needs sync_mode ASYNC (in SYNC no "
+                                    "version is published while samples generate)"));
+  spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+}
+
 TEST(ResolveJobSpecTest, RolloutEndpointIsRequired) {
   v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->clear_rollout();
