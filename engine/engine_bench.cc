@@ -131,7 +131,9 @@ void ReportRolloutMismatch(BaseModel& model, const std::vector<GeneratedSample>&
   Transformer trainer(model, nullptr);
   const std::vector<double> live =
       NextTokenLogprobs(*trainer.Forward(batch, nullptr), batch, samples, vocab);
-  for (const Precision precision : {Precision::kBF16, Precision::kFP8}) {
+  for (const auto& [precision, name] :
+       {std::pair{Precision::kBF16, "bf16"}, std::pair{Precision::kFP8, "fp8 "},
+        std::pair{Precision::kInt8, "int8"}}) {
     BaseModel served = model.ForPrecision(precision);
     Transformer rollout(served, nullptr, precision);
     const std::vector<double> rollout_logp =
@@ -143,9 +145,8 @@ void ReportRolloutMismatch(BaseModel& model, const std::vector<GeneratedSample>&
     std::printf(
         "%s rollout vs fp32 training: %.2f%% of token×layer routing decisions differ (%.2f%% of "
         "tokens in some layer); mismatch k3 %.2e without replay, %.2e with R3\n",
-        precision == Precision::kBF16 ? "bf16" : "fp8 ", 100 * stats.decision_disagreement(),
-        100 * stats.token_disagreement(), MismatchK3(live, rollout_logp),
-        MismatchK3(replayed, rollout_logp));
+        name, 100 * stats.decision_disagreement(), 100 * stats.token_disagreement(),
+        MismatchK3(live, rollout_logp), MismatchK3(replayed, rollout_logp));
   }
 }
 

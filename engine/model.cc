@@ -6,6 +6,7 @@
 #include "common/dtype.h"
 #include "common/safetensors.h"
 #include "kernels/cpu/fp8.h"
+#include "kernels/cpu/int8.h"
 
 namespace tandem::engine {
 namespace {
@@ -192,19 +193,26 @@ absl::StatusOr<Precision> PrecisionFromName(absl::string_view name) {
   if (name == "fp32") return Precision::kF32;
   if (name == "bf16") return Precision::kBF16;
   if (name == "fp8") return Precision::kFP8;
+  if (name == "int8") return Precision::kInt8;
   return absl::InvalidArgumentError(
-      absl::StrCat("precision '", name, "' is not fp32, bf16 or fp8"));
+      absl::StrCat("precision '", name, "' is not fp32, bf16, fp8 or int8"));
 }
 
 BaseModel BaseModel::ForPrecision(Precision precision) const {
   if (precision == Precision::kF32) return *this;
   BaseModel rounded = RoundedToBf16();
-  if (precision != Precision::kFP8) return rounded;
+  if (precision == Precision::kBF16) return rounded;
+  // The linear projections' weights, per output channel; the router, norms, embeddings and LM
+  // head stay bf16, as inference engines quantize MoE models.
   for (const std::string& name : rounded.parameters_.names()) {
     if (!name.ends_with("_proj.weight") && !name.ends_with("_proj_with_mqa.weight")) continue;
     Parameter& weight = *rounded.parameters_.Find(name);
     const int64_t in = weight.shape.back();
-    cpu::QuantizeRowsToE4M3(weight.value.data(), weight.size() / in, in);
+    if (precision == Precision::kFP8) {
+      cpu::QuantizeRowsToE4M3(weight.value.data(), weight.size() / in, in);
+    } else {
+      cpu::QuantizeRowsToInt8(weight.value.data(), weight.size() / in, in);
+    }
   }
   return rounded;
 }

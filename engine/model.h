@@ -19,9 +19,11 @@ namespace tandem::engine {
 // training-inference mismatch. Transformer rounds activations; BaseModel::ForPrecision weights.
 // LoRA weights stay bf16 but read the same (quantized) input as the base layer, where vLLM's
 // LoRA reads the bf16 input: a small difference of the emulation.
-enum class Precision { kF32, kBF16, kFP8 };
+// How a rollout computes: fp32 (as training), bf16 weights and activations, FP8 (bf16 plus E4M3
+// linear layers) or INT8 (bf16 plus INT8 weight-only linear layers, W8A16).
+enum class Precision { kF32, kBF16, kFP8, kInt8 };
 
-// "fp32", "bf16", "fp8"; INVALID_ARGUMENT naming any other.
+// "fp32", "bf16", "fp8", "int8"; INVALID_ARGUMENT naming any other.
 absl::StatusOr<Precision> PrecisionFromName(absl::string_view name);
 
 // Base weights under canonical (Hugging Face / PEFT style) names, e.g.

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/fp8.h"
+#include "kernels/cpu/int8.h"
 #include "kernels/cpu/loss.h"
 
 namespace tandem::engine {
@@ -563,6 +564,30 @@ TEST(TransformerTest, Bf16InferenceDisagreesWithFp32TrainingRouting) {
   EXPECT_GT(stats.differing_decisions, 0);
 }
 
+// Generation with the KV cache at `precision` computes what the full forward does.
+void ExpectDecodeEqualsFullForward(BaseModel& served, Precision precision) {
+  Transformer transformer(served, nullptr, precision);
+  GenerationRequest request;
+  request.prompt = {1, 5, 7, 2};
+  request.max_new_tokens = 8;
+  request.seed = 3;
+  auto samples = Generate(transformer, {request});
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  const GeneratedSample& sample = (*samples)[0];
+  TokenBatch batch;
+  batch.Add(std::vector<int>(sample.tokens.begin(), sample.tokens.end() - 1));
+  const std::vector<float> logits = Logits(transformer, batch);
+  EXPECT_EQ(transformer.routes(), sample.routes);
+  const int n = static_cast<int>(sample.tokens.size());
+  std::vector<float> logp(logits.size());
+  cpu::LogSoftmax(logits.data(), logp.data(), n - 1, 20);
+  for (int t = sample.prompt_length; t < n; ++t) {
+    EXPECT_NEAR(sample.logprobs[t - sample.prompt_length], logp[(t - 1) * 20 + sample.tokens[t]],
+                1e-4)
+        << "token " << t;
+  }
+}
+
 // FP8 rollout: only the linear projections' weights are quantized (per output channel, to E4M3
 // values over bf16), and generation with the KV cache computes what the full forward does.
 TEST_P(ConfigTest, Fp8RolloutQuantizesProjectionsAndDecodesLikeItsFullForward) {
@@ -588,26 +613,37 @@ TEST_P(ConfigTest, Fp8RolloutQuantizesProjectionsAndDecodesLikeItsFullForward) {
       }
     }
   }
-  Transformer transformer(served, nullptr, Precision::kFP8);
-  GenerationRequest request;
-  request.prompt = {1, 5, 7, 2};
-  request.max_new_tokens = 8;
-  request.seed = 3;
-  auto samples = Generate(transformer, {request});
-  ASSERT_TRUE(samples.ok()) << samples.status();
-  const GeneratedSample& sample = (*samples)[0];
-  TokenBatch batch;
-  batch.Add(std::vector<int>(sample.tokens.begin(), sample.tokens.end() - 1));
-  const std::vector<float> logits = Logits(transformer, batch);
-  EXPECT_EQ(transformer.routes(), sample.routes);
-  const int n = static_cast<int>(sample.tokens.size());
-  std::vector<float> logp(logits.size());
-  cpu::LogSoftmax(logits.data(), logp.data(), n - 1, 20);
-  for (int t = sample.prompt_length; t < n; ++t) {
-    EXPECT_NEAR(sample.logprobs[t - sample.prompt_length], logp[(t - 1) * 20 + sample.tokens[t]],
-                1e-4)
-        << "token " << t;
+  ExpectDecodeEqualsFullForward(served, Precision::kFP8);
+}
+
+// INT8 weight-only rollout: the linear projections' weights land on a per-output-channel grid of
+// at most 255 levels (absmax / 127 apart) over bf16, everything else is bf16, and generation with
+// the KV cache computes what the full forward does.
+TEST_P(ConfigTest, Int8RolloutQuantizesProjectionWeightsOnly) {
+  BaseModel model = RandomModel(GetParam().make(), 32);
+  BaseModel served = model.ForPrecision(Precision::kInt8);
+  const BaseModel rounded = model.RoundedToBf16();
+  for (const std::string& name : model.parameters().names()) {
+    const std::vector<float>& quantized = served.parameters().Find(name)->value;
+    if (!name.ends_with("_proj.weight") && !name.ends_with("kv_a_proj_with_mqa.weight")) {
+      EXPECT_EQ(quantized, rounded.parameters().Find(name)->value) << name;
+      continue;
+    }
+    EXPECT_NE(quantized, rounded.parameters().Find(name)->value) << name;
+    const int64_t in = model.parameters().Find(name)->shape.back();
+    for (int64_t row = 0; row < static_cast<int64_t>(quantized.size()) / in; ++row) {
+      float absmax = 0;
+      for (int64_t c = 0; c < in; ++c) {
+        absmax = std::max(absmax, std::fabs(quantized[row * in + c]));
+      }
+      const float scale = absmax / cpu::kInt8Max;
+      for (int64_t c = 0; c < in; ++c) {
+        const float level = quantized[row * in + c] / scale;
+        ASSERT_NEAR(level, std::nearbyint(level), 1e-3) << name;
+      }
+    }
   }
+  ExpectDecodeEqualsFullForward(served, Precision::kInt8);
 }
 
 }  // namespace

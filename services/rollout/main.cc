@@ -15,7 +15,8 @@ ABSL_FLAG(std::string, base_model, "",
           "Base model: a Hugging Face model directory or an engine safetensors file "
           "(make_base_model). Required.");
 ABSL_FLAG(std::string, precision, "bf16",
-          "Inference precision: bf16, fp8 (E4M3 linear layers over bf16) or fp32.");
+          "Inference precision: bf16, fp8 (E4M3 linear layers over bf16), int8 (INT8 weight-only "
+          "linear layers over bf16) or fp32.");
 ABSL_FLAG(std::string, weight_store, "",
           "weight-store address (host:port); empty: the base model only, no adapters.");
 ABSL_FLAG(std::string, router_replay, "",
