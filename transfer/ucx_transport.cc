@@ -437,12 +437,16 @@ absl::Status UcxPeer::AwaitWireup(absl::Time deadline) {
 
 absl::Status UcxPeer::Get(absl::string_view packed_rkey, const std::vector<Transfer>& transfers,
                           absl::Time deadline) {
-  return Transfers(/*put=*/false, packed_rkey, transfers, deadline);
+  return Transfers(/*put=*/false, {{packed_rkey, transfers}}, deadline);
+}
+
+absl::Status UcxPeer::Get(const std::vector<RegionTransfers>& regions, absl::Time deadline) {
+  return Transfers(/*put=*/false, regions, deadline);
 }
 
 absl::Status UcxPeer::Put(absl::string_view packed_rkey, const std::vector<Transfer>& transfers,
                           absl::Time deadline) {
-  return Transfers(/*put=*/true, packed_rkey, transfers, deadline);
+  return Transfers(/*put=*/true, {{packed_rkey, transfers}}, deadline);
 }
 
 absl::Status UcxPeer::CheckUsable() const {
@@ -469,7 +473,7 @@ absl::StatusOr<UcxPeer::RemoteKey> UcxPeer::Unpack(absl::string_view packed_rkey
   return key;
 }
 
-absl::Status UcxPeer::CheckBounds(const RemoteKey& key, const std::vector<Transfer>& transfers) {
+absl::Status UcxPeer::CheckBounds(const RemoteKey& key, absl::Span<const Transfer> transfers) {
   for (const Transfer& transfer : transfers) {
     uint64_t offset = transfer.remote_address - key.base;
     if (transfer.remote_address < key.base || offset > key.length ||
@@ -485,7 +489,7 @@ absl::Status UcxPeer::CheckBounds(const RemoteKey& key, const std::vector<Transf
   return absl::OkStatus();
 }
 
-absl::Status UcxPeer::Issue(bool put, const RemoteKey& key, const std::vector<Transfer>& transfers,
+absl::Status UcxPeer::Issue(bool put, const RemoteKey& key, absl::Span<const Transfer> transfers,
                             absl::Time deadline, RequestWindow& requests) {
   const ucp_request_param_t* param = requests.param();
   const size_t chunk_bytes = put ? max_chunk_bytes_ : max_get_chunk_bytes_;
@@ -501,20 +505,27 @@ absl::Status UcxPeer::Issue(bool put, const RemoteKey& key, const std::vector<Tr
       if (!status.ok()) return status;
     }
   }
-  if (!put) return absl::OkStatus();
-  return requests.Add(ucp_ep_flush_nbx(ep_, param));
+  return absl::OkStatus();
 }
 
-absl::Status UcxPeer::Transfers(bool put, absl::string_view packed_rkey,
-                                const std::vector<Transfer>& transfers, absl::Time deadline) {
+absl::Status UcxPeer::Transfers(bool put, const std::vector<RegionTransfers>& regions,
+                                absl::Time deadline) {
   absl::Status status = CheckUsable();
   if (!status.ok()) return status;
-  absl::StatusOr<RemoteKey> key = Unpack(packed_rkey);
-  if (!key.ok()) return key.status();
-  status = CheckBounds(*key, transfers);
-  if (!status.ok()) return status;
+  // Every region is checked before anything is issued: a bad one transfers nothing.
+  std::vector<RemoteKey> keys;
+  for (const RegionTransfers& region : regions) {
+    absl::StatusOr<RemoteKey> key = Unpack(region.packed_rkey);
+    if (!key.ok()) return key.status();
+    status = CheckBounds(*key, region.transfers);
+    if (!status.ok()) return status;
+    keys.push_back(*key);
+  }
   RequestWindow requests(put ? "ucp_put_nbx" : "ucp_get_nbx");
-  status = Issue(put, *key, transfers, deadline, requests);
+  for (size_t i = 0; i < regions.size() && status.ok(); ++i) {
+    status = Issue(put, keys[i], regions[i].transfers, deadline, requests);
+  }
+  if (status.ok() && put) status = requests.Add(ucp_ep_flush_nbx(ep_, requests.param()));
   if (status.ok()) status = requests.WaitForAtMost(0, deadline);
   if (status.ok()) return status;
   // Requests in flight write the caller's buffers until they complete: wait for them rather

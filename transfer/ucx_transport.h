@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace tandem::transfer {
 
@@ -133,6 +134,14 @@ class UcxPeer {
   // does not finish them within 5 s more gets its endpoint closed.
   absl::Status Get(absl::string_view packed_rkey, const std::vector<Transfer>& transfers,
                    absl::Time deadline);
+  // Transfers of one remote region.
+  struct RegionTransfers {
+    absl::string_view packed_rkey;
+    absl::Span<const Transfer> transfers;
+  };
+  // Get over several regions (e.g. every shard of a version) in one window: the reads of all
+  // are in flight together instead of draining region by region. Otherwise as Get.
+  absl::Status Get(const std::vector<RegionTransfers>& regions, absl::Time deadline);
   // Ends with a flush, so the data is visible at the remote side on return.
   absl::Status Put(absl::string_view packed_rkey, const std::vector<Transfer>& transfers,
                    absl::Time deadline);
@@ -150,10 +159,10 @@ class UcxPeer {
 
   UcxPeer(std::shared_ptr<ucx_internal::Core> core, uint64_t remote_fingerprint);
   static void OnError(void* arg, ucp_ep_h ep, ucs_status_t status);
-  static absl::Status CheckBounds(const RemoteKey& key, const std::vector<Transfer>& transfers);
-  absl::Status Transfers(bool put, absl::string_view packed_rkey,
-                         const std::vector<Transfer>& transfers, absl::Time deadline);
-  absl::Status Issue(bool put, const RemoteKey& key, const std::vector<Transfer>& transfers,
+  static absl::Status CheckBounds(const RemoteKey& key, absl::Span<const Transfer> transfers);
+  absl::Status Transfers(bool put, const std::vector<RegionTransfers>& regions,
+                         absl::Time deadline);
+  absl::Status Issue(bool put, const RemoteKey& key, absl::Span<const Transfer> transfers,
                      absl::Time deadline, ucx_internal::RequestWindow& requests);
   absl::Status AwaitWireup(absl::Time deadline);
   absl::Status CheckUsable() const;

@@ -259,6 +259,33 @@ TEST_P(UcxTransportTest, GetGathersSeveralTransfersInOneCall) {
   EXPECT_EQ(std::memcmp(second.data(), expected.data() + kRegionBytes - 5, second.size()), 0);
 }
 
+// Reads of several regions in one window (here the store's one region named twice, as a fetch
+// names each shard); a bad region anywhere in the list transfers nothing.
+TEST_P(UcxTransportTest, GetOverSeveralRegionsReadsEachAndChecksAllFirst) {
+  ASSERT_NO_FATAL_FAILURE(StartStore(kRegionBytes));
+  const std::vector<char> expected = Pattern(kRegionBytes, kStoreSeed);
+  const uint64_t base = store_->region_address();
+  std::vector<char> first(1 << 20), second(4 << 20);
+  const std::vector<UcxPeer::Transfer> first_reads = {{base + 3, first.data(), first.size()}};
+  const std::vector<UcxPeer::Transfer> second_reads = {
+      {base + kRegionBytes - second.size(), second.data(), second.size()}};
+  ASSERT_EQ(peer_->Get({{store_->rkey(), first_reads}, {store_->rkey(), second_reads}},
+                       absl::Now() + kTimeout),
+            absl::OkStatus());
+  EXPECT_EQ(std::memcmp(first.data(), expected.data() + 3, first.size()), 0);
+  EXPECT_EQ(
+      std::memcmp(second.data(), expected.data() + kRegionBytes - second.size(), second.size()), 0);
+
+  std::fill(first.begin(), first.end(), 0);
+  const std::vector<UcxPeer::Transfer> past_the_end = {{base + kRegionBytes - 1, second.data(), 2}};
+  EXPECT_EQ(peer_
+                ->Get({{store_->rkey(), first_reads}, {store_->rkey(), past_the_end}},
+                      absl::Now() + kTimeout)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::count(first.begin(), first.end(), 0), static_cast<long>(first.size()));
+}
+
 TEST_P(UcxTransportTest, PutIsVisibleToTheStoreOnReturn) {
   ASSERT_NO_FATAL_FAILURE(StartStore(kRegionBytes));
   constexpr uint64_t kSeed = 7;

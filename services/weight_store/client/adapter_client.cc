@@ -144,43 +144,42 @@ absl::Status FetchByGrpc(v1::WeightStoreService::StubInterface& stub, absl::stri
   return absl::OkStatus();
 }
 
-// Gets a batch's staged spans, shard by shard, into the staging memory.
+// Gets a batch's staged spans of every shard into the staging memory, all in flight together.
 absl::Status GetStaged(const google::protobuf::RepeatedPtrField<v1::ShardRegion>& regions,
                        const absl::flat_hash_map<int, std::vector<StagedSpan>>& spans,
                        char* staging, transfer::UcxPeer& peer, absl::Time deadline) {
-  for (const v1::ShardRegion& region : regions) {
-    std::vector<transfer::UcxPeer::Transfer> transfers;
+  std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers(regions.size());
+  std::vector<transfer::UcxPeer::RegionTransfers> reads;
+  for (int r = 0; r < regions.size(); ++r) {
+    const v1::ShardRegion& region = regions[r];
     for (const StagedSpan& span : spans.at(region.shard_index())) {
-      transfers.push_back(
+      transfers[r].push_back(
           {region.remote_address() + span.begin, staging + span.staged_at, span.end - span.begin});
     }
-    if (transfers.empty()) continue;
-    if (absl::Status status = peer.Get(region.rkey(), transfers, deadline); !status.ok()) {
-      return status;
-    }
+    if (!transfers[r].empty()) reads.push_back({region.rkey(), transfers[r]});
   }
-  return absl::OkStatus();
+  return peer.Get(reads, deadline);
 }
 
-// Gets a batch of single-block tensors straight into their memory, shard by shard.
+// Gets a batch of single-block tensors straight into their memory, every shard's reads in
+// flight together.
 absl::Status GetDirect(const v1::GetReadPlanResponse& plan, const TensorBatch& batch,
                        transfer::UcxPeer& peer, absl::Time deadline, FetchedAdapter& fetched) {
-  for (const v1::ShardRegion& region : plan.shards()) {
-    std::vector<transfer::UcxPeer::Transfer> transfers;
+  std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers(plan.shards_size());
+  std::vector<transfer::UcxPeer::RegionTransfers> reads;
+  for (int r = 0; r < plan.shards_size(); ++r) {
+    const v1::ShardRegion& region = plan.shards(r);
     for (int i = batch.first; i < batch.last; ++i) {
       for (const v1::CopyOp& op : plan.tensors(i).ops()) {
         if (op.shard_index() != region.shard_index()) continue;
-        transfers.push_back({region.remote_address() + op.src_offset(),
-                             fetched.tensors[i].bytes.data() + op.dst_offset(),
-                             op.count() * op.length()});
+        transfers[r].push_back({region.remote_address() + op.src_offset(),
+                                fetched.tensors[i].bytes.data() + op.dst_offset(),
+                                op.count() * op.length()});
       }
     }
-    if (transfers.empty()) continue;
-    if (absl::Status status = peer.Get(region.rkey(), transfers, deadline); !status.ok()) {
-      return status;
-    }
+    if (!transfers[r].empty()) reads.push_back({region.rkey(), transfers[r]});
   }
-  return absl::OkStatus();
+  return peer.Get(reads, deadline);
 }
 
 }  // namespace
