@@ -190,10 +190,12 @@ def rl_jobs():
                    step_gauge("routing_disagreement_token", "{{job_id}} token"),
                    step_gauge("missing_route_share", "{{job_id}} missing")),
         timeseries("Importance sampling", "Effective sample size of the IS weights; shares of "
-                   "tokens clipped by IS and by the PPO ratio.", "percentunit",
+                   "tokens clipped by IS and by the PPO ratio, and of tokens whose rollout "
+                   "probability is off by more than a factor e.", "percentunit",
                    step_gauge("is_weight_ess", "{{job_id}} ESS"),
                    step_gauge("is_clipped_share", "{{job_id}} IS clipped"),
-                   step_gauge("ppo_clip_share", "{{job_id}} PPO clipped")),
+                   step_gauge("ppo_clip_share", "{{job_id}} PPO clipped"),
+                   step_gauge("large_mismatch_share", "{{job_id}} |log ratio| > 1")),
         timeseries("Step time", "Wall time of each step, split into its phases.", "s",
                    *[step_gauge(field, "{{job_id}} " + field.removesuffix("_seconds"))
                      for field in step_split], stacked=True),
@@ -205,9 +207,14 @@ def rl_jobs():
         timeseries("Loss and gradient norm", "Policy loss; global gradient norm before "
                    "clipping.", "none", step_gauge("loss", "{{job_id}} loss"),
                    step_gauge("grad_norm", "{{job_id}} grad norm")),
-        timeseries("Responses", "Mean generated tokens per sample; share truncated.", "none",
+        timeseries("Responses", "Mean generated tokens per sample; shares truncated and "
+                   "finished on a newer version (partial rollouts).", "none",
                    step_gauge("response_length_mean", "{{job_id}} length"),
-                   step_gauge("truncated_share", "{{job_id}} truncated share")),
+                   step_gauge("truncated_share", "{{job_id}} truncated share"),
+                   step_gauge("partial_rollout_share", "{{job_id}} partial share")),
+        timeseries("Critic (PPO)", "Value loss; share of the returns' variance the old values "
+                   "explain.", "none", step_gauge("value_loss", "{{job_id}} value loss"),
+                   step_gauge("explained_variance", "{{job_id}} explained variance")),
         timeseries("Staleness", "Versions between the policy trained and the oldest sample's.",
                    "none", target('tandem_trainer_policy_version{job_id=~"$job_id"} - 1 - '
                                   'tandem_trainer_min_rollout_version{job_id=~"$job_id"}',
