@@ -70,29 +70,6 @@ absl::Status PutByUcx(const v1::BeginPublishResponse& begun,
   return absl::OkStatus();
 }
 
-// Releases a lease without waiting for the reply: the fetch is complete once its reads are, and
-// a release that fails leaves the lease to expire at its TTL, as a failed synchronous one would.
-// Stubs without the callback API (test doubles) release synchronously.
-void ReleaseLeaseInBackground(v1::WeightStoreService::StubInterface& stub,
-                              const std::string& lease_id) {
-  struct Call {
-    grpc::ClientContext context;
-    v1::ReleaseLeaseRequest request;
-    v1::ReleaseLeaseResponse response;
-  };
-  auto call = std::make_unique<Call>();
-  SetTimeout(call->context, absl::Seconds(10));
-  call->request.set_lease_id(lease_id);
-  v1::WeightStoreService::StubInterface::async_interface* async = stub.async();
-  if (async == nullptr) {
-    stub.ReleaseLease(&call->context, call->request, &call->response);
-    return;
-  }
-  Call* raw = call.release();  // Owned by the callback from here.
-  async->ReleaseLease(&raw->context, &raw->request, &raw->response,
-                      [raw](const grpc::Status&) { delete raw; });
-}
-
 void Abort(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id) {
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(10));
@@ -316,7 +293,7 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
       return status;
     }
   }
-  const auto release = [&] { ReleaseLeaseInBackground(stub, lease.lease_id()); };
+  const auto release = [&] { ReleaseInBackground(lease.lease_id()); };
   v1::GetReadPlanRequest plan_request;
   plan_request.set_adapter_name(std::string(adapter));
   plan_request.set_version(version);
@@ -338,6 +315,44 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
   if (!pulled.ok()) peer_.reset();  // A broken endpoint is not reused.
   release();
   return pulled;
+}
+
+AdapterFetcher::~AdapterFetcher() {
+  absl::MutexLock lock(&releases_->mutex);
+  const auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(releases_->mutex) {
+    return releases_->count == 0;
+  };
+  releases_->mutex.AwaitWithTimeout(absl::Condition(&done), kReleaseTimeout);
+}
+
+// The fetch is complete once its reads are: the release need not hold up the caller. One that
+// fails leaves the lease to expire at its TTL, as a failed synchronous one would. Stubs without
+// the callback API (test doubles) release synchronously.
+void AdapterFetcher::ReleaseInBackground(const std::string& lease_id) {
+  struct Call {
+    grpc::ClientContext context;
+    v1::ReleaseLeaseRequest request;
+    v1::ReleaseLeaseResponse response;
+  };
+  auto call = std::make_unique<Call>();
+  SetTimeout(call->context, kReleaseTimeout);
+  call->request.set_lease_id(lease_id);
+  v1::WeightStoreService::StubInterface::async_interface* async = stub_.async();
+  if (async == nullptr) {
+    stub_.ReleaseLease(&call->context, call->request, &call->response);
+    return;
+  }
+  {
+    absl::MutexLock lock(&releases_->mutex);
+    ++releases_->count;
+  }
+  Call* raw = call.release();  // Owned by the callback from here.
+  async->ReleaseLease(&raw->context, &raw->request, &raw->response,
+                      [raw, releases = releases_](const grpc::Status&) {
+                        delete raw;
+                        absl::MutexLock lock(&releases->mutex);
+                        --releases->count;
+                      });
 }
 
 absl::StatusOr<transfer::UcxPeer*> AdapterFetcher::PeerFor(transfer::UcxWorker& ucx,

@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
@@ -54,6 +56,12 @@ struct FetchedAdapter {
 class AdapterFetcher {
  public:
   explicit AdapterFetcher(v1::WeightStoreService::StubInterface& stub) : stub_(stub) {}
+  // Waits (up to 10 s) for the lease releases still in flight, so that a short-lived fetcher
+  // (a CLI's) leaves no lease pinning a version until its TTL.
+  ~AdapterFetcher();
+
+  AdapterFetcher(const AdapterFetcher&) = delete;
+  AdapterFetcher& operator=(const AdapterFetcher&) = delete;
 
   // Fetches into `fetched`, reusing its tensors' memory: a caller that fetches version after
   // version of one adapter into the same FetchedAdapter touches no fresh memory after the first.
@@ -72,6 +80,15 @@ class AdapterFetcher {
   char* Staging(uint64_t bytes);
   absl::StatusOr<transfer::UcxPeer*> PeerFor(transfer::UcxWorker& ucx,
                                              const std::string& store_address);
+  // Releases a lease without waiting for the reply.
+  void ReleaseInBackground(const std::string& lease_id);
+
+  static constexpr absl::Duration kReleaseTimeout = absl::Seconds(10);
+  // Lease releases in flight; shared with their callbacks, which may outlive the fetcher.
+  struct PendingReleases {
+    absl::Mutex mutex;
+    int count ABSL_GUARDED_BY(mutex) = 0;
+  };
 
   v1::WeightStoreService::StubInterface& stub_;
   transfer::UcxWorker* peer_worker_ = nullptr;
@@ -79,6 +96,7 @@ class AdapterFetcher {
   std::unique_ptr<transfer::UcxPeer> peer_;
   std::unique_ptr<char[]> staging_;  // Not zero-filled: gets overwrite what a fetch reads.
   uint64_t staging_bytes_ = 0;
+  std::shared_ptr<PendingReleases> releases_ = std::make_shared<PendingReleases>();
 };
 
 // One fetch with a fresh AdapterFetcher.
