@@ -26,6 +26,18 @@ absl::Status ParallelTasks::Finish() {
   return first_error_;
 }
 
+bool ParallelTasks::RunOne() {
+  absl::AnyInvocable<absl::Status() &&> task;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (queue_.empty()) return false;
+    task = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  Run(std::move(task));
+  return true;
+}
+
 void ParallelTasks::Drain(bool until_finishing) {
   const auto ready = [this, until_finishing]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     return !queue_.empty() || finishing_ || !until_finishing;
@@ -37,13 +49,16 @@ void ParallelTasks::Drain(bool until_finishing) {
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
-      if (!first_error_.ok()) continue;
     }
-    absl::Status status = std::move(task)();
-    if (!status.ok()) {
-      absl::MutexLock lock(&mutex_);
-      first_error_.Update(status);
-    }
+    Run(std::move(task));
+  }
+}
+
+void ParallelTasks::Run(absl::AnyInvocable<absl::Status() &&> task) {
+  absl::Status status = std::move(task)();
+  if (!status.ok()) {
+    absl::MutexLock lock(&mutex_);
+    first_error_.Update(status);
   }
 }
 

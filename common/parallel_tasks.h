@@ -23,13 +23,18 @@ class ParallelTasks {
   ParallelTasks& operator=(const ParallelTasks&) = delete;
 
   void Add(absl::AnyInvocable<absl::Status() &&> task);
+  // Runs the oldest task not yet started on the calling thread, if there is one: how a caller
+  // that waits on what its tasks signal helps instead of idling. False if none was waiting.
+  bool RunOne();
   // Runs tasks on the calling thread too until none is left, waits for the helper's, and
-  // returns the first error. Once a task failed, tasks not yet started are dropped.
+  // returns the first error. Every added task runs, also after one failed: callers may wait
+  // on what their tasks signal.
   absl::Status Finish();
 
  private:
   // Runs queued tasks until the queue is empty and, if `until_finishing`, Finish was called.
   void Drain(bool until_finishing);
+  void Run(absl::AnyInvocable<absl::Status() &&> task);
 
   absl::Mutex mutex_;
   std::deque<absl::AnyInvocable<absl::Status() &&>> queue_ ABSL_GUARDED_BY(mutex_);

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/weight_store/client/adapter_client.h"
+#include "services/weight_store/client/read_plan.h"
 #include "transfer/lora_testing.h"
 
 namespace tandem::weight_store {
@@ -160,6 +161,35 @@ TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
   for (size_t i = 0; i < by_grpc->tensors.size(); ++i) {
     EXPECT_EQ(by_grpc->tensors[i].tensor.spec().name(), by_ucx->tensors[i].tensor.spec().name());
     EXPECT_TRUE(by_grpc->tensors[i].bytes == by_ucx->tensors[i].bytes);
+  }
+}
+
+// A 47 MiB adapter merged from TP-2/EP-2 shards pulls three staging batches through the
+// fetcher's two staging slots: the UCX fetch still equals the gRPC stream's bytes.
+TEST_F(WeightStoreServiceTest, ALargeUcxFetchCyclesItsStagingSlotsAndMatchesGrpc) {
+  transfer::TestAdapterSpec spec{.tp_size = 2, .ep_size = 2, .rank = 16};
+  spec.model = {.num_layers = 20,
+                .num_dense_layers = 1,
+                .hidden = 1024,
+                .q_out = 1024,
+                .kv_out = 256,
+                .dense_ffn = 2048,
+                .expert_ffn = 512,
+                .num_experts = 16};
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("big", 1, 7, spec);
+  size_t bytes = 0;
+  for (const std::string& shard : adapter.shards) bytes += shard.size();
+  ASSERT_GT(bytes, 2 * kBatchBytes + (size_t{8} << 20));  // At least three batches.
+  ASSERT_TRUE(Publish(adapter, /*by_ucx=*/true).ok());
+  absl::StatusOr<FetchedAdapter> by_ucx = Fetch("big", 1, /*by_ucx=*/true, Stacked());
+  absl::StatusOr<FetchedAdapter> by_grpc = Fetch("big", 1, /*by_ucx=*/false, Stacked());
+  ASSERT_TRUE(by_ucx.ok()) << by_ucx.status();
+  ASSERT_TRUE(by_grpc.ok()) << by_grpc.status();
+  ASSERT_TRUE(by_ucx->by_ucx);
+  ASSERT_EQ(by_ucx->tensors.size(), by_grpc->tensors.size());
+  for (size_t i = 0; i < by_ucx->tensors.size(); ++i) {
+    EXPECT_TRUE(by_ucx->tensors[i].bytes == by_grpc->tensors[i].bytes)
+        << by_ucx->tensors[i].tensor.spec().name();
   }
 }
 

@@ -1,12 +1,14 @@
 #include "services/weight_store/client/adapter_client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/channel.h"
 #include "common/logging.h"
 #include "common/parallel_tasks.h"
@@ -144,32 +146,21 @@ absl::Status FetchByGrpc(v1::WeightStoreService::StubInterface& stub, absl::stri
   return absl::OkStatus();
 }
 
-// Gets a batch's staged spans of every shard into the staging memory, all in flight together.
-absl::Status GetStaged(const google::protobuf::RepeatedPtrField<v1::ShardRegion>& regions,
-                       const absl::flat_hash_map<int, std::vector<StagedSpan>>& spans,
-                       char* staging, transfer::UcxPeer& peer, absl::Time deadline) {
-  std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers(regions.size());
-  std::vector<transfer::UcxPeer::RegionTransfers> reads;
-  for (int r = 0; r < regions.size(); ++r) {
-    const v1::ShardRegion& region = regions[r];
-    for (const StagedSpan& span : spans.at(region.shard_index())) {
-      transfers[r].push_back(
-          {region.remote_address() + span.begin, staging + span.staged_at, span.end - span.begin});
-    }
-    if (!transfers[r].empty()) reads.push_back({region.rkey(), transfers[r]});
-  }
-  return peer.Get(reads, deadline);
-}
-
-// Gets a batch of single-block tensors straight into their memory, every shard's reads in
-// flight together.
-absl::Status GetDirect(const v1::GetReadPlanResponse& plan, const TensorBatch& batch,
-                       transfer::UcxPeer& peer, absl::Time deadline, FetchedAdapter& fetched) {
+// Gets a batch: its staged spans into `staging`, its single-block tensors straight into their
+// memory, every shard's reads in flight together.
+absl::Status GetBatch(const v1::GetReadPlanResponse& plan, const TensorBatch& batch,
+                      const absl::flat_hash_map<int, std::vector<StagedSpan>>& spans, char* staging,
+                      transfer::UcxPeer& peer, absl::Time deadline, FetchedAdapter& fetched) {
   std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers(plan.shards_size());
   std::vector<transfer::UcxPeer::RegionTransfers> reads;
   for (int r = 0; r < plan.shards_size(); ++r) {
     const v1::ShardRegion& region = plan.shards(r);
+    for (const StagedSpan& span : spans.at(region.shard_index())) {
+      transfers[r].push_back(
+          {region.remote_address() + span.begin, staging + span.staged_at, span.end - span.begin});
+    }
     for (int i = batch.first; i < batch.last; ++i) {
+      if (!ReadsDirectly(plan.tensors(i))) continue;
       for (const v1::CopyOp& op : plan.tensors(i).ops()) {
         if (op.shard_index() != region.shard_index()) continue;
         transfers[r].push_back({region.remote_address() + op.src_offset(),
@@ -241,29 +232,60 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
   ShapeLike(plan, fetched);
   fetched.by_ucx = true;
   const std::vector<TensorBatch> batches = BatchesOf(plan);
-  // Every batch stages into its own part, so that no get overwrites bytes still being copied.
+  // Batches take turns in two staging slots, so staging stays bounded by two batches' spans
+  // whatever the adapter's size: a get into a slot waits until the copies out of the batch
+  // before last, which used it, are done.
   std::vector<absl::flat_hash_map<int, std::vector<StagedSpan>>> spans(batches.size());
-  uint64_t staging_bytes = 0;
+  std::vector<int> staged_tensors(batches.size(), 0);
+  uint64_t slot_bytes = 0;
   for (size_t b = 0; b < batches.size(); ++b) {
-    if (batches[b].direct) continue;
+    uint64_t batch_bytes = 0;
     for (const v1::ShardRegion& region : plan.shards()) {
       std::vector<StagedSpan>& shard_spans = spans[b][region.shard_index()] =
           SpansOf(plan, batches[b].first, batches[b].last, region.shard_index());
       for (StagedSpan& span : shard_spans) {
-        span.staged_at = staging_bytes;
-        staging_bytes += span.end - span.begin;
+        span.staged_at = batch_bytes;
+        batch_bytes += span.end - span.begin;
       }
     }
+    for (int i = batches[b].first; i < batches[b].last; ++i) {
+      staged_tensors[b] += ReadsDirectly(plan.tensors(i)) ? 0 : 1;
+    }
+    slot_bytes = std::max(slot_bytes, batch_bytes);
   }
-  char* staging = Staging(staging_bytes);
+  char* const staging = Staging(2 * slot_bytes);
+  // Per batch, its staged tensors not yet copied out of its slot.
+  struct SlotCopies {
+    std::atomic<int> left;
+    absl::Notification done;
+  };
+  std::vector<std::unique_ptr<SlotCopies>> copies(batches.size());
   ParallelTasks finishing;
   absl::Status pulled;
   for (size_t b = 0; b < batches.size() && pulled.ok(); ++b) {
-    pulled = batches[b].direct ? GetDirect(plan, batches[b], peer, deadline, fetched)
-                               : GetStaged(plan.shards(), spans[b], staging, peer, deadline);
-    for (int i = batches[b].first; i < batches[b].last && pulled.ok(); ++i) {
-      finishing.Add([&, b, i] {
-        if (!batches[b].direct) Assemble(plan.tensors(i), spans[b], staging, fetched.tensors[i]);
+    const int slot = static_cast<int>(b % 2);
+    if (b >= 2 && copies[b - 2] != nullptr) {
+      // Helps with the copies (oldest first) rather than idling; once none waits, the rest are
+      // the helper's.
+      while (!copies[b - 2]->done.HasBeenNotified() && finishing.RunOne()) {
+      }
+      copies[b - 2]->done.WaitForNotification();
+    }
+    char* const slot_memory = staging + slot * slot_bytes;
+    pulled = GetBatch(plan, batches[b], spans[b], slot_memory, peer, deadline, fetched);
+    if (!pulled.ok()) break;
+    if (staged_tensors[b] > 0) {
+      copies[b] = std::make_unique<SlotCopies>();
+      copies[b]->left = staged_tensors[b];
+    }
+    for (int i = batches[b].first; i < batches[b].last; ++i) {
+      if (ReadsDirectly(plan.tensors(i))) {
+        finishing.Add([&fetched, i] { return VerifyChecksum(fetched.tensors[i]); });
+        continue;
+      }
+      finishing.Add([&, b, i, slot_memory] {
+        Assemble(plan.tensors(i), spans[b], slot_memory, fetched.tensors[i]);
+        if (--copies[b]->left == 0) copies[b]->done.Notify();
         return VerifyChecksum(fetched.tensors[i]);
       });
     }

@@ -62,6 +62,7 @@ std::vector<StagedSpan> SpansOf(const v1::GetReadPlanResponse& plan, int first, 
                                 int shard) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (int i = first; i < last; ++i) {
+    if (ReadsDirectly(plan.tensors(i))) continue;
     for (const v1::CopyOp& op : plan.tensors(i).ops()) {
       if (op.shard_index() != shard) continue;
       ranges.emplace_back(op.src_offset(),
@@ -84,9 +85,8 @@ std::vector<TensorBatch> BatchesOf(const v1::GetReadPlanResponse& plan) {
   std::vector<TensorBatch> batches;
   uint64_t bytes = kBatchBytes;
   for (int i = 0; i < plan.tensors_size(); ++i) {
-    const bool direct = ReadsDirectly(plan.tensors(i));
-    if (bytes >= kBatchBytes || batches.back().direct != direct) {
-      batches.push_back({.first = i, .last = i, .direct = direct});
+    if (bytes >= kBatchBytes) {
+      batches.push_back({.first = i, .last = i});
       bytes = 0;
     }
     ++batches.back().last;

@@ -39,17 +39,16 @@ using RegionsByShard = absl::flat_hash_map<int, const v1::ShardRegion*>;
 // must not make it write past its memory. INTERNAL naming the tensor otherwise.
 absl::StatusOr<RegionsByShard> CheckedRegions(const v1::GetReadPlanResponse& plan);
 
-// The merged spans of a shard that tensors [first, last) of a checked plan read; each op's
-// whole strided range lies in one. Spans closer than a gap that costs less than another round
-// trip are merged.
+// The merged spans of a shard that the staged tensors (those not read directly) among
+// [first, last) of a checked plan read; each op's whole strided range lies in one. Spans closer
+// than a gap that costs less than another round trip are merged.
 std::vector<StagedSpan> SpansOf(const v1::GetReadPlanResponse& plan, int first, int last,
                                 int shard);
 
-// Consecutive tensors [first, last) of a plan, about kBatchBytes together, read one way.
+// Consecutive tensors [first, last) of a plan, about kBatchBytes together.
 struct TensorBatch {
   int first = 0;
   int last = 0;
-  bool direct = false;
 };
 
 // Tensors are pulled in batches of about this many bytes: the copies and checksums of a batch
