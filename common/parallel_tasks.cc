@@ -6,23 +6,29 @@ namespace tandem {
 
 ParallelTasks::ParallelTasks() : helper_([this] { Drain(/*until_finishing=*/true); }) {}
 
-ParallelTasks::~ParallelTasks() {
-  if (helper_.joinable()) Finish().IgnoreError();
-}
+ParallelTasks::~ParallelTasks() { Finish().IgnoreError(); }
 
 void ParallelTasks::Add(absl::AnyInvocable<absl::Status() &&> task) {
-  absl::MutexLock lock(&mutex_);
-  queue_.push_back(std::move(task));
+  {
+    absl::MutexLock lock(&mutex_);
+    if (!finished_) {
+      queue_.push_back(std::move(task));
+      return;
+    }
+  }
+  Run(std::move(task));  // After Finish nobody else would.
 }
 
 absl::Status ParallelTasks::Finish() {
   {
     absl::MutexLock lock(&mutex_);
+    if (finished_) return first_error_;
     finishing_ = true;
   }
   Drain(/*until_finishing=*/false);
   helper_.join();
   absl::MutexLock lock(&mutex_);
+  finished_ = true;
   return first_error_;
 }
 

@@ -22,13 +22,15 @@ class ParallelTasks {
   ParallelTasks(const ParallelTasks&) = delete;
   ParallelTasks& operator=(const ParallelTasks&) = delete;
 
+  // Queues `task`; after Finish, runs it on the calling thread (its error then only counts for
+  // a later Finish).
   void Add(absl::AnyInvocable<absl::Status() &&> task);
   // Runs the oldest task not yet started on the calling thread, if there is one: how a caller
   // that waits on what its tasks signal helps instead of idling. False if none was waiting.
   bool RunOne();
   // Runs tasks on the calling thread too until none is left, waits for the helper's, and
   // returns the first error. Every added task runs, also after one failed: callers may wait
-  // on what their tasks signal.
+  // on what their tasks signal. Calling it again returns the same.
   absl::Status Finish();
 
  private:
@@ -39,6 +41,7 @@ class ParallelTasks {
   absl::Mutex mutex_;
   std::deque<absl::AnyInvocable<absl::Status() &&>> queue_ ABSL_GUARDED_BY(mutex_);
   bool finishing_ ABSL_GUARDED_BY(mutex_) = false;
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;  // The helper has been joined.
   absl::Status first_error_ ABSL_GUARDED_BY(mutex_);
   std::thread helper_;
 };

@@ -110,6 +110,19 @@ TEST(ParallelTasksTest, ReturnsTheFirstErrorAndStillRunsEveryTask) {
   EXPECT_EQ(later_runs.load(), 10);
 }
 
+TEST(ParallelTasksTest, FinishTwiceAndTasksAddedAfterFinish) {
+  ParallelTasks tasks;
+  tasks.Add([] { return absl::AbortedError("first"); });
+  EXPECT_EQ(tasks.Finish().message(), "first");
+  EXPECT_EQ(tasks.Finish().message(), "first");
+  bool ran = false;
+  tasks.Add([&] {
+    ran = true;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(ran);  // Run on the caller: no helper is left.
+}
+
 TEST(ParallelTasksTest, DestructionWithoutFinishWaitsForTheTasks) {
   std::atomic<int> runs = 0;
   {

@@ -17,8 +17,7 @@ float RoundToE4M3(float x) {
   int exponent = 0;
   std::frexp(magnitude, &exponent);  // magnitude = m * 2^exponent, m in [0.5, 1).
   // Three mantissa bits: values of the binade [2^(e-1), 2^e) are 2^(e-4) apart.
-  const float quantum =
-      magnitude < kSmallestNormal ? 0x1p-9f : std::ldexp(1.0f, exponent - 4);
+  const float quantum = magnitude < kSmallestNormal ? 0x1p-9f : std::ldexp(1.0f, exponent - 4);
   // Dividing and multiplying by a power of two is exact; nearbyint rounds ties to even.
   return std::copysign(std::nearbyint(magnitude / quantum) * quantum, x);
 }
@@ -28,8 +27,9 @@ void QuantizeRowsToE4M3(float* x, int64_t rows, int64_t cols) {
     float* row = x + r * cols;
     float absmax = 0.0f;
     for (int64_t c = 0; c < cols; ++c) absmax = std::max(absmax, std::fabs(row[c]));
-    if (absmax == 0.0f) continue;
     const float scale = absmax / kE4M3Max;
+    // A row so small its scale underflows (denormals) is kept as is: x / 0 would be NaN.
+    if (!std::isnormal(scale)) continue;
     for (int64_t c = 0; c < cols; ++c) row[c] = RoundToE4M3(row[c] / scale) * scale;
   }
 }

@@ -18,7 +18,8 @@ float RoundToE4M3(float x);
 
 // Quantizes each of `rows` rows of `cols` values with its own scale (absmax / 448): the dynamic
 // per-token scaling of activations, and the per-output-channel scaling of a [out, in] weight.
-// x = RoundToE4M3(x / scale) * scale; a row of zeros stays zero.
+// x = RoundToE4M3(x / scale) * scale; a row of zeros, or of values so small that the scale
+// would underflow, stays as it is.
 void QuantizeRowsToE4M3(float* x, int64_t rows, int64_t cols);
 
 }  // namespace tandem::cpu

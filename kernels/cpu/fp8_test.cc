@@ -1,6 +1,7 @@
 #include "kernels/cpu/fp8.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -64,8 +65,15 @@ TEST(Fp8Test, LargeValuesSaturateTinyOnesFlushAndNanStays) {
 }
 
 TEST(Fp8Test, RowsGetTheirOwnScales) {
-  std::vector<float> rows = {1.0f, -2.0f, 0.5f, /*row 2*/ 0.0f, 0.0f, 0.0f,
-                             /*row 3*/ 1000.0f, 3.0f, -0.001f};
+  std::vector<float> rows = {1.0f,
+                             -2.0f,
+                             0.5f,
+                             /*row 2*/ 0.0f,
+                             0.0f,
+                             0.0f,
+                             /*row 3*/ 1000.0f,
+                             3.0f,
+                             -0.001f};
   QuantizeRowsToE4M3(rows.data(), 3, 3);
   EXPECT_EQ(rows[1], -2.0f) << "the absmax of a row maps to 448 and back exactly";
   EXPECT_EQ(rows[0], 1.0f);
@@ -73,6 +81,14 @@ TEST(Fp8Test, RowsGetTheirOwnScales) {
   EXPECT_EQ(rows[6], 1000.0f);
   EXPECT_NEAR(rows[7], 3.0f, 3.0f / 16);  // Three mantissa bits: relative error up to 1/16.
   EXPECT_EQ(rows[8], 0.0f) << "1e-6 of the absmax is below E4M3's range";
+}
+
+TEST(Fp8Test, RowsTooSmallToScaleStayAsTheyAre) {
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  std::vector<float> row = {tiny, -3 * tiny, 0};
+  const std::vector<float> original = row;
+  QuantizeRowsToE4M3(row.data(), 1, 3);
+  EXPECT_EQ(row, original);
 }
 
 }  // namespace

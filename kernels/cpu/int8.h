@@ -13,7 +13,8 @@ inline constexpr float kInt8Max = 127.0f;
 
 // Quantizes each of `rows` rows of `cols` values with its own scale (absmax / 127), the
 // per-output-channel scaling of a [out, in] weight: x = clamp(round(x / scale), -127, 127) *
-// scale, rounding half to even. A row of zeros stays zero; NaN stays NaN.
+// scale, rounding half to even. A row of zeros, or of values so small that the scale would
+// underflow, stays as it is; NaN stays NaN.
 void QuantizeRowsToInt8(float* x, int64_t rows, int64_t cols);
 
 }  // namespace tandem::cpu

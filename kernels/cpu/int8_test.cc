@@ -42,6 +42,14 @@ TEST(Int8Test, ExactValuesStayExactAndHalvesRoundToEven) {
   EXPECT_EQ(x, (std::vector<float>{127, -3, 2, 4, -2, 0}));
 }
 
+TEST(Int8Test, RowsTooSmallToScaleStayAsTheyAre) {
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  std::vector<float> x = {tiny, -3 * tiny, 0};
+  const std::vector<float> original = x;
+  QuantizeRowsToInt8(x.data(), 1, 3);
+  EXPECT_EQ(x, original);
+}
+
 TEST(Int8Test, ZeroRowsStayZeroAndNanStaysNan) {
   std::vector<float> zeros(8, 0.0f);
   QuantizeRowsToInt8(zeros.data(), 2, 4);

@@ -335,8 +335,20 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
   absl::StatusOr<transfer::UcxPeer*> peer = PeerFor(*options.ucx, plan.store_worker_address());
   const absl::Status pulled = peer.ok() ? PullPlan(plan, **peer, deadline, fetched) : peer.status();
   if (!pulled.ok()) peer_.reset();  // A broken endpoint is not reused.
+  if (peer.ok() && !pulled.ok()) SetAsideMemoryOf(fetched);
   release();
   return pulled;
+}
+
+// Over tcp, replies to gets issued on an endpoint that was then force-closed can still arrive
+// and land in the memory they were reading into (see UcxPeer::Get). That memory (the tensors'
+// and the staging) is set aside instead of being refilled by the gRPC fallback or the next
+// fetch; the last kSetAsideFetches failures' memory is kept, older is freed.
+void AdapterFetcher::SetAsideMemoryOf(FetchedAdapter& fetched) {
+  set_aside_.push_back({std::move(fetched.tensors), std::move(staging_)});
+  fetched.tensors.clear();
+  staging_bytes_ = 0;
+  if (set_aside_.size() > kSetAsideFetches) set_aside_.pop_front();
 }
 
 AdapterFetcher::~AdapterFetcher() {
@@ -344,7 +356,12 @@ AdapterFetcher::~AdapterFetcher() {
   const auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(releases_->mutex) {
     return releases_->count == 0;
   };
-  releases_->mutex.AwaitWithTimeout(absl::Condition(&done), kReleaseTimeout);
+  if (!releases_->mutex.AwaitWithTimeout(absl::Condition(&done), kReleaseWaitOnExit)) {
+    spdlog::warn(
+        "weight-store client: {} lease release(s) still pending; the store will expire "
+        "them at their TTL",
+        releases_->count);
+  }
 }
 
 // The fetch is complete once its reads are: the release need not hold up the caller. One that

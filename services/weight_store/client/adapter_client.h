@@ -1,6 +1,7 @@
 #ifndef TANDEM_SERVICES_WEIGHT_STORE_CLIENT_ADAPTER_CLIENT_H_
 #define TANDEM_SERVICES_WEIGHT_STORE_CLIENT_ADAPTER_CLIENT_H_
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,8 +57,9 @@ struct FetchedAdapter {
 class AdapterFetcher {
  public:
   explicit AdapterFetcher(v1::WeightStoreService::StubInterface& stub) : stub_(stub) {}
-  // Waits (up to 10 s) for the lease releases still in flight, so that a short-lived fetcher
-  // (a CLI's) leaves no lease pinning a version until its TTL.
+  // Waits (up to 2 s) for the lease releases still in flight, so that a short-lived fetcher
+  // (a tool's) leaves no lease pinning a version until its TTL; a release still pending then
+  // completes or times out on its own.
   ~AdapterFetcher();
 
   AdapterFetcher(const AdapterFetcher&) = delete;
@@ -82,8 +84,17 @@ class AdapterFetcher {
                                              const std::string& store_address);
   // Releases a lease without waiting for the reply.
   void ReleaseInBackground(const std::string& lease_id);
+  // After a failed UCX fetch: keeps the memory its reads targeted out of further use.
+  void SetAsideMemoryOf(FetchedAdapter& fetched);
+
+  static constexpr size_t kSetAsideFetches = 2;
+  struct SetAside {
+    std::vector<FetchedTensor> tensors;
+    std::unique_ptr<char[]> staging;
+  };
 
   static constexpr absl::Duration kReleaseTimeout = absl::Seconds(10);
+  static constexpr absl::Duration kReleaseWaitOnExit = absl::Seconds(2);
   // Lease releases in flight; shared with their callbacks, which may outlive the fetcher.
   struct PendingReleases {
     absl::Mutex mutex;
@@ -97,6 +108,7 @@ class AdapterFetcher {
   std::unique_ptr<char[]> staging_;  // Not zero-filled: gets overwrite what a fetch reads.
   uint64_t staging_bytes_ = 0;
   std::shared_ptr<PendingReleases> releases_ = std::make_shared<PendingReleases>();
+  std::deque<SetAside> set_aside_;
 };
 
 // One fetch with a fresh AdapterFetcher.
