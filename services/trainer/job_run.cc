@@ -28,6 +28,7 @@
 #include "services/trainer/policy_update.h"
 #include "services/trainer/service_endpoints.h"
 #include "services/trainer/task_source.h"
+#include "services/trainer/version_pin.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
 #include "tandem/v1/rollout.grpc.pb.h"
@@ -645,9 +646,14 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     metrics.set_generation_seconds(SecondsSince(step_start));
     for (int64_t next = ahead.empty() ? step + 1 : ahead.back().step + 1;
          next <= std::min(step + lookahead, spec_.num_steps()); ++next) {
-      ahead.push_back({next, version, std::async(std::launch::async, [this, next, v = version] {
-                         return Generate(next, v);
-                       })});
+      // Held until the step takes the samples: publishing ahead must not retire the version
+      // under a retry of this generation.
+      std::shared_ptr<VersionPin> pin = VersionPin::Take(
+          *weight_store_, spec_.adapter_name(), version, absl::StrCat("trainer/", job_.id()),
+          std::clamp(environment_.rpc_timeout, absl::Seconds(1), absl::Seconds(600)));
+      ahead.push_back({next, version,
+                       std::async(std::launch::async,
+                                  [this, next, v = version, pin] { return Generate(next, v); })});
     }
     if (cancelled) return Cancelled();
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/safetensors.h"
+#include "common/testing/http_get.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
 #include "engine/model.h"
@@ -312,6 +313,29 @@ TEST_F(JobRunTest, AsyncGenerationRunsUpToMaxStalenessStepsAhead) {
       EXPECT_THAT(behind, ElementsAre(0, 1, 2, 2, 2));
     }
   }
+}
+
+// A generation running ahead holds a weight-store lease on the version it asks for, so that
+// publishing ahead cannot retire it under a retry; the leases go with their steps.
+TEST_F(JobRunTest, GenerationsAheadPinTheirVersionInTheWeightStore) {
+  const auto active_leases = [this] {
+    auto page = tandem::testing::HttpGet(
+        absl::StrCat("http://127.0.0.1:", store_.server->metrics_port(), "/metrics"));
+    const std::string key = "\ntandem_weight_store_active_leases ";
+    const size_t at = page.ok() ? page->find(key) : std::string::npos;
+    return at == std::string::npos ? -1 : std::atoi(page->c_str() + at + key.size());
+  };
+  std::atomic<int> most_leases_while_ahead = 0;
+  rollout_.before_generate = [&](int call, const v1::GenerateRequest&) {
+    if (call >= 2)
+      most_leases_while_ahead = std::max(most_leases_while_ahead.load(), active_leases());
+  };
+  v1::Job job = Job(4);
+  job.mutable_spec()->set_sync_mode(v1::SYNC_MODE_ASYNC);
+  job.mutable_spec()->set_max_staleness(2);
+  ASSERT_TRUE(Run(job, not_cancelled_).ok());
+  EXPECT_GE(most_leases_while_ahead.load(), 1);
+  EXPECT_EQ(active_leases(), 0);
 }
 
 // With partial_rollouts, generation asks for version switches, and a sample that finished on a
