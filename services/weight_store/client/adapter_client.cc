@@ -262,7 +262,13 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
   std::vector<std::unique_ptr<SlotCopies>> copies(batches.size());
   ParallelTasks finishing;
   absl::Status pulled;
-  for (size_t b = 0; b < batches.size() && pulled.ok(); ++b) {
+  std::atomic<bool> corrupt = false;  // A tensor failed its check: no need to read on.
+  const auto verify = [&fetched, &corrupt](int i) {
+    absl::Status status = VerifyChecksum(fetched.tensors[i]);
+    if (!status.ok()) corrupt = true;
+    return status;
+  };
+  for (size_t b = 0; b < batches.size() && pulled.ok() && !corrupt; ++b) {
     const int slot = static_cast<int>(b % 2);
     if (b >= 2 && copies[b - 2] != nullptr) {
       // Helps with the copies (oldest first) rather than idling; once none waits, the rest are
@@ -280,13 +286,13 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
     }
     for (int i = batches[b].first; i < batches[b].last; ++i) {
       if (ReadsDirectly(plan.tensors(i))) {
-        finishing.Add([&fetched, i] { return VerifyChecksum(fetched.tensors[i]); });
+        finishing.Add([&verify, i] { return verify(i); });
         continue;
       }
       finishing.Add([&, b, i, slot_memory] {
         Assemble(plan.tensors(i), spans[b], slot_memory, fetched.tensors[i]);
         if (--copies[b]->left == 0) copies[b]->done.Notify();
-        return VerifyChecksum(fetched.tensors[i]);
+        return verify(i);
       });
     }
   }
