@@ -9,8 +9,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
-#include "transfer/lora_layout.h"
 #include "tandem/v1/weight_store.pb.h"
+#include "transfer/lora_layout.h"
 
 namespace tandem::transfer {
 
@@ -60,6 +60,22 @@ struct TestAdapterSpec {
   ModelShape model = kTinyModel;
   int rank = 4;
 };
+
+// A producer at TP 2 x EP 2 and rank 16 of DeepSeek-like layers (about 2.5 MiB of LoRA each),
+// as many as make about `mib` MiB (one layer below 2 MiB).
+inline TestAdapterSpec TestAdapterSpecOfSize(double mib) {
+  TestAdapterSpec spec{.tp_size = 2, .ep_size = 2, .rank = 16};
+  spec.model = {.num_layers = std::max(1, static_cast<int>(mib / 2.57 + 0.5)),
+                .num_dense_layers = 1,
+                .hidden = 1024,
+                .q_out = 1024,
+                .kv_out = 256,
+                .dense_ffn = 2048,
+                .expert_ffn = 512,
+                .num_experts = 16};
+  if (mib < 2) spec.model.num_layers = 1;
+  return spec;
+}
 
 inline TestAdapter MakeTestAdapter(const std::string& name, int64_t version, uint64_t seed,
                                    const TestAdapterSpec& spec = {}) {

@@ -648,9 +648,9 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
          next <= std::min(step + lookahead, spec_.num_steps()); ++next) {
       // Held until the step takes the samples: publishing ahead must not retire the version
       // under a retry of this generation.
-      std::shared_ptr<VersionPin> pin = VersionPin::Take(
-          *weight_store_, spec_.adapter_name(), version, absl::StrCat("trainer/", job_.id()),
-          std::clamp(environment_.rpc_timeout, absl::Seconds(1), absl::Seconds(600)));
+      std::shared_ptr<VersionPin> pin =
+          VersionPin::Take(*weight_store_, spec_.adapter_name(), version,
+                           absl::StrCat("trainer/", job_.id()), environment_.rpc_timeout);
       ahead.push_back({next, version,
                        std::async(std::launch::async,
                                   [this, next, v = version, pin] { return Generate(next, v); })});

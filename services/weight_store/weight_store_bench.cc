@@ -41,21 +41,6 @@ double SecondsSince(Clock::time_point start) {
 
 double MiB(double bytes) { return bytes / (1 << 20); }
 
-// A DeepSeek-like expert layer is about 2.4 MiB of rank-16 LoRA here; layers set the size.
-transfer::TestAdapterSpec SpecOfSize(double mib) {
-  transfer::TestAdapterSpec spec{.tp_size = 2, .ep_size = 2, .rank = 16};
-  spec.model = {.num_layers = std::max(1, static_cast<int>(mib / 2.57 + 0.5)),
-                .num_dense_layers = 1,
-                .hidden = 1024,
-                .q_out = 1024,
-                .kv_out = 256,
-                .dense_ffn = 2048,
-                .expert_ffn = 512,
-                .num_experts = 16};
-  if (mib < 2) spec.model.num_layers = 1;
-  return spec;
-}
-
 // ucx_perftest ucp_get of `bytes` on the same transports: the transport's own figure, MiB/s.
 double PerftestGetMiBps(size_t bytes) {
   const std::string tls = absl::GetFlag(FLAGS_transports);
@@ -158,12 +143,12 @@ double PublishToSubscribers(const transfer::TestAdapter& adapter, transfer::UcxW
       ++watching;
       while (reader->Read(&event) && event.version().version() < adapter.manifest.version()) {
       }
-      const absl::Status fetched = subscriber.fetcher.FetchInto(
-          adapter.manifest.adapter_name(), adapter.manifest.version(),
-          {.target = Stacked(),
-           .ucx = subscribers_by_ucx ? subscriber.ucx.get() : nullptr,
-           .holder = absl::StrCat("r", r)},
-          subscriber.fetched);
+      const absl::Status fetched =
+          subscriber.fetcher.FetchInto(adapter.manifest.adapter_name(), adapter.manifest.version(),
+                                       {.target = Stacked(),
+                                        .ucx = subscribers_by_ucx ? subscriber.ucx.get() : nullptr,
+                                        .holder = absl::StrCat("r", r)},
+                                       subscriber.fetched);
       done[r] = fetched.ok() ? SecondsSince(start) : -1;
       context.TryCancel();
     });
@@ -197,24 +182,28 @@ void Run() {
     // The first versions of a size warm the subscribers' memory and, once the store retires one
     // (it keeps 2), the store's: the one after them is a steady refit.
     const double first = PublishToSubscribers(
-        transfer::MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size))),
+        transfer::MakeTestAdapter("bench", ++version, version,
+                                  transfer::TestAdapterSpecOfSize(std::stod(size))),
         *producer, subscribers);
     for (int warm_up = 0; warm_up < 2; ++warm_up) {
       PublishToSubscribers(
-          transfer::MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size))),
+          transfer::MakeTestAdapter("bench", ++version, version,
+                                    transfer::TestAdapterSpecOfSize(std::stod(size))),
           *producer, subscribers);
     }
-    const transfer::TestAdapter adapter =
-        transfer::MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size)));
+    const transfer::TestAdapter adapter = transfer::MakeTestAdapter(
+        "bench", ++version, version, transfer::TestAdapterSpecOfSize(std::stod(size)));
     double bytes = 0;
     for (const std::string& shard : adapter.shards) bytes += static_cast<double>(shard.size());
     const double latency = PublishToSubscribers(adapter, *producer, subscribers);
     // The same steady refit with subscribers that fetch by gRPC (after one warm-up).
     PublishToSubscribers(
-        transfer::MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size))),
+        transfer::MakeTestAdapter("bench", ++version, version,
+                                  transfer::TestAdapterSpecOfSize(std::stod(size))),
         *producer, subscribers, /*subscribers_by_ucx=*/false);
     const double grpc_latency = PublishToSubscribers(
-        transfer::MakeTestAdapter("bench", ++version, version, SpecOfSize(std::stod(size))),
+        transfer::MakeTestAdapter("bench", ++version, version,
+                                  transfer::TestAdapterSpecOfSize(std::stod(size))),
         *producer, subscribers, /*subscribers_by_ucx=*/false);
     const double ucx = FetchMiBps(store, "bench", version, bytes, consumer.get());
     const double grpc = FetchMiBps(store, "bench", version, bytes, nullptr);

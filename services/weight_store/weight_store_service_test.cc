@@ -164,19 +164,11 @@ TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
   }
 }
 
-// A 47 MiB adapter merged from TP-2/EP-2 shards pulls three staging batches through the
+// A ~47 MiB adapter merged from TP-2/EP-2 shards pulls three staging batches through the
 // fetcher's two staging slots: the UCX fetch still equals the gRPC stream's bytes.
 TEST_F(WeightStoreServiceTest, ALargeUcxFetchCyclesItsStagingSlotsAndMatchesGrpc) {
-  transfer::TestAdapterSpec spec{.tp_size = 2, .ep_size = 2, .rank = 16};
-  spec.model = {.num_layers = 20,
-                .num_dense_layers = 1,
-                .hidden = 1024,
-                .q_out = 1024,
-                .kv_out = 256,
-                .dense_ffn = 2048,
-                .expert_ffn = 512,
-                .num_experts = 16};
-  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("big", 1, 7, spec);
+  const transfer::TestAdapter adapter =
+      transfer::MakeTestAdapter("big", 1, 7, transfer::TestAdapterSpecOfSize(52));
   size_t bytes = 0;
   for (const std::string& shard : adapter.shards) bytes += shard.size();
   ASSERT_GT(bytes, 2 * kBatchBytes + (size_t{8} << 20));  // At least three batches.

@@ -307,26 +307,14 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
   // the lease does, or the version may be retired and its memory reused under the reads.
   const absl::Duration budget = std::clamp(options.timeout, absl::Seconds(1), absl::Seconds(600));
   const absl::Time deadline = absl::Now() + budget;
-  v1::AcquireLeaseRequest lease_request;
-  lease_request.set_adapter_name(std::string(adapter));
-  lease_request.set_version(version);
-  lease_request.set_holder(options.holder);
-  lease_request.set_ttl_seconds(absl::ToDoubleSeconds(budget));
-  v1::AcquireLeaseResponse lease;
-  {
-    grpc::ClientContext context;
-    SetTimeout(context, absl::Seconds(30));
-    if (absl::Status status = Checked(stub.AcquireLease(&context, lease_request, &lease));
-        !status.ok()) {
-      return status;
-    }
-  }
-  const auto release = [&] { ReleaseInBackground(lease.lease_id()); };
+  absl::StatusOr<std::string> lease = AcquireLease(stub, adapter, version, options.holder, budget);
+  if (!lease.ok()) return lease.status();
+  const auto release = [&] { ReleaseInBackground(*lease); };
   v1::GetReadPlanRequest plan_request;
   plan_request.set_adapter_name(std::string(adapter));
   plan_request.set_version(version);
   *plan_request.mutable_target() = options.target;
-  plan_request.set_lease_id(lease.lease_id());
+  plan_request.set_lease_id(*lease);
   for (const std::string& name : options.tensor_names) plan_request.add_tensor_names(name);
   v1::GetReadPlanResponse plan;
   {
@@ -374,6 +362,11 @@ AdapterFetcher::~AdapterFetcher() {
 // fails leaves the lease to expire at its TTL, as a failed synchronous one would. Stubs without
 // the callback API (test doubles) release synchronously.
 void AdapterFetcher::ReleaseInBackground(const std::string& lease_id) {
+  v1::WeightStoreService::StubInterface::async_interface* async = stub_.async();
+  if (async == nullptr) {
+    ReleaseLease(stub_, lease_id);
+    return;
+  }
   struct Call {
     grpc::ClientContext context;
     v1::ReleaseLeaseRequest request;
@@ -382,11 +375,6 @@ void AdapterFetcher::ReleaseInBackground(const std::string& lease_id) {
   auto call = std::make_unique<Call>();
   SetTimeout(call->context, kReleaseTimeout);
   call->request.set_lease_id(lease_id);
-  v1::WeightStoreService::StubInterface::async_interface* async = stub_.async();
-  if (async == nullptr) {
-    stub_.ReleaseLease(&call->context, call->request, &call->response);
-    return;
-  }
   {
     absl::MutexLock lock(&releases_->mutex);
     ++releases_->count;
@@ -434,6 +422,34 @@ absl::StatusOr<FetchedAdapter> AdapterFetcher::Fetch(absl::string_view adapter, 
     return status;
   }
   return fetched;
+}
+
+absl::StatusOr<std::string> AcquireLease(v1::WeightStoreService::StubInterface& stub,
+                                         absl::string_view adapter, int64_t version,
+                                         absl::string_view holder, absl::Duration ttl) {
+  v1::AcquireLeaseRequest request;
+  request.set_adapter_name(std::string(adapter));
+  request.set_version(version);
+  request.set_holder(std::string(holder));
+  request.set_ttl_seconds(
+      absl::ToDoubleSeconds(std::clamp(ttl, absl::Seconds(1), absl::Seconds(600))));
+  v1::AcquireLeaseResponse response;
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(30));
+  if (absl::Status status = Checked(stub.AcquireLease(&context, request, &response));
+      !status.ok()) {
+    return status;
+  }
+  return response.lease_id();
+}
+
+void ReleaseLease(v1::WeightStoreService::StubInterface& stub, const std::string& lease_id) {
+  v1::ReleaseLeaseRequest request;
+  request.set_lease_id(lease_id);
+  v1::ReleaseLeaseResponse response;
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(10));
+  stub.ReleaseLease(&context, request, &response);
 }
 
 absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,

@@ -111,6 +111,15 @@ class AdapterFetcher {
   std::deque<SetAside> set_aside_;
 };
 
+// A lease on (adapter, version): while it lives (ttl, clamped to the store's 1..600 s) the store
+// neither retires the version nor reuses its memory. Returns the lease id.
+absl::StatusOr<std::string> AcquireLease(v1::WeightStoreService::StubInterface& stub,
+                                         absl::string_view adapter, int64_t version,
+                                         absl::string_view holder, absl::Duration ttl);
+
+// Releases a lease and waits for the reply; one that fails is left to expire at its TTL.
+void ReleaseLease(v1::WeightStoreService::StubInterface& stub, const std::string& lease_id);
+
 // One fetch with a fresh AdapterFetcher.
 absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,
                                             absl::string_view adapter, int64_t version,
