@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/adamw.h"
 
 namespace tandem::engine {
 namespace {
@@ -92,25 +93,12 @@ absl::Status AdamW::Step(float lr) {
         absl::StrCat("learning rate = ", lr, " must be non-negative and finite"));
   }
   ++step_;
-  const double t = static_cast<double>(step_);
-  const float step_size = static_cast<float>(lr / (1.0 - std::pow(config_.beta1, t)));
-  const float bias_correction2_sqrt =
-      static_cast<float>(std::sqrt(1.0 - std::pow(config_.beta2, t)));
-  const float decay_factor = 1.0f - lr * config_.weight_decay;
-  const float beta1 = config_.beta1;
-  const float beta2 = config_.beta2;
+  const cpu::AdamWStep constants = cpu::AdamWStep::For(
+      lr, step_, config_.beta1, config_.beta2, config_.eps, config_.weight_decay);
   for (size_t p = 0; p < params_.size(); ++p) {
     const Param& param = params_[p];
-    float* m = exp_avg_[p].data();
-    float* v = exp_avg_sq_[p].data();
-    for (int64_t i = 0; i < param.size; ++i) {
-      const float g = param.grad[i];
-      if (param.decay) param.value[i] *= decay_factor;
-      m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-      v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-      const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + config_.eps;
-      param.value[i] -= step_size * m[i] / denom;
-    }
+    cpu::AdamWUpdate(param.value, param.grad, exp_avg_[p].data(), exp_avg_sq_[p].data(),
+                     param.size, param.decay, constants);
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include "common/dtype.h"
 #include "engine/transformer_activations.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grouped_lora.h"
@@ -220,7 +221,7 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
   const int d = config_.d_model;
   const float* embedding = Weight("model.embed_tokens.weight").value.data();
   std::vector<float> x(static_cast<size_t>(rows) * d);
-  for (int t = 0; t < rows; ++t) std::copy_n(embedding + int64_t{tokens_[t]} * d, d, &x[t * d]);
+  cpu::EmbeddingGather(embedding, tokens_.data(), x.data(), rows, d);
   Round(x.data(), x.size());
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     layers_[layer].input = x;
@@ -245,7 +246,7 @@ void Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
   live_routes_.assign(routes_.size(), -1);
   stats_ = RoutingStats{};
   std::vector<float> x(static_cast<size_t>(rows) * d);
-  for (int t = 0; t < rows; ++t) std::copy_n(embedding + int64_t{tokens[t]} * d, d, &x[t * d]);
+  cpu::EmbeddingGather(embedding, tokens, x.data(), rows, d);
   Round(x.data(), x.size());
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     layers_[layer].input = std::move(x);
@@ -535,9 +536,7 @@ void Transformer::Backward(const float* dlogits, const float* dhidden) {
   for (int layer = config_.num_layers - 1; layer >= 0; --layer) BackwardLayer(layer, dx.data());
   Parameter& embedding = Weight("model.embed_tokens.weight");
   if (embedding.grad.empty()) return;
-  for (int t = 0; t < rows; ++t) {
-    AddInto(embedding.grad.data() + int64_t{tokens_[t]} * d, dx.data() + int64_t{t} * d, d);
-  }
+  cpu::EmbeddingBackward(dx.data(), tokens_.data(), embedding.grad.data(), rows, d);
 }
 
 // On entry dx holds d(loss)/d(layer output); on exit d(loss)/d(layer input).

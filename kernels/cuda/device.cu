@@ -1,6 +1,11 @@
 #include <cuda_runtime.h>
 
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace tandem::cuda {
 
@@ -11,6 +16,95 @@ int VisibleDeviceCount() {
     return 0;
   }
   return count;
+}
+
+absl::StatusOr<DeviceInfo> SelectDevice(int ordinal) {
+  const int count = VisibleDeviceCount();
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible");
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", ordinal, " requested but ", count, " visible"));
+  }
+  cudaDeviceProp properties;
+  if (absl::Status status = CudaStatus(cudaGetDeviceProperties(&properties, ordinal),
+                                       "cudaGetDeviceProperties");
+      !status.ok()) {
+    return status;
+  }
+  if (properties.major < 9) {
+    return absl::UnimplementedError(absl::StrCat(
+        "CUDA device ", ordinal, " (", properties.name, ") has compute capability ",
+        properties.major, ".", properties.minor, "; Tandem's kernels need 9.0 or newer"));
+  }
+  if (absl::Status status = CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"); !status.ok()) {
+    return status;
+  }
+  return DeviceInfo{.ordinal = ordinal,
+                    .name = properties.name,
+                    .compute_major = properties.major,
+                    .compute_minor = properties.minor,
+                    .total_bytes = static_cast<int64_t>(properties.totalGlobalMem),
+                    .multiprocessors = properties.multiProcessorCount};
+}
+
+absl::StatusOr<int> ParseCudaDevice(const std::string& device) {
+  if (device == "cuda") return 0;
+  int ordinal = 0;
+  if (device.rfind("cuda:", 0) == 0 && absl::SimpleAtoi(device.substr(5), &ordinal) &&
+      ordinal >= 0) {
+    return ordinal;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("device \"", device, "\" is not \"cuda\" or \"cuda:N\" with N >= 0"));
+}
+
+absl::Status Synchronize(Stream stream) {
+  return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+absl::StatusOr<DeviceMemory> DeviceMemory::Allocate(size_t bytes) {
+  DeviceMemory memory;
+  if (bytes == 0) return memory;
+  const cudaError_t error = cudaMalloc(&memory.data_, bytes);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    return absl::ResourceExhaustedError(absl::StrCat("CUDA out of memory: asked for ", bytes,
+                                                     " bytes, ", free_bytes, " of ", total_bytes,
+                                                     " free"));
+  }
+  if (absl::Status status = CudaStatus(error, "cudaMalloc"); !status.ok()) return status;
+  memory.bytes_ = bytes;
+  return memory;
+}
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
+  if (this != &other) {
+    cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+DeviceMemory::~DeviceMemory() { cudaFree(data_); }
+
+absl::Status CopyToDevice(void* device_destination, const void* host_source, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpy(device_destination, host_source, bytes, cudaMemcpyHostToDevice),
+                    "cudaMemcpy host to device");
+}
+
+absl::Status CopyToHost(void* host_destination, const void* device_source, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpy(host_destination, device_source, bytes, cudaMemcpyDeviceToHost),
+                    "cudaMemcpy device to host");
+}
+
+absl::Status ZeroDevice(void* device_destination, size_t bytes, Stream stream) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemsetAsync(device_destination, 0, bytes, stream), "cudaMemsetAsync");
 }
 
 }  // namespace tandem::cuda
