@@ -10,6 +10,7 @@
 namespace tandem::cuda {
 
 // Device twin of cpu::AdamWUpdate (same step constants, same element formula); device pointers.
+// Call it as cuda::AdamWUpdate: the cpu::AdamWStep argument makes lookup find the CPU twin too.
 absl::Status AdamWUpdate(float* value, const float* grad, float* exp_avg, float* exp_avg_sq,
                          int64_t n, bool decay, const cpu::AdamWStep& step,
                          Stream stream = nullptr);
