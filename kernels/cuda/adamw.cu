@@ -5,8 +5,8 @@ namespace tandem::cuda {
 namespace {
 
 __global__ void AdamWKernel(float* __restrict__ value, const float* __restrict__ grad,
-                            float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq,
-                            int64_t n, bool decay, cpu::AdamWStep step) {
+                            float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, int64_t n,
+                            bool decay, cpu::AdamWStep step) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = grad[i];

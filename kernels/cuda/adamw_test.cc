@@ -32,7 +32,8 @@ TEST_F(AdamWTest, ThreeStepsMatchTheCpu) {
 }
 
 TEST_F(AdamWTest, EmptyParameterIsANoOp) {
-  EXPECT_TRUE(cuda::AdamWUpdate(nullptr, nullptr, nullptr, nullptr, 0, true, cpu::AdamWStep{}).ok());
+  EXPECT_TRUE(
+      cuda::AdamWUpdate(nullptr, nullptr, nullptr, nullptr, 0, true, cpu::AdamWStep{}).ok());
 }
 
 }  // namespace

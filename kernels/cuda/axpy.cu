@@ -5,8 +5,7 @@
 namespace tandem::cuda {
 namespace {
 
-__global__ void AxpyKernel(float a, const float* __restrict__ x, float* __restrict__ y,
-                           int64_t n) {
+__global__ void AxpyKernel(float a, const float* __restrict__ x, float* __restrict__ y, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {

@@ -26,8 +26,8 @@ absl::StatusOr<DeviceInfo> SelectDevice(int ordinal) {
         absl::StrCat("CUDA device ", ordinal, " requested but ", count, " visible"));
   }
   cudaDeviceProp properties;
-  if (absl::Status status = CudaStatus(cudaGetDeviceProperties(&properties, ordinal),
-                                       "cudaGetDeviceProperties");
+  if (absl::Status status =
+          CudaStatus(cudaGetDeviceProperties(&properties, ordinal), "cudaGetDeviceProperties");
       !status.ok()) {
     return status;
   }

@@ -19,8 +19,8 @@ TEST(SelectDeviceTest, ExplainsAMissingDevice) {
   const int count = VisibleDeviceCount();
   const absl::StatusOr<DeviceInfo> device = SelectDevice(count);
   ASSERT_EQ(device.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(device.status().message(),
-                                count == 0 ? "no CUDA device" : "requested but"))
+  EXPECT_TRUE(
+      absl::StrContains(device.status().message(), count == 0 ? "no CUDA device" : "requested but"))
       << device.status();
 }
 

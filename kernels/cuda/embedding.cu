@@ -28,8 +28,8 @@ absl::Status EmbeddingGather(const float* table, const int* ids, float* out, int
   return LaunchStatus("EmbeddingGather");
 }
 
-absl::Status EmbeddingBackward(const float* dout, const int* ids, float* dtable, int rows,
-                               int dim, Stream stream) {
+absl::Status EmbeddingBackward(const float* dout, const int* ids, float* dtable, int rows, int dim,
+                               Stream stream) {
   if (rows == 0 || dim == 0) return absl::OkStatus();
   ScatterAddKernel<<<rows, kThreadsPerBlock, 0, stream>>>(dout, ids, dtable, dim);
   return LaunchStatus("EmbeddingBackward");

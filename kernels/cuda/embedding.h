@@ -10,8 +10,8 @@ namespace tandem::cuda {
 // atomics, so rows sharing an id sum in an unspecified order (equal to the CPU's up to rounding).
 absl::Status EmbeddingGather(const float* table, const int* ids, float* out, int rows, int dim,
                              Stream stream = nullptr);
-absl::Status EmbeddingBackward(const float* dout, const int* ids, float* dtable, int rows,
-                               int dim, Stream stream = nullptr);
+absl::Status EmbeddingBackward(const float* dout, const int* ids, float* dtable, int rows, int dim,
+                               Stream stream = nullptr);
 
 }  // namespace tandem::cuda
 

@@ -35,7 +35,8 @@ inline unsigned GridFor(int64_t n, int threads = kThreadsPerBlock) {
 }
 
 __device__ inline float WarpSum(float value) {
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(0xffffffff, value, offset);
   return value;
 }
 

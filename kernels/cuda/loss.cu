@@ -67,12 +67,11 @@ absl::Status TokenLogProbs(const float* logits, const int* targets, float* out, 
   return LaunchStatus("TokenLogProbs");
 }
 
-absl::Status TokenLogProbsBackward(const float* logits, const int* targets,
-                                   const float* dlogprob, float* dlogits, int rows, int vocab,
-                                   Stream stream) {
+absl::Status TokenLogProbsBackward(const float* logits, const int* targets, const float* dlogprob,
+                                   float* dlogits, int rows, int vocab, Stream stream) {
   if (rows == 0) return absl::OkStatus();
-  TokenLogProbsBackwardKernel<<<rows, kLossThreads, 0, stream>>>(logits, targets, dlogprob,
-                                                                 dlogits, vocab);
+  TokenLogProbsBackwardKernel<<<rows, kLossThreads, 0, stream>>>(logits, targets, dlogprob, dlogits,
+                                                                 vocab);
   return LaunchStatus("TokenLogProbsBackward");
 }
 

@@ -12,9 +12,8 @@ absl::Status LogSoftmax(const float* logits, float* logp, int rows, int vocab,
                         Stream stream = nullptr);
 absl::Status TokenLogProbs(const float* logits, const int* targets, float* out, float* lse,
                            int rows, int vocab, Stream stream = nullptr);
-absl::Status TokenLogProbsBackward(const float* logits, const int* targets,
-                                   const float* dlogprob, float* dlogits, int rows, int vocab,
-                                   Stream stream = nullptr);
+absl::Status TokenLogProbsBackward(const float* logits, const int* targets, const float* dlogprob,
+                                   float* dlogits, int rows, int vocab, Stream stream = nullptr);
 
 }  // namespace tandem::cuda
 

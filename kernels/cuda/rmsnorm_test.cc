@@ -6,8 +6,7 @@
 namespace tandem::cuda {
 namespace {
 
-class RmsNormTest : public CudaTest,
-                    public ::testing::WithParamInterface<std::pair<int, int>> {};
+class RmsNormTest : public CudaTest, public ::testing::WithParamInterface<std::pair<int, int>> {};
 
 // Rows x dim: a single odd row, a tall odd shape, DeepSeek-V3's width.
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
@@ -27,10 +26,10 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheCpu) {
   cpu::RmsNorm(x.data(), weight.data(), y.data(), rstd.data(), rows, dim, 1e-6f);
   cpu::RmsNormBackward(x.data(), weight.data(), rstd.data(), dy.data(), dx.data(), dweight.data(),
                        rows, dim);
-  ASSERT_TRUE(RmsNorm(x_d.data(), weight_d.data(), y_d.data(), rstd_d.data(), rows, dim, 1e-6f)
-                  .ok());
-  ASSERT_TRUE(RmsNormBackward(x_d.data(), weight_d.data(), rstd_d.data(), dy_d.data(),
-                              dx_d.data(), dweight_d.data(), rows, dim)
+  ASSERT_TRUE(
+      RmsNorm(x_d.data(), weight_d.data(), y_d.data(), rstd_d.data(), rows, dim, 1e-6f).ok());
+  ASSERT_TRUE(RmsNormBackward(x_d.data(), weight_d.data(), rstd_d.data(), dy_d.data(), dx_d.data(),
+                              dweight_d.data(), rows, dim)
                   .ok());
   // The CPU sums in double, the GPU in float trees: relative error grows like log2(dim) ulp.
   ExpectAllNear(Download(rstd_d), rstd, 0.0f, 1e-5f);

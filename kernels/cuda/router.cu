@@ -11,7 +11,9 @@ constexpr int kMaxGroups = 64;
 
 __device__ inline float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-unsigned WarpGrid(int T) { return static_cast<unsigned>((T + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+unsigned WarpGrid(int T) {
+  return static_cast<unsigned>((T + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
 
 // One warp per token: softmax over the row with warp-wide max and sum.
 __global__ void SoftmaxScoresKernel(const float* __restrict__ logits, float* __restrict__ scores,

@@ -63,7 +63,8 @@ TEST_P(RouterTest, RoutesAreIdenticalAndGatesMatchTheCpu) {
       cpu::GateWeights(scores.data(), ids.data(), T, E, k, normalize, gates.data());
       DeviceArray<float> gates_d = DeviceZeros<float>(gates.size());
       ASSERT_TRUE(
-          cuda::GateWeights(cpu_scores_d.data(), ids_d.data(), T, E, k, normalize, gates_d.data()).ok());
+          cuda::GateWeights(cpu_scores_d.data(), ids_d.data(), T, E, k, normalize, gates_d.data())
+              .ok());
       ExpectAllNear(Download(gates_d), gates, 1e-7f, 1e-6f);
 
       const std::vector<float> dgates = RandomFloats(gates.size(), 83);
@@ -72,8 +73,8 @@ TEST_P(RouterTest, RoutesAreIdenticalAndGatesMatchTheCpu) {
       cpu::RouterGatesBackward(logits.data(), scores.data(), ids.data(), dgates.data(),
                                dlogits.data(), T, E, k, normalize, scoring);
       ASSERT_TRUE(cuda::RouterGatesBackward(logits_d.data(), cpu_scores_d.data(), ids_d.data(),
-                                      dgates_d.data(), dlogits_d.data(), T, E, k, normalize,
-                                      scoring)
+                                            dgates_d.data(), dlogits_d.data(), T, E, k, normalize,
+                                            scoring)
                       .ok());
       ExpectAllNear(Download(dlogits_d), dlogits, 1e-6f, 1e-5f);
     }
@@ -91,7 +92,8 @@ TEST_F(CudaTest, TopKRanksNanLastAndBreaksTiesByLowerId) {
 
 TEST_F(CudaTest, TopKRejectsShapesTheKernelCannotServe) {
   int16_t* no_ids = nullptr;
-  EXPECT_EQ(cuda::TopK(nullptr, nullptr, 4, 8, 9, no_ids).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::TopK(nullptr, nullptr, 4, 8, 9, no_ids).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::TopK(nullptr, nullptr, 4, 128, 65, no_ids).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::TopK(nullptr, nullptr, 4, 256, 8, no_ids, {128, 4}).code(),

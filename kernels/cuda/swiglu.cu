@@ -40,8 +40,7 @@ absl::Status SwiGlu(const float* gate, const float* up, float* out, int64_t n, S
 absl::Status SwiGluBackward(const float* gate, const float* up, const float* dout, float* dgate,
                             float* dup, int64_t n, Stream stream) {
   if (n == 0) return absl::OkStatus();
-  SwiGluBackwardKernel<<<GridFor(n), kThreadsPerBlock, 0, stream>>>(gate, up, dout, dgate, dup,
-                                                                    n);
+  SwiGluBackwardKernel<<<GridFor(n), kThreadsPerBlock, 0, stream>>>(gate, up, dout, dgate, dup, n);
   return LaunchStatus("SwiGluBackward");
 }
 

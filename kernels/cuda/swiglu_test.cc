@@ -23,9 +23,9 @@ TEST_F(SwiGluTest, ForwardAndBackwardMatchTheCpuOnAnOddLength) {
   DeviceArray<float> out_d = DeviceZeros<float>(kN);
   DeviceArray<float> dgate_d = Upload(dgate_start), dup_d = Upload(dup_start);
   ASSERT_TRUE(SwiGlu(gate_d.data(), up_d.data(), out_d.data(), kN).ok());
-  ASSERT_TRUE(SwiGluBackward(gate_d.data(), up_d.data(), dout_d.data(), dgate_d.data(),
-                             dup_d.data(), kN)
-                  .ok());
+  ASSERT_TRUE(
+      SwiGluBackward(gate_d.data(), up_d.data(), dout_d.data(), dgate_d.data(), dup_d.data(), kN)
+          .ok());
   // expf on the GPU is within 2 ulp of the host's; products add a few more.
   ExpectAllNear(Download(out_d), out, 1e-6f, 1e-5f);
   ExpectAllNear(Download(dgate_d), dgate, 1e-6f, 1e-5f);
