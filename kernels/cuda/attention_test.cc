@@ -1,0 +1,85 @@
+#include "kernels/cuda/attention.h"
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/testing.h"
+
+namespace tandem::cuda {
+namespace {
+
+struct AttentionCase {
+  int tokens;
+  cpu::AttentionShape shape;
+};
+
+class AttentionTest : public CudaTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+// One token of one head of width 1; grouped-query with an odd length; latent attention's wider
+// queries and keys than values with its own scale; a long sequence of 128-wide heads.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Values(
+        AttentionCase{1, cpu::AttentionShape::Standard(1, 1, 1)},
+        AttentionCase{37, cpu::AttentionShape::Standard(8, 2, 32)},
+        AttentionCase{29, {.heads = 4, .kv_heads = 4, .qk_dim = 48, .v_dim = 32, .scale = 0.11f}},
+        AttentionCase{300, cpu::AttentionShape::Standard(4, 1, 128)}));
+
+TEST_P(AttentionTest, ForwardBackwardAndDecodeMatchTheCpu) {
+  const int T = GetParam().tokens;
+  const cpu::AttentionShape s = GetParam().shape;
+  const size_t q_size = size_t{1} * T * s.heads * s.qk_dim;
+  const size_t k_size = size_t{1} * T * s.kv_heads * s.qk_dim;
+  const size_t v_size = size_t{1} * T * s.kv_heads * s.v_dim;
+  const size_t out_size = size_t{1} * T * s.heads * s.v_dim;
+  const size_t probs_size = size_t{1} * s.heads * T * T;
+  const std::vector<float> q = RandomFloats(q_size, 101), k = RandomFloats(k_size, 102);
+  const std::vector<float> v = RandomFloats(v_size, 103), dout = RandomFloats(out_size, 104);
+  std::vector<float> out(out_size), probs(probs_size);
+  std::vector<float> dq = RandomFloats(q_size, 105), dk = RandomFloats(k_size, 106);
+  std::vector<float> dv = RandomFloats(v_size, 107);
+  DeviceArray<float> q_d = Upload(q), k_d = Upload(k), v_d = Upload(v), dout_d = Upload(dout);
+  DeviceArray<float> out_d = DeviceZeros<float>(out_size);
+  DeviceArray<float> probs_d = DeviceZeros<float>(probs_size);
+  DeviceArray<float> dq_d = Upload(dq), dk_d = Upload(dk), dv_d = Upload(dv);
+  DeviceArray<float> workspace = DeviceZeros<float>(AttentionBackwardWorkspaceFloats(T, s));
+
+  cpu::CausalAttention(q.data(), k.data(), v.data(), out.data(), probs.data(), T, s);
+  cpu::CausalAttentionBackward(q.data(), k.data(), v.data(), probs.data(), dout.data(), dq.data(),
+                               dk.data(), dv.data(), T, s);
+  ASSERT_TRUE(
+      cuda::CausalAttention(q_d.data(), k_d.data(), v_d.data(), out_d.data(), probs_d.data(), T, s)
+          .ok());
+  ASSERT_TRUE(cuda::CausalAttentionBackward(q_d.data(), k_d.data(), v_d.data(), probs_d.data(),
+                                            dout_d.data(), dq_d.data(), dk_d.data(), dv_d.data(), T,
+                                            s, workspace.data())
+                  .ok());
+  ExpectAllNear(Download(probs_d), probs, 1e-6f, 1e-5f);
+  ExpectAllNear(Download(out_d), out, 1e-5f, 1e-5f);
+  // Gradients sum up to T·group terms in a different order than BLAS.
+  ExpectAllNear(Download(dq_d), dq, 1e-5f, 1e-4f);
+  ExpectAllNear(Download(dk_d), dk, 1e-5f, 1e-4f);
+  ExpectAllNear(Download(dv_d), dv, 1e-5f, 1e-4f);
+
+  // Decode of the last token over the whole sequence as its cache.
+  const size_t last_q = size_t{1} * (T - 1) * s.heads * s.qk_dim;
+  std::vector<float> decoded(size_t{1} * s.heads * s.v_dim), scratch(T);
+  cpu::DecodeAttention(q.data() + last_q, k.data(), v.data(), T, decoded.data(), s, scratch.data());
+  DeviceArray<float> decoded_d = DeviceZeros<float>(decoded.size());
+  DeviceArray<float> scratch_d = DeviceZeros<float>(size_t{1} * s.heads * T);
+  ASSERT_TRUE(cuda::DecodeAttention(q_d.data() + last_q, k_d.data(), v_d.data(), T,
+                                    decoded_d.data(), s, scratch_d.data())
+                  .ok());
+  ExpectAllNear(Download(decoded_d), decoded, 1e-5f, 1e-5f);
+}
+
+TEST_F(CudaTest, AttentionRejectsABadShapeOrAnEmptyCache) {
+  const cpu::AttentionShape bad = cpu::AttentionShape::Standard(6, 4, 8);  // 4 does not divide 6.
+  EXPECT_EQ(cuda::CausalAttention(nullptr, nullptr, nullptr, nullptr, nullptr, 3, bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  const cpu::AttentionShape good = cpu::AttentionShape::Standard(4, 2, 8);
+  EXPECT_EQ(cuda::DecodeAttention(nullptr, nullptr, nullptr, 0, nullptr, good, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(cuda::CausalAttention(nullptr, nullptr, nullptr, nullptr, nullptr, 0, good).ok());
+}
+
+}  // namespace
+}  // namespace tandem::cuda
