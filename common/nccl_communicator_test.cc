@@ -1,0 +1,51 @@
+#include "common/nccl_communicator.h"
+
+#include "kernels/cuda/testing.h"
+
+namespace tandem {
+namespace {
+
+// Argument checks come before any GPU work, so these run everywhere.
+TEST(NcclCommunicatorTest, RejectsABadIdOrRankWithoutTouchingTheGpu) {
+  EXPECT_EQ(NcclCommunicator::Create("short", 0, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::string id(128, '\0');
+  EXPECT_EQ(NcclCommunicator::Create(id, 1, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(NcclCommunicator::Create(id, 0, 0, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NcclCommunicatorTest, WithoutAGpuSaysSo) {
+  if (cuda::VisibleDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";
+  EXPECT_EQ(NcclCommunicator::NewNcclUniqueId().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(NcclCommunicator::Create(std::string(128, '\0'), 0, 1, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+class OneRankTest : public cuda::CudaTest {};
+
+// The bootstrap path a trainer takes (id from rank 0, Create on every rank), with one rank: the
+// sum over one rank and the broadcast from it leave the data as it was.
+TEST_F(OneRankTest, AllReduceAndBroadcastOverOneRankKeepTheData) {
+  absl::StatusOr<std::string> id = NcclCommunicator::NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> communicator =
+      NcclCommunicator::Create(*id, 0, 1, 0);
+  ASSERT_TRUE(communicator.ok()) << communicator.status();
+  EXPECT_EQ((*communicator)->rank(), 0);
+  EXPECT_EQ((*communicator)->size(), 1);
+
+  const std::vector<float> values = cuda::RandomFloats(100'003, 131);
+  cuda::DeviceArray<float> data = cuda::Upload(values);
+  ASSERT_TRUE((*communicator)->AllReduceSum(data.data(), values.size()).ok());
+  EXPECT_EQ(cuda::Download(data), values);
+  ASSERT_TRUE((*communicator)->Broadcast(data.data(), values.size(), 0).ok());
+  EXPECT_EQ(cuda::Download(data), values);
+  EXPECT_EQ((*communicator)->Broadcast(data.data(), values.size(), 1).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem
