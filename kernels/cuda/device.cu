@@ -62,6 +62,52 @@ absl::Status Synchronize(Stream stream) {
   return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+namespace {
+
+// A start/stop pair of CUDA events, destroyed on every return path.
+struct EventPair {
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  ~EventPair() {
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<double> TimeMilliseconds(const std::function<absl::Status()>& launch, int iterations,
+                                        int warmup, Stream stream) {
+  for (int i = 0; i < warmup; ++i) {
+    if (absl::Status status = launch(); !status.ok()) return status;
+  }
+  EventPair events;
+  if (absl::Status status = CudaStatus(cudaEventCreate(&events.start), "cudaEventCreate");
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CudaStatus(cudaEventCreate(&events.stop), "cudaEventCreate");
+      !status.ok()) {
+    return status;
+  }
+  cudaEventRecord(events.start, stream);
+  for (int i = 0; i < iterations; ++i) {
+    if (absl::Status status = launch(); !status.ok()) return status;
+  }
+  cudaEventRecord(events.stop, stream);
+  if (absl::Status status = CudaStatus(cudaEventSynchronize(events.stop), "cudaEventSynchronize");
+      !status.ok()) {
+    return status;
+  }
+  float elapsed = 0.0f;
+  if (absl::Status status =
+          CudaStatus(cudaEventElapsedTime(&elapsed, events.start, events.stop), "timing");
+      !status.ok()) {
+    return status;
+  }
+  return static_cast<double>(elapsed) / iterations;
+}
+
 absl::StatusOr<DeviceMemory> DeviceMemory::Allocate(size_t bytes) {
   DeviceMemory memory;
   if (bytes == 0) return memory;
@@ -100,6 +146,14 @@ absl::Status CopyToHost(void* host_destination, const void* device_source, size_
   if (bytes == 0) return absl::OkStatus();
   return CudaStatus(cudaMemcpy(host_destination, device_source, bytes, cudaMemcpyDeviceToHost),
                     "cudaMemcpy device to host");
+}
+
+absl::Status CopyOnDevice(void* device_destination, const void* device_source, size_t bytes,
+                          Stream stream) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(
+      cudaMemcpyAsync(device_destination, device_source, bytes, cudaMemcpyDeviceToDevice, stream),
+      "cudaMemcpyAsync device to device");
 }
 
 absl::Status ZeroDevice(void* device_destination, size_t bytes, Stream stream) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,12 @@ absl::StatusOr<int> ParseCudaDevice(const std::string& device);
 // Waits for all work queued on `stream`; returns the first error any of it raised.
 absl::Status Synchronize(Stream stream = nullptr);
 
+// Mean milliseconds per call of `launch` (which enqueues work on `stream`) over `iterations`
+// calls, timed with CUDA events after `warmup` untimed calls; the first failing launch's status
+// otherwise. For benchmarks.
+absl::StatusOr<double> TimeMilliseconds(const std::function<absl::Status()>& launch, int iterations,
+                                        int warmup = 3, Stream stream = nullptr);
+
 // Owning, move-only device allocation.
 class DeviceMemory {
  public:
@@ -68,6 +75,9 @@ class DeviceMemory {
 // Synchronous copies; `bytes` must not exceed either side.
 absl::Status CopyToDevice(void* device_destination, const void* host_source, size_t bytes);
 absl::Status CopyToHost(void* host_destination, const void* device_source, size_t bytes);
+// Asynchronous device-to-device copy on `stream`.
+absl::Status CopyOnDevice(void* device_destination, const void* device_source, size_t bytes,
+                          Stream stream = nullptr);
 // Zero-fills `bytes` of device memory.
 absl::Status ZeroDevice(void* device_destination, size_t bytes, Stream stream = nullptr);
 

@@ -1,0 +1,68 @@
+#include "kernels/cuda/cublas_reference.h"
+
+#include <dlfcn.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::cuda {
+namespace {
+
+// The slice of cuBLAS's stable C API the benchmarks use; enum values from cublas_api.h.
+using Handle = void*;
+using CreateFn = int (*)(Handle*);
+using DestroyFn = int (*)(Handle);
+using SgemmFn = int (*)(Handle, int, int, int, int, int, const float*, const float*, int,
+                        const float*, int, const float*, float*, int);
+constexpr int kNoTranspose = 0;  // CUBLAS_OP_N
+constexpr int kTranspose = 1;    // CUBLAS_OP_T
+
+}  // namespace
+
+struct CublasReference::Api {
+  void* library = nullptr;
+  Handle handle = nullptr;
+  DestroyFn destroy = nullptr;
+  SgemmFn sgemm = nullptr;
+  ~Api() {
+    if (handle != nullptr) destroy(handle);
+    if (library != nullptr) dlclose(library);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<CublasReference>> CublasReference::Load() {
+  auto api = std::make_unique<Api>();
+  for (const char* name : {"libcublas.so.13", "libcublas.so.12"}) {
+    api->library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (api->library != nullptr) break;
+  }
+  if (api->library == nullptr) {
+    return absl::NotFoundError("cuBLAS not found (tried libcublas.so.13 and .so.12)");
+  }
+  const auto create = reinterpret_cast<CreateFn>(dlsym(api->library, "cublasCreate_v2"));
+  api->destroy = reinterpret_cast<DestroyFn>(dlsym(api->library, "cublasDestroy_v2"));
+  api->sgemm = reinterpret_cast<SgemmFn>(dlsym(api->library, "cublasSgemm_v2"));
+  if (create == nullptr || api->destroy == nullptr || api->sgemm == nullptr) {
+    return absl::NotFoundError("cuBLAS library lacks cublasCreate_v2/cublasSgemm_v2");
+  }
+  if (const int error = create(&api->handle); error != 0) {
+    api->handle = nullptr;
+    return absl::InternalError(absl::StrCat("cublasCreate failed with status ", error));
+  }
+  return std::unique_ptr<CublasReference>(new CublasReference(std::move(api)));
+}
+
+CublasReference::CublasReference(std::unique_ptr<Api> api) : api_(std::move(api)) {}
+CublasReference::~CublasReference() = default;
+
+// cuBLAS is column-major: row-major C = A · Bᵀ is column-major Cᵀ = B · Aᵀ, i.e.
+// sgemm(op(B) = T on the [k, n] column-major view of b, A as [k, m]).
+absl::Status CublasReference::MatmulTransposed(const float* a, const float* b, float* c, int m,
+                                               int n, int k) {
+  const float one = 1.0f, zero = 0.0f;
+  const int error =
+      api_->sgemm(api_->handle, kTranspose, kNoTranspose, n, m, k, &one, b, k, a, k, &zero, c, n);
+  if (error != 0) return absl::InternalError(absl::StrCat("cublasSgemm failed: ", error));
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,32 @@
+#ifndef TANDEM_KERNELS_CUDA_CUBLAS_REFERENCE_H_
+#define TANDEM_KERNELS_CUDA_CUBLAS_REFERENCE_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/device.h"
+
+namespace tandem::cuda {
+
+// cuBLAS as the yardstick of the benchmarks, loaded at run time (libcublas.so.13, else .so.12):
+// the device machine has cuBLAS only inside PyTorch's wheels, whose major version we cannot
+// know at build time, and the kernels themselves do not use it.
+class CublasReference {
+ public:
+  // NOT_FOUND naming the libraries tried when none loads (set LD_LIBRARY_PATH).
+  static absl::StatusOr<std::unique_ptr<CublasReference>> Load();
+  ~CublasReference();
+
+  // Row-major c[m, n] = a[m, k] · bᵀ where b is [n, k] (x · Wᵀ): fp32 sgemm on the default
+  // stream.
+  absl::Status MatmulTransposed(const float* a, const float* b, float* c, int m, int n, int k);
+
+ private:
+  struct Api;
+  explicit CublasReference(std::unique_ptr<Api> api);
+  std::unique_ptr<Api> api_;
+};
+
+}  // namespace tandem::cuda
+
+#endif  // TANDEM_KERNELS_CUDA_CUBLAS_REFERENCE_H_
