@@ -160,9 +160,12 @@ void Transformer::Round(float* values, int64_t count) const {
   for (int64_t i = 0; i < count; ++i) values[i] = ToFloat(ToBFloat16(values[i]));
 }
 
-absl::Status Transformer::CheckReplay(const std::vector<int16_t>& replay, int rows) const {
-  const int k = config_.top_k;
-  const int layers = static_cast<int>(moe_layers_.size());
+namespace {
+
+absl::Status CheckReplay(const ModelConfig& config, const std::vector<int16_t>& replay, int rows) {
+  const std::vector<int> moe_layers = config.MoeLayerIndices();
+  const int k = config.top_k;
+  const int layers = static_cast<int>(moe_layers.size());
   const size_t expected = static_cast<size_t>(rows) * layers * k;
   if (replay.size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat("replayed routes have ", replay.size(),
@@ -175,34 +178,42 @@ absl::Status Transformer::CheckReplay(const std::vector<int16_t>& replay, int ro
       std::copy_n(replay.data() + (int64_t{t} * layers + m) * k, k,
                   layer_rows.data() + int64_t{t} * k);
     }
-    const std::string error = cpu::ValidateRoutes(layer_rows.data(), rows, k, config_.num_experts);
+    const std::string error = cpu::ValidateRoutes(layer_rows.data(), rows, k, config.num_experts);
     if (!error.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("replayed routes of layer ", moe_layers_[m], ": ", error));
+          absl::StrCat("replayed routes of layer ", moe_layers[m], ": ", error));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
-                                                  const std::vector<int16_t>* replay) {
+}  // namespace
+
+absl::Status CheckForwardInput(const ModelConfig& config, const TokenBatch& batch,
+                               const std::vector<int16_t>* replay) {
   for (int s = 0; s < batch.num_sequences(); ++s) {
     const int length = batch.sequence_starts[s + 1] - batch.sequence_starts[s];
-    if (length < 1 || length > config_.max_seq_len) {
+    if (length < 1 || length > config.max_seq_len) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has ", length,
-                                                     " tokens; allowed 1..", config_.max_seq_len));
+                                                     " tokens; allowed 1..", config.max_seq_len));
     }
   }
   for (int t = 0; t < batch.num_tokens(); ++t) {
-    if (batch.tokens[t] < 0 || batch.tokens[t] >= config_.vocab_size) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("token ", t, " is ", batch.tokens[t],
-                                                     ", outside [0, ", config_.vocab_size, ")"));
+                                                     ", outside [0, ", config.vocab_size, ")"));
     }
   }
-  const int rows = batch.num_tokens();
-  if (replay != nullptr) {
-    if (absl::Status status = CheckReplay(*replay, rows); !status.ok()) return status;
+  if (replay == nullptr) return absl::OkStatus();
+  return CheckReplay(config, *replay, batch.num_tokens());
+}
+
+absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
+                                                  const std::vector<int16_t>* replay) {
+  if (absl::Status status = CheckForwardInput(config_, batch, replay); !status.ok()) {
+    return status;
   }
+  const int rows = batch.num_tokens();
   tokens_ = batch.tokens;
   sequence_starts_ = batch.sequence_starts;
   positions_.resize(rows);

@@ -39,6 +39,12 @@ struct RoutingStats {
 // counts as agreement between live and replayed routing.
 bool SameExpertSet(const int16_t* a, const int16_t* b, int k);
 
+// What a full-sequence forward accepts: sequences of 1..max_seq_len tokens in [0, vocab_size)
+// and, with replay, routes of tokens × MoE layers × top_k ids, each row all -1 or k distinct
+// experts. INVALID_ARGUMENT naming the first violation.
+absl::Status CheckForwardInput(const ModelConfig& config, const TokenBatch& batch,
+                               const std::vector<int16_t>* replay);
+
 // Computes attention for the rows of one forward call. Training attends within each packed
 // sequence; generation attends against a KV cache.
 class AttentionBackend {
@@ -129,7 +135,6 @@ class Transformer {
   void BackwardLayer(int layer, float* dx);
   void BackwardDenseFfn(int layer, const float* dy, float* dn2);
   void BackwardMoeFfn(int layer, const float* dy, float* dn2);
-  absl::Status CheckReplay(const std::vector<int16_t>& replay, int rows) const;
   void Round(float* values, int64_t count) const;
   // The input of FP8 linear layers: quantized per row (token) in FP8 mode, as is otherwise.
   void QuantizeInput(float* values, int64_t rows, int64_t width) const;

@@ -1,0 +1,118 @@
+#include "engine/cuda/cuda_transformer.h"
+
+#include "absl/strings/match.h"
+#include "engine/testing/test_models.h"
+#include "engine/transformer.h"
+#include "kernels/cuda/testing.h"
+
+namespace tandem::engine::cuda {
+namespace {
+
+using test_models::NamedConfig;
+
+class CudaTransformerTest : public ::tandem::cuda::CudaTest,
+                            public ::testing::WithParamInterface<NamedConfig> {};
+
+class CudaTransformerGpuTest : public ::tandem::cuda::CudaTest {};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaTransformerTest, ::testing::ValuesIn(test_models::kConfigs),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Logits and routes of the GPU forward against the CPU Transformer (fp32 both), live and with
+// replayed routes (some rows -1: routed live), with a LoRA adapter in each expert layout.
+TEST_P(CudaTransformerTest, ForwardMatchesTheCpuTransformer) {
+  const ModelConfig config = GetParam().make();
+  BaseModel model = test_models::RandomModel(config, 7);
+  for (const ExpertLayout layout :
+       {ExpertLayout::kPerExpert, ExpertLayout::kShared, ExpertLayout::kSharedOuter}) {
+    SCOPED_TRACE(ExpertLayoutName(layout));
+    LoraConfig lora_config = test_models::TestLora(config);
+    lora_config.expert_layout = layout;
+    absl::StatusOr<LoraAdapter> lora = LoraAdapter::Create(config, lora_config, 8);
+    ASSERT_TRUE(lora.ok()) << lora.status();
+    test_models::RandomizeLora(*lora, 9);
+    absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu = CudaTransformer::Create(model, &*lora);
+    if (config.latent_attention()) {
+      EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnimplemented);
+      return;
+    }
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    Transformer cpu(model, &*lora);
+    const TokenBatch batch = test_models::TwoSequences();
+    const int64_t logits_size = int64_t{batch.num_tokens()} * config.vocab_size;
+
+    absl::StatusOr<const float*> expected = cpu.Forward(batch);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    const std::vector<float> cpu_logits(*expected, *expected + logits_size);
+    absl::StatusOr<const float*> actual = (*gpu)->Forward(batch);
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    ::tandem::cuda::ExpectAllNear(std::vector<float>(*actual, *actual + logits_size), cpu_logits,
+                                  1e-4f, 1e-4f);
+    // fp32 on both sides: the routing decisions are identical.
+    EXPECT_EQ((*gpu)->routes(), cpu.routes());
+
+    // Replay: live routes of another batch order, every third row left to live routing.
+    std::vector<int16_t> replay = cpu.routes();
+    std::reverse(replay.begin(), replay.end());
+    for (size_t row = 0; row < replay.size() / config.top_k; row += 3) {
+      std::fill_n(replay.begin() + row * config.top_k, config.top_k, int16_t{-1});
+    }
+    for (size_t row = 0; row < replay.size() / config.top_k; ++row) {
+      std::sort(replay.begin() + row * config.top_k, replay.begin() + (row + 1) * config.top_k);
+    }
+    absl::StatusOr<const float*> replayed_cpu = cpu.Forward(batch, &replay);
+    absl::StatusOr<const float*> replayed_gpu = (*gpu)->Forward(batch, &replay);
+    ASSERT_TRUE(replayed_cpu.ok() && replayed_gpu.ok());
+    ::tandem::cuda::ExpectAllNear(std::vector<float>(*replayed_gpu, *replayed_gpu + logits_size),
+                                  std::vector<float>(*replayed_cpu, *replayed_cpu + logits_size),
+                                  1e-4f, 1e-4f);
+    EXPECT_EQ((*gpu)->routes(), cpu.routes());
+    EXPECT_EQ((*gpu)->live_routes(), cpu.live_routes());
+    EXPECT_EQ((*gpu)->routing_stats().differing_decisions, cpu.routing_stats().differing_decisions);
+    EXPECT_EQ((*gpu)->routing_stats().live_fallbacks, cpu.routing_stats().live_fallbacks);
+  }
+}
+
+TEST_F(CudaTransformerGpuTest, RefreshedAdapterChangesTheGpuForwardLikeTheCpus) {
+  const ModelConfig config = test_models::TinyConfig();
+  BaseModel model = test_models::RandomModel(config, 11);
+  absl::StatusOr<LoraAdapter> lora = LoraAdapter::Create(config, LoraConfig{}, 12);
+  ASSERT_TRUE(lora.ok());
+  absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu = CudaTransformer::Create(model, &*lora);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  test_models::RandomizeLora(*lora, 13);  // B was zero: the adapter now changes the output.
+  ASSERT_TRUE((*gpu)->RefreshAdapter().ok());
+  Transformer cpu(model, &*lora);
+  const TokenBatch batch = test_models::TwoSequences();
+  const int64_t size = int64_t{batch.num_tokens()} * config.vocab_size;
+  absl::StatusOr<const float*> expected = cpu.Forward(batch);
+  absl::StatusOr<const float*> actual = (*gpu)->Forward(batch);
+  ASSERT_TRUE(expected.ok() && actual.ok());
+  ::tandem::cuda::ExpectAllNear(std::vector<float>(*actual, *actual + size),
+                                std::vector<float>(*expected, *expected + size), 1e-4f, 1e-4f);
+}
+
+TEST_F(CudaTransformerGpuTest, BadInputIsRejectedAsOnTheCpu) {
+  const ModelConfig config = test_models::TinyConfig();
+  BaseModel model = test_models::RandomModel(config, 14);
+  absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu = CudaTransformer::Create(model, nullptr);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  TokenBatch batch;
+  batch.Add({1, 2, 99});
+  EXPECT_EQ((*gpu)->Forward(batch).status().code(), absl::StatusCode::kInvalidArgument);
+  const TokenBatch good = test_models::TwoSequences();
+  const std::vector<int16_t> short_replay(3, 0);
+  EXPECT_EQ((*gpu)->Forward(good, &short_replay).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Runs everywhere: without a GPU, Create says so instead of failing later.
+TEST(CudaTransformerCreateTest, WithoutAGpuCreateFailsCleanly) {
+  if (::tandem::cuda::VisibleDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";
+  BaseModel model = test_models::RandomModel(test_models::TinyConfig(), 15);
+  EXPECT_EQ(CudaTransformer::Create(model, nullptr).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace tandem::engine::cuda
