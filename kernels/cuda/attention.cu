@@ -56,36 +56,35 @@ __device__ void SoftmaxRow(float* row, int n, int width, float* scratch) {
   __syncthreads();
 }
 
-// Block (t, h) of the forward: scores of query t against keys 0..t into probs, softmax, then
-// the weighted sum of values.
+// One query row of head h over n keys: scores into row[0..n) (zeros up to `width`), softmax,
+// then out = Σ_j row[j] v_j. The whole block cooperates.
+__device__ void AttendRow(const float* query, const float* keys, const float* values, int n,
+                          int width, int h, const cpu::AttentionShape& s, float* row, float* out) {
+  __shared__ float scratch[32];
+  const int kv = h / (s.heads / s.kv_heads);
+  const Strides stride = Strides::Of(s);
+  WarpDots(query, keys + kv * s.qk_dim, stride.k, n, s.qk_dim, s.scale, row);
+  SoftmaxRow(row, n, width, scratch);
+  WeightedRowSum(row, values + kv * s.v_dim, stride.v, n, s.v_dim, 1.0f, out, false);
+}
+
+// Block (t, h) of the forward: query t against keys 0..t, probabilities kept in probs.
 __global__ void ForwardKernel(const float* __restrict__ q, const float* __restrict__ k,
                               const float* __restrict__ v, float* __restrict__ out,
                               float* __restrict__ probs, int T, cpu::AttentionShape s) {
-  __shared__ float scratch[32];
   const int t = blockIdx.x, h = blockIdx.y;
-  const int kv = h / (s.heads / s.kv_heads);
   const Strides stride = Strides::Of(s);
-  float* row = probs + (int64_t{h} * T + t) * T;
-  WarpDots(q + int64_t{t} * stride.q + h * s.qk_dim, k + kv * s.qk_dim, stride.k, t + 1, s.qk_dim,
-           s.scale, row);
-  SoftmaxRow(row, t + 1, T, scratch);
-  WeightedRowSum(row, v + kv * s.v_dim, stride.v, t + 1, s.v_dim, 1.0f,
-                 out + int64_t{t} * stride.out + h * s.v_dim, false);
+  AttendRow(q + int64_t{t} * stride.q + h * s.qk_dim, k, v, t + 1, T, h, s,
+            probs + (int64_t{h} * T + t) * T, out + int64_t{t} * stride.out + h * s.v_dim);
 }
 
-// Block h of the decode: the forward's row for the last position, scores in scratch.
+// Block h of the decode: the forward's row for the last position, scores in `scores`.
 __global__ void DecodeKernel(const float* __restrict__ q, const float* __restrict__ k_cache,
                              const float* __restrict__ v_cache, int len, float* __restrict__ out,
                              cpu::AttentionShape s, float* __restrict__ scores) {
-  __shared__ float scratch[32];
   const int h = blockIdx.x;
-  const int kv = h / (s.heads / s.kv_heads);
-  const Strides stride = Strides::Of(s);
-  float* row = scores + int64_t{h} * len;
-  WarpDots(q + h * s.qk_dim, k_cache + kv * s.qk_dim, stride.k, len, s.qk_dim, s.scale, row);
-  SoftmaxRow(row, len, len, scratch);
-  WeightedRowSum(row, v_cache + kv * s.v_dim, stride.v, len, s.v_dim, 1.0f, out + h * s.v_dim,
-                 false);
+  AttendRow(q + h * s.qk_dim, k_cache, v_cache, len, len, h, s, scores + int64_t{h} * len,
+            out + h * s.v_dim);
 }
 
 // Block (t, h) of the backward: dS row = P ∘ (dP - rowsum(P ∘ dP)) with dP = dout · v, zeros
