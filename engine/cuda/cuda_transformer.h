@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -13,13 +14,14 @@
 
 namespace tandem::engine::cuda {
 
-// The Transformer's full-sequence forward on a GPU: the same model, adapter, routing (live,
-// replayed, or live where a replayed row is -1) and results as engine::Transformer in fp32,
-// computed by the kernels/cuda twins. The base model is uploaded once; the adapter again on
-// RefreshAdapter (a refit).
+// engine::Transformer's full-sequence forward and backward on a GPU: the same model, adapter,
+// routing (live, replayed, or live where a replayed row is -1) and results in fp32, computed by
+// the kernels/cuda twins. The base model is uploaded once and stays frozen; the adapter is
+// uploaded again on RefreshAdapter (a refit), and Backward adds its gradients into the host
+// adapter's gradient tensors, so the host optimizer and checkpoints work unchanged.
 //
 // Not yet on the GPU (UNIMPLEMENTED from Create): latent attention, and every precision but
-// fp32. Backward and the KV-cache decode are later work (see issue 18's notes).
+// fp32. The KV-cache decode for generation is later work.
 class CudaTransformer {
  public:
   // Neither is owned; both must outlive this object; lora may be null. Selects GPU `device`
@@ -27,41 +29,69 @@ class CudaTransformer {
   // weights do not fit.
   static absl::StatusOr<std::unique_ptr<CudaTransformer>> Create(const BaseModel& model,
                                                                  LoraAdapter* lora, int device = 0);
+  ~CudaTransformer();
 
   // Copies the adapter's (changed) tensors to the GPU.
   absl::Status RefreshAdapter();
 
-  // Same contract as Transformer::Forward; the logits are copied to the host once.
+  // Same contract as Transformer::Forward: activations are kept for Backward, and the logits
+  // are copied to the host once.
   absl::StatusOr<const float*> Forward(const TokenBatch& batch,
                                        const std::vector<int16_t>* replay = nullptr);
+
+  // Backpropagates dlogits [tokens, vocab] (host memory) of the last Forward, plus dhidden
+  // [tokens, d_model] if non-null, and adds the adapter's gradients into its host gradient
+  // tensors (enable them first). FAILED_PRECONDITION without a Forward or without gradients.
+  absl::Status Backward(const float* dlogits, const float* dhidden = nullptr);
 
   const std::vector<int16_t>& routes() const { return routes_; }
   const std::vector<int16_t>& live_routes() const { return live_routes_; }
   const RoutingStats& routing_stats() const { return stats_; }
+  // The final normalized hidden states [tokens, d_model] of the last Forward (host copy).
+  const std::vector<float>& final_hidden() const { return final_hidden_; }
   const ModelConfig& config() const { return config_; }
 
  private:
-  struct Pass;  // One Forward's device buffers and bookkeeping.
+  struct Activations;  // One layer's forward results, kept for the backward.
+  struct Pass;         // The last Forward: inputs, routing bookkeeping, activations.
 
   CudaTransformer(const BaseModel& model, LoraAdapter* lora, DeviceParameters base,
                   std::unique_ptr<DeviceParameters> adapter,
                   ::tandem::cuda::DeviceRopeFrequencies rope);
 
-  absl::Status RunLayer(int layer, Pass& pass);
-  absl::Status RunAttention(int layer, Pass& pass);
-  absl::Status NormalizeQk(const std::string& weight, int heads, const float* raw, int rows,
-                           float* out);
-  absl::Status RunMoeFfn(int layer, Pass& pass);
-  absl::Status RouteLayer(int moe_index, const float* scores, const float* bias, Pass& pass,
-                          int16_t* ids);
+  absl::Status AllocateLayer(int layer, Activations& act) const;
+  absl::Status RunLayer(int layer, const float* x, float* out);
+  absl::Status RunAttention(int layer, Activations& act);
+  absl::Status RunMoeFfn(int layer, Activations& act, float* out);
+  absl::Status RouteLayer(int moe_index, Activations& act);
   absl::Status RunSwiGluMlp(int layer, const float* x, const int* offsets, int groups, int rows,
-                            int64_t weight_stride, int ffn, Pass& pass, float* out);
-  // y[rows, out] = x · W_gᵀ per group (+ LoRA of `module` when the adapter targets it).
+                            int64_t weight_stride, int ffn, Activations& act, float* out);
+  // y[rows, out] = x · W_gᵀ per group (+ LoRA of `module` when the adapter targets it, keeping
+  // its x · Aᵀ in lora_h).
   absl::Status Project(int layer, const char* module, const float* x, const int* offsets,
-                       int groups, int rows, int64_t w_stride, int in, int out, Pass& pass,
+                       int groups, int rows, int64_t w_stride, int in, int out, float* lora_h,
                        float* y);
   absl::Status Linear(const float* x, const std::string& weight, int rows, int in, int out,
-                      Pass& pass, float* y, bool accumulate = false);
+                      float* y, bool accumulate = false);
+
+  absl::Status BackwardLayer(int layer, float* dx);
+  absl::Status BackwardAttention(int layer, Activations& act, const float* dmid, float* dnorm1);
+  absl::Status BackwardMoeFfn(int layer, Activations& act, const float* dy, float* dnorm2);
+  absl::Status BackwardSwiGluMlp(int layer, const float* x, const int* offsets, int groups,
+                                 int rows, int64_t weight_stride, int ffn, Activations& act,
+                                 const float* dy, float* dx);
+  // dx += dy · W_g per group, and the LoRA's gradients of `module` (from the x and lora_h the
+  // forward kept).
+  absl::Status ProjectBackward(int layer, const char* module, const float* x, const int* offsets,
+                               int groups, int rows, int64_t w_stride, int in, int out,
+                               const float* lora_h, const float* dy, float* dx);
+  // dx += dy · W for a frozen dense weight W [out, in].
+  absl::Status LinearBackward(const float* dy, const std::string& weight, int rows, int in, int out,
+                              float* dx);
+  absl::Status AddGradientsToHost();
+  // The device LoRA weights of `module` in `layer` (nullopt when not a target), with gradient
+  // pointers into adapter_grads_ when it exists.
+  std::optional<LoraProjection> DeviceLora(int layer, const char* module) const;
   const float* Weight(const std::string& name) const;
 
   ModelConfig config_;
@@ -69,11 +99,13 @@ class CudaTransformer {
   LoraAdapter* lora_;
   DeviceParameters base_;
   std::unique_ptr<DeviceParameters> adapter_;
+  std::unique_ptr<DeviceParameters> adapter_grads_;  // Set by the first Backward.
   ::tandem::cuda::DeviceRopeFrequencies rope_;
   std::vector<int> moe_layers_;
   std::vector<int> moe_index_;
 
-  std::vector<float> logits_;
+  std::unique_ptr<Pass> pass_;
+  std::vector<float> logits_, final_hidden_;
   std::vector<int16_t> routes_, live_routes_;
   RoutingStats stats_;
 };

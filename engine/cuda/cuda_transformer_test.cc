@@ -73,6 +73,64 @@ TEST_P(CudaTransformerTest, ForwardMatchesTheCpuTransformer) {
   }
 }
 
+std::vector<float> AdapterGradients(const LoraAdapter& lora) {
+  std::vector<float> all;
+  for (const std::string& name : lora.parameters().names()) {
+    const std::vector<float>& grad = lora.parameters().Find(name)->grad;
+    all.insert(all.end(), grad.begin(), grad.end());
+  }
+  return all;
+}
+
+// The adapter's gradients from the GPU backward (through routing, attention, norms, the
+// residual stream and a value head's dhidden) against the CPU Transformer's, in each layout.
+TEST_P(CudaTransformerTest, BackwardGivesTheCpuAdapterGradients) {
+  const ModelConfig config = GetParam().make();
+  if (config.latent_attention()) GTEST_SKIP() << "latent attention is not on CUDA yet";
+  BaseModel model = test_models::RandomModel(config, 21);
+  const TokenBatch batch = test_models::TwoSequences();
+  const std::vector<float> dlogits =
+      ::tandem::cuda::RandomFloats(int64_t{batch.num_tokens()} * config.vocab_size, 22);
+  const std::vector<float> dhidden =
+      ::tandem::cuda::RandomFloats(int64_t{batch.num_tokens()} * config.d_model, 23);
+  for (const ExpertLayout layout :
+       {ExpertLayout::kPerExpert, ExpertLayout::kShared, ExpertLayout::kSharedOuter}) {
+    SCOPED_TRACE(ExpertLayoutName(layout));
+    LoraConfig lora_config = test_models::TestLora(config);
+    lora_config.expert_layout = layout;
+    absl::StatusOr<LoraAdapter> lora = LoraAdapter::Create(config, lora_config, 24);
+    ASSERT_TRUE(lora.ok()) << lora.status();
+    test_models::RandomizeLora(*lora, 25);
+    lora->parameters().EnableGradients();
+    Transformer cpu(model, &*lora);
+    ASSERT_TRUE(cpu.Forward(batch).ok());
+    cpu.Backward(dlogits.data(), dhidden.data());
+    const std::vector<float> expected = AdapterGradients(*lora);
+    lora->parameters().ZeroGradients();
+
+    absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu = CudaTransformer::Create(model, &*lora);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    ASSERT_TRUE((*gpu)->Forward(batch).ok());
+    ::tandem::cuda::ExpectAllNear((*gpu)->final_hidden(), cpu.final_hidden(), 1e-4f, 1e-4f);
+    const absl::Status backward = (*gpu)->Backward(dlogits.data(), dhidden.data());
+    ASSERT_TRUE(backward.ok()) << backward;
+    ::tandem::cuda::ExpectAllNear(AdapterGradients(*lora), expected, 1e-3f, 1e-3f);
+  }
+}
+
+TEST_F(CudaTransformerGpuTest, BackwardNeedsAForwardAndEnabledGradients) {
+  const ModelConfig config = test_models::TinyConfig();
+  BaseModel model = test_models::RandomModel(config, 26);
+  absl::StatusOr<LoraAdapter> lora = LoraAdapter::Create(config, LoraConfig{}, 27);
+  ASSERT_TRUE(lora.ok());
+  absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu = CudaTransformer::Create(model, &*lora);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const std::vector<float> dlogits(int64_t{12} * config.vocab_size, 1.0f);
+  EXPECT_EQ((*gpu)->Backward(dlogits.data()).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*gpu)->Forward(test_models::TwoSequences()).ok());
+  EXPECT_EQ((*gpu)->Backward(dlogits.data()).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(CudaTransformerGpuTest, RefreshedAdapterChangesTheGpuForwardLikeTheCpus) {
   const ModelConfig config = test_models::TinyConfig();
   BaseModel model = test_models::RandomModel(config, 11);

@@ -41,6 +41,17 @@ absl::Status DeviceParameters::Refresh(const ParameterSet& parameters) {
   return absl::OkStatus();
 }
 
+absl::Status DeviceParameters::Zero() {
+  for (auto& [name, tensor] : tensors_) {
+    if (absl::Status status =
+            ::tandem::cuda::ZeroDevice(tensor.data(), tensor.size() * sizeof(float));
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
 float* DeviceParameters::Find(const std::string& name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : it->second.data();

@@ -22,6 +22,9 @@ class DeviceParameters {
   // it holds the same names and sizes.
   absl::Status Refresh(const ParameterSet& parameters);
 
+  // Sets every tensor to zero (gradients before a backward pass).
+  absl::Status Zero();
+
   // The device copy of `name`, or null when there is none.
   float* Find(const std::string& name) const;
   // The device address of `host`, a pointer into the value of one of `parameters`' tensors
