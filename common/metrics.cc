@@ -1,5 +1,9 @@
 #include "common/metrics.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <algorithm>
 #include <chrono>
 #include <exception>
 
@@ -9,6 +13,20 @@
 #include "grpcpp/support/status.h"
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
+
+// The /metrics server's threads are civetweb's, which Debian builds with a fixed 100 KiB stack
+// (USE_STACK_SIZE=102400). prometheus-cpp's handler plus civetweb's 8 KiB printf buffer reach
+// about 95 KiB of it, and the static TLS of every loaded library is carved from the same
+// allocation: linking the CUDA runtime (a 4 KiB-aligned TLS block) was enough to crash scrapes.
+// So every thread that asks for a stack size gets at least kThreadStackFloor; the call then goes
+// on to the C library. Interposing is the only way in: the size is compiled into civetweb.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t stack_size) {
+  constexpr size_t kThreadStackFloor = size_t{1} << 20;
+  using Setter = int (*)(pthread_attr_t*, size_t);
+  static const Setter c_library_setter =
+      reinterpret_cast<Setter>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  return c_library_setter(attr, std::max(stack_size, kThreadStackFloor));
+}
 
 namespace tandem {
 namespace {

@@ -1,5 +1,7 @@
 #include "common/metrics.h"
 
+#include <pthread.h>
+
 #include <string>
 
 #include "common/channel.h"
@@ -26,6 +28,21 @@ std::string Scrape(const testing::EchoServer& server) {
                                "/metrics");
   EXPECT_TRUE(page.ok()) << page.status();
   return page.value_or("");
+}
+
+// civetweb asks for 100 KiB stacks, which the /metrics handler nearly fills; the floor in
+// metrics.cc raises every requested size to at least 1 MiB.
+TEST(MetricsTest, ThreadsAskingForSmallStacksGetTheFloor) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 102400), 0);
+  size_t granted = 0;
+  ASSERT_EQ(pthread_attr_getstacksize(&attr, &granted), 0);
+  EXPECT_EQ(granted, size_t{1} << 20);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, size_t{8} << 20), 0);  // Larger sizes stand.
+  ASSERT_EQ(pthread_attr_getstacksize(&attr, &granted), 0);
+  EXPECT_EQ(granted, size_t{8} << 20);
+  pthread_attr_destroy(&attr);
 }
 
 TEST(MetricsTest, ScrapeShowsTheRpcHistogramAfterACall) {

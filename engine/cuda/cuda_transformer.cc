@@ -39,15 +39,18 @@ absl::Status Upload(DeviceArray<T>& array, const std::vector<T>& host) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaTransformer>> CudaTransformer::Create(const BaseModel& model,
-                                                                         LoraAdapter* lora,
-                                                                         int device) {
+absl::StatusOr<std::unique_ptr<CudaTransformer>> CudaTransformer::Create(
+    const BaseModel& model, LoraAdapter* lora, int device,
+    std::shared_ptr<const DeviceParameters> base) {
   if (model.config().latent_attention()) {
     return absl::UnimplementedError("latent attention does not run on CUDA yet");
   }
   if (absl::Status status = gpu::SelectDevice(device).status(); !status.ok()) return status;
-  absl::StatusOr<DeviceParameters> base = DeviceParameters::Upload(model.parameters());
-  if (!base.ok()) return base.status();
+  if (base == nullptr) {
+    absl::StatusOr<DeviceParameters> uploaded = DeviceParameters::Upload(model.parameters());
+    if (!uploaded.ok()) return uploaded.status();
+    base = std::make_shared<const DeviceParameters>(*std::move(uploaded));
+  }
   std::unique_ptr<DeviceParameters> adapter;
   if (lora != nullptr) {
     absl::StatusOr<DeviceParameters> uploaded = DeviceParameters::Upload(lora->parameters());
@@ -58,10 +61,11 @@ absl::StatusOr<std::unique_ptr<CudaTransformer>> CudaTransformer::Create(const B
       gpu::DeviceRopeFrequencies::Upload(model.config().RopeFrequencies());
   if (!rope.ok()) return rope.status();
   return std::unique_ptr<CudaTransformer>(
-      new CudaTransformer(model, lora, *std::move(base), std::move(adapter), *std::move(rope)));
+      new CudaTransformer(model, lora, std::move(base), std::move(adapter), *std::move(rope)));
 }
 
-CudaTransformer::CudaTransformer(const BaseModel& model, LoraAdapter* lora, DeviceParameters base,
+CudaTransformer::CudaTransformer(const BaseModel& model, LoraAdapter* lora,
+                                 std::shared_ptr<const DeviceParameters> base,
                                  std::unique_ptr<DeviceParameters> adapter,
                                  gpu::DeviceRopeFrequencies rope)
     : config_(model.config()),
@@ -77,12 +81,12 @@ CudaTransformer::CudaTransformer(const BaseModel& model, LoraAdapter* lora, Devi
 
 CudaTransformer::~CudaTransformer() = default;
 
-absl::Status CudaTransformer::RefreshAdapter() {
+absl::Status CudaTransformer::AdapterChanged() {
   if (lora_ == nullptr) return absl::OkStatus();
   return adapter_->Refresh(lora_->parameters());
 }
 
-const float* CudaTransformer::Weight(const std::string& name) const { return base_.Find(name); }
+const float* CudaTransformer::Weight(const std::string& name) const { return base_->Find(name); }
 
 std::optional<LoraProjection> CudaTransformer::DeviceLora(int layer, const char* module) const {
   if (lora_ == nullptr) return std::nullopt;
@@ -326,7 +330,7 @@ absl::Status CudaTransformer::RouteLayer(int layer, Activations& act) {
   const int k = config_.top_k, layers = static_cast<int>(moe_layers_.size());
   const int moe_index = moe_index_[layer];
   const float* bias =
-      base_.Find(absl::StrCat("model.layers.", layer, ".mlp.gate.e_score_correction_bias"));
+      base_->Find(absl::StrCat("model.layers.", layer, ".mlp.gate.e_score_correction_bias"));
   TANDEM_RETURN_IF_ERROR(gpu::TopK(act.scores.data(), bias, pass.rows, config_.num_experts, k,
                                    act.ids.data(),
                                    {config_.num_expert_groups, config_.kept_expert_groups}));

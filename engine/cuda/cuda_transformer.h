@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_parameters.h"
 #include "engine/model.h"
+#include "engine/training_engine.h"
 #include "engine/transformer.h"
 #include "kernels/cuda/rope.h"
 
@@ -17,45 +18,49 @@ namespace tandem::engine::cuda {
 // engine::Transformer's full-sequence forward and backward on a GPU: the same model, adapter,
 // routing (live, replayed, or live where a replayed row is -1) and results in fp32, computed by
 // the kernels/cuda twins. The base model is uploaded once and stays frozen; the adapter is
-// uploaded again on RefreshAdapter (a refit), and Backward adds its gradients into the host
+// uploaded again on AdapterChanged (a refit), and Backward adds its gradients into the host
 // adapter's gradient tensors, so the host optimizer and checkpoints work unchanged.
 //
 // Not yet on the GPU (UNIMPLEMENTED from Create): latent attention, and every precision but
 // fp32. The KV-cache decode for generation is later work.
-class CudaTransformer {
+class CudaTransformer : public TrainingEngine {
  public:
   // Neither is owned; both must outlive this object; lora may be null. Selects GPU `device`
   // for the calling thread: FAILED_PRECONDITION without it, RESOURCE_EXHAUSTED when the
-  // weights do not fit.
-  static absl::StatusOr<std::unique_ptr<CudaTransformer>> Create(const BaseModel& model,
-                                                                 LoraAdapter* lora, int device = 0);
-  ~CudaTransformer();
+  // weights do not fit. `base`, another CudaTransformer's base() of the same model, is shared
+  // instead of uploading the model again.
+  static absl::StatusOr<std::unique_ptr<CudaTransformer>> Create(
+      const BaseModel& model, LoraAdapter* lora, int device = 0,
+      std::shared_ptr<const DeviceParameters> base = nullptr);
+  ~CudaTransformer() override;
 
   // Copies the adapter's (changed) tensors to the GPU.
-  absl::Status RefreshAdapter();
+  absl::Status AdapterChanged() override;
 
   // Same contract as Transformer::Forward: activations are kept for Backward, and the logits
   // are copied to the host once.
   absl::StatusOr<const float*> Forward(const TokenBatch& batch,
-                                       const std::vector<int16_t>* replay = nullptr);
+                                       const std::vector<int16_t>* replay) override;
 
   // Backpropagates dlogits [tokens, vocab] (host memory) of the last Forward, plus dhidden
   // [tokens, d_model] if non-null, and adds the adapter's gradients into its host gradient
   // tensors (enable them first). FAILED_PRECONDITION without a Forward or without gradients.
-  absl::Status Backward(const float* dlogits, const float* dhidden = nullptr);
+  absl::Status Backward(const float* dlogits, const float* dhidden) override;
 
-  const std::vector<int16_t>& routes() const { return routes_; }
-  const std::vector<int16_t>& live_routes() const { return live_routes_; }
-  const RoutingStats& routing_stats() const { return stats_; }
+  const std::vector<int16_t>& routes() const override { return routes_; }
+  const std::vector<int16_t>& live_routes() const override { return live_routes_; }
+  const RoutingStats& routing_stats() const override { return stats_; }
   // The final normalized hidden states [tokens, d_model] of the last Forward (host copy).
-  const std::vector<float>& final_hidden() const { return final_hidden_; }
+  const std::vector<float>& final_hidden() const override { return final_hidden_; }
   const ModelConfig& config() const { return config_; }
+  std::shared_ptr<const DeviceParameters> base() const { return base_; }
 
  private:
   struct Activations;  // One layer's forward results, kept for the backward.
   struct Pass;         // The last Forward: inputs, routing bookkeeping, activations.
 
-  CudaTransformer(const BaseModel& model, LoraAdapter* lora, DeviceParameters base,
+  CudaTransformer(const BaseModel& model, LoraAdapter* lora,
+                  std::shared_ptr<const DeviceParameters> base,
                   std::unique_ptr<DeviceParameters> adapter,
                   ::tandem::cuda::DeviceRopeFrequencies rope);
 
@@ -97,7 +102,7 @@ class CudaTransformer {
   ModelConfig config_;
   const BaseModel& model_;
   LoraAdapter* lora_;
-  DeviceParameters base_;
+  std::shared_ptr<const DeviceParameters> base_;
   std::unique_ptr<DeviceParameters> adapter_;
   std::unique_ptr<DeviceParameters> adapter_grads_;  // Set by the first Backward.
   ::tandem::cuda::DeviceRopeFrequencies rope_;

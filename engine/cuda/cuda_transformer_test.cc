@@ -44,7 +44,7 @@ TEST_P(CudaTransformerTest, ForwardMatchesTheCpuTransformer) {
     absl::StatusOr<const float*> expected = cpu.Forward(batch);
     ASSERT_TRUE(expected.ok()) << expected.status();
     const std::vector<float> cpu_logits(*expected, *expected + logits_size);
-    absl::StatusOr<const float*> actual = (*gpu)->Forward(batch);
+    absl::StatusOr<const float*> actual = (*gpu)->Forward(batch, nullptr);
     ASSERT_TRUE(actual.ok()) << actual.status();
     ::tandem::cuda::ExpectAllNear(std::vector<float>(*actual, *actual + logits_size), cpu_logits,
                                   1e-4f, 1e-4f);
@@ -110,7 +110,7 @@ TEST_P(CudaTransformerTest, BackwardGivesTheCpuAdapterGradients) {
 
     absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu = CudaTransformer::Create(model, &*lora);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
-    ASSERT_TRUE((*gpu)->Forward(batch).ok());
+    ASSERT_TRUE((*gpu)->Forward(batch, nullptr).ok());
     ::tandem::cuda::ExpectAllNear((*gpu)->final_hidden(), cpu.final_hidden(), 1e-4f, 1e-4f);
     const absl::Status backward = (*gpu)->Backward(dlogits.data(), dhidden.data());
     ASSERT_TRUE(backward.ok()) << backward;
@@ -126,9 +126,11 @@ TEST_F(CudaTransformerGpuTest, BackwardNeedsAForwardAndEnabledGradients) {
   absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu = CudaTransformer::Create(model, &*lora);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const std::vector<float> dlogits(int64_t{12} * config.vocab_size, 1.0f);
-  EXPECT_EQ((*gpu)->Backward(dlogits.data()).code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE((*gpu)->Forward(test_models::TwoSequences()).ok());
-  EXPECT_EQ((*gpu)->Backward(dlogits.data()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*gpu)->Backward(dlogits.data(), nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*gpu)->Forward(test_models::TwoSequences(), nullptr).ok());
+  EXPECT_EQ((*gpu)->Backward(dlogits.data(), nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CudaTransformerGpuTest, RefreshedAdapterChangesTheGpuForwardLikeTheCpus) {
@@ -139,12 +141,12 @@ TEST_F(CudaTransformerGpuTest, RefreshedAdapterChangesTheGpuForwardLikeTheCpus) 
   absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu = CudaTransformer::Create(model, &*lora);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   test_models::RandomizeLora(*lora, 13);  // B was zero: the adapter now changes the output.
-  ASSERT_TRUE((*gpu)->RefreshAdapter().ok());
+  ASSERT_TRUE((*gpu)->AdapterChanged().ok());
   Transformer cpu(model, &*lora);
   const TokenBatch batch = test_models::TwoSequences();
   const int64_t size = int64_t{batch.num_tokens()} * config.vocab_size;
   absl::StatusOr<const float*> expected = cpu.Forward(batch);
-  absl::StatusOr<const float*> actual = (*gpu)->Forward(batch);
+  absl::StatusOr<const float*> actual = (*gpu)->Forward(batch, nullptr);
   ASSERT_TRUE(expected.ok() && actual.ok());
   ::tandem::cuda::ExpectAllNear(std::vector<float>(*actual, *actual + size),
                                 std::vector<float>(*expected, *expected + size), 1e-4f, 1e-4f);
@@ -157,7 +159,7 @@ TEST_F(CudaTransformerGpuTest, BadInputIsRejectedAsOnTheCpu) {
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   TokenBatch batch;
   batch.Add({1, 2, 99});
-  EXPECT_EQ((*gpu)->Forward(batch).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*gpu)->Forward(batch, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
   const TokenBatch good = test_models::TwoSequences();
   const std::vector<int16_t> short_replay(3, 0);
   EXPECT_EQ((*gpu)->Forward(good, &short_replay).status().code(),

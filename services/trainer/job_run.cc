@@ -17,6 +17,7 @@
 #include "common/channel.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "engine/cuda/training_engines.h"
 #include "engine/hf/hf_model.h"
 #include "engine/module_names.h"
 #include "engine/peft_adapter.h"
@@ -595,7 +596,10 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     update_config.critic.head = &*value_head_;
     update_config.critic.optimizer = &*critic_optimizer_;
   }
-  PolicyUpdater updater(*base_, *lora_, *optimizer_, std::move(update_config));
+  absl::StatusOr<engine::TrainingEngines> engines =
+      engine::MakeTrainingEngines(environment_.device, *base_, *lora_);
+  if (!engines.ok()) return engines.status();
+  PolicyUpdater updater(*base_, *lora_, *optimizer_, std::move(update_config), *std::move(engines));
   absl::StatusOr<int64_t> newest;
   if (absl::Status status = RideOutOutage("weight-store",
                                           [&](int) {

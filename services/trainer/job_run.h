@@ -56,6 +56,8 @@ struct JobEnvironment {
   std::optional<ClientTls> tls;     // How they are dialed when `dialer` is null; unset: plaintext.
   ServiceDialer* dialer = nullptr;  // Not owned; null: GrpcServiceDialer(auth_token, tls).
   transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
+  // Where jobs train: "cpu", or "cuda" / "cuda:N" (engine::MakeTrainingEngines).
+  std::string device = "cpu";
   absl::Duration rpc_timeout = absl::Minutes(5);
   absl::Duration swap_timeout = absl::Seconds(60);
   // While a replica has not swapped a published version in yet, it is asked again after

@@ -9,6 +9,8 @@
 #include "common/peer_tls.h"
 #include "common/service_main.h"
 #include "engine/blas_threads_flag.h"
+#include "engine/cuda/training_engines.h"
+#include "kernels/cuda/device.h"
 #include "services/trainer/job_service.h"
 #include "services/trainer/service_endpoints.h"
 
@@ -28,6 +30,8 @@ ABSL_FLAG(std::string, rollout_service, "",
           "resolves to is a replica, looked up whenever a job starts or resumes.");
 ABSL_FLAG(std::string, weight_store, "", "Default weight-store address.");
 ABSL_FLAG(std::string, router_replay, "", "Default router-replay address.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where jobs train: cpu, or cuda / cuda:N (a GPU; fp32, standard attention).");
 
 namespace {
 
@@ -65,6 +69,21 @@ tandem::transfer::UcxWorker* MaybeUcx() {
   return worker;
 }
 
+// A bad --device fails at startup, not in the first job: the name, and a GPU's presence.
+absl::Status CheckDevice(const std::string& device) {
+  if (absl::Status status = tandem::engine::ValidateDeviceName(device); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--device: ", status.message()));
+  }
+  if (device == "cpu") return absl::OkStatus();
+  absl::StatusOr<tandem::cuda::DeviceInfo> gpu =
+      tandem::cuda::SelectDevice(*tandem::cuda::ParseCudaDevice(device));
+  if (!gpu.ok())
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device=", device, ": ", gpu.status().message()));
+  spdlog::info("jobs train on {} ({})", device, gpu->name);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,9 +104,12 @@ int main(int argc, char** argv) {
          if (outage_budget < absl::ZeroDuration()) {
            return absl::InvalidArgumentError("--store_outage_budget must be >= 0");
          }
+         const std::string device = absl::GetFlag(FLAGS_device);
+         if (absl::Status status = CheckDevice(device); !status.ok()) return status;
          const tandem::trainer::JobEnvironment environment = {.auth_token = server.auth_token,
                                                               .tls = *std::move(peer_tls),
                                                               .ucx = MaybeUcx(),
+                                                              .device = device,
                                                               .store_outage_budget = outage_budget};
          auto default_endpoints = DefaultEndpointsFromFlags();
          if (!default_endpoints.ok()) return default_endpoints.status();

@@ -77,10 +77,20 @@ PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
       lora_(lora),
       optimizer_(optimizer),
       config_(std::move(config)),
-      policy_(base, &lora),
-      reference_(base, nullptr) {}
+      policy_(std::make_unique<engine::CpuTrainingEngine>(base, &lora)),
+      reference_(std::make_unique<engine::CpuTrainingEngine>(base, nullptr)) {}
 
-absl::StatusOr<const float*> PolicyUpdater::Forward(engine::Transformer& transformer,
+PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
+                             engine::AdamW& optimizer, PolicyUpdateConfig config,
+                             engine::TrainingEngines engines)
+    : base_(base),
+      lora_(lora),
+      optimizer_(optimizer),
+      config_(std::move(config)),
+      policy_(std::move(engines.policy)),
+      reference_(std::move(engines.reference)) {}
+
+absl::StatusOr<const float*> PolicyUpdater::Forward(engine::TrainingEngine& engine,
                                                     const Batch& batch, int begin, int end,
                                                     const std::vector<int16_t>* routes) {
   engine::TokenBatch tokens;
@@ -92,11 +102,11 @@ absl::StatusOr<const float*> PolicyUpdater::Forward(engine::Transformer& transfo
   }
   absl::StatusOr<const float*> logits;
   if (routes == nullptr || routes->empty()) {
-    logits = transformer.Forward(tokens, nullptr);
+    logits = engine.Forward(tokens, nullptr);
   } else {
     const std::vector<int16_t> slice(routes->begin() + batch.offsets[begin] * batch.route_width,
                                      routes->begin() + batch.offsets[end] * batch.route_width);
-    logits = transformer.Forward(tokens, &slice);
+    logits = engine.Forward(tokens, &slice);
   }
   if (!logits.ok() || config_.temperature == 1.0f) return logits;
   // The policy the rollout sampled from: logits / T.
@@ -158,6 +168,9 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
     batch.old_values.assign(size, 0);
   }
 
+  // The adapter may have changed since the last update (a checkpoint load): the engine
+  // computes with what the host holds.
+  if (absl::Status status = policy_->AdapterChanged(); !status.ok()) return status;
   UpdateStats stats;
   for (double m : batch.mask) stats.response_tokens += static_cast<int64_t>(m);
   // With one update the update pass runs the old policy itself: its log-probs are logp_old. A
@@ -215,15 +228,15 @@ void PolicyUpdater::RecordOldPolicy(Batch& batch, int begin, int end,
       const int64_t first_response =
           batch.offsets[i] + static_cast<int64_t>(batch.samples[i].prompt.size());
       const int64_t local = first_response - batch.offsets[begin];
-      CompareRoutes(policy_.live_routes().data() + local * batch.route_width,
+      CompareRoutes(policy_->live_routes().data() + local * batch.route_width,
                     batch.rollout_routes->data() + first_response * batch.route_width,
                     static_cast<int64_t>(batch.samples[i].response.size()),
                     base_.config().num_moe_layers(), base_.config().top_k, stats.routing);
     }
   }
   if (config_.replay == RouteReplay::kR2) {
-    batch.old_routes.insert(batch.old_routes.end(), policy_.routes().begin(),
-                            policy_.routes().end());
+    batch.old_routes.insert(batch.old_routes.end(), policy_->routes().begin(),
+                            policy_->routes().end());
   }
   std::vector<double> log_ratio(count);
   for (size_t j = 0; j < count; ++j) {
@@ -248,11 +261,11 @@ absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
       config_.replay == RouteReplay::kR3 ? batch.rollout_routes : nullptr;
   for (int begin = 0; begin < batch.rows(); begin += config_.micro_batch_size) {
     const int end = std::min(batch.rows(), begin + config_.micro_batch_size);
-    absl::StatusOr<const float*> logits = Forward(policy_, batch, begin, end, routes);
+    absl::StatusOr<const float*> logits = Forward(*policy_, batch, begin, end, routes);
     if (!logits.ok()) return logits.status();
     RecordOldPolicy(batch, begin, end, ResponseLogProbs(batch, begin, end, *logits), stats);
     if (config_.critic.head == nullptr) continue;
-    const float* hidden = policy_.final_hidden().data();
+    const float* hidden = policy_->final_hidden().data();
     for (int i = begin; i < end; ++i) {
       for (size_t t = 0; t < batch.samples[i].response.size(); ++t) {
         const int64_t row = ResponseRow(batch, begin, i, static_cast<int>(t));
@@ -290,7 +303,7 @@ double PolicyUpdater::ValueLoss(const Batch& batch, int micro, int micro_end, do
                                 std::vector<float>& dhidden) {
   ValueHead& head = *config_.critic.head;
   const int d = base_.config().d_model;
-  const float* hidden = policy_.final_hidden().data();
+  const float* hidden = policy_->final_hidden().data();
   const double clip = config_.critic.value_clip;
   double loss = 0;
   for (int i = micro; i < micro_end; ++i) {
@@ -331,7 +344,7 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
     // Without a separate old-policy pass, R2's "old routes" are this forward's live ones.
     const std::vector<int16_t>* replay =
         config_.replay == RouteReplay::kR2 && !batch.have_old[micro] ? nullptr : routes;
-    absl::StatusOr<const float*> logits = Forward(policy_, batch, micro, micro_end, replay);
+    absl::StatusOr<const float*> logits = Forward(*policy_, batch, micro, micro_end, replay);
     if (!logits.ok()) return logits.status();
     const std::vector<double> logp = ResponseLogProbs(batch, micro, micro_end, *logits);
     if (!batch.have_old[micro]) RecordOldPolicy(batch, micro, micro_end, logp, stats);
@@ -341,7 +354,7 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
       const std::vector<float> policy_logits(
           *logits, *logits + (batch.offsets[micro_end] - batch.offsets[micro]) * vocab);
       absl::StatusOr<const float*> ref_logits =
-          Forward(reference_, batch, micro, micro_end, replay);
+          Forward(*reference_, batch, micro, micro_end, replay);
       if (!ref_logits.ok()) return ref_logits.status();
       ref_logp = ResponseLogProbs(batch, micro, micro_end, *ref_logits);
       if (config_.temperature != 1.0f) {
@@ -392,7 +405,11 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
       dhidden.assign(static_cast<size_t>(positions) * base_.config().d_model, 0.0f);
       stats.value_loss += ValueLoss(batch, micro, micro_end, total_tokens, dhidden);
     }
-    policy_.Backward(dlogits.data(), dhidden.empty() ? nullptr : dhidden.data());
+    if (absl::Status status =
+            policy_->Backward(dlogits.data(), dhidden.empty() ? nullptr : dhidden.data());
+        !status.ok()) {
+      return status;
+    }
   }
   stats.grad_norm = engine::ClipGradNorm(optimizer_.params(), config_.max_grad_norm);
   if (std::isfinite(stats.grad_norm)) {
@@ -401,6 +418,7 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
         !status.ok()) {
       return status;
     }
+    if (absl::Status status = policy_->AdapterChanged(); !status.ok()) return status;
   }
   lora_.parameters().ZeroGradients();
   if (config_.critic.head != nullptr) {

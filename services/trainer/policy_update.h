@@ -2,11 +2,13 @@
 #define TANDEM_SERVICES_TRAINER_POLICY_UPDATE_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/model.h"
 #include "engine/optimizer.h"
+#include "engine/training_engine.h"
 #include "engine/transformer.h"
 #include "services/trainer/advantages.h"
 #include "services/trainer/mismatch_correction.h"
@@ -91,9 +93,12 @@ struct UpdateStats {
 class PolicyUpdater {
  public:
   // None is owned; all must outlive the updater. `optimizer` holds `lora`'s parameters, whose
-  // gradients must be enabled.
+  // gradients must be enabled. `engines` compute the policy and the reference model (see
+  // engine::MakeTrainingEngines); the first constructor runs both on the CPU.
   PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer,
                 PolicyUpdateConfig config);
+  PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer,
+                PolicyUpdateConfig config, engine::TrainingEngines engines);
 
   // `rollout_routes`: [sum over samples of (prompt + response) tokens, MoE layers, top_k] in
   // sample order (the layout FetchReplayRoutes fills), or empty when none were fetched (R3 then
@@ -123,16 +128,16 @@ class PolicyUpdater {
   void RecordOldPolicy(Batch& batch, int begin, int end, const std::vector<double>& logp,
                        UpdateStats& stats);
   absl::StatusOr<double> UpdateMiniBatch(Batch& batch, int begin, int end, UpdateStats& stats);
-  absl::StatusOr<const float*> Forward(engine::Transformer& transformer, const Batch& batch,
+  absl::StatusOr<const float*> Forward(engine::TrainingEngine& engine, const Batch& batch,
                                        int begin, int end, const std::vector<int16_t>* routes);
 
   engine::BaseModel& base_;
   engine::LoraAdapter& lora_;
   engine::AdamW& optimizer_;
   const PolicyUpdateConfig config_;
-  engine::Transformer policy_;
-  engine::Transformer reference_;     // The base model alone, for the KL penalty.
-  std::vector<float> scaled_logits_;  // The last Forward's logits / temperature.
+  std::unique_ptr<engine::TrainingEngine> policy_;
+  std::unique_ptr<engine::TrainingEngine> reference_;  // The base model alone, for the KL penalty.
+  std::vector<float> scaled_logits_;                   // The last Forward's logits / temperature.
 };
 
 }  // namespace tandem::trainer

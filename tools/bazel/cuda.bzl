@@ -37,10 +37,13 @@ def tandem_cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], visibi
             tags = ["cuda"],
         )
         objects.append(obj)
+    # linkstatic: the static CUDA runtime's symbols are hidden, so CUDA code must never sit in
+    # a shared library of a dynamically linked test, apart from the runtime in the executable.
     native.cc_library(
         name = name,
         srcs = objects,
         hdrs = hdrs,
+        linkstatic = True,
         deps = deps + ["//third_party:absl", "//third_party:cuda_runtime"],
         tags = ["cuda"],
         visibility = visibility,
