@@ -1,0 +1,179 @@
+// The engine on a GPU against the same engine on the CPU and against PyTorch: forward and
+// forward + backward (into the LoRA) tokens/s of CudaTransformer on a random model of the
+// default architecture (sizes from the flags), with the CPU Transformer's figures and its
+// logits as the check. --out_dir writes the model, adapter, batch and GPU logits for
+// tools/torch_reference/moe_reference.py, which times PyTorch eager on the same work.
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "engine/cuda/cuda_transformer.h"
+#include "engine/model.h"
+#include "engine/transformer.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cuda/device.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(int, d_model, 0, "Hidden size (0: the default config's); FFN widths and heads scale.");
+ABSL_FLAG(int, num_layers, 0, "Layers (0: the default config's).");
+ABSL_FLAG(int, num_experts, 0, "Routed experts per MoE layer (0: the default config's).");
+ABSL_FLAG(int, top_k, 0, "Experts per token (0: the default config's).");
+ABSL_FLAG(int, sequences, 64, "Sequences per batch, each max_seq_len tokens long.");
+ABSL_FLAG(bool, cpu, true, "Also time the CPU Transformer (slow for large models).");
+ABSL_FLAG(std::string, out_dir, "", "Write the model, adapter, batch and logits here.");
+
+namespace tandem::engine {
+namespace {
+
+ModelConfig BenchConfig() {
+  ModelConfig config = DefaultModelConfig();
+  const auto set = [](int flag, int& field) {
+    if (flag > 0) field = flag;
+  };
+  const int d_model = absl::GetFlag(FLAGS_d_model);
+  if (d_model > 0) {
+    config.dense_ffn_dim = config.dense_ffn_dim * d_model / config.d_model;
+    config.expert_ffn_dim = config.expert_ffn_dim * d_model / config.d_model;
+    config.num_heads = std::max(1, config.num_heads * d_model / config.d_model);
+    config.d_model = d_model;
+  }
+  set(absl::GetFlag(FLAGS_num_layers), config.num_layers);
+  set(absl::GetFlag(FLAGS_num_experts), config.num_experts);
+  set(absl::GetFlag(FLAGS_top_k), config.top_k);
+  return config;
+}
+
+// Seconds per call of `step`, after one warm-up call.
+double SecondsPerCall(const std::function<bool()>& step, int calls = 5) {
+  if (!step()) return -1;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) {
+    if (!step()) return -1;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+}
+
+// Forward and forward + backward tokens/s of `engine`; prints them under `name`.
+template <typename Engine>
+void Report(const char* name, Engine& engine, const TokenBatch& batch,
+            const std::vector<float>& dlogits, std::vector<float>* logits) {
+  const auto forward = [&] {
+    absl::StatusOr<const float*> result = engine.Forward(batch, nullptr);
+    if (!result.ok())
+      std::fprintf(stderr, "%s forward: %s\n", name, result.status().ToString().c_str());
+    if (result.ok() && logits != nullptr) logits->assign(*result, *result + dlogits.size());
+    return result.ok();
+  };
+  const auto train = [&] {
+    if (!engine.Forward(batch, nullptr).ok()) return false;
+    if constexpr (std::is_same_v<Engine, Transformer>) {
+      engine.Backward(dlogits.data());
+      return true;
+    } else {
+      return engine.Backward(dlogits.data(), nullptr).ok();
+    }
+  };
+  const double tokens = batch.num_tokens();
+  const double forward_s = SecondsPerCall(forward);
+  const double train_s = SecondsPerCall(train);
+  std::printf("%-10s forward %12.0f tokens/s   forward+backward %12.0f tokens/s\n", name,
+              tokens / forward_s, tokens / train_s);
+}
+
+absl::Status WriteFloats(const std::string& path, const std::vector<float>& values) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return out ? absl::OkStatus() : absl::InternalError("cannot write " + path);
+}
+
+absl::Status WriteReferenceInputs(const std::string& dir, const BaseModel& model,
+                                  const LoraAdapter& lora, const TokenBatch& batch,
+                                  const std::vector<float>& logits) {
+  if (absl::Status status = model.Save(dir + "/model.safetensors"); !status.ok()) return status;
+  if (absl::Status status = lora.Save(dir + "/adapter.safetensors"); !status.ok()) return status;
+  std::ofstream(dir + "/config.json") << model.config().ToJson();
+  const int length = model.config().max_seq_len;
+  nlohmann::json sequences = nlohmann::json::array();
+  for (int s = 0; s < batch.num_sequences(); ++s) {
+    sequences.push_back(std::vector<int>(batch.tokens.begin() + s * length,
+                                         batch.tokens.begin() + (s + 1) * length));
+  }
+  std::ofstream(dir + "/batch.json")
+      << nlohmann::json{{"tokens", sequences}, {"lora_scale", lora.config().scale()}}.dump();
+  return WriteFloats(dir + "/logits.f32", logits);
+}
+
+int Main() {
+  if (::tandem::cuda::VisibleDeviceCount() == 0) {
+    std::printf("engine_cuda_bench: SKIPPED, no GPU visible\n");
+    return 0;
+  }
+  // The CPU figure with every core: the machine's best, not a handicapped baseline.
+  cpu::SetBlasThreads(static_cast<int>(std::thread::hardware_concurrency()));
+  const ModelConfig config = BenchConfig();
+  absl::StatusOr<BaseModel> model = BaseModel::Create(config, 1);
+  absl::StatusOr<LoraAdapter> lora = LoraAdapter::Create(config, LoraConfig{}, 2);
+  if (!model.ok() || !lora.ok()) return 1;
+  std::mt19937_64 rng(3);
+  for (const std::string& name : lora->parameters().names()) {  // B = 0 would hide the LoRA.
+    ParameterSet::FillNormal(*lora->parameters().Find(name), 0.05f, rng);
+  }
+  lora->parameters().EnableGradients();
+  std::uniform_int_distribution<int> token(0, config.vocab_size - 1);
+  TokenBatch batch;
+  for (int s = 0; s < absl::GetFlag(FLAGS_sequences); ++s) {
+    std::vector<int> sequence(config.max_seq_len);
+    for (int& t : sequence) t = token(rng);
+    batch.Add(sequence);
+  }
+  std::vector<float> dlogits(static_cast<size_t>(batch.num_tokens()) * config.vocab_size);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  for (float& d : dlogits) d = normal(rng);
+  std::printf(
+      "model: %lld parameters; d_model %d, %d layers, top-%d of %d experts; %d x %d tokens\n",
+      static_cast<long long>(model->parameters().num_elements()), config.d_model, config.num_layers,
+      config.top_k, config.num_experts, batch.num_sequences(), config.max_seq_len);
+
+  absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> gpu =
+      cuda::CudaTransformer::Create(*model, &*lora);
+  if (!gpu.ok()) {
+    std::fprintf(stderr, "engine_cuda_bench: %s\n", gpu.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<float> gpu_logits, cpu_logits;
+  Report("cuda", **gpu, batch, dlogits, &gpu_logits);
+  if (absl::GetFlag(FLAGS_cpu)) {
+    Transformer cpu(*model, &*lora);
+    Report("cpu", cpu, batch, dlogits, &cpu_logits);
+    float largest = 0;
+    for (size_t i = 0; i < gpu_logits.size(); ++i) {
+      largest = std::max(largest, std::abs(gpu_logits[i] - cpu_logits[i]));
+    }
+    std::printf("max |logit difference| cuda vs cpu: %.3g\n", largest);
+  }
+  const std::string dir = absl::GetFlag(FLAGS_out_dir);
+  if (!dir.empty()) {
+    if (absl::Status status = WriteReferenceInputs(dir, *model, *lora, batch, gpu_logits);
+        !status.ok()) {
+      std::fprintf(stderr, "engine_cuda_bench: %s\n", status.ToString().c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::engine
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tandem::engine::Main();
+}
