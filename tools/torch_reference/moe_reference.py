@@ -19,7 +19,6 @@ import struct
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -37,8 +36,8 @@ def read_safetensors(path, device):
         if info["dtype"] != "F32":
             raise ValueError(f"{name}: dtype {info['dtype']}, expected F32")
         begin, end = info["data_offsets"]
-        array = np.frombuffer(data[begin:end], dtype=np.float32).reshape(info["shape"])
-        tensors[name] = torch.from_numpy(array.copy()).to(device)
+        values = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.float32)
+        tensors[name] = values.reshape(info["shape"]).to(device)
     return tensors
 
 
@@ -57,8 +56,9 @@ class Model:
         self.kv_heads = config["num_kv_heads"] or self.heads
         self.head_dim = config["attention_head_dim"] or d // self.heads
         half = self.head_dim // 2
-        inv_freq = config["rope_theta"] ** (-2.0 * np.arange(half) / self.head_dim)
-        self.inv_freq = torch.tensor(inv_freq, dtype=torch.float64, device=next(iter(base.values())).device)
+        device = next(iter(base.values())).device
+        exponents = -2.0 * torch.arange(half, dtype=torch.float64, device=device) / self.head_dim
+        self.inv_freq = config["rope_theta"] ** exponents
 
     def is_moe(self, layer):
         c = self.c
@@ -182,8 +182,9 @@ def main():
 
     with torch.no_grad():
         logits = model.forward(tokens)
-    engine = np.fromfile(os.path.join(args.dir, "logits.f32"), dtype=np.float32).reshape(B, T, -1)
-    difference = np.abs(logits.float().cpu().numpy() - engine).max()
+    with open(os.path.join(args.dir, "logits.f32"), "rb") as f:
+        engine = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).reshape(B, T, -1)
+    difference = (logits.float().cpu() - engine).abs().max().item()
     print(f"torch_reference: max |logit difference| vs the engine {difference:.3g}")
 
     def forward():
