@@ -1,8 +1,9 @@
 // The engine on a GPU against the same engine on the CPU and against PyTorch: forward and
 // forward + backward (into the LoRA) tokens/s of CudaTransformer on a random model of the
 // default architecture (sizes from the flags), with the CPU Transformer's figures and its
-// logits as the check. --out_dir writes the model, adapter, batch and GPU logits for
-// tools/torch_reference/moe_reference.py, which times PyTorch eager on the same work.
+// logits as the check. --out_dir writes the model, adapter, batch and GPU logits (CPU logits
+// without a GPU) for tools/torch_reference/moe_reference.py, which checks them and times PyTorch
+// eager on the same work.
 
 #include <chrono>
 #include <cstdio>
@@ -112,10 +113,8 @@ absl::Status WriteReferenceInputs(const std::string& dir, const BaseModel& model
 }
 
 int Main() {
-  if (::tandem::cuda::VisibleDeviceCount() == 0) {
-    std::printf("engine_cuda_bench: SKIPPED, no GPU visible\n");
-    return 0;
-  }
+  const bool gpu_visible = ::tandem::cuda::VisibleDeviceCount() > 0;
+  if (!gpu_visible) std::printf("engine_cuda_bench: no GPU visible; CPU figures only\n");
   // The CPU figure with every core: the machine's best, not a handicapped baseline.
   cpu::SetBlasThreads(static_cast<int>(std::thread::hardware_concurrency()));
   const ModelConfig config = BenchConfig();
@@ -142,17 +141,21 @@ int Main() {
       static_cast<long long>(model->parameters().num_elements()), config.d_model, config.num_layers,
       config.top_k, config.num_experts, batch.num_sequences(), config.max_seq_len);
 
-  absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> gpu =
-      cuda::CudaTransformer::Create(*model, &*lora);
-  if (!gpu.ok()) {
-    std::fprintf(stderr, "engine_cuda_bench: %s\n", gpu.status().ToString().c_str());
-    return 1;
-  }
   std::vector<float> gpu_logits, cpu_logits;
-  Report("cuda", **gpu, batch, dlogits, &gpu_logits);
-  if (absl::GetFlag(FLAGS_cpu)) {
+  if (gpu_visible) {
+    absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> gpu =
+        cuda::CudaTransformer::Create(*model, &*lora);
+    if (!gpu.ok()) {
+      std::fprintf(stderr, "engine_cuda_bench: %s\n", gpu.status().ToString().c_str());
+      return 1;
+    }
+    Report("cuda", **gpu, batch, dlogits, &gpu_logits);
+  }
+  if (absl::GetFlag(FLAGS_cpu) || !gpu_visible) {
     Transformer cpu(*model, &*lora);
     Report("cpu", cpu, batch, dlogits, &cpu_logits);
+  }
+  if (!gpu_logits.empty() && !cpu_logits.empty()) {
     float largest = 0;
     for (size_t i = 0; i < gpu_logits.size(); ++i) {
       largest = std::max(largest, std::abs(gpu_logits[i] - cpu_logits[i]));
@@ -160,14 +163,11 @@ int Main() {
     std::printf("max |logit difference| cuda vs cpu: %.3g\n", largest);
   }
   const std::string dir = absl::GetFlag(FLAGS_out_dir);
-  if (!dir.empty()) {
-    if (absl::Status status = WriteReferenceInputs(dir, *model, *lora, batch, gpu_logits);
-        !status.ok()) {
-      std::fprintf(stderr, "engine_cuda_bench: %s\n", status.ToString().c_str());
-      return 1;
-    }
-  }
-  return 0;
+  if (dir.empty()) return 0;
+  const absl::Status written =
+      WriteReferenceInputs(dir, *model, *lora, batch, gpu_visible ? gpu_logits : cpu_logits);
+  if (!written.ok()) std::fprintf(stderr, "engine_cuda_bench: %s\n", written.ToString().c_str());
+  return written.ok() ? 0 : 1;
 }
 
 }  // namespace
