@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/attention.h"
 
 namespace tandem::engine {
 
@@ -11,66 +10,15 @@ struct GenerationBatch::Sequence {
   int id = 0;
   GenerationRequest request;
   GeneratedSample sample;
-  Transformer* transformer = nullptr;
+  DecodeEngine* engine = nullptr;
   std::mt19937_64 rng;
-  // Per layer [reserved, key_width] keys and [reserved, value_width] values; rows [0, cached)
-  // are filled.
-  std::vector<std::vector<float>> keys, values;
+  std::unique_ptr<SequenceCache> cache;  // Positions [0, cached) are filled.
   int reserved = 0;
   int cached = 0;
 };
 
-// Prompt rows of one sequence: causal attention among them, caching their keys and values.
-class GenerationBatch::PrefillAttention : public AttentionBackend {
- public:
-  PrefillAttention(Sequence& sequence, const ModelConfig& config)
-      : sequence_(sequence), config_(config) {}
-
-  void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
-    const int rows = static_cast<int>(sequence_.sample.tokens.size());
-    std::copy_n(k, int64_t{rows} * config_.key_width(), sequence_.keys[layer].begin());
-    std::copy_n(v, int64_t{rows} * config_.value_width(), sequence_.values[layer].begin());
-    probs_.resize(static_cast<size_t>(config_.num_heads) * rows * rows);
-    cpu::CausalAttention(q, k, v, out, probs_.data(), rows, config_.attention_shape());
-  }
-
- private:
-  Sequence& sequence_;
-  const ModelConfig& config_;
-  std::vector<float> probs_;
-};
-
-// One row per active sequence: append its key/value to the cache, attend over the cache.
-class GenerationBatch::DecodeAttention : public AttentionBackend {
- public:
-  DecodeAttention(const std::vector<Sequence*>& sequences, const ModelConfig& config)
-      : sequences_(sequences), config_(config), scratch_(config.max_seq_len) {}
-
-  void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
-    const cpu::AttentionShape shape = config_.attention_shape();
-    const int q_width = config_.query_width(), out_width = config_.attention_out_dim();
-    const int k_width = config_.key_width(), v_width = config_.value_width();
-    for (size_t row = 0; row < sequences_.size(); ++row) {
-      Sequence& sequence = *sequences_[row];
-      const int position = sequence.cached;
-      std::copy_n(k + row * k_width, k_width,
-                  sequence.keys[layer].begin() + int64_t{position} * k_width);
-      std::copy_n(v + row * v_width, v_width,
-                  sequence.values[layer].begin() + int64_t{position} * v_width);
-      cpu::DecodeAttention(q + row * q_width, sequence.keys[layer].data(),
-                           sequence.values[layer].data(), position + 1, out + row * out_width,
-                           shape, scratch_.data());
-    }
-  }
-
- private:
-  const std::vector<Sequence*>& sequences_;
-  const ModelConfig& config_;
-  std::vector<float> scratch_;
-};
-
-GenerationBatch::GenerationBatch(Transformer& transformer)
-    : transformer_(transformer), config_(transformer.config()) {}
+GenerationBatch::GenerationBatch(DecodeEngine& engine)
+    : engine_(engine), config_(engine.config()) {}
 
 GenerationBatch::~GenerationBatch() = default;
 
@@ -90,8 +38,7 @@ int GenerationBatch::ReservedPositions(const GenerationRequest& request) const {
   return static_cast<int>(std::min<int64_t>(wanted, config_.max_seq_len));
 }
 
-absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request,
-                                           Transformer* transformer) {
+absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request, DecodeEngine* engine) {
   const int prompt_length = static_cast<int>(request.prompt.size());
   if (prompt_length < 1 || prompt_length >= config_.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -114,24 +61,23 @@ absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request,
   sequence->request = request;
   sequence->sample.tokens = request.prompt;
   sequence->sample.prompt_length = prompt_length;
-  sequence->transformer = transformer != nullptr ? transformer : &transformer_;
+  sequence->engine = engine != nullptr ? engine : &engine_;
   sequence->rng.seed(request.seed);
   sequence->reserved = ReservedPositions(request);
-  sequence->keys.assign(
-      config_.num_layers,
-      std::vector<float>(static_cast<size_t>(sequence->reserved) * config_.key_width()));
-  sequence->values.assign(
-      config_.num_layers,
-      std::vector<float>(static_cast<size_t>(sequence->reserved) * config_.value_width()));
+  absl::StatusOr<std::unique_ptr<SequenceCache>> cache =
+      sequence->engine->NewCache(sequence->reserved);
+  if (!cache.ok()) return cache.status();
+  sequence->cache = *std::move(cache);
 
   const int moe_row = config_.num_moe_layers() * config_.top_k;
-  std::vector<int> positions(prompt_length);
-  for (int t = 0; t < prompt_length; ++t) positions[t] = t;
   std::vector<float> logits(static_cast<size_t>(prompt_length) * config_.vocab_size);
   sequence->sample.routes.resize(static_cast<size_t>(prompt_length) * moe_row);
-  PrefillAttention attention(*sequence, config_);
-  sequence->transformer->ForwardRows(request.prompt.data(), positions.data(), prompt_length,
-                                     attention, logits.data(), sequence->sample.routes.data());
+  if (absl::Status status =
+          sequence->engine->Prefill(request.prompt.data(), prompt_length, *sequence->cache,
+                                    logits.data(), sequence->sample.routes.data());
+      !status.ok()) {
+    return status;
+  }
   sequence->cached = prompt_length;
   SampleNext(*sequence, logits.data() + int64_t{prompt_length - 1} * config_.vocab_size);
   const int id = sequence->id;
@@ -158,47 +104,55 @@ bool GenerationBatch::Finished(const Sequence& sequence) const {
          static_cast<int>(sequence.sample.tokens.size()) >= sequence.reserved;
 }
 
-int GenerationBatch::SwitchTransformer(int id, Transformer& transformer) {
+int GenerationBatch::SwitchEngine(int id, DecodeEngine& engine) {
   for (const auto& sequence : active_) {
     if (sequence->id != id) continue;
-    sequence->transformer = &transformer;
+    sequence->engine = &engine;
     return static_cast<int>(sequence->sample.logprobs.size());
   }
   return -1;
 }
 
-void GenerationBatch::Step() {
+absl::Status GenerationBatch::Step() {
   // Groups in order of first appearance, so a step's work does not depend on pointer values.
-  std::vector<std::pair<Transformer*, std::vector<Sequence*>>> groups;
+  std::vector<std::pair<DecodeEngine*, std::vector<Sequence*>>> groups;
   for (const auto& sequence : active_) {
     auto group = std::find_if(groups.begin(), groups.end(),
-                              [&](const auto& g) { return g.first == sequence->transformer; });
-    if (group == groups.end()) group = groups.insert(groups.end(), {sequence->transformer, {}});
+                              [&](const auto& g) { return g.first == sequence->engine; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {sequence->engine, {}});
     group->second.push_back(sequence.get());
   }
+  absl::Status first_error;
   std::vector<int> done;
-  for (auto& [transformer, group] : groups) {
-    StepGroup(*transformer, group);
+  for (auto& [engine, group] : groups) {
+    const absl::Status status = StepGroup(*engine, group);
+    if (!status.ok() && first_error.ok()) first_error = status;
     for (Sequence* sequence : group) {
-      if (Finished(*sequence)) done.push_back(sequence->id);
+      if (!status.ok()) sequence->sample.finish_reason = FinishReason::kCancelled;
+      if (!status.ok() || Finished(*sequence)) done.push_back(sequence->id);
     }
   }
   for (int id : done) Retire(id);
+  return first_error;
 }
 
-void GenerationBatch::StepGroup(Transformer& transformer, const std::vector<Sequence*>& group) {
+absl::Status GenerationBatch::StepGroup(DecodeEngine& engine, const std::vector<Sequence*>& group) {
   const int rows = static_cast<int>(group.size());
   std::vector<int> tokens(rows), positions(rows);
+  std::vector<SequenceCache*> caches(rows);
   for (int row = 0; row < rows; ++row) {
     tokens[row] = group[row]->sample.tokens.back();
     positions[row] = group[row]->cached;
+    caches[row] = group[row]->cache.get();
   }
   const int moe_row = config_.num_moe_layers() * config_.top_k;
   std::vector<float> logits(static_cast<size_t>(rows) * config_.vocab_size);
   std::vector<int16_t> routes(static_cast<size_t>(rows) * moe_row);
-  DecodeAttention attention(group, config_);
-  transformer.ForwardRows(tokens.data(), positions.data(), rows, attention, logits.data(),
-                          routes.data());
+  if (absl::Status status =
+          engine.Decode(tokens.data(), positions.data(), caches, logits.data(), routes.data());
+      !status.ok()) {
+    return status;
+  }
   for (int row = 0; row < rows; ++row) {
     Sequence& sequence = *group[row];
     ++sequence.cached;
@@ -206,6 +160,7 @@ void GenerationBatch::StepGroup(Transformer& transformer, const std::vector<Sequ
                                   routes.begin() + (row + 1) * moe_row);
     SampleNext(sequence, logits.data() + int64_t{row} * config_.vocab_size);
   }
+  return absl::OkStatus();
 }
 
 void GenerationBatch::Retire(int id) {
@@ -233,15 +188,17 @@ std::vector<std::pair<int, GeneratedSample>> GenerationBatch::TakeFinished() {
 }
 
 absl::StatusOr<std::vector<GeneratedSample>> Generate(
-    Transformer& transformer, const std::vector<GenerationRequest>& requests) {
-  GenerationBatch batch(transformer);
+    DecodeEngine& engine, const std::vector<GenerationRequest>& requests) {
+  GenerationBatch batch(engine);
   std::vector<int> ids;
   for (const GenerationRequest& request : requests) {
     auto id = batch.Admit(request);
     if (!id.ok()) return id.status();
     ids.push_back(*id);
   }
-  while (batch.active() > 0) batch.Step();
+  while (batch.active() > 0) {
+    if (absl::Status status = batch.Step(); !status.ok()) return status;
+  }
   std::vector<GeneratedSample> samples(requests.size());
   for (auto& [id, sample] : batch.TakeFinished()) {
     const auto position = std::find(ids.begin(), ids.end(), id) - ids.begin();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/decode_engine.h"
 #include "engine/sampler.h"
 #include "engine/transformer.h"
 
@@ -35,26 +36,30 @@ struct GeneratedSample {
 
 // Continuous batching: sequences join (prefill) and leave (finish) between decode steps, each
 // decode step forwarding one token of every active sequence. Each sequence runs on its own
-// Transformer (e.g. one per resident adapter version; all over one base model config), and
-// may move to another between steps; a step forwards the sequences of each Transformer together.
+// engine (e.g. one per resident adapter version; all over one base model, all of one kind: CPU
+// Transformers or CudaTransformers on one GPU), and may move to another between steps; a step
+// forwards the sequences of each engine together.
 class GenerationBatch {
  public:
-  // `transformer` is the default for sequences admitted without one.
-  explicit GenerationBatch(Transformer& transformer);
+  // `engine` is the default for sequences admitted without one.
+  explicit GenerationBatch(DecodeEngine& engine);
   ~GenerationBatch();
 
   // Reserves the sequence's KV cache (prompt + max_new_tokens, capped at max_seq_len), prefills
-  // the prompt on `transformer` (null: the default) and samples its first token; returns the
+  // the prompt on `engine` (null: the default) and samples its first token; returns the
   // sequence's id. INVALID_ARGUMENT for an empty prompt, bad token ids, a prompt that leaves no
-  // room before max_seq_len, max_new_tokens < 1, or bad sampling values.
-  absl::StatusOr<int> Admit(const GenerationRequest& request, Transformer* transformer = nullptr);
+  // room before max_seq_len, max_new_tokens < 1, or bad sampling values; the engine's error if
+  // the cache or the prefill fails (e.g. RESOURCE_EXHAUSTED on a full GPU).
+  absl::StatusOr<int> Admit(const GenerationRequest& request, DecodeEngine* engine = nullptr);
 
-  // Runs the sequence's later steps on `transformer` (its KV cache is kept). Returns how many
+  // Runs the sequence's later steps on `engine` (its KV cache is kept). Returns how many
   // tokens it had generated before the switch; -1 for an unknown (finished) id.
-  int SwitchTransformer(int id, Transformer& transformer);
+  int SwitchEngine(int id, DecodeEngine& engine);
 
-  // Forwards the last token of every active sequence and samples the next.
-  void Step();
+  // Forwards the last token of every active sequence and samples the next. If an engine's
+  // forward fails, its sequences end now with what they generated (FinishReason::kCancelled,
+  // returned by TakeFinished) and the first such error is returned.
+  absl::Status Step();
 
   // Sequences that finished since the last call, with their ids.
   std::vector<std::pair<int, GeneratedSample>> TakeFinished();
@@ -76,16 +81,14 @@ class GenerationBatch {
 
  private:
   struct Sequence;
-  class PrefillAttention;
-  class DecodeAttention;
 
   void SampleNext(Sequence& sequence, const float* logits);
   bool Finished(const Sequence& sequence) const;
   void Retire(int id);
-  // One decode forward of the sequences that share a Transformer.
-  void StepGroup(Transformer& transformer, const std::vector<Sequence*>& group);
+  // One decode forward of the sequences that share an engine.
+  absl::Status StepGroup(DecodeEngine& engine, const std::vector<Sequence*>& group);
 
-  Transformer& transformer_;
+  DecodeEngine& engine_;
   const ModelConfig config_;
   int next_id_ = 0;
   std::vector<std::unique_ptr<Sequence>> active_;
@@ -94,7 +97,7 @@ class GenerationBatch {
 
 // Generates all requests to completion in one batch (a convenience over GenerationBatch).
 absl::StatusOr<std::vector<GeneratedSample>> Generate(
-    Transformer& transformer, const std::vector<GenerationRequest>& requests);
+    DecodeEngine& engine, const std::vector<GenerationRequest>& requests);
 
 }  // namespace tandem::engine
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/decode_engine.h"
 #include "engine/model.h"
 #include "kernels/cpu/permute.h"
 #include "kernels/cpu/rope.h"
@@ -57,11 +58,11 @@ class AttentionBackend {
 // The MoE transformer's forward and backward over a BaseModel and an optional LoRA adapter.
 // Route arrays are [tokens, moe_layers, top_k] int16 logical expert ids, moe_layers in the
 // order of ModelConfig::MoeLayerIndices().
-class Transformer {
+class Transformer : public DecodeEngine {
  public:
   // Neither is owned; both must outlive this object. lora may be null.
   Transformer(BaseModel& model, LoraAdapter* lora, Precision precision = Precision::kF32);
-  ~Transformer();
+  ~Transformer() override;
 
   // Full-sequence forward of a packed batch, keeping activations for Backward. With
   // `replay` (may be null: live routing) the given experts are used, -1 rows routed live;
@@ -95,7 +96,16 @@ class Transformer {
   void ForwardRows(const int* tokens, const int* positions, int rows, AttentionBackend& attention,
                    float* logits, int16_t* routes_out);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
+
+  // DecodeEngine, with caches in host memory (transformer_decode.cc): the prompt attends
+  // causally within itself, each decoded token over its sequence's cache.
+  absl::StatusOr<std::unique_ptr<SequenceCache>> NewCache(int positions) override;
+  absl::Status Prefill(const int* tokens, int rows, SequenceCache& cache, float* logits,
+                       int16_t* routes) override;
+  absl::Status Decode(const int* tokens, const int* positions,
+                      const std::vector<SequenceCache*>& caches, float* logits,
+                      int16_t* routes) override;
 
  private:
   struct LayerActivations;

@@ -298,7 +298,7 @@ TEST(GenerationBatchTest, SequencesOnDifferentTransformersDecodeAsIfAlone) {
   const int a = *batch.Admit(request, &on_first);
   const int b = *batch.Admit(request, &on_second);
   const int c = *batch.Admit(request);
-  while (batch.active() > 0) batch.Step();
+  while (batch.active() > 0) ASSERT_TRUE(batch.Step().ok());
   absl::flat_hash_map<int, GeneratedSample> finished;
   for (auto& [id, sample] : batch.TakeFinished()) finished[id] = std::move(sample);
   EXPECT_EQ(finished[a].tokens, GenerateAlone(on_first, prompt, 6).tokens);
@@ -318,9 +318,9 @@ TEST(GenerationBatchTest, SwitchingTransformerKeepsTheCacheAndChangesLaterTokens
   request.max_new_tokens = 6;
   request.seed = 5;
   const int id = *batch.Admit(request);
-  batch.Step();
-  EXPECT_EQ(batch.SwitchTransformer(id, adapted), 2);
-  while (batch.active() > 0) batch.Step();
+  ASSERT_TRUE(batch.Step().ok());
+  EXPECT_EQ(batch.SwitchEngine(id, adapted), 2);
+  while (batch.active() > 0) ASSERT_TRUE(batch.Step().ok());
   const GeneratedSample switched = std::move(batch.TakeFinished()[0].second);
   const GeneratedSample unswitched = GenerateAlone(base, request.prompt, 6);
   // The first two tokens came from the base model; the rest from the adapter.
@@ -328,7 +328,7 @@ TEST(GenerationBatchTest, SwitchingTransformerKeepsTheCacheAndChangesLaterTokens
                          switched.tokens.begin()));
   EXPECT_NE(std::vector<float>(switched.logprobs.begin() + 2, switched.logprobs.end()),
             std::vector<float>(unswitched.logprobs.begin() + 2, unswitched.logprobs.end()));
-  EXPECT_EQ(batch.SwitchTransformer(id, adapted), -1) << "finished sequences cannot switch";
+  EXPECT_EQ(batch.SwitchEngine(id, adapted), -1) << "finished sequences cannot switch";
 }
 
 TEST(GenerationBatchTest, KvCacheIsReservedPerRequestAndFreedOnCancelAndFinish) {
@@ -346,7 +346,7 @@ TEST(GenerationBatchTest, KvCacheIsReservedPerRequestAndFreedOnCancelAndFinish) 
   EXPECT_EQ(batch.kv_cache_bytes(), (7 + 16) * batch.kv_bytes_per_token());
   batch.Cancel(first);
   EXPECT_EQ(batch.kv_cache_bytes(), 16 * batch.kv_bytes_per_token());
-  while (batch.active() > 0) batch.Step();
+  while (batch.active() > 0) ASSERT_TRUE(batch.Step().ok());
   EXPECT_EQ(batch.kv_cache_bytes(), 0);
   const auto finished = batch.TakeFinished();
   ASSERT_EQ(finished.size(), 1u) << "a cancelled sequence never finishes";
@@ -362,7 +362,7 @@ TEST(GenerationBatchTest, StopEndsASequenceKeepingWhatItGenerated) {
   request.prompt = {1, 5, 7};
   request.max_new_tokens = 8;
   const int id = *batch.Admit(request);
-  batch.Step();
+  ASSERT_TRUE(batch.Step().ok());
   EXPECT_TRUE(batch.Stop(id));
   EXPECT_FALSE(batch.Stop(id));
   EXPECT_EQ(batch.active(), 0);

@@ -445,8 +445,8 @@ TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
     replay.stop_tokens = {engine::kEosId};
     const int id = *batch.Admit(replay);
     for (int t = 1; batch.active() > 0 && t < sample.token_ids_size(); ++t) {
-      batch.SwitchTransformer(id, *transformers.at(sample.token_adapter_versions(t)));
-      batch.Step();
+      batch.SwitchEngine(id, *transformers.at(sample.token_adapter_versions(t)));
+      ASSERT_TRUE(batch.Step().ok());
     }
     EXPECT_EQ(Tokens(sample), GeneratedTokens(batch.TakeFinished().at(0).second));
   }

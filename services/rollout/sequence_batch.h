@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "engine/generator.h"
 #include "services/rollout/served_model.h"
+#include "spdlog/spdlog.h"
 #include "tandem/v1/rollout.pb.h"
 
 namespace tandem::rollout {
@@ -68,9 +69,15 @@ class EngineBatch final : public SequenceBatch {
     return batch_.Admit(request, model.transformer.get());
   }
   int Switch(int id, const ServedModel& model) override {
-    return batch_.SwitchTransformer(id, *model.transformer);
+    return batch_.SwitchEngine(id, *model.transformer);
   }
-  void Step() override { batch_.Step(); }
+  // A step fails only on a device fault; the failed sequences have then ended CANCELLED with
+  // what they generated, which the scheduler delivers as usual.
+  void Step() override {
+    if (absl::Status status = batch_.Step(); !status.ok()) {
+      spdlog::error("decode step failed: {}", status.ToString());
+    }
+  }
   std::vector<std::pair<int, engine::GeneratedSample>> TakeFinished() override {
     return batch_.TakeFinished();
   }

@@ -1,0 +1,102 @@
+// Transformer as a DecodeEngine: key/value caches in host memory and the attention backends that
+// fill and read them.
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/transformer.h"
+#include "kernels/cpu/attention.h"
+
+namespace tandem::engine {
+namespace {
+
+// Per layer [positions, key_width] keys and [positions, value_width] values.
+struct HostSequenceCache : SequenceCache {
+  std::vector<std::vector<float>> keys, values;
+};
+
+HostSequenceCache& HostCache(SequenceCache& cache) {
+  return static_cast<HostSequenceCache&>(cache);
+}
+
+// Prompt rows of one sequence: causal attention among them, caching their keys and values.
+class PrefillAttention : public AttentionBackend {
+ public:
+  PrefillAttention(HostSequenceCache& cache, int rows, const ModelConfig& config)
+      : cache_(cache), rows_(rows), config_(config) {}
+
+  void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
+    std::copy_n(k, int64_t{rows_} * config_.key_width(), cache_.keys[layer].begin());
+    std::copy_n(v, int64_t{rows_} * config_.value_width(), cache_.values[layer].begin());
+    probs_.resize(static_cast<size_t>(config_.num_heads) * rows_ * rows_);
+    cpu::CausalAttention(q, k, v, out, probs_.data(), rows_, config_.attention_shape());
+  }
+
+ private:
+  HostSequenceCache& cache_;
+  const int rows_;
+  const ModelConfig& config_;
+  std::vector<float> probs_;
+};
+
+// One row per sequence: append its key/value to the cache, attend over the cache.
+class DecodeAttention : public AttentionBackend {
+ public:
+  DecodeAttention(const int* positions, const std::vector<SequenceCache*>& caches,
+                  const ModelConfig& config)
+      : positions_(positions), caches_(caches), config_(config), scratch_(config.max_seq_len) {}
+
+  void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
+    const cpu::AttentionShape shape = config_.attention_shape();
+    const int q_width = config_.query_width(), out_width = config_.attention_out_dim();
+    const int k_width = config_.key_width(), v_width = config_.value_width();
+    for (size_t row = 0; row < caches_.size(); ++row) {
+      HostSequenceCache& cache = HostCache(*caches_[row]);
+      const int position = positions_[row];
+      std::copy_n(k + row * k_width, k_width,
+                  cache.keys[layer].begin() + int64_t{position} * k_width);
+      std::copy_n(v + row * v_width, v_width,
+                  cache.values[layer].begin() + int64_t{position} * v_width);
+      cpu::DecodeAttention(q + row * q_width, cache.keys[layer].data(), cache.values[layer].data(),
+                           position + 1, out + row * out_width, shape, scratch_.data());
+    }
+  }
+
+ private:
+  const int* positions_;
+  const std::vector<SequenceCache*>& caches_;
+  const ModelConfig& config_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SequenceCache>> Transformer::NewCache(int positions) {
+  auto cache = std::make_unique<HostSequenceCache>();
+  cache->keys.assign(config_.num_layers,
+                     std::vector<float>(static_cast<size_t>(positions) * config_.key_width()));
+  cache->values.assign(config_.num_layers,
+                       std::vector<float>(static_cast<size_t>(positions) * config_.value_width()));
+  return cache;
+}
+
+absl::Status Transformer::Prefill(const int* tokens, int rows, SequenceCache& cache, float* logits,
+                                  int16_t* routes) {
+  std::vector<int> positions(rows);
+  for (int t = 0; t < rows; ++t) positions[t] = t;
+  PrefillAttention attention(HostCache(cache), rows, config_);
+  ForwardRows(tokens, positions.data(), rows, attention, logits, routes);
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::Decode(const int* tokens, const int* positions,
+                                 const std::vector<SequenceCache*>& caches, float* logits,
+                                 int16_t* routes) {
+  DecodeAttention attention(positions, caches, config_);
+  ForwardRows(tokens, positions, static_cast<int>(caches.size()), attention, logits, routes);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::engine
