@@ -158,22 +158,78 @@ absl::Status CudaTransformer::AllocateLayer(int layer, Activations& act) const {
 absl::StatusOr<const float*> CudaTransformer::Forward(const TokenBatch& batch,
                                                       const std::vector<int16_t>* replay) {
   TANDEM_RETURN_IF_ERROR(CheckForwardInput(config_, batch, replay));
-  pass_ = std::make_unique<Pass>();
-  Pass& pass = *pass_;
-  pass.rows = batch.num_tokens();
-  pass.sequence_starts = batch.sequence_starts;
-  pass.replay = replay;
-  pass.token_replayed.assign(pass.rows, 0);
-  pass.token_differs.assign(pass.rows, 0);
-  std::vector<int> positions(pass.rows);
+  std::vector<int> positions(batch.num_tokens());
   for (int s = 0; s < batch.num_sequences(); ++s) {
     for (int t = batch.sequence_starts[s]; t < batch.sequence_starts[s + 1]; ++t) {
       positions[t] = t - batch.sequence_starts[s];
     }
   }
+  TANDEM_RETURN_IF_ERROR(
+      BeginPass(batch.tokens.data(), std::move(positions), batch.sequence_starts, replay, {}));
+  TANDEM_RETURN_IF_ERROR(RunPass());
+  return logits_.data();
+}
+
+absl::StatusOr<std::unique_ptr<SequenceCache>> CudaTransformer::NewCache(int positions) {
+  auto cache = std::make_unique<DeviceSequenceCache>();
+  cache->keys.resize(config_.num_layers);
+  cache->values.resize(config_.num_layers);
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    TANDEM_RETURN_IF_ERROR(Allocate(cache->keys[layer], int64_t{positions} * config_.key_width()));
+    TANDEM_RETURN_IF_ERROR(
+        Allocate(cache->values[layer], int64_t{positions} * config_.value_width()));
+  }
+  return cache;
+}
+
+absl::Status CudaTransformer::Prefill(const int* tokens, int rows, SequenceCache& cache,
+                                      float* logits, int16_t* routes) {
+  std::vector<int> positions(rows);
+  for (int t = 0; t < rows; ++t) positions[t] = t;
+  TANDEM_RETURN_IF_ERROR(BeginPass(tokens, std::move(positions), {0, rows}, nullptr,
+                                   {static_cast<DeviceSequenceCache*>(&cache)}));
+  pass_->mode = Pass::Mode::kPrefill;
+  TANDEM_RETURN_IF_ERROR(RunPass());
+  std::copy(logits_.begin(), logits_.end(), logits);
+  std::copy(routes_.begin(), routes_.end(), routes);
+  return absl::OkStatus();
+}
+
+absl::Status CudaTransformer::Decode(const int* tokens, const int* positions,
+                                     const std::vector<SequenceCache*>& caches, float* logits,
+                                     int16_t* routes) {
+  const int rows = static_cast<int>(caches.size());
+  std::vector<DeviceSequenceCache*> device_caches;
+  std::vector<int> starts;  // Each row is a sequence of its own for the pass's bookkeeping.
+  for (int row = 0; row <= rows; ++row) starts.push_back(row);
+  for (SequenceCache* cache : caches) {
+    device_caches.push_back(static_cast<DeviceSequenceCache*>(cache));
+  }
+  TANDEM_RETURN_IF_ERROR(BeginPass(tokens, std::vector<int>(positions, positions + rows),
+                                   std::move(starts), nullptr, std::move(device_caches)));
+  pass_->mode = Pass::Mode::kDecode;
+  TANDEM_RETURN_IF_ERROR(RunPass());
+  std::copy(logits_.begin(), logits_.end(), logits);
+  std::copy(routes_.begin(), routes_.end(), routes);
+  return absl::OkStatus();
+}
+
+absl::Status CudaTransformer::BeginPass(const int* tokens, std::vector<int> positions,
+                                        std::vector<int> sequence_starts,
+                                        const std::vector<int16_t>* replay,
+                                        std::vector<DeviceSequenceCache*> caches) {
+  pass_ = std::make_unique<Pass>();
+  Pass& pass = *pass_;
+  pass.rows = static_cast<int>(positions.size());
+  pass.sequence_starts = std::move(sequence_starts);
+  pass.replay = replay;
+  pass.caches = std::move(caches);
+  pass.token_replayed.assign(pass.rows, 0);
+  pass.token_differs.assign(pass.rows, 0);
   const int64_t rows = pass.rows, d = config_.d_model;
-  TANDEM_RETURN_IF_ERROR(Upload(pass.tokens, batch.tokens));
+  TANDEM_RETURN_IF_ERROR(Upload(pass.tokens, std::vector<int>(tokens, tokens + rows)));
   TANDEM_RETURN_IF_ERROR(Upload(pass.positions, positions));
+  pass.host_positions = std::move(positions);
   TANDEM_RETURN_IF_ERROR(Upload(pass.dense_offsets, std::vector<int>{0, pass.rows}));
   pass.layers.resize(config_.num_layers);
   for (int layer = 0; layer < config_.num_layers; ++layer) {
@@ -184,7 +240,12 @@ absl::StatusOr<const float*> CudaTransformer::Forward(const TokenBatch& batch,
   TANDEM_RETURN_IF_ERROR(Allocate(pass.final_rstd, rows));
   TANDEM_RETURN_IF_ERROR(Allocate(pass.final_norm, rows * d));
   TANDEM_RETURN_IF_ERROR(Allocate(pass.logits, rows * config_.vocab_size));
+  return Allocate(pass.decode_scores, int64_t{config_.num_heads} * config_.max_seq_len);
+}
 
+absl::Status CudaTransformer::RunPass() {
+  Pass& pass = *pass_;
+  const int64_t rows = pass.rows, d = config_.d_model;
   stats_ = RoutingStats{};
   routes_.assign(rows * moe_layers_.size() * config_.top_k, -1);
   live_routes_.assign(routes_.size(), -1);
@@ -208,11 +269,12 @@ absl::StatusOr<const float*> CudaTransformer::Forward(const TokenBatch& batch,
       gpu::CopyToHost(logits_.data(), pass.logits.data(), logits_.size() * sizeof(float)));
   TANDEM_RETURN_IF_ERROR(gpu::CopyToHost(final_hidden_.data(), pass.final_norm.data(),
                                          final_hidden_.size() * sizeof(float)));
+  pass.replay = nullptr;  // The caller's; not needed after the pass.
   for (int t = 0; t < pass.rows; ++t) {
     stats_.tokens += pass.token_replayed[t];
     stats_.differing_tokens += pass.token_differs[t];
   }
-  return logits_.data();
+  return absl::OkStatus();
 }
 
 // out = x + attention block; out += FFN block (the two residual connections).
@@ -271,6 +333,7 @@ absl::Status CudaTransformer::RunAttention(int layer, Activations& act) {
   const int* positions = pass_->positions.data();
   TANDEM_RETURN_IF_ERROR(gpu::Rope(act.q.data(), positions, rows, config_.num_heads, rope_));
   TANDEM_RETURN_IF_ERROR(gpu::Rope(act.k.data(), positions, rows, config_.kv_heads(), rope_));
+  if (pass_->mode == Pass::Mode::kDecode) return AttendOverCaches(layer, act);
   // Each packed sequence attends within itself; its probabilities follow the previous one's.
   const cpu::AttentionShape shape = config_.attention_shape();
   const int64_t q_width = config_.query_width(), k_width = config_.key_width();
@@ -285,6 +348,34 @@ absl::Status CudaTransformer::RunAttention(int layer, Activations& act) {
         act.v.data() + begin * v_width, act.attention.data() + begin * out_width,
         act.probs.data() + probs_offset, length, shape));
     probs_offset += int64_t{shape.heads} * length * length;
+  }
+  if (pass_->mode != Pass::Mode::kPrefill) return absl::OkStatus();
+  // The prompt's keys and values, already rotated, become its cache's first rows.
+  DeviceSequenceCache& cache = *pass_->caches.front();
+  TANDEM_RETURN_IF_ERROR(
+      gpu::CopyOnDevice(cache.keys[layer].data(), act.k.data(), rows * k_width * sizeof(float)));
+  return gpu::CopyOnDevice(cache.values[layer].data(), act.v.data(),
+                           rows * v_width * sizeof(float));
+}
+
+// One row per sequence: its key and value join the sequence's cache at its position, then the
+// row attends over the cache.
+absl::Status CudaTransformer::AttendOverCaches(int layer, Activations& act) {
+  const cpu::AttentionShape shape = config_.attention_shape();
+  const int64_t q_width = config_.query_width(), k_width = config_.key_width();
+  const int64_t v_width = config_.value_width(), out_width = config_.attention_out_dim();
+  for (int row = 0; row < pass_->rows; ++row) {
+    DeviceSequenceCache& cache = *pass_->caches[row];
+    const int position = pass_->host_positions[row];
+    TANDEM_RETURN_IF_ERROR(gpu::CopyOnDevice(cache.keys[layer].data() + position * k_width,
+                                             act.k.data() + row * k_width,
+                                             k_width * sizeof(float)));
+    TANDEM_RETURN_IF_ERROR(gpu::CopyOnDevice(cache.values[layer].data() + position * v_width,
+                                             act.v.data() + row * v_width,
+                                             v_width * sizeof(float)));
+    TANDEM_RETURN_IF_ERROR(gpu::DecodeAttention(
+        act.q.data() + row * q_width, cache.keys[layer].data(), cache.values[layer].data(),
+        position + 1, act.attention.data() + row * out_width, shape, pass_->decode_scores.data()));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_parameters.h"
+#include "engine/decode_engine.h"
 #include "engine/model.h"
 #include "engine/training_engine.h"
 #include "engine/transformer.h"
@@ -21,9 +22,12 @@ namespace tandem::engine::cuda {
 // uploaded again on AdapterChanged (a refit), and Backward adds its gradients into the host
 // adapter's gradient tensors, so the host optimizer and checkpoints work unchanged.
 //
+// It is also a DecodeEngine for generation, its caches in device memory: a cache made by one
+// CudaTransformer serves every other on the same GPU.
+//
 // Not yet on the GPU (UNIMPLEMENTED from Create): latent attention, and every precision but
-// fp32. The KV-cache decode for generation is later work.
-class CudaTransformer : public TrainingEngine {
+// fp32.
+class CudaTransformer : public TrainingEngine, public DecodeEngine {
  public:
   // Neither is owned; both must outlive this object; lora may be null. Selects GPU `device`
   // for the calling thread: FAILED_PRECONDITION without it, RESOURCE_EXHAUSTED when the
@@ -44,7 +48,8 @@ class CudaTransformer : public TrainingEngine {
 
   // Backpropagates dlogits [tokens, vocab] (host memory) of the last Forward, plus dhidden
   // [tokens, d_model] if non-null, and adds the adapter's gradients into its host gradient
-  // tensors (enable them first). FAILED_PRECONDITION without a Forward or without gradients.
+  // tensors (enable them first). FAILED_PRECONDITION without gradients, or when the last pass
+  // was not a Forward (a Prefill or Decode in between replaces its activations).
   absl::Status Backward(const float* dlogits, const float* dhidden) override;
 
   const std::vector<int16_t>& routes() const override { return routes_; }
@@ -52,21 +57,37 @@ class CudaTransformer : public TrainingEngine {
   const RoutingStats& routing_stats() const override { return stats_; }
   // The final normalized hidden states [tokens, d_model] of the last Forward (host copy).
   const std::vector<float>& final_hidden() const override { return final_hidden_; }
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   std::shared_ptr<const DeviceParameters> base() const { return base_; }
+
+  // DecodeEngine: RESOURCE_EXHAUSTED when a cache does not fit on the GPU.
+  absl::StatusOr<std::unique_ptr<SequenceCache>> NewCache(int positions) override;
+  absl::Status Prefill(const int* tokens, int rows, SequenceCache& cache, float* logits,
+                       int16_t* routes) override;
+  absl::Status Decode(const int* tokens, const int* positions,
+                      const std::vector<SequenceCache*>& caches, float* logits,
+                      int16_t* routes) override;
 
  private:
   struct Activations;  // One layer's forward results, kept for the backward.
   struct Pass;         // The last Forward: inputs, routing bookkeeping, activations.
+  struct DeviceSequenceCache;
 
   CudaTransformer(const BaseModel& model, LoraAdapter* lora,
                   std::shared_ptr<const DeviceParameters> base,
                   std::unique_ptr<DeviceParameters> adapter,
                   ::tandem::cuda::DeviceRopeFrequencies rope);
 
+  // A pass over `tokens` at `positions`: packed sequences (Forward), one prompt filling a cache
+  // (Prefill) or one row per cache (Decode); RunPass leaves logits_, routes_, final_hidden_.
+  absl::Status BeginPass(const int* tokens, std::vector<int> positions,
+                         std::vector<int> sequence_starts, const std::vector<int16_t>* replay,
+                         std::vector<DeviceSequenceCache*> caches);
+  absl::Status RunPass();
   absl::Status AllocateLayer(int layer, Activations& act) const;
   absl::Status RunLayer(int layer, const float* x, float* out);
   absl::Status RunAttention(int layer, Activations& act);
+  absl::Status AttendOverCaches(int layer, Activations& act);
   absl::Status RunMoeFfn(int layer, Activations& act, float* out);
   absl::Status RouteLayer(int moe_index, Activations& act);
   absl::Status RunSwiGluMlp(int layer, const float* x, const int* offsets, int groups, int rows,

@@ -25,7 +25,9 @@ absl::StatusOr<DeviceArray<float>> Zeros(int64_t size) {
 }  // namespace
 
 absl::Status CudaTransformer::Backward(const float* dlogits, const float* dhidden) {
-  if (pass_ == nullptr) return absl::FailedPreconditionError("Backward before any Forward");
+  if (pass_ == nullptr || pass_->mode != Pass::Mode::kPackedSequences) {
+    return absl::FailedPreconditionError("Backward needs a Forward as the last pass");
+  }
   if (lora_ == nullptr) return absl::FailedPreconditionError("no adapter to train");
   const ParameterSet& host = lora_->parameters();
   if (host.Find(host.names().front())->grad.empty()) {

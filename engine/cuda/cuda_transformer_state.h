@@ -43,8 +43,20 @@ struct CudaTransformer::Activations {
   std::optional<gpu::DevicePermutation> permutation;
 };
 
-// The last Forward: its inputs, routing bookkeeping and every layer's activations.
+// Per layer [positions, key_width] keys and [positions, value_width] values on the GPU.
+struct CudaTransformer::DeviceSequenceCache : SequenceCache {
+  std::vector<DeviceArray<float>> keys, values;
+};
+
+// The last pass: its inputs, routing bookkeeping and every layer's activations.
 struct CudaTransformer::Pass {
+  // Training attends within packed sequences; a prefill also fills its sequence's cache; a
+  // decode row attends over its own cache.
+  enum class Mode { kPackedSequences, kPrefill, kDecode };
+  Mode mode = Mode::kPackedSequences;
+  std::vector<DeviceSequenceCache*> caches;  // One (prefill) or one per row (decode).
+  std::vector<int> host_positions;
+  DeviceArray<float> decode_scores;  // [heads, max_seq_len] scratch of DecodeAttention.
   int rows = 0;
   std::vector<int> sequence_starts;
   const std::vector<int16_t>* replay = nullptr;

@@ -1,6 +1,9 @@
 #include "engine/cuda/cuda_transformer.h"
 
+#include <map>
+
 #include "absl/strings/match.h"
+#include "engine/generator.h"
 #include "engine/testing/test_models.h"
 #include "engine/transformer.h"
 #include "kernels/cuda/testing.h"
@@ -115,6 +118,58 @@ TEST_P(CudaTransformerTest, BackwardGivesTheCpuAdapterGradients) {
     const absl::Status backward = (*gpu)->Backward(dlogits.data(), dhidden.data());
     ASSERT_TRUE(backward.ok()) << backward;
     ::tandem::cuda::ExpectAllNear(AdapterGradients(*lora), expected, 1e-3f, 1e-3f);
+  }
+}
+
+// Generation on the GPU (device caches, prefill and decode) against the CPU Transformer's: the
+// same tokens, routes and log-probs, greedy and sampled, with a sequence moving to another
+// adapter (sharing the device base model) half way.
+TEST_P(CudaTransformerTest, GenerationMatchesTheCpu) {
+  const ModelConfig config = GetParam().make();
+  if (config.latent_attention()) GTEST_SKIP() << "latent attention is not on CUDA yet";
+  BaseModel model = test_models::RandomModel(config, 31);
+  absl::StatusOr<LoraAdapter> first =
+      LoraAdapter::Create(config, test_models::TestLora(config), 32);
+  absl::StatusOr<LoraAdapter> second =
+      LoraAdapter::Create(config, test_models::TestLora(config), 33);
+  ASSERT_TRUE(first.ok() && second.ok());
+  test_models::RandomizeLora(*first, 34);
+  test_models::RandomizeLora(*second, 35);
+  absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu_first =
+      CudaTransformer::Create(model, &*first);
+  ASSERT_TRUE(gpu_first.ok()) << gpu_first.status();
+  absl::StatusOr<std::unique_ptr<CudaTransformer>> gpu_second =
+      CudaTransformer::Create(model, &*second, 0, (*gpu_first)->base());
+  ASSERT_TRUE(gpu_second.ok()) << gpu_second.status();
+  Transformer cpu_first(model, &*first), cpu_second(model, &*second);
+
+  const auto generate = [&](DecodeEngine& a, DecodeEngine& b) {
+    GenerationBatch batch(a);
+    std::vector<int> ids;
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest request{
+          .prompt = {1, 4 + i, 7, 2 + i}, .max_new_tokens = 6, .seed = 40u + i};
+      if (i == 2) request.sampling.temperature = 0;  // Greedy.
+      absl::StatusOr<int> id = batch.Admit(request);
+      EXPECT_TRUE(id.ok()) << id.status();
+      ids.push_back(id.ok() ? *id : -1);
+    }
+    for (int step = 0; batch.active() > 0; ++step) {
+      if (step == 2) batch.SwitchEngine(ids[0], b);
+      EXPECT_TRUE(batch.Step().ok());
+    }
+    std::map<int, GeneratedSample> samples;
+    for (auto& [id, sample] : batch.TakeFinished()) samples[id] = std::move(sample);
+    return samples;
+  };
+  std::map<int, GeneratedSample> expected = generate(cpu_first, cpu_second);
+  std::map<int, GeneratedSample> actual = generate(**gpu_first, **gpu_second);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (auto& [id, sample] : expected) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(actual[id].tokens, sample.tokens);
+    EXPECT_EQ(actual[id].routes, sample.routes);
+    ::tandem::cuda::ExpectAllNear(actual[id].logprobs, sample.logprobs, 1e-4f, 1e-4f);
   }
 }
 
