@@ -2,12 +2,14 @@
 #define TANDEM_ENGINE_DECODE_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/config.h"
+#include "engine/model.h"
 
 namespace tandem::engine {
 
@@ -42,6 +44,12 @@ class DecodeEngine {
                               const std::vector<SequenceCache*>& caches, float* logits,
                               int16_t* routes) = 0;
 };
+
+// Makes the decode engine of one served model: the base model alone (lora null) or one adapter
+// version over it (engine::MakeDecodeEngineMaker picks CPU or GPU). Thread-safe; the models must
+// outlive the engines.
+using DecodeEngineMaker =
+    std::function<absl::StatusOr<std::unique_ptr<DecodeEngine>>(BaseModel&, LoraAdapter*)>;
 
 }  // namespace tandem::engine
 

@@ -60,15 +60,16 @@ absl::StatusOr<std::unique_ptr<CudaTransformer>> CudaTransformer::Create(
   absl::StatusOr<gpu::DeviceRopeFrequencies> rope =
       gpu::DeviceRopeFrequencies::Upload(model.config().RopeFrequencies());
   if (!rope.ok()) return rope.status();
-  return std::unique_ptr<CudaTransformer>(
-      new CudaTransformer(model, lora, std::move(base), std::move(adapter), *std::move(rope)));
+  return std::unique_ptr<CudaTransformer>(new CudaTransformer(
+      model, lora, device, std::move(base), std::move(adapter), *std::move(rope)));
 }
 
-CudaTransformer::CudaTransformer(const BaseModel& model, LoraAdapter* lora,
+CudaTransformer::CudaTransformer(const BaseModel& model, LoraAdapter* lora, int device,
                                  std::shared_ptr<const DeviceParameters> base,
                                  std::unique_ptr<DeviceParameters> adapter,
                                  gpu::DeviceRopeFrequencies rope)
     : config_(model.config()),
+      device_(device),
       model_(model),
       lora_(lora),
       base_(std::move(base)),
@@ -83,6 +84,7 @@ CudaTransformer::~CudaTransformer() = default;
 
 absl::Status CudaTransformer::AdapterChanged() {
   if (lora_ == nullptr) return absl::OkStatus();
+  TANDEM_RETURN_IF_ERROR(gpu::UseDevice(device_));
   return adapter_->Refresh(lora_->parameters());
 }
 
@@ -171,6 +173,7 @@ absl::StatusOr<const float*> CudaTransformer::Forward(const TokenBatch& batch,
 }
 
 absl::StatusOr<std::unique_ptr<SequenceCache>> CudaTransformer::NewCache(int positions) {
+  TANDEM_RETURN_IF_ERROR(gpu::UseDevice(device_));
   auto cache = std::make_unique<DeviceSequenceCache>();
   cache->keys.resize(config_.num_layers);
   cache->values.resize(config_.num_layers);
@@ -218,6 +221,7 @@ absl::Status CudaTransformer::BeginPass(const int* tokens, std::vector<int> posi
                                         std::vector<int> sequence_starts,
                                         const std::vector<int16_t>* replay,
                                         std::vector<DeviceSequenceCache*> caches) {
+  TANDEM_RETURN_IF_ERROR(gpu::UseDevice(device_));
   pass_ = std::make_unique<Pass>();
   Pass& pass = *pass_;
   pass.rows = static_cast<int>(positions.size());

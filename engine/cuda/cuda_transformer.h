@@ -73,7 +73,7 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
   struct Pass;         // The last Forward: inputs, routing bookkeeping, activations.
   struct DeviceSequenceCache;
 
-  CudaTransformer(const BaseModel& model, LoraAdapter* lora,
+  CudaTransformer(const BaseModel& model, LoraAdapter* lora, int device,
                   std::shared_ptr<const DeviceParameters> base,
                   std::unique_ptr<DeviceParameters> adapter,
                   ::tandem::cuda::DeviceRopeFrequencies rope);
@@ -121,6 +121,7 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
   const float* Weight(const std::string& name) const;
 
   ModelConfig config_;
+  const int device_;  // Made current on every call's thread.
   const BaseModel& model_;
   LoraAdapter* lora_;
   std::shared_ptr<const DeviceParameters> base_;

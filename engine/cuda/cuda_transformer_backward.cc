@@ -29,6 +29,7 @@ absl::Status CudaTransformer::Backward(const float* dlogits, const float* dhidde
     return absl::FailedPreconditionError("Backward needs a Forward as the last pass");
   }
   if (lora_ == nullptr) return absl::FailedPreconditionError("no adapter to train");
+  TANDEM_RETURN_IF_ERROR(gpu::UseDevice(device_));
   const ParameterSet& host = lora_->parameters();
   if (host.Find(host.names().front())->grad.empty()) {
     return absl::FailedPreconditionError("the adapter's gradients are not enabled");

@@ -47,6 +47,8 @@ absl::StatusOr<DeviceInfo> SelectDevice(int ordinal) {
                     .multiprocessors = properties.multiProcessorCount};
 }
 
+absl::Status UseDevice(int ordinal) { return CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"); }
+
 absl::StatusOr<int> ParseCudaDevice(const std::string& device) {
   if (device == "cuda") return 0;
   int ordinal = 0;

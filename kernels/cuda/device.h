@@ -39,6 +39,10 @@ struct DeviceInfo {
 // built for Hopper: sm_90 code and compute_90 PTX, which newer GPUs JIT-compile).
 absl::StatusOr<DeviceInfo> SelectDevice(int ordinal);
 
+// Makes GPU `ordinal` (already checked by SelectDevice) current for the calling thread: CUDA's
+// current device is per thread, and engines are called from threads other than their creator's.
+absl::Status UseDevice(int ordinal);
+
 // Parses "cuda" or "cuda:N" (the --device flag's GPU forms) into an ordinal; INVALID_ARGUMENT
 // otherwise.
 absl::StatusOr<int> ParseCudaDevice(const std::string& device);

@@ -17,13 +17,6 @@
 namespace tandem::rollout {
 namespace {
 
-std::shared_ptr<ServedModel> MakeBaseModel(engine::BaseModel& base, engine::Precision precision) {
-  auto model = std::make_shared<ServedModel>();
-  model->transformer = std::make_unique<engine::Transformer>(base, nullptr, precision);
-  model->ready_time = absl::Now();
-  return model;
-}
-
 // Counts a follower thread out when it ends (declared first, so it runs last), so that a
 // retired adapter's threads are joined only once they are done.
 class ThreadEndCounter {
@@ -81,13 +74,14 @@ struct AdapterRegistry::Followed {
 };
 
 AdapterRegistry::AdapterRegistry(
-    engine::BaseModel& base, std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store,
+    engine::BaseModel& base, std::shared_ptr<ServedModel> base_model,
+    std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store,
     AdapterRegistryOptions options, std::function<void()> on_staged)
     : base_model_(base),
       stub_(std::move(weight_store)),
       options_(std::move(options)),
       on_staged_(std::move(on_staged)),
-      base_(MakeBaseModel(base, options_.precision)) {}
+      base_(std::move(base_model)) {}
 
 AdapterRegistry::~AdapterRegistry() {
   {
@@ -305,8 +299,10 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
   model->lora = std::make_unique<engine::LoraAdapter>(
       // LoRA stays bf16 beside FP8 base weights, as inference engines apply it.
       options_.precision == engine::Precision::kF32 ? *std::move(lora) : lora->RoundedToBf16());
-  model->transformer =
-      std::make_unique<engine::Transformer>(base_model_, model->lora.get(), options_.precision);
+  absl::StatusOr<std::unique_ptr<engine::DecodeEngine>> engine =
+      options_.make_engine(base_model_, model->lora.get());
+  if (!engine.ok()) return engine.status();
+  model->engine = *std::move(engine);
   return model;
 }
 

@@ -14,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "engine/decode_engine.h"
 #include "engine/model.h"
-#include "engine/transformer.h"
 #include "services/rollout/sequence_batch.h"
 #include "services/rollout/served_model.h"
 #include "services/weight_store/client/adapter_client.h"
@@ -38,6 +38,8 @@ struct AdapterRegistryOptions {
   // the replica was started with (Follow(..., required)) are kept.
   absl::Duration unfollow_idle_after = absl::Minutes(10);
   engine::Precision precision = engine::Precision::kBF16;
+  // Makes each adapter version's engine (engine::MakeDecodeEngineMaker); must be set.
+  engine::DecodeEngineMaker make_engine;
   // Fetch by UCX when set (and the store serves it); gRPC otherwise.
   transfer::UcxWorker* ucx = nullptr;
   std::string holder = "rollout";  // Lease holder name at the store.
@@ -55,10 +57,10 @@ struct AdapterRegistryOptions {
 // decode step never sees a half-loaded adapter. Thread-safe.
 class AdapterRegistry final : public ServedModels {
  public:
-  // `base` (already in the serving precision) must outlive the registry. `on_staged` is called
-  // (from a loader thread) when a version waits in staging.
-  // `weight_store` may be null (only the base model is served).
-  AdapterRegistry(engine::BaseModel& base,
+  // `base` (already in the serving precision) must outlive the registry; `base_model` serves it
+  // alone (adapter "", version 0). `on_staged` is called (from a loader thread) when a version
+  // waits in staging. `weight_store` may be null (only the base model is served).
+  AdapterRegistry(engine::BaseModel& base, std::shared_ptr<ServedModel> base_model,
                   std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store,
                   AdapterRegistryOptions options, std::function<void()> on_staged);
   ~AdapterRegistry() override;

@@ -6,9 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/channel.h"
+#include "common/logging.h"
 #include "common/peer_tls.h"
 #include "common/service_main.h"
 #include "engine/blas_threads_flag.h"
+#include "engine/cuda/device_engines.h"
 #include "services/rollout/rollout_service.h"
 
 ABSL_FLAG(std::string, base_model, "",
@@ -17,6 +19,8 @@ ABSL_FLAG(std::string, base_model, "",
 ABSL_FLAG(std::string, precision, "bf16",
           "Inference precision: bf16, fp8 (E4M3 linear layers over bf16), int8 (INT8 weight-only "
           "linear layers over bf16) or fp32.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where generation computes: cpu, or cuda / cuda:N (a GPU; needs --precision=fp32).");
 ABSL_FLAG(std::string, weight_store, "",
           "weight-store address (host:port); empty: the base model only, no adapters.");
 ABSL_FLAG(std::string, router_replay, "",
@@ -65,6 +69,13 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
         absl::StrCat("--precision: ", parsed_precision.status().message()));
   }
   options.precision = *parsed_precision;
+  options.device = absl::GetFlag(FLAGS_device);
+  absl::StatusOr<std::string> device = tandem::engine::DescribeDevice(options.device);
+  if (!device.ok()) {
+    return absl::Status(device.status().code(),
+                        absl::StrCat("--device=", options.device, ": ", device.status().message()));
+  }
+  spdlog::info("generation runs on {}", *device);
   auto peer_tls = tandem::PeerTlsFromFlags();
   if (!peer_tls.ok()) return peer_tls.status();
   auto weight_store = ChannelTo(absl::GetFlag(FLAGS_weight_store), "tandem.v1.WeightStoreService",

@@ -11,6 +11,7 @@
 #include "common/queued_write_reactor.h"
 #include "common/status.h"
 #include "common/unary.h"
+#include "engine/cuda/device_engines.h"
 #include "engine/hf/hf_model.h"
 #include "services/rollout/generate_request.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
@@ -109,8 +110,18 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   if (!o.adapters.empty() && o.weight_store == nullptr) {
     return absl::InvalidArgumentError("--adapter needs --weight_store");
   }
+  absl::StatusOr<engine::DecodeEngineMaker> make_engine =
+      engine::MakeDecodeEngineMaker(o.device, o.precision);
+  if (!make_engine.ok()) return make_engine.status();
+  auto base_model = std::make_shared<ServedModel>();
+  absl::StatusOr<std::unique_ptr<engine::DecodeEngine>> base_engine =
+      (*make_engine)(*service->base_, nullptr);
+  if (!base_engine.ok()) return base_engine.status();
+  base_model->engine = *std::move(base_engine);
+  base_model->ready_time = absl::Now();
   AdapterRegistryOptions registry = o.registry;
   registry.precision = o.precision;
+  registry.make_engine = *std::move(make_engine);
   registry.holder = service->replica_id_;
   if (o.enable_ucx && o.weight_store != nullptr) {
     auto ucx = transfer::UcxWorker::Create(o.ucx);
@@ -126,15 +137,14 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   }
   RolloutServiceImpl* raw = service.get();
   service->registry_ = std::make_unique<AdapterRegistry>(
-      *service->base_,
+      *service->base_, std::move(base_model),
       o.weight_store == nullptr ? nullptr : v1::WeightStoreService::NewStub(o.weight_store),
       registry, [raw] {
         if (Scheduler* scheduler = raw->scheduler_for_wakeups_.load()) scheduler->Wake();
       });
   for (const std::string& adapter : o.adapters) service->registry_->Follow(adapter, true);
   service->scheduler_ = std::make_unique<Scheduler>(
-      *service->registry_,
-      std::make_unique<EngineBatch>(*service->registry_->base_model()->transformer),
+      *service->registry_, std::make_unique<EngineBatch>(*service->registry_->base_model()->engine),
       service->appender_.get(), service->base_->config(), o.scheduler);
   service->scheduler_for_wakeups_ = service->scheduler_.get();
   service->scheduler_thread_ = std::make_unique<SchedulerThread>(*service->scheduler_);

@@ -23,6 +23,7 @@
 #include "engine/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/device.h"
 #include "services/rollout/rollout_metrics.h"
 #include "services/rollout/rollout_testing.h"
 #include "services/router_replay/client/replay_fetch.h"
@@ -561,6 +562,26 @@ TEST_F(RolloutServiceTest, DeadlineIsHonoured) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_EQ(RolloutMetrics::Get().kv_cache_used_bytes.Value(), 0);
+}
+
+// The device is checked when the service is made: a bad name, a precision the GPU engine does
+// not compute in, and (on a machine without one) a missing GPU each say so.
+TEST_F(RolloutServiceTest, AnUnusableDeviceIsRefusedAtStart) {
+  RolloutOptions bad_name = DefaultOptions();
+  bad_name.device = "gpu0";
+  EXPECT_EQ(RolloutServiceImpl::Create(std::move(bad_name)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  RolloutOptions bf16_on_gpu = DefaultOptions();
+  bf16_on_gpu.device = "cuda";
+  bf16_on_gpu.precision = engine::Precision::kBF16;
+  EXPECT_EQ(RolloutServiceImpl::Create(std::move(bf16_on_gpu)).status().code(),
+            absl::StatusCode::kUnimplemented);
+  if (cuda::VisibleDeviceCount() > 0) return;
+  RolloutOptions no_gpu = DefaultOptions();
+  no_gpu.device = "cuda:0";
+  no_gpu.precision = engine::Precision::kF32;
+  EXPECT_EQ(RolloutServiceImpl::Create(std::move(no_gpu)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(RolloutServiceTest, BadRequestsGetClearStatuses) {

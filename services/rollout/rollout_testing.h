@@ -40,8 +40,8 @@ inline engine::LoraAdapter RandomAdapter(const engine::ModelConfig& model, uint6
 
 inline absl::Status PublishEngineAdapter(v1::WeightStoreService::StubInterface& stub,
                                          const engine::LoraAdapter& adapter,
-                                         const engine::ModelConfig& model,
-                                         const std::string& name, int64_t version) {
+                                         const engine::ModelConfig& model, const std::string& name,
+                                         int64_t version) {
   auto published = weight_store::BuildAdapterVersion(adapter, model, name, version);
   if (!published.ok()) return published.status();
   return weight_store::PublishAdapter(stub, published->manifest, published->shard_views(), {})

@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/generator.h"
-#include "services/rollout/sequence_batch.h"
 #include "services/rollout/generation_work.h"
+#include "services/rollout/sequence_batch.h"
 #include "services/router_replay/client/route_appender.h"
 
 namespace tandem::rollout {
@@ -110,7 +110,7 @@ class Scheduler {
   // Owned by the stepping thread.
   const std::unique_ptr<SequenceBatch> batch_;
   absl::flat_hash_map<int, Active> active_;
-  std::deque<Pending> admitting_;  // Requests with a resolved model, FIFO.
+  std::deque<Pending> admitting_;   // Requests with a resolved model, FIFO.
   std::vector<Pending> resolving_;  // Requests waiting for their adapter version.
   // Per request id: samples not yet handed to delivery.
   absl::flat_hash_map<std::string, int> unfinished_;

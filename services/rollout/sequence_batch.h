@@ -61,15 +61,15 @@ class ServedModels {
 // The embedded engine's GenerationBatch as a SequenceBatch.
 class EngineBatch final : public SequenceBatch {
  public:
-  // `base` runs sequences admitted on a model without a transformer; it must outlive the batch.
-  explicit EngineBatch(engine::Transformer& base) : batch_(base) {}
+  // `base` runs sequences admitted on a model without an engine; it must outlive the batch.
+  explicit EngineBatch(engine::DecodeEngine& base) : batch_(base) {}
 
   absl::StatusOr<int> Admit(const engine::GenerationRequest& request,
                             const ServedModel& model) override {
-    return batch_.Admit(request, model.transformer.get());
+    return batch_.Admit(request, model.engine.get());
   }
   int Switch(int id, const ServedModel& model) override {
-    return batch_.SwitchEngine(id, *model.transformer);
+    return batch_.SwitchEngine(id, *model.engine);
   }
   // A step fails only on a device fault; the failed sequences have then ended CANCELLED with
   // what they generated, which the scheduler delivers as usual.

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "engine/decode_engine.h"
 #include "engine/model.h"
-#include "engine/transformer.h"
 
 namespace tandem::rollout {
 
@@ -18,8 +18,8 @@ namespace tandem::rollout {
 struct ServedModel {
   std::string adapter;
   int64_t version = 0;
-  std::unique_ptr<engine::LoraAdapter> lora;  // Null for the base model.
-  std::unique_ptr<engine::Transformer> transformer;
+  std::unique_ptr<engine::LoraAdapter> lora;     // Null for the base model.
+  std::unique_ptr<engine::DecodeEngine> engine;  // Over the base model and `lora`.
   absl::Time ready_time;
   std::atomic<int> active_samples{0};
 };

@@ -17,7 +17,7 @@
 #include "common/channel.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "engine/cuda/training_engines.h"
+#include "engine/cuda/device_engines.h"
 #include "engine/hf/hf_model.h"
 #include "engine/module_names.h"
 #include "engine/peft_adapter.h"

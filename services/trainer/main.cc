@@ -9,8 +9,7 @@
 #include "common/peer_tls.h"
 #include "common/service_main.h"
 #include "engine/blas_threads_flag.h"
-#include "engine/cuda/training_engines.h"
-#include "kernels/cuda/device.h"
+#include "engine/cuda/device_engines.h"
 #include "services/trainer/job_service.h"
 #include "services/trainer/service_endpoints.h"
 
@@ -69,21 +68,6 @@ tandem::transfer::UcxWorker* MaybeUcx() {
   return worker;
 }
 
-// A bad --device fails at startup, not in the first job: the name, and a GPU's presence.
-absl::Status CheckDevice(const std::string& device) {
-  if (absl::Status status = tandem::engine::ValidateDeviceName(device); !status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--device: ", status.message()));
-  }
-  if (device == "cpu") return absl::OkStatus();
-  absl::StatusOr<tandem::cuda::DeviceInfo> gpu =
-      tandem::cuda::SelectDevice(*tandem::cuda::ParseCudaDevice(device));
-  if (!gpu.ok())
-    return absl::FailedPreconditionError(
-        absl::StrCat("--device=", device, ": ", gpu.status().message()));
-  spdlog::info("jobs train on {} ({})", device, gpu->name);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,8 +88,15 @@ int main(int argc, char** argv) {
          if (outage_budget < absl::ZeroDuration()) {
            return absl::InvalidArgumentError("--store_outage_budget must be >= 0");
          }
+         // A bad --device fails at startup, not in the first job.
          const std::string device = absl::GetFlag(FLAGS_device);
-         if (absl::Status status = CheckDevice(device); !status.ok()) return status;
+         absl::StatusOr<std::string> described = tandem::engine::DescribeDevice(device);
+         if (!described.ok()) {
+           return absl::Status(
+               described.status().code(),
+               absl::StrCat("--device=", device, ": ", described.status().message()));
+         }
+         spdlog::info("jobs train on {}", *described);
          const tandem::trainer::JobEnvironment environment = {.auth_token = server.auth_token,
                                                               .tls = *std::move(peer_tls),
                                                               .ucx = MaybeUcx(),

@@ -1,0 +1,74 @@
+#include "engine/cuda/device_engines.h"
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/cuda_transformer.h"
+#include "kernels/cuda/device.h"
+
+namespace tandem::engine {
+
+absl::Status ValidateDeviceName(const std::string& device) {
+  if (device == "cpu") return absl::OkStatus();
+  return ::tandem::cuda::ParseCudaDevice(device).status();
+}
+
+absl::StatusOr<std::string> DescribeDevice(const std::string& device) {
+  if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
+  if (device == "cpu") return device;
+  absl::StatusOr<::tandem::cuda::DeviceInfo> gpu =
+      ::tandem::cuda::SelectDevice(*::tandem::cuda::ParseCudaDevice(device));
+  if (!gpu.ok()) return absl::FailedPreconditionError(gpu.status().message());
+  return absl::StrCat(device, " (", gpu->name, ")");
+}
+
+absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, BaseModel& base,
+                                                    LoraAdapter& lora) {
+  if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
+  if (device == "cpu") {
+    return TrainingEngines{.policy = std::make_unique<CpuTrainingEngine>(base, &lora),
+                           .reference = std::make_unique<CpuTrainingEngine>(base, nullptr)};
+  }
+  const int ordinal = *::tandem::cuda::ParseCudaDevice(device);
+  absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> policy =
+      cuda::CudaTransformer::Create(base, &lora, ordinal);
+  if (!policy.ok()) return policy.status();
+  absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> reference =
+      cuda::CudaTransformer::Create(base, nullptr, ordinal, (*policy)->base());
+  if (!reference.ok()) return reference.status();
+  return TrainingEngines{.policy = *std::move(policy), .reference = *std::move(reference)};
+}
+
+absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,
+                                                        Precision precision) {
+  if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
+  if (device == "cpu") {
+    return DecodeEngineMaker(
+        [precision](BaseModel& base,
+                    LoraAdapter* lora) -> absl::StatusOr<std::unique_ptr<DecodeEngine>> {
+          return std::make_unique<Transformer>(base, lora, precision);
+        });
+  }
+  if (precision != Precision::kF32) {
+    return absl::UnimplementedError(
+        "on a GPU the engine computes in fp32 only: use --precision=fp32 with --device=cuda");
+  }
+  struct SharedBase {
+    std::mutex mutex;
+    std::shared_ptr<const cuda::DeviceParameters> parameters;
+  };
+  auto shared = std::make_shared<SharedBase>();
+  const int ordinal = *::tandem::cuda::ParseCudaDevice(device);
+  return DecodeEngineMaker(
+      [shared, ordinal](BaseModel& base,
+                        LoraAdapter* lora) -> absl::StatusOr<std::unique_ptr<DecodeEngine>> {
+        std::lock_guard<std::mutex> lock(shared->mutex);
+        absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> engine =
+            cuda::CudaTransformer::Create(base, lora, ordinal, shared->parameters);
+        if (!engine.ok()) return engine.status();
+        shared->parameters = (*engine)->base();
+        return std::unique_ptr<DecodeEngine>(*std::move(engine));
+      });
+}
+
+}  // namespace tandem::engine

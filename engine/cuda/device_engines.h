@@ -1,0 +1,36 @@
+#ifndef TANDEM_ENGINE_CUDA_DEVICE_ENGINES_H_
+#define TANDEM_ENGINE_CUDA_DEVICE_ENGINES_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/decode_engine.h"
+#include "engine/model.h"
+#include "engine/training_engine.h"
+
+namespace tandem::engine {
+
+// The engines on `device`: "cpu", or "cuda" / "cuda:N" (both share one copy of the base model
+// on that GPU). INVALID_ARGUMENT for another device name; a GPU's errors (none visible, out of
+// memory, unsupported architecture or model) as CudaTransformer::Create reports them.
+// Neither model is owned; both must outlive the engines.
+absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, BaseModel& base,
+                                                    LoraAdapter& lora);
+
+// INVALID_ARGUMENT unless `device` is "cpu", "cuda" or "cuda:N" (no GPU is touched).
+absl::Status ValidateDeviceName(const std::string& device);
+
+// What a service's --device flag names, checked at startup: "cpu", or the GPU's name;
+// INVALID_ARGUMENT for a bad name, FAILED_PRECONDITION (saying why) for an unusable GPU.
+absl::StatusOr<std::string> DescribeDevice(const std::string& device);
+
+// A maker for `device`: CPU Transformers of `precision`, or CudaTransformers on that GPU, all
+// sharing one device copy of the base model (the first engine made uploads it). INVALID_ARGUMENT
+// for a bad device name; UNIMPLEMENTED for a precision other than fp32 on a GPU.
+absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,
+                                                        Precision precision);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_CUDA_DEVICE_ENGINES_H_
