@@ -45,6 +45,10 @@ absl::StatusOr<std::unique_ptr<CudaTransformer>> CudaTransformer::Create(
   if (model.config().latent_attention()) {
     return absl::UnimplementedError("latent attention does not run on CUDA yet");
   }
+  if (model.config().num_expert_groups > 64) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA router limits routing to 64 groups; ",
+                                                 model.config().num_expert_groups, " asked"));
+  }
   if (absl::Status status = gpu::SelectDevice(device).status(); !status.ok()) return status;
   if (base == nullptr) {
     absl::StatusOr<DeviceParameters> uploaded = DeviceParameters::Upload(model.parameters());
@@ -166,13 +170,16 @@ absl::StatusOr<const float*> CudaTransformer::Forward(const TokenBatch& batch,
       positions[t] = t - batch.sequence_starts[s];
     }
   }
-  TANDEM_RETURN_IF_ERROR(
-      BeginPass(batch.tokens.data(), std::move(positions), batch.sequence_starts, replay, {}));
-  TANDEM_RETURN_IF_ERROR(RunPass());
+  TANDEM_RETURN_IF_ERROR(RunPass(batch.tokens.data(), std::move(positions), batch.sequence_starts,
+                                 replay, {}, PassMode::kPackedSequences));
   return logits_.data();
 }
 
 absl::StatusOr<std::unique_ptr<SequenceCache>> CudaTransformer::NewCache(int positions) {
+  if (positions < 1 || positions > config_.max_seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a cache of ", positions, " positions; allowed 1..", config_.max_seq_len));
+  }
   TANDEM_RETURN_IF_ERROR(gpu::UseDevice(device_));
   auto cache = std::make_unique<DeviceSequenceCache>();
   cache->keys.resize(config_.num_layers);
@@ -187,14 +194,16 @@ absl::StatusOr<std::unique_ptr<SequenceCache>> CudaTransformer::NewCache(int pos
 
 absl::Status CudaTransformer::Prefill(const int* tokens, int rows, SequenceCache& cache,
                                       float* logits, int16_t* routes) {
+  if (rows < 1 || rows > Capacity(cache)) {
+    return absl::InvalidArgumentError(absl::StrCat("a prompt of ", rows, " tokens for a cache of ",
+                                                   Capacity(cache), " positions"));
+  }
   std::vector<int> positions(rows);
   for (int t = 0; t < rows; ++t) positions[t] = t;
-  TANDEM_RETURN_IF_ERROR(BeginPass(tokens, std::move(positions), {0, rows}, nullptr,
-                                   {static_cast<DeviceSequenceCache*>(&cache)}));
-  pass_->mode = Pass::Mode::kPrefill;
-  TANDEM_RETURN_IF_ERROR(RunPass());
+  TANDEM_RETURN_IF_ERROR(RunPass(tokens, std::move(positions), {0, rows}, nullptr,
+                                 {static_cast<DeviceSequenceCache*>(&cache)}, PassMode::kPrefill));
   std::copy(logits_.begin(), logits_.end(), logits);
-  std::copy(routes_.begin(), routes_.end(), routes);
+  if (routes != nullptr) std::copy(routes_.begin(), routes_.end(), routes);
   return absl::OkStatus();
 }
 
@@ -202,28 +211,47 @@ absl::Status CudaTransformer::Decode(const int* tokens, const int* positions,
                                      const std::vector<SequenceCache*>& caches, float* logits,
                                      int16_t* routes) {
   const int rows = static_cast<int>(caches.size());
+  for (int row = 0; row < rows; ++row) {
+    if (positions[row] < 0 || positions[row] >= Capacity(*caches[row])) {
+      return absl::InvalidArgumentError(absl::StrCat("row ", row, " decodes position ",
+                                                     positions[row], " of a cache of ",
+                                                     Capacity(*caches[row]), " positions"));
+    }
+  }
   std::vector<DeviceSequenceCache*> device_caches;
   std::vector<int> starts;  // Each row is a sequence of its own for the pass's bookkeeping.
   for (int row = 0; row <= rows; ++row) starts.push_back(row);
   for (SequenceCache* cache : caches) {
     device_caches.push_back(static_cast<DeviceSequenceCache*>(cache));
   }
-  TANDEM_RETURN_IF_ERROR(BeginPass(tokens, std::vector<int>(positions, positions + rows),
-                                   std::move(starts), nullptr, std::move(device_caches)));
-  pass_->mode = Pass::Mode::kDecode;
-  TANDEM_RETURN_IF_ERROR(RunPass());
+  TANDEM_RETURN_IF_ERROR(RunPass(tokens, std::vector<int>(positions, positions + rows),
+                                 std::move(starts), nullptr, std::move(device_caches),
+                                 PassMode::kDecode));
   std::copy(logits_.begin(), logits_.end(), logits);
-  std::copy(routes_.begin(), routes_.end(), routes);
+  if (routes != nullptr) std::copy(routes_.begin(), routes_.end(), routes);
   return absl::OkStatus();
+}
+
+absl::Status CudaTransformer::RunPass(const int* tokens, std::vector<int> positions,
+                                      std::vector<int> sequence_starts,
+                                      const std::vector<int16_t>* replay,
+                                      std::vector<DeviceSequenceCache*> caches, PassMode mode) {
+  absl::Status status = BeginPass(tokens, std::move(positions), std::move(sequence_starts), replay,
+                                  std::move(caches), mode);
+  if (status.ok()) status = RunLayers();
+  // A failed pass leaves nothing a Backward could use.
+  if (!status.ok()) pass_.reset();
+  return status;
 }
 
 absl::Status CudaTransformer::BeginPass(const int* tokens, std::vector<int> positions,
                                         std::vector<int> sequence_starts,
                                         const std::vector<int16_t>* replay,
-                                        std::vector<DeviceSequenceCache*> caches) {
+                                        std::vector<DeviceSequenceCache*> caches, PassMode mode) {
   TANDEM_RETURN_IF_ERROR(gpu::UseDevice(device_));
   pass_ = std::make_unique<Pass>();
   Pass& pass = *pass_;
+  pass.mode = mode;
   pass.rows = static_cast<int>(positions.size());
   pass.sequence_starts = std::move(sequence_starts);
   pass.replay = replay;
@@ -247,7 +275,13 @@ absl::Status CudaTransformer::BeginPass(const int* tokens, std::vector<int> posi
   return Allocate(pass.decode_scores, int64_t{config_.num_heads} * config_.max_seq_len);
 }
 
-absl::Status CudaTransformer::RunPass() {
+int CudaTransformer::Capacity(const SequenceCache& cache) const {
+  const auto& device = static_cast<const DeviceSequenceCache&>(cache);
+  return device.keys.empty() ? 0
+                             : static_cast<int>(device.keys.front().size() / config_.key_width());
+}
+
+absl::Status CudaTransformer::RunLayers() {
   Pass& pass = *pass_;
   const int64_t rows = pass.rows, d = config_.d_model;
   stats_ = RoutingStats{};
@@ -337,7 +371,7 @@ absl::Status CudaTransformer::RunAttention(int layer, Activations& act) {
   const int* positions = pass_->positions.data();
   TANDEM_RETURN_IF_ERROR(gpu::Rope(act.q.data(), positions, rows, config_.num_heads, rope_));
   TANDEM_RETURN_IF_ERROR(gpu::Rope(act.k.data(), positions, rows, config_.kv_heads(), rope_));
-  if (pass_->mode == Pass::Mode::kDecode) return AttendOverCaches(layer, act);
+  if (pass_->mode == PassMode::kDecode) return AttendOverCaches(layer, act);
   // Each packed sequence attends within itself; its probabilities follow the previous one's.
   const cpu::AttentionShape shape = config_.attention_shape();
   const int64_t q_width = config_.query_width(), k_width = config_.key_width();
@@ -353,7 +387,7 @@ absl::Status CudaTransformer::RunAttention(int layer, Activations& act) {
         act.probs.data() + probs_offset, length, shape));
     probs_offset += int64_t{shape.heads} * length * length;
   }
-  if (pass_->mode != Pass::Mode::kPrefill) return absl::OkStatus();
+  if (pass_->mode != PassMode::kPrefill) return absl::OkStatus();
   // The prompt's keys and values, already rotated, become its cache's first rows.
   DeviceSequenceCache& cache = *pass_->caches.front();
   TANDEM_RETURN_IF_ERROR(

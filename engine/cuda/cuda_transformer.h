@@ -71,6 +71,9 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
  private:
   struct Activations;  // One layer's forward results, kept for the backward.
   struct Pass;         // The last Forward: inputs, routing bookkeeping, activations.
+  // Training attends within packed sequences; a prefill also fills its sequence's cache; a
+  // decode row attends over its own cache.
+  enum class PassMode { kPackedSequences, kPrefill, kDecode };
   struct DeviceSequenceCache;
 
   CudaTransformer(const BaseModel& model, LoraAdapter* lora, int device,
@@ -79,11 +82,17 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
                   ::tandem::cuda::DeviceRopeFrequencies rope);
 
   // A pass over `tokens` at `positions`: packed sequences (Forward), one prompt filling a cache
-  // (Prefill) or one row per cache (Decode); RunPass leaves logits_, routes_, final_hidden_.
+  // (Prefill) or one row per cache (Decode). Leaves logits_, routes_ and final_hidden_, and the
+  // activations in pass_ (none after a failure).
+  absl::Status RunPass(const int* tokens, std::vector<int> positions,
+                       std::vector<int> sequence_starts, const std::vector<int16_t>* replay,
+                       std::vector<DeviceSequenceCache*> caches, PassMode mode);
   absl::Status BeginPass(const int* tokens, std::vector<int> positions,
                          std::vector<int> sequence_starts, const std::vector<int16_t>* replay,
-                         std::vector<DeviceSequenceCache*> caches);
-  absl::Status RunPass();
+                         std::vector<DeviceSequenceCache*> caches, PassMode mode);
+  absl::Status RunLayers();
+  // Positions a cache made by NewCache holds.
+  int Capacity(const SequenceCache& cache) const;
   absl::Status AllocateLayer(int layer, Activations& act) const;
   absl::Status RunLayer(int layer, const float* x, float* out);
   absl::Status RunAttention(int layer, Activations& act);

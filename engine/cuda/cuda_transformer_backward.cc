@@ -25,7 +25,7 @@ absl::StatusOr<DeviceArray<float>> Zeros(int64_t size) {
 }  // namespace
 
 absl::Status CudaTransformer::Backward(const float* dlogits, const float* dhidden) {
-  if (pass_ == nullptr || pass_->mode != Pass::Mode::kPackedSequences) {
+  if (pass_ == nullptr || pass_->mode != PassMode::kPackedSequences) {
     return absl::FailedPreconditionError("Backward needs a Forward as the last pass");
   }
   if (lora_ == nullptr) return absl::FailedPreconditionError("no adapter to train");

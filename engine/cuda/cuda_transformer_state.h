@@ -50,10 +50,7 @@ struct CudaTransformer::DeviceSequenceCache : SequenceCache {
 
 // The last pass: its inputs, routing bookkeeping and every layer's activations.
 struct CudaTransformer::Pass {
-  // Training attends within packed sequences; a prefill also fills its sequence's cache; a
-  // decode row attends over its own cache.
-  enum class Mode { kPackedSequences, kPrefill, kDecode };
-  Mode mode = Mode::kPackedSequences;
+  PassMode mode = PassMode::kPackedSequences;
   std::vector<DeviceSequenceCache*> caches;  // One (prefill) or one per row (decode).
   std::vector<int> host_positions;
   DeviceArray<float> decode_scores;  // [heads, max_seq_len] scratch of DecodeAttention.
@@ -67,6 +64,9 @@ struct CudaTransformer::Pass {
 };
 
 // A zeroed device array; never empty, so its data() is a valid address even for size 0.
+// Buffers freed while kernels that use them may still be queued (the backward's temporaries)
+// are safe because cudaFree waits for the device; an asynchronous allocator would need them
+// kept until the pass ends.
 template <typename T>
 absl::Status Allocate(DeviceArray<T>& array, int64_t size) {
   absl::StatusOr<DeviceArray<T>> allocated = DeviceArray<T>::Zeros(std::max<int64_t>(size, 1));

@@ -219,6 +219,20 @@ TEST_F(CudaTransformerGpuTest, BadInputIsRejectedAsOnTheCpu) {
   const std::vector<int16_t> short_replay(3, 0);
   EXPECT_EQ((*gpu)->Forward(good, &short_replay).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Caches hold 1..max_seq_len positions; a prompt or a decode position must fit its cache.
+  EXPECT_EQ((*gpu)->NewCache(config.max_seq_len + 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::unique_ptr<SequenceCache>> cache = (*gpu)->NewCache(2);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const std::vector<int> prompt = {1, 2, 3};
+  std::vector<float> logits(3 * config.vocab_size);
+  std::vector<int16_t> routes(3 * config.num_moe_layers() * config.top_k);
+  EXPECT_EQ((*gpu)->Prefill(prompt.data(), 3, **cache, logits.data(), routes.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  const int position = 2;
+  EXPECT_EQ(
+      (*gpu)->Decode(prompt.data(), &position, {cache->get()}, logits.data(), routes.data()).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // Runs everywhere: without a GPU, Create says so instead of failing later.

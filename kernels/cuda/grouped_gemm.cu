@@ -161,9 +161,10 @@ absl::Status GroupedGemm(const RowGroupedGemm& gemm, const int* offsets, int gro
 absl::Status GroupedGemm(const ReductionGroupedGemm& gemm, const int* offsets, int groups,
                          Stream stream) {
   if (groups <= 0 || gemm.m <= 0 || gemm.n <= 0) return absl::OkStatus();
-  if (Tiles(gemm.m) > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("grouped weight gradient with ", gemm.m, " rows exceeds one launch"));
+  if (Tiles(gemm.m) > 65535 || (gemm.c_group_stride != 0 && groups > 65535)) {
+    return absl::InvalidArgumentError(absl::StrCat("grouped weight gradient with ", gemm.m,
+                                                   " rows in ", groups,
+                                                   " groups exceeds one launch"));
   }
   const unsigned z = gemm.c_group_stride == 0 ? 1 : static_cast<unsigned>(groups);
   ReductionGroupedKernel<<<dim3(Tiles(gemm.n), Tiles(gemm.m), z), kGemmThreads, 0, stream>>>(

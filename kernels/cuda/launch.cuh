@@ -34,6 +34,12 @@ inline unsigned GridFor(int64_t n, int threads = kThreadsPerBlock) {
   return static_cast<unsigned>(wanted < 1 ? 1 : (wanted < kMaxBlocks ? wanted : kMaxBlocks));
 }
 
+// Blocks for one thread per element (kernels without a grid-stride loop); gridDim.x allows
+// 2^31 - 1 blocks, far beyond any count of tokens here.
+inline unsigned OneThreadEach(int64_t n, int threads = kThreadsPerBlock) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
 __device__ inline float WarpSum(float value) {
   for (int offset = 16; offset > 0; offset /= 2)
     value += __shfl_xor_sync(0xffffffff, value, offset);

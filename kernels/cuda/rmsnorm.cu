@@ -38,19 +38,21 @@ __global__ void RmsNormDxKernel(const float* __restrict__ x, const float* __rest
 
 constexpr int kRowsPerChunk = 64;
 
-// dweight_i += Σ_r dy_ri x_ri s_r. Threads own columns (coalesced); blockIdx.y owns a chunk of
-// rows, whose partial sum is added atomically so tall inputs still fill the GPU.
+// dweight_i += Σ_r dy_ri x_ri s_r. Threads own columns (coalesced); blockIdx.y takes chunks of
+// rows (striding by gridDim.y chunks), whose partial sums are added atomically, so tall inputs
+// still fill the GPU.
 __global__ void RmsNormDweightKernel(const float* __restrict__ x, const float* __restrict__ rstd,
                                      const float* __restrict__ dy, float* __restrict__ dweight,
                                      int rows, int dim) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= dim) return;
-  const int first = blockIdx.y * kRowsPerChunk;
-  const int last = min(rows, first + kRowsPerChunk);
   float sum = 0.0f;
-  for (int r = first; r < last; ++r) {
-    const int64_t at = int64_t{r} * dim + i;
-    sum += dy[at] * x[at] * rstd[r];
+  for (int first = blockIdx.y * kRowsPerChunk; first < rows; first += gridDim.y * kRowsPerChunk) {
+    const int last = min(rows, first + kRowsPerChunk);
+    for (int r = first; r < last; ++r) {
+      const int64_t at = int64_t{r} * dim + i;
+      sum += dy[at] * x[at] * rstd[r];
+    }
   }
   atomicAdd(&dweight[i], sum);
 }
@@ -59,7 +61,7 @@ __global__ void RmsNormDweightKernel(const float* __restrict__ x, const float* _
 
 absl::Status RmsNorm(const float* x, const float* weight, float* y, float* rstd, int rows, int dim,
                      float eps, Stream stream) {
-  if (rows == 0) return absl::OkStatus();
+  if (rows == 0 || dim == 0) return absl::OkStatus();
   RmsNormKernel<<<rows, kThreadsPerBlock, 0, stream>>>(x, weight, y, rstd, dim, eps);
   return LaunchStatus("RmsNorm");
 }
@@ -67,10 +69,11 @@ absl::Status RmsNorm(const float* x, const float* weight, float* y, float* rstd,
 absl::Status RmsNormBackward(const float* x, const float* weight, const float* rstd,
                              const float* dy, float* dx, float* dweight, int rows, int dim,
                              Stream stream) {
-  if (rows == 0) return absl::OkStatus();
+  if (rows == 0 || dim == 0) return absl::OkStatus();
   if (dweight != nullptr) {
+    const int chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
     const dim3 grid((dim + kThreadsPerBlock - 1) / kThreadsPerBlock,
-                    (rows + kRowsPerChunk - 1) / kRowsPerChunk);
+                    chunks < 65535 ? chunks : 65535);
     RmsNormDweightKernel<<<grid, kThreadsPerBlock, 0, stream>>>(x, rstd, dy, dweight, rows, dim);
     if (absl::Status status = LaunchStatus("RmsNormBackward (dweight)"); !status.ok()) {
       return status;

@@ -103,6 +103,8 @@ __device__ uint64_t KeptGroups(const float* scores, const float* bias, int E,
       }
     }
     previous = WarpBest(mine);
+    // Only NaN group scores (an infinite key plus its opposite) leave no candidate.
+    if (previous.id >= limit.groups) break;
     kept |= uint64_t{1} << previous.id;
   }
   return kept;
@@ -233,8 +235,8 @@ absl::Status TopK(const float* scores, const float* selection_bias, int T, int E
 absl::Status GateWeights(const float* scores, const int16_t* ids, int T, int E, int k,
                          bool normalize, float* gates, Stream stream) {
   if (T == 0) return absl::OkStatus();
-  GateWeightsKernel<<<GridFor(T), kThreadsPerBlock, 0, stream>>>(scores, ids, T, E, k, normalize,
-                                                                 gates);
+  GateWeightsKernel<<<OneThreadEach(T), kThreadsPerBlock, 0, stream>>>(scores, ids, T, E, k,
+                                                                       normalize, gates);
   return LaunchStatus("GateWeights");
 }
 
@@ -243,7 +245,7 @@ absl::Status RouterGatesBackward(const float* logits, const float* scores, const
                                  bool normalize, cpu::ScoringFunction scoring, Stream stream) {
   if (absl::Status status = CheckK(k, E); !status.ok()) return status;
   if (T == 0) return absl::OkStatus();
-  GatesBackwardKernel<<<GridFor(T), kThreadsPerBlock, 0, stream>>>(
+  GatesBackwardKernel<<<OneThreadEach(T), kThreadsPerBlock, 0, stream>>>(
       logits, scores, ids, dgates, dlogits, T, E, k, normalize,
       scoring == cpu::ScoringFunction::kSoftmax);
   return LaunchStatus("RouterGatesBackward");
