@@ -10,8 +10,10 @@
 #include "common/service_main.h"
 #include "engine/blas_threads_flag.h"
 #include "engine/cuda/device_engines.h"
+#include "services/trainer/communicator_ids.h"
 #include "services/trainer/job_service.h"
 #include "services/trainer/service_endpoints.h"
+#include "services/trainer/trainer_ranks_service.h"
 
 ABSL_FLAG(std::string, data_dir, "trainer-data",
           "Job records and, by default, each job's checkpoint directory (<data_dir>/<job id>).");
@@ -117,6 +119,12 @@ int main(int argc, char** argv) {
          std::vector<tandem::HostedService> services;
          services.push_back({"tandem.v1.JobService", std::move(service), /*ready=*/nullptr,
                              [raw] { raw->Drain(); }});
+         // The communicator ids of the data-parallel groups this trainer leads, for their other
+         // ranks (groups are published by multi-rank jobs, later work).
+         static auto* communicator_ids = new tandem::trainer::CommunicatorIds();
+         services.push_back(
+             {"tandem.v1.TrainerRanksService",
+              std::make_unique<tandem::trainer::TrainerRanksServiceImpl>(*communicator_ids)});
          return services;
        }});
 }
