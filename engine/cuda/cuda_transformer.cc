@@ -39,9 +39,14 @@ absl::Status Upload(DeviceArray<T>& array, const std::vector<T>& host) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaTransformer>> CudaTransformer::Create(
-    const BaseModel& model, LoraAdapter* lora, int device,
-    std::shared_ptr<const DeviceParameters> base) {
+absl::StatusOr<std::unique_ptr<CudaTransformer>> CudaTransformer::Create(const BaseModel& model,
+                                                                         LoraAdapter* lora,
+                                                                         Options options) {
+  if (options.precision != Precision::kF32 && options.precision != Precision::kBF16) {
+    return absl::UnimplementedError("FP8 and INT8 inference do not run on CUDA yet");
+  }
+  const int device = options.device;
+  std::shared_ptr<const DeviceParameters> base = std::move(options.base);
   if (model.config().latent_attention()) {
     return absl::UnimplementedError("latent attention does not run on CUDA yet");
   }
@@ -64,16 +69,18 @@ absl::StatusOr<std::unique_ptr<CudaTransformer>> CudaTransformer::Create(
   absl::StatusOr<gpu::DeviceRopeFrequencies> rope =
       gpu::DeviceRopeFrequencies::Upload(model.config().RopeFrequencies());
   if (!rope.ok()) return rope.status();
-  return std::unique_ptr<CudaTransformer>(new CudaTransformer(
-      model, lora, device, std::move(base), std::move(adapter), *std::move(rope)));
+  return std::unique_ptr<CudaTransformer>(
+      new CudaTransformer(model, lora, device, options.precision, std::move(base),
+                          std::move(adapter), *std::move(rope)));
 }
 
 CudaTransformer::CudaTransformer(const BaseModel& model, LoraAdapter* lora, int device,
-                                 std::shared_ptr<const DeviceParameters> base,
+                                 Precision precision, std::shared_ptr<const DeviceParameters> base,
                                  std::unique_ptr<DeviceParameters> adapter,
                                  gpu::DeviceRopeFrequencies rope)
     : config_(model.config()),
       device_(device),
+      precision_(precision),
       model_(model),
       lora_(lora),
       base_(std::move(base)),
@@ -93,6 +100,11 @@ absl::Status CudaTransformer::AdapterChanged() {
 }
 
 const float* CudaTransformer::Weight(const std::string& name) const { return base_->Find(name); }
+
+absl::Status CudaTransformer::Round(float* x, int64_t n) const {
+  if (precision_ == Precision::kF32) return absl::OkStatus();
+  return gpu::RoundToBf16(x, n);
+}
 
 std::optional<LoraProjection> CudaTransformer::DeviceLora(int layer, const char* module) const {
   if (lora_ == nullptr) return std::nullopt;
@@ -291,6 +303,7 @@ absl::Status CudaTransformer::RunLayers() {
       config_.num_layers > 0 ? pass.layers[0].input.data() : pass.final_input.data();
   TANDEM_RETURN_IF_ERROR(gpu::EmbeddingGather(Weight("model.embed_tokens.weight"),
                                               pass.tokens.data(), first_input, pass.rows, d));
+  TANDEM_RETURN_IF_ERROR(Round(first_input, rows * d));
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     float* out = layer + 1 < config_.num_layers ? pass.layers[layer + 1].input.data()
                                                 : pass.final_input.data();
@@ -299,8 +312,10 @@ absl::Status CudaTransformer::RunLayers() {
   TANDEM_RETURN_IF_ERROR(gpu::RmsNorm(pass.final_input.data(), Weight("model.norm.weight"),
                                       pass.final_norm.data(), pass.final_rstd.data(), pass.rows, d,
                                       config_.norm_eps));
+  TANDEM_RETURN_IF_ERROR(Round(pass.final_norm.data(), rows * d));
   TANDEM_RETURN_IF_ERROR(Linear(pass.final_norm.data(), HeadWeightName(config_), pass.rows, d,
                                 config_.vocab_size, pass.logits.data()));
+  TANDEM_RETURN_IF_ERROR(Round(pass.logits.data(), rows * config_.vocab_size));
   logits_.resize(rows * config_.vocab_size);
   final_hidden_.resize(rows * d);
   TANDEM_RETURN_IF_ERROR(
@@ -324,21 +339,27 @@ absl::Status CudaTransformer::RunLayer(int layer, const float* x, float* out) {
   TANDEM_RETURN_IF_ERROR(gpu::RmsNorm(x, Weight(prefix + "input_layernorm.weight"),
                                       act.norm1.data(), act.rstd1.data(), rows, d,
                                       config_.norm_eps));
+  TANDEM_RETURN_IF_ERROR(Round(act.norm1.data(), n));
   TANDEM_RETURN_IF_ERROR(RunAttention(layer, act));
+  TANDEM_RETURN_IF_ERROR(Round(act.attention.data(), int64_t{rows} * config_.attention_out_dim()));
   TANDEM_RETURN_IF_ERROR(Project(layer, "o_proj", act.attention.data(), pass_->dense_offsets.data(),
                                  1, rows, 0, config_.attention_out_dim(), d, act.lora_o.data(),
                                  act.mid.data()));
+  TANDEM_RETURN_IF_ERROR(Round(act.mid.data(), n));
   TANDEM_RETURN_IF_ERROR(gpu::AddInPlace(x, act.mid.data(), n));
+  TANDEM_RETURN_IF_ERROR(Round(act.mid.data(), n));
   TANDEM_RETURN_IF_ERROR(
       gpu::RmsNorm(act.mid.data(), Weight(prefix + "post_attention_layernorm.weight"),
                    act.norm2.data(), act.rstd2.data(), rows, d, config_.norm_eps));
+  TANDEM_RETURN_IF_ERROR(Round(act.norm2.data(), n));
   if (moe_index_[layer] >= 0) {
     TANDEM_RETURN_IF_ERROR(RunMoeFfn(layer, act, out));
   } else {
     TANDEM_RETURN_IF_ERROR(RunSwiGluMlp(layer, act.norm2.data(), pass_->dense_offsets.data(), 1,
                                         rows, 0, config_.dense_ffn_dim, act, out));
   }
-  return gpu::AddInPlace(act.mid.data(), out, n);
+  TANDEM_RETURN_IF_ERROR(gpu::AddInPlace(act.mid.data(), out, n));
+  return Round(out, n);
 }
 
 absl::Status CudaTransformer::RunAttention(int layer, Activations& act) {
@@ -355,6 +376,9 @@ absl::Status CudaTransformer::RunAttention(int layer, Activations& act) {
                                  config_.kv_dim(), act.lora_k.data(), k));
   TANDEM_RETURN_IF_ERROR(Project(layer, "v_proj", act.norm1.data(), one_group, 1, rows, 0, d,
                                  config_.kv_dim(), act.lora_v.data(), act.v.data()));
+  TANDEM_RETURN_IF_ERROR(Round(q, int64_t{rows} * config_.q_dim()));
+  TANDEM_RETURN_IF_ERROR(Round(k, int64_t{rows} * config_.kv_dim()));
+  TANDEM_RETURN_IF_ERROR(Round(act.v.data(), int64_t{rows} * config_.kv_dim()));
   if (normalized) {
     // Per head (Qwen3) or over the whole projection (OLMoE).
     const bool per_head = config_.qk_norm == QkNorm::kPerHead;
@@ -367,6 +391,8 @@ absl::Status CudaTransformer::RunAttention(int layer, Activations& act) {
         gpu::RmsNorm(act.k_raw.data(), Weight(prefix + "k_norm.weight"), act.k.data(),
                      act.k_rstd.data(), per_head ? rows * config_.kv_heads() : rows,
                      per_head ? head_dim : config_.kv_heads() * head_dim, config_.norm_eps));
+    TANDEM_RETURN_IF_ERROR(Round(act.q.data(), int64_t{rows} * config_.q_dim()));
+    TANDEM_RETURN_IF_ERROR(Round(act.k.data(), int64_t{rows} * config_.kv_dim()));
   }
   const int* positions = pass_->positions.data();
   TANDEM_RETURN_IF_ERROR(gpu::Rope(act.q.data(), positions, rows, config_.num_heads, rope_));
@@ -424,6 +450,7 @@ absl::Status CudaTransformer::RunMoeFfn(int layer, Activations& act, float* out)
   const std::string prefix = absl::StrCat("model.layers.", layer, ".mlp.");
   TANDEM_RETURN_IF_ERROR(
       Linear(act.norm2.data(), prefix + "gate.weight", rows, d, experts, act.router_logits.data()));
+  TANDEM_RETURN_IF_ERROR(Round(act.router_logits.data(), int64_t{rows} * experts));
   TANDEM_RETURN_IF_ERROR(gpu::RouterScores(act.router_logits.data(), act.scores.data(), rows,
                                            experts, config_.scoring));
   TANDEM_RETURN_IF_ERROR(RouteLayer(layer, act));
@@ -446,8 +473,12 @@ absl::Status CudaTransformer::RunMoeFfn(int layer, Activations& act, float* out)
                                 d, shared_ffn, act.shared_gate.data()));
   TANDEM_RETURN_IF_ERROR(Linear(act.norm2.data(), prefix + "shared_experts.up_proj.weight", rows, d,
                                 shared_ffn, act.shared_up.data()));
+  const int64_t shared_hidden = int64_t{rows} * shared_ffn;
+  TANDEM_RETURN_IF_ERROR(Round(act.shared_gate.data(), shared_hidden));
+  TANDEM_RETURN_IF_ERROR(Round(act.shared_up.data(), shared_hidden));
   TANDEM_RETURN_IF_ERROR(gpu::SwiGlu(act.shared_gate.data(), act.shared_up.data(),
-                                     act.shared_activation.data(), int64_t{rows} * shared_ffn));
+                                     act.shared_activation.data(), shared_hidden));
+  TANDEM_RETURN_IF_ERROR(Round(act.shared_activation.data(), shared_hidden));
   return Linear(act.shared_activation.data(), prefix + "shared_experts.down_proj.weight", rows,
                 shared_ffn, d, out, /*accumulate=*/true);
 }
@@ -495,10 +526,15 @@ absl::Status CudaTransformer::RunSwiGluMlp(int layer, const float* x, const int*
                                  ffn, act.lora_gate.data(), act.gate.data()));
   TANDEM_RETURN_IF_ERROR(Project(layer, "up_proj", x, offsets, groups, rows, weight_stride, d, ffn,
                                  act.lora_up.data(), act.up.data()));
+  const int64_t hidden = int64_t{rows} * ffn;
+  TANDEM_RETURN_IF_ERROR(Round(act.gate.data(), hidden));
+  TANDEM_RETURN_IF_ERROR(Round(act.up.data(), hidden));
   TANDEM_RETURN_IF_ERROR(
-      gpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), int64_t{rows} * ffn));
-  return Project(layer, "down_proj", act.activation.data(), offsets, groups, rows, weight_stride,
-                 ffn, d, act.lora_down.data(), out);
+      gpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden));
+  TANDEM_RETURN_IF_ERROR(Round(act.activation.data(), hidden));
+  TANDEM_RETURN_IF_ERROR(Project(layer, "down_proj", act.activation.data(), offsets, groups, rows,
+                                 weight_stride, ffn, d, act.lora_down.data(), out));
+  return Round(out, int64_t{rows} * d);
 }
 
 absl::Status CudaTransformer::Project(int layer, const char* module, const float* x,

@@ -25,17 +25,28 @@ namespace tandem::engine::cuda {
 // It is also a DecodeEngine for generation, its caches in device memory: a cache made by one
 // CudaTransformer serves every other on the same GPU.
 //
-// Not yet on the GPU (UNIMPLEMENTED from Create): latent attention, and every precision but
-// fp32.
+// Not yet on the GPU (UNIMPLEMENTED from Create): latent attention, FP8 and INT8.
 class CudaTransformer : public TrainingEngine, public DecodeEngine {
  public:
-  // Neither is owned; both must outlive this object; lora may be null. Selects GPU `device`
-  // for the calling thread: FAILED_PRECONDITION without it, RESOURCE_EXHAUSTED when the
-  // weights do not fit. `base`, another CudaTransformer's base() of the same model, is shared
-  // instead of uploading the model again.
-  static absl::StatusOr<std::unique_ptr<CudaTransformer>> Create(
-      const BaseModel& model, LoraAdapter* lora, int device = 0,
-      std::shared_ptr<const DeviceParameters> base = nullptr);
+  struct Options {
+    int device = 0;  // The GPU, made current for the creating thread.
+    // fp32, or bf16 (the rollout's inference mode: activations rounded to bf16 where the CPU
+    // Transformer rounds them; the weights are rounded by the caller, BaseModel::ForPrecision).
+    Precision precision = Precision::kF32;
+    // Another CudaTransformer's base() of the same model, shared instead of uploaded again.
+    std::shared_ptr<const DeviceParameters> base;
+  };
+
+  // Neither model is owned; both must outlive this object; lora may be null.
+  // FAILED_PRECONDITION without the GPU, RESOURCE_EXHAUSTED when the weights do not fit,
+  // UNIMPLEMENTED for what the GPU path lacks (latent attention, FP8/INT8, > 64 expert groups).
+  static absl::StatusOr<std::unique_ptr<CudaTransformer>> Create(const BaseModel& model,
+                                                                 LoraAdapter* lora,
+                                                                 Options options);
+  static absl::StatusOr<std::unique_ptr<CudaTransformer>> Create(const BaseModel& model,
+                                                                 LoraAdapter* lora) {
+    return Create(model, lora, Options{});
+  }
   ~CudaTransformer() override;
 
   // Copies the adapter's (changed) tensors to the GPU.
@@ -48,8 +59,9 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
 
   // Backpropagates dlogits [tokens, vocab] (host memory) of the last Forward, plus dhidden
   // [tokens, d_model] if non-null, and adds the adapter's gradients into its host gradient
-  // tensors (enable them first). FAILED_PRECONDITION without gradients, or when the last pass
-  // was not a Forward (a Prefill or Decode in between replaces its activations).
+  // tensors (enable them first). FAILED_PRECONDITION without gradients, in the bf16 mode, or
+  // when the last pass was not a Forward (a Prefill or Decode in between replaces its
+  // activations).
   absl::Status Backward(const float* dlogits, const float* dhidden) override;
 
   const std::vector<int16_t>& routes() const override { return routes_; }
@@ -76,7 +88,7 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
   enum class PassMode { kPackedSequences, kPrefill, kDecode };
   struct DeviceSequenceCache;
 
-  CudaTransformer(const BaseModel& model, LoraAdapter* lora, int device,
+  CudaTransformer(const BaseModel& model, LoraAdapter* lora, int device, Precision precision,
                   std::shared_ptr<const DeviceParameters> base,
                   std::unique_ptr<DeviceParameters> adapter,
                   ::tandem::cuda::DeviceRopeFrequencies rope);
@@ -128,9 +140,12 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
   // pointers into adapter_grads_ when it exists.
   std::optional<LoraProjection> DeviceLora(int layer, const char* module) const;
   const float* Weight(const std::string& name) const;
+  // Rounds n activations to bf16 in the bf16 mode, as the CPU Transformer's Round.
+  absl::Status Round(float* x, int64_t n) const;
 
   ModelConfig config_;
   const int device_;  // Made current on every call's thread.
+  const Precision precision_;
   const BaseModel& model_;
   LoraAdapter* lora_;
   std::shared_ptr<const DeviceParameters> base_;

@@ -29,6 +29,9 @@ absl::Status CudaTransformer::Backward(const float* dlogits, const float* dhidde
     return absl::FailedPreconditionError("Backward needs a Forward as the last pass");
   }
   if (lora_ == nullptr) return absl::FailedPreconditionError("no adapter to train");
+  if (precision_ != Precision::kF32) {
+    return absl::FailedPreconditionError("training runs in fp32; this engine serves bf16");
+  }
   TANDEM_RETURN_IF_ERROR(gpu::UseDevice(device_));
   const ParameterSet& host = lora_->parameters();
   if (host.Find(host.names().front())->grad.empty()) {

@@ -31,10 +31,10 @@ absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, B
   }
   const int ordinal = *::tandem::cuda::ParseCudaDevice(device);
   absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> policy =
-      cuda::CudaTransformer::Create(base, &lora, ordinal);
+      cuda::CudaTransformer::Create(base, &lora, {.device = ordinal});
   if (!policy.ok()) return policy.status();
   absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> reference =
-      cuda::CudaTransformer::Create(base, nullptr, ordinal, (*policy)->base());
+      cuda::CudaTransformer::Create(base, nullptr, {.device = ordinal, .base = (*policy)->base()});
   if (!reference.ok()) return reference.status();
   return TrainingEngines{.policy = *std::move(policy), .reference = *std::move(reference)};
 }
@@ -49,9 +49,9 @@ absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& devic
           return std::make_unique<Transformer>(base, lora, precision);
         });
   }
-  if (precision != Precision::kF32) {
+  if (precision != Precision::kF32 && precision != Precision::kBF16) {
     return absl::UnimplementedError(
-        "on a GPU the engine computes in fp32 only: use --precision=fp32 with --device=cuda");
+        "on a GPU the engine computes in fp32 or bf16: use --precision=fp32 or bf16");
   }
   struct SharedBase {
     std::mutex mutex;
@@ -59,16 +59,16 @@ absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& devic
   };
   auto shared = std::make_shared<SharedBase>();
   const int ordinal = *::tandem::cuda::ParseCudaDevice(device);
-  return DecodeEngineMaker(
-      [shared, ordinal](BaseModel& base,
-                        LoraAdapter* lora) -> absl::StatusOr<std::unique_ptr<DecodeEngine>> {
-        std::lock_guard<std::mutex> lock(shared->mutex);
-        absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> engine =
-            cuda::CudaTransformer::Create(base, lora, ordinal, shared->parameters);
-        if (!engine.ok()) return engine.status();
-        shared->parameters = (*engine)->base();
-        return std::unique_ptr<DecodeEngine>(*std::move(engine));
-      });
+  return DecodeEngineMaker([shared, ordinal, precision](
+                               BaseModel& base,
+                               LoraAdapter* lora) -> absl::StatusOr<std::unique_ptr<DecodeEngine>> {
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> engine = cuda::CudaTransformer::Create(
+        base, lora, {.device = ordinal, .precision = precision, .base = shared->parameters});
+    if (!engine.ok()) return engine.status();
+    shared->parameters = (*engine)->base();
+    return std::unique_ptr<DecodeEngine>(*std::move(engine));
+  });
 }
 
 }  // namespace tandem::engine

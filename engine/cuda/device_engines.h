@@ -27,7 +27,7 @@ absl::StatusOr<std::string> DescribeDevice(const std::string& device);
 
 // A maker for `device`: CPU Transformers of `precision`, or CudaTransformers on that GPU, all
 // sharing one device copy of the base model (the first engine made uploads it). INVALID_ARGUMENT
-// for a bad device name; UNIMPLEMENTED for a precision other than fp32 on a GPU.
+// for a bad device name; UNIMPLEMENTED for FP8 or INT8 on a GPU.
 absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,
                                                         Precision precision);
 

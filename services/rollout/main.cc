@@ -20,7 +20,7 @@ ABSL_FLAG(std::string, precision, "bf16",
           "Inference precision: bf16, fp8 (E4M3 linear layers over bf16), int8 (INT8 weight-only "
           "linear layers over bf16) or fp32.");
 ABSL_FLAG(std::string, device, "cpu",
-          "Where generation computes: cpu, or cuda / cuda:N (a GPU; needs --precision=fp32).");
+          "Where generation computes: cpu, or cuda / cuda:N (a GPU; --precision fp32 or bf16).");
 ABSL_FLAG(std::string, weight_store, "",
           "weight-store address (host:port); empty: the base model only, no adapters.");
 ABSL_FLAG(std::string, router_replay, "",

@@ -24,7 +24,7 @@ struct RolloutOptions {
   // A Hugging Face model directory or an engine safetensors file (engine::hf::LoadBaseModel).
   std::string base_model_path;
   engine::Precision precision = engine::Precision::kBF16;
-  // Where generation computes: "cpu", or "cuda" / "cuda:N" (fp32 only).
+  // Where generation computes: "cpu", or "cuda" / "cuda:N" (fp32 or bf16).
   std::string device = "cpu";
   // Channels to the other services; null: requests that need them fail clearly.
   std::shared_ptr<grpc::Channel> weight_store;

@@ -565,16 +565,16 @@ TEST_F(RolloutServiceTest, DeadlineIsHonoured) {
 }
 
 // The device is checked when the service is made: a bad name, a precision the GPU engine does
-// not compute in, and (on a machine without one) a missing GPU each say so.
+// not compute in (FP8), and (on a machine without one) a missing GPU each say so.
 TEST_F(RolloutServiceTest, AnUnusableDeviceIsRefusedAtStart) {
   RolloutOptions bad_name = DefaultOptions();
   bad_name.device = "gpu0";
   EXPECT_EQ(RolloutServiceImpl::Create(std::move(bad_name)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  RolloutOptions bf16_on_gpu = DefaultOptions();
-  bf16_on_gpu.device = "cuda";
-  bf16_on_gpu.precision = engine::Precision::kBF16;
-  EXPECT_EQ(RolloutServiceImpl::Create(std::move(bf16_on_gpu)).status().code(),
+  RolloutOptions fp8_on_gpu = DefaultOptions();
+  fp8_on_gpu.device = "cuda";
+  fp8_on_gpu.precision = engine::Precision::kFP8;
+  EXPECT_EQ(RolloutServiceImpl::Create(std::move(fp8_on_gpu)).status().code(),
             absl::StatusCode::kUnimplemented);
   if (cuda::VisibleDeviceCount() > 0) return;
   RolloutOptions no_gpu = DefaultOptions();
