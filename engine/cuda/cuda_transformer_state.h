@@ -65,8 +65,8 @@ struct CudaTransformer::Pass {
 
 // A zeroed device array; never empty, so its data() is a valid address even for size 0.
 // Buffers freed while kernels that use them may still be queued (the backward's temporaries)
-// are safe because cudaFree waits for the device; an asynchronous allocator would need them
-// kept until the pass ends.
+// are safe: DeviceMemory frees in stream order on the default stream, after the queued work
+// (every kernel here runs on it).
 template <typename T>
 absl::Status Allocate(DeviceArray<T>& array, int64_t size) {
   absl::StatusOr<DeviceArray<T>> allocated = DeviceArray<T>::Zeros(std::max<int64_t>(size, 1));

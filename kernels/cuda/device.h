@@ -56,7 +56,9 @@ absl::Status Synchronize(Stream stream = nullptr);
 absl::StatusOr<double> TimeMilliseconds(const std::function<absl::Status()>& launch, int iterations,
                                         int warmup = 3, Stream stream = nullptr);
 
-// Owning, move-only device allocation.
+// Owning, move-only device allocation, from the device's stream-ordered pool on the default
+// stream (cudaMallocAsync / cudaFreeAsync): memory comes back to the pool when the work queued
+// before the free is done, and the pool keeps it (SelectDevice sets that up).
 class DeviceMemory {
  public:
   DeviceMemory() = default;

@@ -33,7 +33,13 @@ def tandem_cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], visibi
             name = name + "_" + src.replace("/", "_").replace(".", "_"),
             srcs = [src] + nvcc_inputs,
             outs = [obj],
-            cmd = "/usr/local/cuda/bin/nvcc %s -c $(location %s) -o $@" % (" ".join(NVCC_FLAGS), src),
+            # nvcc names its temporary files after its pid, and sandboxed actions all run as
+            # pid 2 over a shared /tmp: parallel compiles collided. Each gets its own TMPDIR.
+            cmd = ("scratch=$$(mktemp -d) && TMPDIR=$$scratch /usr/local/cuda/bin/nvcc %s -c " +
+                   "$(location %s) -o $@; status=$$?; rm -rf $$scratch; exit $$status") % (
+                " ".join(NVCC_FLAGS),
+                src,
+            ),
             tags = ["cuda"],
         )
         objects.append(obj)
