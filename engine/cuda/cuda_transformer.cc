@@ -284,7 +284,21 @@ absl::Status CudaTransformer::BeginPass(const int* tokens, std::vector<int> posi
   TANDEM_RETURN_IF_ERROR(Allocate(pass.final_rstd, rows));
   TANDEM_RETURN_IF_ERROR(Allocate(pass.final_norm, rows * d));
   TANDEM_RETURN_IF_ERROR(Allocate(pass.logits, rows * config_.vocab_size));
-  return Allocate(pass.decode_scores, int64_t{config_.num_heads} * config_.max_seq_len);
+  if (mode != PassMode::kDecode) return absl::OkStatus();
+  // Each row's cache, per layer, and how many positions it holds after this token.
+  std::vector<float*> keys, values;
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    for (DeviceSequenceCache* cache : pass.caches) {
+      keys.push_back(cache->keys[layer].data());
+      values.push_back(cache->values[layer].data());
+    }
+  }
+  std::vector<int> lengths(pass.host_positions);
+  for (int& length : lengths) ++length;
+  TANDEM_RETURN_IF_ERROR(Upload(pass.cache_keys, keys));
+  TANDEM_RETURN_IF_ERROR(Upload(pass.cache_values, values));
+  TANDEM_RETURN_IF_ERROR(Upload(pass.cache_lengths, lengths));
+  return Allocate(pass.decode_scores, rows * config_.num_heads * config_.max_seq_len);
 }
 
 int CudaTransformer::Capacity(const SequenceCache& cache) const {
@@ -316,6 +330,7 @@ absl::Status CudaTransformer::RunLayers() {
   TANDEM_RETURN_IF_ERROR(Linear(pass.final_norm.data(), HeadWeightName(config_), pass.rows, d,
                                 config_.vocab_size, pass.logits.data()));
   TANDEM_RETURN_IF_ERROR(Round(pass.logits.data(), rows * config_.vocab_size));
+  if (pass.replay == nullptr) TANDEM_RETURN_IF_ERROR(CollectLiveRoutes());
   logits_.resize(rows * config_.vocab_size);
   final_hidden_.resize(rows * d);
   TANDEM_RETURN_IF_ERROR(
@@ -423,25 +438,17 @@ absl::Status CudaTransformer::RunAttention(int layer, Activations& act) {
 }
 
 // One row per sequence: its key and value join the sequence's cache at its position, then the
-// row attends over the cache.
+// row attends over the cache; both for every row in one launch.
 absl::Status CudaTransformer::AttendOverCaches(int layer, Activations& act) {
-  const cpu::AttentionShape shape = config_.attention_shape();
-  const int64_t q_width = config_.query_width(), k_width = config_.key_width();
-  const int64_t v_width = config_.value_width(), out_width = config_.attention_out_dim();
-  for (int row = 0; row < pass_->rows; ++row) {
-    DeviceSequenceCache& cache = *pass_->caches[row];
-    const int position = pass_->host_positions[row];
-    TANDEM_RETURN_IF_ERROR(gpu::CopyOnDevice(cache.keys[layer].data() + position * k_width,
-                                             act.k.data() + row * k_width,
-                                             k_width * sizeof(float)));
-    TANDEM_RETURN_IF_ERROR(gpu::CopyOnDevice(cache.values[layer].data() + position * v_width,
-                                             act.v.data() + row * v_width,
-                                             v_width * sizeof(float)));
-    TANDEM_RETURN_IF_ERROR(gpu::DecodeAttention(
-        act.q.data() + row * q_width, cache.keys[layer].data(), cache.values[layer].data(),
-        position + 1, act.attention.data() + row * out_width, shape, pass_->decode_scores.data()));
-  }
-  return absl::OkStatus();
+  const int rows = pass_->rows;
+  float* const* keys = pass_->cache_keys.data() + int64_t{layer} * rows;
+  float* const* values = pass_->cache_values.data() + int64_t{layer} * rows;
+  TANDEM_RETURN_IF_ERROR(gpu::AppendToCaches(act.k.data(), act.v.data(), keys, values,
+                                             pass_->positions.data(), rows, config_.key_width(),
+                                             config_.value_width()));
+  return gpu::BatchedDecodeAttention(act.q.data(), keys, values, pass_->cache_lengths.data(), rows,
+                                     config_.max_seq_len, act.attention.data(),
+                                     config_.attention_shape(), pass_->decode_scores.data());
 }
 
 absl::Status CudaTransformer::RunMoeFfn(int layer, Activations& act, float* out) {
@@ -483,8 +490,10 @@ absl::Status CudaTransformer::RunMoeFfn(int layer, Activations& act, float* out)
                 shared_ffn, d, out, /*accumulate=*/true);
 }
 
-// Live top-k on the device; the routes come to the host once per layer, where replayed rows
-// replace live ones (and are compared with them) exactly as on the CPU, then go back.
+// Live top-k on the device. Without replay the routes stay there until the pass ends
+// (CollectLiveRoutes), so the forward never waits on the host; with replay they come to the
+// host now, where replayed rows replace live ones (and are compared with them) exactly as on
+// the CPU, then go back.
 absl::Status CudaTransformer::RouteLayer(int layer, Activations& act) {
   Pass& pass = *pass_;
   const int k = config_.top_k, layers = static_cast<int>(moe_layers_.size());
@@ -494,6 +503,7 @@ absl::Status CudaTransformer::RouteLayer(int layer, Activations& act) {
   TANDEM_RETURN_IF_ERROR(gpu::TopK(act.scores.data(), bias, pass.rows, config_.num_experts, k,
                                    act.ids.data(),
                                    {config_.num_expert_groups, config_.kept_expert_groups}));
+  if (pass.replay == nullptr) return absl::OkStatus();
   std::vector<int16_t> used(int64_t{pass.rows} * k);
   TANDEM_RETURN_IF_ERROR(
       gpu::CopyToHost(used.data(), act.ids.data(), used.size() * sizeof(int16_t)));
@@ -501,9 +511,9 @@ absl::Status CudaTransformer::RouteLayer(int layer, Activations& act) {
     int16_t* row = used.data() + int64_t{t} * k;
     const int64_t at = (int64_t{t} * layers + moe_index) * k;
     std::copy_n(row, k, live_routes_.data() + at);
-    const int16_t* given = pass.replay == nullptr ? nullptr : pass.replay->data() + at;
-    if (given != nullptr && given[0] < 0) ++stats_.live_fallbacks;
-    if (given != nullptr && given[0] >= 0) {
+    const int16_t* given = pass.replay->data() + at;
+    if (given[0] < 0) ++stats_.live_fallbacks;
+    if (given[0] >= 0) {
       ++stats_.decisions;
       pass.token_replayed[t] = 1;
       if (!SameExpertSet(row, given, k)) {
@@ -514,8 +524,24 @@ absl::Status CudaTransformer::RouteLayer(int layer, Activations& act) {
     }
     std::copy_n(row, k, routes_.data() + at);
   }
-  if (pass.replay == nullptr) return absl::OkStatus();
   return gpu::CopyToDevice(act.ids.data(), used.data(), used.size() * sizeof(int16_t));
+}
+
+// The live routes every MoE layer kept on the device, into routes_ and live_routes_.
+absl::Status CudaTransformer::CollectLiveRoutes() {
+  const int rows = pass_->rows, k = config_.top_k, layers = static_cast<int>(moe_layers_.size());
+  std::vector<int16_t> layer_routes(int64_t{rows} * k);
+  for (int moe_index = 0; moe_index < layers; ++moe_index) {
+    const Activations& act = pass_->layers[moe_layers_[moe_index]];
+    TANDEM_RETURN_IF_ERROR(gpu::CopyToHost(layer_routes.data(), act.ids.data(),
+                                           layer_routes.size() * sizeof(int16_t)));
+    for (int t = 0; t < rows; ++t) {
+      const int64_t at = (int64_t{t} * layers + moe_index) * k;
+      std::copy_n(layer_routes.data() + int64_t{t} * k, k, routes_.data() + at);
+    }
+  }
+  live_routes_ = routes_;
+  return absl::OkStatus();
 }
 
 absl::Status CudaTransformer::RunSwiGluMlp(int layer, const float* x, const int* offsets,

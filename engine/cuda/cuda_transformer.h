@@ -110,7 +110,8 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
   absl::Status RunAttention(int layer, Activations& act);
   absl::Status AttendOverCaches(int layer, Activations& act);
   absl::Status RunMoeFfn(int layer, Activations& act, float* out);
-  absl::Status RouteLayer(int moe_index, Activations& act);
+  absl::Status RouteLayer(int layer, Activations& act);
+  absl::Status CollectLiveRoutes();
   absl::Status RunSwiGluMlp(int layer, const float* x, const int* offsets, int groups, int rows,
                             int64_t weight_stride, int ffn, Activations& act, float* out);
   // y[rows, out] = x · W_gᵀ per group (+ LoRA of `module` when the adapter targets it, keeping

@@ -53,7 +53,11 @@ struct CudaTransformer::Pass {
   PassMode mode = PassMode::kPackedSequences;
   std::vector<DeviceSequenceCache*> caches;  // One (prefill) or one per row (decode).
   std::vector<int> host_positions;
-  DeviceArray<float> decode_scores;  // [heads, max_seq_len] scratch of DecodeAttention.
+  // Decode: [layers, rows] pointers to each row's cache, its positions after this token, and
+  // [rows, heads, max_seq_len] attention scores.
+  DeviceArray<float*> cache_keys, cache_values;
+  DeviceArray<int> cache_lengths;
+  DeviceArray<float> decode_scores;
   int rows = 0;
   std::vector<int> sequence_starts;
   const std::vector<int16_t>* replay = nullptr;

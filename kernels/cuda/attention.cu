@@ -87,6 +87,31 @@ __global__ void DecodeKernel(const float* __restrict__ q, const float* __restric
             out + h * s.v_dim);
 }
 
+// Block (h, r): row r's decode over its own cache; scores in its own slice of `scores`.
+__global__ void BatchedDecodeKernel(const float* __restrict__ q, const float* const* k_caches,
+                                    const float* const* v_caches, const int* __restrict__ lens,
+                                    int max_len, float* __restrict__ out, cpu::AttentionShape s,
+                                    float* __restrict__ scores) {
+  const int h = blockIdx.x, r = blockIdx.y;
+  const int64_t q_width = int64_t{s.heads} * s.qk_dim, out_width = int64_t{s.heads} * s.v_dim;
+  AttendRow(q + r * q_width + h * s.qk_dim, k_caches[r], v_caches[r], lens[r], lens[r], h, s,
+            scores + (int64_t{r} * s.heads + h) * max_len, out + r * out_width + h * s.v_dim);
+}
+
+// Block r copies row r's key and value into its cache.
+__global__ void AppendKernel(const float* __restrict__ k, const float* __restrict__ v,
+                             float* const* k_caches, float* const* v_caches,
+                             const int* __restrict__ positions, int key_width, int value_width) {
+  const int r = blockIdx.x;
+  const int64_t position = positions[r];
+  for (int c = threadIdx.x; c < key_width; c += blockDim.x) {
+    k_caches[r][position * key_width + c] = k[int64_t{r} * key_width + c];
+  }
+  for (int c = threadIdx.x; c < value_width; c += blockDim.x) {
+    v_caches[r][position * value_width + c] = v[int64_t{r} * value_width + c];
+  }
+}
+
 // Block (t, h) of the backward: dS row = P ∘ (dP - rowsum(P ∘ dP)) with dP = dout · v, zeros
 // above the diagonal; then dq[t, h] += scale · Σ_j dS_j k_j.
 __global__ void ScoreGradientKernel(const float* __restrict__ q, const float* __restrict__ k,
@@ -198,6 +223,31 @@ absl::Status DecodeAttention(const float* q, const float* k_cache, const float* 
   DecodeKernel<<<shape.heads, kThreadsPerBlock, 0, stream>>>(q, k_cache, v_cache, len, out, shape,
                                                              scratch);
   return LaunchStatus("DecodeAttention");
+}
+
+absl::Status BatchedDecodeAttention(const float* q, const float* const* k_caches,
+                                    const float* const* v_caches, const int* lens, int rows,
+                                    int max_len, float* out, const cpu::AttentionShape& shape,
+                                    float* scratch, Stream stream) {
+  if (absl::Status status = CheckShape(shape); !status.ok()) return status;
+  if (max_len < 1 || rows > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("batched decode of ", rows,
+                                                   " rows (at most 65535) over caches of up to ",
+                                                   max_len, " positions (at least 1)"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  BatchedDecodeKernel<<<dim3(shape.heads, rows), kThreadsPerBlock, 0, stream>>>(
+      q, k_caches, v_caches, lens, max_len, out, shape, scratch);
+  return LaunchStatus("BatchedDecodeAttention");
+}
+
+absl::Status AppendToCaches(const float* k, const float* v, float* const* k_caches,
+                            float* const* v_caches, const int* positions, int rows, int key_width,
+                            int value_width, Stream stream) {
+  if (rows == 0) return absl::OkStatus();
+  AppendKernel<<<rows, kThreadsPerBlock, 0, stream>>>(k, v, k_caches, v_caches, positions,
+                                                      key_width, value_width);
+  return LaunchStatus("AppendToCaches");
 }
 
 }  // namespace tandem::cuda

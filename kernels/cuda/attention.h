@@ -38,6 +38,22 @@ absl::Status DecodeAttention(const float* q, const float* k_cache, const float* 
                              float* out, const cpu::AttentionShape& shape, float* scratch,
                              Stream stream = nullptr);
 
+// DecodeAttention for a batch of sequences in one launch: row r's query (q [rows, H, qk_dim])
+// attends over its own cache, k_caches[r] / v_caches[r] holding lens[r] >= 1 positions in
+// DecodeAttention's layout; out [rows, H, v_dim]. The pointer and length arrays are device
+// memory; every lens[r] <= max_len; scratch holds rows * H * max_len floats.
+absl::Status BatchedDecodeAttention(const float* q, const float* const* k_caches,
+                                    const float* const* v_caches, const int* lens, int rows,
+                                    int max_len, float* out, const cpu::AttentionShape& shape,
+                                    float* scratch, Stream stream = nullptr);
+
+// Appends each row's key and value to its sequence's cache, in one launch: row r of
+// k [rows, key_width] goes to k_caches[r] + positions[r] * key_width, likewise for v.
+// Pointer and position arrays are device memory.
+absl::Status AppendToCaches(const float* k, const float* v, float* const* k_caches,
+                            float* const* v_caches, const int* positions, int rows, int key_width,
+                            int value_width, Stream stream = nullptr);
+
 }  // namespace tandem::cuda
 
 #endif  // TANDEM_KERNELS_CUDA_ATTENTION_H_

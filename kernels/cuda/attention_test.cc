@@ -1,5 +1,7 @@
 #include "kernels/cuda/attention.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/testing.h"
 
@@ -69,6 +71,61 @@ TEST_P(AttentionTest, ForwardBackwardAndDecodeMatchTheCpu) {
                                     decoded_d.data(), s, scratch_d.data())
                   .ok());
   ExpectAllNear(Download(decoded_d), decoded, 1e-5f, 1e-5f);
+}
+
+// Sequences of different lengths decoded in one launch, each over its own cache, against the
+// CPU's decode of each; then each row's key and value appended to its cache in one launch.
+TEST_F(CudaTest, BatchedDecodeAndAppendMatchTheCpuRowByRow) {
+  const cpu::AttentionShape s = cpu::AttentionShape::Standard(8, 2, 16);
+  const std::vector<int> lens = {1, 7, 33, 2, 64};
+  const int rows = static_cast<int>(lens.size()), max_len = 64;
+  const int q_width = s.heads * s.qk_dim, k_width = s.kv_heads * s.qk_dim;
+  const int v_width = s.kv_heads * s.v_dim, out_width = s.heads * s.v_dim;
+  const std::vector<float> q = RandomFloats(size_t{1} * rows * q_width, 111);
+  std::vector<std::vector<float>> keys, values;
+  std::vector<DeviceArray<float>> keys_d, values_d;
+  std::vector<float> expected(size_t{1} * rows * out_width), scratch(max_len);
+  for (int r = 0; r < rows; ++r) {
+    keys.push_back(RandomFloats(size_t{1} * (lens[r] + 1) * k_width, 112 + r));
+    values.push_back(RandomFloats(size_t{1} * (lens[r] + 1) * v_width, 212 + r));
+    keys_d.push_back(Upload(keys[r]));
+    values_d.push_back(Upload(values[r]));
+    cpu::DecodeAttention(q.data() + r * q_width, keys[r].data(), values[r].data(), lens[r],
+                         expected.data() + r * out_width, s, scratch.data());
+  }
+  std::vector<const float*> key_pointers, value_pointers;
+  std::vector<float*> key_targets, value_targets;
+  for (int r = 0; r < rows; ++r) {
+    key_pointers.push_back(keys_d[r].data());
+    value_pointers.push_back(values_d[r].data());
+    key_targets.push_back(keys_d[r].data());
+    value_targets.push_back(values_d[r].data());
+  }
+  DeviceArray<const float*> key_table = Upload(key_pointers), value_table = Upload(value_pointers);
+  DeviceArray<int> lens_d = Upload(lens);
+  DeviceArray<float> q_d = Upload(q), out_d = DeviceZeros<float>(expected.size());
+  DeviceArray<float> scratch_d = DeviceZeros<float>(size_t{1} * rows * s.heads * max_len);
+  ASSERT_TRUE(BatchedDecodeAttention(q_d.data(), key_table.data(), value_table.data(),
+                                     lens_d.data(), rows, max_len, out_d.data(), s,
+                                     scratch_d.data())
+                  .ok());
+  ExpectAllNear(Download(out_d), expected, 1e-5f, 1e-5f);
+
+  // Append at position lens[r] (the slot after the cached ones).
+  const std::vector<float> k = RandomFloats(size_t{1} * rows * k_width, 311);
+  const std::vector<float> v = RandomFloats(size_t{1} * rows * v_width, 312);
+  DeviceArray<float*> key_target_table = Upload(key_targets);
+  DeviceArray<float*> value_target_table = Upload(value_targets);
+  DeviceArray<float> k_d = Upload(k), v_d = Upload(v);
+  ASSERT_TRUE(AppendToCaches(k_d.data(), v_d.data(), key_target_table.data(),
+                             value_target_table.data(), lens_d.data(), rows, k_width, v_width)
+                  .ok());
+  for (int r = 0; r < rows; ++r) {
+    std::copy_n(k.begin() + r * k_width, k_width, keys[r].begin() + lens[r] * k_width);
+    std::copy_n(v.begin() + r * v_width, v_width, values[r].begin() + lens[r] * v_width);
+    ExpectAllNear(Download(keys_d[r]), keys[r], 0.0f);
+    ExpectAllNear(Download(values_d[r]), values[r], 0.0f);
+  }
 }
 
 TEST_F(CudaTest, AttentionRejectsABadShapeOrAnEmptyCache) {
