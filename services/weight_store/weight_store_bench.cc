@@ -179,32 +179,26 @@ void Run() {
   }
   int64_t version = 0;
   for (const std::string& size : absl::GetFlag(FLAGS_sizes_mib)) {
+    // Each publish is a new version of this size.
+    const auto next_adapter = [&] {
+      ++version;
+      return transfer::MakeTestAdapter("bench", version, version,
+                                       transfer::TestAdapterSpecOfSize(std::stod(size)));
+    };
     // The first versions of a size warm the subscribers' memory and, once the store retires one
     // (it keeps 2), the store's: the one after them is a steady refit.
-    const double first = PublishToSubscribers(
-        transfer::MakeTestAdapter("bench", ++version, version,
-                                  transfer::TestAdapterSpecOfSize(std::stod(size))),
-        *producer, subscribers);
+    const double first = PublishToSubscribers(next_adapter(), *producer, subscribers);
     for (int warm_up = 0; warm_up < 2; ++warm_up) {
-      PublishToSubscribers(
-          transfer::MakeTestAdapter("bench", ++version, version,
-                                    transfer::TestAdapterSpecOfSize(std::stod(size))),
-          *producer, subscribers);
+      PublishToSubscribers(next_adapter(), *producer, subscribers);
     }
-    const transfer::TestAdapter adapter = transfer::MakeTestAdapter(
-        "bench", ++version, version, transfer::TestAdapterSpecOfSize(std::stod(size)));
+    const transfer::TestAdapter adapter = next_adapter();
     double bytes = 0;
     for (const std::string& shard : adapter.shards) bytes += static_cast<double>(shard.size());
     const double latency = PublishToSubscribers(adapter, *producer, subscribers);
     // The same steady refit with subscribers that fetch by gRPC (after one warm-up).
-    PublishToSubscribers(
-        transfer::MakeTestAdapter("bench", ++version, version,
-                                  transfer::TestAdapterSpecOfSize(std::stod(size))),
-        *producer, subscribers, /*subscribers_by_ucx=*/false);
-    const double grpc_latency = PublishToSubscribers(
-        transfer::MakeTestAdapter("bench", ++version, version,
-                                  transfer::TestAdapterSpecOfSize(std::stod(size))),
-        *producer, subscribers, /*subscribers_by_ucx=*/false);
+    PublishToSubscribers(next_adapter(), *producer, subscribers, /*subscribers_by_ucx=*/false);
+    const double grpc_latency =
+        PublishToSubscribers(next_adapter(), *producer, subscribers, /*subscribers_by_ucx=*/false);
     const double ucx = FetchMiBps(store, "bench", version, bytes, consumer.get());
     const double grpc = FetchMiBps(store, "bench", version, bytes, nullptr);
     const double perftest = PerftestGetMiBps(static_cast<size_t>(bytes));
