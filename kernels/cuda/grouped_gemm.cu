@@ -4,17 +4,25 @@
 namespace tandem::cuda {
 namespace {
 
-// Block tile kTile x kTile of C, reduction step kStep; 256 threads as 16 x 16, each owning a
-// kMicro x kMicro patch. Tile loads are 1024 floats: 4 per thread.
-constexpr int kTile = 64;
-constexpr int kStep = 16;
-constexpr int kMicro = 4;
-constexpr int kGemmThreads = (kTile / kMicro) * (kTile / kMicro);
-static_assert(kGemmThreads == 256);
-static_assert(kTile * kStep == 4 * kGemmThreads);
+// A block computes a kTile x kTile tile of C in kStep-deep slices; its 256 threads (16 x 16)
+// each own a kMicro x kMicro patch, and each slice's tiles are 1024 floats: 4 per thread.
+template <int kTileSize, int kStepSize, int kMicroSize>
+struct Tiling {
+  static constexpr int kTile = kTileSize;
+  static constexpr int kStep = kStepSize;
+  static constexpr int kMicro = kMicroSize;
+  static constexpr int kSide = kTile / kMicro;  // Threads along each side.
+  static_assert(kSide * kSide == 256 && kTile * kStep == 1024);
+};
+// Small groups, narrow outputs (LoRA's rank-wide halves, routers).
+using SmallTiles = Tiling<64, 16, 4>;
+// Wide outputs over many rows: an 8x8 patch does twice the arithmetic per shared-memory read.
+using LargeTiles = Tiling<128, 8, 8>;
+constexpr int kGemmThreads = 256;
 
 // Which group and which of its row tiles block `tile` (counted over all groups) computes;
 // false past the last tile. Groups are at most a few hundred: a scan beats a host round trip.
+template <int kTile>
 __device__ bool FindRowTile(const int* offsets, int groups, int tile, int& group, int& first_row,
                             int& last_row) {
   for (int g = 0; g < groups; ++g) {
@@ -31,33 +39,35 @@ __device__ bool FindRowTile(const int* offsets, int groups, int tile, int& group
   return false;
 }
 
-// The 4x4 patch product of one kStep slice: acc += a_tile[kk][rows] ⊗ b_tile[kk][cols].
-__device__ inline void MultiplySlice(const float (&a_tile)[kStep][kTile],
-                                     const float (&b_tile)[kStep][kTile], int ty, int tx,
-                                     float (&acc)[kMicro][kMicro]) {
+// The patch product of one slice: acc += a_tile[kk][rows] ⊗ b_tile[kk][cols].
+template <typename T>
+__device__ inline void MultiplySlice(const float (&a_tile)[T::kStep][T::kTile],
+                                     const float (&b_tile)[T::kStep][T::kTile], int ty, int tx,
+                                     float (&acc)[T::kMicro][T::kMicro]) {
 #pragma unroll
-  for (int kk = 0; kk < kStep; ++kk) {
-    float a[kMicro], b[kMicro];
+  for (int kk = 0; kk < T::kStep; ++kk) {
+    float a[T::kMicro], b[T::kMicro];
 #pragma unroll
-    for (int i = 0; i < kMicro; ++i) a[i] = a_tile[kk][ty * kMicro + i];
+    for (int i = 0; i < T::kMicro; ++i) a[i] = a_tile[kk][ty * T::kMicro + i];
 #pragma unroll
-    for (int j = 0; j < kMicro; ++j) b[j] = b_tile[kk][tx * kMicro + j];
+    for (int j = 0; j < T::kMicro; ++j) b[j] = b_tile[kk][tx * T::kMicro + j];
 #pragma unroll
-    for (int i = 0; i < kMicro; ++i) {
+    for (int i = 0; i < T::kMicro; ++i) {
 #pragma unroll
-      for (int j = 0; j < kMicro; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+      for (int j = 0; j < T::kMicro; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
   }
 }
 
-template <bool kTransposeW>
+template <typename T, bool kTransposeW>
 __global__ void __launch_bounds__(kGemmThreads)
     RowGroupedKernel(RowGroupedGemm gemm, const int* __restrict__ offsets, int groups) {
+  constexpr int kTile = T::kTile, kStep = T::kStep, kMicro = T::kMicro;
   int group, first_row, last_row;
-  if (!FindRowTile(offsets, groups, blockIdx.y, group, first_row, last_row)) return;
+  if (!FindRowTile<kTile>(offsets, groups, blockIdx.y, group, first_row, last_row)) return;
   __shared__ float a_tile[kStep][kTile];  // Transposed: a_tile[kk][row].
   __shared__ float b_tile[kStep][kTile];  // b_tile[kk][col] = op(W)[k0 + kk][col].
-  const int tid = threadIdx.x, ty = tid / (kTile / kMicro), tx = tid % (kTile / kMicro);
+  const int tid = threadIdx.x, ty = tid / T::kSide, tx = tid % T::kSide;
   const int first_col = blockIdx.x * kTile;
   const float* w = gemm.w + group * gemm.w_group_stride;
   float acc[kMicro][kMicro] = {};
@@ -78,7 +88,7 @@ __global__ void __launch_bounds__(kGemmThreads)
       b_tile[wk][col] = value;
     }
     __syncthreads();
-    MultiplySlice(a_tile, b_tile, ty, tx, acc);
+    MultiplySlice<T>(a_tile, b_tile, ty, tx, acc);
     __syncthreads();
   }
 #pragma unroll
@@ -95,11 +105,33 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
 }
 
+// One launch of the row-grouped kernel with tiling T.
+template <typename T>
+absl::Status LaunchRowGrouped(const RowGroupedGemm& gemm, const int* offsets, int groups,
+                              int max_rows, Stream stream) {
+  // Σ_g ceil(rows_g / kTile) <= max_rows / kTile + groups; blocks past the last tile exit.
+  const int64_t row_tiles = max_rows / T::kTile + groups;
+  if (row_tiles > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("grouped GEMM over ", max_rows, " rows in ",
+                                                   groups, " groups exceeds one launch"));
+  }
+  const dim3 grid(static_cast<unsigned>((gemm.n + T::kTile - 1) / T::kTile),
+                  static_cast<unsigned>(row_tiles));
+  if (gemm.transpose_w) {
+    RowGroupedKernel<T, true><<<grid, kGemmThreads, 0, stream>>>(gemm, offsets, groups);
+  } else {
+    RowGroupedKernel<T, false><<<grid, kGemmThreads, 0, stream>>>(gemm, offsets, groups);
+  }
+  return LaunchStatus("GroupedGemm (row groups)");
+}
+
 // Block (col tile, row tile of C_g, group): reduces over the group's rows, kStep at a time.
 // With a shared C, blockIdx.z = 0 covers every group's rows at once, so no two blocks add into
 // the same element.
 __global__ void __launch_bounds__(kGemmThreads)
     ReductionGroupedKernel(ReductionGroupedGemm gemm, const int* __restrict__ offsets, int groups) {
+  using T = SmallTiles;
+  constexpr int kTile = T::kTile, kStep = T::kStep, kMicro = T::kMicro;
   const bool shared = gemm.c_group_stride == 0;
   const int group = blockIdx.z;
   const int first = offsets[shared ? 0 : group];
@@ -107,7 +139,7 @@ __global__ void __launch_bounds__(kGemmThreads)
   if (first >= last) return;  // An empty group adds nothing (uniform: no barrier is skipped).
   __shared__ float a_tile[kStep][kTile];  // a_tile[kk][i] = A[first + r0 + kk][i0 + i]
   __shared__ float b_tile[kStep][kTile];
-  const int tid = threadIdx.x, ty = tid / (kTile / kMicro), tx = tid % (kTile / kMicro);
+  const int tid = threadIdx.x, ty = tid / T::kSide, tx = tid % T::kSide;
   const int first_i = blockIdx.y * kTile, first_j = blockIdx.x * kTile;
   float acc[kMicro][kMicro] = {};
   for (int r0 = first; r0 < last; r0 += kStep) {
@@ -120,7 +152,7 @@ __global__ void __launch_bounds__(kGemmThreads)
           r < last && first_j + col < gemm.n ? gemm.b[int64_t{r} * gemm.ldb + first_j + col] : 0.0f;
     }
     __syncthreads();
-    MultiplySlice(a_tile, b_tile, ty, tx, acc);
+    MultiplySlice<T>(a_tile, b_tile, ty, tx, acc);
     __syncthreads();
   }
   float* c = gemm.c + group * gemm.c_group_stride;
@@ -136,26 +168,19 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
 }
 
-unsigned Tiles(int64_t n) { return static_cast<unsigned>((n + kTile - 1) / kTile); }
+unsigned Tiles(int64_t n) {
+  return static_cast<unsigned>((n + SmallTiles::kTile - 1) / SmallTiles::kTile);
+}
 
 }  // namespace
 
 absl::Status GroupedGemm(const RowGroupedGemm& gemm, const int* offsets, int groups, int max_rows,
                          Stream stream) {
   if (groups <= 0 || gemm.n <= 0 || max_rows <= 0) return absl::OkStatus();
-  // Σ_g ceil(rows_g / kTile) <= max_rows / kTile + groups; blocks past the last tile exit.
-  const int64_t row_tiles = max_rows / kTile + groups;
-  if (row_tiles > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("grouped GEMM over ", max_rows, " rows in ",
-                                                   groups, " groups exceeds one launch"));
-  }
-  const dim3 grid(Tiles(gemm.n), static_cast<unsigned>(row_tiles));
-  if (gemm.transpose_w) {
-    RowGroupedKernel<true><<<grid, kGemmThreads, 0, stream>>>(gemm, offsets, groups);
-  } else {
-    RowGroupedKernel<false><<<grid, kGemmThreads, 0, stream>>>(gemm, offsets, groups);
-  }
-  return LaunchStatus("GroupedGemm (row groups)");
+  // Large tiles pay off once most of a tile is real work: wide outputs, full row tiles.
+  const bool large = gemm.n >= LargeTiles::kTile && max_rows / groups >= LargeTiles::kTile;
+  return large ? LaunchRowGrouped<LargeTiles>(gemm, offsets, groups, max_rows, stream)
+               : LaunchRowGrouped<SmallTiles>(gemm, offsets, groups, max_rows, stream);
 }
 
 absl::Status GroupedGemm(const ReductionGroupedGemm& gemm, const int* offsets, int groups,

@@ -19,43 +19,54 @@ constexpr int kGroups = 7, kRows = 256;
 
 class GroupedGemmTest : public CudaTest {};
 
-TEST_F(GroupedGemmTest, RowGroupsAreExactOnSmallIntegersForBothWeightLayouts) {
-  constexpr int kK = 70, kN = 67;
-  const std::vector<float> a = SmallIntegers(size_t{kRows} * kK, 111);
-  const std::vector<float> w = SmallIntegers(size_t{kGroups} * kK * kN, 112);
-  const std::vector<float> c_start = SmallIntegers(size_t{kRows} * kN, 113);
+// C_g = 2 · A_g · op(W_g) + 3 · C_g over `offsets`, on the GPU and by a host loop: exact.
+void ExpectRowGroupsExact(const std::vector<int>& offsets, int k, int n) {
+  const int groups = static_cast<int>(offsets.size()) - 1, rows = offsets.back();
+  const std::vector<float> a = SmallIntegers(size_t{1} * rows * k, 111);
+  const std::vector<float> w = SmallIntegers(size_t{1} * groups * k * n, 112);
+  const std::vector<float> c_start = SmallIntegers(size_t{1} * rows * n, 113);
   DeviceArray<float> a_d = Upload(a), w_d = Upload(w);
-  DeviceArray<int> offsets_d = Upload(kOffsets);
+  DeviceArray<int> offsets_d = Upload(offsets);
   for (const bool transpose_w : {true, false}) {
     std::vector<float> expected = c_start;
-    for (int g = 0; g < kGroups; ++g) {
-      const float* wg = w.data() + size_t{1} * g * kK * kN;
-      for (int r = kOffsets[g]; r < kOffsets[g + 1]; ++r) {
-        for (int c = 0; c < kN; ++c) {
+    for (int g = 0; g < groups; ++g) {
+      const float* wg = w.data() + size_t{1} * g * k * n;
+      for (int r = offsets[g]; r < offsets[g + 1]; ++r) {
+        for (int c = 0; c < n; ++c) {
           float sum = 0.0f;
-          for (int kk = 0; kk < kK; ++kk) {
-            sum += a[size_t{1} * r * kK + kk] * (transpose_w ? wg[c * kK + kk] : wg[kk * kN + c]);
+          for (int kk = 0; kk < k; ++kk) {
+            sum += a[size_t{1} * r * k + kk] * (transpose_w ? wg[c * k + kk] : wg[kk * n + c]);
           }
-          expected[size_t{1} * r * kN + c] = 2.0f * sum + 3.0f * c_start[size_t{1} * r * kN + c];
+          expected[size_t{1} * r * n + c] = 2.0f * sum + 3.0f * c_start[size_t{1} * r * n + c];
         }
       }
     }
     DeviceArray<float> c_d = Upload(c_start);
     const RowGroupedGemm gemm{.a = a_d.data(),
-                              .lda = kK,
+                              .lda = k,
                               .w = w_d.data(),
-                              .w_group_stride = kK * kN,
-                              .ldw = transpose_w ? kK : kN,
+                              .w_group_stride = int64_t{k} * n,
+                              .ldw = transpose_w ? k : n,
                               .transpose_w = transpose_w,
                               .c = c_d.data(),
-                              .ldc = kN,
-                              .n = kN,
-                              .k = kK,
+                              .ldc = n,
+                              .n = n,
+                              .k = k,
                               .alpha = 2.0f,
                               .beta = 3.0f};
-    ASSERT_TRUE(GroupedGemm(gemm, offsets_d.data(), kGroups, kRows).ok());
+    ASSERT_TRUE(GroupedGemm(gemm, offsets_d.data(), groups, rows).ok());
     EXPECT_EQ(Download(c_d), expected) << "transpose_w=" << transpose_w;
   }
+}
+
+TEST_F(GroupedGemmTest, RowGroupsAreExactOnSmallIntegersForBothWeightLayouts) {
+  ExpectRowGroupsExact(kOffsets, 70, 67);  // Small tiles: narrow output, short groups.
+}
+
+// Wide outputs over groups of hundreds of rows take the 128x128 tiles; group edges inside and
+// across them, odd widths and depths.
+TEST_F(GroupedGemmTest, LargeTilesAreExactToo) {
+  ExpectRowGroupsExact({0, 130, 130, 400, 527}, 37, 261);
 }
 
 TEST_F(GroupedGemmTest, WeightGradientsAreExactOnSmallIntegersPerGroupAndShared) {
