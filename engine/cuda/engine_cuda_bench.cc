@@ -1,7 +1,7 @@
-// The engine on a GPU against the same engine on the CPU and against PyTorch: forward and
-// forward + backward (into the LoRA) tokens/s of CudaTransformer on a random model of the
-// default architecture (sizes from the flags), with the CPU Transformer's figures and its
-// logits as the check. --out_dir writes the model, adapter, batch and GPU logits (CPU logits
+// The engine on a GPU against the same engine on the CPU and against PyTorch: forward,
+// forward + backward (into the LoRA) and greedy generation tokens/s of CudaTransformer on a random
+// model of the default architecture (sizes from the flags), with the CPU Transformer's figures and
+// its logits as the check. --out_dir writes the model, adapter, batch and GPU logits (CPU logits
 // without a GPU) for tools/torch_reference/moe_reference.py, which checks them and times PyTorch
 // eager on the same work.
 
@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "engine/cuda/cuda_transformer.h"
+#include "engine/generator.h"
 #include "engine/model.h"
 #include "engine/transformer.h"
 #include "kernels/cpu/gemm.h"
@@ -62,10 +63,48 @@ double SecondsPerCall(const std::function<bool()>& step, int calls = 5) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
 }
 
-// Forward and forward + backward tokens/s of `engine`; prints them under `name`.
+// Greedy generation of the rest of each sequence from its first kPromptTokens tokens.
+constexpr int kPromptTokens = 8;
+
+std::vector<GenerationRequest> GenerationRequests(const TokenBatch& batch, int length) {
+  std::vector<GenerationRequest> requests;
+  for (int s = 0; s < batch.num_sequences(); ++s) {
+    GenerationRequest request;
+    request.prompt.assign(batch.tokens.begin() + int64_t{s} * length,
+                          batch.tokens.begin() + int64_t{s} * length + kPromptTokens);
+    request.max_new_tokens = length - kPromptTokens;
+    request.sampling.temperature = 0;
+    requests.push_back(std::move(request));
+  }
+  return requests;
+}
+
+// New tokens per second of generating `requests` (prefill and decode, after a warm-up run),
+// keeping the sequences generated.
+double GenerationTokensPerSecond(DecodeEngine& engine,
+                                 const std::vector<GenerationRequest>& requests,
+                                 std::vector<std::vector<int>>& generated) {
+  absl::StatusOr<std::vector<GeneratedSample>> samples = Generate(engine, requests);
+  if (!samples.ok()) return -1;
+  const auto start = std::chrono::steady_clock::now();
+  samples = Generate(engine, requests);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!samples.ok()) return -1;
+  double new_tokens = 0;
+  generated.clear();
+  for (const GeneratedSample& sample : *samples) {
+    new_tokens += static_cast<double>(sample.logprobs.size());
+    generated.push_back(sample.tokens);
+  }
+  return new_tokens / seconds;
+}
+
+// Forward, forward + backward and greedy generation tokens/s of `engine`, printed under `name`.
 template <typename Engine>
 void Report(const char* name, Engine& engine, const TokenBatch& batch,
-            const std::vector<float>& dlogits, std::vector<float>* logits) {
+            const std::vector<float>& dlogits, std::vector<float>* logits,
+            std::vector<std::vector<int>>& generated) {
   const auto forward = [&] {
     absl::StatusOr<const float*> result = engine.Forward(batch, nullptr);
     if (!result.ok())
@@ -85,8 +124,12 @@ void Report(const char* name, Engine& engine, const TokenBatch& batch,
   const double tokens = batch.num_tokens();
   const double forward_s = SecondsPerCall(forward);
   const double train_s = SecondsPerCall(train);
-  std::printf("%-10s forward %12.0f tokens/s   forward+backward %12.0f tokens/s\n", name,
-              tokens / forward_s, tokens / train_s);
+  const double generation = GenerationTokensPerSecond(
+      engine, GenerationRequests(batch, engine.config().max_seq_len), generated);
+  std::printf(
+      "%-6s forward %10.0f tokens/s   forward+backward %10.0f tokens/s   generation %10.0f "
+      "new tokens/s\n",
+      name, tokens / forward_s, tokens / train_s, generation);
 }
 
 absl::Status WriteFloats(const std::string& path, const std::vector<float>& values) {
@@ -97,7 +140,8 @@ absl::Status WriteFloats(const std::string& path, const std::vector<float>& valu
 
 absl::Status WriteReferenceInputs(const std::string& dir, const BaseModel& model,
                                   const LoraAdapter& lora, const TokenBatch& batch,
-                                  const std::vector<float>& logits) {
+                                  const std::vector<float>& logits,
+                                  const std::vector<std::vector<int>>& generated) {
   if (absl::Status status = model.Save(dir + "/model.safetensors"); !status.ok()) return status;
   if (absl::Status status = lora.Save(dir + "/adapter.safetensors"); !status.ok()) return status;
   std::ofstream(dir + "/config.json") << model.config().ToJson();
@@ -107,8 +151,11 @@ absl::Status WriteReferenceInputs(const std::string& dir, const BaseModel& model
     sequences.push_back(std::vector<int>(batch.tokens.begin() + s * length,
                                          batch.tokens.begin() + (s + 1) * length));
   }
-  std::ofstream(dir + "/batch.json")
-      << nlohmann::json{{"tokens", sequences}, {"lora_scale", lora.config().scale()}}.dump();
+  std::ofstream(dir + "/batch.json") << nlohmann::json{
+      {"tokens", sequences},
+      {"lora_scale", lora.config().scale()},
+      {"prompt_tokens", kPromptTokens},
+      {"generated", generated}}.dump();
   return WriteFloats(dir + "/logits.f32", logits);
 }
 
@@ -142,6 +189,7 @@ int Main() {
       config.top_k, config.num_experts, batch.num_sequences(), config.max_seq_len);
 
   std::vector<float> gpu_logits, cpu_logits;
+  std::vector<std::vector<int>> gpu_generated, cpu_generated;
   if (gpu_visible) {
     absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> gpu =
         cuda::CudaTransformer::Create(*model, &*lora);
@@ -149,11 +197,11 @@ int Main() {
       std::fprintf(stderr, "engine_cuda_bench: %s\n", gpu.status().ToString().c_str());
       return 1;
     }
-    Report("cuda", **gpu, batch, dlogits, &gpu_logits);
+    Report("cuda", **gpu, batch, dlogits, &gpu_logits, gpu_generated);
   }
   if (absl::GetFlag(FLAGS_cpu) || !gpu_visible) {
     Transformer cpu(*model, &*lora);
-    Report("cpu", cpu, batch, dlogits, &cpu_logits);
+    Report("cpu", cpu, batch, dlogits, &cpu_logits, cpu_generated);
   }
   if (!gpu_logits.empty() && !cpu_logits.empty()) {
     float largest = 0;
@@ -165,7 +213,8 @@ int Main() {
   const std::string dir = absl::GetFlag(FLAGS_out_dir);
   if (dir.empty()) return 0;
   const absl::Status written =
-      WriteReferenceInputs(dir, *model, *lora, batch, gpu_visible ? gpu_logits : cpu_logits);
+      WriteReferenceInputs(dir, *model, *lora, batch, gpu_visible ? gpu_logits : cpu_logits,
+                           gpu_visible ? gpu_generated : cpu_generated);
   if (!written.ok()) std::fprintf(stderr, "engine_cuda_bench: %s\n", written.ToString().c_str());
   return written.ok() ? 0 : 1;
 }

@@ -2,14 +2,16 @@
 """Tandem's MoE + LoRA model written plainly in PyTorch (eager), the yardstick of the CUDA engine.
 
 Reads what `engine_cuda_bench --out_dir=DIR` wrote (config.json, model.safetensors,
-adapter.safetensors, batch.json, logits.f32), checks its own logits against the engine's, then
-times the same work the bench timed: forward, and forward + backward into the LoRA weights, in
-tokens per second on the same GPU. Covers the architectures CudaTransformer runs: standard
+adapter.safetensors, batch.json, logits.f32), checks its own logits and greedy generations
+(with a key/value cache) against the engine's, then times the same work the bench timed:
+forward, forward + backward into the LoRA weights, and generation, in tokens per second on the
+same GPU. Covers the architectures CudaTransformer runs: standard
 grouped-query attention without q/k norms, softmax or sigmoid routing with top-k (no group limit),
 dense and MoE layers, shared experts, per-expert LoRA on every projection.
 
 Usage (on the GPU machine; tools/gpu_check run calls it): moe_reference.py DIR [--device cuda]
-Exits non-zero when the logits differ from the engine's by more than --tolerance.
+Exits non-zero when the logits differ from the engine's by more than --tolerance, or fewer
+than --min_identical of the greedy generations equal the engine's.
 """
 
 import argparse
@@ -42,14 +44,15 @@ def read_safetensors(path, device):
     return tensors
 
 
-def causal_attention(q, k, v):
-    """softmax(q kᵀ / sqrt(d) + causal mask) v over [B, H, T, D]: PyTorch's fused SDPA where it
-    exists (2.0 and later), else the same in plain operations."""
-    if hasattr(F, "scaled_dot_product_attention"):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def causal_attention(q, k, v, past=0):
+    """softmax(q kᵀ / sqrt(d) + causal mask) v over [B, H, T, D], the queries being the last
+    T of past + T positions: PyTorch's fused SDPA where it exists (2.0 and later), else the
+    same in plain operations."""
     T = q.shape[-2]
+    if hasattr(F, "scaled_dot_product_attention") and (past == 0 or T == 1):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=past == 0)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    mask = torch.ones(T, past + T, dtype=torch.bool, device=q.device).triu(past + 1)
     return scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
 
 
@@ -98,18 +101,26 @@ class Model:
         a, b = x[..., :half], x[..., half:]
         return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
 
-    def attention(self, layer, x):
+    def attention(self, layer, x, positions, cache=None):
+        """Self-attention of x [B, T] at `positions`; with a cache (a dict kept across calls),
+        the keys and values of earlier calls come first and these join them."""
         B, T, _ = x.shape
         p = f"model.layers.{layer}.self_attn."
         q = self.project(x, p + "q_proj.weight").view(B, T, self.heads, self.head_dim)
         k = self.project(x, p + "k_proj.weight").view(B, T, self.kv_heads, self.head_dim)
         v = self.project(x, p + "v_proj.weight").view(B, T, self.kv_heads, self.head_dim)
-        positions = torch.arange(T, device=x.device)
         q, k = self.rope(q, positions), self.rope(k, positions)
+        past = 0
+        if cache is not None:
+            if layer in cache:
+                past = cache[layer][0].shape[1]
+                k = torch.cat([cache[layer][0], k], dim=1)
+                v = torch.cat([cache[layer][1], v], dim=1)
+            cache[layer] = (k, v)
         group = self.heads // self.kv_heads
         k = k.repeat_interleave(group, dim=2)
         v = v.repeat_interleave(group, dim=2)
-        out = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        out = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), past)
         out = out.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)
         return self.project(out, p + "o_proj.weight")
 
@@ -141,14 +152,16 @@ class Model:
             out = out + self.mlp(x, p + "shared_experts.")
         return out, ids
 
-    def forward(self, tokens):
-        """tokens [B, T] -> logits [B, T, vocab]."""
+    def forward(self, tokens, start=0, cache=None):
+        """tokens [B, T] at positions start.. -> logits [B, T, vocab]; `cache` as attention's."""
         c = self.c
         x = self.base["model.embed_tokens.weight"][tokens]
         B, T, d = x.shape
+        positions = torch.arange(start, start + T, device=x.device)
         for layer in range(c["num_layers"]):
             p = f"model.layers.{layer}."
-            x = x + self.attention(layer, self.rms_norm(x, self.base[p + "input_layernorm.weight"]))
+            h = self.rms_norm(x, self.base[p + "input_layernorm.weight"])
+            x = x + self.attention(layer, h, positions, cache)
             h = self.rms_norm(x, self.base[p + "post_attention_layernorm.weight"])
             if self.is_moe(layer):
                 y, _ = self.moe(layer, h.reshape(B * T, d))
@@ -158,6 +171,17 @@ class Model:
         x = self.rms_norm(x, self.base["model.norm.weight"])
         head = "model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight"
         return x @ self.base[head].T
+
+    def generate(self, prompts, max_new_tokens):
+        """Greedy continuation of prompts [B, P] with a key/value cache -> [B, P + new]."""
+        cache = {}
+        with torch.no_grad():
+            logits = self.forward(prompts, 0, cache)
+            tokens = [prompts, logits[:, -1].argmax(-1, keepdim=True)]
+            for step in range(max_new_tokens - 1):
+                logits = self.forward(tokens[-1], prompts.shape[1] + step, cache)
+                tokens.append(logits[:, -1].argmax(-1, keepdim=True))
+        return torch.cat(tokens, dim=1)
 
 
 def timed(fn, device, iterations=10):
@@ -178,6 +202,9 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tolerance", type=float, default=1e-3,
                         help="largest |logit difference| from the engine that passes")
+    parser.add_argument("--min_identical", type=float, default=0.9,
+                        help="smallest share of greedy generations equal to the engine's that "
+                             "passes (rounding may flip a near tie on another device)")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as the engine computes.
     torch.backends.cudnn.allow_tf32 = False
@@ -211,13 +238,22 @@ def main():
             tensor.grad = None
         (model.forward(tokens) * dlogits).sum().backward()
 
+    prompt_tokens = batch["prompt_tokens"]
+    prompts = tokens[:, :prompt_tokens]
+    new_tokens = T - prompt_tokens
+    generated = model.generate(prompts, new_tokens)
+    engine_generated = torch.tensor(batch["generated"], device=args.device)
+    identical = (generated == engine_generated).all(dim=1).float().mean().item()
+    print(f"torch_reference: greedy generations identical to the engine's: {identical:.0%}")
+
     tokens_per_step = B * T
     forward_s = timed(forward, args.device)
     train_s = timed(train_step, args.device)
+    generate_s = timed(lambda: model.generate(prompts, new_tokens), args.device, iterations=2)
     print(f"torch_reference ({args.device}, eager, fp32): forward {tokens_per_step / forward_s:,.0f} "
-          f"tokens/s, forward+backward {tokens_per_step / train_s:,.0f} tokens/s "
-          f"({B} x {T} tokens)")
-    return 0 if difference <= args.tolerance else 1
+          f"tokens/s, forward+backward {tokens_per_step / train_s:,.0f} tokens/s, generation "
+          f"{B * new_tokens / generate_s:,.0f} new tokens/s ({B} x {T} tokens)")
+    return 0 if difference <= args.tolerance and identical >= args.min_identical else 1
 
 
 if __name__ == "__main__":
