@@ -350,4 +350,18 @@ ModelConfig DefaultModelConfig() {
   return config;
 }
 
+ModelConfig ScaledDefaultModelConfig(int d_model, int num_layers, int num_experts, int top_k) {
+  ModelConfig config = DefaultModelConfig();
+  if (d_model > 0) {
+    config.dense_ffn_dim = config.dense_ffn_dim * d_model / config.d_model;
+    config.expert_ffn_dim = config.expert_ffn_dim * d_model / config.d_model;
+    config.num_heads = std::max(1, config.num_heads * d_model / config.d_model);
+    config.d_model = d_model;
+  }
+  if (num_layers > 0) config.num_layers = num_layers;
+  if (num_experts > 0) config.num_experts = num_experts;
+  if (top_k > 0) config.top_k = top_k;
+  return config;
+}
+
 }  // namespace tandem::engine

@@ -124,6 +124,10 @@ struct LoraConfig {
 // minutes on two cores, large enough to route non-trivially (8 experts, top-2).
 ModelConfig DefaultModelConfig();
 
+// The default config resized for benchmarks: d_model (FFN widths and heads scale with it),
+// layers, routed experts and top-k; 0 keeps the default's value.
+ModelConfig ScaledDefaultModelConfig(int d_model, int num_layers, int num_experts, int top_k);
+
 }  // namespace tandem::engine
 
 #endif  // TANDEM_ENGINE_CONFIG_H_

@@ -150,29 +150,13 @@ void ReportRolloutMismatch(BaseModel& model, const std::vector<GeneratedSample>&
   }
 }
 
-// The default config with the sizes the flags set; FFN widths and heads scale with d_model.
-ModelConfig RandomModelConfig() {
-  ModelConfig config = DefaultModelConfig();
-  const auto set = [](int flag, int& field) {
-    if (flag > 0) field = flag;
-  };
-  const int d_model = absl::GetFlag(FLAGS_d_model);
-  if (d_model > 0) {
-    config.dense_ffn_dim = config.dense_ffn_dim * d_model / config.d_model;
-    config.expert_ffn_dim = config.expert_ffn_dim * d_model / config.d_model;
-    config.num_heads = std::max(1, config.num_heads * d_model / config.d_model);
-    config.d_model = d_model;
-  }
-  set(absl::GetFlag(FLAGS_num_layers), config.num_layers);
-  set(absl::GetFlag(FLAGS_num_experts), config.num_experts);
-  set(absl::GetFlag(FLAGS_top_k), config.top_k);
-  return config;
-}
-
 int Main() {
   cpu::SetBlasThreads(absl::GetFlag(FLAGS_threads));
   const std::string path = absl::GetFlag(FLAGS_base_model);
-  auto model = path.empty() ? BaseModel::Create(RandomModelConfig(), 1) : hf::LoadBaseModel(path);
+  const ModelConfig random_config =
+      ScaledDefaultModelConfig(absl::GetFlag(FLAGS_d_model), absl::GetFlag(FLAGS_num_layers),
+                               absl::GetFlag(FLAGS_num_experts), absl::GetFlag(FLAGS_top_k));
+  auto model = path.empty() ? BaseModel::Create(random_config, 1) : hf::LoadBaseModel(path);
   if (!model.ok()) {
     std::fprintf(stderr, "engine_bench: %s\n", model.status().ToString().c_str());
     return 1;

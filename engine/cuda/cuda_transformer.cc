@@ -566,17 +566,8 @@ absl::Status CudaTransformer::RunSwiGluMlp(int layer, const float* x, const int*
 absl::Status CudaTransformer::Project(int layer, const char* module, const float* x,
                                       const int* offsets, int groups, int rows, int64_t w_stride,
                                       int in, int out, float* lora_h, float* y) {
-  const gpu::RowGroupedGemm gemm{.a = x,
-                                 .lda = in,
-                                 .w = Weight(ProjectionName(config_, layer, module)),
-                                 .w_group_stride = w_stride,
-                                 .ldw = in,
-                                 .transpose_w = true,
-                                 .c = y,
-                                 .ldc = out,
-                                 .n = out,
-                                 .k = in};
-  TANDEM_RETURN_IF_ERROR(gpu::GroupedGemm(gemm, offsets, groups, rows));
+  TANDEM_RETURN_IF_ERROR(MultiplyGroups(x, Weight(ProjectionName(config_, layer, module)), w_stride,
+                                        offsets, groups, rows, in, out, y));
   const std::optional<LoraProjection> lora = DeviceLora(layer, module);
   if (!lora.has_value()) return absl::OkStatus();
   return gpu::GroupedLoraForward(x, offsets, groups, rows, in, out, lora->weights, lora_h, y);
@@ -584,18 +575,8 @@ absl::Status CudaTransformer::Project(int layer, const char* module, const float
 
 absl::Status CudaTransformer::Linear(const float* x, const std::string& weight, int rows, int in,
                                      int out, float* y, bool accumulate) {
-  const gpu::RowGroupedGemm gemm{.a = x,
-                                 .lda = in,
-                                 .w = Weight(weight),
-                                 .w_group_stride = 0,
-                                 .ldw = in,
-                                 .transpose_w = true,
-                                 .c = y,
-                                 .ldc = out,
-                                 .n = out,
-                                 .k = in,
-                                 .beta = accumulate ? 1.0f : 0.0f};
-  return gpu::GroupedGemm(gemm, pass_->dense_offsets.data(), 1, rows);
+  return MultiplyGroups(x, Weight(weight), 0, pass_->dense_offsets.data(), 1, rows, in, out, y,
+                        accumulate);
 }
 
 }  // namespace tandem::engine::cuda

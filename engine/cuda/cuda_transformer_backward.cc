@@ -219,19 +219,8 @@ absl::Status CudaTransformer::ProjectBackward(int layer, const char* module, con
                                               const int* offsets, int groups, int rows,
                                               int64_t w_stride, int in, int out,
                                               const float* lora_h, const float* dy, float* dx) {
-  // dx += dy · W_g: W_g [out, in] read as the [k, n] operand.
-  const gpu::RowGroupedGemm gemm{.a = dy,
-                                 .lda = out,
-                                 .w = Weight(ProjectionName(config_, layer, module)),
-                                 .w_group_stride = w_stride,
-                                 .ldw = in,
-                                 .transpose_w = false,
-                                 .c = dx,
-                                 .ldc = in,
-                                 .n = in,
-                                 .k = out,
-                                 .beta = 1.0f};
-  TANDEM_RETURN_IF_ERROR(gpu::GroupedGemm(gemm, offsets, groups, rows));
+  TANDEM_RETURN_IF_ERROR(MultiplyGroupsBackward(dy, Weight(ProjectionName(config_, layer, module)),
+                                                w_stride, offsets, groups, rows, in, out, dx));
   const std::optional<LoraProjection> lora = DeviceLora(layer, module);
   if (!lora.has_value()) return absl::OkStatus();
   TANDEM_ASSIGN_OR_RETURN(dh, Zeros(int64_t{rows} * lora->weights.rank));
@@ -241,18 +230,8 @@ absl::Status CudaTransformer::ProjectBackward(int layer, const char* module, con
 
 absl::Status CudaTransformer::LinearBackward(const float* dy, const std::string& weight, int rows,
                                              int in, int out, float* dx) {
-  const gpu::RowGroupedGemm gemm{.a = dy,
-                                 .lda = out,
-                                 .w = Weight(weight),
-                                 .w_group_stride = 0,
-                                 .ldw = in,
-                                 .transpose_w = false,
-                                 .c = dx,
-                                 .ldc = in,
-                                 .n = in,
-                                 .k = out,
-                                 .beta = 1.0f};
-  return gpu::GroupedGemm(gemm, pass_->dense_offsets.data(), 1, rows);
+  return MultiplyGroupsBackward(dy, Weight(weight), 0, pass_->dense_offsets.data(), 1, rows, in,
+                                out, dx);
 }
 
 // One download per tensor; the host gradients accumulate as the CPU Transformer's do.

@@ -10,6 +10,7 @@
 
 #include "engine/cuda/cuda_transformer.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/permute.h"
 
 // Every step of a pass is a kernel launch, allocation or copy that may fail; the first failure
@@ -77,6 +78,42 @@ absl::Status Allocate(DeviceArray<T>& array, int64_t size) {
   if (!allocated.ok()) return allocated.status();
   array = *std::move(allocated);
   return absl::OkStatus();
+}
+
+// y (+)= x · W_gᵀ per row group, W_g = w + g * w_stride ([out, in]): every projection's forward.
+inline absl::Status MultiplyGroups(const float* x, const float* w, int64_t w_stride,
+                                   const int* offsets, int groups, int rows, int in, int out,
+                                   float* y, bool accumulate = false) {
+  return gpu::GroupedGemm({.a = x,
+                           .lda = in,
+                           .w = w,
+                           .w_group_stride = w_stride,
+                           .ldw = in,
+                           .transpose_w = true,
+                           .c = y,
+                           .ldc = out,
+                           .n = out,
+                           .k = in,
+                           .beta = accumulate ? 1.0f : 0.0f},
+                          offsets, groups, rows);
+}
+
+// dx += dy · W_g per row group: the input gradient of MultiplyGroups.
+inline absl::Status MultiplyGroupsBackward(const float* dy, const float* w, int64_t w_stride,
+                                           const int* offsets, int groups, int rows, int in,
+                                           int out, float* dx) {
+  return gpu::GroupedGemm({.a = dy,
+                           .lda = out,
+                           .w = w,
+                           .w_group_stride = w_stride,
+                           .ldw = in,
+                           .transpose_w = false,
+                           .c = dx,
+                           .ldc = in,
+                           .n = in,
+                           .k = out,
+                           .beta = 1.0f},
+                          offsets, groups, rows);
 }
 
 }  // namespace tandem::engine::cuda

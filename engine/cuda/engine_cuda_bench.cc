@@ -35,24 +35,6 @@ ABSL_FLAG(std::string, out_dir, "", "Write the model, adapter, batch and logits 
 namespace tandem::engine {
 namespace {
 
-ModelConfig BenchConfig() {
-  ModelConfig config = DefaultModelConfig();
-  const auto set = [](int flag, int& field) {
-    if (flag > 0) field = flag;
-  };
-  const int d_model = absl::GetFlag(FLAGS_d_model);
-  if (d_model > 0) {
-    config.dense_ffn_dim = config.dense_ffn_dim * d_model / config.d_model;
-    config.expert_ffn_dim = config.expert_ffn_dim * d_model / config.d_model;
-    config.num_heads = std::max(1, config.num_heads * d_model / config.d_model);
-    config.d_model = d_model;
-  }
-  set(absl::GetFlag(FLAGS_num_layers), config.num_layers);
-  set(absl::GetFlag(FLAGS_num_experts), config.num_experts);
-  set(absl::GetFlag(FLAGS_top_k), config.top_k);
-  return config;
-}
-
 // Seconds per call of `step`, after one warm-up call.
 double SecondsPerCall(const std::function<bool()>& step, int calls = 5) {
   if (!step()) return -1;
@@ -164,7 +146,9 @@ int Main() {
   if (!gpu_visible) std::printf("engine_cuda_bench: no GPU visible; CPU figures only\n");
   // The CPU figure with every core: the machine's best, not a handicapped baseline.
   cpu::SetBlasThreads(static_cast<int>(std::thread::hardware_concurrency()));
-  const ModelConfig config = BenchConfig();
+  const ModelConfig config =
+      ScaledDefaultModelConfig(absl::GetFlag(FLAGS_d_model), absl::GetFlag(FLAGS_num_layers),
+                               absl::GetFlag(FLAGS_num_experts), absl::GetFlag(FLAGS_top_k));
   absl::StatusOr<BaseModel> model = BaseModel::Create(config, 1);
   absl::StatusOr<LoraAdapter> lora = LoraAdapter::Create(config, LoraConfig{}, 2);
   if (!model.ok() || !lora.ok()) return 1;
