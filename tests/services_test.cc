@@ -14,6 +14,7 @@
 #include "engine/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/device.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 #include "tandem/v1/router_replay.grpc.pb.h"
 #include "tandem/v1/trainer.grpc.pb.h"
@@ -97,7 +98,8 @@ TEST_P(ServiceBinaryTest, ServesWithAuthAndMetricsThenDrainsOnSigterm) {
   ASSERT_TRUE(process.ok()) << process.status();
   const std::string target = absl::StrCat("127.0.0.1:", port);
 
-  ASSERT_TRUE(WaitUntilServing({.target = target}, GetParam().proto_service, absl::Seconds(20)).ok())
+  ASSERT_TRUE(
+      WaitUntilServing({.target = target}, GetParam().proto_service, absl::Seconds(20)).ok())
       << ReadLog(LogPath());
 
   const grpc::Status authorized = CallWithToken(target, kToken);
@@ -134,6 +136,33 @@ TEST_P(ServiceBinaryTest, UnknownFlagIsRefused) {
   const int status = process->Wait();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
   EXPECT_THAT(ReadLog(LogPath()), HasSubstr("Unknown command line flag 'no_such_flag'"));
+}
+
+// The trainer and the rollout check --device before they serve: a name they do not know, and a GPU
+// on a machine without one, end the process with a message saying which.
+TEST(DeviceFlagTest, TrainerAndRolloutRefuseAnUnusableDevice) {
+  const std::string log = ::testing::TempDir() + "/device.log";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> services = {
+      {"services/trainer/trainer", {"--data_dir=" + ::testing::TempDir() + "/device-trainer"}},
+      {"services/rollout/rollout", {"--base_model=/nonexistent/model.safetensors"}}};
+  // Runs the binary with `args` plus `device` to its exit; the wait status.
+  const auto run = [&](const std::string& binary, std::vector<std::string> args,
+                       const std::string& device) {
+    args.push_back(device);
+    auto process = ServiceProcess::Start(RunfilePath(binary), args, log);
+    EXPECT_TRUE(process.ok()) << process.status();
+    return process.ok() ? process->Wait() : -1;
+  };
+  for (const auto& [binary, args] : services) {
+    SCOPED_TRACE(binary);
+    int status = run(binary, args, "--device=gpu0");
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    EXPECT_THAT(ReadLog(log), HasSubstr("--device=gpu0"));
+    if (cuda::VisibleDeviceCount() > 0) continue;
+    status = run(binary, args, "--device=cuda");
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    EXPECT_THAT(ReadLog(log), HasSubstr("no CUDA device is visible"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
