@@ -7,20 +7,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace tandem {
 namespace {
+
+using ::tandem::cuda::CudaStatus;
 
 absl::Status NcclStatus(ncclResult_t result, absl::string_view what) {
   if (result == ncclSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", ncclGetErrorString(result)));
 }
 
-absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(error)));
-}
 
 absl::Status RequireGpu(int device) { return cuda::SelectDevice(device).status(); }
 
@@ -59,8 +57,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   ncclUniqueId id;
   std::copy(unique_id.begin(), unique_id.end(), id.internal);
   auto handles = std::make_unique<Handles>();
-  if (absl::Status status = CudaStatus(
-          cudaStreamCreateWithFlags(&handles->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  // A blocking stream: it waits for the default stream, where the engine's kernels, copies and
+  // frees run, so a collective sees the gradients those kernels wrote.
+  if (absl::Status status = CudaStatus(cudaStreamCreate(&handles->stream), "cudaStreamCreate");
       !status.ok()) {
     return status;
   }

@@ -5,7 +5,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "engine/transformer.h"
 #include "kernels/cpu/attention.h"
 

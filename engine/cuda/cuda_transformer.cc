@@ -251,8 +251,9 @@ absl::Status CudaTransformer::RunPass(const int* tokens, std::vector<int> positi
   absl::Status status = BeginPass(tokens, std::move(positions), std::move(sequence_starts), replay,
                                   std::move(caches), mode);
   if (status.ok()) status = RunLayers();
-  // A failed pass leaves nothing a Backward could use.
-  if (!status.ok()) pass_.reset();
+  // Keep activations only for a Backward that can use them: not after a failure, a generation
+  // pass, or in an engine without an adapter (the reference model).
+  if (!status.ok() || mode != PassMode::kPackedSequences || lora_ == nullptr) pass_.reset();
   return status;
 }
 
@@ -302,9 +303,9 @@ absl::Status CudaTransformer::BeginPass(const int* tokens, std::vector<int> posi
 }
 
 int CudaTransformer::Capacity(const SequenceCache& cache) const {
-  const auto& device = static_cast<const DeviceSequenceCache&>(cache);
-  return device.keys.empty() ? 0
-                             : static_cast<int>(device.keys.front().size() / config_.key_width());
+  const auto* device = dynamic_cast<const DeviceSequenceCache*>(&cache);
+  if (device == nullptr || device->keys.empty()) return 0;  // Not a cache of this engine's kind.
+  return static_cast<int>(device->keys.front().size() / config_.key_width());
 }
 
 absl::Status CudaTransformer::RunLayers() {

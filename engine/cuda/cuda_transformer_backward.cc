@@ -19,7 +19,9 @@ namespace {
 
 // A zeroed gradient buffer for one backward step.
 absl::StatusOr<DeviceArray<float>> Zeros(int64_t size) {
-  return DeviceArray<float>::Zeros(std::max<int64_t>(size, 1));
+  DeviceArray<float> array;
+  if (absl::Status status = Allocate(array, size); !status.ok()) return status;
+  return array;
 }
 
 }  // namespace

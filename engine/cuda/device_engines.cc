@@ -13,6 +13,8 @@ absl::Status ValidateDeviceName(const std::string& device) {
   return ::tandem::cuda::ParseCudaDevice(device).status();
 }
 
+bool CudaDeviceVisible() { return ::tandem::cuda::VisibleDeviceCount() > 0; }
+
 absl::StatusOr<std::string> DescribeDevice(const std::string& device) {
   if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
   if (device == "cpu") return device;

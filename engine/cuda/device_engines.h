@@ -9,6 +9,8 @@
 #include "engine/model.h"
 #include "engine/training_engine.h"
 
+// Built with the CUDA toolkit, these make CudaTransformers; built without it
+// (device_engines_without_cuda.cc, see third_party/cuda), CPU engines only.
 namespace tandem::engine {
 
 // The engines on `device`: "cpu", or "cuda" / "cuda:N" (both share one copy of the base model
@@ -20,6 +22,9 @@ absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, B
 
 // INVALID_ARGUMENT unless `device` is "cpu", "cuda" or "cuda:N" (no GPU is touched).
 absl::Status ValidateDeviceName(const std::string& device);
+
+// Whether a GPU can be used: built with CUDA and one is visible.
+bool CudaDeviceVisible();
 
 // What a service's --device flag names, checked at startup: "cpu", or the GPU's name;
 // INVALID_ARGUMENT for a bad name, FAILED_PRECONDITION (saying why) for an unusable GPU.

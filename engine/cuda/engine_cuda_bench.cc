@@ -83,8 +83,9 @@ double GenerationTokensPerSecond(DecodeEngine& engine,
 }
 
 // Forward, forward + backward and greedy generation tokens/s of `engine`, printed under `name`.
+// False if any of them failed (the error is printed).
 template <typename Engine>
-void Report(const char* name, Engine& engine, const TokenBatch& batch,
+bool Report(const char* name, Engine& engine, const TokenBatch& batch,
             const std::vector<float>& dlogits, std::vector<float>* logits,
             std::vector<std::vector<int>>& generated) {
   const auto forward = [&] {
@@ -112,6 +113,7 @@ void Report(const char* name, Engine& engine, const TokenBatch& batch,
       "%-6s forward %10.0f tokens/s   forward+backward %10.0f tokens/s   generation %10.0f "
       "new tokens/s\n",
       name, tokens / forward_s, tokens / train_s, generation);
+  return forward_s > 0 && train_s > 0 && generation > 0;
 }
 
 absl::Status WriteFloats(const std::string& path, const std::vector<float>& values) {
@@ -181,11 +183,11 @@ int Main() {
       std::fprintf(stderr, "engine_cuda_bench: %s\n", gpu.status().ToString().c_str());
       return 1;
     }
-    Report("cuda", **gpu, batch, dlogits, &gpu_logits, gpu_generated);
+    if (!Report("cuda", **gpu, batch, dlogits, &gpu_logits, gpu_generated)) return 1;
   }
   if (absl::GetFlag(FLAGS_cpu) || !gpu_visible) {
     Transformer cpu(*model, &*lora);
-    Report("cpu", cpu, batch, dlogits, &cpu_logits, cpu_generated);
+    if (!Report("cpu", cpu, batch, dlogits, &cpu_logits, cpu_generated)) return 1;
   }
   if (!gpu_logits.empty() && !cpu_logits.empty()) {
     float largest = 0;

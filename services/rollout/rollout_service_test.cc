@@ -17,13 +17,13 @@
 #include "common/server.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
+#include "engine/cuda/device_engines.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/sft.h"
 #include "engine/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda/device.h"
 #include "services/rollout/rollout_metrics.h"
 #include "services/rollout/rollout_testing.h"
 #include "services/router_replay/client/replay_fetch.h"
@@ -576,7 +576,7 @@ TEST_F(RolloutServiceTest, AnUnusableDeviceIsRefusedAtStart) {
   fp8_on_gpu.precision = engine::Precision::kFP8;
   EXPECT_EQ(RolloutServiceImpl::Create(std::move(fp8_on_gpu)).status().code(),
             absl::StatusCode::kUnimplemented);
-  if (cuda::VisibleDeviceCount() > 0) return;
+  if (engine::CudaDeviceVisible()) return;
   RolloutOptions no_gpu = DefaultOptions();
   no_gpu.device = "cuda:0";
   no_gpu.precision = engine::Precision::kF32;

@@ -324,7 +324,9 @@ void Scheduler::AdmitSamples() {
         absl::MutexLock lock(&mutex_);
         queued_positions_ -= Positions(sample);
       }
-      if (!id.ok()) {  // PrepareWork checked everything Admit does; a bug if it happens.
+      // PrepareWork checked the request; what can still fail is the engine (e.g. a GPU whose
+      // memory cannot hold the sequence's cache), reported as INTERNAL with its message.
+      if (!id.ok()) {
         spdlog::error("request {}: admit failed: {}", work.request.request_id(),
                       id.status().ToString());
         work.cancelled = true;

@@ -73,12 +73,9 @@ struct PolicyUpdater::Batch {
 
 PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
                              engine::AdamW& optimizer, PolicyUpdateConfig config)
-    : base_(base),
-      lora_(lora),
-      optimizer_(optimizer),
-      config_(std::move(config)),
-      policy_(std::make_unique<engine::CpuTrainingEngine>(base, &lora)),
-      reference_(std::make_unique<engine::CpuTrainingEngine>(base, nullptr)) {}
+    : PolicyUpdater(base, lora, optimizer, std::move(config),
+                    {.policy = std::make_unique<engine::CpuTrainingEngine>(base, &lora),
+                     .reference = std::make_unique<engine::CpuTrainingEngine>(base, nullptr)}) {}
 
 PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
                              engine::AdamW& optimizer, PolicyUpdateConfig config,

@@ -92,9 +92,10 @@ struct UpdateStats {
 // the clipped policy loss, backward through the engine, gradient clipping and AdamW.
 class PolicyUpdater {
  public:
-  // None is owned; all must outlive the updater. `optimizer` holds `lora`'s parameters, whose
-  // gradients must be enabled. `engines` compute the policy and the reference model (see
-  // engine::MakeTrainingEngines); the first constructor runs both on the CPU.
+  // The models and the optimizer are not owned and must outlive the updater; `optimizer` holds
+  // `lora`'s parameters, whose gradients must be enabled. `engines` (owned) compute the policy and
+  // the reference model (see engine::MakeTrainingEngines); the first constructor runs both on the
+  // CPU.
   PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer,
                 PolicyUpdateConfig config);
   PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer,
