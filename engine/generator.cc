@@ -128,7 +128,10 @@ absl::Status GenerationBatch::Step() {
     const absl::Status status = StepGroup(*engine, group);
     if (!status.ok() && first_error.ok()) first_error = status;
     for (Sequence* sequence : group) {
-      if (!status.ok()) sequence->sample.finish_reason = FinishReason::kCancelled;
+      if (!status.ok()) {
+        sequence->sample.finish_reason = FinishReason::kError;
+        sequence->sample.error = status.ToString();
+      }
       if (!status.ok() || Finished(*sequence)) done.push_back(sequence->id);
     }
   }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,13 +24,15 @@ struct GenerationRequest {
   std::vector<int> stop_tokens;
 };
 
-enum class FinishReason { kStop, kLength, kCancelled };
+// kError: the engine failed (e.g. a GPU fault); GeneratedSample::error says how.
+enum class FinishReason { kStop, kLength, kCancelled, kError };
 
 struct GeneratedSample {
   std::vector<int> tokens;  // Prompt followed by the generated tokens.
   int prompt_length = 0;
   std::vector<float> logprobs;  // Per generated token, under the untempered policy.
   FinishReason finish_reason = FinishReason::kLength;
+  std::string error;  // With kError: the engine's status.
   // One row per forwarded position (every token but the last): [tokens - 1, moe_layers, top_k].
   std::vector<int16_t> routes;
 };
@@ -57,8 +60,9 @@ class GenerationBatch {
   int SwitchEngine(int id, DecodeEngine& engine);
 
   // Forwards the last token of every active sequence and samples the next. If an engine's
-  // forward fails, its sequences end now with what they generated (FinishReason::kCancelled,
-  // returned by TakeFinished) and the first such error is returned.
+  // forward fails, its sequences end now with what they generated (FinishReason::kError, the
+  // status in GeneratedSample::error, returned by TakeFinished) and the first such error is
+  // returned.
   absl::Status Step();
 
   // Sequences that finished since the last call, with their ids.

@@ -374,6 +374,61 @@ TEST(GenerationBatchTest, StopEndsASequenceKeepingWhatItGenerated) {
   EXPECT_EQ(finished[0].second.routes.size(), 4u * 2 * 2);
 }
 
+// An engine whose decode fails after `good_steps` steps, as a GPU fault would: everything else
+// is the real Transformer.
+class FailingDecodeEngine : public DecodeEngine {
+ public:
+  FailingDecodeEngine(Transformer& transformer, int good_steps)
+      : transformer_(transformer), good_steps_(good_steps) {}
+  const ModelConfig& config() const override { return transformer_.config(); }
+  absl::StatusOr<std::unique_ptr<SequenceCache>> NewCache(int positions) override {
+    return transformer_.NewCache(positions);
+  }
+  absl::Status Prefill(const int* tokens, int rows, SequenceCache& cache, float* logits,
+                       int16_t* routes) override {
+    return transformer_.Prefill(tokens, rows, cache, logits, routes);
+  }
+  absl::Status Decode(const int* tokens, const int* positions,
+                      const std::vector<SequenceCache*>& caches, float* logits,
+                      int16_t* routes) override {
+    if (good_steps_-- <= 0) return absl::InternalError("device fault");
+    return transformer_.Decode(tokens, positions, caches, logits, routes);
+  }
+
+ private:
+  Transformer& transformer_;
+  int good_steps_;
+};
+
+// A failed step ends its engine's sequences with an error and what they had generated; the
+// sequences of other engines go on.
+TEST(GenerationBatchTest, AFailingEngineEndsItsSequencesWithTheError) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  FailingDecodeEngine failing(transformer, 1);
+  GenerationBatch batch(transformer);
+  GenerationRequest request;
+  request.prompt = {1, 5, 7};
+  request.max_new_tokens = 6;
+  const int doomed = *batch.Admit(request, &failing);
+  const int healthy = *batch.Admit(request);
+  ASSERT_TRUE(batch.Step().ok());
+  const absl::Status failed = batch.Step();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(batch.active(), 1);
+  auto finished = batch.TakeFinished();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].first, doomed);
+  EXPECT_EQ(finished[0].second.finish_reason, FinishReason::kError);
+  EXPECT_THAT(finished[0].second.error, HasSubstr("device fault"));
+  EXPECT_EQ(finished[0].second.tokens.size(), 5u) << "prompt + the two tokens before the fault";
+  while (batch.active() > 0) ASSERT_TRUE(batch.Step().ok());
+  finished = batch.TakeFinished();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].first, healthy);
+  EXPECT_EQ(finished[0].second.finish_reason, FinishReason::kLength);
+}
+
 TEST(GenerationBatchTest, AnyStopTokenEndsTheSample) {
   BaseModel model = RandomModel(TinyConfig(), 1);
   Transformer transformer(model, nullptr);

@@ -21,6 +21,8 @@ v1::FinishReason FinishReasonOf(engine::FinishReason reason) {
       return v1::FINISH_REASON_LENGTH;
     case engine::FinishReason::kCancelled:
       return v1::FINISH_REASON_CANCELLED;
+    case engine::FinishReason::kError:
+      return v1::FINISH_REASON_ERROR;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
@@ -381,6 +383,9 @@ void Scheduler::CollectFinished() {
     response.mutable_logprobs()->Add(sample.logprobs.begin(), sample.logprobs.end());
     if (work.text_prompts[prompt]) response.set_text(work.codec->Decode(generated));
     response.set_finish_reason(FinishReasonOf(sample.finish_reason));
+    if (sample.finish_reason == engine::FinishReason::kError) {
+      response.set_error_message(sample.error);
+    }
     response.set_adapter_version(active.prefill_version);
     if (work.request.allow_version_switch()) {
       auto next_switch = active.switches.begin();

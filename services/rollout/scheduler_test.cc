@@ -54,8 +54,19 @@ class FakeBatch final : public SequenceBatch {
     ++steps_;
     std::vector<int> ids;
     for (const auto& [id, sequence] : sequences_) ids.push_back(id);
-    for (int id : ids) Generate(id);
+    for (int id : ids) {
+      if (fault_.empty()) {
+        Generate(id);
+        continue;
+      }
+      engine::GeneratedSample& sample = sequences_.at(id).sample;
+      sample.finish_reason = engine::FinishReason::kError;
+      sample.error = fault_;
+      Finish(id);
+    }
   }
+  // The next steps fail as the engine does on a device fault: every sequence ends with `error`.
+  void FailSteps(std::string error) { fault_ = std::move(error); }
   std::vector<std::pair<int, engine::GeneratedSample>> TakeFinished() override {
     return std::exchange(finished_, {});
   }
@@ -107,6 +118,7 @@ class FakeBatch final : public SequenceBatch {
 
   int next_id_ = 0;
   int steps_ = 0;
+  std::string fault_;
   std::map<int, Sequence> sequences_;
   std::vector<std::pair<int, engine::GeneratedSample>> finished_;
   std::vector<int> cancelled_;
@@ -244,6 +256,22 @@ TEST_F(SchedulerTest, AdmitsFifoWithinTheKvBudgetAndRunsEverySampleToTheEnd) {
   // The id is free again once every sample is out.
   Outcome& again = NewOutcome();
   EXPECT_TRUE(Submit(Work("r", 1, 1, 2, 1, again)).ok());
+}
+
+// A sample the engine ended with an error reaches its client as FINISH_REASON_ERROR with the
+// engine's message and the tokens it had (the trainer fails the step rather than retrying).
+TEST_F(SchedulerTest, AnEngineFaultEndsSamplesWithAnError) {
+  Start({});
+  Outcome& outcome = NewOutcome();
+  ASSERT_TRUE(Submit(Work("r", 1, 1, 2, 5, outcome)).ok());
+  scheduler_->RunStep();
+  batch_->FailSteps("INTERNAL: device fault");
+  scheduler_->RunStep();
+  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].finish_reason(), v1::FINISH_REASON_ERROR);
+  EXPECT_EQ(samples[0].error_message(), "INTERNAL: device fault");
+  EXPECT_EQ(samples[0].token_ids_size(), 2) << "prefill's token and the first step's";
 }
 
 TEST_F(SchedulerTest, PrefillBudgetAdmitsOnePromptPerStepAndAlwaysAtLeastOne) {

@@ -71,8 +71,8 @@ class EngineBatch final : public SequenceBatch {
   int Switch(int id, const ServedModel& model) override {
     return batch_.SwitchEngine(id, *model.engine);
   }
-  // A step fails only on a device fault; the failed sequences have then ended CANCELLED with
-  // what they generated, which the scheduler delivers as usual.
+  // A step fails only on a device fault; the failed sequences have then ended with
+  // FinishReason::kError (FINISH_REASON_ERROR to the client, which fails rather than retries).
   void Step() override {
     if (absl::Status status = batch_.Step(); !status.ok()) {
       spdlog::error("decode step failed: {}", status.ToString());
