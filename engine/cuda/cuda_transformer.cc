@@ -108,8 +108,16 @@ absl::Status CudaTransformer::Round(float* x, int64_t n) const {
 
 std::optional<LoraProjection> CudaTransformer::DeviceLora(int layer, const char* module) const {
   if (lora_ == nullptr) return std::nullopt;
+  // The device tensors never move (AdapterChanged copies into them), so each projection is
+  // looked up once; the cache starts over when the gradient tensors appear.
+  const std::pair<int, std::string> key(layer, module);
+  auto cached = device_lora_.find(key);
+  if (cached != device_lora_.end()) return cached->second;
   std::optional<LoraProjection> projection = lora_->Projection(layer, module);
-  if (!projection.has_value()) return std::nullopt;
+  if (!projection.has_value()) {
+    device_lora_.emplace(key, std::nullopt);
+    return std::nullopt;
+  }
   // Host pointers into the adapter's tensors, translated to the same places on the device.
   const ParameterSet& host = lora_->parameters();
   const float* host_a = projection->weights.a;
@@ -118,6 +126,7 @@ std::optional<LoraProjection> CudaTransformer::DeviceLora(int layer, const char*
   projection->weights.b = adapter_->Translate(host, host_b);
   projection->a_grad = adapter_grads_ ? adapter_grads_->Translate(host, host_a) : nullptr;
   projection->b_grad = adapter_grads_ ? adapter_grads_->Translate(host, host_b) : nullptr;
+  device_lora_.emplace(key, projection);
   return projection;
 }
 

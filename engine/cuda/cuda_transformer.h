@@ -2,8 +2,11 @@
 #define TANDEM_ENGINE_CUDA_CUDA_TRANSFORMER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,7 +28,8 @@ namespace tandem::engine::cuda {
 // It is also a DecodeEngine for generation, its caches in device memory: a cache made by one
 // CudaTransformer serves every other on the same GPU.
 //
-// Not yet on the GPU (UNIMPLEMENTED from Create): latent attention, FP8 and INT8.
+// Not yet on the GPU (UNIMPLEMENTED from Create): latent attention, FP8 and INT8. One caller at
+// a time, as the CPU Transformer; engines on one GPU may be used from different threads.
 class CudaTransformer : public TrainingEngine, public DecodeEngine {
  public:
   struct Options {
@@ -152,6 +156,8 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
   std::shared_ptr<const DeviceParameters> base_;
   std::unique_ptr<DeviceParameters> adapter_;
   std::unique_ptr<DeviceParameters> adapter_grads_;  // Set by the first Backward.
+  // DeviceLora's answers by (layer, module).
+  mutable std::map<std::pair<int, std::string>, std::optional<LoraProjection>> device_lora_;
   ::tandem::cuda::DeviceRopeFrequencies rope_;
   std::vector<int> moe_layers_;
   std::vector<int> moe_index_;

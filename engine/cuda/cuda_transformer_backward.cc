@@ -43,6 +43,7 @@ absl::Status CudaTransformer::Backward(const float* dlogits, const float* dhidde
     absl::StatusOr<DeviceParameters> grads = DeviceParameters::Upload(host);
     if (!grads.ok()) return grads.status();
     adapter_grads_ = std::make_unique<DeviceParameters>(*std::move(grads));
+    device_lora_.clear();  // Cached before there were gradients to point at.
   }
   TANDEM_RETURN_IF_ERROR(adapter_grads_->Zero());
   const int rows = pass_->rows, d = config_.d_model;
