@@ -213,6 +213,11 @@ absl::StatusOr<std::unique_ptr<SequenceCache>> CudaTransformer::NewCache(int pos
   return cache;
 }
 
+void CudaTransformer::CopyOutputs(float* logits, int16_t* routes) const {
+  std::copy(logits_.begin(), logits_.end(), logits);
+  if (routes != nullptr) std::copy(routes_.begin(), routes_.end(), routes);
+}
+
 absl::Status CudaTransformer::Prefill(const int* tokens, int rows, SequenceCache& cache,
                                       float* logits, int16_t* routes) {
   if (rows < 1 || rows > Capacity(cache)) {
@@ -223,8 +228,7 @@ absl::Status CudaTransformer::Prefill(const int* tokens, int rows, SequenceCache
   for (int t = 0; t < rows; ++t) positions[t] = t;
   TANDEM_RETURN_IF_ERROR(RunPass(tokens, std::move(positions), {0, rows}, nullptr,
                                  {static_cast<DeviceSequenceCache*>(&cache)}, PassMode::kPrefill));
-  std::copy(logits_.begin(), logits_.end(), logits);
-  if (routes != nullptr) std::copy(routes_.begin(), routes_.end(), routes);
+  CopyOutputs(logits, routes);
   return absl::OkStatus();
 }
 
@@ -248,8 +252,7 @@ absl::Status CudaTransformer::Decode(const int* tokens, const int* positions,
   TANDEM_RETURN_IF_ERROR(RunPass(tokens, std::vector<int>(positions, positions + rows),
                                  std::move(starts), nullptr, std::move(device_caches),
                                  PassMode::kDecode));
-  std::copy(logits_.begin(), logits_.end(), logits);
-  if (routes != nullptr) std::copy(routes_.begin(), routes_.end(), routes);
+  CopyOutputs(logits, routes);
   return absl::OkStatus();
 }
 
@@ -342,11 +345,15 @@ absl::Status CudaTransformer::RunLayers() {
   TANDEM_RETURN_IF_ERROR(Round(pass.logits.data(), rows * config_.vocab_size));
   if (pass.replay == nullptr) TANDEM_RETURN_IF_ERROR(CollectLiveRoutes());
   logits_.resize(rows * config_.vocab_size);
-  final_hidden_.resize(rows * d);
   TANDEM_RETURN_IF_ERROR(
       gpu::CopyToHost(logits_.data(), pass.logits.data(), logits_.size() * sizeof(float)));
-  TANDEM_RETURN_IF_ERROR(gpu::CopyToHost(final_hidden_.data(), pass.final_norm.data(),
-                                         final_hidden_.size() * sizeof(float)));
+  // The hidden states feed heads outside the model in training; generation has no use for them.
+  final_hidden_.clear();
+  if (pass.mode == PassMode::kPackedSequences) {
+    final_hidden_.resize(rows * d);
+    TANDEM_RETURN_IF_ERROR(gpu::CopyToHost(final_hidden_.data(), pass.final_norm.data(),
+                                           final_hidden_.size() * sizeof(float)));
+  }
   pass.replay = nullptr;  // The caller's; not needed after the pass.
   for (int t = 0; t < pass.rows; ++t) {
     stats_.tokens += pass.token_replayed[t];

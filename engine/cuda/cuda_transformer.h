@@ -71,7 +71,8 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
   const std::vector<int16_t>& routes() const override { return routes_; }
   const std::vector<int16_t>& live_routes() const override { return live_routes_; }
   const RoutingStats& routing_stats() const override { return stats_; }
-  // The final normalized hidden states [tokens, d_model] of the last Forward (host copy).
+  // The final normalized hidden states [tokens, d_model] of the last Forward (host copy; empty
+  // after a Prefill or Decode).
   const std::vector<float>& final_hidden() const override { return final_hidden_; }
   const ModelConfig& config() const override { return config_; }
   std::shared_ptr<const DeviceParameters> base() const { return base_; }
@@ -107,6 +108,8 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
                          std::vector<int> sequence_starts, const std::vector<int16_t>* replay,
                          std::vector<DeviceSequenceCache*> caches, PassMode mode);
   absl::Status RunLayers();
+  // The last pass's logits and routes into the caller's buffers (routes may be null).
+  void CopyOutputs(float* logits, int16_t* routes) const;
   // Positions a cache made by NewCache holds.
   int Capacity(const SequenceCache& cache) const;
   absl::Status AllocateLayer(int layer, Activations& act) const;
