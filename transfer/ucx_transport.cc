@@ -449,6 +449,10 @@ absl::Status UcxPeer::Put(absl::string_view packed_rkey, const std::vector<Trans
   return Transfers(/*put=*/true, {{packed_rkey, transfers}}, deadline);
 }
 
+absl::Status UcxPeer::Put(const std::vector<RegionTransfers>& regions, absl::Time deadline) {
+  return Transfers(/*put=*/true, regions, deadline);
+}
+
 absl::Status UcxPeer::CheckUsable() const {
   ucs_status_t failure = failure_.load();
   if (failure != UCS_OK) return UcxStatus(absl::StatusCode::kUnavailable, "endpoint", failure);

@@ -145,6 +145,8 @@ class UcxPeer {
   // Ends with a flush, so the data is visible at the remote side on return.
   absl::Status Put(absl::string_view packed_rkey, const std::vector<Transfer>& transfers,
                    absl::Time deadline);
+  // Put over several regions (e.g. every shard of an upload) in one window and one flush.
+  absl::Status Put(const std::vector<RegionTransfers>& regions, absl::Time deadline);
 
   // Transports and lanes the endpoint uses (ucp_ep_print_info), for diagnostics.
   std::string DebugString() const;

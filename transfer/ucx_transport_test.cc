@@ -298,6 +298,30 @@ TEST_P(UcxTransportTest, PutIsVisibleToTheStoreOnReturn) {
   EXPECT_TRUE(store_->Verify(kSeed, 0, kRegionBytes));
 }
 
+// Writes of several regions in one window and one flush; a bad region anywhere in the list
+// transfers nothing.
+TEST_P(UcxTransportTest, PutOverSeveralRegionsIsVisibleOnReturnAndChecksAllFirst) {
+  ASSERT_NO_FATAL_FAILURE(StartStore(kRegionBytes));
+  constexpr uint64_t kSeed = 11;
+  std::vector<char> data = Pattern(kRegionBytes, kSeed);
+  const uint64_t base = store_->region_address();
+  const std::vector<UcxPeer::Transfer> head = {{base, data.data(), 1 << 20}};
+  const std::vector<UcxPeer::Transfer> tail = {
+      {base + kRegionBytes - (3 << 20), data.data() + kRegionBytes - (3 << 20), 3 << 20}};
+  const std::vector<UcxPeer::Transfer> past_the_end = {{base + kRegionBytes - 1, data.data(), 2}};
+  EXPECT_EQ(peer_->Put({{store_->rkey(), head}, {store_->rkey(), past_the_end}},
+                       absl::Now() + kTimeout)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store_->Verify(kStoreSeed, 0, 1 << 20));
+
+  ASSERT_EQ(peer_->Put({{store_->rkey(), head}, {store_->rkey(), tail}}, absl::Now() + kTimeout),
+            absl::OkStatus());
+  EXPECT_TRUE(store_->Verify(kSeed, 0, 1 << 20));
+  EXPECT_TRUE(store_->Verify(kSeed, kRegionBytes - (3 << 20), 3 << 20));
+  EXPECT_TRUE(store_->Verify(kStoreSeed, 1 << 20, kRegionBytes - (4 << 20)));
+}
+
 TEST_P(UcxTransportTest, ServesRegisteredMemory) {
   constexpr size_t kBytes = (4 << 20) + 3;
   ASSERT_NO_FATAL_FAILURE(StartStore(kBytes, /*allocate=*/false));

@@ -1,8 +1,10 @@
-// Figures of the weight-store on loopback: UCX fetch bandwidth against ucx_perftest (ucp_get,
-// same transport, same run), gRPC fetch bandwidth, and publish -> N subscribers fetched latency
-// for adapters of about 1 MiB, 64 MiB and 1 GiB, against the raw transfer time (a steady refit:
-// subscribers that already fetched a version of that size, as rollout replicas do); then peak
-// memory. Prints its figures.
+// Figures of the weight-store on loopback: UCX fetch bandwidth against ucx_perftest (ucp_get of
+// the adapter's shard size, same transport, same run), gRPC fetch bandwidth, and publish -> N
+// subscribers fetched latency for adapters of about 1 MiB, 64 MiB and 1 GiB, against the raw
+// transfer time at ucx_perftest's put and get rates (a steady refit: subscribers that already
+// fetched a version of that size, as rollout replicas do); then peak memory. Every figure is a
+// mean over --repeats, as ucx_perftest's are over its iterations. Prints its figures.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -29,6 +31,7 @@ ABSL_FLAG(std::vector<std::string>, sizes_mib, std::vector<std::string>({"1", "6
           "Approximate adapter sizes to publish, MiB.");
 ABSL_FLAG(int, subscribers, 2, "Rollout replicas fetching each published version.");
 ABSL_FLAG(std::string, data_dir, "/tmp/tandem-weight-store-bench", "Scratch store directory.");
+ABSL_FLAG(int, repeats, 5, "Timed fetches, and timed steady refits, per figure.");
 
 namespace tandem::weight_store {
 namespace {
@@ -41,16 +44,17 @@ double SecondsSince(Clock::time_point start) {
 
 double MiB(double bytes) { return bytes / (1 << 20); }
 
-// ucx_perftest ucp_get of `bytes` on the same transports: the transport's own figure, MiB/s.
-double PerftestGetMiBps(size_t bytes) {
+// ucx_perftest `test` (ucp_get, ucp_put_bw) moving `iterations` messages of `message_bytes` on
+// the same transports: the transport's own mean rate, MiB/s; 0 if it could not run.
+double PerftestMiBps(const std::string& test, size_t message_bytes, int iterations) {
   const std::string tls = absl::GetFlag(FLAGS_transports);
   const std::string server =
       absl::StrCat("UCX_TLS=", tls, " ucx_perftest -p 13399 >/dev/null 2>&1 &");
   if (std::system(server.c_str()) != 0) return 0;
   absl::SleepFor(absl::Milliseconds(500));
   const std::string client =
-      absl::StrCat("UCX_TLS=", tls, " ucx_perftest 127.0.0.1 -p 13399 -t ucp_get -s ", bytes,
-                   " -n 8 2>/dev/null | grep Final");
+      absl::StrCat("UCX_TLS=", tls, " ucx_perftest 127.0.0.1 -p 13399 -t ", test, " -s ",
+                   message_bytes, " -n ", iterations, " 2>/dev/null | grep Final");
   FILE* pipe = popen(client.c_str(), "r");
   char line[512] = {0};
   const bool read = pipe != nullptr && std::fgets(line, sizeof(line), pipe) != nullptr;
@@ -59,6 +63,12 @@ double PerftestGetMiBps(size_t bytes) {
   // "Final: iterations p50 avg overall bw_avg bw_overall rate_avg rate_overall"
   std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipWhitespace());
   return fields.size() > 6 ? std::stod(fields[6]) : 0;
+}
+
+double Mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double value : values) sum += value;
+  return values.empty() ? 0 : sum / static_cast<double>(values.size());
 }
 
 using Store = tandem::testing::LoopbackServer;
@@ -86,25 +96,25 @@ v1::TargetLayout Stacked() {
   return target;
 }
 
-// Best of three fetches of the whole adapter by one fetcher (endpoint and memory kept, as a
-// rollout replica's loader keeps them from version to version), MiB/s.
+// Fetches of the whole adapter by one fetcher (endpoint and memory kept, as a rollout
+// replica's loader keeps them from version to version), after one untimed: MiB/s over all.
 double FetchMiBps(const Store& store, const std::string& adapter, int64_t version, double bytes,
                   transfer::UcxWorker* ucx) {
   auto stub = Stub(store);
   AdapterFetcher fetcher(*stub);
   FetchedAdapter fetched;
-  double best = 0;
-  for (int i = 0; i < 3; ++i) {
-    const auto start = Clock::now();
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  Clock::time_point start;
+  for (int i = 0; i <= repeats; ++i) {
+    if (i == 1) start = Clock::now();
     const absl::Status status =
         fetcher.FetchInto(adapter, version, {.target = Stacked(), .ucx = ucx}, fetched);
     if (!status.ok()) {
       std::fprintf(stderr, "fetch: %s\n", status.ToString().c_str());
       return 0;
     }
-    best = std::max(best, MiB(bytes) / SecondsSince(start));
   }
-  return best;
+  return repeats * MiB(bytes) / SecondsSince(start);
 }
 
 // A rollout replica's loader: its UCX worker, fetcher and fetch memory live from version to
@@ -193,25 +203,46 @@ void Run() {
     }
     const transfer::TestAdapter adapter = next_adapter();
     double bytes = 0;
-    for (const std::string& shard : adapter.shards) bytes += static_cast<double>(shard.size());
-    const double latency = PublishToSubscribers(adapter, *producer, subscribers);
-    // The same steady refit with subscribers that fetch by gRPC (after one warm-up).
+    size_t shard_bytes = 0;
+    for (const std::string& shard : adapter.shards) {
+      bytes += static_cast<double>(shard.size());
+      shard_bytes = std::max(shard_bytes, shard.size());
+    }
+    const int repeats = absl::GetFlag(FLAGS_repeats);
+    std::vector<double> ucx_refits = {PublishToSubscribers(adapter, *producer, subscribers)};
+    while (static_cast<int>(ucx_refits.size()) < repeats) {
+      ucx_refits.push_back(PublishToSubscribers(next_adapter(), *producer, subscribers));
+    }
+    // The same steady refits with subscribers that fetch by gRPC (after one warm-up).
     PublishToSubscribers(next_adapter(), *producer, subscribers, /*subscribers_by_ucx=*/false);
-    const double grpc_latency =
-        PublishToSubscribers(next_adapter(), *producer, subscribers, /*subscribers_by_ucx=*/false);
+    std::vector<double> grpc_refits;
+    while (static_cast<int>(grpc_refits.size()) < repeats) {
+      grpc_refits.push_back(PublishToSubscribers(next_adapter(), *producer, subscribers,
+                                                 /*subscribers_by_ucx=*/false));
+    }
     const double ucx = FetchMiBps(store, "bench", version, bytes, consumer.get());
     const double grpc = FetchMiBps(store, "bench", version, bytes, nullptr);
-    const double perftest = PerftestGetMiBps(static_cast<size_t>(bytes));
-    // The bytes cross loopback once up and once per subscriber down, at the transport's rate.
+    // The baselines move as many bytes as the fetches: gets of whole shards, and puts of the
+    // pieces PublishAdapter puts (large puts over tcp collapse, see UcxOptions).
+    const int shards = static_cast<int>(adapter.shards.size());
+    const size_t put_bytes = transfer::UcxOptions{}.max_chunk_bytes;
+    const double perftest_get = PerftestMiBps("ucp_get", shard_bytes, repeats * shards);
+    const double perftest_put = PerftestMiBps(
+        "ucp_put_bw", put_bytes, std::max(1, static_cast<int>(repeats * bytes / put_bytes)));
+    // The bytes cross loopback once up and once per subscriber down, at the transport's rates.
     const int count = static_cast<int>(subscribers.size());
-    const double raw_seconds = perftest > 0 ? (1 + count) * MiB(bytes) / perftest : 0;
+    const double raw_seconds = perftest_get > 0 && perftest_put > 0
+                                   ? MiB(bytes) / perftest_put + count * MiB(bytes) / perftest_get
+                                   : 0;
+    const double latency = Mean(ucx_refits);
+    const double grpc_latency = Mean(grpc_refits);
     std::printf(
-        "%8.1f MiB: fetch ucx %7.1f MiB/s (%5.1f%% of ucx_perftest get %7.1f) | grpc %7.1f MiB/s | "
-        "publish->%d fetched %7.3f s = %4.2fx raw transfer %6.3f s (first of the size %.3f s; "
-        "fetched by grpc %.3f s = %4.2fx)\n",
-        MiB(bytes), ucx, perftest > 0 ? 100 * ucx / perftest : 0, perftest, grpc, count, latency,
-        raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds, first, grpc_latency,
-        raw_seconds > 0 ? grpc_latency / raw_seconds : 0);
+        "%8.1f MiB in %d shards: fetch ucx %7.1f MiB/s (%5.1f%% of ucx_perftest get %7.1f) | "
+        "grpc %7.1f MiB/s | publish->%d fetched %7.3f s = %4.2fx raw transfer %6.3f s (ucx_perftest "
+        "put %.1f MiB/s; first of the size %.3f s; fetched by grpc %.3f s = %4.2fx)\n",
+        MiB(bytes), shards, ucx, perftest_get > 0 ? 100 * ucx / perftest_get : 0, perftest_get,
+        grpc, count, latency, raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds,
+        perftest_put, first, grpc_latency, raw_seconds > 0 ? grpc_latency / raw_seconds : 0);
   }
   store.server->Drain();
   std::printf("peak resident memory (store + clients + source tensors): %.0f MiB\n",

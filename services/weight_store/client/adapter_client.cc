@@ -59,17 +59,19 @@ absl::Status PutByUcx(const v1::BeginPublishResponse& begun,
   absl::StatusOr<std::unique_ptr<transfer::UcxPeer>> peer =
       options.ucx->Connect(begun.store_worker_address());
   if (!peer.ok()) return peer.status();
-  const absl::Time deadline = absl::Now() + options.timeout;
+  // Every shard's writes in one window and one flush: each region drained and flushed in turn
+  // left the connection idle between shards.
+  std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers;
   for (const v1::ShardRegion& target : begun.targets()) {
     const absl::string_view bytes = shards[target.shard_index()];
     // UCX reads the source without writing it; the API takes a mutable pointer for both ways.
-    const std::vector<transfer::UcxPeer::Transfer> transfers = {
-        {target.remote_address(), const_cast<char*>(bytes.data()), bytes.size()}};
-    if (absl::Status status = (*peer)->Put(target.rkey(), transfers, deadline); !status.ok()) {
-      return status;
-    }
+    transfers.push_back({{target.remote_address(), const_cast<char*>(bytes.data()), bytes.size()}});
   }
-  return absl::OkStatus();
+  std::vector<transfer::UcxPeer::RegionTransfers> writes;
+  for (int i = 0; i < begun.targets_size(); ++i) {
+    writes.push_back({begun.targets(i).rkey(), transfers[i]});
+  }
+  return (*peer)->Put(writes, absl::Now() + options.timeout);
 }
 
 void Abort(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id) {

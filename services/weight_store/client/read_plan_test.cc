@@ -90,12 +90,17 @@ TEST(ReadPlanTest, SpansMergeNearbyReadsOfAShardAndKeepFarOnesApart) {
   v1::PlannedTensor* far = plan.add_tensors();
   far->mutable_tensor()->set_byte_size(512);
   *far->add_ops() = Op(0, uint64_t{64} << 20, 0, 256, 2, 512, 256);
-  const std::vector<StagedSpan> spans = SpansOf(plan, 0, 4, /*shard=*/0);
-  ASSERT_EQ(spans.size(), 2);
+  // 64 KiB past the first span's end: far enough to be read on its own.
+  v1::PlannedTensor* apart = plan.add_tensors();
+  apart->mutable_tensor()->set_byte_size(256);
+  *apart->add_ops() = Op(0, 2432 + (64 << 10) + 1, 0, 128, 2, 256, 128);
+  const std::vector<StagedSpan> spans = SpansOf(plan, 0, 5, /*shard=*/0);
+  ASSERT_EQ(spans.size(), 3);
   EXPECT_EQ(spans[0].begin, 0);
   EXPECT_EQ(spans[0].end, 2432);
-  EXPECT_EQ(spans[1].begin, uint64_t{64} << 20);
-  EXPECT_EQ(spans[1].end, (uint64_t{64} << 20) + 768);
+  EXPECT_EQ(spans[1].begin, 2432 + (64 << 10) + 1);
+  EXPECT_EQ(spans[2].begin, uint64_t{64} << 20);
+  EXPECT_EQ(spans[2].end, (uint64_t{64} << 20) + 768);
   EXPECT_EQ(SpansOf(plan, 2, 4, /*shard=*/1).size(), 0);
 }
 
