@@ -60,13 +60,17 @@ absl::Status AdapterStore::Recover() {
   for (const std::string& reason : skipped) {
     spdlog::error("weight-store: not recovering a stored version: {}", reason);
   }
-  absl::MutexLock lock(&mutex_);
-  for (std::unique_ptr<CommittedVersion>& version : *versions) {
-    const std::string adapter = version->manifest.adapter_name();
-    const int64_t number = version->manifest.version();
-    adapters_[adapter].versions[number] = Share(std::move(*version));
+  std::vector<RetiredVersion> retired;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (std::unique_ptr<CommittedVersion>& version : *versions) {
+      const std::string adapter = version->manifest.adapter_name();
+      const int64_t number = version->manifest.version();
+      adapters_[adapter].versions[number] = Share(std::move(*version));
+    }
+    for (const auto& [adapter, unused] : adapters_) RetainLocked(adapter, absl::Now(), retired);
   }
-  for (const auto& [adapter, unused] : adapters_) RetainLocked(adapter, absl::Now());
+  RetireFiles(retired);
   if (!versions->empty()) {
     spdlog::info("weight-store: recovered {} committed versions from {}", versions->size(),
                  options_.data_dir);
@@ -219,6 +223,7 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
   }
   absl::StatusOr<v1::VersionInfo> result;
   std::vector<std::function<void(const v1::VersionInfo&)>> listeners;
+  std::vector<RetiredVersion> retired;
   {
     absl::MutexLock lock(&mutex_);
     upload->state = Upload::State::kOpen;  // On failure the upload stays open (re-put, retry).
@@ -236,9 +241,10 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
       if (watcher.adapter == result->adapter_name()) listeners.push_back(watcher.listener);
     }
     adapters_[result->adapter_name()].versions[result->version()] = Share(std::move(staged));
-    RetainLocked(result->adapter_name(), absl::Now());
+    RetainLocked(result->adapter_name(), absl::Now(), retired);
   }
   for (const auto& listener : listeners) listener(*result);
+  RetireFiles(retired);  // After the announcement, which subscribers wait for.
   return CommitOutcome{.version = *result, .since_begin = absl::Now() - begun, .by_ucx = by_ucx};
 }
 
@@ -376,7 +382,8 @@ bool AdapterStore::LeasedLocked(const std::string& adapter, int64_t version, abs
   return false;
 }
 
-void AdapterStore::RetainLocked(const std::string& adapter, absl::Time now) {
+void AdapterStore::RetainLocked(const std::string& adapter, absl::Time now,
+                                std::vector<RetiredVersion>& retired) {
   auto& versions = adapters_[adapter].versions;
   int kept = 0;
   for (auto it = versions.rbegin(); it != versions.rend();) {
@@ -384,25 +391,39 @@ void AdapterStore::RetainLocked(const std::string& adapter, absl::Time now) {
       ++it;
       continue;
     }
-    DeleteVersion(options_.data_dir, adapter, it->first).IgnoreError();
+    retired.push_back({adapter, it->first});
     it = std::make_reverse_iterator(versions.erase(std::next(it).base()));
   }
 }
 
-void AdapterStore::ExpireAndRetain(absl::Time now) {
-  absl::MutexLock lock(&mutex_);
-  for (auto it = uploads_.begin(); it != uploads_.end();) {
-    auto current = it++;
-    if (current->second->state != Upload::State::kCommitting &&
-        current->second->expire_time < now) {
-      uploads_.erase(current);
+void AdapterStore::RetireFiles(const std::vector<RetiredVersion>& retired) const {
+  for (const RetiredVersion& version : retired) {
+    if (absl::Status status = RetireVersion(options_.data_dir, version.adapter, version.version);
+        !status.ok()) {
+      spdlog::warn("weight-store: retired {}@{} stays on disk until the next start: {}",
+                   version.adapter, version.version, status);
     }
   }
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    auto current = it++;
-    if (current->second.expire_time < now) leases_.erase(current);
+}
+
+void AdapterStore::ExpireAndRetain(absl::Time now) {
+  std::vector<RetiredVersion> retired;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (auto it = uploads_.begin(); it != uploads_.end();) {
+      auto current = it++;
+      if (current->second->state != Upload::State::kCommitting &&
+          current->second->expire_time < now) {
+        uploads_.erase(current);
+      }
+    }
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      auto current = it++;
+      if (current->second.expire_time < now) leases_.erase(current);
+    }
+    for (const auto& [adapter, unused] : adapters_) RetainLocked(adapter, now, retired);
   }
-  for (const auto& [adapter, unused] : adapters_) RetainLocked(adapter, now);
+  RetireFiles(retired);
 }
 
 AdapterStore::Totals AdapterStore::totals() const {

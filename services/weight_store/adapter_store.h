@@ -136,8 +136,15 @@ class AdapterStore {
   static bool Expired(const Upload& upload, absl::Time now);
   absl::Status CheckWritten(const Upload& upload) const;
   absl::StatusOr<v1::VersionInfo> Publish(Upload& upload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  void RetainLocked(const std::string& adapter, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  struct RetiredVersion {
+    std::string adapter;
+    int64_t version = 0;
+  };
+  // Drops the adapter's versions past retention, adding them to `retired` for RetireFiles once
+  // the lock is released: file work under it would stall every call.
+  void RetainLocked(const std::string& adapter, absl::Time now,
+                    std::vector<RetiredVersion>& retired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void RetireFiles(const std::vector<RetiredVersion>& retired) const;
   bool LeasedLocked(const std::string& adapter, int64_t version, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 

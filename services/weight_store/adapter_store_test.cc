@@ -3,6 +3,8 @@
 // uploads and leases.
 #include "services/weight_store/adapter_store.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -603,6 +605,45 @@ TEST_F(AdapterStoreTest, RetentionKeepsTheNewestVersionsAndAppliesOnReopen) {
   EXPECT_FALSE(fs::exists(VersionDir("job-1", 3)));
   EXPECT_EQ(store_->Newest("job-1").version(), 4);
   EXPECT_EQ(store_->totals().versions, 1);
+}
+
+// A retired version's files are set aside and the next version is written over them: fewer
+// shards or shorter ones leave nothing of the old version behind, and recovery reads it whole.
+TEST_F(AdapterStoreTest, NewVersionsAreWrittenOverTheFilesOfRetiredOnes) {
+  ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/1));
+  const auto inode = [](const std::string& path) {
+    struct stat info {};
+    return ::stat(path.c_str(), &info) == 0 ? info.st_ino : 0;
+  };
+  const auto files = [](const std::string& dir) {
+    std::set<std::string> names;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+      names.insert(entry.path().filename().string());
+    }
+    return names;
+  };
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 41)).ok());
+  const ino_t first_shard = inode(VersionDir("job-1", 1) + "/shard-0.bin");
+  ASSERT_NE(first_shard, 0);
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 42)).ok());  // Retires version 1.
+  EXPECT_EQ(files(data_dir_ + "/job-1"), (std::set<std::string>{"2", "retired"}));
+
+  // Version 3 has one shard where version 1 had four, of other sizes.
+  const transfer::TestAdapter third =
+      transfer::MakeTestAdapter("job-1", 3, 43, {.tp_size = 1, .ep_size = 1});
+  ASSERT_EQ(third.shards.size(), 1);
+  ASSERT_TRUE(Publish(third).ok());
+  EXPECT_EQ(inode(VersionDir("job-1", 3) + "/shard-0.bin"), first_shard);
+  EXPECT_EQ(files(VersionDir("job-1", 3)),
+            (std::set<std::string>{"manifest.binpb", "shard-0.bin"}));
+  EXPECT_EQ(fs::file_size(VersionDir("job-1", 3) + "/shard-0.bin"), third.shards[0].size());
+  EXPECT_EQ(files(data_dir_ + "/job-1"), (std::set<std::string>{"3", "retired"}));
+
+  ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/1));  // Verifies every shard's checksum.
+  absl::StatusOr<std::shared_ptr<const CommittedVersion>> found = store_->Find("job-1", 3, 0);
+  ASSERT_TRUE(found.ok()) << found.status();
+  ExpectHolds(**found, third);
+  EXPECT_EQ(files(data_dir_ + "/job-1"), (std::set<std::string>{"3"}));
 }
 
 TEST_F(AdapterStoreTest, ALeaseKeepsItsVersionUntilReleased) {

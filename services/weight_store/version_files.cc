@@ -29,6 +29,9 @@ constexpr char kManifestFile[] = "manifest.binpb";
 // 15.94) is refused rather than served.
 constexpr absl::string_view kManifestMagic = "TMAN";
 constexpr absl::string_view kCorruptSuffix = ".corrupt";
+// A retired version's directory, set aside for the next write (not a number: recovery deletes
+// it).
+constexpr char kRetiredDir[] = "retired";
 
 std::string AdapterDir(const std::string& data_dir, const std::string& adapter) {
   return (fs::path(data_dir) / absl::StrReplaceAll(adapter, {{"/", "%2F"}, {":", "%3A"}})).string();
@@ -45,8 +48,9 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path) {
 // write-and-wait after another (2-4x faster for a 59 MiB version on these machines).
 class UnsyncedFile {
  public:
+  // Writes over the file if it exists (keeping its blocks), truncated to `bytes`.
   static absl::StatusOr<UnsyncedFile> Write(const std::string& path, absl::string_view bytes) {
-    UnsyncedFile file(path, ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    UnsyncedFile file(path, ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
     if (file.fd_ < 0) return ErrnoError("cannot create", path);
     size_t done = 0;
     while (done < bytes.size()) {
@@ -54,6 +58,9 @@ class UnsyncedFile {
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return ErrnoError("cannot write", path);
       done += static_cast<size_t>(n);
+    }
+    if (::ftruncate(file.fd_, static_cast<off_t>(bytes.size())) != 0) {
+      return ErrnoError("cannot truncate", path);
     }
     // Only a hint: fsync is what makes the bytes durable, so a failure here changes nothing.
     ::sync_file_range(file.fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
@@ -136,6 +143,29 @@ absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& di
   return version;
 }
 
+// Makes `partial_dir` (absent on entry) from the adapter's retired files if any are set aside,
+// keeping only the files a version of `shards` shards overwrites; else an empty directory.
+absl::Status ReuseRetiredFiles(const std::string& adapter_dir, const std::string& partial_dir,
+                               size_t shards) {
+  std::error_code error;
+  fs::rename(fs::path(adapter_dir) / kRetiredDir, partial_dir, error);
+  if (!error) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(partial_dir, error)) {
+      const std::string name = entry.path().filename().string();
+      bool overwritten = name == kManifestFile;
+      for (size_t i = 0; i < shards && !overwritten; ++i) overwritten = name == ShardFile(i);
+      if (!overwritten) fs::remove_all(entry.path(), error);
+    }
+    if (!error) return absl::OkStatus();
+    fs::remove_all(partial_dir, error);  // Reused in part: start afresh instead.
+  }
+  if (!fs::create_directories(partial_dir, error) && error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", partial_dir, ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 v1::VersionInfo CommittedVersion::Info() const {
@@ -154,9 +184,9 @@ absl::Status WriteVersion(const std::string& data_dir, const CommittedVersion& v
   const std::string partial_dir = final_dir + kPartialSuffix;
   std::error_code error;
   fs::remove_all(partial_dir, error);
-  if (!fs::create_directories(partial_dir, error) && error) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create ", partial_dir, ": ", error.message()));
+  if (absl::Status status = ReuseRetiredFiles(adapter_dir, partial_dir, version.shards.size());
+      !status.ok()) {
+    return status;
   }
   std::vector<UnsyncedFile> files;
   const auto write = [&](const std::string& name, absl::string_view bytes) {
@@ -193,6 +223,15 @@ absl::Status DeleteVersion(const std::string& data_dir, const std::string& adapt
   fs::remove_all(fs::path(AdapterDir(data_dir, adapter)) / absl::StrCat(version), error);
   if (error) return absl::UnavailableError(absl::StrCat("cannot delete ", adapter, "@", version));
   return absl::OkStatus();
+}
+
+absl::Status RetireVersion(const std::string& data_dir, const std::string& adapter,
+                           int64_t version) {
+  const fs::path adapter_dir = AdapterDir(data_dir, adapter);
+  std::error_code error;
+  // Fails if files are set aside already: the rename never replaces a non-empty directory.
+  fs::rename(adapter_dir / absl::StrCat(version), adapter_dir / kRetiredDir, error);
+  return error ? DeleteVersion(data_dir, adapter, version) : absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
