@@ -23,7 +23,7 @@ ABSL_FLAG(uint64_t, bytes, 64 << 20, "Size of the store's region, moved whole by
 ABSL_FLAG(std::string, transports, "tcp", "UCX transports (as UCX_TLS).");
 ABSL_FLAG(int, iterations, 5, "Timed operations per kind, after one untimed warm-up.");
 ABSL_FLAG(uint64_t, chunk_kib, 256, "UcxOptions::max_chunk_bytes, in KiB.");
-ABSL_FLAG(int, window, 16, "UcxOptions::window.");
+ABSL_FLAG(int, window, tandem::transfer::UcxOptions{}.window, "UcxOptions::window.");
 ABSL_FLAG(bool, print_lanes, false, "Print the endpoint's transports and lanes.");
 
 namespace tandem::transfer {
