@@ -1,6 +1,5 @@
 #include "transfer/lora_layout.h"
 
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/types/span.h"
+#include "common/checksum.h"
 
 namespace tandem::transfer {
 namespace {
@@ -428,7 +428,7 @@ absl::StatusOr<std::pair<v1::Shard, std::string>> BuildProducerShard(
     }
   }
   shard.set_byte_size(bytes.size());
-  shard.set_xxh3_64(XXH3_64bits(bytes.data(), bytes.size()));
+  shard.set_xxh3_64(Xxh3Checksum(bytes));
   return std::pair{std::move(shard), std::move(bytes)};
 }
 

@@ -1,10 +1,10 @@
 #include "transfer/lora_layout.h"
 
-#include <xxhash.h>
 
 #include <string>
 #include <vector>
 
+#include "common/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "transfer/lora_testing.h"
@@ -164,7 +164,7 @@ TEST(BuildProducerShardTest, CutsTpSplitTensorsAndLocalExperts) {
   const auto& [proto, bytes] = *shard;
   EXPECT_EQ(proto.producer_rank(), 3);
   EXPECT_EQ(proto.byte_size(), bytes.size());
-  EXPECT_EQ(proto.xxh3_64(), XXH3_64bits(bytes.data(), bytes.size()));
+  EXPECT_EQ(proto.xxh3_64(), Xxh3Checksum(bytes));
   // ep_rank 1 holds no attention tensors, tp_rank 1 no per-expert lora_A of gate/up (whole).
   for (const v1::ShardPiece& piece : proto.pieces()) {
     EXPECT_THAT(piece.tensor_name(), HasSubstr(".{e}.")) << piece.tensor_name();

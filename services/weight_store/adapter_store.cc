@@ -5,12 +5,12 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checksum.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/weight_store/manifest.h"
-#include "xxhash.h"
 
 namespace tandem::weight_store {
 
@@ -181,7 +181,7 @@ absl::Status AdapterStore::CheckWritten(const Upload& upload) const {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard ", i, ": ", upload.written[i].total(), " of ", size, " bytes written"));
     }
-    const uint64_t checksum = XXH3_64bits(upload.shards[i]->data(), size);
+    const uint64_t checksum = Xxh3Checksum(upload.shards[i]->bytes());
     if (checksum != upload.manifest.shards(i).xxh3_64()) {
       return absl::AbortedError(absl::StrFormat("shard %d: xxh3 0x%016x != manifest 0x%016x", i,
                                                 checksum, upload.manifest.shards(i).xxh3_64()));

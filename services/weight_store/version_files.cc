@@ -15,8 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/checksum.h"
 #include "common/checksummed_message.h"
-#include "xxhash.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -135,7 +135,7 @@ absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& di
         !status.ok()) {
       return status;
     }
-    if (XXH3_64bits((*buffer)->data(), shard.byte_size()) != shard.xxh3_64()) {
+    if (Xxh3Checksum((*buffer)->bytes()) != shard.xxh3_64()) {
       return absl::DataLossError(absl::StrCat(dir.string(), ": shard ", i, " checksum mismatch"));
     }
     version->shards.push_back(*std::move(buffer));

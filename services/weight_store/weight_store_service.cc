@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/adapter_selector.h"
+#include "common/checksum.h"
 #include "common/finished_reactor.h"
 #include "common/identifier.h"
 #include "common/open_streams.h"
@@ -20,7 +21,6 @@
 #include "services/weight_store/tensor_assembly.h"
 #include "services/weight_store/weight_store_metrics.h"
 #include "transfer/dtype_conversion.h"
-#include "xxhash.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -235,7 +235,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsRespo
     header_ = planned.tensor();
     if (target_dtype_ != v1::DTYPE_UNSPECIFIED) header_.mutable_spec()->set_dtype(target_dtype_);
     header_.set_byte_size(bytes_.size());
-    header_.set_xxh3_64(XXH3_64bits(bytes_.data(), bytes_.size()));
+    header_.set_xxh3_64(Xxh3Checksum(bytes_));
     return absl::OkStatus();
   }
 
@@ -425,7 +425,7 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
   std::vector<bool> used((*version)->shards.size(), false);
   for (v1::PlannedTensor& tensor : *plan) {
     const std::string bytes = AssembleTensor(tensor, **version);
-    tensor.mutable_tensor()->set_xxh3_64(XXH3_64bits(bytes.data(), bytes.size()));
+    tensor.mutable_tensor()->set_xxh3_64(Xxh3Checksum(bytes));
     for (const v1::CopyOp& op : tensor.ops()) used[op.shard_index()] = true;
     *result.add_tensors() = std::move(tensor);
   }

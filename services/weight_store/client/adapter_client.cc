@@ -10,11 +10,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "common/channel.h"
+#include "common/checksum.h"
 #include "common/logging.h"
 #include "common/parallel_tasks.h"
 #include "common/status.h"
 #include "services/weight_store/client/read_plan.h"
-#include "xxhash.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -22,7 +22,7 @@ namespace {
 absl::Status Checked(const grpc::Status& status) { return FromGrpcStatus(status); }
 
 absl::Status VerifyChecksum(const FetchedTensor& fetched) {
-  const uint64_t checksum = XXH3_64bits(fetched.bytes.data(), fetched.bytes.size());
+  const uint64_t checksum = Xxh3Checksum(fetched.bytes);
   if (fetched.bytes.size() != fetched.tensor.byte_size() || checksum != fetched.tensor.xxh3_64()) {
     return absl::DataLossError(
         absl::StrFormat("tensor %s: got %d bytes with xxh3 0x%016x, expected %d bytes with 0x%016x",
