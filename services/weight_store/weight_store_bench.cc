@@ -1,9 +1,11 @@
-// Figures of the weight-store on loopback: UCX fetch bandwidth against ucx_perftest (ucp_get of
-// the adapter's shard size, same transport, same run), gRPC fetch bandwidth, and publish -> N
+// Figures of the weight-store on loopback: UCX fetch bandwidth against ucx_perftest (ucp_get,
+// same transport, same run, see Run), gRPC fetch bandwidth, and publish -> N
 // subscribers fetched latency for adapters of about 1 MiB, 64 MiB and 1 GiB, against the raw
 // transfer time at ucx_perftest's put and get rates (a steady refit: subscribers that already
 // fetched a version of that size, as rollout replicas do); then peak memory. Every figure is a
 // mean over --repeats, as ucx_perftest's are over its iterations. Prints its figures.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/channel.h"
@@ -63,6 +66,13 @@ double PerftestMiBps(const std::string& test, size_t message_bytes, int iteratio
   // "Final: iterations p50 avg overall bw_avg bw_overall rate_avg rate_overall"
   std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipWhitespace());
   return fields.size() > 6 ? std::stod(fields[6]) : 0;
+}
+
+size_t LastLevelCacheBytes() {
+  for (int level : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    if (const long bytes = sysconf(level); bytes > 0) return static_cast<size_t>(bytes);
+  }
+  return 0;
 }
 
 double Mean(const std::vector<double>& values) {
@@ -222,13 +232,23 @@ void Run() {
     }
     const double ucx = FetchMiBps(store, "bench", version, bytes, consumer.get());
     const double grpc = FetchMiBps(store, "bench", version, bytes, nullptr);
-    // The baselines move as many bytes as the fetches: gets of whole shards, and puts of the
-    // pieces PublishAdapter puts (large puts over tcp collapse, see UcxOptions).
+    // The baselines move as many bytes as the fetches, in gets of whole shards, and in puts of
+    // the pieces PublishAdapter puts on tcp (larger ones collapse there, see UcxOptions). An
+    // adapter larger than the last-level cache is fetched from and into memory, so then their
+    // messages are at least the cache's size: ucx_perftest moves one buffer again and again,
+    // which would otherwise be a cache-resident copy on shared memory.
     const int shards = static_cast<int>(adapter.shards.size());
-    const size_t put_bytes = transfer::UcxOptions{}.max_chunk_bytes;
-    const double perftest_get = PerftestMiBps("ucp_get", shard_bytes, repeats * shards);
-    const double perftest_put = PerftestMiBps(
-        "ucp_put_bw", put_bytes, std::max(1, static_cast<int>(repeats * bytes / put_bytes)));
+    const size_t cache_bytes = LastLevelCacheBytes();
+    const size_t message_bytes = std::max(shard_bytes, bytes > cache_bytes ? cache_bytes : 0);
+    const size_t get_bytes = message_bytes;
+    const size_t put_bytes = absl::StrContains(transports, "tcp")
+                                 ? transfer::UcxOptions{}.max_chunk_bytes
+                                 : message_bytes;
+    const auto iterations = [&](size_t message_bytes) {
+      return std::max(1, static_cast<int>(repeats * bytes / static_cast<double>(message_bytes)));
+    };
+    const double perftest_get = PerftestMiBps("ucp_get", get_bytes, iterations(get_bytes));
+    const double perftest_put = PerftestMiBps("ucp_put_bw", put_bytes, iterations(put_bytes));
     // The bytes cross loopback once up and once per subscriber down, at the transport's rates.
     const int count = static_cast<int>(subscribers.size());
     const double raw_seconds = perftest_get > 0 && perftest_put > 0
