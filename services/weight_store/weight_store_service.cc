@@ -414,30 +414,49 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
   const std::string cache_key = absl::StrCat(request.adapter_name(), "@", request.version(), "/",
                                              request.target().SerializeAsString(), "/",
                                              absl::StrJoin(request.tensor_names(), ","));
+  std::shared_ptr<PlanInFlight> in_flight;
   {
     absl::MutexLock lock(&mutex_);
     if (auto it = plan_cache_.find(cache_key); it != plan_cache_.end()) return it->second;
+    if (auto it = plans_in_flight_.find(cache_key); it != plans_in_flight_.end()) {
+      in_flight = it->second;
+    } else {
+      plans_in_flight_[cache_key] = std::make_shared<PlanInFlight>();
+    }
   }
+  if (in_flight != nullptr) {
+    in_flight->done.WaitForNotification();
+    return in_flight->plan;
+  }
+  absl::StatusOr<v1::GetReadPlanResponse> plan = PlanWithChecksums(request, **version);
+  absl::MutexLock lock(&mutex_);
+  if (plan.ok()) {
+    if (plan_cache_.size() >= kMaxPlanCacheEntries) plan_cache_.clear();
+    plan_cache_[cache_key] = *plan;
+  }
+  auto node = plans_in_flight_.extract(cache_key);
+  node.mapped()->plan = plan;
+  node.mapped()->done.Notify();
+  return plan;
+}
+
+absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::PlanWithChecksums(
+    const v1::GetReadPlanRequest& request, const CommittedVersion& version) const {
   absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
-      PlanReads((*version)->manifest, request.target(), Names(request.tensor_names()));
+      PlanReads(version.manifest, request.target(), Names(request.tensor_names()));
   if (!plan.ok()) return plan.status();
   v1::GetReadPlanResponse result;
-  std::vector<bool> used((*version)->shards.size(), false);
+  std::vector<bool> used(version.shards.size(), false);
   for (v1::PlannedTensor& tensor : *plan) {
-    const std::string bytes = AssembleTensor(tensor, **version);
-    tensor.mutable_tensor()->set_xxh3_64(Xxh3Checksum(bytes));
+    tensor.mutable_tensor()->set_xxh3_64(TensorChecksum(tensor, version));
     for (const v1::CopyOp& op : tensor.ops()) used[op.shard_index()] = true;
     *result.add_tensors() = std::move(tensor);
   }
   for (size_t i = 0; i < used.size(); ++i) {
     if (!used[i]) continue;
-    FillShardRegion(static_cast<int32_t>(i), *(*version)->shards[i]->region(),
-                    *result.add_shards());
+    FillShardRegion(static_cast<int32_t>(i), *version.shards[i]->region(), *result.add_shards());
   }
   result.set_store_worker_address(ucx_->address());
-  absl::MutexLock lock(&mutex_);
-  if (plan_cache_.size() >= kMaxPlanCacheEntries) plan_cache_.clear();
-  plan_cache_[cache_key] = result;
   return result;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/open_streams.h"
 #include "common/periodic_thread.h"
@@ -72,6 +73,9 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
  private:
   WeightStoreServiceImpl() = default;
   absl::StatusOr<v1::GetReadPlanResponse> ReadPlan(const v1::GetReadPlanRequest& request);
+  // The plan of a leased version with every tensor's checksum (a pass over its bytes).
+  absl::StatusOr<v1::GetReadPlanResponse> PlanWithChecksums(const v1::GetReadPlanRequest& request,
+                                                            const CommittedVersion& version) const;
 
   std::unique_ptr<transfer::UcxWorker> ucx_;  // Declared first: outlives the store's registered memory.
   std::unique_ptr<AdapterStore> store_;
@@ -79,6 +83,14 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
   // Read plans with checksums, per (version, layout, names): checksumming costs a pass over
   // the bytes, and every replica of a deployment asks for the same few layouts.
   absl::flat_hash_map<std::string, v1::GetReadPlanResponse> plan_cache_ ABSL_GUARDED_BY(mutex_);
+  // Plans being computed: the replicas that a new version's announcement wakes ask for the same
+  // plan at once, and all but the first wait for it instead of computing it again.
+  struct PlanInFlight {
+    absl::Notification done;
+    absl::StatusOr<v1::GetReadPlanResponse> plan;
+  };
+  absl::flat_hash_map<std::string, std::shared_ptr<PlanInFlight>> plans_in_flight_
+      ABSL_GUARDED_BY(mutex_);
   std::unique_ptr<PeriodicThread> sweeper_;  // Expiry and retention; stops before the store goes.
   OpenStreams<v1::WatchVersionsResponse> watches_;
 };

@@ -185,6 +185,26 @@ TEST_F(WeightStoreServiceTest, ALargeUcxFetchCyclesItsStagingSlotsAndMatchesGrpc
   }
 }
 
+// Replicas woken by a new version ask for its read plan at once: one computes it, the others
+// wait for it, and every one fetches the version whole.
+TEST_F(WeightStoreServiceTest, ReplicasFetchingANewVersionAtOnceAllGetIt) {
+  const transfer::TestAdapter adapter =
+      transfer::MakeTestAdapter("job-1", 1, 3, transfer::TestAdapterSpecOfSize(8));
+  ASSERT_TRUE(Publish(adapter, /*by_ucx=*/true).ok());
+  constexpr int kReplicas = 4;
+  std::vector<absl::StatusOr<FetchedAdapter>> fetched(kReplicas);
+  std::vector<std::thread> replicas;
+  for (int r = 0; r < kReplicas; ++r) {
+    replicas.emplace_back([&, r] { fetched[r] = Fetch("job-1", 1, /*by_ucx=*/true, Stacked()); });
+  }
+  for (std::thread& replica : replicas) replica.join();
+  for (const absl::StatusOr<FetchedAdapter>& replica : fetched) {
+    ASSERT_TRUE(replica.ok()) << replica.status();
+    EXPECT_TRUE(replica->by_ucx);
+    ExpectCanonical(adapter, *replica);
+  }
+}
+
 // A loader that fetches version after version into one FetchedAdapter gets each version's bytes
 // in the same memory (no fresh pages on a refit), by UCX and by gRPC.
 TEST_F(WeightStoreServiceTest, FetchIntoReusesTheMemoryOfTheLastVersion) {
