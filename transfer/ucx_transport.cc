@@ -209,47 +209,48 @@ class RequestWindow {
     param_.user_data = this;
     param_.flags = flags;
   }
-  // Releases requests still outstanding. ucp_request_free takes the worker lock, under which
+  // Releases requests not freed yet. ucp_request_free takes the worker lock, under which
   // callbacks run, and no callback follows it: none can touch this object once it is gone.
   ~RequestWindow() {
-    for (void* request : pending_) ucp_request_free(request);
+    for (void* request : requests_) ucp_request_free(request);
   }
 
   // For the *_nbx calls whose requests this window tracks.
   const ucp_request_param_t* param() const { return &param_; }
 
-  // Tracks the result of a *_nbx call; fails if the call did.
+  // Tracks the result of a *_nbx call. Fails if the call did, or if a tracked request has
+  // failed meanwhile, so that nothing more is issued after a failure.
   absl::Status Add(ucs_status_ptr_t request) {
-    if (request == nullptr) return absl::OkStatus();
     if (UCS_PTR_IS_ERR(request)) return Failed(UCS_PTR_STATUS(request));
-    pending_.push_back(request);
-    return absl::OkStatus();
+    if (request != nullptr) {  // Null: completed in the call.
+      requests_.push_back(request);
+      absl::MutexLock lock(&mutex_);
+      ++added_;
+    }
+    return FirstFailure();
   }
 
-  size_t outstanding() const { return pending_.size(); }
+  // Requests whose completion callback has not run yet.
+  int64_t outstanding() {
+    absl::MutexLock lock(&mutex_);
+    return added_ - completions_;
+  }
 
   // Waits until at most `limit` requests are outstanding. Fails as soon as one failed.
-  absl::Status WaitForAtMost(size_t limit, absl::Time deadline) {
-    while (true) {
-      const uint64_t seen = completions();
-      ucs_status_t status = Reap();
-      if (status != UCS_OK) return Failed(status);
-      if (pending_.size() <= limit) return absl::OkStatus();
-      if (!AwaitCompletionsAfter(seen, pending_.size() - limit, deadline)) {
-        return absl::DeadlineExceededError(
-            absl::StrCat(operation_, ": ", pending_.size(), " requests outstanding at deadline"));
-      }
-    }
+  absl::Status WaitForAtMost(int64_t limit, absl::Time deadline) {
+    const bool reached = Await(limit, /*or_failure=*/true, deadline);
+    FreeCompleted();
+    if (absl::Status failure = FirstFailure(); !failure.ok()) return failure;
+    if (reached) return absl::OkStatus();
+    return absl::DeadlineExceededError(
+        absl::StrCat(operation_, ": ", outstanding(), " requests outstanding at deadline"));
   }
 
   // Waits until no request is outstanding, whatever their status; false at `deadline`.
   bool Drain(absl::Time deadline) {
-    while (true) {
-      const uint64_t seen = completions();
-      Reap();
-      if (pending_.empty()) return true;
-      if (!AwaitCompletionsAfter(seen, pending_.size(), deadline)) return false;
-    }
+    const bool drained = Await(0, /*or_failure=*/false, deadline);
+    FreeCompleted();
+    return drained;
   }
 
  private:
@@ -257,53 +258,50 @@ class RequestWindow {
     auto* self = static_cast<RequestWindow*>(user_data);
     absl::MutexLock lock(&self->mutex_);
     ++self->completions_;
-    if (status != UCS_OK) self->failed_ = true;
+    if (status != UCS_OK && self->failure_ == UCS_OK) self->failure_ = status;
   }
 
-  uint64_t completions() {
+  // Sleeps until at most `limit` requests are outstanding (or, with `or_failure`, one failed).
+  // The completing thread (the progress thread, on the data path) evaluates the condition and
+  // wakes this one only then, instead of paying a futex wake at every completion.
+  bool Await(int64_t limit, bool or_failure, absl::Time deadline) {
     absl::MutexLock lock(&mutex_);
-    return completions_;
-  }
-
-  // Sleeps until `count` more requests completed since `seen`, or one failed. The completing
-  // thread (the progress thread, on the data path) evaluates the condition and wakes this one
-  // only then, instead of paying a futex wake at every completion.
-  bool AwaitCompletionsAfter(uint64_t seen, size_t count, absl::Time deadline) {
-    absl::MutexLock lock(&mutex_);
-    auto completed = [this, seen, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-      return failed_ || completions_ - seen >= count;
+    auto ready = [this, limit, or_failure]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+      return added_ - completions_ <= limit || (or_failure && failure_ != UCS_OK);
     };
-    return mutex_.AwaitWithDeadline(absl::Condition(&completed), deadline);
+    return mutex_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  }
+
+  absl::Status FirstFailure() {
+    absl::MutexLock lock(&mutex_);
+    return failure_ == UCS_OK ? absl::OkStatus() : Failed(failure_);
   }
 
   absl::Status Failed(ucs_status_t status) const {
     return UcxStatus(absl::StatusCode::kUnavailable, operation_, status);
   }
 
-  // Frees completed requests; returns the first failure among them. A request reads as
-  // completed only after its callback returned.
-  ucs_status_t Reap() {
-    ucs_status_t first_failure = UCS_OK;
-    for (size_t i = 0; i < pending_.size();) {
-      ucs_status_t status = ucp_request_check_status(pending_[i]);
-      if (status == UCS_INPROGRESS) {
+  // Frees the requests UCX reports complete; the others are freed by a later call or the
+  // destructor.
+  void FreeCompleted() {
+    for (size_t i = 0; i < requests_.size();) {
+      if (ucp_request_check_status(requests_[i]) == UCS_INPROGRESS) {
         ++i;
         continue;
       }
-      ucp_request_free(pending_[i]);
-      pending_[i] = pending_.back();
-      pending_.pop_back();
-      if (first_failure == UCS_OK) first_failure = status;
+      ucp_request_free(requests_[i]);
+      requests_[i] = requests_.back();
+      requests_.pop_back();
     }
-    return first_failure;
   }
 
   std::string operation_;
   ucp_request_param_t param_{};
-  std::vector<void*> pending_;
+  std::vector<void*> requests_;  // Tracked and not freed yet.
   absl::Mutex mutex_;
-  uint64_t completions_ ABSL_GUARDED_BY(mutex_) = 0;
-  bool failed_ ABSL_GUARDED_BY(mutex_) = false;
+  int64_t added_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t completions_ ABSL_GUARDED_BY(mutex_) = 0;
+  ucs_status_t failure_ ABSL_GUARDED_BY(mutex_) = UCS_OK;  // The first failed request's.
 };
 
 }  // namespace ucx_internal
@@ -512,8 +510,9 @@ absl::Status UcxPeer::Issue(bool put, const RemoteKey& key, absl::Span<const Tra
     for (size_t offset = 0; offset < transfer.length; offset += chunk_bytes) {
       // A full window is refilled once half of it completed: a wake-up per completion costs
       // more than the shallower window.
-      if (requests.outstanding() >= window_) {
-        if (absl::Status status = requests.WaitForAtMost(window_ / 2, deadline); !status.ok()) {
+      const int64_t window = static_cast<int64_t>(window_);
+      if (requests.outstanding() >= window) {
+        if (absl::Status status = requests.WaitForAtMost(window / 2, deadline); !status.ok()) {
           return status;
         }
       }

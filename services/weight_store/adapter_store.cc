@@ -36,6 +36,12 @@ uint64_t TotalBytes(const v1::Manifest& manifest) {
 
 absl::StatusOr<std::unique_ptr<AdapterStore>> AdapterStore::Open(
     const AdapterStoreOptions& options) {
+  // The newest version is always kept: versions only grow, so a retired number is never
+  // published again, and its files can be retired after the lock is released.
+  if (options.keep_versions < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keep_versions is ", options.keep_versions, "; must be >= 1"));
+  }
   std::unique_ptr<AdapterStore> store(new AdapterStore(options));
   if (absl::Status status = store->Recover(); !status.ok()) return status;
   return store;

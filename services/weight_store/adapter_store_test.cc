@@ -646,6 +646,35 @@ TEST_F(AdapterStoreTest, NewVersionsAreWrittenOverTheFilesOfRetiredOnes) {
   EXPECT_EQ(files(data_dir_ + "/job-1"), (std::set<std::string>{"3"}));
 }
 
+// Whatever the files set aside have become, the next version is written into plain files of
+// its own: never through a symlink, and not into a directory.
+TEST_F(AdapterStoreTest, RetiredEntriesThatAreNotPlainFilesAreReplaced) {
+  ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/1));
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 51)).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 52)).ok());  // Retires version 1.
+  const fs::path retired = fs::path(data_dir_) / "job-1" / "retired";
+  const fs::path outside = fs::path(data_dir_) / "outside.bin";
+  std::ofstream(outside) << "keep";
+  ASSERT_TRUE(fs::remove(retired / "shard-0.bin"));
+  fs::create_symlink(outside, retired / "shard-0.bin");
+  ASSERT_TRUE(fs::remove(retired / "shard-1.bin"));
+  fs::create_directory(retired / "shard-1.bin");
+
+  const transfer::TestAdapter third = transfer::MakeTestAdapter("job-1", 3, 53);
+  ASSERT_TRUE(Publish(third).ok());
+  std::ifstream in(outside);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep");
+  ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/1));  // Verifies every shard's checksum.
+  absl::StatusOr<std::shared_ptr<const CommittedVersion>> found = store_->Find("job-1", 3, 0);
+  ASSERT_TRUE(found.ok()) << found.status();
+  ExpectHolds(**found, third);
+}
+
+TEST_F(AdapterStoreTest, KeepsAtLeastTheNewestVersion) {
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      AdapterStore::Open({.data_dir = data_dir_, .keep_versions = 0}).status()));
+}
+
 TEST_F(AdapterStoreTest, ALeaseKeepsItsVersionUntilReleased) {
   ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/1));
   const transfer::TestAdapter leased_adapter = transfer::MakeTestAdapter("job-1", 1, 40);

@@ -50,7 +50,8 @@ class UnsyncedFile {
  public:
   // Writes over the file if it exists (keeping its blocks), truncated to `bytes`.
   static absl::StatusOr<UnsyncedFile> Write(const std::string& path, absl::string_view bytes) {
-    UnsyncedFile file(path, ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    UnsyncedFile file(path,
+                      ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (file.fd_ < 0) return ErrnoError("cannot create", path);
     size_t done = 0;
     while (done < bytes.size()) {
@@ -150,13 +151,18 @@ absl::Status ReuseRetiredFiles(const std::string& adapter_dir, const std::string
   std::error_code error;
   fs::rename(fs::path(adapter_dir) / kRetiredDir, partial_dir, error);
   if (!error) {
+    bool kept_only_files_to_overwrite = true;
     for (const fs::directory_entry& entry : fs::directory_iterator(partial_dir, error)) {
       const std::string name = entry.path().filename().string();
       bool overwritten = name == kManifestFile;
       for (size_t i = 0; i < shards && !overwritten; ++i) overwritten = name == ShardFile(i);
-      if (!overwritten) fs::remove_all(entry.path(), error);
+      std::error_code removed;
+      // Not a symlink: a write through one would land outside the data directory.
+      const bool regular = entry.symlink_status(removed).type() == fs::file_type::regular;
+      if (!overwritten || !regular) fs::remove_all(entry.path(), removed);
+      kept_only_files_to_overwrite &= !removed;
     }
-    if (!error) return absl::OkStatus();
+    if (!error && kept_only_files_to_overwrite) return absl::OkStatus();
     fs::remove_all(partial_dir, error);  // Reused in part: start afresh instead.
   }
   if (!fs::create_directories(partial_dir, error) && error) {
@@ -231,7 +237,10 @@ absl::Status RetireVersion(const std::string& data_dir, const std::string& adapt
   std::error_code error;
   // Fails if files are set aside already: the rename never replaces a non-empty directory.
   fs::rename(adapter_dir / absl::StrCat(version), adapter_dir / kRetiredDir, error);
-  return error ? DeleteVersion(data_dir, adapter, version) : absl::OkStatus();
+  if (error) return DeleteVersion(data_dir, adapter, version);
+  // Durable before a write reuses the blocks: a crash must not leave a numbered directory
+  // holding another version's bytes (recovery would move it aside as corrupt).
+  return SyncDirectory(adapter_dir.string());
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(

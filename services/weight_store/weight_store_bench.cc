@@ -187,6 +187,10 @@ double PublishToSubscribers(const transfer::TestAdapter& adapter, transfer::UcxW
 }
 
 void Run() {
+  if (absl::GetFlag(FLAGS_repeats) < 1) {
+    std::fprintf(stderr, "--repeats must be >= 1\n");
+    std::exit(2);
+  }
   const std::string transports = absl::GetFlag(FLAGS_transports);
   Store store = StartStore();
   auto producer = *transfer::UcxWorker::Create({.transports = transports});

@@ -63,6 +63,10 @@ absl::Status PutByUcx(const v1::BeginPublishResponse& begun,
   // left the connection idle between shards.
   std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers;
   for (const v1::ShardRegion& target : begun.targets()) {
+    if (target.shard_index() < 0 || target.shard_index() >= static_cast<int>(shards.size())) {
+      return absl::InternalError(
+          absl::StrCat("BeginPublish named shard ", target.shard_index(), " of ", shards.size()));
+    }
     const absl::string_view bytes = shards[target.shard_index()];
     // UCX reads the source without writing it; the API takes a mutable pointer for both ways.
     transfers.push_back({{target.remote_address(), const_cast<char*>(bytes.data()), bytes.size()}});
