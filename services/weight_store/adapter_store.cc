@@ -290,6 +290,11 @@ absl::Status AdapterStore::Abort(absl::string_view upload_id) {
 absl::StatusOr<std::shared_ptr<const CommittedVersion>> AdapterStore::Find(
     absl::string_view adapter, int64_t exact_version, int64_t min_version) const {
   absl::MutexLock lock(&mutex_);
+  return FindLocked(adapter, exact_version, min_version);
+}
+
+absl::StatusOr<std::shared_ptr<const CommittedVersion>> AdapterStore::FindLocked(
+    absl::string_view adapter, int64_t exact_version, int64_t min_version) const {
   auto it = adapters_.find(adapter);
   if (it != adapters_.end() && !it->second.versions.empty()) {
     const auto& versions = it->second.versions;
@@ -337,11 +342,13 @@ absl::StatusOr<AdapterStore::Lease> AdapterStore::AcquireLease(absl::string_view
   if (version < 1) {  // Find would take 0 as "the newest", and the lease would pin nothing.
     return absl::InvalidArgumentError(absl::StrCat("version is ", version, "; must be >= 1"));
   }
-  if (absl::StatusOr<std::shared_ptr<const CommittedVersion>> found = Find(adapter, version, 0);
+  absl::MutexLock lock(&mutex_);
+  // Under the lock that retention takes: the version cannot be retired before it is leased.
+  if (absl::StatusOr<std::shared_ptr<const CommittedVersion>> found =
+          FindLocked(adapter, version, 0);
       !found.ok()) {
     return found.status();
   }
-  absl::MutexLock lock(&mutex_);
   Lease lease{.id = RandomId("lease"), .expire_time = absl::Now() + ttl};
   leases_[lease.id] = {std::string(adapter), version, std::string(holder), lease.expire_time};
   return lease;

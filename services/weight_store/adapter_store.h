@@ -130,6 +130,9 @@ class AdapterStore {
   std::shared_ptr<const CommittedVersion> Share(CommittedVersion version) const;
 
   absl::Status Recover();
+  absl::StatusOr<std::shared_ptr<const CommittedVersion>> FindLocked(
+      absl::string_view adapter, int64_t exact_version, int64_t min_version) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::StatusOr<Upload*> OpenUpload(absl::string_view upload_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // An open upload past its expiry is gone for every caller, even before the sweep frees it.
