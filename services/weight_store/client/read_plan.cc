@@ -14,14 +14,16 @@ namespace {
 // reads their bytes twice (29% more bytes than the adapter's at a 1 MiB gap, 4% at 64 KiB).
 constexpr uint64_t kSpanMergeGap = uint64_t{64} << 10;
 
-bool IsContiguous(const v1::CopyOp& op) {
-  return op.count() == 1 || (op.src_stride() == op.length() && op.dst_stride() == op.length());
+bool IsLargeSingleBlock(const v1::CopyOp& op) {
+  const bool contiguous =
+      op.count() == 1 || (op.src_stride() == op.length() && op.dst_stride() == op.length());
+  return contiguous && op.count() * op.length() >= kMinDirectReadBytes;
 }
 
 }  // namespace
 
 bool ReadsDirectly(const v1::PlannedTensor& tensor) {
-  return std::all_of(tensor.ops().begin(), tensor.ops().end(), IsContiguous);
+  return std::all_of(tensor.ops().begin(), tensor.ops().end(), IsLargeSingleBlock);
 }
 
 std::optional<uint64_t> EndOfBlocks(uint64_t offset, uint64_t count, uint64_t stride,

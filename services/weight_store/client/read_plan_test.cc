@@ -70,12 +70,17 @@ TEST(ReadPlanTest, OpsThatWouldReadOrWritePastMemoryAreRefused) {
   EXPECT_EQ(CheckedRegions(twice).status().message(), "read plan lists shard 0 twice");
 }
 
-TEST(ReadPlanTest, OnlyTensorsOfSingleBlocksAreReadDirectly) {
-  EXPECT_TRUE(ReadsDirectly(PlanWith(Op(0, 0, 0, 1024)).tensors(0)));
+TEST(ReadPlanTest, OnlyTensorsOfLargeSingleBlocksAreReadDirectly) {
+  constexpr uint64_t kLarge = kMinDirectReadBytes;
+  EXPECT_TRUE(ReadsDirectly(PlanWith(Op(0, 0, 0, kLarge), kLarge).tensors(0)));
+  EXPECT_FALSE(ReadsDirectly(PlanWith(Op(0, 0, 0, kLarge - 1), kLarge).tensors(0)));
   // Blocks that touch on both sides are one block.
-  EXPECT_TRUE(ReadsDirectly(PlanWith(Op(0, 0, 0, 128, 8, 128, 128)).tensors(0)));
-  EXPECT_FALSE(ReadsDirectly(PlanWith(Op(0, 0, 0, 128, 8, 256, 128)).tensors(0)));
-  EXPECT_FALSE(ReadsDirectly(PlanWith(Op(0, 0, 0, 128, 8, 128, 256)).tensors(0)));
+  EXPECT_TRUE(
+      ReadsDirectly(PlanWith(Op(0, 0, 0, kLarge / 8, 8, kLarge / 8, kLarge / 8), kLarge).tensors(0)));
+  EXPECT_FALSE(
+      ReadsDirectly(PlanWith(Op(0, 0, 0, kLarge / 8, 8, kLarge / 4, kLarge / 8), kLarge).tensors(0)));
+  EXPECT_FALSE(
+      ReadsDirectly(PlanWith(Op(0, 0, 0, kLarge / 8, 8, kLarge / 8, kLarge / 4), kLarge).tensors(0)));
 }
 
 TEST(ReadPlanTest, SpansMergeNearbyReadsOfAShardAndKeepFarOnesApart) {
@@ -85,8 +90,8 @@ TEST(ReadPlanTest, SpansMergeNearbyReadsOfAShardAndKeepFarOnesApart) {
   *second->add_ops() = Op(0, 2048, 0, 128, 2, 256, 128);
   *second->add_ops() = Op(1, 0, 256, 128, 2, 256, 128);  // Another shard's: not in shard 0's.
   v1::PlannedTensor* direct = plan.add_tensors();        // Read straight into its memory: no span.
-  direct->mutable_tensor()->set_byte_size(512);
-  *direct->add_ops() = Op(0, uint64_t{32} << 20, 0, 512);
+  direct->mutable_tensor()->set_byte_size(kMinDirectReadBytes);
+  *direct->add_ops() = Op(0, uint64_t{32} << 20, 0, kMinDirectReadBytes);
   v1::PlannedTensor* far = plan.add_tensors();
   far->mutable_tensor()->set_byte_size(512);
   *far->add_ops() = Op(0, uint64_t{64} << 20, 0, 256, 2, 512, 256);
