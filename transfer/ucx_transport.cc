@@ -462,6 +462,21 @@ absl::Status UcxPeer::Put(const std::vector<RegionTransfers>& regions, absl::Tim
   return Transfers(/*put=*/true, regions, deadline);
 }
 
+absl::StatusOr<const char*> UcxPeer::Mapped(absl::string_view packed_rkey, uint64_t remote_address,
+                                            size_t length) {
+  if (absl::Status usable = CheckUsable(); !usable.ok()) return usable;
+  absl::StatusOr<RemoteKey> key = Unpack(packed_rkey);
+  if (!key.ok()) return key.status();
+  if (absl::Status inside = CheckRange(*key, remote_address, length); !inside.ok()) return inside;
+  void* local = nullptr;
+  const ucs_status_t status = ucp_rkey_ptr(key->rkey, remote_address, &local);
+  if (status == UCS_ERR_UNREACHABLE) {
+    return absl::UnimplementedError("the remote region is not mapped by this peer's transports");
+  }
+  if (status != UCS_OK) return UcxStatus(absl::StatusCode::kInternal, "ucp_rkey_ptr", status);
+  return static_cast<const char*>(local);
+}
+
 absl::Status UcxPeer::CheckUsable() const {
   ucs_status_t failure = failure_.load();
   if (failure != UCS_OK) return UcxStatus(absl::StatusCode::kUnavailable, "endpoint", failure);
@@ -486,14 +501,20 @@ absl::StatusOr<UcxPeer::RemoteKey> UcxPeer::Unpack(absl::string_view packed_rkey
   return key;
 }
 
+absl::Status UcxPeer::CheckRange(const RemoteKey& key, uint64_t remote_address, uint64_t length) {
+  const uint64_t offset = remote_address - key.base;
+  if (remote_address < key.base || offset > key.length || length > key.length - offset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(length, " bytes at ", remote_address, " are outside the remote region"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status UcxPeer::CheckBounds(const RemoteKey& key, absl::Span<const Transfer> transfers) {
   for (const Transfer& transfer : transfers) {
-    uint64_t offset = transfer.remote_address - key.base;
-    if (transfer.remote_address < key.base || offset > key.length ||
-        transfer.length > key.length - offset) {
-      return absl::InvalidArgumentError(absl::StrCat("transfer of ", transfer.length, " bytes at ",
-                                                     transfer.remote_address,
-                                                     " is outside the remote region"));
+    if (absl::Status inside = CheckRange(key, transfer.remote_address, transfer.length);
+        !inside.ok()) {
+      return inside;
     }
     if (transfer.local == nullptr && transfer.length > 0) {
       return absl::InvalidArgumentError("transfer to or from a null local buffer");

@@ -151,6 +151,16 @@ class UcxPeer {
   // Put over several regions (e.g. every shard of an upload) in one window and one flush.
   absl::Status Put(const std::vector<RegionTransfers>& regions, absl::Time deadline);
 
+  // The remote bytes [remote_address, remote_address + length) of the region `packed_rkey`
+  // describes, readable in place: shared-memory transports map memory the owner allocated
+  // through UCX into this process (ucp_rkey_ptr), so reads are plain loads, with no request
+  // per block. UNIMPLEMENTED where the transport cannot (tcp, RDMA, registered rather than
+  // allocated memory): use Get. INVALID_ARGUMENT as Get for a malformed rkey or a range outside
+  // the region. The mapping lasts as long as this peer; the bytes are the owner's live memory,
+  // so they are what Get would read only while the owner keeps the region (a lease).
+  absl::StatusOr<const char*> Mapped(absl::string_view packed_rkey, uint64_t remote_address,
+                                     size_t length);
+
   // Transports and lanes the endpoint uses (ucp_ep_print_info), for diagnostics.
   std::string DebugString() const;
 
@@ -164,6 +174,7 @@ class UcxPeer {
 
   UcxPeer(std::shared_ptr<ucx_internal::Core> core, uint64_t remote_fingerprint);
   static void OnError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static absl::Status CheckRange(const RemoteKey& key, uint64_t remote_address, uint64_t length);
   static absl::Status CheckBounds(const RemoteKey& key, absl::Span<const Transfer> transfers);
   absl::Status Transfers(bool put, const std::vector<RegionTransfers>& regions,
                          absl::Time deadline);

@@ -205,6 +205,14 @@ class UcxTransportFixture : public testing::Test {
     }
   }
 
+  // A transfer completes the wireup exchange. UCX 1.13 asserts (and aborts the store) if a
+  // worker is destroyed with a wireup reply to a peer still pending, as when a test stops the
+  // store without having transferred anything over tcp.
+  void CompleteWireup() {
+    char byte;
+    ASSERT_EQ(Get(0, &byte, 1), absl::OkStatus());
+  }
+
   absl::Status Get(size_t offset, char* local, size_t length, absl::Duration timeout = kTimeout) {
     return peer_->Get(store_->rkey(), {{store_->region_address() + offset, local, length}},
                       absl::Now() + timeout);
@@ -309,10 +317,10 @@ TEST_P(UcxTransportTest, PutOverSeveralRegionsIsVisibleOnReturnAndChecksAllFirst
   const std::vector<UcxPeer::Transfer> tail = {
       {base + kRegionBytes - (3 << 20), data.data() + kRegionBytes - (3 << 20), 3 << 20}};
   const std::vector<UcxPeer::Transfer> past_the_end = {{base + kRegionBytes - 1, data.data(), 2}};
-  EXPECT_EQ(peer_->Put({{store_->rkey(), head}, {store_->rkey(), past_the_end}},
-                       absl::Now() + kTimeout)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      peer_->Put({{store_->rkey(), head}, {store_->rkey(), past_the_end}}, absl::Now() + kTimeout)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(store_->Verify(kStoreSeed, 0, 1 << 20));
 
   ASSERT_EQ(peer_->Put({{store_->rkey(), head}, {store_->rkey(), tail}}, absl::Now() + kTimeout),
@@ -365,6 +373,43 @@ TEST_P(UcxTransportTest, RejectsBadRkeysAndAddressesThenStillWorks) {
   EXPECT_EQ(Get(0, local.data(), kBytes), absl::OkStatus());
 }
 
+// Shared memory maps the store's region into this process: its bytes read in place, and they
+// are the store's live memory (a later Put shows through). Nothing maps over tcp, nor memory
+// the store registered rather than allocated through UCX.
+TEST_P(UcxTransportTest, MapsTheRegionOnlyOverSharedMemory) {
+  ASSERT_NO_FATAL_FAILURE(StartStore(kRegionBytes));
+  ASSERT_NO_FATAL_FAILURE(CompleteWireup());
+  const uint64_t base = store_->region_address();
+  absl::StatusOr<const char*> mapped = peer_->Mapped(store_->rkey(), base + 5, kRegionBytes - 5);
+  if (GetParam() == "tcp") {
+    EXPECT_EQ(mapped.status().code(), absl::StatusCode::kUnimplemented) << mapped.status();
+    return;
+  }
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  const std::vector<char> expected = Pattern(kRegionBytes, kStoreSeed);
+  EXPECT_EQ(std::memcmp(*mapped, expected.data() + 5, kRegionBytes - 5), 0);
+  std::vector<char> written = Pattern(1 << 20, 3);
+  ASSERT_EQ(Put(5, written.data(), written.size()), absl::OkStatus());
+  EXPECT_EQ(std::memcmp(*mapped, written.data(), written.size()), 0);
+
+  for (const auto& [offset, length] : {std::pair<int64_t, uint64_t>{-1, 1},
+                                       {0, kRegionBytes + 1},
+                                       {kRegionBytes, 1},
+                                       {8, ~uint64_t{0} - 4}}) {
+    EXPECT_EQ(peer_->Mapped(store_->rkey(), base + offset, length).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(peer_->Mapped(std::string(40, 'x'), base, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(UcxTransportTest, RegisteredMemoryIsNotMapped) {
+  ASSERT_NO_FATAL_FAILURE(StartStore(1 << 20, /*allocate=*/false));
+  ASSERT_NO_FATAL_FAILURE(CompleteWireup());
+  EXPECT_EQ(peer_->Mapped(store_->rkey(), store_->region_address(), 1 << 20).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
 // Over tcp, UCX reports the peer's death. Over shared memory (UCX 1.13 has no peer failure
 // detection there) the dead store's region stays mapped into this process, so a Get returns
 // its last contents; it must still return, not hang.
@@ -397,8 +442,7 @@ TEST_P(UcxTransportTest, ConnectToADeadPeerFails) {
 
 TEST_P(UcxTransportTest, UsesTheRequestedTransports) {
   ASSERT_NO_FATAL_FAILURE(StartStore(1 << 20));
-  char byte;
-  ASSERT_EQ(Get(0, &byte, 1), absl::OkStatus());  // Completes wireup, which settles the lanes.
+  ASSERT_NO_FATAL_FAILURE(CompleteWireup());  // Which settles the lanes.
   const std::string lanes = peer_->DebugString();
   if (GetParam() == "tcp") {
     EXPECT_THAT(lanes, testing::HasSubstr("tcp/"));

@@ -1,9 +1,10 @@
-// The weight-store through gRPC on loopback, with real UCX (tcp) for the one-sided data path:
-// publish and fetch both ways, every commit check, version rules, watch, leases, retention,
-// restart recovery and metrics.
+// The weight-store through gRPC on loopback, with real UCX (tcp, and shared memory where it
+// matters) for the one-sided data path: publish and fetch both ways, every commit check,
+// version rules, watch, leases, retention, restart recovery and metrics.
 #include "services/weight_store/weight_store_service.h"
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,9 @@
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "gtest/gtest.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/read_plan.h"
@@ -33,12 +37,47 @@ grpc::Status RefusedStatus(grpc::ClientReaderInterface<Response>& reader) {
   return reader.Finish();
 }
 
+using PlanEdit = std::function<void(v1::GetReadPlanResponse&)>;
+
+// Edits each GetReadPlan response a channel receives before its caller sees it.
+class PlanEditing final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit PlanEditing(PlanEdit edit) : edit_(std::move(edit)) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    if (absl::string_view(info->method()) != "/tandem.v1.WeightStoreService/GetReadPlan") {
+      return nullptr;
+    }
+    return new Editor(edit_);
+  }
+
+ private:
+  class Editor final : public grpc::experimental::Interceptor {
+   public:
+    explicit Editor(const PlanEdit& edit) : edit_(edit) {}
+    void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+      if (methods->QueryInterceptionHookPoint(
+              grpc::experimental::InterceptionHookPoints::POST_RECV_MESSAGE) &&
+          methods->GetRecvMessage() != nullptr) {
+        edit_(*static_cast<v1::GetReadPlanResponse*>(methods->GetRecvMessage()));
+      }
+      methods->Proceed();
+    }
+
+   private:
+    const PlanEdit& edit_;
+  };
+
+  PlanEdit edit_;
+};
+
 class WeightStoreServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     data_dir_ = tandem::testing::FreshTestDir("weight_store");
     StartServer();
-    client_ucx_ = *transfer::UcxWorker::Create({.transports = "tcp"});
+    client_ucx_ = *transfer::UcxWorker::Create({.transports = transports_});
   }
 
   void StartServer(int keep_versions = 3, absl::Duration upload_expiry = absl::Minutes(1)) {
@@ -46,7 +85,7 @@ class WeightStoreServiceTest : public ::testing::Test {
     auto service = WeightStoreServiceImpl::Create({.data_dir = data_dir_,
                                                    .keep_versions = keep_versions,
                                                    .upload_expiry = upload_expiry,
-                                                   .ucx = {.transports = "tcp"},
+                                                   .ucx = {.transports = transports_},
                                                    .sweep_interval = absl::Milliseconds(50)});
     ASSERT_TRUE(service.ok()) << service.status();
     ServerOptions options = tandem::testing::LoopbackOptions();
@@ -123,6 +162,90 @@ class WeightStoreServiceTest : public ::testing::Test {
     return target;
   }
 
+  // The second rank of a TP-2/EP-2 consumer with gate and up fused: sliced, strided copies.
+  static v1::TargetLayout SecondRankFused() {
+    v1::TargetLayout target;
+    target.set_tp_rank(1);
+    target.set_tp_size(2);
+    target.set_ep_rank(1);
+    target.set_ep_size(2);
+    target.set_fuse_gate_up(true);
+    return target;
+  }
+
+  // The version fetched in `target` by UCX (copied out of mapped memory or not, as `mapped`
+  // says) holds the same tensors as fetched by the gRPC stream.
+  void ExpectUcxFetchMatchesGrpc(const std::string& name, int64_t version,
+                                 const v1::TargetLayout& target, bool mapped) {
+    absl::StatusOr<FetchedAdapter> by_ucx = Fetch(name, version, /*by_ucx=*/true, target);
+    absl::StatusOr<FetchedAdapter> by_grpc = Fetch(name, version, /*by_ucx=*/false, target);
+    ASSERT_TRUE(by_ucx.ok()) << by_ucx.status();
+    ASSERT_TRUE(by_grpc.ok()) << by_grpc.status();
+    EXPECT_TRUE(by_ucx->by_ucx);
+    EXPECT_EQ(by_ucx->mapped, mapped);
+    ASSERT_EQ(by_ucx->tensors.size(), by_grpc->tensors.size());
+    for (size_t i = 0; i < by_ucx->tensors.size(); ++i) {
+      EXPECT_EQ(by_ucx->tensors[i].tensor.spec().name(), by_grpc->tensors[i].tensor.spec().name());
+      EXPECT_TRUE(by_ucx->tensors[i].bytes == by_grpc->tensors[i].bytes)
+          << by_ucx->tensors[i].tensor.spec().name();
+    }
+  }
+
+  // A stub to this store whose GetReadPlan responses pass through `edit` on arrival.
+  std::unique_ptr<v1::WeightStoreService::Stub> StubEditingPlans(PlanEdit edit) {
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> editors;
+    editors.push_back(std::make_unique<PlanEditing>(std::move(edit)));
+    return v1::WeightStoreService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(),
+        grpc::ChannelArguments(), std::move(editors)));
+  }
+
+  // UCX fetches through plans that lie, as a faulty store's could: a wrong checksum, or blocks
+  // that overlap (some bytes written twice, others never), are DATA_LOSS naming the tensor; a
+  // block outside its shard is INTERNAL.
+  void ExpectLyingPlansFail() {
+    ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 4), /*by_ucx=*/true).ok());
+    struct Lie {
+      std::string what;
+      PlanEdit edit;
+      absl::StatusCode code;
+    };
+    const std::vector<Lie> lies = {
+        {"a wrong checksum",
+         [](v1::GetReadPlanResponse& plan) {
+           v1::TargetTensor& tensor = *plan.mutable_tensors(0)->mutable_tensor();
+           tensor.set_xxh3_64(tensor.xxh3_64() ^ 1);
+         },
+         absl::StatusCode::kDataLoss},
+        {"overlapping blocks",
+         [](v1::GetReadPlanResponse& plan) {
+           for (v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
+             if (tensor.ops_size() < 2) continue;
+             *tensor.mutable_ops(1) = tensor.ops(0);
+             return;
+           }
+           ADD_FAILURE() << "no tensor of several copies to make overlap";
+         },
+         absl::StatusCode::kDataLoss},
+        {"a block outside its shard",
+         [](v1::GetReadPlanResponse& plan) {
+           plan.mutable_tensors(0)->mutable_ops(0)->set_src_offset(plan.shards(0).length());
+         },
+         absl::StatusCode::kInternal},
+    };
+    for (const Lie& lie : lies) {
+      SCOPED_TRACE(lie.what);
+      auto stub = StubEditingPlans(lie.edit);
+      const absl::Status status =
+          FetchAdapter(*stub, "job-1", 1, {.target = Stacked(), .ucx = client_ucx_.get()}).status();
+      EXPECT_EQ(status.code(), lie.code) << status;
+      if (lie.code == absl::StatusCode::kDataLoss) {
+        EXPECT_THAT(status.message(), HasSubstr("tensor "));
+      }
+    }
+  }
+
+  std::string transports_ = "tcp";  // UCX's, for the store and the client.
   std::string data_dir_;
   std::unique_ptr<ServiceServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -147,21 +270,8 @@ TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
     ASSERT_TRUE(v2.ok()) << v2.status();
     ExpectCanonical(ucx_adapter, *v2);
   }
-  // A TP-2 rank of a consumer gets the same tensors by either path.
-  v1::TargetLayout rank1;
-  rank1.set_tp_rank(1);
-  rank1.set_tp_size(2);
-  rank1.set_ep_rank(1);
-  rank1.set_ep_size(2);
-  rank1.set_fuse_gate_up(true);
-  absl::StatusOr<FetchedAdapter> by_grpc = Fetch("job-1", 2, false, rank1);
-  absl::StatusOr<FetchedAdapter> by_ucx = Fetch("job-1", 2, true, rank1);
-  ASSERT_TRUE(by_grpc.ok() && by_ucx.ok());
-  ASSERT_EQ(by_grpc->tensors.size(), by_ucx->tensors.size());
-  for (size_t i = 0; i < by_grpc->tensors.size(); ++i) {
-    EXPECT_EQ(by_grpc->tensors[i].tensor.spec().name(), by_ucx->tensors[i].tensor.spec().name());
-    EXPECT_TRUE(by_grpc->tensors[i].bytes == by_ucx->tensors[i].bytes);
-  }
+  // A TP-2 rank of a consumer gets the same tensors by either path; over tcp, by gets.
+  ExpectUcxFetchMatchesGrpc("job-1", 2, SecondRankFused(), /*mapped=*/false);
 }
 
 // A ~47 MiB adapter merged from TP-2/EP-2 shards pulls three staging batches through the
@@ -184,6 +294,28 @@ TEST_F(WeightStoreServiceTest, ALargeUcxFetchCyclesItsStagingSlotsAndMatchesGrpc
         << by_ucx->tensors[i].tensor.spec().name();
   }
 }
+
+TEST_F(WeightStoreServiceTest, UcxFetchesThroughLyingPlansFail) { ExpectLyingPlansFail(); }
+
+// Store and client on shared memory, which maps the store's UCX memory into the client.
+class WeightStoreSharedMemoryTest : public WeightStoreServiceTest {
+ protected:
+  WeightStoreSharedMemoryTest() { transports_ = "posix,sysv,self"; }
+};
+
+// The read plan runs as copies out of the store's memory: in every layout a rollout may ask
+// for, the tensors are those the gRPC stream sends.
+TEST_F(WeightStoreSharedMemoryTest, FetchesCopyOutOfTheStoresMappedMemoryInAnyLayout) {
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 5, transfer::TestAdapterSpecOfSize(8)),
+                      /*by_ucx=*/true)
+                  .ok());
+  for (const v1::TargetLayout& target : {v1::TargetLayout(), Stacked(), SecondRankFused()}) {
+    SCOPED_TRACE(target.ShortDebugString());
+    ExpectUcxFetchMatchesGrpc("job-1", 1, target, /*mapped=*/true);
+  }
+}
+
+TEST_F(WeightStoreSharedMemoryTest, MappedFetchesThroughLyingPlansFail) { ExpectLyingPlansFail(); }
 
 // Replicas woken by a new version ask for its read plan at once: one computes it, the others
 // wait for it, and every one fetches the version whole.

@@ -21,8 +21,8 @@ namespace {
 
 absl::Status Checked(const grpc::Status& status) { return FromGrpcStatus(status); }
 
-absl::Status VerifyChecksum(const FetchedTensor& fetched) {
-  const uint64_t checksum = Xxh3Checksum(fetched.bytes);
+// DATA_LOSS unless the fetched tensor, whose bytes hash to `checksum`, is the one planned.
+absl::Status CheckFetched(const FetchedTensor& fetched, uint64_t checksum) {
   if (fetched.bytes.size() != fetched.tensor.byte_size() || checksum != fetched.tensor.xxh3_64()) {
     return absl::DataLossError(
         absl::StrFormat("tensor %s: got %d bytes with xxh3 0x%016x, expected %d bytes with 0x%016x",
@@ -30,6 +30,10 @@ absl::Status VerifyChecksum(const FetchedTensor& fetched) {
                         fetched.tensor.byte_size(), fetched.tensor.xxh3_64()));
   }
   return absl::OkStatus();
+}
+
+absl::Status VerifyChecksum(const FetchedTensor& fetched) {
+  return CheckFetched(fetched, Xxh3Checksum(fetched.bytes));
 }
 
 absl::Status PutByGrpc(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
@@ -104,6 +108,72 @@ void Assemble(const v1::PlannedTensor& planned,
   }
 }
 
+// Each shard's first byte, where the store's memory is mapped into this process.
+using MappedShards = absl::flat_hash_map<int, const char*>;
+
+// The plan's shards as mapped by `peer`; UNIMPLEMENTED where its transport maps none (tcp).
+absl::StatusOr<MappedShards> MapShards(const v1::GetReadPlanResponse& plan,
+                                       transfer::UcxPeer& peer) {
+  MappedShards shards;
+  for (const v1::ShardRegion& region : plan.shards()) {
+    absl::StatusOr<const char*> mapped =
+        peer.Mapped(region.rkey(), region.remote_address(), region.length());
+    if (!mapped.ok()) return mapped.status();
+    shards[region.shard_index()] = *mapped;
+  }
+  return shards;
+}
+
+// Copies a tensor's blocks out of the mapped shards in destination order, hashing each one as
+// it lands, while it is in the nearest cache, then verifies the tensor. Blocks that do not
+// tile the tensor exactly (only a faulty plan's) hash differently from its bytes, so then the
+// tensor is hashed again as it is.
+absl::Status CopyAndVerify(const v1::PlannedTensor& planned, const MappedShards& shards,
+                           FetchedTensor& tensor) {
+  struct Block {
+    uint64_t dst_offset;
+    const char* source;
+    uint64_t length;
+  };
+  std::vector<Block> blocks;
+  for (const v1::CopyOp& op : planned.ops()) {
+    const char* source = shards.at(op.shard_index()) + op.src_offset();
+    for (uint64_t i = 0; i < op.count(); ++i) {
+      blocks.push_back(
+          {op.dst_offset() + i * op.dst_stride(), source + i * op.src_stride(), op.length()});
+    }
+  }
+  std::sort(blocks.begin(), blocks.end(),
+            [](const Block& a, const Block& b) { return a.dst_offset < b.dst_offset; });
+  Xxh3Hasher hasher;
+  uint64_t hashed = 0;  // While the blocks tile the tensor: bytes [0, hashed) are hashed.
+  bool tiling = true;
+  for (const Block& block : blocks) {
+    char* destination = tensor.bytes.data() + block.dst_offset;
+    std::memcpy(destination, block.source, block.length);
+    tiling = tiling && block.dst_offset == hashed;
+    if (!tiling) continue;
+    hasher.Update(absl::string_view(destination, block.length));
+    hashed += block.length;
+  }
+  return tiling && hashed == tensor.bytes.size() ? CheckFetched(tensor, hasher.Digest())
+                                                 : VerifyChecksum(tensor);
+}
+
+// Runs a checked plan as local copies out of the mapped shards: one copy per byte and no
+// request per block, where gets would stage the tensors of small blocks and copy them again.
+// This thread and a helper share the tensors.
+absl::Status CopyMapped(const v1::GetReadPlanResponse& plan, const MappedShards& shards,
+                        FetchedAdapter& fetched) {
+  ParallelTasks tasks;
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    tasks.Add([&plan, &shards, &fetched, i] {
+      return CopyAndVerify(plan.tensors(i), shards, fetched.tensors[i]);
+    });
+  }
+  return tasks.Finish();
+}
+
 // Sizes `fetched` for the plan's tensors, keeping the memory of tensors it already held.
 void ShapeLike(const v1::GetReadPlanResponse& plan, FetchedAdapter& fetched) {
   fetched.tensors.resize(plan.tensors_size());
@@ -124,6 +194,7 @@ absl::Status FetchByGrpc(v1::WeightStoreService::StubInterface& stub, absl::stri
   SetTimeout(context, options.timeout);
   auto reader = stub.FetchTensors(&context, request);
   into.by_ucx = false;
+  into.mapped = false;
   size_t count = 0;  // Tensors received; `into` keeps the memory of any beyond.
   v1::FetchTensorsResponse chunk;
   while (reader->Read(&chunk)) {
@@ -226,7 +297,8 @@ char* AdapterFetcher::Staging(uint64_t bytes) {
   return staging_.get();
 }
 
-// Pulls what a read plan needs from the store's memory, batch by batch. Tensors of single
+// Pulls what a read plan needs from the store's memory: by copies where the transport maps it
+// into this process (shared memory), else by gets, batch by batch. Tensors of single
 // blocks land in their memory directly; the others (sliced layouts: many small strided blocks,
 // where a round trip per block would cost far more than the bytes) come in a few large gets per
 // shard into staging memory and are copied from there. Copies and checksums of arrived batches
@@ -237,6 +309,10 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
   if (!regions.ok()) return regions.status();
   ShapeLike(plan, fetched);
   fetched.by_ucx = true;
+  absl::StatusOr<MappedShards> mapped = MapShards(plan, peer);
+  fetched.mapped = mapped.ok();
+  if (mapped.ok()) return CopyMapped(plan, *mapped, fetched);
+  if (!absl::IsUnimplemented(mapped.status())) return mapped.status();
   const std::vector<TensorBatch> batches = BatchesOf(plan);
   // Batches take turns in two staging slots, so staging stays bounded by two batches' spans
   // whatever the adapter's size: a get into a slot waits until the copies out of the batch

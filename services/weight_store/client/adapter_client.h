@@ -48,6 +48,9 @@ struct FetchedTensor {
 struct FetchedAdapter {
   std::vector<FetchedTensor> tensors;  // In name order, each checked against its xxh3.
   bool by_ucx = false;
+  // By UCX, copied out of the store's memory as mapped into this process (shared memory)
+  // rather than by gets.
+  bool mapped = false;
 };
 
 // The rollout's side: fetches committed versions in its own layout, verifying every tensor's
