@@ -240,9 +240,8 @@ void Run() {
     // the pieces PublishAdapter puts on tcp (larger ones collapse there, see UcxOptions). An
     // adapter larger than the last-level cache is fetched from and into memory, so then their
     // messages are the adapter's size: ucx_perftest gets one message into one buffer again and
-    // again, and only with the fetch's working set (the adapter read, the adapter written) is
-    // that not partly a cache-resident copy on shared memory (at 32 MiB messages, the size of
-    // the cache here, it measured 20-28 GiB/s, against 17-19 at 64 MiB and more).
+    // again, and with the fetch's working set (the adapter read, the adapter written) that copy
+    // cannot be partly cache-resident on shared memory either.
     const int shards = static_cast<int>(adapter.shards.size());
     const size_t adapter_bytes = static_cast<size_t>(bytes);
     const size_t message_bytes =
