@@ -156,8 +156,10 @@ class UcxPeer {
   // through UCX into this process (ucp_rkey_ptr), so reads are plain loads, with no request
   // per block. UNIMPLEMENTED where the transport cannot (tcp, RDMA, registered rather than
   // allocated memory): use Get. INVALID_ARGUMENT as Get for a malformed rkey or a range outside
-  // the region. The mapping lasts as long as this peer; the bytes are the owner's live memory,
-  // so they are what Get would read only while the owner keeps the region (a lease).
+  // the region the rkey claims (as for Get, the owner is trusted to claim its real size);
+  // UNAVAILABLE after an endpoint failure; INTERNAL if UCX fails otherwise. The mapping lasts
+  // as long as this peer; the bytes are the owner's live memory, so they are what Get would
+  // read only while the owner keeps the region (a lease).
   absl::StatusOr<const char*> Mapped(absl::string_view packed_rkey, uint64_t remote_address,
                                      size_t length);
 

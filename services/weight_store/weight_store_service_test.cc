@@ -200,11 +200,27 @@ class WeightStoreServiceTest : public ::testing::Test {
         grpc::ChannelArguments(), std::move(editors)));
   }
 
-  // UCX fetches through plans that lie, as a faulty store's could: a wrong checksum, or blocks
-  // that overlap (some bytes written twice, others never), are DATA_LOSS naming the tensor; a
-  // block outside its shard is INTERNAL.
-  void ExpectLyingPlansFail() {
+  // UCX fetches (by gets, or by copies out of mapped memory, as `mapped` says) through plans
+  // that lie, as a faulty store's could. A wrong checksum, blocks that overlap (some bytes
+  // written twice, others never), or a block put in another's place (every byte received, in
+  // the wrong order) are DATA_LOSS naming the tensor; a block outside its shard is INTERNAL; a
+  // shard larger than the store's region is INVALID_ARGUMENT.
+  void ExpectLyingPlansFail(bool mapped) {
     ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 4), /*by_ucx=*/true).ok());
+    // The first tensor of two copies of one shape, so that either may take the other's place.
+    const auto tensor_of_two_alike = [](v1::GetReadPlanResponse& plan) -> v1::PlannedTensor* {
+      for (v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
+        if (tensor.ops_size() < 2) continue;
+        const v1::CopyOp& a = tensor.ops(0);
+        const v1::CopyOp& b = tensor.ops(1);
+        if (a.count() == b.count() && a.length() == b.length() &&
+            a.dst_stride() == b.dst_stride()) {
+          return &tensor;
+        }
+      }
+      ADD_FAILURE() << "no tensor of two copies alike";
+      return nullptr;
+    };
     struct Lie {
       std::string what;
       PlanEdit edit;
@@ -218,13 +234,17 @@ class WeightStoreServiceTest : public ::testing::Test {
          },
          absl::StatusCode::kDataLoss},
         {"overlapping blocks",
-         [](v1::GetReadPlanResponse& plan) {
-           for (v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
-             if (tensor.ops_size() < 2) continue;
-             *tensor.mutable_ops(1) = tensor.ops(0);
-             return;
+         [&](v1::GetReadPlanResponse& plan) {
+           if (v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
+             *tensor->mutable_ops(1) = tensor->ops(0);
            }
-           ADD_FAILURE() << "no tensor of several copies to make overlap";
+         },
+         absl::StatusCode::kDataLoss},
+        {"a block in another's place",
+         [&](v1::GetReadPlanResponse& plan) {
+           if (v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
+             tensor->mutable_ops(1)->set_dst_offset(tensor->ops(0).dst_offset());
+           }
          },
          absl::StatusCode::kDataLoss},
         {"a block outside its shard",
@@ -232,15 +252,29 @@ class WeightStoreServiceTest : public ::testing::Test {
            plan.mutable_tensors(0)->mutable_ops(0)->set_src_offset(plan.shards(0).length());
          },
          absl::StatusCode::kInternal},
+        {"a shard larger than the store's region",
+         [](v1::GetReadPlanResponse& plan) {
+           v1::ShardRegion& shard = *plan.mutable_shards(0);
+           for (v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
+             for (v1::CopyOp& op : *tensor.mutable_ops()) {
+               if (op.shard_index() == shard.shard_index()) op.set_src_offset(shard.length());
+             }
+           }
+           shard.set_length(2 * shard.length() + (1 << 20));
+         },
+         absl::StatusCode::kInvalidArgument},
     };
     for (const Lie& lie : lies) {
       SCOPED_TRACE(lie.what);
       auto stub = StubEditingPlans(lie.edit);
+      AdapterFetcher fetcher(*stub);
+      FetchedAdapter fetched;
       const absl::Status status =
-          FetchAdapter(*stub, "job-1", 1, {.target = Stacked(), .ucx = client_ucx_.get()}).status();
+          fetcher.FetchInto("job-1", 1, {.target = Stacked(), .ucx = client_ucx_.get()}, fetched);
       EXPECT_EQ(status.code(), lie.code) << status;
       if (lie.code == absl::StatusCode::kDataLoss) {
         EXPECT_THAT(status.message(), HasSubstr("tensor "));
+        EXPECT_EQ(fetched.mapped, mapped);
       }
     }
   }
@@ -295,7 +329,9 @@ TEST_F(WeightStoreServiceTest, ALargeUcxFetchCyclesItsStagingSlotsAndMatchesGrpc
   }
 }
 
-TEST_F(WeightStoreServiceTest, UcxFetchesThroughLyingPlansFail) { ExpectLyingPlansFail(); }
+TEST_F(WeightStoreServiceTest, UcxFetchesThroughLyingPlansFail) {
+  ExpectLyingPlansFail(/*mapped=*/false);
+}
 
 // Store and client on shared memory, which maps the store's UCX memory into the client.
 class WeightStoreSharedMemoryTest : public WeightStoreServiceTest {
@@ -315,7 +351,9 @@ TEST_F(WeightStoreSharedMemoryTest, FetchesCopyOutOfTheStoresMappedMemoryInAnyLa
   }
 }
 
-TEST_F(WeightStoreSharedMemoryTest, MappedFetchesThroughLyingPlansFail) { ExpectLyingPlansFail(); }
+TEST_F(WeightStoreSharedMemoryTest, MappedFetchesThroughLyingPlansFail) {
+  ExpectLyingPlansFail(/*mapped=*/true);
+}
 
 // Replicas woken by a new version ask for its read plan at once: one computes it, the others
 // wait for it, and every one fetches the version whole.

@@ -143,8 +143,13 @@ absl::Status CopyAndVerify(const v1::PlannedTensor& planned, const MappedShards&
           {op.dst_offset() + i * op.dst_stride(), source + i * op.src_stride(), op.length()});
     }
   }
-  std::sort(blocks.begin(), blocks.end(),
-            [](const Block& a, const Block& b) { return a.dst_offset < b.dst_offset; });
+  const auto by_destination = [](const Block& a, const Block& b) {
+    return a.dst_offset < b.dst_offset;
+  };
+  // Plans list ops by destination, so their blocks usually are already.
+  if (!std::is_sorted(blocks.begin(), blocks.end(), by_destination)) {
+    std::sort(blocks.begin(), blocks.end(), by_destination);
+  }
   Xxh3Hasher hasher;
   uint64_t hashed = 0;  // While the blocks tile the tensor: bytes [0, hashed) are hashed.
   bool tiling = true;
@@ -162,16 +167,27 @@ absl::Status CopyAndVerify(const v1::PlannedTensor& planned, const MappedShards&
 
 // Runs a checked plan as local copies out of the mapped shards: one copy per byte and no
 // request per block, where gets would stage the tensors of small blocks and copy them again.
-// This thread and a helper share the tensors.
+// This thread and a helper share the tensors; once one fails its check, the rest are skipped.
+// Copies that end past `deadline` may have read memory the store reused once the lease ran
+// out: DEADLINE_EXCEEDED, which the caller treats as transport trouble, not as corruption.
 absl::Status CopyMapped(const v1::GetReadPlanResponse& plan, const MappedShards& shards,
-                        FetchedAdapter& fetched) {
+                        absl::Time deadline, FetchedAdapter& fetched) {
   ParallelTasks tasks;
+  std::atomic<bool> failed = false;
   for (int i = 0; i < plan.tensors_size(); ++i) {
-    tasks.Add([&plan, &shards, &fetched, i] {
-      return CopyAndVerify(plan.tensors(i), shards, fetched.tensors[i]);
+    tasks.Add([&plan, &shards, &fetched, &failed, i] {
+      if (failed) return absl::OkStatus();  // The first failure is already reported.
+      absl::Status status = CopyAndVerify(plan.tensors(i), shards, fetched.tensors[i]);
+      if (!status.ok()) failed = true;
+      return status;
     });
   }
-  return tasks.Finish();
+  const absl::Status copied = tasks.Finish();
+  if (!copied.ok() && absl::Now() > deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("copies from the store's memory outlasted the lease: ", copied.message()));
+  }
+  return copied;
 }
 
 // Sizes `fetched` for the plan's tensors, keeping the memory of tensors it already held.
@@ -311,7 +327,7 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
   fetched.by_ucx = true;
   absl::StatusOr<MappedShards> mapped = MapShards(plan, peer);
   fetched.mapped = mapped.ok();
-  if (mapped.ok()) return CopyMapped(plan, *mapped, fetched);
+  if (mapped.ok()) return CopyMapped(plan, *mapped, deadline, fetched);
   if (!absl::IsUnimplemented(mapped.status())) return mapped.status();
   const std::vector<TensorBatch> batches = BatchesOf(plan);
   // Batches take turns in two staging slots, so staging stays bounded by two batches' spans
@@ -411,7 +427,8 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
   absl::StatusOr<transfer::UcxPeer*> peer = PeerFor(*options.ucx, plan.store_worker_address());
   const absl::Status pulled = peer.ok() ? PullPlan(plan, **peer, deadline, fetched) : peer.status();
   if (!pulled.ok()) peer_.reset();  // A broken endpoint is not reused.
-  if (peer.ok() && !pulled.ok()) SetAsideMemoryOf(fetched);
+  // Copies out of mapped memory leave nothing in flight.
+  if (peer.ok() && !pulled.ok() && !fetched.mapped) SetAsideMemoryOf(fetched);
   release();
   return pulled;
 }
