@@ -13,6 +13,7 @@
 #include "common/finished_reactor.h"
 #include "common/identifier.h"
 #include "common/open_streams.h"
+#include "common/parallel_tasks.h"
 #include "common/proto_time.h"
 #include "common/queued_write_reactor.h"
 #include "common/status.h"
@@ -445,10 +446,21 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::PlanWithChecksum
   absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
       PlanReads(version.manifest, request.target(), Names(request.tensor_names()));
   if (!plan.ok()) return plan.status();
+  {
+    // Hashing the version's bytes is most of a plan's cost, and the replicas that asked for it
+    // wait: this thread and a helper share the tensors.
+    ParallelTasks checksums;
+    for (v1::PlannedTensor& tensor : *plan) {
+      checksums.Add([&tensor, &version] {
+        tensor.mutable_tensor()->set_xxh3_64(TensorChecksum(tensor, version));
+        return absl::OkStatus();
+      });
+    }
+    checksums.Finish().IgnoreError();  // The tasks cannot fail.
+  }
   v1::GetReadPlanResponse result;
   std::vector<bool> used(version.shards.size(), false);
   for (v1::PlannedTensor& tensor : *plan) {
-    tensor.mutable_tensor()->set_xxh3_64(TensorChecksum(tensor, version));
     for (const v1::CopyOp& op : tensor.ops()) used[op.shard_index()] = true;
     *result.add_tensors() = std::move(tensor);
   }
