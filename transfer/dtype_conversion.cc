@@ -36,11 +36,18 @@ void StoreFloat(float value, v1::DType dtype, char* out) {
 
 }  // namespace
 
+absl::Status CheckConvertible(v1::DType from, v1::DType to) {
+  if (to == v1::DTYPE_UNSPECIFIED || to == from || (IsFloat(from) && IsFloat(to))) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("cannot convert ", v1::DType_Name(from), " to ", v1::DType_Name(to)));
+}
+
 absl::StatusOr<std::string> ConvertFloats(std::string bytes, v1::DType from, v1::DType to) {
   if (to == v1::DTYPE_UNSPECIFIED || to == from) return bytes;
-  if (!IsFloat(from) || !IsFloat(to)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot convert ", v1::DType_Name(from), " to ", v1::DType_Name(to)));
+  if (absl::Status convertible = CheckConvertible(from, to); !convertible.ok()) {
+    return convertible;
   }
   const size_t count = bytes.size() / FloatSize(from);
   std::string out(count * FloatSize(to), '\0');

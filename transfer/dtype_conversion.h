@@ -12,6 +12,9 @@ namespace tandem::transfer {
 // UNSPECIFIED or equal dtypes return the bytes unchanged. INVALID_ARGUMENT otherwise.
 absl::StatusOr<std::string> ConvertFloats(std::string bytes, v1::DType from, v1::DType to);
 
+// OK when ConvertFloats can convert `from` to `to`; its INVALID_ARGUMENT otherwise.
+absl::Status CheckConvertible(v1::DType from, v1::DType to);
+
 }  // namespace tandem::transfer
 
 #endif  // TANDEM_TRANSFER_DTYPE_CONVERSION_H_

@@ -1,5 +1,7 @@
 #include "services/weight_store/adapter_store.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/random/random.h"
@@ -11,10 +13,18 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/weight_store/manifest.h"
+#include "services/weight_store/reshard.h"
 
 namespace tandem::weight_store {
 
 namespace {
+
+// 0 where the system does not say.
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_bytes > 0 ? static_cast<uint64_t>(pages) * page_bytes : 0;
+}
 
 std::string RandomId(absl::string_view prefix) {
   thread_local absl::BitGen random;
@@ -86,12 +96,24 @@ absl::Status AdapterStore::Recover() {
 
 absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bool use_ucx) {
   if (absl::Status status = ValidateManifest(manifest); !status.ok()) return status;
+  if (absl::Status status = CheckStackable(manifest); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        VersionName(manifest.adapter_name(), manifest.version()), ": ", status.message()));
+  }
   if (use_ucx && options_.ucx == nullptr) {
     return absl::FailedPreconditionError("this weight-store runs without UCX; publish over gRPC");
   }
   const std::string name = VersionName(manifest.adapter_name(), manifest.version());
+  // Shards may be up to 2^40 bytes each: an upload this host could never hold is refused up
+  // front rather than left to the allocator (or the OOM killer, once the bytes arrive).
+  const uint64_t total_bytes = TotalBytes(manifest);
+  if (const uint64_t memory = PhysicalMemoryBytes(); memory > 0 && total_bytes > memory) {
+    return absl::ResourceExhaustedError(absl::StrCat(name, " has ", total_bytes,
+                                                     " bytes of shards; this host has ", memory,
+                                                     " bytes of memory"));
+  }
   v1::Manifest normalized = manifest;  // As stored, so a retried Begin compares equal.
-  normalized.set_total_bytes(TotalBytes(manifest));
+  normalized.set_total_bytes(total_bytes);
   normalized.clear_commit_time();
   absl::MutexLock lock(&mutex_);
   if (auto it = adapters_.find(manifest.adapter_name()); it != adapters_.end()) {
@@ -206,6 +228,13 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
   bool by_ucx = false;
   {
     absl::MutexLock lock(&mutex_);
+    // A retried commit (its first call's deadline passed, say) waits for the one in progress
+    // and answers as it would after it: CommitPublish is idempotent.
+    const auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+      auto it = uploads_.find(upload_id);
+      return it == uploads_.end() || it->second->state != Upload::State::kCommitting;
+    };
+    mutex_.Await(absl::Condition(&settled));
     auto it = uploads_.find(upload_id);
     if (it != uploads_.end() && it->second->state == Upload::State::kCommitted) {
       return CommitOutcome{.version = it->second->committed, .repeated = true};

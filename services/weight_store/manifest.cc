@@ -11,8 +11,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "common/identifier.h"
 #include "absl/strings/string_view.h"
+#include "common/identifier.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::weight_store {
@@ -23,6 +23,7 @@ constexpr size_t kMaxTensorNameBytes = 512;
 constexpr int kMaxDims = 8;
 constexpr int kMaxExperts = 32767;
 constexpr int kMaxShards = 65536;
+constexpr size_t kMaxManifestBytes = size_t{64} << 20;
 constexpr uint64_t kMaxShardBytes = uint64_t{1} << 40;
 // All shards together hold at most this much, so no larger tensor can be covered. The bound
 // also keeps every element count and byte size below in uint64 range.
@@ -95,7 +96,8 @@ absl::Status ValidateTensor(const v1::CanonicalTensor& tensor, TensorInfo& info)
   if (spec.name().empty() || spec.name().size() > kMaxTensorNameBytes) {
     return Invalid("name of ", spec.name().size(), " bytes not in 1..", kMaxTensorNameBytes);
   }
-  if (transfer::ElementSize(spec.dtype()) == 0) return Invalid("dtype ", spec.dtype(), " is not a dtype");
+  if (transfer::ElementSize(spec.dtype()) == 0)
+    return Invalid("dtype ", spec.dtype(), " is not a dtype");
   if (absl::Status status = ValidateExperts(tensor); !status.ok()) return status;
   return ValidateShape(tensor, info);
 }
@@ -183,8 +185,8 @@ uint64_t BoxElements(const CoveredBox& box) {
 absl::Status ValidateBytes(const v1::ShardPiece& piece, const v1::Shard& shard,
                            const TensorInfo& info, const CoveredBox& box) {
   // Fits: the box lies within a tensor of at most kMaxTensorBytes.
-  const uint64_t expected =
-      BoxElements(box) * (piece.fused_gate_up() ? 2 : 1) * transfer::ElementSize(info.tensor->spec().dtype());
+  const uint64_t expected = BoxElements(box) * (piece.fused_gate_up() ? 2 : 1) *
+                            transfer::ElementSize(info.tensor->spec().dtype());
   if (piece.byte_length() != expected) {
     return Invalid("byte_length ", piece.byte_length(), " != ", expected, " of the slice");
   }
@@ -283,7 +285,8 @@ absl::Status ValidateCoverage(const TensorInfo& info, std::vector<CoveredBox>& b
 }
 
 absl::Status ValidateContents(const v1::Manifest& manifest) {
-  if (absl::Status status = transfer::ValidateLoraConfig(manifest.lora()); !status.ok()) return status;
+  if (absl::Status status = transfer::ValidateLoraConfig(manifest.lora()); !status.ok())
+    return status;
   Tensors tensors;
   if (absl::Status status = ValidateTensors(manifest, tensors); !status.ok()) return status;
   if (manifest.shards_size() < 1 || manifest.shards_size() > kMaxShards) {
@@ -313,6 +316,10 @@ absl::Status ValidateManifest(const v1::Manifest& manifest) {
   }
   if (manifest.version() < 1) {
     return Invalid(manifest.adapter_name(), ": version ", manifest.version(), " < 1");
+  }
+  if (const size_t encoded = manifest.ByteSizeLong(); encoded > kMaxManifestBytes) {
+    return Invalid(manifest.adapter_name(), "@", manifest.version(), ": manifest encodes to ",
+                   encoded, " bytes; at most 64 MiB");
   }
   if (absl::Status status = ValidateContents(manifest); !status.ok()) {
     return Invalid(manifest.adapter_name(), "@", manifest.version(), ": ", status.message());

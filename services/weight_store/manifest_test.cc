@@ -8,8 +8,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "transfer/lora_testing.h"
 #include "transfer/lora_layout.h"
+#include "transfer/lora_testing.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -25,7 +25,8 @@ v1::LoraConfig Lora(v1::ExpertLayout layout) {
 }
 
 // The manifest of the small test model published by every rank of a TP x EP producer.
-v1::Manifest Publish(v1::ExpertLayout expert_layout, v1::DType dtype, transfer::ProducerLayout layout) {
+v1::Manifest Publish(v1::ExpertLayout expert_layout, v1::DType dtype,
+                     transfer::ProducerLayout layout) {
   v1::Manifest manifest;
   manifest.set_adapter_name("policy/job-1");
   manifest.set_version(3);
@@ -33,7 +34,8 @@ v1::Manifest Publish(v1::ExpertLayout expert_layout, v1::DType dtype, transfer::
   const std::vector<v1::CanonicalTensor> tensors =
       *transfer::CanonicalTensorsFor(transfer::kTinyModel, manifest.lora(), dtype);
   manifest.mutable_tensors()->Add(tensors.begin(), tensors.end());
-  const absl::flat_hash_map<std::string, std::string> canonical = transfer::RandomCanonicalBytes(tensors, 1);
+  const absl::flat_hash_map<std::string, std::string> canonical =
+      transfer::RandomCanonicalBytes(tensors, 1);
   const int tp_size = layout.tp_size;
   for (int rank = 0; rank < tp_size * layout.ep_size; ++rank) {
     layout.tp_rank = rank % tp_size;
@@ -136,6 +138,9 @@ const BadCase kBadCases[] = {
      [](v1::Manifest& m) { m.set_adapter_name(std::string(129, 'a')); },
      {"bad adapter_name"}},
     {"VersionZero", [](v1::Manifest& m) { m.set_version(0); }, {"policy/job-1", "version 0 < 1"}},
+    {"EncodedOver64MiB",
+     [](v1::Manifest& m) { (*m.mutable_labels())["notes"] = std::string(64 << 20, 'x'); },
+     {"policy/job-1@3", "manifest encodes to", "at most 64 MiB"}},
     {"RankZero",
      [](v1::Manifest& m) { m.mutable_lora()->set_rank(0); },
      {"policy/job-1@3", "lora.rank: 0"}},

@@ -118,7 +118,7 @@ absl::flat_hash_map<absl::string_view, int> IndexByName(const v1::Manifest& mani
 transfer::TensorBox PieceBox(const v1::ShardPiece& piece, const v1::CanonicalTensor& tensor) {
   const bool per_expert = tensor.num_experts() > 0;
   transfer::TensorBox box{{per_expert ? piece.expert_begin() : 0},
-                {per_expert ? piece.expert_end() - piece.expert_begin() : 1}};
+                          {per_expert ? piece.expert_end() - piece.expert_begin() : 1}};
   for (const v1::DimSlice& slice : piece.slice()) {
     box.begin.push_back(slice.offset());
     box.size.push_back(slice.size());
@@ -157,7 +157,8 @@ absl::flat_hash_map<int, int> FusedPairs(const v1::Manifest& manifest) {
   const absl::flat_hash_map<absl::string_view, int> index_by_name = IndexByName(manifest);
   absl::flat_hash_map<int, int> pairs;
   for (int t = 0; t < manifest.tensors_size(); ++t) {
-    const std::optional<std::string> up_name = transfer::UpProjName(manifest.tensors(t).spec().name());
+    const std::optional<std::string> up_name =
+        transfer::UpProjName(manifest.tensors(t).spec().name());
     if (!up_name.has_value()) continue;
     const auto up = index_by_name.find(*up_name);
     if (up != index_by_name.end() &&
@@ -203,8 +204,8 @@ absl::Status AddTargets(const v1::Manifest& manifest, int t, std::optional<int> 
   const bool expert_group = transfer::IsRoutedExpertTensor(canonical.spec().name());
   absl::StatusOr<transfer::TensorBox> box =
       transfer::RankBox(canonical, expert_group ? consumer.expert_tp_rank : consumer.tp_rank,
-              expert_group ? consumer.expert_tp_size : consumer.tp_size, consumer.ep_rank,
-              consumer.ep_size);
+                        expert_group ? consumer.expert_tp_size : consumer.tp_size, consumer.ep_rank,
+                        consumer.ep_size);
   if (!box.ok()) return Invalid("target layout: ", box.status().message());
   std::string name = canonical.spec().name();
   if (up.has_value()) name = absl::StrReplaceAll(name, {{"gate_proj", "gate_up_proj"}});
@@ -217,9 +218,9 @@ absl::Status AddTargets(const v1::Manifest& manifest, int t, std::optional<int> 
     expert_box.size[0] = 1;
     for (int64_t e = box->begin[0]; e < box->begin[0] + box->size[0]; ++e) {
       expert_box.begin[0] = e;
-      targets.push_back(
-          MakeTarget(canonical, absl::StrReplaceAll(name, {{transfer::kExpertPlaceholder, absl::StrCat(e)}}),
-                     t, up, expert_box, false));
+      targets.push_back(MakeTarget(
+          canonical, absl::StrReplaceAll(name, {{transfer::kExpertPlaceholder, absl::StrCat(e)}}),
+          t, up, expert_box, false));
     }
   }
   return absl::OkStatus();
@@ -453,6 +454,16 @@ absl::StatusOr<std::vector<v1::PlannedTensor>> PlanReads(
   planned.reserve(targets->size());
   for (Target& t : *targets) planned.push_back(Plan(std::move(t), sources));
   return planned;
+}
+
+absl::Status CheckStackable(const v1::Manifest& manifest) {
+  Consumer stacked;
+  stacked.stack_experts = true;
+  absl::StatusOr<std::vector<Target>> targets = AllTargets(manifest, stacked);
+  if (!targets.ok()) {
+    return Invalid("tensors: with experts stacked, ", targets.status().message());
+  }
+  return absl::OkStatus();
 }
 
 void ExecuteOps(const v1::PlannedTensor& tensor, const std::vector<absl::string_view>& shards,

@@ -32,6 +32,12 @@ absl::StatusOr<std::vector<v1::PlannedTensor>> PlanReads(
     const v1::Manifest& manifest, const v1::TargetLayout& target,
     const std::vector<std::string>& tensor_names);
 
+// OK if the manifest's expert tensors stack (TargetLayout.stack_experts, which the embedded
+// engine always uses) without two target tensors taking one name, as when a side is both
+// shared and per-expert; INVALID_ARGUMENT naming the tensor otherwise. `manifest` must have
+// passed ValidateManifest.
+absl::Status CheckStackable(const v1::Manifest& manifest);
+
 // Runs a tensor's ops from the shards' bytes (indexed by shard_index) into `dst`, which holds
 // tensor.byte_size bytes. The shards must be those of the planned manifest.
 void ExecuteOps(const v1::PlannedTensor& tensor, const std::vector<absl::string_view>& shards,

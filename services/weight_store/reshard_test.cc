@@ -12,9 +12,9 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "transfer/lora_testing.h"
-#include "transfer/lora_layout.h"
 #include "services/weight_store/manifest.h"
+#include "transfer/lora_layout.h"
+#include "transfer/lora_testing.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -245,7 +245,9 @@ std::string ProducerName(const transfer::ProducerLayout& layout) {
 }  // namespace
 
 // Readable test parameters (gtest would print the struct's bytes).
-void PrintTo(const transfer::ProducerLayout& layout, std::ostream* os) { *os << ProducerName(layout); }
+void PrintTo(const transfer::ProducerLayout& layout, std::ostream* os) {
+  *os << ProducerName(layout);
+}
 
 namespace {
 
@@ -284,13 +286,14 @@ TEST_P(ReshardMatrixTest, AssembledTensorsMatchHandSlicing) {
 
 INSTANTIATE_TEST_SUITE_P(
     Producers, ReshardMatrixTest,
-    ::testing::Combine(
-        ::testing::Values(transfer::ProducerLayout{.tp_size = 2, .ep_size = 2},
-                          transfer::ProducerLayout{.fuse_gate_up = false, .stack_experts = false},
-                          transfer::ProducerLayout{.tp_size = 4, .ep_size = 1, .stack_experts = false}),
-        ::testing::Values(v1::EXPERT_LAYOUT_PER_EXPERT, v1::EXPERT_LAYOUT_SHARED,
-                          v1::EXPERT_LAYOUT_SHARED_OUTER),
-        ::testing::Values(v1::DTYPE_BF16, v1::DTYPE_F32)),
+    ::testing::Combine(::testing::Values(transfer::ProducerLayout{.tp_size = 2, .ep_size = 2},
+                                         transfer::ProducerLayout{.fuse_gate_up = false,
+                                                                  .stack_experts = false},
+                                         transfer::ProducerLayout{
+                                             .tp_size = 4, .ep_size = 1, .stack_experts = false}),
+                       ::testing::Values(v1::EXPERT_LAYOUT_PER_EXPERT, v1::EXPERT_LAYOUT_SHARED,
+                                         v1::EXPERT_LAYOUT_SHARED_OUTER),
+                       ::testing::Values(v1::DTYPE_BF16, v1::DTYPE_F32)),
     [](const auto& info) {
       return absl::StrCat(ProducerName(std::get<0>(info.param)),
                           v1::ExpertLayout_Name(std::get<1>(info.param)),
@@ -507,6 +510,14 @@ TEST(ReshardTest, RejectsTargetNameClash) {
   EXPECT_THAT(PlanReads(published.manifest, stacked, {}).status().message(),
               HasSubstr("two target tensors named "
                         "'model.layers.1.mlp.experts.down_proj.lora_A.weight'"));
+  // Which the store checks at BeginPublish: the embedded engine always stacks.
+  const absl::Status stackable = CheckStackable(published.manifest);
+  EXPECT_EQ(stackable.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(stackable.message(), HasSubstr("with experts stacked, two target tensors named"));
+  EXPECT_TRUE(CheckStackable(PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16,
+                                          transfer::ProducerLayout{})
+                                 .manifest)
+                  .ok());
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "services/weight_store/shard_buffer.h"
 
+#include <new>
+
+#include "absl/strings/str_cat.h"
+
 namespace tandem::weight_store {
 
 absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBuffer::Allocate(transfer::UcxWorker* ucx,
@@ -12,7 +16,11 @@ absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBuffer::Allocate(transfer::Ucx
     buffer->region_ = *std::move(region);
     buffer->data_ = buffer->region_->data();
   } else {
-    buffer->plain_ = std::make_unique_for_overwrite<char[]>(length);
+    buffer->plain_.reset(new (std::nothrow) char[length]);
+    if (buffer->plain_ == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", length, " bytes of memory for a shard"));
+    }
     buffer->data_ = buffer->plain_.get();
   }
   return buffer;

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/adapter_selector.h"
 #include "common/checksum.h"
 #include "common/finished_reactor.h"
@@ -82,6 +81,11 @@ class PutShardReactor final : public grpc::ServerReadReactor<v1::PutShardRequest
   }
 
   void OnReadDone(bool ok) override {
+    if (!ok && upload_id_.empty()) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "PutShard stream ended without a chunk: upload_id is required"));
+      return;
+    }
     if (!ok) {
       for (const auto& [shard, written] : progress_) {
         v1::ShardProgress& entry = *response_->add_shards();
@@ -158,10 +162,12 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchVersionsResponse> 
     return event;
   }
 
+  // The first event out is the snapshot, whichever came first: a commit announced between
+  // Watch and Newest in the constructor, or the constructor's; every later one is a commit.
   void Enqueue(std::deque<v1::WatchVersionsResponse>& queue,
                v1::WatchVersionsResponse event) override {
     if (sent_any_ && event.version().version() <= newest_offered_) return;
-    if (!sent_any_) event.set_type(v1::VERSION_EVENT_TYPE_SNAPSHOT);
+    event.set_type(sent_any_ ? v1::VERSION_EVENT_TYPE_COMMITTED : v1::VERSION_EVENT_TYPE_SNAPSHOT);
     sent_any_ = true;
     newest_offered_ = event.version().version();
     queue.clear();
@@ -223,6 +229,15 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsRespo
     if (!plan.ok()) return plan.status();
     plan_ = *std::move(plan);
     target_dtype_ = request.target().dtype();
+    // Refused before the first chunk rather than partway through the stream.
+    for (const v1::PlannedTensor& planned : plan_) {
+      if (absl::Status convertible =
+              transfer::CheckConvertible(planned.tensor().spec().dtype(), target_dtype_);
+          !convertible.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "target.dtype: tensor ", planned.tensor().spec().name(), ": ", convertible.message()));
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -412,9 +427,11 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
   absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
       store_->LeasedVersion(request.lease_id(), request.adapter_name(), request.version());
   if (!version.ok()) return version.status();
-  const std::string cache_key = absl::StrCat(request.adapter_name(), "@", request.version(), "/",
-                                             request.target().SerializeAsString(), "/",
-                                             absl::StrJoin(request.tensor_names(), ","));
+  // What the plan depends on: the request less its lease. A plan cached for these exact names
+  // was checked when it was computed.
+  v1::GetReadPlanRequest cache_request = request;
+  cache_request.clear_lease_id();
+  const std::string cache_key = cache_request.SerializeAsString();
   std::shared_ptr<PlanInFlight> in_flight;
   {
     absl::MutexLock lock(&mutex_);
@@ -493,9 +510,12 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::ExchangeUcxEndpoint(
     v1::ExchangeUcxEndpointResponse* response) {
   const auto exchange = [&]() -> absl::StatusOr<v1::ExchangeUcxEndpointResponse> {
     if (ucx_ == nullptr) return absl::FailedPreconditionError("this weight-store runs without UCX");
-    if (request->worker_address().empty() || request->worker_address().size() > (64 << 10) ||
-        request->client_id().empty()) {
-      return absl::InvalidArgumentError("worker_address (1 B..64 KiB) and client_id are required");
+    if (request->worker_address().empty() || request->worker_address().size() > (64 << 10)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker_address has ", request->worker_address().size(), " bytes; allowed 1 B..64 KiB"));
+    }
+    if (absl::Status status = ValidateIdentifier("client_id", request->client_id()); !status.ok()) {
+      return status;
     }
     // One-sided gets and puts need only the client's endpoint to the store; the store keeps
     // no per-client state.

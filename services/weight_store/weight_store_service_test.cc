@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/channel.h"
+#include "common/checksum.h"
 #include "common/server.h"
 #include "common/testing/http_get.h"
 #include "common/testing/test_dir.h"
@@ -424,6 +425,38 @@ TEST_F(WeightStoreServiceTest, FetchConvertsDtypesOverGrpc) {
   EXPECT_EQ(Fetch("job-1", 1, false, target).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A version that also holds an integer tensor cannot be converted to a float dtype: the stream
+// is refused before its first chunk, not after the float tensors went out.
+TEST_F(WeightStoreServiceTest, AnUnconvertibleTensorRefusesTheFetchBeforeAnyChunk) {
+  transfer::TestAdapter adapter =
+      transfer::MakeTestAdapter("job-1", 1, 74, {.tp_size = 1, .ep_size = 1});
+  const std::string counts(16, '\x01');  // Four int32 elements, last in name order.
+  v1::CanonicalTensor& tensor = *adapter.manifest.add_tensors();
+  tensor.mutable_spec()->set_name("zz.step_counts");
+  tensor.mutable_spec()->set_dtype(v1::DTYPE_I32);
+  tensor.mutable_spec()->add_shape(4);
+  v1::Shard& shard = *adapter.manifest.add_shards();
+  shard.set_byte_size(counts.size());
+  shard.set_xxh3_64(Xxh3Checksum(counts));
+  v1::ShardPiece& piece = *shard.add_pieces();
+  piece.set_tensor_name("zz.step_counts");
+  piece.add_slice()->set_size(4);
+  piece.set_byte_length(counts.size());
+  adapter.shards.push_back(counts);
+  ASSERT_TRUE(Publish(adapter, /*by_ucx=*/false).ok());
+
+  grpc::ClientContext context;
+  v1::FetchTensorsRequest request;
+  request.set_adapter_name("job-1");
+  request.set_version(1);
+  request.mutable_target()->set_dtype(v1::DTYPE_F32);
+  auto reader = stub_->FetchTensors(&context, request);
+  const grpc::Status status = RefusedStatus(*reader);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("zz.step_counts"));
+  EXPECT_THAT(status.error_message(), HasSubstr("cannot convert DTYPE_I32 to DTYPE_F32"));
+}
+
 TEST_F(WeightStoreServiceTest, CommitRejectsMissingCorruptAndOversizedShards) {
   const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 4);
   v1::BeginPublishResponse begun;
@@ -596,6 +629,112 @@ TEST_F(WeightStoreServiceTest, IdsNamesAndVersionsAreCheckedAtTheEdge) {
     v1::AcquireLeaseResponse response;
     expect_invalid(stub_->AcquireLease(&context, request, &response), "bad adapter_name: ''");
   }
+  for (const std::string& client_id : {std::string(), std::string("replica 0")}) {
+    grpc::ClientContext context;
+    v1::ExchangeUcxEndpointRequest request;
+    request.set_worker_address("address");
+    request.set_client_id(client_id);
+    v1::ExchangeUcxEndpointResponse response;
+    expect_invalid(stub_->ExchangeUcxEndpoint(&context, request, &response),
+                   absl::StrCat("bad client_id: '", client_id, "'"));
+  }
+  {
+    grpc::ClientContext context;
+    v1::ExchangeUcxEndpointRequest request;
+    request.set_worker_address(std::string((64 << 10) + 1, 'a'));
+    request.set_client_id("replica-0");
+    v1::ExchangeUcxEndpointResponse response;
+    expect_invalid(stub_->ExchangeUcxEndpoint(&context, request, &response),
+                   "worker_address has 65537 bytes");
+  }
+  {
+    grpc::ClientContext context;
+    v1::PutShardResponse response;
+    auto writer = stub_->PutShard(&context, &response);
+    writer->WritesDone();  // No chunk, so no upload.
+    expect_invalid(writer->Finish(), "upload_id is required");
+  }
+}
+
+// A valid manifest whose shards (up to 2^40 bytes each) the store's host could never hold is
+// refused at BeginPublish, before any memory is taken.
+TEST_F(WeightStoreServiceTest, BeginRefusesUploadsLargerThanTheHostsMemory) {
+  transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 71);
+  v1::Manifest huge_shard = adapter.manifest;
+  huge_shard.mutable_shards(0)->set_byte_size(uint64_t{1} << 40);  // Its pieces still fit.
+  v1::BeginPublishResponse begun;
+  for (bool use_ucx : {false, true}) {
+    grpc::ClientContext context;
+    v1::BeginPublishRequest request;
+    *request.mutable_manifest() = huge_shard;
+    request.set_use_ucx(use_ucx);
+    const grpc::Status status = stub_->BeginPublish(&context, request, &begun);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("bytes of memory"));
+  }
+  ASSERT_TRUE(Begin(adapter.manifest, &begun).ok()) << "the store took nothing from those";
+}
+
+// Two CommitPublish calls for one upload at once (a client retrying one whose deadline passed)
+// both answer with the committed version: the second waits for the first's commit.
+TEST_F(WeightStoreServiceTest, ACommitRetriedWhileCommittingGetsTheSameVersion) {
+  const transfer::TestAdapter adapter =
+      transfer::MakeTestAdapter("job-1", 1, 72, transfer::TestAdapterSpecOfSize(16));
+  v1::BeginPublishResponse begun;
+  ASSERT_TRUE(Begin(adapter.manifest, &begun).ok());
+  for (size_t i = 0; i < adapter.shards.size(); ++i) {
+    const absl::string_view shard = adapter.shards[i];
+    for (size_t offset = 0; offset < shard.size(); offset += 4 << 20) {
+      ASSERT_TRUE(Put(begun.upload_id(), i, offset, shard.substr(offset, 4 << 20)).ok());
+    }
+  }
+  constexpr int kCalls = 3;
+  std::vector<grpc::Status> statuses(kCalls);
+  std::vector<v1::CommitPublishResponse> responses(kCalls);
+  std::vector<std::thread> calls;
+  for (int c = 0; c < kCalls; ++c) {
+    calls.emplace_back([&, c] {
+      grpc::ClientContext context;
+      v1::CommitPublishRequest request;
+      request.set_upload_id(begun.upload_id());
+      statuses[c] = stub_->CommitPublish(&context, request, &responses[c]);
+    });
+  }
+  for (std::thread& call : calls) call.join();
+  for (int c = 0; c < kCalls; ++c) {
+    EXPECT_TRUE(statuses[c].ok()) << statuses[c].error_message();
+    EXPECT_EQ(responses[c].version().version(), 1);
+  }
+}
+
+// A read plan is cached for the exact request: names that differ only in how they would join
+// are still checked ("A,B" is no tensor's name).
+TEST_F(WeightStoreServiceTest, ReadPlansAreCachedForTheExactTensorNames) {
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 73), /*by_ucx=*/true).ok());
+  absl::StatusOr<std::string> lease =
+      AcquireLease(*stub_, "job-1", 1, "replica-0", absl::Seconds(30));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  const auto plan = [&](const std::vector<std::string>& names) {
+    grpc::ClientContext context;
+    v1::GetReadPlanRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(1);
+    request.set_lease_id(*lease);
+    for (const std::string& name : names) request.add_tensor_names(name);
+    v1::GetReadPlanResponse response;
+    grpc::Status status = stub_->GetReadPlan(&context, request, &response);
+    return std::make_pair(status, response);
+  };
+  const auto [everything, all] = plan({});
+  ASSERT_TRUE(everything.ok()) << everything.error_message();
+  ASSERT_GE(all.tensors_size(), 2);
+  const std::string first = all.tensors(0).tensor().spec().name();
+  const std::string second = all.tensors(1).tensor().spec().name();
+  const auto [two, two_plan] = plan({first, second});
+  ASSERT_TRUE(two.ok()) << two.error_message();
+  EXPECT_EQ(two_plan.tensors_size(), 2);
+  const auto [joined, unused] = plan({absl::StrCat(first, ",", second)});
+  EXPECT_EQ(joined.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << joined.error_message();
 }
 
 TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
