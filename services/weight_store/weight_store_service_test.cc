@@ -3,8 +3,10 @@
 // version rules, watch, leases, retention, restart recovery and metrics.
 #include "services/weight_store/weight_store_service.h"
 
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -735,6 +737,168 @@ TEST_F(WeightStoreServiceTest, ReadPlansAreCachedForTheExactTensorNames) {
   EXPECT_EQ(two_plan.tensors_size(), 2);
   const auto [joined, unused] = plan({absl::StrCat(first, ",", second)});
   EXPECT_EQ(joined.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << joined.error_message();
+}
+
+// The lease rules of the proto, over gRPC: ttl_seconds 1..600 with 0 meaning 30 (NaN, infinite
+// and out-of-range values refused), renewals of unknown leases NOT_FOUND, releases of unknown
+// ones OK, and read plans only for the leased version, never converting.
+TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 75), /*by_ucx=*/true).ok());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 76), /*by_ucx=*/true).ok());
+  const auto acquire = [&](double ttl_seconds, v1::AcquireLeaseResponse* response) {
+    grpc::ClientContext context;
+    v1::AcquireLeaseRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(1);
+    request.set_holder("replica-0");
+    request.set_ttl_seconds(ttl_seconds);
+    return stub_->AcquireLease(&context, request, response);
+  };
+  const auto renew = [&](const std::string& lease_id, double ttl_seconds,
+                         v1::RenewLeaseResponse* response) {
+    grpc::ClientContext context;
+    v1::RenewLeaseRequest request;
+    request.set_lease_id(lease_id);
+    request.set_ttl_seconds(ttl_seconds);
+    return stub_->RenewLease(&context, request, response);
+  };
+  const auto seconds_left = [](const google::protobuf::Timestamp& expire_time) {
+    return absl::ToDoubleSeconds(absl::FromUnixSeconds(expire_time.seconds()) - absl::Now());
+  };
+  v1::AcquireLeaseResponse lease;
+  ASSERT_TRUE(acquire(0, &lease).ok());  // The default, 30 s.
+  EXPECT_NEAR(seconds_left(lease.expire_time()), 30, 2);
+  v1::RenewLeaseResponse renewed;
+  ASSERT_TRUE(renew(lease.lease_id(), 600, &renewed).ok());
+  EXPECT_NEAR(seconds_left(renewed.expire_time()), 600, 2);
+  for (double bad : {0.5, 601.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    SCOPED_TRACE(bad);
+    v1::AcquireLeaseResponse refused;
+    EXPECT_EQ(acquire(bad, &refused).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(renew(lease.lease_id(), bad, &renewed).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(renew("lease-unknown", 30, &renewed).error_code(), grpc::StatusCode::NOT_FOUND);
+  {
+    grpc::ClientContext context;
+    v1::ReleaseLeaseRequest request;
+    request.set_lease_id("lease-unknown");
+    v1::ReleaseLeaseResponse response;
+    EXPECT_TRUE(stub_->ReleaseLease(&context, request, &response).ok());
+  }
+  const auto plan = [&](int64_t version, v1::DType dtype) {
+    grpc::ClientContext context;
+    v1::GetReadPlanRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(version);
+    request.set_lease_id(lease.lease_id());
+    request.mutable_target()->set_dtype(dtype);
+    v1::GetReadPlanResponse response;
+    return stub_->GetReadPlan(&context, request, &response);
+  };
+  EXPECT_TRUE(plan(1, v1::DTYPE_UNSPECIFIED).ok());
+  EXPECT_EQ(plan(2, v1::DTYPE_UNSPECIFIED).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(plan(1, v1::DTYPE_F32).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// The streams' rules of the proto, over gRPC: chunk sizes both ways, one upload per PutShard
+// stream, aborts of committed and unknown uploads, unknown tensor names, and manifests by
+// minimum version.
+TEST_F(WeightStoreServiceTest, StreamAndUploadRulesHoldOverGrpc) {
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 77);
+  v1::BeginPublishResponse begun, other;
+  ASSERT_TRUE(Begin(adapter.manifest, &begun).ok());
+  EXPECT_EQ(Put(begun.upload_id(), 0, 0, "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Put(begun.upload_id(), 0, 0, std::string((4 << 20) + 1, 'x')).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(Begin(transfer::MakeTestAdapter("job-2", 1, 78).manifest, &other).ok());
+  {
+    grpc::ClientContext context;
+    v1::PutShardResponse response;
+    auto writer = stub_->PutShard(&context, &response);
+    v1::PutShardRequest chunk;
+    chunk.set_upload_id(begun.upload_id());
+    chunk.set_data("a");
+    writer->Write(chunk);
+    chunk.set_upload_id(other.upload_id());
+    writer->Write(chunk);
+    writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("this stream writes"));
+  }
+  for (size_t i = 0; i < adapter.shards.size(); ++i) {
+    ASSERT_TRUE(Put(begun.upload_id(), i, 0, adapter.shards[i]).ok());
+  }
+  ASSERT_TRUE(Commit(begun.upload_id()).ok());
+  const auto abort = [&](const std::string& upload_id) {
+    grpc::ClientContext context;
+    v1::AbortPublishRequest request;
+    request.set_upload_id(upload_id);
+    v1::AbortPublishResponse response;
+    return stub_->AbortPublish(&context, request, &response);
+  };
+  const grpc::Status committed = abort(begun.upload_id());
+  EXPECT_EQ(committed.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(committed.error_message(), HasSubstr("is committed"));
+  EXPECT_TRUE(abort("upload-unknown").ok());
+  EXPECT_TRUE(abort(other.upload_id()).ok());
+  EXPECT_TRUE(abort(other.upload_id()).ok());  // Already aborted.
+
+  const auto fetch = [&](uint64_t max_chunk_bytes, const std::string& name) {
+    grpc::ClientContext context;
+    v1::FetchTensorsRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(1);
+    request.set_max_chunk_bytes(max_chunk_bytes);
+    if (!name.empty()) request.add_tensor_names(name);
+    auto reader = stub_->FetchTensors(&context, request);
+    v1::FetchTensorsResponse chunk;
+    size_t largest = 0;
+    while (reader->Read(&chunk)) largest = std::max(largest, chunk.data().size());
+    return std::make_pair(reader->Finish(), largest);
+  };
+  for (uint64_t bad : {uint64_t{(1 << 20) - 1}, uint64_t{(4 << 20) + 1}}) {
+    EXPECT_EQ(fetch(bad, "").first.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+  const auto [fetched, largest] = fetch(1 << 20, "");
+  ASSERT_TRUE(fetched.ok()) << fetched.error_message();
+  EXPECT_LE(largest, size_t{1} << 20);
+  EXPECT_EQ(fetch(0, "no.such.tensor").first.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  const auto manifest_at_least = [&](int64_t min_version, v1::GetManifestResponse* response) {
+    grpc::ClientContext context;
+    v1::GetManifestRequest request;
+    request.mutable_adapter()->set_adapter_name("job-1");
+    request.mutable_adapter()->set_min_version(min_version);
+    return stub_->GetManifest(&context, request, response);
+  };
+  v1::GetManifestResponse manifest;
+  ASSERT_TRUE(manifest_at_least(1, &manifest).ok());
+  EXPECT_EQ(manifest.manifest().version(), 1);
+  EXPECT_TRUE(manifest.manifest().has_commit_time());
+  EXPECT_EQ(manifest_at_least(2, &manifest).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// An adapter with no version yet is watched from a version-0 snapshot.
+TEST_F(WeightStoreServiceTest, WatchingAnAdapterWithNoVersionStartsAtVersionZero) {
+  grpc::ClientContext context;
+  v1::WatchVersionsRequest request;
+  request.set_adapter_name("job-new");
+  auto reader = stub_->WatchVersions(&context, request);
+  v1::WatchVersionsResponse event;
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
+  EXPECT_EQ(event.version().version(), 0);
+  EXPECT_FALSE(event.version().has_commit_time());
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-new", 1, 79), false).ok());
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+  EXPECT_EQ(event.version().version(), 1);
+  context.TryCancel();
+  while (reader->Read(&event)) {
+  }
+  reader->Finish();
 }
 
 TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
