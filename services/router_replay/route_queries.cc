@@ -15,6 +15,14 @@ constexpr int kMaxGroups = 4096;
 constexpr int64_t kMinChunkBytes = int64_t{64} << 10;
 constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
 constexpr int32_t kMaxDataParallelSize = 65536;
+// Rows one RecordRequest may ask for in all: a bound on the -1 rows a range past an unsealed
+// record's end streams, and on the sums below.
+constexpr int64_t kMaxRequestedRows = int64_t{1} << 31;
+// What a FetchRoutes message holds besides its rows (key, layer indices, counts), so that rows
+// filling max_chunk_bytes less this keep the message within a client's default receive limit.
+constexpr int64_t kChunkMetadataBytes = int64_t{16} << 10;
+// Counts a GetExpertLoad response may hold (groups x layers x num_experts).
+constexpr int64_t kMaxLoadCounts = int64_t{1} << 20;
 
 absl::Status CheckDataParallel(int32_t rank, int32_t size) {
   if (size < 0 || size > kMaxDataParallelSize || rank < 0 || rank >= std::max(size, 1)) {
@@ -34,23 +42,36 @@ absl::StatusOr<std::vector<int>> LayerPositions(const RecordInfo& record,
     for (size_t i = 0; i < stored.size(); ++i) positions.push_back(static_cast<int>(i));
     return positions;
   }
+  std::vector<bool> named(stored.size(), false);
   for (int32_t layer : layers) {
     const auto it = std::lower_bound(stored.begin(), stored.end(), layer);
     if (it == stored.end() || *it != layer) {
       return absl::InvalidArgumentError(
           absl::StrCat("layer ", layer, " is not a MoE layer of record ", ToString(record.key)));
     }
-    positions.push_back(static_cast<int>(it - stored.begin()));
+    const int position = static_cast<int>(it - stored.begin());
+    if (named[position]) {
+      return absl::InvalidArgumentError(absl::StrCat("layers: layer ", layer, " named twice"));
+    }
+    named[position] = true;
+    positions.push_back(position);
   }
   return positions;
 }
 
 // Checked before the record is looked up, so a missing record's ranges are checked too.
 absl::Status ValidateRowRanges(const v1::RecordRequest& requested, const RecordKey& key) {
+  int64_t rows = 0;
   for (const v1::RowRange& range : requested.row_ranges()) {
     if (range.begin() < 0 || range.end() <= range.begin()) {
       return absl::InvalidArgumentError(absl::StrCat("record ", ToString(key), ": bad row range [",
                                                      range.begin(), ", ", range.end(), ")"));
+    }
+    // Both terms are at most kMaxRequestedRows here, so the sum cannot overflow.
+    rows += std::min(range.end() - range.begin(), kMaxRequestedRows + 1);
+    if (rows > kMaxRequestedRows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("record ", ToString(key), ": row ranges ask for more than 2^31 rows"));
     }
   }
   return absl::OkStatus();
@@ -283,8 +304,9 @@ absl::StatusOr<std::optional<v1::FetchRoutesResponse>> FetchCursor::Next() {
     response.set_stored_rows(record.rows);
     const int64_t row_bytes =
         static_cast<int64_t>(item.layer_positions.size()) * record.shape.top_k * sizeof(int16_t);
-    const int64_t count = std::min(item.requested_rows - row_,
-                                   std::max<int64_t>(1, plan_.max_chunk_bytes / row_bytes));
+    const int64_t count =
+        std::min(item.requested_rows - row_,
+                 std::max<int64_t>(1, (plan_.max_chunk_bytes - kChunkMetadataBytes) / row_bytes));
     if (absl::Status status = FillRows(item, row_, count, response); !status.ok()) return status;
     row_ += count;
   }
@@ -358,6 +380,15 @@ absl::StatusOr<v1::GetExpertLoadResponse> CountLoad(const RouteStore& store,
   }
   const absl::Span<const int32_t> layers(response.layer_indices().data(),
                                          response.layer_indices_size());
+  // In int64: layers x experts x groups overflows int for hostile but valid-looking requests.
+  const int64_t counts = static_cast<int64_t>(layers.size()) * response.num_experts() *
+                         static_cast<int64_t>(groups->size());
+  if (counts > kMaxLoadCounts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the response would hold ", counts, " counts (", groups->size(), " groups x ",
+                     layers.size(), " layers x ", response.num_experts(),
+                     " experts); at most 2^20: ask for fewer layers or groups"));
+  }
   for (const auto& group : *groups) {
     v1::ExpertLoad& load = *response.add_loads();
     load.mutable_counts()->Resize(static_cast<int>(layers.size()) * response.num_experts(), 0);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -417,6 +418,22 @@ TEST_F(RouterReplayServiceTest, FetchChecksSelectionsBeforeSendingAndServesParti
   v1::FetchRoutesRequest tiny_chunks = Named({Key("sealed")});
   tiny_chunks.set_max_chunk_bytes(1000);
   EXPECT_EQ(Fetch(tiny_chunks, &messages).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::FetchRoutesRequest twice = Named({Key("sealed")});
+  twice.add_layers(3);
+  twice.add_layers(3);
+  EXPECT_THAT(Fetch(twice, &messages).error_message(), HasSubstr("layer 3 named twice"));
+  // Rows past an unsealed record's end come back as -1, but not without bound (two ranges of
+  // 2^63 rows once overflowed the row count and aborted the server).
+  v1::FetchRoutesRequest endless = Named({Key("open")});
+  endless.set_allow_partial(true);
+  for (int i = 0; i < 2; ++i) {
+    v1::RowRange& huge = *endless.mutable_records()->mutable_records(0)->add_row_ranges();
+    huge.set_begin(0);
+    huge.set_end(std::numeric_limits<int64_t>::max());
+  }
+  status = Fetch(endless, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("more than 2^31 rows"));
 }
 
 TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSplitsLargeRecords) {
@@ -442,7 +459,8 @@ TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSpli
   }
   EXPECT_EQ(RowsOf(messages), expected);
 
-  // A record larger than max_chunk_bytes arrives in consecutive messages.
+  // A record larger than max_chunk_bytes arrives in consecutive messages, whose rows leave
+  // 16 KiB of each for the other fields.
   shape_ = {.layers = {3, 4, 5, 6, 7, 8, 9, 10}, .top_k = 8, .num_experts = 256};
   const std::vector<int16_t> big = SyntheticRoutes(shape_, 2000, 6);  // 256,000 bytes.
   Store(Key("big"), big);
@@ -450,7 +468,10 @@ TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSpli
   split.set_max_chunk_bytes(64 << 10);
   messages.clear();
   ASSERT_TRUE(Fetch(split, &messages).ok());
-  EXPECT_EQ(messages.size(), 4u);
+  EXPECT_EQ(messages.size(), 6u);  // 384 rows of 128 bytes each, 48 KiB.
+  for (const v1::FetchRoutesResponse& message : messages) {
+    EXPECT_LE(message.ByteSizeLong(), size_t{64} << 10);
+  }
   EXPECT_EQ(messages.back().row_offset() + messages.back().num_rows(), 2000);
   EXPECT_EQ(RowsOf(messages), big);
 }
@@ -561,9 +582,32 @@ TEST_F(RouterReplayServiceTest, ExpertLoadCountsEveryChoicePerLayerAndGroup) {
   EXPECT_EQ(response.loads(0).counts(7), count(b, 1, 7));
   EXPECT_EQ(response.loads(1).counts(7), count(a, 1, 7));
   request.set_layers(0, 2);
-  grpc::ClientContext context;
-  EXPECT_EQ(stub_->GetExpertLoad(&context, request, &response).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext context;
+    EXPECT_EQ(stub_->GetExpertLoad(&context, request, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // A layer named twice, and responses too large to send (groups x layers x experts counts,
+  // which once overflowed an int and wrote past the counts), are refused.
+  request.set_layers(0, 3);
+  request.add_layers(3);
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->GetExpertLoad(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("layer 3 named twice"));
+  }
+  shape_.num_experts = 1024;
+  Store(Key("wide"), SyntheticRoutes(shape_, 4, 7));
+  request.clear_layers();
+  request.clear_groups();
+  for (int g = 0; g < 4096; ++g) *request.add_groups()->add_keys() = ToProto(Key("wide"));
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->GetExpertLoad(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("4096 groups x 3 layers x 1024 experts"));
+  }
 }
 
 TEST_F(RouterReplayServiceTest, PlacementReproducesTheEplbReferenceAndPlansFromRecordedLoads) {
