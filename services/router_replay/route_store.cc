@@ -366,7 +366,9 @@ absl::Status RouteStore::ReadRows(const RecordInfo& record, int64_t begin, int64
        it->Next()) {
     const int64_t block_first =
         static_cast<int64_t>(absl::big_endian::Load64(it->key().data() + prefix.size()));
-    if (block_first >= end) break;
+    // Blocks are only ever added at a record's end, so those appended since `record` was read
+    // start at or past its rows: not part of this reader's view, whose later rows stay -1.
+    if (block_first >= end || block_first >= record.rows) break;
     const absl::string_view block(it->value().data(), it->value().size());
     absl::StatusOr<int64_t> block_rows = RowsOf(block);
     if (!block_rows.ok()) return block_rows.status();

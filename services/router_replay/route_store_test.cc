@@ -81,6 +81,22 @@ TEST_F(RouteStoreTest, ContinuesARecordFromItsOffsetAndReadsAnyRange) {
   EXPECT_EQ(beyond.back(), -1);
 }
 
+// A reader of an unsealed record (a PARTIAL fetch) reads the rows its view of the record
+// holds, while a writer appends more: the new block is not mistaken for a corrupt one.
+TEST_F(RouteStoreTest, RowsAppendedAfterAReaderLookedAreNotInItsView) {
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 48, 2);
+  ASSERT_TRUE(Append(Key("s"), rows, 0, 40).ok());
+  absl::StatusOr<RecordInfo> view = store_->Get(Key("s"));
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_TRUE(Append(Key("s"), rows, 40, 8).ok());
+  std::vector<int16_t> out(4 * shape_.ids_per_row());
+  ASSERT_EQ(store_->ReadRows(*view, 38, 42, out.data()), absl::OkStatus());
+  std::vector<int16_t> expected = Slice(rows, 38, 40);
+  expected.resize(out.size(), -1);
+  EXPECT_EQ(out, expected);
+  EXPECT_EQ(Read(Key("s"), 38, 42), Slice(rows, 38, 42));  // A later view has them.
+}
+
 TEST_F(RouteStoreTest, IdenticalRetriesAreNoOpsAndOverlapsOnlyAddTheNewRows) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 40, 2);
   ASSERT_TRUE(Append(Key("s"), rows, 0, 20).ok());
