@@ -241,6 +241,11 @@ absl::Status ValidateRequest(const PlacementRequest& r) {
     return Invalid("num_experts (", r.num_experts, ") must be a multiple of num_groups (",
                    r.num_groups, ")");
   }
+  // num_gpus divides num_replicas, so [L, G] is never larger than [L, R].
+  if (const int64_t slots = int64_t{r.num_layers} * r.num_replicas; slots > kMaxPlanEntries) {
+    return Invalid("phy2log would hold num_layers * num_replicas = ", slots, " entries, over ",
+                   kMaxPlanEntries, "; lower num_replicas or num_layers");
+  }
   return absl::OkStatus();
 }
 
@@ -327,11 +332,11 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request) {
   }
   plan.max_replicas = *std::max_element(plan.logcnt.begin(), plan.logcnt.end());
   const int64_t log2phy_entries = int64_t{layers} * experts * plan.max_replicas;
-  if (log2phy_entries > kMaxLog2PhyEntries) {
+  if (log2phy_entries > kMaxPlanEntries) {
     return Invalid(
         "plan needs max_replicas = ", plan.max_replicas,
         ", so log2phy would hold num_layers * num_experts * max_replicas = ", log2phy_entries,
-        " entries, over ", kMaxLog2PhyEntries, "; lower num_replicas or num_layers");
+        " entries, over ", kMaxPlanEntries, "; lower num_replicas or num_layers");
   }
   FillLog2Phy(phyrank, plan);
   ComputeBalance(request, plan);

@@ -40,10 +40,12 @@ struct PlacementPlan {
   std::vector<double> gpu_loads;
 };
 
-// Largest accepted num_replicas, and the largest log2phy (in entries) a plan may have; both
-// bound the memory and time a request can cost.
+// Largest accepted num_replicas, and the most entries any of a plan's arrays may have
+// (phy2log [L, R], gpu_loads [L, G], log2phy [L, E, M]): they bound the memory and time a
+// request can cost, which a few bytes of request could otherwise make gigabytes. 2^22 entries
+// is about as much as a message of the server's default limit (8 MiB) carries.
 inline constexpr int kMaxReplicas = 65536;
-inline constexpr int64_t kMaxLog2PhyEntries = int64_t{1} << 27;
+inline constexpr int64_t kMaxPlanEntries = int64_t{1} << 22;
 
 // Port of DeepSeek's EPLB `rebalance_experts` (github.com/deepseek-ai/EPLB, eplb.py): the
 // hierarchical policy (groups packed to nodes, experts replicated within nodes, replicas packed

@@ -292,7 +292,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadRequest{"GpusNotMultipleOfNodes", [](auto& r) { r.num_nodes = 3; },
                    "num_gpus (8) must be a multiple of num_nodes (3)"},
         BadRequest{"ExpertsNotMultipleOfGroups", [](auto& r) { r.num_groups = 5; },
-                   "num_experts (12) must be a multiple of num_groups (5)"}),
+                   "num_experts (12) must be a multiple of num_groups (5)"},
+        // 8 KB of request that once allocated ~2 GB of plan before any limit applied.
+        BadRequest{"TooManySlotsInAll",
+                   [](auto& r) {
+                     Resize(r, 1024, 1);
+                     r.num_replicas = 65536;
+                     r.num_gpus = 65536;
+                     r.num_nodes = 1;
+                     r.num_groups = 1;
+                   },
+                   "num_layers * num_replicas = 67108864"}),
     [](const ::testing::TestParamInfo<BadRequest>& info) { return info.param.name; });
 
 }  // namespace
