@@ -5,7 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "common/adapter_selector.h"
+#include "common/identifier.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
 #include "common/status.h"
@@ -308,19 +308,11 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
 
 absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
     const v1::AdapterSelector& selector) {
-  if (selector.adapter_name().empty()) {
-    if (selector.version_case() != v1::AdapterSelector::VERSION_NOT_SET &&
-        !(selector.has_exact_version() && selector.exact_version() == 0)) {
-      return absl::InvalidArgumentError(
-          "adapter.adapter_name is empty (the base model): only exact_version 0 may be set");
-    }
-    return base_;
-  }
+  if (selector.adapter_name().empty()) return base_;
   if (stub_ == nullptr) {
     return absl::FailedPreconditionError(
         "this replica has no weight-store (--weight_store), so it serves the base model only");
   }
-  if (absl::Status status = ValidateSelectorVersion(selector); !status.ok()) return status;
   absl::MutexLock lock(&mutex_);
   // Each followed adapter costs a watch stream and two threads until it is idle: a client
   // naming ever new adapters must not grow that without bound.
@@ -448,6 +440,11 @@ v1::AdapterStatus AdapterRegistry::StatusOf(const Followed& followed) const {
 
 absl::StatusOr<std::vector<v1::AdapterStatus>> AdapterRegistry::Status(
     const std::string& adapter) const {
+  if (!adapter.empty()) {
+    if (absl::Status status = ValidateIdentifier("adapter_name", adapter); !status.ok()) {
+      return status;
+    }
+  }
   absl::MutexLock lock(&mutex_);
   std::vector<v1::AdapterStatus> statuses;
   if (!adapter.empty()) {

@@ -71,9 +71,10 @@ class AdapterRegistry final : public ServedModels {
   void Follow(const std::string& adapter, bool required = false);
   bool Ready() const;
 
-  // What `selector` resolves to now: a model; nullptr while it must wait (watch snapshot not in,
-  // version not loaded yet); or an error: NOT_FOUND (no committed version for "latest", exact
-  // version not in weight-store), INVALID_ARGUMENT (bad selector).
+  // What `selector` (valid by ValidateAdapterSelector) resolves to now: a model; nullptr while
+  // it must wait (watch snapshot not in, version not loaded yet); or an error: NOT_FOUND (no
+  // committed version for "latest", exact version not in weight-store), FAILED_PRECONDITION (an
+  // adapter on a replica without weight-store).
   absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(
       const v1::AdapterSelector& selector) override;
   // The version new requests for `adapter` get; nullptr if none.

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/adapter_selector.h"
 #include "common/identifier.h"
 #include "engine/sampler.h"
 #include "services/rollout/client/sampling_rules.h"
@@ -78,6 +79,24 @@ engine::SamplingConfig SamplingOf(const v1::SamplingParams& sampling) {
 
 }  // namespace
 
+absl::Status ValidateAdapterSelector(const v1::AdapterSelector& selector) {
+  if (selector.adapter_name().empty()) {
+    if (selector.version_case() != v1::AdapterSelector::VERSION_NOT_SET &&
+        !(selector.has_exact_version() && selector.exact_version() == 0)) {
+      return Invalid(
+          "adapter.adapter_name is empty (the base model): only exact_version 0 may be "
+          "set, not ",
+          selector.ShortDebugString());
+    }
+    return absl::OkStatus();
+  }
+  if (absl::Status status = ValidateIdentifier("adapter.adapter_name", selector.adapter_name());
+      !status.ok()) {
+    return status;
+  }
+  return ValidateSelectorVersion(selector);
+}
+
 absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,
                                                             const engine::ModelConfig& model,
                                                             const engine::text::TextCodec& codec) {
@@ -92,13 +111,10 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
     return Invalid("group_size is ", request.group_size(), "; must be in 1..", kMaxGroupSize);
   }
   if (!request.has_sampling()) return Invalid("sampling is required (max_new_tokens at least)");
-  // Checked here, before the replica follows the adapter (a watcher per name).
-  if (!request.adapter().adapter_name().empty()) {
-    if (absl::Status status =
-            ValidateIdentifier("adapter.adapter_name", request.adapter().adapter_name());
-        !status.ok()) {
-      return status;
-    }
+  // Checked here, before the request queues and the replica follows the adapter (a watcher
+  // per name).
+  if (absl::Status status = ValidateAdapterSelector(request.adapter()); !status.ok()) {
+    return status;
   }
   const v1::SamplingParams& sampling = request.sampling();
   if (absl::Status status = ValidateSampling(sampling, model.vocab_size); !status.ok()) {

@@ -12,6 +12,11 @@
 
 namespace tandem::rollout {
 
+// common.proto's AdapterSelector as a rollout reads it: an empty name is the base model (only
+// exact_version 0 may then be set); otherwise an identifier, with a version >= 1 when one is
+// set. INVALID_ARGUMENT naming the field and value.
+absl::Status ValidateAdapterSelector(const v1::AdapterSelector& selector);
+
 // Checks a GenerateRequest against rollout.proto's rules and the model, and turns it into the
 // scheduler's work: prompts tokenized by the model's codec (which must outlive the work), one
 // engine request per sample with its own seed MixSeed(MixSeed(seed, prompt), sample), and the

@@ -384,6 +384,12 @@ TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {
   grpc::ClientContext unknown_context;
   EXPECT_EQ(rollout_stub_->GetAdapterStatus(&unknown_context, status_request, &status).error_code(),
             grpc::StatusCode::NOT_FOUND);
+  status_request.set_adapter_name("two words");
+  grpc::ClientContext bad_context;
+  const grpc::Status bad_name =
+      rollout_stub_->GetAdapterStatus(&bad_context, status_request, &status);
+  EXPECT_EQ(bad_name.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad_name.error_message(), HasSubstr("bad adapter_name: 'two words'"));
 }
 
 TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
@@ -533,6 +539,12 @@ TEST_F(RolloutServiceTest, AdmissionControlRejectsWhatCannotFitWithARetryHint) {
   ASSERT_EQ(rejected.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(rejected.status.error_message(), HasSubstr("retry in"));
   EXPECT_EQ(rejected.trailers.count("grpc-retry-pushback-ms"), 1u);
+  // A selector that can never be valid is INVALID_ARGUMENT even while the queue is full: it is
+  // checked before the request queues.
+  v1::GenerateRequest bad_selector = Request("bad", 1, 1, 2);
+  bad_selector.mutable_adapter()->set_adapter_name("policy");
+  bad_selector.mutable_adapter()->set_exact_version(-2);
+  EXPECT_EQ(Generate(bad_selector).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   int received = 1;
   while (filling->Read(&response)) ++received;
   EXPECT_TRUE(filling->Finish().ok());
