@@ -164,6 +164,14 @@ void RolloutServiceImpl::Drain() {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* RolloutServiceImpl::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  // Health says NOT_SERVING until then; a client that calls anyway must not get samples of
+  // stale weights, nor wait on a load that may never come.
+  if (!Ready()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<v1::GenerateResponse>>(grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        "rollout replica is not yet serving current weights (its --adapter versions are still "
+        "loading); retry later"));
+  }
   absl::StatusOr<std::unique_ptr<GenerationWork>> work =
       PrepareWork(*request, model_config(), *codec_);
   if (!work.ok()) {

@@ -743,6 +743,10 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
   EXPECT_FALSE(rollout_service_->Ready());
   EXPECT_EQ(*CheckHealth(rollout_channel_, "tandem.v1.RolloutService", absl::Seconds(5)),
             Health::kNotServing);
+  // A client that calls anyway is told to come back, rather than served or kept waiting.
+  const Generated early = Generate(Request("early", 1, 1, 2), absl::Seconds(5));
+  EXPECT_EQ(early.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(early.status.error_message(), HasSubstr("not yet serving current weights"));
 
   options.weight_store = weight_store_channel_;
   StartRollout(options);
