@@ -126,10 +126,13 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
   work->request = request;
   work->request.set_group_size(group_size);
   work->request.clear_prompts();
-  const uint64_t seed = sampling.has_seed() ? sampling.seed() : std::random_device()();
-  std::vector<int> stop_tokens = codec.StopTokenIds();
-  stop_tokens.insert(stop_tokens.end(), sampling.stop_token_ids().begin(),
-                     sampling.stop_token_ids().end());
+  work->seed = sampling.has_seed() ? sampling.seed() : std::random_device()();
+  engine::GenerationRequest& shared = work->sample_template;
+  shared.max_new_tokens = sampling.max_new_tokens();
+  shared.sampling = SamplingOf(sampling);
+  shared.stop_tokens = codec.StopTokenIds();
+  shared.stop_tokens.insert(shared.stop_tokens.end(), sampling.stop_token_ids().begin(),
+                            sampling.stop_token_ids().end());
   absl::flat_hash_set<std::string> prompt_ids;
   for (int i = 0; i < request.prompts_size(); ++i) {
     const v1::Prompt& prompt = request.prompts(i);
@@ -155,17 +158,9 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
                        "/<j>' are no valid route keys: ", status.message());
       }
     }
-    for (int j = 0; j < group_size; ++j) {
-      engine::GenerationRequest& sample = work->samples.emplace_back();
-      sample.prompt = *tokens;
-      sample.max_new_tokens = sampling.max_new_tokens();
-      sample.sampling = SamplingOf(sampling);
-      sample.seed = engine::MixSeed(engine::MixSeed(seed, i), j);
-      sample.stop_tokens = stop_tokens;
-      work->reserved_positions += length + sampling.max_new_tokens();
-    }
+    work->reserved_positions += (length + int64_t{sampling.max_new_tokens()}) * group_size;
     work->prompt_ids.push_back(std::move(prompt_id));
-    work->prompt_tokens.push_back(length);
+    work->prompts.push_back(*std::move(tokens));
     work->text_prompts.push_back(prompt.has_text());
     work->codec = &codec;
   }

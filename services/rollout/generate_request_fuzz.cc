@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       tandem::rollout::PrepareWork(request, model, *codec);
   if (!work.ok()) return 0;
   FuzzCheck((*work)->num_samples() > 0, "accepted work has samples");
-  for (const tandem::engine::GenerationRequest& sample : (*work)->samples) {
+  for (int s = 0; s < (*work)->num_samples(); ++s) {
+    const tandem::engine::GenerationRequest sample = (*work)->Sample(s);
     FuzzCheck(!sample.prompt.empty(), "a sample has a prompt");
     FuzzCheck(sample.max_new_tokens >= 1, "a sample may generate");
     FuzzCheck(

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "engine/generator.h"
+#include "engine/sampler.h"
 #include "engine/text/text_codec.h"
 #include "tandem/v1/rollout.pb.h"
 
@@ -18,13 +19,15 @@ namespace tandem::rollout {
 // One validated Generate call as the scheduler runs it: every sample's engine request, where
 // its results go, and whether its client is still there.
 struct GenerationWork {
-  v1::GenerateRequest request;          // Prompts cleared once tokenized; the rest as sent.
-  std::vector<std::string> prompt_ids;  // Per prompt: names its samples' route records.
-  std::vector<int> prompt_tokens;       // Per prompt.
-  std::vector<bool> text_prompts;       // Per prompt: answer with text too.
+  v1::GenerateRequest request;            // Prompts cleared once tokenized; the rest as sent.
+  std::vector<std::string> prompt_ids;    // Per prompt: names its samples' route records.
+  std::vector<std::vector<int>> prompts;  // Per prompt: its tokens, shared by its samples.
+  std::vector<bool> text_prompts;         // Per prompt: answer with text too.
   const engine::text::TextCodec* codec = nullptr;  // The served model's; decodes those answers.
-  std::vector<engine::GenerationRequest> samples;  // prompt-major: prompt i, sample j at i*n+j.
-  int64_t reserved_positions = 0;                  // KV positions all samples reserve together.
+  // What every sample's engine request holds but its prompt and seed.
+  engine::GenerationRequest sample_template;
+  uint64_t seed = 0;               // The request's; each sample's is mixed from it.
+  int64_t reserved_positions = 0;  // KV positions all samples reserve together.
   absl::Time start;
   absl::Time deadline = absl::InfiniteFuture();
 
@@ -36,7 +39,22 @@ struct GenerationWork {
   std::function<void(absl::Status)> fail;
 
   int group_size() const { return request.group_size(); }
-  int num_samples() const { return static_cast<int>(samples.size()); }
+  // Prompt-major: sample s is sample s % n of prompt s / n, for n = group_size().
+  int num_samples() const { return static_cast<int>(prompts.size()) * group_size(); }
+  // Sample s's engine request, with its prompt and its own seed
+  // MixSeed(MixSeed(seed, prompt), sample). Built when the scheduler admits the sample, so
+  // samples waiting in the queue hold no copy of their prompt: a request of many large groups
+  // costs its prompts once, not once per sample.
+  engine::GenerationRequest Sample(int s) const {
+    engine::GenerationRequest sample = sample_template;
+    sample.prompt = prompts[s / group_size()];
+    sample.seed = engine::MixSeed(engine::MixSeed(seed, s / group_size()), s % group_size());
+    return sample;
+  }
+  // KV positions sample s reserves: its prompt and its new tokens.
+  int64_t Positions(int s) const {
+    return static_cast<int64_t>(prompts[s / group_size()].size()) + sample_template.max_new_tokens;
+  }
 };
 
 }  // namespace tandem::rollout

@@ -34,12 +34,8 @@ v1::GenerateResponse SampleResponse(const GenerationWork& work, int sample) {
   response.set_request_id(work.request.request_id());
   response.set_prompt_index(prompt);
   response.set_sample_index(sample % work.group_size());
-  response.set_prompt_tokens(work.prompt_tokens[prompt]);
+  response.set_prompt_tokens(static_cast<int32_t>(work.prompts[prompt].size()));
   return response;
-}
-
-int64_t Positions(const engine::GenerationRequest& sample) {
-  return static_cast<int64_t>(sample.prompt.size()) + sample.max_new_tokens;
 }
 
 }  // namespace
@@ -102,9 +98,9 @@ Scheduler::~Scheduler() {
 }
 
 absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Duration* retry_after) {
-  int64_t largest = 0;
-  for (const engine::GenerationRequest& sample : work->samples) {
-    largest = std::max(largest, batch_->ReservedBytes(sample));
+  int64_t largest = 0;  // A prompt's samples all reserve as much.
+  for (int s = 0; s < work->num_samples(); s += work->group_size()) {
+    largest = std::max(largest, batch_->ReservedBytes(work->Sample(s)));
   }
   if (largest > options_.kv_cache_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("a sample needs ", largest,
@@ -217,7 +213,7 @@ void Scheduler::StopEverything() {
       response.set_adapter_version(pending.model == nullptr ? 0 : pending.model->version);
       response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
       absl::MutexLock lock(&mutex_);
-      queued_positions_ -= Positions(work.samples[s]);
+      queued_positions_ -= work.Positions(s);
       delivery_.push_back(std::move(finished));
     }
     if ((unfinished_[work.request.request_id()] -= work.num_samples() - pending.next_sample) == 0) {
@@ -256,7 +252,7 @@ void Scheduler::DropCancelled() {
     if (!drop(pending.work)) return false;
     int64_t positions = 0;
     for (int s = pending.next_sample; s < pending.work->num_samples(); ++s) {
-      positions += Positions(pending.work->samples[s]);
+      positions += pending.work->Positions(s);
     }
     absl::MutexLock lock(&mutex_);
     queued_positions_ -= positions;
@@ -312,7 +308,7 @@ void Scheduler::AdmitSamples() {
     Pending& pending = admitting_.front();
     GenerationWork& work = *pending.work;
     for (; pending.next_sample < work.num_samples(); ++pending.next_sample) {
-      const engine::GenerationRequest& sample = work.samples[pending.next_sample];
+      const engine::GenerationRequest sample = work.Sample(pending.next_sample);
       const int64_t needed = batch_->ReservedBytes(sample);
       // FIFO: while the head cannot be admitted, nothing behind it is.
       if (batch_->active() >= options_.max_batch_sequences ||
@@ -324,7 +320,7 @@ void Scheduler::AdmitSamples() {
       absl::StatusOr<int> id = batch_->Admit(sample, *pending.model);
       {
         absl::MutexLock lock(&mutex_);
-        queued_positions_ -= Positions(sample);
+        queued_positions_ -= work.Positions(pending.next_sample);
       }
       // PrepareWork checked the request; what can still fail is the engine (e.g. a GPU whose
       // memory cannot hold the sequence's cache), reported as INTERNAL with its message.

@@ -178,16 +178,12 @@ class SchedulerTest : public ::testing::Test {
     work->request.set_request_id(id);
     work->request.set_group_size(group);
     work->start = absl::Now();
+    work->sample_template.max_new_tokens = max_new_tokens;
     for (int p = 0; p < prompts; ++p) {
       work->prompt_ids.push_back(absl::StrCat("p", p));
-      work->prompt_tokens.push_back(prompt_length);
+      work->prompts.emplace_back(prompt_length, 10 * (p + 1));
       work->text_prompts.push_back(false);
-      for (int s = 0; s < group; ++s) {
-        engine::GenerationRequest& sample = work->samples.emplace_back();
-        sample.prompt.assign(prompt_length, 10 * (p + 1));
-        sample.max_new_tokens = max_new_tokens;
-        work->reserved_positions += prompt_length + max_new_tokens;
-      }
+      work->reserved_positions += int64_t{group} * (prompt_length + max_new_tokens);
     }
     work->deliver = [&outcome](v1::GenerateResponse response) {
       absl::MutexLock lock(&outcome.mutex);
