@@ -510,6 +510,11 @@ TEST_F(RolloutServiceTest, DrainEndsRunningSamplesEarlyWithWhatTheyHave) {
     EXPECT_EQ(response.logprobs_size(), response.token_ids_size());
     if (response.token_ids_size() > 0) {
       EXPECT_EQ(response.route_status(), v1::ROUTE_STATUS_RECORDED) << response.route_error();
+    } else {
+      // Never admitted: routes were asked for, none was recorded.
+      EXPECT_EQ(response.route_status(), v1::ROUTE_STATUS_FAILED);
+      EXPECT_EQ(response.route_key().job_id(), "drain");
+      EXPECT_FALSE(response.route_error().empty());
     }
   }
   const grpc::Status finished = reader->Finish();

@@ -38,6 +38,41 @@ v1::GenerateResponse SampleResponse(const GenerationWork& work, int sample) {
   return response;
 }
 
+// The route record of sample `sample` of `work` produced by adapter `version`.
+RecordKey SampleRouteKey(const GenerationWork& work, int sample, int64_t version) {
+  return {
+      work.request.routes().job_id(), version,
+      absl::StrCat(work.prompt_ids[sample / work.group_size()], "/", sample % work.group_size()),
+      work.request.routes().attempt()};
+}
+
+void SetRouteKey(const RecordKey& key, v1::GenerateResponse& response) {
+  v1::RouteRecordKey& proto_key = *response.mutable_route_key();
+  proto_key.set_job_id(key.job_id);
+  proto_key.set_policy_version(key.policy_version);
+  proto_key.set_sample_id(key.sample_id);
+  proto_key.set_attempt(key.attempt);
+}
+
+// The answer for a sample that never ran (cancelled before admission, or one the engine could
+// not admit): no tokens, and, when routes were asked for, its record key with FAILED, since no
+// row of it was recorded.
+v1::GenerateResponse NeverRanResponse(const GenerationWork& work, int sample, int64_t version,
+                                      v1::FinishReason reason, const std::string& error) {
+  v1::GenerateResponse response = SampleResponse(work, sample);
+  response.set_finish_reason(reason);
+  if (reason == v1::FINISH_REASON_ERROR) response.set_error_message(ValidUtf8(error));
+  response.set_adapter_version(version);
+  if (!work.request.routes().enabled()) {
+    response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
+    return response;
+  }
+  SetRouteKey(SampleRouteKey(work, sample, version), response);
+  response.set_route_status(v1::ROUTE_STATUS_FAILED);
+  response.set_route_error("the sample never ran, so no route of it was recorded");
+  return response;
+}
+
 }  // namespace
 
 struct Scheduler::Pending {
@@ -207,11 +242,10 @@ void Scheduler::StopEverything() {
   const auto cancel_pending = [this](Pending& pending) {
     GenerationWork& work = *pending.work;
     for (int s = pending.next_sample; s < work.num_samples(); ++s) {
-      Finished finished{.work = pending.work, .response = SampleResponse(work, s)};
-      v1::GenerateResponse& response = finished.response;
-      response.set_finish_reason(v1::FINISH_REASON_CANCELLED);
-      response.set_adapter_version(pending.model == nullptr ? 0 : pending.model->version);
-      response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
+      Finished finished{.work = pending.work,
+                        .response = NeverRanResponse(
+                            work, s, pending.model == nullptr ? 0 : pending.model->version,
+                            v1::FINISH_REASON_CANCELLED, "")};
       absl::MutexLock lock(&mutex_);
       queued_positions_ -= work.Positions(s);
       delivery_.push_back(std::move(finished));
@@ -323,14 +357,22 @@ void Scheduler::AdmitSamples() {
         queued_positions_ -= work.Positions(pending.next_sample);
       }
       // PrepareWork checked the request; what can still fail is the engine (e.g. a GPU whose
-      // memory cannot hold the sequence's cache), reported as INTERNAL with its message.
+      // memory cannot hold the sequence's cache). That is this sample's failure, answered in
+      // its own message (FINISH_REASON_ERROR); the request's other samples go on.
       if (!id.ok()) {
-        spdlog::error("request {}: admit failed: {}", work.request.request_id(),
-                      id.status().ToString());
-        work.cancelled = true;
-        work.fail(absl::InternalError(absl::StrCat("admit failed: ", id.status().message())));
-        ++pending.next_sample;
-        return;  // DropCancelled removes the rest of the request and frees its id.
+        spdlog::error("request {} sample {}: admit failed: {}", work.request.request_id(),
+                      pending.next_sample, id.status().ToString());
+        Finished finished{
+            .work = pending.work,
+            .response = NeverRanResponse(work, pending.next_sample, pending.model->version,
+                                         v1::FINISH_REASON_ERROR,
+                                         absl::StrCat("admit failed: ", id.status().message()))};
+        {
+          absl::MutexLock lock(&mutex_);
+          delivery_.push_back(std::move(finished));
+        }
+        if (--unfinished_[work.request.request_id()] == 0) EndRequest(work.request.request_id());
+        continue;
       }
       ++pending.model->active_samples;
       RolloutMetrics::Get().time_to_first_token_seconds.Observe(
@@ -410,15 +452,8 @@ void Scheduler::RecordRoutes(const Active& active, const engine::GeneratedSample
     response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
     return;
   }
-  const int prompt = active.sample / work.group_size();
-  RecordKey key{work.request.routes().job_id(), active.prefill_version,
-                absl::StrCat(work.prompt_ids[prompt], "/", active.sample % work.group_size()),
-                work.request.routes().attempt()};
-  v1::RouteRecordKey& proto_key = *response.mutable_route_key();
-  proto_key.set_job_id(key.job_id);
-  proto_key.set_policy_version(key.policy_version);
-  proto_key.set_sample_id(key.sample_id);
-  proto_key.set_attempt(key.attempt);
+  RecordKey key = SampleRouteKey(work, active.sample, active.prefill_version);
+  SetRouteKey(key, response);
   const int64_t rows = static_cast<int64_t>(sample.tokens.size()) - 1;
   finished.route_error =
       appender_ == nullptr

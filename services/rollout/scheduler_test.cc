@@ -35,6 +35,9 @@ class FakeBatch final : public SequenceBatch {
 
   absl::StatusOr<int> Admit(const engine::GenerationRequest& request,
                             const ServedModel& model) override {
+    if (!request.prompt.empty() && request.prompt[0] == failing_prompt_token_) {
+      return absl::ResourceExhaustedError("out of device memory for the KV cache");
+    }
     const int id = next_id_++;
     Sequence& sequence = sequences_[id];
     sequence.request = request;
@@ -67,6 +70,8 @@ class FakeBatch final : public SequenceBatch {
   }
   // The next steps fail as the engine does on a device fault: every sequence ends with `error`.
   void FailSteps(std::string error) { fault_ = std::move(error); }
+  // Admitting a prompt that starts with `token` fails, as on a device out of memory.
+  void FailAdmitsOf(int token) { failing_prompt_token_ = token; }
   std::vector<std::pair<int, engine::GeneratedSample>> TakeFinished() override {
     return std::exchange(finished_, {});
   }
@@ -119,6 +124,7 @@ class FakeBatch final : public SequenceBatch {
   int next_id_ = 0;
   int steps_ = 0;
   std::string fault_;
+  int failing_prompt_token_ = -1;
   std::map<int, Sequence> sequences_;
   std::vector<std::pair<int, engine::GeneratedSample>> finished_;
   std::vector<int> cancelled_;
@@ -268,6 +274,31 @@ TEST_F(SchedulerTest, AnEngineFaultEndsSamplesWithAnError) {
   EXPECT_EQ(samples[0].finish_reason(), v1::FINISH_REASON_ERROR);
   EXPECT_EQ(samples[0].error_message(), "INTERNAL: device fault");
   EXPECT_EQ(samples[0].token_ids_size(), 2) << "prefill's token and the first step's";
+}
+
+// A sample the engine cannot admit is that sample's failure, answered FINISH_REASON_ERROR in
+// its own message; the request's other samples run and the call ends OK.
+TEST_F(SchedulerTest, ASampleThatCannotBeAdmittedFailsAloneInItsMessage) {
+  Start({});
+  batch_->FailAdmitsOf(20);  // Prompt 1's tokens.
+  Outcome& outcome = NewOutcome();
+  ASSERT_TRUE(Submit(Work("r", /*prompts=*/3, /*group=*/2, 2, 3, outcome)).ok());
+  for (int step = 0; step < 8; ++step) scheduler_->RunStep();
+  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 6);
+  ASSERT_EQ(samples.size(), 6u);
+  for (const v1::GenerateResponse& sample : samples) {
+    if (sample.prompt_index() == 1) {
+      EXPECT_EQ(sample.finish_reason(), v1::FINISH_REASON_ERROR);
+      EXPECT_THAT(sample.error_message(), HasSubstr("admit failed: out of device memory"));
+      EXPECT_TRUE(sample.token_ids().empty());
+      EXPECT_EQ(sample.route_status(), v1::ROUTE_STATUS_NOT_REQUESTED);
+    } else {
+      EXPECT_EQ(sample.finish_reason(), v1::FINISH_REASON_LENGTH);
+      EXPECT_EQ(sample.token_ids_size(), 3);
+    }
+  }
+  absl::MutexLock lock(&outcome.mutex);
+  EXPECT_FALSE(outcome.failure.has_value()) << *outcome.failure;
 }
 
 TEST_F(SchedulerTest, PrefillBudgetAdmitsOnePromptPerStepAndAlwaysAtLeastOne) {
