@@ -395,7 +395,9 @@ int AdapterRegistry::PromoteStaged() {
     }
     followed->staged.clear();
     followed->last_swap_time = now;
-    followed->phase = v1::LOAD_PHASE_IDLE;
+    // The loader may be fetching the next version meanwhile.
+    followed->phase =
+        followed->loading_version != 0 ? v1::LOAD_PHASE_FETCHING : v1::LOAD_PHASE_IDLE;
     // A version just loaded for an exact request stays until that request had its chance.
     Evict(*followed, promoted);
   }
