@@ -257,19 +257,20 @@ absl::StatusOr<AppendOutcome> RouteStore::AppendLocked(const RouteChunk& chunk,
   const bool is_new = !found.ok();
   RecordInfo record = is_new ? RecordInfo{.key = chunk.key, .shape = chunk.shape} : *found;
   if (absl::Status status = CheckSameShape(record, chunk.shape); !status.ok()) return status;
+  const int64_t chunk_end = chunk.first_row + chunk.num_rows;
+  // First: past a sealed end, whether the chunk leaves a gap or differs, it can never go in.
+  if (record.sealed && chunk_end > record.rows) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("record ", key_name, " sealed at ", record.rows, " rows"));
+  }
   if (chunk.first_row > record.rows) {
     return absl::FailedPreconditionError(absl::StrCat("record ", key_name, " has ", record.rows,
                                                       " rows, chunk starts at ", chunk.first_row));
   }
-  const int64_t chunk_end = chunk.first_row + chunk.num_rows;
   if (const int64_t overlap_end = std::min(chunk_end, record.rows); overlap_end > chunk.first_row) {
     if (absl::Status status = CompareOverlap(record, chunk, overlap_end); !status.ok()) {
       return status;
     }
-  }
-  if (record.sealed && chunk_end > record.rows) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("record ", key_name, " sealed at ", record.rows, " rows"));
   }
   if (chunk.seal && chunk_end != record.rows && chunk_end < record.rows) {
     return absl::FailedPreconditionError(

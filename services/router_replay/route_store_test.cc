@@ -147,6 +147,11 @@ TEST_F(RouteStoreTest, GapsHeaderChangesAndSealedRecordsAreRefused) {
   EXPECT_EQ(store_->Seal(Key("s"), 11).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Append(Key("s"), rows, 10, 5).status().message(),
             "record job-a/v1/s#0 sealed at 10 rows");
+  // Past the sealed end, a gap or different rows do not change the answer.
+  EXPECT_EQ(Append(Key("s"), rows, 12, 5).status().message(),
+            "record job-a/v1/s#0 sealed at 10 rows");
+  EXPECT_EQ(Append(Key("s"), SyntheticRoutes(shape_, 30, 5), 5, 10).status().message(),
+            "record job-a/v1/s#0 sealed at 10 rows");
   EXPECT_TRUE(Append(Key("s"), rows, 0, 10).ok());  // A retry of acknowledged rows still works.
   EXPECT_EQ(store_->Seal(Key("absent"), 3).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(Append(Key("t"), rows, 0, 10).ok());
