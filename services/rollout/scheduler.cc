@@ -95,6 +95,7 @@ struct Scheduler::Finished {
   v1::GenerateResponse response;
   std::optional<RecordKey> key;  // Set when routes were recorded.
   absl::Status route_error;      // Set when queueing the routes already failed.
+  bool ends_request = false;     // The request's last sample: its id is free once delivered.
 };
 
 Scheduler::Scheduler(ServedModels& models, std::unique_ptr<SequenceBatch> batch,
@@ -246,12 +247,11 @@ void Scheduler::StopEverything() {
                         .response = NeverRanResponse(
                             work, s, pending.model == nullptr ? 0 : pending.model->version,
                             v1::FINISH_REASON_CANCELLED, "")};
-      absl::MutexLock lock(&mutex_);
-      queued_positions_ -= work.Positions(s);
-      delivery_.push_back(std::move(finished));
-    }
-    if ((unfinished_[work.request.request_id()] -= work.num_samples() - pending.next_sample) == 0) {
-      EndRequest(work.request.request_id());
+      {
+        absl::MutexLock lock(&mutex_);
+        queued_positions_ -= work.Positions(s);
+      }
+      QueueDelivery(std::move(finished));
     }
   };
   for (Pending& pending : resolving_) cancel_pending(pending);
@@ -367,11 +367,7 @@ void Scheduler::AdmitSamples() {
             .response = NeverRanResponse(work, pending.next_sample, pending.model->version,
                                          v1::FINISH_REASON_ERROR,
                                          absl::StrCat("admit failed: ", id.status().message()))};
-        {
-          absl::MutexLock lock(&mutex_);
-          delivery_.push_back(std::move(finished));
-        }
-        if (--unfinished_[work.request.request_id()] == 0) EndRequest(work.request.request_id());
+        QueueDelivery(std::move(finished));
         continue;
       }
       ++pending.model->active_samples;
@@ -436,12 +432,21 @@ void Scheduler::CollectFinished() {
       }
     }
     RecordRoutes(active, sample, finished);
-    {
-      absl::MutexLock lock(&mutex_);
-      delivery_.push_back(std::move(finished));
-    }
-    if (--unfinished_[work.request.request_id()] == 0) EndRequest(work.request.request_id());
+    QueueDelivery(std::move(finished));
   }
+}
+
+// The request's id stays in flight until the delivery thread has handed over its last sample,
+// which may first wait up to route_ack_timeout for route acknowledgements: until then its
+// stream is open, and a second Generate with the id would record the same route keys.
+void Scheduler::QueueDelivery(Finished finished) {
+  const std::string& id = finished.work->request.request_id();
+  if (--unfinished_[id] == 0) {
+    unfinished_.erase(id);
+    finished.ends_request = true;
+  }
+  absl::MutexLock lock(&mutex_);
+  delivery_.push_back(std::move(finished));
 }
 
 void Scheduler::RecordRoutes(const Active& active, const engine::GeneratedSample& sample,
@@ -495,6 +500,10 @@ void Scheduler::Deliver() {
     }
     RolloutMetrics::Get().samples.Increment();
     finished.work->deliver(std::move(response));
+    if (finished.ends_request) {
+      absl::MutexLock lock(&mutex_);
+      in_flight_.erase(finished.work->request.request_id());
+    }
   }
 }
 

@@ -97,8 +97,10 @@ class Scheduler {
   // Queues the sample's routes (sealing the record) and names the record in the response.
   void RecordRoutes(const Active& active, const engine::GeneratedSample& sample,
                     Finished& finished);
-  // The request has nothing left in the scheduler: its id may be used again.
+  // The request failed or was dropped: its id may be used again at once.
   void EndRequest(const std::string& request_id);
+  // Queues a sample's response; the request's last one frees its id once delivered.
+  void QueueDelivery(Finished finished);
   void Deliver();
   void UpdateGauges();
 

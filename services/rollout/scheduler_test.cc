@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "engine/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -299,6 +300,34 @@ TEST_F(SchedulerTest, ASampleThatCannotBeAdmittedFailsAloneInItsMessage) {
   }
   absl::MutexLock lock(&outcome.mutex);
   EXPECT_FALSE(outcome.failure.has_value()) << *outcome.failure;
+}
+
+// A request's id stays in flight until its last sample is handed over (delivery may wait for
+// route acknowledgements): a second Generate with the id meanwhile is ALREADY_EXISTS.
+TEST_F(SchedulerTest, ARequestIdStaysInFlightUntilItsLastSampleIsDelivered) {
+  Start({});
+  Outcome& outcome = NewOutcome();
+  std::shared_ptr<GenerationWork> work = Work("r", 1, 1, 2, 1, outcome);
+  absl::Notification delivering, release;
+  work->deliver = [&, deliver = work->deliver](v1::GenerateResponse response) {
+    delivering.Notify();
+    release.WaitForNotification();
+    deliver(std::move(response));
+  };
+  ASSERT_TRUE(Submit(work).ok());
+  scheduler_->RunStep();  // Its one token comes with the prefill: the sample is finished.
+  delivering.WaitForNotification();
+  Outcome& again = NewOutcome();
+  EXPECT_TRUE(absl::IsAlreadyExists(Submit(Work("r", 1, 1, 2, 1, again))));
+  release.Notify();
+  ASSERT_EQ(AwaitSamples(outcome, 1).size(), 1u);
+  absl::Status resubmitted;
+  for (int i = 0; i < 1000; ++i) {  // The id is freed right after the hand-over returns.
+    resubmitted = Submit(Work("r", 1, 1, 2, 1, again));
+    if (!absl::IsAlreadyExists(resubmitted)) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_TRUE(resubmitted.ok()) << resubmitted;
 }
 
 TEST_F(SchedulerTest, PrefillBudgetAdmitsOnePromptPerStepAndAlwaysAtLeastOne) {
