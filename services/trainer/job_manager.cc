@@ -1,6 +1,7 @@
 #include "services/trainer/job_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -46,7 +47,7 @@ std::string NewJobId() {
 }
 
 absl::Status RequireJobId(const std::string& job_id) {
-  return job_id.empty() ? absl::InvalidArgumentError("job_id is required") : absl::OkStatus();
+  return ValidateIdentifier("job_id", job_id);
 }
 
 // A change a client asked for that could not be made durable: not acknowledged. Keeps the
@@ -247,8 +248,9 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest&
   int64_t offset = 0;
   if (!request.page_token().empty()) {
     const std::vector<std::string> parts = absl::StrSplit(request.page_token(), '/');
+    // Offsets are bounded so that offset + page_size cannot overflow.
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &offset) || offset < 0 ||
-        parts[1] != FilterKey(request)) {
+        offset > std::numeric_limits<int32_t>::max() || parts[1] != FilterKey(request)) {
       return absl::InvalidArgumentError("page_token is malformed or belongs to another filter");
     }
   }

@@ -24,6 +24,7 @@
 #include "engine/sampler.h"
 #include "engine/tasks.h"
 #include "engine/text/text_codec.h"
+#include "services/rollout/client/sampling_rules.h"
 #include "services/router_replay/client/replay_fetch.h"
 #include "services/trainer/checkpoint.h"
 #include "services/trainer/policy_update.h"
@@ -233,6 +234,11 @@ absl::Status JobRun::Init() {
     return absl::FailedPreconditionError(absl::StrCat("base model: ", base.status().message()));
   }
   base_ = std::make_unique<engine::BaseModel>(*std::move(base));
+  if (absl::Status status = rollout::ValidateSampling(spec_.sampling(), base_->config().vocab_size);
+      !status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.", status.message(), " (the base model's vocabulary)"));
+  }
   auto architecture = engine::hf::BaseModelArchitecture(spec_.base_model_path());
   if (!architecture.ok()) {
     return absl::FailedPreconditionError(

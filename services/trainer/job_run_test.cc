@@ -500,6 +500,20 @@ TEST_F(JobRunTest, ANonFiniteLossFailsTheStepBeforeAnythingIsPublished) {
   EXPECT_TRUE(steps_.empty());
 }
 
+// Sampling's vocabulary rules are checked against the base model once it is loaded: before any
+// step runs or anything is published.
+TEST_F(JobRunTest, SamplingBeyondTheBaseModelsVocabularyFailsBeforeTheFirstStep) {
+  v1::Job job = Job(1);
+  job.mutable_spec()->mutable_sampling()->set_top_k(engine::kVocabSize + 1);
+  const absl::Status status = Run(job, not_cancelled_);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrCat("spec.sampling.top_k is ", engine::kVocabSize + 1)));
+  EXPECT_THAT(status.message(), HasSubstr("the base model's vocabulary"));
+  EXPECT_TRUE(published_.empty());
+  EXPECT_TRUE(steps_.empty());
+}
+
 TEST_F(JobRunTest, ACorruptCheckpointIsRefusedNamingTheTensor) {
   ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
   const std::string checkpoint = dir_ + "/out/checkpoint.safetensors";

@@ -136,6 +136,8 @@ TEST_F(JobServiceTest, ListPagesNewestFirstAndFiltersByState) {
   v1::ListJobsRequest bad;
   bad.set_page_token("garbage");
   EXPECT_EQ(List(bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad.set_page_token("9223372036854775807/");  // Once overflowed offset + page_size.
+  EXPECT_EQ(List(bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   bad.clear_page_token();
   bad.set_page_size(-1);
   EXPECT_EQ(List(bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -209,6 +211,14 @@ TEST_F(JobServiceTest, UnknownAndMissingIdsGetClearStatuses) {
   v1::WatchJobResponse event;
   EXPECT_FALSE(reader->Read(&event));
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  // Ids that can name no job are INVALID_ARGUMENT naming the value, not NOT_FOUND.
+  for (const std::string& bad_id : {std::string("../x"), std::string("a b")}) {
+    get.set_job_id(bad_id);
+    grpc::ClientContext bad_context;
+    const grpc::Status bad = stub_->GetJob(&bad_context, get, &got);
+    EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad_id;
+    EXPECT_THAT(bad.error_message(), HasSubstr("bad job_id: '" + bad_id + "'"));
+  }
 }
 
 }  // namespace

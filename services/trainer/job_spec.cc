@@ -1,12 +1,12 @@
 #include "services/trainer/job_spec.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/identifier.h"
 #include "engine/tasks.h"
-#include "engine/tokenizer.h"
 #include "engine/verifiers/verifier.h"
 #include "services/rollout/client/sampling_rules.h"
 #include "services/trainer/service_endpoints.h"
@@ -211,9 +211,14 @@ absl::Status CheckSizes(v1::JobSpec& spec) {
     return Invalid("num_steps must be in 1..10^7");
   }
   if (spec.micro_batch_size() == 0) spec.set_micro_batch_size(8);
-  if (spec.micro_batch_size() < 1) return Invalid("micro_batch_size must be >= 1");
-  // The rollout's own rules, checked here so a job never fails at its first step instead.
-  if (absl::Status status = rollout::ValidateSampling(spec.sampling(), engine::kVocabSize);
+  if (spec.micro_batch_size() < 1 || spec.micro_batch_size() > 65536) {
+    return Invalid("micro_batch_size is ", spec.micro_batch_size(), "; must be in 1..65536");
+  }
+  // The rollout's own rules, checked here so a job does not fail at its first step instead.
+  // The vocabulary is the base model's, which is read when the job starts (JobRun::Init
+  // checks top_k and the stop tokens against it then); here any size.
+  if (absl::Status status =
+          rollout::ValidateSampling(spec.sampling(), std::numeric_limits<int>::max());
       !status.ok()) {
     return Invalid(status.message());
   }

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/trainer/job_spec_testing.h"
@@ -258,10 +259,14 @@ TEST(ResolveJobSpecTest, NumStepsMustBeInOneToTenMillion) {
   }
 }
 
-TEST(ResolveJobSpecTest, NegativeMicroBatchSizeIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.set_micro_batch_size(-1);
-  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.micro_batch_size must be >= 1"));
+TEST(ResolveJobSpecTest, MicroBatchSizeOutOfRangeIsRejected) {
+  for (int size : {-1, 65537, std::numeric_limits<int32_t>::max()}) {
+    v1::JobSpec spec = MinimalValidSpec();
+    spec.set_micro_batch_size(size);
+    EXPECT_THAT(ResolveStatus(spec),
+                IsInvalidArgumentWith(
+                    absl::StrCat("spec.micro_batch_size is ", size, "; must be in 1..65536")));
+  }
 }
 
 TEST(ResolveJobSpecTest, SamplingMaxNewTokensIsRequired) {
@@ -986,6 +991,12 @@ TEST(ResolveJobSpecTest, SamplingFollowsTheRolloutsRulesAtCreateTime) {
     EXPECT_TRUE(absl::IsInvalidArgument(status)) << message << ": " << status;
     EXPECT_THAT(status.message(), HasSubstr("spec." + message));
   }
+  // The vocabulary is the base model's, checked when the job starts: a Qwen3 job's top_k of 50
+  // or stop token 151645 is not judged by the embedded model's 49 tokens.
+  v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_sampling()->set_top_k(50);
+  spec.mutable_sampling()->add_stop_token_ids(151645);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
 TEST(ResolveJobSpecTest, AdapterNameFollowsTheIdentifierRule) {
