@@ -47,6 +47,7 @@ std::string NewJobId() {
 }
 
 absl::Status RequireJobId(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is required");
   return ValidateIdentifier("job_id", job_id);
 }
 
