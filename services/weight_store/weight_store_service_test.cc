@@ -194,6 +194,29 @@ class WeightStoreServiceTest : public ::testing::Test {
     }
   }
 
+  // Watches `next`'s adapter: the first event is a SNAPSHOT of `snapshot_version` (0: no
+  // version yet, and no commit time), then publishing `next` arrives as COMMITTED.
+  void ExpectSnapshotThenCommit(const transfer::TestAdapter& next, int64_t snapshot_version) {
+    grpc::ClientContext context;
+    v1::WatchVersionsRequest request;
+    request.set_adapter_name(next.manifest.adapter_name());
+    auto reader = stub_->WatchVersions(&context, request);
+    v1::WatchVersionsResponse event;
+    ASSERT_TRUE(reader->Read(&event));
+    EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
+    EXPECT_EQ(event.version().version(), snapshot_version);
+    EXPECT_EQ(event.version().has_commit_time(), snapshot_version > 0);
+    ASSERT_TRUE(Publish(next, /*by_ucx=*/true).ok());
+    ASSERT_TRUE(reader->Read(&event));
+    EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+    EXPECT_EQ(event.version().version(), next.manifest.version());
+    EXPECT_GT(event.version().total_bytes(), 0u);
+    context.TryCancel();
+    while (reader->Read(&event)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+
   // A stub to this store whose GetReadPlan responses pass through `edit` on arrival.
   std::unique_ptr<v1::WeightStoreService::Stub> StubEditingPlans(PlanEdit edit) {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> editors;
@@ -880,46 +903,14 @@ TEST_F(WeightStoreServiceTest, StreamAndUploadRulesHoldOverGrpc) {
   EXPECT_EQ(manifest_at_least(2, &manifest).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-// An adapter with no version yet is watched from a version-0 snapshot.
-TEST_F(WeightStoreServiceTest, WatchingAnAdapterWithNoVersionStartsAtVersionZero) {
-  grpc::ClientContext context;
-  v1::WatchVersionsRequest request;
-  request.set_adapter_name("job-new");
-  auto reader = stub_->WatchVersions(&context, request);
-  v1::WatchVersionsResponse event;
-  ASSERT_TRUE(reader->Read(&event));
-  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
-  EXPECT_EQ(event.version().version(), 0);
-  EXPECT_FALSE(event.version().has_commit_time());
-  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-new", 1, 79), false).ok());
-  ASSERT_TRUE(reader->Read(&event));
-  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
-  EXPECT_EQ(event.version().version(), 1);
-  context.TryCancel();
-  while (reader->Read(&event)) {
-  }
-  reader->Finish();
-}
-
 TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 14), false).ok());
-  grpc::ClientContext context;
-  v1::WatchVersionsRequest request;
-  request.set_adapter_name("job-1");
-  auto reader = stub_->WatchVersions(&context, request);
-  v1::WatchVersionsResponse event;
-  ASSERT_TRUE(reader->Read(&event));
-  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
-  EXPECT_EQ(event.version().version(), 1);
-  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 15), true).ok());
-  ASSERT_TRUE(reader->Read(&event));
-  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
-  EXPECT_EQ(event.version().version(), 2);
-  EXPECT_GT(event.version().total_bytes(), 0u);
-  context.TryCancel();
-  while (reader->Read(&event)) {
-  }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  ExpectSnapshotThenCommit(transfer::MakeTestAdapter("job-1", 2, 15), /*snapshot_version=*/1);
+}
+
+// An adapter with no version yet is watched from a version-0 snapshot.
+TEST_F(WeightStoreServiceTest, WatchingAnAdapterWithNoVersionStartsAtVersionZero) {
+  ExpectSnapshotThenCommit(transfer::MakeTestAdapter("job-new", 1, 79), /*snapshot_version=*/0);
 }
 
 TEST_F(WeightStoreServiceTest, ADrainEndsWatchStreamsAtOnceTellingClientsToWatchAgain) {
