@@ -1,10 +1,15 @@
 #include "common/adapter_selector.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/identifier.h"
 
 namespace tandem {
 
-absl::Status ValidateSelectorVersion(const v1::AdapterSelector& selector) {
+absl::Status ValidateNamedSelector(const v1::AdapterSelector& selector) {
+  if (absl::Status status = ValidateIdentifier("adapter.adapter_name", selector.adapter_name());
+      !status.ok()) {
+    return status;
+  }
   if (selector.has_exact_version() && selector.exact_version() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("adapter.exact_version is ", selector.exact_version(), "; must be >= 1"));

@@ -6,11 +6,12 @@
 
 namespace tandem {
 
-// common.proto's version rule of an AdapterSelector, shared by rollout and weight-store: a set
-// exact_version or min_version is >= 1 (unset means the newest). INVALID_ARGUMENT naming the
-// field and value, e.g. "adapter.exact_version is 0; must be >= 1". The name's rule differs
-// by service (rollout takes an empty name as the base model), so callers check it.
-absl::Status ValidateSelectorVersion(const v1::AdapterSelector& selector);
+// common.proto's rules for an AdapterSelector that names an adapter, shared by rollout and
+// weight-store: adapter_name is an identifier, and a set exact_version or min_version is >= 1
+// (unset means the newest). INVALID_ARGUMENT naming the field and value, e.g.
+// "adapter.exact_version is 0; must be >= 1". An empty name is the base model to a rollout and
+// an error to weight-store, so that case is the callers'.
+absl::Status ValidateNamedSelector(const v1::AdapterSelector& selector);
 
 }  // namespace tandem
 

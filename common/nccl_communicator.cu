@@ -19,7 +19,6 @@ absl::Status NcclStatus(ncclResult_t result, absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", ncclGetErrorString(result)));
 }
 
-
 absl::Status RequireGpu(int device) { return cuda::SelectDevice(device).status(); }
 
 }  // namespace

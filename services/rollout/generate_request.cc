@@ -90,11 +90,7 @@ absl::Status ValidateAdapterSelector(const v1::AdapterSelector& selector) {
     }
     return absl::OkStatus();
   }
-  if (absl::Status status = ValidateIdentifier("adapter.adapter_name", selector.adapter_name());
-      !status.ok()) {
-    return status;
-  }
-  return ValidateSelectorVersion(selector);
+  return ValidateNamedSelector(selector);
 }
 
 absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,
@@ -149,17 +145,16 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
     if (!prompt_ids.insert(prompt_id).second) {
       return Invalid("prompts[", i, "]: prompt_id '", prompt_id, "' is not unique");
     }
+    work->reserved_positions += (length + int64_t{sampling.max_new_tokens()}) * group_size;
+    work->prompt_ids.push_back(prompt_id);
     if (request.routes().enabled()) {
-      const router_replay::RecordKey key{request.routes().job_id(), 0,
-                                         absl::StrCat(prompt_id, "/", group_size - 1),
-                                         request.routes().attempt()};
+      // The prompt's longest sample id: its last sample's.
+      const router_replay::RecordKey key = work->RouteKey((i + 1) * group_size - 1, 0);
       if (absl::Status status = router_replay::ValidateRecordKey(key); !status.ok()) {
         return Invalid("prompts[", i, "]: sample ids '", prompt_id,
                        "/<j>' are no valid route keys: ", status.message());
       }
     }
-    work->reserved_positions += (length + int64_t{sampling.max_new_tokens()}) * group_size;
-    work->prompt_ids.push_back(std::move(prompt_id));
     work->prompts.push_back(*std::move(tokens));
     work->text_prompts.push_back(prompt.has_text());
     work->codec = &codec;

@@ -18,9 +18,10 @@ namespace tandem::rollout {
 absl::Status ValidateAdapterSelector(const v1::AdapterSelector& selector);
 
 // Checks a GenerateRequest against rollout.proto's rules and the model, and turns it into the
-// scheduler's work: prompts tokenized by the model's codec (which must outlive the work), one
-// engine request per sample with its own seed MixSeed(MixSeed(seed, prompt), sample), and the
-// model's stop tokens (EOS) among the stop tokens. INVALID_ARGUMENT naming the field, e.g.
+// scheduler's work: prompts tokenized by the model's codec (which must outlive the work), each
+// kept once for its group's samples (GenerationWork::Sample builds a sample's engine request
+// with its own seed MixSeed(MixSeed(seed, prompt), sample)), and the model's stop tokens (EOS)
+// among the stop tokens. INVALID_ARGUMENT naming the field, e.g.
 // "prompts[3]: 900 + 200 tokens > context 1024"; FAILED_PRECONDITION for a text prompt to a
 // model without a tokenizer.
 absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,

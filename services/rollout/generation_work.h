@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/text/text_codec.h"
+#include "services/router_replay/client/record_key.h"
 #include "tandem/v1/rollout.pb.h"
 
 namespace tandem::rollout {
@@ -50,6 +52,12 @@ struct GenerationWork {
     sample.prompt = prompts[s / group_size()];
     sample.seed = engine::MixSeed(engine::MixSeed(seed, s / group_size()), s % group_size());
     return sample;
+  }
+  // The route record of sample s produced by adapter `version`: sample_id "<prompt_id>/<j>".
+  router_replay::RecordKey RouteKey(int s, int64_t version) const {
+    return {request.routes().job_id(), version,
+            absl::StrCat(prompt_ids[s / group_size()], "/", s % group_size()),
+            request.routes().attempt()};
   }
   // KV positions sample s reserves: its prompt and its new tokens.
   int64_t Positions(int s) const {

@@ -38,14 +38,6 @@ v1::GenerateResponse SampleResponse(const GenerationWork& work, int sample) {
   return response;
 }
 
-// The route record of sample `sample` of `work` produced by adapter `version`.
-RecordKey SampleRouteKey(const GenerationWork& work, int sample, int64_t version) {
-  return {
-      work.request.routes().job_id(), version,
-      absl::StrCat(work.prompt_ids[sample / work.group_size()], "/", sample % work.group_size()),
-      work.request.routes().attempt()};
-}
-
 void SetRouteKey(const RecordKey& key, v1::GenerateResponse& response) {
   v1::RouteRecordKey& proto_key = *response.mutable_route_key();
   proto_key.set_job_id(key.job_id);
@@ -67,7 +59,7 @@ v1::GenerateResponse NeverRanResponse(const GenerationWork& work, int sample, in
     response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
     return response;
   }
-  SetRouteKey(SampleRouteKey(work, sample, version), response);
+  SetRouteKey(work.RouteKey(sample, version), response);
   response.set_route_status(v1::ROUTE_STATUS_FAILED);
   response.set_route_error("the sample never ran, so no route of it was recorded");
   return response;
@@ -136,7 +128,7 @@ Scheduler::~Scheduler() {
 absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Duration* retry_after) {
   int64_t largest = 0;  // A prompt's samples all reserve as much.
   for (int s = 0; s < work->num_samples(); s += work->group_size()) {
-    largest = std::max(largest, batch_->ReservedBytes(work->Sample(s)));
+    largest = std::max(largest, batch_->ReservedBytes(work->Positions(s)));
   }
   if (largest > options_.kv_cache_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("a sample needs ", largest,
@@ -342,14 +334,14 @@ void Scheduler::AdmitSamples() {
     Pending& pending = admitting_.front();
     GenerationWork& work = *pending.work;
     for (; pending.next_sample < work.num_samples(); ++pending.next_sample) {
-      const engine::GenerationRequest sample = work.Sample(pending.next_sample);
-      const int64_t needed = batch_->ReservedBytes(sample);
+      const int64_t needed = batch_->ReservedBytes(work.Positions(pending.next_sample));
       // FIFO: while the head cannot be admitted, nothing behind it is.
       if (batch_->active() >= options_.max_batch_sequences ||
           batch_->kv_cache_bytes() + needed > options_.kv_cache_bytes ||
           prefilled >= options_.max_prefill_tokens_per_step) {
         return;
       }
+      const engine::GenerationRequest sample = work.Sample(pending.next_sample);
       prefilled += static_cast<int64_t>(sample.prompt.size());
       absl::StatusOr<int> id = batch_->Admit(sample, *pending.model);
       {
@@ -457,7 +449,7 @@ void Scheduler::RecordRoutes(const Active& active, const engine::GeneratedSample
     response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
     return;
   }
-  RecordKey key = SampleRouteKey(work, active.sample, active.prefill_version);
+  RecordKey key = work.RouteKey(active.sample, active.prefill_version);
   SetRouteKey(key, response);
   const int64_t rows = static_cast<int64_t>(sample.tokens.size()) - 1;
   finished.route_error =

@@ -90,13 +90,13 @@ class FakeBatch final : public SequenceBatch {
   int active() const override { return static_cast<int>(sequences_.size()); }
   int64_t kv_cache_bytes() const override {
     int64_t bytes = 0;
-    for (const auto& [id, sequence] : sequences_) bytes += ReservedBytes(sequence.request);
+    for (const auto& [id, sequence] : sequences_) {
+      bytes += ReservedBytes(static_cast<int64_t>(sequence.request.prompt.size()) +
+                             sequence.request.max_new_tokens);
+    }
     return bytes;
   }
-  int64_t ReservedBytes(const engine::GenerationRequest& request) const override {
-    return (static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens) *
-           kBytesPerPosition;
-  }
+  int64_t ReservedBytes(int64_t positions) const override { return positions * kBytesPerPosition; }
 
   int steps() const { return steps_; }
   const std::vector<int>& cancelled() const { return cancelled_; }

@@ -41,8 +41,8 @@ class SequenceBatch {
 
   virtual int active() const = 0;
   virtual int64_t kv_cache_bytes() const = 0;
-  // KV-cache bytes a request reserves (prompt + max_new_tokens, capped by the model).
-  virtual int64_t ReservedBytes(const engine::GenerationRequest& request) const = 0;
+  // KV-cache bytes `positions` positions (a sample's prompt + max_new_tokens) reserve.
+  virtual int64_t ReservedBytes(int64_t positions) const = 0;
 };
 
 // The adapter versions the scheduler resolves requests to; AdapterRegistry in the service.
@@ -85,8 +85,8 @@ class EngineBatch final : public SequenceBatch {
   bool Stop(int id) override { return batch_.Stop(id); }
   int active() const override { return batch_.active(); }
   int64_t kv_cache_bytes() const override { return batch_.kv_cache_bytes(); }
-  int64_t ReservedBytes(const engine::GenerationRequest& request) const override {
-    return batch_.ReservedPositions(request) * batch_.kv_bytes_per_token();
+  int64_t ReservedBytes(int64_t positions) const override {
+    return positions * batch_.kv_bytes_per_token();
   }
 
  private:

@@ -96,14 +96,13 @@ absl::Status AdapterStore::Recover() {
 
 absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bool use_ucx) {
   if (absl::Status status = ValidateManifest(manifest); !status.ok()) return status;
+  const std::string name = VersionName(manifest.adapter_name(), manifest.version());
   if (absl::Status status = CheckStackable(manifest); !status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        VersionName(manifest.adapter_name(), manifest.version()), ": ", status.message()));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", status.message()));
   }
   if (use_ucx && options_.ucx == nullptr) {
     return absl::FailedPreconditionError("this weight-store runs without UCX; publish over gRPC");
   }
-  const std::string name = VersionName(manifest.adapter_name(), manifest.version());
   // Shards may be up to 2^40 bytes each: an upload this host could never hold is refused up
   // front rather than left to the allocator (or the OOM killer, once the bytes arrive).
   const uint64_t total_bytes = TotalBytes(manifest);

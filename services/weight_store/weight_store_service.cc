@@ -58,16 +58,6 @@ absl::Status ValidateVersionOf(absl::string_view adapter_name, int64_t version) 
   return absl::OkStatus();
 }
 
-// common.proto's AdapterSelector as weight-store reads it: a name, and a version (exact or
-// minimum) that is >= 1 when set; unset means the newest.
-absl::Status ValidateSelector(const v1::AdapterSelector& selector) {
-  if (absl::Status status = ValidateIdentifier("adapter.adapter_name", selector.adapter_name());
-      !status.ok()) {
-    return status;
-  }
-  return ValidateSelectorVersion(selector);
-}
-
 std::vector<std::string> Names(const google::protobuf::RepeatedPtrField<std::string>& names) {
   return {names.begin(), names.end()};
 }
@@ -383,7 +373,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(grpc::CallbackServ
                                                               v1::GetManifestResponse* response) {
   const auto get = [&]() -> absl::StatusOr<v1::GetManifestResponse> {
     const v1::AdapterSelector& selector = request->adapter();
-    if (absl::Status status = ValidateSelector(selector); !status.ok()) return status;
+    if (absl::Status status = ValidateNamedSelector(selector); !status.ok()) return status;
     absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
         store_->Find(selector.adapter_name(), selector.exact_version(), selector.min_version());
     if (!version.ok()) return version.status();

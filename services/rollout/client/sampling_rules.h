@@ -10,7 +10,8 @@ namespace tandem::rollout {
 // temperature in [0, 100], top_p in (0, 1], top_k in [0, vocab_size], at most 64 stop tokens
 // in [0, vocab_size). NaN is outside every range. INVALID_ARGUMENT names the field and its
 // value, e.g. "sampling.top_p is 0; must be in (0, 1]". Rollout checks each Generate with it,
-// the trainer each job spec, so a job never fails at its first step for a spec it accepted.
+// the trainer each job spec (at CreateJob with any vocabulary, then at the job's start with the
+// base model's), so a job does not fail at its first step for a spec it accepted.
 absl::Status ValidateSampling(const v1::SamplingParams& sampling, int vocab_size);
 
 }  // namespace tandem::rollout

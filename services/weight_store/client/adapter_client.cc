@@ -130,30 +130,11 @@ absl::StatusOr<MappedShards> MapShards(const v1::GetReadPlanResponse& plan,
 // tensor is hashed again as it is.
 absl::Status CopyAndVerify(const v1::PlannedTensor& planned, const MappedShards& shards,
                            FetchedTensor& tensor) {
-  struct Block {
-    uint64_t dst_offset;
-    const char* source;
-    uint64_t length;
-  };
-  std::vector<Block> blocks;
-  for (const v1::CopyOp& op : planned.ops()) {
-    const char* source = shards.at(op.shard_index()) + op.src_offset();
-    for (uint64_t i = 0; i < op.count(); ++i) {
-      blocks.push_back(
-          {op.dst_offset() + i * op.dst_stride(), source + i * op.src_stride(), op.length()});
-    }
-  }
-  const auto by_destination = [](const Block& a, const Block& b) {
-    return a.dst_offset < b.dst_offset;
-  };
-  // Plans list ops by destination, so their blocks usually are already.
-  if (!std::is_sorted(blocks.begin(), blocks.end(), by_destination)) {
-    std::sort(blocks.begin(), blocks.end(), by_destination);
-  }
   Xxh3Hasher hasher;
   uint64_t hashed = 0;  // While the blocks tile the tensor: bytes [0, hashed) are hashed.
   bool tiling = true;
-  for (const Block& block : blocks) {
+  for (const PlannedBlock& block :
+       BlocksInDestinationOrder(planned, [&shards](int shard) { return shards.at(shard); })) {
     char* destination = tensor.bytes.data() + block.dst_offset;
     std::memcpy(destination, block.source, block.length);
     tiling = tiling && block.dst_offset == hashed;

@@ -26,6 +26,26 @@ bool ReadsDirectly(const v1::PlannedTensor& tensor) {
   return std::all_of(tensor.ops().begin(), tensor.ops().end(), IsLargeSingleBlock);
 }
 
+std::vector<PlannedBlock> BlocksInDestinationOrder(
+    const v1::PlannedTensor& tensor, absl::FunctionRef<const char*(int shard_index)> shard_base) {
+  std::vector<PlannedBlock> blocks;
+  for (const v1::CopyOp& op : tensor.ops()) {
+    const char* source = shard_base(op.shard_index()) + op.src_offset();
+    for (uint64_t i = 0; i < op.count(); ++i) {
+      blocks.push_back(
+          {op.dst_offset() + i * op.dst_stride(), source + i * op.src_stride(), op.length()});
+    }
+  }
+  const auto by_destination = [](const PlannedBlock& a, const PlannedBlock& b) {
+    return a.dst_offset < b.dst_offset;
+  };
+  // Plans list ops by destination, so their blocks usually are already.
+  if (!std::is_sorted(blocks.begin(), blocks.end(), by_destination)) {
+    std::sort(blocks.begin(), blocks.end(), by_destination);
+  }
+  return blocks;
+}
+
 std::optional<uint64_t> EndOfBlocks(uint64_t offset, uint64_t count, uint64_t stride,
                                     uint64_t length) {
   uint64_t span = 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "tandem/v1/weight_store.pb.h"
 
@@ -35,6 +36,19 @@ inline constexpr uint64_t kMinDirectReadBytes = uint64_t{256} << 10;
 // nullopt on overflow or when there are no bytes.
 std::optional<uint64_t> EndOfBlocks(uint64_t offset, uint64_t count, uint64_t stride,
                                     uint64_t length);
+
+// One block of a planned tensor: `length` bytes from `source` to byte `dst_offset` of it.
+struct PlannedBlock {
+  uint64_t dst_offset = 0;
+  const char* source = nullptr;
+  uint64_t length = 0;
+};
+
+// The blocks of `tensor`'s ops in destination order, read from `shard_base(shard_index)` (a
+// shard's first byte, in whatever memory holds it). A valid plan's blocks tile the tensor, so
+// in this order they are its bytes in order: what its checksum hashes.
+std::vector<PlannedBlock> BlocksInDestinationOrder(
+    const v1::PlannedTensor& tensor, absl::FunctionRef<const char*(int shard_index)> shard_base);
 
 using RegionsByShard = absl::flat_hash_map<int, const v1::ShardRegion*>;
 
