@@ -445,7 +445,13 @@ absl::StatusOr<std::string> ReadString(int fd, const std::string& path, uint64_t
   return text;
 }
 
-absl::StatusOr<SafetensorsFile> ReadOpenFile(int fd, const std::string& path) {
+// A file's parsed header and where its data buffer starts.
+struct FileHeader {
+  Header header;
+  uint64_t data_start = 0;
+};
+
+absl::StatusOr<FileHeader> ReadOpenFileHeader(int fd, const std::string& path) {
   struct stat info;
   if (fstat(fd, &info) != 0) return ErrnoError("stat", path);
   const auto file_size = static_cast<uint64_t>(info.st_size);
@@ -460,13 +466,18 @@ absl::StatusOr<SafetensorsFile> ReadOpenFile(int fd, const std::string& path) {
   const uint64_t data_start = kPrefixBytes + *length;
   absl::StatusOr<Header> header = ParseHeader(*text, file_size - data_start);
   if (!header.ok()) return WithPrefix(header.status(), context);
+  return FileHeader{*std::move(header), data_start};
+}
 
+absl::StatusOr<SafetensorsFile> ReadOpenFile(int fd, const std::string& path) {
+  absl::StatusOr<FileHeader> read = ReadOpenFileHeader(fd, path);
+  if (!read.ok()) return read.status();
   SafetensorsFile file;
-  file.metadata = std::move(header->metadata);
-  for (TensorEntry& entry : header->entries) {
+  file.metadata = std::move(read->header.metadata);
+  for (TensorEntry& entry : read->header.entries) {
     absl::StatusOr<Tensor> tensor = Tensor::Create(entry.dtype, std::move(entry.shape));
-    if (!tensor.ok()) return WithPrefix(tensor.status(), context);
-    absl::Status status = ReadAt(fd, path, data_start + entry.begin, tensor->mutable_bytes());
+    if (!tensor.ok()) return WithPrefix(tensor.status(), absl::StrCat(path, ": "));
+    absl::Status status = ReadAt(fd, path, read->data_start + entry.begin, tensor->mutable_bytes());
     if (!status.ok()) return status;
     file.tensors.emplace(std::move(entry.name), *std::move(tensor));
   }
@@ -535,6 +546,16 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   absl::StatusOr<SafetensorsFile> file = ReadOpenFile(fd, path);
   close(fd);
   return file;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(
+    const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path);
+  absl::StatusOr<FileHeader> read = ReadOpenFileHeader(fd, path);
+  close(fd);
+  if (!read.ok()) return read.status();
+  return std::move(read->header.metadata);
 }
 
 absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsFile& file) {

@@ -49,6 +49,10 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes);
 // file size rather than twice it.
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
+// Only the "__metadata__" of the file at `path`, reading its header but none of
+// its tensors; the header is checked as ReadSafetensors checks it.
+absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(const std::string& path);
+
 // The layout the reference writer produces: "__metadata__" first, tensors
 // sorted by name and packed in that order, header padded with spaces to a
 // multiple of 8 bytes so the buffer starts aligned. INVALID_ARGUMENT for a

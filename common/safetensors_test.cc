@@ -146,6 +146,20 @@ TEST(SafetensorsTest, WriteThenReadFile) {
   EXPECT_EQ(static_cast<size_t>(info.st_size), Serialize(original).size());
 }
 
+TEST(SafetensorsTest, MetadataIsReadWithoutTheTensorsAndCheckedLikeAWholeFile) {
+  const std::string path = ::testing::TempDir() + "/metadata_only.safetensors";
+  SafetensorsFile original = EveryDType();
+  original.metadata["owner"] = "job-1";
+  ASSERT_TRUE(WriteSafetensors(path, original).ok());
+  absl::StatusOr<std::map<std::string, std::string>> metadata = ReadSafetensorsMetadata(path);
+  ASSERT_TRUE(metadata.ok()) << metadata.status();
+  EXPECT_EQ(*metadata, original.metadata);
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1);
+  EXPECT_EQ(ReadSafetensorsMetadata(path).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadSafetensorsMetadata(path + ".missing").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(SafetensorsTest, WriteReplacesAndLeavesNoTemporaryFiles) {
   const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "replace";
   std::filesystem::remove_all(dir);

@@ -43,6 +43,8 @@ class Task {
 
 // Largest operand length: a sum of two 9-digit numbers fits comfortably in int64.
 inline constexpr int kMaxTaskDigits = 9;
+// Digits of a task's numbers when the job leaves them unset.
+inline constexpr int kDefaultTaskDigits = 2;
 
 // Tasks, each with operands of 1..`digits` digits (the length is drawn uniformly first, so
 // short problems stay frequent instead of making up a vanishing share of uniform values):

@@ -1,6 +1,5 @@
 #include "transfer/lora_layout.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -294,6 +293,10 @@ int64_t ElementSize(v1::DType dtype) {
 v1::LoraConfig WithLoraDefaults(v1::LoraConfig lora) {
   if (lora.expert_layout() == v1::EXPERT_LAYOUT_UNSPECIFIED) {
     lora.set_expert_layout(v1::EXPERT_LAYOUT_PER_EXPERT);
+  }
+  if (lora.alpha() == 0) lora.set_alpha(static_cast<float>(lora.rank()));
+  if (lora.target_modules().empty()) {
+    for (absl::string_view module : kTargetModules) lora.add_target_modules(std::string(module));
   }
   return lora;
 }

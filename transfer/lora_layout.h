@@ -22,8 +22,8 @@ inline constexpr absl::string_view kExpertPlaceholder = "{e}";
 // Bytes per element; 0 for DTYPE_UNSPECIFIED and values outside the enum.
 int64_t ElementSize(v1::DType dtype);
 
-// `lora` with LoraConfig's default expert layout filled in (UNSPECIFIED -> PER_EXPERT), the one
-// place that default is decided.
+// `lora` with LoraConfig's defaults written out, the one place they are decided: expert layout
+// UNSPECIFIED -> PER_EXPERT, alpha 0 -> rank, no target_modules -> all seven.
 v1::LoraConfig WithLoraDefaults(v1::LoraConfig lora);
 
 // OK iff the config obeys LoraConfig's rules with expert_layout set (as a Manifest requires):

@@ -14,7 +14,6 @@
 namespace tandem::rollout {
 namespace {
 
-constexpr int kMaxPrompts = 4096;
 constexpr int kMaxGroupSize = 256;
 constexpr size_t kMaxPromptTextBytes = size_t{1} << 20;
 
@@ -71,10 +70,10 @@ absl::Status CheckRouteRecording(const v1::GenerateRequest& request) {
   return absl::OkStatus();
 }
 
-engine::SamplingConfig SamplingOf(const v1::SamplingParams& sampling) {
-  return {.temperature = sampling.has_temperature() ? sampling.temperature() : 1.0f,
-          .top_p = sampling.has_top_p() ? sampling.top_p() : 1.0f,
-          .top_k = sampling.top_k()};
+engine::SamplingConfig SamplingOf(const v1::SamplingParams& given) {
+  const v1::SamplingParams sampling = WithSamplingDefaults(given);
+  return {
+      .temperature = sampling.temperature(), .top_p = sampling.top_p(), .top_k = sampling.top_k()};
 }
 
 }  // namespace
@@ -99,8 +98,9 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
   if (absl::Status status = ValidateIdentifier("request_id", request.request_id()); !status.ok()) {
     return status;
   }
-  if (request.prompts_size() < 1 || request.prompts_size() > kMaxPrompts) {
-    return Invalid("prompts has ", request.prompts_size(), " entries; need 1..", kMaxPrompts);
+  if (request.prompts_size() < 1 || request.prompts_size() > kMaxPromptsPerRequest) {
+    return Invalid("prompts has ", request.prompts_size(), " entries; need 1..",
+                   kMaxPromptsPerRequest);
   }
   const int group_size = request.group_size() == 0 ? 1 : request.group_size();
   if (group_size < 1 || group_size > kMaxGroupSize) {

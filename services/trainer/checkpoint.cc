@@ -22,6 +22,9 @@ constexpr char kCriticOptimizerStep[] = "tandem.critic_optimizer_step";
 constexpr char kStep[] = "tandem.step";
 constexpr char kVersion[] = "tandem.policy_version";
 constexpr char kOptimizerStep[] = "tandem.optimizer_step";
+constexpr char kJobId[] = "tandem.job_id";
+constexpr char kSpecFingerprint[] = "tandem.spec_fingerprint";
+constexpr char kInitializedFrom[] = "tandem.initialized_from";
 // Per tensor, the XXH3-64 of its bytes: "tandem.xxh3.<tensor name>" -> 16 hex digits.
 constexpr char kChecksumPrefix[] = "tandem.xxh3.";
 
@@ -52,13 +55,26 @@ absl::Status VerifyChecksums(const SafetensorsFile& file, const std::string& pat
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> IntMetadata(const SafetensorsFile& file, const std::string& key) {
-  auto found = file.metadata.find(key);
+absl::StatusOr<int64_t> IntMetadata(const std::map<std::string, std::string>& metadata,
+                                    const std::string& key) {
+  auto found = metadata.find(key);
   int64_t value = 0;
-  if (found == file.metadata.end() || !absl::SimpleAtoi(found->second, &value)) {
+  if (found == metadata.end() || !absl::SimpleAtoi(found->second, &value)) {
     return absl::DataLossError(absl::StrCat("checkpoint metadata '", key, "' missing or bad"));
   }
   return value;
+}
+
+std::string StringMetadata(const std::map<std::string, std::string>& metadata,
+                           const std::string& key) {
+  auto found = metadata.find(key);
+  return found == metadata.end() ? "" : found->second;
+}
+
+CheckpointOwner OwnerOf(const std::map<std::string, std::string>& metadata) {
+  return {.job_id = StringMetadata(metadata, kJobId),
+          .spec_fingerprint = StringMetadata(metadata, kSpecFingerprint),
+          .initialized_from = StringMetadata(metadata, kInitializedFrom)};
 }
 
 // Writes `tensors` as 1-D F32 tensors named prefix + name.
@@ -78,9 +94,9 @@ absl::Status AddF32Tensors(const char* prefix,
 
 }  // namespace
 
-absl::Status SaveCheckpoint(const std::string& dir, int64_t step, int64_t policy_version,
-                            const engine::LoraAdapter& lora, const engine::AdamWState& optimizer,
-                            const CriticState* critic) {
+absl::Status SaveCheckpoint(const std::string& dir, const CheckpointOwner& owner, int64_t step,
+                            int64_t policy_version, const engine::LoraAdapter& lora,
+                            const engine::AdamWState& optimizer, const CriticState* critic) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
@@ -99,6 +115,9 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step, int64_t policy
     }
     file.metadata[kCriticOptimizerStep] = absl::StrCat(critic->optimizer.step);
   }
+  file.metadata[kJobId] = owner.job_id;
+  file.metadata[kSpecFingerprint] = owner.spec_fingerprint;
+  if (!owner.initialized_from.empty()) file.metadata[kInitializedFrom] = owner.initialized_from;
   file.metadata[kStep] = absl::StrCat(step);
   file.metadata[kVersion] = absl::StrCat(policy_version);
   file.metadata[kOptimizerStep] = absl::StrCat(optimizer.step);
@@ -137,21 +156,32 @@ absl::StatusOr<std::optional<Checkpoint>> LoadCheckpoint(const std::string& dir,
   }
   auto lora = engine::LoraAdapter::FromSafetensors(adapter, model);
   if (!lora.ok()) return lora.status();
-  auto step = IntMetadata(*file, kStep);
-  auto version = IntMetadata(*file, kVersion);
-  auto optimizer_step = IntMetadata(*file, kOptimizerStep);
+  auto step = IntMetadata(file->metadata, kStep);
+  auto version = IntMetadata(file->metadata, kVersion);
+  auto optimizer_step = IntMetadata(file->metadata, kOptimizerStep);
   for (const auto* value : {&step, &version, &optimizer_step}) {
     if (!value->ok()) return value->status();
   }
   optimizer.step = *optimizer_step;
-  Checkpoint checkpoint{*step, *version, *std::move(lora), std::move(optimizer)};
+  Checkpoint checkpoint{OwnerOf(file->metadata), *step, *version, *std::move(lora),
+                        std::move(optimizer)};
   if (has_critic) {
-    auto critic_step = IntMetadata(*file, kCriticOptimizerStep);
+    auto critic_step = IntMetadata(file->metadata, kCriticOptimizerStep);
     if (!critic_step.ok()) return critic_step.status();
     critic.optimizer.step = *critic_step;
     checkpoint.critic = std::move(critic);
   }
   return checkpoint;
+}
+
+absl::StatusOr<std::optional<CheckpointSummary>> ReadCheckpointSummary(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kFile);
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  auto metadata = ReadSafetensorsMetadata(path);
+  if (!metadata.ok()) return metadata.status();
+  auto step = IntMetadata(*metadata, kStep);
+  if (!step.ok()) return step.status();
+  return CheckpointSummary{OwnerOf(*metadata), *step};
 }
 
 }  // namespace tandem::trainer

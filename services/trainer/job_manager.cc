@@ -1,6 +1,7 @@
 #include "services/trainer/job_manager.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <random>
@@ -13,8 +14,10 @@
 #include "common/identifier.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
+#include "common/status.h"
 #include "common/utf8.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "services/trainer/checkpoint.h"
 #include "services/trainer/job_spec.h"
 #include "services/trainer/trainer_metrics.h"
 
@@ -23,6 +26,9 @@ namespace {
 
 constexpr int kDefaultPageSize = 50;
 constexpr int kMaxPageSize = 1000;
+// A page stops before this many bytes of jobs (a quarter of the trainer's default message
+// limit), so listing works however large the jobs' strings are.
+constexpr size_t kMaxPageBytes = size_t{4} << 20;
 // How long the worker waits before trying again to record that a job starts or ends (disk
 // trouble).
 constexpr absl::Duration kSaveRetryInterval = absl::Seconds(1);
@@ -36,7 +42,7 @@ void RecordOutcome(const absl::Status& result, v1::Job& job) {
     job.set_state(v1::JOB_STATE_SUCCEEDED);
   } else {
     job.set_state(v1::JOB_STATE_FAILED);
-    job.set_error_message(ValidUtf8(result.ToString()));
+    job.set_error_message(ValidUtf8(TruncateStatusMessage(result.ToString())));
   }
   *job.mutable_end_time() = NowTimestamp();
 }
@@ -63,8 +69,32 @@ absl::Status JobNotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
 }
 
+// A new job's output_dir that belongs to someone else.
+absl::Status OutputDirTaken(const std::string& dir, absl::string_view why) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("spec.output_dir: ", dir, " ", why, "; a new job needs a directory of its own"));
+}
+
+bool IsTerminal(const v1::Job& job) {
+  return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
+         job.state() == v1::JOB_STATE_CANCELLED;
+}
+
 bool Runnable(const v1::Job& job) {
   return job.state() == v1::JOB_STATE_RUNNING || job.state() == v1::JOB_STATE_QUEUED;
+}
+
+// A run of the job begins after `start_step`: a resume leaves the previous attempt's metrics
+// behind, and one that lost steps (no checkpoint) says so in the log as well as in the job.
+void StartAttempt(int64_t start_step, v1::Job& job) {
+  job.set_attempt(job.attempt() + 1);
+  job.set_attempt_start_step(start_step);
+  if (job.attempt() == 1) return;
+  job.clear_latest_metrics();
+  if (start_step < job.current_step()) {
+    spdlog::warn("job {} attempt {} restarts after step {}: steps {}..{} run again", job.id(),
+                 job.attempt(), start_step, start_step + 1, job.current_step());
+  }
 }
 
 // Newest first; ties (same create time) by id.
@@ -213,6 +243,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) 
   const std::string id = NewJobId();
   auto spec = Resolve(request.spec(), id);
   if (!spec.ok()) return spec.status();
+  if (absl::Status status = CheckOutputDirIsNew(*spec); !status.ok()) return status;
   if (absl::Status status = Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
                                    [&](v1::Job& job) {
                                      job.set_id(id);
@@ -227,6 +258,41 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) 
   by_request_id_[request.request_id()] = id;
   spdlog::info("job {} queued ({} steps)", id, jobs_[id].spec().num_steps());
   return jobs_[id];
+}
+
+absl::Status JobManager::CheckOutputDirIsNew(const v1::JobSpec& spec) const {
+  const std::string& dir = spec.output_dir();
+  const bool starts_from_it = spec.initial_checkpoint_dir() == dir;
+  for (const auto& [id, job] : jobs_) {
+    // Handing a directory over to a job that starts from its checkpoint waits for its owner.
+    if (job.spec().output_dir() == dir && (!starts_from_it || !IsTerminal(job))) {
+      return OutputDirTaken(dir, absl::StrCat("is the output_dir of job ", id, " (",
+                                              v1::JobState_Name(job.state()).substr(10), ")"));
+    }
+  }
+  std::error_code error;
+  if (!std::filesystem::exists(dir, error)) return absl::OkStatus();
+  if (!std::filesystem::is_directory(dir, error)) return OutputDirTaken(dir, "is not a directory");
+  if (starts_from_it) return absl::OkStatus();  // Its checkpoint is checked when the job starts.
+  auto checkpoint = ReadCheckpointSummary(dir);
+  if (!checkpoint.ok()) {
+    return OutputDirTaken(dir, absl::StrCat("holds a checkpoint that cannot be read (",
+                                            checkpoint.status().message(), ")"));
+  }
+  if (checkpoint->has_value()) {
+    const std::string& owner = (*checkpoint)->owner.job_id;
+    return OutputDirTaken(
+        dir, absl::StrCat("holds the checkpoint of ", owner.empty() ? "an unnamed job" : owner,
+                          " (step ", (*checkpoint)->step,
+                          "); to start from it, name it in initial_checkpoint_dir"));
+  }
+  auto entries = std::filesystem::directory_iterator(dir, error);
+  if (error) return OutputDirTaken(dir, absl::StrCat("cannot be listed: ", error.message()));
+  if (entries != std::filesystem::directory_iterator()) {
+    return OutputDirTaken(
+        dir, absl::StrCat("is not empty (it holds '", entries->path().filename().string(), "')"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
@@ -267,11 +333,16 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest&
   }
   std::sort(jobs.begin(), jobs.end(), NewerFirst);
   v1::ListJobsResponse response;
-  for (int64_t i = offset; i < static_cast<int64_t>(jobs.size()) && i < offset + page_size; ++i) {
-    *response.add_jobs() = jobs[i];
+  size_t page_bytes = 0;
+  int64_t next = offset;
+  for (; next < static_cast<int64_t>(jobs.size()) && next < offset + page_size; ++next) {
+    const size_t bytes = jobs[next].ByteSizeLong();
+    if (next > offset && page_bytes + bytes > kMaxPageBytes) break;  // Never an empty page.
+    page_bytes += bytes;
+    *response.add_jobs() = std::move(jobs[next]);
   }
-  if (offset + page_size < static_cast<int64_t>(jobs.size())) {
-    response.set_next_page_token(absl::StrCat(offset + page_size, "/", FilterKey(request)));
+  if (next < static_cast<int64_t>(jobs.size())) {
+    response.set_next_page_token(absl::StrCat(next, "/", FilterKey(request)));
   }
   return response;
 }
@@ -338,7 +409,13 @@ std::optional<v1::Job> JobManager::StartNextJob() {
 }
 
 JobProgress JobManager::ProgressOf(const std::string& job_id) {
-  return {.on_published =
+  return {.on_attempt_start =
+              [this, job_id](int64_t start_step) {
+                absl::MutexLock lock(&mutex_);
+                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_ATTEMPT_STARTED,
+                            [start_step](v1::Job& job) { StartAttempt(start_step, job); });
+              },
+          .on_published =
               [this, job_id](int64_t version) {
                 absl::MutexLock lock(&mutex_);
                 UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_UNSPECIFIED,
@@ -349,8 +426,11 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
                 RecordStepMetrics(job_id, metrics);
                 absl::MutexLock lock(&mutex_);
                 UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_STEP_COMPLETED, [&metrics](v1::Job& job) {
-                  job.set_current_step(metrics.step());
+                  // An attempt that restarted without a checkpoint repeats steps: progress
+                  // stays where the furthest attempt got.
+                  job.set_current_step(std::max(job.current_step(), metrics.step()));
                   *job.mutable_latest_metrics() = metrics;
+                  job.mutable_latest_metrics()->set_attempt(job.attempt());
                 });
               }};
 }

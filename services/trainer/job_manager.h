@@ -55,6 +55,11 @@ class JobManager {
   JobManager(std::string data_dir, JobRunner runner, v1::ServiceEndpoints default_endpoints,
              std::unique_ptr<JobStore> store);
   absl::StatusOr<v1::JobSpec> Resolve(const v1::JobSpec& spec, const std::string& job_id) const;
+  // A new job's output_dir is its own: no other job's, and absent or empty -- unless the spec
+  // starts from the checkpoint there (initial_checkpoint_dir) and its owner, if known, has ended.
+  // FAILED_PRECONDITION naming the directory and what holds it.
+  absl::Status CheckOutputDirIsNew(const v1::JobSpec& spec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   void WorkLoop();
   // The job to run next (RUNNING before QUEUED, then oldest), marked RUNNING; nullopt when

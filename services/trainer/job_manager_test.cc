@@ -2,6 +2,7 @@
 // order, idempotent creation and subscriptions, with no gRPC and no other services.
 #include "services/trainer/job_manager.h"
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -44,6 +45,9 @@ class ScriptedRunner {
     outcome_ = std::move(outcome);
   }
 
+  // Later runs start from step 0, as a job without a checkpoint does after a restart.
+  void RestartFromScratch() { restarts_from_scratch_ = true; }
+
   std::vector<std::string> started() {
     absl::MutexLock lock(&mutex_);
     return started_;
@@ -52,9 +56,11 @@ class ScriptedRunner {
  private:
   absl::Status Run(const v1::Job& job, const JobProgress& progress,
                    const std::atomic<bool>& cancelled) {
+    const int64_t start_step = restarts_from_scratch_ ? 0 : job.current_step();
+    progress.on_attempt_start(start_step);
     progress.on_published(7);
     v1::StepMetrics metrics;
-    metrics.set_step(job.current_step() + 1);
+    metrics.set_step(start_step + 1);
     metrics.set_accuracy(0.5);
     progress.on_step(metrics);
     absl::MutexLock lock(&mutex_);
@@ -74,6 +80,7 @@ class ScriptedRunner {
     return outcome;
   }
 
+  std::atomic<bool> restarts_from_scratch_{false};
   absl::Mutex mutex_;
   std::vector<std::string> started_ ABSL_GUARDED_BY(mutex_);
   std::string running_ ABSL_GUARDED_BY(mutex_);
@@ -185,6 +192,25 @@ TEST_F(JobManagerTest, ARestartResumesTheRunningJobBeforeOlderQueuedOnes) {
   ASSERT_TRUE(runner_.AwaitRunning(second));
   runner_.End(absl::OkStatus());
   AwaitState(second, v1::JOB_STATE_SUCCEEDED);
+}
+
+// A job without a checkpoint starts again from step 0 after a restart: its progress does not
+// go back, and the new attempt's steps are told apart from the abandoned one's.
+TEST_F(JobManagerTest, ARestartWithoutACheckpointNeverMovesTheStepBack) {
+  const std::string id = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  Reopen();
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  ASSERT_EQ(jobs_->Get(id)->current_step(), 2);
+  runner_.RestartFromScratch();
+  Reopen();
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  const v1::Job job = *jobs_->Get(id);
+  EXPECT_EQ(job.current_step(), 2) << "steps completed never decrease";
+  EXPECT_EQ(job.attempt(), 3);
+  EXPECT_EQ(job.attempt_start_step(), 0) << "the restart without a checkpoint is told";
+  EXPECT_EQ(job.latest_metrics().step(), 1);
+  EXPECT_EQ(job.latest_metrics().attempt(), 3) << "the new attempt's step, not the old one's";
 }
 
 TEST_F(JobManagerTest, ACancelCutByARestartCompletesAtTheNextOpen) {

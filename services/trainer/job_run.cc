@@ -27,6 +27,7 @@
 #include "services/rollout/client/sampling_rules.h"
 #include "services/router_replay/client/replay_fetch.h"
 #include "services/trainer/checkpoint.h"
+#include "services/trainer/job_spec.h"
 #include "services/trainer/policy_update.h"
 #include "services/trainer/service_endpoints.h"
 #include "services/trainer/task_source.h"
@@ -169,7 +170,10 @@ struct StepSamples {
 class JobRun {
  public:
   JobRun(const v1::Job& job, const JobEnvironment& environment)
-      : job_(job), spec_(job.spec()), environment_(environment) {}
+      : job_(job),
+        spec_(job.spec()),
+        environment_(environment),
+        owner_{.job_id = job.id(), .spec_fingerprint = SpecFingerprint(job.spec())} {}
 
   absl::Status Init();
   absl::Status Run(const JobProgress& progress, const std::atomic<bool>& cancelled);
@@ -185,6 +189,10 @@ class JobRun {
   void SetDeadline(grpc::ClientContext& context) const {
     SetTimeout(context, environment_.rpc_timeout);
   }
+  // The checkpoint the run starts from: the job's own in output_dir (a resume from its step,
+  // which start_step_ takes), else initial_checkpoint_dir's (a start at step 1 that owner_
+  // records), else none. Another job's checkpoint in output_dir is refused, never resumed.
+  absl::StatusOr<std::optional<Checkpoint>> StartingCheckpoint();
   // A new job's adapter: the spec's initial PEFT adapter, else A random and B zero.
   absl::StatusOr<engine::LoraAdapter> InitialAdapter() const;
   // The value head and its optimizer from a PPO job's checkpoint; DATA_LOSS if it has none.
@@ -198,9 +206,13 @@ class JobRun {
   absl::Status Publish(int64_t version, int64_t step);
   absl::Status AwaitSwap(int64_t version);
   absl::StatusOr<StepSamples> Generate(int64_t step, int64_t version);
-  // One attempt at a step's samples from every replica, prompt-major, for the prompts' ids.
+  // One attempt at a step's samples from every replica, prompt-major, for the prompts' ids. A
+  // replica's share larger than a request holds goes as several requests.
   absl::StatusOr<std::vector<v1::GenerateResponse>> RequestSamples(
       int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompts);
+  // The request for prompts [first, end) of a step, which keep their step-wide ids.
+  v1::GenerateRequest GenerateRequestFor(int64_t step, int64_t version, int attempt, int first,
+                                         int end, const std::vector<std::vector<int>>& prompt_ids);
   absl::StatusOr<std::vector<v1::GenerateResponse>> GenerateOn(
       v1::RolloutService::StubInterface& stub, const v1::GenerateRequest& request);
   absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
@@ -222,6 +234,7 @@ class JobRun {
   std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store_;
   std::unique_ptr<v1::RouterReplayService::StubInterface> router_replay_;
   int64_t start_step_ = 0;
+  CheckpointOwner owner_;                         // What the run's checkpoints record.
   const std::atomic<bool>* cancelled_ = nullptr;  // Set by Run.
   absl::Mutex calls_mutex_;
   absl::flat_hash_set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(calls_mutex_);
@@ -275,10 +288,9 @@ absl::Status JobRun::Init() {
     if (!router_replay.ok()) return router_replay.status();
     router_replay_ = *std::move(router_replay);
   }
-  auto checkpoint = LoadCheckpoint(spec_.output_dir(), base_->config());
+  auto checkpoint = StartingCheckpoint();
   if (!checkpoint.ok()) return checkpoint.status();
   if (checkpoint->has_value()) {
-    start_step_ = (*checkpoint)->step;
     lora_ = std::make_unique<engine::LoraAdapter>(std::move((*checkpoint)->lora));
   } else {
     auto lora = InitialAdapter();
@@ -298,10 +310,66 @@ absl::Status JobRun::Init() {
     critic_optimizer_.emplace(*std::move(critic_optimizer));
   }
   if (!checkpoint->has_value()) return absl::OkStatus();
-  if (value_head_) {
+  // A job resuming needs its value head back; one initialized from a checkpoint without one (a
+  // GRPO job's) trains a fresh head.
+  const bool resuming = start_step_ > 0;
+  if (value_head_ && (resuming || (*checkpoint)->critic.has_value())) {
     if (absl::Status status = RestoreCritic((*checkpoint)->critic); !status.ok()) return status;
   }
   return optimizer_->ImportState((*checkpoint)->optimizer);
+}
+
+absl::StatusOr<std::optional<Checkpoint>> JobRun::StartingCheckpoint() {
+  const std::string& output_dir = spec_.output_dir();
+  auto found = LoadCheckpoint(output_dir, base_->config());
+  if (!found.ok()) return found.status();
+  const std::string& initial_dir = spec_.initial_checkpoint_dir();
+  if (found->has_value()) {
+    const CheckpointOwner& writer = (*found)->owner;
+    if (writer.job_id == job_.id()) {
+      if (writer.spec_fingerprint != owner_.spec_fingerprint) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "output_dir ", output_dir, " holds this job's checkpoint of step ", (*found)->step,
+            " written under another spec (fingerprint ", writer.spec_fingerprint, ", now ",
+            owner_.spec_fingerprint, "); not resuming it"));
+      }
+      start_step_ = (*found)->step;
+      owner_.initialized_from = writer.initialized_from;
+      return found;
+    }
+    if (initial_dir != output_dir) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("output_dir ", output_dir, " holds the checkpoint of ",
+                       writer.job_id.empty() ? "an unnamed job" : "job " + writer.job_id, " (step ",
+                       (*found)->step,
+                       "), not this job's: a job resumes only its own checkpoint; to start "
+                       "from that one, name it in initial_checkpoint_dir"));
+    }
+  }
+  if (initial_dir.empty()) return std::nullopt;
+  if (initial_dir != output_dir) {
+    found = LoadCheckpoint(initial_dir, base_->config());
+    if (!found.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("initial_checkpoint_dir: ", found.status().message()));
+    }
+  }
+  if (!found->has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("initial_checkpoint_dir ", initial_dir, " holds no checkpoint"));
+  }
+  auto lora_config = weight_store::LoraConfigFromProto(spec_.lora());
+  if (!lora_config.ok()) return lora_config.status();
+  if (!SameLora((*found)->lora.config(), *lora_config)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "initial_checkpoint_dir ", initial_dir, " holds an adapter of ",
+        (*found)->lora.config().ToJson(), "; the spec's lora is ", lora_config->ToJson()));
+  }
+  const std::string& source = (*found)->owner.job_id;
+  owner_.initialized_from = source.empty() ? initial_dir : source;
+  spdlog::info("job {} starts from the checkpoint in {} (job {}, step {})", job_.id(), initial_dir,
+               owner_.initialized_from, (*found)->step);
+  return found;
 }
 
 absl::Status JobRun::RestoreCritic(const std::optional<CriticState>& critic) {
@@ -457,63 +525,77 @@ void JobRun::AbandonGeneration() {
 absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
     int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompt_ids) {
   const int prompts = static_cast<int>(prompt_ids.size()), group = spec_.group_size();
-  // Contiguous shares of the prompts, one request per replica, all in flight together.
+  // Contiguous shares of the prompts, one per replica, each sent as requests of at most the
+  // rollout's limit; all in flight together.
+  struct Chunk {
+    int replica, first, end;
+  };
+  std::vector<Chunk> chunks;
   const int replicas = static_cast<int>(rollouts_.size());
-  std::vector<absl::StatusOr<std::vector<v1::GenerateResponse>>> results(replicas);
-  std::vector<int> first_prompt(replicas + 1);
-  std::vector<std::thread> threads;
   for (int r = 0; r < replicas; ++r) {
-    first_prompt[r] = prompts * r / replicas;
-    first_prompt[r + 1] = prompts * (r + 1) / replicas;
-    v1::GenerateRequest request;
-    request.set_request_id(
-        absl::StrCat(job_.id(), "-s", step, "-v", version, "-r", r, "-a", attempt));
-    for (int p = first_prompt[r]; p < first_prompt[r + 1]; ++p) {
-      v1::Prompt& prompt = *request.add_prompts();
-      prompt.mutable_token_ids()->mutable_ids()->Add(prompt_ids[p].begin(), prompt_ids[p].end());
-      prompt.set_prompt_id(absl::StrCat("s", step, ".p", p));
+    const int share_end = static_cast<int>(int64_t{prompts} * (r + 1) / replicas);
+    for (int first = static_cast<int>(int64_t{prompts} * r / replicas); first < share_end;
+         first += rollout::kMaxPromptsPerRequest) {
+      chunks.push_back({r, first, std::min(share_end, first + rollout::kMaxPromptsPerRequest)});
     }
-    if (request.prompts_size() == 0) continue;
-    request.set_group_size(group);
-    *request.mutable_sampling() = spec_.sampling();
-    request.mutable_sampling()->set_seed(engine::MixSeed(spec_.seed(), step));
-    request.mutable_adapter()->set_adapter_name(spec_.adapter_name());
-    request.mutable_adapter()->set_exact_version(version);
-    request.set_allow_version_switch(spec_.partial_rollouts());
-    if (router_replay_ != nullptr) {
-      request.mutable_routes()->set_enabled(true);
-      request.mutable_routes()->set_job_id(job_.id());
-      request.mutable_routes()->set_attempt(attempt);  // A retry never overwrites routes.
-    }
-    threads.emplace_back([this, &results, r, request = std::move(request)] {
-      results[r] = GenerateOn(*rollouts_[r], request);
-    });
+  }
+  std::vector<absl::StatusOr<std::vector<v1::GenerateResponse>>> results(chunks.size());
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    v1::GenerateRequest request =
+        GenerateRequestFor(step, version, attempt, chunks[c].first, chunks[c].end, prompt_ids);
+    request.set_request_id(absl::StrCat(job_.id(), "-s", step, "-v", version, "-r",
+                                        chunks[c].replica, "-c", c, "-a", attempt));
+    threads.emplace_back(
+        [this, &results, c, stub = rollouts_[chunks[c].replica].get(),
+         request = std::move(request)] { results[c] = GenerateOn(*stub, request); });
   }
   for (std::thread& thread : threads) thread.join();
 
   std::vector<v1::GenerateResponse> responses(static_cast<size_t>(prompts) * group);
-  for (int r = 0; r < replicas; ++r) {
-    if (first_prompt[r] == first_prompt[r + 1]) continue;
-    if (!results[r].ok()) {
-      return absl::Status(
-          results[r].status().code(),
-          absl::StrCat("rollout ", rollout_addresses_[r], ": ", results[r].status().message()));
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const std::string& address = rollout_addresses_[chunks[c].replica];
+    if (!results[c].ok()) {
+      return absl::Status(results[c].status().code(),
+                          absl::StrCat("rollout ", address, ": ", results[c].status().message()));
     }
-    for (v1::GenerateResponse& response : *results[r]) {
+    for (v1::GenerateResponse& response : *results[c]) {
       if (response.finish_reason() == v1::FINISH_REASON_ERROR) {
         return absl::InternalError(
             absl::StrCat("rollout sample failed: ", response.error_message()));
       }
       if (response.finish_reason() == v1::FINISH_REASON_CANCELLED) {  // Retried elsewhere/later.
-        return absl::UnavailableError(
-            absl::StrCat("rollout ", rollout_addresses_[r], " is draining"));
+        return absl::UnavailableError(absl::StrCat("rollout ", address, " is draining"));
       }
-      const int prompt = first_prompt[r] + response.prompt_index();
+      const int prompt = chunks[c].first + response.prompt_index();
       responses[static_cast<size_t>(prompt) * group + response.sample_index()] =
           std::move(response);
     }
   }
   return responses;
+}
+
+v1::GenerateRequest JobRun::GenerateRequestFor(int64_t step, int64_t version, int attempt,
+                                               int first, int end,
+                                               const std::vector<std::vector<int>>& prompt_ids) {
+  v1::GenerateRequest request;
+  for (int p = first; p < end; ++p) {
+    v1::Prompt& prompt = *request.add_prompts();
+    prompt.mutable_token_ids()->mutable_ids()->Add(prompt_ids[p].begin(), prompt_ids[p].end());
+    prompt.set_prompt_id(absl::StrCat("s", step, ".p", p));
+  }
+  request.set_group_size(spec_.group_size());
+  *request.mutable_sampling() = spec_.sampling();
+  request.mutable_sampling()->set_seed(engine::MixSeed(spec_.seed(), step));
+  request.mutable_adapter()->set_adapter_name(spec_.adapter_name());
+  request.mutable_adapter()->set_exact_version(version);
+  request.set_allow_version_switch(spec_.partial_rollouts());
+  if (router_replay_ != nullptr) {
+    request.mutable_routes()->set_enabled(true);
+    request.mutable_routes()->set_job_id(job_.id());
+    request.mutable_routes()->set_attempt(attempt);  // A retry never overwrites routes.
+  }
+  return request;
 }
 
 absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
@@ -597,6 +679,7 @@ absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samp
 
 absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& cancelled) {
   cancelled_ = &cancelled;
+  progress.on_attempt_start(start_step_);
   PolicyUpdateConfig update_config = UpdateConfigOf(spec_);
   if (value_head_) {
     update_config.critic.head = &*value_head_;
@@ -707,8 +790,8 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
       if (value_head_)
         critic = CriticState{value_head_->Tensors(), critic_optimizer_->ExportState()};
       if (absl::Status status =
-              SaveCheckpoint(spec_.output_dir(), step, version, *lora_, optimizer_->ExportState(),
-                             critic ? &*critic : nullptr);
+              SaveCheckpoint(spec_.output_dir(), owner_, step, version, *lora_,
+                             optimizer_->ExportState(), critic ? &*critic : nullptr);
           !status.ok()) {
         return status;
       }

@@ -77,6 +77,9 @@ struct JobEnvironment {
 
 // Called from the run's thread.
 struct JobProgress {
+  // Once per run, before its first step: the run continues after `start_step` (its checkpoint's
+  // step, or 0).
+  std::function<void(int64_t start_step)> on_attempt_start;
   std::function<void(int64_t policy_version)> on_published;
   std::function<void(const v1::StepMetrics&)> on_step;
 };

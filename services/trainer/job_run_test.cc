@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "engine/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/rollout/client/sampling_rules.h"
 #include "services/trainer/job_spec.h"
 #include "services/trainer/job_spec_testing.h"
 #include "services/weight_store/client/peft_export.h"
@@ -101,6 +103,10 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
     if (state_.before_generate) state_.before_generate(call, request);
     absl::MutexLock lock(&state_.mutex);
     state_.requests.push_back(request);
+    if (request.prompts_size() > rollout::kMaxPromptsPerRequest) {  // As a replica checks it.
+      return new FakeReader({}, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                             "prompts: too many for one request"));
+    }
     if (state_.unavailable_calls > 0) {
       --state_.unavailable_calls;
       return new FakeReader({}, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting"));
@@ -230,6 +236,7 @@ class JobRunTest : public ::testing::Test {
   // Runs the job; the fake replica learns each published version from on_published.
   absl::Status Run(const v1::Job& job, const std::atomic<bool>& cancelled) {
     const JobProgress progress{
+        .on_attempt_start = [this](int64_t start_step) { start_steps_.push_back(start_step); },
         .on_published =
             [this](int64_t version) {
               published_.push_back(version);
@@ -239,6 +246,21 @@ class JobRunTest : public ::testing::Test {
         .on_step = [this](const v1::StepMetrics& metrics) { steps_.push_back(metrics); }};
     return RunJob(job, environment_, progress, cancelled);
   }
+
+  // Runs `job` (checkpointing every step) until its second step's generation, then cancels it:
+  // what a trainer stopped after step 1 leaves behind.
+  absl::Status RunFirstStep(v1::Job& job) {
+    job.mutable_spec()->set_checkpoint_every(1);
+    std::atomic<bool> cancelled{false};
+    rollout_.before_generate = [&cancelled](int call, const v1::GenerateRequest&) {
+      if (call == 2) cancelled = true;
+    };
+    absl::Status status = Run(job, cancelled);
+    rollout_.before_generate = nullptr;
+    return status;
+  }
+
+  std::string Checkpoint() const { return dir_ + "/out/checkpoint.safetensors"; }
 
   std::vector<int64_t> RequestedVersions() {
     absl::MutexLock lock(&rollout_.mutex);
@@ -255,6 +277,7 @@ class JobRunTest : public ::testing::Test {
   FakeRolloutState rollout_;
   std::unique_ptr<TestDialer> dialer_;
   JobEnvironment environment_;
+  std::vector<int64_t> start_steps_;  // One per run: the step it continued after.
   std::vector<int64_t> published_;
   std::vector<v1::StepMetrics> steps_;
   std::atomic<bool> not_cancelled_{false};
@@ -275,6 +298,39 @@ TEST_F(JobRunTest, EachStepGeneratesWithTheCurrentVersionAndPublishesTheNext) {
   published_.clear();
   ASSERT_TRUE(Run(Job(2), not_cancelled_).ok());
   EXPECT_THAT(published_, ElementsAre(4));
+}
+
+// output_dir may hold another job's checkpoint (a reused directory): resuming it would train
+// on from someone else's step, or end the new job SUCCEEDED without training.
+TEST_F(JobRunTest, AJobNeverResumesAnotherJobsCheckpoint) {
+  ASSERT_TRUE(Run(Job(2), not_cancelled_).ok());
+  v1::Job other = Job(2);
+  other.set_id("job-other");
+  steps_.clear();
+  published_.clear();
+  const absl::Status status = Run(other, not_cancelled_);
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr(dir_ + "/out"));
+  EXPECT_THAT(status.message(), HasSubstr("job-test"));
+  EXPECT_TRUE(published_.empty());
+}
+
+// A replica takes at most 4096 prompts per GenerateRequest (rollout.proto): a larger step is
+// sent as several requests, never refused at every step.
+TEST_F(JobRunTest, AStepOfMorePromptsThanARequestHoldsIsSentInSeveralRequests) {
+  v1::Job job = Job(1, v1::ALGORITHM_PPO);
+  job.mutable_spec()->set_prompts_per_step(4100);
+  job.mutable_spec()->set_group_size(1);
+  const absl::Status status = Run(job, not_cancelled_);
+  ASSERT_TRUE(status.ok()) << status;
+  absl::MutexLock lock(&rollout_.mutex);
+  int prompts = 0;
+  for (const v1::GenerateRequest& request : rollout_.requests) {
+    EXPECT_LE(request.prompts_size(), rollout::kMaxPromptsPerRequest);
+    prompts += request.prompts_size();
+  }
+  EXPECT_EQ(prompts, 4100);
+  ASSERT_EQ(steps_.size(), 1u);
 }
 
 // ASYNC generates up to max_staleness steps ahead, each with the newest version published when
@@ -527,30 +583,84 @@ TEST_F(JobRunTest, ACorruptCheckpointIsRefusedNamingTheTensor) {
 
 // PPO's value head lives in the trainer: checkpointed beside the adapter and restored on resume.
 TEST_F(JobRunTest, APpoJobCheckpointsItsValueHeadAndResumesWithIt) {
-  v1::Job job = Job(1, v1::ALGORITHM_PPO);
+  v1::Job job = Job(2, v1::ALGORITHM_PPO);
   job.mutable_spec()->set_group_size(1);  // PPO needs no groups.
-  ASSERT_TRUE(Run(job, not_cancelled_).ok());
+  ASSERT_TRUE(absl::IsCancelled(RunFirstStep(job)));
   ASSERT_EQ(steps_.size(), 1u);
   EXPECT_TRUE(std::isfinite(steps_[0].value_loss()));
-  absl::StatusOr<SafetensorsFile> checkpoint =
-      ReadSafetensors(dir_ + "/out/checkpoint.safetensors");
+  absl::StatusOr<SafetensorsFile> checkpoint = ReadSafetensors(Checkpoint());
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   ASSERT_TRUE(checkpoint->tensors.contains("critic/head/value_head.weight"));
   EXPECT_EQ(checkpoint->tensors.at("critic/head/value_head.weight").num_elements(),
             engine::DefaultModelConfig().d_model);
   EXPECT_TRUE(checkpoint->tensors.contains("critic/optimizer/value_head.bias.exp_avg"));
   published_.clear();
-  job.mutable_spec()->set_num_steps(2);
   const absl::Status resumed = Run(job, not_cancelled_);
   ASSERT_TRUE(resumed.ok()) << resumed;
+  EXPECT_THAT(start_steps_, ElementsAre(0, 1));
   EXPECT_THAT(published_, ElementsAre(3, 4));
 }
 
-TEST_F(JobRunTest, APpoJobRefusesACheckpointWithoutAValueHead) {
-  ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());  // GRPO: no value head in its checkpoint.
-  const absl::Status status = Run(Job(2, v1::ALGORITHM_PPO), not_cancelled_);
+TEST_F(JobRunTest, APpoJobRefusesItsCheckpointWithoutAValueHead) {
+  v1::Job job = Job(2, v1::ALGORITHM_PPO);
+  job.mutable_spec()->set_group_size(1);
+  ASSERT_TRUE(absl::IsCancelled(RunFirstStep(job)));
+  absl::StatusOr<SafetensorsFile> checkpoint = ReadSafetensors(Checkpoint());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  std::erase_if(checkpoint->tensors,
+                [](const auto& entry) { return entry.first.starts_with("critic/"); });
+  ASSERT_TRUE(WriteSafetensors(Checkpoint(), *checkpoint).ok());
+  const absl::Status status = Run(job, not_cancelled_);
   EXPECT_TRUE(absl::IsDataLoss(status)) << status;
   EXPECT_EQ(status.message(), "checkpoint of a PPO job holds no value head");
+}
+
+// A job may start from another job's checkpoint when its spec names it: an initialization at
+// step 0 with that adapter and optimizer state, recorded in its own checkpoints.
+TEST_F(JobRunTest, AJobStartsFromTheCheckpointItsSpecNames) {
+  ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
+  v1::Job other = Job(1);
+  other.set_id("job-other");
+  other.mutable_spec()->set_output_dir(dir_ + "/other");
+  other.mutable_spec()->set_initial_checkpoint_dir(dir_ + "/out");
+  start_steps_.clear();
+  const absl::Status status = Run(other, not_cancelled_);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_THAT(start_steps_, ElementsAre(0));
+  absl::StatusOr<std::map<std::string, std::string>> metadata =
+      ReadSafetensorsMetadata(dir_ + "/other/checkpoint.safetensors");
+  ASSERT_TRUE(metadata.ok()) << metadata.status();
+  EXPECT_EQ(metadata->at("tandem.job_id"), "job-other");
+  EXPECT_EQ(metadata->at("tandem.initialized_from"), "job-test");
+  EXPECT_EQ(metadata->at("tandem.optimizer_step"), "2") << "job-test's update, then its own";
+}
+
+// Naming the checkpoint in output_dir itself hands the directory over: the new job starts from
+// it, then resumes only its own.
+TEST_F(JobRunTest, AJobStartingFromTheCheckpointInItsOutputDirThenResumesItsOwn) {
+  ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
+  v1::Job other = Job(1);
+  other.set_id("job-other");
+  other.mutable_spec()->set_initial_checkpoint_dir(dir_ + "/out");
+  start_steps_.clear();
+  ASSERT_TRUE(Run(other, not_cancelled_).ok());
+  ASSERT_TRUE(Run(other, not_cancelled_).ok());
+  EXPECT_THAT(start_steps_, ElementsAre(0, 1));
+  const absl::Status original = Run(Job(1), not_cancelled_);
+  EXPECT_TRUE(absl::IsFailedPrecondition(original)) << original;
+  EXPECT_THAT(original.message(), HasSubstr("job job-other"));
+}
+
+TEST_F(JobRunTest, AnInitialCheckpointOfAnotherLoraIsRefusedNamingBoth) {
+  ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
+  v1::Job other = Job(1);
+  other.set_id("job-other");
+  other.mutable_spec()->set_output_dir(dir_ + "/other");
+  other.mutable_spec()->set_initial_checkpoint_dir(dir_ + "/out");
+  other.mutable_spec()->mutable_lora()->set_rank(8);
+  const absl::Status status = Run(other, not_cancelled_);
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("initial_checkpoint_dir " + dir_ + "/out"));
 }
 
 TEST_F(JobRunTest, ACancelledRunStopsBeforeItsNextPhase) {

@@ -4,7 +4,10 @@
 #include "services/trainer/job_service.h"
 
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +21,9 @@
 namespace tandem::trainer {
 namespace {
 
+using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Pair;
 
 class JobServiceTest : public ::testing::Test {
  protected:
@@ -185,6 +190,156 @@ TEST_F(JobServiceTest, ABadSpecIsInvalidArgumentNamingTheField) {
   const grpc::Status status = stub_->CreateJob(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("spec.group_size: ALGORITHM_GRPO needs >= 2"));
+}
+
+// The trainer runs in float: a learning rate that float rounds to inf or 0 would fail at step 1
+// or train nothing, so CreateJob refuses it naming the field.
+TEST_F(JobServiceTest, NumbersThatFloatCannotHoldAreRefusedNamingTheField) {
+  const auto create = [&](const std::function<void(v1::AlgorithmConfig&)>& change) {
+    v1::CreateJobRequest request;
+    request.set_request_id("narrow");
+    *request.mutable_spec() = Spec(1);
+    change(*request.mutable_spec()->mutable_algorithm_config());
+    v1::CreateJobResponse response;
+    grpc::ClientContext context;
+    return stub_->CreateJob(&context, request, &response);
+  };
+  const grpc::Status huge = create([](auto& config) { config.set_learning_rate(1e39); });
+  EXPECT_EQ(huge.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(huge.error_message(), HasSubstr("spec.algorithm_config.learning_rate is 1e+39"));
+  const grpc::Status tiny = create([](auto& config) { config.set_learning_rate(1e-46); });
+  EXPECT_EQ(tiny.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(tiny.error_message(), HasSubstr("spec.algorithm_config.learning_rate is 1e-46"));
+  const grpc::Status decay = create([](auto& config) { config.set_weight_decay(1e-50); });
+  EXPECT_EQ(decay.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(decay.error_message(), HasSubstr("spec.algorithm_config.weight_decay is 1e-50"));
+  const grpc::Status norm = create([](auto& config) { config.set_max_grad_norm(1e40); });
+  EXPECT_EQ(norm.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(norm.error_message(), HasSubstr("spec.algorithm_config.max_grad_norm is 1e+40"));
+  const grpc::Status value_lr = create([](auto& config) { config.set_value_learning_rate(1e39); });
+  EXPECT_EQ(value_lr.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(value_lr.error_message(),
+              HasSubstr("spec.algorithm_config.value_learning_rate is 1e+39"));
+}
+
+// Job.spec is the spec as the job runs it: every default the trainer applies is written out.
+TEST_F(JobServiceTest, TheCreatedJobShowsEveryDefaultItRunsWith) {
+  v1::CreateJobRequest request;
+  request.set_request_id("defaults");
+  *request.mutable_spec() = Spec(1);
+  v1::CreateJobResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->CreateJob(&context, request, &response).ok());
+  const v1::JobSpec& task_spec = response.job().spec();
+  EXPECT_THAT(task_spec.task().params(), Contains(Pair("digits", "2")));
+  EXPECT_EQ(task_spec.lora().alpha(), 4.0f) << "alpha 0 means alpha = rank";
+  EXPECT_EQ(task_spec.lora().target_modules_size(), 7);
+  ASSERT_TRUE(task_spec.sampling().has_temperature());
+  EXPECT_EQ(task_spec.sampling().temperature(), 1.0f);
+  ASSERT_TRUE(task_spec.sampling().has_top_p());
+  EXPECT_EQ(task_spec.sampling().top_p(), 1.0f);
+
+  request.set_request_id("dataset-defaults");
+  request.mutable_spec()->mutable_dataset()->set_path("/data/train.jsonl");
+  request.mutable_spec()->mutable_dataset()->set_verifier("exact_match");
+  grpc::ClientContext dataset_context;
+  ASSERT_TRUE(stub_->CreateJob(&dataset_context, request, &response).ok());
+  const v1::DatasetSpec& dataset = response.job().spec().dataset();
+  EXPECT_EQ(dataset.prompt_field(), "prompt");
+  EXPECT_EQ(dataset.answer_field(), "answer");
+  EXPECT_EQ(dataset.messages_field(), "messages");
+}
+
+// A job's output_dir is its own: a directory that already holds files (another job's
+// checkpoint above all) is refused at CreateJob instead of being resumed from later.
+TEST_F(JobServiceTest, AnOutputDirThatHoldsFilesIsRefusedNamingIt) {
+  const std::string taken = dir_ + "/taken";
+  std::filesystem::create_directories(taken);
+  std::ofstream(taken + "/checkpoint.safetensors") << "someone else's";
+  v1::CreateJobRequest request;
+  request.set_request_id("reuse");
+  *request.mutable_spec() = Spec(1);
+  request.mutable_spec()->set_output_dir(taken);
+  v1::CreateJobResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub_->CreateJob(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("spec.output_dir: " + taken));
+
+  // Any other file, and another job's output_dir even before it wrote anything, are refused too.
+  const std::string used = dir_ + "/used";
+  std::filesystem::create_directories(used);
+  std::ofstream(used + "/notes.txt") << "mine";
+  request.mutable_spec()->set_output_dir(used);
+  grpc::ClientContext used_context;
+  const grpc::Status not_empty = stub_->CreateJob(&used_context, request, &response);
+  EXPECT_EQ(not_empty.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(not_empty.error_message(), HasSubstr("is not empty (it holds 'notes.txt')"));
+  request.mutable_spec()->set_output_dir(dir_ + "/first");
+  grpc::ClientContext first_context;
+  ASSERT_TRUE(stub_->CreateJob(&first_context, request, &response).ok());
+  const std::string first = response.job().id();
+  request.set_request_id("second");
+  grpc::ClientContext second_context;
+  const grpc::Status shared = stub_->CreateJob(&second_context, request, &response);
+  EXPECT_EQ(shared.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(shared.error_message(), HasSubstr("is the output_dir of job " + first));
+}
+
+// Strings from outside have a maximum size, so a page of ListJobs cannot outgrow the message
+// limit and fail listing for everyone.
+TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
+  int accepted = 0;
+  for (int i = 0; i < 40; ++i) {
+    v1::CreateJobRequest request;
+    request.set_request_id(absl::StrCat("huge", i));
+    *request.mutable_spec() = Spec(1);
+    request.mutable_spec()->set_base_model_path(std::string(1 << 20, 'p') + std::to_string(i));
+    v1::CreateJobResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->CreateJob(&context, request, &response);
+    if (status.ok()) {
+      ++accepted;
+      continue;
+    }
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("spec.base_model_path"));
+  }
+  EXPECT_EQ(accepted, 0);
+
+  // Jobs at the limits (256 rollout addresses of 1 KiB each) still list, over several pages.
+  std::set<std::string> created;
+  for (int i = 0; i < 20; ++i) {
+    v1::CreateJobRequest request;
+    request.set_request_id(absl::StrCat("large", i));
+    *request.mutable_spec() = Spec(1);
+    request.mutable_spec()->mutable_endpoints()->clear_rollout();
+    for (int r = 0; r < 256; ++r) {
+      request.mutable_spec()->mutable_endpoints()->add_rollout(
+          absl::StrCat(std::string(1000, 'h'), r, ":1"));
+    }
+    v1::CreateJobResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->CreateJob(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    created.insert(response.job().id());
+  }
+  std::set<std::string> listed;
+  int pages = 0;
+  v1::ListJobsRequest request;
+  request.set_page_size(1000);
+  do {
+    v1::ListJobsResponse response;
+    const grpc::Status status = List(request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_GT(response.jobs_size(), 0);
+    EXPECT_LE(response.ByteSizeLong(), size_t{4} << 20);
+    for (const v1::Job& job : response.jobs()) listed.insert(job.id());
+    request.set_page_token(response.next_page_token());
+    ++pages;
+  } while (!request.page_token().empty());
+  EXPECT_EQ(listed, created);
+  EXPECT_GT(pages, 1);
 }
 
 TEST_F(JobServiceTest, UnknownAndMissingIdsGetClearStatuses) {

@@ -2,18 +2,28 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 #include "common/identifier.h"
+#include "common/string_limits.h"
 #include "engine/tasks.h"
 #include "engine/verifiers/verifier.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "services/rollout/client/sampling_rules.h"
 #include "services/trainer/service_endpoints.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::trainer {
 namespace {
+
+// TaskSpec.params' one key.
+constexpr char kTaskDigits[] = "digits";
 
 absl::Status Invalid(auto&&... parts) {
   return absl::InvalidArgumentError(absl::StrCat("spec.", parts...));
@@ -22,6 +32,19 @@ absl::Status Invalid(auto&&... parts) {
 // Comparisons that NaN fails: a NaN hyperparameter is refused, never silently clipped.
 bool AtLeast(double value, double low) { return value >= low; }
 bool Within(double value, double low, double high) { return value >= low && value <= high; }
+
+// The trainer computes in float: a value that float rounds to infinity or to zero would fail at
+// the first step or silently switch its term off. Nonzero values must narrow to a normal float.
+absl::Status CheckFloatRange(const char* field, double value) {
+  const double magnitude = std::abs(value);
+  if (value == 0 || (magnitude >= std::numeric_limits<float>::min() &&
+                     magnitude <= std::numeric_limits<float>::max())) {
+    return absl::OkStatus();
+  }
+  return Invalid("algorithm_config.", field, " is ", value, "; the trainer computes in float, ",
+                 "which holds magnitudes ", std::numeric_limits<float>::min(), "..",
+                 std::numeric_limits<float>::max(), " (or 0 where 0 is allowed)");
+}
 
 // An enum field holding a number its enum does not define (a newer client, a typo in JSON).
 absl::Status CheckEnum(const char* field, int value, bool (*is_valid)(int)) {
@@ -32,24 +55,31 @@ absl::Status CheckEnum(const char* field, int value, bool (*is_valid)(int)) {
 absl::Status CheckData(v1::JobSpec& spec) {
   switch (spec.data_case()) {
     case v1::JobSpec::kTask: {
-      const v1::TaskSpec& task = spec.task();
-      int digits = 2;
+      v1::TaskSpec& task = *spec.mutable_task();
       for (const auto& [key, value] : task.params()) {
-        if (key != "digits") return Invalid("task.params: unknown key '", key, "'");
-        if (!absl::SimpleAtoi(value, &digits)) {
-          return Invalid("task.params.digits: '", value, "' is not a number");
-        }
+        if (key != kTaskDigits) return Invalid("task.params: unknown key '", key, "'");
+      }
+      auto& params = *task.mutable_params();
+      params.try_emplace(kTaskDigits, absl::StrCat(engine::kDefaultTaskDigits));
+      int digits = 0;
+      if (!absl::SimpleAtoi(params.at(kTaskDigits), &digits)) {
+        return Invalid("task.params.digits: '", params.at(kTaskDigits), "' is not a number");
       }
       auto made = engine::MakeTask(task.name(), digits);
       if (!made.ok()) return Invalid("task: ", made.status().message());
       return absl::OkStatus();
     }
-    case v1::JobSpec::kDataset:
-      if (spec.dataset().path().empty()) return Invalid("dataset.path is required");
-      if (auto verifier = engine::FindVerifier(spec.dataset().verifier()); !verifier.ok()) {
+    case v1::JobSpec::kDataset: {
+      v1::DatasetSpec& dataset = *spec.mutable_dataset();
+      if (dataset.path().empty()) return Invalid("dataset.path is required");
+      if (auto verifier = engine::FindVerifier(dataset.verifier()); !verifier.ok()) {
         return Invalid("dataset.verifier: ", verifier.status().message());
       }
+      if (dataset.prompt_field().empty()) dataset.set_prompt_field("prompt");
+      if (dataset.answer_field().empty()) dataset.set_answer_field("answer");
+      if (dataset.messages_field().empty()) dataset.set_messages_field("messages");
       return absl::OkStatus();
+    }
     default:
       return Invalid("task or dataset is required");
   }
@@ -80,6 +110,11 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
   if (!config.has_max_grad_norm()) config.set_max_grad_norm(1.0);
   if (!AtLeast(config.max_grad_norm(), 0)) {
     return Invalid("algorithm_config.max_grad_norm is ", config.max_grad_norm(), "; must be >= 0");
+  }
+  for (const auto& [name, value] : {std::pair{"learning_rate", config.learning_rate()},
+                                    std::pair{"weight_decay", config.weight_decay()},
+                                    std::pair{"max_grad_norm", config.max_grad_norm()}}) {
+    if (absl::Status status = CheckFloatRange(name, value); !status.ok()) return status;
   }
   if (!config.has_clip_eps_low()) config.set_clip_eps_low(0.2);
   if (!(config.clip_eps_low() >= 0 && config.clip_eps_low() < 1)) {
@@ -124,6 +159,10 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
   if (!(config.value_learning_rate() > 0) || !std::isfinite(config.value_learning_rate())) {
     return Invalid("algorithm_config.value_learning_rate is ", config.value_learning_rate(),
                    "; must be > 0 and finite");
+  }
+  if (absl::Status status = CheckFloatRange("value_learning_rate", config.value_learning_rate());
+      !status.ok()) {
+    return status;
   }
   for (const auto& [name, value] : {std::pair{"value_loss_coef", config.value_loss_coef()},
                                     std::pair{"value_clip", config.value_clip()}}) {
@@ -198,9 +237,47 @@ absl::Status CheckCorrection(v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
+// Every string of the spec against its size class (string_limits.h), before any other check
+// repeats a value in its message.
+absl::Status CheckStringSizes(v1::JobSpec& spec) {
+  std::vector<std::tuple<std::string, absl::string_view, size_t>> strings = {
+      {"display_name", spec.display_name(), kMaxNameBytes},
+      {"base_model_path", spec.base_model_path(), kMaxPathBytes},
+      {"output_dir", spec.output_dir(), kMaxPathBytes},
+      {"initial_adapter_path", spec.initial_adapter_path(), kMaxPathBytes},
+      {"initial_checkpoint_dir", spec.initial_checkpoint_dir(), kMaxPathBytes},
+      {"task.name", spec.task().name(), kMaxNameBytes},
+      {"dataset.path", spec.dataset().path(), kMaxPathBytes},
+      {"dataset.prompt_field", spec.dataset().prompt_field(), kMaxNameBytes},
+      {"dataset.answer_field", spec.dataset().answer_field(), kMaxNameBytes},
+      {"dataset.messages_field", spec.dataset().messages_field(), kMaxNameBytes},
+      {"dataset.verifier", spec.dataset().verifier(), kMaxNameBytes},
+      {"endpoints.weight_store", spec.endpoints().weight_store(), kMaxAddressBytes},
+      {"endpoints.router_replay", spec.endpoints().router_replay(), kMaxAddressBytes},
+      {"endpoints.rollout_service", spec.endpoints().rollout_service(), kMaxAddressBytes}};
+  for (const auto& [key, value] : spec.task().params()) {
+    strings.emplace_back("task.params key", key, kMaxNameBytes);
+    strings.emplace_back("task.params value", value, kMaxNameBytes);
+  }
+  for (int i = 0; i < spec.endpoints().rollout_size(); ++i) {
+    strings.emplace_back(absl::StrCat("endpoints.rollout[", i, "]"), spec.endpoints().rollout(i),
+                         kMaxAddressBytes);
+  }
+  for (const auto& [field, value, max_bytes] : strings) {
+    if (absl::Status status = CheckMaxBytes(absl::StrCat("spec.", field), value, max_bytes);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSizes(v1::JobSpec& spec) {
-  if (spec.display_name().size() > 256) return Invalid("display_name: at most 256 bytes");
   if (spec.base_model_path().empty()) return Invalid("base_model_path is required");
+  if (!spec.initial_adapter_path().empty() && !spec.initial_checkpoint_dir().empty()) {
+    return Invalid(
+        "initial_adapter_path and initial_checkpoint_dir are exclusive; a job starts from one");
+  }
   if (spec.prompts_per_step() < 1 || spec.prompts_per_step() > 65536) {
     return Invalid("prompts_per_step must be in 1..65536");
   }
@@ -217,6 +294,7 @@ absl::Status CheckSizes(v1::JobSpec& spec) {
   // The rollout's own rules, checked here so a job does not fail at its first step instead.
   // The vocabulary is the base model's, which is read when the job starts (JobRun::Init
   // checks top_k and the stop tokens against it then); here any size.
+  *spec.mutable_sampling() = rollout::WithSamplingDefaults(spec.sampling());
   if (absl::Status status =
           rollout::ValidateSampling(spec.sampling(), std::numeric_limits<int>::max());
       !status.ok()) {
@@ -283,7 +361,8 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const st
   v1::JobSpec spec = original;
   ApplyDefaultEndpoints(default_endpoints, *spec.mutable_endpoints());
   for (absl::Status (*check)(v1::JobSpec&) :
-       {CheckData, CheckSizes, CheckAlgorithm, CheckSchedule, CheckCorrection, CheckEndpoints}) {
+       {CheckStringSizes, CheckData, CheckSizes, CheckAlgorithm, CheckSchedule, CheckCorrection,
+        CheckEndpoints}) {
     if (absl::Status status = check(spec); !status.ok()) return status;
   }
   if (!spec.has_lora() || spec.lora().rank() < 1) return Invalid("lora.rank is required");
@@ -298,6 +377,16 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const st
   }
   if (spec.output_dir().empty()) spec.set_output_dir(default_output_dir);
   return spec;
+}
+
+std::string SpecFingerprint(const v1::JobSpec& spec) {
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  spec.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return ChecksumToHex(Xxh3Checksum(absl::string_view(bytes)));
 }
 
 }  // namespace tandem::trainer

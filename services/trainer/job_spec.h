@@ -16,6 +16,10 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec, const std::s
                                            const std::string& default_output_dir,
                                            const v1::ServiceEndpoints& default_endpoints = {});
 
+// 16 hex digits identifying a resolved spec (XXH3-64 of its deterministic serialization). A
+// checkpoint records its job's, so no job resumes a checkpoint written under another spec.
+std::string SpecFingerprint(const v1::JobSpec& spec);
+
 }  // namespace tandem::trainer
 
 #endif  // TANDEM_SERVICES_TRAINER_JOB_SPEC_H_

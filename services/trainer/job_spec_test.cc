@@ -222,7 +222,8 @@ TEST(ResolveJobSpecTest, DatasetVerifierIsRequired) {
 TEST(ResolveJobSpecTest, DisplayNameOver256BytesIsRejected) {
   v1::JobSpec spec = MinimalValidSpec();
   spec.set_display_name(std::string(257, 'x'));
-  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.display_name: at most 256 bytes"));
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.display_name has 257 bytes; at most 256"));
 }
 
 TEST(ResolveJobSpecTest, BaseModelPathIsRequired) {

@@ -91,10 +91,9 @@ absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec&
   if (!verifier.ok()) return verifier.status();
   std::ifstream in(spec.path());
   if (!in) return absl::NotFoundError(absl::StrCat("dataset '", spec.path(), "' cannot be read"));
-  const DatasetFields fields{
-      .prompt = spec.prompt_field().empty() ? "prompt" : spec.prompt_field(),
-      .messages = spec.messages_field().empty() ? "messages" : spec.messages_field(),
-      .answer = spec.answer_field().empty() ? "answer" : spec.answer_field()};
+  const DatasetFields fields{.prompt = spec.prompt_field(),
+                             .messages = spec.messages_field(),
+                             .answer = spec.answer_field()};
   std::vector<engine::Sample> samples;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -124,10 +123,10 @@ absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec&
 absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const v1::JobSpec& spec,
                                                           const engine::text::TextCodec& codec) {
   if (spec.has_dataset()) return LoadDataset(spec.dataset(), codec);
-  int digits = 2;
+  int digits = 0;
   if (auto found = spec.task().params().find("digits");
-      found != spec.task().params().end() && !absl::SimpleAtoi(found->second, &digits)) {
-    return absl::InvalidArgumentError(absl::StrCat("task.params.digits: '", found->second, "'"));
+      found == spec.task().params().end() || !absl::SimpleAtoi(found->second, &digits)) {
+    return absl::InvalidArgumentError("task.params.digits: missing or not a number");
   }
   auto task = engine::MakeTask(spec.task().name(), digits);
   if (!task.ok()) return absl::InvalidArgumentError(task.status().message());

@@ -10,11 +10,12 @@
 
 namespace tandem::trainer {
 
-// The prompts and verifier of a job: a built-in task ("digits" param, default 2), or a JSON-lines
-// dataset whose answers are checked by the job's verifier (prompts drawn uniformly with
-// replacement); a dataset row's conversation is rendered by `codec`'s chat format. INVALID_ARGUMENT
-// for a bad task; NOT_FOUND / INVALID_ARGUMENT naming the line for a missing or malformed file;
-// FAILED_PRECONDITION for conversations to a model without a chat format.
+// The prompts and verifier of a job whose spec ResolveJobSpec resolved (the "digits" param and the
+// dataset's field names are set): a built-in task, or a JSON-lines dataset whose answers are
+// checked by the job's verifier (prompts drawn uniformly with replacement); a dataset row's
+// conversation is rendered by `codec`'s chat format. INVALID_ARGUMENT for a bad task; NOT_FOUND /
+// INVALID_ARGUMENT naming the line for a missing or malformed file; FAILED_PRECONDITION for
+// conversations to a model without a chat format.
 absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const v1::JobSpec& spec,
                                                           const engine::text::TextCodec& codec);
 

@@ -44,6 +44,7 @@ v1::JobSpec DatasetSpec(const std::string& path, const std::string& verifier) {
   spec.mutable_dataset()->set_path(path);
   spec.mutable_dataset()->set_prompt_field("question");
   spec.mutable_dataset()->set_answer_field("answer");
+  spec.mutable_dataset()->set_messages_field("messages");
   spec.mutable_dataset()->set_verifier(verifier);
   return spec;
 }

@@ -7,31 +7,35 @@ namespace {
 
 constexpr int kMaxStopTokens = 64;
 
-absl::Status Invalid(auto&&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
+absl::Status Invalid(auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); }
 
 }  // namespace
 
-absl::Status ValidateSampling(const v1::SamplingParams& sampling, int vocab_size) {
+v1::SamplingParams WithSamplingDefaults(v1::SamplingParams sampling) {
+  if (!sampling.has_temperature()) sampling.set_temperature(1.0f);
+  if (!sampling.has_top_p()) sampling.set_top_p(1.0f);
+  return sampling;
+}
+
+absl::Status ValidateSampling(const v1::SamplingParams& given, int vocab_size) {
+  const v1::SamplingParams sampling = WithSamplingDefaults(given);
   if (sampling.max_new_tokens() < 1) {
     return Invalid("sampling.max_new_tokens is ", sampling.max_new_tokens(), "; must be >= 1");
   }
-  const float temperature = sampling.has_temperature() ? sampling.temperature() : 1.0f;
+  const float temperature = sampling.temperature();
   if (!(temperature >= 0 && temperature <= 100)) {
     return Invalid("sampling.temperature is ", temperature, "; must be in [0, 100]");
   }
-  const float top_p = sampling.has_top_p() ? sampling.top_p() : 1.0f;
+  const float top_p = sampling.top_p();
   if (!(top_p > 0 && top_p <= 1)) {
     return Invalid("sampling.top_p is ", top_p, "; must be in (0, 1]");
   }
   if (sampling.top_k() < 0 || sampling.top_k() > vocab_size) {
-    return Invalid("sampling.top_k is ", sampling.top_k(), "; must be in [0, ", vocab_size,
-                   "]");
+    return Invalid("sampling.top_k is ", sampling.top_k(), "; must be in [0, ", vocab_size, "]");
   }
   if (sampling.stop_token_ids_size() > kMaxStopTokens) {
-    return Invalid("sampling.stop_token_ids has ", sampling.stop_token_ids_size(),
-                   " ids; at most ", kMaxStopTokens);
+    return Invalid("sampling.stop_token_ids has ", sampling.stop_token_ids_size(), " ids; at most ",
+                   kMaxStopTokens);
   }
   for (int id : sampling.stop_token_ids()) {
     if (id < 0 || id >= vocab_size) {

@@ -6,6 +6,13 @@
 
 namespace tandem::rollout {
 
+// GenerateRequest's limit on prompts (rollout.proto): a caller with more splits them.
+inline constexpr int kMaxPromptsPerRequest = 4096;
+
+// `sampling` with the defaults rollout.proto gives written out: temperature 1, top_p 1. What the
+// rollout samples with and what Job.spec shows.
+v1::SamplingParams WithSamplingDefaults(v1::SamplingParams sampling);
+
 // SamplingParams' rules (rollout.proto) for a model of `vocab_size` tokens: max_new_tokens >= 1,
 // temperature in [0, 100], top_p in (0, 1], top_k in [0, vocab_size], at most 64 stop tokens
 // in [0, vocab_size). NaN is outside every range. INVALID_ARGUMENT names the field and its

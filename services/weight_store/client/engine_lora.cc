@@ -75,10 +75,8 @@ absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& giv
   const v1::LoraConfig proto = transfer::WithLoraDefaults(given);
   engine::LoraConfig config;
   config.rank = proto.rank();
-  config.alpha = proto.alpha() == 0 ? static_cast<float>(proto.rank()) : proto.alpha();
-  if (proto.target_modules_size() > 0) {
-    config.targets.assign(proto.target_modules().begin(), proto.target_modules().end());
-  }
+  config.alpha = proto.alpha();
+  config.targets.assign(proto.target_modules().begin(), proto.target_modules().end());
   switch (proto.expert_layout()) {
     case v1::EXPERT_LAYOUT_PER_EXPERT:
       config.expert_layout = engine::ExpertLayout::kPerExpert;
