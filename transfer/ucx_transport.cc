@@ -28,6 +28,9 @@ constexpr absl::Duration kInFlightGrace = absl::Seconds(5);
 // An idle progress thread still wakes this often, so that UCX timers (keepalive, wireup
 // retries) run although no event arrives.
 constexpr int kIdlePollMillis = 50;
+// How long destroying a worker waits for its wireup exchanges in flight to finish (see
+// Core::Quiesce); a peer that does not answer within it cannot hold a shutdown longer.
+constexpr absl::Duration kQuiesceTimeout = absl::Seconds(2);
 
 absl::Status UcxStatus(absl::StatusCode code, absl::string_view what, ucs_status_t status) {
   return absl::Status(code, absl::StrCat(what, ": ", ucs_status_string(status)));
@@ -151,7 +154,8 @@ class Core {
     if (ucs_status != UCS_OK) {
       return UcxStatus(absl::StatusCode::kInternal, "ucp_worker_get_efd", ucs_status);
     }
-    core->progress_thread_ = std::thread([raw = core.get(), event_fd] { raw->Progress(event_fd); });
+    core->event_fd_ = event_fd;
+    core->progress_thread_ = std::thread([raw = core.get()] { raw->Progress(); });
     return core;
   }
 
@@ -162,7 +166,10 @@ class Core {
       ucp_worker_signal(worker);
       progress_thread_.join();
     }
-    if (worker != nullptr) ucp_worker_destroy(worker);
+    if (worker != nullptr) {
+      Quiesce();
+      ucp_worker_destroy(worker);
+    }
     if (context != nullptr) ucp_cleanup(context);
   }
 
@@ -176,17 +183,48 @@ class Core {
   // is work and sleeps in poll() on the worker's event fd otherwise, so an idle store costs no
   // CPU. Spinning a while before sleeping was slower on 2 cores: it takes the CPU from the
   // other process's progress thread.
-  void Progress(int event_fd) {
-    pollfd event{.fd = event_fd, .events = POLLIN, .revents = 0};
-    while (!stop_.load(std::memory_order_acquire)) {
-      if (ucp_worker_progress(worker) != 0) continue;
-      // UCS_ERR_BUSY: events arrived since the last progress. Any other failure to arm still
-      // sleeps, bounded by the timeout, instead of spinning.
-      if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
-      poll(&event, 1, kIdlePollMillis);
+  void Progress() {
+    while (!stop_.load(std::memory_order_acquire)) ProgressOrSleep(kIdlePollMillis);
+  }
+
+  // Progresses the worker once or, when there was nothing to do, sleeps until an event
+  // arrives or `sleep_millis` pass.
+  void ProgressOrSleep(int sleep_millis) {
+    if (ucp_worker_progress(worker) != 0) return;
+    // UCS_ERR_BUSY: events arrived since the last progress. Any other failure to arm still
+    // sleeps, bounded by the timeout, instead of spinning.
+    if (ucp_worker_arm(worker) == UCS_ERR_BUSY) return;
+    pollfd event{.fd = event_fd_, .events = POLLIN, .revents = 0};
+    poll(&event, 1, sleep_millis);
+  }
+
+  // Finishes the wireup exchanges in flight before the worker is destroyed. A peer's first
+  // rkey unpack (or transfer) over tcp sends a wireup request; this worker's reply then waits
+  // in the pending queue of the tcp endpoint UCX created for the peer until the connection
+  // back to the peer is acknowledged. ucp_worker_destroy purges such queues, and UCX 1.13
+  // asserts there (ucp_request_send_state_ff, ucp_request.c:684; gone in 1.14) that a purged
+  // wireup message is no REPLY: a store stopped in that window aborted. So the worker is
+  // flushed and progressed by this thread (the progress thread has stopped) until a flush
+  // completes at once. That happens only when no tcp connection is being set up and no bytes
+  // are unsent (uct_tcp_iface_flush), hence nothing is queued; and as the worker is destroyed
+  // without being progressed again, no new request can queue another reply. Bounded by
+  // kQuiesceTimeout: a peer that never answers cannot hold the shutdown.
+  void Quiesce() {
+    const absl::Time deadline = absl::Now() + kQuiesceTimeout;
+    ucp_request_param_t param{};  // No callback: the request is polled.
+    while (true) {
+      ucs_status_ptr_t flush = ucp_worker_flush_nbx(worker, &param);
+      if (!UCS_PTR_IS_PTR(flush)) return;  // Done at once (or failed): nothing to wait for.
+      while (ucp_request_check_status(flush) == UCS_INPROGRESS && absl::Now() < deadline) {
+        const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+        ProgressOrSleep(static_cast<int>(std::clamp<int64_t>(left, 1, kIdlePollMillis)));
+      }
+      ucp_request_free(flush);
+      if (absl::Now() >= deadline) return;
     }
   }
 
+  int event_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::thread progress_thread_;
 };

@@ -50,6 +50,8 @@ class RequestWindow;
 // Regions and peers share ownership of the context, worker and thread, so UCX resources are
 // released in the right order whatever the order of destruction: the thread stops, and the
 // worker and context are destroyed, when the last of this object and its regions and peers is.
+// Before that, the worker finishes the connection handshakes (UCX wireup) peers started, for
+// at most 2 s: UCX 1.13 aborts the process if a worker is destroyed in the middle of one.
 class UcxWorker {
  public:
   static absl::StatusOr<std::unique_ptr<UcxWorker>> Create(const UcxOptions& options);
