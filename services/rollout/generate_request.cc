@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/adapter_selector.h"
 #include "common/identifier.h"
+#include "common/string_limits.h"
 #include "engine/sampler.h"
 #include "services/rollout/client/sampling_rules.h"
 #include "services/router_replay/client/record_key.h"
@@ -139,6 +140,10 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
     if (length + int64_t{sampling.max_new_tokens()} > model.max_seq_len) {
       return Invalid("prompts[", i, "]: ", length, " + ", sampling.max_new_tokens(),
                      " tokens > context ", model.max_seq_len);
+    }
+    if (absl::Status status = CheckMaxBytes("prompt_id", prompt.prompt_id(), kMaxIdentifierBytes);
+        !status.ok()) {
+      return Invalid("prompts[", i, "]: ", status.message());
     }
     std::string prompt_id = prompt.prompt_id().empty() ? absl::StrCat(request.request_id(), ".", i)
                                                        : prompt.prompt_id();

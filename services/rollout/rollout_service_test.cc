@@ -631,6 +631,9 @@ TEST_F(RolloutServiceTest, BadRequestsGetClearStatuses) {
   bad.mutable_sampling()->set_max_new_tokens(45);
   expect_invalid(bad, "prompts[0]: 4 + 45 tokens > context 48");
   bad = request;
+  bad.mutable_prompts(0)->set_prompt_id(std::string(129, 'p'));  // Routes off: still bounded.
+  expect_invalid(bad, "prompts[0]: prompt_id has 129 bytes; at most 128");
+  bad = request;
   bad.mutable_sampling()->set_max_new_tokens(0);
   expect_invalid(bad, "max_new_tokens is 0");
   bad = request;

@@ -13,13 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/identifier.h"
+#include "common/string_limits.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::weight_store {
 namespace {
 
 constexpr int kMaxTensors = 1'000'000;
-constexpr size_t kMaxTensorNameBytes = 512;
 constexpr int kMaxDims = 8;
 constexpr int kMaxExperts = 32767;
 constexpr int kMaxShards = 65536;
@@ -307,6 +307,24 @@ absl::Status ValidateContents(const v1::Manifest& manifest) {
   return absl::OkStatus();
 }
 
+// base_model and labels are stored with every version and sent with every manifest.
+absl::Status CheckStringSizes(const v1::Manifest& manifest) {
+  if (absl::Status status = CheckMaxBytes("base_model", manifest.base_model(), kMaxPathBytes);
+      !status.ok()) {
+    return status;
+  }
+  if (manifest.labels_size() > kMaxLabels) {
+    return Invalid("labels has ", manifest.labels_size(), " entries; at most ", kMaxLabels);
+  }
+  for (const auto& [key, value] : manifest.labels()) {
+    absl::Status status = CheckMaxBytes("labels key", key, kMaxNameBytes);
+    if (status.ok())
+      status = CheckMaxBytes(absl::StrCat("labels[", key, "]"), value, kMaxTextBytes);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateManifest(const v1::Manifest& manifest) {
@@ -320,6 +338,9 @@ absl::Status ValidateManifest(const v1::Manifest& manifest) {
   if (const size_t encoded = manifest.ByteSizeLong(); encoded > kMaxManifestBytes) {
     return Invalid(manifest.adapter_name(), "@", manifest.version(), ": manifest encodes to ",
                    encoded, " bytes; at most 64 MiB");
+  }
+  if (absl::Status status = CheckStringSizes(manifest); !status.ok()) {
+    return Invalid(manifest.adapter_name(), "@", manifest.version(), ": ", status.message());
   }
   if (absl::Status status = ValidateContents(manifest); !status.ok()) {
     return Invalid(manifest.adapter_name(), "@", manifest.version(), ": ", status.message());

@@ -1,15 +1,24 @@
 #ifndef TANDEM_SERVICES_WEIGHT_STORE_MANIFEST_H_
 #define TANDEM_SERVICES_WEIGHT_STORE_MANIFEST_H_
 
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "tandem/v1/weight_store.pb.h"
 
 namespace tandem::weight_store {
 
+// Tensor names (TensorSpec.name) are 1..512 bytes; a longer name can name no tensor.
+inline constexpr size_t kMaxTensorNameBytes = 512;
+// A manifest's labels: at most 64, keys of up to 256 bytes (common/string_limits.h's names),
+// values of up to 4 KiB (its text).
+inline constexpr int kMaxLabels = 64;
+
 // OK iff `manifest` obeys every rule of weight_store.proto: identifiers, version, LoRA config,
 // canonical tensors, shards and pieces, and every element of every canonical tensor covered by
-// exactly one piece. Otherwise INVALID_ARGUMENT naming the adapter@version, the tensor, shard or
-// piece, and the bad value. Output-only fields (total_bytes, commit_time) are not checked.
+// exactly one piece; base_model and labels within their sizes. Otherwise INVALID_ARGUMENT naming
+// the adapter@version, the tensor, shard or piece, and the bad value. Output-only fields
+// (total_bytes, commit_time) are not checked.
 absl::Status ValidateManifest(const v1::Manifest& manifest);
 
 }  // namespace tandem::weight_store

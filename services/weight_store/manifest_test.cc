@@ -302,6 +302,20 @@ const BadCase kBadCases[] = {
        *shard.add_pieces() = copy;
      },
      {"shard 0 piece 0 and shard 4 piece 0 overlap"}},
+    {"OversizedBaseModel",
+     [](v1::Manifest& m) { m.set_base_model(std::string(4097, 'm')); },
+     {"base_model has 4097 bytes; at most 4096"}},
+    {"OversizedLabelKey",
+     [](v1::Manifest& m) { (*m.mutable_labels())[std::string(257, 'k')] = "v"; },
+     {"labels key has 257 bytes; at most 256"}},
+    {"OversizedLabelValue",
+     [](v1::Manifest& m) { (*m.mutable_labels())["note"] = std::string(4097, 'v'); },
+     {"labels[note] has 4097 bytes; at most 4096"}},
+    {"TooManyLabels",
+     [](v1::Manifest& m) {
+       for (int i = 0; i < 65; ++i) (*m.mutable_labels())[absl::StrCat("k", i)] = "v";
+     },
+     {"labels has", "entries; at most 64"}},
     {"ShiftedSliceLeavesGapAndOverlap",
      EditPiece(kQ, [](auto& p) { p.mutable_slice(0)->set_offset(2); }),
      {std::string(kQ), "overlap"}},

@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
+#include "common/string_limits.h"
+#include "services/weight_store/manifest.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::weight_store {
@@ -259,8 +261,14 @@ absl::StatusOr<std::vector<Target>> SelectTargets(std::vector<Target> targets,
   if (names.empty()) return targets;
   absl::flat_hash_set<absl::string_view> known;
   for (const Target& target : targets) known.insert(target.tensor.spec().name());
-  for (const std::string& name : names) {
-    if (!known.contains(name)) return Invalid("unknown target tensor '", name, "'");
+  for (size_t i = 0; i < names.size(); ++i) {
+    // Sized first: the message repeats the name.
+    if (absl::Status status =
+            CheckMaxBytes(absl::StrCat("tensor_names[", i, "]"), names[i], kMaxTensorNameBytes);
+        !status.ok()) {
+      return status;
+    }
+    if (!known.contains(names[i])) return Invalid("unknown target tensor '", names[i], "'");
   }
   const absl::flat_hash_set<absl::string_view> wanted(names.begin(), names.end());
   std::vector<Target> selected;

@@ -16,6 +16,7 @@
 #include "common/proto_time.h"
 #include "common/queued_write_reactor.h"
 #include "common/status.h"
+#include "common/string_limits.h"
 #include "common/unary.h"
 #include "services/weight_store/reshard.h"
 #include "services/weight_store/tensor_assembly.h"
@@ -521,6 +522,10 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
     v1::AcquireLeaseResponse* response) {
   const auto acquire = [&]() -> absl::StatusOr<v1::AcquireLeaseResponse> {
     if (request->holder().empty()) return absl::InvalidArgumentError("holder is required");
+    if (absl::Status status = CheckMaxBytes("holder", request->holder(), kMaxNameBytes);
+        !status.ok()) {
+      return status;
+    }
     if (absl::Status status = ValidateIdentifier("adapter_name", request->adapter_name());
         !status.ok()) {
       return status;

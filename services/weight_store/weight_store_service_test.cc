@@ -801,6 +801,17 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
     EXPECT_EQ(renew(lease.lease_id(), bad, &renewed).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
   }
+  {  // The holder is kept with the lease: its size is bounded.
+    grpc::ClientContext context;
+    v1::AcquireLeaseRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(1);
+    request.set_holder(std::string(257, 'h'));
+    v1::AcquireLeaseResponse refused;
+    const grpc::Status status = stub_->AcquireLease(&context, request, &refused);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("holder has 257 bytes; at most 256"));
+  }
   EXPECT_EQ(renew("lease-unknown", 30, &renewed).error_code(), grpc::StatusCode::NOT_FOUND);
   {
     grpc::ClientContext context;
@@ -820,6 +831,20 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
     return stub_->GetReadPlan(&context, request, &response);
   };
   EXPECT_TRUE(plan(1, v1::DTYPE_UNSPECIFIED).ok());
+  {  // A tensor name no tensor can have is refused by its size, not echoed back.
+    grpc::ClientContext context;
+    v1::GetReadPlanRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(1);
+    request.set_lease_id(lease.lease_id());
+    request.add_tensor_names(std::string(1 << 20, 'n'));
+    v1::GetReadPlanResponse response;
+    const grpc::Status status = stub_->GetReadPlan(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_LT(status.error_message().size(), 1024u);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("tensor_names[0] has 1048576 bytes; at most 512"));
+  }
   EXPECT_EQ(plan(2, v1::DTYPE_UNSPECIFIED).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(plan(1, v1::DTYPE_F32).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
