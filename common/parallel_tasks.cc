@@ -11,6 +11,8 @@ ParallelTasks::~ParallelTasks() { Finish().IgnoreError(); }
 void ParallelTasks::Add(absl::AnyInvocable<absl::Status() &&> task) {
   {
     absl::MutexLock lock(&mutex_);
+    // After a failure `task` never runs; it is destroyed on return, once the lock is released.
+    if (!first_error_.ok()) return;
     if (!finished_) {
       queue_.push_back(std::move(task));
       return;
@@ -62,10 +64,14 @@ void ParallelTasks::Drain(bool until_finishing) {
 
 void ParallelTasks::Run(absl::AnyInvocable<absl::Status() &&> task) {
   absl::Status status = std::move(task)();
-  if (!status.ok()) {
+  if (status.ok()) return;
+  std::deque<absl::AnyInvocable<absl::Status() &&>> dropped;
+  {
     absl::MutexLock lock(&mutex_);
     first_error_.Update(status);
+    dropped.swap(queue_);
   }
+  // `dropped` goes here, without the lock: what the tasks hold may signal their caller.
 }
 
 }  // namespace tandem

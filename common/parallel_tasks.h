@@ -14,6 +14,11 @@ namespace tandem {
 // Work handed off while the caller goes on with its own: a helper thread runs added tasks in
 // order, and Finish() has the caller take its share of what is left. A fetch uses it to copy
 // and checksum what has arrived while it waits for what has not.
+//
+// The first failure stops the work: once a task has returned an error, no task starts again.
+// Those not yet started, and those added later, are destroyed without running (outside the
+// lock), while tasks already running finish. So a caller that waits on what its tasks signal
+// must signal from what a task holds (its destructor), not only from the task's body.
 class ParallelTasks {
  public:
   ParallelTasks();
@@ -23,26 +28,27 @@ class ParallelTasks {
   ParallelTasks& operator=(const ParallelTasks&) = delete;
 
   // Queues `task`; after Finish, runs it on the calling thread (its error then only counts for
-  // a later Finish).
+  // a later Finish). After a failure, destroys it instead.
   void Add(absl::AnyInvocable<absl::Status() &&> task);
   // Runs the oldest task not yet started on the calling thread, if there is one: how a caller
-  // that waits on what its tasks signal helps instead of idling. False if none was waiting.
+  // that waits on what its tasks signal helps instead of idling. False if none was waiting
+  // (none ever is after a failure).
   bool RunOne();
-  // Runs tasks on the calling thread too until none is left, waits for the helper's, and
-  // returns the first error. Every added task runs, also after one failed: callers may wait
-  // on what their tasks signal. Calling it again returns the same.
+  // Runs tasks on the calling thread too until none is left or one failed, waits for the
+  // helper's task to finish, and returns the first error. Calling it again returns the same.
   absl::Status Finish();
 
  private:
   // Runs queued tasks until the queue is empty and, if `until_finishing`, Finish was called.
   void Drain(bool until_finishing);
+  // Runs `task`; if it fails, records the error and drops the tasks not yet started.
   void Run(absl::AnyInvocable<absl::Status() &&> task);
 
   absl::Mutex mutex_;
   std::deque<absl::AnyInvocable<absl::Status() &&>> queue_ ABSL_GUARDED_BY(mutex_);
   bool finishing_ ABSL_GUARDED_BY(mutex_) = false;
-  bool finished_ ABSL_GUARDED_BY(mutex_) = false;  // The helper has been joined.
-  absl::Status first_error_ ABSL_GUARDED_BY(mutex_);
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;     // The helper has been joined.
+  absl::Status first_error_ ABSL_GUARDED_BY(mutex_);  // Not OK: nothing starts any more.
   std::thread helper_;
 };
 

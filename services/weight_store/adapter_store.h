@@ -68,7 +68,7 @@ class AdapterStore {
   v1::VersionInfo Newest(absl::string_view adapter) const;
 
   // Calls `listener` (on the committing thread, without store locks held) after each commit
-  // of `adapter`; returns an id for Unwatch.
+  // of `adapter`, listeners in the order they were registered; returns an id for Unwatch.
   int64_t Watch(absl::string_view adapter, std::function<void(const v1::VersionInfo&)> listener);
   void Unwatch(int64_t watch_id);
 
@@ -130,8 +130,9 @@ class AdapterStore {
   std::shared_ptr<const CommittedVersion> Share(CommittedVersion version) const;
 
   absl::Status Recover();
-  absl::StatusOr<std::shared_ptr<const CommittedVersion>> FindLocked(
-      absl::string_view adapter, int64_t exact_version, int64_t min_version) const
+  absl::StatusOr<std::shared_ptr<const CommittedVersion>> FindLocked(absl::string_view adapter,
+                                                                     int64_t exact_version,
+                                                                     int64_t min_version) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::StatusOr<Upload*> OpenUpload(absl::string_view upload_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);

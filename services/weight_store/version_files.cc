@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/checksum.h"
@@ -114,7 +114,8 @@ std::string MoveAside(const std::string& dir) {
   return absl::StrCat("moved to ", aside);
 }
 
-absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& dir, transfer::UcxWorker* ucx) {
+absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& dir,
+                                                              transfer::UcxWorker* ucx) {
   auto version = std::make_unique<CommittedVersion>();
   std::ifstream manifest_in(dir / kManifestFile, std::ios::binary);
   std::stringstream manifest_bytes;
@@ -262,16 +263,16 @@ absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
       if (absl::IsDataLoss(version.status())) {
         // Damaged on disk: moved aside (kept for inspection), so the number can be published
         // again. Anything else (memory, UCX registration) is no verdict on the files.
-        skipped->push_back(absl::StrCat(version.status().message(), "; ",
-                                        MoveAside(entry.path().string())));
+        skipped->push_back(
+            absl::StrCat(version.status().message(), "; ", MoveAside(entry.path().string())));
         continue;
       }
       if (!version.ok()) return version.status();
       const v1::Manifest& manifest = (*version)->manifest;
       if (manifest.version() != number ||
           AdapterDir(data_dir, manifest.adapter_name()) != adapter.path().string()) {
-        skipped->push_back(absl::StrCat(entry.path().string(), " holds ",
-                                        manifest.adapter_name(), "@", manifest.version(), "; ",
+        skipped->push_back(absl::StrCat(entry.path().string(), " holds ", manifest.adapter_name(),
+                                        "@", manifest.version(), "; ",
                                         MoveAside(entry.path().string())));
         continue;
       }

@@ -8,8 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/weight_store/shard_buffer.h"
-#include "transfer/ucx_transport.h"
 #include "tandem/v1/weight_store.pb.h"
+#include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
 

@@ -1,6 +1,7 @@
 #include "services/weight_store/weight_store_service.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <utility>
@@ -135,11 +136,12 @@ class PutShardReactor final : public grpc::ServerReadReactor<v1::PutShardRequest
 class WatchReactor final : public QueuedWriteReactor<v1::WatchVersionsResponse> {
  public:
   WatchReactor(AdapterStore& store, OpenStreams<v1::WatchVersionsResponse>& open,
-               const std::string& adapter)
+               const std::string& adapter, const std::function<void()>& registered_hook)
       : store_(store), open_(open) {
     watch_id_ = store_.Watch(adapter, [sink = sink()](const v1::VersionInfo& version) {
       sink->Write(Event(version, v1::VERSION_EVENT_TYPE_COMMITTED));
     });
+    if (registered_hook) registered_hook();  // Tests: commits land here, in the window.
     sink()->Write(Event(store_.Newest(adapter), v1::VERSION_EVENT_TYPE_SNAPSHOT));
     open_id_ = open_.Add(sink());
   }
@@ -298,6 +300,7 @@ absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> WeightStoreServiceImpl::
                           .ucx = service->ucx_.get()});
   if (!store.ok()) return store.status();
   service->store_ = *std::move(store);
+  service->watch_registered_hook_ = options.watch_registered_hook;
   service->sweeper_ =
       std::make_unique<PeriodicThread>(options.sweep_interval, [store = service->store_.get()] {
         store->ExpireAndRetain(absl::Now());
@@ -392,7 +395,7 @@ grpc::ServerWriteReactor<v1::WatchVersionsResponse>* WeightStoreServiceImpl::Wat
     return new FinishedReactor<grpc::ServerWriteReactor<v1::WatchVersionsResponse>>(
         ToGrpcStatus(status));
   }
-  return new WatchReactor(*store_, watches_, request->adapter_name());
+  return new WatchReactor(*store_, watches_, request->adapter_name(), watch_registered_hook_);
 }
 
 grpc::ServerWriteReactor<v1::FetchTensorsResponse>* WeightStoreServiceImpl::FetchTensors(

@@ -1,6 +1,7 @@
 #ifndef TANDEM_SERVICES_WEIGHT_STORE_WEIGHT_STORE_SERVICE_H_
 #define TANDEM_SERVICES_WEIGHT_STORE_WEIGHT_STORE_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -12,8 +13,8 @@
 #include "common/open_streams.h"
 #include "common/periodic_thread.h"
 #include "services/weight_store/adapter_store.h"
-#include "transfer/ucx_transport.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
+#include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
 
@@ -24,6 +25,10 @@ struct WeightStoreOptions {
   bool enable_ucx = true;
   transfer::UcxOptions ucx;
   absl::Duration sweep_interval = absl::Seconds(1);
+  // Tests only: runs in each WatchVersions call between registering the stream's watcher and
+  // reading the newest version, the window where a commit reaches the stream both as an
+  // announcement and as the newest version.
+  std::function<void()> watch_registered_hook;
 };
 
 // gRPC front end of the weight-store: converts messages and statuses around AdapterStore (state),
@@ -47,6 +52,9 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
   grpc::ServerUnaryReactor* GetManifest(grpc::CallbackServerContext* context,
                                         const v1::GetManifestRequest* request,
                                         v1::GetManifestResponse* response) override;
+  // Tests only: the store behind the service.
+  AdapterStore& store_for_testing() { return *store_; }
+
   // For a server drain: ends every WatchVersions stream with UNAVAILABLE (watch again).
   void Drain() { watches_.EndAll(DrainingStatus("weight-store")); }
 
@@ -77,7 +85,8 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
   absl::StatusOr<v1::GetReadPlanResponse> PlanWithChecksums(const v1::GetReadPlanRequest& request,
                                                             const CommittedVersion& version) const;
 
-  std::unique_ptr<transfer::UcxWorker> ucx_;  // Declared first: outlives the store's registered memory.
+  std::unique_ptr<transfer::UcxWorker>
+      ucx_;  // Declared first: outlives the store's registered memory.
   std::unique_ptr<AdapterStore> store_;
   absl::Mutex mutex_;
   // Read plans with checksums, per (version, layout, names): checksumming costs a pass over
@@ -93,6 +102,7 @@ class WeightStoreServiceImpl final : public v1::WeightStoreService::CallbackServ
       ABSL_GUARDED_BY(mutex_);
   std::unique_ptr<PeriodicThread> sweeper_;  // Expiry and retention; stops before the store goes.
   OpenStreams<v1::WatchVersionsResponse> watches_;
+  std::function<void()> watch_registered_hook_;  // WeightStoreOptions::watch_registered_hook.
 };
 
 }  // namespace tandem::weight_store

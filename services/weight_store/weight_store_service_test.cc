@@ -3,6 +3,7 @@
 // version rules, watch, leases, retention, restart recovery and metrics.
 #include "services/weight_store/weight_store_service.h"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "common/channel.h"
 #include "common/checksum.h"
 #include "common/server.h"
@@ -85,16 +87,19 @@ class WeightStoreServiceTest : public ::testing::Test {
 
   void StartServer(int keep_versions = 3, absl::Duration upload_expiry = absl::Minutes(1)) {
     server_.reset();
-    auto service = WeightStoreServiceImpl::Create({.data_dir = data_dir_,
-                                                   .keep_versions = keep_versions,
-                                                   .upload_expiry = upload_expiry,
-                                                   .ucx = {.transports = transports_},
-                                                   .sweep_interval = absl::Milliseconds(50)});
+    auto service =
+        WeightStoreServiceImpl::Create({.data_dir = data_dir_,
+                                        .keep_versions = keep_versions,
+                                        .upload_expiry = upload_expiry,
+                                        .ucx = {.transports = transports_},
+                                        .sweep_interval = absl::Milliseconds(50),
+                                        .watch_registered_hook = watch_registered_hook_});
     ASSERT_TRUE(service.ok()) << service.status();
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.max_message_bytes = 80 << 20;
     options.drain_timeout = absl::Milliseconds(200);
     WeightStoreServiceImpl* raw = service->get();
+    service_ = raw;
     auto started = tandem::testing::StartLoopbackServer(
         "weight-store",
         {"tandem.v1.WeightStoreService", *std::move(service), nullptr, [raw] { raw->Drain(); }},
@@ -108,6 +113,39 @@ class WeightStoreServiceTest : public ::testing::Test {
   absl::StatusOr<v1::VersionInfo> Publish(const transfer::TestAdapter& adapter, bool by_ucx) {
     return PublishAdapter(*stub_, adapter.manifest, adapter.shard_views(),
                           {.ucx = by_ucx ? client_ucx_.get() : nullptr});
+  }
+
+  // Commits `adapter` straight into the service's store on this thread (bytes by Put, no gRPC).
+  absl::Status CommitInStore(const transfer::TestAdapter& adapter) {
+    AdapterStore& store = service_->store_for_testing();
+    absl::StatusOr<BeginResult> begun = store.Begin(adapter.manifest, /*use_ucx=*/false);
+    if (!begun.ok()) return begun.status();
+    for (size_t i = 0; i < adapter.shards.size(); ++i) {
+      absl::StatusOr<uint64_t> written =
+          store.Put(begun->upload_id, static_cast<int>(i), 0, adapter.shards[i]);
+      if (!written.ok()) return written.status();
+    }
+    return store.Commit(begun->upload_id).status();
+  }
+
+  // Where WatchVersions waits, between registering its watcher and reading the newest
+  // version, until the test lets it go.
+  struct WatchWindow {
+    absl::Notification entered;
+    absl::Notification leave;
+  };
+
+  // Restarts the server with every WatchVersions call held in its window; one call per test.
+  std::shared_ptr<WatchWindow> StartServerHoldingWatches() {
+    auto window = std::make_shared<WatchWindow>();
+    watch_registered_hook_ = [window] {
+      if (window->entered.HasBeenNotified()) return;
+      window->entered.Notify();
+      // Bounded, so that a broken test fails instead of hanging.
+      window->leave.WaitForNotificationWithTimeout(absl::Seconds(30));
+    };
+    StartServer();
+    return window;
   }
 
   absl::StatusOr<FetchedAdapter> Fetch(const std::string& name, int64_t version, bool by_ucx,
@@ -308,6 +346,8 @@ class WeightStoreServiceTest : public ::testing::Test {
   std::string transports_ = "tcp";  // UCX's, for the store and the client.
   std::string data_dir_;
   std::unique_ptr<ServiceServer> server_;
+  WeightStoreServiceImpl* service_ = nullptr;    // Owned by server_.
+  std::function<void()> watch_registered_hook_;  // For the next StartServer.
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WeightStoreService::Stub> stub_;
   std::unique_ptr<transfer::UcxWorker> client_ucx_;
@@ -936,6 +976,91 @@ TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
 // An adapter with no version yet is watched from a version-0 snapshot.
 TEST_F(WeightStoreServiceTest, WatchingAnAdapterWithNoVersionStartsAtVersionZero) {
   ExpectSnapshotThenCommit(transfer::MakeTestAdapter("job-new", 1, 79), /*snapshot_version=*/0);
+}
+
+// The double-snapshot window: commits land while WatchVersions is between registering its
+// watcher and reading the newest version. Version 2's announcement reaches the stream first and
+// is its SNAPSHOT. Version 3 is committed and already the newest version when the stream reads
+// it, but announced to the stream only after that (a watcher registered before the stream's is
+// called first, and holds it). Exactly one SNAPSHOT, then every version once, as COMMITTED.
+TEST_F(WeightStoreServiceTest, WatchSendsOneSnapshotWhenCommitsLandAsItStarts) {
+  const std::shared_ptr<WatchWindow> window = StartServerHoldingWatches();
+  ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 1, 80)).ok());
+  struct Held {
+    absl::Notification committed;
+    absl::Notification release;
+  };
+  const auto held = std::make_shared<Held>();
+  AdapterStore& store = service_->store_for_testing();
+  const int64_t ahead = store.Watch("job-1", [held](const v1::VersionInfo& version) {
+    if (version.version() != 3) return;
+    held->committed.Notify();
+    held->release.WaitForNotificationWithTimeout(absl::Seconds(30));
+  });
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::WatchVersionsRequest request;
+  request.set_adapter_name("job-1");
+  auto reader = stub_->WatchVersions(&context, request);
+  // No ASSERT until `third` is joined and `ahead` unwatched.
+  EXPECT_TRUE(window->entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 2, 81)).ok());
+  std::thread third(
+      [&] { EXPECT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 3, 82)).ok()); });
+  EXPECT_TRUE(held->committed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  window->leave.Notify();  // The stream reads the newest version: 3, not yet announced to it.
+  v1::WatchVersionsResponse first;
+  v1::WatchVersionsResponse second;
+  const bool read_two = reader->Read(&first) && reader->Read(&second);
+  held->release.Notify();  // Version 3's announcement reaches the stream now.
+  third.join();
+  store.Unwatch(ahead);
+
+  ASSERT_TRUE(read_two);
+  EXPECT_EQ(first.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
+  EXPECT_EQ(first.version().version(), 2);
+  EXPECT_EQ(second.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+  EXPECT_EQ(second.version().version(), 3);
+  // Version 3, announced again, is not sent again: the next event is version 4.
+  ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 4, 83)).ok());
+  v1::WatchVersionsResponse next;
+  ASSERT_TRUE(reader->Read(&next));
+  EXPECT_EQ(next.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+  EXPECT_EQ(next.version().version(), 4);
+  context.TryCancel();
+  while (reader->Read(&next)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// A version committed in the window reaches the stream both as an announcement and as the
+// newest version: it is sent once, as the SNAPSHOT.
+TEST_F(WeightStoreServiceTest, WatchSendsAVersionCommittedAsItStartsOnce) {
+  const std::shared_ptr<WatchWindow> window = StartServerHoldingWatches();
+  ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 1, 84)).ok());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::WatchVersionsRequest request;
+  request.set_adapter_name("job-1");
+  auto reader = stub_->WatchVersions(&context, request);
+  const bool entered = window->entered.WaitForNotificationWithTimeout(absl::Seconds(30));
+  const absl::Status committed = CommitInStore(transfer::MakeTestAdapter("job-1", 2, 85));
+  window->leave.Notify();
+  ASSERT_TRUE(entered);
+  ASSERT_TRUE(committed.ok()) << committed;
+  v1::WatchVersionsResponse event;
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
+  EXPECT_EQ(event.version().version(), 2);
+  ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 3, 86)).ok());
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+  EXPECT_EQ(event.version().version(), 3);
+  context.TryCancel();
+  while (reader->Read(&event)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 TEST_F(WeightStoreServiceTest, ADrainEndsWatchStreamsAtOnceTellingClientsToWatchAgain) {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -148,19 +149,16 @@ absl::Status CopyAndVerify(const v1::PlannedTensor& planned, const MappedShards&
 
 // Runs a checked plan as local copies out of the mapped shards: one copy per byte and no
 // request per block, where gets would stage the tensors of small blocks and copy them again.
-// This thread and a helper share the tensors; once one fails its check, the rest are skipped.
+// This thread and a helper share the tensors; once one fails its check, the rest are skipped
+// (ParallelTasks starts none after a failure).
 // Copies that end past `deadline` may have read memory the store reused once the lease ran
 // out: DEADLINE_EXCEEDED, which the caller treats as transport trouble, not as corruption.
 absl::Status CopyMapped(const v1::GetReadPlanResponse& plan, const MappedShards& shards,
                         absl::Time deadline, FetchedAdapter& fetched) {
   ParallelTasks tasks;
-  std::atomic<bool> failed = false;
   for (int i = 0; i < plan.tensors_size(); ++i) {
-    tasks.Add([&plan, &shards, &fetched, &failed, i] {
-      if (failed) return absl::OkStatus();  // The first failure is already reported.
-      absl::Status status = CopyAndVerify(plan.tensors(i), shards, fetched.tensors[i]);
-      if (!status.ok()) failed = true;
-      return status;
+    tasks.Add([&plan, &shards, &fetched, i] {
+      return CopyAndVerify(plan.tensors(i), shards, fetched.tensors[i]);
     });
   }
   const absl::Status copied = tasks.Finish();
@@ -170,6 +168,31 @@ absl::Status CopyMapped(const v1::GetReadPlanResponse& plan, const MappedShards&
   }
   return copied;
 }
+
+// A batch's staged tensors not yet copied out of its staging slot.
+struct SlotCopies {
+  std::atomic<int> left;
+  absl::Notification done;
+};
+
+// One staged tensor's claim on its batch's slot. Given up once the tensor is copied out, or
+// when its task goes without running (ParallelTasks drops the tasks left after a failure), so
+// a wait for the slot always ends.
+class SlotClaim {
+ public:
+  explicit SlotClaim(SlotCopies* copies) : copies_(copies) {}
+  SlotClaim(SlotClaim&& other) noexcept : copies_(std::exchange(other.copies_, nullptr)) {}
+  SlotClaim& operator=(SlotClaim&&) = delete;
+  ~SlotClaim() { GiveUp(); }
+
+  void GiveUp() {
+    if (copies_ != nullptr && --copies_->left == 0) copies_->done.Notify();
+    copies_ = nullptr;
+  }
+
+ private:
+  SlotCopies* copies_;
+};
 
 // Sizes `fetched` for the plan's tensors, keeping the memory of tensors it already held.
 void ShapeLike(const v1::GetReadPlanResponse& plan, FetchedAdapter& fetched) {
@@ -333,11 +356,7 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
     slot_bytes = std::max(slot_bytes, batch_bytes);
   }
   char* const staging = Staging(2 * slot_bytes);
-  // Per batch, its staged tensors not yet copied out of its slot.
-  struct SlotCopies {
-    std::atomic<int> left;
-    absl::Notification done;
-  };
+  // Per batch, its staged tensors not yet copied out of its slot (or dropped after a failure).
   std::vector<std::unique_ptr<SlotCopies>> copies(batches.size());
   ParallelTasks finishing;
   absl::Status pulled;
@@ -368,9 +387,9 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
         finishing.Add([&verify, i] { return verify(i); });
         continue;
       }
-      finishing.Add([&, b, i, slot_memory] {
+      finishing.Add([&, b, i, slot_memory, claim = SlotClaim(copies[b].get())]() mutable {
         Assemble(plan.tensors(i), spans[b], slot_memory, fetched.tensors[i]);
-        if (--copies[b]->left == 0) copies[b]->done.Notify();
+        claim.GiveUp();
         return verify(i);
       });
     }
