@@ -266,6 +266,7 @@ absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store,
     return status;
   }
   FetchPlan plan;
+  plan.allow_partial = request.allow_partial();
   plan.max_chunk_bytes =
       request.max_chunk_bytes() == 0 ? kMaxChunkBytes : request.max_chunk_bytes();
   if (plan.max_chunk_bytes < kMinChunkBytes || plan.max_chunk_bytes > kMaxChunkBytes) {
@@ -307,13 +308,27 @@ absl::StatusOr<std::optional<v1::FetchRoutesResponse>> FetchCursor::Next() {
     const int64_t count =
         std::min(item.requested_rows - row_,
                  std::max<int64_t>(1, (plan_.max_chunk_bytes - kChunkMetadataBytes) / row_bytes));
-    if (absl::Status status = FillRows(item, row_, count, response); !status.ok()) return status;
+    const absl::Status filled = FillRows(item, row_, count, response);
+    if (absl::IsNotFound(filled) && plan_.allow_partial) return EndDeleted();
+    if (!filled.ok()) return filled;
     row_ += count;
   }
   if (row_ >= item.requested_rows) {
     ++item_;
     row_ = 0;
   }
+  return response;
+}
+
+// Rows of earlier messages were real, but the record is gone now: the reader drops them and
+// treats the record as never stored, as for any MISSING one.
+v1::FetchRoutesResponse FetchCursor::EndDeleted() {
+  v1::FetchRoutesResponse response;
+  *response.mutable_key() = ToProto(plan_.items[item_].key);
+  response.set_status(v1::RECORD_STATUS_MISSING);
+  response.set_row_offset(row_);
+  ++item_;
+  row_ = 0;
   return response;
 }
 

@@ -35,6 +35,7 @@ struct FetchItem {
 struct FetchPlan {
   std::vector<FetchItem> items;
   int64_t max_chunk_bytes = 0;
+  bool allow_partial = false;  // A record deleted mid-fetch then ends MISSING, not the fetch.
 };
 
 // Validates a FetchRoutes request and resolves its selection, data-parallel shard, layers and
@@ -52,6 +53,8 @@ class FetchCursor {
  private:
   absl::Status FillRows(const FetchItem& item, int64_t first, int64_t count,
                         v1::FetchRoutesResponse& response);
+  // The MISSING message that ends the current record, found deleted after row_ of its rows.
+  v1::FetchRoutesResponse EndDeleted();
 
   const RouteStore& store_;
   FetchPlan plan_;

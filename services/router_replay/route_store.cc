@@ -361,6 +361,7 @@ absl::Status RouteStore::ReadRows(const RecordInfo& record, int64_t begin, int64
   const std::string prefix = BlockPrefix(encoded);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   std::vector<int16_t> decoded;
+  int64_t found = 0;  // Rows of [begin, min(end, record.rows)) found in blocks.
   // Blocks tile [0, rows) from row 0, so the block holding `begin` is the last one starting at
   // or before it.
   for (it->SeekForPrev(BlockKey(encoded, begin)); it->Valid() && it->key().starts_with(prefix);
@@ -389,9 +390,17 @@ absl::Status RouteStore::ReadRows(const RecordInfo& record, int64_t begin, int64
       std::copy(decoded.begin() + (from - block_first) * ids_per_row,
                 decoded.begin() + (to - block_first) * ids_per_row,
                 out + (from - begin) * ids_per_row);
+      found += to - from;
     }
   }
-  return FromRocks(it->status(), "reading routes");
+  if (absl::Status status = FromRocks(it->status(), "reading routes"); !status.ok()) return status;
+  // Blocks are only ever removed with their record, in one batch: rows of `record` missing here
+  // mean the record was deleted after `record` was read.
+  if (found < std::min(end, record.rows) - begin) {
+    return absl::NotFoundError(
+        absl::StrCat("record ", ToString(record.key), " was deleted while being read"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<RecordInfo>> RouteStore::ListJob(absl::string_view job_id,

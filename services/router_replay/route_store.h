@@ -115,7 +115,8 @@ class RouteStore {
   absl::StatusOr<RecordInfo> Get(const RecordKey& key) const;
 
   // Rows [begin, end) of a record into out [end - begin, layers, top_k]; rows past the stored
-  // ones are -1.
+  // ones are -1. NOT_FOUND when the record was deleted (DeleteRecords, the TTL sweep) since
+  // `record` was read: its rows are gone, and -1 in their place would pass for stored rows.
   absl::Status ReadRows(const RecordInfo& record, int64_t begin, int64_t end, int16_t* out) const;
 
   // Records of a job with policy versions in [version_begin, version_end) (end 0: unbounded),

@@ -97,6 +97,24 @@ TEST_F(RouteStoreTest, RowsAppendedAfterAReaderLookedAreNotInItsView) {
   EXPECT_EQ(Read(Key("s"), 38, 42), Slice(rows, 38, 42));  // A later view has them.
 }
 
+// A reader (a fetch) looked a record up, then the TTL sweep removed it before the rows were
+// read: NOT_FOUND, never rows of -1 that would pass for the record's own.
+TEST_F(RouteStoreTest, RowsOfARecordDeletedAfterAReaderLookedAreNotFound) {
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 30, 11);
+  ASSERT_TRUE(Append(Key("s"), rows, 0, 30, /*seal=*/true).ok());
+  absl::StatusOr<RecordInfo> view = store_->Get(Key("s"));
+  ASSERT_TRUE(view.ok()) << view.status();
+  absl::StatusOr<DeleteOutcome> swept = store_->DeleteUpdatedBefore(absl::InfiniteFuture());
+  ASSERT_TRUE(swept.ok()) << swept.status();
+  ASSERT_EQ(swept->records, 1);
+  std::vector<int16_t> out(10 * shape_.ids_per_row());
+  const absl::Status read = store_->ReadRows(*view, 10, 20, out.data());
+  EXPECT_EQ(read.code(), absl::StatusCode::kNotFound) << read;
+  EXPECT_THAT(read.message(), HasSubstr("job-a/v1/s#0 was deleted while being read"));
+  // Rows past those the view holds were never stored: -1 as before, not an error.
+  EXPECT_EQ(store_->ReadRows(*view, 30, 31, out.data()), absl::OkStatus());
+}
+
 TEST_F(RouteStoreTest, IdenticalRetriesAreNoOpsAndOverlapsOnlyAddTheNewRows) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 40, 2);
   ASSERT_TRUE(Append(Key("s"), rows, 0, 20).ok());

@@ -8,7 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -25,6 +28,9 @@
 #include "engine/model.h"
 #include "engine/transformer.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "gtest/gtest.h"
 #include "services/router_replay/client/replay_fetch.h"
 #include "services/router_replay/client/route_appender.h"
@@ -704,6 +710,43 @@ TEST_F(RouterReplayServiceTest, HundredsOfExpertsRoundTripWithoutOverflow) {
   }
 }
 
+// Runs a hook once per FetchRoutes call, when its first message arrives and before the caller
+// sees it: a fixed point in the middle of a fetch.
+class AfterFirstFetchMessage final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit AfterFirstFetchMessage(std::function<void()> hook) : hook_(std::move(hook)) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    if (absl::string_view(info->method()) != "/tandem.v1.RouterReplayService/FetchRoutes") {
+      return nullptr;
+    }
+    return new Hook(hook_);
+  }
+
+ private:
+  class Hook final : public grpc::experimental::Interceptor {
+   public:
+    explicit Hook(const std::function<void()>& hook) : hook_(hook) {}
+    void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+      if (!fired_ &&
+          methods->QueryInterceptionHookPoint(
+              grpc::experimental::InterceptionHookPoints::POST_RECV_MESSAGE) &&
+          methods->GetRecvMessage() != nullptr) {
+        fired_ = true;
+        hook_();
+      }
+      methods->Proceed();
+    }
+
+   private:
+    const std::function<void()>& hook_;
+    bool fired_ = false;
+  };
+
+  std::function<void()> hook_;
+};
+
 // A router-replay holding one record of ~17 MiB as fetched (DeepSeek-V3-like): far more than a
 // stream's flow-control window, so a client that stops reading keeps its stream open.
 class FetchStreamsTest : public ::testing::Test {
@@ -722,22 +765,20 @@ class FetchStreamsTest : public ::testing::Test {
         "router-replay", {"tandem.v1.RouterReplayService", *std::move(service)});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    RouteShape layered{.layers = std::vector<int32_t>(58), .top_k = 8, .num_experts = 256};
-    std::iota(layered.layers.begin(), layered.layers.end(), 3);  // Layers 0..2 dense.
-    const RecordKey key{.job_id = "streams", .policy_version = 1, .sample_id = "big"};
+    std::iota(layered_.layers.begin(), layered_.layers.end(), 3);  // Layers 0..2 dense.
     RouteAppender appender(server_.Channel());
-    constexpr int kRows = 20000, kChunk = 2000;
-    const std::vector<int16_t> rows = SyntheticRoutes(layered, kRows, 1);
+    constexpr int kChunk = 2000;
+    rows_ = SyntheticRoutes(layered_, kRows, 1);
     for (int first = 0; first < kRows; first += kChunk) {
       ASSERT_TRUE(appender
-                      .Append(key, layered, first, kChunk,
-                              rows.data() + int64_t{first} * layered.ids_per_row(),
+                      .Append(key_, layered_, first, kChunk,
+                              rows_.data() + int64_t{first} * layered_.ids_per_row(),
                               first + kChunk == kRows)
                       .ok());
     }
     ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(60)).ok());
     stub_ = v1::RouterReplayService::NewStub(server_.Channel());
-    *request_.mutable_records()->add_records()->mutable_key() = ToProto(key);
+    *request_.mutable_records()->add_records()->mutable_key() = ToProto(key_);
   }
 
   // Opens a fetch and reads its first message: once that returns, the server serves it.
@@ -761,6 +802,19 @@ class FetchStreamsTest : public ::testing::Test {
     return false;
   }
 
+  // A stub to this router-replay whose fetches run `hook` once their first message arrives.
+  std::unique_ptr<v1::RouterReplayService::Stub> StubWithHook(std::function<void()> hook) {
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> hooks;
+    hooks.push_back(std::make_unique<AfterFirstFetchMessage>(std::move(hook)));
+    return v1::RouterReplayService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+        server_.target(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
+        std::move(hooks)));
+  }
+
+  static constexpr int kRows = 20000;
+  RouteShape layered_{.layers = std::vector<int32_t>(58), .top_k = 8, .num_experts = 256};
+  const RecordKey key_{.job_id = "streams", .policy_version = 1, .sample_id = "big"};
+  std::vector<int16_t> rows_;
   tandem::testing::LoopbackServer server_;
   std::unique_ptr<v1::RouterReplayService::Stub> stub_;
   v1::FetchRoutesRequest request_;
@@ -795,6 +849,57 @@ TEST_F(FetchStreamsTest, AClientThatStopsReadingLosesItsStream) {
   }
   const grpc::Status ended = stalled.reader->Finish();
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::CANCELLED) << ended.error_message();
+}
+
+// The trainer fetches a batch whose records are deleted (DeleteRecords, or the TTL sweep) while
+// it streams. The delete lands once the first message has arrived, when the server has sent at
+// most a flow-control window of the big record and nothing of the small one. Each record comes
+// back whole and COMPLETE, or MISSING with every row -1 (routed live); never COMPLETE with rows
+// of -1 in place of the deleted ones.
+TEST_F(FetchStreamsTest, RecordsDeletedDuringTheTrainersFetchComeBackMissingNotInvented) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  const RecordKey small{.job_id = key_.job_id, .policy_version = 1, .sample_id = "small"};
+  constexpr int64_t kSmallRows = 10;
+  const std::vector<int16_t> small_rows = SyntheticRoutes(layered_, kSmallRows, 2);
+  RouteAppender appender(server_.Channel());
+  ASSERT_TRUE(
+      appender.Append(small, layered_, 0, kSmallRows, small_rows.data(), /*seal=*/true).ok());
+  ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(20)).ok());
+  const auto delete_job = [this] {
+    v1::DeleteRecordsRequest request;
+    request.set_job_id(key_.job_id);
+    v1::DeleteRecordsResponse response;
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(20));
+    const grpc::Status deleted = stub_->DeleteRecords(&context, request, &response);
+    EXPECT_TRUE(deleted.ok()) << deleted.error_message();
+    EXPECT_EQ(response.records_deleted(), 2);
+  };
+  std::unique_ptr<v1::RouterReplayService::Stub> trainer = StubWithHook(delete_job);
+
+  const std::vector<ReplaySequence> sequences = {{key_, kRows + 1}, {small, kSmallRows + 1}};
+  absl::StatusOr<ReplayRoutes> replay = FetchReplayRoutes(*trainer, sequences,
+                                                          {.moe_layers = layered_.layers,
+                                                           .top_k = layered_.top_k,
+                                                           .num_experts = layered_.num_experts,
+                                                           .allow_partial = true});
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->statuses[1], v1::RECORD_STATUS_MISSING);
+  const int16_t* routes = replay->routes.data();
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const std::vector<int16_t>& stored = s == 0 ? rows_ : small_rows;
+    const std::string key = ToString(sequences[s].key);
+    if (replay->statuses[s] == v1::RECORD_STATUS_COMPLETE) {
+      EXPECT_TRUE(std::equal(stored.begin(), stored.end(), routes))
+          << key << " is COMPLETE with rows that are not its own";
+    } else {
+      EXPECT_EQ(replay->statuses[s], v1::RECORD_STATUS_MISSING) << key;
+      EXPECT_EQ(std::count(routes, routes + stored.size(), int16_t{-1}),
+                static_cast<std::ptrdiff_t>(stored.size()))
+          << key << " is MISSING with some of its rows";
+    }
+    routes += sequences[s].num_tokens * layered_.ids_per_row();
+  }
 }
 
 }  // namespace

@@ -664,6 +664,8 @@ absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samp
     rows += tokens - 1;
   }
   const engine::ModelConfig& model = base_->config();
+  // allow_partial: a record missing, unsealed or deleted during the fetch comes back as -1
+  // rows, routed live and counted in missing_route_share, instead of failing the step.
   auto fetched = router_replay::FetchReplayRoutes(*router_replay_, sequences,
                                                   {.moe_layers = model.MoeLayerIndices(),
                                                    .top_k = model.top_k,

@@ -94,6 +94,13 @@ absl::StatusOr<ReplayRoutes> FetchReplayRoutes(v1::RouterReplayService::StubInte
       return status;
     }
     result.statuses[index] = message.status();
+    if (message.status() == v1::RECORD_STATUS_MISSING) {
+      // After messages with some of its rows when the record was deleted mid-fetch: a missing
+      // record has none, so the engine routes all of it live.
+      std::fill_n(result.routes.begin() + starts[index] * ids_per_row,
+                  sequences[index].num_tokens * ids_per_row, int16_t{-1});
+      continue;
+    }
     std::memcpy(result.routes.data() + (starts[index] + message.row_offset()) * ids_per_row,
                 message.rows().data(), message.rows().size());
   }

@@ -24,8 +24,8 @@ struct ReplayFetchOptions {
   std::vector<int32_t> moe_layers;
   int32_t top_k = 0;
   int32_t num_experts = 0;
-  // Missing or unsealed records become -1 rows (the engine then routes live) instead of an
-  // error.
+  // Missing or unsealed records, and records deleted during the fetch, become -1 rows (the
+  // engine then routes live) instead of an error.
   bool allow_partial = false;
   absl::Duration timeout = absl::Seconds(60);
 };
