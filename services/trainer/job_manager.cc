@@ -144,6 +144,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
           *j.mutable_end_time() = NowTimestamp();
         });
       }
+      if (Runnable(job)) manager->ReresolveSpec(job);
     }
     RecordJobCounts(manager->AllJobs());
   }
@@ -222,6 +223,25 @@ void JobManager::Unsubscribe(int64_t subscription) {
 absl::StatusOr<v1::JobSpec> JobManager::Resolve(const v1::JobSpec& spec,
                                                 const std::string& job_id) const {
   return ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id), default_endpoints_);
+}
+
+void JobManager::ReresolveSpec(const v1::Job& job) {
+  absl::StatusOr<v1::JobSpec> resolved = Resolve(job.spec(), job.id());
+  if (resolved.ok() && google::protobuf::util::MessageDifferencer::Equals(*resolved, job.spec())) {
+    return;
+  }
+  UpdateOrLog(job.id(),
+              resolved.ok() ? v1::WATCH_EVENT_TYPE_UNSPECIFIED : v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+              [&resolved](v1::Job& stored) {
+                if (resolved.ok()) {
+                  *stored.mutable_spec() = *resolved;
+                  return;
+                }
+                RecordOutcome(absl::FailedPreconditionError(
+                                  absl::StrCat("the spec no longer passes this trainer's checks: ",
+                                               resolved.status().message())),
+                              stored);
+              });
 }
 
 absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) {

@@ -55,6 +55,10 @@ class JobManager {
   JobManager(std::string data_dir, JobRunner runner, v1::ServiceEndpoints default_endpoints,
              std::unique_ptr<JobStore> store);
   absl::StatusOr<v1::JobSpec> Resolve(const v1::JobSpec& spec, const std::string& job_id) const;
+  // A job stored by an earlier trainer that has yet to run or finish runs its spec as this one
+  // resolves it (defaults it writes out, limits it checks): the stored spec is brought up to
+  // date, or the job FAILS naming the rule it breaks.
+  void ReresolveSpec(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // A new job's output_dir is its own: no other job's, and absent or empty -- unless the spec
   // starts from the checkpoint there (initial_checkpoint_dir) and its owner, if known, has ended.
   // FAILED_PRECONDITION naming the directory and what holds it.

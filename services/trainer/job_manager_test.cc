@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/trainer/job_spec_testing.h"
+#include "services/trainer/job_store.h"
 
 namespace tandem::trainer {
 namespace {
@@ -211,6 +212,37 @@ TEST_F(JobManagerTest, ARestartWithoutACheckpointNeverMovesTheStepBack) {
   EXPECT_EQ(job.attempt_start_step(), 0) << "the restart without a checkpoint is told";
   EXPECT_EQ(job.latest_metrics().step(), 1);
   EXPECT_EQ(job.latest_metrics().attempt(), 3) << "the new attempt's step, not the old one's";
+}
+
+// Specs stored by an earlier trainer of jobs yet to finish are run as this trainer resolves
+// them: defaults written out, or the job FAILED naming a limit it breaks.
+TEST_F(JobManagerTest, UnfinishedJobsOfAnEarlierTrainerRunTheirSpecAsThisOneResolvesIt) {
+  const std::string running = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(running));
+  const std::string queued = Create("r2");
+  const std::string broken = Create("r3");
+  jobs_.reset();
+  {  // What an earlier trainer stored: no digits written out, and a rate float cannot hold.
+    auto store = JobStore::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (v1::Job job : (*store)->loaded()) {
+      if (job.id() == running || job.id() == queued)
+        job.mutable_spec()->mutable_task()->clear_params();
+      if (job.id() == broken)
+        job.mutable_spec()->mutable_algorithm_config()->set_learning_rate(1e39);
+      ASSERT_TRUE((*store)->Put(job).ok());
+    }
+  }
+  Reopen();
+  ASSERT_TRUE(runner_.AwaitRunning(running));
+  for (const std::string& id : {running, queued}) {
+    EXPECT_THAT(jobs_->Get(id)->spec().task().params(),
+                ::testing::Contains(::testing::Pair("digits", "2")))
+        << id;
+  }
+  const v1::Job failed = AwaitState(broken, v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error_message(), HasSubstr("no longer passes"));
+  EXPECT_THAT(failed.error_message(), HasSubstr("learning_rate is 1e+39"));
 }
 
 TEST_F(JobManagerTest, ACancelCutByARestartCompletesAtTheNextOpen) {

@@ -326,6 +326,15 @@ absl::StatusOr<std::optional<Checkpoint>> JobRun::StartingCheckpoint() {
   const std::string& initial_dir = spec_.initial_checkpoint_dir();
   if (found->has_value()) {
     const CheckpointOwner& writer = (*found)->owner;
+    // A checkpoint naming no job predates owner records: only a job created before them can
+    // find one in its output_dir without starting from it (CreateJob refuses such a directory
+    // now), so it is that job's own.
+    if (writer.job_id.empty() && initial_dir != output_dir) {
+      spdlog::warn("job {}: the checkpoint in {} names no job (an older trainer's); resuming it",
+                   job_.id(), output_dir);
+      start_step_ = (*found)->step;
+      return found;
+    }
     if (writer.job_id == job_.id()) {
       if (writer.spec_fingerprint != owner_.spec_fingerprint) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -339,9 +348,8 @@ absl::StatusOr<std::optional<Checkpoint>> JobRun::StartingCheckpoint() {
     }
     if (initial_dir != output_dir) {
       return absl::FailedPreconditionError(
-          absl::StrCat("output_dir ", output_dir, " holds the checkpoint of ",
-                       writer.job_id.empty() ? "an unnamed job" : "job " + writer.job_id, " (step ",
-                       (*found)->step,
+          absl::StrCat("output_dir ", output_dir, " holds the checkpoint of job ", writer.job_id,
+                       " (step ", (*found)->step,
                        "), not this job's: a job resumes only its own checkpoint; to start "
                        "from that one, name it in initial_checkpoint_dir"));
     }

@@ -651,6 +651,21 @@ TEST_F(JobRunTest, AJobStartingFromTheCheckpointInItsOutputDirThenResumesItsOwn)
   EXPECT_THAT(original.message(), HasSubstr("job job-other"));
 }
 
+// A checkpoint an earlier trainer wrote names no job: the job whose output_dir holds it (only
+// one created before owner records can have one there) resumes it.
+TEST_F(JobRunTest, ACheckpointThatNamesNoJobIsResumedAsTheJobsOwn) {
+  v1::Job job = Job(2);
+  ASSERT_TRUE(absl::IsCancelled(RunFirstStep(job)));
+  absl::StatusOr<SafetensorsFile> checkpoint = ReadSafetensors(Checkpoint());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  checkpoint->metadata.erase("tandem.job_id");
+  checkpoint->metadata.erase("tandem.spec_fingerprint");
+  ASSERT_TRUE(WriteSafetensors(Checkpoint(), *checkpoint).ok());
+  const absl::Status status = Run(job, not_cancelled_);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_THAT(start_steps_, ElementsAre(0, 1));
+}
+
 TEST_F(JobRunTest, AnInitialCheckpointOfAnotherLoraIsRefusedNamingBoth) {
   ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
   v1::Job other = Job(1);
