@@ -264,9 +264,11 @@ TEST_P(ConfigTest, DecodeWithKvCacheEqualsFullForward) {
     EXPECT_EQ(transformer.routes(), sample.routes);
     std::vector<float> logp(logits.size());
     cpu::LogSoftmax(logits.data(), logp.data(), n - 1, 20);
+    // fp32 both ways, but decode multiplies one row where the full forward multiplies all:
+    // BLAS kernels need not round a row alike in both (OpenBLAS's Prescott path does not).
     for (int t = sample.prompt_length; t < n; ++t) {
       EXPECT_NEAR(sample.logprobs[t - sample.prompt_length], logp[(t - 1) * 20 + sample.tokens[t]],
-                  1e-5)
+                  1e-4)
           << "token " << t;
     }
   }
