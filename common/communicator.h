@@ -4,14 +4,16 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace tandem {
 
-// Collective operations among the trainer's data-parallel ranks: gradients are summed with
-// AllReduceSum after each backward, parameters sent from one rank with Broadcast (at start and
-// after a checkpoint load). Calls are collective: every rank makes the same calls in the same
-// order with the same counts. Where the buffers live (host or device memory) is the
-// implementation's to say.
+// Collective operations among the trainer's ranks: gradients are summed with AllReduceSum after
+// each backward, parameters sent from one rank with Broadcast (at start and after a checkpoint
+// load), tokens exchanged with AllToAllV at an expert-parallel MoE block's dispatch and combine.
+// Calls are collective: every rank makes the same calls in the same order with matching counts.
+// Where the buffers live (host or device memory) is the implementation's to say; Gloo
+// (gloo_communicator.h) serves CPU ranks, NCCL (nccl_communicator.h) GPU ranks.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -23,7 +25,20 @@ class Communicator {
   virtual absl::Status AllReduceSum(float* data, int64_t count) = 0;
   // data <- root's data on every rank; INVALID_ARGUMENT for a root outside [0, size()).
   virtual absl::Status Broadcast(float* data, int64_t count, int root) = 0;
+  // Returns once every rank has called it.
+  virtual absl::Status Barrier() = 0;
+  // Sends send_counts[r] values to each rank r, in rank order from `send`, and receives
+  // receive_counts[r] values from each rank r, in rank order into `receive`. What rank a sends
+  // rank b must be what b expects from a. INVALID_ARGUMENT unless both spans have size()
+  // counts, none negative.
+  virtual absl::Status AllToAllV(const float* send, absl::Span<const int64_t> send_counts,
+                                 float* receive, absl::Span<const int64_t> receive_counts) = 0;
 };
+
+// AllToAllV's argument rule, for every implementation: `size` counts in each span, none
+// negative; INVALID_ARGUMENT naming the span and rank otherwise.
+absl::Status ValidateAllToAllVCounts(absl::Span<const int64_t> send_counts,
+                                     absl::Span<const int64_t> receive_counts, int size);
 
 }  // namespace tandem
 

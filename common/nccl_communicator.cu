@@ -26,8 +26,10 @@ absl::Status RequireGpu(int device) { return cuda::SelectDevice(device).status()
 struct NcclCommunicator::Handles {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  float* barrier_value = nullptr;  // One float on the device: a barrier is an all-reduce of it.
   ~Handles() {
     if (comm != nullptr) ncclCommDestroy(comm);
+    if (barrier_value != nullptr) cudaFree(barrier_value);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
@@ -59,6 +61,11 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   // A blocking stream: it waits for the default stream, where the engine's kernels, copies and
   // frees run, so a collective sees the gradients those kernels wrote.
   if (absl::Status status = CudaStatus(cudaStreamCreate(&handles->stream), "cudaStreamCreate");
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          CudaStatus(cudaMalloc(&handles->barrier_value, sizeof(float)), "cudaMalloc (barrier)");
       !status.ok()) {
     return status;
   }
@@ -100,6 +107,51 @@ absl::Status NcclCommunicator::Broadcast(float* data, int64_t count, int root) {
     return status;
   }
   return CudaStatus(cudaStreamSynchronize(handles_->stream), "ncclBroadcast (wait)");
+}
+
+absl::Status NcclCommunicator::Barrier() {
+  return AllReduceSum(handles_->barrier_value, 1);
+}
+
+absl::Status NcclCommunicator::AllToAllV(const float* send, absl::Span<const int64_t> send_counts,
+                                         float* receive,
+                                         absl::Span<const int64_t> receive_counts) {
+  if (absl::Status status = ValidateAllToAllVCounts(send_counts, receive_counts, size_);
+      !status.ok()) {
+    return status;
+  }
+  // Point-to-point sends and receives in one group: NCCL's own all-to-all-v.
+  if (absl::Status status = NcclStatus(ncclGroupStart(), "ncclGroupStart"); !status.ok()) {
+    return status;
+  }
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (send_counts[r] > 0) {
+      if (absl::Status status = NcclStatus(ncclSend(send + sent, send_counts[r], ncclFloat32, r,
+                                                    handles_->comm, handles_->stream),
+                                           "ncclSend");
+          !status.ok()) {
+        ncclGroupEnd();
+        return status;
+      }
+    }
+    if (receive_counts[r] > 0) {
+      if (absl::Status status = NcclStatus(ncclRecv(receive + received, receive_counts[r],
+                                                    ncclFloat32, r, handles_->comm,
+                                                    handles_->stream),
+                                           "ncclRecv");
+          !status.ok()) {
+        ncclGroupEnd();
+        return status;
+      }
+    }
+    sent += send_counts[r];
+    received += receive_counts[r];
+  }
+  if (absl::Status status = NcclStatus(ncclGroupEnd(), "ncclGroupEnd"); !status.ok()) {
+    return status;
+  }
+  return CudaStatus(cudaStreamSynchronize(handles_->stream), "all-to-all-v (wait)");
 }
 
 }  // namespace tandem

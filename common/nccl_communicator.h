@@ -33,6 +33,9 @@ class NcclCommunicator : public Communicator {
   int size() const override { return size_; }
   absl::Status AllReduceSum(float* data, int64_t count) override;
   absl::Status Broadcast(float* data, int64_t count, int root) override;
+  absl::Status Barrier() override;
+  absl::Status AllToAllV(const float* send, absl::Span<const int64_t> send_counts, float* receive,
+                         absl::Span<const int64_t> receive_counts) override;
 
  private:
   struct Handles;

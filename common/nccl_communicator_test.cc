@@ -50,6 +50,15 @@ TEST_F(OneRankTest, AllReduceAndBroadcastOverOneRankKeepTheData) {
   EXPECT_EQ(cuda::Download(data), values);
   EXPECT_EQ((*communicator)->Broadcast(data.data(), values.size(), 1).code(),
             absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*communicator)->Barrier().ok());
+  // All-to-all-v with one rank: what it sends itself arrives.
+  cuda::DeviceArray<float> received = cuda::Upload(std::vector<float>(values.size(), 0.0f));
+  const std::vector<int64_t> counts = {static_cast<int64_t>(values.size())};
+  ASSERT_TRUE((*communicator)->AllToAllV(data.data(), counts, received.data(), counts).ok());
+  EXPECT_EQ(cuda::Download(received), values);
+  const std::vector<int64_t> two_ranks = {1, 1};
+  EXPECT_EQ((*communicator)->AllToAllV(data.data(), two_ranks, received.data(), counts).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -119,12 +119,13 @@ int main(int argc, char** argv) {
          std::vector<tandem::HostedService> services;
          services.push_back({"tandem.v1.JobService", std::move(service), /*ready=*/nullptr,
                              [raw] { raw->Drain(); }});
-         // The communicator ids of the data-parallel groups this trainer leads, for their other
-         // ranks (groups are published by multi-rank jobs, later work).
+         // The communicator ids and rendezvous values of the groups this trainer leads as rank
+         // 0, for their other ranks (groups are formed by multi-rank jobs).
          static auto* communicator_ids = new tandem::trainer::CommunicatorIds();
-         services.push_back(
-             {"tandem.v1.TrainerRanksService",
-              std::make_unique<tandem::trainer::TrainerRanksServiceImpl>(*communicator_ids)});
+         static auto* rendezvous = new tandem::trainer::RendezvousValues();
+         services.push_back({"tandem.v1.TrainerRanksService",
+                             std::make_unique<tandem::trainer::TrainerRanksServiceImpl>(
+                                 *communicator_ids, *rendezvous)});
          return services;
        }});
 }

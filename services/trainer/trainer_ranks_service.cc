@@ -17,4 +17,26 @@ grpc::ServerUnaryReactor* TrainerRanksServiceImpl::GetCommunicatorId(
   return FinishUnary<v1::GetCommunicatorIdResponse>(context, std::move(found), response);
 }
 
+grpc::ServerUnaryReactor* TrainerRanksServiceImpl::SetRendezvousValue(
+    grpc::CallbackServerContext* context, const v1::SetRendezvousValueRequest* request,
+    v1::SetRendezvousValueResponse* response) {
+  const absl::Status status =
+      rendezvous_.Set(request->group(), request->key(), std::string(request->value()));
+  if (!status.ok()) return FinishUnary<v1::SetRendezvousValueResponse>(context, status, response);
+  return FinishUnary<v1::SetRendezvousValueResponse>(context, v1::SetRendezvousValueResponse(),
+                                                     response);
+}
+
+grpc::ServerUnaryReactor* TrainerRanksServiceImpl::GetRendezvousValue(
+    grpc::CallbackServerContext* context, const v1::GetRendezvousValueRequest* request,
+    v1::GetRendezvousValueResponse* response) {
+  absl::StatusOr<std::string> value = rendezvous_.Get(request->group(), request->key());
+  if (!value.ok()) {
+    return FinishUnary<v1::GetRendezvousValueResponse>(context, value.status(), response);
+  }
+  v1::GetRendezvousValueResponse found;
+  found.set_value(*std::move(value));
+  return FinishUnary<v1::GetRendezvousValueResponse>(context, std::move(found), response);
+}
+
 }  // namespace tandem::trainer

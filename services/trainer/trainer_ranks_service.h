@@ -2,21 +2,30 @@
 #define TANDEM_SERVICES_TRAINER_TRAINER_RANKS_SERVICE_H_
 
 #include "services/trainer/communicator_ids.h"
+#include "services/trainer/rendezvous_values.h"
 #include "tandem/v1/trainer_ranks.grpc.pb.h"
 
 namespace tandem::trainer {
 
-// gRPC front end of CommunicatorIds (not owned; must outlive the service).
+// gRPC front end of CommunicatorIds and RendezvousValues (not owned; must outlive the service).
 class TrainerRanksServiceImpl final : public v1::TrainerRanksService::CallbackService {
  public:
-  explicit TrainerRanksServiceImpl(const CommunicatorIds& ids) : ids_(ids) {}
+  TrainerRanksServiceImpl(const CommunicatorIds& ids, RendezvousValues& rendezvous)
+      : ids_(ids), rendezvous_(rendezvous) {}
 
   grpc::ServerUnaryReactor* GetCommunicatorId(grpc::CallbackServerContext* context,
                                               const v1::GetCommunicatorIdRequest* request,
                                               v1::GetCommunicatorIdResponse* response) override;
+  grpc::ServerUnaryReactor* SetRendezvousValue(grpc::CallbackServerContext* context,
+                                               const v1::SetRendezvousValueRequest* request,
+                                               v1::SetRendezvousValueResponse* response) override;
+  grpc::ServerUnaryReactor* GetRendezvousValue(grpc::CallbackServerContext* context,
+                                               const v1::GetRendezvousValueRequest* request,
+                                               v1::GetRendezvousValueResponse* response) override;
 
  private:
   const CommunicatorIds& ids_;
+  RendezvousValues& rendezvous_;
 };
 
 }  // namespace tandem::trainer

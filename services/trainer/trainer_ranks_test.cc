@@ -1,12 +1,17 @@
-// The communicator-id bootstrap between trainer ranks: the core's rules, and the real service on
-// loopback with the client other ranks use.
+// The communicator bootstrap between trainer ranks: the cores' rules, and the real service on
+// loopback with the clients other ranks use -- NCCL ids, and Gloo groups formed through the
+// rendezvous values.
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "common/gloo_communicator.h"
 #include "common/testing/test_server.h"
 #include "gtest/gtest.h"
 #include "services/trainer/client/communicator_id.h"
+#include "services/trainer/client/rendezvous_store.h"
 #include "services/trainer/communicator_ids.h"
+#include "services/trainer/rendezvous_values.h"
 #include "services/trainer/trainer_ranks_service.h"
 
 namespace tandem::trainer {
@@ -38,19 +43,69 @@ class TrainerRanksServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto server = testing::StartLoopbackServer(
-        "trainer",
-        {"tandem.v1.TrainerRanksService", std::make_unique<TrainerRanksServiceImpl>(ids_)});
+        "trainer", {"tandem.v1.TrainerRanksService",
+                    std::make_unique<TrainerRanksServiceImpl>(ids_, rendezvous_)});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     stub_ = v1::TrainerRanksService::NewStub(server_.Channel());
   }
 
   CommunicatorIds ids_;
+  RendezvousValues rendezvous_;
   testing::LoopbackServer server_;
   std::unique_ptr<v1::TrainerRanksService::Stub> stub_;
 };
 
 // A rank that asks before rank 0 has published waits for it.
+TEST(RendezvousValuesTest, KeysAreSetReplacedReadAndWithdrawnWithinTheirSizes) {
+  RendezvousValues values;
+  EXPECT_EQ(values.Get("job-1", "rank_0").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(values.Set("job-1", "rank_0", "address-a").ok());
+  ASSERT_TRUE(values.Set("job-1", "rank_0", "address-b").ok()) << "a restarted rank replaces it";
+  EXPECT_EQ(*values.Get("job-1", "rank_0"), "address-b");
+  EXPECT_EQ(values.Get("job-2", "rank_0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(values.Set("", "k", "v").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(values.Set(std::string(129, 'g'), "k", "v").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(values.Set("job-1", std::string(257, 'k'), "v").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(values.Set("job-1", "k", std::string((1 << 20) + 1, 'v')).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(values.Get("job-1", "").status().code(), absl::StatusCode::kInvalidArgument);
+  values.Withdraw("job-1");
+  EXPECT_EQ(values.Get("job-1", "rank_0").status().code(), absl::StatusCode::kNotFound);
+}
+
+// CPU ranks form a Gloo group through rank 0's trainer: each sets its address and reads the
+// others' over TrainerRanksService, then the group sums over TCP on loopback.
+TEST_F(TrainerRanksServiceTest, CpuRanksFormAGlooGroupThroughRankZerosTrainer) {
+  constexpr int kRanks = 3;
+  std::vector<std::thread> ranks;
+  std::vector<float> sums(kRanks);
+  for (int rank = 0; rank < kRanks; ++rank) {
+    ranks.emplace_back([&, rank] {
+      RendezvousStore store(*stub_, "job-gloo", absl::Seconds(20));
+      absl::StatusOr<std::unique_ptr<GlooCommunicator>> communicator =
+          GlooCommunicator::Create(store, rank, kRanks, {.timeout = absl::Seconds(20)});
+      ASSERT_TRUE(communicator.ok()) << communicator.status();
+      sums[rank] = static_cast<float>(rank + 1);
+      ASSERT_TRUE((*communicator)->AllReduceSum(&sums[rank], 1).ok());
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  EXPECT_EQ(sums, std::vector<float>(kRanks, 6.0f));
+}
+
+TEST_F(TrainerRanksServiceTest, AGroupMissingARankFailsToFormNamingTheKey) {
+  RendezvousStore store(*stub_, "job-alone", absl::Milliseconds(300));
+  const absl::Status status =
+      GlooCommunicator::Create(store, 0, 2, {.timeout = absl::Milliseconds(300)}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "rendezvous of group job-alone")) << status;
+  RendezvousStore bad(*stub_, "", absl::Seconds(5));
+  EXPECT_EQ(GlooCommunicator::Create(bad, 0, 2, {}).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
 TEST_F(TrainerRanksServiceTest, ARankAskingEarlyGetsTheIdOnceRankZeroPublishes) {
   std::thread rank_zero([this] {
     absl::SleepFor(absl::Milliseconds(100));
