@@ -66,15 +66,26 @@ GaeResult ComputeGae(absl::Span<const double> rewards, absl::Span<const double> 
 }
 
 std::vector<double> WhitenMasked(absl::Span<const double> values, absl::Span<const double> mask) {
-  double count = 0, sum = 0;
+  return *WhitenMasked(values, mask, [](absl::Span<double>) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<std::vector<double>> WhitenMasked(absl::Span<const double> values,
+                                                 absl::Span<const double> mask,
+                                                 const SumOverRanks& sum_over_ranks) {
+  double sums[2] = {0, 0};  // Count, sum.
   for (size_t i = 0; i < values.size(); ++i) {
-    count += mask[i];
-    sum += mask[i] * values[i];
+    sums[0] += mask[i];
+    sums[1] += mask[i] * values[i];
   }
-  const double mean = sum / (count + 1e-8);
+  if (absl::Status status = sum_over_ranks(sums); !status.ok()) return status;
+  const double count = sums[0];
+  const double mean = sums[1] / (count + 1e-8);
   double squares = 0;
   for (size_t i = 0; i < values.size(); ++i) {
     squares += mask[i] * (values[i] - mean) * (values[i] - mean);
+  }
+  if (absl::Status status = sum_over_ranks(absl::MakeSpan(&squares, 1)); !status.ok()) {
+    return status;
   }
   double variance = squares / (count + 1e-8);
   if (count > 1) variance *= count / (count - 1);

@@ -1,8 +1,10 @@
 #ifndef TANDEM_SERVICES_TRAINER_ADVANTAGES_H_
 #define TANDEM_SERVICES_TRAINER_ADVANTAGES_H_
 
+#include <functional>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 // Advantage estimators, with veRL's semantics (shared/REFERENCE.md "RL math"). Per-token arrays
@@ -31,8 +33,17 @@ GaeResult ComputeGae(absl::Span<const double> rewards, absl::Span<const double> 
                      absl::Span<const double> mask, int rows, int cols, double gamma, double lambda,
                      absl::Span<const bool> truncated = {});
 
+// Sums partial statistics in place over every data-parallel rank holding a share of the batch
+// (the identity on one rank).
+using SumOverRanks = std::function<absl::Status(absl::Span<double>)>;
+
 // Masked whitening over the whole batch with the unbiased variance: (x - mean) / sqrt(var + 1e-8).
 std::vector<double> WhitenMasked(absl::Span<const double> values, absl::Span<const double> mask);
+// The same over a batch whose shares are spread over ranks: `values` and `mask` are this rank's
+// share, the mean and variance the whole batch's (its sums combined by `sum_over_ranks`).
+absl::StatusOr<std::vector<double>> WhitenMasked(absl::Span<const double> values,
+                                                 absl::Span<const double> mask,
+                                                 const SumOverRanks& sum_over_ranks);
 
 }  // namespace tandem::trainer
 

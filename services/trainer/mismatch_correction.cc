@@ -25,18 +25,21 @@ std::vector<double> RowLogRatios(absl::Span<const double> log_ratio, absl::Span<
 }  // namespace
 
 double EffectiveSampleSize(absl::Span<const double> weights, absl::Span<const double> mask) {
-  double count = 0, sum = 0;
+  double count = 0, sum = 0, sum_squares = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
-    count += mask[i] > 0;
-    sum += mask[i] > 0 ? weights[i] : 0;
+    if (mask[i] <= 0) continue;
+    count += 1;
+    sum += weights[i];
+    sum_squares += weights[i] * weights[i];
   }
+  return EffectiveSampleSize(count, sum, sum_squares);
+}
+
+double EffectiveSampleSize(double count, double sum, double sum_squares) {
   if (count == 0 || sum <= 0) return 1;
   const double mean = sum / count;
-  double squares = 0;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (mask[i] > 0) squares += (weights[i] / mean) * (weights[i] / mean);
-  }
-  return 1 / (squares / count);
+  // 1 / mean((w / mean)^2) = count * mean^2 / sum(w^2).
+  return count * mean * mean / sum_squares;
 }
 
 IsWeights ComputeIsWeights(absl::Span<const double> log_ratio, absl::Span<const double> mask,

@@ -31,6 +31,9 @@ IsWeights ComputeIsWeights(absl::Span<const double> log_ratio, absl::Span<const 
 
 // 1 / mean((w / mean w)^2) over tokens with mask > 0; 1 when there are none or all weights are 0.
 double EffectiveSampleSize(absl::Span<const double> weights, absl::Span<const double> mask);
+// The same from the sums over those tokens (a batch spread over ranks sums its shares'): their
+// count, sum of w and sum of w^2.
+double EffectiveSampleSize(double count, double sum, double sum_squares);
 
 }  // namespace tandem::trainer
 

@@ -1,6 +1,7 @@
 #include "services/trainer/policy_update.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "absl/container/fixed_array.h"
@@ -32,20 +33,27 @@ void CompareRoutes(const int16_t* live, const int16_t* recorded, int64_t tokens,
   }
 }
 
-// 1 - Var(returns - values) / Var(returns) over the masked tokens; 0 when the returns are
-// constant.
-double ExplainedVariance(const std::vector<double>& returns, const std::vector<double>& values,
-                         const std::vector<double>& mask) {
-  double n = 0, sum = 0, sum_sq = 0, error_sum = 0, error_sq = 0;
+// Over the masked tokens: their count and the sums of the returns, of their squares, of the
+// errors (returns - values) and of theirs -- what ExplainedVariance needs, summable over ranks.
+std::array<double, 5> ReturnSums(const std::vector<double>& returns,
+                                 const std::vector<double>& values,
+                                 const std::vector<double>& mask) {
+  std::array<double, 5> sums = {0, 0, 0, 0, 0};
   for (size_t j = 0; j < mask.size(); ++j) {
     if (mask[j] == 0) continue;
     const double error = returns[j] - values[j];
-    n += 1;
-    sum += returns[j];
-    sum_sq += returns[j] * returns[j];
-    error_sum += error;
-    error_sq += error * error;
+    sums[0] += 1;
+    sums[1] += returns[j];
+    sums[2] += returns[j] * returns[j];
+    sums[3] += error;
+    sums[4] += error * error;
   }
+  return sums;
+}
+
+// 1 - Var(returns - values) / Var(returns) from ReturnSums; 0 when the returns are constant.
+double ExplainedVariance(const std::array<double, 5>& sums) {
+  const auto [n, sum, sum_sq, error_sum, error_sq] = sums;
   if (n == 0) return 0;
   const double variance = sum_sq / n - (sum / n) * (sum / n);
   const double error_variance = error_sq / n - (error_sum / n) * (error_sum / n);
@@ -160,7 +168,13 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
     const std::vector<double> advantages = GroupAdvantages(scores, groups, config_.baseline);
     for (size_t j = 0; j < size; ++j)
       batch.advantages[j] = batch.mask[j] * advantages[j / batch.cols];
-    if (config_.whiten_advantages) batch.advantages = WhitenMasked(batch.advantages, batch.mask);
+    if (config_.whiten_advantages) {
+      auto whitened = WhitenMasked(batch.advantages, batch.mask, [this](absl::Span<double> sums) {
+        return SumAcrossRanks(sums);
+      });
+      if (!whitened.ok()) return whitened.status();
+      batch.advantages = *std::move(whitened);
+    }
   } else {
     batch.old_values.assign(size, 0);
   }
@@ -176,7 +190,9 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
   if (config_.updates_per_step > 1 || critic) {
     if (absl::Status status = OldPolicyPass(batch, stats); !status.ok()) return status;
   }
-  if (critic) CriticAdvantages(batch, stats);
+  if (critic) {
+    if (absl::Status status = CriticAdvantages(batch, stats); !status.ok()) return status;
+  }
   const int per_update = batch.rows() / config_.updates_per_step;
   double loss = 0;
   for (int u = 0; u < config_.updates_per_step; ++u) {
@@ -185,16 +201,83 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
     if (!mini_batch_loss.ok()) return mini_batch_loss.status();
     loss += *mini_batch_loss;
   }
-  const double tokens = static_cast<double>(std::max<int64_t>(stats.response_tokens, 1));
-  stats.loss = loss / config_.updates_per_step;
-  stats.value_loss /= config_.updates_per_step;
-  stats.ppo_clip_share /= tokens;
-  stats.ref_kl /= tokens;
-  stats.mismatch_kl_k3 /= tokens;
-  stats.large_mismatch_share /= tokens;
-  stats.is_clipped_share = batch.is_affected / tokens;
-  stats.is_ess = EffectiveSampleSize(batch.weights, batch.is_mask);
+  if (absl::Status status = FinishStats(batch, loss, stats); !status.ok()) return status;
   return stats;
+}
+
+absl::Status PolicyUpdater::FinishStats(const Batch& batch, double loss, UpdateStats& stats) const {
+  double weights[3] = {0, 0, 0};  // Count, sum and sum of squares of the kept tokens' weights.
+  for (size_t j = 0; j < batch.weights.size(); ++j) {
+    if (batch.is_mask[j] <= 0) continue;
+    weights[0] += 1;
+    weights[1] += batch.weights[j];
+    weights[2] += batch.weights[j] * batch.weights[j];
+  }
+  engine::RoutingStats& routing = stats.routing;
+  // Each rank's loss terms are already normalized by the batch's tokens: they add up.
+  double sums[] = {loss,
+                   stats.value_loss,
+                   stats.ppo_clip_share,
+                   stats.ref_kl,
+                   stats.mismatch_kl_k3,
+                   stats.large_mismatch_share,
+                   batch.is_affected,
+                   static_cast<double>(stats.response_tokens),
+                   static_cast<double>(routing.decisions),
+                   static_cast<double>(routing.differing_decisions),
+                   static_cast<double>(routing.tokens),
+                   static_cast<double>(routing.differing_tokens),
+                   weights[0],
+                   weights[1],
+                   weights[2]};
+  if (absl::Status status = SumAcrossRanks(sums); !status.ok()) return status;
+  const double tokens = std::max(sums[7], 1.0);
+  stats.loss = sums[0] / config_.updates_per_step;
+  stats.value_loss = sums[1] / config_.updates_per_step;
+  stats.ppo_clip_share = sums[2] / tokens;
+  stats.ref_kl = sums[3] / tokens;
+  stats.mismatch_kl_k3 = sums[4] / tokens;
+  stats.large_mismatch_share = sums[5] / tokens;
+  stats.is_clipped_share = sums[6] / tokens;
+  stats.response_tokens = static_cast<int64_t>(sums[7]);
+  routing.decisions = static_cast<int64_t>(sums[8]);
+  routing.differing_decisions = static_cast<int64_t>(sums[9]);
+  routing.tokens = static_cast<int64_t>(sums[10]);
+  routing.differing_tokens = static_cast<int64_t>(sums[11]);
+  stats.is_ess = EffectiveSampleSize(sums[12], sums[13], sums[14]);
+  return absl::OkStatus();
+}
+
+absl::Status PolicyUpdater::SumAcrossRanks(absl::Span<double> values) const {
+  Communicator* ranks = config_.data_parallel;
+  if (ranks == nullptr || ranks->size() == 1) return absl::OkStatus();
+  // Communicators sum floats: counts stay exact below 2^24, sums keep float's 7 digits.
+  std::vector<float> buffer(values.begin(), values.end());
+  if (absl::Status status = ranks->AllReduceSum(buffer.data(), static_cast<int64_t>(buffer.size()));
+      !status.ok()) {
+    return status;
+  }
+  std::copy(buffer.begin(), buffer.end(), values.begin());
+  return absl::OkStatus();
+}
+
+absl::Status PolicyUpdater::SumGradientsAcrossRanks(std::span<const engine::Param> params) const {
+  Communicator* ranks = config_.data_parallel;
+  if (ranks == nullptr || ranks->size() == 1) return absl::OkStatus();
+  // One collective for all of them: a LoRA has a tensor per target per expert per layer.
+  std::vector<float> packed;
+  for (const engine::Param& param : params)
+    packed.insert(packed.end(), param.grad, param.grad + param.size);
+  if (absl::Status status = ranks->AllReduceSum(packed.data(), static_cast<int64_t>(packed.size()));
+      !status.ok()) {
+    return status;
+  }
+  const float* next = packed.data();
+  for (const engine::Param& param : params) {
+    std::copy(next, next + param.size, param.grad);
+    next += param.size;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<double> PolicyUpdater::ResponseLogProbs(const Batch& batch, int begin, int end,
@@ -279,7 +362,7 @@ int64_t PolicyUpdater::ResponseRow(const Batch& batch, int begin, int i, int t) 
          static_cast<int64_t>(batch.samples[i].prompt.size()) - 1 + t;
 }
 
-void PolicyUpdater::CriticAdvantages(Batch& batch, UpdateStats& stats) const {
+absl::Status PolicyUpdater::CriticAdvantages(Batch& batch, UpdateStats& stats) const {
   std::vector<double> rewards(batch.mask.size(), 0);
   absl::FixedArray<bool> truncated(batch.rows(), false);
   for (int i = 0; i < batch.rows(); ++i) {
@@ -291,9 +374,17 @@ void PolicyUpdater::CriticAdvantages(Batch& batch, UpdateStats& stats) const {
                              config_.critic.gamma, config_.critic.lambda,
                              absl::MakeConstSpan(truncated.data(), truncated.size()));
   batch.returns = std::move(gae.returns);
-  batch.advantages = config_.whiten_advantages ? WhitenMasked(gae.advantages, batch.mask)
-                                               : std::move(gae.advantages);
-  stats.explained_variance = ExplainedVariance(batch.returns, batch.old_values, batch.mask);
+  batch.advantages = std::move(gae.advantages);
+  if (config_.whiten_advantages) {
+    auto whitened = WhitenMasked(batch.advantages, batch.mask,
+                                 [this](absl::Span<double> sums) { return SumAcrossRanks(sums); });
+    if (!whitened.ok()) return whitened.status();
+    batch.advantages = *std::move(whitened);
+  }
+  std::array<double, 5> sums = ReturnSums(batch.returns, batch.old_values, batch.mask);
+  if (absl::Status status = SumAcrossRanks(absl::MakeSpan(sums)); !status.ok()) return status;
+  stats.explained_variance = ExplainedVariance(sums);
+  return absl::OkStatus();
 }
 
 double PolicyUpdater::ValueLoss(const Batch& batch, int micro, int micro_end, double total_tokens,
@@ -333,8 +424,12 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   const std::vector<int16_t>* routes = config_.replay == RouteReplay::kR3   ? batch.rollout_routes
                                        : config_.replay == RouteReplay::kR2 ? &batch.old_routes
                                                                             : nullptr;
-  double total_tokens = 0;
-  for (size_t i = batch.at(begin, 0); i < batch.at(end, 0); ++i) total_tokens += batch.mask[i];
+  // The mini-batch's tokens and sequences over every rank: the loss is the whole mini-batch's.
+  double totals[2] = {0, static_cast<double>(end - begin)};
+  for (size_t i = batch.at(begin, 0); i < batch.at(end, 0); ++i) totals[0] += batch.mask[i];
+  if (absl::Status status = SumAcrossRanks(totals); !status.ok()) return status;
+  const double total_tokens = totals[0];
+  const int total_rows = static_cast<int>(totals[1]);
   double loss = 0;
   for (int micro = begin; micro < end; micro += config_.micro_batch_size) {
     const int micro_end = std::min(end, micro + config_.micro_batch_size);
@@ -372,7 +467,7 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
                                                        .rows = micro_end - micro,
                                                        .cols = batch.cols,
                                                        .total_tokens = total_tokens,
-                                                       .total_rows = end - begin},
+                                                       .total_rows = total_rows},
                                                       config_.loss);
     loss += result.loss;
     double tokens = 0;
@@ -408,6 +503,9 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
       return status;
     }
   }
+  if (absl::Status status = SumGradientsAcrossRanks(optimizer_.params()); !status.ok()) {
+    return status;
+  }
   stats.grad_norm = engine::ClipGradNorm(optimizer_.params(), config_.max_grad_norm);
   if (std::isfinite(stats.grad_norm)) {
     stats.learning_rate = engine::LearningRate(config_.schedule, optimizer_.step());
@@ -420,6 +518,9 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   lora_.parameters().ZeroGradients();
   if (config_.critic.head != nullptr) {
     const CriticConfig& critic = config_.critic;
+    if (absl::Status status = SumGradientsAcrossRanks(critic.optimizer->params()); !status.ok()) {
+      return status;
+    }
     if (std::isfinite(engine::ClipGradNorm(critic.optimizer->params(), config_.max_grad_norm))) {
       if (absl::Status status = critic.optimizer->Step(critic.learning_rate); !status.ok()) {
         return status;

@@ -3,9 +3,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/communicator.h"
 #include "engine/model.h"
 #include "engine/optimizer.h"
 #include "engine/training_engine.h"
@@ -64,6 +66,12 @@ struct PolicyUpdateConfig {
   // The rollout's sampling temperature: log-probs are of softmax(logits / temperature), the
   // quantity the rollout reports (1 for greedy).
   float temperature = 1.0f;
+  // Data parallelism (not owned; null: this rank holds the whole batch). Each rank updates on
+  // its share of the step's samples (DataParallelShare: whole groups, the same share of every
+  // mini-batch), in lockstep with the others: token counts, advantage whitening and every
+  // statistic are the whole batch's, and gradients are summed over the ranks before clipping,
+  // so every rank takes the one-rank step on identical parameters. Host buffers: a Gloo group.
+  Communicator* data_parallel = nullptr;
 };
 
 struct UpdateStats {
@@ -113,7 +121,13 @@ class PolicyUpdater {
   absl::Status OldPolicyPass(Batch& batch, UpdateStats& stats);
   // PPO: token rewards (the score at each sample's last token), GAE over the old values,
   // returns, whitening and explained variance.
-  void CriticAdvantages(Batch& batch, UpdateStats& stats) const;
+  absl::Status CriticAdvantages(Batch& batch, UpdateStats& stats) const;
+  // Sums `values` in place over the data-parallel ranks (nothing to do on one rank).
+  absl::Status SumAcrossRanks(absl::Span<double> values) const;
+  // Sums the gradients of `params` over the data-parallel ranks.
+  absl::Status SumGradientsAcrossRanks(std::span<const engine::Param> params) const;
+  // The step's statistics over every rank's share, normalized by the batch's tokens.
+  absl::Status FinishStats(const Batch& batch, double loss, UpdateStats& stats) const;
   // Adds the value loss of samples [micro, micro_end) (this forward's hidden states) to
   // `dhidden` and the value head's gradients; returns its token-mean share over `total_tokens`.
   double ValueLoss(const Batch& batch, int micro, int micro_end, double total_tokens,
