@@ -294,6 +294,10 @@ absl::Status CheckSizes(v1::JobSpec& spec) {
   // The rollout's own rules, checked here so a job does not fail at its first step instead.
   // The vocabulary is the base model's, which is read when the job starts (JobRun::Init
   // checks top_k and the stop tokens against it then); here any size.
+  if (spec.sampling().has_seed()) {
+    return Invalid("sampling.seed is ", spec.sampling().seed(),
+                   "; set spec.seed: the job derives every step's sampling seed from it");
+  }
   *spec.mutable_sampling() = rollout::WithSamplingDefaults(spec.sampling());
   if (absl::Status status =
           rollout::ValidateSampling(spec.sampling(), std::numeric_limits<int>::max());

@@ -984,6 +984,8 @@ TEST(ResolveJobSpecTest, SamplingFollowsTheRolloutsRulesAtCreateTime) {
        [](v1::SamplingParams& p) {
          for (int i = 0; i < 65; ++i) p.add_stop_token_ids(2);
        }},
+      // The job seeds each step's sampling from spec.seed: a seed here would be ignored.
+      {"sampling.seed is 5; set spec.seed", [](v1::SamplingParams& p) { p.set_seed(5); }},
   };
   for (const auto& [message, set] : cases) {
     v1::JobSpec spec = MinimalValidSpec();
