@@ -2,8 +2,11 @@
 #define TANDEM_COMMON_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace tandem {
@@ -39,6 +42,16 @@ class Communicator {
 // negative; INVALID_ARGUMENT naming the span and rank otherwise.
 absl::Status ValidateAllToAllVCounts(absl::Span<const int64_t> send_counts,
                                      absl::Span<const int64_t> receive_counts, int size);
+
+// Built on a communicator's operations, for the small values ranks exchange beside tensors.
+// Host buffers only (a CPU group).
+
+// Every rank's `mine` (the same count on every rank), rank-major: [r * mine.size() + i] is rank
+// r's mine[i]. Values must be floats that sum exactly with zeros (any float does).
+absl::StatusOr<std::vector<float>> GatherFromRanks(Communicator& ranks,
+                                                   absl::Span<const float> mine);
+// `bytes` <- root's bytes on every rank (any length; other ranks' contents are replaced).
+absl::Status BroadcastBytes(Communicator& ranks, std::string& bytes, int root);
 
 }  // namespace tandem
 

@@ -36,6 +36,7 @@ constexpr absl::Duration kSaveRetryInterval = absl::Seconds(1);
 // A run's result as the job's terminal state. A cancel that raced with the last step still
 // ends CANCELLED (never CANCELLING -> SUCCEEDED); the versions it published remain.
 void RecordOutcome(const absl::Status& result, v1::Job& job) {
+  job.clear_status_message();
   if (job.state() == v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
     job.set_state(v1::JOB_STATE_CANCELLED);
   } else if (result.ok()) {
@@ -120,18 +121,21 @@ std::string FilterKey(const v1::ListJobsRequest& request) {
 }  // namespace
 
 JobManager::JobManager(std::string data_dir, JobRunner runner,
-                       v1::ServiceEndpoints default_endpoints, std::unique_ptr<JobStore> store)
+                       v1::ServiceEndpoints default_endpoints, int trainer_ranks,
+                       std::unique_ptr<JobStore> store)
     : data_dir_(std::move(data_dir)),
       default_endpoints_(std::move(default_endpoints)),
+      trainer_ranks_(trainer_ranks),
       runner_(std::move(runner)),
       store_(std::move(store)) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
-    const std::string& data_dir, JobRunner runner, const v1::ServiceEndpoints& default_endpoints) {
+    const std::string& data_dir, JobRunner runner, const v1::ServiceEndpoints& default_endpoints,
+    int trainer_ranks) {
   auto store = JobStore::Open(data_dir);
   if (!store.ok()) return store.status();
-  std::unique_ptr<JobManager> manager(
-      new JobManager(data_dir, std::move(runner), default_endpoints, *std::move(store)));
+  std::unique_ptr<JobManager> manager(new JobManager(data_dir, std::move(runner), default_endpoints,
+                                                     trainer_ranks, *std::move(store)));
   {
     absl::MutexLock lock(&manager->mutex_);
     for (const v1::Job& job : manager->store_->loaded()) {
@@ -222,7 +226,15 @@ void JobManager::Unsubscribe(int64_t subscription) {
 
 absl::StatusOr<v1::JobSpec> JobManager::Resolve(const v1::JobSpec& spec,
                                                 const std::string& job_id) const {
-  return ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id), default_endpoints_);
+  absl::StatusOr<v1::JobSpec> resolved =
+      ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id), default_endpoints_);
+  if (resolved.ok() && resolved->parallelism().data_parallel() > trainer_ranks_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.parallelism.data_parallel is ", resolved->parallelism().data_parallel(),
+                     "; this trainer deployment has ", trainer_ranks_, " rank",
+                     trainer_ranks_ == 1 ? "" : "s", " (the trainer's --ranks)"));
+  }
+  return resolved;
 }
 
 void JobManager::ReresolveSpec(const v1::Job& job) {
@@ -452,6 +464,12 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
                   *job.mutable_latest_metrics() = metrics;
                   job.mutable_latest_metrics()->set_attempt(job.attempt());
                 });
+              },
+          .on_status =
+              [this, job_id](const std::string& status) {
+                absl::MutexLock lock(&mutex_);
+                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_UNSPECIFIED,
+                            [&status](v1::Job& job) { job.set_status_message(status); });
               }};
 }
 

@@ -33,10 +33,11 @@ using JobRunner = std::function<absl::Status(const v1::Job& job, const JobProgre
 class JobManager {
  public:
   // Reads the jobs in data_dir (a cancel cut by a restart completes now) and starts the worker.
-  // New jobs whose spec leaves an endpoint empty take it from `default_endpoints`.
+  // New jobs whose spec leaves an endpoint empty take it from `default_endpoints`; jobs may ask
+  // for up to `trainer_ranks` data-parallel ranks (the deployment's).
   static absl::StatusOr<std::unique_ptr<JobManager>> Open(
       const std::string& data_dir, JobRunner runner,
-      const v1::ServiceEndpoints& default_endpoints = {});
+      const v1::ServiceEndpoints& default_endpoints = {}, int trainer_ranks = 1);
   // Stops the running job (it stays RUNNING on disk and resumes at the next Open) and the worker.
   ~JobManager();
 
@@ -53,7 +54,7 @@ class JobManager {
 
  private:
   JobManager(std::string data_dir, JobRunner runner, v1::ServiceEndpoints default_endpoints,
-             std::unique_ptr<JobStore> store);
+             int trainer_ranks, std::unique_ptr<JobStore> store);
   absl::StatusOr<v1::JobSpec> Resolve(const v1::JobSpec& spec, const std::string& job_id) const;
   // A job stored by an earlier trainer that has yet to run or finish runs its spec as this one
   // resolves it (defaults it writes out, limits it checks): the stored spec is brought up to
@@ -90,6 +91,7 @@ class JobManager {
 
   const std::string data_dir_;
   const v1::ServiceEndpoints default_endpoints_;
+  const int trainer_ranks_;
   const JobRunner runner_;
   const std::unique_ptr<JobStore> store_;
   mutable absl::Mutex mutex_;

@@ -27,9 +27,13 @@
 #include "services/rollout/client/sampling_rules.h"
 #include "services/router_replay/client/replay_fetch.h"
 #include "services/trainer/checkpoint.h"
+#include "services/trainer/data_parallel_share.h"
 #include "services/trainer/job_spec.h"
+#include "services/trainer/local_rendezvous_store.h"
 #include "services/trainer/policy_update.h"
+#include "services/trainer/rank_agreement.h"
 #include "services/trainer/service_endpoints.h"
+#include "services/trainer/sharded_publish.h"
 #include "services/trainer/task_source.h"
 #include "services/trainer/version_pin.h"
 #include "services/weight_store/client/adapter_client.h"
@@ -159,21 +163,65 @@ PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
   return config;
 }
 
-// One step's samples as generated, and how they scored.
+// One step's samples as this rank generated them, and how they scored (sums over them).
 struct StepSamples {
   std::vector<v1::GenerateResponse> responses;  // prompt-major
   std::vector<TrainingSample> training;
-  double accuracy = 0, reward_mean = 0, length_mean = 0, truncated_share = 0;
-  double partial_share = 0;  // Samples that switched to a newer version mid-generation.
+  double correct = 0, reward = 0, length = 0, truncated = 0;
+  double partial = 0;  // Samples that switched to a newer version mid-generation.
 };
+
+// What one rank's share of a step adds up to: gathered from every rank into the step's metrics.
+enum Tally {
+  kSamples,
+  kResponseTokens,
+  kCorrect,
+  kReward,
+  kLength,
+  kTruncated,
+  kPartial,
+  kMissingRouteEntries,
+  kRouteEntries,
+  kTallies
+};
+
+// The step's sample metrics and each rank's share, from every rank's tallies (rank-major).
+void SetSampleMetrics(const std::vector<float>& tallies, v1::StepMetrics& metrics) {
+  std::vector<double> sums(kTallies, 0);
+  for (size_t rank = 0; rank * kTallies < tallies.size(); ++rank) {
+    const float* tally = tallies.data() + rank * kTallies;
+    for (int t = 0; t < kTallies; ++t) sums[t] += tally[t];
+    v1::RankShare& share = *metrics.add_ranks();
+    share.set_rank(static_cast<int>(rank));
+    share.set_samples(static_cast<int64_t>(tally[kSamples]));
+    share.set_response_tokens(static_cast<int64_t>(tally[kResponseTokens]));
+  }
+  const double samples = std::max(1.0, sums[kSamples]);
+  metrics.set_accuracy(sums[kCorrect] / samples);
+  metrics.set_reward_mean(sums[kReward] / samples);
+  metrics.set_response_length_mean(sums[kLength] / samples);
+  metrics.set_truncated_share(sums[kTruncated] / samples);
+  metrics.set_partial_rollout_share(sums[kPartial] / samples);
+  metrics.set_missing_route_share(
+      sums[kRouteEntries] > 0 ? sums[kMissingRouteEntries] / sums[kRouteEntries] : 0);
+}
 
 class JobRun {
  public:
-  JobRun(const v1::Job& job, const JobEnvironment& environment)
+  // Rank 0 of the job (of one rank, or leading several) when `assignment` is null; else the
+  // rank it names, joining rank 0's group through `store`.
+  JobRun(const v1::Job& job, const JobEnvironment& environment,
+         const v1::GetAssignmentResponse* assignment = nullptr,
+         gloo::rendezvous::Store* store = nullptr)
       : job_(job),
         spec_(job.spec()),
         environment_(environment),
+        assignment_(assignment),
+        member_store_(store),
+        dp_rank_(assignment != nullptr ? assignment->data_parallel_rank() : 0),
+        dp_size_(std::max(1, job.spec().parallelism().data_parallel())),
         owner_{.job_id = job.id(), .spec_fingerprint = SpecFingerprint(job.spec())} {}
+  ~JobRun();
 
   absl::Status Init();
   absl::Status Run(const JobProgress& progress, const std::atomic<bool>& cancelled);
@@ -198,6 +246,22 @@ class JobRun {
   // The value head and its optimizer from a PPO job's checkpoint; DATA_LOSS if it has none.
   absl::Status RestoreCritic(const std::optional<CriticState>& critic);
   absl::StatusOr<int64_t> NewestVersion();
+  // The version the run publishes first: the weight-store's newest + 1 (rank 0's, for all ranks).
+  absl::StatusOr<int64_t> FirstVersion();
+  // A run of several ranks: forms their Gloo group (rank 0 posts the job and waits for the
+  // others to join) and sends every rank rank 0's starting state.
+  absl::Status JoinRanks(int64_t first_version, const JobProgress& progress);
+  absl::Status FormGroupAsLead(int64_t first_version, const JobProgress& progress);
+  // LoRA, optimizer and (PPO) critic state <- rank 0's.
+  absl::Status BroadcastState();
+  // Between phases of a step with several ranks: every rank learns whether any failed `what`.
+  absl::Status Agree(const absl::Status& local, absl::string_view what) {
+    return ranks_ == nullptr ? local : AgreeOnFailures(*ranks_, local, what);
+  }
+  // This rank's tallies of a step (kTallies values), every rank's when there are several.
+  absl::StatusOr<std::vector<float>> GatherTallies(const StepSamples& samples,
+                                                   int64_t missing_route_entries,
+                                                   int64_t route_entries);
   // Calls `call` (with its attempt number) until it returns anything but UNAVAILABLE or
   // RESOURCE_EXHAUSTED, `store` has been unavailable for longer than the environment's
   // store_outage_budget, or the run is cancelled (CANCELLED).
@@ -210,17 +274,26 @@ class JobRun {
   // replica's share larger than a request holds goes as several requests.
   absl::StatusOr<std::vector<v1::GenerateResponse>> RequestSamples(
       int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompts);
-  // The request for prompts [first, end) of a step, which keep their step-wide ids.
+  // The request for this rank's prompts [first, end) of a step, which keep their step-wide ids
+  // (own_groups_).
   v1::GenerateRequest GenerateRequestFor(int64_t step, int64_t version, int attempt, int first,
                                          int end, const std::vector<std::vector<int>>& prompt_ids);
   absl::StatusOr<std::vector<v1::GenerateResponse>> GenerateOn(
       v1::RolloutService::StubInterface& stub, const v1::GenerateRequest& request);
+  // The routes of this rank's samples; counts the route entries missing (routed live) of all.
   absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
-                                                   double* missing_share);
+                                                   int64_t* missing_entries, int64_t* entries);
 
   const v1::Job job_;
   const v1::JobSpec& spec_;
   const JobEnvironment environment_;
+  const v1::GetAssignmentResponse* const assignment_;  // Null on rank 0.
+  gloo::rendezvous::Store* const member_store_;        // Rank 0's values, for a rank > 0.
+  const int dp_rank_;
+  const int dp_size_;
+  std::vector<int> own_groups_;          // The step's prompt groups this rank generates.
+  std::string group_;                    // Rank 0 of several: the run's posted group.
+  std::unique_ptr<Communicator> ranks_;  // The job's ranks; null for one.
   std::unique_ptr<engine::BaseModel> base_;
   std::string base_architecture_;  // config.json's, "" for an engine file; names PEFT modules.
   std::unique_ptr<engine::text::TextCodec> codec_;  // As rollout's: prompts sent as their ids.
@@ -288,6 +361,12 @@ absl::Status JobRun::Init() {
     if (!router_replay.ok()) return router_replay.status();
     router_replay_ = *std::move(router_replay);
   }
+  auto share = DataParallelShare(spec_.prompts_per_step(), spec_.group_size(),
+                                 spec_.algorithm_config().updates_per_step(), dp_size_, dp_rank_);
+  if (!share.ok()) return share.status();
+  for (size_t i = 0; i < share->size(); i += spec_.group_size()) {
+    own_groups_.push_back((*share)[i] / spec_.group_size());
+  }
   auto checkpoint = StartingCheckpoint();
   if (!checkpoint.ok()) return checkpoint.status();
   if (checkpoint->has_value()) {
@@ -320,6 +399,11 @@ absl::Status JobRun::Init() {
 }
 
 absl::StatusOr<std::optional<Checkpoint>> JobRun::StartingCheckpoint() {
+  // A rank > 0 starts from rank 0's state (BroadcastState): the checkpoints are rank 0's.
+  if (assignment_ != nullptr) {
+    start_step_ = assignment_->start_step();
+    return std::nullopt;
+  }
   const std::string& output_dir = spec_.output_dir();
   auto found = LoadCheckpoint(output_dir, base_->config());
   if (!found.ok()) return found.status();
@@ -394,7 +478,10 @@ absl::StatusOr<engine::LoraAdapter> JobRun::InitialAdapter() const {
   auto lora_config = weight_store::LoraConfigFromProto(spec_.lora());
   if (!lora_config.ok()) return lora_config.status();
   const std::string& path = spec_.initial_adapter_path();
-  if (path.empty()) return engine::LoraAdapter::Create(base_->config(), *lora_config, spec_.seed());
+  // A rank > 0 only needs the adapter's shape: its values come from rank 0.
+  if (path.empty() || assignment_ != nullptr) {
+    return engine::LoraAdapter::Create(base_->config(), *lora_config, spec_.seed());
+  }
   auto adapter =
       engine::ReadPeftAdapter(path, base_->config(), engine::ModuleNamesOf(base_architecture_));
   if (!adapter.ok()) {
@@ -407,6 +494,112 @@ absl::StatusOr<engine::LoraAdapter> JobRun::InitialAdapter() const {
                      "; the spec's lora is ", lora_config->ToJson()));
   }
   return adapter;
+}
+
+JobRun::~JobRun() {
+  if (group_.empty()) return;
+  environment_.roster->Withdraw(group_);
+  environment_.rendezvous->Withdraw(group_);
+}
+
+absl::StatusOr<int64_t> JobRun::FirstVersion() {
+  if (assignment_ != nullptr) return assignment_->first_version();
+  absl::StatusOr<int64_t> newest;
+  if (absl::Status status = RideOutOutage("weight-store",
+                                          [&](int) {
+                                            newest = NewestVersion();
+                                            return newest.status();
+                                          });
+      !status.ok()) {
+    return status;
+  }
+  if (!newest.ok()) return newest.status();
+  // The adapter this run starts from (fresh, or restored) becomes a new version: a resumed job
+  // never assumes that versions published after its checkpoint match its weights.
+  return *newest + 1;
+}
+
+absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progress) {
+  if (assignment_ == nullptr) {
+    if (absl::Status status = FormGroupAsLead(first_version, progress); !status.ok()) {
+      return status;
+    }
+  } else {
+    auto joined = GlooCommunicator::Create(*member_store_, dp_rank_, dp_size_, environment_.gloo);
+    if (!joined.ok()) return joined.status();
+    ranks_ = *std::move(joined);
+  }
+  spdlog::info("job {}: data-parallel rank {} of {} trains prompt groups {}", job_.id(), dp_rank_,
+               dp_size_, absl::StrJoin(own_groups_, ","));
+  return BroadcastState();
+}
+
+absl::Status JobRun::FormGroupAsLead(int64_t first_version, const JobProgress& progress) {
+  RankRoster* roster = environment_.roster;
+  if (roster == nullptr || environment_.rendezvous == nullptr || roster->ranks() < dp_size_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job asks for ", dp_size_, " data-parallel trainer ranks; this trainer deployment has ",
+        roster == nullptr ? 1 : roster->ranks(), " (the trainer's --ranks)"));
+  }
+  v1::GetAssignmentResponse assignment;
+  *assignment.mutable_job() = job_;
+  assignment.set_group(absl::StrCat(job_.id(), "/a", job_.attempt()));
+  assignment.set_start_step(start_step_);
+  assignment.set_first_version(first_version);
+  if (absl::Status status = roster->Post(assignment, dp_size_); !status.ok()) return status;
+  group_ = assignment.group();
+  if (absl::Status status =
+          roster->AwaitJoined(group_, dp_size_, absl::Now() + environment_.rank_join_timeout,
+                              *cancelled_, progress.on_status);
+      !status.ok()) {
+    return status;
+  }
+  progress.on_status("");
+  LocalRendezvousStore store(*environment_.rendezvous, group_, environment_.gloo.timeout);
+  auto formed = GlooCommunicator::Create(store, 0, dp_size_, environment_.gloo);
+  if (!formed.ok()) return formed.status();
+  ranks_ = *std::move(formed);
+  return absl::OkStatus();
+}
+
+absl::Status JobRun::BroadcastState() {
+  std::map<std::string, std::vector<float>> lora;
+  for (const std::string& name : lora_->parameters().names()) {
+    lora[name] = lora_->parameters().Find(name)->value;
+  }
+  if (absl::Status status = BroadcastTensors(*ranks_, lora); !status.ok()) return status;
+  // In place: the optimizer and the engines hold the parameters' memory.
+  for (const auto& [name, values] : lora) {
+    std::vector<float>& held = lora_->parameters().Find(name)->value;
+    std::copy(values.begin(), values.end(), held.begin());
+  }
+  if (absl::Status status = BroadcastOptimizerState(*ranks_, *optimizer_); !status.ok()) {
+    return status;
+  }
+  if (!value_head_) return absl::OkStatus();
+  std::map<std::string, std::vector<float>> head = value_head_->Tensors();
+  if (absl::Status status = BroadcastTensors(*ranks_, head); !status.ok()) return status;
+  if (absl::Status status = value_head_->Restore(head); !status.ok()) return status;
+  return BroadcastOptimizerState(*ranks_, *critic_optimizer_);
+}
+
+absl::StatusOr<std::vector<float>> JobRun::GatherTallies(const StepSamples& samples,
+                                                         int64_t missing_route_entries,
+                                                         int64_t route_entries) {
+  std::vector<float> tally(kTallies, 0);
+  tally[kSamples] = static_cast<float>(samples.training.size());
+  for (const TrainingSample& sample : samples.training) {
+    tally[kResponseTokens] += static_cast<float>(sample.response.size());
+  }
+  tally[kCorrect] = static_cast<float>(samples.correct);
+  tally[kReward] = static_cast<float>(samples.reward);
+  tally[kLength] = static_cast<float>(samples.length);
+  tally[kTruncated] = static_cast<float>(samples.truncated);
+  tally[kPartial] = static_cast<float>(samples.partial);
+  tally[kMissingRouteEntries] = static_cast<float>(missing_route_entries);
+  tally[kRouteEntries] = static_cast<float>(route_entries);
+  if (ranks_ == nullptr) return tally;
+  return GatherFromRanks(*ranks_, tally);
 }
 
 absl::StatusOr<int64_t> JobRun::NewestVersion() {
@@ -453,13 +646,19 @@ absl::Status JobRun::RideOutOutage(absl::string_view store,
 }
 
 absl::Status JobRun::Publish(int64_t version, int64_t step) {
-  auto published =
-      weight_store::BuildAdapterVersion(*lora_, base_->config(), spec_.adapter_name(), version);
+  auto published = weight_store::BuildAdapterVersion(*lora_, base_->config(), spec_.adapter_name(),
+                                                     version, v1::DTYPE_F32, dp_size_);
   if (!published.ok()) return published.status();
   (*published->manifest.mutable_labels())["job_id"] = job_.id();
   (*published->manifest.mutable_labels())["step"] = absl::StrCat(step);
   if (!base_architecture_.empty()) {
     (*published->manifest.mutable_labels())[weight_store::kArchitectureLabel] = base_architecture_;
+  }
+  if (ranks_ != nullptr) {
+    return PublishTogether(*ranks_, *weight_store_, *published, {.ucx = environment_.ucx},
+                           [this](const std::function<absl::Status()>& call) {
+                             return RideOutOutage("weight-store", [&](int) { return call(); });
+                           });
   }
   return RideOutOutage("weight-store", [&](int attempt) {
     const absl::Status status =
@@ -552,7 +751,7 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
   for (size_t c = 0; c < chunks.size(); ++c) {
     v1::GenerateRequest request =
         GenerateRequestFor(step, version, attempt, chunks[c].first, chunks[c].end, prompt_ids);
-    request.set_request_id(absl::StrCat(job_.id(), "-s", step, "-v", version, "-r",
+    request.set_request_id(absl::StrCat(job_.id(), "-s", step, "-v", version, "-d", dp_rank_, "-r",
                                         chunks[c].replica, "-c", c, "-a", attempt));
     threads.emplace_back(
         [this, &results, c, stub = rollouts_[chunks[c].replica].get(),
@@ -590,7 +789,7 @@ v1::GenerateRequest JobRun::GenerateRequestFor(int64_t step, int64_t version, in
   for (int p = first; p < end; ++p) {
     v1::Prompt& prompt = *request.add_prompts();
     prompt.mutable_token_ids()->mutable_ids()->Add(prompt_ids[p].begin(), prompt_ids[p].end());
-    prompt.set_prompt_id(absl::StrCat("s", step, ".p", p));
+    prompt.set_prompt_id(absl::StrCat("s", step, ".p", own_groups_[p]));
   }
   request.set_group_size(spec_.group_size());
   *request.mutable_sampling() = spec_.sampling();
@@ -611,8 +810,8 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
   const std::vector<engine::Sample> problems = engine::GeneratePrompts(
       *task_, spec_.prompts_per_step(), engine::MixSeed(spec_.seed(), step));
   std::vector<std::vector<int>> prompts;
-  for (const engine::Sample& problem : problems) {
-    auto ids = codec_->EncodePrompt(problem.prompt);
+  for (const int own : own_groups_) {
+    auto ids = codec_->EncodePrompt(problems[own].prompt);
     if (!ids.ok()) return ids.status();
     prompts.push_back(*std::move(ids));
   }
@@ -636,32 +835,28 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
   samples.responses = *std::move(responses);
   for (size_t i = 0; i < samples.responses.size(); ++i) {
     const v1::GenerateResponse& response = samples.responses[i];
-    const engine::Sample& problem = problems[i / group];
+    const int own = own_groups_[i / group];
+    const engine::Sample& problem = problems[own];
     TrainingSample& sample = samples.training.emplace_back();
     sample.prompt = prompts[i / group];
     sample.response.assign(response.token_ids().begin(), response.token_ids().end());
     sample.rollout_logprobs.assign(response.logprobs().begin(), response.logprobs().end());
-    sample.group = static_cast<int>(i / group);
+    sample.group = own;
     sample.reward = task_->Reward(problem.prompt, codec_->DecodeCompletion(sample.response));
     sample.truncated = response.finish_reason() == v1::FINISH_REASON_LENGTH;
-    samples.accuracy += sample.reward >= 1;
-    samples.reward_mean += sample.reward;
-    samples.length_mean += static_cast<double>(sample.response.size());
-    samples.truncated_share += sample.truncated;
+    samples.correct += sample.reward >= 1;
+    samples.reward += sample.reward;
+    samples.length += static_cast<double>(sample.response.size());
+    samples.truncated += sample.truncated;
     const auto& versions = response.token_adapter_versions();
-    samples.partial_share += !versions.empty() && versions[versions.size() - 1] > versions[0];
+    samples.partial += !versions.empty() && versions[versions.size() - 1] > versions[0];
   }
-  const double count = static_cast<double>(samples.training.size());
-  samples.accuracy /= count;
-  samples.reward_mean /= count;
-  samples.length_mean /= count;
-  samples.truncated_share /= count;
-  samples.partial_share /= count;
   return samples;
 }
 
 absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samples,
-                                                         double* missing_share) {
+                                                         int64_t* missing_entries,
+                                                         int64_t* entries) {
   std::vector<router_replay::ReplaySequence> sequences;
   int64_t rows = 0;
   for (const v1::GenerateResponse& response : samples.responses) {
@@ -681,16 +876,21 @@ absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samp
                                                    .allow_partial = true,
                                                    .timeout = environment_.rpc_timeout});
   if (!fetched.ok()) return fetched.status();
-  *missing_share = rows > 0 ? static_cast<double>(fetched->missing_entries) /
-                                  (static_cast<double>(rows) * model.num_moe_layers())
-                            : 0;
+  *missing_entries = fetched->missing_entries;
+  *entries = rows * model.num_moe_layers();
   return std::move(fetched->routes);
 }
 
 absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& cancelled) {
   cancelled_ = &cancelled;
   progress.on_attempt_start(start_step_);
+  absl::StatusOr<int64_t> first_version = FirstVersion();
+  if (!first_version.ok()) return first_version.status();
+  if (dp_size_ > 1) {
+    if (absl::Status status = JoinRanks(*first_version, progress); !status.ok()) return status;
+  }
   PolicyUpdateConfig update_config = UpdateConfigOf(spec_);
+  update_config.data_parallel = ranks_.get();
   if (value_head_) {
     update_config.critic.head = &*value_head_;
     update_config.critic.optimizer = &*critic_optimizer_;
@@ -699,19 +899,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
       engine::MakeTrainingEngines(environment_.device, *base_, *lora_);
   if (!engines.ok()) return engines.status();
   PolicyUpdater updater(*base_, *lora_, *optimizer_, std::move(update_config), *std::move(engines));
-  absl::StatusOr<int64_t> newest;
-  if (absl::Status status = RideOutOutage("weight-store",
-                                          [&](int) {
-                                            newest = NewestVersion();
-                                            return newest.status();
-                                          });
-      !status.ok()) {
-    return status;
-  }
-  if (!newest.ok()) return newest.status();
-  // The adapter this run starts from (fresh, or restored) becomes a new version: a resumed job
-  // never assumes that versions published after its checkpoint match its weights.
-  int64_t version = *newest + 1;
+  int64_t version = *first_version;
   if (absl::Status status = Publish(version, start_step_); !status.ok()) return status;
   progress.on_published(version);
   // ASYNC: generation runs up to max_staleness steps ahead of training, each step's samples
@@ -731,24 +919,24 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     for (Ahead& pending : ahead) pending.samples.wait();
   };
   for (int64_t step = start_step_ + 1; step <= spec_.num_steps(); ++step) {
-    if (cancelled) return Cancelled();
     v1::StepMetrics metrics;
     metrics.set_step(step);
     const absl::Time step_start = absl::Now();
     int64_t rollout_version = version;
-    absl::StatusOr<StepSamples> samples;
-    if (!ahead.empty() && ahead.front().step == step) {
+    absl::StatusOr<StepSamples> samples = Cancelled();
+    if (cancelled) {
+      // Ends the step on every rank at the agreement below.
+    } else if (!ahead.empty() && ahead.front().step == step) {
       rollout_version = ahead.front().version;
       samples = ahead.front().samples.get();
       ahead.pop_front();
     } else {
       samples = Generate(step, version);
     }
-    if (!samples.ok()) return samples.status();
     metrics.set_min_rollout_version(rollout_version);
     metrics.set_generation_seconds(SecondsSince(step_start));
     for (int64_t next = ahead.empty() ? step + 1 : ahead.back().step + 1;
-         next <= std::min(step + lookahead, spec_.num_steps()); ++next) {
+         samples.ok() && next <= std::min(step + lookahead, spec_.num_steps()); ++next) {
       // Held until the step takes the samples: publishing ahead must not retire the version
       // under a retry of this generation.
       std::shared_ptr<VersionPin> pin =
@@ -758,32 +946,37 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
                        std::async(std::launch::async,
                                   [this, next, v = version, pin] { return Generate(next, v); })});
     }
-    if (cancelled) return Cancelled();
 
     std::vector<int16_t> routes;
-    double missing_share = 0;
-    if (router_replay_ != nullptr) {
+    int64_t missing_route_entries = 0, route_entries = 0;
+    absl::Status local = cancelled ? Cancelled() : samples.status();
+    if (local.ok() && router_replay_ != nullptr) {
       const absl::Time start = absl::Now();
       absl::StatusOr<std::vector<int16_t>> fetched;
-      if (absl::Status status = RideOutOutage("router-replay",
-                                              [&](int) {
-                                                fetched = FetchRoutes(*samples, &missing_share);
-                                                return fetched.status();
-                                              });
-          !status.ok()) {
-        return status;
-      }
-      if (!fetched.ok()) return fetched.status();
-      routes = *std::move(fetched);
+      local = RideOutOutage("router-replay", [&](int) {
+        fetched = FetchRoutes(*samples, &missing_route_entries, &route_entries);
+        return fetched.status();
+      });
+      if (local.ok()) local = fetched.status();
+      if (local.ok()) routes = *std::move(fetched);
       metrics.set_route_fetch_seconds(SecondsSince(start));
+    }
+    if (absl::Status status = Agree(local, absl::StrCat("step ", step, "'s generation"));
+        !status.ok()) {
+      return status;
     }
 
     absl::Time start = absl::Now();
     absl::StatusOr<UpdateStats> stats = updater.Update(samples->training, routes);
     if (!stats.ok()) return stats.status();
     if (absl::Status status = CheckFinite(step, *stats, *lora_); !status.ok()) return status;
+    if (ranks_ != nullptr) {
+      if (absl::Status status = CheckIdenticalParameters(*ranks_, lora_->parameters(), step);
+          !status.ok()) {
+        return status;
+      }
+    }
     metrics.set_training_seconds(SecondsSince(start));
-    if (cancelled) return Cancelled();
 
     start = absl::Now();
     ++version;
@@ -791,30 +984,30 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     metrics.set_publish_seconds(SecondsSince(start));
     progress.on_published(version);
     start = absl::Now();
-    if (absl::Status status = AwaitSwap(version); !status.ok()) return status;
+    absl::Status swapped = AwaitSwap(version);
     metrics.set_swap_seconds(SecondsSince(start));
 
-    if ((spec_.checkpoint_every() > 0 && step % spec_.checkpoint_every() == 0) ||
-        step == spec_.num_steps()) {
+    const bool lead = assignment_ == nullptr;
+    if (swapped.ok() && lead &&
+        ((spec_.checkpoint_every() > 0 && step % spec_.checkpoint_every() == 0) ||
+         step == spec_.num_steps())) {
       std::optional<CriticState> critic;
       if (value_head_)
         critic = CriticState{value_head_->Tensors(), critic_optimizer_->ExportState()};
-      if (absl::Status status =
-              SaveCheckpoint(spec_.output_dir(), owner_, step, version, *lora_,
-                             optimizer_->ExportState(), critic ? &*critic : nullptr);
-          !status.ok()) {
-        return status;
-      }
+      swapped = SaveCheckpoint(spec_.output_dir(), owner_, step, version, *lora_,
+                               optimizer_->ExportState(), critic ? &*critic : nullptr);
     }
+    if (absl::Status status = Agree(swapped, absl::StrCat("step ", step, "'s swap or checkpoint"));
+        !status.ok()) {
+      return status;
+    }
+    absl::StatusOr<std::vector<float>> tallies =
+        GatherTallies(*samples, missing_route_entries, route_entries);
+    if (!tallies.ok()) return tallies.status();
+    SetSampleMetrics(*tallies, metrics);
     metrics.set_policy_version(version);
-    metrics.set_reward_mean(samples->reward_mean);
-    metrics.set_accuracy(samples->accuracy);
-    metrics.set_response_length_mean(samples->length_mean);
-    metrics.set_truncated_share(samples->truncated_share);
-    metrics.set_partial_rollout_share(samples->partial_share);
     metrics.set_routing_disagreement_token_layer(stats->routing.decision_disagreement());
     metrics.set_routing_disagreement_token(stats->routing.token_disagreement());
-    metrics.set_missing_route_share(missing_share);
     metrics.set_mismatch_kl_k3(stats->mismatch_kl_k3);
     metrics.set_large_mismatch_share(stats->large_mismatch_share);
     metrics.set_is_weight_ess(stats->is_ess);
@@ -855,6 +1048,19 @@ absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
   JobRun run(job, environment);
   if (absl::Status status = run.Init(); !status.ok()) return status;
   return run.Run(progress, cancelled);
+}
+
+absl::Status RunJobRank(const v1::GetAssignmentResponse& assignment, gloo::rendezvous::Store& store,
+                        const JobEnvironment& environment, const std::atomic<bool>& cancelled) {
+  JobRun run(assignment.job(), environment, &assignment, &store);
+  // A rank that cannot start (no model, a bad spec) fails rank 0's group formation by its
+  // absence, within rank 0's collective timeout; its own log says why.
+  if (absl::Status status = run.Init(); !status.ok()) return status;
+  const JobProgress rank_zeros_to_report = {.on_attempt_start = [](int64_t) {},
+                                            .on_published = [](int64_t) {},
+                                            .on_step = [](const v1::StepMetrics&) {},
+                                            .on_status = [](const std::string&) {}};
+  return run.Run(rank_zeros_to_report, cancelled);
 }
 
 }  // namespace tandem::trainer

@@ -12,9 +12,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
+#include "common/gloo_communicator.h"
+#include "gloo/rendezvous/store.h"
+#include "services/trainer/rank_roster.h"
+#include "services/trainer/rendezvous_values.h"
 #include "tandem/v1/rollout.grpc.pb.h"
 #include "tandem/v1/router_replay.grpc.pb.h"
 #include "tandem/v1/trainer.pb.h"
+#include "tandem/v1/trainer_ranks.pb.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
@@ -73,6 +78,16 @@ struct JobEnvironment {
   // (full disk, too busy) is retried with the same doubling backoff (capped at 5 s) until it has
   // been unavailable this long; only then does the job fail, naming the store and the time.
   absl::Duration store_outage_budget = absl::Seconds(60);
+  // Where a multi-rank job's ranks meet, in the trainer that serves the Job API (rank 0): the
+  // deployment's other ranks, and the rendezvous values they form Gloo groups through. Null in a
+  // deployment of one rank, where a job on more ranks fails.
+  RankRoster* roster = nullptr;
+  RendezvousValues* rendezvous = nullptr;
+  // This rank's address for its Gloo peers, and the bound on joining a group and on every
+  // collective (a dead or stuck rank fails the step within it).
+  GlooOptions gloo;
+  // How long a multi-rank job waits for its ranks to join before it fails naming them.
+  absl::Duration rank_join_timeout = absl::Minutes(2);
 };
 
 // Called from the run's thread.
@@ -82,6 +97,8 @@ struct JobProgress {
   std::function<void(int64_t start_step)> on_attempt_start;
   std::function<void(int64_t policy_version)> on_published;
   std::function<void(const v1::StepMetrics&)> on_step;
+  // What the run waits for while it cannot go on (trainer ranks to join); "" once it goes on.
+  std::function<void(const std::string& status)> on_status;
 };
 
 // Runs the remaining steps of `job` (spec resolved): resumes from the checkpoint in its output
@@ -90,8 +107,20 @@ struct JobProgress {
 // fetches their routes from router-replay, updates the LoRA (PolicyUpdater), publishes the new
 // version and waits until every replica serves it. Returns OK after the last step, CANCELLED
 // once `cancelled` is seen (between phases), or the error that stopped it.
+// A job of several data-parallel ranks (spec.parallelism) runs on this rank as its rank 0: it
+// posts the job to the deployment's ranks 1..N-1 (environment.roster), waits for them to join,
+// forms their Gloo group, sends them its starting state, and leads every step (see
+// trainer.proto's Parallelism).
 absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
                     const JobProgress& progress, const std::atomic<bool>& cancelled);
+
+// Runs this trainer's part of a multi-rank job as data-parallel rank
+// assignment.data_parallel_rank() > 0, as rank 0 posted it: joins the run's Gloo group through
+// `store` (rank 0's rendezvous values), takes its starting state from rank 0, then generates,
+// trains and publishes its share of every step in lockstep with the others. Progress and
+// checkpoints are rank 0's. Returns OK after the last step, or the error that stopped it.
+absl::Status RunJobRank(const v1::GetAssignmentResponse& assignment, gloo::rendezvous::Store& store,
+                        const JobEnvironment& environment, const std::atomic<bool>& cancelled);
 
 }  // namespace tandem::trainer
 

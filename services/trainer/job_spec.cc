@@ -185,6 +185,23 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::Status CheckParallelism(v1::JobSpec& spec) {
+  v1::Parallelism& parallelism = *spec.mutable_parallelism();
+  if (parallelism.data_parallel() == 0) parallelism.set_data_parallel(1);
+  const int ranks = parallelism.data_parallel();
+  if (ranks < 1 || ranks > kMaxDataParallel) {
+    return Invalid("parallelism.data_parallel is ", ranks, "; must be in 1..", kMaxDataParallel);
+  }
+  // Each rank trains whole groups of every mini-batch (DataParallelShare).
+  const int groups_per_update =
+      spec.prompts_per_step() / spec.algorithm_config().updates_per_step();
+  if (groups_per_update % ranks != 0) {
+    return Invalid("parallelism.data_parallel ", ranks, " must divide the ", groups_per_update,
+                   " prompt groups of each update (prompts_per_step / updates_per_step)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSchedule(v1::JobSpec& spec) {
   v1::LearningRateSchedule& schedule = *spec.mutable_algorithm_config()->mutable_lr_schedule();
   if (absl::Status status =
@@ -365,8 +382,8 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const st
   v1::JobSpec spec = original;
   ApplyDefaultEndpoints(default_endpoints, *spec.mutable_endpoints());
   for (absl::Status (*check)(v1::JobSpec&) :
-       {CheckStringSizes, CheckData, CheckSizes, CheckAlgorithm, CheckSchedule, CheckCorrection,
-        CheckEndpoints}) {
+       {CheckStringSizes, CheckData, CheckSizes, CheckAlgorithm, CheckParallelism, CheckSchedule,
+        CheckCorrection, CheckEndpoints}) {
     if (absl::Status status = check(spec); !status.ok()) return status;
   }
   if (!spec.has_lora() || spec.lora().rank() < 1) return Invalid("lora.rank is required");
@@ -383,7 +400,10 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const st
   return spec;
 }
 
-std::string SpecFingerprint(const v1::JobSpec& spec) {
+std::string SpecFingerprint(const v1::JobSpec& original) {
+  // A checkpoint holds the ranks' replicated state once: any number of ranks may resume it.
+  v1::JobSpec spec = original;
+  spec.clear_parallelism();
   std::string bytes;
   google::protobuf::io::StringOutputStream stream(&bytes);
   google::protobuf::io::CodedOutputStream coded(&stream);

@@ -8,6 +8,9 @@
 
 namespace tandem::trainer {
 
+// Most data-parallel ranks a job may ask for.
+inline constexpr int kMaxDataParallel = 1024;
+
 // Checks a JobSpec against trainer.proto's rules and returns it with every default resolved (what
 // Job.spec stores). INVALID_ARGUMENT names the field, e.g. "spec.group_size: GRPO needs >= 2".
 // Endpoints the spec leaves empty take `default_endpoints` (the trainer's flags) first.
@@ -16,8 +19,9 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec, const std::s
                                            const std::string& default_output_dir,
                                            const v1::ServiceEndpoints& default_endpoints = {});
 
-// 16 hex digits identifying a resolved spec (XXH3-64 of its deterministic serialization). A
-// checkpoint records its job's, so no job resumes a checkpoint written under another spec.
+// 16 hex digits identifying a resolved spec (XXH3-64 of its deterministic serialization, without
+// its parallelism). A checkpoint records its job's, so no job resumes a checkpoint written under
+// another spec -- but may resume on another number of ranks.
 std::string SpecFingerprint(const v1::JobSpec& spec);
 
 }  // namespace tandem::trainer

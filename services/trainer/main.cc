@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/channel.h"
 #include "common/logging.h"
 #include "common/peer_tls.h"
 #include "common/service_main.h"
@@ -12,6 +13,9 @@
 #include "engine/cuda/device_engines.h"
 #include "services/trainer/communicator_ids.h"
 #include "services/trainer/job_service.h"
+#include "services/trainer/rank_roster.h"
+#include "services/trainer/rank_worker.h"
+#include "services/trainer/rendezvous_values.h"
 #include "services/trainer/service_endpoints.h"
 #include "services/trainer/trainer_ranks_service.h"
 
@@ -33,6 +37,21 @@ ABSL_FLAG(std::string, weight_store, "", "Default weight-store address.");
 ABSL_FLAG(std::string, router_replay, "", "Default router-replay address.");
 ABSL_FLAG(std::string, device, "cpu",
           "Where jobs train: cpu, or cuda / cuda:N (a GPU; fp32, standard attention).");
+// The trainer deployment's ranks (trainer.proto's Parallelism).
+ABSL_FLAG(int, rank, 0,
+          "This trainer's rank: 0 serves the Job API and leads multi-rank jobs; 1..ranks-1 "
+          "join them (they serve no Job API).");
+ABSL_FLAG(int, ranks, 1,
+          "Trainer processes in the deployment; jobs may ask for up to this many data-parallel "
+          "ranks.");
+ABSL_FLAG(std::string, rank0, "", "Rank 0's trainer address (host:port); required for rank > 0.");
+ABSL_FLAG(std::string, rank_address, "127.0.0.1",
+          "The address this rank's peers reach its collectives on (its pod's IP in a cluster).");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
+          "Bound on forming a multi-rank job's group and on each of its collectives: a rank that "
+          "died or stalls fails the step within it.");
+ABSL_FLAG(absl::Duration, rank_join_timeout, absl::Minutes(2),
+          "How long a multi-rank job waits for its ranks to join before it fails naming them.");
 
 namespace {
 
@@ -70,6 +89,37 @@ tandem::transfer::UcxWorker* MaybeUcx() {
   return worker;
 }
 
+absl::Status CheckRankFlags() {
+  const int rank = absl::GetFlag(FLAGS_rank), ranks = absl::GetFlag(FLAGS_ranks);
+  if (ranks < 1 || rank < 0 || rank >= ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank=", rank, " --ranks=", ranks, ": need 0 <= rank < ranks"));
+  }
+  if (rank > 0 && absl::GetFlag(FLAGS_rank0).empty()) {
+    return absl::InvalidArgumentError("--rank0 (rank 0's address) is required for --rank > 0");
+  }
+  if (absl::GetFlag(FLAGS_collective_timeout) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_rank_join_timeout) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--collective_timeout and --rank_join_timeout must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+// A rank > 0 serves no API: it joins the jobs rank 0 leads.
+absl::StatusOr<std::vector<tandem::HostedService>> JoinRankZero(
+    int rank, const tandem::trainer::JobEnvironment& environment) {
+  auto channel = tandem::CreateChannel({.target = absl::GetFlag(FLAGS_rank0),
+                                        .service_name = "tandem.v1.TrainerRanksService",
+                                        .auth_token = environment.auth_token,
+                                        .tls = environment.tls});
+  if (!channel.ok()) return channel.status();
+  new tandem::trainer::RankWorker(rank, tandem::v1::TrainerRanksService::NewStub(*channel),
+                                  environment);  // Runs for the life of the process.
+  spdlog::info("trainer rank {} of {}: joining the jobs of rank 0 at {}", rank,
+               absl::GetFlag(FLAGS_ranks), absl::GetFlag(FLAGS_rank0));
+  return std::vector<tandem::HostedService>();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,11 +149,26 @@ int main(int argc, char** argv) {
                absl::StrCat("--device=", device, ": ", described.status().message()));
          }
          spdlog::info("jobs train on {}", *described);
-         const tandem::trainer::JobEnvironment environment = {.auth_token = server.auth_token,
-                                                              .tls = *std::move(peer_tls),
-                                                              .ucx = MaybeUcx(),
-                                                              .device = device,
-                                                              .store_outage_budget = outage_budget};
+         if (absl::Status status = CheckRankFlags(); !status.ok()) return status;
+         // The communicator ids and rendezvous values of the groups this trainer leads as rank
+         // 0, and the deployment's other ranks, for the multi-rank jobs it runs.
+         static auto* communicator_ids = new tandem::trainer::CommunicatorIds();
+         static auto* rendezvous = new tandem::trainer::RendezvousValues();
+         static auto* roster = new tandem::trainer::RankRoster(absl::GetFlag(FLAGS_ranks));
+         const tandem::trainer::JobEnvironment environment = {
+             .auth_token = server.auth_token,
+             .tls = *std::move(peer_tls),
+             .ucx = MaybeUcx(),
+             .device = device,
+             .store_outage_budget = outage_budget,
+             .roster = roster,
+             .rendezvous = rendezvous,
+             .gloo = {.hostname = absl::GetFlag(FLAGS_rank_address),
+                      .timeout = absl::GetFlag(FLAGS_collective_timeout)},
+             .rank_join_timeout = absl::GetFlag(FLAGS_rank_join_timeout)};
+         if (const int rank = absl::GetFlag(FLAGS_rank); rank > 0) {
+           return JoinRankZero(rank, environment);
+         }
          auto default_endpoints = DefaultEndpointsFromFlags();
          if (!default_endpoints.ok()) return default_endpoints.status();
          auto jobs = tandem::trainer::JobManager::Open(
@@ -112,20 +177,16 @@ int main(int argc, char** argv) {
                            const std::atomic<bool>& cancelled) {
                return tandem::trainer::RunJob(job, environment, progress, cancelled);
              },
-             *default_endpoints);
+             *default_endpoints, absl::GetFlag(FLAGS_ranks));
          if (!jobs.ok()) return jobs.status();
          auto service = std::make_unique<tandem::trainer::JobServiceImpl>(*std::move(jobs));
          tandem::trainer::JobServiceImpl* raw = service.get();
          std::vector<tandem::HostedService> services;
          services.push_back({"tandem.v1.JobService", std::move(service), /*ready=*/nullptr,
                              [raw] { raw->Drain(); }});
-         // The communicator ids and rendezvous values of the groups this trainer leads as rank
-         // 0, for their other ranks (groups are formed by multi-rank jobs).
-         static auto* communicator_ids = new tandem::trainer::CommunicatorIds();
-         static auto* rendezvous = new tandem::trainer::RendezvousValues();
          services.push_back({"tandem.v1.TrainerRanksService",
                              std::make_unique<tandem::trainer::TrainerRanksServiceImpl>(
-                                 *communicator_ids, *rendezvous)});
+                                 *communicator_ids, *rendezvous, *roster)});
          return services;
        }});
 }

@@ -1,5 +1,7 @@
 #include "services/trainer/trainer_metrics.h"
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -36,10 +38,27 @@ void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics
   const auto* reflection = v1::StepMetrics::GetReflection();
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const FieldDescriptor& field = *descriptor->field(i);
+    if (field.is_repeated()) continue;  // ranks: below.
     const double value = field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE
                              ? reflection->GetDouble(metrics, &field)
                              : static_cast<double>(reflection->GetInt64(metrics, &field));
     StepFamily(field).Add({{"job_id", job_id}}).Set(value);
+  }
+  static auto& rank_samples =
+      prometheus::BuildGauge()
+          .Name("tandem_trainer_rank_samples")
+          .Help("Samples each data-parallel rank trained in the latest step.")
+          .Register(MetricsRegistry());
+  static auto& rank_tokens =
+      prometheus::BuildGauge()
+          .Name("tandem_trainer_rank_response_tokens")
+          .Help("Response tokens each data-parallel rank trained in the latest step.")
+          .Register(MetricsRegistry());
+  for (const v1::RankShare& share : metrics.ranks()) {
+    const std::map<std::string, std::string> labels = {{"job_id", job_id},
+                                                       {"rank", absl::StrCat(share.rank())}};
+    rank_samples.Add(labels).Set(static_cast<double>(share.samples()));
+    rank_tokens.Add(labels).Set(static_cast<double>(share.response_tokens()));
   }
 }
 

@@ -39,4 +39,14 @@ grpc::ServerUnaryReactor* TrainerRanksServiceImpl::GetRendezvousValue(
   return FinishUnary<v1::GetRendezvousValueResponse>(context, std::move(found), response);
 }
 
+grpc::ServerUnaryReactor* TrainerRanksServiceImpl::GetAssignment(
+    grpc::CallbackServerContext* context, const v1::GetAssignmentRequest* request,
+    v1::GetAssignmentResponse* response) {
+  absl::StatusOr<v1::GetAssignmentResponse> assignment = roster_.Take(request->rank());
+  if (!assignment.ok()) {
+    return FinishUnary<v1::GetAssignmentResponse>(context, assignment.status(), response);
+  }
+  return FinishUnary<v1::GetAssignmentResponse>(context, *std::move(assignment), response);
+}
+
 }  // namespace tandem::trainer

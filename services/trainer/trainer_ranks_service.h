@@ -2,16 +2,19 @@
 #define TANDEM_SERVICES_TRAINER_TRAINER_RANKS_SERVICE_H_
 
 #include "services/trainer/communicator_ids.h"
+#include "services/trainer/rank_roster.h"
 #include "services/trainer/rendezvous_values.h"
 #include "tandem/v1/trainer_ranks.grpc.pb.h"
 
 namespace tandem::trainer {
 
-// gRPC front end of CommunicatorIds and RendezvousValues (not owned; must outlive the service).
+// gRPC front end of CommunicatorIds, RendezvousValues and RankRoster (not owned; must outlive
+// the service).
 class TrainerRanksServiceImpl final : public v1::TrainerRanksService::CallbackService {
  public:
-  TrainerRanksServiceImpl(const CommunicatorIds& ids, RendezvousValues& rendezvous)
-      : ids_(ids), rendezvous_(rendezvous) {}
+  TrainerRanksServiceImpl(const CommunicatorIds& ids, RendezvousValues& rendezvous,
+                          RankRoster& roster)
+      : ids_(ids), rendezvous_(rendezvous), roster_(roster) {}
 
   grpc::ServerUnaryReactor* GetCommunicatorId(grpc::CallbackServerContext* context,
                                               const v1::GetCommunicatorIdRequest* request,
@@ -22,10 +25,14 @@ class TrainerRanksServiceImpl final : public v1::TrainerRanksService::CallbackSe
   grpc::ServerUnaryReactor* GetRendezvousValue(grpc::CallbackServerContext* context,
                                                const v1::GetRendezvousValueRequest* request,
                                                v1::GetRendezvousValueResponse* response) override;
+  grpc::ServerUnaryReactor* GetAssignment(grpc::CallbackServerContext* context,
+                                          const v1::GetAssignmentRequest* request,
+                                          v1::GetAssignmentResponse* response) override;
 
  private:
   const CommunicatorIds& ids_;
   RendezvousValues& rendezvous_;
+  RankRoster& roster_;
 };
 
 }  // namespace tandem::trainer

@@ -1,6 +1,8 @@
 // The communicator bootstrap between trainer ranks: the cores' rules, and the real service on
 // loopback with the clients other ranks use -- NCCL ids, and Gloo groups formed through the
 // rendezvous values.
+#include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -11,6 +13,8 @@
 #include "services/trainer/client/communicator_id.h"
 #include "services/trainer/client/rendezvous_store.h"
 #include "services/trainer/communicator_ids.h"
+#include "services/trainer/local_rendezvous_store.h"
+#include "services/trainer/rank_roster.h"
 #include "services/trainer/rendezvous_values.h"
 #include "services/trainer/trainer_ranks_service.h"
 
@@ -44,7 +48,7 @@ class TrainerRanksServiceTest : public ::testing::Test {
   void SetUp() override {
     auto server = testing::StartLoopbackServer(
         "trainer", {"tandem.v1.TrainerRanksService",
-                    std::make_unique<TrainerRanksServiceImpl>(ids_, rendezvous_)});
+                    std::make_unique<TrainerRanksServiceImpl>(ids_, rendezvous_, roster_)});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     stub_ = v1::TrainerRanksService::NewStub(server_.Channel());
@@ -52,6 +56,7 @@ class TrainerRanksServiceTest : public ::testing::Test {
 
   CommunicatorIds ids_;
   RendezvousValues rendezvous_;
+  RankRoster roster_{3};
   testing::LoopbackServer server_;
   std::unique_ptr<v1::TrainerRanksService::Stub> stub_;
 };
@@ -127,6 +132,59 @@ TEST_F(TrainerRanksServiceTest, ErrorsReachTheAskerWithTheirCodes) {
       FetchCommunicatorId(*stub_, "job-9", 1, 2, absl::Milliseconds(200)).status();
   EXPECT_EQ(never.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(absl::StrContains(never.message(), "not published")) << never;
+}
+
+// As in a job: rank 0 posts the job and joins through its own values in-process; the other
+// ranks take the assignment and join over gRPC.
+TEST_F(TrainerRanksServiceTest, RanksTakeTheirAssignmentAndJoinRankZerosGroup) {
+  v1::GetAssignmentRequest early;
+  early.set_rank(1);
+  v1::GetAssignmentResponse none;
+  grpc::ClientContext early_context;
+  EXPECT_EQ(stub_->GetAssignment(&early_context, early, &none).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::GetAssignmentResponse posted;
+  posted.set_group("job-9/a1");
+  posted.mutable_job()->set_id("job-9");
+  ASSERT_TRUE(roster_.Post(posted, 3).ok());
+  constexpr int kRanks = 3;
+  std::vector<float> sums(kRanks);
+  std::vector<std::thread> ranks;
+  ranks.emplace_back([&] {
+    LocalRendezvousStore store(rendezvous_, "job-9/a1", absl::Seconds(20));
+    auto communicator = GlooCommunicator::Create(store, 0, kRanks, {.timeout = absl::Seconds(20)});
+    ASSERT_TRUE(communicator.ok()) << communicator.status();
+    sums[0] = 1;
+    ASSERT_TRUE((*communicator)->AllReduceSum(&sums[0], 1).ok());
+  });
+  for (int rank = 1; rank < kRanks; ++rank) {
+    ranks.emplace_back([&, rank] {
+      v1::GetAssignmentRequest request;
+      request.set_rank(rank);
+      v1::GetAssignmentResponse assignment;
+      grpc::ClientContext context;
+      ASSERT_TRUE(stub_->GetAssignment(&context, request, &assignment).ok());
+      ASSERT_EQ(assignment.data_parallel_rank(), rank);
+      ASSERT_EQ(assignment.job().id(), "job-9");
+      RendezvousStore store(*stub_, assignment.group(), absl::Seconds(20));
+      auto communicator = GlooCommunicator::Create(store, assignment.data_parallel_rank(), kRanks,
+                                                   {.timeout = absl::Seconds(20)});
+      ASSERT_TRUE(communicator.ok()) << communicator.status();
+      sums[rank] = static_cast<float>(rank + 1);
+      ASSERT_TRUE((*communicator)->AllReduceSum(&sums[rank], 1).ok());
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  EXPECT_EQ(sums, std::vector<float>(kRanks, 6.0f));
+  std::atomic<bool> cancelled{false};
+  EXPECT_TRUE(
+      roster_.AwaitJoined("job-9/a1", kRanks, absl::Now(), cancelled, [](const std::string&) {})
+          .ok());
+  v1::GetAssignmentRequest outside;
+  outside.set_rank(3);
+  grpc::ClientContext outside_context;
+  EXPECT_EQ(stub_->GetAssignment(&outside_context, outside, &none).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -27,21 +27,27 @@ std::string Value(const v1::StepMetrics& metrics, const FieldDescriptor& field) 
   }
 }
 
+// The columns: every field that holds one number (a rank's share is in Job.latest_metrics).
+std::vector<const FieldDescriptor*> Columns() {
+  const auto& descriptor = *v1::StepMetrics::descriptor();
+  std::vector<const FieldDescriptor*> columns;
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    if (!descriptor.field(i)->is_repeated()) columns.push_back(descriptor.field(i));
+  }
+  return columns;
+}
+
 }  // namespace
 
 std::string StepMetricsTsvHeader() {
-  const auto& descriptor = *v1::StepMetrics::descriptor();
   std::vector<std::string> names;
-  for (int i = 0; i < descriptor.field_count(); ++i) names.push_back(descriptor.field(i)->name());
+  for (const FieldDescriptor* field : Columns()) names.push_back(field->name());
   return absl::StrJoin(names, "\t");
 }
 
 std::string StepMetricsTsvRow(const v1::StepMetrics& metrics) {
-  const auto& descriptor = *v1::StepMetrics::descriptor();
   std::vector<std::string> values;
-  for (int i = 0; i < descriptor.field_count(); ++i) {
-    values.push_back(Value(metrics, *descriptor.field(i)));
-  }
+  for (const FieldDescriptor* field : Columns()) values.push_back(Value(metrics, *field));
   return absl::StrJoin(values, "\t");
 }
 

@@ -4,8 +4,10 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,7 +40,7 @@ absl::Status VerifyChecksum(const FetchedTensor& fetched) {
 }
 
 absl::Status PutByGrpc(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
-                       const std::vector<absl::string_view>& shards,
+                       const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                        const PublishOptions& options) {
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
@@ -46,9 +48,9 @@ absl::Status PutByGrpc(v1::WeightStoreService::StubInterface& stub, const std::s
   auto writer = stub.PutShard(&context, &response);
   v1::PutShardRequest chunk;
   chunk.set_upload_id(upload_id);
-  for (size_t i = 0; i < shards.size(); ++i) {
+  for (const int i : which) {
     for (size_t offset = 0; offset < shards[i].size(); offset += options.grpc_chunk_bytes) {
-      chunk.set_shard_index(static_cast<int32_t>(i));
+      chunk.set_shard_index(i);
       chunk.set_offset(offset);
       const absl::string_view data = shards[i].substr(offset, options.grpc_chunk_bytes);
       chunk.set_data(data.data(), data.size());
@@ -60,36 +62,29 @@ absl::Status PutByGrpc(v1::WeightStoreService::StubInterface& stub, const std::s
 }
 
 absl::Status PutByUcx(const v1::BeginPublishResponse& begun,
-                      const std::vector<absl::string_view>& shards, const PublishOptions& options) {
+                      const std::vector<absl::string_view>& shards, absl::Span<const int> which,
+                      const PublishOptions& options) {
   absl::StatusOr<std::unique_ptr<transfer::UcxPeer>> peer =
       options.ucx->Connect(begun.store_worker_address());
   if (!peer.ok()) return peer.status();
   // Every shard's writes in one window and one flush: each region drained and flushed in turn
   // left the connection idle between shards.
   std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers;
+  std::vector<const v1::ShardRegion*> targets;
   for (const v1::ShardRegion& target : begun.targets()) {
     if (target.shard_index() < 0 || target.shard_index() >= static_cast<int>(shards.size())) {
       return absl::InternalError(
           absl::StrCat("BeginPublish named shard ", target.shard_index(), " of ", shards.size()));
     }
+    if (!absl::c_linear_search(which, target.shard_index())) continue;
     const absl::string_view bytes = shards[target.shard_index()];
     // UCX reads the source without writing it; the API takes a mutable pointer for both ways.
     transfers.push_back({{target.remote_address(), const_cast<char*>(bytes.data()), bytes.size()}});
+    targets.push_back(&target);
   }
   std::vector<transfer::UcxPeer::RegionTransfers> writes;
-  for (int i = 0; i < begun.targets_size(); ++i) {
-    writes.push_back({begun.targets(i).rkey(), transfers[i]});
-  }
+  for (size_t i = 0; i < targets.size(); ++i) writes.push_back({targets[i]->rkey(), transfers[i]});
   return (*peer)->Put(writes, absl::Now() + options.timeout);
-}
-
-void Abort(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id) {
-  grpc::ClientContext context;
-  SetTimeout(context, absl::Seconds(10));
-  v1::AbortPublishRequest request;
-  request.set_upload_id(upload_id);
-  v1::AbortPublishResponse response;
-  stub.AbortPublish(&context, request, &response);
 }
 
 // Copies a staged tensor's blocks from `staging` into its memory.
@@ -272,6 +267,58 @@ absl::Status GetBatch(const v1::GetReadPlanResponse& plan, const TensorBatch& ba
 
 }  // namespace
 
+absl::StatusOr<v1::BeginPublishResponse> BeginUpload(v1::WeightStoreService::StubInterface& stub,
+                                                     const v1::Manifest& manifest, bool use_ucx) {
+  v1::BeginPublishRequest begin;
+  *begin.mutable_manifest() = manifest;
+  begin.set_use_ucx(use_ucx);
+  v1::BeginPublishResponse begun;
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(60));
+  if (absl::Status status = Checked(stub.BeginPublish(&context, begin, &begun)); !status.ok()) {
+    return status;
+  }
+  return begun;
+}
+
+absl::Status PutShards(v1::WeightStoreService::StubInterface& stub,
+                       const v1::BeginPublishResponse& begun,
+                       const std::vector<absl::string_view>& shards, absl::Span<const int> which,
+                       const PublishOptions& options) {
+  for (const int i : which) {
+    if (i < 0 || i >= static_cast<int>(shards.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard ", i, " to put; there are ", shards.size()));
+    }
+  }
+  return options.ucx != nullptr ? PutByUcx(begun, shards, which, options)
+                                : PutByGrpc(stub, begun.upload_id(), shards, which, options);
+}
+
+absl::StatusOr<v1::VersionInfo> CommitUpload(v1::WeightStoreService::StubInterface& stub,
+                                             const std::string& upload_id,
+                                             const PublishOptions& options) {
+  grpc::ClientContext context;
+  SetTimeout(context, options.timeout);
+  v1::CommitPublishRequest commit;
+  commit.set_upload_id(upload_id);
+  v1::CommitPublishResponse committed;
+  if (absl::Status status = Checked(stub.CommitPublish(&context, commit, &committed));
+      !status.ok()) {
+    return status;
+  }
+  return committed.version();
+}
+
+void AbortUpload(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id) {
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(10));
+  v1::AbortPublishRequest request;
+  request.set_upload_id(upload_id);
+  v1::AbortPublishResponse response;
+  stub.AbortPublish(&context, request, &response);
+}
+
 absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInterface& stub,
                                                const v1::Manifest& manifest,
                                                const std::vector<absl::string_view>& shards,
@@ -280,32 +327,18 @@ absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInter
     return absl::InvalidArgumentError(absl::StrCat(shards.size(), " shard buffers for ",
                                                    manifest.shards_size(), " manifest shards"));
   }
-  v1::BeginPublishRequest begin;
-  *begin.mutable_manifest() = manifest;
-  begin.set_use_ucx(options.ucx != nullptr);
-  v1::BeginPublishResponse begun;
-  {
-    grpc::ClientContext context;
-    SetTimeout(context, absl::Seconds(60));
-    if (absl::Status status = Checked(stub.BeginPublish(&context, begin, &begun)); !status.ok()) {
-      return status;
-    }
-  }
-  absl::Status sent = options.ucx != nullptr ? PutByUcx(begun, shards, options)
-                                             : PutByGrpc(stub, begun.upload_id(), shards, options);
-  v1::CommitPublishResponse committed;
-  if (sent.ok()) {
-    grpc::ClientContext context;
-    SetTimeout(context, options.timeout);
-    v1::CommitPublishRequest commit;
-    commit.set_upload_id(begun.upload_id());
-    sent = Checked(stub.CommitPublish(&context, commit, &committed));
-  }
-  if (!sent.ok()) {
-    Abort(stub, begun.upload_id());
+  absl::StatusOr<v1::BeginPublishResponse> begun =
+      BeginUpload(stub, manifest, options.ucx != nullptr);
+  if (!begun.ok()) return begun.status();
+  std::vector<int> all(shards.size());
+  std::iota(all.begin(), all.end(), 0);
+  if (absl::Status sent = PutShards(stub, *begun, shards, all, options); !sent.ok()) {
+    AbortUpload(stub, begun->upload_id());
     return sent;
   }
-  return committed.version();
+  absl::StatusOr<v1::VersionInfo> committed = CommitUpload(stub, begun->upload_id(), options);
+  if (!committed.ok()) AbortUpload(stub, begun->upload_id());
+  return committed;
 }
 
 // The UCX path: lease the version, get the read plan, pull every op, release the lease.

@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "tandem/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
@@ -29,6 +30,24 @@ absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInter
                                                const v1::Manifest& manifest,
                                                const std::vector<absl::string_view>& shards,
                                                const PublishOptions& options);
+
+// A version published by many writers (a job's trainer ranks), in parts: one writer begins the
+// upload (its manifest names every shard), each puts the shards it holds, and the first commits
+// once all have put theirs -- CommitPublish refuses an upload with bytes missing, so a writer
+// that died leaves the version uncommitted -- or aborts it.
+absl::StatusOr<v1::BeginPublishResponse> BeginUpload(v1::WeightStoreService::StubInterface& stub,
+                                                     const v1::Manifest& manifest, bool use_ucx);
+// Puts shards[i] for each i in `which` (indices into the upload's manifest shards), by UCX when
+// options.ucx is set (the upload must have begun with use_ucx), else over gRPC.
+absl::Status PutShards(v1::WeightStoreService::StubInterface& stub,
+                       const v1::BeginPublishResponse& begun,
+                       const std::vector<absl::string_view>& shards, absl::Span<const int> which,
+                       const PublishOptions& options);
+absl::StatusOr<v1::VersionInfo> CommitUpload(v1::WeightStoreService::StubInterface& stub,
+                                             const std::string& upload_id,
+                                             const PublishOptions& options);
+// Best effort: an upload not aborted expires on the store.
+void AbortUpload(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id);
 
 struct FetchOptions {
   v1::TargetLayout target;

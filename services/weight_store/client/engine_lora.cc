@@ -95,10 +95,48 @@ absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& giv
   return config;
 }
 
+namespace {
+
+// Splits tensors (in manifest order) into `writers` contiguous runs of about equal bytes: run w
+// holds the tensors whose middle byte falls in [w, w + 1) * total / writers.
+absl::StatusOr<std::vector<std::vector<v1::CanonicalTensor>>> SplitAmongWriters(
+    const std::vector<v1::CanonicalTensor>& tensors,
+    const absl::flat_hash_map<std::string, std::string>& canonical, int writers) {
+  if (writers < 1 || writers > static_cast<int>(tensors.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("an adapter of ", tensors.size(),
+                                                   " tensors cannot be published by ", writers,
+                                                   " writers (each needs a tensor of its own)"));
+  }
+  double total = 0;
+  for (const v1::CanonicalTensor& tensor : tensors)
+    total += canonical.at(tensor.spec().name()).size();
+  std::vector<std::vector<v1::CanonicalTensor>> runs(writers);
+  double before = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const double bytes = canonical.at(tensors[i].spec().name()).size();
+    // Never fewer tensors left than writers without one.
+    const int earliest = writers - static_cast<int>(tensors.size() - i);
+    int run = std::min(writers - 1, static_cast<int>(writers * (before + bytes / 2) / total));
+    run = std::max(run, earliest);
+    before += bytes;
+    runs[run].push_back(tensors[i]);
+  }
+  for (int w = 0; w < writers; ++w) {
+    if (runs[w].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an adapter of ", tensors.size(), " tensors cannot be split evenly among ",
+                       writers, " writers (writer ", w, " would hold none)"));
+    }
+  }
+  return runs;
+}
+
+}  // namespace
+
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
                                                    const engine::ModelConfig& model_config,
                                                    absl::string_view adapter_name, int64_t version,
-                                                   v1::DType dtype) {
+                                                   v1::DType dtype, int writers) {
   if (dtype != v1::DTYPE_F32 && dtype != v1::DTYPE_BF16) {
     return absl::InvalidArgumentError("adapters are published as F32 or BF16");
   }
@@ -115,9 +153,8 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
     return absl::InvalidArgumentError(absl::StrCat("adapter has ", canonical.size(),
                                                    " tensors; its config names ", tensors->size()));
   }
-  auto shard = transfer::BuildProducerShard(*tensors, canonical, transfer::ProducerLayout{},
-                                            /*producer_rank=*/0);
-  if (!shard.ok()) return shard.status();
+  auto runs = SplitAmongWriters(*tensors, canonical, writers);
+  if (!runs.ok()) return runs.status();
   AdapterVersion published;
   v1::Manifest& manifest = published.manifest;
   manifest.set_adapter_name(std::string(adapter_name));
@@ -125,8 +162,12 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
   *manifest.mutable_lora() = lora;
   (*manifest.mutable_labels())[kNumExpertsLabel] = absl::StrCat(model_config.num_experts);
   manifest.mutable_tensors()->Add(tensors->begin(), tensors->end());
-  *manifest.add_shards() = std::move(shard->first);
-  published.shards.push_back(std::move(shard->second));
+  for (int w = 0; w < writers; ++w) {
+    auto shard = transfer::BuildProducerShard((*runs)[w], canonical, transfer::ProducerLayout{}, w);
+    if (!shard.ok()) return shard.status();
+    *manifest.add_shards() = std::move(shard->first);
+    published.shards.push_back(std::move(shard->second));
+  }
   return published;
 }
 

@@ -39,12 +39,16 @@ struct AdapterVersion {
   std::vector<absl::string_view> shard_views() const { return {shards.begin(), shards.end()}; }
 };
 
-// The manifest and shard of `adapter` as a single trainer rank (TP 1, EP 1) holding every
-// tensor publishes it, in `dtype` (F32, or BF16 rounded to nearest even).
+// The manifest and shards of `adapter` as trainer ranks that each hold every tensor (TP 1, EP
+// 1: one rank, or data-parallel ranks) publish it, in `dtype` (F32, or BF16 rounded to nearest
+// even): `writers` shards, shard w (producer rank w) holding a contiguous run of the tensors in
+// name order of about 1/writers of the bytes, so each replicated tensor is put by one writer.
+// INVALID_ARGUMENT when there are fewer tensors than writers.
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
                                                    const engine::ModelConfig& model_config,
                                                    absl::string_view adapter_name, int64_t version,
-                                                   v1::DType dtype = v1::DTYPE_F32);
+                                                   v1::DType dtype = v1::DTYPE_F32,
+                                                   int writers = 1);
 
 // The layout the engine consumes: one rank, its own parameter names (experts stacked), stored
 // dtype (the UCX path never converts; AdapterFromFetched does).

@@ -1,6 +1,9 @@
 #include "services/weight_store/client/peft_export.h"
 
 #include <random>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "common/safetensors.h"
 #include "common/testing/test_dir.h"
@@ -111,6 +114,64 @@ TEST_P(PeftExportTest, AnExportedVersionImportsToTheSameForward) {
   EXPECT_THAT(Logits(base, *imported), Pointwise(FloatNear(1e-5f), Logits(base, published)));
 
   EXPECT_EQ(*ExportPeftAdapter(*stub_, "policy", 0, dir_ + "/newest", "base"), 2);
+}
+
+// A version published by three writers (a job's data-parallel ranks), each putting its own
+// shard, is one version: fetched resharded into the engine's layout and exported to PEFT, it is
+// the adapter that was published.
+TEST_P(PeftExportTest, AVersionPublishedByManyWritersIsTheWholeAdapter) {
+  const engine::ModelConfig model = QwenShapedModel();
+  engine::BaseModel base = *engine::BaseModel::Create(model, 3);
+  engine::LoraAdapter adapter = RandomAdapter(model, GetParam());
+  auto built = BuildAdapterVersion(adapter, model, "policy", 1, v1::DTYPE_F32, /*writers=*/3);
+  ASSERT_TRUE(built.ok()) << built.status();
+  ASSERT_EQ(built->manifest.shards_size(), 3);
+  auto begun = BeginUpload(*stub_, built->manifest, /*use_ucx=*/false);
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  std::vector<std::thread> writers;
+  for (int writer = 0; writer < 3; ++writer) {
+    writers.emplace_back([&, writer] {
+      EXPECT_TRUE(PutShards(*stub_, *begun, built->shard_views(), {&writer, 1}, {}).ok());
+    });
+  }
+  for (std::thread& writer : writers) writer.join();
+  ASSERT_TRUE(CommitUpload(*stub_, begun->upload_id(), {}).ok());
+
+  auto fetched = FetchAdapter(*stub_, "policy", 1, {.target = EngineTargetLayout()});
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  auto rebuilt = AdapterFromFetched(model, built->manifest.lora(), *fetched);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  for (const std::string& name : adapter.parameters().names()) {
+    EXPECT_EQ(rebuilt->parameters().Find(name)->value, adapter.parameters().Find(name)->value)
+        << name;
+  }
+  ASSERT_TRUE(ExportPeftAdapter(*stub_, "policy", 1, dir_ + "/peft", "base").ok());
+  auto imported = engine::ReadPeftAdapter(dir_ + "/peft", model);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_THAT(Logits(base, *imported), Pointwise(FloatNear(1e-5f), Logits(base, adapter)));
+}
+
+// A writer that never puts its shard leaves the version uncommitted, never torn.
+TEST_P(PeftExportTest, AVersionMissingAWritersShardIsNeverCommitted) {
+  const engine::ModelConfig model = QwenShapedModel();
+  auto built = BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 1,
+                                   v1::DTYPE_F32, /*writers=*/2);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto begun = BeginUpload(*stub_, built->manifest, /*use_ucx=*/false);
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  const int first = 0;
+  ASSERT_TRUE(PutShards(*stub_, *begun, built->shard_views(), {&first, 1}, {}).ok());
+  const absl::Status committed = CommitUpload(*stub_, begun->upload_id(), {}).status();
+  EXPECT_EQ(committed.code(), absl::StatusCode::kFailedPrecondition) << committed;
+  EXPECT_THAT(committed.message(), ::testing::HasSubstr("shard 1"));
+  AbortUpload(*stub_, begun->upload_id());
+  EXPECT_EQ(FetchAdapter(*stub_, "policy", 1, {.target = EngineTargetLayout()}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 2, v1::DTYPE_F32,
+                                /*writers=*/100000)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // The trainer labels versions of a Mixtral base model so; PEFT then matches Mixtral's modules.
