@@ -793,7 +793,10 @@ v1::GenerateRequest JobRun::GenerateRequestFor(int64_t step, int64_t version, in
   }
   request.set_group_size(spec_.group_size());
   *request.mutable_sampling() = spec_.sampling();
-  request.mutable_sampling()->set_seed(engine::MixSeed(spec_.seed(), step));
+  // The rollout seeds a request's samples by their index in it; a request's seed of its first
+  // prompt's step-wide number keeps every request's streams apart (across replicas and ranks).
+  request.mutable_sampling()->set_seed(
+      engine::MixSeed(engine::MixSeed(spec_.seed(), step), own_groups_[first]));
   request.mutable_adapter()->set_adapter_name(spec_.adapter_name());
   request.mutable_adapter()->set_exact_version(version);
   request.set_allow_version_switch(spec_.partial_rollouts());

@@ -2,7 +2,8 @@
 One service's objects: its workload (StatefulSet with a data volume, or a Deployment), a
 ClusterIP Service, a headless Service (the StatefulSet's governing Service; rollout's lists
 every ready replica for the trainer) and a PodDisruptionBudget.
-Called as (dict "root" $ "key" "trainer" "args" (list ...)): `args` are the service's own flags.
+Called as (dict "root" $ "key" "trainer" "args" (list ...) ["env" (list ...)]): `args` are the
+service's own flags, `env` its own environment variables.
 */}}
 {{- define "tandem.workload" -}}
 {{- $root := .root }}
@@ -21,8 +22,9 @@ metadata:
     {{- include "tandem.componentLabels" $names | nindent 4 }}
 spec:
   {{- if $c.stateful }}
-  # One writer per volume: the stores and the job records are single-replica by design.
-  replicas: 1
+  # One writer per volume: the stores are single-replica by design; the trainer's ranks each
+  # have their own volume (rank 0's holds the job records and checkpoints).
+  replicas: {{ $v.ranks | default 1 }}
   serviceName: {{ $fullname }}-headless
   podManagementPolicy: Parallel
   {{- else }}
@@ -121,6 +123,9 @@ spec:
             - {{ . }}
             {{- end }}
           env:
+            {{- with .env }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
             - {name: UCX_TLS, value: {{ $ucx.transports | quote }}}
             {{- with $ucx.netDevices }}
             - {name: UCX_NET_DEVICES, value: {{ . | quote }}}
@@ -253,6 +258,10 @@ spec:
   type: ClusterIP
   selector:
     {{- include "tandem.componentSelector" $names | nindent 4 }}
+    {{- if $c.stateful }}
+    # The single writer, or the trainer's rank 0 (the Job API).
+    statefulset.kubernetes.io/pod-name: {{ $fullname }}-0
+    {{- end }}
   ports:
     - {name: grpc, port: {{ $c.port }}, targetPort: grpc, protocol: TCP, appProtocol: grpc}
     - {name: metrics, port: {{ $c.metricsPort }}, targetPort: metrics, protocol: TCP}

@@ -10,6 +10,9 @@ cluster would provide is emulated, and only that:
   - volumes: emptyDir, Secret and volumeClaimTemplate volumes are directories under the pod's
     directory, and paths under a mount in args and env are rewritten to that directory;
   - the image: its binaries are the ones the Dockerfile copies into /usr/local/bin;
+  - what controllers and the kubelet add: a StatefulSet pod's labels
+    statefulset.kubernetes.io/pod-name and apps.kubernetes.io/pod-index (Kubernetes 1.28+), env
+    from fieldRefs (name, IP, namespace, labels), and $(VAR) in args expanded from the env;
   - UCX stays on loopback (UCX_NET_DEVICES=lo unless the render sets it).
 Probes run as the kubelet runs them (gRPC health, exec), startup first, then readiness and
 liveness every periodSeconds for as long as the pod lives; failures are recorded.
@@ -70,7 +73,12 @@ class Container:
         return self.host_path(word)
 
     def argv(self):
-        words = [self._mapped(word) for word in self.spec["command"] + self.spec.get("args", [])]
+        env = self.environment()
+        # As the kubelet does: $(VAR) names a container env variable; unknown ones stay as is.
+        expand = lambda word: re.sub(r"\$\((\w+)\)",
+                                     lambda match: env.get(match.group(1), match.group(0)), word)
+        words = [self._mapped(expand(word))
+                 for word in self.spec["command"] + self.spec.get("args", [])]
         if self.spec.get("ports"):
             words.append(f"--host={self.pod.ip}")
         return words
@@ -122,7 +130,10 @@ class Pod:
         self.name = name
         self.ip = ip
         template = workload["spec"]["template"]
-        self.labels = template["metadata"]["labels"]
+        self.labels = dict(template["metadata"]["labels"])
+        if workload["kind"] == "StatefulSet":
+            self.labels["statefulset.kubernetes.io/pod-name"] = name
+            self.labels["apps.kubernetes.io/pod-index"] = name.rsplit("-", 1)[1]
         self.spec = template["spec"]
         self.directory = cluster.directory / name
         self.volumes = {}
@@ -261,6 +272,7 @@ class LocalCluster:
             return self.secret(ref["name"])[ref["key"]].decode()
         fields = {"status.podIP": pod.ip, "metadata.name": pod.name,
                   "metadata.namespace": "default"}
+        fields.update({f"metadata.labels['{key}']": value for key, value in pod.labels.items()})
         return fields[source["fieldRef"]["fieldPath"]]
 
     def pods_of(self, service):

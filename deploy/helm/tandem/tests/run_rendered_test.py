@@ -3,6 +3,7 @@
 
     run_rendered_test.py --case=cpu            # job, probes, Prometheus, dashboards, alert
     run_rendered_test.py --case=cpu-replicas3  # job prompts reach all three rollout replicas
+    run_rendered_test.py --case=cpu-ranks2     # a job trains data-parallel on both trainer pods
 
 The render is the committed golden file of the case (golden_test keeps it equal to what the
 chart renders). local_cluster.py starts it as a kubelet would, on loopback; a job is submitted
@@ -64,23 +65,28 @@ def service_address(name, port):
     return f"{RELEASE}-{name}.{NAMESPACE}.svc.{local_cluster.CLUSTER_DOMAIN}:{port}"
 
 
-def submit_short_job(cluster, work):
-    """Submits SHORT_JOB with tandem-cli and watches it to the end; returns the CLI's output."""
-    trainer = cluster.pod(f"{RELEASE}-trainer-0").containers[0]
-    spec = dict(SHORT_JOB)
-    # The path inside the trainer's container, where its init container wrote the model.
-    spec["base_model_path"] = trainer.host_path("/models/base_model.safetensors")
-    spec_file = work / "job.yaml"
-    spec_file.write_text(yaml.safe_dump(spec))
+def tandem_cli(cluster, work, *args):
+    """Runs tandem-cli against the trainer's Service name; returns its output."""
     token_file = work / "token"
     token_file.write_bytes(cluster.secret(f"{RELEASE}-auth")["token"])
     result = subprocess.run(
         ["tandem-cli", f"--trainer={service_address('trainer', 50051)}",
-         f"--auth_token_file={token_file}", "submit", f"--spec={spec_file}", "--watch"],
+         f"--auth_token_file={token_file}", *args],
         env=cluster.base_env, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS)
     if result.returncode != 0:
-        raise AssertionError(f"the job failed:\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(f"tandem-cli {args[0]} failed:\n{result.stdout}\n{result.stderr}")
     return result.stdout
+
+
+def submit_short_job(cluster, work, **fields):
+    """Submits SHORT_JOB (with `fields` set) and watches it to the end; returns the output."""
+    trainer = cluster.pod(f"{RELEASE}-trainer-0").containers[0]
+    spec = dict(SHORT_JOB, **fields)
+    # The path inside the trainer's container, where its init container wrote the model.
+    spec["base_model_path"] = trainer.host_path("/models/base_model.safetensors")
+    spec_file = work / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    return tandem_cli(cluster, work, "submit", f"--spec={spec_file}", "--watch")
 
 
 class Prometheus:
@@ -216,6 +222,17 @@ def run_replicas_case(cluster, chart, work, subnet):
         raise AssertionError(f"the job's prompts did not reach all three replicas: {served}")
 
 
+def run_ranks_case(cluster, chart, work, subnet):
+    output = submit_short_job(cluster, work, parallelism={"data_parallel": 2})
+    print(output)
+    job = json.loads(tandem_cli(cluster, work, "get", output.splitlines()[0]))
+    ranks = job["latestMetrics"].get("ranks", [])
+    samples = [int(rank.get("samples", 0)) for rank in ranks]
+    print(f"samples per trainer rank in the last step: {samples}")
+    if samples != [48, 48]:
+        raise AssertionError(f"the job did not train on both trainer pods: {ranks}")
+
+
 def reserve_loopback_subnet():
     """Picks S for 127.S.0.0/16, the run's own network, so that concurrent runs and other
     tests never share an address; S is held by a socket bound to 127.S.0.1 until the caller
@@ -230,7 +247,8 @@ def reserve_loopback_subnet():
     raise AssertionError("every 127.S.0.0/16 is taken")
 
 
-CASES = {"cpu": run_monitoring_case, "cpu-replicas3": run_replicas_case}
+CASES = {"cpu": run_monitoring_case, "cpu-replicas3": run_replicas_case,
+         "cpu-ranks2": run_ranks_case}
 
 
 def main():
