@@ -741,6 +741,38 @@ TEST_F(TrainerProcessRanksTest, AKilledRankFailsTheJobCleanlyAndRejoinsWhenResta
   EXPECT_EQ(done.latest_metrics().ranks_size(), 2);
 }
 
+// Rank 0 killed mid-job: restarted, it resumes the job from its checkpoint on both ranks (rank 1
+// left the dead run when its connections closed). The checkpoint holds the ranks' replicated
+// state once, so a job on one rank starts from it too.
+TEST_F(TrainerProcessRanksTest, AKilledRankZeroResumesTheJobOnBothRanks) {
+  v1::JobSpec spec = DataParallelSpec(12);
+  spec.set_checkpoint_every(3);
+  auto job = Create(spec, "resumed-on-two");
+  ASSERT_TRUE(job.ok()) << job.status();
+  AwaitJob(job->id(), [](const v1::Job& job) { return job.current_step() >= 5; });
+  services_["trainer"].process->Stop(SIGKILL);
+  services_["trainer"].process.reset();
+  Start("trainer");
+  trainer_ = v1::JobService::NewStub(Channel("trainer"));
+  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
+    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
+  });
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  EXPECT_EQ(done.attempt(), 2);
+  EXPECT_GE(done.attempt_start_step(), 3);
+  EXPECT_EQ(done.latest_metrics().ranks_size(), 2);
+
+  v1::JobSpec one_rank = Spec(2);
+  one_rank.set_initial_checkpoint_dir(done.spec().output_dir());
+  auto continued = Create(one_rank, "from-two-ranks");
+  ASSERT_TRUE(continued.ok()) << continued.status();
+  const v1::Job finished = AwaitJob(continued->id(), [](const v1::Job& job) {
+    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
+  });
+  EXPECT_EQ(finished.state(), v1::JOB_STATE_SUCCEEDED) << finished.error_message();
+  EXPECT_EQ(finished.latest_metrics().ranks_size(), 1);
+}
+
 // Without its ranks a job waits, saying for which, then fails naming them; a cancel of a job
 // on two ranks ends it on both.
 TEST_F(TrainerProcessRanksTest, AJobWaitsForMissingRanksThenFailsNamingThem) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/channel.h"
+#include "common/counting_communicator.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "engine/cuda/device_engines.h"
@@ -291,9 +292,9 @@ class JobRun {
   gloo::rendezvous::Store* const member_store_;        // Rank 0's values, for a rank > 0.
   const int dp_rank_;
   const int dp_size_;
-  std::vector<int> own_groups_;          // The step's prompt groups this rank generates.
-  std::string group_;                    // Rank 0 of several: the run's posted group.
-  std::unique_ptr<Communicator> ranks_;  // The job's ranks; null for one.
+  std::vector<int> own_groups_;                  // The step's prompt groups this rank generates.
+  std::string group_;                            // Rank 0 of several: the run's posted group.
+  std::unique_ptr<CountingCommunicator> ranks_;  // The job's ranks; null for one.
   std::unique_ptr<engine::BaseModel> base_;
   std::string base_architecture_;  // config.json's, "" for an engine file; names PEFT modules.
   std::unique_ptr<engine::text::TextCodec> codec_;  // As rollout's: prompts sent as their ids.
@@ -527,7 +528,7 @@ absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progres
   } else {
     auto joined = GlooCommunicator::Create(*member_store_, dp_rank_, dp_size_, environment_.gloo);
     if (!joined.ok()) return joined.status();
-    ranks_ = *std::move(joined);
+    ranks_ = std::make_unique<CountingCommunicator>(*std::move(joined));
   }
   spdlog::info("job {}: data-parallel rank {} of {} trains prompt groups {}", job_.id(), dp_rank_,
                dp_size_, absl::StrJoin(own_groups_, ","));
@@ -558,7 +559,7 @@ absl::Status JobRun::FormGroupAsLead(int64_t first_version, const JobProgress& p
   LocalRendezvousStore store(*environment_.rendezvous, group_, environment_.gloo.timeout);
   auto formed = GlooCommunicator::Create(store, 0, dp_size_, environment_.gloo);
   if (!formed.ok()) return formed.status();
-  ranks_ = *std::move(formed);
+  ranks_ = std::make_unique<CountingCommunicator>(*std::move(formed));
   return absl::OkStatus();
 }
 
@@ -925,6 +926,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     v1::StepMetrics metrics;
     metrics.set_step(step);
     const absl::Time step_start = absl::Now();
+    if (ranks_ != nullptr) ranks_->TakeCounts();  // This step's from here.
     int64_t rollout_version = version;
     absl::StatusOr<StepSamples> samples = Cancelled();
     if (cancelled) {
@@ -1008,6 +1010,11 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
         GatherTallies(*samples, missing_route_entries, route_entries);
     if (!tallies.ok()) return tallies.status();
     SetSampleMetrics(*tallies, metrics);
+    if (ranks_ != nullptr) {
+      const CountingCommunicator::Counts collectives = ranks_->TakeCounts();
+      metrics.set_collective_seconds(absl::ToDoubleSeconds(collectives.time));
+      metrics.set_collective_bytes(collectives.bytes);
+    }
     metrics.set_policy_version(version);
     metrics.set_routing_disagreement_token_layer(stats->routing.decision_disagreement());
     metrics.set_routing_disagreement_token(stats->routing.token_disagreement());

@@ -106,6 +106,10 @@ std::string ProgressLine(const v1::Job& job) {
                           100 * m.routing_disagreement_token_layer(), m.mismatch_kl_k3(),
                           m.grad_norm(), m.step_seconds(), m.generation_seconds(),
                           m.training_seconds(), m.publish_seconds(), m.swap_seconds());
+    if (m.ranks_size() > 1) {
+      absl::StrAppendFormat(&line, "  %d ranks (collectives %.3f s, %.2f MB)", m.ranks_size(),
+                            m.collective_seconds(), m.collective_bytes() / 1e6);
+    }
   }
   return line;
 }

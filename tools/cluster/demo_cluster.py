@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""The demo job on a cluster on one machine: every service process on a host of its own.
+
+    demo_cluster.py --bin=bazel-bin --job=jobs/demo.yaml --base_model=FILE --out=DIR
+                    [--trainer_ranks=4] [--rollouts=2] [--rate=1gbit] [--steps=N]
+
+Hosts (network namespaces joined by links shaped to --rate, see cluster.py): trainer0..N-1 (a
+trainer deployment of N ranks; the job runs data-parallel on all of them), rollout0..R-1, the
+weight-store and router-replay. Every byte between services crosses the links: gRPC, UCX (tcp on
+eth0) and Gloo. The job is submitted from trainer0's host, as a user next to the Job API would.
+Printed: the job's progress, each host's link bytes during the job, and the mean step-time
+breakdown (from the job's per-step metrics). Everything the run made is removed at its end.
+"""
+
+import argparse
+import csv
+import os
+import pathlib
+import secrets
+import subprocess
+import sys
+
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
+
+PORTS = {"trainer": 50051, "rollout": 50052, "weightstore": 50053, "routerreplay": 50054}
+METRICS_PORTS = {"trainer": 9451, "rollout": 9452, "weightstore": 9453, "routerreplay": 9454}
+HEALTH = {"trainer": "tandem.v1.JobService", "rollout": "tandem.v1.RolloutService",
+          "weightstore": "tandem.v1.WeightStoreService",
+          "routerreplay": "tandem.v1.RouterReplayService"}
+# Per-step metrics (StepMetrics) of the breakdown, in the order a step runs them.
+BREAKDOWN = ["generation_seconds", "route_fetch_seconds", "training_seconds",
+             "collective_seconds", "publish_seconds", "swap_seconds", "step_seconds"]
+
+
+def kind(host):
+    return host.rstrip("0123456789")
+
+
+class Demo:
+    def __init__(self, args, net):
+        self.args = args
+        self.net = net
+        self.bin = pathlib.Path(args.bin).resolve()
+        self.out = pathlib.Path(args.out).resolve()
+        self.token = self.out / "auth_token"
+        self.token.write_text(secrets.token_urlsafe(24))
+        self.token.chmod(0o600)
+
+    def target(self, host):
+        return f"{self.net.address(host)}:{PORTS[kind(host)]}"
+
+    def flags(self, host):
+        """A service's own flags, as ./tandem demo gives them on loopback."""
+        role = kind(host)
+        data = self.out / host
+        if role == "weightstore":
+            return ["services/weight_store/weight_store", f"--data_dir={data}",
+                    "--ucx_transports=tcp"]
+        if role == "routerreplay":
+            return ["services/router_replay/router_replay", f"--data_dir={data}"]
+        if role == "rollout":
+            return ["services/rollout/rollout", f"--base_model={self.args.base_model}",
+                    f"--weight_store={self.target('weightstore')}",
+                    f"--router_replay={self.target('routerreplay')}", "--ucx_transports=tcp"]
+        rank = int(host[len("trainer"):])
+        flags = ["services/trainer/trainer", f"--data_dir={data}", "--ucx_transports=tcp",
+                 f"--ranks={self.args.trainer_ranks}", f"--rank={rank}",
+                 f"--rank_address={self.net.address(host)}"]
+        if rank > 0:
+            flags.append(f"--rank0={self.target('trainer0')}")
+        return flags
+
+    def start(self, host):
+        binary, *flags = self.flags(host)
+        argv = [str(self.bin / binary), f"--host={self.net.address(host)}",
+                f"--port={PORTS[kind(host)]}", f"--metrics_port={METRICS_PORTS[kind(host)]}",
+                f"--auth_token_file={self.token}", *flags]
+        # UCX on the host's link only, as on a machine with one network interface.
+        env = dict(os.environ, UCX_NET_DEVICES="eth0", UCX_TLS="tcp")
+        log = open(self.out / f"{host}.log", "wb")
+        self.net.spawn(host, argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def await_serving(self, host):
+        # A trainer of rank > 0 serves no API: its health as a whole.
+        joins = kind(host) == "trainer" and host != "trainer0"
+        service = "" if joins else HEALTH[kind(host)]
+        result = self.net.run(host, [str(self.bin / "tools/health_check/health_check"),
+                                     f"--target={self.target(host)}", f"--service={service}",
+                                     "--wait=60s"], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{host} did not become ready; see {self.out}/{host}.log")
+
+    def job_file(self):
+        spec = yaml.safe_load(pathlib.Path(self.args.job).read_text())
+        spec["base_model_path"] = str(pathlib.Path(self.args.base_model).resolve())
+        spec["endpoints"] = {
+            "rollout": [self.target(f"rollout{r}") for r in range(self.args.rollouts)],
+            "weight_store": self.target("weightstore"),
+            "router_replay": self.target("routerreplay")}
+        spec["parallelism"] = {"data_parallel": self.args.trainer_ranks}
+        if self.args.steps:
+            spec["num_steps"] = self.args.steps
+        path = self.out / "job.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        return path
+
+    def submit(self):
+        tsv = self.out / "steps.tsv"
+        result = self.net.run("trainer0", [
+            str(self.bin / "tools/cli/tandem-cli"), f"--trainer={self.target('trainer0')}",
+            f"--auth_token_file={self.token}", "submit", f"--spec={self.job_file()}", "--watch",
+            f"--metrics_tsv={tsv}"], capture_output=True, text=True)
+        (self.out / "job.log").write_text(result.stdout + result.stderr)
+        lines = result.stdout.splitlines()
+        for line in lines[:1] + lines[-3:]:
+            print(f"  {line}")
+        if result.returncode != 0:
+            raise RuntimeError(f"the job failed:\n{result.stderr}")
+        return tsv
+
+
+def print_link_bytes(before, after):
+    print(f"\n{'host':<14}{'sent MB':>10}{'received MB':>13}   (link bytes during the job)")
+    for host in after:
+        sent = (after[host]["tx"] - before[host]["tx"]) / 1e6
+        received = (after[host]["rx"] - before[host]["rx"]) / 1e6
+        print(f"{host:<14}{sent:>10.2f}{received:>13.2f}")
+
+
+def print_breakdown(tsv):
+    rows = list(csv.DictReader(tsv.open(), delimiter="\t"))
+    print(f"\nmean step time over {len(rows)} steps (s):")
+    for field in BREAKDOWN:
+        mean = sum(float(row[field]) for row in rows) / len(rows)
+        print(f"  {field.replace('_seconds', ''):<12}{mean:8.3f}")
+    megabytes = sum(int(row["collective_bytes"]) for row in rows) / len(rows) / 1e6
+    print(f"  collective bytes per step from rank 0: {megabytes:.2f} MB "
+          "(training's share is in 'training'; collective includes waits for other ranks)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bin", required=True, help="where the built binaries are (bazel-bin)")
+    parser.add_argument("--job", required=True, help="job spec file (endpoints are replaced)")
+    parser.add_argument("--base_model", required=True, help="the base model rollout serves")
+    parser.add_argument("--out", required=True, help="logs, data and the step metrics")
+    parser.add_argument("--trainer_ranks", type=int, default=4)
+    parser.add_argument("--rollouts", type=int, default=2)
+    parser.add_argument("--rate", default="1gbit", help="every link's rate, e.g. 100mbit")
+    parser.add_argument("--steps", type=int, default=0, help="override the job's num_steps")
+    args = parser.parse_args()
+    pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+    hosts = ([f"trainer{r}" for r in range(args.trainer_ranks)] +
+             [f"rollout{r}" for r in range(args.rollouts)] + ["weightstore", "routerreplay"])
+    with cluster.Cluster(hosts, rate=args.rate) as net:
+        print(f"tandem: a cluster of {len(hosts)} hosts in network namespaces "
+              f"({net.run_id}-*), links shaped to {args.rate}: "
+              f"{', '.join(f'{h} {net.address(h)}' for h in hosts)}")
+        demo = Demo(args, net)
+        for host in ["weightstore", "routerreplay"] + hosts[:-2]:
+            demo.start(host)
+        for host in hosts:
+            demo.await_serving(host)
+        print(f"tandem: all services ready; the job on {args.trainer_ranks} trainer ranks and "
+              f"{args.rollouts} rollout replicas")
+        before = {host: net.link_bytes(host) for host in hosts}
+        tsv = demo.submit()
+        after = {host: net.link_bytes(host) for host in hosts}
+    print_link_bytes(before, after)
+    print_breakdown(tsv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
