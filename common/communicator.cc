@@ -32,13 +32,15 @@ absl::Status ValidateAllToAllVCounts(absl::Span<const int64_t> send_counts,
 }
 
 absl::StatusOr<std::vector<float>> GatherFromRanks(Communicator& ranks,
-                                                   absl::Span<const float> mine) {
+                                                   absl::Span<const float> mine,
+                                                   std::optional<absl::Duration> wait) {
   const size_t count = mine.size();
   std::vector<float> gathered(count * ranks.size(), 0.0f);
   std::copy(mine.begin(), mine.end(), gathered.begin() + count * ranks.rank());
   // Every slot but one is zero on every rank: the sum is each rank's values, exactly.
-  if (absl::Status status =
-          ranks.AllReduceSum(gathered.data(), static_cast<int64_t>(gathered.size()));
+  const int64_t total = static_cast<int64_t>(gathered.size());
+  if (absl::Status status = wait ? ranks.AllReduceSumAwaiting(gathered.data(), total, *wait)
+                                 : ranks.AllReduceSum(gathered.data(), total);
       !status.ok()) {
     return status;
   }

@@ -2,11 +2,13 @@
 #define TANDEM_COMMON_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 
 namespace tandem {
@@ -26,6 +28,12 @@ class Communicator {
 
   // data[i] <- Σ over ranks of data[i], on every rank; returns once the result is in place.
   virtual absl::Status AllReduceSum(float* data, int64_t count) = 0;
+  // AllReduceSum where ranks meet after long work of their own (a step's phase boundary: one
+  // may still be generating, or riding out a store outage): waits up to `wait` for the others
+  // where the implementation bounds single calls (Gloo), and like AllReduceSum elsewhere.
+  virtual absl::Status AllReduceSumAwaiting(float* data, int64_t count, absl::Duration wait) {
+    return AllReduceSum(data, count);
+  }
   // data <- root's data on every rank; INVALID_ARGUMENT for a root outside [0, size()).
   virtual absl::Status Broadcast(float* data, int64_t count, int root) = 0;
   // Returns once every rank has called it.
@@ -47,9 +55,11 @@ absl::Status ValidateAllToAllVCounts(absl::Span<const int64_t> send_counts,
 // Host buffers only (a CPU group).
 
 // Every rank's `mine` (the same count on every rank), rank-major: [r * mine.size() + i] is rank
-// r's mine[i]. Values must be floats that sum exactly with zeros (any float does).
-absl::StatusOr<std::vector<float>> GatherFromRanks(Communicator& ranks,
-                                                   absl::Span<const float> mine);
+// r's mine[i]. Values must be floats that sum exactly with zeros (any float does). With `wait`,
+// the ranks meet after long work of their own (AllReduceSumAwaiting).
+absl::StatusOr<std::vector<float>> GatherFromRanks(
+    Communicator& ranks, absl::Span<const float> mine,
+    std::optional<absl::Duration> wait = std::nullopt);
 // `bytes` <- root's bytes on every rank (any length; other ranks' contents are replaced).
 absl::Status BroadcastBytes(Communicator& ranks, std::string& bytes, int root);
 

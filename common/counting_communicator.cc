@@ -17,6 +17,11 @@ absl::Status CountingCommunicator::AllReduceSum(float* data, int64_t count) {
   return Counted(count, [&] { return inner_->AllReduceSum(data, count); });
 }
 
+absl::Status CountingCommunicator::AllReduceSumAwaiting(float* data, int64_t count,
+                                                        absl::Duration wait) {
+  return Counted(count, [&] { return inner_->AllReduceSumAwaiting(data, count, wait); });
+}
+
 absl::Status CountingCommunicator::Broadcast(float* data, int64_t count, int root) {
   return Counted(count, [&] { return inner_->Broadcast(data, count, root); });
 }

@@ -28,6 +28,7 @@ class CountingCommunicator final : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   absl::Status AllReduceSum(float* data, int64_t count) override;
+  absl::Status AllReduceSumAwaiting(float* data, int64_t count, absl::Duration wait) override;
   absl::Status Broadcast(float* data, int64_t count, int root) override;
   absl::Status Barrier() override;
   absl::Status AllToAllV(const float* send, absl::Span<const int64_t> send_counts, float* receive,

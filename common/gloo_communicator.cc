@@ -45,8 +45,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     attr.hostname = options.hostname;
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(ToChrono(options.timeout));
+    context->setTimeout(ToChrono(options.join_timeout.value_or(options.timeout)));
     context->connectFullMesh(store, device);
+    context->setTimeout(ToChrono(options.timeout));
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(std::move(context), rank, size));
   } catch (const std::exception& error) {
     return absl::UnavailableError(absl::StrCat("Gloo group: rank ", rank, " of ", size,
@@ -77,17 +78,31 @@ absl::Status GlooCommunicator::Collective(const char* name, Operation&& operatio
   }
 }
 
-absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count) {
-  if (absl::Status status = CheckCount("AllReduceSum", count); !status.ok()) return status;
+absl::Status GlooCommunicator::AllReduce(const char* name, float* data, int64_t count,
+                                         std::optional<absl::Duration> timeout) {
+  if (absl::Status status = CheckCount(name, count); !status.ok()) return status;
   if (size_ == 1 || count == 0) return absl::OkStatus();
-  return Collective("AllReduceSum", [&](uint32_t tag) {
+  return Collective(name, [&](uint32_t tag) {
     gloo::AllreduceOptions options(context_);
     options.setOutput(data, static_cast<size_t>(count));
     options.setReduceFunction(
         static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     options.setTag(tag);
+    if (timeout) options.setTimeout(ToChrono(*timeout));
     gloo::allreduce(options);
   });
+}
+
+absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count) {
+  return AllReduce("AllReduceSum", data, count, std::nullopt);
+}
+
+absl::Status GlooCommunicator::AllReduceSumAwaiting(float* data, int64_t count,
+                                                    absl::Duration wait) {
+  if (wait <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("AllReduceSumAwaiting: the wait must be > 0");
+  }
+  return AllReduce("AllReduceSumAwaiting", data, count, wait);
 }
 
 absl::Status GlooCommunicator::Broadcast(float* data, int64_t count, int root) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,9 +24,11 @@ struct GlooOptions {
   // The address this rank listens on and its peers connect to: one of its own (loopback on one
   // machine, its namespace's or pod's address in a cluster).
   std::string hostname = "127.0.0.1";
-  // Bounds joining the group and every collective: a peer that is dead or stuck fails the call
-  // (UNAVAILABLE) within it, never hangs it.
+  // Bounds every collective: a peer that is dead or stuck fails the call (UNAVAILABLE) within
+  // it, never hangs it (AllReduceSumAwaiting has its own bound).
   absl::Duration timeout = absl::Seconds(60);
+  // Bounds joining the group (connecting to every peer once the store names it); unset: timeout.
+  std::optional<absl::Duration> join_timeout;
 };
 
 // A Communicator over Gloo's TCP transport, for CPU ranks: buffers are host memory. Ranks find
@@ -49,6 +52,7 @@ class GlooCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   absl::Status AllReduceSum(float* data, int64_t count) override;
+  absl::Status AllReduceSumAwaiting(float* data, int64_t count, absl::Duration wait) override;
   absl::Status Broadcast(float* data, int64_t count, int root) override;
   absl::Status Barrier() override;
   absl::Status AllToAllV(const float* send, absl::Span<const int64_t> send_counts, float* receive,
@@ -59,6 +63,9 @@ class GlooCommunicator : public Communicator {
   // Runs one collective, turning Gloo's exceptions into a status and a broken group.
   template <typename Operation>
   absl::Status Collective(const char* name, Operation&& operation);
+  // AllReduceSum within `timeout`, or the group's own.
+  absl::Status AllReduce(const char* name, float* data, int64_t count,
+                         std::optional<absl::Duration> timeout);
 
   std::shared_ptr<gloo::Context> context_;
   int rank_;

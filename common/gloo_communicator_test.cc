@@ -152,6 +152,22 @@ TEST(GlooCommunicatorTest, AStuckPeerFailsTheCollectiveWithinTheTimeout) {
   });
 }
 
+// A phase boundary: a rank still busy with long work of its own is waited for beyond the
+// group's collective timeout, up to the call's own wait, and the group stays usable.
+TEST(GlooCommunicatorTest, AnAwaitingSumWaitsForASlowPeerBeyondTheCollectiveTimeout) {
+  RunRanks(2, {.timeout = absl::Milliseconds(300)}, [&](GlooCommunicator& communicator) {
+    if (communicator.rank() == 1) absl::SleepFor(absl::Seconds(1));
+    float value = 1;
+    const absl::Status status = communicator.AllReduceSumAwaiting(&value, 1, absl::Seconds(20));
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(value, 2);
+    ASSERT_TRUE(communicator.AllReduceSum(&value, 1).ok());
+    EXPECT_EQ(value, 4);
+    EXPECT_EQ(communicator.AllReduceSumAwaiting(&value, 1, absl::ZeroDuration()).code(),
+              absl::StatusCode::kInvalidArgument);
+  });
+}
+
 // A peer process killed between two collectives: the next one fails on the survivor (the
 // connection closes), never hangs.
 TEST(GlooCommunicatorTest, APeerProcessKilledMidJobFailsTheNextCollective) {

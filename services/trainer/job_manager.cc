@@ -468,7 +468,7 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
           .on_status =
               [this, job_id](const std::string& status) {
                 absl::MutexLock lock(&mutex_);
-                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_UNSPECIFIED,
+                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_STATUS_CHANGED,
                             [&status](v1::Job& job) { job.set_status_message(status); });
               }};
 }

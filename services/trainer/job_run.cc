@@ -253,11 +253,15 @@ class JobRun {
   // others to join) and sends every rank rank 0's starting state.
   absl::Status JoinRanks(int64_t first_version, const JobProgress& progress);
   absl::Status FormGroupAsLead(int64_t first_version, const JobProgress& progress);
+  static void SayStatus(const JobProgress& progress, const std::string& status) {
+    if (progress.on_status) progress.on_status(status);
+  }
   // LoRA, optimizer and (PPO) critic state <- rank 0's.
   absl::Status BroadcastState();
   // Between phases of a step with several ranks: every rank learns whether any failed `what`.
   absl::Status Agree(const absl::Status& local, absl::string_view what) {
-    return ranks_ == nullptr ? local : AgreeOnFailures(*ranks_, local, what);
+    return ranks_ == nullptr ? local
+                             : AgreeOnFailures(*ranks_, local, what, environment_.phase_timeout);
   }
   // This rank's tallies of a step (kTallies values), every rank's when there are several.
   absl::StatusOr<std::vector<float>> GatherTallies(const StepSamples& samples,
@@ -378,6 +382,15 @@ absl::Status JobRun::Init() {
     lora_ = std::make_unique<engine::LoraAdapter>(*std::move(lora));
   }
   lora_->parameters().EnableGradients();
+  if (dp_size_ > 1) {
+    // Each rank publishes a shard of its own: refused now, not after the group formed.
+    auto split = weight_store::BuildAdapterVersion(*lora_, base_->config(), spec_.adapter_name(), 1,
+                                                   v1::DTYPE_F32, dp_size_);
+    if (!split.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("spec.parallelism.data_parallel: ", split.status().message()));
+    }
+  }
   const engine::AdamWConfig adamw{.weight_decay =
                                       static_cast<float>(spec_.algorithm_config().weight_decay())};
   auto optimizer = engine::AdamW::Create(adamw, engine::OptimizerParams(lora_->parameters()));
@@ -549,17 +562,21 @@ absl::Status JobRun::FormGroupAsLead(int64_t first_version, const JobProgress& p
   assignment.set_first_version(first_version);
   if (absl::Status status = roster->Post(assignment, dp_size_); !status.ok()) return status;
   group_ = assignment.group();
-  if (absl::Status status =
-          roster->AwaitJoined(group_, dp_size_, absl::Now() + environment_.rank_join_timeout,
-                              *cancelled_, progress.on_status);
+  if (absl::Status status = roster->AwaitJoined(
+          group_, dp_size_, absl::Now() + environment_.rank_join_timeout, *cancelled_,
+          [&](const std::string& waiting) { SayStatus(progress, waiting); });
       !status.ok()) {
     return status;
   }
-  progress.on_status("");
-  LocalRendezvousStore store(*environment_.rendezvous, group_, environment_.gloo.timeout);
+  SayStatus(progress, "");
+  // The others may still be loading the model: joining waits as long as they took to come.
+  LocalRendezvousStore store(*environment_.rendezvous, group_,
+                             environment_.gloo.join_timeout.value_or(environment_.gloo.timeout));
   auto formed = GlooCommunicator::Create(store, 0, dp_size_, environment_.gloo);
   if (!formed.ok()) return formed.status();
   ranks_ = std::make_unique<CountingCommunicator>(*std::move(formed));
+  // Formed: a rank that restarts from now on finds nothing to join until the next run.
+  roster->Withdraw(group_);
   return absl::OkStatus();
 }
 
@@ -656,10 +673,12 @@ absl::Status JobRun::Publish(int64_t version, int64_t step) {
     (*published->manifest.mutable_labels())[weight_store::kArchitectureLabel] = base_architecture_;
   }
   if (ranks_ != nullptr) {
-    return PublishTogether(*ranks_, *weight_store_, *published, {.ucx = environment_.ucx},
-                           [this](const std::function<absl::Status()>& call) {
-                             return RideOutOutage("weight-store", [&](int) { return call(); });
-                           });
+    return PublishTogether(
+        *ranks_, *weight_store_, *published, {.ucx = environment_.ucx},
+        [this](const std::function<absl::Status()>& call) {
+          return RideOutOutage("weight-store", [&](int) { return call(); });
+        },
+        environment_.phase_timeout);
   }
   return RideOutOutage("weight-store", [&](int attempt) {
     const absl::Status status =
@@ -974,12 +993,19 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     absl::Time start = absl::Now();
     absl::StatusOr<UpdateStats> stats = updater.Update(samples->training, routes);
     if (!stats.ok()) return stats.status();
+    // The same on every rank: statistics and gradients are the ranks' sums.
     if (absl::Status status = CheckFinite(step, *stats, *lora_); !status.ok()) return status;
     if (ranks_ != nullptr) {
       if (absl::Status status = CheckIdenticalParameters(*ranks_, lora_->parameters(), step);
           !status.ok()) {
         return status;
       }
+    }
+    // A cancel seen during training ends the step before anything is published.
+    if (absl::Status status = Agree(cancelled ? Cancelled() : absl::OkStatus(),
+                                    absl::StrCat("step ", step, " (cancelled)"));
+        !status.ok()) {
+      return status;
     }
     metrics.set_training_seconds(SecondsSince(start));
 

@@ -86,8 +86,13 @@ struct JobEnvironment {
   // This rank's address for its Gloo peers, and the bound on joining a group and on every
   // collective (a dead or stuck rank fails the step within it).
   GlooOptions gloo;
-  // How long a multi-rank job waits for its ranks to join before it fails naming them.
+  // How long a multi-rank job waits for its ranks to join (and load the model) before it fails
+  // naming them.
   absl::Duration rank_join_timeout = absl::Minutes(2);
+  // How long a multi-rank job's ranks wait for each other between a step's phases, where one may
+  // still be generating or riding out a store outage (collectives within a phase are bounded by
+  // gloo.timeout).
+  absl::Duration phase_timeout = absl::Minutes(15);
 };
 
 // Called from the run's thread.
@@ -98,6 +103,7 @@ struct JobProgress {
   std::function<void(int64_t policy_version)> on_published;
   std::function<void(const v1::StepMetrics&)> on_step;
   // What the run waits for while it cannot go on (trainer ranks to join); "" once it goes on.
+  // Optional.
   std::function<void(const std::string& status)> on_status;
 };
 

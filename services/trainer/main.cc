@@ -51,7 +51,11 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
           "Bound on forming a multi-rank job's group and on each of its collectives: a rank that "
           "died or stalls fails the step within it.");
 ABSL_FLAG(absl::Duration, rank_join_timeout, absl::Minutes(2),
-          "How long a multi-rank job waits for its ranks to join before it fails naming them.");
+          "How long a multi-rank job waits for its ranks to join (and load the model) before it "
+          "fails naming them.");
+ABSL_FLAG(absl::Duration, rank_phase_timeout, absl::Minutes(15),
+          "How long a multi-rank job's ranks wait for each other between a step's phases, where "
+          "one may still be generating or riding out a store outage, before the step fails.");
 
 namespace {
 
@@ -99,8 +103,10 @@ absl::Status CheckRankFlags() {
     return absl::InvalidArgumentError("--rank0 (rank 0's address) is required for --rank > 0");
   }
   if (absl::GetFlag(FLAGS_collective_timeout) <= absl::ZeroDuration() ||
-      absl::GetFlag(FLAGS_rank_join_timeout) <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--collective_timeout and --rank_join_timeout must be > 0");
+      absl::GetFlag(FLAGS_rank_join_timeout) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_rank_phase_timeout) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--collective_timeout, --rank_join_timeout and --rank_phase_timeout must be > 0");
   }
   return absl::OkStatus();
 }
@@ -113,8 +119,10 @@ absl::StatusOr<std::vector<tandem::HostedService>> JoinRankZero(
                                         .auth_token = environment.auth_token,
                                         .tls = environment.tls});
   if (!channel.ok()) return channel.status();
-  new tandem::trainer::RankWorker(rank, tandem::v1::TrainerRanksService::NewStub(*channel),
-                                  environment);  // Runs for the life of the process.
+  // Runs for the life of the process; destroyed at exit, which ends its job at the next phase.
+  static std::unique_ptr<tandem::trainer::RankWorker> worker;
+  worker = std::make_unique<tandem::trainer::RankWorker>(
+      rank, tandem::v1::TrainerRanksService::NewStub(*channel), environment);
   spdlog::info("trainer rank {} of {}: joining the jobs of rank 0 at {}", rank,
                absl::GetFlag(FLAGS_ranks), absl::GetFlag(FLAGS_rank0));
   return std::vector<tandem::HostedService>();
@@ -164,8 +172,10 @@ int main(int argc, char** argv) {
              .roster = roster,
              .rendezvous = rendezvous,
              .gloo = {.hostname = absl::GetFlag(FLAGS_rank_address),
-                      .timeout = absl::GetFlag(FLAGS_collective_timeout)},
-             .rank_join_timeout = absl::GetFlag(FLAGS_rank_join_timeout)};
+                      .timeout = absl::GetFlag(FLAGS_collective_timeout),
+                      .join_timeout = absl::GetFlag(FLAGS_rank_join_timeout)},
+             .rank_join_timeout = absl::GetFlag(FLAGS_rank_join_timeout),
+             .phase_timeout = absl::GetFlag(FLAGS_rank_phase_timeout)};
          if (const int rank = absl::GetFlag(FLAGS_rank); rank > 0) {
            return JoinRankZero(rank, environment);
          }

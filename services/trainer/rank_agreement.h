@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/communicator.h"
 #include "engine/optimizer.h"
 #include "engine/parameters.h"
@@ -19,9 +20,10 @@ namespace tandem::trainer {
 // Tells every rank which ranks failed `what` (their `local` status not OK). OK when none did;
 // on a rank that failed, its own error; on the others ABORTED naming the ranks that failed. So a
 // failure on one rank ends the step on all of them at the same point, instead of leaving the
-// others waiting in their next collective until its timeout.
-absl::Status AgreeOnFailures(Communicator& ranks, const absl::Status& local,
-                             absl::string_view what);
+// others waiting in their next collective until its timeout. Ranks that come from long work of
+// their own (generating, riding out a store outage) are waited for up to `wait`.
+absl::Status AgreeOnFailures(Communicator& ranks, const absl::Status& local, absl::string_view what,
+                             absl::Duration wait);
 
 // DATA_LOSS on every rank, naming the ranks whose parameters differ from rank 0's (XXH3 of every
 // value in name order), after `step`: data-parallel ranks must take identical steps.

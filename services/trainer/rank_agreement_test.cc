@@ -40,7 +40,7 @@ TEST(RankAgreementTest, EveryRankLearnsWhichRanksFailed) {
     const absl::Status local = ranks.rank() == 1 || ranks.rank() == 3
                                    ? absl::UnavailableError("rollout down")
                                    : absl::OkStatus();
-    return AgreeOnFailures(ranks, local, "step 2's generation");
+    return AgreeOnFailures(ranks, local, "step 2's generation", absl::Seconds(30));
   });
   EXPECT_EQ(results[1].code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(results[3].code(), absl::StatusCode::kUnavailable);
@@ -50,7 +50,7 @@ TEST(RankAgreementTest, EveryRankLearnsWhichRanksFailed) {
                 HasSubstr("trainer ranks 1, 3 failed step 2's generation"));
   }
   for (const absl::Status& status : OnRanks(3, [](Communicator& ranks) {
-         return AgreeOnFailures(ranks, absl::OkStatus(), "anything");
+         return AgreeOnFailures(ranks, absl::OkStatus(), "anything", absl::Seconds(30));
        })) {
     EXPECT_TRUE(status.ok()) << status;
   }

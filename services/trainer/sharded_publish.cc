@@ -10,7 +10,7 @@ namespace tandem::trainer {
 absl::Status PublishTogether(Communicator& ranks, v1::WeightStoreService::StubInterface& stub,
                              const weight_store::AdapterVersion& published,
                              const weight_store::PublishOptions& options,
-                             const StoreCall& store_call) {
+                             const StoreCall& store_call, absl::Duration wait) {
   const int64_t version = published.manifest.version();
   if (published.manifest.shards_size() != ranks.size()) {
     return absl::InternalError(absl::StrCat("version ", version, " has ",
@@ -26,14 +26,17 @@ absl::Status PublishTogether(Communicator& ranks, v1::WeightStoreService::StubIn
       return begun.status();
     });
   }
-  if (absl::Status agreed =
-          AgreeOnFailures(ranks, began, absl::StrCat("to begin publishing version ", version));
+  if (absl::Status agreed = AgreeOnFailures(
+          ranks, began, absl::StrCat("to begin publishing version ", version), wait);
       !agreed.ok()) {
     return agreed;
   }
   // Where the shards go (the upload id, and UCX targets) goes from rank 0 to the others.
   std::string where = lead ? begun->SerializeAsString() : "";
-  if (absl::Status status = BroadcastBytes(ranks, where, /*root=*/0); !status.ok()) return status;
+  if (absl::Status status = BroadcastBytes(ranks, where, /*root=*/0); !status.ok()) {
+    if (lead) weight_store::AbortUpload(stub, begun->upload_id());
+    return status;
+  }
   v1::BeginPublishResponse targets;
   if (!targets.ParseFromString(where)) {
     return absl::InternalError(absl::StrCat("version ", version, ": unreadable upload targets"));
@@ -42,7 +45,7 @@ absl::Status PublishTogether(Communicator& ranks, v1::WeightStoreService::StubIn
   const absl::Status put =
       weight_store::PutShards(stub, targets, published.shard_views(), {&own_shard, 1}, options);
   if (absl::Status agreed =
-          AgreeOnFailures(ranks, put, absl::StrCat("to put its shard of version ", version));
+          AgreeOnFailures(ranks, put, absl::StrCat("to put its shard of version ", version), wait);
       !agreed.ok()) {
     if (lead) weight_store::AbortUpload(stub, targets.upload_id());
     return agreed;
@@ -53,7 +56,7 @@ absl::Status PublishTogether(Communicator& ranks, v1::WeightStoreService::StubIn
         [&] { return weight_store::CommitUpload(stub, targets.upload_id(), options).status(); });
     if (!committed.ok()) weight_store::AbortUpload(stub, targets.upload_id());
   }
-  return AgreeOnFailures(ranks, committed, absl::StrCat("to commit version ", version));
+  return AgreeOnFailures(ranks, committed, absl::StrCat("to commit version ", version), wait);
 }
 
 }  // namespace tandem::trainer

@@ -19,11 +19,12 @@ using StoreCall = std::function<absl::Status(const std::function<absl::Status()>
 // shard per rank), and rank 0 commits once every rank has put its shard -- or aborts the upload
 // when one could not, so the version is committed whole or not at all. Every rank returns the
 // outcome: OK, its own error, or ABORTED naming the ranks that failed. Rank 0's begin and commit
-// go through `store_call`; a put is not retried (the step fails).
+// go through `store_call`, which the others wait for up to `wait`; a put is not retried (the
+// step fails). An upload that a broken group leaves open expires on the store.
 absl::Status PublishTogether(Communicator& ranks, v1::WeightStoreService::StubInterface& stub,
                              const weight_store::AdapterVersion& published,
                              const weight_store::PublishOptions& options,
-                             const StoreCall& store_call);
+                             const StoreCall& store_call, absl::Duration wait);
 
 }  // namespace tandem::trainer
 

@@ -97,36 +97,32 @@ absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& giv
 
 namespace {
 
-// Splits tensors (in manifest order) into `writers` contiguous runs of about equal bytes: run w
-// holds the tensors whose middle byte falls in [w, w + 1) * total / writers.
+// Splits tensors (in manifest order) into `writers` contiguous runs of about equal bytes: a
+// tensor goes to the run its middle byte falls in ([w, w + 1) * total / writers), but never
+// skipping a run (a tensor larger than a run's share would) nor leaving later runs without one.
 absl::StatusOr<std::vector<std::vector<v1::CanonicalTensor>>> SplitAmongWriters(
     const std::vector<v1::CanonicalTensor>& tensors,
     const absl::flat_hash_map<std::string, std::string>& canonical, int writers) {
-  if (writers < 1 || writers > static_cast<int>(tensors.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("an adapter of ", tensors.size(),
+  const int count = static_cast<int>(tensors.size());
+  if (writers < 1 || writers > count) {
+    return absl::InvalidArgumentError(absl::StrCat("an adapter of ", count,
                                                    " tensors cannot be published by ", writers,
                                                    " writers (each needs a tensor of its own)"));
   }
   double total = 0;
-  for (const v1::CanonicalTensor& tensor : tensors)
-    total += canonical.at(tensor.spec().name()).size();
+  for (const v1::CanonicalTensor& tensor : tensors) {
+    total += static_cast<double>(canonical.at(tensor.spec().name()).size());
+  }
   std::vector<std::vector<v1::CanonicalTensor>> runs(writers);
   double before = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const double bytes = canonical.at(tensors[i].spec().name()).size();
-    // Never fewer tensors left than writers without one.
-    const int earliest = writers - static_cast<int>(tensors.size() - i);
-    int run = std::min(writers - 1, static_cast<int>(writers * (before + bytes / 2) / total));
-    run = std::max(run, earliest);
+  int run = 0;
+  for (int i = 0; i < count; ++i) {
+    const double bytes = static_cast<double>(canonical.at(tensors[i].spec().name()).size());
+    const int by_bytes = static_cast<int>(writers * (before + bytes / 2) / total);
+    const int earliest = writers - (count - i);  // Later runs each still need a tensor.
+    if (i > 0) run = std::clamp(by_bytes, std::max(run, earliest), std::min(run + 1, writers - 1));
     before += bytes;
     runs[run].push_back(tensors[i]);
-  }
-  for (int w = 0; w < writers; ++w) {
-    if (runs[w].empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("an adapter of ", tensors.size(), " tensors cannot be split evenly among ",
-                       writers, " writers (writer ", w, " would hold none)"));
-    }
   }
   return runs;
 }

@@ -167,6 +167,13 @@ TEST_P(PeftExportTest, AVersionMissingAWritersShardIsNeverCommitted) {
   AbortUpload(*stub_, begun->upload_id());
   EXPECT_EQ(FetchAdapter(*stub_, "policy", 1, {.target = EngineTargetLayout()}).status().code(),
             absl::StatusCode::kNotFound);
+  // As many writers as tensors, whatever their sizes: one tensor each.
+  auto one_each = BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 2,
+                                      v1::DTYPE_F32, built->manifest.tensors_size());
+  ASSERT_TRUE(one_each.ok()) << one_each.status();
+  for (const v1::Shard& shard : one_each->manifest.shards()) {
+    EXPECT_EQ(shard.pieces_size(), 1) << shard.DebugString();
+  }
   EXPECT_EQ(BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 2, v1::DTYPE_F32,
                                 /*writers=*/100000)
                 .status()
