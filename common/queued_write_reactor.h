@@ -44,7 +44,9 @@ class QueuedWriteReactor : public grpc::ServerWriteReactor<Response> {
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&sink_->mutex_);
     writing_ = false;
-    if (!ok) {
+    // A write can complete after the call was cancelled (its bytes left first): the stream must
+    // still finish, or the server's shutdown waits for it forever.
+    if (!ok || cancelled_) {
       FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
     } else if (pending_error_.has_value()) {
       FinishOnce(*pending_error_);
@@ -58,6 +60,8 @@ class QueuedWriteReactor : public grpc::ServerWriteReactor<Response> {
   void OnCancel() override {
     {
       absl::MutexLock lock(&sink_->mutex_);
+      cancelled_ = true;
+      // A write in flight finishes the stream when it completes (OnWriteDone).
       if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
     }
     OnClientGone();
@@ -84,7 +88,7 @@ class QueuedWriteReactor : public grpc::ServerWriteReactor<Response> {
 
  private:
   void Offer(Response message) {
-    if (finished_ || pending_error_.has_value()) return;
+    if (finished_ || cancelled_ || pending_error_.has_value()) return;
     Enqueue(queue_, std::move(message));
     if (!writing_ && !queue_.empty()) WriteNext();
   }
@@ -117,6 +121,7 @@ class QueuedWriteReactor : public grpc::ServerWriteReactor<Response> {
   Response response_;
   std::optional<grpc::Status> pending_error_;
   bool writing_ = false;
+  bool cancelled_ = false;
   bool finished_ = false;
   bool last_written_ = false;
 };

@@ -1063,6 +1063,39 @@ TEST_F(WeightStoreServiceTest, WatchSendsAVersionCommittedAsItStartsOnce) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
+// Clients that cancel a watch while commits stream to it: whether a write was in flight at the
+// cancel or not, the stream finishes, so a later drain never waits for it.
+TEST_F(WeightStoreServiceTest, WatchesCancelledAsCommitsStreamNeverHoldUpTheDrain) {
+  int64_t version = 0;
+  for (int round = 0; round < 20; ++round) {
+    StartServer(/*keep_versions=*/3);
+    ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", ++version, 90)).ok());
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::WatchVersionsRequest request;
+    request.set_adapter_name("job-1");
+    auto reader = stub_->WatchVersions(&context, request);
+    v1::WatchVersionsResponse event;
+    ASSERT_TRUE(reader->Read(&event));
+    std::thread commits([&, first = version + 1] {
+      for (int64_t v = first; v < first + 20; ++v) {
+        EXPECT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", v, 90)).ok());
+      }
+    });
+    for (int i = 0; i < round % 5 && reader->Read(&event); ++i) {
+    }
+    context.TryCancel();
+    commits.join();
+    version += 20;
+    while (reader->Read(&event)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    const absl::Time start = absl::Now();
+    server_->Drain();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "round " << round;
+  }
+}
+
 TEST_F(WeightStoreServiceTest, ADrainEndsWatchStreamsAtOnceTellingClientsToWatchAgain) {
   grpc::ClientContext context;
   v1::WatchVersionsRequest request;
