@@ -1,0 +1,275 @@
+// Expert-parallel load balance of five placement planners on three routing traces, per
+// micro-batch: max / mean of the tokens each EP rank's experts compute (1.00 is perfect).
+//
+//   bazel run -c opt //services/router_replay:expert_balance_bench -- \
+//       --demo_model=$PWD/.tandem/base_model_addition1.safetensors
+//
+// Planners, each given the same replica budget (2 extra expert slots per rank):
+//   static      expert e on rank e * ranks / experts, no replicas;
+//   eplb-hist   DeepSeek's EPLB (router-replay's PlanPlacement) on the previous step's loads;
+//   eplb-oracle EPLB on the step's own loads;
+//   reorder     routing-guided reordering only (PlanBalance's homes, no replicas);
+//   relibra     reordering + per-micro-batch replication within a node (PlanBalance).
+// Traces: the drifting synthetic trace (drifting_trace.h: 256 experts, top-8, 16 micro-batches
+// of 4,096 tokens per step); the routes the demo model takes on the demo task (prompts and
+// answers, as rollout records them); and those of a random 1024-wide, 8-layer, 32-expert model
+// (engine_bench's larger config) on random tokens. Every MoE layer is planned on its own. Step 0
+// of each trace only seeds the history; the figures are over the later steps.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "engine/config.h"
+#include "engine/hf/hf_model.h"
+#include "engine/model.h"
+#include "engine/tasks.h"
+#include "engine/text/text_codec.h"
+#include "engine/transformer.h"
+#include "services/router_replay/drifting_trace.h"
+#include "services/router_replay/eplb.h"
+#include "services/router_replay/expert_balance.h"
+
+ABSL_FLAG(std::string, demo_model, ".tandem/base_model_addition1.safetensors",
+          "The demo's base model (./tandem demo makes it); its trace is skipped when missing.");
+ABSL_FLAG(int, random_d_model, 1024, "The random model's width (0: skip its trace).");
+ABSL_FLAG(int, ranks_per_node, 4, "EP ranks per node (replicas stay within a node).");
+ABSL_FLAG(int, replica_slots, 2, "Extra expert slots per rank for replicas.");
+
+namespace tandem::router_replay {
+namespace {
+
+// One MoE layer's steps.
+using LayerTrace = std::vector<StepLoad>;
+
+struct Trace {
+  std::string name;
+  std::vector<LayerTrace> layers;
+};
+
+// The routes of `batches` micro-batches x `steps` steps of token sequences through `model`,
+// counted per MoE layer: routes() is [tokens, MoE layers, top_k].
+Trace RoutesOf(const std::string& name, engine::BaseModel& model,
+               const std::function<std::vector<int>()>& next_sequence, int steps, int batches,
+               int tokens_per_batch) {
+  const engine::ModelConfig& config = model.config();
+  const int layers = config.num_moe_layers(), top_k = config.top_k, experts = config.num_experts;
+  Trace trace{.name = name, .layers = std::vector<LayerTrace>(layers)};
+  engine::Transformer transformer(model, nullptr);
+  for (int s = 0; s < steps; ++s) {
+    for (LayerTrace& layer : trace.layers) {
+      layer.push_back({.micro_batches = batches,
+                       .experts = experts,
+                       .tokens = std::vector<int64_t>(static_cast<size_t>(batches) * experts)});
+    }
+    for (int m = 0; m < batches; ++m) {
+      engine::TokenBatch batch;
+      while (batch.num_tokens() < tokens_per_batch) batch.Add(next_sequence());
+      if (!transformer.Forward(batch).ok()) std::abort();
+      const std::vector<int16_t>& routes = transformer.routes();
+      for (size_t row = 0; row * layers * top_k < routes.size(); ++row) {
+        for (int l = 0; l < layers; ++l) {
+          for (int k = 0; k < top_k; ++k) {
+            const int expert = routes[(row * layers + l) * top_k + k];
+            ++trace.layers[l][s].tokens[static_cast<size_t>(m) * experts + expert];
+          }
+        }
+      }
+    }
+  }
+  return trace;
+}
+
+std::optional<Trace> DemoTrace() {
+  const std::string path = absl::GetFlag(FLAGS_demo_model);
+  auto model = engine::hf::LoadBaseModel(path);
+  auto codec = engine::text::TextCodecFor(path);
+  auto task = engine::MakeTask("addition", 1);
+  if (!model.ok() || !codec.ok() || !task.ok()) {
+    std::printf("(no demo model at %s: run ./tandem demo first; its trace is skipped)\n",
+                path.c_str());
+    return std::nullopt;
+  }
+  uint64_t seed = 0;
+  std::vector<engine::Sample> pending;
+  auto next = [&] {
+    if (pending.empty()) pending = engine::GeneratePrompts(**task, 256, ++seed);
+    const engine::Sample sample = pending.back();
+    pending.pop_back();
+    return *(*codec)->EncodePrompt(sample.prompt + sample.answer);
+  };
+  return RoutesOf("demo model, demo task", *model, next, 4, 16, 256);
+}
+
+std::optional<Trace> RandomModelTrace() {
+  const int d_model = absl::GetFlag(FLAGS_random_d_model);
+  if (d_model == 0) return std::nullopt;
+  auto model = engine::BaseModel::Create(engine::ScaledDefaultModelConfig(d_model, 8, 32, 0), 1);
+  if (!model.ok()) std::abort();
+  std::mt19937_64 rng(7);
+  const int vocab = model->config().vocab_size;
+  auto next = [&] {
+    std::vector<int> ids(32);
+    for (int& id : ids) id = static_cast<int>(rng() % vocab);
+    return ids;
+  };
+  return RoutesOf(
+      absl::StrFormat("random %d-wide model, top-%d of 32", d_model, model->config().top_k), *model,
+      next, 3, 16, 256);
+}
+
+Trace SyntheticTrace() {
+  return {.name = "drifting synthetic, top-8 of 256", .layers = {DriftingTrace({})}};
+}
+
+// Per-rank tokens of a micro-batch under an EPLB plan: an expert's tokens split evenly over its
+// replicas; physical slot p on rank p / (slots / ranks).
+std::vector<double> EplbRankTokens(const PlacementPlan& plan, const StepLoad& load, int m,
+                                   int ranks) {
+  std::vector<double> rank_tokens(ranks, 0);
+  const int per_rank = plan.num_replicas / ranks;
+  for (int e = 0; e < load.experts; ++e) {
+    const int copies = plan.logcnt[e];
+    for (int r = 0; r < copies; ++r) {
+      const int slot = plan.log2phy[static_cast<size_t>(e) * plan.max_replicas + r];
+      rank_tokens[slot / per_rank] += static_cast<double>(load.at(m, e)) / copies;
+    }
+  }
+  return rank_tokens;
+}
+
+// max / mean (1 when there are none).
+double Imbalance(const std::vector<double>& rank_tokens) {
+  double total = 0, most = 0;
+  for (double t : rank_tokens) total += t, most = std::max(most, t);
+  return total > 0 ? most * static_cast<double>(rank_tokens.size()) / total : 1;
+}
+
+PlacementPlan Eplb(const StepLoad& load, const EpTopology& topology) {
+  PlacementRequest request{
+      .num_layers = 1,
+      .num_experts = load.experts,
+      .load = std::vector<double>(load.experts, 0),
+      .num_replicas = load.experts + topology.replica_slots_per_rank * topology.ranks,
+      .num_groups = topology.ranks / topology.ranks_per_node,
+      .num_nodes = topology.ranks / topology.ranks_per_node,
+      .num_gpus = topology.ranks};
+  for (int m = 0; m < load.micro_batches; ++m) {
+    for (int e = 0; e < load.experts; ++e) request.load[e] += static_cast<double>(load.at(m, e));
+  }
+  auto plan = PlanPlacement(request);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "EPLB: %s\n", plan.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(plan);
+}
+
+const char* const kPlanners[] = {"static", "eplb-hist", "eplb-oracle", "reorder", "relibra"};
+
+struct Figures {
+  double sum = 0, worst = 0;
+  int count = 0;
+  void Add(double value) { sum += value, worst = std::max(worst, value), ++count; }
+};
+
+// Each planner's figures on `trace` at `ranks` EP ranks; also experts moved per step by ReLibra.
+std::map<std::string, Figures> Measure(const Trace& trace, const EpTopology& topology,
+                                       double* moved_per_step) {
+  std::map<std::string, Figures> figures;
+  int moved = 0, planned_steps = 0;
+  for (const LayerTrace& layer : trace.layers) {
+    std::vector<int> homes = ContiguousHomes(layer[0].experts, topology.ranks);
+    for (size_t s = 1; s < layer.size(); ++s) {
+      const StepLoad& load = layer[s];
+      const PlacementPlan history = Eplb(layer[s - 1], topology);
+      const PlacementPlan oracle = Eplb(load, topology);
+      // One expert's move priced at a tenth of an expert's mean step load.
+      const double mean_expert_load =
+          static_cast<double>(std::accumulate(load.tokens.begin(), load.tokens.end(), int64_t{0})) /
+          load.experts;
+      auto plan = PlanBalance(load, topology, homes, {.move_cost_tokens = mean_expert_load / 10});
+      if (!plan.ok()) std::abort();
+      moved += plan->experts_moved;
+      ++planned_steps;
+      homes = plan->home;
+      const std::vector<int> contiguous = ContiguousHomes(load.experts, topology.ranks);
+      for (int m = 0; m < load.micro_batches; ++m) {
+        figures["static"].Add(MaxOverMean(HomeRankTokens(load, m, contiguous, topology.ranks)));
+        figures["eplb-hist"].Add(Imbalance(EplbRankTokens(history, load, m, topology.ranks)));
+        figures["eplb-oracle"].Add(Imbalance(EplbRankTokens(oracle, load, m, topology.ranks)));
+        figures["reorder"].Add(MaxOverMean(HomeRankTokens(load, m, plan->home, topology.ranks)));
+        figures["relibra"].Add(MaxOverMean(plan->micro_batches[m].rank_tokens));
+      }
+    }
+  }
+  *moved_per_step = planned_steps > 0 ? static_cast<double>(moved) / planned_steps : 0;
+  return figures;
+}
+
+void PrintTable(const std::vector<Trace>& traces) {
+  std::printf("\nmax/mean tokens per EP rank per micro-batch: mean over micro-batches (worst)\n");
+  std::printf("%-36s %5s", "trace", "ranks");
+  for (const char* planner : kPlanners) std::printf(" %16s", planner);
+  std::printf(" %8s\n", "moved");
+  for (const Trace& trace : traces) {
+    for (const int ranks : {4, 8}) {
+      if (trace.layers[0][0].experts % ranks != 0) continue;
+      const EpTopology topology{
+          .ranks = ranks,
+          .ranks_per_node = std::min(ranks, absl::GetFlag(FLAGS_ranks_per_node)),
+          .replica_slots_per_rank = absl::GetFlag(FLAGS_replica_slots)};
+      double moved = 0;
+      const std::map<std::string, Figures> figures = Measure(trace, topology, &moved);
+      std::printf("%-36s %5d", trace.name.c_str(), ranks);
+      for (const char* planner : kPlanners) {
+        const Figures& f = figures.at(planner);
+        std::printf("      %4.2f (%4.2f)", f.sum / f.count, f.worst);
+      }
+      std::printf(" %8.1f\n", moved);
+    }
+  }
+  std::printf("(moved: experts ReLibra re-homed per step and layer, of its experts)\n");
+}
+
+// Planning time at the goal's size: 256 experts x 8 ranks x 16 micro-batches, one layer.
+void TimePlanning(const Trace& synthetic) {
+  const StepLoad& load = synthetic.layers[0][1];
+  const EpTopology topology{.ranks = 8, .ranks_per_node = 4, .replica_slots_per_rank = 2};
+  const std::vector<int> homes = ContiguousHomes(load.experts, 8);
+  constexpr int kRuns = 200;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRuns; ++i) {
+    if (!PlanBalance(load, topology, homes).ok()) std::abort();
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "planning (256 experts x 8 ranks x 16 micro-batches, one layer, one core): "
+      "%.3f ms per step (goal <= 5 ms)\n",
+      ms / kRuns);
+}
+
+int Main() {
+  std::vector<Trace> traces = {SyntheticTrace()};
+  if (std::optional<Trace> demo = DemoTrace()) traces.push_back(*std::move(demo));
+  if (std::optional<Trace> random = RandomModelTrace()) traces.push_back(*std::move(random));
+  TimePlanning(traces[0]);
+  PrintTable(traces);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::router_replay
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tandem::router_replay::Main();
+}
