@@ -1,9 +1,11 @@
 #include "services/router_replay/route_store.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 
 #include "absl/base/internal/endian.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -42,6 +44,8 @@ std::string PrefixEnd(std::string prefix) {
 
 // How often a store refusing writes after a full disk tries to resume.
 constexpr absl::Duration kResumeRetryInterval = absl::Milliseconds(200);
+// Room an append leaves free beyond the memtables' next flush (RocksDB's manifest, info log).
+constexpr int64_t kFlushHeadroomBytes = int64_t{1} << 20;
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
@@ -208,7 +212,32 @@ absl::Status RouteStore::LoadTotals() {
                      });
 }
 
-absl::Status RouteStore::Write(rocksdb::WriteBatch& batch) {
+// RocksDB 7.8 aborts on an assertion (WritableFileWriter::AssertFalseAndGetStatusForPrevError)
+// when it appends to or syncs a log file whose earlier append failed, which a full disk causes
+// (upstream fixed it later: facebook/rocksdb#12448). So the route log must never run out of
+// space: a write goes ahead only while the disk keeps room for it, for the writes in flight
+// beside it and for flushing the memtables; otherwise it is refused, and goes ahead once space
+// is freed. A flush that fails for space is safe: RocksDB stops writes and resumes on its own.
+absl::Status RouteStore::ReserveRoom(int64_t bytes, bool deleting) const {
+  std::error_code error;
+  const std::filesystem::space_info space = std::filesystem::space(options_.path, error);
+  if (error) return absl::OkStatus();  // Cannot tell: RocksDB's own errors still apply.
+  uint64_t memtables = 0;
+  if (!deleting) db_->GetIntProperty("rocksdb.cur-size-all-mem-tables", &memtables);
+  const int64_t needed = bytes_in_flight_.load() + (deleting ? 0 : kFlushHeadroomBytes) +
+                         static_cast<int64_t>(memtables);
+  if (static_cast<int64_t>(space.available) >= needed) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the disk under ", options_.path, " is full: ", space.available, " bytes free, ", needed,
+      " needed for this write, the writes in flight and the route log's next flush; appends "
+      "resume once space is freed"));
+}
+
+absl::Status RouteStore::Write(rocksdb::WriteBatch& batch, bool deleting) {
+  const int64_t bytes = static_cast<int64_t>(batch.GetDataSize());
+  bytes_in_flight_ += bytes;
+  const absl::Cleanup done = [&] { bytes_in_flight_ -= bytes; };
+  if (absl::Status status = ReserveRoom(bytes, deleting); !status.ok()) return status;
   rocksdb::WriteOptions write_options;
   write_options.sync = options_.sync == SyncPolicy::kAlways;
   return FromRocks(db_->Write(write_options, &batch),
@@ -433,7 +462,7 @@ absl::Status RouteStore::DeleteRecords(const std::vector<RecordInfo>& records,
     batch.Delete(MetaKey(encoded));
     const std::string prefix = BlockPrefix(encoded);
     batch.DeleteRange(prefix, PrefixEnd(prefix));
-    if (absl::Status status = Write(batch); !status.ok()) return status;
+    if (absl::Status status = Write(batch, /*deleting=*/true); !status.ok()) return status;
     --(current->sealed ? sealed_records_ : open_records_);
     stored_bytes_ -= current->stored_bytes;
     ++outcome.records;

@@ -145,7 +145,12 @@ class RouteStore {
   absl::Status DeleteRecords(const std::vector<RecordInfo>& records,
                              const std::function<bool(const RecordInfo&)>& still_matches,
                              DeleteOutcome& outcome);
-  absl::Status Write(rocksdb::WriteBatch& batch);
+  // Writes `batch` once the disk has room for it (ReserveRoom); deletions may use the room kept
+  // for flushes, since they are how space is freed.
+  absl::Status Write(rocksdb::WriteBatch& batch, bool deleting = false);
+  // RESOURCE_EXHAUSTED, naming the path and the bytes free, unless the disk holds `bytes` more
+  // beside the writes in flight and (unless `deleting`) the memtables' next flush.
+  absl::Status ReserveRoom(int64_t bytes, bool deleting) const;
 
   std::unique_ptr<rocksdb::Env> env_;  // Set with options.file_system; outlives db_.
   std::unique_ptr<rocksdb::DB> db_;
@@ -154,6 +159,7 @@ class RouteStore {
   std::atomic<int64_t> open_records_{0};
   std::atomic<int64_t> sealed_records_{0};
   std::atomic<int64_t> stored_bytes_{0};
+  std::atomic<int64_t> bytes_in_flight_{0};  // Of writes between ReserveRoom and their end.
 };
 
 }  // namespace tandem::router_replay
