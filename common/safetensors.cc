@@ -20,6 +20,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/errno_status.h"
 
 namespace tandem {
 namespace {
@@ -404,10 +405,6 @@ absl::string_view AsChars(absl::Span<const std::byte> bytes) {
   return absl::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
-absl::Status ErrnoError(absl::string_view operation, const std::string& path) {
-  return absl::ErrnoToStatus(errno, absl::StrCat(operation, " ", path));
-}
-
 // Reads exactly bytes.size() bytes at `offset`; DATA_LOSS if the file ends
 // first (it shrank after we sized it).
 absl::Status ReadAt(int fd, const std::string& path, uint64_t offset, absl::Span<std::byte> bytes) {
@@ -416,7 +413,7 @@ absl::Status ReadAt(int fd, const std::string& path, uint64_t offset, absl::Span
     const ssize_t n =
         pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("read", path);
+    if (n < 0) return ErrnoStatus("read", path);
     if (n == 0) {
       return absl::DataLossError(
           absl::StrCat(path, ": unexpected end of file at byte ", offset + done));
@@ -430,7 +427,7 @@ absl::Status WriteAll(int fd, const std::string& path, absl::string_view data) {
   while (!data.empty()) {
     const ssize_t n = write(fd, data.data(), data.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("write", path);
+    if (n < 0) return ErrnoStatus("write", path);
     data.remove_prefix(static_cast<size_t>(n));
   }
   return absl::OkStatus();
@@ -453,7 +450,7 @@ struct FileHeader {
 
 absl::StatusOr<FileHeader> ReadOpenFileHeader(int fd, const std::string& path) {
   struct stat info;
-  if (fstat(fd, &info) != 0) return ErrnoError("stat", path);
+  if (fstat(fd, &info) != 0) return ErrnoStatus("stat", path);
   const auto file_size = static_cast<uint64_t>(info.st_size);
   const std::string context = absl::StrCat(path, ": ");
   absl::StatusOr<std::string> prefix =
@@ -487,7 +484,7 @@ absl::StatusOr<SafetensorsFile> ReadOpenFile(int fd, const std::string& path) {
 absl::Status WriteOpenFile(int fd, const std::string& path, const std::string& header,
                            const SafetensorsFile& file) {
   // mkostemp creates 0600; checkpoints must stay readable by other services.
-  if (fchmod(fd, 0644) != 0) return ErrnoError("chmod", path);
+  if (fchmod(fd, 0644) != 0) return ErrnoStatus("chmod", path);
   if (absl::Status status = WriteAll(fd, path, header); !status.ok()) {
     return status;
   }
@@ -496,7 +493,7 @@ absl::Status WriteOpenFile(int fd, const std::string& path, const std::string& h
       return status;
     }
   }
-  if (fsync(fd) != 0) return ErrnoError("fsync", path);
+  if (fsync(fd) != 0) return ErrnoStatus("fsync", path);
   return absl::OkStatus();
 }
 
@@ -505,7 +502,7 @@ absl::Status SyncDirectoryOf(const std::string& path) {
   std::string directory = std::filesystem::path(path).parent_path().string();
   if (directory.empty()) directory = ".";
   const int fd = open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open directory", directory);
+  if (fd < 0) return ErrnoStatus("open directory", directory);
   const int result = fsync(fd);
   const int fsync_errno = errno;
   close(fd);
@@ -542,7 +539,7 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes) {
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open", path);
+  if (fd < 0) return ErrnoStatus("open", path);
   absl::StatusOr<SafetensorsFile> file = ReadOpenFile(fd, path);
   close(fd);
   return file;
@@ -551,7 +548,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
 absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(
     const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open", path);
+  if (fd < 0) return ErrnoStatus("open", path);
   absl::StatusOr<FileHeader> read = ReadOpenFileHeader(fd, path);
   close(fd);
   if (!read.ok()) return read.status();
@@ -573,13 +570,13 @@ absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& fi
   if (!header.ok()) return header.status();
   std::string temp_path = absl::StrCat(path, ".tmp.XXXXXX");
   const int fd = mkostemp(temp_path.data(), O_CLOEXEC);
-  if (fd < 0) return ErrnoError("create temporary file", temp_path);
+  if (fd < 0) return ErrnoStatus("create temporary file", temp_path);
   absl::Cleanup remove_temp = [&temp_path] { unlink(temp_path.c_str()); };
   absl::Status status = WriteOpenFile(fd, temp_path, *header, file);
-  if (close(fd) != 0 && status.ok()) status = ErrnoError("close", temp_path);
+  if (close(fd) != 0 && status.ok()) status = ErrnoStatus("close", temp_path);
   if (!status.ok()) return status;
   if (rename(temp_path.c_str(), path.c_str()) != 0) {
-    return ErrnoError(absl::StrCat("rename ", temp_path, " to"), path);
+    return ErrnoStatus(absl::StrCat("rename ", temp_path, " to"), path);
   }
   std::move(remove_temp).Cancel();
   return SyncDirectoryOf(path);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checksummed_message.h"
+#include "common/errno_status.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
 
@@ -18,16 +19,12 @@ namespace {
 
 constexpr absl::string_view kMagic = "TJOB";  // See EncodeChecksummed.
 
-absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
-}
-
 absl::Status SyncPath(const std::string& path, int flags) {
   const int fd = open(path.c_str(), flags);
-  if (fd < 0) return Errno("open", path);
+  if (fd < 0) return ErrnoStatus("open", path);
   const int result = fsync(fd);
   close(fd);
-  return result == 0 ? absl::OkStatus() : Errno("fsync", path);
+  return result == 0 ? absl::OkStatus() : ErrnoStatus("fsync", path);
 }
 
 // Moves a damaged record aside and stands in a FAILED job of its id, so clients see what
@@ -71,7 +68,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir)
     std::stringstream contents;
     if (!in || !(contents << in.rdbuf()) || contents.str().empty()) {
       // Unreadable (permissions, I/O) is not corrupt: nothing is quarantined on a bad day.
-      return Errno("read", path);
+      return ErrnoStatus("read", path);
     }
     absl::StatusOr<v1::Job> job = v1::Job();
     if (absl::Status status = DecodeChecksummed(kMagic, contents.str(), *job); !status.ok()) {
@@ -98,14 +95,14 @@ absl::Status JobStore::Put(const v1::Job& job) {
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) return Errno("create", temporary);
+    if (!out) return ErrnoStatus("create", temporary);
     const std::string file = EncodeChecksummed(kMagic, job);
     if (!out.write(file.data(), static_cast<std::streamsize>(file.size())) || !out.flush()) {
-      return Errno("write", temporary);
+      return ErrnoStatus("write", temporary);
     }
   }
   if (absl::Status status = SyncPath(temporary, O_RDONLY); !status.ok()) return status;
-  if (rename(temporary.c_str(), path.c_str()) != 0) return Errno("rename", temporary);
+  if (rename(temporary.c_str(), path.c_str()) != 0) return ErrnoStatus("rename", temporary);
   return SyncPath(dir_, O_RDONLY | O_DIRECTORY);
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/checksum.h"
 #include "common/checksummed_message.h"
+#include "common/errno_status.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -39,10 +40,6 @@ std::string AdapterDir(const std::string& data_dir, const std::string& adapter) 
 
 std::string ShardFile(int index) { return absl::StrCat("shard-", index, ".bin"); }
 
-absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
 // A file written whole, its writeback started but not waited for: a version's files are all
 // written before any is fsynced, so the disk works on every file at once instead of one
 // write-and-wait after another (2-4x faster for a 59 MiB version on these machines).
@@ -52,16 +49,16 @@ class UnsyncedFile {
   static absl::StatusOr<UnsyncedFile> Write(const std::string& path, absl::string_view bytes) {
     UnsyncedFile file(path,
                       ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
-    if (file.fd_ < 0) return ErrnoError("cannot create", path);
+    if (file.fd_ < 0) return ErrnoStatus("cannot create", path);
     size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::write(file.fd_, bytes.data() + done, bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return ErrnoError("cannot write", path);
+      if (n <= 0) return ErrnoStatus("cannot write", path);
       done += static_cast<size_t>(n);
     }
     if (::ftruncate(file.fd_, static_cast<off_t>(bytes.size())) != 0) {
-      return ErrnoError("cannot truncate", path);
+      return ErrnoStatus("cannot truncate", path);
     }
     // Only a hint: fsync is what makes the bytes durable, so a failure here changes nothing.
     ::sync_file_range(file.fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
@@ -77,7 +74,7 @@ class UnsyncedFile {
 
   // Waits until the file's bytes are on disk.
   absl::Status Sync() const {
-    return ::fsync(fd_) == 0 ? absl::OkStatus() : ErrnoError("cannot fsync", path_);
+    return ::fsync(fd_) == 0 ? absl::OkStatus() : ErrnoStatus("cannot fsync", path_);
   }
 
  private:
@@ -89,10 +86,10 @@ class UnsyncedFile {
 
 absl::Status SyncDirectory(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path);
+  if (fd < 0) return ErrnoStatus("cannot open", path);
   const bool synced = ::fsync(fd) == 0;
   ::close(fd);
-  return synced ? absl::OkStatus() : ErrnoError("cannot fsync", path);
+  return synced ? absl::OkStatus() : ErrnoStatus("cannot fsync", path);
 }
 
 absl::Status ReadInto(const std::string& path, char* out, size_t length) {
