@@ -4,16 +4,24 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+The release's name prefix, at most 38 characters, so that every name made from it fits:
+"<prefix>-router-replay" is a StatefulSet (52 at most: its pods' controller-revision-hash label
+adds 11), "<that>-headless" a Service (63), "<prefix>-dashboard-router-replay" a ConfigMap. A
+longer name is cut and given 5 characters of its hash, so two long releases stay apart.
+*/}}
 {{- define "tandem.fullname" -}}
+{{- $full := "" }}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- $full = .Values.fullnameOverride }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
-{{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
-{{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- $full = ternary .Release.Name (printf "%s-%s" .Release.Name $name) (contains $name .Release.Name) }}
 {{- end }}
+{{- if le (len $full) 38 }}
+{{- $full | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" ($full | trunc 32 | trimSuffix "-") ($full | sha256sum | trunc 5) }}
 {{- end }}
 {{- end }}
 

@@ -58,6 +58,17 @@ function validateValues(chartDir, files) {
   return problems;
 }
 
+// Name limits the API server and controllers impose beyond the schemas: a Service's name is a
+// DNS label (63); a StatefulSet's pods carry controller-revision-hash = name + "-" + 10
+// characters, a label value (63), so the name may have 52; everything else a DNS subdomain.
+const NAME_LIMITS = { Service: 63, StatefulSet: 52 };
+
+function validateName(object) {
+  const name = object.metadata?.name ?? "";
+  const limit = NAME_LIMITS[object.kind] ?? 253;
+  return name.length <= limit ? null : `name has ${name.length} characters; ${object.kind} allows ${limit}`;
+}
+
 function validateManifests(file) {
   const problems = [];
   let count = 0;
@@ -77,6 +88,8 @@ function validateManifests(file) {
     } catch (error) {
       problems.push(`${file}: ${name}: ${error.message}`);
     }
+    const badName = validateName(object);
+    if (badName) problems.push(`${file}: ${name}: ${badName}`);
   }
   if (count === 0) problems.push(`${file}: no objects`);
   return { problems, count };
