@@ -27,11 +27,12 @@ spec:
   replicas: {{ $v.ranks | default 1 }}
   serviceName: {{ $fullname }}-headless
   podManagementPolicy: Parallel
+  updateStrategy:
+    {{- toYaml $v.updateStrategy | nindent 4 }}
   {{- else }}
   replicas: {{ $v.replicas }}
   strategy:
-    type: RollingUpdate
-    rollingUpdate: {maxSurge: 1, maxUnavailable: 0}
+    {{- toYaml $v.updateStrategy | nindent 4 }}
   {{- end }}
   selector:
     matchLabels:
@@ -149,14 +150,13 @@ spec:
             periodSeconds: 20
             timeoutSeconds: 5
             failureThreshold: 3
-          {{- if eq $c.key "rollout" }}
-          # The model loads before the replica serves: liveness waits until it was ready once.
+          # Rollout loads the model, the stores open their data, the trainer its jobs, before
+          # serving: liveness waits until the container was ready once.
           startupProbe:
             {{- include "tandem.probeHandler" (dict "root" $root "port" $c.port "service" "") | trim | nindent 12 }}
             periodSeconds: 5
             timeoutSeconds: 5
             failureThreshold: {{ div $v.startupTimeoutSeconds 5 }}
-          {{- end }}
           resources:
             {{- $resources := deepCopy $v.resources }}
             {{- $requests := $resources.requests | default dict }}
@@ -229,6 +229,13 @@ spec:
       affinity:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+      {{- with $v.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      {{- with $v.topologySpreadConstraints }}
+      topologySpreadConstraints:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
   {{- if $c.stateful }}
   volumeClaimTemplates:
     - metadata:
@@ -280,7 +287,8 @@ spec:
     {{- include "tandem.componentSelector" $names | nindent 4 }}
   ports:
     - {name: grpc, port: {{ $c.port }}, targetPort: grpc, protocol: TCP, appProtocol: grpc}
-{{- if $v.podDisruptionBudget.enabled }}
+{{- /* A budget protects something only where one pod may go while others serve. */}}
+{{- if and $v.podDisruptionBudget.enabled (gt (int (ternary ($v.ranks | default 1) $v.replicas $c.stateful)) 1) }}
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
