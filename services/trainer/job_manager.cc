@@ -443,6 +443,8 @@ std::optional<v1::Job> JobManager::StartNextJob() {
 JobProgress JobManager::ProgressOf(const std::string& job_id) {
   return {.on_attempt_start =
               [this, job_id](int64_t start_step) {
+                ForgetJobMetrics(job_id);  // The earlier attempt's steps are not this one's.
+                RecordAttemptStart(job_id, absl::Now());
                 absl::MutexLock lock(&mutex_);
                 UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_ATTEMPT_STARTED,
                             [start_step](v1::Job& job) { StartAttempt(start_step, job); });
@@ -484,6 +486,7 @@ void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
                           saved);
   }
   spdlog::info("job {} {}", job_id, v1::JobState_Name(jobs_[job_id].state()));
+  ForgetJobMetrics(job_id);
 }
 
 void JobManager::PauseAfterSaveFailure(const std::string& what, const absl::Status& status) {

@@ -10,9 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/metric_family.h"
 #include "services/trainer/job_spec_testing.h"
 #include "services/trainer/job_store.h"
 
@@ -144,6 +146,30 @@ TEST_F(JobManagerTest, AJobRunsToSuccessWithItsProgressRecorded) {
   const v1::Job done = AwaitState(id, v1::JOB_STATE_SUCCEEDED);
   EXPECT_TRUE(done.has_end_time());
   EXPECT_TRUE(done.error_message().empty());
+}
+
+// Every Prometheus series labelled with `job_id`, as a scrape would list them.
+std::vector<std::string> SeriesOf(const std::string& job_id) {
+  std::vector<std::string> series;
+  for (const prometheus::MetricFamily& family : MetricsRegistry().Collect()) {
+    for (const prometheus::ClientMetric& metric : family.metric) {
+      for (const prometheus::ClientMetric::Label& label : metric.label) {
+        if (label.name == "job_id" && label.value == job_id) series.push_back(family.name);
+      }
+    }
+  }
+  return series;
+}
+
+TEST_F(JobManagerTest, AJobsSeriesEndWithIt) {
+  const std::string id = Create("r1");
+  ASSERT_TRUE(runner_.AwaitRunning(id));
+  EXPECT_THAT(SeriesOf(id),
+              ::testing::IsSupersetOf({"tandem_trainer_step", "tandem_trainer_accuracy",
+                                       "tandem_trainer_job_attempt_start_time_seconds"}));
+  runner_.End(absl::OkStatus());
+  AwaitState(id, v1::JOB_STATE_SUCCEEDED);
+  EXPECT_THAT(SeriesOf(id), ::testing::IsEmpty());
 }
 
 TEST_F(JobManagerTest, ARunnerErrorFailsTheJobWithItsMessage) {

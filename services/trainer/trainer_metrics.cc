@@ -1,11 +1,14 @@
 #include "services/trainer/trainer_metrics.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/metrics.h"
 #include "prometheus/gauge.h"
 
@@ -31,7 +34,57 @@ prometheus::Family<prometheus::Gauge>& StepFamily(const FieldDescriptor& field) 
   return *family;
 }
 
+prometheus::Family<prometheus::Gauge>& RankSamples() {
+  static auto& family = prometheus::BuildGauge()
+                            .Name("tandem_trainer_rank_samples")
+                            .Help("Samples each data-parallel rank trained in the latest step.")
+                            .Register(MetricsRegistry());
+  return family;
+}
+
+prometheus::Family<prometheus::Gauge>& RankTokens() {
+  static auto& family =
+      prometheus::BuildGauge()
+          .Name("tandem_trainer_rank_response_tokens")
+          .Help("Response tokens each data-parallel rank trained in the latest step.")
+          .Register(MetricsRegistry());
+  return family;
+}
+
+prometheus::Family<prometheus::Gauge>& AttemptStart() {
+  static auto& family = prometheus::BuildGauge()
+                            .Name("tandem_trainer_job_attempt_start_time_seconds")
+                            .Help("When the running attempt of a job started (Unix seconds).")
+                            .Register(MetricsRegistry());
+  return family;
+}
+
+// The rank labels each job's series carry, so that they can be removed when it ends.
+struct JobRanks {
+  absl::Mutex mutex;
+  absl::flat_hash_map<std::string, int> ranks ABSL_GUARDED_BY(mutex);
+};
+
+JobRanks& RanksOfJobs() {
+  static auto* ranks = new JobRanks();
+  return *ranks;
+}
+
+std::map<std::string, std::string> RankLabels(const std::string& job_id, int rank) {
+  return {{"job_id", job_id}, {"rank", absl::StrCat(rank)}};
+}
+
+template <typename Metric>
+void RemoveSeries(prometheus::Family<Metric>& family,
+                  const std::map<std::string, std::string>& labels) {
+  if (family.Has(labels)) family.Remove(&family.Add(labels));
+}
+
 }  // namespace
+
+void RecordAttemptStart(const std::string& job_id, absl::Time start) {
+  AttemptStart().Add({{"job_id", job_id}}).Set(absl::ToDoubleSeconds(start - absl::UnixEpoch()));
+}
 
 void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics) {
   const auto* descriptor = v1::StepMetrics::descriptor();
@@ -44,21 +97,38 @@ void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics
                              : static_cast<double>(reflection->GetInt64(metrics, &field));
     StepFamily(field).Add({{"job_id", job_id}}).Set(value);
   }
-  static auto& rank_samples =
-      prometheus::BuildGauge()
-          .Name("tandem_trainer_rank_samples")
-          .Help("Samples each data-parallel rank trained in the latest step.")
-          .Register(MetricsRegistry());
-  static auto& rank_tokens =
-      prometheus::BuildGauge()
-          .Name("tandem_trainer_rank_response_tokens")
-          .Help("Response tokens each data-parallel rank trained in the latest step.")
-          .Register(MetricsRegistry());
   for (const v1::RankShare& share : metrics.ranks()) {
-    const std::map<std::string, std::string> labels = {{"job_id", job_id},
-                                                       {"rank", absl::StrCat(share.rank())}};
-    rank_samples.Add(labels).Set(static_cast<double>(share.samples()));
-    rank_tokens.Add(labels).Set(static_cast<double>(share.response_tokens()));
+    RankSamples().Add(RankLabels(job_id, share.rank())).Set(static_cast<double>(share.samples()));
+    RankTokens()
+        .Add(RankLabels(job_id, share.rank()))
+        .Set(static_cast<double>(share.response_tokens()));
+  }
+  JobRanks& ranks = RanksOfJobs();
+  absl::MutexLock lock(&ranks.mutex);
+  int& most = ranks.ranks[job_id];
+  most = std::max(most, metrics.ranks_size());
+}
+
+void ForgetJobMetrics(const std::string& job_id) {
+  const std::map<std::string, std::string> labels = {{"job_id", job_id}};
+  const auto* descriptor = v1::StepMetrics::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    if (!descriptor->field(i)->is_repeated())
+      RemoveSeries(StepFamily(*descriptor->field(i)), labels);
+  }
+  RemoveSeries(AttemptStart(), labels);
+  int ranks = 0;
+  {
+    JobRanks& jobs = RanksOfJobs();
+    absl::MutexLock lock(&jobs.mutex);
+    if (auto found = jobs.ranks.find(job_id); found != jobs.ranks.end()) {
+      ranks = found->second;
+      jobs.ranks.erase(found);
+    }
+  }
+  for (int rank = 0; rank < ranks; ++rank) {
+    RemoveSeries(RankSamples(), RankLabels(job_id, rank));
+    RemoveSeries(RankTokens(), RankLabels(job_id, rank));
   }
 }
 
