@@ -440,10 +440,14 @@ std::optional<v1::Job> JobManager::StartNextJob() {
   }
 }
 
+// How long an ended job's step series stay, so that scrapes (every 15-60 s) see its last step.
+constexpr absl::Duration kEndedJobSeriesGrace = absl::Minutes(2);
+
 JobProgress JobManager::ProgressOf(const std::string& job_id) {
   return {.on_attempt_start =
               [this, job_id](int64_t start_step) {
-                ForgetJobMetrics(job_id);  // The earlier attempt's steps are not this one's.
+                // The earlier attempt's steps are not this one's.
+                ForgetJobMetrics(job_id, absl::Now(), absl::ZeroDuration());
                 RecordAttemptStart(job_id, absl::Now());
                 absl::MutexLock lock(&mutex_);
                 UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_ATTEMPT_STARTED,
@@ -486,7 +490,7 @@ void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
                           saved);
   }
   spdlog::info("job {} {}", job_id, v1::JobState_Name(jobs_[job_id].state()));
-  ForgetJobMetrics(job_id);
+  ForgetJobMetrics(job_id, absl::Now(), kEndedJobSeriesGrace);
 }
 
 void JobManager::PauseAfterSaveFailure(const std::string& what, const absl::Status& status) {

@@ -17,6 +17,7 @@
 #include "prometheus/metric_family.h"
 #include "services/trainer/job_spec_testing.h"
 #include "services/trainer/job_store.h"
+#include "services/trainer/trainer_metrics.h"
 
 namespace tandem::trainer {
 namespace {
@@ -169,6 +170,11 @@ TEST_F(JobManagerTest, AJobsSeriesEndWithIt) {
                                        "tandem_trainer_job_attempt_start_time_seconds"}));
   runner_.End(absl::OkStatus());
   AwaitState(id, v1::JOB_STATE_SUCCEEDED);
+  // The attempt's start goes at once; the steps once scrapes had time to see the last one.
+  EXPECT_THAT(SeriesOf(id),
+              ::testing::Not(::testing::Contains("tandem_trainer_job_attempt_start_time_seconds")));
+  EXPECT_THAT(SeriesOf(id), ::testing::Contains("tandem_trainer_step"));
+  RemoveRetiredJobSeries(absl::Now() + absl::Minutes(3));
   EXPECT_THAT(SeriesOf(id), ::testing::IsEmpty());
 }
 

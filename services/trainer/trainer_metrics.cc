@@ -59,10 +59,12 @@ prometheus::Family<prometheus::Gauge>& AttemptStart() {
   return family;
 }
 
-// The rank labels each job's series carry, so that they can be removed when it ends.
+// The rank labels each job's series carry, so that they can be removed when it ends, and the
+// ended jobs whose series go at a time.
 struct JobRanks {
   absl::Mutex mutex;
   absl::flat_hash_map<std::string, int> ranks ABSL_GUARDED_BY(mutex);
+  std::vector<std::pair<absl::Time, std::string>> retiring ABSL_GUARDED_BY(mutex);
 };
 
 JobRanks& RanksOfJobs() {
@@ -87,6 +89,7 @@ void RecordAttemptStart(const std::string& job_id, absl::Time start) {
 }
 
 void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics) {
+  RemoveRetiredJobSeries(absl::Now());
   const auto* descriptor = v1::StepMetrics::descriptor();
   const auto* reflection = v1::StepMetrics::GetReflection();
   for (int i = 0; i < descriptor->field_count(); ++i) {
@@ -109,7 +112,7 @@ void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics
   most = std::max(most, metrics.ranks_size());
 }
 
-void ForgetJobMetrics(const std::string& job_id) {
+void RemoveJobSeries(const std::string& job_id) {
   const std::map<std::string, std::string> labels = {{"job_id", job_id}};
   const auto* descriptor = v1::StepMetrics::descriptor();
   for (int i = 0; i < descriptor->field_count(); ++i) {
@@ -142,6 +145,37 @@ void RecordJobCounts(const std::vector<v1::Job>& jobs) {
   for (int state = v1::JOB_STATE_QUEUED; state <= v1::JOB_STATE_CANCELLED; ++state) {
     family.Add({{"state", v1::JobState_Name(static_cast<v1::JobState>(state))}}).Set(counts[state]);
   }
+}
+
+void ForgetJobMetrics(const std::string& job_id, absl::Time now, absl::Duration grace) {
+  // Gone at once: the attempt's start, on which "no step lately" alerts hang.
+  RemoveSeries(AttemptStart(), {{"job_id", job_id}});
+  if (grace <= absl::ZeroDuration()) {
+    RemoveJobSeries(job_id);
+  } else {
+    JobRanks& jobs = RanksOfJobs();
+    absl::MutexLock lock(&jobs.mutex);
+    jobs.retiring.emplace_back(now + grace, job_id);
+  }
+  RemoveRetiredJobSeries(now);
+}
+
+void RemoveRetiredJobSeries(absl::Time now) {
+  std::vector<std::string> due;
+  {
+    JobRanks& jobs = RanksOfJobs();
+    absl::MutexLock lock(&jobs.mutex);
+    auto& retiring = jobs.retiring;
+    for (auto it = retiring.begin(); it != retiring.end();) {
+      if (it->first > now) {
+        ++it;
+        continue;
+      }
+      due.push_back(std::move(it->second));
+      it = retiring.erase(it);
+    }
+  }
+  for (const std::string& job_id : due) RemoveJobSeries(job_id);
 }
 
 }  // namespace tandem::trainer

@@ -17,9 +17,14 @@ void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics
 // tandem_trainer_job_attempt_start_time_seconds{job_id}: when the job's running attempt started.
 void RecordAttemptStart(const std::string& job_id, absl::Time start);
 
-// Removes every series of `job_id` (its step gauges, its ranks', its attempt start): a job that
-// ended leaves no series behind (alerts on them resolve, and job ids do not pile up).
-void ForgetJobMetrics(const std::string& job_id);
+// A job ended or resumes: its attempt's start goes at once (so that no alert thinks it still
+// runs); its step and rank series at `now + grace`, once scrapes have seen its last step (zero
+// grace: at once). Job ids do not pile up, and per-job alerts resolve.
+void ForgetJobMetrics(const std::string& job_id, absl::Time now, absl::Duration grace);
+// Removes the series of ended jobs whose grace is over by `now` (every other call does too).
+void RemoveRetiredJobSeries(absl::Time now);
+// Removes every series of `job_id` now.
+void RemoveJobSeries(const std::string& job_id);
 
 // tandem_trainer_jobs{state} for the current counts.
 void RecordJobCounts(const std::vector<v1::Job>& jobs);
