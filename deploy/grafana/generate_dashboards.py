@@ -87,8 +87,41 @@ PANEL_HEIGHT = 8
 GRID_WIDTH = 24
 
 
+# A string, a label matcher block, or a name: what scoped() walks through.
+_TOKENS = re.compile(r'"(?:\\.|[^"\\])*"|\{[^}]*\}|[a-zA-Z_:][a-zA-Z0-9_:]*')
+NAMESPACE_MATCHER = 'namespace=~"$namespace"'
+
+
+def scoped(expr):
+    """`expr` with every metric it selects limited to the dashboard's namespace variable, so that
+    releases in other namespaces never mix in."""
+    tokens = list(_TOKENS.finditer(expr))
+    out, position, skip = [], 0, False
+    for index, token in enumerate(tokens):
+        if skip:
+            skip = False
+            continue
+        out.append(expr[position:token.start()])
+        position = token.end()
+        text = token.group()
+        if text.startswith(("{", '"')) or text not in metrics_in(text):
+            out.append(text)
+            continue
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        if following and following.start() == token.end() and following.group().startswith("{"):
+            inner = following.group()[1:-1].strip()
+            out.append(f"{text}{{{NAMESPACE_MATCHER}, {inner}}}" if inner else
+                       f"{text}{{{NAMESPACE_MATCHER}}}")
+            position = following.end()
+            skip = True
+        else:
+            out.append(f"{text}{{{NAMESPACE_MATCHER}}}")
+    out.append(expr[position:])
+    return "".join(out)
+
+
 def target(expr, legend):
-    return {"expr": expr, "legendFormat": legend}
+    return {"expr": scoped(expr), "legendFormat": legend}
 
 
 def timeseries(title, description, unit, *targets, stacked=False):
@@ -137,16 +170,23 @@ def rate(counter, by=(), selector=""):
 
 # ---------------------------------------------------------------- Dashboards.
 
+# up of every target that exported tandem_build_info in the last hour, with its service label.
+UP_BY_SERVICE = ("up * on(instance) group_left(service) "
+                 "max by (instance, service) (last_over_time(tandem_build_info[1h]))")
+
+
 def overview():
     up_mappings = [{"type": "value", "options": {"0": {"text": "DOWN", "color": "red"},
                                                  "1": {"text": "UP", "color": "green"}}}]
     handled = "tandem_rpc_server_handled_total"
     failed = rate(handled, ["service", "method", "code"], '{code!="OK"}')
     return "overview", "Tandem / Overview", [
-        stat("Services up", "Scrape health of each service (job tandem-<service>).", "none",
-             target('min by (job) (up{job=~"tandem-.+"})', "{{job}}"), mappings=up_mappings),
+        stat("Services up", "Scrape health of each service: its targets' up, named by their "
+             "tandem_build_info (however the scrape jobs are called).", "none",
+             target(f"min by (service) ({UP_BY_SERVICE})", "{{service}}"),
+             mappings=up_mappings),
         stat("Replicas answering", "Instances answering scrapes, per service.", "none",
-             target('sum by (job) (up{job=~"tandem-.+"})', "{{job}}")),
+             target(f"sum by (service) ({UP_BY_SERVICE})", "{{service}}")),
         stat("Versions running", "Tandem version of each service's processes.", "none",
              target("count by (service, version) (tandem_build_info)", "{{service}} {{version}}")),
         timeseries("RPC rate", "Finished calls per second, per method.", "reqps",
@@ -310,9 +350,17 @@ def router_replay():
 DASHBOARDS = [overview, rl_jobs, rollout, refit, router_replay]
 
 
+def namespace_variable():
+    """The release's namespace: every query is limited to it (scoped)."""
+    return {"name": "namespace", "label": "Namespace", "type": "query", "datasource": DATASOURCE,
+            "query": {"query": "label_values(tandem_build_info, namespace)",
+                      "refId": "namespace"},
+            "refresh": 2, "includeAll": False, "multi": False}
+
+
 def job_variable():
     return {"name": "job_id", "label": "Job", "type": "query", "datasource": DATASOURCE,
-            "query": {"query": "label_values(tandem_trainer_step, job_id)",
+            "query": {"query": 'label_values(tandem_trainer_step{namespace=~"$namespace"}, job_id)',
                       "refId": "job_id"},
             "refresh": 2, "includeAll": True, "multi": True, "allValue": ".+",
             "current": {"text": "All", "value": "$__all"}}
@@ -331,7 +379,7 @@ def dashboard(uid_suffix, title, panels, variables):
         "version": 1,
         "refresh": "30s",
         "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": [datasource_variable] + variables},
+        "templating": {"list": [datasource_variable, namespace_variable()] + variables},
         "links": [{"type": "dashboards", "tags": ["tandem"], "asDropdown": True,
                    "title": "Tandem"}],
         "panels": laid_out(panels),

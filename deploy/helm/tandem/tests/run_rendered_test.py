@@ -42,7 +42,7 @@ NAMESPACE = "default"
 JOB_TIMEOUT_SECONDS = 300
 # What Grafana substitutes for the dashboards' variables: every job, and a rate window that
 # holds many samples at the test's 1 s scrape interval.
-DASHBOARD_VARIABLES = {"$__rate_interval": "30s", "$job_id": ".+"}
+DASHBOARD_VARIABLES = {"$__rate_interval": "30s", "$job_id": ".+", "$namespace": NAMESPACE}
 
 SHORT_JOB = {
     "display_name": "chart-on-loopback",
@@ -160,7 +160,9 @@ def dashboard_queries(chart):
         for variable in dashboard["templating"]["list"]:
             if variable["type"] == "query":
                 series = variable["query"]["query"]  # label_values(METRIC, LABEL)
-                yield path.name, f"variable {variable['name']}", series.split("(")[1].split(",")[0]
+                for name, value in DASHBOARD_VARIABLES.items():
+                    series = series.replace(name, value)
+                yield path.name, f"variable {variable['name']}", series[len("label_values("):series.rindex(",")]
         for panel in dashboard["panels"]:
             for target in panel["targets"]:
                 expr = target["expr"]
