@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "common/unary.h"
 #include "prometheus/histogram.h"
+#include "services/router_replay/balance_query.h"
 #include "services/router_replay/route_queries.h"
 #include "services/router_replay/router_replay_metrics.h"
 
@@ -270,6 +271,12 @@ grpc::ServerUnaryReactor* RouterReplayServiceImpl::PlanPlacement(
     grpc::CallbackServerContext* context, const v1::PlanPlacementRequest* request,
     v1::PlanPlacementResponse* response) {
   return FinishUnary(context, PlanExpertPlacement(*store_, *request), response);
+}
+
+grpc::ServerUnaryReactor* RouterReplayServiceImpl::PlanBalance(
+    grpc::CallbackServerContext* context, const v1::PlanBalanceRequest* request,
+    v1::PlanBalanceResponse* response) {
+  return FinishUnary(context, PlanStepBalance(*request), response);
 }
 
 grpc::ServerUnaryReactor* RouterReplayServiceImpl::DeleteRecords(

@@ -48,6 +48,9 @@ class RouterReplayServiceImpl final : public v1::RouterReplayService::CallbackSe
   grpc::ServerUnaryReactor* PlanPlacement(grpc::CallbackServerContext* context,
                                           const v1::PlanPlacementRequest* request,
                                           v1::PlanPlacementResponse* response) override;
+  grpc::ServerUnaryReactor* PlanBalance(grpc::CallbackServerContext* context,
+                                        const v1::PlanBalanceRequest* request,
+                                        v1::PlanBalanceResponse* response) override;
   grpc::ServerUnaryReactor* DeleteRecords(grpc::CallbackServerContext* context,
                                           const v1::DeleteRecordsRequest* request,
                                           v1::DeleteRecordsResponse* response) override;

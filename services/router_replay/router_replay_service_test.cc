@@ -662,6 +662,60 @@ TEST_F(RouterReplayServiceTest, PlacementReproducesTheEplbReferenceAndPlansFromR
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST_F(RouterReplayServiceTest, PlanBalanceEvensAStepAndRefusesBadFieldsByName) {
+  // Two micro-batches of 8 experts on 4 ranks (2 nodes): expert 0 hot in the first, 5 in the
+  // second.
+  v1::PlanBalanceRequest request;
+  request.set_micro_batches(2);
+  request.set_num_experts(8);
+  for (int64_t t : {900, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 900, 20, 20}) {
+    request.add_tokens(t);
+  }
+  request.set_ranks(4);
+  request.set_ranks_per_node(2);
+  for (int e = 0; e < 8; ++e) request.add_current_home(e / 2);
+  v1::PlanBalanceResponse response;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->PlanBalance(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  ASSERT_EQ(response.home_size(), 8);
+  ASSERT_EQ(response.micro_batches_size(), 2);
+  for (const v1::PlanBalanceResponse::MicroBatch& batch : response.micro_batches()) {
+    EXPECT_LT(batch.imbalance_after(), batch.imbalance_before());
+    EXPECT_FALSE(batch.copies().empty()) << "the hot expert is split";
+    int64_t tokens = 0;
+    for (const int64_t t : batch.rank_tokens()) tokens += t;
+    EXPECT_EQ(tokens, 1040);
+  }
+
+  const auto refused = [&](const std::function<void(v1::PlanBalanceRequest&)>& edit,
+                           const std::string& field) {
+    v1::PlanBalanceRequest bad = request;
+    edit(bad);
+    grpc::ClientContext context;
+    v1::PlanBalanceResponse ignored;
+    const grpc::Status status = stub_->PlanBalance(&context, bad, &ignored);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_THAT(status.error_message(), HasSubstr(field));
+  };
+  refused([](v1::PlanBalanceRequest& r) { r.add_tokens(1); }, "tokens");
+  refused([](v1::PlanBalanceRequest& r) { r.set_tokens(3, -1); }, "each >= 0");
+  refused(
+      [](v1::PlanBalanceRequest& r) {
+        r.set_ranks(3);
+        r.set_ranks_per_node(1);
+      },
+      "cannot be spread evenly");
+  refused([](v1::PlanBalanceRequest& r) { r.set_ranks_per_node(3); }, "ranks_per_node");
+  refused([](v1::PlanBalanceRequest& r) { r.set_current_home(0, 1); }, "current placement");
+  refused([](v1::PlanBalanceRequest& r) { r.set_replica_slots_per_rank(-1); },
+          "replica_slots_per_rank");
+  refused([](v1::PlanBalanceRequest& r) { r.set_move_cost_tokens(-1); }, "move_cost_tokens");
+  refused([](v1::PlanBalanceRequest& r) { r.set_micro_batches(1 << 20); }, "at most");
+}
+
 TEST_F(RouterReplayServiceTest, DeleteRecordsByVersionRangeAndMetricsReflectTheWork) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 8, 12);
   for (int version = 1; version <= 4; ++version) Store(Key("s", version), rows);

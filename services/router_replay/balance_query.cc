@@ -1,0 +1,78 @@
+#include "services/router_replay/balance_query.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "services/router_replay/eplb.h"
+#include "services/router_replay/expert_balance.h"
+
+namespace tandem::router_replay {
+namespace {
+
+absl::Status Invalid(auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); }
+
+// The checks PlanBalance leaves to its callers: sizes that bound the work, and the fields'
+// own ranges (PlanBalance checks how they fit together).
+absl::Status CheckRequest(const v1::PlanBalanceRequest& request) {
+  if (request.micro_batches() < 1) return Invalid("micro_batches must be >= 1");
+  if (request.num_experts() < 1) return Invalid("num_experts must be >= 1");
+  const int64_t entries = int64_t{request.micro_batches()} * request.num_experts();
+  if (entries > kMaxPlanEntries) {
+    return Invalid("micro_batches * num_experts is ", entries, "; at most ", kMaxPlanEntries);
+  }
+  if (request.tokens_size() != entries) {
+    return Invalid("tokens has ", request.tokens_size(),
+                   " entries; micro_batches * num_experts = ", entries);
+  }
+  if (request.ranks() < 1 || request.ranks_per_node() < 1) {
+    return Invalid("ranks and ranks_per_node must be >= 1");
+  }
+  if (request.has_replica_slots_per_rank() &&
+      (request.replica_slots_per_rank() < 0 ||
+       request.replica_slots_per_rank() > request.num_experts())) {
+    return Invalid("replica_slots_per_rank is ", request.replica_slots_per_rank(), "; 0..",
+                   request.num_experts());
+  }
+  if (!std::isfinite(request.move_cost_tokens()) || request.move_cost_tokens() < 0) {
+    return Invalid("move_cost_tokens must be finite and >= 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::PlanBalanceResponse> PlanStepBalance(const v1::PlanBalanceRequest& request) {
+  if (absl::Status status = CheckRequest(request); !status.ok()) return status;
+  const StepLoad load{.micro_batches = request.micro_batches(),
+                      .experts = request.num_experts(),
+                      .tokens = {request.tokens().begin(), request.tokens().end()}};
+  const EpTopology topology{.ranks = request.ranks(),
+                            .ranks_per_node = request.ranks_per_node(),
+                            .replica_slots_per_rank = request.has_replica_slots_per_rank()
+                                                          ? request.replica_slots_per_rank()
+                                                          : 2};
+  const std::vector<int> current(request.current_home().begin(), request.current_home().end());
+  absl::StatusOr<BalancePlan> plan =
+      PlanBalance(load, topology, current, {.move_cost_tokens = request.move_cost_tokens()});
+  if (!plan.ok()) return plan.status();
+  v1::PlanBalanceResponse response;
+  response.mutable_home()->Add(plan->home.begin(), plan->home.end());
+  response.set_experts_moved(plan->experts_moved);
+  for (int m = 0; m < load.micro_batches; ++m) {
+    const MicroBatchPlan& planned = plan->micro_batches[m];
+    v1::PlanBalanceResponse::MicroBatch& batch = *response.add_micro_batches();
+    for (const ExpertCopy& copy : planned.copies) {
+      v1::PlanBalanceResponse::ExpertCopy& out = *batch.add_copies();
+      out.set_expert(copy.expert);
+      out.set_rank(copy.rank);
+      out.set_tokens(copy.tokens);
+    }
+    batch.mutable_rank_tokens()->Add(planned.rank_tokens.begin(), planned.rank_tokens.end());
+    batch.set_imbalance_before(MaxOverMean(HomeRankTokens(load, m, current, topology.ranks)));
+    batch.set_imbalance_after(MaxOverMean(planned.rank_tokens));
+  }
+  return response;
+}
+
+}  // namespace tandem::router_replay
