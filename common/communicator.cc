@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -29,6 +30,15 @@ absl::Status ValidateAllToAllVCounts(absl::Span<const int64_t> send_counts,
     return status;
   }
   return CheckCounts("receive_counts", receive_counts, size);
+}
+
+absl::Status MarkBrokenGroup(absl::Status status) {
+  status.SetPayload(kBrokenGroupPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsBrokenGroup(const absl::Status& status) {
+  return status.GetPayload(kBrokenGroupPayload).has_value();
 }
 
 absl::StatusOr<std::vector<float>> GatherFromRanks(Communicator& ranks,

@@ -46,6 +46,14 @@ class Communicator {
                                  float* receive, absl::Span<const int64_t> receive_counts) = 0;
 };
 
+// The payload a communicator puts on the status of a collective that failed because its group
+// broke (a peer died, stalled or could not be reached): the group is unusable, and forming a new
+// one may succeed.
+inline constexpr char kBrokenGroupPayload[] = "type.tandem.dev/tandem.BrokenGroup";
+// `status` with kBrokenGroupPayload set.
+absl::Status MarkBrokenGroup(absl::Status status);
+bool IsBrokenGroup(const absl::Status& status);
+
 // AllToAllV's argument rule, for every implementation: `size` counts in each span, none
 // negative; INVALID_ARGUMENT naming the span and rank otherwise.
 absl::Status ValidateAllToAllVCounts(absl::Span<const int64_t> send_counts,

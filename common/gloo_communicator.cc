@@ -50,9 +50,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     context->setTimeout(ToChrono(options.timeout));
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(std::move(context), rank, size));
   } catch (const std::exception& error) {
-    return absl::UnavailableError(absl::StrCat("Gloo group: rank ", rank, " of ", size,
-                                               " cannot join on ", options.hostname, ": ",
-                                               error.what()));
+    return MarkBrokenGroup(absl::UnavailableError(
+        absl::StrCat("Gloo group: rank ", rank, " of ", size, " cannot join on ", options.hostname,
+                     ": ", error.what())));
   }
 }
 
@@ -64,16 +64,16 @@ GlooCommunicator::~GlooCommunicator() = default;
 template <typename Operation>
 absl::Status GlooCommunicator::Collective(const char* name, Operation&& operation) {
   if (!broken_.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name, ": the group broke earlier (", broken_.message(), ")"));
+    return MarkBrokenGroup(absl::FailedPreconditionError(
+        absl::StrCat(name, ": the group broke earlier (", broken_.message(), ")")));
   }
   try {
     operation(next_tag_++);
     return absl::OkStatus();
   } catch (const std::exception& error) {
     // Gloo reports a dead peer, a closed connection and a timeout alike, as IoException.
-    broken_ = absl::UnavailableError(
-        absl::StrCat(name, " on rank ", rank_, " of ", size_, ": ", error.what()));
+    broken_ = MarkBrokenGroup(absl::UnavailableError(
+        absl::StrCat(name, " on rank ", rank_, " of ", size_, ": ", error.what())));
     return broken_;
   }
 }

@@ -37,6 +37,7 @@ struct GlooOptions {
 //
 // After a collective fails (a peer died, or the timeout passed) the group is broken: Gloo's
 // pairs are closed, and every later call returns FAILED_PRECONDITION naming the first failure.
+// Both, and a group that cannot be formed, carry kBrokenGroupPayload (IsBrokenGroup).
 // A job then fails or retries its step with a new communicator.
 class GlooCommunicator : public Communicator {
  public:

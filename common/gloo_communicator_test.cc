@@ -146,8 +146,12 @@ TEST(GlooCommunicatorTest, AStuckPeerFailsTheCollectiveWithinTheTimeout) {
     failed.Notify();
     EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
     EXPECT_THAT(status.message(), HasSubstr("AllReduceSum on rank 0 of 2"));
+    EXPECT_TRUE(IsBrokenGroup(status));
     const absl::Status later = communicator.Barrier();
     EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition) << later;
+    EXPECT_TRUE(IsBrokenGroup(later));
+    EXPECT_FALSE(IsBrokenGroup(communicator.AllReduceSumAwaiting(nullptr, 1, absl::ZeroDuration())))
+        << "a bad argument is no broken group";
     EXPECT_THAT(later.message(), HasSubstr("the group broke earlier"));
   });
 }

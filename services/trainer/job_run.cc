@@ -211,10 +211,13 @@ class JobRun {
  public:
   // Rank 0 of the job (of one rank, or leading several) when `assignment` is null; else the
   // rank it names, joining rank 0's group through `store`.
+  // rank it names, joining rank 0's group through `store`. `retry` numbers rank 0's runs of one
+  // attempt after groups that broke (each forms a group of its own).
   JobRun(const v1::Job& job, const JobEnvironment& environment,
          const v1::GetAssignmentResponse* assignment = nullptr,
-         gloo::rendezvous::Store* store = nullptr)
+         gloo::rendezvous::Store* store = nullptr, int retry = 0)
       : job_(job),
+        retry_(retry),
         spec_(job.spec()),
         environment_(environment),
         assignment_(assignment),
@@ -290,6 +293,7 @@ class JobRun {
                                                    int64_t* missing_entries, int64_t* entries);
 
   const v1::Job job_;
+  const int retry_;
   const v1::JobSpec& spec_;
   const JobEnvironment environment_;
   const v1::GetAssignmentResponse* const assignment_;  // Null on rank 0.
@@ -557,7 +561,7 @@ absl::Status JobRun::FormGroupAsLead(int64_t first_version, const JobProgress& p
   }
   v1::GetAssignmentResponse assignment;
   *assignment.mutable_job() = job_;
-  assignment.set_group(absl::StrCat(job_.id(), "/a", job_.attempt()));
+  assignment.set_group(absl::StrCat(job_.id(), "/a", job_.attempt(), "r", retry_));
   assignment.set_start_step(start_step_);
   assignment.set_first_version(first_version);
   if (absl::Status status = roster->Post(assignment, dp_size_); !status.ok()) return status;
@@ -1081,9 +1085,29 @@ GrpcServiceDialer::RouterReplay(const std::string& address) {
 
 absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
                     const JobProgress& progress, const std::atomic<bool>& cancelled) {
-  JobRun run(job, environment);
-  if (absl::Status status = run.Init(); !status.ok()) return status;
-  return run.Run(progress, cancelled);
+  for (int retry = 0;; ++retry) {
+    absl::Status status;
+    {
+      JobRun run(job, environment, /*assignment=*/nullptr, /*store=*/nullptr, retry);
+      status = run.Init();
+      if (status.ok()) status = run.Run(progress, cancelled);
+    }  // The run's group is withdrawn before the next one is posted.
+    if (status.ok() || !IsBrokenGroup(status) || retry >= environment.rank_failure_retries ||
+        cancelled) {
+      return status;
+    }
+    // A rank died or stalled: the job goes on from its last checkpoint in a new group, once
+    // every rank has joined again (a restarted pod, or the same ranks after a stall).
+    spdlog::warn(
+        "job {}: a trainer rank failed ({}); going on from the last checkpoint (retry {} "
+        "of {})",
+        job.id(), status.ToString(), retry + 1, environment.rank_failure_retries);
+    if (progress.on_status) {
+      progress.on_status(absl::StrCat("a trainer rank failed (", status.message(),
+                                      "); going on from the last checkpoint"));
+    }
+    absl::SleepFor(environment.rank_retry_delay);
+  }
 }
 
 absl::Status RunJobRank(const v1::GetAssignmentResponse& assignment, gloo::rendezvous::Store& store,

@@ -93,6 +93,11 @@ struct JobEnvironment {
   // still be generating or riding out a store outage (collectives within a phase are bounded by
   // gloo.timeout).
   absl::Duration phase_timeout = absl::Minutes(15);
+  // A multi-rank job whose group broke (a rank died or stalled) goes on from its last checkpoint
+  // as a new attempt in a new group, this many times, after rank_retry_delay (time for the
+  // surviving ranks to leave the old group); then it fails.
+  int rank_failure_retries = 3;
+  absl::Duration rank_retry_delay = absl::Seconds(2);
 };
 
 // Called from the run's thread.

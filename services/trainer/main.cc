@@ -53,6 +53,9 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
 ABSL_FLAG(absl::Duration, rank_join_timeout, absl::Minutes(2),
           "How long a multi-rank job waits for its ranks to join (and load the model) before it "
           "fails naming them.");
+ABSL_FLAG(int, rank_failure_retries, 3,
+          "How often a multi-rank job whose rank died or stalled goes on from its last "
+          "checkpoint (a new attempt, once all its ranks have joined again) before it fails.");
 ABSL_FLAG(absl::Duration, rank_phase_timeout, absl::Minutes(15),
           "How long a multi-rank job's ranks wait for each other between a step's phases, where "
           "one may still be generating or riding out a store outage, before the step fails.");
@@ -98,6 +101,9 @@ absl::Status CheckRankFlags() {
   if (ranks < 1 || rank < 0 || rank >= ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rank=", rank, " --ranks=", ranks, ": need 0 <= rank < ranks"));
+  }
+  if (absl::GetFlag(FLAGS_rank_failure_retries) < 0) {
+    return absl::InvalidArgumentError("--rank_failure_retries must be >= 0");
   }
   if (rank > 0 && absl::GetFlag(FLAGS_rank0).empty()) {
     return absl::InvalidArgumentError("--rank0 (rank 0's address) is required for --rank > 0");
@@ -175,7 +181,8 @@ int main(int argc, char** argv) {
                       .timeout = absl::GetFlag(FLAGS_collective_timeout),
                       .join_timeout = absl::GetFlag(FLAGS_rank_join_timeout)},
              .rank_join_timeout = absl::GetFlag(FLAGS_rank_join_timeout),
-             .phase_timeout = absl::GetFlag(FLAGS_rank_phase_timeout)};
+             .phase_timeout = absl::GetFlag(FLAGS_rank_phase_timeout),
+             .rank_failure_retries = absl::GetFlag(FLAGS_rank_failure_retries)};
          if (const int rank = absl::GetFlag(FLAGS_rank); rank > 0) {
            return JoinRankZero(rank, environment);
          }
