@@ -59,17 +59,17 @@ prometheus::Family<prometheus::Gauge>& AttemptStart() {
   return family;
 }
 
-// The rank labels each job's series carry, so that they can be removed when it ends, and the
-// ended jobs whose series go at a time.
-struct JobRanks {
+// What the removal of jobs' series needs: the ranks each job's series are labelled with, and the
+// ended jobs whose series go at a later time.
+struct JobSeries {
   absl::Mutex mutex;
   absl::flat_hash_map<std::string, int> ranks ABSL_GUARDED_BY(mutex);
   std::vector<std::pair<absl::Time, std::string>> retiring ABSL_GUARDED_BY(mutex);
 };
 
-JobRanks& RanksOfJobs() {
-  static auto* ranks = new JobRanks();
-  return *ranks;
+JobSeries& TrackedJobs() {
+  static auto* jobs = new JobSeries();
+  return *jobs;
 }
 
 std::map<std::string, std::string> RankLabels(const std::string& job_id, int rank) {
@@ -106,9 +106,9 @@ void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics
         .Add(RankLabels(job_id, share.rank()))
         .Set(static_cast<double>(share.response_tokens()));
   }
-  JobRanks& ranks = RanksOfJobs();
-  absl::MutexLock lock(&ranks.mutex);
-  int& most = ranks.ranks[job_id];
+  JobSeries& jobs = TrackedJobs();
+  absl::MutexLock lock(&jobs.mutex);
+  int& most = jobs.ranks[job_id];
   most = std::max(most, metrics.ranks_size());
 }
 
@@ -122,7 +122,7 @@ void RemoveJobSeries(const std::string& job_id) {
   RemoveSeries(AttemptStart(), labels);
   int ranks = 0;
   {
-    JobRanks& jobs = RanksOfJobs();
+    JobSeries& jobs = TrackedJobs();
     absl::MutexLock lock(&jobs.mutex);
     if (auto found = jobs.ranks.find(job_id); found != jobs.ranks.end()) {
       ranks = found->second;
@@ -153,7 +153,7 @@ void ForgetJobMetrics(const std::string& job_id, absl::Time now, absl::Duration 
   if (grace <= absl::ZeroDuration()) {
     RemoveJobSeries(job_id);
   } else {
-    JobRanks& jobs = RanksOfJobs();
+    JobSeries& jobs = TrackedJobs();
     absl::MutexLock lock(&jobs.mutex);
     jobs.retiring.emplace_back(now + grace, job_id);
   }
@@ -163,7 +163,7 @@ void ForgetJobMetrics(const std::string& job_id, absl::Time now, absl::Duration 
 void RemoveRetiredJobSeries(absl::Time now) {
   std::vector<std::string> due;
   {
-    JobRanks& jobs = RanksOfJobs();
+    JobSeries& jobs = TrackedJobs();
     absl::MutexLock lock(&jobs.mutex);
     auto& retiring = jobs.retiring;
     for (auto it = retiring.begin(); it != retiring.end();) {
