@@ -259,8 +259,6 @@ metadata:
   name: {{ $fullname }}
   labels:
     {{- include "tandem.componentLabels" $names | nindent 4 }}
-    # ServiceMonitors select this Service; its value names the Prometheus job.
-    tandem.dev/scrape-job: tandem-{{ $c.name }}
 spec:
   type: ClusterIP
   selector:
@@ -279,6 +277,9 @@ metadata:
   name: {{ $fullname }}-headless
   labels:
     {{- include "tandem.componentLabels" $names | nindent 4 }}
+    # ServiceMonitors select this Service, which lists every pod (the other selects only the
+    # trainer's rank 0 and a store's writer); its value names the Prometheus job.
+    tandem.dev/scrape-job: tandem-{{ $c.name }}
 spec:
   clusterIP: None
   # Only ready pods: a replica that loads or drains gets no new job.
@@ -287,6 +288,7 @@ spec:
     {{- include "tandem.componentSelector" $names | nindent 4 }}
   ports:
     - {name: grpc, port: {{ $c.port }}, targetPort: grpc, protocol: TCP, appProtocol: grpc}
+    - {name: metrics, port: {{ $c.metricsPort }}, targetPort: metrics, protocol: TCP}
 {{- /* A budget protects something only where one pod may go while others serve. */}}
 {{- if and $v.podDisruptionBudget.enabled (gt (int (ternary ($v.ranks | default 1) $v.replicas $c.stateful)) 1) }}
 ---
