@@ -237,6 +237,13 @@ class TrainerProcessTest : public ::testing::Test {
     return job;
   }
 
+  // Polls until the job SUCCEEDED or FAILED (or a minute passes).
+  v1::Job AwaitEnd(const std::string& job_id) {
+    return AwaitJob(job_id, [](const v1::Job& job) {
+      return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
+    });
+  }
+
   // Greedy accuracy on 1-digit addition of `version` (0: the base model) through the rollout.
   double GreedyAccuracy(const std::string& adapter, int64_t version) {
     auto task = *engine::MakeTask("addition", 1);
@@ -390,9 +397,7 @@ TEST_F(TrainerProcessTest, AsyncJobsTrainOnSamplesOneVersionBehind) {
   auto job = Create(spec, "async");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->spec().max_staleness(), 1);
-  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
-    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
-  });
+  const v1::Job done = AwaitEnd(job->id());
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
   const v1::StepMetrics& last = done.latest_metrics();
   // Step 10 trained version 10 into 11 on samples of version 9 (staleness 1).
@@ -558,9 +563,7 @@ TEST_F(TrainerProcessHfModelTest, AChatDatasetJobRunsOnAQwen3MoeCheckpointAndExp
   spec.mutable_sampling()->set_temperature(1.0f);
   auto job = Create(spec, "qwen3");
   ASSERT_TRUE(job.ok()) << job.status();
-  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
-    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
-  });
+  const v1::Job done = AwaitEnd(job->id());
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.policy_version(), 3);
   const v1::StepMetrics& metrics = done.latest_metrics();
@@ -610,9 +613,7 @@ TEST_F(TrainerProcessMixtralTest, ItsPeftExportUsesMixtralNamesAndStartsANewJob)
   auto run = [&](const v1::JobSpec& spec, const std::string& name) {
     auto job = Create(spec, name);
     EXPECT_TRUE(job.ok()) << job.status();
-    const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
-      return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
-    });
+    const v1::Job done = AwaitEnd(job->id());
     EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
     return job->id();
   };
@@ -648,9 +649,7 @@ class TrainerProcessTlsTest : public TrainerProcessTest {
 TEST_F(TrainerProcessTlsTest, AJobRunsWithMutualTlsBetweenAllFourServices) {
   auto job = Create(Spec(3), "tls");
   ASSERT_TRUE(job.ok()) << job.status();
-  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
-    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
-  });
+  const v1::Job done = AwaitEnd(job->id());
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 3);
   // A client without a certificate is refused by the trainer.
@@ -684,9 +683,7 @@ TEST_F(TrainerProcessRanksTest, ADataParallelJobRunsOnTwoTrainersAndImprovesAccu
   spec.mutable_parallelism()->set_data_parallel(2);
   auto job = Create(spec, "two-ranks");
   ASSERT_TRUE(job.ok()) << job.status();
-  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
-    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
-  });
+  const v1::Job done = AwaitEnd(job->id());
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 100);
   EXPECT_EQ(done.policy_version(), 101);
@@ -737,9 +734,7 @@ TEST_F(TrainerProcessRanksTest, AKilledRankFailsTheJobCleanlyAndRejoinsWhenResta
   Start("trainer1");
   auto next = Create(DataParallelSpec(3), "after-restart");
   ASSERT_TRUE(next.ok()) << next.status();
-  const v1::Job done = AwaitJob(next->id(), [](const v1::Job& job) {
-    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
-  });
+  const v1::Job done = AwaitEnd(next->id());
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.latest_metrics().ranks_size(), 2);
 }
@@ -755,9 +750,7 @@ TEST_F(TrainerProcessRanksTest, AJobGoesOnWhenAKilledRankComesBack) {
   services_["trainer1"].process->Stop(SIGKILL);
   services_["trainer1"].process.reset();
   Start("trainer1");
-  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
-    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
-  });
+  const v1::Job done = AwaitEnd(job->id());
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_GE(done.attempt(), 2);
   EXPECT_GE(done.attempt_start_step(), 2) << "from its checkpoint";
@@ -778,9 +771,7 @@ TEST_F(TrainerProcessRanksTest, AKilledRankZeroResumesTheJobOnBothRanks) {
   services_["trainer"].process.reset();
   Start("trainer");
   trainer_ = v1::JobService::NewStub(Channel("trainer"));
-  const v1::Job done = AwaitJob(job->id(), [](const v1::Job& job) {
-    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
-  });
+  const v1::Job done = AwaitEnd(job->id());
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.attempt(), 2);
   EXPECT_GE(done.attempt_start_step(), 3);
@@ -790,9 +781,7 @@ TEST_F(TrainerProcessRanksTest, AKilledRankZeroResumesTheJobOnBothRanks) {
   one_rank.set_initial_checkpoint_dir(done.spec().output_dir());
   auto continued = Create(one_rank, "from-two-ranks");
   ASSERT_TRUE(continued.ok()) << continued.status();
-  const v1::Job finished = AwaitJob(continued->id(), [](const v1::Job& job) {
-    return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
-  });
+  const v1::Job finished = AwaitEnd(continued->id());
   EXPECT_EQ(finished.state(), v1::JOB_STATE_SUCCEEDED) << finished.error_message();
   EXPECT_EQ(finished.latest_metrics().ranks_size(), 1);
 }

@@ -196,14 +196,6 @@ std::vector<int64_t> HomeRankTokens(const StepLoad& load, int micro_batch,
   return rank_tokens;
 }
 
-double MaxOverMean(const std::vector<int64_t>& rank_tokens) {
-  const int64_t total = std::accumulate(rank_tokens.begin(), rank_tokens.end(), int64_t{0});
-  if (total == 0) return 1;
-  const int64_t most = *std::max_element(rank_tokens.begin(), rank_tokens.end());
-  return static_cast<double>(most) * static_cast<double>(rank_tokens.size()) /
-         static_cast<double>(total);
-}
-
 std::vector<int> ContiguousHomes(int experts, int ranks) {
   std::vector<int> home(experts);
   for (int e = 0; e < experts; ++e) {

@@ -1,6 +1,7 @@
 #ifndef TANDEM_SERVICES_ROUTER_REPLAY_EXPERT_BALANCE_H_
 #define TANDEM_SERVICES_ROUTER_REPLAY_EXPERT_BALANCE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -75,8 +76,17 @@ absl::StatusOr<BalancePlan> PlanBalance(const StepLoad& load, const EpTopology& 
 std::vector<int64_t> HomeRankTokens(const StepLoad& load, int micro_batch,
                                     const std::vector<int>& home, int ranks);
 
-// max / mean of per-rank tokens (1 when there are none): 1 is perfect balance.
-double MaxOverMean(const std::vector<int64_t>& rank_tokens);
+// max / mean of per-rank tokens (1 when there are none): 1 is perfect balance. Tokens may be
+// fractional (a planner that splits an expert's tokens evenly over its replicas).
+template <typename Tokens>
+double MaxOverMean(const std::vector<Tokens>& rank_tokens) {
+  double total = 0, most = 0;
+  for (const Tokens t : rank_tokens) {
+    total += static_cast<double>(t);
+    most = std::max(most, static_cast<double>(t));
+  }
+  return total > 0 ? most * static_cast<double>(rank_tokens.size()) / total : 1;
+}
 
 // Expert e on rank e * ranks / experts: the static contiguous placement.
 std::vector<int> ContiguousHomes(int experts, int ranks);

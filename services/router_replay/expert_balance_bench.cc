@@ -145,13 +145,6 @@ std::vector<double> EplbRankTokens(const PlacementPlan& plan, const StepLoad& lo
   return rank_tokens;
 }
 
-// max / mean (1 when there are none).
-double Imbalance(const std::vector<double>& rank_tokens) {
-  double total = 0, most = 0;
-  for (double t : rank_tokens) total += t, most = std::max(most, t);
-  return total > 0 ? most * static_cast<double>(rank_tokens.size()) / total : 1;
-}
-
 PlacementPlan Eplb(const StepLoad& load, const EpTopology& topology) {
   PlacementRequest request{
       .num_layers = 1,
@@ -203,8 +196,8 @@ std::map<std::string, Figures> Measure(const Trace& trace, const EpTopology& top
       const std::vector<int> contiguous = ContiguousHomes(load.experts, topology.ranks);
       for (int m = 0; m < load.micro_batches; ++m) {
         figures["static"].Add(MaxOverMean(HomeRankTokens(load, m, contiguous, topology.ranks)));
-        figures["eplb-hist"].Add(Imbalance(EplbRankTokens(history, load, m, topology.ranks)));
-        figures["eplb-oracle"].Add(Imbalance(EplbRankTokens(oracle, load, m, topology.ranks)));
+        figures["eplb-hist"].Add(MaxOverMean(EplbRankTokens(history, load, m, topology.ranks)));
+        figures["eplb-oracle"].Add(MaxOverMean(EplbRankTokens(oracle, load, m, topology.ranks)));
         figures["reorder"].Add(MaxOverMean(HomeRankTokens(load, m, plan->home, topology.ranks)));
         figures["relibra"].Add(MaxOverMean(plan->micro_batches[m].rank_tokens));
       }

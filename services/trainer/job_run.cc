@@ -164,6 +164,11 @@ PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
   return config;
 }
 
+// JobProgress::on_status is optional.
+void SayStatus(const JobProgress& progress, const std::string& status) {
+  if (progress.on_status) progress.on_status(status);
+}
+
 // One step's samples as this rank generated them, and how they scored (sums over them).
 struct StepSamples {
   std::vector<v1::GenerateResponse> responses;  // prompt-major
@@ -230,6 +235,9 @@ class JobRun {
   absl::Status Init();
   absl::Status Run(const JobProgress& progress, const std::atomic<bool>& cancelled);
 
+  // Rank 0: it forms the group, owns checkpoints and reports progress.
+  bool lead() const { return assignment_ == nullptr; }
+
  private:
   // Cancels the Generate calls in flight and any later attempt (the run is ending).
   void AbandonGeneration();
@@ -256,9 +264,6 @@ class JobRun {
   // others to join) and sends every rank rank 0's starting state.
   absl::Status JoinRanks(int64_t first_version, const JobProgress& progress);
   absl::Status FormGroupAsLead(int64_t first_version, const JobProgress& progress);
-  static void SayStatus(const JobProgress& progress, const std::string& status) {
-    if (progress.on_status) progress.on_status(status);
-  }
   // LoRA, optimizer and (PPO) critic state <- rank 0's.
   absl::Status BroadcastState();
   // Between phases of a step with several ranks: every rank learns whether any failed `what`.
@@ -418,7 +423,7 @@ absl::Status JobRun::Init() {
 
 absl::StatusOr<std::optional<Checkpoint>> JobRun::StartingCheckpoint() {
   // A rank > 0 starts from rank 0's state (BroadcastState): the checkpoints are rank 0's.
-  if (assignment_ != nullptr) {
+  if (!lead()) {
     start_step_ = assignment_->start_step();
     return std::nullopt;
   }
@@ -497,7 +502,7 @@ absl::StatusOr<engine::LoraAdapter> JobRun::InitialAdapter() const {
   if (!lora_config.ok()) return lora_config.status();
   const std::string& path = spec_.initial_adapter_path();
   // A rank > 0 only needs the adapter's shape: its values come from rank 0.
-  if (path.empty() || assignment_ != nullptr) {
+  if (path.empty() || !lead()) {
     return engine::LoraAdapter::Create(base_->config(), *lora_config, spec_.seed());
   }
   auto adapter =
@@ -521,7 +526,7 @@ JobRun::~JobRun() {
 }
 
 absl::StatusOr<int64_t> JobRun::FirstVersion() {
-  if (assignment_ != nullptr) return assignment_->first_version();
+  if (!lead()) return assignment_->first_version();
   absl::StatusOr<int64_t> newest;
   if (absl::Status status = RideOutOutage("weight-store",
                                           [&](int) {
@@ -538,7 +543,7 @@ absl::StatusOr<int64_t> JobRun::FirstVersion() {
 }
 
 absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progress) {
-  if (assignment_ == nullptr) {
+  if (lead()) {
     if (absl::Status status = FormGroupAsLead(first_version, progress); !status.ok()) {
       return status;
     }
@@ -1022,8 +1027,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     absl::Status swapped = AwaitSwap(version);
     metrics.set_swap_seconds(SecondsSince(start));
 
-    const bool lead = assignment_ == nullptr;
-    if (swapped.ok() && lead &&
+    if (swapped.ok() && lead() &&
         ((spec_.checkpoint_every() > 0 && step % spec_.checkpoint_every() == 0) ||
          step == spec_.num_steps())) {
       std::optional<CriticState> critic;
@@ -1102,10 +1106,8 @@ absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
         "job {}: a trainer rank failed ({}); going on from the last checkpoint (retry {} "
         "of {})",
         job.id(), status.ToString(), retry + 1, environment.rank_failure_retries);
-    if (progress.on_status) {
-      progress.on_status(absl::StrCat("a trainer rank failed (", status.message(),
-                                      "); going on from the last checkpoint"));
-    }
+    SayStatus(progress, absl::StrCat("a trainer rank failed (", status.message(),
+                                     "); going on from the last checkpoint"));
     absl::SleepFor(environment.rank_retry_delay);
   }
 }

@@ -82,6 +82,29 @@ void RemoveSeries(prometheus::Family<Metric>& family,
   if (family.Has(labels)) family.Remove(&family.Add(labels));
 }
 
+void RemoveJobSeries(const std::string& job_id) {
+  const std::map<std::string, std::string> labels = {{"job_id", job_id}};
+  const auto* descriptor = v1::StepMetrics::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    if (!descriptor->field(i)->is_repeated())
+      RemoveSeries(StepFamily(*descriptor->field(i)), labels);
+  }
+  RemoveSeries(AttemptStart(), labels);
+  int ranks = 0;
+  {
+    JobSeries& jobs = TrackedJobs();
+    absl::MutexLock lock(&jobs.mutex);
+    if (auto found = jobs.ranks.find(job_id); found != jobs.ranks.end()) {
+      ranks = found->second;
+      jobs.ranks.erase(found);
+    }
+  }
+  for (int rank = 0; rank < ranks; ++rank) {
+    RemoveSeries(RankSamples(), RankLabels(job_id, rank));
+    RemoveSeries(RankTokens(), RankLabels(job_id, rank));
+  }
+}
+
 }  // namespace
 
 void RecordAttemptStart(const std::string& job_id, absl::Time start) {
@@ -110,29 +133,6 @@ void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics
   absl::MutexLock lock(&jobs.mutex);
   int& most = jobs.ranks[job_id];
   most = std::max(most, metrics.ranks_size());
-}
-
-void RemoveJobSeries(const std::string& job_id) {
-  const std::map<std::string, std::string> labels = {{"job_id", job_id}};
-  const auto* descriptor = v1::StepMetrics::descriptor();
-  for (int i = 0; i < descriptor->field_count(); ++i) {
-    if (!descriptor->field(i)->is_repeated())
-      RemoveSeries(StepFamily(*descriptor->field(i)), labels);
-  }
-  RemoveSeries(AttemptStart(), labels);
-  int ranks = 0;
-  {
-    JobSeries& jobs = TrackedJobs();
-    absl::MutexLock lock(&jobs.mutex);
-    if (auto found = jobs.ranks.find(job_id); found != jobs.ranks.end()) {
-      ranks = found->second;
-      jobs.ranks.erase(found);
-    }
-  }
-  for (int rank = 0; rank < ranks; ++rank) {
-    RemoveSeries(RankSamples(), RankLabels(job_id, rank));
-    RemoveSeries(RankTokens(), RankLabels(job_id, rank));
-  }
 }
 
 void RecordJobCounts(const std::vector<v1::Job>& jobs) {

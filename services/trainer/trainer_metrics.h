@@ -23,8 +23,6 @@ void RecordAttemptStart(const std::string& job_id, absl::Time start);
 void ForgetJobMetrics(const std::string& job_id, absl::Time now, absl::Duration grace);
 // Removes the series of ended jobs whose grace is over by `now` (every other call does too).
 void RemoveRetiredJobSeries(absl::Time now);
-// Removes every series of `job_id` now.
-void RemoveJobSeries(const std::string& job_id);
 
 // tandem_trainer_jobs{state} for the current counts.
 void RecordJobCounts(const std::vector<v1::Job>& jobs);
