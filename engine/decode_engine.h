@@ -20,6 +20,14 @@ class SequenceCache {
   virtual ~SequenceCache() = default;
 };
 
+// One sequence's prompt for Prefill: `length` tokens at positions 0..length-1, whose keys and
+// values fill `cache`.
+struct PromptToPrefill {
+  const int* tokens = nullptr;
+  int length = 0;
+  SequenceCache* cache = nullptr;
+};
+
 // What generation needs of a model: forwards over sequences whose keys and values it caches.
 // A cache made by one engine serves every engine of the same kind over the same base model
 // (CPU with CPU, one GPU with that GPU), which lets a sequence move between adapter versions.
@@ -32,9 +40,12 @@ class DecodeEngine {
   // A cache with room for `positions` tokens (<= max_seq_len) of one sequence.
   virtual absl::StatusOr<std::unique_ptr<SequenceCache>> NewCache(int positions) = 0;
 
-  // Forwards the `rows` prompt tokens of one sequence at positions 0..rows-1, filling `cache`;
-  // writes logits [rows, vocab] and the routes used [rows, moe_layers, top_k] (host memory).
-  virtual absl::Status Prefill(const int* tokens, int rows, SequenceCache& cache, float* logits,
+  // Forwards the prompts of several sequences, each attending within itself, filling their
+  // caches. Writes each prompt's logits at its last position, [prompts, vocab] (all generation
+  // samples from), and the routes of every prompt row, [Σ lengths, moe_layers, top_k], prompts
+  // in order (host memory). An engine may forward them in one pass (a GPU's does: one pass for
+  // many prompts rather than a pass each is what keeps it busy) or one by one.
+  virtual absl::Status Prefill(const std::vector<PromptToPrefill>& prompts, float* last_logits,
                                int16_t* routes) = 0;
 
   // Forwards one token of each sequence: row i is token tokens[i] at position positions[i] of

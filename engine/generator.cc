@@ -39,6 +39,48 @@ int GenerationBatch::ReservedPositions(const GenerationRequest& request) const {
 }
 
 absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request, DecodeEngine* engine) {
+  return AdmitAll({{.request = request, .engine = engine}}).front();
+}
+
+std::vector<absl::StatusOr<int>> GenerationBatch::AdmitAll(
+    const std::vector<Admission>& admissions) {
+  std::vector<absl::StatusOr<int>> ids(admissions.size());
+  std::vector<std::unique_ptr<Sequence>> reserved(admissions.size());
+  // Engines in order of first appearance, each with the admissions it prefills.
+  std::vector<std::pair<DecodeEngine*, std::vector<size_t>>> groups;
+  for (size_t i = 0; i < admissions.size(); ++i) {
+    absl::StatusOr<std::unique_ptr<Sequence>> sequence = Reserve(admissions[i]);
+    if (!sequence.ok()) {
+      ids[i] = sequence.status();
+      continue;
+    }
+    reserved[i] = *std::move(sequence);
+    DecodeEngine* engine = reserved[i]->engine;
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [&](const auto& g) { return g.first == engine; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {engine, {}});
+    group->second.push_back(i);
+  }
+  for (auto& [engine, indices] : groups) {
+    std::vector<Sequence*> group;
+    for (size_t i : indices) group.push_back(reserved[i].get());
+    const absl::Status status = PrefillGroup(*engine, group);
+    for (size_t i : indices) {
+      if (!status.ok()) {
+        ids[i] = status;
+        continue;
+      }
+      ids[i] = reserved[i]->id;
+      active_.push_back(std::move(reserved[i]));
+      if (Finished(*active_.back())) Retire(*ids[i]);
+    }
+  }
+  return ids;
+}
+
+absl::StatusOr<std::unique_ptr<GenerationBatch::Sequence>> GenerationBatch::Reserve(
+    const Admission& admission) {
+  const GenerationRequest& request = admission.request;
   const int prompt_length = static_cast<int>(request.prompt.size());
   if (prompt_length < 1 || prompt_length >= config_.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -61,29 +103,44 @@ absl::StatusOr<int> GenerationBatch::Admit(const GenerationRequest& request, Dec
   sequence->request = request;
   sequence->sample.tokens = request.prompt;
   sequence->sample.prompt_length = prompt_length;
-  sequence->engine = engine != nullptr ? engine : &engine_;
+  sequence->engine = admission.engine != nullptr ? admission.engine : &engine_;
   sequence->rng.seed(request.seed);
   sequence->reserved = ReservedPositions(request);
   absl::StatusOr<std::unique_ptr<SequenceCache>> cache =
       sequence->engine->NewCache(sequence->reserved);
   if (!cache.ok()) return cache.status();
   sequence->cache = *std::move(cache);
+  return sequence;
+}
 
+absl::Status GenerationBatch::PrefillGroup(DecodeEngine& engine,
+                                           const std::vector<Sequence*>& group) {
   const int moe_row = config_.num_moe_layers() * config_.top_k;
-  std::vector<float> logits(static_cast<size_t>(prompt_length) * config_.vocab_size);
-  sequence->sample.routes.resize(static_cast<size_t>(prompt_length) * moe_row);
-  if (absl::Status status =
-          sequence->engine->Prefill(request.prompt.data(), prompt_length, *sequence->cache,
-                                    logits.data(), sequence->sample.routes.data());
+  std::vector<PromptToPrefill> prompts;
+  int64_t rows = 0;
+  for (Sequence* sequence : group) {
+    const int length = sequence->sample.prompt_length;
+    prompts.push_back({.tokens = sequence->request.prompt.data(),
+                       .length = length,
+                       .cache = sequence->cache.get()});
+    rows += length;
+  }
+  std::vector<float> last_logits(group.size() * config_.vocab_size);
+  std::vector<int16_t> routes(rows * moe_row);
+  if (absl::Status status = engine.Prefill(prompts, last_logits.data(), routes.data());
       !status.ok()) {
     return status;
   }
-  sequence->cached = prompt_length;
-  SampleNext(*sequence, logits.data() + int64_t{prompt_length - 1} * config_.vocab_size);
-  const int id = sequence->id;
-  active_.push_back(std::move(sequence));
-  if (Finished(*active_.back())) Retire(id);
-  return id;
+  const int16_t* sequence_routes = routes.data();
+  for (size_t s = 0; s < group.size(); ++s) {
+    Sequence& sequence = *group[s];
+    const int64_t route_count = int64_t{sequence.sample.prompt_length} * moe_row;
+    sequence.sample.routes.assign(sequence_routes, sequence_routes + route_count);
+    sequence_routes += route_count;
+    sequence.cached = sequence.sample.prompt_length;
+    SampleNext(sequence, last_logits.data() + s * config_.vocab_size);
+  }
+  return absl::OkStatus();
 }
 
 void GenerationBatch::SampleNext(Sequence& sequence, const float* logits) {
@@ -193,9 +250,10 @@ std::vector<std::pair<int, GeneratedSample>> GenerationBatch::TakeFinished() {
 absl::StatusOr<std::vector<GeneratedSample>> Generate(
     DecodeEngine& engine, const std::vector<GenerationRequest>& requests) {
   GenerationBatch batch(engine);
+  std::vector<GenerationBatch::Admission> admissions;
+  for (const GenerationRequest& request : requests) admissions.push_back({.request = request});
   std::vector<int> ids;
-  for (const GenerationRequest& request : requests) {
-    auto id = batch.Admit(request);
+  for (absl::StatusOr<int>& id : batch.AdmitAll(admissions)) {
     if (!id.ok()) return id.status();
     ids.push_back(*id);
   }

@@ -55,6 +55,17 @@ class GenerationBatch {
   // the cache or the prefill fails (e.g. RESOURCE_EXHAUSTED on a full GPU).
   absl::StatusOr<int> Admit(const GenerationRequest& request, DecodeEngine* engine = nullptr);
 
+  // A sequence to admit and the engine it runs on (null: the default).
+  struct Admission {
+    GenerationRequest request;
+    DecodeEngine* engine = nullptr;
+  };
+  // Admits several sequences as Admit does each, but prefills the prompts of each engine
+  // together (one pass on a GPU rather than one per prompt). Returns each one's id or why it was
+  // refused, in order; when an engine's prefill fails, every sequence of that engine is refused
+  // with its error and the others go on.
+  std::vector<absl::StatusOr<int>> AdmitAll(const std::vector<Admission>& admissions);
+
   // Runs the sequence's later steps on `engine` (its KV cache is kept). Returns how many
   // tokens it had generated before the switch; -1 for an unknown (finished) id.
   int SwitchEngine(int id, DecodeEngine& engine);
@@ -86,6 +97,10 @@ class GenerationBatch {
  private:
   struct Sequence;
 
+  // The sequence of an admission, its cache reserved; or why it cannot be admitted.
+  absl::StatusOr<std::unique_ptr<Sequence>> Reserve(const Admission& admission);
+  // Prefills the prompts of sequences that share an engine; samples each one's first token.
+  absl::Status PrefillGroup(DecodeEngine& engine, const std::vector<Sequence*>& group);
   void SampleNext(Sequence& sequence, const float* logits);
   bool Finished(const Sequence& sequence) const;
   void Retire(int id);

@@ -81,12 +81,22 @@ absl::StatusOr<std::unique_ptr<SequenceCache>> Transformer::NewCache(int positio
   return cache;
 }
 
-absl::Status Transformer::Prefill(const int* tokens, int rows, SequenceCache& cache, float* logits,
+absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, float* last_logits,
                                   int16_t* routes) {
-  std::vector<int> positions(rows);
-  for (int t = 0; t < rows; ++t) positions[t] = t;
-  PrefillAttention attention(HostCache(cache), rows, config_);
-  ForwardRows(tokens, positions.data(), rows, attention, logits, routes);
+  const int vocab = config_.vocab_size;
+  const int64_t route_row = int64_t{config_.num_moe_layers()} * config_.top_k;
+  std::vector<int> positions;
+  std::vector<float> logits;
+  for (const PromptToPrefill& prompt : prompts) {
+    const int rows = prompt.length;
+    positions.resize(rows);
+    for (int t = 0; t < rows; ++t) positions[t] = t;
+    logits.resize(static_cast<size_t>(rows) * vocab);
+    PrefillAttention attention(HostCache(*prompt.cache), rows, config_);
+    ForwardRows(prompt.tokens, positions.data(), rows, attention, logits.data(), routes);
+    last_logits = std::copy_n(logits.data() + int64_t{rows - 1} * vocab, vocab, last_logits);
+    routes += rows * route_row;
+  }
   return absl::OkStatus();
 }
 

@@ -376,20 +376,23 @@ TEST(GenerationBatchTest, StopEndsASequenceKeepingWhatItGenerated) {
   EXPECT_EQ(finished[0].second.routes.size(), 4u * 2 * 2);
 }
 
-// An engine whose decode fails after `good_steps` steps, as a GPU fault would: everything else
-// is the real Transformer.
+// An engine whose decode fails after `good_steps` steps, and whose prefill fails if told to, as
+// a GPU fault would: everything else is the real Transformer. Counts its prefill calls.
 class FailingDecodeEngine : public DecodeEngine {
  public:
-  FailingDecodeEngine(Transformer& transformer, int good_steps)
-      : transformer_(transformer), good_steps_(good_steps) {}
+  FailingDecodeEngine(Transformer& transformer, int good_steps, bool fail_prefill = false)
+      : transformer_(transformer), good_steps_(good_steps), fail_prefill_(fail_prefill) {}
   const ModelConfig& config() const override { return transformer_.config(); }
   absl::StatusOr<std::unique_ptr<SequenceCache>> NewCache(int positions) override {
     return transformer_.NewCache(positions);
   }
-  absl::Status Prefill(const int* tokens, int rows, SequenceCache& cache, float* logits,
+  absl::Status Prefill(const std::vector<PromptToPrefill>& prompts, float* last_logits,
                        int16_t* routes) override {
-    return transformer_.Prefill(tokens, rows, cache, logits, routes);
+    ++prefills_;
+    if (fail_prefill_) return absl::InternalError("device fault in prefill");
+    return transformer_.Prefill(prompts, last_logits, routes);
   }
+  int prefills() const { return prefills_; }
   absl::Status Decode(const int* tokens, const int* positions,
                       const std::vector<SequenceCache*>& caches, float* logits,
                       int16_t* routes) override {
@@ -400,7 +403,43 @@ class FailingDecodeEngine : public DecodeEngine {
  private:
   Transformer& transformer_;
   int good_steps_;
+  const bool fail_prefill_;
+  int prefills_ = 0;
 };
+
+// Admitting several sequences prefills each engine's prompts in one call; a bad request or an
+// engine whose prefill fails refuses only its own sequences, and the rest generate as if alone.
+TEST(GenerationBatchTest, AdmitAllPrefillsEachEnginesPromptsTogetherAndRefusesOnlyWhatFails) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  FailingDecodeEngine healthy(transformer, 100), failing(transformer, 100, true);
+  GenerationBatch batch(transformer);
+  const GenerationRequest short_prompt{.prompt = {1, 5, 7}, .max_new_tokens = 4, .seed = 5};
+  GenerationRequest long_prompt = short_prompt, empty_prompt = short_prompt;
+  long_prompt.prompt = {2, 3, 4, 5, 6};
+  empty_prompt.prompt.clear();
+  const std::vector<absl::StatusOr<int>> ids = batch.AdmitAll({{short_prompt, &healthy},
+                                                               {empty_prompt, &healthy},
+                                                               {long_prompt, &healthy},
+                                                               {short_prompt, &failing}});
+  ASSERT_EQ(ids.size(), 4u);
+  ASSERT_TRUE(ids[0].ok()) << ids[0].status();
+  EXPECT_EQ(ids[1].status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ids[2].ok()) << ids[2].status();
+  EXPECT_EQ(ids[3].status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(healthy.prefills(), 1) << "both of its prompts in one prefill";
+  EXPECT_EQ(batch.active(), 2);
+  while (batch.active() > 0) ASSERT_TRUE(batch.Step().ok());
+  absl::flat_hash_map<int, GeneratedSample> finished;
+  for (auto& [id, sample] : batch.TakeFinished()) finished[id] = std::move(sample);
+  const GeneratedSample short_alone = GenerateAlone(transformer, short_prompt.prompt, 4);
+  const GeneratedSample long_alone = GenerateAlone(transformer, long_prompt.prompt, 4);
+  EXPECT_EQ(finished[*ids[0]].tokens, short_alone.tokens);
+  EXPECT_EQ(finished[*ids[0]].routes, short_alone.routes);
+  EXPECT_EQ(finished[*ids[2]].tokens, long_alone.tokens);
+  EXPECT_EQ(finished[*ids[2]].routes, long_alone.routes);
+  EXPECT_EQ(finished[*ids[2]].logprobs, long_alone.logprobs);
+}
 
 // A failed step ends its engine's sequences with an error and what they had generated; the
 // sequences of other engines go on.

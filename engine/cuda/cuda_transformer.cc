@@ -218,17 +218,26 @@ void CudaTransformer::CopyOutputs(float* logits, int16_t* routes) const {
   if (routes != nullptr) std::copy(routes_.begin(), routes_.end(), routes);
 }
 
-absl::Status CudaTransformer::Prefill(const int* tokens, int rows, SequenceCache& cache,
-                                      float* logits, int16_t* routes) {
-  if (rows < 1 || rows > Capacity(cache)) {
-    return absl::InvalidArgumentError(absl::StrCat("a prompt of ", rows, " tokens for a cache of ",
-                                                   Capacity(cache), " positions"));
+absl::Status CudaTransformer::Prefill(const std::vector<PromptToPrefill>& prompts,
+                                      float* last_logits, int16_t* routes) {
+  if (prompts.empty()) return absl::OkStatus();
+  std::vector<int> tokens, positions, starts = {0};
+  std::vector<DeviceSequenceCache*> caches;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    const PromptToPrefill& prompt = prompts[s];
+    if (prompt.length < 1 || prompt.length > Capacity(*prompt.cache)) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", s, " of ", prompt.length,
+                                                     " tokens for a cache of ",
+                                                     Capacity(*prompt.cache), " positions"));
+    }
+    tokens.insert(tokens.end(), prompt.tokens, prompt.tokens + prompt.length);
+    for (int t = 0; t < prompt.length; ++t) positions.push_back(t);
+    starts.push_back(starts.back() + prompt.length);
+    caches.push_back(static_cast<DeviceSequenceCache*>(prompt.cache));
   }
-  std::vector<int> positions(rows);
-  for (int t = 0; t < rows; ++t) positions[t] = t;
-  TANDEM_RETURN_IF_ERROR(RunPass(tokens, std::move(positions), {0, rows}, nullptr,
-                                 {static_cast<DeviceSequenceCache*>(&cache)}, PassMode::kPrefill));
-  CopyOutputs(logits, routes);
+  TANDEM_RETURN_IF_ERROR(RunPass(tokens.data(), std::move(positions), std::move(starts), nullptr,
+                                 std::move(caches), PassMode::kPrefill));
+  CopyOutputs(last_logits, routes);
   return absl::OkStatus();
 }
 
@@ -296,7 +305,19 @@ absl::Status CudaTransformer::BeginPass(const int* tokens, std::vector<int> posi
   TANDEM_RETURN_IF_ERROR(Allocate(pass.final_input, rows * d));
   TANDEM_RETURN_IF_ERROR(Allocate(pass.final_rstd, rows));
   TANDEM_RETURN_IF_ERROR(Allocate(pass.final_norm, rows * d));
-  TANDEM_RETURN_IF_ERROR(Allocate(pass.logits, rows * config_.vocab_size));
+  if (mode == PassMode::kPrefill) {
+    // Generation samples from each prompt's last position only: the head runs on those rows.
+    std::vector<int> last_rows;
+    for (size_t s = 1; s < pass.sequence_starts.size(); ++s) {
+      last_rows.push_back(pass.sequence_starts[s] - 1);
+    }
+    pass.logit_rows = static_cast<int>(last_rows.size());
+    TANDEM_RETURN_IF_ERROR(Upload(pass.last_rows, last_rows));
+    TANDEM_RETURN_IF_ERROR(Allocate(pass.last_rows_norm, int64_t{pass.logit_rows} * d));
+  } else {
+    pass.logit_rows = pass.rows;
+  }
+  TANDEM_RETURN_IF_ERROR(Allocate(pass.logits, int64_t{pass.logit_rows} * config_.vocab_size));
   if (mode != PassMode::kDecode) return absl::OkStatus();
   // Each row's cache, per layer, and how many positions it holds after this token.
   std::vector<float*> keys, values;
@@ -340,11 +361,18 @@ absl::Status CudaTransformer::RunLayers() {
                                       pass.final_norm.data(), pass.final_rstd.data(), pass.rows, d,
                                       config_.norm_eps));
   TANDEM_RETURN_IF_ERROR(Round(pass.final_norm.data(), rows * d));
-  TANDEM_RETURN_IF_ERROR(Linear(pass.final_norm.data(), HeadWeightName(config_), pass.rows, d,
+  const float* head_input = pass.final_norm.data();
+  if (pass.mode == PassMode::kPrefill) {
+    TANDEM_RETURN_IF_ERROR(gpu::EmbeddingGather(head_input, pass.last_rows.data(),
+                                                pass.last_rows_norm.data(), pass.logit_rows, d));
+    head_input = pass.last_rows_norm.data();
+  }
+  const int64_t logits_size = int64_t{pass.logit_rows} * config_.vocab_size;
+  TANDEM_RETURN_IF_ERROR(Linear(head_input, HeadWeightName(config_), pass.logit_rows, d,
                                 config_.vocab_size, pass.logits.data()));
-  TANDEM_RETURN_IF_ERROR(Round(pass.logits.data(), rows * config_.vocab_size));
+  TANDEM_RETURN_IF_ERROR(Round(pass.logits.data(), logits_size));
   if (pass.replay == nullptr) TANDEM_RETURN_IF_ERROR(CollectLiveRoutes());
-  logits_.resize(rows * config_.vocab_size);
+  logits_.resize(logits_size);
   TANDEM_RETURN_IF_ERROR(
       gpu::CopyToHost(logits_.data(), pass.logits.data(), logits_.size() * sizeof(float)));
   // The hidden states feed heads outside the model in training; generation has no use for them.
@@ -446,12 +474,18 @@ absl::Status CudaTransformer::RunAttention(int layer, Activations& act) {
     probs_offset += int64_t{shape.heads} * length * length;
   }
   if (pass_->mode != PassMode::kPrefill) return absl::OkStatus();
-  // The prompt's keys and values, already rotated, become its cache's first rows.
-  DeviceSequenceCache& cache = *pass_->caches.front();
-  TANDEM_RETURN_IF_ERROR(
-      gpu::CopyOnDevice(cache.keys[layer].data(), act.k.data(), rows * k_width * sizeof(float)));
-  return gpu::CopyOnDevice(cache.values[layer].data(), act.v.data(),
-                           rows * v_width * sizeof(float));
+  // Each prompt's keys and values, already rotated, become its cache's first rows.
+  for (size_t s = 0; s + 1 < starts.size(); ++s) {
+    DeviceSequenceCache& cache = *pass_->caches[s];
+    const int64_t begin = starts[s], length = starts[s + 1] - starts[s];
+    TANDEM_RETURN_IF_ERROR(gpu::CopyOnDevice(cache.keys[layer].data(),
+                                             act.k.data() + begin * k_width,
+                                             length * k_width * sizeof(float)));
+    TANDEM_RETURN_IF_ERROR(gpu::CopyOnDevice(cache.values[layer].data(),
+                                             act.v.data() + begin * v_width,
+                                             length * v_width * sizeof(float)));
+  }
+  return absl::OkStatus();
 }
 
 // One row per sequence: its key and value join the sequence's cache at its position, then the

@@ -79,7 +79,8 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
 
   // DecodeEngine: RESOURCE_EXHAUSTED when a cache does not fit on the GPU.
   absl::StatusOr<std::unique_ptr<SequenceCache>> NewCache(int positions) override;
-  absl::Status Prefill(const int* tokens, int rows, SequenceCache& cache, float* logits,
+  // All prompts in one pass; INVALID_ARGUMENT naming a prompt longer than its cache.
+  absl::Status Prefill(const std::vector<PromptToPrefill>& prompts, float* last_logits,
                        int16_t* routes) override;
   absl::Status Decode(const int* tokens, const int* positions,
                       const std::vector<SequenceCache*>& caches, float* logits,
@@ -88,7 +89,7 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
  private:
   struct Activations;  // One layer's forward results, kept for the backward.
   struct Pass;         // The last Forward: inputs, routing bookkeeping, activations.
-  // Training attends within packed sequences; a prefill also fills its sequence's cache; a
+  // Training attends within packed sequences; a prefill also fills each prompt's cache; a
   // decode row attends over its own cache.
   enum class PassMode { kPackedSequences, kPrefill, kDecode };
   struct DeviceSequenceCache;
@@ -98,7 +99,7 @@ class CudaTransformer : public TrainingEngine, public DecodeEngine {
                   std::unique_ptr<DeviceParameters> adapter,
                   ::tandem::cuda::DeviceRopeFrequencies rope);
 
-  // A pass over `tokens` at `positions`: packed sequences (Forward), one prompt filling a cache
+  // A pass over `tokens` at `positions`: packed sequences (Forward), prompts filling their caches
   // (Prefill) or one row per cache (Decode). Leaves logits_, routes_ and final_hidden_, and the
   // activations in pass_ (none after a failure).
   absl::Status RunPass(const int* tokens, std::vector<int> positions,

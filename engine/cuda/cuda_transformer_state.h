@@ -52,7 +52,7 @@ struct CudaTransformer::DeviceSequenceCache : SequenceCache {
 // The last pass: its inputs, routing bookkeeping and every layer's activations.
 struct CudaTransformer::Pass {
   PassMode mode = PassMode::kPackedSequences;
-  std::vector<DeviceSequenceCache*> caches;  // One (prefill) or one per row (decode).
+  std::vector<DeviceSequenceCache*> caches;  // One per prompt (prefill) or per row (decode).
   std::vector<int> host_positions;
   // Decode: [layers, rows] pointers to each row's cache, its positions after this token, and
   // [rows, heads, max_seq_len] attention scores.
@@ -66,6 +66,11 @@ struct CudaTransformer::Pass {
   DeviceArray<int> tokens, positions, dense_offsets;
   std::vector<Activations> layers;
   DeviceArray<float> final_input, final_rstd, final_norm, logits;
+  // Rows the head computes logits of: all, or each prompt's last (prefill: `last_rows`, whose
+  // normalized states are gathered into `last_rows_norm`).
+  int logit_rows = 0;
+  DeviceArray<int> last_rows;
+  DeviceArray<float> last_rows_norm;
 };
 
 // A zeroed device array; never empty, so its data() is a valid address even for size 0.

@@ -195,10 +195,13 @@ class RolloutServiceTest : public ::testing::Test {
         first.NewCache(rows + sample.token_ids_size());
     EXPECT_TRUE(cache.ok()) << cache.status();
     if (!cache.ok()) return INFINITY;
-    std::vector<float> logits(static_cast<size_t>(rows) * config.vocab_size);
+    std::vector<float> logits(config.vocab_size);
     std::vector<int16_t> routes(static_cast<size_t>(rows) * config.num_layers * config.top_k);
-    EXPECT_TRUE(first.Prefill(prompt.data(), rows, **cache, logits.data(), routes.data()).ok());
-    const float* next = logits.data() + static_cast<size_t>(rows - 1) * config.vocab_size;
+    EXPECT_TRUE(first
+                    .Prefill({{.tokens = prompt.data(), .length = rows, .cache = cache->get()}},
+                             logits.data(), routes.data())
+                    .ok());
+    const float* next = logits.data();
     float error = 0;
     for (int t = 0; t < sample.token_ids_size(); ++t) {
       if (t > 0) {

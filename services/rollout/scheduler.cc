@@ -329,49 +329,64 @@ void Scheduler::ResolveAdapters() {
 }
 
 void Scheduler::AdmitSamples() {
-  int64_t prefilled = 0;
+  // The samples that fit this step, FIFO: while the head cannot be admitted, nothing behind it
+  // is. They are admitted together, so the engine prefills their prompts in one pass.
+  std::vector<Pending> chosen;  // One per sample: its request, model and index.
+  std::vector<SequenceBatch::SampleToAdmit> samples;
+  int active = batch_->active();
+  int64_t kv_cache_bytes = batch_->kv_cache_bytes(), prefilled = 0;
   while (!admitting_.empty()) {
     Pending& pending = admitting_.front();
     GenerationWork& work = *pending.work;
     for (; pending.next_sample < work.num_samples(); ++pending.next_sample) {
       const int64_t needed = batch_->ReservedBytes(work.Positions(pending.next_sample));
-      // FIFO: while the head cannot be admitted, nothing behind it is.
-      if (batch_->active() >= options_.max_batch_sequences ||
-          batch_->kv_cache_bytes() + needed > options_.kv_cache_bytes ||
+      if (active >= options_.max_batch_sequences ||
+          kv_cache_bytes + needed > options_.kv_cache_bytes ||
           prefilled >= options_.max_prefill_tokens_per_step) {
-        return;
+        break;
       }
-      const engine::GenerationRequest sample = work.Sample(pending.next_sample);
-      prefilled += static_cast<int64_t>(sample.prompt.size());
-      absl::StatusOr<int> id = batch_->Admit(sample, *pending.model);
-      {
-        absl::MutexLock lock(&mutex_);
-        queued_positions_ -= work.Positions(pending.next_sample);
-      }
-      // PrepareWork checked the request; what can still fail is the engine (e.g. a GPU whose
-      // memory cannot hold the sequence's cache). That is this sample's failure, answered in
-      // its own message (FINISH_REASON_ERROR); the request's other samples go on.
-      if (!id.ok()) {
-        spdlog::error("request {} sample {}: admit failed: {}", work.request.request_id(),
-                      pending.next_sample, id.status().ToString());
-        Finished finished{
-            .work = pending.work,
-            .response = NeverRanResponse(work, pending.next_sample, pending.model->version,
-                                         v1::FINISH_REASON_ERROR,
-                                         absl::StrCat("admit failed: ", id.status().message()))};
-        QueueDelivery(std::move(finished));
-        continue;
-      }
-      ++pending.model->active_samples;
-      RolloutMetrics::Get().time_to_first_token_seconds.Observe(
-          absl::ToDoubleSeconds(absl::Now() - work.start));
-      active_[*id] = Active{.work = pending.work,
-                            .sample = pending.next_sample,
-                            .prefill_version = pending.model->version,
-                            .running = pending.model};
+      samples.push_back({.request = work.Sample(pending.next_sample), .model = pending.model.get()});
+      chosen.push_back(pending);
+      prefilled += static_cast<int64_t>(samples.back().request.prompt.size());
+      kv_cache_bytes += needed;
+      ++active;
     }
+    if (pending.next_sample < work.num_samples()) break;
     admitting_.pop_front();
   }
+  if (samples.empty()) return;
+  std::vector<absl::StatusOr<int>> ids = batch_->Admit(samples);
+  for (size_t i = 0; i < ids.size(); ++i) StartSample(chosen[i], ids[i]);
+}
+
+void Scheduler::StartSample(const Pending& admitted, const absl::StatusOr<int>& id) {
+  GenerationWork& work = *admitted.work;
+  const int sample = admitted.next_sample;
+  {
+    absl::MutexLock lock(&mutex_);
+    queued_positions_ -= work.Positions(sample);
+  }
+  // PrepareWork checked the request; what can still fail is the engine (e.g. a GPU whose
+  // memory cannot hold the sequence's cache). That is this sample's failure, answered in its own
+  // message (FINISH_REASON_ERROR); the request's other samples go on.
+  if (!id.ok()) {
+    spdlog::error("request {} sample {}: admit failed: {}", work.request.request_id(), sample,
+                  id.status().ToString());
+    Finished finished{
+        .work = admitted.work,
+        .response = NeverRanResponse(work, sample, admitted.model->version,
+                                     v1::FINISH_REASON_ERROR,
+                                     absl::StrCat("admit failed: ", id.status().message()))};
+    QueueDelivery(std::move(finished));
+    return;
+  }
+  ++admitted.model->active_samples;
+  RolloutMetrics::Get().time_to_first_token_seconds.Observe(
+      absl::ToDoubleSeconds(absl::Now() - work.start));
+  active_[*id] = Active{.work = admitted.work,
+                        .sample = sample,
+                        .prefill_version = admitted.model->version,
+                        .running = admitted.model};
 }
 
 void Scheduler::SwitchVersions() {

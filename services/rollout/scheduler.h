@@ -89,6 +89,8 @@ class Scheduler {
   void StopEverything();
   void ResolveAdapters();
   void AdmitSamples();
+  // Records an admitted sample as active, or answers the sample the engine could not admit.
+  void StartSample(const Pending& admitted, const absl::StatusOr<int>& id);
   void SwitchVersions();
   // Execute: one decode step.
   void Execute();

@@ -34,19 +34,11 @@ class FakeBatch final : public SequenceBatch {
     const ServedModel* model = nullptr;
   };
 
-  absl::StatusOr<int> Admit(const engine::GenerationRequest& request,
-                            const ServedModel& model) override {
-    if (!request.prompt.empty() && request.prompt[0] == failing_prompt_token_) {
-      return absl::ResourceExhaustedError("out of device memory for the KV cache");
-    }
-    const int id = next_id_++;
-    Sequence& sequence = sequences_[id];
-    sequence.request = request;
-    sequence.model = &model;
-    sequence.sample.tokens = request.prompt;
-    sequence.sample.prompt_length = static_cast<int>(request.prompt.size());
-    Generate(id);  // Prefill samples the first token, as the engine does.
-    return id;
+  std::vector<absl::StatusOr<int>> Admit(const std::vector<SampleToAdmit>& samples) override {
+    ++admissions_;
+    std::vector<absl::StatusOr<int>> ids;
+    for (const SampleToAdmit& sample : samples) ids.push_back(AdmitOne(sample));
+    return ids;
   }
   int Switch(int id, const ServedModel& model) override {
     auto found = sequences_.find(id);
@@ -99,9 +91,26 @@ class FakeBatch final : public SequenceBatch {
   int64_t ReservedBytes(int64_t positions) const override { return positions * kBytesPerPosition; }
 
   int steps() const { return steps_; }
+  // Calls of Admit: each admits what one scheduler step could take.
+  int admissions() const { return admissions_; }
   const std::vector<int>& cancelled() const { return cancelled_; }
 
  private:
+  absl::StatusOr<int> AdmitOne(const SampleToAdmit& admitted) {
+    const engine::GenerationRequest& request = admitted.request;
+    if (!request.prompt.empty() && request.prompt[0] == failing_prompt_token_) {
+      return absl::ResourceExhaustedError("out of device memory for the KV cache");
+    }
+    const int id = next_id_++;
+    Sequence& sequence = sequences_[id];
+    sequence.request = request;
+    sequence.model = admitted.model;
+    sequence.sample.tokens = request.prompt;
+    sequence.sample.prompt_length = static_cast<int>(request.prompt.size());
+    Generate(id);  // Prefill samples the first token, as the engine does.
+    return id;
+  }
+
   void Generate(int id) {
     Sequence& sequence = sequences_.at(id);
     const int token = sequence.sample.tokens.back() + 1;
@@ -124,6 +133,7 @@ class FakeBatch final : public SequenceBatch {
 
   int next_id_ = 0;
   int steps_ = 0;
+  int admissions_ = 0;
   std::string fault_;
   int failing_prompt_token_ = -1;
   std::map<int, Sequence> sequences_;
@@ -241,6 +251,7 @@ TEST_F(SchedulerTest, AdmitsFifoWithinTheKvBudgetAndRunsEverySampleToTheEnd) {
   ASSERT_TRUE(Submit(Work("r", /*prompts=*/3, /*group=*/1, 2, 3, outcome)).ok());
   scheduler_->RunStep();
   EXPECT_EQ(batch_->active(), 2) << "the third sample waits for KV cache";
+  EXPECT_EQ(batch_->admissions(), 1) << "a step admits what fits together: one prefill";
   scheduler_->RunStep();
   scheduler_->RunStep();  // The first two reach 3 tokens and leave; the third is admitted.
   EXPECT_EQ(batch_->active(), 1);

@@ -23,10 +23,14 @@ class SequenceBatch {
  public:
   virtual ~SequenceBatch() = default;
 
-  // Reserves the sequence's KV cache, prefills its prompt on `model` and samples the first
-  // token; returns the sequence's id.
-  virtual absl::StatusOr<int> Admit(const engine::GenerationRequest& request,
-                                    const ServedModel& model) = 0;
+  struct SampleToAdmit {
+    engine::GenerationRequest request;
+    const ServedModel* model = nullptr;  // Never null.
+  };
+  // Reserves each sample's KV cache, prefills the prompts on their models (each model's
+  // together) and samples each one's first token; returns each sample's sequence id, or why it
+  // could not be admitted, in order.
+  virtual std::vector<absl::StatusOr<int>> Admit(const std::vector<SampleToAdmit>& samples) = 0;
   // Runs the sequence's later steps on `model`; returns how many tokens it had generated
   // before, or -1 for an unknown (finished) id.
   virtual int Switch(int id, const ServedModel& model) = 0;
@@ -64,9 +68,12 @@ class EngineBatch final : public SequenceBatch {
   // `base` runs sequences admitted on a model without an engine; it must outlive the batch.
   explicit EngineBatch(engine::DecodeEngine& base) : batch_(base) {}
 
-  absl::StatusOr<int> Admit(const engine::GenerationRequest& request,
-                            const ServedModel& model) override {
-    return batch_.Admit(request, model.engine.get());
+  std::vector<absl::StatusOr<int>> Admit(const std::vector<SampleToAdmit>& samples) override {
+    std::vector<engine::GenerationBatch::Admission> admissions;
+    for (const SampleToAdmit& sample : samples) {
+      admissions.push_back({.request = sample.request, .engine = sample.model->engine.get()});
+    }
+    return batch_.AdmitAll(admissions);
   }
   int Switch(int id, const ServedModel& model) override {
     return batch_.SwitchEngine(id, *model.engine);
