@@ -5,7 +5,7 @@
 
 namespace tandem {
 
-absl::Status ValidateNamedSelector(const v1::AdapterSelector& selector) {
+absl::Status ValidateNamedSelector(const type::v1::AdapterSelector& selector) {
   if (absl::Status status = ValidateIdentifier("adapter.adapter_name", selector.adapter_name());
       !status.ok()) {
     return status;

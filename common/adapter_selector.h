@@ -2,7 +2,7 @@
 #define TANDEM_COMMON_ADAPTER_SELECTOR_H_
 
 #include "absl/status/status.h"
-#include "tandem/v1/common.pb.h"
+#include "tandem/type/v1/common.pb.h"
 
 namespace tandem {
 
@@ -11,7 +11,7 @@ namespace tandem {
 // (unset means the newest). INVALID_ARGUMENT naming the field and value, e.g.
 // "adapter.exact_version is 0; must be >= 1". An empty name is the base model to a rollout and
 // an error to weight-store, so that case is the callers'.
-absl::Status ValidateNamedSelector(const v1::AdapterSelector& selector);
+absl::Status ValidateNamedSelector(const type::v1::AdapterSelector& selector);
 
 }  // namespace tandem
 

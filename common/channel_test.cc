@@ -24,9 +24,9 @@ TEST(RetryServiceConfigTest, ListsOnlyIdempotentMethods) {
 }
 
 TEST(RetryServiceConfigTest, UnknownServiceIsNotFound) {
-  auto config = RetryServiceConfig({.service_name = "tandem.v1.NoSuchService"});
+  auto config = RetryServiceConfig({.service_name = "tandem.trainer.v1.NoSuchService"});
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(config.status().message(), HasSubstr("tandem.v1.NoSuchService"));
+  EXPECT_THAT(config.status().message(), HasSubstr("tandem.trainer.v1.NoSuchService"));
 }
 
 class RetryTest : public ::testing::Test {

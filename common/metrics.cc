@@ -33,7 +33,7 @@ namespace {
 
 using grpc::experimental::InterceptionHookPoints;
 
-// "/tandem.v1.JobService/GetJob" -> {"tandem.v1.JobService", "GetJob"}.
+// "/tandem.trainer.v1.JobService/GetJob" -> {"tandem.trainer.v1.JobService", "GetJob"}.
 std::pair<std::string, std::string> SplitMethodPath(absl::string_view path) {
   if (!path.empty() && path.front() == '/') path.remove_prefix(1);
   const size_t slash = path.find('/');

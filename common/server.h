@@ -23,7 +23,7 @@ inline constexpr absl::string_view kLivenessService = "liveness";
 
 // A gRPC service and the full proto name health checks report it under.
 struct HostedService {
-  std::string proto_name;  // e.g. "tandem.v1.JobService".
+  std::string proto_name;  // e.g. "tandem.trainer.v1.JobService".
   std::unique_ptr<grpc::Service> service;
   // Optional: whether the service can do its work yet (e.g. rollout until its weights are
   // loaded). Null: ready as soon as the server is.

@@ -1,7 +1,7 @@
 #include "common/utf8.h"
 
 #include "gtest/gtest.h"
-#include "tandem/v1/trainer.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem {
 namespace {
@@ -30,11 +30,11 @@ TEST(Utf8Test, EveryKindOfMalformedSequenceIsEscapedByteByByte) {
 }
 
 TEST(Utf8Test, AnEscapedMessageSurvivesAProtoRoundTrip) {
-  v1::Job job;
+  trainer::v1::Job job;
   job.set_error_message(ValidUtf8("safetensors header: \xFF\xFE not JSON"));
   std::string bytes;
   ASSERT_TRUE(job.SerializeToString(&bytes));
-  v1::Job parsed;
+  trainer::v1::Job parsed;
   ASSERT_TRUE(parsed.ParseFromString(bytes));
   EXPECT_EQ(parsed.error_message(), "safetensors header: \\xFF\\xFE not JSON");
 }

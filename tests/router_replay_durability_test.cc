@@ -52,9 +52,9 @@ class RouterReplayDurabilityTest : public ::testing::Test {
     auto process = Launch(port, extra);
     EXPECT_TRUE(process.ok()) << process.status();
     channel_ = *CreateChannel({.target = absl::StrCat("127.0.0.1:", port),
-                               .service_name = "tandem.v1.RouterReplayService"});
+                               .service_name = "tandem.routerreplay.v1.RouterReplayService"});
     EXPECT_TRUE(WaitUntilServing({.target = absl::StrCat("127.0.0.1:", port)},
-                                 "tandem.v1.RouterReplayService", absl::Seconds(30))
+                                 "tandem.routerreplay.v1.RouterReplayService", absl::Seconds(30))
                     .ok());
     return *std::move(process);
   }
@@ -87,9 +87,9 @@ TEST_F(RouterReplayDurabilityTest, AcknowledgedAppendsAndSealsSurviveKillDashNin
     ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(60)).ok());  // All acknowledged.
 
     // A stream still open when the process dies: nothing of it was acknowledged.
-    auto stub = v1::RouterReplayService::NewStub(channel_);
+    auto stub = routerreplay::v1::RouterReplayService::NewStub(channel_);
     grpc::ClientContext context;
-    v1::AppendResponse response;
+    routerreplay::v1::AppendResponse response;
     auto writer = stub->Append(&context, &response);
     const std::vector<int16_t> cut = SyntheticRoutes(shape_, 200, 999);
     for (int first = 0; first < 200; first += 20) {
@@ -103,8 +103,8 @@ TEST_F(RouterReplayDurabilityTest, AcknowledgedAppendsAndSealsSurviveKillDashNin
   }
 
   ServiceProcess restarted = Start();
-  auto stub = v1::RouterReplayService::NewStub(channel_);
-  v1::FetchRoutesRequest request;
+  auto stub = routerreplay::v1::RouterReplayService::NewStub(channel_);
+  routerreplay::v1::FetchRoutesRequest request;
   for (int r = 0; r <= kRecords; ++r) {
     *request.mutable_records()->add_records()->mutable_key() = ToProto(Key(r));
   }
@@ -112,7 +112,7 @@ TEST_F(RouterReplayDurabilityTest, AcknowledgedAppendsAndSealsSurviveKillDashNin
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(30));
   auto reader = stub->FetchRoutes(&context, request);
-  v1::FetchRoutesResponse message;
+  routerreplay::v1::FetchRoutesResponse message;
   int records = 0;
   while (reader->Read(&message)) {
     const int r = records++;
@@ -124,7 +124,7 @@ TEST_F(RouterReplayDurabilityTest, AcknowledgedAppendsAndSealsSurviveKillDashNin
       continue;
     }
     EXPECT_EQ(message.stored_rows(), kRows) << r;
-    EXPECT_EQ(message.status(), r % 2 == 0 ? v1::RECORD_STATUS_COMPLETE : v1::RECORD_STATUS_PARTIAL)
+    EXPECT_EQ(message.status(), r % 2 == 0 ? routerreplay::v1::RECORD_STATUS_COMPLETE : routerreplay::v1::RECORD_STATUS_PARTIAL)
         << r;
     EXPECT_EQ(got, routes[r]) << r;
   }

@@ -15,10 +15,10 @@
 #include "engine/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tandem/v1/rollout.grpc.pb.h"
-#include "tandem/v1/router_replay.grpc.pb.h"
-#include "tandem/v1/trainer.grpc.pb.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tandem/rollout/v1/rollout.grpc.pb.h"
+#include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
+#include "tandem/trainer/v1/trainer.grpc.pb.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 #include "tests/service_process.h"
 
 namespace tandem::testing {
@@ -170,21 +170,21 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         ServiceCase{"trainer",
                     "services/trainer/trainer",
-                    "tandem.v1.JobService",
+                    "tandem.trainer.v1.JobService",
                     "GetJob",
-                    Call<v1::JobService>(&v1::JobService::Stub::GetJob),
+                    Call<trainer::v1::JobService>(&trainer::v1::JobService::Stub::GetJob),
                     grpc::StatusCode::INVALID_ARGUMENT,
                     "INVALID_ARGUMENT",
                     "job_id is required",
                     {"--data_dir=" + ::testing::TempDir() + "/trainer-data", "--ucx=false"}},
         ServiceCase{"rollout",
                     "services/rollout/rollout",
-                    "tandem.v1.RolloutService",
+                    "tandem.rollout.v1.RolloutService",
                     "Generate",
                     [](std::shared_ptr<grpc::Channel> channel, grpc::ClientContext* context) {
-                      auto reader = v1::RolloutService::NewStub(channel)->Generate(
-                          context, v1::GenerateRequest());
-                      v1::GenerateResponse response;
+                      auto reader = rollout::v1::RolloutService::NewStub(channel)->Generate(
+                          context, rollout::v1::GenerateRequest());
+                      rollout::v1::GenerateResponse response;
                       while (reader->Read(&response)) {
                       }
                       return reader->Finish();
@@ -196,18 +196,18 @@ INSTANTIATE_TEST_SUITE_P(
         ServiceCase{
             "weight-store",
             "services/weight_store/weight_store",
-            "tandem.v1.WeightStoreService",
+            "tandem.weightstore.v1.WeightStoreService",
             "GetManifest",
-            Call<v1::WeightStoreService>(&v1::WeightStoreService::Stub::GetManifest),
+            Call<weightstore::v1::WeightStoreService>(&weightstore::v1::WeightStoreService::Stub::GetManifest),
             grpc::StatusCode::INVALID_ARGUMENT,
             "INVALID_ARGUMENT",
             "bad adapter.adapter_name: ''",
             {"--data_dir=" + ::testing::TempDir() + "/weight-store-data", "--ucx_transports=tcp"}},
         ServiceCase{"router-replay",
                     "services/router_replay/router_replay",
-                    "tandem.v1.RouterReplayService",
+                    "tandem.routerreplay.v1.RouterReplayService",
                     "Seal",
-                    Call<v1::RouterReplayService>(&v1::RouterReplayService::Stub::Seal),
+                    Call<routerreplay::v1::RouterReplayService>(&routerreplay::v1::RouterReplayService::Stub::Seal),
                     grpc::StatusCode::INVALID_ARGUMENT,
                     "INVALID_ARGUMENT",
                     "bad job_id: ''",

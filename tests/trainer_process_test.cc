@@ -31,8 +31,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/rollout/client/task_accuracy.h"
-#include "tandem/v1/rollout.grpc.pb.h"
-#include "tandem/v1/trainer.grpc.pb.h"
+#include "tandem/rollout/v1/rollout.grpc.pb.h"
+#include "tandem/trainer/v1/trainer.grpc.pb.h"
 #include "tests/service_process.h"
 
 namespace tandem::testing {
@@ -74,19 +74,19 @@ class TrainerProcessTest : public ::testing::Test {
     std::filesystem::create_directories(data_);
     if (base_model_.empty()) base_model_ = BaseModelPath();
     services_["weight_store"] = {"services/weight_store/weight_store",
-                                 "tandem.v1.WeightStoreService",
+                                 "tandem.weightstore.v1.WeightStoreService",
                                  {"--data_dir=" + data_ + "/ws", "--ucx_transports=tcp"}};
     services_["router_replay"] = {"services/router_replay/router_replay",
-                                  "tandem.v1.RouterReplayService",
+                                  "tandem.routerreplay.v1.RouterReplayService",
                                   {"--data_dir=" + data_ + "/rr"}};
     for (auto& [name, service] : services_) service.port = PickFreePort();
     services_["rollout"] = {"services/rollout/rollout",
-                            "tandem.v1.RolloutService",
+                            "tandem.rollout.v1.RolloutService",
                             {"--base_model=" + base_model_, "--ucx_transports=tcp",
                              absl::StrCat("--weight_store=127.0.0.1:", Port("weight_store")),
                              absl::StrCat("--router_replay=127.0.0.1:", Port("router_replay"))}};
     services_["trainer"] = {"services/trainer/trainer",
-                            "tandem.v1.JobService",
+                            "tandem.trainer.v1.JobService",
                             {"--data_dir=" + data_ + "/trainer", "--ucx_transports=tcp"}};
     services_["rollout"].port = PickFreePort();
     services_["trainer"].port = PickFreePort();
@@ -94,8 +94,8 @@ class TrainerProcessTest : public ::testing::Test {
     if (tls_) UseMutualTls();
     for (const char* name : {"weight_store", "router_replay", "rollout", "trainer"}) Start(name);
     for (int rank = 1; rank < trainer_ranks_; ++rank) Start(absl::StrCat("trainer", rank));
-    trainer_ = v1::JobService::NewStub(Channel("trainer"));
-    rollout_ = v1::RolloutService::NewStub(Channel("rollout"));
+    trainer_ = trainer::v1::JobService::NewStub(Channel("trainer"));
+    rollout_ = rollout::v1::RolloutService::NewStub(Channel("rollout"));
   }
 
   int Port(const std::string& name) { return services_[name].port; }
@@ -168,17 +168,17 @@ class TrainerProcessTest : public ::testing::Test {
     ASSERT_TRUE(WaitUntilServing(Dial(name), service.proto_name, absl::Seconds(30)).ok()) << name;
   }
 
-  v1::JobSpec Spec(int steps) {
-    v1::JobSpec spec;
+  trainer::v1::JobSpec Spec(int steps) {
+    trainer::v1::JobSpec spec;
     spec.set_display_name("test");
     spec.mutable_task()->set_name("addition");
     (*spec.mutable_task()->mutable_params())["digits"] = "1";
     spec.set_base_model_path(base_model_);
     spec.mutable_lora()->set_rank(8);
     spec.mutable_lora()->set_alpha(16);
-    spec.set_algorithm(v1::ALGORITHM_GRPO);
+    spec.set_algorithm(trainer::v1::ALGORITHM_GRPO);
     spec.mutable_algorithm_config()->set_learning_rate(5e-3);
-    spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_TOKEN_TIS);
+    spec.mutable_is_correction()->set_mode(trainer::v1::IS_CORRECTION_MODE_TOKEN_TIS);
     spec.set_prompts_per_step(32);
     spec.set_group_size(8);
     spec.set_num_steps(steps);
@@ -195,17 +195,17 @@ class TrainerProcessTest : public ::testing::Test {
   // The demo's batch (64 prompts) for 100 steps: greedy accuracy gains 10 to 12 points here
   // (Spec's 32 prompts: 5 to 14, depending on the seed); the tests ask for 6, above the noise
   // of two 400-prompt measurements (about 3 points).
-  v1::JobSpec LearningSpec() {
-    v1::JobSpec spec = Spec(100);
+  trainer::v1::JobSpec LearningSpec() {
+    trainer::v1::JobSpec spec = Spec(100);
     spec.set_prompts_per_step(64);
     return spec;
   }
 
-  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& request_id) {
-    v1::CreateJobRequest request;
+  absl::StatusOr<trainer::v1::Job> Create(const trainer::v1::JobSpec& spec, const std::string& request_id) {
+    trainer::v1::CreateJobRequest request;
     request.set_request_id(request_id);
     *request.mutable_spec() = spec;
-    v1::CreateJobResponse response;
+    trainer::v1::CreateJobResponse response;
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(30));
     const grpc::Status status = trainer_->CreateJob(&context, request, &response);
@@ -216,10 +216,10 @@ class TrainerProcessTest : public ::testing::Test {
     return response.job();
   }
 
-  v1::Job Get(const std::string& job_id) {
-    v1::GetJobRequest request;
+  trainer::v1::Job Get(const std::string& job_id) {
+    trainer::v1::GetJobRequest request;
     request.set_job_id(job_id);
-    v1::GetJobResponse response;
+    trainer::v1::GetJobResponse response;
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(30));
     EXPECT_TRUE(trainer_->GetJob(&context, request, &response).ok());
@@ -227,8 +227,8 @@ class TrainerProcessTest : public ::testing::Test {
   }
 
   // Polls until `done` holds for the job (or a minute passes).
-  v1::Job AwaitJob(const std::string& job_id, const std::function<bool(const v1::Job&)>& done) {
-    v1::Job job;
+  trainer::v1::Job AwaitJob(const std::string& job_id, const std::function<bool(const trainer::v1::Job&)>& done) {
+    trainer::v1::Job job;
     for (int i = 0; i < 1200; ++i) {
       job = Get(job_id);
       if (done(job)) break;
@@ -238,9 +238,9 @@ class TrainerProcessTest : public ::testing::Test {
   }
 
   // Polls until the job SUCCEEDED or FAILED (or a minute passes).
-  v1::Job AwaitEnd(const std::string& job_id) {
-    return AwaitJob(job_id, [](const v1::Job& job) {
-      return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED;
+  trainer::v1::Job AwaitEnd(const std::string& job_id) {
+    return AwaitJob(job_id, [](const trainer::v1::Job& job) {
+      return job.state() == trainer::v1::JOB_STATE_SUCCEEDED || job.state() == trainer::v1::JOB_STATE_FAILED;
     });
   }
 
@@ -262,40 +262,40 @@ class TrainerProcessTest : public ::testing::Test {
   int trainer_ranks_ = 1;   // Set by the ranks fixture before SetUp.
   std::string base_model_;  // Set by a fixture before SetUp; else the demo's base model.
   std::map<std::string, Service> services_;
-  std::unique_ptr<v1::JobService::Stub> trainer_;
-  std::unique_ptr<v1::RolloutService::Stub> rollout_;
+  std::unique_ptr<trainer::v1::JobService::Stub> trainer_;
+  std::unique_ptr<rollout::v1::RolloutService::Stub> rollout_;
 };
 
 TEST_F(TrainerProcessTest, AJobRunsThroughAllFourServicesAndImprovesAccuracy) {
   const double before = GreedyAccuracy("", 0);
   auto job = Create(LearningSpec(), "first");
   ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_EQ(job->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job->state(), trainer::v1::JOB_STATE_QUEUED);
   EXPECT_EQ(job->spec().adapter_name(), job->id()) << "defaults are resolved";
-  EXPECT_EQ(job->spec().routing_replay(), v1::ROUTING_REPLAY_MODE_R3);
+  EXPECT_EQ(job->spec().routing_replay(), trainer::v1::ROUTING_REPLAY_MODE_R3);
 
   // WatchJob: a snapshot, state changes and steps, then the end of the stream at SUCCEEDED.
   grpc::ClientContext context;
-  v1::WatchJobRequest watch;
+  trainer::v1::WatchJobRequest watch;
   watch.set_job_id(job->id());
   auto reader = trainer_->WatchJob(&context, watch);
-  v1::WatchJobResponse event;
-  std::vector<v1::WatchJobResponse> events;
+  trainer::v1::WatchJobResponse event;
+  std::vector<trainer::v1::WatchJobResponse> events;
   while (reader->Read(&event)) events.push_back(event);
   ASSERT_TRUE(reader->Finish().ok());
   ASSERT_GE(events.size(), 3u);
-  EXPECT_EQ(events.front().type(), v1::WATCH_EVENT_TYPE_SNAPSHOT);
-  const v1::Job& done = events.back().job();
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  EXPECT_EQ(events.front().type(), trainer::v1::WATCH_EVENT_TYPE_SNAPSHOT);
+  const trainer::v1::Job& done = events.back().job();
+  ASSERT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 100);
   EXPECT_EQ(done.policy_version(), 101) << "the initial adapter, then one version per step";
   int steps_seen = 0;
-  for (const v1::WatchJobResponse& e : events) {
-    steps_seen += e.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED;
+  for (const trainer::v1::WatchJobResponse& e : events) {
+    steps_seen += e.type() == trainer::v1::WATCH_EVENT_TYPE_STEP_COMPLETED;
   }
   EXPECT_GT(steps_seen, 0);
 
-  const v1::StepMetrics& metrics = done.latest_metrics();
+  const trainer::v1::StepMetrics& metrics = done.latest_metrics();
   EXPECT_EQ(metrics.step(), 100);
   EXPECT_EQ(metrics.policy_version(), 101);
   EXPECT_EQ(metrics.min_rollout_version(), 100);
@@ -320,16 +320,16 @@ TEST_F(TrainerProcessTest, AJobRunsThroughAllFourServicesAndImprovesAccuracy) {
   auto conflicting = Create(Spec(101), "first");
   EXPECT_EQ(conflicting.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(conflicting.status().message(), HasSubstr("with a different spec"));
-  v1::CancelJobRequest cancel;
+  trainer::v1::CancelJobRequest cancel;
   cancel.set_job_id(job->id());
-  v1::CancelJobResponse cancelled;
+  trainer::v1::CancelJobResponse cancelled;
   grpc::ClientContext cancel_context;
   const grpc::Status cancel_status = trainer_->CancelJob(&cancel_context, cancel, &cancelled);
   EXPECT_EQ(cancel_status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(cancel_status.error_message(), HasSubstr("is already SUCCEEDED"));
-  v1::ListJobsRequest list;
-  list.add_states(v1::JOB_STATE_SUCCEEDED);
-  v1::ListJobsResponse listed;
+  trainer::v1::ListJobsRequest list;
+  list.add_states(trainer::v1::JOB_STATE_SUCCEEDED);
+  trainer::v1::ListJobsResponse listed;
   grpc::ClientContext list_context;
   ASSERT_TRUE(trainer_->ListJobs(&list_context, list, &listed).ok());
   ASSERT_EQ(listed.jobs_size(), 1);
@@ -340,37 +340,37 @@ TEST_F(TrainerProcessTest, CancelStopsRunningAndQueuedJobs) {
   auto running = Create(Spec(100000), "long");
   auto queued = Create(Spec(5), "behind");
   ASSERT_TRUE(running.ok() && queued.ok());
-  AwaitJob(running->id(), [](const v1::Job& job) { return job.current_step() >= 2; });
+  AwaitJob(running->id(), [](const trainer::v1::Job& job) { return job.current_step() >= 2; });
   for (const std::string& id : {queued->id(), running->id()}) {
-    v1::CancelJobRequest request;
+    trainer::v1::CancelJobRequest request;
     request.set_job_id(id);
-    v1::CancelJobResponse response;
+    trainer::v1::CancelJobResponse response;
     grpc::ClientContext context;
     ASSERT_TRUE(trainer_->CancelJob(&context, request, &response).ok());
     EXPECT_THAT(response.job().state(),
-                ::testing::AnyOf(v1::JOB_STATE_CANCELLING, v1::JOB_STATE_CANCELLED));
+                ::testing::AnyOf(trainer::v1::JOB_STATE_CANCELLING, trainer::v1::JOB_STATE_CANCELLED));
   }
-  EXPECT_EQ(Get(queued->id()).state(), v1::JOB_STATE_CANCELLED) << "a queued job ends at once";
-  const v1::Job stopped = AwaitJob(
-      running->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_CANCELLING; });
-  EXPECT_EQ(stopped.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Get(queued->id()).state(), trainer::v1::JOB_STATE_CANCELLED) << "a queued job ends at once";
+  const trainer::v1::Job stopped = AwaitJob(
+      running->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_CANCELLING; });
+  EXPECT_EQ(stopped.state(), trainer::v1::JOB_STATE_CANCELLED);
   EXPECT_GT(stopped.policy_version(), 0) << "versions published before the cancel remain";
   EXPECT_TRUE(stopped.has_end_time());
 }
 
 TEST_F(TrainerProcessTest, KillDashNineOfTheTrainerResumesFromTheCheckpoint) {
-  v1::JobSpec spec = Spec(16);
+  trainer::v1::JobSpec spec = Spec(16);
   spec.set_checkpoint_every(3);
   auto job = Create(spec, "resumable");
   ASSERT_TRUE(job.ok()) << job.status();
-  AwaitJob(job->id(), [](const v1::Job& job) { return job.current_step() >= 7; });
+  AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.current_step() >= 7; });
   services_["trainer"].process->Stop(SIGKILL);
   services_["trainer"].process.reset();
   Start("trainer");
-  trainer_ = v1::JobService::NewStub(Channel("trainer"));
-  const v1::Job done =
-      AwaitJob(job->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_RUNNING; });
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  trainer_ = trainer::v1::JobService::NewStub(Channel("trainer"));
+  const trainer::v1::Job done =
+      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_RUNNING; });
+  ASSERT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 16);
   // Resumed from step 6 or later: the restored adapter was republished as a new version.
   EXPECT_GT(done.policy_version(), 17);
@@ -380,26 +380,26 @@ TEST_F(TrainerProcessTest, KillDashNineOfTheTrainerResumesFromTheCheckpoint) {
 TEST_F(TrainerProcessTest, ARolloutRestartCostsARetryNotTheJob) {
   auto job = Create(Spec(12), "survives");
   ASSERT_TRUE(job.ok()) << job.status();
-  AwaitJob(job->id(), [](const v1::Job& job) { return job.current_step() >= 3; });
+  AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.current_step() >= 3; });
   services_["rollout"].process->Stop(SIGKILL);
   services_["rollout"].process.reset();
   absl::SleepFor(absl::Milliseconds(300));
   Start("rollout");
-  const v1::Job done =
-      AwaitJob(job->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_RUNNING; });
-  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  const trainer::v1::Job done =
+      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_RUNNING; });
+  EXPECT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 12);
 }
 
 TEST_F(TrainerProcessTest, AsyncJobsTrainOnSamplesOneVersionBehind) {
-  v1::JobSpec spec = Spec(10);
-  spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+  trainer::v1::JobSpec spec = Spec(10);
+  spec.set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
   auto job = Create(spec, "async");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->spec().max_staleness(), 1);
-  const v1::Job done = AwaitEnd(job->id());
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
-  const v1::StepMetrics& last = done.latest_metrics();
+  const trainer::v1::Job done = AwaitEnd(job->id());
+  ASSERT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  const trainer::v1::StepMetrics& last = done.latest_metrics();
   // Step 10 trained version 10 into 11 on samples of version 9 (staleness 1).
   EXPECT_EQ(last.policy_version(), 11);
   EXPECT_EQ(last.min_rollout_version(), 9);
@@ -552,21 +552,21 @@ TEST_F(TrainerProcessHfModelTest, AChatDatasetJobRunsOnAQwen3MoeCheckpointAndExp
          R"({"messages": [{"role": "user", "content": "Natalia sold 48 clips, then half as )"
          R"(many. How many in all?"}], "answer": "#### 72"})"
          "\n";
-  v1::JobSpec spec = Spec(2);
+  trainer::v1::JobSpec spec = Spec(2);
   spec.clear_task();
   spec.mutable_dataset()->set_path(dataset);
   spec.mutable_dataset()->set_verifier("math");
-  spec.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_SHARED_OUTER);
+  spec.mutable_lora()->set_expert_layout(type::v1::EXPERT_LAYOUT_SHARED_OUTER);
   spec.set_prompts_per_step(4);
   spec.set_group_size(2);
   spec.mutable_sampling()->set_max_new_tokens(8);
   spec.mutable_sampling()->set_temperature(1.0f);
   auto job = Create(spec, "qwen3");
   ASSERT_TRUE(job.ok()) << job.status();
-  const v1::Job done = AwaitEnd(job->id());
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  const trainer::v1::Job done = AwaitEnd(job->id());
+  ASSERT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.policy_version(), 3);
-  const v1::StepMetrics& metrics = done.latest_metrics();
+  const trainer::v1::StepMetrics& metrics = done.latest_metrics();
   EXPECT_GT(metrics.response_tokens(), 0);
   EXPECT_LT(metrics.missing_route_share(), 1e-9) << "every route was recorded and replayed";
   RecordProperty("rollout_tokens_per_second",
@@ -603,18 +603,18 @@ TEST_F(TrainerProcessMixtralTest, ItsPeftExportUsesMixtralNamesAndStartsANewJob)
   const std::string dataset = data_ + "/math.jsonl";
   std::ofstream(dataset) << R"({"prompt": "What is 6 * 7?", "answer": "42"})"
                             "\n";
-  v1::JobSpec spec = Spec(1);
+  trainer::v1::JobSpec spec = Spec(1);
   spec.clear_task();
   spec.mutable_dataset()->set_path(dataset);
   spec.mutable_dataset()->set_verifier("math");
   spec.set_prompts_per_step(2);
   spec.set_group_size(2);
   spec.mutable_sampling()->set_max_new_tokens(4);
-  auto run = [&](const v1::JobSpec& spec, const std::string& name) {
+  auto run = [&](const trainer::v1::JobSpec& spec, const std::string& name) {
     auto job = Create(spec, name);
     EXPECT_TRUE(job.ok()) << job.status();
-    const v1::Job done = AwaitEnd(job->id());
-    EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+    const trainer::v1::Job done = AwaitEnd(job->id());
+    EXPECT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
     return job->id();
   };
   const std::string first = run(spec, "mixtral");
@@ -649,19 +649,19 @@ class TrainerProcessTlsTest : public TrainerProcessTest {
 TEST_F(TrainerProcessTlsTest, AJobRunsWithMutualTlsBetweenAllFourServices) {
   auto job = Create(Spec(3), "tls");
   ASSERT_TRUE(job.ok()) << job.status();
-  const v1::Job done = AwaitEnd(job->id());
-  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  const trainer::v1::Job done = AwaitEnd(job->id());
+  EXPECT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 3);
   // A client without a certificate is refused by the trainer.
   ChannelOptions anonymous = Dial("trainer");
   anonymous.tls->certificate_chain.clear();
   anonymous.tls->private_key.clear();
-  auto stub = v1::JobService::NewStub(*CreateChannel(anonymous));
+  auto stub = trainer::v1::JobService::NewStub(*CreateChannel(anonymous));
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(10));
-  v1::GetJobRequest request;
+  trainer::v1::GetJobRequest request;
   request.set_job_id(job->id());
-  v1::GetJobResponse response;
+  trainer::v1::GetJobResponse response;
   EXPECT_EQ(stub->GetJob(&context, request, &response).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
@@ -670,8 +670,8 @@ class TrainerProcessRanksTest : public TrainerProcessTest {
  protected:
   TrainerProcessRanksTest() { trainer_ranks_ = 2; }
 
-  v1::JobSpec DataParallelSpec(int steps) {
-    v1::JobSpec spec = Spec(steps);
+  trainer::v1::JobSpec DataParallelSpec(int steps) {
+    trainer::v1::JobSpec spec = Spec(steps);
     spec.mutable_parallelism()->set_data_parallel(2);
     return spec;
   }
@@ -679,16 +679,16 @@ class TrainerProcessRanksTest : public TrainerProcessTest {
 
 TEST_F(TrainerProcessRanksTest, ADataParallelJobRunsOnTwoTrainersAndImprovesAccuracy) {
   const double before = GreedyAccuracy("", 0);
-  v1::JobSpec spec = LearningSpec();
+  trainer::v1::JobSpec spec = LearningSpec();
   spec.mutable_parallelism()->set_data_parallel(2);
   auto job = Create(spec, "two-ranks");
   ASSERT_TRUE(job.ok()) << job.status();
-  const v1::Job done = AwaitEnd(job->id());
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  const trainer::v1::Job done = AwaitEnd(job->id());
+  ASSERT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 100);
   EXPECT_EQ(done.policy_version(), 101);
   // Each rank generated and trained half of the step's 64 groups of 8.
-  const v1::StepMetrics& metrics = done.latest_metrics();
+  const trainer::v1::StepMetrics& metrics = done.latest_metrics();
   ASSERT_EQ(metrics.ranks_size(), 2);
   int64_t tokens = 0;
   for (int rank = 0; rank < 2; ++rank) {
@@ -704,7 +704,7 @@ TEST_F(TrainerProcessRanksTest, ADataParallelJobRunsOnTwoTrainersAndImprovesAccu
   std::printf("two ranks: greedy accuracy %.3f -> %.3f\n", before, after);
   EXPECT_GT(after, before + 0.06);
   // More ranks than the deployment has are refused at once.
-  v1::JobSpec too_many = Spec(1);
+  trainer::v1::JobSpec too_many = Spec(1);
   too_many.mutable_parallelism()->set_data_parallel(4);
   const absl::Status refused = Create(too_many, "four-ranks").status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
@@ -717,13 +717,13 @@ TEST_F(TrainerProcessRanksTest, ADataParallelJobRunsOnTwoTrainersAndImprovesAccu
 TEST_F(TrainerProcessRanksTest, AKilledRankFailsTheJobCleanlyAndRejoinsWhenRestarted) {
   auto job = Create(DataParallelSpec(100000), "killed-rank");
   ASSERT_TRUE(job.ok()) << job.status();
-  AwaitJob(job->id(), [](const v1::Job& job) { return job.current_step() >= 2; });
+  AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.current_step() >= 2; });
   const absl::Time killed = absl::Now();
   services_["trainer1"].process->Stop(SIGKILL);
   services_["trainer1"].process.reset();
-  const v1::Job failed =
-      AwaitJob(job->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_RUNNING; });
-  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  const trainer::v1::Job failed =
+      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_RUNNING; });
+  EXPECT_EQ(failed.state(), trainer::v1::JOB_STATE_FAILED);
   EXPECT_LT(absl::Now() - killed, absl::Seconds(30))
       << "bounded by the collective and join timeouts";
   std::printf("killed rank 1: job failed after %s: %s\n",
@@ -734,24 +734,24 @@ TEST_F(TrainerProcessRanksTest, AKilledRankFailsTheJobCleanlyAndRejoinsWhenResta
   Start("trainer1");
   auto next = Create(DataParallelSpec(3), "after-restart");
   ASSERT_TRUE(next.ok()) << next.status();
-  const v1::Job done = AwaitEnd(next->id());
-  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  const trainer::v1::Job done = AwaitEnd(next->id());
+  EXPECT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.latest_metrics().ranks_size(), 2);
 }
 
 // A rank killed mid-job and restarted at once: the job goes on from its last checkpoint in a new
 // group with the restarted rank, and finishes.
 TEST_F(TrainerProcessRanksTest, AJobGoesOnWhenAKilledRankComesBack) {
-  v1::JobSpec spec = DataParallelSpec(12);
+  trainer::v1::JobSpec spec = DataParallelSpec(12);
   spec.set_checkpoint_every(2);
   auto job = Create(spec, "rank-comes-back");
   ASSERT_TRUE(job.ok()) << job.status();
-  AwaitJob(job->id(), [](const v1::Job& job) { return job.current_step() >= 3; });
+  AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.current_step() >= 3; });
   services_["trainer1"].process->Stop(SIGKILL);
   services_["trainer1"].process.reset();
   Start("trainer1");
-  const v1::Job done = AwaitEnd(job->id());
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  const trainer::v1::Job done = AwaitEnd(job->id());
+  ASSERT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_GE(done.attempt(), 2);
   EXPECT_GE(done.attempt_start_step(), 2) << "from its checkpoint";
   EXPECT_EQ(done.current_step(), 12);
@@ -762,27 +762,27 @@ TEST_F(TrainerProcessRanksTest, AJobGoesOnWhenAKilledRankComesBack) {
 // left the dead run when its connections closed). The checkpoint holds the ranks' replicated
 // state once, so a job on one rank starts from it too.
 TEST_F(TrainerProcessRanksTest, AKilledRankZeroResumesTheJobOnBothRanks) {
-  v1::JobSpec spec = DataParallelSpec(12);
+  trainer::v1::JobSpec spec = DataParallelSpec(12);
   spec.set_checkpoint_every(3);
   auto job = Create(spec, "resumed-on-two");
   ASSERT_TRUE(job.ok()) << job.status();
-  AwaitJob(job->id(), [](const v1::Job& job) { return job.current_step() >= 5; });
+  AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.current_step() >= 5; });
   services_["trainer"].process->Stop(SIGKILL);
   services_["trainer"].process.reset();
   Start("trainer");
-  trainer_ = v1::JobService::NewStub(Channel("trainer"));
-  const v1::Job done = AwaitEnd(job->id());
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  trainer_ = trainer::v1::JobService::NewStub(Channel("trainer"));
+  const trainer::v1::Job done = AwaitEnd(job->id());
+  ASSERT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.attempt(), 2);
   EXPECT_GE(done.attempt_start_step(), 3);
   EXPECT_EQ(done.latest_metrics().ranks_size(), 2);
 
-  v1::JobSpec one_rank = Spec(2);
+  trainer::v1::JobSpec one_rank = Spec(2);
   one_rank.set_initial_checkpoint_dir(done.spec().output_dir());
   auto continued = Create(one_rank, "from-two-ranks");
   ASSERT_TRUE(continued.ok()) << continued.status();
-  const v1::Job finished = AwaitEnd(continued->id());
-  EXPECT_EQ(finished.state(), v1::JOB_STATE_SUCCEEDED) << finished.error_message();
+  const trainer::v1::Job finished = AwaitEnd(continued->id());
+  EXPECT_EQ(finished.state(), trainer::v1::JOB_STATE_SUCCEEDED) << finished.error_message();
   EXPECT_EQ(finished.latest_metrics().ranks_size(), 1);
 }
 
@@ -793,34 +793,34 @@ TEST_F(TrainerProcessRanksTest, AJobWaitsForMissingRanksThenFailsNamingThem) {
   services_["trainer1"].process.reset();
   auto job = Create(DataParallelSpec(3), "alone");
   ASSERT_TRUE(job.ok()) << job.status();
-  const v1::Job waiting =
-      AwaitJob(job->id(), [](const v1::Job& job) { return !job.status_message().empty(); });
+  const trainer::v1::Job waiting =
+      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return !job.status_message().empty(); });
   EXPECT_EQ(waiting.status_message(), "waiting for trainer ranks 1 to join (1 of 2 up)");
-  const v1::Job failed =
-      AwaitJob(job->id(), [](const v1::Job& job) { return job.state() != v1::JOB_STATE_RUNNING; });
-  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  const trainer::v1::Job failed =
+      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_RUNNING; });
+  EXPECT_EQ(failed.state(), trainer::v1::JOB_STATE_FAILED);
   EXPECT_THAT(failed.error_message(), HasSubstr("trainer ranks 1 of 2 did not join"));
   EXPECT_TRUE(failed.status_message().empty());
 
   Start("trainer1");
   auto running = Create(DataParallelSpec(100000), "cancelled");
   ASSERT_TRUE(running.ok()) << running.status();
-  AwaitJob(running->id(), [](const v1::Job& job) { return job.current_step() >= 1; });
-  v1::CancelJobRequest cancel;
+  AwaitJob(running->id(), [](const trainer::v1::Job& job) { return job.current_step() >= 1; });
+  trainer::v1::CancelJobRequest cancel;
   cancel.set_job_id(running->id());
-  v1::CancelJobResponse response;
+  trainer::v1::CancelJobResponse response;
   grpc::ClientContext context;
   ASSERT_TRUE(trainer_->CancelJob(&context, cancel, &response).ok());
-  const v1::Job stopped = AwaitJob(
-      running->id(), [](const v1::Job& job) { return job.state() == v1::JOB_STATE_CANCELLED; });
-  EXPECT_EQ(stopped.state(), v1::JOB_STATE_CANCELLED);
+  const trainer::v1::Job stopped = AwaitJob(
+      running->id(), [](const trainer::v1::Job& job) { return job.state() == trainer::v1::JOB_STATE_CANCELLED; });
+  EXPECT_EQ(stopped.state(), trainer::v1::JOB_STATE_CANCELLED);
   // Rank 1 left the cancelled job too: it joins the next one.
   auto next = Create(DataParallelSpec(2), "after-cancel");
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(AwaitJob(next->id(),
-                     [](const v1::Job& job) { return job.state() == v1::JOB_STATE_SUCCEEDED; })
+                     [](const trainer::v1::Job& job) { return job.state() == trainer::v1::JOB_STATE_SUCCEEDED; })
                 .state(),
-            v1::JOB_STATE_SUCCEEDED);
+            trainer::v1::JOB_STATE_SUCCEEDED);
 }
 
 }  // namespace

@@ -53,22 +53,22 @@ class WeightStoreProcessTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(process.ok()) << process.status();
     const std::string target = absl::StrCat("127.0.0.1:", port);
     EXPECT_TRUE(
-        WaitUntilServing({.target = target}, "tandem.v1.WeightStoreService", absl::Seconds(30))
+        WaitUntilServing({.target = target}, "tandem.weightstore.v1.WeightStoreService", absl::Seconds(30))
             .ok());
-    stub_ = v1::WeightStoreService::NewStub(
-        *CreateChannel({.target = target, .service_name = "tandem.v1.WeightStoreService"}));
+    stub_ = weightstore::v1::WeightStoreService::NewStub(
+        *CreateChannel({.target = target, .service_name = "tandem.weightstore.v1.WeightStoreService"}));
     return *std::move(process);
   }
 
-  v1::TargetLayout Stacked() {
-    v1::TargetLayout target;
+  weightstore::v1::TargetLayout Stacked() {
+    weightstore::v1::TargetLayout target;
     target.set_stack_experts(true);
     return target;
   }
 
   std::string data_dir_;
   std::unique_ptr<transfer::UcxWorker> client_ucx_;
-  std::unique_ptr<v1::WeightStoreService::Stub> stub_;
+  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> stub_;
 };
 
 TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDashNine) {
@@ -93,15 +93,15 @@ TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDash
 
     // Killed mid-upload: version 2 began, half its first shard arrived, no commit.
     const transfer::TestAdapter interrupted = transfer::MakeTestAdapter("job-1", 2, 22, kWide);
-    v1::BeginPublishRequest begin;
+    weightstore::v1::BeginPublishRequest begin;
     *begin.mutable_manifest() = interrupted.manifest;
-    v1::BeginPublishResponse begun;
+    weightstore::v1::BeginPublishResponse begun;
     grpc::ClientContext context;
     ASSERT_TRUE(stub_->BeginPublish(&context, begin, &begun).ok());
     grpc::ClientContext put_context;
-    v1::PutShardResponse put_response;
+    weightstore::v1::PutShardResponse put_response;
     auto writer = stub_->PutShard(&put_context, &put_response);
-    v1::PutShardRequest chunk;
+    weightstore::v1::PutShardRequest chunk;
     chunk.set_upload_id(begun.upload_id());
     chunk.set_data(interrupted.shards[0].substr(0, interrupted.shards[0].size() / 2));
     writer->Write(chunk);
@@ -118,14 +118,14 @@ TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDash
 
     // Killed mid-fetch: the reader gets an error promptly, or (when gRPC had already buffered
     // the whole stream) every byte; never a hang or a silently short result.
-    v1::FetchTensorsRequest request;
+    weightstore::v1::FetchTensorsRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_max_chunk_bytes(1 << 20);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
     auto reader = stub_->FetchTensors(&context, request);
-    v1::FetchTensorsResponse chunk;
+    weightstore::v1::FetchTensorsResponse chunk;
     ASSERT_TRUE(reader->Read(&chunk));
     size_t received = chunk.data().size();
     store.Stop(SIGKILL);

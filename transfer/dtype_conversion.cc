@@ -8,44 +8,44 @@
 namespace tandem::transfer {
 namespace {
 
-bool IsFloat(v1::DType dtype) {
-  return dtype == v1::DTYPE_F32 || dtype == v1::DTYPE_BF16 || dtype == v1::DTYPE_F16;
+bool IsFloat(type::v1::DType dtype) {
+  return dtype == type::v1::DTYPE_F32 || dtype == type::v1::DTYPE_BF16 || dtype == type::v1::DTYPE_F16;
 }
 
-size_t FloatSize(v1::DType dtype) { return dtype == v1::DTYPE_F32 ? 4 : 2; }
+size_t FloatSize(type::v1::DType dtype) { return dtype == type::v1::DTYPE_F32 ? 4 : 2; }
 
-float LoadFloat(const char* in, v1::DType dtype) {
-  if (dtype == v1::DTYPE_F32) {
+float LoadFloat(const char* in, type::v1::DType dtype) {
+  if (dtype == type::v1::DTYPE_F32) {
     float value;
     std::memcpy(&value, in, sizeof(value));
     return value;
   }
   uint16_t bits;
   std::memcpy(&bits, in, sizeof(bits));
-  return dtype == v1::DTYPE_BF16 ? ToFloat(BFloat16{bits}) : ToFloat(Float16{bits});
+  return dtype == type::v1::DTYPE_BF16 ? ToFloat(BFloat16{bits}) : ToFloat(Float16{bits});
 }
 
-void StoreFloat(float value, v1::DType dtype, char* out) {
-  if (dtype == v1::DTYPE_F32) {
+void StoreFloat(float value, type::v1::DType dtype, char* out) {
+  if (dtype == type::v1::DTYPE_F32) {
     std::memcpy(out, &value, sizeof(value));
     return;
   }
-  const uint16_t bits = dtype == v1::DTYPE_BF16 ? ToBFloat16(value).bits : ToFloat16(value).bits;
+  const uint16_t bits = dtype == type::v1::DTYPE_BF16 ? ToBFloat16(value).bits : ToFloat16(value).bits;
   std::memcpy(out, &bits, sizeof(bits));
 }
 
 }  // namespace
 
-absl::Status CheckConvertible(v1::DType from, v1::DType to) {
-  if (to == v1::DTYPE_UNSPECIFIED || to == from || (IsFloat(from) && IsFloat(to))) {
+absl::Status CheckConvertible(type::v1::DType from, type::v1::DType to) {
+  if (to == type::v1::DTYPE_UNSPECIFIED || to == from || (IsFloat(from) && IsFloat(to))) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("cannot convert ", v1::DType_Name(from), " to ", v1::DType_Name(to)));
+      absl::StrCat("cannot convert ", type::v1::DType_Name(from), " to ", type::v1::DType_Name(to)));
 }
 
-absl::StatusOr<std::string> ConvertFloats(std::string bytes, v1::DType from, v1::DType to) {
-  if (to == v1::DTYPE_UNSPECIFIED || to == from) return bytes;
+absl::StatusOr<std::string> ConvertFloats(std::string bytes, type::v1::DType from, type::v1::DType to) {
+  if (to == type::v1::DTYPE_UNSPECIFIED || to == from) return bytes;
   if (absl::Status convertible = CheckConvertible(from, to); !convertible.ok()) {
     return convertible;
   }

@@ -29,7 +29,7 @@ bool IsRowParallel(absl::string_view projection) {
   return projection == "o_proj" || projection == "down_proj";
 }
 
-absl::Status ValidateTargetModules(const v1::LoraConfig& lora) {
+absl::Status ValidateTargetModules(const type::v1::LoraConfig& lora) {
   absl::flat_hash_set<absl::string_view> seen;
   for (const std::string& module : lora.target_modules()) {
     if (std::find(std::begin(kTargetModules), std::end(kTargetModules), module) ==
@@ -70,11 +70,11 @@ absl::Status ValidateModelShape(const ModelShape& model) {
 }
 
 // Whether lora_A and lora_B of an expert projection are per expert (else shared by the experts).
-std::pair<bool, bool> PerExpertSides(v1::ExpertLayout layout, absl::string_view projection) {
+std::pair<bool, bool> PerExpertSides(type::v1::ExpertLayout layout, absl::string_view projection) {
   switch (layout) {
-    case v1::EXPERT_LAYOUT_SHARED:
+    case type::v1::EXPERT_LAYOUT_SHARED:
       return {false, false};
-    case v1::EXPERT_LAYOUT_SHARED_OUTER:
+    case type::v1::EXPERT_LAYOUT_SHARED_OUTER:
       // The sides that touch the hidden state (gate/up input, down output) are shared.
       return projection == "down_proj" ? std::pair{true, false} : std::pair{false, true};
     default:
@@ -82,9 +82,9 @@ std::pair<bool, bool> PerExpertSides(v1::ExpertLayout layout, absl::string_view 
   }
 }
 
-v1::CanonicalTensor MakeTensor(std::string name, v1::DType dtype, std::vector<int64_t> shape,
+weightstore::v1::CanonicalTensor MakeTensor(std::string name, type::v1::DType dtype, std::vector<int64_t> shape,
                                int num_experts) {
-  v1::CanonicalTensor tensor;
+  weightstore::v1::CanonicalTensor tensor;
   tensor.mutable_spec()->set_name(std::move(name));
   tensor.mutable_spec()->set_dtype(dtype);
   tensor.mutable_spec()->mutable_shape()->Add(shape.begin(), shape.end());
@@ -101,8 +101,8 @@ struct Projection {
 // Adds lora_A [r, in] and lora_B [out, r] of one projection under `prefix` ("model.layers.3.mlp.").
 // A side with experts > 0 is per expert, under prefix + "{e}.".
 void AddProjection(absl::string_view prefix, const Projection& projection, int rank,
-                   v1::DType dtype, int experts_a, int experts_b,
-                   std::vector<v1::CanonicalTensor>& tensors) {
+                   type::v1::DType dtype, int experts_a, int experts_b,
+                   std::vector<weightstore::v1::CanonicalTensor>& tensors) {
   auto name = [&](int experts, absl::string_view side) {
     return absl::StrCat(prefix, experts > 0 ? absl::StrCat(kExpertPlaceholder, ".") : "",
                         projection.name, ".lora_", side, ".weight");
@@ -111,9 +111,9 @@ void AddProjection(absl::string_view prefix, const Projection& projection, int r
   tensors.push_back(MakeTensor(name(experts_b, "B"), dtype, {projection.out, rank}, experts_b));
 }
 
-void AddLayer(const ModelShape& model, const v1::LoraConfig& lora, v1::DType dtype, int layer,
+void AddLayer(const ModelShape& model, const type::v1::LoraConfig& lora, type::v1::DType dtype, int layer,
               const absl::flat_hash_set<std::string>& targets,
-              std::vector<v1::CanonicalTensor>& tensors) {
+              std::vector<weightstore::v1::CanonicalTensor>& tensors) {
   const std::string attention = absl::StrCat("model.layers.", layer, ".self_attn.");
   for (const Projection& projection : {Projection{"q_proj", model.hidden, model.q_out},
                                        Projection{"k_proj", model.hidden, model.kv_out},
@@ -159,7 +159,7 @@ int64_t ElementCount(absl::Span<const int64_t> shape) {
 }
 
 // Narrows dimension `dim` of `box` to part `part` of `parts` equal parts.
-absl::Status SplitEvenly(const v1::CanonicalTensor& tensor, int dim, int parts, int part,
+absl::Status SplitEvenly(const weightstore::v1::CanonicalTensor& tensor, int dim, int parts, int part,
                          TensorBox& box) {
   if (box.size[dim] % parts != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor.spec().name(), "': size ",
@@ -172,7 +172,7 @@ absl::Status SplitEvenly(const v1::CanonicalTensor& tensor, int dim, int parts, 
 
 // The part of `tensor` this producer publishes, nullopt if none (see the coverage rule in the
 // header).
-absl::StatusOr<std::optional<TensorBox>> ProducerBox(const v1::CanonicalTensor& tensor,
+absl::StatusOr<std::optional<TensorBox>> ProducerBox(const weightstore::v1::CanonicalTensor& tensor,
                                                      const ProducerLayout& layout) {
   const bool whole_under_tp = TpSplitDim(tensor.spec()) < 0;
   const bool per_expert = tensor.num_experts() > 0;
@@ -211,8 +211,8 @@ void CopyBox(const char* src, absl::Span<const int64_t> src_shape, const TensorB
 
 // Appends a piece holding `box` of `gate` and, when `up` is set, the same box of `up` right
 // after it along canonical dim 0 (fused_dim 0).
-void AppendPiece(const v1::CanonicalTensor& gate, const std::string& gate_bytes,
-                 const std::string* up_bytes, const TensorBox& box, v1::Shard& shard,
+void AppendPiece(const weightstore::v1::CanonicalTensor& gate, const std::string& gate_bytes,
+                 const std::string* up_bytes, const TensorBox& box, weightstore::v1::Shard& shard,
                  std::string& shard_bytes) {
   const int64_t element_size = ElementSize(gate.spec().dtype());
   std::vector<int64_t> local_shape = box.size;
@@ -229,7 +229,7 @@ void AppendPiece(const v1::CanonicalTensor& gate, const std::string& gate_bytes,
     CopyBox(up_bytes->data(), shape, box, shard_bytes.data() + offset, local_shape, origin,
             element_size);
   }
-  v1::ShardPiece& piece = *shard.add_pieces();
+  weightstore::v1::ShardPiece& piece = *shard.add_pieces();
   piece.set_tensor_name(gate.spec().name());
   if (gate.num_experts() > 0) {
     piece.set_expert_begin(static_cast<int32_t>(box.begin[0]));
@@ -237,7 +237,7 @@ void AppendPiece(const v1::CanonicalTensor& gate, const std::string& gate_bytes,
   }
   piece.set_fused_gate_up(up_bytes != nullptr);
   for (size_t d = 1; d < box.size.size(); ++d) {
-    v1::DimSlice& slice = *piece.add_slice();
+    weightstore::v1::DimSlice& slice = *piece.add_slice();
     slice.set_offset(box.begin[d]);
     slice.set_size(box.size[d]);
   }
@@ -246,7 +246,7 @@ void AppendPiece(const v1::CanonicalTensor& gate, const std::string& gate_bytes,
 }
 
 absl::StatusOr<const std::string*> TensorBytes(
-    const v1::CanonicalTensor& tensor,
+    const weightstore::v1::CanonicalTensor& tensor,
     const absl::flat_hash_map<std::string, std::string>& canonical) {
   const auto it = canonical.find(tensor.spec().name());
   const int64_t expected = ElementCount(ExtendedShape(tensor)) * ElementSize(tensor.spec().dtype());
@@ -259,11 +259,11 @@ absl::StatusOr<const std::string*> TensorBytes(
 }
 
 // gate_proj name -> up_proj tensor that the producer fuses into the gate piece.
-absl::flat_hash_map<std::string, const v1::CanonicalTensor*> FusedPartners(
-    const std::vector<v1::CanonicalTensor>& tensors) {
-  absl::flat_hash_map<std::string, const v1::CanonicalTensor*> by_name, partners;
-  for (const v1::CanonicalTensor& tensor : tensors) by_name[tensor.spec().name()] = &tensor;
-  for (const v1::CanonicalTensor& tensor : tensors) {
+absl::flat_hash_map<std::string, const weightstore::v1::CanonicalTensor*> FusedPartners(
+    const std::vector<weightstore::v1::CanonicalTensor>& tensors) {
+  absl::flat_hash_map<std::string, const weightstore::v1::CanonicalTensor*> by_name, partners;
+  for (const weightstore::v1::CanonicalTensor& tensor : tensors) by_name[tensor.spec().name()] = &tensor;
+  for (const weightstore::v1::CanonicalTensor& tensor : tensors) {
     const std::optional<std::string> up_name = UpProjName(tensor.spec().name());
     if (!up_name.has_value()) continue;
     const auto up = by_name.find(*up_name);
@@ -276,23 +276,23 @@ absl::flat_hash_map<std::string, const v1::CanonicalTensor*> FusedPartners(
 
 }  // namespace
 
-int64_t ElementSize(v1::DType dtype) {
+int64_t ElementSize(type::v1::DType dtype) {
   switch (dtype) {
-    case v1::DTYPE_F32:
-    case v1::DTYPE_I32:
+    case type::v1::DTYPE_F32:
+    case type::v1::DTYPE_I32:
       return 4;
-    case v1::DTYPE_BF16:
-    case v1::DTYPE_F16:
-    case v1::DTYPE_I16:
+    case type::v1::DTYPE_BF16:
+    case type::v1::DTYPE_F16:
+    case type::v1::DTYPE_I16:
       return 2;
     default:
       return 0;
   }
 }
 
-v1::LoraConfig WithLoraDefaults(v1::LoraConfig lora) {
-  if (lora.expert_layout() == v1::EXPERT_LAYOUT_UNSPECIFIED) {
-    lora.set_expert_layout(v1::EXPERT_LAYOUT_PER_EXPERT);
+type::v1::LoraConfig WithLoraDefaults(type::v1::LoraConfig lora) {
+  if (lora.expert_layout() == type::v1::EXPERT_LAYOUT_UNSPECIFIED) {
+    lora.set_expert_layout(type::v1::EXPERT_LAYOUT_PER_EXPERT);
   }
   if (lora.alpha() == 0) lora.set_alpha(static_cast<float>(lora.rank()));
   if (lora.target_modules().empty()) {
@@ -301,7 +301,7 @@ v1::LoraConfig WithLoraDefaults(v1::LoraConfig lora) {
   return lora;
 }
 
-absl::Status ValidateLoraConfig(const v1::LoraConfig& lora) {
+absl::Status ValidateLoraConfig(const type::v1::LoraConfig& lora) {
   if (lora.rank() < 1 || lora.rank() > kMaxRank) {
     return absl::InvalidArgumentError(
         absl::StrCat("lora.rank: ", lora.rank(), " not in 1..", kMaxRank));
@@ -314,8 +314,8 @@ absl::Status ValidateLoraConfig(const v1::LoraConfig& lora) {
     return absl::InvalidArgumentError(
         absl::StrCat("lora.dropout: ", lora.dropout(), " not in [0, 1)"));
   }
-  if (lora.expert_layout() == v1::EXPERT_LAYOUT_UNSPECIFIED ||
-      !v1::ExpertLayout_IsValid(lora.expert_layout())) {
+  if (lora.expert_layout() == type::v1::EXPERT_LAYOUT_UNSPECIFIED ||
+      !type::v1::ExpertLayout_IsValid(lora.expert_layout())) {
     return absl::InvalidArgumentError(
         absl::StrCat("lora.expert_layout: ", lora.expert_layout(), " is not a layout"));
   }
@@ -327,13 +327,13 @@ bool ModelShape::IsDenseLayer(int layer) const {
                                                layer) != other_dense_layers.end();
 }
 
-std::vector<int64_t> ExtendedShape(const v1::CanonicalTensor& tensor) {
+std::vector<int64_t> ExtendedShape(const weightstore::v1::CanonicalTensor& tensor) {
   std::vector<int64_t> shape = {std::max(tensor.num_experts(), 1)};
   shape.insert(shape.end(), tensor.spec().shape().begin(), tensor.spec().shape().end());
   return shape;
 }
 
-absl::StatusOr<TensorBox> RankBox(const v1::CanonicalTensor& tensor, int tp_rank, int tp_size,
+absl::StatusOr<TensorBox> RankBox(const weightstore::v1::CanonicalTensor& tensor, int tp_rank, int tp_size,
                                   int ep_rank, int ep_size) {
   TensorBox box{std::vector<int64_t>(tensor.spec().shape_size() + 1, 0), ExtendedShape(tensor)};
   if (const int split = TpSplitDim(tensor.spec()); split >= 0) {
@@ -347,7 +347,7 @@ absl::StatusOr<TensorBox> RankBox(const v1::CanonicalTensor& tensor, int tp_rank
   return box;
 }
 
-int TpSplitDim(const v1::TensorSpec& spec) {
+int TpSplitDim(const type::v1::TensorSpec& spec) {
   absl::string_view name = spec.name();
   const bool is_a = absl::ConsumeSuffix(&name, ".lora_A.weight");
   if (!is_a && !absl::ConsumeSuffix(&name, ".lora_B.weight")) return -1;
@@ -367,16 +367,16 @@ std::optional<std::string> UpProjName(absl::string_view gate_name) {
   return absl::StrReplaceAll(gate_name, {{"gate_proj", "up_proj"}});
 }
 
-bool CanFuseGateUp(const v1::CanonicalTensor& gate, const v1::CanonicalTensor& up) {
+bool CanFuseGateUp(const weightstore::v1::CanonicalTensor& gate, const weightstore::v1::CanonicalTensor& up) {
   return gate.spec().dtype() == up.spec().dtype() && gate.num_experts() == up.num_experts() &&
          gate.spec().shape_size() > 0 &&
          std::equal(gate.spec().shape().begin(), gate.spec().shape().end(),
                     up.spec().shape().begin(), up.spec().shape().end());
 }
 
-absl::StatusOr<std::vector<v1::CanonicalTensor>> CanonicalTensorsFor(const ModelShape& model,
-                                                                     const v1::LoraConfig& lora,
-                                                                     v1::DType dtype) {
+absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> CanonicalTensorsFor(const ModelShape& model,
+                                                                     const type::v1::LoraConfig& lora,
+                                                                     type::v1::DType dtype) {
   if (absl::Status status = ValidateLoraConfig(lora); !status.ok()) return status;
   if (absl::Status status = ValidateModelShape(model); !status.ok()) return status;
   if (ElementSize(dtype) == 0) {
@@ -385,7 +385,7 @@ absl::StatusOr<std::vector<v1::CanonicalTensor>> CanonicalTensorsFor(const Model
   absl::flat_hash_set<std::string> targets(lora.target_modules().begin(),
                                            lora.target_modules().end());
   if (targets.empty()) targets.insert(std::begin(kTargetModules), std::end(kTargetModules));
-  std::vector<v1::CanonicalTensor> tensors;
+  std::vector<weightstore::v1::CanonicalTensor> tensors;
   for (int layer = 0; layer < model.num_layers; ++layer) {
     AddLayer(model, lora, dtype, layer, targets, tensors);
   }
@@ -394,21 +394,21 @@ absl::StatusOr<std::vector<v1::CanonicalTensor>> CanonicalTensorsFor(const Model
   return tensors;
 }
 
-absl::StatusOr<std::pair<v1::Shard, std::string>> BuildProducerShard(
-    const std::vector<v1::CanonicalTensor>& tensors,
+absl::StatusOr<std::pair<weightstore::v1::Shard, std::string>> BuildProducerShard(
+    const std::vector<weightstore::v1::CanonicalTensor>& tensors,
     const absl::flat_hash_map<std::string, std::string>& canonical, const ProducerLayout& layout,
     int producer_rank) {
   if (absl::Status status = ValidateProducerLayout(layout, producer_rank); !status.ok()) {
     return status;
   }
-  absl::flat_hash_map<std::string, const v1::CanonicalTensor*> partners;
+  absl::flat_hash_map<std::string, const weightstore::v1::CanonicalTensor*> partners;
   if (layout.fuse_gate_up) partners = FusedPartners(tensors);
   absl::flat_hash_set<std::string> fused_ups;
   for (const auto& [gate, up] : partners) fused_ups.insert(up->spec().name());
-  v1::Shard shard;
+  weightstore::v1::Shard shard;
   shard.set_producer_rank(producer_rank);
   std::string bytes;
-  for (const v1::CanonicalTensor& tensor : tensors) {
+  for (const weightstore::v1::CanonicalTensor& tensor : tensors) {
     if (fused_ups.contains(tensor.spec().name())) continue;
     absl::StatusOr<std::optional<TensorBox>> box = ProducerBox(tensor, layout);
     if (!box.ok()) return box.status();

@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "tandem/v1/common.pb.h"
-#include "tandem/v1/weight_store.pb.h"
+#include "tandem/type/v1/common.pb.h"
+#include "tandem/weightstore/v1/weight_store.pb.h"
 
 namespace tandem::transfer {
 
@@ -20,21 +20,21 @@ namespace tandem::transfer {
 inline constexpr absl::string_view kExpertPlaceholder = "{e}";
 
 // Bytes per element; 0 for DTYPE_UNSPECIFIED and values outside the enum.
-int64_t ElementSize(v1::DType dtype);
+int64_t ElementSize(type::v1::DType dtype);
 
 // `lora` with LoraConfig's defaults written out, the one place they are decided: expert layout
 // UNSPECIFIED -> PER_EXPERT, alpha 0 -> rank, no target_modules -> all seven.
-v1::LoraConfig WithLoraDefaults(v1::LoraConfig lora);
+type::v1::LoraConfig WithLoraDefaults(type::v1::LoraConfig lora);
 
 // OK iff the config obeys LoraConfig's rules with expert_layout set (as a Manifest requires):
 // rank 1..1024, alpha finite >= 0, dropout in [0, 1), target modules allowed and unique.
-absl::Status ValidateLoraConfig(const v1::LoraConfig& lora);
+absl::Status ValidateLoraConfig(const type::v1::LoraConfig& lora);
 
 // The dimension that tensor parallelism splits: dim 0 of lora_B of a column-parallel base
 // (q, k, v, gate, up), dim 1 of lora_A of a row-parallel base (o, down). -1 when every TP rank
 // holds the tensor whole: the other LoRA side, names that are no LoRA projection, and shapes
 // without that dimension.
-int TpSplitDim(const v1::TensorSpec& spec);
+int TpSplitDim(const type::v1::TensorSpec& spec);
 
 // True for tensors of the routed experts (per-expert and shared side, "...mlp.experts..."), which
 // follow the expert TP group rather than the attention/dense one.
@@ -46,7 +46,7 @@ std::optional<std::string> UpProjName(absl::string_view gate_name);
 
 // Whether a gate_proj tensor and its up_proj tensor can be fused: same dtype, shape and experts,
 // and at least one dimension to concatenate along.
-bool CanFuseGateUp(const v1::CanonicalTensor& gate, const v1::CanonicalTensor& up);
+bool CanFuseGateUp(const weightstore::v1::CanonicalTensor& gate, const weightstore::v1::CanonicalTensor& up);
 
 // A box [begin, begin + size) of a tensor's extended index space: [experts] ++ shape, where a
 // tensor that is not per expert has a single pseudo expert, so all tensors are handled alike.
@@ -56,12 +56,12 @@ struct TensorBox {
 };
 
 // [max(num_experts, 1)] ++ shape.
-std::vector<int64_t> ExtendedShape(const v1::CanonicalTensor& tensor);
+std::vector<int64_t> ExtendedShape(const weightstore::v1::CanonicalTensor& tensor);
 
 // The part of `tensor` that TP rank tp_rank of tp_size and EP rank ep_rank of ep_size hold: the
 // TpSplitDim dimension cut into tp_size equal parts and, for per-expert tensors, experts
 // [ep_rank*E/ep_size, (ep_rank+1)*E/ep_size). INVALID_ARGUMENT when a size does not divide.
-absl::StatusOr<TensorBox> RankBox(const v1::CanonicalTensor& tensor, int tp_rank, int tp_size,
+absl::StatusOr<TensorBox> RankBox(const weightstore::v1::CanonicalTensor& tensor, int tp_rank, int tp_size,
                                   int ep_rank, int ep_size);
 
 // Dimensions of the base model the adapter targets.
@@ -88,9 +88,9 @@ struct ModelShape {
 // by name. Expert projections get a per-expert side ("model.layers.{l}.mlp.experts.{e}.P...",
 // num_experts = E) or a shared side ("model.layers.{l}.mlp.experts.P...") as lora.expert_layout
 // says. lora_A is [r, in], lora_B is [out, r]. INVALID_ARGUMENT for a bad config or shape.
-absl::StatusOr<std::vector<v1::CanonicalTensor>> CanonicalTensorsFor(const ModelShape& model,
-                                                                     const v1::LoraConfig& lora,
-                                                                     v1::DType dtype);
+absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> CanonicalTensorsFor(const ModelShape& model,
+                                                                     const type::v1::LoraConfig& lora,
+                                                                     type::v1::DType dtype);
 
 // One producer's (trainer rank's) layout. The producer's TP applies to expert tensors too.
 struct ProducerLayout {
@@ -113,8 +113,8 @@ struct ProducerLayout {
 // out of the manifest. `canonical` maps every tensor name to its full bytes (for "{e}" tensors
 // the E tensors stacked, [E, ...]). INVALID_ARGUMENT for a bad layout, sizes that do not divide
 // evenly, or missing or mis-sized bytes.
-absl::StatusOr<std::pair<v1::Shard, std::string>> BuildProducerShard(
-    const std::vector<v1::CanonicalTensor>& tensors,
+absl::StatusOr<std::pair<weightstore::v1::Shard, std::string>> BuildProducerShard(
+    const std::vector<weightstore::v1::CanonicalTensor>& tensors,
     const absl::flat_hash_map<std::string, std::string>& canonical, const ProducerLayout& layout,
     int producer_rank);
 

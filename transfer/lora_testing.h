@@ -9,7 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
-#include "tandem/v1/weight_store.pb.h"
+#include "tandem/weightstore/v1/weight_store.pb.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::transfer {
@@ -17,7 +17,7 @@ namespace tandem::transfer {
 // A complete adapter version as a trainer with TP x EP ranks would publish it: the manifest,
 // each rank's shard bytes, and the canonical tensors for checking what consumers assemble.
 struct TestAdapter {
-  v1::Manifest manifest;
+  weightstore::v1::Manifest manifest;
   std::vector<std::string> shards;
   absl::flat_hash_map<std::string, std::string> canonical;
 
@@ -37,10 +37,10 @@ inline constexpr ModelShape kTinyModel{.num_layers = 3,
 
 // Seeded random bytes for every canonical tensor (for "{e}" tensors the E tensors stacked).
 inline absl::flat_hash_map<std::string, std::string> RandomCanonicalBytes(
-    const std::vector<v1::CanonicalTensor>& tensors, uint64_t seed) {
+    const std::vector<weightstore::v1::CanonicalTensor>& tensors, uint64_t seed) {
   std::mt19937_64 random(seed);
   absl::flat_hash_map<std::string, std::string> canonical;
-  for (const v1::CanonicalTensor& tensor : tensors) {
+  for (const weightstore::v1::CanonicalTensor& tensor : tensors) {
     int64_t size = ElementSize(tensor.spec().dtype()) * std::max(tensor.num_experts(), 1);
     for (int64_t dim : tensor.spec().shape()) size *= dim;
     std::string& data = canonical[tensor.spec().name()];
@@ -82,14 +82,14 @@ inline TestAdapter MakeTestAdapter(const std::string& name, int64_t version, uin
   const ModelShape& model = spec.model;
   const int tp_size = spec.tp_size;
   const int ep_size = spec.ep_size;
-  v1::LoraConfig lora;
+  type::v1::LoraConfig lora;
   lora.set_rank(spec.rank);
   lora.set_alpha(8);
-  lora.set_expert_layout(v1::EXPERT_LAYOUT_PER_EXPERT);
+  lora.set_expert_layout(type::v1::EXPERT_LAYOUT_PER_EXPERT);
   TestAdapter adapter;
-  std::vector<v1::CanonicalTensor> tensors = *CanonicalTensorsFor(model, lora, v1::DTYPE_BF16);
+  std::vector<weightstore::v1::CanonicalTensor> tensors = *CanonicalTensorsFor(model, lora, type::v1::DTYPE_BF16);
   adapter.canonical = RandomCanonicalBytes(tensors, seed);
-  v1::Manifest& manifest = adapter.manifest;
+  weightstore::v1::Manifest& manifest = adapter.manifest;
   manifest.set_adapter_name(name);
   manifest.set_version(version);
   *manifest.mutable_lora() = lora;

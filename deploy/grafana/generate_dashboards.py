@@ -21,7 +21,7 @@ import yaml
 ROOT = pathlib.Path(__file__).parents[2]  # Not resolved: under Bazel this is the runfiles tree.
 OUTPUT_DIR = "deploy/helm/tandem/files/dashboards"
 RULES_FILE = "deploy/helm/tandem/files/tandem-rules.yaml"
-STEP_METRICS_PROTO = "proto/tandem/v1/trainer.proto"
+STEP_METRICS_PROTO = "proto/tandem/trainer/v1/trainer.proto"
 # Where metrics are registered. The trainer's step gauges are tandem_trainer_<StepMetrics field>.
 METRIC_SOURCES = [
     "common/metrics.cc",

@@ -53,7 +53,7 @@ struct AdapterRegistry::Followed {
   std::set<int64_t> requested;  // Exact versions asked for, not servable yet.
   absl::flat_hash_map<int64_t, absl::Status> failed_requests;
   int64_t loading_version = 0;
-  v1::LoadPhase phase = v1::LOAD_PHASE_IDLE;
+  rollout::v1::LoadPhase phase = rollout::v1::LOAD_PHASE_IDLE;
   std::string last_error;
   absl::Time last_error_time = absl::InfinitePast();
   absl::Time last_swap_time = absl::InfinitePast();
@@ -75,7 +75,7 @@ struct AdapterRegistry::Followed {
 
 AdapterRegistry::AdapterRegistry(
     engine::BaseModel& base, std::shared_ptr<ServedModel> base_model,
-    std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store,
+    std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface> weight_store,
     AdapterRegistryOptions options, std::function<void()> on_staged)
     : base_model_(base),
       stub_(std::move(weight_store)),
@@ -185,10 +185,10 @@ void AdapterRegistry::Watch(Followed& followed) {
       if (StoppedLocked(followed)) return;
       followed.watch_context = &context;
     }
-    v1::WatchVersionsRequest request;
+    weightstore::v1::WatchVersionsRequest request;
     request.set_adapter_name(followed.name);
     auto reader = stub_->WatchVersions(&context, request);
-    v1::WatchVersionsResponse response;
+    weightstore::v1::WatchVersionsResponse response;
     while (reader->Read(&response)) {
       absl::MutexLock lock(&mutex_);
       const int64_t version = response.version().version();
@@ -238,7 +238,7 @@ void AdapterRegistry::LoadLoop(Followed& followed) {
     const int64_t version = NextLoad(followed);
     const bool requested = followed.requested.contains(version);
     followed.loading_version = version;
-    followed.phase = v1::LOAD_PHASE_FETCHING;
+    followed.phase = rollout::v1::LOAD_PHASE_FETCHING;
     mutex_.Unlock();
     absl::StatusOr<std::shared_ptr<ServedModel>> loaded =
         Load(followed.name, version, fetcher, fetched);
@@ -247,7 +247,7 @@ void AdapterRegistry::LoadLoop(Followed& followed) {
     if (loaded.ok()) {
       followed.requested.erase(version);  // Staged now; ResolveExact waits for the swap.
       followed.staged.push_back(*std::move(loaded));
-      followed.phase = v1::LOAD_PHASE_STAGED;
+      followed.phase = rollout::v1::LOAD_PHASE_STAGED;
       followed.backoff = options_.initial_backoff;
       followed.retry_at = absl::InfinitePast();
       if (on_staged_) on_staged_();
@@ -255,7 +255,7 @@ void AdapterRegistry::LoadLoop(Followed& followed) {
     }
     spdlog::warn("loading adapter '{}' version {} failed: {}", followed.name, version,
                  loaded.status().ToString());
-    followed.phase = followed.staged.empty() ? v1::LOAD_PHASE_IDLE : v1::LOAD_PHASE_STAGED;
+    followed.phase = followed.staged.empty() ? rollout::v1::LOAD_PHASE_IDLE : rollout::v1::LOAD_PHASE_STAGED;
     followed.last_error = absl::StrCat("version ", version, ": ", loaded.status().ToString());
     followed.last_error_time = absl::Now();
     if (requested && IsPermanent(loaded.status())) {
@@ -271,10 +271,10 @@ void AdapterRegistry::LoadLoop(Followed& followed) {
 absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
     const std::string& adapter, int64_t version, weight_store::AdapterFetcher& fetcher,
     weight_store::FetchedAdapter& fetched) {
-  v1::GetManifestRequest request;
+  weightstore::v1::GetManifestRequest request;
   request.mutable_adapter()->set_adapter_name(adapter);
   request.mutable_adapter()->set_exact_version(version);
-  v1::GetManifestResponse manifest;
+  weightstore::v1::GetManifestResponse manifest;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.fetch_timeout));
   if (absl::Status status = FromGrpcStatus(stub_->GetManifest(&context, request, &manifest));
@@ -307,7 +307,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
-    const v1::AdapterSelector& selector) {
+    const type::v1::AdapterSelector& selector) {
   if (selector.adapter_name().empty()) return base_;
   if (stub_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -328,9 +328,9 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
   Followed& followed = FollowLocked(selector.adapter_name());
   followed.last_named = absl::Now();
   switch (selector.version_case()) {
-    case v1::AdapterSelector::kExactVersion:
+    case type::v1::AdapterSelector::kExactVersion:
       return ResolveExact(followed, selector.exact_version());
-    case v1::AdapterSelector::kMinVersion:
+    case type::v1::AdapterSelector::kMinVersion:
       if (followed.current_version() >= selector.min_version()) return followed.current;
       return nullptr;
     default:  // latest
@@ -375,7 +375,7 @@ int AdapterRegistry::PromoteStaged() {
   RetireIdleLocked(now);
   for (auto& [name, followed] : followed_) {
     if (followed->staged.empty()) continue;
-    followed->phase = v1::LOAD_PHASE_SWAPPING;
+    followed->phase = rollout::v1::LOAD_PHASE_SWAPPING;
     std::vector<int64_t> promoted;
     for (std::shared_ptr<ServedModel>& model : followed->staged) {
       promoted.push_back(model->version);
@@ -397,7 +397,7 @@ int AdapterRegistry::PromoteStaged() {
     followed->last_swap_time = now;
     // The loader may be fetching the next version meanwhile.
     followed->phase =
-        followed->loading_version != 0 ? v1::LOAD_PHASE_FETCHING : v1::LOAD_PHASE_IDLE;
+        followed->loading_version != 0 ? rollout::v1::LOAD_PHASE_FETCHING : rollout::v1::LOAD_PHASE_IDLE;
     // A version just loaded for an exact request stays until that request had its chance.
     Evict(*followed, promoted);
   }
@@ -416,12 +416,12 @@ void AdapterRegistry::Evict(Followed& followed, const std::vector<int64_t>& keep
                 [&](const auto& entry) { return entry.first <= followed.current_version(); });
 }
 
-v1::AdapterStatus AdapterRegistry::StatusOf(const Followed& followed) const {
-  v1::AdapterStatus status;
+rollout::v1::AdapterStatus AdapterRegistry::StatusOf(const Followed& followed) const {
+  rollout::v1::AdapterStatus status;
   status.set_adapter_name(followed.name);
   status.set_current_version(followed.current_version());
   for (const auto& [version, model] : followed.resident) {
-    v1::ResidentVersion& resident = *status.add_resident_versions();
+    rollout::v1::ResidentVersion& resident = *status.add_resident_versions();
     resident.set_version(version);
     resident.set_active_samples(model->active_samples);
     *resident.mutable_ready_time() = ToTimestamp(model->ready_time);
@@ -440,7 +440,7 @@ v1::AdapterStatus AdapterRegistry::StatusOf(const Followed& followed) const {
   return status;
 }
 
-absl::StatusOr<std::vector<v1::AdapterStatus>> AdapterRegistry::Status(
+absl::StatusOr<std::vector<rollout::v1::AdapterStatus>> AdapterRegistry::Status(
     const std::string& adapter) const {
   if (!adapter.empty()) {
     if (absl::Status status = ValidateIdentifier("adapter_name", adapter); !status.ok()) {
@@ -448,7 +448,7 @@ absl::StatusOr<std::vector<v1::AdapterStatus>> AdapterRegistry::Status(
     }
   }
   absl::MutexLock lock(&mutex_);
-  std::vector<v1::AdapterStatus> statuses;
+  std::vector<rollout::v1::AdapterStatus> statuses;
   if (!adapter.empty()) {
     auto found = followed_.find(adapter);
     if (found == followed_.end()) {

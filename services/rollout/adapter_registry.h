@@ -19,8 +19,8 @@
 #include "services/rollout/sequence_batch.h"
 #include "services/rollout/served_model.h"
 #include "services/weight_store/client/adapter_client.h"
-#include "tandem/v1/rollout.pb.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tandem/rollout/v1/rollout.pb.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::rollout {
@@ -61,7 +61,7 @@ class AdapterRegistry final : public ServedModels {
   // alone (adapter "", version 0). `on_staged` is called (from a loader thread) when a version
   // waits in staging. `weight_store` may be null (only the base model is served).
   AdapterRegistry(engine::BaseModel& base, std::shared_ptr<ServedModel> base_model,
-                  std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store,
+                  std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface> weight_store,
                   AdapterRegistryOptions options, std::function<void()> on_staged);
   ~AdapterRegistry() override;
 
@@ -76,7 +76,7 @@ class AdapterRegistry final : public ServedModels {
   // committed version for "latest", exact version not in weight-store), FAILED_PRECONDITION (an
   // adapter on a replica without weight-store).
   absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(
-      const v1::AdapterSelector& selector) override;
+      const type::v1::AdapterSelector& selector) override;
   // The version new requests for `adapter` get; nullptr if none.
   std::shared_ptr<ServedModel> Current(const std::string& adapter) const override;
   std::shared_ptr<ServedModel> base_model() const { return base_; }
@@ -86,7 +86,7 @@ class AdapterRegistry final : public ServedModels {
   int PromoteStaged() override;
 
   // GetAdapterStatus: one adapter, or all ("") by name; NOT_FOUND for one never followed.
-  absl::StatusOr<std::vector<v1::AdapterStatus>> Status(const std::string& adapter) const;
+  absl::StatusOr<std::vector<rollout::v1::AdapterStatus>> Status(const std::string& adapter) const;
 
  private:
   struct Followed;
@@ -111,11 +111,11 @@ class AdapterRegistry final : public ServedModels {
   // Drops versions beyond resident_versions that are not current, not in use and not in `keep`.
   void Evict(Followed& followed, const std::vector<int64_t>& keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  v1::AdapterStatus StatusOf(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  rollout::v1::AdapterStatus StatusOf(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   bool SleepUnlessStopped(const Followed& followed, absl::Duration duration);
 
   engine::BaseModel& base_model_;
-  const std::unique_ptr<v1::WeightStoreService::StubInterface> stub_;
+  const std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface> stub_;
   const AdapterRegistryOptions options_;
   const std::function<void()> on_staged_;
   const std::shared_ptr<ServedModel> base_;

@@ -20,7 +20,7 @@ constexpr size_t kMaxPromptTextBytes = size_t{1} << 20;
 
 absl::Status Invalid(auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); }
 
-absl::StatusOr<std::vector<int>> TextTokens(const v1::Prompt& prompt, int index,
+absl::StatusOr<std::vector<int>> TextTokens(const rollout::v1::Prompt& prompt, int index,
                                             const engine::text::TextCodec& codec) {
   if (prompt.text().empty() || prompt.text().size() > kMaxPromptTextBytes) {
     return Invalid("prompts[", index, "]: text has ", prompt.text().size(),
@@ -34,15 +34,15 @@ absl::StatusOr<std::vector<int>> TextTokens(const v1::Prompt& prompt, int index,
   return ids;
 }
 
-absl::StatusOr<std::vector<int>> PromptTokens(const v1::Prompt& prompt, int index,
+absl::StatusOr<std::vector<int>> PromptTokens(const rollout::v1::Prompt& prompt, int index,
                                               const engine::ModelConfig& model,
                                               const engine::text::TextCodec& codec) {
   std::vector<int> ids;
   switch (prompt.content_case()) {
-    case v1::Prompt::kTokenIds:
+    case rollout::v1::Prompt::kTokenIds:
       ids.assign(prompt.token_ids().ids().begin(), prompt.token_ids().ids().end());
       break;
-    case v1::Prompt::kText: {
+    case rollout::v1::Prompt::kText: {
       auto text_ids = TextTokens(prompt, index, codec);
       if (!text_ids.ok()) return text_ids.status();
       ids = *std::move(text_ids);
@@ -60,8 +60,8 @@ absl::StatusOr<std::vector<int>> PromptTokens(const v1::Prompt& prompt, int inde
   return ids;
 }
 
-absl::Status CheckRouteRecording(const v1::GenerateRequest& request) {
-  const v1::RouteRecording& routes = request.routes();
+absl::Status CheckRouteRecording(const rollout::v1::GenerateRequest& request) {
+  const rollout::v1::RouteRecording& routes = request.routes();
   if (!routes.enabled()) return absl::OkStatus();
   if (absl::Status status = router_replay::ValidateJobId(routes.job_id()); !status.ok()) {
     return Invalid("routes.job_id: ", status.message());
@@ -71,17 +71,17 @@ absl::Status CheckRouteRecording(const v1::GenerateRequest& request) {
   return absl::OkStatus();
 }
 
-engine::SamplingConfig SamplingOf(const v1::SamplingParams& given) {
-  const v1::SamplingParams sampling = WithSamplingDefaults(given);
+engine::SamplingConfig SamplingOf(const type::v1::SamplingParams& given) {
+  const type::v1::SamplingParams sampling = WithSamplingDefaults(given);
   return {
       .temperature = sampling.temperature(), .top_p = sampling.top_p(), .top_k = sampling.top_k()};
 }
 
 }  // namespace
 
-absl::Status ValidateAdapterSelector(const v1::AdapterSelector& selector) {
+absl::Status ValidateAdapterSelector(const type::v1::AdapterSelector& selector) {
   if (selector.adapter_name().empty()) {
-    if (selector.version_case() != v1::AdapterSelector::VERSION_NOT_SET &&
+    if (selector.version_case() != type::v1::AdapterSelector::VERSION_NOT_SET &&
         !(selector.has_exact_version() && selector.exact_version() == 0)) {
       return Invalid(
           "adapter.adapter_name is empty (the base model): only exact_version 0 may be "
@@ -93,7 +93,7 @@ absl::Status ValidateAdapterSelector(const v1::AdapterSelector& selector) {
   return ValidateNamedSelector(selector);
 }
 
-absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,
+absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const rollout::v1::GenerateRequest& request,
                                                             const engine::ModelConfig& model,
                                                             const engine::text::TextCodec& codec) {
   if (absl::Status status = ValidateIdentifier("request_id", request.request_id()); !status.ok()) {
@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
   if (absl::Status status = ValidateAdapterSelector(request.adapter()); !status.ok()) {
     return status;
   }
-  const v1::SamplingParams& sampling = request.sampling();
+  const type::v1::SamplingParams& sampling = request.sampling();
   if (absl::Status status = ValidateSampling(sampling, model.vocab_size); !status.ok()) {
     return status;
   }
@@ -132,7 +132,7 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRe
                             sampling.stop_token_ids().end());
   absl::flat_hash_set<std::string> prompt_ids;
   for (int i = 0; i < request.prompts_size(); ++i) {
-    const v1::Prompt& prompt = request.prompts(i);
+    const rollout::v1::Prompt& prompt = request.prompts(i);
     auto tokens = PromptTokens(prompt, i, model, codec);
     if (!tokens.ok()) return tokens.status();
     const int length = static_cast<int>(tokens->size());

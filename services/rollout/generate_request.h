@@ -8,14 +8,14 @@
 #include "engine/config.h"
 #include "engine/text/text_codec.h"
 #include "services/rollout/generation_work.h"
-#include "tandem/v1/rollout.pb.h"
+#include "tandem/rollout/v1/rollout.pb.h"
 
 namespace tandem::rollout {
 
 // common.proto's AdapterSelector as a rollout reads it: an empty name is the base model (only
 // exact_version 0 may then be set); otherwise an identifier, with a version >= 1 when one is
 // set. INVALID_ARGUMENT naming the field and value.
-absl::Status ValidateAdapterSelector(const v1::AdapterSelector& selector);
+absl::Status ValidateAdapterSelector(const type::v1::AdapterSelector& selector);
 
 // Checks a GenerateRequest against rollout.proto's rules and the model, and turns it into the
 // scheduler's work: prompts tokenized by the model's codec (which must outlive the work), each
@@ -24,7 +24,7 @@ absl::Status ValidateAdapterSelector(const v1::AdapterSelector& selector);
 // among the stop tokens. INVALID_ARGUMENT naming the field, e.g.
 // "prompts[3]: 900 + 200 tokens > context 1024"; FAILED_PRECONDITION for a text prompt to a
 // model without a tokenizer.
-absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const v1::GenerateRequest& request,
+absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const rollout::v1::GenerateRequest& request,
                                                             const engine::ModelConfig& model,
                                                             const engine::text::TextCodec& codec);
 

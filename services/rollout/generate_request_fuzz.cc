@@ -9,11 +9,11 @@
 #include "common/testing/fuzz_check.h"
 #include "engine/config.h"
 #include "services/rollout/generate_request.h"
-#include "tandem/v1/rollout.pb.h"
+#include "tandem/rollout/v1/rollout.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using tandem::testing::FuzzCheck;
-  tandem::v1::GenerateRequest request;
+  tandem::rollout::v1::GenerateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   static const tandem::engine::ModelConfig model = tandem::engine::DefaultModelConfig();
   static const auto codec = *tandem::engine::text::TextCodecFor("embedded.safetensors");

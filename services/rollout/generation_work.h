@@ -14,14 +14,14 @@
 #include "engine/sampler.h"
 #include "engine/text/text_codec.h"
 #include "services/router_replay/client/record_key.h"
-#include "tandem/v1/rollout.pb.h"
+#include "tandem/rollout/v1/rollout.pb.h"
 
 namespace tandem::rollout {
 
 // One validated Generate call as the scheduler runs it: every sample's engine request, where
 // its results go, and whether its client is still there.
 struct GenerationWork {
-  v1::GenerateRequest request;            // Prompts cleared once tokenized; the rest as sent.
+  rollout::v1::GenerateRequest request;            // Prompts cleared once tokenized; the rest as sent.
   std::vector<std::string> prompt_ids;    // Per prompt: names its samples' route records.
   std::vector<std::vector<int>> prompts;  // Per prompt: its tokens, shared by its samples.
   std::vector<bool> text_prompts;         // Per prompt: answer with text too.
@@ -36,7 +36,7 @@ struct GenerationWork {
   // Set by the transport when the client goes away; the scheduler then drops the samples.
   std::atomic<bool> cancelled{false};
   // One call per finished sample (from the delivery thread), then none after `fail`.
-  std::function<void(v1::GenerateResponse)> deliver;
+  std::function<void(rollout::v1::GenerateResponse)> deliver;
   // Ends the call with an error; at most once, and no `deliver` after it.
   std::function<void(absl::Status)> fail;
 

@@ -78,12 +78,12 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   spdlog::info("generation runs on {}", *device);
   auto peer_tls = tandem::PeerTlsFromFlags();
   if (!peer_tls.ok()) return peer_tls.status();
-  auto weight_store = ChannelTo(absl::GetFlag(FLAGS_weight_store), "tandem.v1.WeightStoreService",
+  auto weight_store = ChannelTo(absl::GetFlag(FLAGS_weight_store), "tandem.weightstore.v1.WeightStoreService",
                                 server, *peer_tls);
   if (!weight_store.ok()) return weight_store.status();
   options.weight_store = *weight_store;
   auto router_replay = ChannelTo(absl::GetFlag(FLAGS_router_replay),
-                                 "tandem.v1.RouterReplayService", server, *peer_tls);
+                                 "tandem.routerreplay.v1.RouterReplayService", server, *peer_tls);
   if (!router_replay.ok()) return router_replay.status();
   options.router_replay = *router_replay;
   options.adapters = absl::GetFlag(FLAGS_adapter);
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
          if (!service.ok()) return service.status();
          tandem::rollout::RolloutServiceImpl* raw = service->get();
          std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.v1.RolloutService", *std::move(service),
+         services.push_back({"tandem.rollout.v1.RolloutService", *std::move(service),
                              [raw] { return raw->Ready(); }, [raw] { raw->Drain(); }});
          return services;
        }});

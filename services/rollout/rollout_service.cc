@@ -14,7 +14,7 @@
 #include "engine/cuda/device_engines.h"
 #include "engine/hf/hf_model.h"
 #include "services/rollout/generate_request.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 
 namespace tandem::rollout {
 namespace {
@@ -31,14 +31,14 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 }
 
 // Streams a request's samples as the scheduler finishes them, then ends OK after the last.
-class GenerateReactor final : public QueuedWriteReactor<v1::GenerateResponse> {
+class GenerateReactor final : public QueuedWriteReactor<rollout::v1::GenerateResponse> {
  public:
   GenerateReactor(grpc::CallbackServerContext* context, Scheduler& scheduler, CallTracker& streams,
                   std::unique_ptr<GenerationWork> work)
       : scheduler_(scheduler), stream_(streams), expected_(work->num_samples()) {
     work->start = absl::Now();
     work->deadline = DeadlineOf(*context);
-    work->deliver = [sink = sink()](v1::GenerateResponse response) {
+    work->deliver = [sink = sink()](rollout::v1::GenerateResponse response) {
       sink->Write(std::move(response));
     };
     work->fail = [sink = sink()](const absl::Status& status) {
@@ -57,7 +57,7 @@ class GenerateReactor final : public QueuedWriteReactor<v1::GenerateResponse> {
   }
 
  private:
-  bool IsLast(const v1::GenerateResponse& /*response*/) override { return ++written_ == expected_; }
+  bool IsLast(const rollout::v1::GenerateResponse& /*response*/) override { return ++written_ == expected_; }
 
   // The scheduler drops the request's samples and frees their KV cache.
   void OnClientGone() override {
@@ -138,7 +138,7 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   RolloutServiceImpl* raw = service.get();
   service->registry_ = std::make_unique<AdapterRegistry>(
       *service->base_, std::move(base_model),
-      o.weight_store == nullptr ? nullptr : v1::WeightStoreService::NewStub(o.weight_store),
+      o.weight_store == nullptr ? nullptr : weightstore::v1::WeightStoreService::NewStub(o.weight_store),
       registry, [raw] {
         if (Scheduler* scheduler = raw->scheduler_for_wakeups_.load()) scheduler->Wake();
       });
@@ -162,12 +162,12 @@ void RolloutServiceImpl::Drain() {
   absl::SleepFor(options_.drain_linger);
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* RolloutServiceImpl::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<rollout::v1::GenerateResponse>* RolloutServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const rollout::v1::GenerateRequest* request) {
   // Health says NOT_SERVING until then; a client that calls anyway must not get samples of
   // stale weights, nor wait on a load that may never come.
   if (!Ready()) {
-    return new FinishedReactor<grpc::ServerWriteReactor<v1::GenerateResponse>>(grpc::Status(
+    return new FinishedReactor<grpc::ServerWriteReactor<rollout::v1::GenerateResponse>>(grpc::Status(
         grpc::StatusCode::UNAVAILABLE,
         "rollout replica is not yet serving current weights (its --adapter versions are still "
         "loading); retry later"));
@@ -175,24 +175,24 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* RolloutServiceImpl::Generate(
   absl::StatusOr<std::unique_ptr<GenerationWork>> work =
       PrepareWork(*request, model_config(), *codec_);
   if (!work.ok()) {
-    return new FinishedReactor<grpc::ServerWriteReactor<v1::GenerateResponse>>(
+    return new FinishedReactor<grpc::ServerWriteReactor<rollout::v1::GenerateResponse>>(
         ToGrpcStatus(work.status()));
   }
   return new GenerateReactor(context, *scheduler_, streams_, *std::move(work));
 }
 
 grpc::ServerUnaryReactor* RolloutServiceImpl::GetAdapterStatus(
-    grpc::CallbackServerContext* context, const v1::GetAdapterStatusRequest* request,
-    v1::GetAdapterStatusResponse* response) {
-  absl::StatusOr<std::vector<v1::AdapterStatus>> adapters =
+    grpc::CallbackServerContext* context, const rollout::v1::GetAdapterStatusRequest* request,
+    rollout::v1::GetAdapterStatusResponse* response) {
+  absl::StatusOr<std::vector<rollout::v1::AdapterStatus>> adapters =
       registry_->Status(request->adapter_name());
   if (!adapters.ok()) {
-    return FinishUnary<v1::GetAdapterStatusResponse>(context, adapters.status(), response);
+    return FinishUnary<rollout::v1::GetAdapterStatusResponse>(context, adapters.status(), response);
   }
-  v1::GetAdapterStatusResponse result;
+  rollout::v1::GetAdapterStatusResponse result;
   result.set_replica_id(replica_id_);
   result.mutable_adapters()->Add(adapters->begin(), adapters->end());
-  return FinishUnary<v1::GetAdapterStatusResponse>(context, std::move(result), response);
+  return FinishUnary<rollout::v1::GetAdapterStatusResponse>(context, std::move(result), response);
 }
 
 }  // namespace tandem::rollout

@@ -15,7 +15,7 @@
 #include "services/rollout/adapter_registry.h"
 #include "services/rollout/scheduler.h"
 #include "services/router_replay/client/route_appender.h"
-#include "tandem/v1/rollout.grpc.pb.h"
+#include "tandem/rollout/v1/rollout.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::rollout {
@@ -45,16 +45,16 @@ struct RolloutOptions {
 
 // gRPC front end of the rollout service: Generate streams each finished sample; GetAdapterStatus
 // reports the registry. The base model is loaded in Create; Ready() gates health.
-class RolloutServiceImpl final : public v1::RolloutService::CallbackService {
+class RolloutServiceImpl final : public rollout::v1::RolloutService::CallbackService {
  public:
   static absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> Create(RolloutOptions options);
   ~RolloutServiceImpl() override;
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<rollout::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const rollout::v1::GenerateRequest* request) override;
   grpc::ServerUnaryReactor* GetAdapterStatus(grpc::CallbackServerContext* context,
-                                             const v1::GetAdapterStatusRequest* request,
-                                             v1::GetAdapterStatusResponse* response) override;
+                                             const rollout::v1::GetAdapterStatusRequest* request,
+                                             rollout::v1::GetAdapterStatusResponse* response) override;
 
   // Base model loaded and every followed adapter's starting version servable.
   bool Ready() const { return registry_->Ready(); }

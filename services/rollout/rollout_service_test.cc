@@ -54,13 +54,13 @@ tandem::testing::LoopbackServer Serve(const std::string& name, const std::string
 
 // Everything one Generate call streamed, and how it ended.
 struct Generated {
-  std::vector<v1::GenerateResponse> samples;
+  std::vector<rollout::v1::GenerateResponse> samples;
   grpc::Status status;
   std::multimap<grpc::string_ref, grpc::string_ref> trailers;
 
   // Samples in (prompt, sample) order.
-  std::vector<v1::GenerateResponse> Ordered() const {
-    std::vector<v1::GenerateResponse> ordered = samples;
+  std::vector<rollout::v1::GenerateResponse> Ordered() const {
+    std::vector<rollout::v1::GenerateResponse> ordered = samples;
     std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) {
       return std::pair(a.prompt_index(), a.sample_index()) <
              std::pair(b.prompt_index(), b.sample_index());
@@ -81,15 +81,15 @@ class RolloutServiceTest : public ::testing::Test {
     auto weight_store = weight_store::testing::NewWeightStoreService(
         {.data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}});
     ASSERT_TRUE(weight_store.ok()) << weight_store.status();
-    weight_store_ = Serve("weight-store", "tandem.v1.WeightStoreService", *std::move(weight_store));
+    weight_store_ = Serve("weight-store", "tandem.weightstore.v1.WeightStoreService", *std::move(weight_store));
     weight_store_channel_ = weight_store_.Channel();
-    weight_store_stub_ = v1::WeightStoreService::NewStub(weight_store_channel_);
+    weight_store_stub_ = weightstore::v1::WeightStoreService::NewStub(weight_store_channel_);
 
     auto router_replay =
         router_replay::testing::NewRouterReplayService({.store = {.path = dir_ + "/routes"}});
     ASSERT_TRUE(router_replay.ok()) << router_replay.status();
     router_replay_ =
-        Serve("router-replay", "tandem.v1.RouterReplayService", *std::move(router_replay));
+        Serve("router-replay", "tandem.routerreplay.v1.RouterReplayService", *std::move(router_replay));
     router_replay_channel_ = router_replay_.Channel();
   }
 
@@ -115,11 +115,11 @@ class RolloutServiceTest : public ::testing::Test {
     ASSERT_TRUE(service.ok()) << service.status();
     rollout_service_ = service->get();
     rollout_ = Serve(
-        "rollout", "tandem.v1.RolloutService", *std::move(service),
+        "rollout", "tandem.rollout.v1.RolloutService", *std::move(service),
         [raw = rollout_service_] { return raw->Ready(); },
         [raw = rollout_service_] { raw->Drain(); });
     rollout_channel_ = rollout_.Channel();
-    rollout_stub_ = v1::RolloutService::NewStub(rollout_channel_);
+    rollout_stub_ = rollout::v1::RolloutService::NewStub(rollout_channel_);
   }
 
   // A random adapter, published as `version`.
@@ -131,12 +131,12 @@ class RolloutServiceTest : public ::testing::Test {
     return adapter;
   }
 
-  static v1::GenerateRequest Request(const std::string& id, int prompts, int group_size,
+  static rollout::v1::GenerateRequest Request(const std::string& id, int prompts, int group_size,
                                      int max_new_tokens, uint64_t seed = 11) {
-    v1::GenerateRequest request;
+    rollout::v1::GenerateRequest request;
     request.set_request_id(id);
     for (int p = 0; p < prompts; ++p) {
-      v1::TokenIds& ids = *request.add_prompts()->mutable_token_ids();
+      rollout::v1::TokenIds& ids = *request.add_prompts()->mutable_token_ids();
       ids.add_ids(engine::kBosId);
       for (int t = 0; t < 3 + p % 4; ++t) ids.add_ids(3 + (p * 7 + t * 3) % 40);
     }
@@ -147,13 +147,13 @@ class RolloutServiceTest : public ::testing::Test {
     return request;
   }
 
-  Generated Generate(const v1::GenerateRequest& request,
+  Generated Generate(const rollout::v1::GenerateRequest& request,
                      absl::Duration timeout = absl::Seconds(60)) {
     grpc::ClientContext context;
     SetTimeout(context, timeout);
     auto reader = rollout_stub_->Generate(&context, request);
     Generated generated;
-    v1::GenerateResponse response;
+    rollout::v1::GenerateResponse response;
     while (reader->Read(&response)) generated.samples.push_back(response);
     generated.status = reader->Finish();
     generated.trailers = context.GetServerTrailingMetadata();
@@ -162,7 +162,7 @@ class RolloutServiceTest : public ::testing::Test {
 
   // What the engine alone generates for sample (prompt, j) of `request` on `adapter` (null:
   // the base model), in the rollout's bf16 precision.
-  engine::GeneratedSample EngineSample(const v1::GenerateRequest& request, int prompt, int j,
+  engine::GeneratedSample EngineSample(const rollout::v1::GenerateRequest& request, int prompt, int j,
                                        const engine::LoraAdapter* adapter) {
     std::optional<engine::LoraAdapter> rounded;
     if (adapter != nullptr) rounded.emplace(adapter->RoundedToBf16());
@@ -183,7 +183,7 @@ class RolloutServiceTest : public ::testing::Test {
   // switches a sequence's version): bf16 noise when every token came from the version named
   // (mostly 0, at most 0.02 seen), several times more otherwise (0.04 to 0.3 per sample).
   float LogprobError(
-      const v1::GenerateRequest& request, const v1::GenerateResponse& sample,
+      const rollout::v1::GenerateRequest& request, const rollout::v1::GenerateResponse& sample,
       const std::vector<int64_t>& versions,
       const absl::flat_hash_map<int64_t, std::unique_ptr<engine::Transformer>>& transformers) {
     const engine::ModelConfig& config = serving_base_->config();
@@ -226,7 +226,7 @@ class RolloutServiceTest : public ::testing::Test {
     return logits[token] / temperature - top - static_cast<float>(std::log(sum));
   }
 
-  static std::vector<int> Tokens(const v1::GenerateResponse& response) {
+  static std::vector<int> Tokens(const rollout::v1::GenerateResponse& response) {
     return {response.token_ids().begin(), response.token_ids().end()};
   }
 
@@ -237,9 +237,9 @@ class RolloutServiceTest : public ::testing::Test {
   // Waits until the rollout's current version of kAdapter is `version`.
   void AwaitCurrentVersion(int64_t version) {
     for (int i = 0; i < 400; ++i) {
-      v1::GetAdapterStatusRequest request;
+      rollout::v1::GetAdapterStatusRequest request;
       request.set_adapter_name(kAdapter);
-      v1::GetAdapterStatusResponse response;
+      rollout::v1::GetAdapterStatusResponse response;
       grpc::ClientContext context;
       SetTimeout(context, absl::Seconds(5));
       if (rollout_stub_->GetAdapterStatus(&context, request, &response).ok() &&
@@ -256,23 +256,23 @@ class RolloutServiceTest : public ::testing::Test {
   std::unique_ptr<engine::BaseModel> base_, serving_base_;
   tandem::testing::LoopbackServer weight_store_, router_replay_, rollout_;
   std::shared_ptr<grpc::Channel> weight_store_channel_, router_replay_channel_, rollout_channel_;
-  std::unique_ptr<v1::WeightStoreService::Stub> weight_store_stub_;
-  std::unique_ptr<v1::RolloutService::Stub> rollout_stub_;
+  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> weight_store_stub_;
+  std::unique_ptr<rollout::v1::RolloutService::Stub> rollout_stub_;
   RolloutServiceImpl* rollout_service_ = nullptr;
 };
 
 TEST_F(RolloutServiceTest, SameSeedGivesSameSamplesEqualToTheEngineAlone) {
   StartRollout(DefaultOptions());
-  const v1::GenerateRequest request = Request("r1", 3, 4, 12);
+  const rollout::v1::GenerateRequest request = Request("r1", 3, 4, 12);
   const Generated first = Generate(request);
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   ASSERT_EQ(first.samples.size(), 12u);
-  v1::GenerateRequest again = request;
+  rollout::v1::GenerateRequest again = request;
   again.set_request_id("r2");
   const Generated second = Generate(again);
   ASSERT_TRUE(second.status.ok()) << second.status.error_message();
 
-  const std::vector<v1::GenerateResponse> a = first.Ordered(), b = second.Ordered();
+  const std::vector<rollout::v1::GenerateResponse> a = first.Ordered(), b = second.Ordered();
   for (int i = 0; i < 12; ++i) {
     const int prompt = i / 4, j = i % 4;
     ASSERT_EQ(a[i].prompt_index(), prompt);
@@ -282,7 +282,7 @@ TEST_F(RolloutServiceTest, SameSeedGivesSameSamplesEqualToTheEngineAlone) {
     EXPECT_EQ(a[i].prompt_tokens(), request.prompts(prompt).token_ids().ids_size());
     EXPECT_EQ(a[i].logprobs_size(), a[i].token_ids_size());
     EXPECT_EQ(a[i].adapter_version(), 0);
-    EXPECT_EQ(a[i].route_status(), v1::ROUTE_STATUS_NOT_REQUESTED);
+    EXPECT_EQ(a[i].route_status(), rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
     EXPECT_EQ(a[i].token_adapter_versions_size(), 0);
     const engine::GeneratedSample engine = EngineSample(request, prompt, j, nullptr);
     EXPECT_EQ(Tokens(a[i]), GeneratedTokens(engine)) << "sample " << i;
@@ -290,28 +290,28 @@ TEST_F(RolloutServiceTest, SameSeedGivesSameSamplesEqualToTheEngineAlone) {
       EXPECT_NEAR(a[i].logprobs(t), engine.logprobs[t], 1e-4);
     }
     EXPECT_EQ(a[i].finish_reason(), engine.finish_reason == engine::FinishReason::kStop
-                                        ? v1::FINISH_REASON_STOP
-                                        : v1::FINISH_REASON_LENGTH);
+                                        ? rollout::v1::FINISH_REASON_STOP
+                                        : rollout::v1::FINISH_REASON_LENGTH);
   }
   // Different seeds give different samples.
-  v1::GenerateRequest other = Request("r3", 3, 4, 12, /*seed=*/12);
+  rollout::v1::GenerateRequest other = Request("r3", 3, 4, 12, /*seed=*/12);
   EXPECT_NE(Tokens(Generate(other).Ordered()[0]), Tokens(a[0]));
 }
 
 TEST_F(RolloutServiceTest, TextPromptsAreTokenizedWithBosAndAnsweredWithText) {
   StartRollout(DefaultOptions());
-  v1::GenerateRequest request = Request("text", 1, 1, 6);
+  rollout::v1::GenerateRequest request = Request("text", 1, 1, 6);
   request.mutable_prompts(0)->set_text("12+34=");
   const Generated generated = Generate(request);
   ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
-  const v1::GenerateResponse& sample = generated.samples.at(0);
+  const rollout::v1::GenerateResponse& sample = generated.samples.at(0);
   EXPECT_EQ(sample.prompt_tokens(), 7);  // <bos> + 6 characters.
   EXPECT_EQ(sample.text(), engine::Decode(Tokens(sample)));
 }
 
 TEST_F(RolloutServiceTest, RecordedRoutesEqualTheEngineCaptureAndAreSealed) {
   StartRollout(DefaultOptions());
-  v1::GenerateRequest request = Request("routes", 2, 3, 10);
+  rollout::v1::GenerateRequest request = Request("routes", 2, 3, 10);
   request.mutable_routes()->set_enabled(true);
   request.mutable_routes()->set_job_id("job-7");
   request.mutable_routes()->set_attempt(2);
@@ -320,9 +320,9 @@ TEST_F(RolloutServiceTest, RecordedRoutesEqualTheEngineCaptureAndAreSealed) {
   ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
   ASSERT_EQ(generated.samples.size(), 6u);
 
-  auto stub = v1::RouterReplayService::NewStub(router_replay_channel_);
-  for (const v1::GenerateResponse& sample : generated.Ordered()) {
-    ASSERT_EQ(sample.route_status(), v1::ROUTE_STATUS_RECORDED) << sample.route_error();
+  auto stub = routerreplay::v1::RouterReplayService::NewStub(router_replay_channel_);
+  for (const rollout::v1::GenerateResponse& sample : generated.Ordered()) {
+    ASSERT_EQ(sample.route_status(), rollout::v1::ROUTE_STATUS_RECORDED) << sample.route_error();
     const int64_t tokens = sample.prompt_tokens() + sample.token_ids_size();
     EXPECT_EQ(sample.route_rows(), tokens - 1);
     EXPECT_EQ(sample.route_key().job_id(), "job-7");
@@ -338,7 +338,7 @@ TEST_F(RolloutServiceTest, RecordedRoutesEqualTheEngineCaptureAndAreSealed) {
                                           .top_k = model_config_.top_k,
                                           .num_experts = model_config_.num_experts});
     ASSERT_TRUE(fetched.ok()) << fetched.status();
-    EXPECT_EQ(fetched->statuses[0], v1::RECORD_STATUS_COMPLETE);
+    EXPECT_EQ(fetched->statuses[0], routerreplay::v1::RECORD_STATUS_COMPLETE);
     const engine::GeneratedSample engine =
         EngineSample(request, sample.prompt_index(), sample.sample_index(), nullptr);
     ASSERT_EQ(Tokens(sample), GeneratedTokens(engine));
@@ -351,18 +351,18 @@ TEST_F(RolloutServiceTest, RecordedRoutesEqualTheEngineCaptureAndAreSealed) {
 TEST_F(RolloutServiceTest, UnreachableRouterReplayIsReportedPerSampleNeverSilently) {
   RolloutOptions options = DefaultOptions();
   options.router_replay =
-      *CreateChannel({.target = "127.0.0.1:1", .service_name = "tandem.v1.RouterReplayService"});
+      *CreateChannel({.target = "127.0.0.1:1", .service_name = "tandem.routerreplay.v1.RouterReplayService"});
   options.routes.max_attempts = 1;
   options.routes.rpc_timeout = absl::Milliseconds(300);
   StartRollout(std::move(options));
-  v1::GenerateRequest request = Request("lost", 1, 2, 4);
+  rollout::v1::GenerateRequest request = Request("lost", 1, 2, 4);
   request.mutable_routes()->set_enabled(true);
   request.mutable_routes()->set_job_id("job");
   const Generated generated = Generate(request);
   ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
   ASSERT_EQ(generated.samples.size(), 2u);
-  for (const v1::GenerateResponse& sample : generated.samples) {
-    EXPECT_EQ(sample.route_status(), v1::ROUTE_STATUS_FAILED);
+  for (const rollout::v1::GenerateResponse& sample : generated.samples) {
+    EXPECT_EQ(sample.route_status(), rollout::v1::ROUTE_STATUS_FAILED);
     EXPECT_FALSE(sample.route_error().empty());
     EXPECT_GT(sample.token_ids_size(), 0) << "the sample itself is still returned";
   }
@@ -371,12 +371,12 @@ TEST_F(RolloutServiceTest, UnreachableRouterReplayIsReportedPerSampleNeverSilent
 TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {
   const engine::LoraAdapter v1_adapter = Publish(1);
   StartRollout(DefaultOptions());
-  v1::GenerateRequest request = Request("latest", 2, 2, 10);
+  rollout::v1::GenerateRequest request = Request("latest", 2, 2, 10);
   request.mutable_adapter()->set_adapter_name(kAdapter);
   request.mutable_adapter()->set_latest(true);
   Generated generated = Generate(request);
   ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
-  for (const v1::GenerateResponse& sample : generated.samples) {
+  for (const rollout::v1::GenerateResponse& sample : generated.samples) {
     EXPECT_EQ(sample.adapter_version(), 1);
     EXPECT_EQ(Tokens(sample), GeneratedTokens(EngineSample(request, sample.prompt_index(),
                                                            sample.sample_index(), &v1_adapter)));
@@ -395,7 +395,7 @@ TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {
   request.mutable_adapter()->set_exact_version(1);
   generated = Generate(request);
   ASSERT_TRUE(generated.status.ok()) << generated.status.error_message();
-  const v1::GenerateResponse first = generated.Ordered()[0];
+  const rollout::v1::GenerateResponse first = generated.Ordered()[0];
   EXPECT_EQ(first.adapter_version(), 1);
   EXPECT_EQ(Tokens(first), GeneratedTokens(EngineSample(request, 0, 0, &v1_adapter)));
 
@@ -416,16 +416,16 @@ TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {
   EXPECT_EQ(generated.status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(generated.status.error_message(), HasSubstr("no committed version"));
 
-  v1::GetAdapterStatusRequest status_request;
+  rollout::v1::GetAdapterStatusRequest status_request;
   status_request.set_adapter_name(kAdapter);
-  v1::GetAdapterStatusResponse status;
+  rollout::v1::GetAdapterStatusResponse status;
   grpc::ClientContext context;
   ASSERT_TRUE(rollout_stub_->GetAdapterStatus(&context, status_request, &status).ok());
   EXPECT_THAT(status.replica_id(), HasSubstr("rollout-"));
-  const v1::AdapterStatus& adapter = status.adapters(0);
+  const rollout::v1::AdapterStatus& adapter = status.adapters(0);
   EXPECT_EQ(adapter.current_version(), 2);
   EXPECT_EQ(adapter.newest_announced_version(), 2);
-  EXPECT_EQ(adapter.load_phase(), v1::LOAD_PHASE_IDLE);
+  EXPECT_EQ(adapter.load_phase(), rollout::v1::LOAD_PHASE_IDLE);
   ASSERT_EQ(adapter.resident_versions_size(), 2);
   EXPECT_EQ(adapter.resident_versions(0).version(), 1);
   EXPECT_EQ(adapter.resident_versions(1).version(), 2);
@@ -446,10 +446,10 @@ TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
   absl::flat_hash_map<int64_t, engine::LoraAdapter> adapters;
   adapters.emplace(1, Publish(1));
   StartRollout(DefaultOptions());
-  v1::GenerateRequest request = Request("load", 8, 8, 40);
+  rollout::v1::GenerateRequest request = Request("load", 8, 8, 40);
   request.mutable_adapter()->set_adapter_name(kAdapter);
   request.mutable_adapter()->set_latest(true);
-  v1::GenerateRequest switching = request;
+  rollout::v1::GenerateRequest switching = request;
   switching.set_request_id("switching");
   switching.set_allow_version_switch(true);
 
@@ -482,7 +482,7 @@ TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
   }
   constexpr float kBf16Noise = 0.03f;  // Mean |log-prob difference| per token.
   float wrong_version_error = 0;
-  for (const v1::GenerateResponse& sample : fixed.samples) {
+  for (const rollout::v1::GenerateResponse& sample : fixed.samples) {
     ASSERT_TRUE(adapters.contains(sample.adapter_version()));
     const std::vector<int64_t> versions(sample.token_ids_size(), sample.adapter_version());
     EXPECT_LE(LogprobError(request, sample, versions, transformers), kBf16Noise)
@@ -495,7 +495,7 @@ TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
       << "versions must be told apart by their log-probs";
   // With switching, versions are per token and never go back.
   int switched = 0;
-  for (const v1::GenerateResponse& sample : partial.samples) {
+  for (const rollout::v1::GenerateResponse& sample : partial.samples) {
     ASSERT_EQ(sample.token_adapter_versions_size(), sample.token_ids_size());
     EXPECT_EQ(sample.token_adapter_versions(0), sample.adapter_version());
     for (int t = 1; t < sample.token_adapter_versions_size(); ++t) {
@@ -513,11 +513,11 @@ TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
 
 TEST_F(RolloutServiceTest, CancellingTheCallFreesTheKvCache) {
   StartRollout(DefaultOptions());
-  const v1::GenerateRequest request = Request("cancel", 16, 16, 40);
+  const rollout::v1::GenerateRequest request = Request("cancel", 16, 16, 40);
   {
     grpc::ClientContext context;
     auto reader = rollout_stub_->Generate(&context, request);
-    v1::GenerateResponse response;
+    rollout::v1::GenerateResponse response;
     ASSERT_TRUE(reader->Read(&response));
     // The gauge is set at the end of the scheduler's step, which may come after the first
     // sample reached us; 255 samples still run, so it must show their cache.
@@ -544,26 +544,26 @@ TEST_F(RolloutServiceTest, DrainEndsRunningSamplesEarlyWithWhatTheyHave) {
   RolloutOptions options = DefaultOptions();
   options.scheduler.max_batch_sequences = 64;  // Some samples wait for admission.
   StartRollout(std::move(options));
-  v1::GenerateRequest request = Request("drained", 32, 4, 40);
+  rollout::v1::GenerateRequest request = Request("drained", 32, 4, 40);
   request.mutable_routes()->set_enabled(true);
   request.mutable_routes()->set_job_id("drain");
   grpc::ClientContext context;
   auto reader = rollout_stub_->Generate(&context, request);
-  v1::GenerateResponse response;
+  rollout::v1::GenerateResponse response;
   ASSERT_TRUE(reader->Read(&response));
   std::thread drain([&] { rollout_.server->Drain(); });
   int received = 1, cancelled = 0, partial = 0;
   while (reader->Read(&response)) {
     ++received;
-    if (response.finish_reason() != v1::FINISH_REASON_CANCELLED) continue;
+    if (response.finish_reason() != rollout::v1::FINISH_REASON_CANCELLED) continue;
     ++cancelled;
     partial += response.token_ids_size() > 0;
     EXPECT_EQ(response.logprobs_size(), response.token_ids_size());
     if (response.token_ids_size() > 0) {
-      EXPECT_EQ(response.route_status(), v1::ROUTE_STATUS_RECORDED) << response.route_error();
+      EXPECT_EQ(response.route_status(), rollout::v1::ROUTE_STATUS_RECORDED) << response.route_error();
     } else {
       // Never admitted: routes were asked for, none was recorded.
-      EXPECT_EQ(response.route_status(), v1::ROUTE_STATUS_FAILED);
+      EXPECT_EQ(response.route_status(), rollout::v1::ROUTE_STATUS_FAILED);
       EXPECT_EQ(response.route_key().job_id(), "drain");
       EXPECT_FALSE(response.route_error().empty());
     }
@@ -589,7 +589,7 @@ TEST_F(RolloutServiceTest, AdmissionControlRejectsWhatCannotFitWithARetryHint) {
   // One request fills the queue; while it runs, another is turned away with pushback.
   grpc::ClientContext context;
   auto filling = rollout_stub_->Generate(&context, Request("fill", 8, 2, 20));
-  v1::GenerateResponse response;
+  rollout::v1::GenerateResponse response;
   ASSERT_TRUE(filling->Read(&response));
   const Generated rejected = Generate(Request("more", 4, 2, 20));
   ASSERT_EQ(rejected.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -597,7 +597,7 @@ TEST_F(RolloutServiceTest, AdmissionControlRejectsWhatCannotFitWithARetryHint) {
   EXPECT_EQ(rejected.trailers.count("grpc-retry-pushback-ms"), 1u);
   // A selector that can never be valid is INVALID_ARGUMENT even while the queue is full: it is
   // checked before the request queues.
-  v1::GenerateRequest bad_selector = Request("bad", 1, 1, 2);
+  rollout::v1::GenerateRequest bad_selector = Request("bad", 1, 1, 2);
   bad_selector.mutable_adapter()->set_adapter_name("policy");
   bad_selector.mutable_adapter()->set_exact_version(-2);
   EXPECT_EQ(Generate(bad_selector).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -612,7 +612,7 @@ TEST_F(RolloutServiceTest, DuplicateInFlightRequestIdIsRejected) {
   StartRollout(DefaultOptions());
   grpc::ClientContext context;
   auto first = rollout_stub_->Generate(&context, Request("same", 16, 8, 40));
-  v1::GenerateResponse response;
+  rollout::v1::GenerateResponse response;
   ASSERT_TRUE(first->Read(&response));
   const Generated second = Generate(Request("same", 1, 1, 2));
   EXPECT_EQ(second.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
@@ -654,13 +654,13 @@ TEST_F(RolloutServiceTest, AnUnusableDeviceIsRefusedAtStart) {
 
 TEST_F(RolloutServiceTest, BadRequestsGetClearStatuses) {
   StartRollout(DefaultOptions());
-  const auto expect_invalid = [&](v1::GenerateRequest request, const std::string& message) {
+  const auto expect_invalid = [&](rollout::v1::GenerateRequest request, const std::string& message) {
     const Generated generated = Generate(request);
     EXPECT_EQ(generated.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
     EXPECT_THAT(generated.status.error_message(), HasSubstr(message));
   };
-  v1::GenerateRequest request = Request("bad", 2, 1, 4);
-  v1::GenerateRequest bad = request;
+  rollout::v1::GenerateRequest request = Request("bad", 2, 1, 4);
+  rollout::v1::GenerateRequest bad = request;
   bad.clear_request_id();
   expect_invalid(bad, "request_id");
   bad = request;
@@ -739,13 +739,13 @@ TEST_F(RolloutServiceTest, AReplicaFollowsABoundedNumberOfAdapters) {
   options.registry.max_followed_adapters = 2;
   StartRollout(std::move(options));
   const auto generate_for = [&](const std::string& adapter) {
-    v1::GenerateRequest request = Request(absl::StrCat("for-", adapter), 1, 1, 2);
+    rollout::v1::GenerateRequest request = Request(absl::StrCat("for-", adapter), 1, 1, 2);
     request.mutable_adapter()->set_adapter_name(adapter);
     request.mutable_adapter()->set_exact_version(1);
     grpc::ClientContext context;
     SetTimeout(context, absl::Milliseconds(500));  // Unpublished names wait, then time out.
     auto reader = rollout_stub_->Generate(&context, request);
-    v1::GenerateResponse response;
+    rollout::v1::GenerateResponse response;
     while (reader->Read(&response)) {
     }
     return reader->Finish();
@@ -765,14 +765,14 @@ TEST_F(RolloutServiceTest, AnIdleAdapterIsUnfollowedAndFreesItsSlot) {
   options.registry.max_followed_adapters = 1;
   options.registry.unfollow_idle_after = absl::Milliseconds(100);
   StartRollout(std::move(options));
-  v1::GenerateRequest request = Request("served", 1, 1, 2);
+  rollout::v1::GenerateRequest request = Request("served", 1, 1, 2);
   request.mutable_adapter()->set_adapter_name(kAdapter);
   request.mutable_adapter()->set_exact_version(1);
   ASSERT_EQ(Generate(request).status.error_code(), grpc::StatusCode::OK);
   absl::SleepFor(absl::Milliseconds(100));  // The idle period is what is under test.
 
   // A job after the first one gets the slot the idle adapter held.
-  v1::GenerateRequest next = Request("next-job", 1, 1, 2);
+  rollout::v1::GenerateRequest next = Request("next-job", 1, 1, 2);
   next.mutable_adapter()->set_adapter_name("next-job");
   next.mutable_adapter()->set_exact_version(1);
   // Followed (the store is asked, and has no such version) rather than RESOURCE_EXHAUSTED.
@@ -781,9 +781,9 @@ TEST_F(RolloutServiceTest, AnIdleAdapterIsUnfollowedAndFreesItsSlot) {
   EXPECT_THAT(status.error_message(), HasSubstr("no committed version of adapter 'next-job'"));
 
   grpc::ClientContext status_context;
-  v1::GetAdapterStatusRequest status_request;
+  rollout::v1::GetAdapterStatusRequest status_request;
   status_request.set_adapter_name(kAdapter);
-  v1::GetAdapterStatusResponse adapter_status;
+  rollout::v1::GetAdapterStatusResponse adapter_status;
   const grpc::Status unfollowed =
       rollout_stub_->GetAdapterStatus(&status_context, status_request, &adapter_status);
   EXPECT_EQ(unfollowed.error_code(), grpc::StatusCode::NOT_FOUND) << unfollowed.error_message();
@@ -795,12 +795,12 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
   options.adapters = {kAdapter};
   // A store that is not there yet: the replica must not serve (stale or base) weights.
   options.weight_store =
-      *CreateChannel({.target = "127.0.0.1:1", .service_name = "tandem.v1.WeightStoreService"});
+      *CreateChannel({.target = "127.0.0.1:1", .service_name = "tandem.weightstore.v1.WeightStoreService"});
   StartRollout(options);
   // The server has been told it may serve (SetReady), which a replica without a readiness gate
   // would do at once: NOT_SERVING here is the gate's answer, not the state servers start in.
   EXPECT_FALSE(rollout_service_->Ready());
-  EXPECT_EQ(*CheckHealth(rollout_channel_, "tandem.v1.RolloutService", absl::Seconds(5)),
+  EXPECT_EQ(*CheckHealth(rollout_channel_, "tandem.rollout.v1.RolloutService", absl::Seconds(5)),
             Health::kNotServing);
   // A client that calls anyway is told to come back, rather than served or kept waiting.
   const Generated early = Generate(Request("early", 1, 1, 2), absl::Seconds(5));
@@ -810,10 +810,10 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
   options.weight_store = weight_store_channel_;
   StartRollout(options);
   ASSERT_TRUE(
-      WaitUntilServing({.target = rollout_.target()}, "tandem.v1.RolloutService", absl::Seconds(20))
+      WaitUntilServing({.target = rollout_.target()}, "tandem.rollout.v1.RolloutService", absl::Seconds(20))
           .ok());
-  v1::GetAdapterStatusRequest request;
-  v1::GetAdapterStatusResponse response;
+  rollout::v1::GetAdapterStatusRequest request;
+  rollout::v1::GetAdapterStatusResponse response;
   grpc::ClientContext context;
   ASSERT_TRUE(rollout_stub_->GetAdapterStatus(&context, request, &response).ok());
   EXPECT_EQ(response.adapters(0).current_version(), 1);
@@ -830,21 +830,21 @@ TEST_F(RolloutServiceTest, AFailedLoadKeepsTheOldVersionAndRetries) {
   other.expert_ffn_dim = 32;
   engine::LoraAdapter wrong = *engine::LoraAdapter::Create(other, engine::LoraConfig{}, 1);
   ASSERT_TRUE(PublishEngineAdapter(*weight_store_stub_, wrong, other, kAdapter, 2).ok());
-  v1::GetAdapterStatusRequest request;
-  v1::GetAdapterStatusResponse response;
+  rollout::v1::GetAdapterStatusRequest request;
+  rollout::v1::GetAdapterStatusResponse response;
   for (int i = 0; i < 200; ++i) {
     grpc::ClientContext context;
     ASSERT_TRUE(rollout_stub_->GetAdapterStatus(&context, request, &response).ok());
     if (!response.adapters(0).last_error().empty()) break;
     absl::SleepFor(absl::Milliseconds(20));
   }
-  const v1::AdapterStatus& status = response.adapters(0);
+  const rollout::v1::AdapterStatus& status = response.adapters(0);
   EXPECT_THAT(status.last_error(), HasSubstr("version 2"));
   EXPECT_TRUE(status.has_last_error_time());
   EXPECT_EQ(status.current_version(), 1);
   EXPECT_EQ(status.newest_announced_version(), 2);
   // Requests keep being served by version 1 meanwhile.
-  v1::GenerateRequest generate = Request("meanwhile", 1, 1, 4);
+  rollout::v1::GenerateRequest generate = Request("meanwhile", 1, 1, 4);
   generate.mutable_adapter()->set_adapter_name(kAdapter);
   generate.mutable_adapter()->set_min_version(1);
   const Generated generated = Generate(generate);

@@ -13,24 +13,24 @@ namespace {
 
 using router_replay::RecordKey;
 
-v1::FinishReason FinishReasonOf(engine::FinishReason reason) {
+rollout::v1::FinishReason FinishReasonOf(engine::FinishReason reason) {
   switch (reason) {
     case engine::FinishReason::kStop:
-      return v1::FINISH_REASON_STOP;
+      return rollout::v1::FINISH_REASON_STOP;
     case engine::FinishReason::kLength:
-      return v1::FINISH_REASON_LENGTH;
+      return rollout::v1::FINISH_REASON_LENGTH;
     case engine::FinishReason::kCancelled:
-      return v1::FINISH_REASON_CANCELLED;
+      return rollout::v1::FINISH_REASON_CANCELLED;
     case engine::FinishReason::kError:
-      return v1::FINISH_REASON_ERROR;
+      return rollout::v1::FINISH_REASON_ERROR;
   }
-  return v1::FINISH_REASON_UNSPECIFIED;
+  return rollout::v1::FINISH_REASON_UNSPECIFIED;
 }
 
 // The response of sample `sample` (prompt-major index) of `work`, naming it and its prompt.
-v1::GenerateResponse SampleResponse(const GenerationWork& work, int sample) {
+rollout::v1::GenerateResponse SampleResponse(const GenerationWork& work, int sample) {
   const int prompt = sample / work.group_size();
-  v1::GenerateResponse response;
+  rollout::v1::GenerateResponse response;
   response.set_request_id(work.request.request_id());
   response.set_prompt_index(prompt);
   response.set_sample_index(sample % work.group_size());
@@ -38,8 +38,8 @@ v1::GenerateResponse SampleResponse(const GenerationWork& work, int sample) {
   return response;
 }
 
-void SetRouteKey(const RecordKey& key, v1::GenerateResponse& response) {
-  v1::RouteRecordKey& proto_key = *response.mutable_route_key();
+void SetRouteKey(const RecordKey& key, rollout::v1::GenerateResponse& response) {
+  type::v1::RouteRecordKey& proto_key = *response.mutable_route_key();
   proto_key.set_job_id(key.job_id);
   proto_key.set_policy_version(key.policy_version);
   proto_key.set_sample_id(key.sample_id);
@@ -49,18 +49,18 @@ void SetRouteKey(const RecordKey& key, v1::GenerateResponse& response) {
 // The answer for a sample that never ran (cancelled before admission, or one the engine could
 // not admit): no tokens, and, when routes were asked for, its record key with FAILED, since no
 // row of it was recorded.
-v1::GenerateResponse NeverRanResponse(const GenerationWork& work, int sample, int64_t version,
-                                      v1::FinishReason reason, const std::string& error) {
-  v1::GenerateResponse response = SampleResponse(work, sample);
+rollout::v1::GenerateResponse NeverRanResponse(const GenerationWork& work, int sample, int64_t version,
+                                      rollout::v1::FinishReason reason, const std::string& error) {
+  rollout::v1::GenerateResponse response = SampleResponse(work, sample);
   response.set_finish_reason(reason);
-  if (reason == v1::FINISH_REASON_ERROR) response.set_error_message(ValidUtf8(error));
+  if (reason == rollout::v1::FINISH_REASON_ERROR) response.set_error_message(ValidUtf8(error));
   response.set_adapter_version(version);
   if (!work.request.routes().enabled()) {
-    response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
+    response.set_route_status(rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
     return response;
   }
   SetRouteKey(work.RouteKey(sample, version), response);
-  response.set_route_status(v1::ROUTE_STATUS_FAILED);
+  response.set_route_status(rollout::v1::ROUTE_STATUS_FAILED);
   response.set_route_error("the sample never ran, so no route of it was recorded");
   return response;
 }
@@ -84,7 +84,7 @@ struct Scheduler::Active {
 
 struct Scheduler::Finished {
   std::shared_ptr<GenerationWork> work;
-  v1::GenerateResponse response;
+  rollout::v1::GenerateResponse response;
   std::optional<RecordKey> key;  // Set when routes were recorded.
   absl::Status route_error;      // Set when queueing the routes already failed.
   bool ends_request = false;     // The request's last sample: its id is free once delivered.
@@ -238,7 +238,7 @@ void Scheduler::StopEverything() {
       Finished finished{.work = pending.work,
                         .response = NeverRanResponse(
                             work, s, pending.model == nullptr ? 0 : pending.model->version,
-                            v1::FINISH_REASON_CANCELLED, "")};
+                            rollout::v1::FINISH_REASON_CANCELLED, "")};
       {
         absl::MutexLock lock(&mutex_);
         queued_positions_ -= work.Positions(s);
@@ -375,7 +375,7 @@ void Scheduler::StartSample(const Pending& admitted, const absl::StatusOr<int>& 
     Finished finished{
         .work = admitted.work,
         .response = NeverRanResponse(work, sample, admitted.model->version,
-                                     v1::FINISH_REASON_ERROR,
+                                     rollout::v1::FINISH_REASON_ERROR,
                                      absl::StrCat("admit failed: ", id.status().message()))};
     QueueDelivery(std::move(finished));
     return;
@@ -417,7 +417,7 @@ void Scheduler::CollectFinished() {
     const int group_size = work.group_size();
     const int prompt = active.sample / group_size;
     Finished finished{.work = active.work, .response = SampleResponse(work, active.sample)};
-    v1::GenerateResponse& response = finished.response;
+    rollout::v1::GenerateResponse& response = finished.response;
     const std::vector<int> generated(sample.tokens.begin() + sample.prompt_length,
                                      sample.tokens.end());
     response.mutable_token_ids()->Add(generated.begin(), generated.end());
@@ -459,9 +459,9 @@ void Scheduler::QueueDelivery(Finished finished) {
 void Scheduler::RecordRoutes(const Active& active, const engine::GeneratedSample& sample,
                              Finished& finished) {
   const GenerationWork& work = *active.work;
-  v1::GenerateResponse& response = finished.response;
+  rollout::v1::GenerateResponse& response = finished.response;
   if (!work.request.routes().enabled()) {
-    response.set_route_status(v1::ROUTE_STATUS_NOT_REQUESTED);
+    response.set_route_status(rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
     return;
   }
   RecordKey key = work.RouteKey(active.sample, active.prefill_version);
@@ -490,16 +490,16 @@ void Scheduler::Deliver() {
       finished = std::move(delivery_.front());
       delivery_.pop_front();
     }
-    v1::GenerateResponse& response = finished.response;
+    rollout::v1::GenerateResponse& response = finished.response;
     if (finished.key.has_value()) {
       absl::Status routes = finished.route_error;
       if (routes.ok()) {
         routes = appender_->WaitForRecord(*finished.key, absl::Now() + options_.route_ack_timeout);
       }
       if (routes.ok()) {
-        response.set_route_status(v1::ROUTE_STATUS_RECORDED);
+        response.set_route_status(rollout::v1::ROUTE_STATUS_RECORDED);
       } else {
-        response.set_route_status(v1::ROUTE_STATUS_FAILED);
+        response.set_route_status(rollout::v1::ROUTE_STATUS_FAILED);
         response.set_route_error(ValidUtf8(routes.ToString()));
         response.set_route_rows(0);
         RolloutMetrics::Get().route_failures.Increment();

@@ -157,7 +157,7 @@ class FakeModels final : public ServedModels {
 
   int PromoteStaged() override { return 0; }
   absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(
-      const v1::AdapterSelector& selector) override {
+      const type::v1::AdapterSelector& selector) override {
     if (selector.adapter_name().empty()) return base_;
     if (selector.adapter_name() == "missing") return absl::NotFoundError("no adapter 'missing'");
     return Current(selector.adapter_name());
@@ -175,7 +175,7 @@ class FakeModels final : public ServedModels {
 // What a request's client received.
 struct Outcome {
   absl::Mutex mutex;
-  std::vector<v1::GenerateResponse> samples ABSL_GUARDED_BY(mutex);
+  std::vector<rollout::v1::GenerateResponse> samples ABSL_GUARDED_BY(mutex);
   std::optional<absl::Status> failure ABSL_GUARDED_BY(mutex);
 };
 
@@ -202,7 +202,7 @@ class SchedulerTest : public ::testing::Test {
       work->text_prompts.push_back(false);
       work->reserved_positions += int64_t{group} * (prompt_length + max_new_tokens);
     }
-    work->deliver = [&outcome](v1::GenerateResponse response) {
+    work->deliver = [&outcome](rollout::v1::GenerateResponse response) {
       absl::MutexLock lock(&outcome.mutex);
       outcome.samples.push_back(std::move(response));
     };
@@ -219,7 +219,7 @@ class SchedulerTest : public ::testing::Test {
   }
 
   // Waits for the delivery thread to hand over `count` samples.
-  static std::vector<v1::GenerateResponse> AwaitSamples(Outcome& outcome, size_t count) {
+  static std::vector<rollout::v1::GenerateResponse> AwaitSamples(Outcome& outcome, size_t count) {
     absl::MutexLock lock(&outcome.mutex);
     const auto done = [&] {
       outcome.mutex.AssertHeld();
@@ -256,14 +256,14 @@ TEST_F(SchedulerTest, AdmitsFifoWithinTheKvBudgetAndRunsEverySampleToTheEnd) {
   scheduler_->RunStep();  // The first two reach 3 tokens and leave; the third is admitted.
   EXPECT_EQ(batch_->active(), 1);
   while (batch_->active() > 0) scheduler_->RunStep();
-  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 3);
+  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 3);
   ASSERT_EQ(samples.size(), 3u);
-  for (const v1::GenerateResponse& sample : samples) {
+  for (const rollout::v1::GenerateResponse& sample : samples) {
     const int first = 10 * (sample.prompt_index() + 1) + 1;
     EXPECT_THAT(sample.token_ids(), ElementsAre(first, first + 1, first + 2));
-    EXPECT_EQ(sample.finish_reason(), v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(sample.finish_reason(), rollout::v1::FINISH_REASON_LENGTH);
     EXPECT_EQ(sample.prompt_tokens(), 2);
-    EXPECT_EQ(sample.route_status(), v1::ROUTE_STATUS_NOT_REQUESTED);
+    EXPECT_EQ(sample.route_status(), rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
     EXPECT_EQ(sample.request_id(), "r");
   }
   EXPECT_FALSE(Failure(outcome).has_value());
@@ -281,9 +281,9 @@ TEST_F(SchedulerTest, AnEngineFaultEndsSamplesWithAnError) {
   scheduler_->RunStep();
   batch_->FailSteps("INTERNAL: device fault");
   scheduler_->RunStep();
-  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
   ASSERT_EQ(samples.size(), 1u);
-  EXPECT_EQ(samples[0].finish_reason(), v1::FINISH_REASON_ERROR);
+  EXPECT_EQ(samples[0].finish_reason(), rollout::v1::FINISH_REASON_ERROR);
   EXPECT_EQ(samples[0].error_message(), "INTERNAL: device fault");
   EXPECT_EQ(samples[0].token_ids_size(), 2) << "prefill's token and the first step's";
 }
@@ -296,16 +296,16 @@ TEST_F(SchedulerTest, ASampleThatCannotBeAdmittedFailsAloneInItsMessage) {
   Outcome& outcome = NewOutcome();
   ASSERT_TRUE(Submit(Work("r", /*prompts=*/3, /*group=*/2, 2, 3, outcome)).ok());
   for (int step = 0; step < 8; ++step) scheduler_->RunStep();
-  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 6);
+  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 6);
   ASSERT_EQ(samples.size(), 6u);
-  for (const v1::GenerateResponse& sample : samples) {
+  for (const rollout::v1::GenerateResponse& sample : samples) {
     if (sample.prompt_index() == 1) {
-      EXPECT_EQ(sample.finish_reason(), v1::FINISH_REASON_ERROR);
+      EXPECT_EQ(sample.finish_reason(), rollout::v1::FINISH_REASON_ERROR);
       EXPECT_THAT(sample.error_message(), HasSubstr("admit failed: out of device memory"));
       EXPECT_TRUE(sample.token_ids().empty());
-      EXPECT_EQ(sample.route_status(), v1::ROUTE_STATUS_NOT_REQUESTED);
+      EXPECT_EQ(sample.route_status(), rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
     } else {
-      EXPECT_EQ(sample.finish_reason(), v1::FINISH_REASON_LENGTH);
+      EXPECT_EQ(sample.finish_reason(), rollout::v1::FINISH_REASON_LENGTH);
       EXPECT_EQ(sample.token_ids_size(), 3);
     }
   }
@@ -320,7 +320,7 @@ TEST_F(SchedulerTest, ARequestIdStaysInFlightUntilItsLastSampleIsDelivered) {
   Outcome& outcome = NewOutcome();
   std::shared_ptr<GenerationWork> work = Work("r", 1, 1, 2, 1, outcome);
   absl::Notification delivering, release;
-  work->deliver = [&, deliver = work->deliver](v1::GenerateResponse response) {
+  work->deliver = [&, deliver = work->deliver](rollout::v1::GenerateResponse response) {
     delivering.Notify();
     release.WaitForNotification();
     deliver(std::move(response));
@@ -413,10 +413,10 @@ TEST_F(SchedulerTest, DrainEndsRunningSamplesWithTheirTokensAndWaitingOnesWithNo
   scheduler_->RunStep();
   scheduler_->Drain();
   scheduler_->RunStep();
-  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 2);
+  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 2);
   ASSERT_EQ(samples.size(), 2u);
-  for (const v1::GenerateResponse& sample : samples) {
-    EXPECT_EQ(sample.finish_reason(), v1::FINISH_REASON_CANCELLED);
+  for (const rollout::v1::GenerateResponse& sample : samples) {
+    EXPECT_EQ(sample.finish_reason(), rollout::v1::FINISH_REASON_CANCELLED);
     EXPECT_EQ(sample.token_ids_size(), sample.prompt_index() == 0 ? 2 : 0) << sample.DebugString();
   }
 }
@@ -439,7 +439,7 @@ TEST_F(SchedulerTest, RequestsWaitForTheirAdapterAndFailWhenItCannotExist) {
   models_.Publish("policy", 4);
   scheduler_->RunStep();
   while (batch_->active() > 0) scheduler_->RunStep();
-  const std::vector<v1::GenerateResponse> samples = AwaitSamples(waiting, 1);
+  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(waiting, 1);
   ASSERT_EQ(samples.size(), 1u);
   EXPECT_EQ(samples[0].adapter_version(), 4);
 }
@@ -456,7 +456,7 @@ TEST_F(SchedulerTest, SamplesAllowedToSwitchMoveToTheNewestVersionBetweenSteps) 
   scheduler_->RunStep();  // Prefill (token 1) and one decode step (token 2) on version 1.
   models_.Publish("policy", 2);
   while (batch_->active() > 0) scheduler_->RunStep();
-  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
   ASSERT_EQ(samples.size(), 1u);
   EXPECT_EQ(samples[0].adapter_version(), 1) << "the version that prefilled it";
   EXPECT_THAT(samples[0].token_adapter_versions(), ElementsAre(1, 1, 2, 2));
@@ -470,9 +470,9 @@ TEST_F(SchedulerTest, RecordingRoutesWithoutARouterReplayFailsTheRoutesNotTheSam
   work->request.mutable_routes()->set_job_id("job-1");
   ASSERT_TRUE(Submit(work).ok());
   while (batch_->steps() == 0 || batch_->active() > 0) scheduler_->RunStep();
-  const std::vector<v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
   ASSERT_EQ(samples.size(), 1u);
-  EXPECT_EQ(samples[0].route_status(), v1::ROUTE_STATUS_FAILED);
+  EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_FAILED);
   EXPECT_THAT(samples[0].route_error(), HasSubstr("--router_replay"));
   EXPECT_EQ(samples[0].route_key().sample_id(), "p0/0");
 }

@@ -11,7 +11,7 @@
 #include "engine/generator.h"
 #include "services/rollout/served_model.h"
 #include "spdlog/spdlog.h"
-#include "tandem/v1/rollout.pb.h"
+#include "tandem/rollout/v1/rollout.pb.h"
 
 namespace tandem::rollout {
 
@@ -57,7 +57,7 @@ class ServedModels {
   virtual int PromoteStaged() = 0;
   // A model; nullptr while the request must wait; or why it never can.
   virtual absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(
-      const v1::AdapterSelector& selector) = 0;
+      const type::v1::AdapterSelector& selector) = 0;
   // The version new requests for `adapter` get; nullptr if none.
   virtual std::shared_ptr<ServedModel> Current(const std::string& adapter) const = 0;
 };

@@ -14,7 +14,7 @@ absl::Status Invalid(auto&&... parts) { return absl::InvalidArgumentError(absl::
 
 // The checks PlanBalance leaves to its callers: sizes that bound the work, and the fields'
 // own ranges (PlanBalance checks how they fit together).
-absl::Status CheckRequest(const v1::PlanBalanceRequest& request) {
+absl::Status CheckRequest(const routerreplay::v1::PlanBalanceRequest& request) {
   if (request.micro_batches() < 1) return Invalid("micro_batches must be >= 1");
   if (request.num_experts() < 1) return Invalid("num_experts must be >= 1");
   const int64_t entries = int64_t{request.micro_batches()} * request.num_experts();
@@ -42,7 +42,7 @@ absl::Status CheckRequest(const v1::PlanBalanceRequest& request) {
 
 }  // namespace
 
-absl::StatusOr<v1::PlanBalanceResponse> PlanStepBalance(const v1::PlanBalanceRequest& request) {
+absl::StatusOr<routerreplay::v1::PlanBalanceResponse> PlanStepBalance(const routerreplay::v1::PlanBalanceRequest& request) {
   if (absl::Status status = CheckRequest(request); !status.ok()) return status;
   const StepLoad load{.micro_batches = request.micro_batches(),
                       .experts = request.num_experts(),
@@ -56,14 +56,14 @@ absl::StatusOr<v1::PlanBalanceResponse> PlanStepBalance(const v1::PlanBalanceReq
   absl::StatusOr<BalancePlan> plan =
       PlanBalance(load, topology, current, {.move_cost_tokens = request.move_cost_tokens()});
   if (!plan.ok()) return plan.status();
-  v1::PlanBalanceResponse response;
+  routerreplay::v1::PlanBalanceResponse response;
   response.mutable_home()->Add(plan->home.begin(), plan->home.end());
   response.set_experts_moved(plan->experts_moved);
   for (int m = 0; m < load.micro_batches; ++m) {
     const MicroBatchPlan& planned = plan->micro_batches[m];
-    v1::PlanBalanceResponse::MicroBatch& batch = *response.add_micro_batches();
+    routerreplay::v1::PlanBalanceResponse::MicroBatch& batch = *response.add_micro_batches();
     for (const ExpertCopy& copy : planned.copies) {
-      v1::PlanBalanceResponse::ExpertCopy& out = *batch.add_copies();
+      routerreplay::v1::PlanBalanceResponse::ExpertCopy& out = *batch.add_copies();
       out.set_expert(copy.expert);
       out.set_rank(copy.rank);
       out.set_tokens(copy.tokens);

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
              tandem::router_replay::RouterReplayServiceImpl::Create(*options);
          if (!service.ok()) return service.status();
          std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.v1.RouterReplayService", *std::move(service)});
+         services.push_back({"tandem.routerreplay.v1.RouterReplayService", *std::move(service)});
          return services;
        }});
 }

@@ -60,9 +60,9 @@ absl::StatusOr<std::vector<int>> LayerPositions(const RecordInfo& record,
 }
 
 // Checked before the record is looked up, so a missing record's ranges are checked too.
-absl::Status ValidateRowRanges(const v1::RecordRequest& requested, const RecordKey& key) {
+absl::Status ValidateRowRanges(const routerreplay::v1::RecordRequest& requested, const RecordKey& key) {
   int64_t rows = 0;
-  for (const v1::RowRange& range : requested.row_ranges()) {
+  for (const routerreplay::v1::RowRange& range : requested.row_ranges()) {
     if (range.begin() < 0 || range.end() <= range.begin()) {
       return absl::InvalidArgumentError(absl::StrCat("record ", ToString(key), ": bad row range [",
                                                      range.begin(), ", ", range.end(), ")"));
@@ -78,12 +78,12 @@ absl::Status ValidateRowRanges(const v1::RecordRequest& requested, const RecordK
 }
 
 // Requested row spans of a named record; its status becomes PARTIAL if rows are not all there.
-absl::Status ResolveSpans(const v1::RecordRequest& requested, FetchItem& item) {
+absl::Status ResolveSpans(const routerreplay::v1::RecordRequest& requested, FetchItem& item) {
   const RecordInfo& record = *item.record;
   if (requested.row_ranges().empty()) {
     item.spans.push_back({0, record.rows});
   }
-  for (const v1::RowRange& range : requested.row_ranges()) {
+  for (const routerreplay::v1::RowRange& range : requested.row_ranges()) {
     if (record.sealed && range.end() > record.rows) {
       return absl::InvalidArgumentError(
           absl::StrCat("record ", ToString(item.key), ": row range [", range.begin(), ", ",
@@ -93,12 +93,12 @@ absl::Status ResolveSpans(const v1::RecordRequest& requested, FetchItem& item) {
   }
   for (const RowSpan& span : item.spans) {
     item.requested_rows += span.end - span.begin;
-    if (span.end > record.rows) item.status = v1::RECORD_STATUS_PARTIAL;
+    if (span.end > record.rows) item.status = routerreplay::v1::RECORD_STATUS_PARTIAL;
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store, const v1::RecordRequest& requested,
+absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store, const routerreplay::v1::RecordRequest& requested,
                                        bool allow_partial) {
   FetchItem item;
   item.key = FromProto(requested.key());
@@ -106,7 +106,7 @@ absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store, const v1::Record
   if (absl::Status status = ValidateRowRanges(requested, item.key); !status.ok()) return status;
   absl::StatusOr<RecordInfo> record = store.Get(item.key);
   if (absl::IsNotFound(record.status()) && allow_partial) {
-    item.status = v1::RECORD_STATUS_MISSING;
+    item.status = routerreplay::v1::RECORD_STATUS_MISSING;
     return item;
   }
   if (!record.ok()) return record.status();
@@ -115,7 +115,7 @@ absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store, const v1::Record
         absl::StrCat("record ", ToString(item.key), " not sealed (", record->rows, " rows)"));
   }
   item.record = *std::move(record);
-  item.status = item.record->sealed ? v1::RECORD_STATUS_COMPLETE : v1::RECORD_STATUS_PARTIAL;
+  item.status = item.record->sealed ? routerreplay::v1::RECORD_STATUS_COMPLETE : routerreplay::v1::RECORD_STATUS_PARTIAL;
   if (absl::Status status = ResolveSpans(requested, item); !status.ok()) return status;
   return item;
 }
@@ -123,7 +123,7 @@ absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store, const v1::Record
 // A job's records in a version range: sealed ones (or all with include_unsealed), and only the
 // highest attempt of each sample unless all_attempts.
 absl::StatusOr<std::vector<RecordInfo>> SelectJobRecords(const RouteStore& store,
-                                                         const v1::JobRecords& job,
+                                                         const routerreplay::v1::JobRecords& job,
                                                          bool include_unsealed) {
   if (absl::Status status = ValidateJobId(job.job_id()); !status.ok()) return status;
   absl::StatusOr<RowSpan> versions = VersionSpan(job.versions());
@@ -150,7 +150,7 @@ absl::StatusOr<std::vector<RecordInfo>> SelectJobRecords(const RouteStore& store
 }
 
 absl::StatusOr<std::vector<FetchItem>> ResolveSelection(const RouteStore& store,
-                                                        const v1::FetchRoutesRequest& request) {
+                                                        const routerreplay::v1::FetchRoutesRequest& request) {
   std::vector<FetchItem> items;
   if (request.has_records()) {
     const int count = request.records().records_size();
@@ -158,7 +158,7 @@ absl::StatusOr<std::vector<FetchItem>> ResolveSelection(const RouteStore& store,
       return absl::InvalidArgumentError(
           absl::StrCat("records names ", count, " records; allowed 1..", kMaxNamedRecords));
     }
-    for (const v1::RecordRequest& requested : request.records().records()) {
+    for (const routerreplay::v1::RecordRequest& requested : request.records().records()) {
       absl::StatusOr<FetchItem> item = ResolveNamed(store, requested, request.allow_partial());
       if (!item.ok()) return item.status();
       items.push_back(*std::move(item));
@@ -170,7 +170,7 @@ absl::StatusOr<std::vector<FetchItem>> ResolveSelection(const RouteStore& store,
   if (!records.ok()) return records.status();
   for (RecordInfo& record : *records) {
     FetchItem item{.key = record.key, .record = std::move(record)};
-    item.status = item.record->sealed ? v1::RECORD_STATUS_COMPLETE : v1::RECORD_STATUS_PARTIAL;
+    item.status = item.record->sealed ? routerreplay::v1::RECORD_STATUS_COMPLETE : routerreplay::v1::RECORD_STATUS_PARTIAL;
     item.spans.push_back({0, item.record->rows});
     item.requested_rows = item.record->rows;
     items.push_back(std::move(item));
@@ -181,7 +181,7 @@ absl::StatusOr<std::vector<FetchItem>> ResolveSelection(const RouteStore& store,
 // Adds one record's expert choices in the given layer positions to `load`, reading a bounded
 // number of rows at a time.
 absl::Status CountRecord(const RouteStore& store, const RecordInfo& record,
-                         const std::vector<int>& positions, v1::ExpertLoad& load) {
+                         const std::vector<int>& positions, routerreplay::v1::ExpertLoad& load) {
   constexpr int64_t kRowsPerRead = 4096;
   const int64_t k = record.shape.top_k;
   const int64_t ids_per_row = record.shape.ids_per_row();
@@ -211,10 +211,10 @@ absl::Status CountRecord(const RouteStore& store, const RecordInfo& record,
 
 // The records each load group counts: the named keys, or one group of the job's records.
 absl::StatusOr<std::vector<std::vector<RecordInfo>>> LoadGroups(
-    const RouteStore& store, const v1::GetExpertLoadRequest& request, bool all_attempts) {
+    const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request, bool all_attempts) {
   std::vector<std::vector<RecordInfo>> groups;
   if (request.groups().empty()) {
-    v1::JobRecords job;
+    routerreplay::v1::JobRecords job;
     job.set_job_id(request.job_id());
     *job.mutable_versions() = request.versions();
     job.set_all_attempts(all_attempts);
@@ -228,13 +228,13 @@ absl::StatusOr<std::vector<std::vector<RecordInfo>>> LoadGroups(
     return absl::InvalidArgumentError(
         absl::StrCat("groups has ", request.groups_size(), " entries; allowed 1..", kMaxGroups));
   }
-  for (const v1::KeyGroup& group : request.groups()) {
+  for (const routerreplay::v1::KeyGroup& group : request.groups()) {
     if (group.keys().empty() || group.keys_size() > kMaxNamedRecords) {
       return absl::InvalidArgumentError(
           absl::StrCat("a group has ", group.keys_size(), " keys; allowed 1..", kMaxNamedRecords));
     }
     std::vector<RecordInfo>& records = groups.emplace_back();
-    for (const v1::RouteRecordKey& proto_key : group.keys()) {
+    for (const type::v1::RouteRecordKey& proto_key : group.keys()) {
       const RecordKey key = FromProto(proto_key);
       if (absl::Status status = ValidateRecordKey(key); !status.ok()) return status;
       absl::StatusOr<RecordInfo> record = store.Get(key);
@@ -247,7 +247,7 @@ absl::StatusOr<std::vector<std::vector<RecordInfo>>> LoadGroups(
 
 }  // namespace
 
-absl::StatusOr<RowSpan> VersionSpan(const v1::VersionRange& versions) {
+absl::StatusOr<RowSpan> VersionSpan(const routerreplay::v1::VersionRange& versions) {
   if (versions.begin() < 0 || versions.end() < 0 ||
       (versions.end() != 0 && versions.end() <= versions.begin())) {
     return absl::InvalidArgumentError(absl::StrCat("bad version range [", versions.begin(), ", ",
@@ -258,7 +258,7 @@ absl::StatusOr<RowSpan> VersionSpan(const v1::VersionRange& versions) {
 }
 
 absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store,
-                                    const v1::FetchRoutesRequest& request) {
+                                    const routerreplay::v1::FetchRoutesRequest& request) {
   if (!request.has_records() && !request.has_job()) {
     return absl::InvalidArgumentError("FetchRoutes needs a selection: records or job");
   }
@@ -288,10 +288,10 @@ absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store,
   return plan;
 }
 
-absl::StatusOr<std::optional<v1::FetchRoutesResponse>> FetchCursor::Next() {
+absl::StatusOr<std::optional<routerreplay::v1::FetchRoutesResponse>> FetchCursor::Next() {
   if (item_ >= plan_.items.size()) return std::nullopt;
   const FetchItem& item = plan_.items[item_];
-  v1::FetchRoutesResponse response;
+  routerreplay::v1::FetchRoutesResponse response;
   *response.mutable_key() = ToProto(item.key);
   response.set_status(item.status);
   response.set_requested_rows(item.requested_rows);
@@ -322,10 +322,10 @@ absl::StatusOr<std::optional<v1::FetchRoutesResponse>> FetchCursor::Next() {
 
 // Rows of earlier messages were real, but the record is gone now: the reader drops them and
 // treats the record as never stored, as for any MISSING one.
-v1::FetchRoutesResponse FetchCursor::EndDeleted() {
-  v1::FetchRoutesResponse response;
+routerreplay::v1::FetchRoutesResponse FetchCursor::EndDeleted() {
+  routerreplay::v1::FetchRoutesResponse response;
   *response.mutable_key() = ToProto(plan_.items[item_].key);
-  response.set_status(v1::RECORD_STATUS_MISSING);
+  response.set_status(routerreplay::v1::RECORD_STATUS_MISSING);
   response.set_row_offset(row_);
   ++item_;
   row_ = 0;
@@ -333,7 +333,7 @@ v1::FetchRoutesResponse FetchCursor::EndDeleted() {
 }
 
 absl::Status FetchCursor::FillRows(const FetchItem& item, int64_t first, int64_t count,
-                                   v1::FetchRoutesResponse& response) {
+                                   routerreplay::v1::FetchRoutesResponse& response) {
   const RecordInfo& record = *item.record;
   const int64_t k = record.shape.top_k;
   const int64_t ids_per_row = record.shape.ids_per_row();
@@ -374,13 +374,13 @@ namespace {
 
 // GetExpertLoad, counting every attempt of a job's samples when `all_attempts` (PlanPlacement
 // from JobRecords); GetExpertLoad itself counts the highest attempt only.
-absl::StatusOr<v1::GetExpertLoadResponse> CountLoad(const RouteStore& store,
-                                                    const v1::GetExpertLoadRequest& request,
+absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountLoad(const RouteStore& store,
+                                                    const routerreplay::v1::GetExpertLoadRequest& request,
                                                     bool all_attempts) {
   absl::StatusOr<std::vector<std::vector<RecordInfo>>> groups =
       LoadGroups(store, request, all_attempts);
   if (!groups.ok()) return groups.status();
-  v1::GetExpertLoadResponse response;
+  routerreplay::v1::GetExpertLoadResponse response;
   const RecordInfo* first = nullptr;
   for (const auto& group : *groups) {
     if (first == nullptr && !group.empty()) first = &group.front();
@@ -405,7 +405,7 @@ absl::StatusOr<v1::GetExpertLoadResponse> CountLoad(const RouteStore& store,
                      " experts); at most 2^20: ask for fewer layers or groups"));
   }
   for (const auto& group : *groups) {
-    v1::ExpertLoad& load = *response.add_loads();
+    routerreplay::v1::ExpertLoad& load = *response.add_loads();
     load.mutable_counts()->Resize(static_cast<int>(layers.size()) * response.num_experts(), 0);
     for (const RecordInfo& record : group) {
       if (record.shape.num_experts != response.num_experts()) {
@@ -425,27 +425,27 @@ absl::StatusOr<v1::GetExpertLoadResponse> CountLoad(const RouteStore& store,
 
 }  // namespace
 
-absl::StatusOr<v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& store,
-                                                          const v1::GetExpertLoadRequest& request) {
+absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& store,
+                                                          const routerreplay::v1::GetExpertLoadRequest& request) {
   return CountLoad(store, request, /*all_attempts=*/false);
 }
 
-absl::StatusOr<v1::PlanPlacementResponse> PlanExpertPlacement(
-    const RouteStore& store, const v1::PlanPlacementRequest& request) {
+absl::StatusOr<routerreplay::v1::PlanPlacementResponse> PlanExpertPlacement(
+    const RouteStore& store, const routerreplay::v1::PlanPlacementRequest& request) {
   PlacementRequest placement{.num_replicas = request.num_replicas(),
                              .num_groups = request.num_groups(),
                              .num_nodes = request.num_nodes(),
                              .num_gpus = request.num_gpus()};
-  v1::PlanPlacementResponse response;
+  routerreplay::v1::PlanPlacementResponse response;
   if (request.has_load()) {
     placement.num_layers = request.load().num_layers();
     placement.num_experts = request.load().num_experts();
     placement.load.assign(request.load().load().begin(), request.load().load().end());
   } else if (request.has_job()) {
-    v1::GetExpertLoadRequest load_request;
+    routerreplay::v1::GetExpertLoadRequest load_request;
     load_request.set_job_id(request.job().job_id());
     *load_request.mutable_versions() = request.job().versions();
-    absl::StatusOr<v1::GetExpertLoadResponse> load =
+    absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> load =
         CountLoad(store, load_request, request.job().all_attempts());
     if (!load.ok()) return load.status();
     if (load->layer_indices().empty()) {

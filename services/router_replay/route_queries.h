@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "services/router_replay/client/route_wire.h"
 #include "services/router_replay/route_store.h"
-#include "tandem/v1/router_replay.pb.h"
+#include "tandem/routerreplay/v1/router_replay.pb.h"
 
 namespace tandem::router_replay {
 
@@ -25,7 +25,7 @@ struct RowSpan {
 struct FetchItem {
   RecordKey key;
   std::optional<RecordInfo> record;  // Absent: MISSING.
-  v1::RecordStatus status = v1::RECORD_STATUS_UNSPECIFIED;
+  routerreplay::v1::RecordStatus status = routerreplay::v1::RECORD_STATUS_UNSPECIFIED;
   std::vector<RowSpan> spans;        // Requested rows, in order.
   std::vector<int> layer_positions;  // Positions in record->shape.layers to return, in order.
   int64_t requested_rows = 0;
@@ -40,7 +40,7 @@ struct FetchPlan {
 
 // Validates a FetchRoutes request and resolves its selection, data-parallel shard, layers and
 // row ranges (see router_replay.proto for every rule and message).
-absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store, const v1::FetchRoutesRequest& request);
+absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store, const routerreplay::v1::FetchRoutesRequest& request);
 
 // Produces a plan's response messages one at a time, so memory stays at one message.
 class FetchCursor {
@@ -48,13 +48,13 @@ class FetchCursor {
   FetchCursor(const RouteStore& store, FetchPlan plan) : store_(store), plan_(std::move(plan)) {}
 
   // The next message, or std::nullopt when done.
-  absl::StatusOr<std::optional<v1::FetchRoutesResponse>> Next();
+  absl::StatusOr<std::optional<routerreplay::v1::FetchRoutesResponse>> Next();
 
  private:
   absl::Status FillRows(const FetchItem& item, int64_t first, int64_t count,
-                        v1::FetchRoutesResponse& response);
+                        routerreplay::v1::FetchRoutesResponse& response);
   // The MISSING message that ends the current record, found deleted after row_ of its rows.
-  v1::FetchRoutesResponse EndDeleted();
+  routerreplay::v1::FetchRoutesResponse EndDeleted();
 
   const RouteStore& store_;
   FetchPlan plan_;
@@ -64,15 +64,15 @@ class FetchCursor {
 };
 
 // Expert assignment counts (GetExpertLoad).
-absl::StatusOr<v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& store,
-                                                          const v1::GetExpertLoadRequest& request);
+absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& store,
+                                                          const routerreplay::v1::GetExpertLoadRequest& request);
 
 // Hierarchical EPLB for explicit or recorded loads (PlanPlacement).
-absl::StatusOr<v1::PlanPlacementResponse> PlanExpertPlacement(
-    const RouteStore& store, const v1::PlanPlacementRequest& request);
+absl::StatusOr<routerreplay::v1::PlanPlacementResponse> PlanExpertPlacement(
+    const RouteStore& store, const routerreplay::v1::PlanPlacementRequest& request);
 
 // Checks a VersionRange and returns it as [begin, end), end 0 = unbounded.
-absl::StatusOr<RowSpan> VersionSpan(const v1::VersionRange& versions);
+absl::StatusOr<RowSpan> VersionSpan(const routerreplay::v1::VersionRange& versions);
 
 }  // namespace tandem::router_replay
 

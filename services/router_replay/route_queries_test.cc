@@ -45,7 +45,7 @@ class FetchOfADeletedRecordTest : public ::testing::Test {
   }
 
   FetchCursor StartFetch(bool allow_partial) {
-    v1::FetchRoutesRequest request;
+    routerreplay::v1::FetchRoutesRequest request;
     for (const RecordKey& key : {doomed_, kept_}) {
       *request.mutable_records()->add_records()->mutable_key() = ToProto(key);
     }
@@ -64,8 +64,8 @@ class FetchOfADeletedRecordTest : public ::testing::Test {
   }
 
   // The cursor's next message, which must exist.
-  static v1::FetchRoutesResponse NextOf(FetchCursor& cursor) {
-    absl::StatusOr<std::optional<v1::FetchRoutesResponse>> next = cursor.Next();
+  static routerreplay::v1::FetchRoutesResponse NextOf(FetchCursor& cursor) {
+    absl::StatusOr<std::optional<routerreplay::v1::FetchRoutesResponse>> next = cursor.Next();
     EXPECT_TRUE(next.ok()) << next.status();
     if (!next.ok() || !next->has_value()) {
       ADD_FAILURE() << "the fetch ended early";
@@ -75,7 +75,7 @@ class FetchOfADeletedRecordTest : public ::testing::Test {
   }
 
   // Whether a message carries the stored rows it claims, from its row offset on.
-  bool HoldsStoredRows(const v1::FetchRoutesResponse& message) const {
+  bool HoldsStoredRows(const routerreplay::v1::FetchRoutesResponse& message) const {
     const size_t bytes = message.num_rows() * shape_.ids_per_row() * sizeof(int16_t);
     const int16_t* stored = rows_.data() + message.row_offset() * shape_.ids_per_row();
     return message.rows().size() == bytes && std::memcmp(message.rows().data(), stored, bytes) == 0;
@@ -93,7 +93,7 @@ class FetchOfADeletedRecordTest : public ::testing::Test {
 TEST_F(FetchOfADeletedRecordTest, DeletedBeforeItsRowsAreReadIsNotFound) {
   FetchCursor cursor = StartFetch(/*allow_partial=*/false);
   ASSERT_NO_FATAL_FAILURE(DeleteDoomed());
-  absl::StatusOr<std::optional<v1::FetchRoutesResponse>> next = cursor.Next();
+  absl::StatusOr<std::optional<routerreplay::v1::FetchRoutesResponse>> next = cursor.Next();
   ASSERT_FALSE(next.ok()) << "the deleted record was sent as rows";
   EXPECT_EQ(next.status().code(), absl::StatusCode::kNotFound) << next.status();
   EXPECT_THAT(next.status().message(), HasSubstr("doomed/v1/s#0 was deleted while being read"));
@@ -103,25 +103,25 @@ TEST_F(FetchOfADeletedRecordTest, DeletedBeforeItsRowsAreReadIsNotFound) {
 // fetch goes on to the next record.
 TEST_F(FetchOfADeletedRecordTest, DeletedBetweenItsMessagesEndsMissingAndTheFetchGoesOn) {
   FetchCursor cursor = StartFetch(/*allow_partial=*/true);
-  const v1::FetchRoutesResponse first = NextOf(cursor);
-  EXPECT_EQ(first.status(), v1::RECORD_STATUS_COMPLETE);
+  const routerreplay::v1::FetchRoutesResponse first = NextOf(cursor);
+  EXPECT_EQ(first.status(), routerreplay::v1::RECORD_STATUS_COMPLETE);
   EXPECT_EQ(first.num_rows(), kRowsPerMessage);
   EXPECT_TRUE(HoldsStoredRows(first));
 
   ASSERT_NO_FATAL_FAILURE(DeleteDoomed());
-  const v1::FetchRoutesResponse cut = NextOf(cursor);
+  const routerreplay::v1::FetchRoutesResponse cut = NextOf(cursor);
   EXPECT_EQ(FromProto(cut.key()), doomed_);
-  EXPECT_EQ(cut.status(), v1::RECORD_STATUS_MISSING);
+  EXPECT_EQ(cut.status(), routerreplay::v1::RECORD_STATUS_MISSING);
   EXPECT_EQ(cut.row_offset(), kRowsPerMessage);
   EXPECT_EQ(cut.num_rows(), 0);
   EXPECT_TRUE(cut.rows().empty());
 
   int64_t kept_rows = 0;
-  for (absl::StatusOr<std::optional<v1::FetchRoutesResponse>> next = cursor.Next();
+  for (absl::StatusOr<std::optional<routerreplay::v1::FetchRoutesResponse>> next = cursor.Next();
        next.ok() && next->has_value(); next = cursor.Next()) {
-    const v1::FetchRoutesResponse& message = **next;
+    const routerreplay::v1::FetchRoutesResponse& message = **next;
     EXPECT_EQ(FromProto(message.key()), kept_);
-    EXPECT_EQ(message.status(), v1::RECORD_STATUS_COMPLETE);
+    EXPECT_EQ(message.status(), routerreplay::v1::RECORD_STATUS_COMPLETE);
     EXPECT_TRUE(HoldsStoredRows(message));
     kept_rows += message.num_rows();
   }

@@ -14,7 +14,7 @@
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
-#include "tandem/internal/route_record.pb.h"
+#include "tandem/internal/v1/route_record.pb.h"
 
 namespace tandem::router_replay {
 namespace {
@@ -59,8 +59,8 @@ absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   return absl::InternalError(message);
 }
 
-internal::StoredRecord ToStored(const RecordInfo& record) {
-  internal::StoredRecord stored;
+internal::v1::StoredRecord ToStored(const RecordInfo& record) {
+  internal::v1::StoredRecord stored;
   stored.mutable_layers()->Add(record.shape.layers.begin(), record.shape.layers.end());
   stored.set_top_k(record.shape.top_k);
   stored.set_num_experts(record.shape.num_experts);
@@ -72,7 +72,7 @@ internal::StoredRecord ToStored(const RecordInfo& record) {
 }
 
 absl::StatusOr<RecordInfo> FromStored(RecordKey key, absl::string_view bytes) {
-  internal::StoredRecord stored;
+  internal::v1::StoredRecord stored;
   if (!stored.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::DataLossError(absl::StrCat("corrupt metadata of record ", ToString(key)));
   }

@@ -144,7 +144,7 @@ LoopbackServer StartServer() {
   options.max_message_bytes = 8 << 20;
   return *tandem::testing::StartLoopbackServer(
       "router-replay",
-      {"tandem.v1.RouterReplayService",
+      {"tandem.routerreplay.v1.RouterReplayService",
        *RouterReplayServiceImpl::Create({.store = {.path = path}})},
       options);
 }
@@ -191,14 +191,14 @@ double Fetch(const LoopbackServer& server, int clients) {
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      auto stub = v1::RouterReplayService::NewStub(server.Channel());
-      v1::FetchRoutesRequest request;
+      auto stub = routerreplay::v1::RouterReplayService::NewStub(server.Channel());
+      routerreplay::v1::FetchRoutesRequest request;
       request.mutable_job()->set_job_id("bench");
       request.set_dp_rank(c);
       request.set_dp_size(clients);
       grpc::ClientContext context;
       auto reader = stub->FetchRoutes(&context, request);
-      v1::FetchRoutesResponse message;
+      routerreplay::v1::FetchRoutesResponse message;
       while (reader->Read(&message)) bytes += static_cast<int64_t>(message.rows().size());
       if (grpc::Status status = reader->Finish(); !status.ok()) {
         std::fprintf(stderr, "fetch: %s\n", status.error_message().c_str());

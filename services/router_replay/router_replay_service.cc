@@ -28,7 +28,7 @@ constexpr size_t kMaxChunkRowBytes = size_t{4} << 20;
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
 // Checks the chunk's sizes before anything touches its rows.
-absl::Status CheckChunkSizes(const v1::AppendRequest& request, const RecordKey& key,
+absl::Status CheckChunkSizes(const routerreplay::v1::AppendRequest& request, const RecordKey& key,
                              const RouteShape& shape) {
   // The sizes need a valid shape; the key and rows are checked by the store.
   if (absl::Status status = ValidateShape(shape); !status.ok()) {
@@ -57,9 +57,9 @@ absl::Status CheckChunkSizes(const v1::AppendRequest& request, const RecordKey& 
 
 // Reads an Append stream chunk by chunk, storing each as it arrives, and replies once the
 // stream ends and everything stored is durable.
-class AppendReactor final : public grpc::ServerReadReactor<v1::AppendRequest> {
+class AppendReactor final : public grpc::ServerReadReactor<routerreplay::v1::AppendRequest> {
  public:
-  AppendReactor(RouteStore& store, v1::AppendResponse* response)
+  AppendReactor(RouteStore& store, routerreplay::v1::AppendResponse* response)
       : store_(store), response_(response) {
     StartRead(&request_);
   }
@@ -101,13 +101,13 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::AppendRequest> {
     absl::StatusOr<AppendOutcome> outcome = store_.Append(chunk);
     if (!outcome.ok()) return outcome.status();
     RouterReplayMetrics::Get().RecordAppend(chunk.shape, *outcome);
-    v1::RecordAck& ack = AckFor(chunk.key);
+    routerreplay::v1::RecordAck& ack = AckFor(chunk.key);
     ack.set_acknowledged_rows(outcome->rows);
     ack.set_sealed(outcome->sealed);
     return absl::OkStatus();
   }
 
-  v1::RecordAck& AckFor(const RecordKey& key) {
+  routerreplay::v1::RecordAck& AckFor(const RecordKey& key) {
     const std::string encoded = EncodeRecordKey(key);
     auto [it, inserted] = ack_index_.try_emplace(encoded, response_->records_size());
     if (inserted) *response_->add_records()->mutable_key() = request_.key();
@@ -123,16 +123,16 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::AppendRequest> {
   }
 
   RouteStore& store_;
-  v1::AppendResponse* response_;
-  v1::AppendRequest request_;
+  routerreplay::v1::AppendResponse* response_;
+  routerreplay::v1::AppendRequest request_;
   std::vector<int16_t> rows_;
   absl::flat_hash_map<std::string, int> ack_index_;
 };
 
 // Streams a planned fetch one message at a time.
-class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesResponse> {
+class FetchReactor final : public grpc::ServerWriteReactor<routerreplay::v1::FetchRoutesResponse> {
  public:
-  FetchReactor(const RouteStore& store, const v1::FetchRoutesRequest& request,
+  FetchReactor(const RouteStore& store, const routerreplay::v1::FetchRoutesRequest& request,
                std::unique_ptr<CallTracker::Token> slot, grpc::CallbackServerContext* context,
                WriteStallGuard& stalls)
       : slot_(std::move(slot)), context_(context), stalls_(stalls) {
@@ -161,7 +161,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesRespon
 
  private:
   void WriteNext() {
-    absl::StatusOr<std::optional<v1::FetchRoutesResponse>> next = cursor_->Next();
+    absl::StatusOr<std::optional<routerreplay::v1::FetchRoutesResponse>> next = cursor_->Next();
     if (!next.ok()) {
       Finish(ToGrpcStatus(next.status()));
       return;
@@ -181,7 +181,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchRoutesRespon
   grpc::CallbackServerContext* const context_;
   WriteStallGuard& stalls_;
   std::optional<FetchCursor> cursor_;
-  v1::FetchRoutesResponse response_;
+  routerreplay::v1::FetchRoutesResponse response_;
 };
 
 }  // namespace
@@ -227,32 +227,32 @@ void RouterReplayServiceImpl::TrimMemory() {
   malloc_trim(0);
 }
 
-grpc::ServerReadReactor<v1::AppendRequest>* RouterReplayServiceImpl::Append(
-    grpc::CallbackServerContext* /*context*/, v1::AppendResponse* response) {
+grpc::ServerReadReactor<routerreplay::v1::AppendRequest>* RouterReplayServiceImpl::Append(
+    grpc::CallbackServerContext* /*context*/, routerreplay::v1::AppendResponse* response) {
   return new AppendReactor(*store_, response);
 }
 
 grpc::ServerUnaryReactor* RouterReplayServiceImpl::Seal(grpc::CallbackServerContext* context,
-                                                        const v1::SealRequest* request,
-                                                        v1::SealResponse* response) {
-  const auto seal = [&]() -> absl::StatusOr<v1::SealResponse> {
+                                                        const routerreplay::v1::SealRequest* request,
+                                                        routerreplay::v1::SealResponse* response) {
+  const auto seal = [&]() -> absl::StatusOr<routerreplay::v1::SealResponse> {
     absl::StatusOr<RecordInfo> sealed =
         store_->Seal(FromProto(request->key()), request->total_rows());
     if (!sealed.ok()) return sealed.status();
     if (absl::Status synced = store_->Sync(); !synced.ok()) return synced;
     RouterReplayMetrics::Get().RecordTotals(store_->totals());
-    v1::SealResponse result;
+    routerreplay::v1::SealResponse result;
     result.set_total_rows(sealed->rows);
     return result;
   };
   return FinishUnary(context, seal(), response);
 }
 
-grpc::ServerWriteReactor<v1::FetchRoutesResponse>* RouterReplayServiceImpl::FetchRoutes(
-    grpc::CallbackServerContext* context, const v1::FetchRoutesRequest* request) {
+grpc::ServerWriteReactor<routerreplay::v1::FetchRoutesResponse>* RouterReplayServiceImpl::FetchRoutes(
+    grpc::CallbackServerContext* context, const routerreplay::v1::FetchRoutesRequest* request) {
   std::unique_ptr<CallTracker::Token> slot = fetch_streams_.TryEnter(max_fetch_streams_);
   if (slot == nullptr) {
-    return new FinishedReactor<grpc::ServerWriteReactor<v1::FetchRoutesResponse>>(
+    return new FinishedReactor<grpc::ServerWriteReactor<routerreplay::v1::FetchRoutesResponse>>(
         grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                      absl::StrCat("router-replay serves ", max_fetch_streams_,
                                   " FetchRoutes streams at once (--max_fetch_streams); retry "
@@ -262,27 +262,27 @@ grpc::ServerWriteReactor<v1::FetchRoutesResponse>* RouterReplayServiceImpl::Fetc
 }
 
 grpc::ServerUnaryReactor* RouterReplayServiceImpl::GetExpertLoad(
-    grpc::CallbackServerContext* context, const v1::GetExpertLoadRequest* request,
-    v1::GetExpertLoadResponse* response) {
+    grpc::CallbackServerContext* context, const routerreplay::v1::GetExpertLoadRequest* request,
+    routerreplay::v1::GetExpertLoadResponse* response) {
   return FinishUnary(context, CountExpertLoad(*store_, *request), response);
 }
 
 grpc::ServerUnaryReactor* RouterReplayServiceImpl::PlanPlacement(
-    grpc::CallbackServerContext* context, const v1::PlanPlacementRequest* request,
-    v1::PlanPlacementResponse* response) {
+    grpc::CallbackServerContext* context, const routerreplay::v1::PlanPlacementRequest* request,
+    routerreplay::v1::PlanPlacementResponse* response) {
   return FinishUnary(context, PlanExpertPlacement(*store_, *request), response);
 }
 
 grpc::ServerUnaryReactor* RouterReplayServiceImpl::PlanBalance(
-    grpc::CallbackServerContext* context, const v1::PlanBalanceRequest* request,
-    v1::PlanBalanceResponse* response) {
+    grpc::CallbackServerContext* context, const routerreplay::v1::PlanBalanceRequest* request,
+    routerreplay::v1::PlanBalanceResponse* response) {
   return FinishUnary(context, PlanStepBalance(*request), response);
 }
 
 grpc::ServerUnaryReactor* RouterReplayServiceImpl::DeleteRecords(
-    grpc::CallbackServerContext* context, const v1::DeleteRecordsRequest* request,
-    v1::DeleteRecordsResponse* response) {
-  const auto delete_records = [&]() -> absl::StatusOr<v1::DeleteRecordsResponse> {
+    grpc::CallbackServerContext* context, const routerreplay::v1::DeleteRecordsRequest* request,
+    routerreplay::v1::DeleteRecordsResponse* response) {
+  const auto delete_records = [&]() -> absl::StatusOr<routerreplay::v1::DeleteRecordsResponse> {
     if (absl::Status status = ValidateJobId(request->job_id()); !status.ok()) return status;
     absl::StatusOr<RowSpan> versions = VersionSpan(request->versions());
     if (!versions.ok()) return versions.status();
@@ -291,7 +291,7 @@ grpc::ServerUnaryReactor* RouterReplayServiceImpl::DeleteRecords(
     if (!deleted.ok()) return deleted.status();
     RouterReplayMetrics::Get().RecordDeleted(deleted->records, /*by_ttl=*/false);
     RouterReplayMetrics::Get().RecordTotals(store_->totals());
-    v1::DeleteRecordsResponse result;
+    routerreplay::v1::DeleteRecordsResponse result;
     result.set_records_deleted(deleted->records);
     result.set_bytes_freed(deleted->bytes);
     return result;

@@ -52,7 +52,7 @@ class RouterReplayServiceTest : public ::testing::Test {
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.max_message_bytes = 8 << 20;
     auto started = tandem::testing::StartLoopbackServer(
-        "router-replay", {"tandem.v1.RouterReplayService", *std::move(service)}, options);
+        "router-replay", {"tandem.routerreplay.v1.RouterReplayService", *std::move(service)}, options);
     ASSERT_TRUE(started.ok()) << started.status();
     channel_ = new std::shared_ptr<grpc::Channel>(started->Channel());
     server_ = started->server.release();
@@ -63,7 +63,7 @@ class RouterReplayServiceTest : public ::testing::Test {
     delete server_;
   }
 
-  void SetUp() override { stub_ = v1::RouterReplayService::NewStub(*channel_); }
+  void SetUp() override { stub_ = routerreplay::v1::RouterReplayService::NewStub(*channel_); }
 
   // A job id of its own for every test, so tests sharing the server never see each other.
   static std::string Job() {
@@ -77,15 +77,15 @@ class RouterReplayServiceTest : public ::testing::Test {
             .attempt = attempt};
   }
 
-  v1::AppendRequest Chunk(const RecordKey& key, const std::vector<int16_t>& rows, int64_t first,
+  routerreplay::v1::AppendRequest Chunk(const RecordKey& key, const std::vector<int16_t>& rows, int64_t first,
                           int64_t count, bool seal = false) const {
     return AppendRequestFor(key, shape_, first, count, rows.data() + first * shape_.ids_per_row(),
                             seal);
   }
 
-  grpc::Status Append(const std::vector<v1::AppendRequest>& chunks,
-                      v1::AppendResponse* response = nullptr) {
-    v1::AppendResponse unused;
+  grpc::Status Append(const std::vector<routerreplay::v1::AppendRequest>& chunks,
+                      routerreplay::v1::AppendResponse* response = nullptr) {
+    routerreplay::v1::AppendResponse unused;
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(20));
     auto writer = stub_->Append(&context, response != nullptr ? response : &unused);
@@ -102,25 +102,25 @@ class RouterReplayServiceTest : public ::testing::Test {
     ASSERT_TRUE(Append({Chunk(key, rows, 0, n, seal)}).ok());
   }
 
-  grpc::Status Fetch(const v1::FetchRoutesRequest& request,
-                     std::vector<v1::FetchRoutesResponse>* messages) {
+  grpc::Status Fetch(const routerreplay::v1::FetchRoutesRequest& request,
+                     std::vector<routerreplay::v1::FetchRoutesResponse>* messages) {
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(20));
     auto reader = stub_->FetchRoutes(&context, request);
-    v1::FetchRoutesResponse message;
+    routerreplay::v1::FetchRoutesResponse message;
     while (reader->Read(&message)) messages->push_back(message);
     return reader->Finish();
   }
 
-  static v1::FetchRoutesRequest Named(const std::vector<RecordKey>& keys) {
-    v1::FetchRoutesRequest request;
+  static routerreplay::v1::FetchRoutesRequest Named(const std::vector<RecordKey>& keys) {
+    routerreplay::v1::FetchRoutesRequest request;
     for (const RecordKey& key : keys) {
       *request.mutable_records()->add_records()->mutable_key() = ToProto(key);
     }
     return request;
   }
 
-  static std::vector<int16_t> RowsOf(const std::vector<v1::FetchRoutesResponse>& messages) {
+  static std::vector<int16_t> RowsOf(const std::vector<routerreplay::v1::FetchRoutesResponse>& messages) {
     std::vector<int16_t> rows;
     for (const auto& message : messages) {
       const auto* ids = reinterpret_cast<const int16_t*>(message.rows().data());
@@ -131,7 +131,7 @@ class RouterReplayServiceTest : public ::testing::Test {
 
   static ServiceServer* server_;
   static std::shared_ptr<grpc::Channel>* channel_;
-  std::unique_ptr<v1::RouterReplayService::Stub> stub_;
+  std::unique_ptr<routerreplay::v1::RouterReplayService::Stub> stub_;
   RouteShape shape_{.layers = {1, 3, 4}, .top_k = 2, .num_experts = 16};  // 0 and 2 dense.
 };
 
@@ -162,7 +162,7 @@ TEST_F(RouterReplayServiceTest, DecodeStyleAppendsComeBackInTheEngineReplayLayou
   ASSERT_TRUE(replay.ok()) << replay.status();
   EXPECT_EQ(replay->missing_entries, 0);
   for (int r = 0; r < kRecords; ++r) {
-    EXPECT_EQ(replay->statuses[r], v1::RECORD_STATUS_COMPLETE);
+    EXPECT_EQ(replay->statuses[r], routerreplay::v1::RECORD_STATUS_COMPLETE);
     const int16_t* got = replay->routes.data() + r * kTokens * shape_.ids_per_row();
     EXPECT_EQ(std::vector<int16_t>(got, got + (kTokens - 1) * shape_.ids_per_row()), routes[r]);
     EXPECT_EQ(got[(kTokens - 1) * shape_.ids_per_row()], -1);  // The last token has no row.
@@ -256,7 +256,7 @@ class SilentListener {
 TEST(RouteAppenderTest, AHungServiceFailsRecordsAndAFullBufferPushesBack) {
   SilentListener hung;
   auto channel = *CreateChannel({.target = absl::StrCat("127.0.0.1:", hung.port()),
-                                 .service_name = "tandem.v1.RouterReplayService"});
+                                 .service_name = "tandem.routerreplay.v1.RouterReplayService"});
   RouteAppender appender(channel, {.max_buffered_bytes = 1000,
                                    .max_block = absl::Milliseconds(50),
                                    .rpc_timeout = absl::Milliseconds(500),
@@ -278,7 +278,7 @@ TEST(RouteAppenderTest, AHungServiceFailsRecordsAndAFullBufferPushesBack) {
 
 TEST_F(RouterReplayServiceTest, InvalidChunksGetClearStatusesAndTouchNoOtherRecord) {
   std::vector<int16_t> rows = SyntheticRoutes(shape_, 10, 1);
-  v1::AppendRequest good = Chunk(Key("good"), rows, 0, 10);
+  routerreplay::v1::AppendRequest good = Chunk(Key("good"), rows, 0, 10);
 
   std::vector<int16_t> duplicate = rows;
   duplicate[1 * shape_.ids_per_row() + 2 * 1 + 1] = duplicate[1 * shape_.ids_per_row() + 2 * 1];
@@ -291,15 +291,15 @@ TEST_F(RouterReplayServiceTest, InvalidChunksGetClearStatusesAndTouchNoOtherReco
   EXPECT_THAT(Append({Chunk(Key("bad"), out_of_range, 0, 10)}).error_message(),
               HasSubstr("expert 16 out of range [0, 16)"));
 
-  v1::AppendRequest short_rows = Chunk(Key("bad"), rows, 0, 10);
+  routerreplay::v1::AppendRequest short_rows = Chunk(Key("bad"), rows, 0, 10);
   short_rows.mutable_rows()->resize(10);
   EXPECT_THAT(Append({short_rows}).error_message(), HasSubstr("rows has 10 bytes; expected"));
 
-  v1::AppendRequest no_layers = Chunk(Key("bad"), rows, 0, 10);
+  routerreplay::v1::AppendRequest no_layers = Chunk(Key("bad"), rows, 0, 10);
   no_layers.clear_moe_layer_indices();
   EXPECT_EQ(Append({no_layers}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
-  v1::AppendRequest bad_key = good;
+  routerreplay::v1::AppendRequest bad_key = good;
   bad_key.mutable_key()->set_sample_id("with space");
   EXPECT_THAT(Append({bad_key}).error_message(), HasSubstr("bad sample_id: 'with space'"));
 
@@ -312,20 +312,20 @@ TEST_F(RouterReplayServiceTest, InvalidChunksGetClearStatusesAndTouchNoOtherReco
   shape_ = {.layers = {1, 3, 4}, .top_k = 2, .num_experts = 16};
 
   // The good record of the failed stream is intact, the bad one absent.
-  std::vector<v1::FetchRoutesResponse> messages;
+  std::vector<routerreplay::v1::FetchRoutesResponse> messages;
   ASSERT_EQ(Fetch(Named({Key("good")}), &messages).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);  // Stored, not sealed.
-  v1::FetchRoutesRequest partial = Named({Key("good"), Key("bad")});
+  routerreplay::v1::FetchRoutesRequest partial = Named({Key("good"), Key("bad")});
   partial.set_allow_partial(true);
   ASSERT_TRUE(Fetch(partial, &messages).ok());
   ASSERT_EQ(messages.size(), 2u);
   EXPECT_EQ(messages[0].stored_rows(), 10);
-  EXPECT_EQ(messages[1].status(), v1::RECORD_STATUS_MISSING);
+  EXPECT_EQ(messages[1].status(), routerreplay::v1::RECORD_STATUS_MISSING);
 }
 
 TEST_F(RouterReplayServiceTest, RetriesAreSafeAndConflictsGapsAndHeaderChangesAreRefused) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 30, 2);
-  v1::AppendResponse response;
+  routerreplay::v1::AppendResponse response;
   ASSERT_TRUE(Append({Chunk(Key("s"), rows, 0, 20), Chunk(Key("s"), rows, 0, 20)}, &response).ok());
   ASSERT_EQ(response.records_size(), 1);
   EXPECT_EQ(response.records(0).acknowledged_rows(), 20);
@@ -350,7 +350,7 @@ TEST_F(RouterReplayServiceTest, RetriesAreSafeAndConflictsGapsAndHeaderChangesAr
   grpc::Status gap = Append({Chunk(Key("t"), rows, 8, 2)});
   EXPECT_EQ(gap.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(gap.error_message(), HasSubstr("has 5 rows, chunk starts at 8"));
-  v1::AppendRequest other_k = Chunk(Key("t"), rows, 5, 1);
+  routerreplay::v1::AppendRequest other_k = Chunk(Key("t"), rows, 5, 1);
   other_k.set_num_experts(32);
   EXPECT_EQ(Append({other_k}).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   // Re-appending inside a sealed record is a retry: fine.
@@ -365,10 +365,10 @@ TEST_F(RouterReplayServiceTest, SealChecksTotalsAndIsIdempotent) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 12, 3);
   Store(Key("s"), rows, /*seal=*/false);
   const auto seal = [&](const RecordKey& key, int64_t total) {
-    v1::SealRequest request;
+    routerreplay::v1::SealRequest request;
     *request.mutable_key() = ToProto(key);
     request.set_total_rows(total);
-    v1::SealResponse response;
+    routerreplay::v1::SealResponse response;
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(10));
     return stub_->Seal(&context, request, &response);
@@ -385,7 +385,7 @@ TEST_F(RouterReplayServiceTest, FetchChecksSelectionsBeforeSendingAndServesParti
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 40, 4);
   Store(Key("sealed"), rows);
   Store(Key("open"), rows, /*seal=*/false);
-  std::vector<v1::FetchRoutesResponse> messages;
+  std::vector<routerreplay::v1::FetchRoutesResponse> messages;
   grpc::Status status = Fetch(Named({Key("sealed"), Key("absent")}), &messages);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(status.error_message(), HasSubstr("absent#0 not found"));
@@ -394,46 +394,46 @@ TEST_F(RouterReplayServiceTest, FetchChecksSelectionsBeforeSendingAndServesParti
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(status.error_message(), HasSubstr("open#0 not sealed (40 rows)"));
 
-  v1::FetchRoutesRequest partial = Named({Key("open"), Key("absent")});
+  routerreplay::v1::FetchRoutesRequest partial = Named({Key("open"), Key("absent")});
   partial.set_allow_partial(true);
-  v1::RowRange& range = *partial.mutable_records()->mutable_records(0)->add_row_ranges();
+  routerreplay::v1::RowRange& range = *partial.mutable_records()->mutable_records(0)->add_row_ranges();
   range.set_begin(38);
   range.set_end(42);
   ASSERT_TRUE(Fetch(partial, &messages).ok());
   ASSERT_EQ(messages.size(), 2u);
-  EXPECT_EQ(messages[0].status(), v1::RECORD_STATUS_PARTIAL);
+  EXPECT_EQ(messages[0].status(), routerreplay::v1::RECORD_STATUS_PARTIAL);
   std::vector<int16_t> expected(rows.begin() + 38 * 6, rows.end());
   expected.resize(4 * 6, -1);
   EXPECT_EQ(RowsOf({messages[0]}), expected);
-  EXPECT_EQ(messages[1].status(), v1::RECORD_STATUS_MISSING);
+  EXPECT_EQ(messages[1].status(), routerreplay::v1::RECORD_STATUS_MISSING);
   EXPECT_EQ(messages[1].num_rows(), 0);
 
-  v1::FetchRoutesRequest past_end = Named({Key("sealed")});
+  routerreplay::v1::FetchRoutesRequest past_end = Named({Key("sealed")});
   *past_end.mutable_records()->mutable_records(0)->add_row_ranges() = range;
   EXPECT_EQ(Fetch(past_end, &messages).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  v1::FetchRoutesRequest dense_layer = Named({Key("sealed")});
+  routerreplay::v1::FetchRoutesRequest dense_layer = Named({Key("sealed")});
   dense_layer.add_layers(2);
   EXPECT_THAT(Fetch(dense_layer, &messages).error_message(),
               HasSubstr("layer 2 is not a MoE layer of record"));
-  EXPECT_EQ(Fetch(v1::FetchRoutesRequest(), &messages).error_code(),
+  EXPECT_EQ(Fetch(routerreplay::v1::FetchRoutesRequest(), &messages).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  v1::FetchRoutesRequest bad_rank = Named({Key("sealed")});
+  routerreplay::v1::FetchRoutesRequest bad_rank = Named({Key("sealed")});
   bad_rank.set_dp_rank(2);
   bad_rank.set_dp_size(2);
   EXPECT_EQ(Fetch(bad_rank, &messages).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  v1::FetchRoutesRequest tiny_chunks = Named({Key("sealed")});
+  routerreplay::v1::FetchRoutesRequest tiny_chunks = Named({Key("sealed")});
   tiny_chunks.set_max_chunk_bytes(1000);
   EXPECT_EQ(Fetch(tiny_chunks, &messages).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  v1::FetchRoutesRequest twice = Named({Key("sealed")});
+  routerreplay::v1::FetchRoutesRequest twice = Named({Key("sealed")});
   twice.add_layers(3);
   twice.add_layers(3);
   EXPECT_THAT(Fetch(twice, &messages).error_message(), HasSubstr("layer 3 named twice"));
   // Rows past an unsealed record's end come back as -1, but not without bound (two ranges of
   // 2^63 rows once overflowed the row count and aborted the server).
-  v1::FetchRoutesRequest endless = Named({Key("open")});
+  routerreplay::v1::FetchRoutesRequest endless = Named({Key("open")});
   endless.set_allow_partial(true);
   for (int i = 0; i < 2; ++i) {
-    v1::RowRange& huge = *endless.mutable_records()->mutable_records(0)->add_row_ranges();
+    routerreplay::v1::RowRange& huge = *endless.mutable_records()->mutable_records(0)->add_row_ranges();
     huge.set_begin(0);
     huge.set_end(std::numeric_limits<int64_t>::max());
   }
@@ -445,15 +445,15 @@ TEST_F(RouterReplayServiceTest, FetchChecksSelectionsBeforeSendingAndServesParti
 TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSplitsLargeRecords) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 20, 5);
   Store(Key("s"), rows);
-  v1::FetchRoutesRequest request = Named({Key("s")});
+  routerreplay::v1::FetchRoutesRequest request = Named({Key("s")});
   request.add_layers(4);
   request.add_layers(1);
   for (auto [begin, end] : {std::pair{10, 12}, std::pair{2, 3}}) {
-    v1::RowRange& range = *request.mutable_records()->mutable_records(0)->add_row_ranges();
+    routerreplay::v1::RowRange& range = *request.mutable_records()->mutable_records(0)->add_row_ranges();
     range.set_begin(begin);
     range.set_end(end);
   }
-  std::vector<v1::FetchRoutesResponse> messages;
+  std::vector<routerreplay::v1::FetchRoutesResponse> messages;
   ASSERT_TRUE(Fetch(request, &messages).ok());
   ASSERT_EQ(messages.size(), 1u);
   EXPECT_THAT(messages[0].layer_indices(), ::testing::ElementsAre(4, 1));
@@ -470,12 +470,12 @@ TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSpli
   shape_ = {.layers = {3, 4, 5, 6, 7, 8, 9, 10}, .top_k = 8, .num_experts = 256};
   const std::vector<int16_t> big = SyntheticRoutes(shape_, 2000, 6);  // 256,000 bytes.
   Store(Key("big"), big);
-  v1::FetchRoutesRequest split = Named({Key("big")});
+  routerreplay::v1::FetchRoutesRequest split = Named({Key("big")});
   split.set_max_chunk_bytes(64 << 10);
   messages.clear();
   ASSERT_TRUE(Fetch(split, &messages).ok());
   EXPECT_EQ(messages.size(), 6u);  // 384 rows of 128 bytes each, 48 KiB.
-  for (const v1::FetchRoutesResponse& message : messages) {
+  for (const routerreplay::v1::FetchRoutesResponse& message : messages) {
     EXPECT_LE(message.ByteSizeLong(), size_t{64} << 10);
   }
   EXPECT_EQ(messages.back().row_offset() + messages.back().num_rows(), 2000);
@@ -483,12 +483,12 @@ TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSpli
 }
 
 TEST_F(RouterReplayServiceTest, RowRangesOfAMissingRecordAreCheckedToo) {
-  v1::FetchRoutesRequest request = Named({Key("never-stored")});
+  routerreplay::v1::FetchRoutesRequest request = Named({Key("never-stored")});
   request.set_allow_partial(true);
-  v1::RowRange& range = *request.mutable_records()->mutable_records(0)->add_row_ranges();
+  routerreplay::v1::RowRange& range = *request.mutable_records()->mutable_records(0)->add_row_ranges();
   range.set_begin(5);
   range.set_end(2);
-  std::vector<v1::FetchRoutesResponse> messages;
+  std::vector<routerreplay::v1::FetchRoutesResponse> messages;
   const grpc::Status status = Fetch(request, &messages);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("bad row range [5, 2)"));
@@ -500,9 +500,9 @@ TEST_F(RouterReplayServiceTest, JobSelectionTakesTheLatestAttemptAndShardsEveryS
   Store(Key("p0/0", 1, 1), SyntheticRoutes(shape_, 5, 8));  // A retried sample.
   Store(Key("unsealed", 1), rows, /*seal=*/false);
 
-  v1::FetchRoutesRequest request;
+  routerreplay::v1::FetchRoutesRequest request;
   request.mutable_job()->set_job_id(Job());
-  std::vector<v1::FetchRoutesResponse> messages;
+  std::vector<routerreplay::v1::FetchRoutesResponse> messages;
   ASSERT_TRUE(Fetch(request, &messages).ok());
   ASSERT_EQ(messages.size(), 60u);
   EXPECT_EQ(messages[0].key().sample_id(), "p0/0");
@@ -561,9 +561,9 @@ TEST_F(RouterReplayServiceTest, ExpertLoadCountsEveryChoicePerLayerAndGroup) {
     }
     return n;
   };
-  v1::GetExpertLoadRequest request;
+  routerreplay::v1::GetExpertLoadRequest request;
   request.set_job_id(Job());
-  v1::GetExpertLoadResponse response;
+  routerreplay::v1::GetExpertLoadResponse response;
   {
     grpc::ClientContext context;
     ASSERT_TRUE(stub_->GetExpertLoad(&context, request, &response).ok());
@@ -617,8 +617,8 @@ TEST_F(RouterReplayServiceTest, ExpertLoadCountsEveryChoicePerLayerAndGroup) {
 }
 
 TEST_F(RouterReplayServiceTest, PlacementReproducesTheEplbReferenceAndPlansFromRecordedLoads) {
-  v1::PlanPlacementRequest request;
-  v1::LoadMatrix& load = *request.mutable_load();
+  routerreplay::v1::PlanPlacementRequest request;
+  routerreplay::v1::LoadMatrix& load = *request.mutable_load();
   load.set_num_layers(2);
   load.set_num_experts(12);
   for (double w : {90, 132, 40,  61, 104, 165, 39,  4,   73,  56, 183, 86,
@@ -629,7 +629,7 @@ TEST_F(RouterReplayServiceTest, PlacementReproducesTheEplbReferenceAndPlansFromR
   request.set_num_groups(4);
   request.set_num_nodes(2);
   request.set_num_gpus(8);
-  v1::PlanPlacementResponse response;
+  routerreplay::v1::PlanPlacementResponse response;
   {
     grpc::ClientContext context;
     ASSERT_TRUE(stub_->PlanPlacement(&context, request, &response).ok());
@@ -642,7 +642,7 @@ TEST_F(RouterReplayServiceTest, PlacementReproducesTheEplbReferenceAndPlansFromR
 
   shape_ = {.layers = {1, 3}, .top_k = 2, .num_experts = 8};
   Store(Key("s"), SyntheticRoutes(shape_, 200, 11, 1.5));
-  v1::PlanPlacementRequest from_job;
+  routerreplay::v1::PlanPlacementRequest from_job;
   from_job.mutable_job()->set_job_id(Job());
   from_job.set_num_replicas(12);
   from_job.set_num_groups(2);
@@ -665,7 +665,7 @@ TEST_F(RouterReplayServiceTest, PlacementReproducesTheEplbReferenceAndPlansFromR
 TEST_F(RouterReplayServiceTest, PlanBalanceEvensAStepAndRefusesBadFieldsByName) {
   // Two micro-batches of 8 experts on 4 ranks (2 nodes): expert 0 hot in the first, 5 in the
   // second.
-  v1::PlanBalanceRequest request;
+  routerreplay::v1::PlanBalanceRequest request;
   request.set_micro_batches(2);
   request.set_num_experts(8);
   for (int64_t t : {900, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 900, 20, 20}) {
@@ -674,7 +674,7 @@ TEST_F(RouterReplayServiceTest, PlanBalanceEvensAStepAndRefusesBadFieldsByName) 
   request.set_ranks(4);
   request.set_ranks_per_node(2);
   for (int e = 0; e < 8; ++e) request.add_current_home(e / 2);
-  v1::PlanBalanceResponse response;
+  routerreplay::v1::PlanBalanceResponse response;
   {
     grpc::ClientContext context;
     const grpc::Status status = stub_->PlanBalance(&context, request, &response);
@@ -682,7 +682,7 @@ TEST_F(RouterReplayServiceTest, PlanBalanceEvensAStepAndRefusesBadFieldsByName) 
   }
   ASSERT_EQ(response.home_size(), 8);
   ASSERT_EQ(response.micro_batches_size(), 2);
-  for (const v1::PlanBalanceResponse::MicroBatch& batch : response.micro_batches()) {
+  for (const routerreplay::v1::PlanBalanceResponse::MicroBatch& batch : response.micro_batches()) {
     EXPECT_LT(batch.imbalance_after(), batch.imbalance_before());
     EXPECT_FALSE(batch.copies().empty()) << "the hot expert is split";
     int64_t tokens = 0;
@@ -690,47 +690,47 @@ TEST_F(RouterReplayServiceTest, PlanBalanceEvensAStepAndRefusesBadFieldsByName) 
     EXPECT_EQ(tokens, 1040);
   }
 
-  const auto refused = [&](const std::function<void(v1::PlanBalanceRequest&)>& edit,
+  const auto refused = [&](const std::function<void(routerreplay::v1::PlanBalanceRequest&)>& edit,
                            const std::string& field) {
-    v1::PlanBalanceRequest bad = request;
+    routerreplay::v1::PlanBalanceRequest bad = request;
     edit(bad);
     grpc::ClientContext context;
-    v1::PlanBalanceResponse ignored;
+    routerreplay::v1::PlanBalanceResponse ignored;
     const grpc::Status status = stub_->PlanBalance(&context, bad, &ignored);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
     EXPECT_THAT(status.error_message(), HasSubstr(field));
   };
-  refused([](v1::PlanBalanceRequest& r) { r.add_tokens(1); }, "tokens");
-  refused([](v1::PlanBalanceRequest& r) { r.set_tokens(3, -1); }, "each >= 0");
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.add_tokens(1); }, "tokens");
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_tokens(3, -1); }, "each >= 0");
   refused(
-      [](v1::PlanBalanceRequest& r) {
+      [](routerreplay::v1::PlanBalanceRequest& r) {
         r.set_ranks(3);
         r.set_ranks_per_node(1);
       },
       "cannot be spread evenly");
-  refused([](v1::PlanBalanceRequest& r) { r.set_ranks_per_node(3); }, "ranks_per_node");
-  refused([](v1::PlanBalanceRequest& r) { r.set_current_home(0, 1); }, "current placement");
-  refused([](v1::PlanBalanceRequest& r) { r.set_replica_slots_per_rank(-1); },
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_ranks_per_node(3); }, "ranks_per_node");
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_current_home(0, 1); }, "current placement");
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_replica_slots_per_rank(-1); },
           "replica_slots_per_rank");
-  refused([](v1::PlanBalanceRequest& r) { r.set_move_cost_tokens(-1); }, "move_cost_tokens");
-  refused([](v1::PlanBalanceRequest& r) { r.set_micro_batches(1 << 20); }, "at most");
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_move_cost_tokens(-1); }, "move_cost_tokens");
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_micro_batches(1 << 20); }, "at most");
 }
 
 TEST_F(RouterReplayServiceTest, DeleteRecordsByVersionRangeAndMetricsReflectTheWork) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 8, 12);
   for (int version = 1; version <= 4; ++version) Store(Key("s", version), rows);
-  v1::DeleteRecordsRequest request;
+  routerreplay::v1::DeleteRecordsRequest request;
   request.set_job_id(Job());
   request.mutable_versions()->set_begin(2);
   request.mutable_versions()->set_end(4);
-  v1::DeleteRecordsResponse response;
+  routerreplay::v1::DeleteRecordsResponse response;
   {
     grpc::ClientContext context;
     ASSERT_TRUE(stub_->DeleteRecords(&context, request, &response).ok());
   }
   EXPECT_EQ(response.records_deleted(), 2);
   EXPECT_GT(response.bytes_freed(), 0);
-  std::vector<v1::FetchRoutesResponse> messages;
+  std::vector<routerreplay::v1::FetchRoutesResponse> messages;
   EXPECT_EQ(Fetch(Named({Key("s", 2)}), &messages).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(Fetch(Named({Key("s", 4)}), &messages).ok());
   request.mutable_versions()->set_end(1);
@@ -757,7 +757,7 @@ TEST_F(RouterReplayServiceTest, HundredsOfExpertsRoundTripWithoutOverflow) {
     shape_ = {.layers = {3, 5, 60}, .top_k = 8, .num_experts = experts};
     const std::vector<int16_t> rows = SyntheticRoutes(shape_, 100, experts, 1.0);
     Store(Key(absl::StrCat("e", experts)), rows);
-    std::vector<v1::FetchRoutesResponse> messages;
+    std::vector<routerreplay::v1::FetchRoutesResponse> messages;
     ASSERT_TRUE(Fetch(Named({Key(absl::StrCat("e", experts))}), &messages).ok());
     EXPECT_EQ(RowsOf(messages), rows) << experts;
     EXPECT_EQ(messages[0].num_experts(), experts);
@@ -772,7 +772,7 @@ class AfterFirstFetchMessage final : public grpc::experimental::ClientIntercepto
 
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* info) override {
-    if (absl::string_view(info->method()) != "/tandem.v1.RouterReplayService/FetchRoutes") {
+    if (absl::string_view(info->method()) != "/tandem.routerreplay.v1.RouterReplayService/FetchRoutes") {
       return nullptr;
     }
     return new Hook(hook_);
@@ -807,7 +807,7 @@ class FetchStreamsTest : public ::testing::Test {
  protected:
   struct Stream {
     grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReaderInterface<v1::FetchRoutesResponse>> reader;
+    std::unique_ptr<grpc::ClientReaderInterface<routerreplay::v1::FetchRoutesResponse>> reader;
   };
 
   void Start(RouterReplayOptions options) {
@@ -816,7 +816,7 @@ class FetchStreamsTest : public ::testing::Test {
     auto service = RouterReplayServiceImpl::Create(options);
     ASSERT_TRUE(service.ok()) << service.status();
     auto server = tandem::testing::StartLoopbackServer(
-        "router-replay", {"tandem.v1.RouterReplayService", *std::move(service)});
+        "router-replay", {"tandem.routerreplay.v1.RouterReplayService", *std::move(service)});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     std::iota(layered_.layers.begin(), layered_.layers.end(), 3);  // Layers 0..2 dense.
@@ -831,14 +831,14 @@ class FetchStreamsTest : public ::testing::Test {
                       .ok());
     }
     ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(60)).ok());
-    stub_ = v1::RouterReplayService::NewStub(server_.Channel());
+    stub_ = routerreplay::v1::RouterReplayService::NewStub(server_.Channel());
     *request_.mutable_records()->add_records()->mutable_key() = ToProto(key_);
   }
 
   // Opens a fetch and reads its first message: once that returns, the server serves it.
   bool Open(Stream& stream) {
     stream.reader = stub_->FetchRoutes(&stream.context, request_);
-    v1::FetchRoutesResponse first;
+    routerreplay::v1::FetchRoutesResponse first;
     return stream.reader->Read(&first);
   }
 
@@ -857,10 +857,10 @@ class FetchStreamsTest : public ::testing::Test {
   }
 
   // A stub to this router-replay whose fetches run `hook` once their first message arrives.
-  std::unique_ptr<v1::RouterReplayService::Stub> StubWithHook(std::function<void()> hook) {
+  std::unique_ptr<routerreplay::v1::RouterReplayService::Stub> StubWithHook(std::function<void()> hook) {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> hooks;
     hooks.push_back(std::make_unique<AfterFirstFetchMessage>(std::move(hook)));
-    return v1::RouterReplayService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+    return routerreplay::v1::RouterReplayService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
         server_.target(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
         std::move(hooks)));
   }
@@ -870,8 +870,8 @@ class FetchStreamsTest : public ::testing::Test {
   const RecordKey key_{.job_id = "streams", .policy_version = 1, .sample_id = "big"};
   std::vector<int16_t> rows_;
   tandem::testing::LoopbackServer server_;
-  std::unique_ptr<v1::RouterReplayService::Stub> stub_;
-  v1::FetchRoutesRequest request_;
+  std::unique_ptr<routerreplay::v1::RouterReplayService::Stub> stub_;
+  routerreplay::v1::FetchRoutesRequest request_;
 };
 
 TEST_F(FetchStreamsTest, FetchStreamsAreBoundedAndASlotFreesWhenItsClientLeaves) {
@@ -898,7 +898,7 @@ TEST_F(FetchStreamsTest, AClientThatStopsReadingLosesItsStream) {
   SetTimeout(stalled.context, absl::Seconds(30));  // Without the guard: fails, not hangs.
   ASSERT_TRUE(Open(stalled));                      // And reads nothing more.
   EXPECT_TRUE(ServedSoon()) << "the stalled stream kept the only slot";
-  v1::FetchRoutesResponse buffered;
+  routerreplay::v1::FetchRoutesResponse buffered;
   while (stalled.reader->Read(&buffered)) {  // What had reached the client before the cut.
   }
   const grpc::Status ended = stalled.reader->Finish();
@@ -920,16 +920,16 @@ TEST_F(FetchStreamsTest, RecordsDeletedDuringTheTrainersFetchComeBackMissingNotI
       appender.Append(small, layered_, 0, kSmallRows, small_rows.data(), /*seal=*/true).ok());
   ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(20)).ok());
   const auto delete_job = [this] {
-    v1::DeleteRecordsRequest request;
+    routerreplay::v1::DeleteRecordsRequest request;
     request.set_job_id(key_.job_id);
-    v1::DeleteRecordsResponse response;
+    routerreplay::v1::DeleteRecordsResponse response;
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(20));
     const grpc::Status deleted = stub_->DeleteRecords(&context, request, &response);
     EXPECT_TRUE(deleted.ok()) << deleted.error_message();
     EXPECT_EQ(response.records_deleted(), 2);
   };
-  std::unique_ptr<v1::RouterReplayService::Stub> trainer = StubWithHook(delete_job);
+  std::unique_ptr<routerreplay::v1::RouterReplayService::Stub> trainer = StubWithHook(delete_job);
 
   const std::vector<ReplaySequence> sequences = {{key_, kRows + 1}, {small, kSmallRows + 1}};
   absl::StatusOr<ReplayRoutes> replay = FetchReplayRoutes(*trainer, sequences,
@@ -938,16 +938,16 @@ TEST_F(FetchStreamsTest, RecordsDeletedDuringTheTrainersFetchComeBackMissingNotI
                                                            .num_experts = layered_.num_experts,
                                                            .allow_partial = true});
   ASSERT_TRUE(replay.ok()) << replay.status();
-  EXPECT_EQ(replay->statuses[1], v1::RECORD_STATUS_MISSING);
+  EXPECT_EQ(replay->statuses[1], routerreplay::v1::RECORD_STATUS_MISSING);
   const int16_t* routes = replay->routes.data();
   for (size_t s = 0; s < sequences.size(); ++s) {
     const std::vector<int16_t>& stored = s == 0 ? rows_ : small_rows;
     const std::string key = ToString(sequences[s].key);
-    if (replay->statuses[s] == v1::RECORD_STATUS_COMPLETE) {
+    if (replay->statuses[s] == routerreplay::v1::RECORD_STATUS_COMPLETE) {
       EXPECT_TRUE(std::equal(stored.begin(), stored.end(), routes))
           << key << " is COMPLETE with rows that are not its own";
     } else {
-      EXPECT_EQ(replay->statuses[s], v1::RECORD_STATUS_MISSING) << key;
+      EXPECT_EQ(replay->statuses[s], routerreplay::v1::RECORD_STATUS_MISSING) << key;
       EXPECT_EQ(std::count(routes, routes + stored.size(), int16_t{-1}),
                 static_cast<std::ptrdiff_t>(stored.size()))
           << key << " is MISSING with some of its rows";

@@ -35,14 +35,14 @@ constexpr absl::Duration kSaveRetryInterval = absl::Seconds(1);
 
 // A run's result as the job's terminal state. A cancel that raced with the last step still
 // ends CANCELLED (never CANCELLING -> SUCCEEDED); the versions it published remain.
-void RecordOutcome(const absl::Status& result, v1::Job& job) {
+void RecordOutcome(const absl::Status& result, trainer::v1::Job& job) {
   job.clear_status_message();
-  if (job.state() == v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
-    job.set_state(v1::JOB_STATE_CANCELLED);
+  if (job.state() == trainer::v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
+    job.set_state(trainer::v1::JOB_STATE_CANCELLED);
   } else if (result.ok()) {
-    job.set_state(v1::JOB_STATE_SUCCEEDED);
+    job.set_state(trainer::v1::JOB_STATE_SUCCEEDED);
   } else {
-    job.set_state(v1::JOB_STATE_FAILED);
+    job.set_state(trainer::v1::JOB_STATE_FAILED);
     job.set_error_message(ValidUtf8(TruncateStatusMessage(result.ToString())));
   }
   *job.mutable_end_time() = NowTimestamp();
@@ -76,18 +76,18 @@ absl::Status OutputDirTaken(const std::string& dir, absl::string_view why) {
       absl::StrCat("spec.output_dir: ", dir, " ", why, "; a new job needs a directory of its own"));
 }
 
-bool IsTerminal(const v1::Job& job) {
-  return job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
-         job.state() == v1::JOB_STATE_CANCELLED;
+bool IsTerminal(const trainer::v1::Job& job) {
+  return job.state() == trainer::v1::JOB_STATE_SUCCEEDED || job.state() == trainer::v1::JOB_STATE_FAILED ||
+         job.state() == trainer::v1::JOB_STATE_CANCELLED;
 }
 
-bool Runnable(const v1::Job& job) {
-  return job.state() == v1::JOB_STATE_RUNNING || job.state() == v1::JOB_STATE_QUEUED;
+bool Runnable(const trainer::v1::Job& job) {
+  return job.state() == trainer::v1::JOB_STATE_RUNNING || job.state() == trainer::v1::JOB_STATE_QUEUED;
 }
 
 // A run of the job begins after `start_step`: a resume leaves the previous attempt's metrics
 // behind, and one that lost steps (no checkpoint) says so in the log as well as in the job.
-void StartAttempt(int64_t start_step, v1::Job& job) {
+void StartAttempt(int64_t start_step, trainer::v1::Job& job) {
   job.set_attempt(job.attempt() + 1);
   job.set_attempt_start_step(start_step);
   if (job.attempt() == 1) return;
@@ -99,20 +99,20 @@ void StartAttempt(int64_t start_step, v1::Job& job) {
 }
 
 // Newest first; ties (same create time) by id.
-bool NewerFirst(const v1::Job& a, const v1::Job& b) {
+bool NewerFirst(const trainer::v1::Job& a, const trainer::v1::Job& b) {
   const absl::Time ta = FromTimestamp(a.create_time()), tb = FromTimestamp(b.create_time());
   return ta != tb ? ta > tb : a.id() < b.id();
 }
 
 // Jobs found RUNNING at start resume first, then the oldest queued job.
-bool RunsBefore(const v1::Job& a, const v1::Job& b) {
-  const bool a_running = a.state() == v1::JOB_STATE_RUNNING;
-  if (a_running != (b.state() == v1::JOB_STATE_RUNNING)) return a_running;
+bool RunsBefore(const trainer::v1::Job& a, const trainer::v1::Job& b) {
+  const bool a_running = a.state() == trainer::v1::JOB_STATE_RUNNING;
+  if (a_running != (b.state() == trainer::v1::JOB_STATE_RUNNING)) return a_running;
   return FromTimestamp(a.create_time()) < FromTimestamp(b.create_time());
 }
 
 // A page token names the offset and the filter it belongs to: "<offset>/<states>".
-std::string FilterKey(const v1::ListJobsRequest& request) {
+std::string FilterKey(const trainer::v1::ListJobsRequest& request) {
   std::vector<int> states(request.states().begin(), request.states().end());
   std::sort(states.begin(), states.end());
   return absl::StrJoin(states, ",");
@@ -121,7 +121,7 @@ std::string FilterKey(const v1::ListJobsRequest& request) {
 }  // namespace
 
 JobManager::JobManager(std::string data_dir, JobRunner runner,
-                       v1::ServiceEndpoints default_endpoints, int trainer_ranks,
+                       trainer::v1::ServiceEndpoints default_endpoints, int trainer_ranks,
                        std::unique_ptr<JobStore> store)
     : data_dir_(std::move(data_dir)),
       default_endpoints_(std::move(default_endpoints)),
@@ -130,7 +130,7 @@ JobManager::JobManager(std::string data_dir, JobRunner runner,
       store_(std::move(store)) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
-    const std::string& data_dir, JobRunner runner, const v1::ServiceEndpoints& default_endpoints,
+    const std::string& data_dir, JobRunner runner, const trainer::v1::ServiceEndpoints& default_endpoints,
     int trainer_ranks) {
   auto store = JobStore::Open(data_dir);
   if (!store.ok()) return store.status();
@@ -138,13 +138,13 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
                                                      trainer_ranks, *std::move(store)));
   {
     absl::MutexLock lock(&manager->mutex_);
-    for (const v1::Job& job : manager->store_->loaded()) {
+    for (const trainer::v1::Job& job : manager->store_->loaded()) {
       manager->jobs_[job.id()] = job;
       manager->by_request_id_[job.request_id()] = job.id();
       // A cancel that was in progress when the trainer stopped is complete now.
-      if (job.state() == v1::JOB_STATE_CANCELLING) {
-        manager->UpdateOrLog(job.id(), v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& j) {
-          j.set_state(v1::JOB_STATE_CANCELLED);
+      if (job.state() == trainer::v1::JOB_STATE_CANCELLING) {
+        manager->UpdateOrLog(job.id(), trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](trainer::v1::Job& j) {
+          j.set_state(trainer::v1::JOB_STATE_CANCELLED);
           *j.mutable_end_time() = NowTimestamp();
         });
       }
@@ -165,17 +165,17 @@ JobManager::~JobManager() {
   worker_.join();
 }
 
-std::vector<v1::Job> JobManager::AllJobs() const {
-  std::vector<v1::Job> jobs;
+std::vector<trainer::v1::Job> JobManager::AllJobs() const {
+  std::vector<trainer::v1::Job> jobs;
   for (const auto& [id, job] : jobs_) jobs.push_back(job);
   return jobs;
 }
 
-absl::Status JobManager::Update(const std::string& job_id, v1::WatchEventType event,
-                                const std::function<void(v1::Job&)>& change) {
+absl::Status JobManager::Update(const std::string& job_id, trainer::v1::WatchEventType event,
+                                const std::function<void(trainer::v1::Job&)>& change) {
   auto [entry, created] = jobs_.try_emplace(job_id);
-  v1::Job& job = entry->second;
-  const v1::Job before = job;
+  trainer::v1::Job& job = entry->second;
+  const trainer::v1::Job before = job;
   change(job);
   *job.mutable_update_time() = NowTimestamp();
   if (absl::Status status = store_->Put(job); !status.ok()) {
@@ -186,19 +186,19 @@ absl::Status JobManager::Update(const std::string& job_id, v1::WatchEventType ev
     }
     return status;
   }
-  if (event == v1::WATCH_EVENT_TYPE_UNSPECIFIED) return absl::OkStatus();
-  v1::WatchJobResponse response;
+  if (event == trainer::v1::WATCH_EVENT_TYPE_UNSPECIFIED) return absl::OkStatus();
+  trainer::v1::WatchJobResponse response;
   response.set_type(event);
   *response.mutable_job() = job;
   for (auto& [id, subscription] : subscriptions_) {
     if (subscription.job_id == job_id) subscription.listener(response);
   }
-  if (event == v1::WATCH_EVENT_TYPE_STATE_CHANGED) RecordJobCounts(AllJobs());
+  if (event == trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED) RecordJobCounts(AllJobs());
   return absl::OkStatus();
 }
 
-void JobManager::UpdateOrLog(const std::string& job_id, v1::WatchEventType event,
-                             const std::function<void(v1::Job&)>& change) {
+void JobManager::UpdateOrLog(const std::string& job_id, trainer::v1::WatchEventType event,
+                             const std::function<void(trainer::v1::Job&)>& change) {
   if (absl::Status status = Update(job_id, event, change); !status.ok()) {
     spdlog::error("job {}: cannot persist its record, so the change is not applied: {}", job_id,
                   status.ToString());
@@ -210,8 +210,8 @@ absl::StatusOr<int64_t> JobManager::Subscribe(const std::string& job_id, Listene
   absl::MutexLock lock(&mutex_);
   auto found = jobs_.find(job_id);
   if (found == jobs_.end()) return JobNotFound(job_id);
-  v1::WatchJobResponse snapshot;
-  snapshot.set_type(v1::WATCH_EVENT_TYPE_SNAPSHOT);
+  trainer::v1::WatchJobResponse snapshot;
+  snapshot.set_type(trainer::v1::WATCH_EVENT_TYPE_SNAPSHOT);
   *snapshot.mutable_job() = found->second;
   listener(snapshot);
   const int64_t id = next_subscription_++;
@@ -224,9 +224,9 @@ void JobManager::Unsubscribe(int64_t subscription) {
   subscriptions_.erase(subscription);
 }
 
-absl::StatusOr<v1::JobSpec> JobManager::Resolve(const v1::JobSpec& spec,
+absl::StatusOr<trainer::v1::JobSpec> JobManager::Resolve(const trainer::v1::JobSpec& spec,
                                                 const std::string& job_id) const {
-  absl::StatusOr<v1::JobSpec> resolved =
+  absl::StatusOr<trainer::v1::JobSpec> resolved =
       ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id), default_endpoints_);
   if (resolved.ok() && resolved->parallelism().data_parallel() > trainer_ranks_) {
     return absl::InvalidArgumentError(
@@ -237,14 +237,14 @@ absl::StatusOr<v1::JobSpec> JobManager::Resolve(const v1::JobSpec& spec,
   return resolved;
 }
 
-void JobManager::ReresolveSpec(const v1::Job& job) {
-  absl::StatusOr<v1::JobSpec> resolved = Resolve(job.spec(), job.id());
+void JobManager::ReresolveSpec(const trainer::v1::Job& job) {
+  absl::StatusOr<trainer::v1::JobSpec> resolved = Resolve(job.spec(), job.id());
   if (resolved.ok() && google::protobuf::util::MessageDifferencer::Equals(*resolved, job.spec())) {
     return;
   }
   UpdateOrLog(job.id(),
-              resolved.ok() ? v1::WATCH_EVENT_TYPE_UNSPECIFIED : v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-              [&resolved](v1::Job& stored) {
+              resolved.ok() ? trainer::v1::WATCH_EVENT_TYPE_UNSPECIFIED : trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+              [&resolved](trainer::v1::Job& stored) {
                 if (resolved.ok()) {
                   *stored.mutable_spec() = *resolved;
                   return;
@@ -256,13 +256,13 @@ void JobManager::ReresolveSpec(const v1::Job& job) {
               });
 }
 
-absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) {
+absl::StatusOr<trainer::v1::Job> JobManager::Create(const trainer::v1::CreateJobRequest& request) {
   if (absl::Status status = ValidateIdentifier("request_id", request.request_id()); !status.ok()) {
     return status;
   }
   absl::MutexLock lock(&mutex_);
   if (auto existing = by_request_id_.find(request.request_id()); existing != by_request_id_.end()) {
-    const v1::Job& job = jobs_[existing->second];
+    const trainer::v1::Job& job = jobs_[existing->second];
     auto resolved = Resolve(request.spec(), job.id());
     if (resolved.ok() &&
         google::protobuf::util::MessageDifferencer::Equals(*resolved, job.spec())) {
@@ -276,11 +276,11 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) 
   auto spec = Resolve(request.spec(), id);
   if (!spec.ok()) return spec.status();
   if (absl::Status status = CheckOutputDirIsNew(*spec); !status.ok()) return status;
-  if (absl::Status status = Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-                                   [&](v1::Job& job) {
+  if (absl::Status status = Update(id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                                   [&](trainer::v1::Job& job) {
                                      job.set_id(id);
                                      *job.mutable_spec() = *std::move(spec);
-                                     job.set_state(v1::JOB_STATE_QUEUED);
+                                     job.set_state(trainer::v1::JOB_STATE_QUEUED);
                                      job.set_request_id(request.request_id());
                                      *job.mutable_create_time() = NowTimestamp();
                                    });
@@ -292,14 +292,14 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::CreateJobRequest& request) 
   return jobs_[id];
 }
 
-absl::Status JobManager::CheckOutputDirIsNew(const v1::JobSpec& spec) const {
+absl::Status JobManager::CheckOutputDirIsNew(const trainer::v1::JobSpec& spec) const {
   const std::string& dir = spec.output_dir();
   const bool starts_from_it = spec.initial_checkpoint_dir() == dir;
   for (const auto& [id, job] : jobs_) {
     // Handing a directory over to a job that starts from its checkpoint waits for its owner.
     if (job.spec().output_dir() == dir && (!starts_from_it || !IsTerminal(job))) {
       return OutputDirTaken(dir, absl::StrCat("is the output_dir of job ", id, " (",
-                                              v1::JobState_Name(job.state()).substr(10), ")"));
+                                              trainer::v1::JobState_Name(job.state()).substr(10), ")"));
     }
   }
   std::error_code error;
@@ -327,7 +327,7 @@ absl::Status JobManager::CheckOutputDirIsNew(const v1::JobSpec& spec) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
+absl::StatusOr<trainer::v1::Job> JobManager::Get(const std::string& job_id) const {
   if (absl::Status status = RequireJobId(job_id); !status.ok()) return status;
   absl::MutexLock lock(&mutex_);
   auto found = jobs_.find(job_id);
@@ -335,10 +335,10 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   return found->second;
 }
 
-absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest& request) const {
+absl::StatusOr<trainer::v1::ListJobsResponse> JobManager::List(const trainer::v1::ListJobsRequest& request) const {
   if (request.page_size() < 0) return absl::InvalidArgumentError("page_size must be >= 0");
   for (int state : request.states()) {
-    if (state == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(state)) {
+    if (state == trainer::v1::JOB_STATE_UNSPECIFIED || !trainer::v1::JobState_IsValid(state)) {
       return absl::InvalidArgumentError(absl::StrCat("states: ", state, " is not a job state"));
     }
   }
@@ -353,7 +353,7 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest&
       return absl::InvalidArgumentError("page_token is malformed or belongs to another filter");
     }
   }
-  std::vector<v1::Job> jobs;
+  std::vector<trainer::v1::Job> jobs;
   {
     absl::MutexLock lock(&mutex_);
     for (const auto& [id, job] : jobs_) {
@@ -364,7 +364,7 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest&
     }
   }
   std::sort(jobs.begin(), jobs.end(), NewerFirst);
-  v1::ListJobsResponse response;
+  trainer::v1::ListJobsResponse response;
   size_t page_bytes = 0;
   int64_t next = offset;
   for (; next < static_cast<int64_t>(jobs.size()) && next < offset + page_size; ++next) {
@@ -379,30 +379,30 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest&
   return response;
 }
 
-absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id) {
+absl::StatusOr<trainer::v1::Job> JobManager::Cancel(const std::string& job_id) {
   if (absl::Status status = RequireJobId(job_id); !status.ok()) return status;
   absl::MutexLock lock(&mutex_);
   auto found = jobs_.find(job_id);
   if (found == jobs_.end()) return JobNotFound(job_id);
   switch (found->second.state()) {
-    case v1::JOB_STATE_SUCCEEDED:
-    case v1::JOB_STATE_FAILED:
+    case trainer::v1::JOB_STATE_SUCCEEDED:
+    case trainer::v1::JOB_STATE_FAILED:
       return absl::FailedPreconditionError(absl::StrCat(
-          "job ", job_id, " is already ", v1::JobState_Name(found->second.state()).substr(10)));
-    case v1::JOB_STATE_QUEUED:
-      if (absl::Status status = Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-                                       [](v1::Job& job) {
-                                         job.set_state(v1::JOB_STATE_CANCELLED);
+          "job ", job_id, " is already ", trainer::v1::JobState_Name(found->second.state()).substr(10)));
+    case trainer::v1::JOB_STATE_QUEUED:
+      if (absl::Status status = Update(job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                                       [](trainer::v1::Job& job) {
+                                         job.set_state(trainer::v1::JOB_STATE_CANCELLED);
                                          *job.mutable_end_time() = NowTimestamp();
                                        });
           !status.ok()) {
         return Unpersisted(status);
       }
       break;
-    case v1::JOB_STATE_RUNNING:
+    case trainer::v1::JOB_STATE_RUNNING:
       if (absl::Status status =
-              Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-                     [](v1::Job& job) { job.set_state(v1::JOB_STATE_CANCELLING); });
+              Update(job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                     [](trainer::v1::Job& job) { job.set_state(trainer::v1::JOB_STATE_CANCELLING); });
           !status.ok()) {
         return Unpersisted(status);
       }
@@ -414,7 +414,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id) {
   return jobs_[job_id];
 }
 
-std::optional<v1::Job> JobManager::StartNextJob() {
+std::optional<trainer::v1::Job> JobManager::StartNextJob() {
   absl::MutexLock lock(&mutex_);
   const auto runnable = [this]() {
     mutex_.AssertHeld();
@@ -424,14 +424,14 @@ std::optional<v1::Job> JobManager::StartNextJob() {
   while (true) {
     mutex_.Await(absl::Condition(&runnable));
     if (stopping_) return std::nullopt;
-    const v1::Job* next = nullptr;
+    const trainer::v1::Job* next = nullptr;
     for (const auto& [id, job] : jobs_) {
       if (Runnable(job) && (next == nullptr || RunsBefore(job, *next))) next = &job;
     }
     const std::string id = next->id();
     cancel_running_ = false;
-    const absl::Status started = Update(id, v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](v1::Job& job) {
-      job.set_state(v1::JOB_STATE_RUNNING);
+    const absl::Status started = Update(id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](trainer::v1::Job& job) {
+      job.set_state(trainer::v1::JOB_STATE_RUNNING);
       if (!job.has_start_time()) *job.mutable_start_time() = NowTimestamp();
     });
     if (started.ok()) return jobs_[id];
@@ -450,20 +450,20 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
                 ForgetJobMetrics(job_id, absl::Now(), absl::ZeroDuration());
                 RecordAttemptStart(job_id, absl::Now());
                 absl::MutexLock lock(&mutex_);
-                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_ATTEMPT_STARTED,
-                            [start_step](v1::Job& job) { StartAttempt(start_step, job); });
+                UpdateOrLog(job_id, trainer::v1::WATCH_EVENT_TYPE_ATTEMPT_STARTED,
+                            [start_step](trainer::v1::Job& job) { StartAttempt(start_step, job); });
               },
           .on_published =
               [this, job_id](int64_t version) {
                 absl::MutexLock lock(&mutex_);
-                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_UNSPECIFIED,
-                            [version](v1::Job& job) { job.set_policy_version(version); });
+                UpdateOrLog(job_id, trainer::v1::WATCH_EVENT_TYPE_UNSPECIFIED,
+                            [version](trainer::v1::Job& job) { job.set_policy_version(version); });
               },
           .on_step =
-              [this, job_id](const v1::StepMetrics& metrics) {
+              [this, job_id](const trainer::v1::StepMetrics& metrics) {
                 RecordStepMetrics(job_id, metrics);
                 absl::MutexLock lock(&mutex_);
-                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_STEP_COMPLETED, [&metrics](v1::Job& job) {
+                UpdateOrLog(job_id, trainer::v1::WATCH_EVENT_TYPE_STEP_COMPLETED, [&metrics](trainer::v1::Job& job) {
                   // An attempt that restarted without a checkpoint repeats steps: progress
                   // stays where the furthest attempt got.
                   job.set_current_step(std::max(job.current_step(), metrics.step()));
@@ -474,8 +474,8 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
           .on_status =
               [this, job_id](const std::string& status) {
                 absl::MutexLock lock(&mutex_);
-                UpdateOrLog(job_id, v1::WATCH_EVENT_TYPE_STATUS_CHANGED,
-                            [&status](v1::Job& job) { job.set_status_message(status); });
+                UpdateOrLog(job_id, trainer::v1::WATCH_EVENT_TYPE_STATUS_CHANGED,
+                            [&status](trainer::v1::Job& job) { job.set_status_message(status); });
               }};
 }
 
@@ -483,13 +483,13 @@ void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
   // A job whose end cannot be recorded is not run again (it would publish more versions): the
   // record is retried until it is saved or the manager stops (then a restart resumes the job).
   while (true) {
-    const absl::Status saved = Update(job_id, v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-                                      [&result](v1::Job& job) { RecordOutcome(result, job); });
+    const absl::Status saved = Update(job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                                      [&result](trainer::v1::Job& job) { RecordOutcome(result, job); });
     if (saved.ok() || stopping_) break;
     PauseAfterSaveFailure(absl::StrCat("job ", job_id, " ended but its record cannot be saved"),
                           saved);
   }
-  spdlog::info("job {} {}", job_id, v1::JobState_Name(jobs_[job_id].state()));
+  spdlog::info("job {} {}", job_id, trainer::v1::JobState_Name(jobs_[job_id].state()));
   ForgetJobMetrics(job_id, absl::Now(), kEndedJobSeriesGrace);
 }
 
@@ -504,7 +504,7 @@ void JobManager::PauseAfterSaveFailure(const std::string& what, const absl::Stat
 }
 
 void JobManager::WorkLoop() {
-  while (std::optional<v1::Job> job = StartNextJob()) {
+  while (std::optional<trainer::v1::Job> job = StartNextJob()) {
     spdlog::info("job {} running from step {}", job->id(), job->current_step());
     const absl::Status result = runner_(*job, ProgressOf(job->id()), cancel_running_);
     absl::MutexLock lock(&mutex_);

@@ -17,13 +17,13 @@
 #include "absl/synchronization/mutex.h"
 #include "services/trainer/job_run.h"
 #include "services/trainer/job_store.h"
-#include "tandem/v1/trainer.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem::trainer {
 
 // Runs one job's remaining steps to its end (RunJob in the trainer; a fake in tests). Returns OK
 // when the job is done, CANCELLED once `cancelled` is seen, or the error that stopped it.
-using JobRunner = std::function<absl::Status(const v1::Job& job, const JobProgress& progress,
+using JobRunner = std::function<absl::Status(const trainer::v1::Job& job, const JobProgress& progress,
                                              const std::atomic<bool>& cancelled)>;
 
 // The Job API's core, with no gRPC: job states, persistence (a JobStore under data_dir),
@@ -37,39 +37,39 @@ class JobManager {
   // for up to `trainer_ranks` data-parallel ranks (the deployment's).
   static absl::StatusOr<std::unique_ptr<JobManager>> Open(
       const std::string& data_dir, JobRunner runner,
-      const v1::ServiceEndpoints& default_endpoints = {}, int trainer_ranks = 1);
+      const trainer::v1::ServiceEndpoints& default_endpoints = {}, int trainer_ranks = 1);
   // Stops the running job (it stays RUNNING on disk and resumes at the next Open) and the worker.
   ~JobManager();
 
-  absl::StatusOr<v1::Job> Create(const v1::CreateJobRequest& request);
-  absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
-  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
-  absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+  absl::StatusOr<trainer::v1::Job> Create(const trainer::v1::CreateJobRequest& request);
+  absl::StatusOr<trainer::v1::Job> Get(const std::string& job_id) const;
+  absl::StatusOr<trainer::v1::ListJobsResponse> List(const trainer::v1::ListJobsRequest& request) const;
+  absl::StatusOr<trainer::v1::Job> Cancel(const std::string& job_id);
 
   // Called with every event of a job (from the thread that made it), until it unsubscribes.
-  using Listener = std::function<void(const v1::WatchJobResponse&)>;
+  using Listener = std::function<void(const trainer::v1::WatchJobResponse&)>;
   // The snapshot is passed to `listener` first, under the same lock, so no event is missed.
   absl::StatusOr<int64_t> Subscribe(const std::string& job_id, Listener listener);
   void Unsubscribe(int64_t subscription);
 
  private:
-  JobManager(std::string data_dir, JobRunner runner, v1::ServiceEndpoints default_endpoints,
+  JobManager(std::string data_dir, JobRunner runner, trainer::v1::ServiceEndpoints default_endpoints,
              int trainer_ranks, std::unique_ptr<JobStore> store);
-  absl::StatusOr<v1::JobSpec> Resolve(const v1::JobSpec& spec, const std::string& job_id) const;
+  absl::StatusOr<trainer::v1::JobSpec> Resolve(const trainer::v1::JobSpec& spec, const std::string& job_id) const;
   // A job stored by an earlier trainer that has yet to run or finish runs its spec as this one
   // resolves it (defaults it writes out, limits it checks): the stored spec is brought up to
   // date, or the job FAILS naming the rule it breaks.
-  void ReresolveSpec(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void ReresolveSpec(const trainer::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // A new job's output_dir is its own: no other job's, and absent or empty -- unless the spec
   // starts from the checkpoint there (initial_checkpoint_dir) and its owner, if known, has ended.
   // FAILED_PRECONDITION naming the directory and what holds it.
-  absl::Status CheckOutputDirIsNew(const v1::JobSpec& spec) const
+  absl::Status CheckOutputDirIsNew(const trainer::v1::JobSpec& spec) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   void WorkLoop();
   // The job to run next (RUNNING before QUEUED, then oldest), marked RUNNING; nullopt when
   // stopping.
-  std::optional<v1::Job> StartNextJob();
+  std::optional<trainer::v1::Job> StartNextJob();
   JobProgress ProgressOf(const std::string& job_id);
   void Finish(const std::string& job_id, const absl::Status& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -77,25 +77,25 @@ class JobManager {
   // (nobody for WATCH_EVENT_TYPE_UNSPECIFIED: a change that is no event, e.g. a new version).
   // When the record cannot be persisted, the change is undone (a job that did not exist is
   // removed), nobody is told, and the error (naming the path) is returned.
-  absl::Status Update(const std::string& job_id, v1::WatchEventType event,
-                      const std::function<void(v1::Job&)>& change)
+  absl::Status Update(const std::string& job_id, trainer::v1::WatchEventType event,
+                      const std::function<void(trainer::v1::Job&)>& change)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Logs `what` failed to be saved and waits a while (less if the manager stops).
   void PauseAfterSaveFailure(const std::string& what, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Update for changes no client waits on (the worker's progress): a failure is logged.
-  void UpdateOrLog(const std::string& job_id, v1::WatchEventType event,
-                   const std::function<void(v1::Job&)>& change)
+  void UpdateOrLog(const std::string& job_id, trainer::v1::WatchEventType event,
+                   const std::function<void(trainer::v1::Job&)>& change)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  std::vector<v1::Job> AllJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  std::vector<trainer::v1::Job> AllJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::string data_dir_;
-  const v1::ServiceEndpoints default_endpoints_;
+  const trainer::v1::ServiceEndpoints default_endpoints_;
   const int trainer_ranks_;
   const JobRunner runner_;
   const std::unique_ptr<JobStore> store_;
   mutable absl::Mutex mutex_;
-  std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, trainer::v1::Job> jobs_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<std::string, std::string> by_request_id_ ABSL_GUARDED_BY(mutex_);
   struct Subscription {
     std::string job_id;

@@ -24,7 +24,7 @@ TEST(JobManagerFullDiskTest, AFullTmpfsRefusesNewJobsAndKeepsTheAcknowledgedOnes
   const std::string filler = disk->dir() + "/filler";
   disk->Fill(filler, int64_t{64} << 10);
   // Jobs stay queued behind one that never ends, so nothing but records is written.
-  const JobRunner waits = [](const v1::Job&, const JobProgress&, const std::atomic<bool>& stop) {
+  const JobRunner waits = [](const trainer::v1::Job&, const JobProgress&, const std::atomic<bool>& stop) {
     while (!stop) absl::SleepFor(absl::Milliseconds(5));
     return absl::CancelledError("stopped");
   };
@@ -34,11 +34,11 @@ TEST(JobManagerFullDiskTest, AFullTmpfsRefusesNewJobsAndKeepsTheAcknowledgedOnes
   std::vector<std::string> acknowledged;
   absl::Status refused;
   for (int i = 0; i < 2000; ++i) {
-    v1::CreateJobRequest request;
+    trainer::v1::CreateJobRequest request;
     request.set_request_id(absl::StrCat("r", i));
     *request.mutable_spec() = MinimalValidSpec();
     request.mutable_spec()->set_display_name(std::string(200, 'n'));
-    absl::StatusOr<v1::Job> job = (*jobs)->Create(request);
+    absl::StatusOr<trainer::v1::Job> job = (*jobs)->Create(request);
     if (!job.ok()) {
       refused = job.status();
       break;
@@ -52,7 +52,7 @@ TEST(JobManagerFullDiskTest, AFullTmpfsRefusesNewJobsAndKeepsTheAcknowledgedOnes
   for (const std::string& id : acknowledged) EXPECT_TRUE((*jobs)->Get(id).ok()) << id;
 
   std::filesystem::remove(filler);  // Space again: jobs are accepted, no restart needed.
-  v1::CreateJobRequest after;
+  trainer::v1::CreateJobRequest after;
   after.set_request_id("after");
   *after.mutable_spec() = MinimalValidSpec();
   EXPECT_TRUE((*jobs)->Create(after).ok());

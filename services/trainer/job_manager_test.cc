@@ -30,7 +30,7 @@ using ::testing::HasSubstr;
 class ScriptedRunner {
  public:
   JobRunner runner() {
-    return [this](const v1::Job& job, const JobProgress& progress,
+    return [this](const trainer::v1::Job& job, const JobProgress& progress,
                   const std::atomic<bool>& cancelled) { return Run(job, progress, cancelled); };
   }
 
@@ -58,12 +58,12 @@ class ScriptedRunner {
   }
 
  private:
-  absl::Status Run(const v1::Job& job, const JobProgress& progress,
+  absl::Status Run(const trainer::v1::Job& job, const JobProgress& progress,
                    const std::atomic<bool>& cancelled) {
     const int64_t start_step = restarts_from_scratch_ ? 0 : job.current_step();
     progress.on_attempt_start(start_step);
     progress.on_published(7);
-    v1::StepMetrics metrics;
+    trainer::v1::StepMetrics metrics;
     metrics.set_step(start_step + 1);
     metrics.set_accuracy(0.5);
     progress.on_step(metrics);
@@ -105,8 +105,8 @@ class JobManagerTest : public ::testing::Test {
     jobs_ = *std::move(jobs);
   }
 
-  std::string Create(const std::string& request_id, v1::JobSpec spec = MinimalValidSpec()) {
-    v1::CreateJobRequest request;
+  std::string Create(const std::string& request_id, trainer::v1::JobSpec spec = MinimalValidSpec()) {
+    trainer::v1::CreateJobRequest request;
     request.set_request_id(request_id);
     *request.mutable_spec() = std::move(spec);
     auto job = jobs_->Create(request);
@@ -115,15 +115,15 @@ class JobManagerTest : public ::testing::Test {
   }
 
   // Waits until the job is in `state`; returns the job as it is then.
-  v1::Job AwaitState(const std::string& id, v1::JobState state) {
-    v1::Job job;
+  trainer::v1::Job AwaitState(const std::string& id, trainer::v1::JobState state) {
+    trainer::v1::Job job;
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     do {
       job = *jobs_->Get(id);
       if (job.state() == state) break;
       absl::SleepFor(absl::Milliseconds(1));
     } while (absl::Now() < deadline);
-    EXPECT_EQ(v1::JobState_Name(job.state()), v1::JobState_Name(state)) << id;
+    EXPECT_EQ(trainer::v1::JobState_Name(job.state()), trainer::v1::JobState_Name(state)) << id;
     return job;
   }
 
@@ -135,8 +135,8 @@ class JobManagerTest : public ::testing::Test {
 TEST_F(JobManagerTest, AJobRunsToSuccessWithItsProgressRecorded) {
   const std::string id = Create("r1");
   ASSERT_TRUE(runner_.AwaitRunning(id));
-  const v1::Job running = *jobs_->Get(id);
-  EXPECT_EQ(running.state(), v1::JOB_STATE_RUNNING);
+  const trainer::v1::Job running = *jobs_->Get(id);
+  EXPECT_EQ(running.state(), trainer::v1::JOB_STATE_RUNNING);
   EXPECT_EQ(running.policy_version(), 7);
   EXPECT_EQ(running.current_step(), 1);
   EXPECT_DOUBLE_EQ(running.latest_metrics().accuracy(), 0.5);
@@ -144,7 +144,7 @@ TEST_F(JobManagerTest, AJobRunsToSuccessWithItsProgressRecorded) {
   EXPECT_EQ(running.spec().adapter_name(), id) << "stored with defaults resolved";
   EXPECT_EQ(running.spec().output_dir(), absl::StrCat(dir_, "/", id));
   runner_.End(absl::OkStatus());
-  const v1::Job done = AwaitState(id, v1::JOB_STATE_SUCCEEDED);
+  const trainer::v1::Job done = AwaitState(id, trainer::v1::JOB_STATE_SUCCEEDED);
   EXPECT_TRUE(done.has_end_time());
   EXPECT_TRUE(done.error_message().empty());
 }
@@ -169,7 +169,7 @@ TEST_F(JobManagerTest, AJobsSeriesEndWithIt) {
               ::testing::IsSupersetOf({"tandem_trainer_step", "tandem_trainer_accuracy",
                                        "tandem_trainer_job_attempt_start_time_seconds"}));
   runner_.End(absl::OkStatus());
-  AwaitState(id, v1::JOB_STATE_SUCCEEDED);
+  AwaitState(id, trainer::v1::JOB_STATE_SUCCEEDED);
   // The attempt's start goes at once; the steps once scrapes had time to see the last one.
   EXPECT_THAT(SeriesOf(id),
               ::testing::Not(::testing::Contains("tandem_trainer_job_attempt_start_time_seconds")));
@@ -182,7 +182,7 @@ TEST_F(JobManagerTest, ARunnerErrorFailsTheJobWithItsMessage) {
   const std::string id = Create("r1");
   ASSERT_TRUE(runner_.AwaitRunning(id));
   runner_.End(absl::FailedPreconditionError("base model: no such file"));
-  const v1::Job failed = AwaitState(id, v1::JOB_STATE_FAILED);
+  const trainer::v1::Job failed = AwaitState(id, trainer::v1::JOB_STATE_FAILED);
   EXPECT_THAT(failed.error_message(), HasSubstr("base model: no such file"));
   EXPECT_EQ(jobs_->Cancel(id).status().code(), absl::StatusCode::kFailedPrecondition);
 }
@@ -192,25 +192,25 @@ TEST_F(JobManagerTest, JobsRunOneAtATimeOldestFirstAndCancelEndsQueuedAndRunning
   ASSERT_TRUE(runner_.AwaitRunning(first));
   const std::string second = Create("r2");
   const std::string third = Create("r3");
-  EXPECT_EQ(jobs_->Get(second)->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(jobs_->Get(second)->state(), trainer::v1::JOB_STATE_QUEUED);
 
-  EXPECT_EQ(jobs_->Cancel(second)->state(), v1::JOB_STATE_CANCELLED) << "queued: at once";
-  EXPECT_EQ(jobs_->Cancel(first)->state(), v1::JOB_STATE_CANCELLING) << "running: at the runner";
-  AwaitState(first, v1::JOB_STATE_CANCELLED);
-  EXPECT_EQ(jobs_->Cancel(first)->state(), v1::JOB_STATE_CANCELLED) << "idempotent";
+  EXPECT_EQ(jobs_->Cancel(second)->state(), trainer::v1::JOB_STATE_CANCELLED) << "queued: at once";
+  EXPECT_EQ(jobs_->Cancel(first)->state(), trainer::v1::JOB_STATE_CANCELLING) << "running: at the runner";
+  AwaitState(first, trainer::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(jobs_->Cancel(first)->state(), trainer::v1::JOB_STATE_CANCELLED) << "idempotent";
 
   ASSERT_TRUE(runner_.AwaitRunning(third));
   runner_.End(absl::OkStatus());
-  AwaitState(third, v1::JOB_STATE_SUCCEEDED);
+  AwaitState(third, trainer::v1::JOB_STATE_SUCCEEDED);
   EXPECT_THAT(runner_.started(), ElementsAre(first, third));
 }
 
 TEST_F(JobManagerTest, ACancelRacingTheLastStepStillEndsCancelled) {
   const std::string id = Create("r1");
   ASSERT_TRUE(runner_.AwaitRunning(id));
-  ASSERT_EQ(jobs_->Cancel(id)->state(), v1::JOB_STATE_CANCELLING);
+  ASSERT_EQ(jobs_->Cancel(id)->state(), trainer::v1::JOB_STATE_CANCELLING);
   runner_.End(absl::OkStatus());  // The run finished its last step anyway.
-  AwaitState(id, v1::JOB_STATE_CANCELLED);
+  AwaitState(id, trainer::v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobManagerTest, ARestartResumesTheRunningJobBeforeOlderQueuedOnes) {
@@ -224,7 +224,7 @@ TEST_F(JobManagerTest, ARestartResumesTheRunningJobBeforeOlderQueuedOnes) {
   runner_.End(absl::OkStatus());
   ASSERT_TRUE(runner_.AwaitRunning(second));
   runner_.End(absl::OkStatus());
-  AwaitState(second, v1::JOB_STATE_SUCCEEDED);
+  AwaitState(second, trainer::v1::JOB_STATE_SUCCEEDED);
 }
 
 // A job without a checkpoint starts again from step 0 after a restart: its progress does not
@@ -238,7 +238,7 @@ TEST_F(JobManagerTest, ARestartWithoutACheckpointNeverMovesTheStepBack) {
   runner_.RestartFromScratch();
   Reopen();
   ASSERT_TRUE(runner_.AwaitRunning(id));
-  const v1::Job job = *jobs_->Get(id);
+  const trainer::v1::Job job = *jobs_->Get(id);
   EXPECT_EQ(job.current_step(), 2) << "steps completed never decrease";
   EXPECT_EQ(job.attempt(), 3);
   EXPECT_EQ(job.attempt_start_step(), 0) << "the restart without a checkpoint is told";
@@ -257,7 +257,7 @@ TEST_F(JobManagerTest, UnfinishedJobsOfAnEarlierTrainerRunTheirSpecAsThisOneReso
   {  // What an earlier trainer stored: no digits written out, and a rate float cannot hold.
     auto store = JobStore::Open(dir_);
     ASSERT_TRUE(store.ok()) << store.status();
-    for (v1::Job job : (*store)->loaded()) {
+    for (trainer::v1::Job job : (*store)->loaded()) {
       if (job.id() == running || job.id() == queued)
         job.mutable_spec()->mutable_task()->clear_params();
       if (job.id() == broken)
@@ -272,7 +272,7 @@ TEST_F(JobManagerTest, UnfinishedJobsOfAnEarlierTrainerRunTheirSpecAsThisOneReso
                 ::testing::Contains(::testing::Pair("digits", "2")))
         << id;
   }
-  const v1::Job failed = AwaitState(broken, v1::JOB_STATE_FAILED);
+  const trainer::v1::Job failed = AwaitState(broken, trainer::v1::JOB_STATE_FAILED);
   EXPECT_THAT(failed.error_message(), HasSubstr("no longer passes"));
   EXPECT_THAT(failed.error_message(), HasSubstr("learning_rate is 1e+39"));
 }
@@ -283,7 +283,7 @@ TEST_F(JobManagerTest, ACancelCutByARestartCompletesAtTheNextOpen) {
   // Stop the manager while the job is CANCELLING: its state on disk stays CANCELLING.
   jobs_->Cancel(id).IgnoreError();
   Reopen();
-  AwaitState(id, v1::JOB_STATE_CANCELLED);
+  AwaitState(id, trainer::v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobManagerTest, RequestIdsMakeCreateIdempotentAcrossRestarts) {
@@ -291,9 +291,9 @@ TEST_F(JobManagerTest, RequestIdsMakeCreateIdempotentAcrossRestarts) {
   EXPECT_EQ(Create("same"), id);
   Reopen();
   EXPECT_EQ(Create("same"), id);
-  v1::JobSpec other = MinimalValidSpec();
+  trainer::v1::JobSpec other = MinimalValidSpec();
   other.set_num_steps(4);
-  v1::CreateJobRequest request;
+  trainer::v1::CreateJobRequest request;
   request.set_request_id("same");
   *request.mutable_spec() = other;
   const absl::Status conflict = jobs_->Create(request).status();
@@ -306,9 +306,9 @@ TEST_F(JobManagerTest, RequestIdsMakeCreateIdempotentAcrossRestarts) {
 }
 
 TEST_F(JobManagerTest, ABadSpecCreatesNoJob) {
-  v1::JobSpec bad = MinimalValidSpec();
+  trainer::v1::JobSpec bad = MinimalValidSpec();
   bad.set_group_size(1);
-  v1::CreateJobRequest request;
+  trainer::v1::CreateJobRequest request;
   request.set_request_id("bad");
   *request.mutable_spec() = bad;
   const absl::Status status = jobs_->Create(request).status();
@@ -322,14 +322,14 @@ TEST_F(JobManagerTest, SubscribersGetTheSnapshotThenEveryStateAndStepEvent) {
   ASSERT_TRUE(runner_.AwaitRunning(id));
   absl::Mutex mutex;
   std::vector<std::string> events;
-  auto subscription = jobs_->Subscribe(id, [&](const v1::WatchJobResponse& event) {
+  auto subscription = jobs_->Subscribe(id, [&](const trainer::v1::WatchJobResponse& event) {
     absl::MutexLock lock(&mutex);
-    events.push_back(absl::StrCat(v1::WatchEventType_Name(event.type()), " ",
-                                  v1::JobState_Name(event.job().state())));
+    events.push_back(absl::StrCat(trainer::v1::WatchEventType_Name(event.type()), " ",
+                                  trainer::v1::JobState_Name(event.job().state())));
   });
   ASSERT_TRUE(subscription.ok()) << subscription.status();
   runner_.End(absl::OkStatus());
-  AwaitState(id, v1::JOB_STATE_SUCCEEDED);
+  AwaitState(id, trainer::v1::JOB_STATE_SUCCEEDED);
   jobs_->Unsubscribe(*subscription);
   EXPECT_TRUE(absl::IsNotFound(jobs_->Subscribe("job-nope", [](const auto&) {}).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(jobs_->Subscribe("", [](const auto&) {}).status()));
@@ -353,7 +353,7 @@ TEST_F(JobManagerTest, AnErrorWithInvalidUtf8IsStoredEscapedAndStaysReadable) {
   const std::string id = Create("r1");
   ASSERT_TRUE(runner_.AwaitRunning(id));
   runner_.End(absl::FailedPreconditionError("base model: header \xFF\xFE is not JSON"));
-  const v1::Job failed = AwaitState(id, v1::JOB_STATE_FAILED);
+  const trainer::v1::Job failed = AwaitState(id, trainer::v1::JOB_STATE_FAILED);
   EXPECT_THAT(failed.error_message(), HasSubstr("header \\xFF\\xFE is not JSON"));
   std::string bytes;
   ASSERT_TRUE(failed.SerializeToString(&bytes));
@@ -366,22 +366,22 @@ TEST_F(JobManagerTest, ACorruptRecordIsQuarantinedAsAFailedJobAndTheRestLoad) {
   const std::string damaged = Create("r1");
   ASSERT_TRUE(runner_.AwaitRunning(damaged));
   runner_.End(absl::OkStatus());
-  AwaitState(damaged, v1::JOB_STATE_SUCCEEDED);
+  AwaitState(damaged, trainer::v1::JOB_STATE_SUCCEEDED);
   const std::string intact = Create("r2");
   ASSERT_TRUE(runner_.AwaitRunning(intact));
   jobs_.reset();
   // One byte in the middle of the record (say, a path in its spec).
   ASSERT_TRUE(tandem::testing::FlipByte(RecordPath(dir_, damaged), 40));
   Reopen();
-  const v1::Job quarantined = *jobs_->Get(damaged);
-  EXPECT_EQ(quarantined.state(), v1::JOB_STATE_FAILED);
+  const trainer::v1::Job quarantined = *jobs_->Get(damaged);
+  EXPECT_EQ(quarantined.state(), trainer::v1::JOB_STATE_FAILED);
   EXPECT_THAT(quarantined.error_message(), HasSubstr("checksum mismatch"));
   EXPECT_TRUE(std::filesystem::exists(RecordPath(dir_, damaged) + ".corrupt"));
   EXPECT_TRUE(runner_.AwaitRunning(intact)) << "the intact running job resumes";
   runner_.End(absl::OkStatus());
-  AwaitState(intact, v1::JOB_STATE_SUCCEEDED);
+  AwaitState(intact, trainer::v1::JOB_STATE_SUCCEEDED);
   Reopen();  // The stand-in record is a valid record now.
-  EXPECT_EQ(jobs_->Get(damaged)->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(jobs_->Get(damaged)->state(), trainer::v1::JOB_STATE_FAILED);
 }
 
 TEST_F(JobManagerTest, ARecordThatCannotBeSavedIsNotAcknowledged) {
@@ -392,7 +392,7 @@ TEST_F(JobManagerTest, ARecordThatCannotBeSavedIsNotAcknowledged) {
   std::filesystem::rename(dir_ + "/jobs", dir_ + "/jobs.saved");
   { std::ofstream(dir_ + "/jobs") << "not a directory"; }
 
-  v1::CreateJobRequest request;
+  trainer::v1::CreateJobRequest request;
   request.set_request_id("r3");
   *request.mutable_spec() = MinimalValidSpec();
   const absl::Status create = jobs_->Create(request).status();
@@ -403,13 +403,13 @@ TEST_F(JobManagerTest, ARecordThatCannotBeSavedIsNotAcknowledged) {
 
   const absl::Status cancel = jobs_->Cancel(queued).status();
   EXPECT_FALSE(cancel.ok());
-  EXPECT_EQ(jobs_->Get(queued)->state(), v1::JOB_STATE_QUEUED) << "the cancel did not happen";
+  EXPECT_EQ(jobs_->Get(queued)->state(), trainer::v1::JOB_STATE_QUEUED) << "the cancel did not happen";
 
   std::filesystem::remove(dir_ + "/jobs");
   std::filesystem::rename(dir_ + "/jobs.saved", dir_ + "/jobs");
-  EXPECT_EQ(jobs_->Cancel(queued)->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(jobs_->Cancel(queued)->state(), trainer::v1::JOB_STATE_CANCELLED);
   runner_.End(absl::OkStatus());
-  AwaitState(running, v1::JOB_STATE_SUCCEEDED);
+  AwaitState(running, trainer::v1::JOB_STATE_SUCCEEDED);
 }
 
 }  // namespace

@@ -39,9 +39,9 @@
 #include "services/trainer/version_pin.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
-#include "tandem/v1/rollout.grpc.pb.h"
-#include "tandem/v1/router_replay.grpc.pb.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tandem/rollout/v1/rollout.grpc.pb.h"
+#include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 
 namespace tandem::trainer {
 namespace {
@@ -91,25 +91,25 @@ bool SameLora(const engine::LoraConfig& a, const engine::LoraConfig& b) {
          a_targets == b_targets;
 }
 
-engine::ScheduleConfig ScheduleOf(const v1::JobSpec& spec) {
-  const v1::AlgorithmConfig& algorithm = spec.algorithm_config();
-  const v1::LearningRateSchedule& schedule = algorithm.lr_schedule();
+engine::ScheduleConfig ScheduleOf(const trainer::v1::JobSpec& spec) {
+  const trainer::v1::AlgorithmConfig& algorithm = spec.algorithm_config();
+  const trainer::v1::LearningRateSchedule& schedule = algorithm.lr_schedule();
   const auto peak = static_cast<float>(algorithm.learning_rate());
   return {.peak_lr = peak,
           .min_lr = static_cast<float>(peak * schedule.min_lr_ratio()),
           .warmup_steps = schedule.warmup_updates(),
           .total_steps = std::max<int64_t>(1, spec.num_steps() * algorithm.updates_per_step()),
-          .decay = schedule.decay() == v1::LR_DECAY_LINEAR   ? engine::LrDecay::kLinear
-                   : schedule.decay() == v1::LR_DECAY_COSINE ? engine::LrDecay::kCosine
+          .decay = schedule.decay() == trainer::v1::LR_DECAY_LINEAR   ? engine::LrDecay::kLinear
+                   : schedule.decay() == trainer::v1::LR_DECAY_COSINE ? engine::LrDecay::kCosine
                                                              : engine::LrDecay::kConstant};
 }
 
-PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
-  const v1::AlgorithmConfig& algorithm = spec.algorithm_config();
-  const v1::IsCorrection& correction = spec.is_correction();
+PolicyUpdateConfig UpdateConfigOf(const trainer::v1::JobSpec& spec) {
+  const trainer::v1::AlgorithmConfig& algorithm = spec.algorithm_config();
+  const trainer::v1::IsCorrection& correction = spec.is_correction();
   PolicyUpdateConfig config;
   config.baseline =
-      spec.algorithm() == v1::ALGORITHM_DR_GRPO ? GroupBaseline::kDrGrpo : GroupBaseline::kGrpo;
+      spec.algorithm() == trainer::v1::ALGORITHM_DR_GRPO ? GroupBaseline::kDrGrpo : GroupBaseline::kGrpo;
   // The value head itself is the run's; Run points the critic at it.
   config.critic = {.learning_rate = static_cast<float>(algorithm.value_learning_rate()),
                    .gamma = algorithm.gamma(),
@@ -122,26 +122,26 @@ PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
       .clip_low = algorithm.clip_eps_low(),
       .clip_high = algorithm.clip_eps_high(),
       .dual_clip_c = algorithm.dual_clip_c(),
-      .aggregation = algorithm.loss_aggregation() == v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM
+      .aggregation = algorithm.loss_aggregation() == trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM
                          ? Aggregation::kSeqMeanTokenSum
-                     : algorithm.loss_aggregation() == v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN
+                     : algorithm.loss_aggregation() == trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN
                          ? Aggregation::kSeqMeanTokenMean
                          : Aggregation::kTokenMean,
       .kl_coef = algorithm.kl_coef(),
-      .kl_estimator = algorithm.kl_estimator() == v1::KL_ESTIMATOR_K1   ? KlEstimator::kK1
-                      : algorithm.kl_estimator() == v1::KL_ESTIMATOR_K2 ? KlEstimator::kK2
+      .kl_estimator = algorithm.kl_estimator() == trainer::v1::KL_ESTIMATOR_K1   ? KlEstimator::kK1
+                      : algorithm.kl_estimator() == trainer::v1::KL_ESTIMATOR_K2 ? KlEstimator::kK2
                                                                         : KlEstimator::kK3};
   switch (correction.mode()) {
-    case v1::IS_CORRECTION_MODE_TOKEN_TIS:
+    case trainer::v1::IS_CORRECTION_MODE_TOKEN_TIS:
       config.is.mode = IsMode::kTokenTis;
       break;
-    case v1::IS_CORRECTION_MODE_SEQUENCE_TIS:
+    case trainer::v1::IS_CORRECTION_MODE_SEQUENCE_TIS:
       config.is.mode = IsMode::kSequenceTis;
       break;
-    case v1::IS_CORRECTION_MODE_ICEPOP:
+    case trainer::v1::IS_CORRECTION_MODE_ICEPOP:
       config.is.mode = IsMode::kIcePop;
       break;
-    case v1::IS_CORRECTION_MODE_REJECTION:
+    case trainer::v1::IS_CORRECTION_MODE_REJECTION:
       config.is.mode = IsMode::kRejection;
       break;
     default:
@@ -149,11 +149,11 @@ PolicyUpdateConfig UpdateConfigOf(const v1::JobSpec& spec) {
   }
   config.is.upper = correction.upper_bound();
   config.is.lower = correction.lower_bound();
-  config.is.level = correction.rejection_level() == v1::REJECTION_LEVEL_SEQUENCE
+  config.is.level = correction.rejection_level() == trainer::v1::REJECTION_LEVEL_SEQUENCE
                         ? RejectionLevel::kSequence
                         : RejectionLevel::kToken;
-  config.replay = spec.routing_replay() == v1::ROUTING_REPLAY_MODE_OFF  ? RouteReplay::kOff
-                  : spec.routing_replay() == v1::ROUTING_REPLAY_MODE_R2 ? RouteReplay::kR2
+  config.replay = spec.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_OFF  ? RouteReplay::kOff
+                  : spec.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_R2 ? RouteReplay::kR2
                                                                         : RouteReplay::kR3;
   config.updates_per_step = algorithm.updates_per_step();
   config.micro_batch_size = spec.micro_batch_size();
@@ -171,7 +171,7 @@ void SayStatus(const JobProgress& progress, const std::string& status) {
 
 // One step's samples as this rank generated them, and how they scored (sums over them).
 struct StepSamples {
-  std::vector<v1::GenerateResponse> responses;  // prompt-major
+  std::vector<rollout::v1::GenerateResponse> responses;  // prompt-major
   std::vector<TrainingSample> training;
   double correct = 0, reward = 0, length = 0, truncated = 0;
   double partial = 0;  // Samples that switched to a newer version mid-generation.
@@ -192,12 +192,12 @@ enum Tally {
 };
 
 // The step's sample metrics and each rank's share, from every rank's tallies (rank-major).
-void SetSampleMetrics(const std::vector<float>& tallies, v1::StepMetrics& metrics) {
+void SetSampleMetrics(const std::vector<float>& tallies, trainer::v1::StepMetrics& metrics) {
   std::vector<double> sums(kTallies, 0);
   for (size_t rank = 0; rank * kTallies < tallies.size(); ++rank) {
     const float* tally = tallies.data() + rank * kTallies;
     for (int t = 0; t < kTallies; ++t) sums[t] += tally[t];
-    v1::RankShare& share = *metrics.add_ranks();
+    trainer::v1::RankShare& share = *metrics.add_ranks();
     share.set_rank(static_cast<int>(rank));
     share.set_samples(static_cast<int64_t>(tally[kSamples]));
     share.set_response_tokens(static_cast<int64_t>(tally[kResponseTokens]));
@@ -218,8 +218,8 @@ class JobRun {
   // rank it names, joining rank 0's group through `store`.
   // rank it names, joining rank 0's group through `store`. `retry` numbers rank 0's runs of one
   // attempt after groups that broke (each forms a group of its own).
-  JobRun(const v1::Job& job, const JobEnvironment& environment,
-         const v1::GetAssignmentResponse* assignment = nullptr,
+  JobRun(const trainer::v1::Job& job, const JobEnvironment& environment,
+         const internal::v1::GetAssignmentResponse* assignment = nullptr,
          gloo::rendezvous::Store* store = nullptr, int retry = 0)
       : job_(job),
         retry_(retry),
@@ -285,23 +285,23 @@ class JobRun {
   absl::StatusOr<StepSamples> Generate(int64_t step, int64_t version);
   // One attempt at a step's samples from every replica, prompt-major, for the prompts' ids. A
   // replica's share larger than a request holds goes as several requests.
-  absl::StatusOr<std::vector<v1::GenerateResponse>> RequestSamples(
+  absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> RequestSamples(
       int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompts);
   // The request for this rank's prompts [first, end) of a step, which keep their step-wide ids
   // (own_groups_).
-  v1::GenerateRequest GenerateRequestFor(int64_t step, int64_t version, int attempt, int first,
+  rollout::v1::GenerateRequest GenerateRequestFor(int64_t step, int64_t version, int attempt, int first,
                                          int end, const std::vector<std::vector<int>>& prompt_ids);
-  absl::StatusOr<std::vector<v1::GenerateResponse>> GenerateOn(
-      v1::RolloutService::StubInterface& stub, const v1::GenerateRequest& request);
+  absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> GenerateOn(
+      rollout::v1::RolloutService::StubInterface& stub, const rollout::v1::GenerateRequest& request);
   // The routes of this rank's samples; counts the route entries missing (routed live) of all.
   absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
                                                    int64_t* missing_entries, int64_t* entries);
 
-  const v1::Job job_;
+  const trainer::v1::Job job_;
   const int retry_;
-  const v1::JobSpec& spec_;
+  const trainer::v1::JobSpec& spec_;
   const JobEnvironment environment_;
-  const v1::GetAssignmentResponse* const assignment_;  // Null on rank 0.
+  const internal::v1::GetAssignmentResponse* const assignment_;  // Null on rank 0.
   gloo::rendezvous::Store* const member_store_;        // Rank 0's values, for a rank > 0.
   const int dp_rank_;
   const int dp_size_;
@@ -317,9 +317,9 @@ class JobRun {
   std::optional<ValueHead> value_head_;  // PPO's critic, with an optimizer of its own.
   std::optional<engine::AdamW> critic_optimizer_;
   std::vector<std::string> rollout_addresses_;  // One per replica, as rollouts_.
-  std::vector<std::unique_ptr<v1::RolloutService::StubInterface>> rollouts_;
-  std::unique_ptr<v1::WeightStoreService::StubInterface> weight_store_;
-  std::unique_ptr<v1::RouterReplayService::StubInterface> router_replay_;
+  std::vector<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> rollouts_;
+  std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface> weight_store_;
+  std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface> router_replay_;
   int64_t start_step_ = 0;
   CheckpointOwner owner_;                         // What the run's checkpoints record.
   const std::atomic<bool>* cancelled_ = nullptr;  // Set by Run.
@@ -394,7 +394,7 @@ absl::Status JobRun::Init() {
   if (dp_size_ > 1) {
     // Each rank publishes a shard of its own: refused now, not after the group formed.
     auto split = weight_store::BuildAdapterVersion(*lora_, base_->config(), spec_.adapter_name(), 1,
-                                                   v1::DTYPE_F32, dp_size_);
+                                                   type::v1::DTYPE_F32, dp_size_);
     if (!split.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("spec.parallelism.data_parallel: ", split.status().message()));
@@ -405,7 +405,7 @@ absl::Status JobRun::Init() {
   auto optimizer = engine::AdamW::Create(adamw, engine::OptimizerParams(lora_->parameters()));
   if (!optimizer.ok()) return optimizer.status();
   optimizer_.emplace(*std::move(optimizer));
-  if (spec_.algorithm() == v1::ALGORITHM_PPO) {
+  if (spec_.algorithm() == trainer::v1::ALGORITHM_PPO) {
     value_head_.emplace(base_->config().d_model);
     auto critic_optimizer = engine::AdamW::Create(adamw, value_head_->OptimizerParams());
     if (!critic_optimizer.ok()) return critic_optimizer.status();
@@ -564,7 +564,7 @@ absl::Status JobRun::FormGroupAsLead(int64_t first_version, const JobProgress& p
         "the job asks for ", dp_size_, " data-parallel trainer ranks; this trainer deployment has ",
         roster == nullptr ? 1 : roster->ranks(), " (the trainer's --ranks)"));
   }
-  v1::GetAssignmentResponse assignment;
+  internal::v1::GetAssignmentResponse assignment;
   *assignment.mutable_job() = job_;
   assignment.set_group(absl::StrCat(job_.id(), "/a", job_.attempt(), "r", retry_));
   assignment.set_start_step(start_step_);
@@ -630,10 +630,10 @@ absl::StatusOr<std::vector<float>> JobRun::GatherTallies(const StepSamples& samp
 }
 
 absl::StatusOr<int64_t> JobRun::NewestVersion() {
-  v1::GetManifestRequest request;
+  weightstore::v1::GetManifestRequest request;
   request.mutable_adapter()->set_adapter_name(spec_.adapter_name());
   request.mutable_adapter()->set_latest(true);
-  v1::GetManifestResponse response;
+  weightstore::v1::GetManifestResponse response;
   grpc::ClientContext context;
   SetDeadline(context);
   const absl::Status status =
@@ -674,7 +674,7 @@ absl::Status JobRun::RideOutOutage(absl::string_view store,
 
 absl::Status JobRun::Publish(int64_t version, int64_t step) {
   auto published = weight_store::BuildAdapterVersion(*lora_, base_->config(), spec_.adapter_name(),
-                                                     version, v1::DTYPE_F32, dp_size_);
+                                                     version, type::v1::DTYPE_F32, dp_size_);
   if (!published.ok()) return published.status();
   (*published->manifest.mutable_labels())["job_id"] = job_.id();
   (*published->manifest.mutable_labels())["step"] = absl::StrCat(step);
@@ -705,9 +705,9 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
   for (size_t r = 0; r < rollouts_.size(); ++r) {
     absl::Duration poll = environment_.swap_poll_initial;
     while (true) {
-      v1::GetAdapterStatusRequest request;
+      rollout::v1::GetAdapterStatusRequest request;
       request.set_adapter_name(spec_.adapter_name());
-      v1::GetAdapterStatusResponse response;
+      rollout::v1::GetAdapterStatusResponse response;
       grpc::ClientContext context;
       SetTimeout(context, absl::Seconds(10));
       const absl::Status status =
@@ -730,8 +730,8 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::GenerateOn(
-    v1::RolloutService::StubInterface& stub, const v1::GenerateRequest& request) {
+absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> JobRun::GenerateOn(
+    rollout::v1::RolloutService::StubInterface& stub, const rollout::v1::GenerateRequest& request) {
   grpc::ClientContext context;
   SetDeadline(context);
   {
@@ -740,8 +740,8 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::GenerateOn(
     calls_.insert(&context);
   }
   auto reader = stub.Generate(&context, request);
-  std::vector<v1::GenerateResponse> responses;
-  v1::GenerateResponse response;
+  std::vector<rollout::v1::GenerateResponse> responses;
+  rollout::v1::GenerateResponse response;
   while (reader->Read(&response)) responses.push_back(response);
   const absl::Status status = FromGrpcStatus(reader->Finish());
   {
@@ -758,7 +758,7 @@ void JobRun::AbandonGeneration() {
   for (grpc::ClientContext* context : calls_) context->TryCancel();
 }
 
-absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
+absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> JobRun::RequestSamples(
     int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompt_ids) {
   const int prompts = static_cast<int>(prompt_ids.size()), group = spec_.group_size();
   // Contiguous shares of the prompts, one per replica, each sent as requests of at most the
@@ -775,10 +775,10 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
       chunks.push_back({r, first, std::min(share_end, first + rollout::kMaxPromptsPerRequest)});
     }
   }
-  std::vector<absl::StatusOr<std::vector<v1::GenerateResponse>>> results(chunks.size());
+  std::vector<absl::StatusOr<std::vector<rollout::v1::GenerateResponse>>> results(chunks.size());
   std::vector<std::thread> threads;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    v1::GenerateRequest request =
+    rollout::v1::GenerateRequest request =
         GenerateRequestFor(step, version, attempt, chunks[c].first, chunks[c].end, prompt_ids);
     request.set_request_id(absl::StrCat(job_.id(), "-s", step, "-v", version, "-d", dp_rank_, "-r",
                                         chunks[c].replica, "-c", c, "-a", attempt));
@@ -788,19 +788,19 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
   }
   for (std::thread& thread : threads) thread.join();
 
-  std::vector<v1::GenerateResponse> responses(static_cast<size_t>(prompts) * group);
+  std::vector<rollout::v1::GenerateResponse> responses(static_cast<size_t>(prompts) * group);
   for (size_t c = 0; c < chunks.size(); ++c) {
     const std::string& address = rollout_addresses_[chunks[c].replica];
     if (!results[c].ok()) {
       return absl::Status(results[c].status().code(),
                           absl::StrCat("rollout ", address, ": ", results[c].status().message()));
     }
-    for (v1::GenerateResponse& response : *results[c]) {
-      if (response.finish_reason() == v1::FINISH_REASON_ERROR) {
+    for (rollout::v1::GenerateResponse& response : *results[c]) {
+      if (response.finish_reason() == rollout::v1::FINISH_REASON_ERROR) {
         return absl::InternalError(
             absl::StrCat("rollout sample failed: ", response.error_message()));
       }
-      if (response.finish_reason() == v1::FINISH_REASON_CANCELLED) {  // Retried elsewhere/later.
+      if (response.finish_reason() == rollout::v1::FINISH_REASON_CANCELLED) {  // Retried elsewhere/later.
         return absl::UnavailableError(absl::StrCat("rollout ", address, " is draining"));
       }
       const int prompt = chunks[c].first + response.prompt_index();
@@ -811,12 +811,12 @@ absl::StatusOr<std::vector<v1::GenerateResponse>> JobRun::RequestSamples(
   return responses;
 }
 
-v1::GenerateRequest JobRun::GenerateRequestFor(int64_t step, int64_t version, int attempt,
+rollout::v1::GenerateRequest JobRun::GenerateRequestFor(int64_t step, int64_t version, int attempt,
                                                int first, int end,
                                                const std::vector<std::vector<int>>& prompt_ids) {
-  v1::GenerateRequest request;
+  rollout::v1::GenerateRequest request;
   for (int p = first; p < end; ++p) {
-    v1::Prompt& prompt = *request.add_prompts();
+    rollout::v1::Prompt& prompt = *request.add_prompts();
     prompt.mutable_token_ids()->mutable_ids()->Add(prompt_ids[p].begin(), prompt_ids[p].end());
     prompt.set_prompt_id(absl::StrCat("s", step, ".p", own_groups_[p]));
   }
@@ -849,7 +849,7 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
   }
   // A replica that restarts or is briefly unreachable costs a retry of the step's generation,
   // not the job.
-  absl::StatusOr<std::vector<v1::GenerateResponse>> responses;
+  absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> responses;
   absl::Duration backoff = environment_.retry_backoff;
   for (int attempt = 0;; ++attempt) {
     responses = RequestSamples(step, version, attempt, prompts);
@@ -866,7 +866,7 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
   StepSamples samples;
   samples.responses = *std::move(responses);
   for (size_t i = 0; i < samples.responses.size(); ++i) {
-    const v1::GenerateResponse& response = samples.responses[i];
+    const rollout::v1::GenerateResponse& response = samples.responses[i];
     const int own = own_groups_[i / group];
     const engine::Sample& problem = problems[own];
     TrainingSample& sample = samples.training.emplace_back();
@@ -875,7 +875,7 @@ absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
     sample.rollout_logprobs.assign(response.logprobs().begin(), response.logprobs().end());
     sample.group = own;
     sample.reward = task_->Reward(problem.prompt, codec_->DecodeCompletion(sample.response));
-    sample.truncated = response.finish_reason() == v1::FINISH_REASON_LENGTH;
+    sample.truncated = response.finish_reason() == rollout::v1::FINISH_REASON_LENGTH;
     samples.correct += sample.reward >= 1;
     samples.reward += sample.reward;
     samples.length += static_cast<double>(sample.response.size());
@@ -891,8 +891,8 @@ absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samp
                                                          int64_t* entries) {
   std::vector<router_replay::ReplaySequence> sequences;
   int64_t rows = 0;
-  for (const v1::GenerateResponse& response : samples.responses) {
-    const v1::RouteRecordKey& key = response.route_key();
+  for (const rollout::v1::GenerateResponse& response : samples.responses) {
+    const type::v1::RouteRecordKey& key = response.route_key();
     const int64_t tokens = response.prompt_tokens() + response.token_ids_size();
     sequences.push_back(
         {{key.job_id(), key.policy_version(), key.sample_id(), key.attempt()}, tokens});
@@ -937,7 +937,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
   // ASYNC: generation runs up to max_staleness steps ahead of training, each step's samples
   // generated with the newest version published when its generation starts, so a step trains
   // on samples at most max_staleness versions behind; mismatch weights correct for it.
-  const int64_t lookahead = spec_.sync_mode() == v1::SYNC_MODE_ASYNC ? spec_.max_staleness() : 0;
+  const int64_t lookahead = spec_.sync_mode() == trainer::v1::SYNC_MODE_ASYNC ? spec_.max_staleness() : 0;
   struct Ahead {
     int64_t step;
     int64_t version;
@@ -951,7 +951,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     for (Ahead& pending : ahead) pending.samples.wait();
   };
   for (int64_t step = start_step_ + 1; step <= spec_.num_steps(); ++step) {
-    v1::StepMetrics metrics;
+    trainer::v1::StepMetrics metrics;
     metrics.set_step(step);
     const absl::Time step_start = absl::Now();
     if (ranks_ != nullptr) ranks_->TakeCounts();  // This step's from here.
@@ -1072,22 +1072,22 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> GrpcServiceDialer::Rollout(
+absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> GrpcServiceDialer::Rollout(
     const std::string& address) {
-  return Dial<v1::RolloutService>(address, "tandem.v1.RolloutService", auth_token_, tls_);
+  return Dial<rollout::v1::RolloutService>(address, "tandem.rollout.v1.RolloutService", auth_token_, tls_);
 }
 
-absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>>
+absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>>
 GrpcServiceDialer::WeightStore(const std::string& address) {
-  return Dial<v1::WeightStoreService>(address, "tandem.v1.WeightStoreService", auth_token_, tls_);
+  return Dial<weightstore::v1::WeightStoreService>(address, "tandem.weightstore.v1.WeightStoreService", auth_token_, tls_);
 }
 
-absl::StatusOr<std::unique_ptr<v1::RouterReplayService::StubInterface>>
+absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
 GrpcServiceDialer::RouterReplay(const std::string& address) {
-  return Dial<v1::RouterReplayService>(address, "tandem.v1.RouterReplayService", auth_token_, tls_);
+  return Dial<routerreplay::v1::RouterReplayService>(address, "tandem.routerreplay.v1.RouterReplayService", auth_token_, tls_);
 }
 
-absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
+absl::Status RunJob(const trainer::v1::Job& job, const JobEnvironment& environment,
                     const JobProgress& progress, const std::atomic<bool>& cancelled) {
   for (int retry = 0;; ++retry) {
     absl::Status status;
@@ -1112,7 +1112,7 @@ absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
   }
 }
 
-absl::Status RunJobRank(const v1::GetAssignmentResponse& assignment, gloo::rendezvous::Store& store,
+absl::Status RunJobRank(const internal::v1::GetAssignmentResponse& assignment, gloo::rendezvous::Store& store,
                         const JobEnvironment& environment, const std::atomic<bool>& cancelled) {
   JobRun run(assignment.job(), environment, &assignment, &store);
   // A rank that cannot start (no model, a bad spec) fails rank 0's group formation by its
@@ -1120,7 +1120,7 @@ absl::Status RunJobRank(const v1::GetAssignmentResponse& assignment, gloo::rende
   if (absl::Status status = run.Init(); !status.ok()) return status;
   const JobProgress rank_zeros_to_report = {.on_attempt_start = [](int64_t) {},
                                             .on_published = [](int64_t) {},
-                                            .on_step = [](const v1::StepMetrics&) {},
+                                            .on_step = [](const trainer::v1::StepMetrics&) {},
                                             .on_status = [](const std::string&) {}};
   return run.Run(rank_zeros_to_report, cancelled);
 }

@@ -16,11 +16,11 @@
 #include "gloo/rendezvous/store.h"
 #include "services/trainer/rank_roster.h"
 #include "services/trainer/rendezvous_values.h"
-#include "tandem/v1/rollout.grpc.pb.h"
-#include "tandem/v1/router_replay.grpc.pb.h"
-#include "tandem/v1/trainer.pb.h"
-#include "tandem/v1/trainer_ranks.pb.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tandem/rollout/v1/rollout.grpc.pb.h"
+#include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
+#include "tandem/internal/v1/trainer_ranks.pb.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::trainer {
@@ -30,11 +30,11 @@ namespace tandem::trainer {
 class ServiceDialer {
  public:
   virtual ~ServiceDialer() = default;
-  virtual absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> Rollout(
+  virtual absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> Rollout(
       const std::string& address) = 0;
-  virtual absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>> WeightStore(
+  virtual absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>> WeightStore(
       const std::string& address) = 0;
-  virtual absl::StatusOr<std::unique_ptr<v1::RouterReplayService::StubInterface>> RouterReplay(
+  virtual absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>> RouterReplay(
       const std::string& address) = 0;
 };
 
@@ -43,11 +43,11 @@ class GrpcServiceDialer final : public ServiceDialer {
  public:
   GrpcServiceDialer(std::string auth_token, std::optional<ClientTls> tls)
       : auth_token_(std::move(auth_token)), tls_(std::move(tls)) {}
-  absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> Rollout(
+  absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> Rollout(
       const std::string& address) override;
-  absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>> WeightStore(
+  absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>> WeightStore(
       const std::string& address) override;
-  absl::StatusOr<std::unique_ptr<v1::RouterReplayService::StubInterface>> RouterReplay(
+  absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>> RouterReplay(
       const std::string& address) override;
 
  private:
@@ -106,7 +106,7 @@ struct JobProgress {
   // step, or 0).
   std::function<void(int64_t start_step)> on_attempt_start;
   std::function<void(int64_t policy_version)> on_published;
-  std::function<void(const v1::StepMetrics&)> on_step;
+  std::function<void(const trainer::v1::StepMetrics&)> on_step;
   // What the run waits for while it cannot go on (trainer ranks to join); "" once it goes on.
   // Optional.
   std::function<void(const std::string& status)> on_status;
@@ -122,7 +122,7 @@ struct JobProgress {
 // posts the job to the deployment's ranks 1..N-1 (environment.roster), waits for them to join,
 // forms their Gloo group, sends them its starting state, and leads every step (see
 // trainer.proto's Parallelism).
-absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
+absl::Status RunJob(const trainer::v1::Job& job, const JobEnvironment& environment,
                     const JobProgress& progress, const std::atomic<bool>& cancelled);
 
 // Runs this trainer's part of a multi-rank job as data-parallel rank
@@ -130,7 +130,7 @@ absl::Status RunJob(const v1::Job& job, const JobEnvironment& environment,
 // `store` (rank 0's rendezvous values), takes its starting state from rank 0, then generates,
 // trains and publishes its share of every step in lockstep with the others. Progress and
 // checkpoints are rank 0's. Returns OK after the last step, or the error that stopped it.
-absl::Status RunJobRank(const v1::GetAssignmentResponse& assignment, gloo::rendezvous::Store& store,
+absl::Status RunJobRank(const internal::v1::GetAssignmentResponse& assignment, gloo::rendezvous::Store& store,
                         const JobEnvironment& environment, const std::atomic<bool>& cancelled);
 
 }  // namespace tandem::trainer

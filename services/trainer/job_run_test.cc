@@ -39,11 +39,11 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // A finished server stream: the responses, then the status.
-class FakeReader final : public grpc::ClientReaderInterface<v1::GenerateResponse> {
+class FakeReader final : public grpc::ClientReaderInterface<rollout::v1::GenerateResponse> {
  public:
-  FakeReader(std::vector<v1::GenerateResponse> responses, grpc::Status status)
+  FakeReader(std::vector<rollout::v1::GenerateResponse> responses, grpc::Status status)
       : responses_(std::move(responses)), status_(std::move(status)) {}
-  bool Read(v1::GenerateResponse* response) override {
+  bool Read(rollout::v1::GenerateResponse* response) override {
     if (next_ == responses_.size()) return false;
     *response = responses_[next_++];
     return true;
@@ -56,7 +56,7 @@ class FakeReader final : public grpc::ClientReaderInterface<v1::GenerateResponse
   void WaitForInitialMetadata() override {}
 
  private:
-  std::vector<v1::GenerateResponse> responses_;
+  std::vector<rollout::v1::GenerateResponse> responses_;
   grpc::Status status_;
   size_t next_ = 0;
 };
@@ -73,21 +73,21 @@ struct FakeRolloutState {
   bool never_swaps ABSL_GUARDED_BY(mutex) = false;
   int swap_after_polls ABSL_GUARDED_BY(mutex) = 0;
   int polls ABSL_GUARDED_BY(mutex) = 0;
-  std::vector<v1::GenerateRequest> requests ABSL_GUARDED_BY(mutex);
+  std::vector<rollout::v1::GenerateRequest> requests ABSL_GUARDED_BY(mutex);
   int64_t newest_published ABSL_GUARDED_BY(mutex) = 0;  // Told by the test's weight-store watch.
   // Called (without the lock) at the start of each Generate, with the call's number and request.
-  std::function<void(int, const v1::GenerateRequest&)> before_generate;
+  std::function<void(int, const rollout::v1::GenerateRequest&)> before_generate;
   std::atomic<int> generate_calls{0};
 };
 
-class FakeRolloutStub final : public v1::RolloutService::StubInterface {
+class FakeRolloutStub final : public rollout::v1::RolloutService::StubInterface {
  public:
   explicit FakeRolloutStub(FakeRolloutState& state) : state_(state) {}
 
-  grpc::Status GetAdapterStatus(grpc::ClientContext*, const v1::GetAdapterStatusRequest& request,
-                                v1::GetAdapterStatusResponse* response) override {
+  grpc::Status GetAdapterStatus(grpc::ClientContext*, const rollout::v1::GetAdapterStatusRequest& request,
+                                rollout::v1::GetAdapterStatusResponse* response) override {
     absl::MutexLock lock(&state_.mutex);
-    v1::AdapterStatus& status = *response->add_adapters();
+    rollout::v1::AdapterStatus& status = *response->add_adapters();
     status.set_adapter_name(request.adapter_name());
     const bool swapped = !state_.never_swaps && ++state_.polls > state_.swap_after_polls;
     if (swapped) state_.polls = 0;
@@ -97,8 +97,8 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
   }
 
  private:
-  grpc::ClientReaderInterface<v1::GenerateResponse>* GenerateRaw(
-      grpc::ClientContext*, const v1::GenerateRequest& request) override {
+  grpc::ClientReaderInterface<rollout::v1::GenerateResponse>* GenerateRaw(
+      grpc::ClientContext*, const rollout::v1::GenerateRequest& request) override {
     const int call = ++state_.generate_calls;
     if (state_.before_generate) state_.before_generate(call, request);
     absl::MutexLock lock(&state_.mutex);
@@ -113,10 +113,10 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
     }
     const bool draining = state_.draining_calls > 0;
     if (draining) --state_.draining_calls;
-    std::vector<v1::GenerateResponse> responses;
+    std::vector<rollout::v1::GenerateResponse> responses;
     for (int p = 0; p < request.prompts_size(); ++p) {
       for (int s = 0; s < request.group_size(); ++s) {
-        v1::GenerateResponse& response = responses.emplace_back();
+        rollout::v1::GenerateResponse& response = responses.emplace_back();
         response.set_request_id(request.request_id());
         response.set_prompt_index(p);
         response.set_sample_index(s);
@@ -132,29 +132,29 @@ class FakeRolloutStub final : public v1::RolloutService::StubInterface {
           response.add_token_adapter_versions(
               std::max(request.adapter().exact_version(), state_.newest_published));
         }
-        response.set_finish_reason(draining ? v1::FINISH_REASON_CANCELLED : v1::FINISH_REASON_STOP);
+        response.set_finish_reason(draining ? rollout::v1::FINISH_REASON_CANCELLED : rollout::v1::FINISH_REASON_STOP);
       }
     }
     if (state_.error_sample) {
-      responses.back().set_finish_reason(v1::FINISH_REASON_ERROR);
+      responses.back().set_finish_reason(rollout::v1::FINISH_REASON_ERROR);
       responses.back().set_error_message("kernel fault");
     }
     return new FakeReader(std::move(responses), grpc::Status::OK);
   }
-  grpc::ClientAsyncReaderInterface<v1::GenerateResponse>* AsyncGenerateRaw(
-      grpc::ClientContext*, const v1::GenerateRequest&, grpc::CompletionQueue*, void*) override {
+  grpc::ClientAsyncReaderInterface<rollout::v1::GenerateResponse>* AsyncGenerateRaw(
+      grpc::ClientContext*, const rollout::v1::GenerateRequest&, grpc::CompletionQueue*, void*) override {
     return nullptr;  // The job loop uses the blocking API only.
   }
-  grpc::ClientAsyncReaderInterface<v1::GenerateResponse>* PrepareAsyncGenerateRaw(
-      grpc::ClientContext*, const v1::GenerateRequest&, grpc::CompletionQueue*) override {
+  grpc::ClientAsyncReaderInterface<rollout::v1::GenerateResponse>* PrepareAsyncGenerateRaw(
+      grpc::ClientContext*, const rollout::v1::GenerateRequest&, grpc::CompletionQueue*) override {
     return nullptr;
   }
-  grpc::ClientAsyncResponseReaderInterface<v1::GetAdapterStatusResponse>* AsyncGetAdapterStatusRaw(
-      grpc::ClientContext*, const v1::GetAdapterStatusRequest&, grpc::CompletionQueue*) override {
+  grpc::ClientAsyncResponseReaderInterface<rollout::v1::GetAdapterStatusResponse>* AsyncGetAdapterStatusRaw(
+      grpc::ClientContext*, const rollout::v1::GetAdapterStatusRequest&, grpc::CompletionQueue*) override {
     return nullptr;
   }
-  grpc::ClientAsyncResponseReaderInterface<v1::GetAdapterStatusResponse>*
-  PrepareAsyncGetAdapterStatusRaw(grpc::ClientContext*, const v1::GetAdapterStatusRequest&,
+  grpc::ClientAsyncResponseReaderInterface<rollout::v1::GetAdapterStatusResponse>*
+  PrepareAsyncGetAdapterStatusRaw(grpc::ClientContext*, const rollout::v1::GetAdapterStatusRequest&,
                                   grpc::CompletionQueue*) override {
     return nullptr;
   }
@@ -167,16 +167,16 @@ class TestDialer final : public ServiceDialer {
  public:
   TestDialer(FakeRolloutState& rollout, std::shared_ptr<grpc::Channel> weight_store)
       : rollout_(rollout), weight_store_(std::move(weight_store)) {}
-  absl::StatusOr<std::unique_ptr<v1::RolloutService::StubInterface>> Rollout(
+  absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> Rollout(
       const std::string&) override {
     return std::make_unique<FakeRolloutStub>(rollout_);
   }
-  absl::StatusOr<std::unique_ptr<v1::WeightStoreService::StubInterface>> WeightStore(
+  absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>> WeightStore(
       const std::string&) override {
-    return std::unique_ptr<v1::WeightStoreService::StubInterface>(
-        v1::WeightStoreService::NewStub(weight_store_));
+    return std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>(
+        weightstore::v1::WeightStoreService::NewStub(weight_store_));
   }
-  absl::StatusOr<std::unique_ptr<v1::RouterReplayService::StubInterface>> RouterReplay(
+  absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>> RouterReplay(
       const std::string& address) override {
     return absl::FailedPreconditionError(absl::StrCat("no router-replay in this test: ", address));
   }
@@ -212,29 +212,29 @@ class JobRunTest : public ::testing::Test {
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.port = port;
     auto store = tandem::testing::StartLoopbackServer(
-        "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)}, options);
+        "weight-store", {"tandem.weightstore.v1.WeightStoreService", *std::move(service)}, options);
     if (!store.ok()) return store.status();
     store_ = *std::move(store);
     return absl::OkStatus();
   }
 
   // A resolved job: `steps` GRPO steps of 2 prompts x 2 samples, no routing replay.
-  v1::Job Job(int steps, v1::Algorithm algorithm = v1::ALGORITHM_GRPO) const {
-    v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::Job Job(int steps, trainer::v1::Algorithm algorithm = trainer::v1::ALGORITHM_GRPO) const {
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.set_algorithm(algorithm);
     spec.set_base_model_path(dir_ + "/base.safetensors");
     spec.set_num_steps(steps);
     spec.set_prompts_per_step(2);
-    spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_OFF);
+    spec.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_OFF);
     spec.mutable_endpoints()->clear_router_replay();
-    v1::Job job;
+    trainer::v1::Job job;
     job.set_id("job-test");
     *job.mutable_spec() = *ResolveJobSpec(spec, job.id(), dir_ + "/out");
     return job;
   }
 
   // Runs the job; the fake replica learns each published version from on_published.
-  absl::Status Run(const v1::Job& job, const std::atomic<bool>& cancelled) {
+  absl::Status Run(const trainer::v1::Job& job, const std::atomic<bool>& cancelled) {
     const JobProgress progress{
         .on_attempt_start = [this](int64_t start_step) { start_steps_.push_back(start_step); },
         .on_published =
@@ -243,16 +243,16 @@ class JobRunTest : public ::testing::Test {
               absl::MutexLock lock(&rollout_.mutex);
               rollout_.newest_published = version;
             },
-        .on_step = [this](const v1::StepMetrics& metrics) { steps_.push_back(metrics); }};
+        .on_step = [this](const trainer::v1::StepMetrics& metrics) { steps_.push_back(metrics); }};
     return RunJob(job, environment_, progress, cancelled);
   }
 
   // Runs `job` (checkpointing every step) until its second step's generation, then cancels it:
   // what a trainer stopped after step 1 leaves behind.
-  absl::Status RunFirstStep(v1::Job& job) {
+  absl::Status RunFirstStep(trainer::v1::Job& job) {
     job.mutable_spec()->set_checkpoint_every(1);
     std::atomic<bool> cancelled{false};
-    rollout_.before_generate = [&cancelled](int call, const v1::GenerateRequest&) {
+    rollout_.before_generate = [&cancelled](int call, const rollout::v1::GenerateRequest&) {
       if (call == 2) cancelled = true;
     };
     absl::Status status = Run(job, cancelled);
@@ -279,7 +279,7 @@ class JobRunTest : public ::testing::Test {
   JobEnvironment environment_;
   std::vector<int64_t> start_steps_;  // One per run: the step it continued after.
   std::vector<int64_t> published_;
-  std::vector<v1::StepMetrics> steps_;
+  std::vector<trainer::v1::StepMetrics> steps_;
   std::atomic<bool> not_cancelled_{false};
 };
 
@@ -304,7 +304,7 @@ TEST_F(JobRunTest, EachStepGeneratesWithTheCurrentVersionAndPublishesTheNext) {
 // on from someone else's step, or end the new job SUCCEEDED without training.
 TEST_F(JobRunTest, AJobNeverResumesAnotherJobsCheckpoint) {
   ASSERT_TRUE(Run(Job(2), not_cancelled_).ok());
-  v1::Job other = Job(2);
+  trainer::v1::Job other = Job(2);
   other.set_id("job-other");
   steps_.clear();
   published_.clear();
@@ -318,14 +318,14 @@ TEST_F(JobRunTest, AJobNeverResumesAnotherJobsCheckpoint) {
 // A replica takes at most 4096 prompts per GenerateRequest (rollout.proto): a larger step is
 // sent as several requests, never refused at every step.
 TEST_F(JobRunTest, AStepOfMorePromptsThanARequestHoldsIsSentInSeveralRequests) {
-  v1::Job job = Job(1, v1::ALGORITHM_PPO);
+  trainer::v1::Job job = Job(1, trainer::v1::ALGORITHM_PPO);
   job.mutable_spec()->set_prompts_per_step(4100);
   job.mutable_spec()->set_group_size(1);
   const absl::Status status = Run(job, not_cancelled_);
   ASSERT_TRUE(status.ok()) << status;
   absl::MutexLock lock(&rollout_.mutex);
   int prompts = 0;
-  for (const v1::GenerateRequest& request : rollout_.requests) {
+  for (const rollout::v1::GenerateRequest& request : rollout_.requests) {
     EXPECT_LE(request.prompts_size(), rollout::kMaxPromptsPerRequest);
     prompts += request.prompts_size();
   }
@@ -345,15 +345,15 @@ TEST_F(JobRunTest, AsyncGenerationRunsUpToMaxStalenessStepsAhead) {
     }
     steps_.clear();
     published_.clear();
-    v1::Job job = Job(5);
-    job.mutable_spec()->set_sync_mode(v1::SYNC_MODE_ASYNC);
+    trainer::v1::Job job = Job(5);
+    job.mutable_spec()->set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
     job.mutable_spec()->set_max_staleness(staleness);
     ASSERT_TRUE(Run(job, not_cancelled_).ok());
     ASSERT_EQ(steps_.size(), 5u);
     // Versions counted from the one the run started from (the store keeps the first run's).
     const int64_t start = published_.front() - 1;
     std::vector<int64_t> generated_with, behind;
-    for (const v1::StepMetrics& step : steps_) {
+    for (const trainer::v1::StepMetrics& step : steps_) {
       generated_with.push_back(step.min_rollout_version() - start);
       behind.push_back(step.policy_version() - 1 - step.min_rollout_version());
     }
@@ -382,12 +382,12 @@ TEST_F(JobRunTest, GenerationsAheadPinTheirVersionInTheWeightStore) {
     return at == std::string::npos ? -1 : std::atoi(page->c_str() + at + key.size());
   };
   std::atomic<int> most_leases_while_ahead = 0;
-  rollout_.before_generate = [&](int call, const v1::GenerateRequest&) {
+  rollout_.before_generate = [&](int call, const rollout::v1::GenerateRequest&) {
     if (call >= 2)
       most_leases_while_ahead = std::max(most_leases_while_ahead.load(), active_leases());
   };
-  v1::Job job = Job(4);
-  job.mutable_spec()->set_sync_mode(v1::SYNC_MODE_ASYNC);
+  trainer::v1::Job job = Job(4);
+  job.mutable_spec()->set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
   job.mutable_spec()->set_max_staleness(2);
   ASSERT_TRUE(Run(job, not_cancelled_).ok());
   EXPECT_GE(most_leases_while_ahead.load(), 1);
@@ -399,7 +399,7 @@ TEST_F(JobRunTest, GenerationsAheadPinTheirVersionInTheWeightStore) {
 // holds each step's generation until the trainer has published the version after the one asked
 // for, as a generation that overlaps a publish sees it.
 TEST_F(JobRunTest, PartialRolloutsSwitchToVersionsPublishedWhileGenerating) {
-  rollout_.before_generate = [this](int call, const v1::GenerateRequest& request) {
+  rollout_.before_generate = [this](int call, const rollout::v1::GenerateRequest& request) {
     if (call < 2) return;
     absl::MutexLock lock(&rollout_.mutex);
     const int64_t wanted = request.adapter().exact_version() + 1;
@@ -408,14 +408,14 @@ TEST_F(JobRunTest, PartialRolloutsSwitchToVersionsPublishedWhileGenerating) {
     };
     rollout_.mutex.AwaitWithTimeout(absl::Condition(&published), absl::Seconds(10));
   };
-  v1::Job job = Job(3);
-  job.mutable_spec()->set_sync_mode(v1::SYNC_MODE_ASYNC);
+  trainer::v1::Job job = Job(3);
+  job.mutable_spec()->set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
   job.mutable_spec()->set_max_staleness(1);
   job.mutable_spec()->set_partial_rollouts(true);
   ASSERT_TRUE(Run(job, not_cancelled_).ok());
   {
     absl::MutexLock lock(&rollout_.mutex);
-    for (const v1::GenerateRequest& request : rollout_.requests) {
+    for (const rollout::v1::GenerateRequest& request : rollout_.requests) {
       EXPECT_TRUE(request.allow_version_switch());
     }
   }
@@ -427,12 +427,12 @@ TEST_F(JobRunTest, PartialRolloutsSwitchToVersionsPublishedWhileGenerating) {
 
 // Warmup over 2 updates, then linear decay to half the rate at the last of 4 (one per step).
 TEST_F(JobRunTest, EachStepReportsTheLearningRateOfItsSchedule) {
-  v1::Job job = Job(4);
+  trainer::v1::Job job = Job(4);
   const double peak = job.spec().algorithm_config().learning_rate();
-  v1::LearningRateSchedule& schedule =
+  trainer::v1::LearningRateSchedule& schedule =
       *job.mutable_spec()->mutable_algorithm_config()->mutable_lr_schedule();
   schedule.set_warmup_updates(2);
-  schedule.set_decay(v1::LR_DECAY_LINEAR);
+  schedule.set_decay(trainer::v1::LR_DECAY_LINEAR);
   schedule.set_min_lr_ratio(0.5);
   ASSERT_TRUE(Run(job, not_cancelled_).ok());
   ASSERT_EQ(steps_.size(), 4u);
@@ -445,7 +445,7 @@ TEST_F(JobRunTest, EachStepReportsTheLearningRateOfItsSchedule) {
 TEST_F(JobRunTest, AWeightStoreRestartDuringAStepCostsRetriesNotTheJob) {
   // While step 2 generates, the store goes down; it comes back (same port, same data) 300 ms
   // later, after the step has tried to publish.
-  rollout_.before_generate = [this](int call, const v1::GenerateRequest&) {
+  rollout_.before_generate = [this](int call, const rollout::v1::GenerateRequest&) {
     if (call != 2) return;
     const int port = store_.server->port();
     store_.server.reset();
@@ -461,7 +461,7 @@ TEST_F(JobRunTest, AWeightStoreRestartDuringAStepCostsRetriesNotTheJob) {
 }
 
 TEST_F(JobRunTest, AStoreDownLongerThanTheOutageBudgetFailsTheJobNamingIt) {
-  rollout_.before_generate = [this](int call, const v1::GenerateRequest&) {
+  rollout_.before_generate = [this](int call, const rollout::v1::GenerateRequest&) {
     if (call == 1) store_.server.reset();
   };
   environment_.store_outage_budget = absl::Milliseconds(200);
@@ -473,7 +473,7 @@ TEST_F(JobRunTest, AStoreDownLongerThanTheOutageBudgetFailsTheJobNamingIt) {
 
 TEST_F(JobRunTest, ACancelDuringAStoreOutageEndsTheRunCancelled) {
   std::atomic<bool> cancelled{false};
-  rollout_.before_generate = [this, &cancelled](int call, const v1::GenerateRequest&) {
+  rollout_.before_generate = [this, &cancelled](int call, const rollout::v1::GenerateRequest&) {
     if (call != 1) return;
     store_.server.reset();  // Down for good: only the cancel can end the wait.
     restart_ = std::thread([&cancelled] {
@@ -547,8 +547,8 @@ TEST_F(JobRunTest, ANonFiniteLossFailsTheStepBeforeAnythingIsPublished) {
     absl::MutexLock lock(&rollout_.mutex);
     rollout_.nan_logprobs = true;  // Through token TIS weights into the loss.
   }
-  v1::Job job = Job(2);
-  job.mutable_spec()->mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_TOKEN_TIS);
+  trainer::v1::Job job = Job(2);
+  job.mutable_spec()->mutable_is_correction()->set_mode(trainer::v1::IS_CORRECTION_MODE_TOKEN_TIS);
   const absl::Status status = Run(job, not_cancelled_);
   EXPECT_TRUE(absl::IsInternal(status)) << status;
   EXPECT_THAT(status.message(), HasSubstr("step 1: loss nan"));
@@ -559,7 +559,7 @@ TEST_F(JobRunTest, ANonFiniteLossFailsTheStepBeforeAnythingIsPublished) {
 // Sampling's vocabulary rules are checked against the base model once it is loaded: before any
 // step runs or anything is published.
 TEST_F(JobRunTest, SamplingBeyondTheBaseModelsVocabularyFailsBeforeTheFirstStep) {
-  v1::Job job = Job(1);
+  trainer::v1::Job job = Job(1);
   job.mutable_spec()->mutable_sampling()->set_top_k(engine::kVocabSize + 1);
   const absl::Status status = Run(job, not_cancelled_);
   EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
@@ -583,7 +583,7 @@ TEST_F(JobRunTest, ACorruptCheckpointIsRefusedNamingTheTensor) {
 
 // PPO's value head lives in the trainer: checkpointed beside the adapter and restored on resume.
 TEST_F(JobRunTest, APpoJobCheckpointsItsValueHeadAndResumesWithIt) {
-  v1::Job job = Job(2, v1::ALGORITHM_PPO);
+  trainer::v1::Job job = Job(2, trainer::v1::ALGORITHM_PPO);
   job.mutable_spec()->set_group_size(1);  // PPO needs no groups.
   ASSERT_TRUE(absl::IsCancelled(RunFirstStep(job)));
   ASSERT_EQ(steps_.size(), 1u);
@@ -602,7 +602,7 @@ TEST_F(JobRunTest, APpoJobCheckpointsItsValueHeadAndResumesWithIt) {
 }
 
 TEST_F(JobRunTest, APpoJobRefusesItsCheckpointWithoutAValueHead) {
-  v1::Job job = Job(2, v1::ALGORITHM_PPO);
+  trainer::v1::Job job = Job(2, trainer::v1::ALGORITHM_PPO);
   job.mutable_spec()->set_group_size(1);
   ASSERT_TRUE(absl::IsCancelled(RunFirstStep(job)));
   absl::StatusOr<SafetensorsFile> checkpoint = ReadSafetensors(Checkpoint());
@@ -619,7 +619,7 @@ TEST_F(JobRunTest, APpoJobRefusesItsCheckpointWithoutAValueHead) {
 // step 0 with that adapter and optimizer state, recorded in its own checkpoints.
 TEST_F(JobRunTest, AJobStartsFromTheCheckpointItsSpecNames) {
   ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
-  v1::Job other = Job(1);
+  trainer::v1::Job other = Job(1);
   other.set_id("job-other");
   other.mutable_spec()->set_output_dir(dir_ + "/other");
   other.mutable_spec()->set_initial_checkpoint_dir(dir_ + "/out");
@@ -639,7 +639,7 @@ TEST_F(JobRunTest, AJobStartsFromTheCheckpointItsSpecNames) {
 // it, then resumes only its own.
 TEST_F(JobRunTest, AJobStartingFromTheCheckpointInItsOutputDirThenResumesItsOwn) {
   ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
-  v1::Job other = Job(1);
+  trainer::v1::Job other = Job(1);
   other.set_id("job-other");
   other.mutable_spec()->set_initial_checkpoint_dir(dir_ + "/out");
   start_steps_.clear();
@@ -654,7 +654,7 @@ TEST_F(JobRunTest, AJobStartingFromTheCheckpointInItsOutputDirThenResumesItsOwn)
 // A checkpoint an earlier trainer wrote names no job: the job whose output_dir holds it (only
 // one created before owner records can have one there) resumes it.
 TEST_F(JobRunTest, ACheckpointThatNamesNoJobIsResumedAsTheJobsOwn) {
-  v1::Job job = Job(2);
+  trainer::v1::Job job = Job(2);
   ASSERT_TRUE(absl::IsCancelled(RunFirstStep(job)));
   absl::StatusOr<SafetensorsFile> checkpoint = ReadSafetensors(Checkpoint());
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
@@ -668,7 +668,7 @@ TEST_F(JobRunTest, ACheckpointThatNamesNoJobIsResumedAsTheJobsOwn) {
 
 TEST_F(JobRunTest, AnInitialCheckpointOfAnotherLoraIsRefusedNamingBoth) {
   ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
-  v1::Job other = Job(1);
+  trainer::v1::Job other = Job(1);
   other.set_id("job-other");
   other.mutable_spec()->set_output_dir(dir_ + "/other");
   other.mutable_spec()->set_initial_checkpoint_dir(dir_ + "/out");
@@ -689,11 +689,11 @@ TEST_F(JobRunTest, ACancelledRunStopsBeforeItsNextPhase) {
 // job's first version is that adapter.
 TEST_F(JobRunTest, AJobStartsFromAnExportedPeftAdapter) {
   ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
-  auto store = v1::WeightStoreService::NewStub(store_.Channel());
+  auto store = weightstore::v1::WeightStoreService::NewStub(store_.Channel());
   const std::string peft = dir_ + "/peft";
   ASSERT_TRUE(weight_store::ExportPeftAdapter(*store, "job-test", 2, peft, "base").ok());
 
-  v1::Job second = Job(1);
+  trainer::v1::Job second = Job(1);
   second.set_id("job-two");
   second.mutable_spec()->set_adapter_name("job-two");
   second.mutable_spec()->set_output_dir(dir_ + "/out2");
@@ -724,7 +724,7 @@ TEST_F(JobRunTest, AJobStartsFromAnExportedPeftAdapter) {
 }
 
 TEST_F(JobRunTest, AMissingBaseModelFailsBeforeAnythingIsPublished) {
-  v1::Job job = Job(1);
+  trainer::v1::Job job = Job(1);
   job.mutable_spec()->set_base_model_path(dir_ + "/nope.safetensors");
   const absl::Status status = Run(job, not_cancelled_);
   EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;

@@ -10,19 +10,19 @@
 namespace tandem::trainer {
 namespace {
 
-bool IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_CANCELLED;
+bool IsTerminal(trainer::v1::JobState state) {
+  return state == trainer::v1::JOB_STATE_SUCCEEDED || state == trainer::v1::JOB_STATE_FAILED ||
+         state == trainer::v1::JOB_STATE_CANCELLED;
 }
 
 // Streams a job's snapshot and events, ending OK after a terminal state. A step event waiting
 // behind another one replaces it; state changes are never dropped.
-class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
+class WatchReactor final : public QueuedWriteReactor<trainer::v1::WatchJobResponse> {
  public:
-  WatchReactor(JobManager& jobs, OpenStreams<v1::WatchJobResponse>& open, const std::string& job_id)
+  WatchReactor(JobManager& jobs, OpenStreams<trainer::v1::WatchJobResponse>& open, const std::string& job_id)
       : jobs_(jobs), open_(open) {
     auto subscription = jobs_.Subscribe(
-        job_id, [sink = sink()](const v1::WatchJobResponse& event) { sink->Write(event); });
+        job_id, [sink = sink()](const trainer::v1::WatchJobResponse& event) { sink->Write(event); });
     if (!subscription.ok()) {
       sink()->Finish(ToGrpcStatus(subscription.status()));
       return;
@@ -32,18 +32,18 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
   }
 
  private:
-  void Enqueue(std::deque<v1::WatchJobResponse>& queue, v1::WatchJobResponse event) override {
+  void Enqueue(std::deque<trainer::v1::WatchJobResponse>& queue, trainer::v1::WatchJobResponse event) override {
     if (terminal_queued_) return;
     terminal_queued_ = IsTerminal(event.job().state());
-    if (event.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED && !queue.empty() &&
-        queue.back().type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED) {
+    if (event.type() == trainer::v1::WATCH_EVENT_TYPE_STEP_COMPLETED && !queue.empty() &&
+        queue.back().type() == trainer::v1::WATCH_EVENT_TYPE_STEP_COMPLETED) {
       queue.back() = std::move(event);
     } else {
       queue.push_back(std::move(event));
     }
   }
 
-  bool IsLast(const v1::WatchJobResponse& event) override {
+  bool IsLast(const trainer::v1::WatchJobResponse& event) override {
     return IsTerminal(event.job().state());
   }
 
@@ -53,7 +53,7 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
   }
 
   JobManager& jobs_;
-  OpenStreams<v1::WatchJobResponse>& open_;
+  OpenStreams<trainer::v1::WatchJobResponse>& open_;
   int64_t open_id_ = 0;
   int64_t subscription_ = 0;
   bool terminal_queued_ = false;
@@ -62,7 +62,7 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchJobResponse> {
 // Finishes an RPC whose response is just the job.
 template <typename Response>
 grpc::ServerUnaryReactor* FinishWithJob(grpc::CallbackServerContext* context,
-                                        absl::StatusOr<v1::Job> job, Response* response) {
+                                        absl::StatusOr<trainer::v1::Job> job, Response* response) {
   if (!job.ok()) return FinishUnary<Response>(context, job.status(), response);
   Response result;
   *result.mutable_job() = *std::move(job);
@@ -72,31 +72,31 @@ grpc::ServerUnaryReactor* FinishWithJob(grpc::CallbackServerContext* context,
 }  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* context,
-                                                    const v1::CreateJobRequest* request,
-                                                    v1::CreateJobResponse* response) {
+                                                    const trainer::v1::CreateJobRequest* request,
+                                                    trainer::v1::CreateJobResponse* response) {
   return FinishWithJob(context, jobs_->Create(*request), response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
-                                                 const v1::GetJobRequest* request,
-                                                 v1::GetJobResponse* response) {
+                                                 const trainer::v1::GetJobRequest* request,
+                                                 trainer::v1::GetJobResponse* response) {
   return FinishWithJob(context, jobs_->Get(request->job_id()), response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
-                                                   const v1::ListJobsRequest* request,
-                                                   v1::ListJobsResponse* response) {
+                                                   const trainer::v1::ListJobsRequest* request,
+                                                   trainer::v1::ListJobsResponse* response) {
   return FinishUnary(context, jobs_->List(*request), response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
-                                                    const v1::CancelJobRequest* request,
-                                                    v1::CancelJobResponse* response) {
+                                                    const trainer::v1::CancelJobRequest* request,
+                                                    trainer::v1::CancelJobResponse* response) {
   return FinishWithJob(context, jobs_->Cancel(request->job_id()), response);
 }
 
-grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(
-    grpc::CallbackServerContext* /*context*/, const v1::WatchJobRequest* request) {
+grpc::ServerWriteReactor<trainer::v1::WatchJobResponse>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* /*context*/, const trainer::v1::WatchJobRequest* request) {
   return new WatchReactor(*jobs_, watches_, request->job_id());
 }
 

@@ -5,37 +5,37 @@
 
 #include "common/open_streams.h"
 #include "services/trainer/job_manager.h"
-#include "tandem/v1/trainer.grpc.pb.h"
+#include "tandem/trainer/v1/trainer.grpc.pb.h"
 
 namespace tandem::trainer {
 
 // The Job API's gRPC front end: each call goes to the JobManager it owns, and WatchJob streams
 // a subscription.
-class JobServiceImpl final : public v1::JobService::CallbackService {
+class JobServiceImpl final : public trainer::v1::JobService::CallbackService {
  public:
   explicit JobServiceImpl(std::unique_ptr<JobManager> jobs) : jobs_(std::move(jobs)) {}
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* context,
-                                      const v1::CreateJobRequest* request,
-                                      v1::CreateJobResponse* response) override;
+                                      const trainer::v1::CreateJobRequest* request,
+                                      trainer::v1::CreateJobResponse* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
-                                   const v1::GetJobRequest* request,
-                                   v1::GetJobResponse* response) override;
+                                   const trainer::v1::GetJobRequest* request,
+                                   trainer::v1::GetJobResponse* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
-                                     const v1::ListJobsRequest* request,
-                                     v1::ListJobsResponse* response) override;
+                                     const trainer::v1::ListJobsRequest* request,
+                                     trainer::v1::ListJobsResponse* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
-                                      const v1::CancelJobRequest* request,
-                                      v1::CancelJobResponse* response) override;
+                                      const trainer::v1::CancelJobRequest* request,
+                                      trainer::v1::CancelJobResponse* response) override;
   // For a server drain: ends every WatchJob stream with UNAVAILABLE (watch again).
   void Drain() { watches_.EndAll(DrainingStatus("trainer")); }
 
-  grpc::ServerWriteReactor<v1::WatchJobResponse>* WatchJob(
-      grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) override;
+  grpc::ServerWriteReactor<trainer::v1::WatchJobResponse>* WatchJob(
+      grpc::CallbackServerContext* context, const trainer::v1::WatchJobRequest* request) override;
 
  private:
   const std::unique_ptr<JobManager> jobs_;
-  OpenStreams<v1::WatchJobResponse> watches_;
+  OpenStreams<trainer::v1::WatchJobResponse> watches_;
 };
 
 }  // namespace tandem::trainer

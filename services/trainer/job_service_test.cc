@@ -34,7 +34,7 @@ class JobServiceTest : public ::testing::Test {
 
   void Start() {
     server_.reset();
-    auto jobs = JobManager::Open(dir_, [](const v1::Job& job, const JobProgress& progress,
+    auto jobs = JobManager::Open(dir_, [](const trainer::v1::Job& job, const JobProgress& progress,
                                           const std::atomic<bool>& cancelled) {
       return RunJob(job, JobEnvironment(), progress, cancelled);
     });
@@ -42,19 +42,19 @@ class JobServiceTest : public ::testing::Test {
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.drain_timeout = absl::Milliseconds(200);
     auto started = tandem::testing::StartLoopbackServer(
-        "trainer", {"tandem.v1.JobService", std::make_unique<JobServiceImpl>(*std::move(jobs))},
+        "trainer", {"tandem.trainer.v1.JobService", std::make_unique<JobServiceImpl>(*std::move(jobs))},
         options);
     ASSERT_TRUE(started.ok()) << started.status();
-    stub_ = v1::JobService::NewStub(started->Channel());
+    stub_ = trainer::v1::JobService::NewStub(started->Channel());
     server_ = std::move(started->server);
   }
 
-  v1::JobSpec Spec(int steps) const {
-    v1::JobSpec spec;
+  trainer::v1::JobSpec Spec(int steps) const {
+    trainer::v1::JobSpec spec;
     spec.mutable_task()->set_name("addition");
     spec.set_base_model_path(dir_ + "/missing.safetensors");
     spec.mutable_lora()->set_rank(4);
-    spec.set_algorithm(v1::ALGORITHM_GRPO);
+    spec.set_algorithm(trainer::v1::ALGORITHM_GRPO);
     spec.mutable_algorithm_config()->set_learning_rate(1e-3);
     spec.set_prompts_per_step(2);
     spec.set_group_size(2);
@@ -67,30 +67,30 @@ class JobServiceTest : public ::testing::Test {
   }
 
   std::string Create(int steps, const std::string& request_id) {
-    v1::CreateJobRequest request;
+    trainer::v1::CreateJobRequest request;
     request.set_request_id(request_id);
     *request.mutable_spec() = Spec(steps);
-    v1::CreateJobResponse response;
+    trainer::v1::CreateJobResponse response;
     grpc::ClientContext context;
     EXPECT_TRUE(stub_->CreateJob(&context, request, &response).ok());
     return response.job().id();
   }
 
-  grpc::Status List(v1::ListJobsRequest request, v1::ListJobsResponse* response) {
+  grpc::Status List(trainer::v1::ListJobsRequest request, trainer::v1::ListJobsResponse* response) {
     grpc::ClientContext context;
     return stub_->ListJobs(&context, request, response);
   }
 
-  v1::Job AwaitTerminal(const std::string& job_id) {
-    v1::GetJobRequest request;
+  trainer::v1::Job AwaitTerminal(const std::string& job_id) {
+    trainer::v1::GetJobRequest request;
     request.set_job_id(job_id);
-    v1::GetJobResponse response;
+    trainer::v1::GetJobResponse response;
     for (int i = 0; i < 400; ++i) {
       grpc::ClientContext context;
       EXPECT_TRUE(stub_->GetJob(&context, request, &response).ok());
-      const v1::JobState state = response.job().state();
-      if (state == v1::JOB_STATE_FAILED || state == v1::JOB_STATE_SUCCEEDED ||
-          state == v1::JOB_STATE_CANCELLED) {
+      const trainer::v1::JobState state = response.job().state();
+      if (state == trainer::v1::JOB_STATE_FAILED || state == trainer::v1::JOB_STATE_SUCCEEDED ||
+          state == trainer::v1::JOB_STATE_CANCELLED) {
         break;
       }
       absl::SleepFor(absl::Milliseconds(10));
@@ -100,45 +100,45 @@ class JobServiceTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<ServiceServer> server_;
-  std::unique_ptr<v1::JobService::Stub> stub_;
+  std::unique_ptr<trainer::v1::JobService::Stub> stub_;
 };
 
 TEST_F(JobServiceTest, ListPagesNewestFirstAndFiltersByState) {
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(Create(1 + i, absl::StrCat("r", i)));
   for (const std::string& id : ids) {
-    const v1::Job job = AwaitTerminal(id);
-    EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+    const trainer::v1::Job job = AwaitTerminal(id);
+    EXPECT_EQ(job.state(), trainer::v1::JOB_STATE_FAILED);
     EXPECT_THAT(job.error_message(), HasSubstr("base model"));
   }
-  v1::ListJobsRequest request;
+  trainer::v1::ListJobsRequest request;
   request.set_page_size(2);
   std::vector<std::string> listed;
   int pages = 0;
   do {
-    v1::ListJobsResponse response;
+    trainer::v1::ListJobsResponse response;
     ASSERT_TRUE(List(request, &response).ok());
-    for (const v1::Job& job : response.jobs()) listed.push_back(job.id());
+    for (const trainer::v1::Job& job : response.jobs()) listed.push_back(job.id());
     request.set_page_token(response.next_page_token());
     ++pages;
   } while (!request.page_token().empty());
   EXPECT_EQ(pages, 3);
   EXPECT_EQ(listed, std::vector<std::string>(ids.rbegin(), ids.rend())) << "newest first";
 
-  v1::ListJobsRequest running;
-  running.add_states(v1::JOB_STATE_RUNNING);
-  v1::ListJobsResponse response;
+  trainer::v1::ListJobsRequest running;
+  running.add_states(trainer::v1::JOB_STATE_RUNNING);
+  trainer::v1::ListJobsResponse response;
   ASSERT_TRUE(List(running, &response).ok());
   EXPECT_EQ(response.jobs_size(), 0);
 
   // A token belongs to its filter; bad values are INVALID_ARGUMENT.
-  v1::ListJobsRequest first_page;
+  trainer::v1::ListJobsRequest first_page;
   first_page.set_page_size(2);
   ASSERT_TRUE(List(first_page, &response).ok());
-  v1::ListJobsRequest other_filter = running;
+  trainer::v1::ListJobsRequest other_filter = running;
   other_filter.set_page_token(response.next_page_token());
   EXPECT_EQ(List(other_filter, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  v1::ListJobsRequest bad;
+  trainer::v1::ListJobsRequest bad;
   bad.set_page_token("garbage");
   EXPECT_EQ(List(bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   bad.set_page_token("9223372036854775807/");  // Once overflowed offset + page_size.
@@ -147,33 +147,33 @@ TEST_F(JobServiceTest, ListPagesNewestFirstAndFiltersByState) {
   bad.set_page_size(-1);
   EXPECT_EQ(List(bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   bad.set_page_size(0);
-  bad.add_states(v1::JOB_STATE_UNSPECIFIED);
+  bad.add_states(trainer::v1::JOB_STATE_UNSPECIFIED);
   EXPECT_EQ(List(bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(JobServiceTest, JobsSurviveARestartAndWatchingAFinishedJobSendsOnlyItsSnapshot) {
   const std::string id = Create(3, "persisted");
-  const v1::Job failed = AwaitTerminal(id);
-  ASSERT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  const trainer::v1::Job failed = AwaitTerminal(id);
+  ASSERT_EQ(failed.state(), trainer::v1::JOB_STATE_FAILED);
   Start();  // A new service over the same directory.
-  v1::GetJobRequest get;
+  trainer::v1::GetJobRequest get;
   get.set_job_id(id);
-  v1::GetJobResponse response;
+  trainer::v1::GetJobResponse response;
   grpc::ClientContext context;
   ASSERT_TRUE(stub_->GetJob(&context, get, &response).ok());
-  EXPECT_EQ(response.job().state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(response.job().state(), trainer::v1::JOB_STATE_FAILED);
   EXPECT_EQ(response.job().error_message(), failed.error_message());
   EXPECT_EQ(Create(3, "persisted"), id) << "request ids are remembered across restarts";
 
   grpc::ClientContext watch_context;
-  v1::WatchJobRequest watch;
+  trainer::v1::WatchJobRequest watch;
   watch.set_job_id(id);
   auto reader = stub_->WatchJob(&watch_context, watch);
-  v1::WatchJobResponse event;
+  trainer::v1::WatchJobResponse event;
   int events = 0;
   while (reader->Read(&event)) {
     ++events;
-    EXPECT_EQ(event.type(), v1::WATCH_EVENT_TYPE_SNAPSHOT);
+    EXPECT_EQ(event.type(), trainer::v1::WATCH_EVENT_TYPE_SNAPSHOT);
   }
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(events, 1);
@@ -181,11 +181,11 @@ TEST_F(JobServiceTest, JobsSurviveARestartAndWatchingAFinishedJobSendsOnlyItsSna
 
 // Every spec rule is unit-tested in job_spec_test; this checks the status reaches the client.
 TEST_F(JobServiceTest, ABadSpecIsInvalidArgumentNamingTheField) {
-  v1::CreateJobRequest request;
+  trainer::v1::CreateJobRequest request;
   request.set_request_id("bad");
   *request.mutable_spec() = Spec(1);
   request.mutable_spec()->set_group_size(1);
-  v1::CreateJobResponse response;
+  trainer::v1::CreateJobResponse response;
   grpc::ClientContext context;
   const grpc::Status status = stub_->CreateJob(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -195,12 +195,12 @@ TEST_F(JobServiceTest, ABadSpecIsInvalidArgumentNamingTheField) {
 // The trainer runs in float: a learning rate that float rounds to inf or 0 would fail at step 1
 // or train nothing, so CreateJob refuses it naming the field.
 TEST_F(JobServiceTest, NumbersThatFloatCannotHoldAreRefusedNamingTheField) {
-  const auto create = [&](const std::function<void(v1::AlgorithmConfig&)>& change) {
-    v1::CreateJobRequest request;
+  const auto create = [&](const std::function<void(trainer::v1::AlgorithmConfig&)>& change) {
+    trainer::v1::CreateJobRequest request;
     request.set_request_id("narrow");
     *request.mutable_spec() = Spec(1);
     change(*request.mutable_spec()->mutable_algorithm_config());
-    v1::CreateJobResponse response;
+    trainer::v1::CreateJobResponse response;
     grpc::ClientContext context;
     return stub_->CreateJob(&context, request, &response);
   };
@@ -224,13 +224,13 @@ TEST_F(JobServiceTest, NumbersThatFloatCannotHoldAreRefusedNamingTheField) {
 
 // Job.spec is the spec as the job runs it: every default the trainer applies is written out.
 TEST_F(JobServiceTest, TheCreatedJobShowsEveryDefaultItRunsWith) {
-  v1::CreateJobRequest request;
+  trainer::v1::CreateJobRequest request;
   request.set_request_id("defaults");
   *request.mutable_spec() = Spec(1);
-  v1::CreateJobResponse response;
+  trainer::v1::CreateJobResponse response;
   grpc::ClientContext context;
   ASSERT_TRUE(stub_->CreateJob(&context, request, &response).ok());
-  const v1::JobSpec& task_spec = response.job().spec();
+  const trainer::v1::JobSpec& task_spec = response.job().spec();
   EXPECT_THAT(task_spec.task().params(), Contains(Pair("digits", "2")));
   EXPECT_EQ(task_spec.lora().alpha(), 4.0f) << "alpha 0 means alpha = rank";
   EXPECT_EQ(task_spec.lora().target_modules_size(), 7);
@@ -244,7 +244,7 @@ TEST_F(JobServiceTest, TheCreatedJobShowsEveryDefaultItRunsWith) {
   request.mutable_spec()->mutable_dataset()->set_verifier("exact_match");
   grpc::ClientContext dataset_context;
   ASSERT_TRUE(stub_->CreateJob(&dataset_context, request, &response).ok());
-  const v1::DatasetSpec& dataset = response.job().spec().dataset();
+  const trainer::v1::DatasetSpec& dataset = response.job().spec().dataset();
   EXPECT_EQ(dataset.prompt_field(), "prompt");
   EXPECT_EQ(dataset.answer_field(), "answer");
   EXPECT_EQ(dataset.messages_field(), "messages");
@@ -256,11 +256,11 @@ TEST_F(JobServiceTest, AnOutputDirThatHoldsFilesIsRefusedNamingIt) {
   const std::string taken = dir_ + "/taken";
   std::filesystem::create_directories(taken);
   std::ofstream(taken + "/checkpoint.safetensors") << "someone else's";
-  v1::CreateJobRequest request;
+  trainer::v1::CreateJobRequest request;
   request.set_request_id("reuse");
   *request.mutable_spec() = Spec(1);
   request.mutable_spec()->set_output_dir(taken);
-  v1::CreateJobResponse response;
+  trainer::v1::CreateJobResponse response;
   grpc::ClientContext context;
   const grpc::Status status = stub_->CreateJob(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
@@ -291,11 +291,11 @@ TEST_F(JobServiceTest, AnOutputDirThatHoldsFilesIsRefusedNamingIt) {
 TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
   int accepted = 0;
   for (int i = 0; i < 40; ++i) {
-    v1::CreateJobRequest request;
+    trainer::v1::CreateJobRequest request;
     request.set_request_id(absl::StrCat("huge", i));
     *request.mutable_spec() = Spec(1);
     request.mutable_spec()->set_base_model_path(std::string(1 << 20, 'p') + std::to_string(i));
-    v1::CreateJobResponse response;
+    trainer::v1::CreateJobResponse response;
     grpc::ClientContext context;
     const grpc::Status status = stub_->CreateJob(&context, request, &response);
     if (status.ok()) {
@@ -310,7 +310,7 @@ TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
   // Jobs at the limits (256 rollout addresses of 1 KiB each) still list, over several pages.
   std::set<std::string> created;
   for (int i = 0; i < 20; ++i) {
-    v1::CreateJobRequest request;
+    trainer::v1::CreateJobRequest request;
     request.set_request_id(absl::StrCat("large", i));
     *request.mutable_spec() = Spec(1);
     request.mutable_spec()->mutable_endpoints()->clear_rollout();
@@ -318,7 +318,7 @@ TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
       request.mutable_spec()->mutable_endpoints()->add_rollout(
           absl::StrCat(std::string(1000, 'h'), r, ":1"));
     }
-    v1::CreateJobResponse response;
+    trainer::v1::CreateJobResponse response;
     grpc::ClientContext context;
     const grpc::Status status = stub_->CreateJob(&context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
@@ -326,15 +326,15 @@ TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
   }
   std::set<std::string> listed;
   int pages = 0;
-  v1::ListJobsRequest request;
+  trainer::v1::ListJobsRequest request;
   request.set_page_size(1000);
   do {
-    v1::ListJobsResponse response;
+    trainer::v1::ListJobsResponse response;
     const grpc::Status status = List(request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
     ASSERT_GT(response.jobs_size(), 0);
     EXPECT_LE(response.ByteSizeLong(), size_t{4} << 20);
-    for (const v1::Job& job : response.jobs()) listed.insert(job.id());
+    for (const trainer::v1::Job& job : response.jobs()) listed.insert(job.id());
     request.set_page_token(response.next_page_token());
     ++pages;
   } while (!request.page_token().empty());
@@ -343,8 +343,8 @@ TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
 }
 
 TEST_F(JobServiceTest, UnknownAndMissingIdsGetClearStatuses) {
-  v1::GetJobRequest get;
-  v1::GetJobResponse got;
+  trainer::v1::GetJobRequest get;
+  trainer::v1::GetJobResponse got;
   grpc::ClientContext empty_context;
   EXPECT_EQ(stub_->GetJob(&empty_context, get, &got).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
@@ -353,17 +353,17 @@ TEST_F(JobServiceTest, UnknownAndMissingIdsGetClearStatuses) {
   const grpc::Status missing = stub_->GetJob(&context, get, &got);
   EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(missing.error_message(), "job job-nope not found");
-  v1::CancelJobRequest cancel;
+  trainer::v1::CancelJobRequest cancel;
   cancel.set_job_id("job-nope");
-  v1::CancelJobResponse cancelled;
+  trainer::v1::CancelJobResponse cancelled;
   grpc::ClientContext cancel_context;
   EXPECT_EQ(stub_->CancelJob(&cancel_context, cancel, &cancelled).error_code(),
             grpc::StatusCode::NOT_FOUND);
   grpc::ClientContext watch_context;
-  v1::WatchJobRequest watch;
+  trainer::v1::WatchJobRequest watch;
   watch.set_job_id("job-nope");
   auto reader = stub_->WatchJob(&watch_context, watch);
-  v1::WatchJobResponse event;
+  trainer::v1::WatchJobResponse event;
   EXPECT_FALSE(reader->Read(&event));
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
   // Ids that can name no job are INVALID_ARGUMENT naming the value, not NOT_FOUND.

@@ -52,10 +52,10 @@ absl::Status CheckEnum(const char* field, int value, bool (*is_valid)(int)) {
   return Invalid(field, " is ", value, ", which is no value of its enum");
 }
 
-absl::Status CheckData(v1::JobSpec& spec) {
+absl::Status CheckData(trainer::v1::JobSpec& spec) {
   switch (spec.data_case()) {
-    case v1::JobSpec::kTask: {
-      v1::TaskSpec& task = *spec.mutable_task();
+    case trainer::v1::JobSpec::kTask: {
+      trainer::v1::TaskSpec& task = *spec.mutable_task();
       for (const auto& [key, value] : task.params()) {
         if (key != kTaskDigits) return Invalid("task.params: unknown key '", key, "'");
       }
@@ -69,8 +69,8 @@ absl::Status CheckData(v1::JobSpec& spec) {
       if (!made.ok()) return Invalid("task: ", made.status().message());
       return absl::OkStatus();
     }
-    case v1::JobSpec::kDataset: {
-      v1::DatasetSpec& dataset = *spec.mutable_dataset();
+    case trainer::v1::JobSpec::kDataset: {
+      trainer::v1::DatasetSpec& dataset = *spec.mutable_dataset();
       if (dataset.path().empty()) return Invalid("dataset.path is required");
       if (auto verifier = engine::FindVerifier(dataset.verifier()); !verifier.ok()) {
         return Invalid("dataset.verifier: ", verifier.status().message());
@@ -85,20 +85,20 @@ absl::Status CheckData(v1::JobSpec& spec) {
   }
 }
 
-absl::Status CheckAlgorithm(v1::JobSpec& spec) {
+absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
   switch (spec.algorithm()) {
-    case v1::ALGORITHM_GRPO:
-    case v1::ALGORITHM_DR_GRPO:
+    case trainer::v1::ALGORITHM_GRPO:
+    case trainer::v1::ALGORITHM_DR_GRPO:
       if (spec.group_size() < 2) {
-        return Invalid("group_size: ", v1::Algorithm_Name(spec.algorithm()), " needs >= 2");
+        return Invalid("group_size: ", trainer::v1::Algorithm_Name(spec.algorithm()), " needs >= 2");
       }
       break;
-    case v1::ALGORITHM_PPO:
+    case trainer::v1::ALGORITHM_PPO:
       break;
     default:
       return Invalid("algorithm is required (GRPO, DR_GRPO or PPO)");
   }
-  v1::AlgorithmConfig& config = *spec.mutable_algorithm_config();
+  trainer::v1::AlgorithmConfig& config = *spec.mutable_algorithm_config();
   if (!(config.learning_rate() > 0) || !std::isfinite(config.learning_rate())) {
     return Invalid("algorithm_config.learning_rate is ", config.learning_rate(),
                    "; must be > 0 and finite");
@@ -136,12 +136,12 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
     return Invalid("algorithm_config.kl_coef is ", config.kl_coef(), "; must be >= 0 and finite");
   }
   if (absl::Status status = CheckEnum("algorithm_config.kl_estimator", config.kl_estimator(),
-                                      v1::KlEstimator_IsValid);
+                                      trainer::v1::KlEstimator_IsValid);
       !status.ok()) {
     return status;
   }
-  if (config.kl_estimator() == v1::KL_ESTIMATOR_UNSPECIFIED) {
-    config.set_kl_estimator(v1::KL_ESTIMATOR_K3);
+  if (config.kl_estimator() == trainer::v1::KL_ESTIMATOR_UNSPECIFIED) {
+    config.set_kl_estimator(trainer::v1::KL_ESTIMATOR_K3);
   }
   if (!config.has_gamma()) config.set_gamma(1.0);
   if (!config.has_gae_lambda()) config.set_gae_lambda(1.0);
@@ -149,7 +149,7 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
     return Invalid("algorithm_config.gamma and gae_lambda must be in [0, 1]; gamma is ",
                    config.gamma(), ", gae_lambda ", config.gae_lambda());
   }
-  const bool ppo = spec.algorithm() == v1::ALGORITHM_PPO;
+  const bool ppo = spec.algorithm() == trainer::v1::ALGORITHM_PPO;
   if (!config.has_whiten_advantages()) config.set_whiten_advantages(ppo);
   if (!config.has_value_loss_coef()) config.set_value_loss_coef(0.1);
   if (!config.has_value_clip()) config.set_value_clip(0.2);
@@ -171,12 +171,12 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
     }
   }
   if (absl::Status status = CheckEnum("algorithm_config.loss_aggregation",
-                                      config.loss_aggregation(), v1::LossAggregation_IsValid);
+                                      config.loss_aggregation(), trainer::v1::LossAggregation_IsValid);
       !status.ok()) {
     return status;
   }
-  if (config.loss_aggregation() == v1::LOSS_AGGREGATION_UNSPECIFIED) {
-    config.set_loss_aggregation(v1::LOSS_AGGREGATION_TOKEN_MEAN);
+  if (config.loss_aggregation() == trainer::v1::LOSS_AGGREGATION_UNSPECIFIED) {
+    config.set_loss_aggregation(trainer::v1::LOSS_AGGREGATION_TOKEN_MEAN);
   }
   if (config.updates_per_step() == 0) config.set_updates_per_step(1);
   if (config.updates_per_step() < 1 || spec.prompts_per_step() % config.updates_per_step() != 0) {
@@ -185,8 +185,8 @@ absl::Status CheckAlgorithm(v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckParallelism(v1::JobSpec& spec) {
-  v1::Parallelism& parallelism = *spec.mutable_parallelism();
+absl::Status CheckParallelism(trainer::v1::JobSpec& spec) {
+  trainer::v1::Parallelism& parallelism = *spec.mutable_parallelism();
   if (parallelism.data_parallel() == 0) parallelism.set_data_parallel(1);
   const int ranks = parallelism.data_parallel();
   if (ranks < 1 || ranks > kMaxDataParallel) {
@@ -202,14 +202,14 @@ absl::Status CheckParallelism(v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckSchedule(v1::JobSpec& spec) {
-  v1::LearningRateSchedule& schedule = *spec.mutable_algorithm_config()->mutable_lr_schedule();
+absl::Status CheckSchedule(trainer::v1::JobSpec& spec) {
+  trainer::v1::LearningRateSchedule& schedule = *spec.mutable_algorithm_config()->mutable_lr_schedule();
   if (absl::Status status =
-          CheckEnum("algorithm_config.lr_schedule.decay", schedule.decay(), v1::LrDecay_IsValid);
+          CheckEnum("algorithm_config.lr_schedule.decay", schedule.decay(), trainer::v1::LrDecay_IsValid);
       !status.ok()) {
     return status;
   }
-  if (schedule.decay() == v1::LR_DECAY_UNSPECIFIED) schedule.set_decay(v1::LR_DECAY_CONSTANT);
+  if (schedule.decay() == trainer::v1::LR_DECAY_UNSPECIFIED) schedule.set_decay(trainer::v1::LR_DECAY_CONSTANT);
   const int64_t updates = spec.num_steps() * spec.algorithm_config().updates_per_step();
   if (schedule.warmup_updates() < 0 || schedule.warmup_updates() > updates) {
     return Invalid("algorithm_config.lr_schedule.warmup_updates is ", schedule.warmup_updates(),
@@ -222,23 +222,23 @@ absl::Status CheckSchedule(v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckCorrection(v1::JobSpec& spec) {
-  v1::IsCorrection& correction = *spec.mutable_is_correction();
+absl::Status CheckCorrection(trainer::v1::JobSpec& spec) {
+  trainer::v1::IsCorrection& correction = *spec.mutable_is_correction();
   if (absl::Status status =
-          CheckEnum("is_correction.mode", correction.mode(), v1::IsCorrectionMode_IsValid);
+          CheckEnum("is_correction.mode", correction.mode(), trainer::v1::IsCorrectionMode_IsValid);
       !status.ok()) {
     return status;
   }
   if (absl::Status status = CheckEnum("is_correction.rejection_level", correction.rejection_level(),
-                                      v1::RejectionLevel_IsValid);
+                                      trainer::v1::RejectionLevel_IsValid);
       !status.ok()) {
     return status;
   }
-  if (correction.mode() == v1::IS_CORRECTION_MODE_UNSPECIFIED) {
-    correction.set_mode(v1::IS_CORRECTION_MODE_NONE);
+  if (correction.mode() == trainer::v1::IS_CORRECTION_MODE_UNSPECIFIED) {
+    correction.set_mode(trainer::v1::IS_CORRECTION_MODE_NONE);
   }
-  const v1::IsCorrectionMode mode = correction.mode();
-  const bool icepop = mode == v1::IS_CORRECTION_MODE_ICEPOP;
+  const trainer::v1::IsCorrectionMode mode = correction.mode();
+  const bool icepop = mode == trainer::v1::IS_CORRECTION_MODE_ICEPOP;
   if (!correction.has_upper_bound()) correction.set_upper_bound(icepop ? 5.0 : 2.0);
   if (!correction.has_lower_bound()) correction.set_lower_bound(0.5);
   if (!(correction.upper_bound() > 0) || !AtLeast(correction.lower_bound(), 0) ||
@@ -248,15 +248,15 @@ absl::Status CheckCorrection(v1::JobSpec& spec) {
         "upper_bound is ",
         correction.upper_bound(), ", lower_bound ", correction.lower_bound());
   }
-  if (correction.rejection_level() == v1::REJECTION_LEVEL_UNSPECIFIED) {
-    correction.set_rejection_level(v1::REJECTION_LEVEL_TOKEN);
+  if (correction.rejection_level() == trainer::v1::REJECTION_LEVEL_UNSPECIFIED) {
+    correction.set_rejection_level(trainer::v1::REJECTION_LEVEL_TOKEN);
   }
   return absl::OkStatus();
 }
 
 // Every string of the spec against its size class (string_limits.h), before any other check
 // repeats a value in its message.
-absl::Status CheckStringSizes(v1::JobSpec& spec) {
+absl::Status CheckStringSizes(trainer::v1::JobSpec& spec) {
   std::vector<std::tuple<std::string, absl::string_view, size_t>> strings = {
       {"display_name", spec.display_name(), kMaxNameBytes},
       {"base_model_path", spec.base_model_path(), kMaxPathBytes},
@@ -289,7 +289,7 @@ absl::Status CheckStringSizes(v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckSizes(v1::JobSpec& spec) {
+absl::Status CheckSizes(trainer::v1::JobSpec& spec) {
   if (spec.base_model_path().empty()) return Invalid("base_model_path is required");
   if (!spec.initial_adapter_path().empty() && !spec.initial_checkpoint_dir().empty()) {
     return Invalid(
@@ -325,35 +325,35 @@ absl::Status CheckSizes(v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckEndpoints(v1::JobSpec& spec) {
+absl::Status CheckEndpoints(trainer::v1::JobSpec& spec) {
   if (absl::Status status =
-          CheckEnum("routing_replay", spec.routing_replay(), v1::RoutingReplayMode_IsValid);
+          CheckEnum("routing_replay", spec.routing_replay(), trainer::v1::RoutingReplayMode_IsValid);
       !status.ok()) {
     return status;
   }
-  if (absl::Status status = CheckEnum("sync_mode", spec.sync_mode(), v1::SyncMode_IsValid);
+  if (absl::Status status = CheckEnum("sync_mode", spec.sync_mode(), trainer::v1::SyncMode_IsValid);
       !status.ok()) {
     return status;
   }
-  if (spec.routing_replay() == v1::ROUTING_REPLAY_MODE_UNSPECIFIED) {
-    spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_R3);
+  if (spec.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_UNSPECIFIED) {
+    spec.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_R3);
   }
-  if (spec.sync_mode() == v1::SYNC_MODE_UNSPECIFIED) spec.set_sync_mode(v1::SYNC_MODE_SYNC);
-  if (spec.sync_mode() == v1::SYNC_MODE_SYNC && spec.max_staleness() != 0) {
+  if (spec.sync_mode() == trainer::v1::SYNC_MODE_UNSPECIFIED) spec.set_sync_mode(trainer::v1::SYNC_MODE_SYNC);
+  if (spec.sync_mode() == trainer::v1::SYNC_MODE_SYNC && spec.max_staleness() != 0) {
     return Invalid("max_staleness must be 0 in SYNC");
   }
-  if (spec.partial_rollouts() && spec.sync_mode() != v1::SYNC_MODE_ASYNC) {
+  if (spec.partial_rollouts() && spec.sync_mode() != trainer::v1::SYNC_MODE_ASYNC) {
     return Invalid(
         "partial_rollouts needs sync_mode ASYNC (in SYNC no version is published while "
         "samples generate)");
   }
-  if (spec.sync_mode() == v1::SYNC_MODE_ASYNC) {
+  if (spec.sync_mode() == trainer::v1::SYNC_MODE_ASYNC) {
     if (spec.max_staleness() == 0) spec.set_max_staleness(1);
     if (spec.max_staleness() < 1 || spec.max_staleness() > 16) {
       return Invalid("max_staleness must be in 1..16");
     }
   }
-  const v1::ServiceEndpoints& endpoints = spec.endpoints();
+  const trainer::v1::ServiceEndpoints& endpoints = spec.endpoints();
   if (!endpoints.rollout_service().empty()) {
     if (endpoints.rollout_size() > 0) {
       return Invalid("endpoints: rollout and rollout_service are exclusive; name one");
@@ -368,7 +368,7 @@ absl::Status CheckEndpoints(v1::JobSpec& spec) {
     if (address.empty()) return Invalid("endpoints.rollout: empty address");
   }
   if (endpoints.weight_store().empty()) return Invalid("endpoints.weight_store is required");
-  if (spec.routing_replay() == v1::ROUTING_REPLAY_MODE_R3 && endpoints.router_replay().empty()) {
+  if (spec.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_R3 && endpoints.router_replay().empty()) {
     return Invalid("endpoints.router_replay: required for R3");
   }
   return absl::OkStatus();
@@ -376,12 +376,12 @@ absl::Status CheckEndpoints(v1::JobSpec& spec) {
 
 }  // namespace
 
-absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const std::string& job_id,
+absl::StatusOr<trainer::v1::JobSpec> ResolveJobSpec(const trainer::v1::JobSpec& original, const std::string& job_id,
                                            const std::string& default_output_dir,
-                                           const v1::ServiceEndpoints& default_endpoints) {
-  v1::JobSpec spec = original;
+                                           const trainer::v1::ServiceEndpoints& default_endpoints) {
+  trainer::v1::JobSpec spec = original;
   ApplyDefaultEndpoints(default_endpoints, *spec.mutable_endpoints());
-  for (absl::Status (*check)(v1::JobSpec&) :
+  for (absl::Status (*check)(trainer::v1::JobSpec&) :
        {CheckStringSizes, CheckData, CheckSizes, CheckAlgorithm, CheckParallelism, CheckSchedule,
         CheckCorrection, CheckEndpoints}) {
     if (absl::Status status = check(spec); !status.ok()) return status;
@@ -400,9 +400,9 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& original, const st
   return spec;
 }
 
-std::string SpecFingerprint(const v1::JobSpec& original) {
+std::string SpecFingerprint(const trainer::v1::JobSpec& original) {
   // A checkpoint holds the ranks' replicated state once: any number of ranks may resume it.
-  v1::JobSpec spec = original;
+  trainer::v1::JobSpec spec = original;
   spec.clear_parallelism();
   std::string bytes;
   google::protobuf::io::StringOutputStream stream(&bytes);

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "tandem/v1/trainer.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem::trainer {
 
@@ -15,14 +15,14 @@ inline constexpr int kMaxDataParallel = 1024;
 // Job.spec stores). INVALID_ARGUMENT names the field, e.g. "spec.group_size: GRPO needs >= 2".
 // Endpoints the spec leaves empty take `default_endpoints` (the trainer's flags) first.
 // Things only the running job can check (files, services) are left to it.
-absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec, const std::string& job_id,
+absl::StatusOr<trainer::v1::JobSpec> ResolveJobSpec(const trainer::v1::JobSpec& spec, const std::string& job_id,
                                            const std::string& default_output_dir,
-                                           const v1::ServiceEndpoints& default_endpoints = {});
+                                           const trainer::v1::ServiceEndpoints& default_endpoints = {});
 
 // 16 hex digits identifying a resolved spec (XXH3-64 of its deterministic serialization, without
 // its parallelism). A checkpoint records its job's, so no job resumes a checkpoint written under
 // another spec -- but may resume on another number of ranks.
-std::string SpecFingerprint(const v1::JobSpec& spec);
+std::string SpecFingerprint(const trainer::v1::JobSpec& spec);
 
 }  // namespace tandem::trainer
 

@@ -8,16 +8,16 @@
 #include "common/testing/fuzz_check.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "services/trainer/job_spec.h"
-#include "tandem/v1/trainer.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using tandem::testing::FuzzCheck;
-  tandem::v1::JobSpec spec;
+  tandem::trainer::v1::JobSpec spec;
   if (!spec.ParseFromArray(data, static_cast<int>(size))) return 0;
-  absl::StatusOr<tandem::v1::JobSpec> resolved =
+  absl::StatusOr<tandem::trainer::v1::JobSpec> resolved =
       tandem::trainer::ResolveJobSpec(spec, "job-1", "/var/lib/tandem/jobs");
   if (!resolved.ok()) return 0;
-  absl::StatusOr<tandem::v1::JobSpec> again =
+  absl::StatusOr<tandem::trainer::v1::JobSpec> again =
       tandem::trainer::ResolveJobSpec(*resolved, "job-1", "/var/lib/tandem/jobs");
   FuzzCheck(again.ok(), "a resolved spec resolves");
   FuzzCheck(google::protobuf::util::MessageDifferencer::Equals(*again, *resolved),

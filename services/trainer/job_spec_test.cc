@@ -16,8 +16,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/trainer/job_spec_testing.h"
-#include "tandem/v1/common.pb.h"
-#include "tandem/v1/trainer.pb.h"
+#include "tandem/type/v1/common.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem::trainer {
 namespace {
@@ -30,19 +30,19 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // jobs/demo.yaml as proto fields.
-v1::JobSpec DemoSpec() {
-  v1::JobSpec spec;
+trainer::v1::JobSpec DemoSpec() {
+  trainer::v1::JobSpec spec;
   spec.set_display_name("addition-grpo-r3");
   spec.mutable_task()->set_name("addition");
   (*spec.mutable_task()->mutable_params())["digits"] = "1";
   spec.set_base_model_path(".tandem/base_model_addition1.safetensors");
   spec.mutable_lora()->set_rank(8);
   spec.mutable_lora()->set_alpha(16);
-  spec.set_algorithm(v1::ALGORITHM_GRPO);
+  spec.set_algorithm(trainer::v1::ALGORITHM_GRPO);
   spec.mutable_algorithm_config()->set_learning_rate(0.005);
   spec.mutable_algorithm_config()->set_max_grad_norm(1.0);
-  spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_R3);
-  spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_TOKEN_TIS);
+  spec.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_R3);
+  spec.mutable_is_correction()->set_mode(trainer::v1::IS_CORRECTION_MODE_TOKEN_TIS);
   spec.set_prompts_per_step(64);
   spec.set_group_size(8);
   spec.set_num_steps(100);
@@ -57,17 +57,17 @@ v1::JobSpec DemoSpec() {
   return spec;
 }
 
-absl::StatusOr<v1::JobSpec> Resolve(const v1::JobSpec& spec) {
+absl::StatusOr<trainer::v1::JobSpec> Resolve(const trainer::v1::JobSpec& spec) {
   return ResolveJobSpec(spec, kJobId, kOutputDir);
 }
 
-absl::Status ResolveStatus(const v1::JobSpec& spec) { return Resolve(spec).status(); }
+absl::Status ResolveStatus(const trainer::v1::JobSpec& spec) { return Resolve(spec).status(); }
 
 // The resolved spec; an empty one (and a failure) when the spec is rejected.
-v1::JobSpec ResolveOk(const v1::JobSpec& spec) {
-  absl::StatusOr<v1::JobSpec> resolved = Resolve(spec);
+trainer::v1::JobSpec ResolveOk(const trainer::v1::JobSpec& spec) {
+  absl::StatusOr<trainer::v1::JobSpec> resolved = Resolve(spec);
   EXPECT_TRUE(resolved.ok()) << resolved.status();
-  return resolved.ok() ? *std::move(resolved) : v1::JobSpec();
+  return resolved.ok() ? *std::move(resolved) : trainer::v1::JobSpec();
 }
 
 MATCHER_P(IsInvalidArgumentWith, message, "") {
@@ -84,18 +84,18 @@ TEST(ResolveJobSpecTest, TheMinimalSpecIsAccepted) {
 }
 
 TEST(ResolveJobSpecTest, TheDemoJobIsAcceptedWithItsValuesKept) {
-  const v1::JobSpec resolved = ResolveOk(DemoSpec());
+  const trainer::v1::JobSpec resolved = ResolveOk(DemoSpec());
   EXPECT_EQ(resolved.display_name(), "addition-grpo-r3");
   EXPECT_EQ(resolved.task().name(), "addition");
   EXPECT_EQ(resolved.task().params().at("digits"), "1");
   EXPECT_EQ(resolved.base_model_path(), ".tandem/base_model_addition1.safetensors");
   EXPECT_EQ(resolved.lora().rank(), 8);
   EXPECT_FLOAT_EQ(resolved.lora().alpha(), 16);
-  EXPECT_EQ(resolved.algorithm(), v1::ALGORITHM_GRPO);
+  EXPECT_EQ(resolved.algorithm(), trainer::v1::ALGORITHM_GRPO);
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().learning_rate(), 0.005);
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().max_grad_norm(), 1.0);
-  EXPECT_EQ(resolved.routing_replay(), v1::ROUTING_REPLAY_MODE_R3);
-  EXPECT_EQ(resolved.is_correction().mode(), v1::IS_CORRECTION_MODE_TOKEN_TIS);
+  EXPECT_EQ(resolved.routing_replay(), trainer::v1::ROUTING_REPLAY_MODE_R3);
+  EXPECT_EQ(resolved.is_correction().mode(), trainer::v1::IS_CORRECTION_MODE_TOKEN_TIS);
   EXPECT_EQ(resolved.prompts_per_step(), 64);
   EXPECT_EQ(resolved.group_size(), 8);
   EXPECT_EQ(resolved.num_steps(), 100);
@@ -110,27 +110,27 @@ TEST(ResolveJobSpecTest, TheDemoJobIsAcceptedWithItsValuesKept) {
 
 TEST(ResolveJobSpecTest, EveryBuiltInTaskIsAccepted) {
   for (const char* name : {"addition", "reverse", "sort"}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_task()->set_name(name);
     EXPECT_TRUE(ResolveStatus(spec).ok()) << name << ": " << ResolveStatus(spec);
   }
 }
 
 TEST(ResolveJobSpecTest, ADatasetWithExactMatchIsAccepted) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_dataset()->set_path("/data/prompts.jsonl");
   spec.mutable_dataset()->set_verifier("exact_match");
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
 TEST(ResolveJobSpecTest, DrGrpoIsAccepted) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.set_algorithm(v1::ALGORITHM_DR_GRPO);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.set_algorithm(trainer::v1::ALGORITHM_DR_GRPO);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
 TEST(ResolveJobSpecTest, RangeLimitsAreInclusive) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.set_display_name(std::string(256, 'x'));
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
   spec = MinimalValidSpec();
@@ -151,7 +151,7 @@ TEST(ResolveJobSpecTest, RangeLimitsAreInclusive) {
 }
 
 TEST(ResolveJobSpecTest, ResolvingAResolvedSpecChangesNothing) {
-  const v1::JobSpec resolved = ResolveOk(DemoSpec());
+  const trainer::v1::JobSpec resolved = ResolveOk(DemoSpec());
   EXPECT_EQ(ResolveOk(resolved).DebugString(), resolved.DebugString());
 }
 
@@ -159,25 +159,25 @@ TEST(ResolveJobSpecTest, ResolvingAResolvedSpecChangesNothing) {
 // data: task or dataset.
 
 TEST(ResolveJobSpecTest, TaskOrDatasetIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.clear_task();
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.task or dataset is required"));
 }
 
 TEST(ResolveJobSpecTest, UnknownTaskIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_task()->set_name("chess");
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.task: unknown task \"chess\""));
 }
 
 TEST(ResolveJobSpecTest, UnknownTaskParamIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   (*spec.mutable_task()->mutable_params())["width"] = "3";
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.task.params: unknown key 'width'"));
 }
 
 TEST(ResolveJobSpecTest, NonNumericTaskDigitsAreRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   (*spec.mutable_task()->mutable_params())["digits"] = "many";
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.task.params.digits: 'many' is not a number"));
@@ -185,7 +185,7 @@ TEST(ResolveJobSpecTest, NonNumericTaskDigitsAreRejected) {
 
 TEST(ResolveJobSpecTest, TaskDigitsOutsideOneToNineAreRejected) {
   for (const char* digits : {"0", "10"}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     (*spec.mutable_task()->mutable_params())["digits"] = digits;
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith(std::string("spec.task: task digits = ") + digits +
@@ -194,13 +194,13 @@ TEST(ResolveJobSpecTest, TaskDigitsOutsideOneToNineAreRejected) {
 }
 
 TEST(ResolveJobSpecTest, DatasetPathIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_dataset()->set_verifier("exact_match");
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.dataset.path is required"));
 }
 
 TEST(ResolveJobSpecTest, UnknownDatasetVerifierIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_dataset()->set_path("/data/prompts.jsonl");
   spec.mutable_dataset()->set_verifier("fuzzy");
   EXPECT_THAT(
@@ -209,7 +209,7 @@ TEST(ResolveJobSpecTest, UnknownDatasetVerifierIsRejected) {
 }
 
 TEST(ResolveJobSpecTest, DatasetVerifierIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_dataset()->set_path("/data/prompts.jsonl");
   EXPECT_THAT(
       ResolveStatus(spec),
@@ -220,21 +220,21 @@ TEST(ResolveJobSpecTest, DatasetVerifierIsRequired) {
 // Sizes and required scalars.
 
 TEST(ResolveJobSpecTest, DisplayNameOver256BytesIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.set_display_name(std::string(257, 'x'));
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.display_name has 257 bytes; at most 256"));
 }
 
 TEST(ResolveJobSpecTest, BaseModelPathIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.clear_base_model_path();
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.base_model_path is required"));
 }
 
 TEST(ResolveJobSpecTest, PromptsPerStepMustBeInOneTo65536) {
   for (int prompts : {0, -1, 65537}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.set_prompts_per_step(prompts);
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith("spec.prompts_per_step must be in 1..65536"))
@@ -244,7 +244,7 @@ TEST(ResolveJobSpecTest, PromptsPerStepMustBeInOneTo65536) {
 
 TEST(ResolveJobSpecTest, GroupSizeMustBeInOneTo256) {
   for (int group : {0, -1, 257}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.set_group_size(group);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.group_size must be in 1..256"))
         << group;
@@ -253,7 +253,7 @@ TEST(ResolveJobSpecTest, GroupSizeMustBeInOneTo256) {
 
 TEST(ResolveJobSpecTest, NumStepsMustBeInOneToTenMillion) {
   for (int64_t steps : {int64_t{0}, int64_t{-1}, int64_t{10'000'001}}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.set_num_steps(steps);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.num_steps must be in 1..10^7"))
         << steps;
@@ -262,7 +262,7 @@ TEST(ResolveJobSpecTest, NumStepsMustBeInOneToTenMillion) {
 
 TEST(ResolveJobSpecTest, MicroBatchSizeOutOfRangeIsRejected) {
   for (int size : {-1, 65537, std::numeric_limits<int32_t>::max()}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.set_micro_batch_size(size);
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith(
@@ -271,7 +271,7 @@ TEST(ResolveJobSpecTest, MicroBatchSizeOutOfRangeIsRejected) {
 }
 
 TEST(ResolveJobSpecTest, SamplingMaxNewTokensIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.clear_sampling();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.sampling.max_new_tokens is 0; must be >= 1"));
@@ -282,7 +282,7 @@ TEST(ResolveJobSpecTest, SamplingMaxNewTokensIsRequired) {
 }
 
 TEST(ResolveJobSpecTest, NegativeCheckpointEveryIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.set_checkpoint_every(-1);
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.checkpoint_every must be >= 0"));
 }
@@ -291,17 +291,17 @@ TEST(ResolveJobSpecTest, NegativeCheckpointEveryIsRejected) {
 // algorithm and algorithm_config.
 
 TEST(ResolveJobSpecTest, AlgorithmIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.clear_algorithm();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm is required (GRPO, DR_GRPO or PPO)"));
 }
 
 TEST(ResolveJobSpecTest, PpoTakesGroupsOfOneWhitensByDefaultAndDefaultsItsValueLoss) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.set_algorithm(v1::ALGORITHM_PPO);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.set_algorithm(trainer::v1::ALGORITHM_PPO);
   spec.set_group_size(1);
-  absl::StatusOr<v1::JobSpec> resolved = Resolve(spec);
+  absl::StatusOr<trainer::v1::JobSpec> resolved = Resolve(spec);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_TRUE(resolved->algorithm_config().whiten_advantages());
   EXPECT_EQ(resolved->algorithm_config().value_loss_coef(), 0.1);
@@ -317,8 +317,8 @@ TEST(ResolveJobSpecTest, PpoTakesGroupsOfOneWhitensByDefaultAndDefaultsItsValueL
 }
 
 TEST(ResolveJobSpecTest, ValueLossSettingsMustBeNonNegativeAndFinite) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.set_algorithm(v1::ALGORITHM_PPO);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.set_algorithm(trainer::v1::ALGORITHM_PPO);
   spec.mutable_algorithm_config()->set_value_loss_coef(-0.5);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith(
@@ -336,15 +336,15 @@ TEST(ResolveJobSpecTest, ValueLossSettingsMustBeNonNegativeAndFinite) {
 }
 
 TEST(ResolveJobSpecTest, GroupSizeBelowTwoIsRejectedForGrpo) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.set_group_size(1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.group_size: ALGORITHM_GRPO needs >= 2"));
 }
 
 TEST(ResolveJobSpecTest, GroupSizeBelowTwoIsRejectedForDrGrpo) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.set_algorithm(v1::ALGORITHM_DR_GRPO);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.set_algorithm(trainer::v1::ALGORITHM_DR_GRPO);
   spec.set_group_size(1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.group_size: ALGORITHM_DR_GRPO needs >= 2"));
@@ -352,7 +352,7 @@ TEST(ResolveJobSpecTest, GroupSizeBelowTwoIsRejectedForDrGrpo) {
 
 TEST(ResolveJobSpecTest, LearningRateMustBePositiveAndFinite) {
   for (double rate : {0.0, -1e-3, kNan, kInfinity}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_learning_rate(rate);
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith("spec.algorithm_config.learning_rate is "))
@@ -362,10 +362,10 @@ TEST(ResolveJobSpecTest, LearningRateMustBePositiveAndFinite) {
 
 TEST(ResolveJobSpecTest, TheLearningRateScheduleDefaultsToConstantAndIsChecked) {
   EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().lr_schedule().decay(),
-            v1::LR_DECAY_CONSTANT);
-  v1::JobSpec spec = MinimalValidSpec();
-  v1::LearningRateSchedule& schedule = *spec.mutable_algorithm_config()->mutable_lr_schedule();
-  schedule.set_decay(v1::LR_DECAY_COSINE);
+            trainer::v1::LR_DECAY_CONSTANT);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::LearningRateSchedule& schedule = *spec.mutable_algorithm_config()->mutable_lr_schedule();
+  schedule.set_decay(trainer::v1::LR_DECAY_COSINE);
   schedule.set_warmup_updates(spec.num_steps());
   schedule.set_min_lr_ratio(0.1);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
@@ -377,26 +377,26 @@ TEST(ResolveJobSpecTest, TheLearningRateScheduleDefaultsToConstantAndIsChecked) 
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.lr_schedule.min_lr_ratio is 1.5"));
   schedule.set_min_lr_ratio(0);
-  schedule.set_decay(static_cast<v1::LrDecay>(9));
+  schedule.set_decay(static_cast<trainer::v1::LrDecay>(9));
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.lr_schedule.decay"));
 }
 
 TEST(ResolveJobSpecTest, AlgorithmConfigIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.clear_algorithm_config();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.learning_rate is "));
 }
 
 TEST(ResolveJobSpecTest, NegativeWeightDecayIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_weight_decay(-0.1);
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.algorithm_config.weight_decay is "));
 }
 
 TEST(ResolveJobSpecTest, NegativeMaxGradNormIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_max_grad_norm(-1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.max_grad_norm is "));
@@ -404,14 +404,14 @@ TEST(ResolveJobSpecTest, NegativeMaxGradNormIsRejected) {
 
 TEST(ResolveJobSpecTest, ClipEpsLowMustBeInZeroToOne) {
   for (double eps : {-0.1, 1.0, 1.5}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_clip_eps_low(eps);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("; must be in [0, 1)")) << eps;
   }
 }
 
 TEST(ResolveJobSpecTest, NegativeClipEpsHighIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_clip_eps_high(-0.1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.clip_eps_high is "));
@@ -419,7 +419,7 @@ TEST(ResolveJobSpecTest, NegativeClipEpsHighIsRejected) {
 
 TEST(ResolveJobSpecTest, DualClipCMustExceedOneUnlessZero) {
   for (double c : {1.0, 0.5, -2.0}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_dual_clip_c(c);
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith("must be > 1 and finite (or 0 to disable)"))
@@ -428,14 +428,14 @@ TEST(ResolveJobSpecTest, DualClipCMustExceedOneUnlessZero) {
 }
 
 TEST(ResolveJobSpecTest, NegativeKlCoefIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_kl_coef(-0.01);
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.algorithm_config.kl_coef is "));
 }
 
 TEST(ResolveJobSpecTest, GammaMustBeInZeroToOne) {
   for (double gamma : {-0.1, 1.5}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_gamma(gamma);
     EXPECT_THAT(
         ResolveStatus(spec),
@@ -446,7 +446,7 @@ TEST(ResolveJobSpecTest, GammaMustBeInZeroToOne) {
 
 TEST(ResolveJobSpecTest, GaeLambdaMustBeInZeroToOne) {
   for (double lambda : {-0.1, 1.5}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_algorithm_config()->set_gae_lambda(lambda);
     EXPECT_THAT(
         ResolveStatus(spec),
@@ -456,7 +456,7 @@ TEST(ResolveJobSpecTest, GaeLambdaMustBeInZeroToOne) {
 }
 
 TEST(ResolveJobSpecTest, NegativeUpdatesPerStepIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_updates_per_step(-1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.updates_per_step must be >= 1 and "
@@ -464,7 +464,7 @@ TEST(ResolveJobSpecTest, NegativeUpdatesPerStepIsRejected) {
 }
 
 TEST(ResolveJobSpecTest, UpdatesPerStepMustDividePromptsPerStep) {
-  v1::JobSpec spec = MinimalValidSpec();  // prompts_per_step 4
+  trainer::v1::JobSpec spec = MinimalValidSpec();  // prompts_per_step 4
   spec.mutable_algorithm_config()->set_updates_per_step(3);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.algorithm_config.updates_per_step must be >= 1 and "
@@ -477,23 +477,23 @@ TEST(ResolveJobSpecTest, UpdatesPerStepMustDividePromptsPerStep) {
 // is_correction.
 
 TEST(ResolveJobSpecTest, IsCorrectionUpperBoundMustBePositive) {
-  for (v1::IsCorrectionMode mode :
-       {v1::IS_CORRECTION_MODE_UNSPECIFIED, v1::IS_CORRECTION_MODE_TOKEN_TIS,
-        v1::IS_CORRECTION_MODE_ICEPOP}) {
+  for (trainer::v1::IsCorrectionMode mode :
+       {trainer::v1::IS_CORRECTION_MODE_UNSPECIFIED, trainer::v1::IS_CORRECTION_MODE_TOKEN_TIS,
+        trainer::v1::IS_CORRECTION_MODE_ICEPOP}) {
     for (double upper : {-1.0, 0.0}) {
-      v1::JobSpec spec = MinimalValidSpec();
+      trainer::v1::JobSpec spec = MinimalValidSpec();
       spec.mutable_is_correction()->set_mode(mode);
       spec.mutable_is_correction()->set_upper_bound(upper);
       EXPECT_THAT(ResolveStatus(spec),
                   IsInvalidArgumentWith("spec.is_correction: need upper_bound > 0, "
                                         "lower_bound >= 0, upper >= lower"))
-          << v1::IsCorrectionMode_Name(mode) << " " << upper;
+          << trainer::v1::IsCorrectionMode_Name(mode) << " " << upper;
     }
   }
 }
 
 TEST(ResolveJobSpecTest, IsCorrectionNegativeLowerBoundIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_is_correction()->set_lower_bound(-0.1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.is_correction: need upper_bound > 0, lower_bound >= 0, "
@@ -501,8 +501,8 @@ TEST(ResolveJobSpecTest, IsCorrectionNegativeLowerBoundIsRejected) {
 }
 
 TEST(ResolveJobSpecTest, IsCorrectionUpperBelowLowerIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_REJECTION);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_is_correction()->set_mode(trainer::v1::IS_CORRECTION_MODE_REJECTION);
   spec.mutable_is_correction()->set_upper_bound(1.0);
   spec.mutable_is_correction()->set_lower_bound(1.5);
   EXPECT_THAT(ResolveStatus(spec),
@@ -516,84 +516,84 @@ TEST(ResolveJobSpecTest, IsCorrectionUpperBelowLowerIsRejected) {
 // sync_mode, max_staleness and endpoints.
 
 TEST(ResolveJobSpecTest, MaxStalenessMustBeZeroInSync) {
-  for (v1::SyncMode mode : {v1::SYNC_MODE_UNSPECIFIED, v1::SYNC_MODE_SYNC}) {
+  for (trainer::v1::SyncMode mode : {trainer::v1::SYNC_MODE_UNSPECIFIED, trainer::v1::SYNC_MODE_SYNC}) {
     for (int staleness : {2, -1}) {
-      v1::JobSpec spec = MinimalValidSpec();
+      trainer::v1::JobSpec spec = MinimalValidSpec();
       spec.set_sync_mode(mode);
       spec.set_max_staleness(staleness);
       EXPECT_THAT(ResolveStatus(spec),
                   IsInvalidArgumentWith("spec.max_staleness must be 0 in SYNC"))
-          << v1::SyncMode_Name(mode) << " " << staleness;
+          << trainer::v1::SyncMode_Name(mode) << " " << staleness;
     }
   }
 }
 
 TEST(ResolveJobSpecTest, MaxStalenessMustBeInOneToSixteenInAsync) {
   for (int staleness : {17, -1}) {
-    v1::JobSpec spec = MinimalValidSpec();
-    spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+    trainer::v1::JobSpec spec = MinimalValidSpec();
+    spec.set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
     spec.set_max_staleness(staleness);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.max_staleness must be in 1..16"))
         << staleness;
   }
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
   spec.set_max_staleness(16);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
 TEST(ResolveJobSpecTest, PartialRolloutsNeedAsync) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.set_partial_rollouts(true);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.partial_rollouts needs sync_mode ASYNC (in SYNC no "
                                     "version is published while samples generate)"));
-  spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+  spec.set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
 TEST(ResolveJobSpecTest, RolloutEndpointIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->clear_rollout();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.endpoints.rollout: 1..256 addresses required"));
 }
 
 TEST(ResolveJobSpecTest, MoreThan256RolloutEndpointsAreRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   for (int i = 0; i < 256; ++i) spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.endpoints.rollout: 1..256 addresses required"));
 }
 
 TEST(ResolveJobSpecTest, EmptyRolloutAddressIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->add_rollout("");
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.endpoints.rollout: empty address"));
 }
 
 TEST(ResolveJobSpecTest, WeightStoreEndpointIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->clear_weight_store();
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.endpoints.weight_store is required"));
 }
 
 TEST(ResolveJobSpecTest, RouterReplayEndpointIsRequiredForR3) {
-  for (v1::RoutingReplayMode mode :
-       {v1::ROUTING_REPLAY_MODE_UNSPECIFIED, v1::ROUTING_REPLAY_MODE_R3}) {
-    v1::JobSpec spec = MinimalValidSpec();
+  for (trainer::v1::RoutingReplayMode mode :
+       {trainer::v1::ROUTING_REPLAY_MODE_UNSPECIFIED, trainer::v1::ROUTING_REPLAY_MODE_R3}) {
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.set_routing_replay(mode);
     spec.mutable_endpoints()->clear_router_replay();
     EXPECT_THAT(ResolveStatus(spec),
                 IsInvalidArgumentWith("spec.endpoints.router_replay: required for R3"))
-        << v1::RoutingReplayMode_Name(mode);
+        << trainer::v1::RoutingReplayMode_Name(mode);
   }
 }
 
 // Endpoints as the Helm chart gives them to the trainer.
-v1::ServiceEndpoints TrainerDefaults() {
-  v1::ServiceEndpoints defaults;
+trainer::v1::ServiceEndpoints TrainerDefaults() {
+  trainer::v1::ServiceEndpoints defaults;
   defaults.set_rollout_service("tandem-rollout-headless:50052");
   defaults.set_weight_store("tandem-weight-store:50053");
   defaults.set_router_replay("tandem-router-replay:50054");
@@ -601,18 +601,18 @@ v1::ServiceEndpoints TrainerDefaults() {
 }
 
 TEST(ResolveJobSpecTest, EmptyEndpointsTakeTheTrainersDefaults) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.clear_endpoints();
-  const v1::ServiceEndpoints defaults = TrainerDefaults();
+  const trainer::v1::ServiceEndpoints defaults = TrainerDefaults();
   auto resolved = ResolveJobSpec(spec, kJobId, kOutputDir, defaults);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_EQ(resolved->endpoints().SerializeAsString(), defaults.SerializeAsString());
 }
 
 TEST(ResolveJobSpecTest, WhatTheSpecNamesWinsFieldByField) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->clear_router_replay();
-  const v1::ServiceEndpoints defaults = TrainerDefaults();
+  const trainer::v1::ServiceEndpoints defaults = TrainerDefaults();
   auto resolved = ResolveJobSpec(spec, kJobId, kOutputDir, defaults);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   // The spec's rollout list replaces the default Service; its weight-store stays.
@@ -623,14 +623,14 @@ TEST(ResolveJobSpecTest, WhatTheSpecNamesWinsFieldByField) {
 }
 
 TEST(ResolveJobSpecTest, ARolloutServiceReplacesTheRolloutList) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->clear_rollout();
   spec.mutable_endpoints()->set_rollout_service("rollout-headless:50052");
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
 TEST(ResolveJobSpecTest, RolloutAndRolloutServiceAreExclusive) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_endpoints()->set_rollout_service("rollout-headless:50052");
   EXPECT_THAT(
       ResolveStatus(spec),
@@ -639,7 +639,7 @@ TEST(ResolveJobSpecTest, RolloutAndRolloutServiceAreExclusive) {
 
 TEST(ResolveJobSpecTest, ARolloutServiceNeedsAPort) {
   for (const char* service : {"rollout-headless", "rollout-headless:0", ":50052"}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_endpoints()->clear_rollout();
     spec.mutable_endpoints()->set_rollout_service(service);
     const absl::Status status = ResolveStatus(spec);
@@ -651,12 +651,12 @@ TEST(ResolveJobSpecTest, ARolloutServiceNeedsAPort) {
 }
 
 TEST(ResolveJobSpecTest, RouterReplayEndpointIsOptionalWithoutR3) {
-  for (v1::RoutingReplayMode mode : {v1::ROUTING_REPLAY_MODE_OFF, v1::ROUTING_REPLAY_MODE_R2}) {
-    v1::JobSpec spec = MinimalValidSpec();
+  for (trainer::v1::RoutingReplayMode mode : {trainer::v1::ROUTING_REPLAY_MODE_OFF, trainer::v1::ROUTING_REPLAY_MODE_R2}) {
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.set_routing_replay(mode);
     spec.mutable_endpoints()->clear_router_replay();
     EXPECT_TRUE(ResolveStatus(spec).ok())
-        << v1::RoutingReplayMode_Name(mode) << ": " << ResolveStatus(spec);
+        << trainer::v1::RoutingReplayMode_Name(mode) << ": " << ResolveStatus(spec);
   }
 }
 
@@ -664,7 +664,7 @@ TEST(ResolveJobSpecTest, RouterReplayEndpointIsOptionalWithoutR3) {
 // lora.
 
 TEST(ResolveJobSpecTest, LoraRankIsRequired) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.clear_lora();
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.lora.rank is required"));
   for (int rank : {0, -1}) {
@@ -675,14 +675,14 @@ TEST(ResolveJobSpecTest, LoraRankIsRequired) {
 }
 
 TEST(ResolveJobSpecTest, LoraRankAbove1024IsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->set_rank(1025);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.lora: lora.rank: 1025 not in 1..1024"));
 }
 
 TEST(ResolveJobSpecTest, NegativeOrNonFiniteLoraAlphaIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->set_alpha(-1);
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.lora: lora.alpha: -1 < 0 or not finite"));
@@ -692,21 +692,21 @@ TEST(ResolveJobSpecTest, NegativeOrNonFiniteLoraAlphaIsRejected) {
 
 TEST(ResolveJobSpecTest, LoraDropoutMustBeInZeroToOne) {
   for (float dropout : {1.0f, -0.5f}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_lora()->set_dropout(dropout);
     EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.lora: lora.dropout: ")) << dropout;
   }
 }
 
 TEST(ResolveJobSpecTest, ExpertLayoutOutsideTheEnumIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_lora()->set_expert_layout(static_cast<v1::ExpertLayout>(99));
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_lora()->set_expert_layout(static_cast<type::v1::ExpertLayout>(99));
   EXPECT_THAT(ResolveStatus(spec),
               IsInvalidArgumentWith("spec.lora: lora.expert_layout: 99 is not a layout"));
 }
 
 TEST(ResolveJobSpecTest, UnknownLoraTargetModuleIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->add_target_modules("router");
   EXPECT_THAT(
       ResolveStatus(spec),
@@ -714,7 +714,7 @@ TEST(ResolveJobSpecTest, UnknownLoraTargetModuleIsRejected) {
 }
 
 TEST(ResolveJobSpecTest, DuplicateLoraTargetModuleIsRejected) {
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->add_target_modules("q_proj");
   spec.mutable_lora()->add_target_modules("q_proj");
   EXPECT_THAT(ResolveStatus(spec),
@@ -726,48 +726,48 @@ TEST(ResolveJobSpecTest, DuplicateLoraTargetModuleIsRejected) {
 
 TEST(ResolveJobSpecTest, AdapterNameDefaultsToTheJobId) {
   EXPECT_EQ(ResolveOk(MinimalValidSpec()).adapter_name(), kJobId);
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.set_adapter_name("my-adapter");
   EXPECT_EQ(ResolveOk(spec).adapter_name(), "my-adapter");
 }
 
 TEST(ResolveJobSpecTest, OutputDirDefaultsToTheDefaultOutputDir) {
   EXPECT_EQ(ResolveOk(MinimalValidSpec()).output_dir(), kOutputDir);
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.set_output_dir("/scratch/run1");
   EXPECT_EQ(ResolveOk(spec).output_dir(), "/scratch/run1");
 }
 
 TEST(ResolveJobSpecTest, MicroBatchSizeDefaultsToEight) {
   EXPECT_EQ(ResolveOk(MinimalValidSpec()).micro_batch_size(), 8);
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.set_micro_batch_size(3);
   EXPECT_EQ(ResolveOk(spec).micro_batch_size(), 3);
 }
 
 TEST(ResolveJobSpecTest, MaxGradNormDefaultsToOneAndZeroIsKept) {
-  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
+  const trainer::v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_max_grad_norm());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().max_grad_norm(), 1.0);
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_max_grad_norm(0);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().max_grad_norm(), 0.0);
 }
 
 TEST(ResolveJobSpecTest, ClipEpsLowDefaultsToPointTwo) {
-  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
+  const trainer::v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_clip_eps_low());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().clip_eps_low(), 0.2);
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_clip_eps_low(0);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().clip_eps_low(), 0.0);
 }
 
 TEST(ResolveJobSpecTest, ClipEpsHighDefaultsToClipEpsLow) {
-  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
+  const trainer::v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_clip_eps_high());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().clip_eps_high(), 0.2);
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_clip_eps_low(0.1);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().clip_eps_high(), 0.1);
   spec = MinimalValidSpec();
@@ -776,126 +776,126 @@ TEST(ResolveJobSpecTest, ClipEpsHighDefaultsToClipEpsLow) {
 }
 
 TEST(ResolveJobSpecTest, DualClipCDefaultsToThreeAndZeroDisables) {
-  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
+  const trainer::v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_dual_clip_c());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().dual_clip_c(), 3.0);
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_dual_clip_c(0);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().dual_clip_c(), 0.0);
 }
 
 TEST(ResolveJobSpecTest, KlEstimatorDefaultsToK3) {
-  EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().kl_estimator(), v1::KL_ESTIMATOR_K3);
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_algorithm_config()->set_kl_estimator(v1::KL_ESTIMATOR_K1);
-  EXPECT_EQ(ResolveOk(spec).algorithm_config().kl_estimator(), v1::KL_ESTIMATOR_K1);
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().kl_estimator(), trainer::v1::KL_ESTIMATOR_K3);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_algorithm_config()->set_kl_estimator(trainer::v1::KL_ESTIMATOR_K1);
+  EXPECT_EQ(ResolveOk(spec).algorithm_config().kl_estimator(), trainer::v1::KL_ESTIMATOR_K1);
 }
 
 TEST(ResolveJobSpecTest, GammaAndGaeLambdaDefaultToOne) {
-  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
+  const trainer::v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_gamma());
   ASSERT_TRUE(resolved.algorithm_config().has_gae_lambda());
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().gamma(), 1.0);
   EXPECT_DOUBLE_EQ(resolved.algorithm_config().gae_lambda(), 1.0);
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_gamma(0);
   EXPECT_DOUBLE_EQ(ResolveOk(spec).algorithm_config().gamma(), 0.0);
 }
 
 TEST(ResolveJobSpecTest, WhitenAdvantagesDefaultsToFalse) {
-  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
+  const trainer::v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
   ASSERT_TRUE(resolved.algorithm_config().has_whiten_advantages());
   EXPECT_FALSE(resolved.algorithm_config().whiten_advantages());
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_whiten_advantages(true);
   EXPECT_TRUE(ResolveOk(spec).algorithm_config().whiten_advantages());
 }
 
 TEST(ResolveJobSpecTest, LossAggregationDefaultsToTokenMean) {
   EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().loss_aggregation(),
-            v1::LOSS_AGGREGATION_TOKEN_MEAN);
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_algorithm_config()->set_loss_aggregation(v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
+            trainer::v1::LOSS_AGGREGATION_TOKEN_MEAN);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_algorithm_config()->set_loss_aggregation(trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
   EXPECT_EQ(ResolveOk(spec).algorithm_config().loss_aggregation(),
-            v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
+            trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
 }
 
 TEST(ResolveJobSpecTest, UpdatesPerStepDefaultsToOne) {
   EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().updates_per_step(), 1);
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_updates_per_step(4);
   EXPECT_EQ(ResolveOk(spec).algorithm_config().updates_per_step(), 4);
 }
 
 TEST(ResolveJobSpecTest, IsCorrectionDefaultsToNoneWithBoundsTwoAndOneHalf) {
-  const v1::IsCorrection resolved = ResolveOk(MinimalValidSpec()).is_correction();
-  EXPECT_EQ(resolved.mode(), v1::IS_CORRECTION_MODE_NONE);
+  const trainer::v1::IsCorrection resolved = ResolveOk(MinimalValidSpec()).is_correction();
+  EXPECT_EQ(resolved.mode(), trainer::v1::IS_CORRECTION_MODE_NONE);
   ASSERT_TRUE(resolved.has_upper_bound());
   ASSERT_TRUE(resolved.has_lower_bound());
   EXPECT_DOUBLE_EQ(resolved.upper_bound(), 2.0);
   EXPECT_DOUBLE_EQ(resolved.lower_bound(), 0.5);
-  EXPECT_EQ(resolved.rejection_level(), v1::REJECTION_LEVEL_TOKEN);
+  EXPECT_EQ(resolved.rejection_level(), trainer::v1::REJECTION_LEVEL_TOKEN);
 }
 
 TEST(ResolveJobSpecTest, UpperBoundDefaultsToTwoForTisAndRejection) {
-  for (v1::IsCorrectionMode mode :
-       {v1::IS_CORRECTION_MODE_TOKEN_TIS, v1::IS_CORRECTION_MODE_SEQUENCE_TIS,
-        v1::IS_CORRECTION_MODE_REJECTION}) {
-    v1::JobSpec spec = MinimalValidSpec();
+  for (trainer::v1::IsCorrectionMode mode :
+       {trainer::v1::IS_CORRECTION_MODE_TOKEN_TIS, trainer::v1::IS_CORRECTION_MODE_SEQUENCE_TIS,
+        trainer::v1::IS_CORRECTION_MODE_REJECTION}) {
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.mutable_is_correction()->set_mode(mode);
-    const v1::IsCorrection resolved = ResolveOk(spec).is_correction();
+    const trainer::v1::IsCorrection resolved = ResolveOk(spec).is_correction();
     EXPECT_EQ(resolved.mode(), mode);
-    EXPECT_DOUBLE_EQ(resolved.upper_bound(), 2.0) << v1::IsCorrectionMode_Name(mode);
-    EXPECT_DOUBLE_EQ(resolved.lower_bound(), 0.5) << v1::IsCorrectionMode_Name(mode);
+    EXPECT_DOUBLE_EQ(resolved.upper_bound(), 2.0) << trainer::v1::IsCorrectionMode_Name(mode);
+    EXPECT_DOUBLE_EQ(resolved.lower_bound(), 0.5) << trainer::v1::IsCorrectionMode_Name(mode);
   }
 }
 
 TEST(ResolveJobSpecTest, IcepopUpperBoundDefaultsToFive) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_ICEPOP);
-  const v1::IsCorrection resolved = ResolveOk(spec).is_correction();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_is_correction()->set_mode(trainer::v1::IS_CORRECTION_MODE_ICEPOP);
+  const trainer::v1::IsCorrection resolved = ResolveOk(spec).is_correction();
   EXPECT_DOUBLE_EQ(resolved.upper_bound(), 5.0);
   EXPECT_DOUBLE_EQ(resolved.lower_bound(), 0.5);
 }
 
 TEST(ResolveJobSpecTest, ExplicitIsCorrectionValuesAreKept) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_REJECTION);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_is_correction()->set_mode(trainer::v1::IS_CORRECTION_MODE_REJECTION);
   spec.mutable_is_correction()->set_upper_bound(3.0);
   spec.mutable_is_correction()->set_lower_bound(0.25);
-  spec.mutable_is_correction()->set_rejection_level(v1::REJECTION_LEVEL_SEQUENCE);
-  const v1::IsCorrection resolved = ResolveOk(spec).is_correction();
+  spec.mutable_is_correction()->set_rejection_level(trainer::v1::REJECTION_LEVEL_SEQUENCE);
+  const trainer::v1::IsCorrection resolved = ResolveOk(spec).is_correction();
   EXPECT_DOUBLE_EQ(resolved.upper_bound(), 3.0);
   EXPECT_DOUBLE_EQ(resolved.lower_bound(), 0.25);
-  EXPECT_EQ(resolved.rejection_level(), v1::REJECTION_LEVEL_SEQUENCE);
+  EXPECT_EQ(resolved.rejection_level(), trainer::v1::REJECTION_LEVEL_SEQUENCE);
 }
 
 TEST(ResolveJobSpecTest, RoutingReplayDefaultsToR3) {
-  EXPECT_EQ(ResolveOk(MinimalValidSpec()).routing_replay(), v1::ROUTING_REPLAY_MODE_R3);
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.set_routing_replay(v1::ROUTING_REPLAY_MODE_R2);
-  EXPECT_EQ(ResolveOk(spec).routing_replay(), v1::ROUTING_REPLAY_MODE_R2);
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).routing_replay(), trainer::v1::ROUTING_REPLAY_MODE_R3);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_R2);
+  EXPECT_EQ(ResolveOk(spec).routing_replay(), trainer::v1::ROUTING_REPLAY_MODE_R2);
 }
 
 TEST(ResolveJobSpecTest, SyncModeDefaultsToSyncWithStalenessZero) {
-  const v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
-  EXPECT_EQ(resolved.sync_mode(), v1::SYNC_MODE_SYNC);
+  const trainer::v1::JobSpec resolved = ResolveOk(MinimalValidSpec());
+  EXPECT_EQ(resolved.sync_mode(), trainer::v1::SYNC_MODE_SYNC);
   EXPECT_EQ(resolved.max_staleness(), 0);
 }
 
 TEST(ResolveJobSpecTest, MaxStalenessDefaultsToOneInAsync) {
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.set_sync_mode(v1::SYNC_MODE_ASYNC);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
   EXPECT_EQ(ResolveOk(spec).max_staleness(), 1);
   spec.set_max_staleness(4);
   EXPECT_EQ(ResolveOk(spec).max_staleness(), 4);
 }
 
 TEST(ResolveJobSpecTest, ExpertLayoutDefaultsToPerExpert) {
-  EXPECT_EQ(ResolveOk(MinimalValidSpec()).lora().expert_layout(), v1::EXPERT_LAYOUT_PER_EXPERT);
-  v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_SHARED_OUTER);
-  EXPECT_EQ(ResolveOk(spec).lora().expert_layout(), v1::EXPERT_LAYOUT_SHARED_OUTER);
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).lora().expert_layout(), type::v1::EXPERT_LAYOUT_PER_EXPERT);
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.mutable_lora()->set_expert_layout(type::v1::EXPERT_LAYOUT_SHARED_OUTER);
+  EXPECT_EQ(ResolveOk(spec).lora().expert_layout(), type::v1::EXPERT_LAYOUT_SHARED_OUTER);
 }
 
 }  // namespace
@@ -905,26 +905,26 @@ namespace tandem::trainer {
 namespace {
 
 TEST(ResolveJobSpecTest, NanAndInfinityAreRefusedInEveryFloatField) {
-  const std::vector<std::pair<std::string, std::function<void(v1::JobSpec&, double)>>> fields = {
+  const std::vector<std::pair<std::string, std::function<void(trainer::v1::JobSpec&, double)>>> fields = {
       {"weight_decay",
-       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_weight_decay(v); }},
+       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_weight_decay(v); }},
       {"max_grad_norm",
-       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_max_grad_norm(v); }},
+       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_max_grad_norm(v); }},
       {"clip_eps_low",
-       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_low(v); }},
+       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_low(v); }},
       {"clip_eps_high",
-       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_high(v); }},
+       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_high(v); }},
       {"dual_clip_c",
-       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_dual_clip_c(v); }},
-      {"kl_coef", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_kl_coef(v); }},
-      {"gamma", [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gamma(v); }},
+       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_dual_clip_c(v); }},
+      {"kl_coef", [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_kl_coef(v); }},
+      {"gamma", [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gamma(v); }},
       {"gae_lambda",
-       [](v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gae_lambda(v); }},
+       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gae_lambda(v); }},
       {"is_correction",
-       [](v1::JobSpec& s, double v) { s.mutable_is_correction()->set_lower_bound(v); }},
+       [](trainer::v1::JobSpec& s, double v) { s.mutable_is_correction()->set_lower_bound(v); }},
   };
   for (const auto& [field, set] : fields) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     set(spec, std::numeric_limits<double>::quiet_NaN());
     const absl::Status status = ResolveStatus(spec);
     EXPECT_TRUE(absl::IsInvalidArgument(status)) << field << ": " << status;
@@ -932,7 +932,7 @@ TEST(ResolveJobSpecTest, NanAndInfinityAreRefusedInEveryFloatField) {
     EXPECT_THAT(status.message(), HasSubstr("nan"));
   }
   for (const std::string field : {"weight_decay", "kl_coef", "clip_eps_high", "dual_clip_c"}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     for (const auto& [name, set] : fields) {
       if (name == field) set(spec, std::numeric_limits<double>::infinity());
     }
@@ -941,29 +941,29 @@ TEST(ResolveJobSpecTest, NanAndInfinityAreRefusedInEveryFloatField) {
 }
 
 TEST(ResolveJobSpecTest, EnumValuesOutsideTheirEnumAreRefused) {
-  const std::vector<std::pair<std::string, std::function<void(v1::JobSpec&)>>> fields = {
+  const std::vector<std::pair<std::string, std::function<void(trainer::v1::JobSpec&)>>> fields = {
       {"routing_replay",
-       [](v1::JobSpec& s) { s.set_routing_replay(static_cast<v1::RoutingReplayMode>(7)); }},
-      {"sync_mode", [](v1::JobSpec& s) { s.set_sync_mode(static_cast<v1::SyncMode>(7)); }},
+       [](trainer::v1::JobSpec& s) { s.set_routing_replay(static_cast<trainer::v1::RoutingReplayMode>(7)); }},
+      {"sync_mode", [](trainer::v1::JobSpec& s) { s.set_sync_mode(static_cast<trainer::v1::SyncMode>(7)); }},
       {"is_correction.mode",
-       [](v1::JobSpec& s) {
-         s.mutable_is_correction()->set_mode(static_cast<v1::IsCorrectionMode>(9));
+       [](trainer::v1::JobSpec& s) {
+         s.mutable_is_correction()->set_mode(static_cast<trainer::v1::IsCorrectionMode>(9));
        }},
       {"is_correction.rejection_level",
-       [](v1::JobSpec& s) {
-         s.mutable_is_correction()->set_rejection_level(static_cast<v1::RejectionLevel>(9));
+       [](trainer::v1::JobSpec& s) {
+         s.mutable_is_correction()->set_rejection_level(static_cast<trainer::v1::RejectionLevel>(9));
        }},
       {"algorithm_config.kl_estimator",
-       [](v1::JobSpec& s) {
-         s.mutable_algorithm_config()->set_kl_estimator(static_cast<v1::KlEstimator>(9));
+       [](trainer::v1::JobSpec& s) {
+         s.mutable_algorithm_config()->set_kl_estimator(static_cast<trainer::v1::KlEstimator>(9));
        }},
       {"algorithm_config.loss_aggregation",
-       [](v1::JobSpec& s) {
-         s.mutable_algorithm_config()->set_loss_aggregation(static_cast<v1::LossAggregation>(9));
+       [](trainer::v1::JobSpec& s) {
+         s.mutable_algorithm_config()->set_loss_aggregation(static_cast<trainer::v1::LossAggregation>(9));
        }},
   };
   for (const auto& [field, set] : fields) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     set(spec);
     const absl::Status status = ResolveStatus(spec);
     EXPECT_TRUE(absl::IsInvalidArgument(status)) << field << ": " << status;
@@ -973,22 +973,22 @@ TEST(ResolveJobSpecTest, EnumValuesOutsideTheirEnumAreRefused) {
 }
 
 TEST(ResolveJobSpecTest, SamplingFollowsTheRolloutsRulesAtCreateTime) {
-  const std::vector<std::pair<std::string, std::function<void(v1::SamplingParams&)>>> cases = {
-      {"sampling.temperature is 101", [](v1::SamplingParams& p) { p.set_temperature(101); }},
+  const std::vector<std::pair<std::string, std::function<void(type::v1::SamplingParams&)>>> cases = {
+      {"sampling.temperature is 101", [](type::v1::SamplingParams& p) { p.set_temperature(101); }},
       {"sampling.temperature is nan",
-       [](v1::SamplingParams& p) { p.set_temperature(std::nanf("")); }},
-      {"sampling.top_p is 0", [](v1::SamplingParams& p) { p.set_top_p(0); }},
-      {"sampling.top_k is -1", [](v1::SamplingParams& p) { p.set_top_k(-1); }},
-      {"sampling.stop_token_ids: -3", [](v1::SamplingParams& p) { p.add_stop_token_ids(-3); }},
+       [](type::v1::SamplingParams& p) { p.set_temperature(std::nanf("")); }},
+      {"sampling.top_p is 0", [](type::v1::SamplingParams& p) { p.set_top_p(0); }},
+      {"sampling.top_k is -1", [](type::v1::SamplingParams& p) { p.set_top_k(-1); }},
+      {"sampling.stop_token_ids: -3", [](type::v1::SamplingParams& p) { p.add_stop_token_ids(-3); }},
       {"sampling.stop_token_ids has 65",
-       [](v1::SamplingParams& p) {
+       [](type::v1::SamplingParams& p) {
          for (int i = 0; i < 65; ++i) p.add_stop_token_ids(2);
        }},
       // The job seeds each step's sampling from spec.seed: a seed here would be ignored.
-      {"sampling.seed is 5; set spec.seed", [](v1::SamplingParams& p) { p.set_seed(5); }},
+      {"sampling.seed is 5; set spec.seed", [](type::v1::SamplingParams& p) { p.set_seed(5); }},
   };
   for (const auto& [message, set] : cases) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     set(*spec.mutable_sampling());
     const absl::Status status = ResolveStatus(spec);
     EXPECT_TRUE(absl::IsInvalidArgument(status)) << message << ": " << status;
@@ -996,7 +996,7 @@ TEST(ResolveJobSpecTest, SamplingFollowsTheRolloutsRulesAtCreateTime) {
   }
   // The vocabulary is the base model's, checked when the job starts: a Qwen3 job's top_k of 50
   // or stop token 151645 is not judged by the embedded model's 49 tokens.
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_sampling()->set_top_k(50);
   spec.mutable_sampling()->add_stop_token_ids(151645);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
@@ -1005,13 +1005,13 @@ TEST(ResolveJobSpecTest, SamplingFollowsTheRolloutsRulesAtCreateTime) {
 TEST(ResolveJobSpecTest, AdapterNameFollowsTheIdentifierRule) {
   for (const std::string& name :
        {std::string("has space"), std::string("../escape"), std::string(129, 'a')}) {
-    v1::JobSpec spec = MinimalValidSpec();
+    trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.set_adapter_name(name);
     const absl::Status status = ResolveStatus(spec);
     EXPECT_TRUE(absl::IsInvalidArgument(status)) << name;
     EXPECT_THAT(status.message(), HasSubstr("bad spec.adapter_name"));
   }
-  v1::JobSpec spec = MinimalValidSpec();
+  trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.set_adapter_name("team/policy:v2");
   EXPECT_TRUE(ResolveStatus(spec).ok());
 }

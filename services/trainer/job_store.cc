@@ -29,7 +29,7 @@ absl::Status SyncPath(const std::string& path, int flags) {
 
 // Moves a damaged record aside and stands in a FAILED job of its id, so clients see what
 // happened instead of the trainer refusing to start.
-absl::StatusOr<v1::Job> Quarantine(const std::string& path, const std::string& job_id,
+absl::StatusOr<trainer::v1::Job> Quarantine(const std::string& path, const std::string& job_id,
                                    const absl::Status& problem) {
   const std::string aside = path + ".corrupt";
   std::error_code error;
@@ -39,9 +39,9 @@ absl::StatusOr<v1::Job> Quarantine(const std::string& path, const std::string& j
                                             ") and cannot be moved aside: ", error.message()));
   }
   spdlog::error("job record {} is corrupt ({}); moved to {}", path, problem.message(), aside);
-  v1::Job job;
+  trainer::v1::Job job;
   job.set_id(job_id);
-  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_state(trainer::v1::JOB_STATE_FAILED);
   job.set_error_message(absl::StrCat("the trainer's record of this job was corrupt (",
                                      problem.message(), ") and is kept at ", aside));
   *job.mutable_update_time() = NowTimestamp();
@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir)
       // Unreadable (permissions, I/O) is not corrupt: nothing is quarantined on a bad day.
       return ErrnoStatus("read", path);
     }
-    absl::StatusOr<v1::Job> job = v1::Job();
+    absl::StatusOr<trainer::v1::Job> job = trainer::v1::Job();
     if (absl::Status status = DecodeChecksummed(kMagic, contents.str(), *job); !status.ok()) {
       job = status;
     }
@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir)
     if (job.ok()) {
       store->loaded_.push_back(*std::move(job));
     } else {
-      absl::StatusOr<v1::Job> failed = Quarantine(path, id, job.status());
+      absl::StatusOr<trainer::v1::Job> failed = Quarantine(path, id, job.status());
       if (!failed.ok()) return failed.status();
       if (absl::Status status = store->Put(*failed); !status.ok()) return status;
       store->loaded_.push_back(*std::move(failed));
@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir)
   return store;
 }
 
-absl::Status JobStore::Put(const v1::Job& job) {
+absl::Status JobStore::Put(const trainer::v1::Job& job) {
   const std::string path = absl::StrCat(dir_, "/", job.id(), ".binpb");
   const std::string temporary = path + ".tmp";
   {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tandem/v1/trainer.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem::trainer {
 
@@ -20,15 +20,15 @@ class JobStore {
   // of that id whose error_message says so: a damaged record never stops the trainer.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& dir);
 
-  const std::vector<v1::Job>& loaded() const { return loaded_; }
+  const std::vector<trainer::v1::Job>& loaded() const { return loaded_; }
   // Errors name the path; a full disk is RESOURCE_EXHAUSTED.
-  absl::Status Put(const v1::Job& job);
+  absl::Status Put(const trainer::v1::Job& job);
 
  private:
   explicit JobStore(std::string dir) : dir_(std::move(dir)) {}
 
   const std::string dir_;
-  std::vector<v1::Job> loaded_;
+  std::vector<trainer::v1::Job> loaded_;
 };
 
 }  // namespace tandem::trainer

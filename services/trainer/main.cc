@@ -62,8 +62,8 @@ ABSL_FLAG(absl::Duration, rank_phase_timeout, absl::Minutes(15),
 
 namespace {
 
-absl::StatusOr<tandem::v1::ServiceEndpoints> DefaultEndpointsFromFlags() {
-  tandem::v1::ServiceEndpoints defaults;
+absl::StatusOr<tandem::trainer::v1::ServiceEndpoints> DefaultEndpointsFromFlags() {
+  tandem::trainer::v1::ServiceEndpoints defaults;
   for (const std::string& address : absl::GetFlag(FLAGS_rollout)) defaults.add_rollout(address);
   defaults.set_rollout_service(absl::GetFlag(FLAGS_rollout_service));
   defaults.set_weight_store(absl::GetFlag(FLAGS_weight_store));
@@ -121,14 +121,14 @@ absl::Status CheckRankFlags() {
 absl::StatusOr<std::vector<tandem::HostedService>> JoinRankZero(
     int rank, const tandem::trainer::JobEnvironment& environment) {
   auto channel = tandem::CreateChannel({.target = absl::GetFlag(FLAGS_rank0),
-                                        .service_name = "tandem.v1.TrainerRanksService",
+                                        .service_name = "tandem.internal.v1.TrainerRanksService",
                                         .auth_token = environment.auth_token,
                                         .tls = environment.tls});
   if (!channel.ok()) return channel.status();
   // Runs for the life of the process; destroyed at exit, which ends its job at the next phase.
   static std::unique_ptr<tandem::trainer::RankWorker> worker;
   worker = std::make_unique<tandem::trainer::RankWorker>(
-      rank, tandem::v1::TrainerRanksService::NewStub(*channel), environment);
+      rank, tandem::internal::v1::TrainerRanksService::NewStub(*channel), environment);
   spdlog::info("trainer rank {} of {}: joining the jobs of rank 0 at {}", rank,
                absl::GetFlag(FLAGS_ranks), absl::GetFlag(FLAGS_rank0));
   return std::vector<tandem::HostedService>();
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
          if (!default_endpoints.ok()) return default_endpoints.status();
          auto jobs = tandem::trainer::JobManager::Open(
              absl::GetFlag(FLAGS_data_dir),
-             [environment](const tandem::v1::Job& job, const tandem::trainer::JobProgress& progress,
+             [environment](const tandem::trainer::v1::Job& job, const tandem::trainer::JobProgress& progress,
                            const std::atomic<bool>& cancelled) {
                return tandem::trainer::RunJob(job, environment, progress, cancelled);
              },
@@ -199,9 +199,9 @@ int main(int argc, char** argv) {
          auto service = std::make_unique<tandem::trainer::JobServiceImpl>(*std::move(jobs));
          tandem::trainer::JobServiceImpl* raw = service.get();
          std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.v1.JobService", std::move(service), /*ready=*/nullptr,
+         services.push_back({"tandem.trainer.v1.JobService", std::move(service), /*ready=*/nullptr,
                              [raw] { raw->Drain(); }});
-         services.push_back({"tandem.v1.TrainerRanksService",
+         services.push_back({"tandem.internal.v1.TrainerRanksService",
                              std::make_unique<tandem::trainer::TrainerRanksServiceImpl>(
                                  *communicator_ids, *rendezvous, *roster)});
          return services;

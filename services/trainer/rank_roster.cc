@@ -18,7 +18,7 @@ std::string WaitingMessage(const std::vector<int>& missing, int members) {
 
 }  // namespace
 
-absl::Status RankRoster::Post(const v1::GetAssignmentResponse& assignment, int members) {
+absl::Status RankRoster::Post(const internal::v1::GetAssignmentResponse& assignment, int members) {
   if (members < 1 || members > ranks()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a job on ", members, " trainer ranks; this trainer deployment has ", ranks()));
@@ -31,7 +31,7 @@ absl::Status RankRoster::Post(const v1::GetAssignmentResponse& assignment, int m
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::GetAssignmentResponse> RankRoster::Take(int rank) {
+absl::StatusOr<internal::v1::GetAssignmentResponse> RankRoster::Take(int rank) {
   if (rank < 1 || rank >= ranks()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is not a joining rank of this trainer deployment (ranks 1..",

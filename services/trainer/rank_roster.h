@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "tandem/v1/trainer_ranks.pb.h"
+#include "tandem/internal/v1/trainer_ranks.pb.h"
 
 namespace tandem::trainer {
 
@@ -26,10 +26,10 @@ class RankRoster {
 
   // Posts `assignment` (its group, job, start) for ranks 1..members-1, each with its own
   // data_parallel_rank, replacing what they had. INVALID_ARGUMENT unless 1 <= members <= ranks().
-  absl::Status Post(const v1::GetAssignmentResponse& assignment, int members);
+  absl::Status Post(const internal::v1::GetAssignmentResponse& assignment, int members);
   // Rank `rank`'s assignment, which it takes by asking. INVALID_ARGUMENT for a rank outside
   // [1, ranks()); NOT_FOUND while it has none.
-  absl::StatusOr<v1::GetAssignmentResponse> Take(int rank);
+  absl::StatusOr<internal::v1::GetAssignmentResponse> Take(int rank);
   // Returns once ranks 1..members-1 have taken `group`'s assignment. Until then calls
   // `on_waiting` with the ranks missing (once, then on every change); DEADLINE_EXCEEDED naming
   // them when `deadline` passes, CANCELLED once `cancelled` is seen.
@@ -41,7 +41,7 @@ class RankRoster {
 
  private:
   struct Assignment {
-    v1::GetAssignmentResponse response;  // Group empty: none.
+    internal::v1::GetAssignmentResponse response;  // Group empty: none.
     bool taken = false;
   };
   // Ranks among 1..members-1 that have not taken `group`'s assignment.

@@ -14,8 +14,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-v1::GetAssignmentResponse AssignmentOf(const std::string& group) {
-  v1::GetAssignmentResponse assignment;
+internal::v1::GetAssignmentResponse AssignmentOf(const std::string& group) {
+  internal::v1::GetAssignmentResponse assignment;
   assignment.set_group(group);
   assignment.mutable_job()->set_id("job-1");
   assignment.set_start_step(3);
@@ -27,7 +27,7 @@ TEST(RankRosterTest, EachRankTakesItsOwnAssignmentUntilItIsWithdrawn) {
   RankRoster roster(4);
   EXPECT_EQ(roster.Take(1).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(roster.Post(AssignmentOf("job-1/a1"), 3).ok());
-  absl::StatusOr<v1::GetAssignmentResponse> second = roster.Take(2);
+  absl::StatusOr<internal::v1::GetAssignmentResponse> second = roster.Take(2);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->data_parallel_rank(), 2);
   EXPECT_EQ(second->group(), "job-1/a1");

@@ -10,7 +10,7 @@
 
 namespace tandem::trainer {
 
-RankWorker::RankWorker(int rank, std::unique_ptr<v1::TrainerRanksService::StubInterface> rank_zero,
+RankWorker::RankWorker(int rank, std::unique_ptr<internal::v1::TrainerRanksService::StubInterface> rank_zero,
                        JobEnvironment environment, absl::Duration poll_interval)
     : rank_(rank),
       rank_zero_(std::move(rank_zero)),
@@ -23,10 +23,10 @@ RankWorker::~RankWorker() {
   thread_.join();
 }
 
-absl::StatusOr<v1::GetAssignmentResponse> RankWorker::Ask() {
-  v1::GetAssignmentRequest request;
+absl::StatusOr<internal::v1::GetAssignmentResponse> RankWorker::Ask() {
+  internal::v1::GetAssignmentRequest request;
   request.set_rank(rank_);
-  v1::GetAssignmentResponse response;
+  internal::v1::GetAssignmentResponse response;
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(10));
   if (absl::Status status = FromGrpcStatus(rank_zero_->GetAssignment(&context, request, &response));
@@ -40,7 +40,7 @@ void RankWorker::Loop() {
   std::string last_group;  // A run is joined once: rank 0 posts a new group for the next.
   absl::Status last_refusal;
   while (!stopping_) {
-    absl::StatusOr<v1::GetAssignmentResponse> assignment = Ask();
+    absl::StatusOr<internal::v1::GetAssignmentResponse> assignment = Ask();
     if (assignment.ok() && assignment->group() != last_group) {
       last_group = assignment->group();
       const std::string& job = assignment->job().id();

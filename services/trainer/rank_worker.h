@@ -7,7 +7,7 @@
 
 #include "absl/time/time.h"
 #include "services/trainer/job_run.h"
-#include "tandem/v1/trainer_ranks.grpc.pb.h"
+#include "tandem/internal/v1/trainer_ranks.grpc.pb.h"
 
 namespace tandem::trainer {
 
@@ -17,7 +17,7 @@ namespace tandem::trainer {
 // destroyed (which stops a running job at its next phase).
 class RankWorker {
  public:
-  RankWorker(int rank, std::unique_ptr<v1::TrainerRanksService::StubInterface> rank_zero,
+  RankWorker(int rank, std::unique_ptr<internal::v1::TrainerRanksService::StubInterface> rank_zero,
              JobEnvironment environment, absl::Duration poll_interval = absl::Milliseconds(500));
   ~RankWorker();
 
@@ -27,10 +27,10 @@ class RankWorker {
  private:
   void Loop();
   // Rank 0's assignment for this rank, if it has one.
-  absl::StatusOr<v1::GetAssignmentResponse> Ask();
+  absl::StatusOr<internal::v1::GetAssignmentResponse> Ask();
 
   const int rank_;
-  const std::unique_ptr<v1::TrainerRanksService::StubInterface> rank_zero_;
+  const std::unique_ptr<internal::v1::TrainerRanksService::StubInterface> rank_zero_;
   const JobEnvironment environment_;
   const absl::Duration poll_interval_;
   std::atomic<bool> stopping_{false};

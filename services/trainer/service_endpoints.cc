@@ -74,7 +74,7 @@ absl::StatusOr<std::vector<std::string>> ResolveAll(absl::string_view name_port)
 
 }  // namespace
 
-void ApplyDefaultEndpoints(const v1::ServiceEndpoints& defaults, v1::ServiceEndpoints& endpoints) {
+void ApplyDefaultEndpoints(const trainer::v1::ServiceEndpoints& defaults, trainer::v1::ServiceEndpoints& endpoints) {
   if (endpoints.rollout().empty() && endpoints.rollout_service().empty()) {
     *endpoints.mutable_rollout() = defaults.rollout();
     endpoints.set_rollout_service(defaults.rollout_service());
@@ -87,7 +87,7 @@ absl::Status CheckServiceName(absl::string_view name_port) {
   return SplitServiceName(name_port).status();
 }
 
-absl::StatusOr<std::vector<std::string>> RolloutReplicas(const v1::ServiceEndpoints& endpoints) {
+absl::StatusOr<std::vector<std::string>> RolloutReplicas(const trainer::v1::ServiceEndpoints& endpoints) {
   if (endpoints.rollout_service().empty()) {
     return std::vector<std::string>(endpoints.rollout().begin(), endpoints.rollout().end());
   }

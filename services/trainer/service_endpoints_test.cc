@@ -11,7 +11,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(RolloutReplicasTest, AListIsUsedAsItIs) {
-  v1::ServiceEndpoints endpoints;
+  trainer::v1::ServiceEndpoints endpoints;
   endpoints.add_rollout("10.0.0.2:50052");
   endpoints.add_rollout("10.0.0.1:50052");
   auto replicas = RolloutReplicas(endpoints);
@@ -20,7 +20,7 @@ TEST(RolloutReplicasTest, AListIsUsedAsItIs) {
 }
 
 TEST(RolloutReplicasTest, EveryAddressOfAServiceIsOneReplicaOnItsPort) {
-  v1::ServiceEndpoints endpoints;
+  trainer::v1::ServiceEndpoints endpoints;
   endpoints.set_rollout_service("localhost:50052");
   auto replicas = RolloutReplicas(endpoints);
   ASSERT_TRUE(replicas.ok()) << replicas.status();
@@ -31,7 +31,7 @@ TEST(RolloutReplicasTest, EveryAddressOfAServiceIsOneReplicaOnItsPort) {
 }
 
 TEST(RolloutReplicasTest, AnAddressLiteralIsItsOwnOnlyReplica) {
-  v1::ServiceEndpoints endpoints;
+  trainer::v1::ServiceEndpoints endpoints;
   endpoints.set_rollout_service("::1:50052");
   auto replicas = RolloutReplicas(endpoints);
   ASSERT_TRUE(replicas.ok()) << replicas.status();
@@ -39,7 +39,7 @@ TEST(RolloutReplicasTest, AnAddressLiteralIsItsOwnOnlyReplica) {
 }
 
 TEST(RolloutReplicasTest, AServiceThatResolvesToNothingIsUnavailableNamingIt) {
-  v1::ServiceEndpoints endpoints;
+  trainer::v1::ServiceEndpoints endpoints;
   endpoints.set_rollout_service("no-such-service.invalid:50052");
   auto replicas = RolloutReplicas(endpoints);
   EXPECT_EQ(replicas.status().code(), absl::StatusCode::kUnavailable);
@@ -48,10 +48,10 @@ TEST(RolloutReplicasTest, AServiceThatResolvesToNothingIsUnavailableNamingIt) {
 }
 
 TEST(ApplyDefaultEndpointsTest, RolloutAndRolloutServiceAreOneField) {
-  v1::ServiceEndpoints defaults;
+  trainer::v1::ServiceEndpoints defaults;
   defaults.add_rollout("10.0.0.1:50052");
   defaults.set_weight_store("store:50053");
-  v1::ServiceEndpoints endpoints;
+  trainer::v1::ServiceEndpoints endpoints;
   endpoints.set_rollout_service("rollout-headless:50052");
   ApplyDefaultEndpoints(defaults, endpoints);
   EXPECT_TRUE(endpoints.rollout().empty());

@@ -7,7 +7,7 @@
 
 namespace tandem::trainer {
 
-absl::Status PublishTogether(Communicator& ranks, v1::WeightStoreService::StubInterface& stub,
+absl::Status PublishTogether(Communicator& ranks, weightstore::v1::WeightStoreService::StubInterface& stub,
                              const weight_store::AdapterVersion& published,
                              const weight_store::PublishOptions& options,
                              const StoreCall& store_call, absl::Duration wait) {
@@ -18,7 +18,7 @@ absl::Status PublishTogether(Communicator& ranks, v1::WeightStoreService::StubIn
                                             ranks.size(), " ranks"));
   }
   const bool lead = ranks.rank() == 0;
-  absl::StatusOr<v1::BeginPublishResponse> begun;
+  absl::StatusOr<weightstore::v1::BeginPublishResponse> begun;
   absl::Status began = absl::OkStatus();
   if (lead) {
     began = store_call([&] {
@@ -37,7 +37,7 @@ absl::Status PublishTogether(Communicator& ranks, v1::WeightStoreService::StubIn
     if (lead) weight_store::AbortUpload(stub, begun->upload_id());
     return status;
   }
-  v1::BeginPublishResponse targets;
+  weightstore::v1::BeginPublishResponse targets;
   if (!targets.ParseFromString(where)) {
     return absl::InternalError(absl::StrCat("version ", version, ": unreadable upload targets"));
   }

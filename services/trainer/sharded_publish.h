@@ -7,7 +7,7 @@
 #include "common/communicator.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 
 namespace tandem::trainer {
 
@@ -21,7 +21,7 @@ using StoreCall = std::function<absl::Status(const std::function<absl::Status()>
 // outcome: OK, its own error, or ABORTED naming the ranks that failed. Rank 0's begin and commit
 // go through `store_call`, which the others wait for up to `wait`; a put is not retried (the
 // step fails). An upload that a broken group leaves open expires on the store.
-absl::Status PublishTogether(Communicator& ranks, v1::WeightStoreService::StubInterface& stub,
+absl::Status PublishTogether(Communicator& ranks, weightstore::v1::WeightStoreService::StubInterface& stub,
                              const weight_store::AdapterVersion& published,
                              const weight_store::PublishOptions& options,
                              const StoreCall& store_call, absl::Duration wait);

@@ -85,7 +85,7 @@ absl::StatusOr<std::string> RowPrompt(const nlohmann::json& row, const DatasetFi
   return codec.RenderChat(*messages);
 }
 
-absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec& spec,
+absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const trainer::v1::DatasetSpec& spec,
                                                           const engine::text::TextCodec& codec) {
   auto verifier = engine::FindVerifier(spec.verifier());
   if (!verifier.ok()) return verifier.status();
@@ -120,7 +120,7 @@ absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const v1::DatasetSpec&
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const v1::JobSpec& spec,
+absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const trainer::v1::JobSpec& spec,
                                                           const engine::text::TextCodec& codec) {
   if (spec.has_dataset()) return LoadDataset(spec.dataset(), codec);
   int digits = 0;

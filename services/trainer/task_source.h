@@ -6,7 +6,7 @@
 #include "absl/status/statusor.h"
 #include "engine/tasks.h"
 #include "engine/text/text_codec.h"
-#include "tandem/v1/trainer.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem::trainer {
 
@@ -16,7 +16,7 @@ namespace tandem::trainer {
 // conversation is rendered by `codec`'s chat format. INVALID_ARGUMENT for a bad task; NOT_FOUND /
 // INVALID_ARGUMENT naming the line for a missing or malformed file; FAILED_PRECONDITION for
 // conversations to a model without a chat format.
-absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const v1::JobSpec& spec,
+absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const trainer::v1::JobSpec& spec,
                                                           const engine::text::TextCodec& codec);
 
 }  // namespace tandem::trainer

@@ -39,8 +39,8 @@ std::unique_ptr<engine::text::TextCodec> Qwen3Codec() {
   return *engine::text::TextCodecFor(dir);
 }
 
-v1::JobSpec DatasetSpec(const std::string& path, const std::string& verifier) {
-  v1::JobSpec spec;
+trainer::v1::JobSpec DatasetSpec(const std::string& path, const std::string& verifier) {
+  trainer::v1::JobSpec spec;
   spec.mutable_dataset()->set_path(path);
   spec.mutable_dataset()->set_prompt_field("question");
   spec.mutable_dataset()->set_answer_field("answer");
@@ -106,7 +106,7 @@ constexpr char kChatRows[] =
     "\n";
 
 TEST(TaskSourceTest, ConversationsAreRenderedWithTheModelsChatFormat) {
-  v1::JobSpec spec = DatasetSpec(WriteDataset("chat.jsonl", kChatRows), "math");
+  trainer::v1::JobSpec spec = DatasetSpec(WriteDataset("chat.jsonl", kChatRows), "math");
   spec.mutable_dataset()->set_answer_field("solution");
   const auto codec = Qwen3Codec();
   auto task = MakeJobTask(spec, *codec);
@@ -123,7 +123,7 @@ TEST(TaskSourceTest, ConversationsAreRenderedWithTheModelsChatFormat) {
 }
 
 TEST(TaskSourceTest, ConversationsNeedAChatFormatAndWellFormedMessages) {
-  v1::JobSpec spec = DatasetSpec(WriteDataset("chat.jsonl", kChatRows), "math");
+  trainer::v1::JobSpec spec = DatasetSpec(WriteDataset("chat.jsonl", kChatRows), "math");
   spec.mutable_dataset()->set_answer_field("solution");
   auto embedded = MakeJobTask(spec, Characters());
   EXPECT_EQ(embedded.status().code(), absl::StatusCode::kFailedPrecondition);

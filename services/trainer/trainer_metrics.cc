@@ -84,7 +84,7 @@ void RemoveSeries(prometheus::Family<Metric>& family,
 
 void RemoveJobSeries(const std::string& job_id) {
   const std::map<std::string, std::string> labels = {{"job_id", job_id}};
-  const auto* descriptor = v1::StepMetrics::descriptor();
+  const auto* descriptor = trainer::v1::StepMetrics::descriptor();
   for (int i = 0; i < descriptor->field_count(); ++i) {
     if (!descriptor->field(i)->is_repeated())
       RemoveSeries(StepFamily(*descriptor->field(i)), labels);
@@ -111,10 +111,10 @@ void RecordAttemptStart(const std::string& job_id, absl::Time start) {
   AttemptStart().Add({{"job_id", job_id}}).Set(absl::ToDoubleSeconds(start - absl::UnixEpoch()));
 }
 
-void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics) {
+void RecordStepMetrics(const std::string& job_id, const trainer::v1::StepMetrics& metrics) {
   RemoveRetiredJobSeries(absl::Now());
-  const auto* descriptor = v1::StepMetrics::descriptor();
-  const auto* reflection = v1::StepMetrics::GetReflection();
+  const auto* descriptor = trainer::v1::StepMetrics::descriptor();
+  const auto* reflection = trainer::v1::StepMetrics::GetReflection();
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const FieldDescriptor& field = *descriptor->field(i);
     if (field.is_repeated()) continue;  // ranks: below.
@@ -123,7 +123,7 @@ void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics
                              : static_cast<double>(reflection->GetInt64(metrics, &field));
     StepFamily(field).Add({{"job_id", job_id}}).Set(value);
   }
-  for (const v1::RankShare& share : metrics.ranks()) {
+  for (const trainer::v1::RankShare& share : metrics.ranks()) {
     RankSamples().Add(RankLabels(job_id, share.rank())).Set(static_cast<double>(share.samples()));
     RankTokens()
         .Add(RankLabels(job_id, share.rank()))
@@ -135,15 +135,15 @@ void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics
   most = std::max(most, metrics.ranks_size());
 }
 
-void RecordJobCounts(const std::vector<v1::Job>& jobs) {
+void RecordJobCounts(const std::vector<trainer::v1::Job>& jobs) {
   static auto& family = prometheus::BuildGauge()
                             .Name("tandem_trainer_jobs")
                             .Help("Jobs known to the trainer, by state.")
                             .Register(MetricsRegistry());
   absl::flat_hash_map<int, int> counts;
-  for (const v1::Job& job : jobs) ++counts[job.state()];
-  for (int state = v1::JOB_STATE_QUEUED; state <= v1::JOB_STATE_CANCELLED; ++state) {
-    family.Add({{"state", v1::JobState_Name(static_cast<v1::JobState>(state))}}).Set(counts[state]);
+  for (const trainer::v1::Job& job : jobs) ++counts[job.state()];
+  for (int state = trainer::v1::JOB_STATE_QUEUED; state <= trainer::v1::JOB_STATE_CANCELLED; ++state) {
+    family.Add({{"state", trainer::v1::JobState_Name(static_cast<trainer::v1::JobState>(state))}}).Set(counts[state]);
   }
 }
 

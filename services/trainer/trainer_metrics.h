@@ -5,14 +5,14 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "tandem/v1/trainer.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem::trainer {
 
 // Exports a completed step as Prometheus gauges, one per StepMetrics field:
 // tandem_trainer_<field>{job_id="<id>"} (e.g. tandem_trainer_reward_mean, _mismatch_kl_k3,
 // _generation_seconds), in MetricsRegistry().
-void RecordStepMetrics(const std::string& job_id, const v1::StepMetrics& metrics);
+void RecordStepMetrics(const std::string& job_id, const trainer::v1::StepMetrics& metrics);
 
 // tandem_trainer_job_attempt_start_time_seconds{job_id}: when the job's running attempt started.
 void RecordAttemptStart(const std::string& job_id, absl::Time start);
@@ -25,7 +25,7 @@ void ForgetJobMetrics(const std::string& job_id, absl::Time now, absl::Duration 
 void RemoveRetiredJobSeries(absl::Time now);
 
 // tandem_trainer_jobs{state} for the current counts.
-void RecordJobCounts(const std::vector<v1::Job>& jobs);
+void RecordJobCounts(const std::vector<trainer::v1::Job>& jobs);
 
 }  // namespace tandem::trainer
 

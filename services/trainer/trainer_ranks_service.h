@@ -4,30 +4,30 @@
 #include "services/trainer/communicator_ids.h"
 #include "services/trainer/rank_roster.h"
 #include "services/trainer/rendezvous_values.h"
-#include "tandem/v1/trainer_ranks.grpc.pb.h"
+#include "tandem/internal/v1/trainer_ranks.grpc.pb.h"
 
 namespace tandem::trainer {
 
 // gRPC front end of CommunicatorIds, RendezvousValues and RankRoster (not owned; must outlive
 // the service).
-class TrainerRanksServiceImpl final : public v1::TrainerRanksService::CallbackService {
+class TrainerRanksServiceImpl final : public internal::v1::TrainerRanksService::CallbackService {
  public:
   TrainerRanksServiceImpl(const CommunicatorIds& ids, RendezvousValues& rendezvous,
                           RankRoster& roster)
       : ids_(ids), rendezvous_(rendezvous), roster_(roster) {}
 
   grpc::ServerUnaryReactor* GetCommunicatorId(grpc::CallbackServerContext* context,
-                                              const v1::GetCommunicatorIdRequest* request,
-                                              v1::GetCommunicatorIdResponse* response) override;
+                                              const internal::v1::GetCommunicatorIdRequest* request,
+                                              internal::v1::GetCommunicatorIdResponse* response) override;
   grpc::ServerUnaryReactor* SetRendezvousValue(grpc::CallbackServerContext* context,
-                                               const v1::SetRendezvousValueRequest* request,
-                                               v1::SetRendezvousValueResponse* response) override;
+                                               const internal::v1::SetRendezvousValueRequest* request,
+                                               internal::v1::SetRendezvousValueResponse* response) override;
   grpc::ServerUnaryReactor* GetRendezvousValue(grpc::CallbackServerContext* context,
-                                               const v1::GetRendezvousValueRequest* request,
-                                               v1::GetRendezvousValueResponse* response) override;
+                                               const internal::v1::GetRendezvousValueRequest* request,
+                                               internal::v1::GetRendezvousValueResponse* response) override;
   grpc::ServerUnaryReactor* GetAssignment(grpc::CallbackServerContext* context,
-                                          const v1::GetAssignmentRequest* request,
-                                          v1::GetAssignmentResponse* response) override;
+                                          const internal::v1::GetAssignmentRequest* request,
+                                          internal::v1::GetAssignmentResponse* response) override;
 
  private:
   const CommunicatorIds& ids_;

@@ -47,18 +47,18 @@ class TrainerRanksServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto server = testing::StartLoopbackServer(
-        "trainer", {"tandem.v1.TrainerRanksService",
+        "trainer", {"tandem.internal.v1.TrainerRanksService",
                     std::make_unique<TrainerRanksServiceImpl>(ids_, rendezvous_, roster_)});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    stub_ = v1::TrainerRanksService::NewStub(server_.Channel());
+    stub_ = internal::v1::TrainerRanksService::NewStub(server_.Channel());
   }
 
   CommunicatorIds ids_;
   RendezvousValues rendezvous_;
   RankRoster roster_{3};
   testing::LoopbackServer server_;
-  std::unique_ptr<v1::TrainerRanksService::Stub> stub_;
+  std::unique_ptr<internal::v1::TrainerRanksService::Stub> stub_;
 };
 
 // A rank that asks before rank 0 has published waits for it.
@@ -137,13 +137,13 @@ TEST_F(TrainerRanksServiceTest, ErrorsReachTheAskerWithTheirCodes) {
 // As in a job: rank 0 posts the job and joins through its own values in-process; the other
 // ranks take the assignment and join over gRPC.
 TEST_F(TrainerRanksServiceTest, RanksTakeTheirAssignmentAndJoinRankZerosGroup) {
-  v1::GetAssignmentRequest early;
+  internal::v1::GetAssignmentRequest early;
   early.set_rank(1);
-  v1::GetAssignmentResponse none;
+  internal::v1::GetAssignmentResponse none;
   grpc::ClientContext early_context;
   EXPECT_EQ(stub_->GetAssignment(&early_context, early, &none).error_code(),
             grpc::StatusCode::NOT_FOUND);
-  v1::GetAssignmentResponse posted;
+  internal::v1::GetAssignmentResponse posted;
   posted.set_group("job-9/a1");
   posted.mutable_job()->set_id("job-9");
   ASSERT_TRUE(roster_.Post(posted, 3).ok());
@@ -159,9 +159,9 @@ TEST_F(TrainerRanksServiceTest, RanksTakeTheirAssignmentAndJoinRankZerosGroup) {
   });
   for (int rank = 1; rank < kRanks; ++rank) {
     ranks.emplace_back([&, rank] {
-      v1::GetAssignmentRequest request;
+      internal::v1::GetAssignmentRequest request;
       request.set_rank(rank);
-      v1::GetAssignmentResponse assignment;
+      internal::v1::GetAssignmentResponse assignment;
       grpc::ClientContext context;
       ASSERT_TRUE(stub_->GetAssignment(&context, request, &assignment).ok());
       ASSERT_EQ(assignment.data_parallel_rank(), rank);
@@ -180,7 +180,7 @@ TEST_F(TrainerRanksServiceTest, RanksTakeTheirAssignmentAndJoinRankZerosGroup) {
   EXPECT_TRUE(
       roster_.AwaitJoined("job-9/a1", kRanks, absl::Now(), cancelled, [](const std::string&) {})
           .ok());
-  v1::GetAssignmentRequest outside;
+  internal::v1::GetAssignmentRequest outside;
   outside.set_rank(3);
   grpc::ClientContext outside_context;
   EXPECT_EQ(stub_->GetAssignment(&outside_context, outside, &none).error_code(),

@@ -5,7 +5,7 @@
 
 namespace tandem::trainer {
 
-std::unique_ptr<VersionPin> VersionPin::Take(v1::WeightStoreService::StubInterface& store,
+std::unique_ptr<VersionPin> VersionPin::Take(weightstore::v1::WeightStoreService::StubInterface& store,
                                              const std::string& adapter, int64_t version,
                                              const std::string& holder, absl::Duration ttl) {
   absl::StatusOr<std::string> lease =

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 
 namespace tandem::trainer {
 
@@ -18,7 +18,7 @@ class VersionPin {
  public:
   // Best effort: nullptr (logged) if the lease cannot be taken; the generation then runs
   // unpinned, as it would have anyway.
-  static std::unique_ptr<VersionPin> Take(v1::WeightStoreService::StubInterface& store,
+  static std::unique_ptr<VersionPin> Take(weightstore::v1::WeightStoreService::StubInterface& store,
                                           const std::string& adapter, int64_t version,
                                           const std::string& holder, absl::Duration ttl);
   ~VersionPin();
@@ -27,10 +27,10 @@ class VersionPin {
   VersionPin& operator=(const VersionPin&) = delete;
 
  private:
-  VersionPin(v1::WeightStoreService::StubInterface& store, std::string lease_id)
+  VersionPin(weightstore::v1::WeightStoreService::StubInterface& store, std::string lease_id)
       : store_(store), lease_id_(std::move(lease_id)) {}
 
-  v1::WeightStoreService::StubInterface& store_;
+  weightstore::v1::WeightStoreService::StubInterface& store_;
   const std::string lease_id_;
 };
 

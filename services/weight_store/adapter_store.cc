@@ -36,9 +36,9 @@ std::string VersionName(absl::string_view adapter, int64_t version) {
   return absl::StrCat(adapter, "@", version);
 }
 
-uint64_t TotalBytes(const v1::Manifest& manifest) {
+uint64_t TotalBytes(const weightstore::v1::Manifest& manifest) {
   uint64_t total = 0;
-  for (const v1::Shard& shard : manifest.shards()) total += shard.byte_size();
+  for (const weightstore::v1::Shard& shard : manifest.shards()) total += shard.byte_size();
   return total;
 }
 
@@ -94,7 +94,7 @@ absl::Status AdapterStore::Recover() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bool use_ucx) {
+absl::StatusOr<BeginResult> AdapterStore::Begin(const weightstore::v1::Manifest& manifest, bool use_ucx) {
   if (absl::Status status = ValidateManifest(manifest); !status.ok()) return status;
   const std::string name = VersionName(manifest.adapter_name(), manifest.version());
   if (absl::Status status = CheckStackable(manifest); !status.ok()) {
@@ -111,7 +111,7 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bo
                                                      " bytes of shards; this host has ", memory,
                                                      " bytes of memory"));
   }
-  v1::Manifest normalized = manifest;  // As stored, so a retried Begin compares equal.
+  weightstore::v1::Manifest normalized = manifest;  // As stored, so a retried Begin compares equal.
   normalized.set_total_bytes(total_bytes);
   normalized.clear_commit_time();
   absl::MutexLock lock(&mutex_);
@@ -146,7 +146,7 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const v1::Manifest& manifest, bo
   upload->manifest = std::move(normalized);
   upload->use_ucx = use_ucx;
   upload->expire_time = absl::Now() + options_.upload_expiry;
-  for (const v1::Shard& shard : manifest.shards()) {
+  for (const weightstore::v1::Shard& shard : manifest.shards()) {
     absl::StatusOr<std::unique_ptr<ShardBuffer>> buffer = pool_->Take(shard.byte_size());
     if (!buffer.ok()) return buffer.status();
     upload->shards.push_back(*std::move(buffer));
@@ -255,8 +255,8 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
     verified = WriteVersion(options_.data_dir, staged);
     if (!verified.ok()) upload->shards = std::move(staged.shards);
   }
-  absl::StatusOr<v1::VersionInfo> result;
-  std::vector<std::function<void(const v1::VersionInfo&)>> listeners;
+  absl::StatusOr<weightstore::v1::VersionInfo> result;
+  std::vector<std::function<void(const weightstore::v1::VersionInfo&)>> listeners;
   std::vector<RetiredVersion> retired;
   {
     absl::MutexLock lock(&mutex_);
@@ -282,8 +282,8 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
   return CommitOutcome{.version = *result, .since_begin = absl::Now() - begun, .by_ucx = by_ucx};
 }
 
-absl::StatusOr<v1::VersionInfo> AdapterStore::Publish(Upload& upload) {
-  const v1::Manifest& manifest = upload.manifest;
+absl::StatusOr<weightstore::v1::VersionInfo> AdapterStore::Publish(Upload& upload) {
+  const weightstore::v1::Manifest& manifest = upload.manifest;
   const auto& versions = adapters_[manifest.adapter_name()].versions;
   if (!versions.empty() && versions.rbegin()->first >= manifest.version()) {
     DeleteVersion(options_.data_dir, manifest.adapter_name(), manifest.version()).IgnoreError();
@@ -339,11 +339,11 @@ absl::StatusOr<std::shared_ptr<const CommittedVersion>> AdapterStore::FindLocked
                                           " (never committed, or retired)"));
 }
 
-v1::VersionInfo AdapterStore::Newest(absl::string_view adapter) const {
+weightstore::v1::VersionInfo AdapterStore::Newest(absl::string_view adapter) const {
   absl::MutexLock lock(&mutex_);
   auto it = adapters_.find(adapter);
   if (it == adapters_.end() || it->second.versions.empty()) {
-    v1::VersionInfo none;
+    weightstore::v1::VersionInfo none;
     none.set_adapter_name(std::string(adapter));
     return none;
   }
@@ -351,7 +351,7 @@ v1::VersionInfo AdapterStore::Newest(absl::string_view adapter) const {
 }
 
 int64_t AdapterStore::Watch(absl::string_view adapter,
-                            std::function<void(const v1::VersionInfo&)> listener) {
+                            std::function<void(const weightstore::v1::VersionInfo&)> listener) {
   absl::MutexLock lock(&mutex_);
   const int64_t id = next_watch_id_++;
   watchers_[id] = {std::string(adapter), std::move(listener)};

@@ -16,7 +16,7 @@
 #include "services/weight_store/byte_ranges.h"
 #include "services/weight_store/shard_buffer.h"
 #include "services/weight_store/version_files.h"
-#include "tandem/v1/weight_store.pb.h"
+#include "tandem/weightstore/v1/weight_store.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
@@ -45,12 +45,12 @@ class AdapterStore {
 
   // use_ucx: the producer puts the bytes by UCX (FAILED_PRECONDITION without a UCX worker);
   // otherwise every byte must arrive through Put before Commit.
-  absl::StatusOr<BeginResult> Begin(const v1::Manifest& manifest, bool use_ucx);
+  absl::StatusOr<BeginResult> Begin(const weightstore::v1::Manifest& manifest, bool use_ucx);
   // Writes bytes of an open upload's shard; returns the distinct bytes written to it so far.
   absl::StatusOr<uint64_t> Put(absl::string_view upload_id, int shard_index, uint64_t offset,
                                absl::string_view data);
   struct CommitOutcome {
-    v1::VersionInfo version;
+    weightstore::v1::VersionInfo version;
     absl::Duration since_begin;  // Publish latency.
     bool by_ucx = false;         // The bytes came by UCX puts.
     bool repeated = false;       // A retry of a commit that had already succeeded.
@@ -65,11 +65,11 @@ class AdapterStore {
                                                                int64_t exact_version,
                                                                int64_t min_version) const;
   // The newest committed version (version 0 if none).
-  v1::VersionInfo Newest(absl::string_view adapter) const;
+  weightstore::v1::VersionInfo Newest(absl::string_view adapter) const;
 
   // Calls `listener` (on the committing thread, without store locks held) after each commit
   // of `adapter`, listeners in the order they were registered; returns an id for Unwatch.
-  int64_t Watch(absl::string_view adapter, std::function<void(const v1::VersionInfo&)> listener);
+  int64_t Watch(absl::string_view adapter, std::function<void(const weightstore::v1::VersionInfo&)> listener);
   void Unwatch(int64_t watch_id);
 
   struct Lease {
@@ -102,14 +102,14 @@ class AdapterStore {
     enum class State { kOpen, kCommitting, kCommitted, kAborted };
 
     std::string id;
-    v1::Manifest manifest;
+    weightstore::v1::Manifest manifest;
     std::vector<std::unique_ptr<ShardBuffer>> shards;
     std::vector<ByteRanges> written;
     bool use_ucx = false;
     absl::Time begun = absl::Now();
     absl::Time expire_time;
     State state = State::kOpen;
-    v1::VersionInfo committed;
+    weightstore::v1::VersionInfo committed;
   };
   struct Adapter {
     std::map<int64_t, std::shared_ptr<const CommittedVersion>> versions;
@@ -139,7 +139,7 @@ class AdapterStore {
   // An open upload past its expiry is gone for every caller, even before the sweep frees it.
   static bool Expired(const Upload& upload, absl::Time now);
   absl::Status CheckWritten(const Upload& upload) const;
-  absl::StatusOr<v1::VersionInfo> Publish(Upload& upload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::StatusOr<weightstore::v1::VersionInfo> Publish(Upload& upload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   struct RetiredVersion {
     std::string adapter;
     int64_t version = 0;
@@ -160,7 +160,7 @@ class AdapterStore {
   absl::flat_hash_map<std::string, LeaseRecord> leases_ ABSL_GUARDED_BY(mutex_);
   struct Watcher {
     std::string adapter;
-    std::function<void(const v1::VersionInfo&)> listener;
+    std::function<void(const weightstore::v1::VersionInfo&)> listener;
   };
   std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(mutex_);
   int64_t next_watch_id_ ABSL_GUARDED_BY(mutex_) = 1;

@@ -163,7 +163,7 @@ TEST_F(AdapterStoreTest, CommitPublishesTheVersionWithItsBytes) {
   EXPECT_THAT(too_new.message(), HasSubstr("adapter 'job-1' >= 2"));
   ExpectNotFound("job-1", 2);
   ExpectNotFound("job-2", 1);
-  const v1::VersionInfo none = store_->Newest("job-2");
+  const weightstore::v1::VersionInfo none = store_->Newest("job-2");
   EXPECT_EQ(none.adapter_name(), "job-2");
   EXPECT_EQ(none.version(), 0);
   EXPECT_FALSE(none.has_commit_time());
@@ -316,7 +316,7 @@ TEST_F(AdapterStoreTest, PutRejectsWritesOutsideTheShards) {
 }
 
 TEST_F(AdapterStoreTest, BeginValidatesTheManifestAndNeedsUcxForUcxUploads) {
-  v1::Manifest broken = transfer::MakeTestAdapter("job-1", 1, 6).manifest;
+  weightstore::v1::Manifest broken = transfer::MakeTestAdapter("job-1", 1, 6).manifest;
   broken.mutable_shards(0)->mutable_pieces()->RemoveLast();
   absl::Status invalid = store_->Begin(broken, false).status();
   EXPECT_TRUE(absl::IsInvalidArgument(invalid)) << invalid;
@@ -422,15 +422,15 @@ TEST_F(AdapterStoreTest, AbortFreesTheUpload) {
 }
 
 TEST_F(AdapterStoreTest, WatchersHearEachCommitOfTheirAdapterOnceItIsVisible) {
-  std::vector<v1::VersionInfo> heard;
+  std::vector<weightstore::v1::VersionInfo> heard;
   std::vector<bool> visible;
-  const int64_t watch = store_->Watch("job-1", [&](const v1::VersionInfo& info) {
+  const int64_t watch = store_->Watch("job-1", [&](const weightstore::v1::VersionInfo& info) {
     heard.push_back(info);
     // Called without store locks held, after the version is visible.
     visible.push_back(store_->Find(info.adapter_name(), info.version(), 0).ok());
   });
   int other_adapter = 0;
-  store_->Watch("job-2", [&](const v1::VersionInfo&) { ++other_adapter; });
+  store_->Watch("job-2", [&](const weightstore::v1::VersionInfo&) { ++other_adapter; });
 
   const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 15);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);

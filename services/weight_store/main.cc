@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
          if (!service.ok()) return service.status();
          tandem::weight_store::WeightStoreServiceImpl* raw = service->get();
          std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.v1.WeightStoreService", *std::move(service),
+         services.push_back({"tandem.weightstore.v1.WeightStoreService", *std::move(service),
                              /*ready=*/nullptr, [raw] { raw->Drain(); }});
          return services;
        }});

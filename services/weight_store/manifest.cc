@@ -37,7 +37,7 @@ absl::Status Invalid(const Parts&... parts) {
 // A canonical tensor with its extended index space: [experts] ++ shape, where a tensor that is
 // not per expert has one pseudo expert.
 struct TensorInfo {
-  const v1::CanonicalTensor* tensor = nullptr;
+  const weightstore::v1::CanonicalTensor* tensor = nullptr;
   std::vector<int64_t> shape;
   uint64_t elements = 0;
 };
@@ -55,8 +55,8 @@ struct Tensors {
   absl::flat_hash_map<absl::string_view, int> index_by_name;
 };
 
-absl::Status ValidateShape(const v1::CanonicalTensor& tensor, TensorInfo& info) {
-  const v1::TensorSpec& spec = tensor.spec();
+absl::Status ValidateShape(const weightstore::v1::CanonicalTensor& tensor, TensorInfo& info) {
+  const type::v1::TensorSpec& spec = tensor.spec();
   if (spec.shape_size() > kMaxDims) return Invalid(spec.shape_size(), " dims > ", kMaxDims);
   for (int d = 0; d < spec.shape_size(); ++d) {
     if (spec.shape(d) < 1) return Invalid("shape[", d, "] = ", spec.shape(d), " < 1");
@@ -75,7 +75,7 @@ absl::Status ValidateShape(const v1::CanonicalTensor& tensor, TensorInfo& info) 
   return absl::OkStatus();
 }
 
-absl::Status ValidateExperts(const v1::CanonicalTensor& tensor) {
+absl::Status ValidateExperts(const weightstore::v1::CanonicalTensor& tensor) {
   const absl::string_view name = tensor.spec().name();
   const size_t placeholder = name.find(transfer::kExpertPlaceholder);
   if (placeholder == absl::string_view::npos) {
@@ -91,8 +91,8 @@ absl::Status ValidateExperts(const v1::CanonicalTensor& tensor) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateTensor(const v1::CanonicalTensor& tensor, TensorInfo& info) {
-  const v1::TensorSpec& spec = tensor.spec();
+absl::Status ValidateTensor(const weightstore::v1::CanonicalTensor& tensor, TensorInfo& info) {
+  const type::v1::TensorSpec& spec = tensor.spec();
   if (spec.name().empty() || spec.name().size() > kMaxTensorNameBytes) {
     return Invalid("name of ", spec.name().size(), " bytes not in 1..", kMaxTensorNameBytes);
   }
@@ -102,13 +102,13 @@ absl::Status ValidateTensor(const v1::CanonicalTensor& tensor, TensorInfo& info)
   return ValidateShape(tensor, info);
 }
 
-absl::Status ValidateTensors(const v1::Manifest& manifest, Tensors& tensors) {
+absl::Status ValidateTensors(const weightstore::v1::Manifest& manifest, Tensors& tensors) {
   if (manifest.tensors_size() < 1 || manifest.tensors_size() > kMaxTensors) {
     return Invalid("tensors: ", manifest.tensors_size(), " entries not in 1..", kMaxTensors);
   }
   tensors.infos.resize(manifest.tensors_size());
   for (int i = 0; i < manifest.tensors_size(); ++i) {
-    const v1::CanonicalTensor& tensor = manifest.tensors(i);
+    const weightstore::v1::CanonicalTensor& tensor = manifest.tensors(i);
     TensorInfo& info = tensors.infos[i];
     info.tensor = &tensor;
     if (absl::Status status = ValidateTensor(tensor, info); !status.ok()) {
@@ -121,7 +121,7 @@ absl::Status ValidateTensors(const v1::Manifest& manifest, Tensors& tensors) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateExpertRange(const v1::ShardPiece& piece, const TensorInfo& info) {
+absl::Status ValidateExpertRange(const weightstore::v1::ShardPiece& piece, const TensorInfo& info) {
   const int experts = info.tensor->num_experts();
   if (experts == 0 && (piece.expert_begin() != 0 || piece.expert_end() != 0)) {
     return Invalid("expert range [", piece.expert_begin(), ", ", piece.expert_end(),
@@ -136,7 +136,7 @@ absl::Status ValidateExpertRange(const v1::ShardPiece& piece, const TensorInfo& 
 }
 
 // The up_proj tensor of a fused piece.
-absl::StatusOr<int> FusedPartner(const v1::ShardPiece& piece, const TensorInfo& gate,
+absl::StatusOr<int> FusedPartner(const weightstore::v1::ShardPiece& piece, const TensorInfo& gate,
                                  const Tensors& tensors) {
   const std::optional<std::string> up_name = transfer::UpProjName(piece.tensor_name());
   if (!up_name.has_value()) return Invalid("fused_gate_up on a tensor without 'gate_proj'");
@@ -155,7 +155,7 @@ absl::StatusOr<int> FusedPartner(const v1::ShardPiece& piece, const TensorInfo& 
 }
 
 // The box the piece covers, after checking its slice against the tensor's shape.
-absl::StatusOr<CoveredBox> SliceBox(const v1::ShardPiece& piece, const TensorInfo& info) {
+absl::StatusOr<CoveredBox> SliceBox(const weightstore::v1::ShardPiece& piece, const TensorInfo& info) {
   if (piece.slice_size() + 1 != static_cast<int>(info.shape.size())) {
     return Invalid(piece.slice_size(), " slice entries for ", info.shape.size() - 1, " dims");
   }
@@ -164,7 +164,7 @@ absl::StatusOr<CoveredBox> SliceBox(const v1::ShardPiece& piece, const TensorInf
   box.begin.push_back(per_expert ? piece.expert_begin() : 0);
   box.end.push_back(per_expert ? piece.expert_end() : 1);
   for (int d = 0; d < piece.slice_size(); ++d) {
-    const v1::DimSlice& slice = piece.slice(d);
+    const weightstore::v1::DimSlice& slice = piece.slice(d);
     const int64_t dim = info.shape[d + 1];
     if (slice.offset() < 0 || slice.size() < 1 || slice.offset() > dim - slice.size()) {
       return Invalid("slice[", d, "] offset ", slice.offset(), " size ", slice.size(),
@@ -182,7 +182,7 @@ uint64_t BoxElements(const CoveredBox& box) {
   return elements;
 }
 
-absl::Status ValidateBytes(const v1::ShardPiece& piece, const v1::Shard& shard,
+absl::Status ValidateBytes(const weightstore::v1::ShardPiece& piece, const weightstore::v1::Shard& shard,
                            const TensorInfo& info, const CoveredBox& box) {
   // Fits: the box lies within a tensor of at most kMaxTensorBytes.
   const uint64_t expected = BoxElements(box) * (piece.fused_gate_up() ? 2 : 1) *
@@ -199,9 +199,9 @@ absl::Status ValidateBytes(const v1::ShardPiece& piece, const v1::Shard& shard,
 }
 
 // Checks one piece and adds the boxes it covers (of gate and up when fused) to `coverage`.
-absl::Status ValidatePiece(const v1::Shard& shard, int shard_index, int piece_index,
+absl::Status ValidatePiece(const weightstore::v1::Shard& shard, int shard_index, int piece_index,
                            const Tensors& tensors, std::vector<std::vector<CoveredBox>>& coverage) {
-  const v1::ShardPiece& piece = shard.pieces(piece_index);
+  const weightstore::v1::ShardPiece& piece = shard.pieces(piece_index);
   const auto found = tensors.index_by_name.find(piece.tensor_name());
   if (found == tensors.index_by_name.end()) return Invalid("unknown tensor");
   const TensorInfo& info = tensors.infos[found->second];
@@ -222,14 +222,14 @@ absl::Status ValidatePiece(const v1::Shard& shard, int shard_index, int piece_in
   return absl::OkStatus();
 }
 
-absl::Status ValidatePieceBytesDisjoint(const v1::Shard& shard) {
+absl::Status ValidatePieceBytesDisjoint(const weightstore::v1::Shard& shard) {
   std::vector<int> order(shard.pieces_size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     return shard.pieces(a).byte_offset() < shard.pieces(b).byte_offset();
   });
   for (size_t i = 1; i < order.size(); ++i) {
-    const v1::ShardPiece& previous = shard.pieces(order[i - 1]);
+    const weightstore::v1::ShardPiece& previous = shard.pieces(order[i - 1]);
     if (previous.byte_offset() + previous.byte_length() > shard.pieces(order[i]).byte_offset()) {
       return Invalid("pieces ", order[i - 1], " and ", order[i], " overlap in bytes");
     }
@@ -237,7 +237,7 @@ absl::Status ValidatePieceBytesDisjoint(const v1::Shard& shard) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateShard(const v1::Shard& shard, int shard_index, const Tensors& tensors,
+absl::Status ValidateShard(const weightstore::v1::Shard& shard, int shard_index, const Tensors& tensors,
                            std::vector<std::vector<CoveredBox>>& coverage) {
   if (shard.producer_rank() < 0) return Invalid("producer_rank ", shard.producer_rank(), " < 0");
   if (shard.byte_size() < 1 || shard.byte_size() > kMaxShardBytes) {
@@ -284,7 +284,7 @@ absl::Status ValidateCoverage(const TensorInfo& info, std::vector<CoveredBox>& b
   return absl::OkStatus();
 }
 
-absl::Status ValidateContents(const v1::Manifest& manifest) {
+absl::Status ValidateContents(const weightstore::v1::Manifest& manifest) {
   if (absl::Status status = transfer::ValidateLoraConfig(manifest.lora()); !status.ok())
     return status;
   Tensors tensors;
@@ -308,7 +308,7 @@ absl::Status ValidateContents(const v1::Manifest& manifest) {
 }
 
 // base_model and labels are stored with every version and sent with every manifest.
-absl::Status CheckStringSizes(const v1::Manifest& manifest) {
+absl::Status CheckStringSizes(const weightstore::v1::Manifest& manifest) {
   if (absl::Status status = CheckMaxBytes("base_model", manifest.base_model(), kMaxPathBytes);
       !status.ok()) {
     return status;
@@ -327,7 +327,7 @@ absl::Status CheckStringSizes(const v1::Manifest& manifest) {
 
 }  // namespace
 
-absl::Status ValidateManifest(const v1::Manifest& manifest) {
+absl::Status ValidateManifest(const weightstore::v1::Manifest& manifest) {
   if (absl::Status status = ValidateIdentifier("adapter_name", manifest.adapter_name());
       !status.ok()) {
     return status;

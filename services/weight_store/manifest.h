@@ -4,7 +4,7 @@
 #include <cstddef>
 
 #include "absl/status/status.h"
-#include "tandem/v1/weight_store.pb.h"
+#include "tandem/weightstore/v1/weight_store.pb.h"
 
 namespace tandem::weight_store {
 
@@ -19,7 +19,7 @@ inline constexpr int kMaxLabels = 64;
 // exactly one piece; base_model and labels within their sizes. Otherwise INVALID_ARGUMENT naming
 // the adapter@version, the tensor, shard or piece, and the bad value. Output-only fields
 // (total_bytes, commit_time) are not checked.
-absl::Status ValidateManifest(const v1::Manifest& manifest);
+absl::Status ValidateManifest(const weightstore::v1::Manifest& manifest);
 
 }  // namespace tandem::weight_store
 

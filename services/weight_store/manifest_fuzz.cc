@@ -14,7 +14,7 @@
 #include "common/testing/fuzz_check.h"
 #include "services/weight_store/manifest.h"
 #include "services/weight_store/reshard.h"
-#include "tandem/v1/weight_store.pb.h"
+#include "tandem/weightstore/v1/weight_store.pb.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -24,8 +24,8 @@ using ::tandem::testing::FuzzCheck;
 // Plans over bigger adapters are checked byte by byte only up to this size.
 constexpr uint64_t kMaxCheckedBytes = uint64_t{1} << 22;
 
-v1::TargetLayout LayoutFrom(uint8_t choice) {
-  v1::TargetLayout target;
+weightstore::v1::TargetLayout LayoutFrom(uint8_t choice) {
+  weightstore::v1::TargetLayout target;
   target.set_tp_size(choice & 1 ? 2 : 1);
   target.set_tp_rank(choice & 2 ? target.tp_size() - 1 : 0);
   target.set_ep_size(choice & 4 ? 2 : 1);
@@ -33,23 +33,23 @@ v1::TargetLayout LayoutFrom(uint8_t choice) {
   target.set_expert_tp_size(1);
   target.set_fuse_gate_up(choice & 8);
   target.set_stack_experts(choice & 16);
-  target.set_naming(choice & 32 ? v1::TENSOR_NAMING_ENGINE_NATIVE : v1::TENSOR_NAMING_CANONICAL);
+  target.set_naming(choice & 32 ? weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE : weightstore::v1::TENSOR_NAMING_CANONICAL);
   return target;
 }
 
-void CheckPlan(const v1::Manifest& manifest, const std::vector<v1::PlannedTensor>& plan) {
+void CheckPlan(const weightstore::v1::Manifest& manifest, const std::vector<weightstore::v1::PlannedTensor>& plan) {
   uint64_t shard_total = 0;
-  for (const v1::Shard& shard : manifest.shards()) shard_total += shard.byte_size();
+  for (const weightstore::v1::Shard& shard : manifest.shards()) shard_total += shard.byte_size();
   if (shard_total > kMaxCheckedBytes) return;
   std::vector<std::string> shards;
-  for (const v1::Shard& shard : manifest.shards()) shards.emplace_back(shard.byte_size(), '\x5a');
+  for (const weightstore::v1::Shard& shard : manifest.shards()) shards.emplace_back(shard.byte_size(), '\x5a');
   const std::vector<absl::string_view> views(shards.begin(), shards.end());
-  for (const v1::PlannedTensor& tensor : plan) {
+  for (const weightstore::v1::PlannedTensor& tensor : plan) {
     const uint64_t size = tensor.tensor().byte_size();
     FuzzCheck(size <= shard_total, "a target tensor is no bigger than the shards");
     std::vector<uint8_t> written(size, 0);
     uint64_t previous_dst = 0;
-    for (const v1::CopyOp& op : tensor.ops()) {
+    for (const weightstore::v1::CopyOp& op : tensor.ops()) {
       FuzzCheck(op.dst_offset() >= previous_dst, "ops ascend by dst_offset");
       previous_dst = op.dst_offset();
       FuzzCheck(op.shard_index() >= 0 && op.shard_index() < manifest.shards_size(), "shard index");
@@ -76,10 +76,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tandem::weight_store;
   if (size < 1) return 0;
   const absl::string_view file(reinterpret_cast<const char*>(data) + 1, size - 1);
-  tandem::v1::Manifest manifest;
+  tandem::weightstore::v1::Manifest manifest;
   if (!tandem::DecodeChecksummed("TMAN", file, manifest).ok()) return 0;
   if (!ValidateManifest(manifest).ok()) return 0;
-  absl::StatusOr<std::vector<tandem::v1::PlannedTensor>> plan =
+  absl::StatusOr<std::vector<tandem::weightstore::v1::PlannedTensor>> plan =
       PlanReads(manifest, LayoutFrom(data[0]), {});
   if (plan.ok()) CheckPlan(manifest, *plan);
   return 0;

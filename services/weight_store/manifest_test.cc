@@ -17,21 +17,21 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-v1::LoraConfig Lora(v1::ExpertLayout layout) {
-  v1::LoraConfig lora;
+type::v1::LoraConfig Lora(type::v1::ExpertLayout layout) {
+  type::v1::LoraConfig lora;
   lora.set_rank(3);
   lora.set_expert_layout(layout);
   return lora;
 }
 
 // The manifest of the small test model published by every rank of a TP x EP producer.
-v1::Manifest Publish(v1::ExpertLayout expert_layout, v1::DType dtype,
+weightstore::v1::Manifest Publish(type::v1::ExpertLayout expert_layout, type::v1::DType dtype,
                      transfer::ProducerLayout layout) {
-  v1::Manifest manifest;
+  weightstore::v1::Manifest manifest;
   manifest.set_adapter_name("policy/job-1");
   manifest.set_version(3);
   *manifest.mutable_lora() = Lora(expert_layout);
-  const std::vector<v1::CanonicalTensor> tensors =
+  const std::vector<weightstore::v1::CanonicalTensor> tensors =
       *transfer::CanonicalTensorsFor(transfer::kTinyModel, manifest.lora(), dtype);
   manifest.mutable_tensors()->Add(tensors.begin(), tensors.end());
   const absl::flat_hash_map<std::string, std::string> canonical =
@@ -47,14 +47,14 @@ v1::Manifest Publish(v1::ExpertLayout expert_layout, v1::DType dtype,
   return manifest;
 }
 
-v1::Manifest Trainer() {
-  return Publish(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
+weightstore::v1::Manifest Trainer() {
+  return Publish(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
 }
 
 // The first piece of `manifest` on tensor `name`.
-v1::ShardPiece* FindPiece(v1::Manifest& manifest, absl::string_view name, int* shard_index) {
+weightstore::v1::ShardPiece* FindPiece(weightstore::v1::Manifest& manifest, absl::string_view name, int* shard_index) {
   for (int s = 0; s < manifest.shards_size(); ++s) {
-    for (v1::ShardPiece& piece : *manifest.mutable_shards(s)->mutable_pieces()) {
+    for (weightstore::v1::ShardPiece& piece : *manifest.mutable_shards(s)->mutable_pieces()) {
       if (piece.tensor_name() == name) {
         *shard_index = s;
         return &piece;
@@ -64,8 +64,8 @@ v1::ShardPiece* FindPiece(v1::Manifest& manifest, absl::string_view name, int* s
   return nullptr;
 }
 
-v1::CanonicalTensor* FindTensor(v1::Manifest& manifest, absl::string_view name) {
-  for (v1::CanonicalTensor& tensor : *manifest.mutable_tensors()) {
+weightstore::v1::CanonicalTensor* FindTensor(weightstore::v1::Manifest& manifest, absl::string_view name) {
+  for (weightstore::v1::CanonicalTensor& tensor : *manifest.mutable_tensors()) {
     if (tensor.spec().name() == name) return &tensor;
   }
   return nullptr;
@@ -77,8 +77,8 @@ constexpr absl::string_view kDenseGate = "model.layers.0.mlp.gate_proj.lora_A.we
 
 TEST(ValidateManifestTest, AcceptsProducerManifests) {
   for (auto layout :
-       {v1::EXPERT_LAYOUT_PER_EXPERT, v1::EXPERT_LAYOUT_SHARED, v1::EXPERT_LAYOUT_SHARED_OUTER}) {
-    for (auto dtype : {v1::DTYPE_BF16, v1::DTYPE_F32}) {
+       {type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::EXPERT_LAYOUT_SHARED, type::v1::EXPERT_LAYOUT_SHARED_OUTER}) {
+    for (auto dtype : {type::v1::DTYPE_BF16, type::v1::DTYPE_F32}) {
       for (const transfer::ProducerLayout& producer :
            {transfer::ProducerLayout{.tp_size = 2, .ep_size = 2},
             transfer::ProducerLayout{.fuse_gate_up = false, .stack_experts = false},
@@ -92,14 +92,14 @@ TEST(ValidateManifestTest, AcceptsProducerManifests) {
 
 struct BadCase {
   std::string name;
-  std::function<void(v1::Manifest&)> mutate;
+  std::function<void(weightstore::v1::Manifest&)> mutate;
   std::vector<std::string> message_parts;
 };
 
 class ValidateManifestErrorTest : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(ValidateManifestErrorTest, RejectsWithNamedValue) {
-  v1::Manifest manifest = Trainer();
+  weightstore::v1::Manifest manifest = Trainer();
   ASSERT_TRUE(ValidateManifest(manifest).ok());
   GetParam().mutate(manifest);
   const absl::Status status = ValidateManifest(manifest);
@@ -110,69 +110,69 @@ TEST_P(ValidateManifestErrorTest, RejectsWithNamedValue) {
 }
 
 // Applies `edit` to the first piece of tensor `name`.
-std::function<void(v1::Manifest&)> EditPiece(absl::string_view name,
-                                             std::function<void(v1::ShardPiece&)> edit) {
-  return [name, edit](v1::Manifest& manifest) {
+std::function<void(weightstore::v1::Manifest&)> EditPiece(absl::string_view name,
+                                             std::function<void(weightstore::v1::ShardPiece&)> edit) {
+  return [name, edit](weightstore::v1::Manifest& manifest) {
     int shard;
-    v1::ShardPiece* piece = FindPiece(manifest, name, &shard);
+    weightstore::v1::ShardPiece* piece = FindPiece(manifest, name, &shard);
     ASSERT_NE(piece, nullptr);
     edit(*piece);
   };
 }
 
-std::function<void(v1::Manifest&)> EditTensor(absl::string_view name,
-                                              std::function<void(v1::CanonicalTensor&)> edit) {
-  return [name, edit](v1::Manifest& manifest) {
-    v1::CanonicalTensor* tensor = FindTensor(manifest, name);
+std::function<void(weightstore::v1::Manifest&)> EditTensor(absl::string_view name,
+                                              std::function<void(weightstore::v1::CanonicalTensor&)> edit) {
+  return [name, edit](weightstore::v1::Manifest& manifest) {
+    weightstore::v1::CanonicalTensor* tensor = FindTensor(manifest, name);
     ASSERT_NE(tensor, nullptr);
     edit(*tensor);
   };
 }
 
 const BadCase kBadCases[] = {
-    {"EmptyAdapter", [](v1::Manifest& m) { m.clear_adapter_name(); }, {"bad adapter_name: ''"}},
+    {"EmptyAdapter", [](weightstore::v1::Manifest& m) { m.clear_adapter_name(); }, {"bad adapter_name: ''"}},
     {"AdapterWithSpace",
-     [](v1::Manifest& m) { m.set_adapter_name("a b"); },
+     [](weightstore::v1::Manifest& m) { m.set_adapter_name("a b"); },
      {"bad adapter_name: 'a b'"}},
     {"LongAdapter",
-     [](v1::Manifest& m) { m.set_adapter_name(std::string(129, 'a')); },
+     [](weightstore::v1::Manifest& m) { m.set_adapter_name(std::string(129, 'a')); },
      {"bad adapter_name"}},
-    {"VersionZero", [](v1::Manifest& m) { m.set_version(0); }, {"policy/job-1", "version 0 < 1"}},
+    {"VersionZero", [](weightstore::v1::Manifest& m) { m.set_version(0); }, {"policy/job-1", "version 0 < 1"}},
     {"EncodedOver64MiB",
-     [](v1::Manifest& m) { (*m.mutable_labels())["notes"] = std::string(64 << 20, 'x'); },
+     [](weightstore::v1::Manifest& m) { (*m.mutable_labels())["notes"] = std::string(64 << 20, 'x'); },
      {"policy/job-1@3", "manifest encodes to", "at most 64 MiB"}},
     {"RankZero",
-     [](v1::Manifest& m) { m.mutable_lora()->set_rank(0); },
+     [](weightstore::v1::Manifest& m) { m.mutable_lora()->set_rank(0); },
      {"policy/job-1@3", "lora.rank: 0"}},
-    {"RankTooBig", [](v1::Manifest& m) { m.mutable_lora()->set_rank(1025); }, {"lora.rank: 1025"}},
-    {"NegativeAlpha", [](v1::Manifest& m) { m.mutable_lora()->set_alpha(-1); }, {"lora.alpha: -1"}},
+    {"RankTooBig", [](weightstore::v1::Manifest& m) { m.mutable_lora()->set_rank(1025); }, {"lora.rank: 1025"}},
+    {"NegativeAlpha", [](weightstore::v1::Manifest& m) { m.mutable_lora()->set_alpha(-1); }, {"lora.alpha: -1"}},
     {"NanAlpha",
-     [](v1::Manifest& m) { m.mutable_lora()->set_alpha(std::nanf("")); },
+     [](weightstore::v1::Manifest& m) { m.mutable_lora()->set_alpha(std::nanf("")); },
      {"lora.alpha"}},
     {"InfiniteAlpha",
-     [](v1::Manifest& m) { m.mutable_lora()->set_alpha(std::numeric_limits<float>::infinity()); },
+     [](weightstore::v1::Manifest& m) { m.mutable_lora()->set_alpha(std::numeric_limits<float>::infinity()); },
      {"lora.alpha: inf"}},
-    {"DropoutOne", [](v1::Manifest& m) { m.mutable_lora()->set_dropout(1); }, {"lora.dropout: 1"}},
+    {"DropoutOne", [](weightstore::v1::Manifest& m) { m.mutable_lora()->set_dropout(1); }, {"lora.dropout: 1"}},
     {"UnknownModule",
-     [](v1::Manifest& m) { m.mutable_lora()->add_target_modules("lm_head"); },
+     [](weightstore::v1::Manifest& m) { m.mutable_lora()->add_target_modules("lm_head"); },
      {"'lm_head'"}},
     {"DuplicateModule",
-     [](v1::Manifest& m) {
+     [](weightstore::v1::Manifest& m) {
        m.mutable_lora()->add_target_modules("up_proj");
        m.mutable_lora()->add_target_modules("up_proj");
      },
      {"duplicate 'up_proj'"}},
     {"LayoutUnset",
-     [](v1::Manifest& m) { m.mutable_lora()->set_expert_layout(v1::EXPERT_LAYOUT_UNSPECIFIED); },
+     [](weightstore::v1::Manifest& m) { m.mutable_lora()->set_expert_layout(type::v1::EXPERT_LAYOUT_UNSPECIFIED); },
      {"lora.expert_layout"}},
     {"NoTensors",
-     [](v1::Manifest& m) {
+     [](weightstore::v1::Manifest& m) {
        m.clear_tensors();
        m.clear_shards();
      },
      {"tensors: 0 entries"}},
     {"DuplicateTensor",
-     [](v1::Manifest& m) { *m.add_tensors() = m.tensors(0); },
+     [](weightstore::v1::Manifest& m) { *m.add_tensors() = m.tensors(0); },
      {"duplicate name 'model.layers.0.mlp.down_proj.lora_A.weight'"}},
     {"EmptyTensorName",
      EditTensor(kQ, [](auto& t) { t.mutable_spec()->clear_name(); }),
@@ -181,7 +181,7 @@ const BadCase kBadCases[] = {
      EditTensor(kQ, [](auto& t) { t.mutable_spec()->set_name(std::string(513, 'n')); }),
      {"name of 513 bytes"}},
     {"DtypeUnset",
-     EditTensor(kQ, [](auto& t) { t.mutable_spec()->set_dtype(v1::DTYPE_UNSPECIFIED); }),
+     EditTensor(kQ, [](auto& t) { t.mutable_spec()->set_dtype(type::v1::DTYPE_UNSPECIFIED); }),
      {std::string(kQ), "dtype 0"}},
     {"NineDims",
      EditTensor(kQ,
@@ -212,24 +212,24 @@ const BadCase kBadCases[] = {
      EditTensor(kExpertDown,
                 [](auto& t) { t.mutable_spec()->set_name("x.{e}.y.{e}.lora_A.weight"); }),
      {"'{e}' more than once"}},
-    {"NoShards", [](v1::Manifest& m) { m.clear_shards(); }, {"shards: 0 entries"}},
+    {"NoShards", [](weightstore::v1::Manifest& m) { m.clear_shards(); }, {"shards: 0 entries"}},
     {"TooManyShards",
-     [](v1::Manifest& m) {
+     [](weightstore::v1::Manifest& m) {
        for (int i = 0; i < 65536; ++i) m.add_shards();
      },
      {"shards: 65540 entries not in 1..65536"}},
     {"NegativeProducerRank",
-     [](v1::Manifest& m) { m.mutable_shards(1)->set_producer_rank(-1); },
+     [](weightstore::v1::Manifest& m) { m.mutable_shards(1)->set_producer_rank(-1); },
      {"shard 1: producer_rank -1"}},
     {"EmptyShard",
-     [](v1::Manifest& m) { m.mutable_shards(0)->set_byte_size(0); },
+     [](weightstore::v1::Manifest& m) { m.mutable_shards(0)->set_byte_size(0); },
      {"shard 0: byte_size 0"}},
     {"HugeShard",
-     [](v1::Manifest& m) { m.mutable_shards(0)->set_byte_size((1ull << 40) + 1); },
+     [](weightstore::v1::Manifest& m) { m.mutable_shards(0)->set_byte_size((1ull << 40) + 1); },
      {"byte_size 1099511627777"}},
     {"ShardWithoutPieces",
-     [](v1::Manifest& m) {
-       v1::Shard& shard = *m.add_shards();
+     [](weightstore::v1::Manifest& m) {
+       weightstore::v1::Shard& shard = *m.add_shards();
        shard.set_byte_size(1);
      },
      {"shard 4: no pieces"}},
@@ -252,7 +252,7 @@ const BadCase kBadCases[] = {
      EditPiece(kQ, [](auto& p) { p.set_fused_gate_up(true); }),
      {"fused_gate_up on a tensor without 'gate_proj'"}},
     {"FusedPartnerMissing",
-     [](v1::Manifest& m) {
+     [](weightstore::v1::Manifest& m) {
        FindTensor(m, "model.layers.0.mlp.up_proj.lora_A.weight")
            ->mutable_spec()
            ->set_name("model.layers.0.mlp.up2_proj.lora_A.weight");
@@ -260,7 +260,7 @@ const BadCase kBadCases[] = {
      {"partner 'model.layers.0.mlp.up_proj.lora_A.weight' missing"}},
     {"FusedPartnerOtherDtype",
      EditTensor("model.layers.0.mlp.up_proj.lora_A.weight",
-                [](auto& t) { t.mutable_spec()->set_dtype(v1::DTYPE_F32); }),
+                [](auto& t) { t.mutable_spec()->set_dtype(type::v1::DTYPE_F32); }),
      {"differs in dtype, shape or experts"}},
     {"FusedDimTooBig",
      EditPiece(kDenseGate, [](auto& p) { p.set_fused_dim(2); }),
@@ -284,35 +284,35 @@ const BadCase kBadCases[] = {
      EditPiece(kQ, [](auto& p) { p.set_byte_offset(p.byte_offset() + (1ull << 41)); }),
      {"beyond shard byte_size"}},
     {"PiecesOverlapInBytes",
-     [](v1::Manifest& m) {
-       v1::Shard& shard = *m.mutable_shards(0);
+     [](weightstore::v1::Manifest& m) {
+       weightstore::v1::Shard& shard = *m.mutable_shards(0);
        shard.mutable_pieces(1)->set_byte_offset(shard.pieces(0).byte_offset() + 2);
      },
      {"shard 0: pieces 0 and 1 overlap in bytes"}},
     {"MissingCoverage",
-     [](v1::Manifest& m) { m.mutable_shards(1)->mutable_pieces()->RemoveLast(); },
+     [](weightstore::v1::Manifest& m) { m.mutable_shards(1)->mutable_pieces()->RemoveLast(); },
      {"pieces cover", "elements"}},
     {"OverlappingCoverage",
-     [](v1::Manifest& m) {
+     [](weightstore::v1::Manifest& m) {
        // A second copy of the first piece, in another shard.
-       v1::ShardPiece copy = m.shards(0).pieces(0);
+       weightstore::v1::ShardPiece copy = m.shards(0).pieces(0);
        copy.set_byte_offset(0);
-       v1::Shard& shard = *m.add_shards();
+       weightstore::v1::Shard& shard = *m.add_shards();
        shard.set_byte_size(copy.byte_length());
        *shard.add_pieces() = copy;
      },
      {"shard 0 piece 0 and shard 4 piece 0 overlap"}},
     {"OversizedBaseModel",
-     [](v1::Manifest& m) { m.set_base_model(std::string(4097, 'm')); },
+     [](weightstore::v1::Manifest& m) { m.set_base_model(std::string(4097, 'm')); },
      {"base_model has 4097 bytes; at most 4096"}},
     {"OversizedLabelKey",
-     [](v1::Manifest& m) { (*m.mutable_labels())[std::string(257, 'k')] = "v"; },
+     [](weightstore::v1::Manifest& m) { (*m.mutable_labels())[std::string(257, 'k')] = "v"; },
      {"labels key has 257 bytes; at most 256"}},
     {"OversizedLabelValue",
-     [](v1::Manifest& m) { (*m.mutable_labels())["note"] = std::string(4097, 'v'); },
+     [](weightstore::v1::Manifest& m) { (*m.mutable_labels())["note"] = std::string(4097, 'v'); },
      {"labels[note] has 4097 bytes; at most 4096"}},
     {"TooManyLabels",
-     [](v1::Manifest& m) {
+     [](weightstore::v1::Manifest& m) {
        for (int i = 0; i < 65; ++i) (*m.mutable_labels())[absl::StrCat("k", i)] = "v";
      },
      {"labels has", "entries; at most 64"}},
@@ -325,9 +325,9 @@ INSTANTIATE_TEST_SUITE_P(AllRules, ValidateManifestErrorTest, ::testing::ValuesI
                          [](const auto& info) { return info.param.name; });
 
 TEST(ValidateManifestTest, FusedGateCoversUpToo) {
-  v1::Manifest manifest = Trainer();
+  weightstore::v1::Manifest manifest = Trainer();
   int shard;
-  v1::ShardPiece* piece = FindPiece(manifest, kDenseGate, &shard);
+  weightstore::v1::ShardPiece* piece = FindPiece(manifest, kDenseGate, &shard);
   ASSERT_NE(piece, nullptr);
   ASSERT_TRUE(piece->fused_gate_up());
   // Unfused, the piece is too long for its slice; halved, up_proj loses its coverage.

@@ -47,19 +47,19 @@ absl::Status CheckRank(absl::string_view field, int rank, int size, int max_size
   return absl::OkStatus();
 }
 
-absl::Status CheckEnums(const v1::TargetLayout& target) {
-  if (!v1::TensorNaming_IsValid(target.naming())) {
+absl::Status CheckEnums(const weightstore::v1::TargetLayout& target) {
+  if (!weightstore::v1::TensorNaming_IsValid(target.naming())) {
     return Invalid("target.naming: ", target.naming(), " is not a naming");
   }
-  const v1::DType dtype = target.dtype();
-  if (dtype != v1::DTYPE_UNSPECIFIED && dtype != v1::DTYPE_F32 && dtype != v1::DTYPE_BF16 &&
-      dtype != v1::DTYPE_F16) {
+  const type::v1::DType dtype = target.dtype();
+  if (dtype != type::v1::DTYPE_UNSPECIFIED && dtype != type::v1::DTYPE_F32 && dtype != type::v1::DTYPE_BF16 &&
+      dtype != type::v1::DTYPE_F16) {
     return Invalid("target.dtype: ", dtype, " is not F32, BF16 or F16");
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Consumer> ResolveLayout(const v1::TargetLayout& target) {
+absl::StatusOr<Consumer> ResolveLayout(const weightstore::v1::TargetLayout& target) {
   // An unset size means 1.
   auto size = [](int value) { return value == 0 ? 1 : value; };
   const Consumer consumer{.tp_rank = target.tp_rank(),
@@ -71,7 +71,7 @@ absl::StatusOr<Consumer> ResolveLayout(const v1::TargetLayout& target) {
                           .fuse_gate_up = target.fuse_gate_up(),
                           // The embedded engine stores experts stacked.
                           .stack_experts = target.stack_experts() ||
-                                           target.naming() == v1::TENSOR_NAMING_ENGINE_NATIVE};
+                                           target.naming() == weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE};
   constexpr int kUnbounded = std::numeric_limits<int>::max();
   for (absl::Status status :
        {CheckRank("tp", consumer.tp_rank, consumer.tp_size, kMaxTpSize),
@@ -109,7 +109,7 @@ std::vector<Placement> PlaceBox(int gate, std::optional<int> up, const transfer:
   return {placement, up_placement};
 }
 
-absl::flat_hash_map<absl::string_view, int> IndexByName(const v1::Manifest& manifest) {
+absl::flat_hash_map<absl::string_view, int> IndexByName(const weightstore::v1::Manifest& manifest) {
   absl::flat_hash_map<absl::string_view, int> index_by_name;
   for (int t = 0; t < manifest.tensors_size(); ++t) {
     index_by_name[manifest.tensors(t).spec().name()] = t;
@@ -117,11 +117,11 @@ absl::flat_hash_map<absl::string_view, int> IndexByName(const v1::Manifest& mani
   return index_by_name;
 }
 
-transfer::TensorBox PieceBox(const v1::ShardPiece& piece, const v1::CanonicalTensor& tensor) {
+transfer::TensorBox PieceBox(const weightstore::v1::ShardPiece& piece, const weightstore::v1::CanonicalTensor& tensor) {
   const bool per_expert = tensor.num_experts() > 0;
   transfer::TensorBox box{{per_expert ? piece.expert_begin() : 0},
                           {per_expert ? piece.expert_end() - piece.expert_begin() : 1}};
-  for (const v1::DimSlice& slice : piece.slice()) {
+  for (const weightstore::v1::DimSlice& slice : piece.slice()) {
     box.begin.push_back(slice.offset());
     box.size.push_back(slice.size());
   }
@@ -129,11 +129,11 @@ transfer::TensorBox PieceBox(const v1::ShardPiece& piece, const v1::CanonicalTen
 }
 
 // Every piece's placements, by tensor index.
-std::vector<std::vector<Placement>> SourcePlacements(const v1::Manifest& manifest) {
+std::vector<std::vector<Placement>> SourcePlacements(const weightstore::v1::Manifest& manifest) {
   const absl::flat_hash_map<absl::string_view, int> index_by_name = IndexByName(manifest);
   std::vector<std::vector<Placement>> sources(manifest.tensors_size());
   for (int s = 0; s < manifest.shards_size(); ++s) {
-    for (const v1::ShardPiece& piece : manifest.shards(s).pieces()) {
+    for (const weightstore::v1::ShardPiece& piece : manifest.shards(s).pieces()) {
       const int gate = index_by_name.at(piece.tensor_name());
       std::optional<int> up;
       if (piece.fused_gate_up()) up = index_by_name.at(*transfer::UpProjName(piece.tensor_name()));
@@ -150,12 +150,12 @@ std::vector<std::vector<Placement>> SourcePlacements(const v1::Manifest& manifes
 
 // A target tensor and the placements of its canonical parts in it.
 struct Target {
-  v1::TargetTensor tensor;
+  weightstore::v1::TargetTensor tensor;
   std::vector<Placement> parts;
 };
 
 // gate tensor index -> up_proj tensor index, for the pairs a fusing consumer joins.
-absl::flat_hash_map<int, int> FusedPairs(const v1::Manifest& manifest) {
+absl::flat_hash_map<int, int> FusedPairs(const weightstore::v1::Manifest& manifest) {
   const absl::flat_hash_map<absl::string_view, int> index_by_name = IndexByName(manifest);
   absl::flat_hash_map<int, int> pairs;
   for (int t = 0; t < manifest.tensors_size(); ++t) {
@@ -180,12 +180,12 @@ std::string StackedName(absl::string_view name) {
 // The target tensor holding `box` of canonical tensor `gate` (fused with `up` if set). With
 // `stacked` the expert dim stays as the leading dim; otherwise box holds a single expert and
 // the target drops that dim.
-Target MakeTarget(const v1::CanonicalTensor& canonical, std::string name, int gate,
+Target MakeTarget(const weightstore::v1::CanonicalTensor& canonical, std::string name, int gate,
                   std::optional<int> up, const transfer::TensorBox& box, bool stacked) {
   Target target;
   target.parts = PlaceBox(gate, up, box, 1);
   const std::vector<int64_t>& shape = target.parts[0].buffer_shape;
-  v1::TensorSpec& spec = *target.tensor.mutable_spec();
+  type::v1::TensorSpec& spec = *target.tensor.mutable_spec();
   spec.set_name(std::move(name));
   spec.set_dtype(canonical.spec().dtype());
   spec.mutable_shape()->Add(shape.begin() + (stacked ? 0 : 1), shape.end());
@@ -200,9 +200,9 @@ Target MakeTarget(const v1::CanonicalTensor& canonical, std::string name, int ga
 }
 
 // Appends the target tensors of canonical tensor `t` (fused with `up` if set).
-absl::Status AddTargets(const v1::Manifest& manifest, int t, std::optional<int> up,
+absl::Status AddTargets(const weightstore::v1::Manifest& manifest, int t, std::optional<int> up,
                         const Consumer& consumer, std::vector<Target>& targets) {
-  const v1::CanonicalTensor& canonical = manifest.tensors(t);
+  const weightstore::v1::CanonicalTensor& canonical = manifest.tensors(t);
   const bool expert_group = transfer::IsRoutedExpertTensor(canonical.spec().name());
   absl::StatusOr<transfer::TensorBox> box =
       transfer::RankBox(canonical, expert_group ? consumer.expert_tp_rank : consumer.tp_rank,
@@ -229,7 +229,7 @@ absl::Status AddTargets(const v1::Manifest& manifest, int t, std::optional<int> 
 }
 
 // Every target tensor of the consumer, sorted by name.
-absl::StatusOr<std::vector<Target>> AllTargets(const v1::Manifest& manifest,
+absl::StatusOr<std::vector<Target>> AllTargets(const weightstore::v1::Manifest& manifest,
                                                const Consumer& consumer) {
   absl::flat_hash_map<int, int> pairs;
   if (consumer.fuse_gate_up) pairs = FusedPairs(manifest);
@@ -318,9 +318,9 @@ std::vector<Step> CopySteps(absl::Span<const int64_t> size, absl::Span<const int
 
 // Emits `pattern` once for every index of the `outer` steps.
 void EmitOuter(absl::Span<const Step> outer, uint64_t src_offset, uint64_t dst_offset,
-               const v1::CopyOp& pattern, std::vector<v1::CopyOp>& ops) {
+               const weightstore::v1::CopyOp& pattern, std::vector<weightstore::v1::CopyOp>& ops) {
   if (outer.empty()) {
-    v1::CopyOp& op = ops.emplace_back(pattern);
+    weightstore::v1::CopyOp& op = ops.emplace_back(pattern);
     op.set_src_offset(src_offset);
     op.set_dst_offset(dst_offset);
     return;
@@ -335,7 +335,7 @@ void EmitOuter(absl::Span<const Step> outer, uint64_t src_offset, uint64_t dst_o
 // the innermost contiguous run is the block, the next step the op's count and strides, and
 // each index of the remaining steps one op.
 void AppendIntersection(const Placement& src, const Placement& dst, int64_t element_size,
-                        std::vector<v1::CopyOp>& ops) {
+                        std::vector<weightstore::v1::CopyOp>& ops) {
   const size_t rank = dst.box.begin.size();
   std::vector<int64_t> size(rank), src_at(rank), dst_at(rank);
   for (size_t d = 0; d < rank; ++d) {
@@ -348,7 +348,7 @@ void AppendIntersection(const Placement& src, const Placement& dst, int64_t elem
     dst_at[d] = dst.origin[d] + begin - dst.box.begin[d];
   }
   std::vector<Step> steps = CopySteps(size, src.buffer_shape, dst.buffer_shape, element_size);
-  v1::CopyOp pattern;
+  weightstore::v1::CopyOp pattern;
   pattern.set_shard_index(src.shard);
   pattern.set_length(element_size);
   pattern.set_count(1);
@@ -374,7 +374,7 @@ void AppendIntersection(const Placement& src, const Placement& dst, int64_t elem
   EmitOuter(steps, src_offset, dst_offset, pattern, ops);
 }
 
-bool SameBlockPattern(const v1::CopyOp& a, const v1::CopyOp& b) {
+bool SameBlockPattern(const weightstore::v1::CopyOp& a, const weightstore::v1::CopyOp& b) {
   return a.count() == b.count() &&
          (a.count() == 1 || (a.src_stride() == b.src_stride() && a.dst_stride() == b.dst_stride()));
 }
@@ -382,7 +382,7 @@ bool SameBlockPattern(const v1::CopyOp& a, const v1::CopyOp& b) {
 // Joins `op` into `last` when each of op's blocks directly follows last's in both buffers (e.g.
 // the up_proj half after the gate_proj half of every row of a fused tensor): longer blocks, and
 // one contiguous block once blocks abut.
-bool Widen(v1::CopyOp& last, const v1::CopyOp& op) {
+bool Widen(weightstore::v1::CopyOp& last, const weightstore::v1::CopyOp& op) {
   if (!SameBlockPattern(last, op) || op.src_offset() != last.src_offset() + last.length() ||
       op.dst_offset() != last.dst_offset() + last.length()) {
     return false;
@@ -400,7 +400,7 @@ bool Widen(v1::CopyOp& last, const v1::CopyOp& op) {
 
 // Joins `op` into `last` when op's blocks continue last's sequence of equal blocks at the same
 // strides (e.g. consecutive per-expert pieces): more blocks.
-bool Lengthen(v1::CopyOp& last, const v1::CopyOp& op) {
+bool Lengthen(weightstore::v1::CopyOp& last, const weightstore::v1::CopyOp& op) {
   if (last.length() != op.length() || (last.count() == 1 && op.src_offset() <= last.src_offset())) {
     return false;
   }
@@ -421,24 +421,24 @@ bool Lengthen(v1::CopyOp& last, const v1::CopyOp& op) {
 }
 
 // Joins `op`, the next op in dst order, into `last` where one op can do both.
-bool Join(v1::CopyOp& last, const v1::CopyOp& op) {
+bool Join(weightstore::v1::CopyOp& last, const weightstore::v1::CopyOp& op) {
   return last.shard_index() == op.shard_index() && (Widen(last, op) || Lengthen(last, op));
 }
 
-v1::PlannedTensor Plan(Target target, const std::vector<std::vector<Placement>>& sources) {
+weightstore::v1::PlannedTensor Plan(Target target, const std::vector<std::vector<Placement>>& sources) {
   const int64_t element_size = transfer::ElementSize(target.tensor.spec().dtype());
-  std::vector<v1::CopyOp> ops;
+  std::vector<weightstore::v1::CopyOp> ops;
   for (const Placement& part : target.parts) {
     for (const Placement& source : sources[part.tensor]) {
       AppendIntersection(source, part, element_size, ops);
     }
   }
-  std::sort(ops.begin(), ops.end(), [](const v1::CopyOp& a, const v1::CopyOp& b) {
+  std::sort(ops.begin(), ops.end(), [](const weightstore::v1::CopyOp& a, const weightstore::v1::CopyOp& b) {
     return a.dst_offset() < b.dst_offset();
   });
-  v1::PlannedTensor planned;
+  weightstore::v1::PlannedTensor planned;
   *planned.mutable_tensor() = std::move(target.tensor);
-  for (const v1::CopyOp& op : ops) {
+  for (const weightstore::v1::CopyOp& op : ops) {
     if (planned.ops_size() == 0 || !Join(*planned.mutable_ops()->rbegin(), op)) {
       *planned.add_ops() = op;
     }
@@ -448,8 +448,8 @@ v1::PlannedTensor Plan(Target target, const std::vector<std::vector<Placement>>&
 
 }  // namespace
 
-absl::StatusOr<std::vector<v1::PlannedTensor>> PlanReads(
-    const v1::Manifest& manifest, const v1::TargetLayout& target,
+absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> PlanReads(
+    const weightstore::v1::Manifest& manifest, const weightstore::v1::TargetLayout& target,
     const std::vector<std::string>& tensor_names) {
   absl::StatusOr<Consumer> consumer = ResolveLayout(target);
   if (!consumer.ok()) return consumer.status();
@@ -458,13 +458,13 @@ absl::StatusOr<std::vector<v1::PlannedTensor>> PlanReads(
   targets = SelectTargets(*std::move(targets), tensor_names);
   if (!targets.ok()) return targets.status();
   const std::vector<std::vector<Placement>> sources = SourcePlacements(manifest);
-  std::vector<v1::PlannedTensor> planned;
+  std::vector<weightstore::v1::PlannedTensor> planned;
   planned.reserve(targets->size());
   for (Target& t : *targets) planned.push_back(Plan(std::move(t), sources));
   return planned;
 }
 
-absl::Status CheckStackable(const v1::Manifest& manifest) {
+absl::Status CheckStackable(const weightstore::v1::Manifest& manifest) {
   Consumer stacked;
   stacked.stack_experts = true;
   absl::StatusOr<std::vector<Target>> targets = AllTargets(manifest, stacked);
@@ -474,9 +474,9 @@ absl::Status CheckStackable(const v1::Manifest& manifest) {
   return absl::OkStatus();
 }
 
-void ExecuteOps(const v1::PlannedTensor& tensor, const std::vector<absl::string_view>& shards,
+void ExecuteOps(const weightstore::v1::PlannedTensor& tensor, const std::vector<absl::string_view>& shards,
                 char* dst) {
-  for (const v1::CopyOp& op : tensor.ops()) {
+  for (const weightstore::v1::CopyOp& op : tensor.ops()) {
     const char* src = shards[op.shard_index()].data();
     for (uint64_t i = 0; i < op.count(); ++i) {
       std::memcpy(dst + op.dst_offset() + i * op.dst_stride(),

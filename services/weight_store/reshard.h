@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "tandem/v1/weight_store.pb.h"
+#include "tandem/weightstore/v1/weight_store.pb.h"
 
 namespace tandem::weight_store {
 
@@ -28,19 +28,19 @@ namespace tandem::weight_store {
 // `tensor_names`, when non-empty, selects target tensors by name. INVALID_ARGUMENT for a bad
 // layout (ranks, sizes, enums), sizes that do not divide evenly, an unknown requested name, or
 // two target tensors with the same name.
-absl::StatusOr<std::vector<v1::PlannedTensor>> PlanReads(
-    const v1::Manifest& manifest, const v1::TargetLayout& target,
+absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> PlanReads(
+    const weightstore::v1::Manifest& manifest, const weightstore::v1::TargetLayout& target,
     const std::vector<std::string>& tensor_names);
 
 // OK if the manifest's expert tensors stack (TargetLayout.stack_experts, which the embedded
 // engine always uses) without two target tensors taking one name, as when a side is both
 // shared and per-expert; INVALID_ARGUMENT naming the tensor otherwise. `manifest` must have
 // passed ValidateManifest.
-absl::Status CheckStackable(const v1::Manifest& manifest);
+absl::Status CheckStackable(const weightstore::v1::Manifest& manifest);
 
 // Runs a tensor's ops from the shards' bytes (indexed by shard_index) into `dst`, which holds
 // tensor.byte_size bytes. The shards must be those of the planned manifest.
-void ExecuteOps(const v1::PlannedTensor& tensor, const std::vector<absl::string_view>& shards,
+void ExecuteOps(const weightstore::v1::PlannedTensor& tensor, const std::vector<absl::string_view>& shards,
                 char* dst);
 
 }  // namespace tandem::weight_store

@@ -27,9 +27,9 @@ constexpr int kRank = 3;
 
 // A published adapter: manifest, the bytes of its shards, and the canonical tensors' bytes.
 struct Published {
-  v1::Manifest manifest;
+  weightstore::v1::Manifest manifest;
   std::vector<std::string> shard_bytes;
-  std::vector<v1::CanonicalTensor> tensors;
+  std::vector<weightstore::v1::CanonicalTensor> tensors;
   absl::flat_hash_map<std::string, std::string> canonical;
 
   std::vector<absl::string_view> Shards() const { return {shard_bytes.begin(), shard_bytes.end()}; }
@@ -37,12 +37,12 @@ struct Published {
 
 // Publishes `tensors` from every rank of a producer with `layout`'s sizes; shard i of the
 // manifest is producer rank i (ep-major) unless a rank held nothing.
-Published Publish(std::vector<v1::CanonicalTensor> tensors, v1::ExpertLayout expert_layout,
+Published Publish(std::vector<weightstore::v1::CanonicalTensor> tensors, type::v1::ExpertLayout expert_layout,
                   transfer::ProducerLayout layout) {
   Published published;
   published.tensors = std::move(tensors);
   published.canonical = transfer::RandomCanonicalBytes(published.tensors, 1234);
-  v1::Manifest& manifest = published.manifest;
+  weightstore::v1::Manifest& manifest = published.manifest;
   manifest.set_adapter_name("policy");
   manifest.set_version(1);
   manifest.mutable_lora()->set_rank(kRank);
@@ -61,12 +61,12 @@ Published Publish(std::vector<v1::CanonicalTensor> tensors, v1::ExpertLayout exp
   return published;
 }
 
-Published PublishModel(v1::ExpertLayout expert_layout, v1::DType dtype,
+Published PublishModel(type::v1::ExpertLayout expert_layout, type::v1::DType dtype,
                        const transfer::ProducerLayout& layout) {
-  v1::LoraConfig lora;
+  type::v1::LoraConfig lora;
   lora.set_rank(kRank);
   lora.set_expert_layout(expert_layout);
-  absl::StatusOr<std::vector<v1::CanonicalTensor>> tensors =
+  absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> tensors =
       transfer::CanonicalTensorsFor(transfer::kTinyModel, lora, dtype);
   EXPECT_TRUE(tensors.ok()) << tensors.status();
   return Publish(*std::move(tensors), expert_layout, layout);
@@ -120,13 +120,13 @@ std::string Gather(const Published& published, const std::vector<std::string>& n
 }
 
 std::map<std::string, Expected> HandSliced(const Published& published,
-                                           const v1::TargetLayout& target) {
-  const bool stack = target.stack_experts() || target.naming() == v1::TENSOR_NAMING_ENGINE_NATIVE;
+                                           const weightstore::v1::TargetLayout& target) {
+  const bool stack = target.stack_experts() || target.naming() == weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE;
   const int tp_size = std::max(target.tp_size(), 1);
   const int ep_size = std::max(target.ep_size(), 1);
   const int expert_tp_size = std::max(target.expert_tp_size(), 1);
   std::map<std::string, Expected> expected;
-  for (const v1::CanonicalTensor& tensor : published.tensors) {
+  for (const weightstore::v1::CanonicalTensor& tensor : published.tensors) {
     const std::string& name = tensor.spec().name();
     if (target.fuse_gate_up() && absl::StrContains(name, "up_proj")) continue;
     const bool fused = target.fuse_gate_up() && absl::StrContains(name, "gate_proj");
@@ -180,10 +180,10 @@ std::map<std::string, Expected> HandSliced(const Published& published,
 
 // Checks the plan's own promises: ops ascending dst_offset, within the shards, and together
 // writing every byte of the tensor exactly once.
-void ExpectOpsCoverOnce(const v1::PlannedTensor& planned, const Published& published) {
+void ExpectOpsCoverOnce(const weightstore::v1::PlannedTensor& planned, const Published& published) {
   std::vector<int> writes(planned.tensor().byte_size(), 0);
   uint64_t previous = 0;
-  for (const v1::CopyOp& op : planned.ops()) {
+  for (const weightstore::v1::CopyOp& op : planned.ops()) {
     EXPECT_GE(op.dst_offset(), previous);
     previous = op.dst_offset();
     ASSERT_GE(op.count(), 1);
@@ -200,23 +200,23 @@ void ExpectOpsCoverOnce(const v1::PlannedTensor& planned, const Published& publi
   EXPECT_THAT(writes, ::testing::Each(1)) << planned.tensor().spec().name();
 }
 
-std::string Assemble(const v1::PlannedTensor& planned, const Published& published) {
+std::string Assemble(const weightstore::v1::PlannedTensor& planned, const Published& published) {
   std::string bytes(planned.tensor().byte_size(), '\0');
   ExecuteOps(planned, published.Shards(), bytes.data());
   return bytes;
 }
 
-void ExpectMatchesHandSlicing(const Published& published, const v1::TargetLayout& target) {
-  absl::StatusOr<std::vector<v1::PlannedTensor>> plan = PlanReads(published.manifest, target, {});
+void ExpectMatchesHandSlicing(const Published& published, const weightstore::v1::TargetLayout& target) {
+  absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan = PlanReads(published.manifest, target, {});
   ASSERT_TRUE(plan.ok()) << plan.status();
   const std::map<std::string, Expected> expected = HandSliced(published, target);
   std::vector<std::string> planned_names, expected_names;
-  for (const v1::PlannedTensor& planned : *plan)
+  for (const weightstore::v1::PlannedTensor& planned : *plan)
     planned_names.push_back(planned.tensor().spec().name());
   for (const auto& [name, tensor] : expected) expected_names.push_back(name);
   ASSERT_THAT(planned_names, ElementsAreArray(expected_names));  // also: byte-wise name order
-  for (const v1::PlannedTensor& planned : *plan) {
-    const v1::TargetTensor& tensor = planned.tensor();
+  for (const weightstore::v1::PlannedTensor& planned : *plan) {
+    const weightstore::v1::TargetTensor& tensor = planned.tensor();
     const Expected& want = expected.at(tensor.spec().name());
     SCOPED_TRACE(tensor.spec().name());
     EXPECT_THAT(tensor.spec().shape(), ElementsAreArray(want.shape));
@@ -230,12 +230,12 @@ void ExpectMatchesHandSlicing(const Published& published, const v1::TargetLayout
 }
 
 struct Options {
-  v1::TensorNaming naming;
+  weightstore::v1::TensorNaming naming;
   bool fuse_gate_up;
   bool stack_experts;
 };
 
-using MatrixParam = std::tuple<transfer::ProducerLayout, v1::ExpertLayout, v1::DType>;
+using MatrixParam = std::tuple<transfer::ProducerLayout, type::v1::ExpertLayout, type::v1::DType>;
 
 std::string ProducerName(const transfer::ProducerLayout& layout) {
   return absl::StrCat("Tp", layout.tp_size, "Ep", layout.ep_size,
@@ -260,11 +260,11 @@ TEST_P(ReshardMatrixTest, AssembledTensorsMatchHandSlicing) {
   for (int tp : {1, 2, 4}) {
     for (int ep : {1, 2, 4}) {
       for (int expert_tp : {1, tp}) {
-        for (const Options& options : {Options{v1::TENSOR_NAMING_UNSPECIFIED, false, false},
-                                       Options{v1::TENSOR_NAMING_CANONICAL, true, true},
-                                       Options{v1::TENSOR_NAMING_ENGINE_NATIVE, true, false}}) {
+        for (const Options& options : {Options{weightstore::v1::TENSOR_NAMING_UNSPECIFIED, false, false},
+                                       Options{weightstore::v1::TENSOR_NAMING_CANONICAL, true, true},
+                                       Options{weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE, true, false}}) {
           for (int rank = 0; rank < tp * ep * expert_tp; ++rank) {
-            v1::TargetLayout target;
+            weightstore::v1::TargetLayout target;
             target.set_tp_size(tp);
             target.set_tp_rank(rank % tp);
             target.set_ep_size(ep);
@@ -291,22 +291,22 @@ INSTANTIATE_TEST_SUITE_P(
                                                                   .stack_experts = false},
                                          transfer::ProducerLayout{
                                              .tp_size = 4, .ep_size = 1, .stack_experts = false}),
-                       ::testing::Values(v1::EXPERT_LAYOUT_PER_EXPERT, v1::EXPERT_LAYOUT_SHARED,
-                                         v1::EXPERT_LAYOUT_SHARED_OUTER),
-                       ::testing::Values(v1::DTYPE_BF16, v1::DTYPE_F32)),
+                       ::testing::Values(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::EXPERT_LAYOUT_SHARED,
+                                         type::v1::EXPERT_LAYOUT_SHARED_OUTER),
+                       ::testing::Values(type::v1::DTYPE_BF16, type::v1::DTYPE_F32)),
     [](const auto& info) {
       return absl::StrCat(ProducerName(std::get<0>(info.param)),
-                          v1::ExpertLayout_Name(std::get<1>(info.param)),
-                          v1::DType_Name(std::get<2>(info.param)));
+                          type::v1::ExpertLayout_Name(std::get<1>(info.param)),
+                          type::v1::DType_Name(std::get<2>(info.param)));
     });
 
 // A consumer laid out like a producer rank gets that rank's pieces back, each with one op.
 TEST(ReshardTest, ProducerLayoutRoundTrips) {
   const transfer::ProducerLayout trainer{.tp_size = 2, .ep_size = 2};
-  const Published published = PublishModel(v1::EXPERT_LAYOUT_SHARED_OUTER, v1::DTYPE_BF16, trainer);
+  const Published published = PublishModel(type::v1::EXPERT_LAYOUT_SHARED_OUTER, type::v1::DTYPE_BF16, trainer);
   ASSERT_EQ(published.manifest.shards_size(), 4);
   for (int s = 0; s < 4; ++s) {
-    v1::TargetLayout target;
+    weightstore::v1::TargetLayout target;
     target.set_tp_rank(s % 2);
     target.set_tp_size(2);
     target.set_expert_tp_rank(s % 2);
@@ -315,16 +315,16 @@ TEST(ReshardTest, ProducerLayoutRoundTrips) {
     target.set_ep_size(2);
     target.set_fuse_gate_up(true);
     target.set_stack_experts(true);
-    absl::StatusOr<std::vector<v1::PlannedTensor>> plan = PlanReads(published.manifest, target, {});
+    absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan = PlanReads(published.manifest, target, {});
     ASSERT_TRUE(plan.ok()) << plan.status();
-    std::map<std::string, const v1::PlannedTensor*> by_name;
-    for (const v1::PlannedTensor& planned : *plan)
+    std::map<std::string, const weightstore::v1::PlannedTensor*> by_name;
+    for (const weightstore::v1::PlannedTensor& planned : *plan)
       by_name[planned.tensor().spec().name()] = &planned;
-    for (const v1::ShardPiece& piece : published.manifest.shards(s).pieces()) {
+    for (const weightstore::v1::ShardPiece& piece : published.manifest.shards(s).pieces()) {
       std::string name = absl::StrReplaceAll(piece.tensor_name(), {{".{e}", ""}});
       if (piece.fused_gate_up()) name = absl::StrReplaceAll(name, {{"gate_proj", "gate_up_proj"}});
       ASSERT_TRUE(by_name.contains(name)) << name;
-      const v1::PlannedTensor& planned = *by_name[name];
+      const weightstore::v1::PlannedTensor& planned = *by_name[name];
       ASSERT_EQ(planned.ops_size(), 1) << name;
       EXPECT_EQ(planned.ops(0).shard_index(), s);
       EXPECT_EQ(planned.ops(0).count(), 1);
@@ -335,17 +335,17 @@ TEST(ReshardTest, ProducerLayoutRoundTrips) {
   }
 }
 
-const v1::PlannedTensor* FindPlanned(const std::vector<v1::PlannedTensor>& plan,
+const weightstore::v1::PlannedTensor* FindPlanned(const std::vector<weightstore::v1::PlannedTensor>& plan,
                                      absl::string_view name) {
-  for (const v1::PlannedTensor& planned : plan) {
+  for (const weightstore::v1::PlannedTensor& planned : plan) {
     if (planned.tensor().spec().name() == name) return &planned;
   }
   return nullptr;
 }
 
 TEST(ReshardTest, RowSplitSliceIsOneStridedOp) {
-  const Published published = PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_F32, {});
-  v1::TargetLayout target;
+  const Published published = PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_F32, {});
+  weightstore::v1::TargetLayout target;
   target.set_tp_rank(1);
   target.set_tp_size(2);
   auto plan =
@@ -354,7 +354,7 @@ TEST(ReshardTest, RowSplitSliceIsOneStridedOp) {
   ASSERT_EQ(plan->size(), 1);
   // [3, 8] -> columns 4..7: 3 rows of 16 bytes, 32 bytes apart in the source.
   ASSERT_EQ((*plan)[0].ops_size(), 1);
-  const v1::CopyOp& op = (*plan)[0].ops(0);
+  const weightstore::v1::CopyOp& op = (*plan)[0].ops(0);
   EXPECT_EQ(op.length(), 16);
   EXPECT_EQ(op.count(), 3);
   EXPECT_EQ(op.src_stride(), 32);
@@ -363,13 +363,13 @@ TEST(ReshardTest, RowSplitSliceIsOneStridedOp) {
 }
 
 TEST(ReshardTest, ConsecutivePerExpertPiecesMergeIntoOneOp) {
-  const Published published = PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16,
+  const Published published = PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16,
                                            {.fuse_gate_up = false, .stack_experts = false});
-  v1::TargetLayout target;
-  target.set_naming(v1::TENSOR_NAMING_ENGINE_NATIVE);
+  weightstore::v1::TargetLayout target;
+  target.set_naming(weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE);
   auto plan = PlanReads(published.manifest, target, {});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  const v1::PlannedTensor* down =
+  const weightstore::v1::PlannedTensor* down =
       FindPlanned(*plan, "model.layers.2.mlp.experts.down_proj.lora_B.weight");
   ASSERT_NE(down, nullptr);
   EXPECT_THAT(down->tensor().spec().shape(), ElementsAre(4, 8, 3));
@@ -381,13 +381,13 @@ TEST(ReshardTest, ConsecutivePerExpertPiecesMergeIntoOneOp) {
 
 // A fused piece may concatenate along any dimension; here along dim 1 ([r, 2*in]).
 TEST(ReshardTest, ReadsPiecesFusedAlongDimOne) {
-  Published published = PublishModel(v1::EXPERT_LAYOUT_SHARED, v1::DTYPE_F32,
+  Published published = PublishModel(type::v1::EXPERT_LAYOUT_SHARED, type::v1::DTYPE_F32,
                                      {.fuse_gate_up = false, .stack_experts = false});
   const std::string gate = "model.layers.0.mlp.gate_proj.lora_A.weight";  // [3, 8]
   const std::string up = "model.layers.0.mlp.up_proj.lora_A.weight";
   auto& pieces = *published.manifest.mutable_shards(0)->mutable_pieces();
   pieces.erase(std::remove_if(pieces.begin(), pieces.end(),
-                              [&](const v1::ShardPiece& piece) {
+                              [&](const weightstore::v1::ShardPiece& piece) {
                                 return piece.tensor_name() == gate || piece.tensor_name() == up;
                               }),
                pieces.end());
@@ -396,9 +396,9 @@ TEST(ReshardTest, ReadsPiecesFusedAlongDimOne) {
     fused += published.canonical.at(gate).substr(row * 32, 32);
     fused += published.canonical.at(up).substr(row * 32, 32);
   }
-  v1::Shard& shard = *published.manifest.add_shards();
+  weightstore::v1::Shard& shard = *published.manifest.add_shards();
   shard.set_byte_size(fused.size());
-  v1::ShardPiece& piece = *shard.add_pieces();
+  weightstore::v1::ShardPiece& piece = *shard.add_pieces();
   piece.set_tensor_name(gate);
   piece.set_fused_gate_up(true);
   piece.set_fused_dim(1);
@@ -407,7 +407,7 @@ TEST(ReshardTest, ReadsPiecesFusedAlongDimOne) {
   published.shard_bytes.push_back(fused);
   ASSERT_TRUE(ValidateManifest(published.manifest).ok()) << ValidateManifest(published.manifest);
   for (bool fuse : {false, true}) {
-    v1::TargetLayout target;
+    weightstore::v1::TargetLayout target;
     target.set_fuse_gate_up(fuse);
     target.set_tp_size(2);
     ExpectMatchesHandSlicing(published, target);
@@ -416,9 +416,9 @@ TEST(ReshardTest, ReadsPiecesFusedAlongDimOne) {
 
 TEST(ReshardTest, SelectsRequestedTensorsInNameOrder) {
   const Published published =
-      PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
-  v1::TargetLayout target;
-  target.set_dtype(v1::DTYPE_F16);  // does not change the plan
+      PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
+  weightstore::v1::TargetLayout target;
+  target.set_dtype(type::v1::DTYPE_F16);  // does not change the plan
   auto plan = PlanReads(published.manifest, target,
                         {"model.layers.2.mlp.experts.3.up_proj.lora_B.weight",
                          "model.layers.0.self_attn.k_proj.lora_A.weight"});
@@ -427,19 +427,19 @@ TEST(ReshardTest, SelectsRequestedTensorsInNameOrder) {
   EXPECT_EQ((*plan)[0].tensor().spec().name(), "model.layers.0.self_attn.k_proj.lora_A.weight");
   EXPECT_EQ((*plan)[1].tensor().spec().name(),
             "model.layers.2.mlp.experts.3.up_proj.lora_B.weight");
-  EXPECT_EQ((*plan)[1].tensor().spec().dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ((*plan)[1].tensor().spec().dtype(), type::v1::DTYPE_BF16);
   EXPECT_EQ((*plan)[1].tensor().byte_size(), 4 * 3 * 2);
 }
 
 struct BadLayout {
   std::string name;
-  v1::TargetLayout target;
+  weightstore::v1::TargetLayout target;
   std::vector<std::string> tensor_names;
   std::string message;
 };
 
-v1::TargetLayout Layout(absl::string_view text_proto_fields) {
-  v1::TargetLayout target;
+weightstore::v1::TargetLayout Layout(absl::string_view text_proto_fields) {
+  weightstore::v1::TargetLayout target;
   EXPECT_TRUE(
       google::protobuf::TextFormat::ParseFromString(std::string(text_proto_fields), &target));
   return target;
@@ -449,8 +449,8 @@ class PlanReadsErrorTest : public ::testing::TestWithParam<BadLayout> {};
 
 TEST_P(PlanReadsErrorTest, RejectsWithInvalidArgument) {
   const Published published =
-      PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
-  const absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
+      PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
+  const absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
       PlanReads(published.manifest, GetParam().target, GetParam().tensor_names);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
   EXPECT_THAT(plan.status().message(), HasSubstr(GetParam().message));
@@ -493,19 +493,19 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 TEST(ReshardTest, RejectsTargetNameClash) {
-  v1::CanonicalTensor per_expert, shared;
+  weightstore::v1::CanonicalTensor per_expert, shared;
   per_expert.mutable_spec()->set_name("model.layers.1.mlp.experts.{e}.down_proj.lora_A.weight");
   per_expert.set_num_experts(2);
   shared.mutable_spec()->set_name("model.layers.1.mlp.experts.down_proj.lora_A.weight");
-  for (v1::CanonicalTensor* tensor : {&per_expert, &shared}) {
-    tensor->mutable_spec()->set_dtype(v1::DTYPE_F32);
+  for (weightstore::v1::CanonicalTensor* tensor : {&per_expert, &shared}) {
+    tensor->mutable_spec()->set_dtype(type::v1::DTYPE_F32);
     tensor->mutable_spec()->add_shape(kRank);
     tensor->mutable_spec()->add_shape(4);
   }
   const Published published =
-      Publish({per_expert, shared}, v1::EXPERT_LAYOUT_PER_EXPERT, transfer::ProducerLayout{});
-  EXPECT_TRUE(PlanReads(published.manifest, v1::TargetLayout(), {}).ok());
-  v1::TargetLayout stacked;
+      Publish({per_expert, shared}, type::v1::EXPERT_LAYOUT_PER_EXPERT, transfer::ProducerLayout{});
+  EXPECT_TRUE(PlanReads(published.manifest, weightstore::v1::TargetLayout(), {}).ok());
+  weightstore::v1::TargetLayout stacked;
   stacked.set_stack_experts(true);
   EXPECT_THAT(PlanReads(published.manifest, stacked, {}).status().message(),
               HasSubstr("two target tensors named "
@@ -514,7 +514,7 @@ TEST(ReshardTest, RejectsTargetNameClash) {
   const absl::Status stackable = CheckStackable(published.manifest);
   EXPECT_EQ(stackable.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(stackable.message(), HasSubstr("with experts stacked, two target tensors named"));
-  EXPECT_TRUE(CheckStackable(PublishModel(v1::EXPERT_LAYOUT_PER_EXPERT, v1::DTYPE_BF16,
+  EXPECT_TRUE(CheckStackable(PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16,
                                           transfer::ProducerLayout{})
                                  .manifest)
                   .ok());

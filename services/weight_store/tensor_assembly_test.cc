@@ -26,9 +26,9 @@ CommittedVersion VersionOf(const transfer::TestAdapter& adapter) {
   return version;
 }
 
-v1::TargetLayout Layout(int tp_rank, int tp_size, int ep_rank, int ep_size, bool fuse_gate_up,
+weightstore::v1::TargetLayout Layout(int tp_rank, int tp_size, int ep_rank, int ep_size, bool fuse_gate_up,
                         bool stack_experts) {
-  v1::TargetLayout target;
+  weightstore::v1::TargetLayout target;
   target.set_tp_rank(tp_rank);
   target.set_tp_size(tp_size);
   target.set_ep_rank(ep_rank);
@@ -42,14 +42,14 @@ TEST(TensorAssemblyTest, ChecksumIsTheAssembledTensorsWithoutAssemblingIt) {
   const CommittedVersion version = VersionOf(transfer::MakeTestAdapter("a", 1, 7));
   ASSERT_GT(version.shards.size(), 1);
   int interleaved = 0;  // Tensors whose blocks alternate between shards.
-  for (const v1::TargetLayout& target :
+  for (const weightstore::v1::TargetLayout& target :
        {Layout(0, 1, 0, 1, false, false), Layout(0, 1, 0, 1, true, true),
         Layout(1, 2, 1, 2, false, true), Layout(0, 4, 0, 1, true, false)}) {
     SCOPED_TRACE(target.ShortDebugString());
-    absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
+    absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
         PlanReads(version.manifest, target, /*tensor_names=*/{});
     ASSERT_TRUE(plan.ok()) << plan.status();
-    for (const v1::PlannedTensor& tensor : *plan) {
+    for (const weightstore::v1::PlannedTensor& tensor : *plan) {
       EXPECT_EQ(TensorChecksum(tensor, version), Xxh3Checksum(AssembleTensor(tensor, version)))
           << tensor.tensor().spec().name();
       interleaved += tensor.ops_size() > 1 && tensor.ops(0).count() > 1;

@@ -125,7 +125,7 @@ absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& di
     return absl::DataLossError(absl::StrCat("manifest in ", dir.string(), ": ", status.message()));
   }
   for (int i = 0; i < version->manifest.shards_size(); ++i) {
-    const v1::Shard& shard = version->manifest.shards(i);
+    const weightstore::v1::Shard& shard = version->manifest.shards(i);
     absl::StatusOr<std::unique_ptr<ShardBuffer>> buffer =
         ShardBuffer::Allocate(ucx, shard.byte_size());
     if (!buffer.ok()) return buffer.status();
@@ -172,8 +172,8 @@ absl::Status ReuseRetiredFiles(const std::string& adapter_dir, const std::string
 
 }  // namespace
 
-v1::VersionInfo CommittedVersion::Info() const {
-  v1::VersionInfo info;
+weightstore::v1::VersionInfo CommittedVersion::Info() const {
+  weightstore::v1::VersionInfo info;
   info.set_adapter_name(manifest.adapter_name());
   info.set_version(manifest.version());
   info.set_total_bytes(manifest.total_bytes());
@@ -265,7 +265,7 @@ absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
         continue;
       }
       if (!version.ok()) return version.status();
-      const v1::Manifest& manifest = (*version)->manifest;
+      const weightstore::v1::Manifest& manifest = (*version)->manifest;
       if (manifest.version() != number ||
           AdapterDir(data_dir, manifest.adapter_name()) != adapter.path().string()) {
         skipped->push_back(absl::StrCat(entry.path().string(), " holds ", manifest.adapter_name(),

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/weight_store/shard_buffer.h"
-#include "tandem/v1/weight_store.pb.h"
+#include "tandem/weightstore/v1/weight_store.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
@@ -16,10 +16,10 @@ namespace tandem::weight_store {
 // A committed version: its manifest and shard bytes. Immutable; readers hold a shared_ptr, so
 // retiring a version never frees memory under a reader.
 struct CommittedVersion {
-  v1::Manifest manifest;
+  weightstore::v1::Manifest manifest;
   std::vector<std::unique_ptr<ShardBuffer>> shards;
 
-  v1::VersionInfo Info() const;
+  weightstore::v1::VersionInfo Info() const;
 };
 
 // On disk a version is <data_dir>/<adapter, '/' and ':' percent-encoded>/<version>/ holding

@@ -89,19 +89,19 @@ Store StartStore() {
   options.max_message_bytes = 80 << 20;
   return *tandem::testing::StartLoopbackServer(
       "weight-store",
-      {"tandem.v1.WeightStoreService",
+      {"tandem.weightstore.v1.WeightStoreService",
        *WeightStoreServiceImpl::Create({.data_dir = absl::GetFlag(FLAGS_data_dir),
                                         .keep_versions = 2,
                                         .ucx = {.transports = absl::GetFlag(FLAGS_transports)}})},
       options);
 }
 
-std::unique_ptr<v1::WeightStoreService::Stub> Stub(const Store& store) {
-  return v1::WeightStoreService::NewStub(store.Channel());
+std::unique_ptr<weightstore::v1::WeightStoreService::Stub> Stub(const Store& store) {
+  return weightstore::v1::WeightStoreService::NewStub(store.Channel());
 }
 
-v1::TargetLayout Stacked() {
-  v1::TargetLayout target;
+weightstore::v1::TargetLayout Stacked() {
+  weightstore::v1::TargetLayout target;
   target.set_stack_experts(true);
   return target;
 }
@@ -136,7 +136,7 @@ struct Subscriber {
         fetcher(*stub) {}
 
   std::unique_ptr<transfer::UcxWorker> ucx;
-  std::unique_ptr<v1::WeightStoreService::Stub> stub;
+  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> stub;
   AdapterFetcher fetcher;
   FetchedAdapter fetched;
 };
@@ -155,10 +155,10 @@ double PublishToSubscribers(const transfer::TestAdapter& adapter, transfer::UcxW
     replicas.emplace_back([&, r] {
       Subscriber& subscriber = *subscribers[r];
       grpc::ClientContext context;
-      v1::WatchVersionsRequest request;
+      weightstore::v1::WatchVersionsRequest request;
       request.set_adapter_name(adapter.manifest.adapter_name());
       auto reader = subscriber.stub->WatchVersions(&context, request);
-      v1::WatchVersionsResponse event;
+      weightstore::v1::WatchVersionsResponse event;
       reader->Read(&event);  // The snapshot.
       ++watching;
       while (reader->Read(&event) && event.version().version() < adapter.manifest.version()) {
@@ -175,8 +175,8 @@ double PublishToSubscribers(const transfer::TestAdapter& adapter, transfer::UcxW
   }
   while (watching < count) absl::SleepFor(absl::Milliseconds(1));
   const auto publish_start = Clock::now();
-  v1::WeightStoreService::Stub& stub = *subscribers.front()->stub;
-  if (absl::StatusOr<v1::VersionInfo> published =
+  weightstore::v1::WeightStoreService::Stub& stub = *subscribers.front()->stub;
+  if (absl::StatusOr<weightstore::v1::VersionInfo> published =
           PublishAdapter(stub, adapter.manifest, adapter.shard_views(), {.ucx = &producer});
       !published.ok()) {
     std::fprintf(stderr, "publish: %s\n", published.status().ToString().c_str());

@@ -29,9 +29,9 @@ TEST(WeightStoreFullDiskTest, AFullTmpfsRefusesPublishesAndKeepsCommittedVersion
       WeightStoreServiceImpl::Create({.data_dir = disk->dir() + "/store", .enable_ucx = false});
   ASSERT_TRUE(service.ok()) << service.status();
   auto server = tandem::testing::StartLoopbackServer(
-      "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)});
+      "weight-store", {"tandem.weightstore.v1.WeightStoreService", *std::move(service)});
   ASSERT_TRUE(server.ok()) << server.status();
-  auto stub = v1::WeightStoreService::NewStub(server->Channel());
+  auto stub = weightstore::v1::WeightStoreService::NewStub(server->Channel());
 
   // Adapters of their own names (every version kept) until the disk refuses one.
   std::vector<transfer::TestAdapter> committed;

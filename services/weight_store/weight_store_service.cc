@@ -28,7 +28,7 @@ namespace tandem::weight_store {
 namespace {
 
 // Where a shard's bytes are for one-sided UCX access: address, packed key and length.
-void FillShardRegion(int32_t shard_index, const transfer::UcxRegion& region, v1::ShardRegion& out) {
+void FillShardRegion(int32_t shard_index, const transfer::UcxRegion& region, weightstore::v1::ShardRegion& out) {
   out.set_shard_index(shard_index);
   out.set_remote_address(region.remote_address());
   out.set_rkey(region.packed_rkey());
@@ -65,9 +65,9 @@ std::vector<std::string> Names(const google::protobuf::RepeatedPtrField<std::str
 }
 
 // Reads PutShard chunks into an upload; replies with what the stream wrote.
-class PutShardReactor final : public grpc::ServerReadReactor<v1::PutShardRequest> {
+class PutShardReactor final : public grpc::ServerReadReactor<weightstore::v1::PutShardRequest> {
  public:
-  PutShardReactor(AdapterStore& store, v1::PutShardResponse* response)
+  PutShardReactor(AdapterStore& store, weightstore::v1::PutShardResponse* response)
       : store_(store), response_(response) {
     StartRead(&request_);
   }
@@ -80,7 +80,7 @@ class PutShardReactor final : public grpc::ServerReadReactor<v1::PutShardRequest
     }
     if (!ok) {
       for (const auto& [shard, written] : progress_) {
-        v1::ShardProgress& entry = *response_->add_shards();
+        weightstore::v1::ShardProgress& entry = *response_->add_shards();
         entry.set_shard_index(shard);
         entry.set_bytes_written(written);
       }
@@ -125,31 +125,31 @@ class PutShardReactor final : public grpc::ServerReadReactor<v1::PutShardRequest
   }
 
   AdapterStore& store_;
-  v1::PutShardResponse* response_;
-  v1::PutShardRequest request_;
+  weightstore::v1::PutShardResponse* response_;
+  weightstore::v1::PutShardRequest request_;
   std::string upload_id_;
   std::map<int, uint64_t> progress_;
 };
 
 // Streams the newest version, then every newer commit. A slow reader skips to the newest
 // version; whatever comes first is the snapshot.
-class WatchReactor final : public QueuedWriteReactor<v1::WatchVersionsResponse> {
+class WatchReactor final : public QueuedWriteReactor<weightstore::v1::WatchVersionsResponse> {
  public:
-  WatchReactor(AdapterStore& store, OpenStreams<v1::WatchVersionsResponse>& open,
+  WatchReactor(AdapterStore& store, OpenStreams<weightstore::v1::WatchVersionsResponse>& open,
                const std::string& adapter, const std::function<void()>& registered_hook)
       : store_(store), open_(open) {
-    watch_id_ = store_.Watch(adapter, [sink = sink()](const v1::VersionInfo& version) {
-      sink->Write(Event(version, v1::VERSION_EVENT_TYPE_COMMITTED));
+    watch_id_ = store_.Watch(adapter, [sink = sink()](const weightstore::v1::VersionInfo& version) {
+      sink->Write(Event(version, weightstore::v1::VERSION_EVENT_TYPE_COMMITTED));
     });
     if (registered_hook) registered_hook();  // Tests: commits land here, in the window.
-    sink()->Write(Event(store_.Newest(adapter), v1::VERSION_EVENT_TYPE_SNAPSHOT));
+    sink()->Write(Event(store_.Newest(adapter), weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT));
     open_id_ = open_.Add(sink());
   }
 
  private:
-  static v1::WatchVersionsResponse Event(const v1::VersionInfo& version,
-                                         v1::VersionEventType type) {
-    v1::WatchVersionsResponse event;
+  static weightstore::v1::WatchVersionsResponse Event(const weightstore::v1::VersionInfo& version,
+                                         weightstore::v1::VersionEventType type) {
+    weightstore::v1::WatchVersionsResponse event;
     event.set_type(type);
     *event.mutable_version() = version;
     return event;
@@ -157,10 +157,10 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchVersionsResponse> 
 
   // The first event out is the snapshot, whichever came first: a commit announced between
   // Watch and Newest in the constructor, or the constructor's; every later one is a commit.
-  void Enqueue(std::deque<v1::WatchVersionsResponse>& queue,
-               v1::WatchVersionsResponse event) override {
+  void Enqueue(std::deque<weightstore::v1::WatchVersionsResponse>& queue,
+               weightstore::v1::WatchVersionsResponse event) override {
     if (sent_any_ && event.version().version() <= newest_offered_) return;
-    event.set_type(sent_any_ ? v1::VERSION_EVENT_TYPE_COMMITTED : v1::VERSION_EVENT_TYPE_SNAPSHOT);
+    event.set_type(sent_any_ ? weightstore::v1::VERSION_EVENT_TYPE_COMMITTED : weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
     sent_any_ = true;
     newest_offered_ = event.version().version();
     queue.clear();
@@ -173,7 +173,7 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchVersionsResponse> 
   }
 
   AdapterStore& store_;
-  OpenStreams<v1::WatchVersionsResponse>& open_;
+  OpenStreams<weightstore::v1::WatchVersionsResponse>& open_;
   int64_t watch_id_ = 0;
   int64_t open_id_ = 0;
   int64_t newest_offered_ = 0;
@@ -181,9 +181,9 @@ class WatchReactor final : public QueuedWriteReactor<v1::WatchVersionsResponse> 
 };
 
 // Streams a version assembled into the consumer's layout, one tensor at a time.
-class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsResponse> {
+class FetchReactor final : public grpc::ServerWriteReactor<weightstore::v1::FetchTensorsResponse> {
  public:
-  FetchReactor(AdapterStore& store, const v1::FetchTensorsRequest& request)
+  FetchReactor(AdapterStore& store, const weightstore::v1::FetchTensorsRequest& request)
       : started_(absl::Now()) {
     if (absl::Status status = Prepare(store, request); !status.ok()) {
       Finish(ToGrpcStatus(status));
@@ -203,7 +203,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsRespo
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Prepare(AdapterStore& store, const v1::FetchTensorsRequest& request) {
+  absl::Status Prepare(AdapterStore& store, const weightstore::v1::FetchTensorsRequest& request) {
     chunk_bytes_ = request.max_chunk_bytes() == 0 ? kMaxChunkBytes : request.max_chunk_bytes();
     if (chunk_bytes_ < kMinFetchChunkBytes || chunk_bytes_ > kMaxChunkBytes) {
       return absl::InvalidArgumentError(
@@ -217,13 +217,13 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsRespo
         store.Find(request.adapter_name(), request.version(), 0);
     if (!version.ok()) return version.status();
     version_ = *std::move(version);
-    absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
+    absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
         PlanReads(version_->manifest, request.target(), Names(request.tensor_names()));
     if (!plan.ok()) return plan.status();
     plan_ = *std::move(plan);
     target_dtype_ = request.target().dtype();
     // Refused before the first chunk rather than partway through the stream.
-    for (const v1::PlannedTensor& planned : plan_) {
+    for (const weightstore::v1::PlannedTensor& planned : plan_) {
       if (absl::Status convertible =
               transfer::CheckConvertible(planned.tensor().spec().dtype(), target_dtype_);
           !convertible.ok()) {
@@ -235,14 +235,14 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsRespo
   }
 
   // Assembles, converts and checksums the next tensor.
-  absl::Status LoadTensor(const v1::PlannedTensor& planned) {
+  absl::Status LoadTensor(const weightstore::v1::PlannedTensor& planned) {
     absl::StatusOr<std::string> bytes = transfer::ConvertFloats(
         AssembleTensor(planned, *version_), planned.tensor().spec().dtype(), target_dtype_);
     if (!bytes.ok()) return bytes.status();
     bytes_ = *std::move(bytes);
     offset_ = 0;
     header_ = planned.tensor();
-    if (target_dtype_ != v1::DTYPE_UNSPECIFIED) header_.mutable_spec()->set_dtype(target_dtype_);
+    if (target_dtype_ != type::v1::DTYPE_UNSPECIFIED) header_.mutable_spec()->set_dtype(target_dtype_);
     header_.set_byte_size(bytes_.size());
     header_.set_xxh3_64(Xxh3Checksum(bytes_));
     return absl::OkStatus();
@@ -272,14 +272,14 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchTensorsRespo
 
   const absl::Time started_;
   std::shared_ptr<const CommittedVersion> version_;
-  std::vector<v1::PlannedTensor> plan_;
-  v1::DType target_dtype_ = v1::DTYPE_UNSPECIFIED;
+  std::vector<weightstore::v1::PlannedTensor> plan_;
+  type::v1::DType target_dtype_ = type::v1::DTYPE_UNSPECIFIED;
   size_t chunk_bytes_ = kMaxChunkBytes;
   size_t next_tensor_ = 0;
   std::string bytes_;
   size_t offset_ = 0;
-  v1::TargetTensor header_;
-  v1::FetchTensorsResponse response_;
+  weightstore::v1::TargetTensor header_;
+  weightstore::v1::FetchTensorsResponse response_;
 };
 
 }  // namespace
@@ -311,12 +311,12 @@ absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> WeightStoreServiceImpl::
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::BeginPublish(
-    grpc::CallbackServerContext* context, const v1::BeginPublishRequest* request,
-    v1::BeginPublishResponse* response) {
-  const auto begin = [&]() -> absl::StatusOr<v1::BeginPublishResponse> {
+    grpc::CallbackServerContext* context, const weightstore::v1::BeginPublishRequest* request,
+    weightstore::v1::BeginPublishResponse* response) {
+  const auto begin = [&]() -> absl::StatusOr<weightstore::v1::BeginPublishResponse> {
     absl::StatusOr<BeginResult> begun = store_->Begin(request->manifest(), request->use_ucx());
     if (!begun.ok()) return begun.status();
-    v1::BeginPublishResponse result;
+    weightstore::v1::BeginPublishResponse result;
     result.set_upload_id(begun->upload_id);
     *result.mutable_expire_time() = ToTimestamp(begun->expire_time);
     if (request->use_ucx()) {
@@ -332,15 +332,15 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::BeginPublish(
   return FinishUnary(context, begin(), response);
 }
 
-grpc::ServerReadReactor<v1::PutShardRequest>* WeightStoreServiceImpl::PutShard(
-    grpc::CallbackServerContext* /*context*/, v1::PutShardResponse* response) {
+grpc::ServerReadReactor<weightstore::v1::PutShardRequest>* WeightStoreServiceImpl::PutShard(
+    grpc::CallbackServerContext* /*context*/, weightstore::v1::PutShardResponse* response) {
   return new PutShardReactor(*store_, response);
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::CommitPublish(
-    grpc::CallbackServerContext* context, const v1::CommitPublishRequest* request,
-    v1::CommitPublishResponse* response) {
-  const auto commit = [&]() -> absl::StatusOr<v1::CommitPublishResponse> {
+    grpc::CallbackServerContext* context, const weightstore::v1::CommitPublishRequest* request,
+    weightstore::v1::CommitPublishResponse* response) {
+  const auto commit = [&]() -> absl::StatusOr<weightstore::v1::CommitPublishResponse> {
     if (absl::Status status = ValidateIdentifier("upload_id", request->upload_id()); !status.ok()) {
       return status;
     }
@@ -354,7 +354,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::CommitPublish(
       }
       metrics.RecordTotals(store_->totals());
     }
-    v1::CommitPublishResponse result;
+    weightstore::v1::CommitPublishResponse result;
     *result.mutable_version() = outcome->version;
     return result;
   };
@@ -362,53 +362,53 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::CommitPublish(
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::AbortPublish(
-    grpc::CallbackServerContext* context, const v1::AbortPublishRequest* request,
-    v1::AbortPublishResponse* response) {
+    grpc::CallbackServerContext* context, const weightstore::v1::AbortPublishRequest* request,
+    weightstore::v1::AbortPublishResponse* response) {
   absl::Status aborted = ValidateIdentifier("upload_id", request->upload_id());
   if (aborted.ok()) aborted = store_->Abort(request->upload_id());
-  absl::StatusOr<v1::AbortPublishResponse> result =
-      aborted.ok() ? absl::StatusOr<v1::AbortPublishResponse>(v1::AbortPublishResponse())
-                   : absl::StatusOr<v1::AbortPublishResponse>(aborted);
+  absl::StatusOr<weightstore::v1::AbortPublishResponse> result =
+      aborted.ok() ? absl::StatusOr<weightstore::v1::AbortPublishResponse>(weightstore::v1::AbortPublishResponse())
+                   : absl::StatusOr<weightstore::v1::AbortPublishResponse>(aborted);
   return FinishUnary(context, std::move(result), response);
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(grpc::CallbackServerContext* context,
-                                                              const v1::GetManifestRequest* request,
-                                                              v1::GetManifestResponse* response) {
-  const auto get = [&]() -> absl::StatusOr<v1::GetManifestResponse> {
-    const v1::AdapterSelector& selector = request->adapter();
+                                                              const weightstore::v1::GetManifestRequest* request,
+                                                              weightstore::v1::GetManifestResponse* response) {
+  const auto get = [&]() -> absl::StatusOr<weightstore::v1::GetManifestResponse> {
+    const type::v1::AdapterSelector& selector = request->adapter();
     if (absl::Status status = ValidateNamedSelector(selector); !status.ok()) return status;
     absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
         store_->Find(selector.adapter_name(), selector.exact_version(), selector.min_version());
     if (!version.ok()) return version.status();
-    v1::GetManifestResponse result;
+    weightstore::v1::GetManifestResponse result;
     *result.mutable_manifest() = (*version)->manifest;
     return result;
   };
   return FinishUnary(context, get(), response);
 }
 
-grpc::ServerWriteReactor<v1::WatchVersionsResponse>* WeightStoreServiceImpl::WatchVersions(
-    grpc::CallbackServerContext* /*context*/, const v1::WatchVersionsRequest* request) {
+grpc::ServerWriteReactor<weightstore::v1::WatchVersionsResponse>* WeightStoreServiceImpl::WatchVersions(
+    grpc::CallbackServerContext* /*context*/, const weightstore::v1::WatchVersionsRequest* request) {
   if (absl::Status status = ValidateIdentifier("adapter_name", request->adapter_name());
       !status.ok()) {
-    return new FinishedReactor<grpc::ServerWriteReactor<v1::WatchVersionsResponse>>(
+    return new FinishedReactor<grpc::ServerWriteReactor<weightstore::v1::WatchVersionsResponse>>(
         ToGrpcStatus(status));
   }
   return new WatchReactor(*store_, watches_, request->adapter_name(), watch_registered_hook_);
 }
 
-grpc::ServerWriteReactor<v1::FetchTensorsResponse>* WeightStoreServiceImpl::FetchTensors(
-    grpc::CallbackServerContext* /*context*/, const v1::FetchTensorsRequest* request) {
+grpc::ServerWriteReactor<weightstore::v1::FetchTensorsResponse>* WeightStoreServiceImpl::FetchTensors(
+    grpc::CallbackServerContext* /*context*/, const weightstore::v1::FetchTensorsRequest* request) {
   return new FetchReactor(*store_, *request);
 }
 
-absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
-    const v1::GetReadPlanRequest& request) {
+absl::StatusOr<weightstore::v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
+    const weightstore::v1::GetReadPlanRequest& request) {
   if (ucx_ == nullptr) {
     return absl::FailedPreconditionError("this weight-store runs without UCX; use FetchTensors");
   }
-  if (request.target().dtype() != v1::DTYPE_UNSPECIFIED) {
+  if (request.target().dtype() != type::v1::DTYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError("GetReadPlan never converts: leave target.dtype unset");
   }
   if (absl::Status status = ValidateVersionOf(request.adapter_name(), request.version());
@@ -423,7 +423,7 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
   if (!version.ok()) return version.status();
   // What the plan depends on: the request less its lease. A plan cached for these exact names
   // was checked when it was computed.
-  v1::GetReadPlanRequest cache_request = request;
+  weightstore::v1::GetReadPlanRequest cache_request = request;
   cache_request.clear_lease_id();
   const std::string cache_key = cache_request.SerializeAsString();
   std::shared_ptr<PlanInFlight> in_flight;
@@ -440,7 +440,7 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
     in_flight->done.WaitForNotification();
     return in_flight->plan;
   }
-  absl::StatusOr<v1::GetReadPlanResponse> plan = PlanWithChecksums(request, **version);
+  absl::StatusOr<weightstore::v1::GetReadPlanResponse> plan = PlanWithChecksums(request, **version);
   absl::MutexLock lock(&mutex_);
   if (plan.ok()) {
     if (plan_cache_.size() >= kMaxPlanCacheEntries) plan_cache_.clear();
@@ -452,16 +452,16 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
   return plan;
 }
 
-absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::PlanWithChecksums(
-    const v1::GetReadPlanRequest& request, const CommittedVersion& version) const {
-  absl::StatusOr<std::vector<v1::PlannedTensor>> plan =
+absl::StatusOr<weightstore::v1::GetReadPlanResponse> WeightStoreServiceImpl::PlanWithChecksums(
+    const weightstore::v1::GetReadPlanRequest& request, const CommittedVersion& version) const {
+  absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
       PlanReads(version.manifest, request.target(), Names(request.tensor_names()));
   if (!plan.ok()) return plan.status();
   {
     // Hashing the version's bytes is most of a plan's cost, and the replicas that asked for it
     // wait: this thread and a helper share the tensors.
     ParallelTasks checksums;
-    for (v1::PlannedTensor& tensor : *plan) {
+    for (weightstore::v1::PlannedTensor& tensor : *plan) {
       checksums.Add([&tensor, &version] {
         tensor.mutable_tensor()->set_xxh3_64(TensorChecksum(tensor, version));
         return absl::OkStatus();
@@ -469,10 +469,10 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::PlanWithChecksum
     }
     checksums.Finish().IgnoreError();  // The tasks cannot fail.
   }
-  v1::GetReadPlanResponse result;
+  weightstore::v1::GetReadPlanResponse result;
   std::vector<bool> used(version.shards.size(), false);
-  for (v1::PlannedTensor& tensor : *plan) {
-    for (const v1::CopyOp& op : tensor.ops()) used[op.shard_index()] = true;
+  for (weightstore::v1::PlannedTensor& tensor : *plan) {
+    for (const weightstore::v1::CopyOp& op : tensor.ops()) used[op.shard_index()] = true;
     *result.add_tensors() = std::move(tensor);
   }
   for (size_t i = 0; i < used.size(); ++i) {
@@ -484,13 +484,13 @@ absl::StatusOr<v1::GetReadPlanResponse> WeightStoreServiceImpl::PlanWithChecksum
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetReadPlan(grpc::CallbackServerContext* context,
-                                                              const v1::GetReadPlanRequest* request,
-                                                              v1::GetReadPlanResponse* response) {
+                                                              const weightstore::v1::GetReadPlanRequest* request,
+                                                              weightstore::v1::GetReadPlanResponse* response) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::GetReadPlanResponse> plan = ReadPlan(*request);
+  absl::StatusOr<weightstore::v1::GetReadPlanResponse> plan = ReadPlan(*request);
   if (plan.ok()) {
     int64_t bytes = 0;
-    for (const v1::PlannedTensor& tensor : plan->tensors()) {
+    for (const weightstore::v1::PlannedTensor& tensor : plan->tensors()) {
       bytes += static_cast<int64_t>(tensor.tensor().byte_size());
     }
     WeightStoreMetrics::Get().RecordOut(Transport::kUcx, bytes);
@@ -500,9 +500,9 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetReadPlan(grpc::CallbackServ
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::ExchangeUcxEndpoint(
-    grpc::CallbackServerContext* context, const v1::ExchangeUcxEndpointRequest* request,
-    v1::ExchangeUcxEndpointResponse* response) {
-  const auto exchange = [&]() -> absl::StatusOr<v1::ExchangeUcxEndpointResponse> {
+    grpc::CallbackServerContext* context, const weightstore::v1::ExchangeUcxEndpointRequest* request,
+    weightstore::v1::ExchangeUcxEndpointResponse* response) {
+  const auto exchange = [&]() -> absl::StatusOr<weightstore::v1::ExchangeUcxEndpointResponse> {
     if (ucx_ == nullptr) return absl::FailedPreconditionError("this weight-store runs without UCX");
     if (request->worker_address().empty() || request->worker_address().size() > (64 << 10)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -513,7 +513,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::ExchangeUcxEndpoint(
     }
     // One-sided gets and puts need only the client's endpoint to the store; the store keeps
     // no per-client state.
-    v1::ExchangeUcxEndpointResponse result;
+    weightstore::v1::ExchangeUcxEndpointResponse result;
     result.set_worker_address(ucx_->address());
     return result;
   };
@@ -521,9 +521,9 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::ExchangeUcxEndpoint(
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
-    grpc::CallbackServerContext* context, const v1::AcquireLeaseRequest* request,
-    v1::AcquireLeaseResponse* response) {
-  const auto acquire = [&]() -> absl::StatusOr<v1::AcquireLeaseResponse> {
+    grpc::CallbackServerContext* context, const weightstore::v1::AcquireLeaseRequest* request,
+    weightstore::v1::AcquireLeaseResponse* response) {
+  const auto acquire = [&]() -> absl::StatusOr<weightstore::v1::AcquireLeaseResponse> {
     if (request->holder().empty()) return absl::InvalidArgumentError("holder is required");
     if (absl::Status status = CheckMaxBytes("holder", request->holder(), kMaxNameBytes);
         !status.ok()) {
@@ -539,7 +539,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
         store_->AcquireLease(request->adapter_name(), request->version(), request->holder(), *ttl);
     if (!lease.ok()) return lease.status();
     WeightStoreMetrics::Get().RecordTotals(store_->totals());
-    v1::AcquireLeaseResponse result;
+    weightstore::v1::AcquireLeaseResponse result;
     result.set_lease_id(lease->id);
     *result.mutable_expire_time() = ToTimestamp(lease->expire_time);
     return result;
@@ -548,9 +548,9 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(grpc::CallbackServerContext* context,
-                                                             const v1::RenewLeaseRequest* request,
-                                                             v1::RenewLeaseResponse* response) {
-  const auto renew = [&]() -> absl::StatusOr<v1::RenewLeaseResponse> {
+                                                             const weightstore::v1::RenewLeaseRequest* request,
+                                                             weightstore::v1::RenewLeaseResponse* response) {
+  const auto renew = [&]() -> absl::StatusOr<weightstore::v1::RenewLeaseResponse> {
     if (absl::Status status = ValidateIdentifier("lease_id", request->lease_id()); !status.ok()) {
       return status;
     }
@@ -558,7 +558,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(grpc::CallbackServe
     if (!ttl.ok()) return ttl.status();
     absl::StatusOr<absl::Time> expire = store_->RenewLease(request->lease_id(), *ttl);
     if (!expire.ok()) return expire.status();
-    v1::RenewLeaseResponse result;
+    weightstore::v1::RenewLeaseResponse result;
     *result.mutable_expire_time() = ToTimestamp(*expire);
     return result;
   };
@@ -566,14 +566,14 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(grpc::CallbackServe
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::ReleaseLease(
-    grpc::CallbackServerContext* context, const v1::ReleaseLeaseRequest* request,
-    v1::ReleaseLeaseResponse* response) {
+    grpc::CallbackServerContext* context, const weightstore::v1::ReleaseLeaseRequest* request,
+    weightstore::v1::ReleaseLeaseResponse* response) {
   if (absl::Status status = ValidateIdentifier("lease_id", request->lease_id()); !status.ok()) {
-    return FinishUnary(context, absl::StatusOr<v1::ReleaseLeaseResponse>(status), response);
+    return FinishUnary(context, absl::StatusOr<weightstore::v1::ReleaseLeaseResponse>(status), response);
   }
   store_->ReleaseLease(request->lease_id());
   WeightStoreMetrics::Get().RecordTotals(store_->totals());
-  return FinishUnary(context, absl::StatusOr<v1::ReleaseLeaseResponse>(v1::ReleaseLeaseResponse()),
+  return FinishUnary(context, absl::StatusOr<weightstore::v1::ReleaseLeaseResponse>(weightstore::v1::ReleaseLeaseResponse()),
                      response);
 }
 

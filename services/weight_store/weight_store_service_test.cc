@@ -42,7 +42,7 @@ grpc::Status RefusedStatus(grpc::ClientReaderInterface<Response>& reader) {
   return reader.Finish();
 }
 
-using PlanEdit = std::function<void(v1::GetReadPlanResponse&)>;
+using PlanEdit = std::function<void(weightstore::v1::GetReadPlanResponse&)>;
 
 // Edits each GetReadPlan response a channel receives before its caller sees it.
 class PlanEditing final : public grpc::experimental::ClientInterceptorFactoryInterface {
@@ -51,7 +51,7 @@ class PlanEditing final : public grpc::experimental::ClientInterceptorFactoryInt
 
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* info) override {
-    if (absl::string_view(info->method()) != "/tandem.v1.WeightStoreService/GetReadPlan") {
+    if (absl::string_view(info->method()) != "/tandem.weightstore.v1.WeightStoreService/GetReadPlan") {
       return nullptr;
     }
     return new Editor(edit_);
@@ -65,7 +65,7 @@ class PlanEditing final : public grpc::experimental::ClientInterceptorFactoryInt
       if (methods->QueryInterceptionHookPoint(
               grpc::experimental::InterceptionHookPoints::POST_RECV_MESSAGE) &&
           methods->GetRecvMessage() != nullptr) {
-        edit_(*static_cast<v1::GetReadPlanResponse*>(methods->GetRecvMessage()));
+        edit_(*static_cast<weightstore::v1::GetReadPlanResponse*>(methods->GetRecvMessage()));
       }
       methods->Proceed();
     }
@@ -102,15 +102,15 @@ class WeightStoreServiceTest : public ::testing::Test {
     service_ = raw;
     auto started = tandem::testing::StartLoopbackServer(
         "weight-store",
-        {"tandem.v1.WeightStoreService", *std::move(service), nullptr, [raw] { raw->Drain(); }},
+        {"tandem.weightstore.v1.WeightStoreService", *std::move(service), nullptr, [raw] { raw->Drain(); }},
         options);
     ASSERT_TRUE(started.ok()) << started.status();
     channel_ = started->Channel();
     server_ = std::move(started->server);
-    stub_ = v1::WeightStoreService::NewStub(channel_);
+    stub_ = weightstore::v1::WeightStoreService::NewStub(channel_);
   }
 
-  absl::StatusOr<v1::VersionInfo> Publish(const transfer::TestAdapter& adapter, bool by_ucx) {
+  absl::StatusOr<weightstore::v1::VersionInfo> Publish(const transfer::TestAdapter& adapter, bool by_ucx) {
     return PublishAdapter(*stub_, adapter.manifest, adapter.shard_views(),
                           {.ucx = by_ucx ? client_ucx_.get() : nullptr});
   }
@@ -149,7 +149,7 @@ class WeightStoreServiceTest : public ::testing::Test {
   }
 
   absl::StatusOr<FetchedAdapter> Fetch(const std::string& name, int64_t version, bool by_ucx,
-                                       v1::TargetLayout target = {}) {
+                                       weightstore::v1::TargetLayout target = {}) {
     return FetchAdapter(*stub_, name, version,
                         {.target = target, .ucx = by_ucx ? client_ucx_.get() : nullptr});
   }
@@ -168,18 +168,18 @@ class WeightStoreServiceTest : public ::testing::Test {
     }
   }
 
-  grpc::Status Begin(const v1::Manifest& manifest, v1::BeginPublishResponse* response) {
+  grpc::Status Begin(const weightstore::v1::Manifest& manifest, weightstore::v1::BeginPublishResponse* response) {
     grpc::ClientContext context;
-    v1::BeginPublishRequest request;
+    weightstore::v1::BeginPublishRequest request;
     *request.mutable_manifest() = manifest;
     return stub_->BeginPublish(&context, request, response);
   }
 
   grpc::Status Put(const std::string& upload, int shard, uint64_t offset, absl::string_view data) {
     grpc::ClientContext context;
-    v1::PutShardResponse response;
+    weightstore::v1::PutShardResponse response;
     auto writer = stub_->PutShard(&context, &response);
-    v1::PutShardRequest chunk;
+    weightstore::v1::PutShardRequest chunk;
     chunk.set_upload_id(upload);
     chunk.set_shard_index(shard);
     chunk.set_offset(offset);
@@ -191,21 +191,21 @@ class WeightStoreServiceTest : public ::testing::Test {
 
   grpc::Status Commit(const std::string& upload) {
     grpc::ClientContext context;
-    v1::CommitPublishRequest request;
+    weightstore::v1::CommitPublishRequest request;
     request.set_upload_id(upload);
-    v1::CommitPublishResponse response;
+    weightstore::v1::CommitPublishResponse response;
     return stub_->CommitPublish(&context, request, &response);
   }
 
-  static v1::TargetLayout Stacked() {
-    v1::TargetLayout target;
+  static weightstore::v1::TargetLayout Stacked() {
+    weightstore::v1::TargetLayout target;
     target.set_stack_experts(true);
     return target;
   }
 
   // The second rank of a TP-2/EP-2 consumer with gate and up fused: sliced, strided copies.
-  static v1::TargetLayout SecondRankFused() {
-    v1::TargetLayout target;
+  static weightstore::v1::TargetLayout SecondRankFused() {
+    weightstore::v1::TargetLayout target;
     target.set_tp_rank(1);
     target.set_tp_size(2);
     target.set_ep_rank(1);
@@ -217,7 +217,7 @@ class WeightStoreServiceTest : public ::testing::Test {
   // The version fetched in `target` by UCX (copied out of mapped memory or not, as `mapped`
   // says) holds the same tensors as fetched by the gRPC stream.
   void ExpectUcxFetchMatchesGrpc(const std::string& name, int64_t version,
-                                 const v1::TargetLayout& target, bool mapped) {
+                                 const weightstore::v1::TargetLayout& target, bool mapped) {
     absl::StatusOr<FetchedAdapter> by_ucx = Fetch(name, version, /*by_ucx=*/true, target);
     absl::StatusOr<FetchedAdapter> by_grpc = Fetch(name, version, /*by_ucx=*/false, target);
     ASSERT_TRUE(by_ucx.ok()) << by_ucx.status();
@@ -236,17 +236,17 @@ class WeightStoreServiceTest : public ::testing::Test {
   // version yet, and no commit time), then publishing `next` arrives as COMMITTED.
   void ExpectSnapshotThenCommit(const transfer::TestAdapter& next, int64_t snapshot_version) {
     grpc::ClientContext context;
-    v1::WatchVersionsRequest request;
+    weightstore::v1::WatchVersionsRequest request;
     request.set_adapter_name(next.manifest.adapter_name());
     auto reader = stub_->WatchVersions(&context, request);
-    v1::WatchVersionsResponse event;
+    weightstore::v1::WatchVersionsResponse event;
     ASSERT_TRUE(reader->Read(&event));
-    EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
+    EXPECT_EQ(event.type(), weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
     EXPECT_EQ(event.version().version(), snapshot_version);
     EXPECT_EQ(event.version().has_commit_time(), snapshot_version > 0);
     ASSERT_TRUE(Publish(next, /*by_ucx=*/true).ok());
     ASSERT_TRUE(reader->Read(&event));
-    EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+    EXPECT_EQ(event.type(), weightstore::v1::VERSION_EVENT_TYPE_COMMITTED);
     EXPECT_EQ(event.version().version(), next.manifest.version());
     EXPECT_GT(event.version().total_bytes(), 0u);
     context.TryCancel();
@@ -256,10 +256,10 @@ class WeightStoreServiceTest : public ::testing::Test {
   }
 
   // A stub to this store whose GetReadPlan responses pass through `edit` on arrival.
-  std::unique_ptr<v1::WeightStoreService::Stub> StubEditingPlans(PlanEdit edit) {
+  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> StubEditingPlans(PlanEdit edit) {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> editors;
     editors.push_back(std::make_unique<PlanEditing>(std::move(edit)));
-    return v1::WeightStoreService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+    return weightstore::v1::WeightStoreService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
         absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(),
         grpc::ChannelArguments(), std::move(editors)));
   }
@@ -272,11 +272,11 @@ class WeightStoreServiceTest : public ::testing::Test {
   void ExpectLyingPlansFail(bool mapped) {
     ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 4), /*by_ucx=*/true).ok());
     // The first tensor of two copies of one shape, so that either may take the other's place.
-    const auto tensor_of_two_alike = [](v1::GetReadPlanResponse& plan) -> v1::PlannedTensor* {
-      for (v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
+    const auto tensor_of_two_alike = [](weightstore::v1::GetReadPlanResponse& plan) -> weightstore::v1::PlannedTensor* {
+      for (weightstore::v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
         if (tensor.ops_size() < 2) continue;
-        const v1::CopyOp& a = tensor.ops(0);
-        const v1::CopyOp& b = tensor.ops(1);
+        const weightstore::v1::CopyOp& a = tensor.ops(0);
+        const weightstore::v1::CopyOp& b = tensor.ops(1);
         if (a.count() == b.count() && a.length() == b.length() &&
             a.dst_stride() == b.dst_stride()) {
           return &tensor;
@@ -292,35 +292,35 @@ class WeightStoreServiceTest : public ::testing::Test {
     };
     const std::vector<Lie> lies = {
         {"a wrong checksum",
-         [](v1::GetReadPlanResponse& plan) {
-           v1::TargetTensor& tensor = *plan.mutable_tensors(0)->mutable_tensor();
+         [](weightstore::v1::GetReadPlanResponse& plan) {
+           weightstore::v1::TargetTensor& tensor = *plan.mutable_tensors(0)->mutable_tensor();
            tensor.set_xxh3_64(tensor.xxh3_64() ^ 1);
          },
          absl::StatusCode::kDataLoss},
         {"overlapping blocks",
-         [&](v1::GetReadPlanResponse& plan) {
-           if (v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
+         [&](weightstore::v1::GetReadPlanResponse& plan) {
+           if (weightstore::v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
              *tensor->mutable_ops(1) = tensor->ops(0);
            }
          },
          absl::StatusCode::kDataLoss},
         {"a block in another's place",
-         [&](v1::GetReadPlanResponse& plan) {
-           if (v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
+         [&](weightstore::v1::GetReadPlanResponse& plan) {
+           if (weightstore::v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
              tensor->mutable_ops(1)->set_dst_offset(tensor->ops(0).dst_offset());
            }
          },
          absl::StatusCode::kDataLoss},
         {"a block outside its shard",
-         [](v1::GetReadPlanResponse& plan) {
+         [](weightstore::v1::GetReadPlanResponse& plan) {
            plan.mutable_tensors(0)->mutable_ops(0)->set_src_offset(plan.shards(0).length());
          },
          absl::StatusCode::kInternal},
         {"a shard larger than the store's region",
-         [](v1::GetReadPlanResponse& plan) {
-           v1::ShardRegion& shard = *plan.mutable_shards(0);
-           for (v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
-             for (v1::CopyOp& op : *tensor.mutable_ops()) {
+         [](weightstore::v1::GetReadPlanResponse& plan) {
+           weightstore::v1::ShardRegion& shard = *plan.mutable_shards(0);
+           for (weightstore::v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
+             for (weightstore::v1::CopyOp& op : *tensor.mutable_ops()) {
                if (op.shard_index() == shard.shard_index()) op.set_src_offset(shard.length());
              }
            }
@@ -349,7 +349,7 @@ class WeightStoreServiceTest : public ::testing::Test {
   WeightStoreServiceImpl* service_ = nullptr;    // Owned by server_.
   std::function<void()> watch_registered_hook_;  // For the next StartServer.
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::WeightStoreService::Stub> stub_;
+  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> stub_;
   std::unique_ptr<transfer::UcxWorker> client_ucx_;
 };
 
@@ -357,7 +357,7 @@ TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
   const transfer::TestAdapter grpc_adapter = transfer::MakeTestAdapter("job-1", 1, 1);
   ASSERT_TRUE(Publish(grpc_adapter, /*by_ucx=*/false).ok());
   const transfer::TestAdapter ucx_adapter = transfer::MakeTestAdapter("job-1", 2, 2);
-  absl::StatusOr<v1::VersionInfo> committed = Publish(ucx_adapter, /*by_ucx=*/true);
+  absl::StatusOr<weightstore::v1::VersionInfo> committed = Publish(ucx_adapter, /*by_ucx=*/true);
   ASSERT_TRUE(committed.ok()) << committed.status();
   EXPECT_EQ(committed->version(), 2);
 
@@ -411,7 +411,7 @@ TEST_F(WeightStoreSharedMemoryTest, FetchesCopyOutOfTheStoresMappedMemoryInAnyLa
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 5, transfer::TestAdapterSpecOfSize(8)),
                       /*by_ucx=*/true)
                   .ok());
-  for (const v1::TargetLayout& target : {v1::TargetLayout(), Stacked(), SecondRankFused()}) {
+  for (const weightstore::v1::TargetLayout& target : {weightstore::v1::TargetLayout(), Stacked(), SecondRankFused()}) {
     SCOPED_TRACE(target.ShortDebugString());
     ExpectUcxFetchMatchesGrpc("job-1", 1, target, /*mapped=*/true);
   }
@@ -470,12 +470,12 @@ TEST_F(WeightStoreServiceTest, FetchConvertsDtypesOverGrpc) {
   const transfer::TestAdapter adapter =
       transfer::MakeTestAdapter("job-1", 1, 3, {.tp_size = 1, .ep_size = 1});
   ASSERT_TRUE(Publish(adapter, false).ok());
-  v1::TargetLayout target = Stacked();
-  target.set_dtype(v1::DTYPE_F32);
+  weightstore::v1::TargetLayout target = Stacked();
+  target.set_dtype(type::v1::DTYPE_F32);
   absl::StatusOr<FetchedAdapter> fetched = Fetch("job-1", 1, false, target);
   ASSERT_TRUE(fetched.ok()) << fetched.status();
   const FetchedTensor& first = fetched->tensors.front();
-  EXPECT_EQ(first.tensor.spec().dtype(), v1::DTYPE_F32);
+  EXPECT_EQ(first.tensor.spec().dtype(), type::v1::DTYPE_F32);
   const std::string& bf16 = adapter.canonical.begin()->second;
   for (const auto& [name, bytes] : adapter.canonical) {
     if (transfer::StackedName(name) != first.tensor.spec().name()) continue;
@@ -486,7 +486,7 @@ TEST_F(WeightStoreServiceTest, FetchConvertsDtypesOverGrpc) {
     }
   }
   (void)bf16;
-  target.set_dtype(v1::DTYPE_I32);
+  target.set_dtype(type::v1::DTYPE_I32);
   EXPECT_EQ(Fetch("job-1", 1, false, target).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -496,14 +496,14 @@ TEST_F(WeightStoreServiceTest, AnUnconvertibleTensorRefusesTheFetchBeforeAnyChun
   transfer::TestAdapter adapter =
       transfer::MakeTestAdapter("job-1", 1, 74, {.tp_size = 1, .ep_size = 1});
   const std::string counts(16, '\x01');  // Four int32 elements, last in name order.
-  v1::CanonicalTensor& tensor = *adapter.manifest.add_tensors();
+  weightstore::v1::CanonicalTensor& tensor = *adapter.manifest.add_tensors();
   tensor.mutable_spec()->set_name("zz.step_counts");
-  tensor.mutable_spec()->set_dtype(v1::DTYPE_I32);
+  tensor.mutable_spec()->set_dtype(type::v1::DTYPE_I32);
   tensor.mutable_spec()->add_shape(4);
-  v1::Shard& shard = *adapter.manifest.add_shards();
+  weightstore::v1::Shard& shard = *adapter.manifest.add_shards();
   shard.set_byte_size(counts.size());
   shard.set_xxh3_64(Xxh3Checksum(counts));
-  v1::ShardPiece& piece = *shard.add_pieces();
+  weightstore::v1::ShardPiece& piece = *shard.add_pieces();
   piece.set_tensor_name("zz.step_counts");
   piece.add_slice()->set_size(4);
   piece.set_byte_length(counts.size());
@@ -511,10 +511,10 @@ TEST_F(WeightStoreServiceTest, AnUnconvertibleTensorRefusesTheFetchBeforeAnyChun
   ASSERT_TRUE(Publish(adapter, /*by_ucx=*/false).ok());
 
   grpc::ClientContext context;
-  v1::FetchTensorsRequest request;
+  weightstore::v1::FetchTensorsRequest request;
   request.set_adapter_name("job-1");
   request.set_version(1);
-  request.mutable_target()->set_dtype(v1::DTYPE_F32);
+  request.mutable_target()->set_dtype(type::v1::DTYPE_F32);
   auto reader = stub_->FetchTensors(&context, request);
   const grpc::Status status = RefusedStatus(*reader);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -524,7 +524,7 @@ TEST_F(WeightStoreServiceTest, AnUnconvertibleTensorRefusesTheFetchBeforeAnyChun
 
 TEST_F(WeightStoreServiceTest, CommitRejectsMissingCorruptAndOversizedShards) {
   const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 4);
-  v1::BeginPublishResponse begun;
+  weightstore::v1::BeginPublishResponse begun;
   ASSERT_TRUE(Begin(adapter.manifest, &begun).ok());
   const std::string& upload = begun.upload_id();
   const std::string& shard0 = adapter.shards[0];
@@ -555,7 +555,7 @@ TEST_F(WeightStoreServiceTest, CommitRejectsMissingCorruptAndOversizedShards) {
 
 TEST_F(WeightStoreServiceTest, VersionRulesAndConcurrentPublishOfOneVersion) {
   const transfer::TestAdapter v2 = transfer::MakeTestAdapter("job-1", 2, 5);
-  v1::BeginPublishResponse first, again, other;
+  weightstore::v1::BeginPublishResponse first, again, other;
   ASSERT_TRUE(Begin(v2.manifest, &first).ok());
   ASSERT_TRUE(Begin(v2.manifest, &again).ok());  // A retry gets the same upload.
   EXPECT_EQ(again.upload_id(), first.upload_id());
@@ -569,16 +569,16 @@ TEST_F(WeightStoreServiceTest, VersionRulesAndConcurrentPublishOfOneVersion) {
   EXPECT_EQ(Begin(rival.manifest, &other).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_EQ(Begin(transfer::MakeTestAdapter("job-1", 1, 7).manifest, &other).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
-  v1::Manifest broken = transfer::MakeTestAdapter("job-1", 3, 8).manifest;
+  weightstore::v1::Manifest broken = transfer::MakeTestAdapter("job-1", 3, 8).manifest;
   broken.mutable_shards(0)->mutable_pieces()->RemoveLast();
   EXPECT_EQ(Begin(broken, &other).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // Aborting frees the upload; the version can be published again.
   const transfer::TestAdapter v3 = transfer::MakeTestAdapter("job-1", 3, 9);
   ASSERT_TRUE(Begin(v3.manifest, &other).ok());
   grpc::ClientContext context;
-  v1::AbortPublishRequest abort;
+  weightstore::v1::AbortPublishRequest abort;
   abort.set_upload_id(other.upload_id());
-  v1::AbortPublishResponse aborted;
+  weightstore::v1::AbortPublishResponse aborted;
   ASSERT_TRUE(stub_->AbortPublish(&context, abort, &aborted).ok());
   EXPECT_EQ(Commit(other.upload_id()).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_TRUE(Publish(v3, false).ok());
@@ -588,11 +588,11 @@ TEST_F(WeightStoreServiceTest, UnknownRetiredAndExpiredAreNotFoundAndLeasesPinVe
   StartServer(/*keep_versions=*/1, /*upload_expiry=*/absl::Milliseconds(100));
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 10), false).ok());
   grpc::ClientContext acquire_context;
-  v1::AcquireLeaseRequest acquire;
+  weightstore::v1::AcquireLeaseRequest acquire;
   acquire.set_adapter_name("job-1");
   acquire.set_version(1);
   acquire.set_holder("replica-0");
-  v1::AcquireLeaseResponse lease;
+  weightstore::v1::AcquireLeaseResponse lease;
   ASSERT_TRUE(stub_->AcquireLease(&acquire_context, acquire, &lease).ok());
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 11), false).ok());
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 3, 12), false).ok());
@@ -602,24 +602,24 @@ TEST_F(WeightStoreServiceTest, UnknownRetiredAndExpiredAreNotFoundAndLeasesPinVe
   EXPECT_EQ(Fetch("job-9", 1, false).status().code(), absl::StatusCode::kNotFound);
   {
     grpc::ClientContext context;
-    v1::ReleaseLeaseRequest release;
+    weightstore::v1::ReleaseLeaseRequest release;
     release.set_lease_id(lease.lease_id());
-    v1::ReleaseLeaseResponse released;
+    weightstore::v1::ReleaseLeaseResponse released;
     ASSERT_TRUE(stub_->ReleaseLease(&context, release, &released).ok());
   }
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(Fetch("job-1", 1, false).status().code(), absl::StatusCode::kNotFound);
 
-  v1::GetReadPlanRequest plan;
+  weightstore::v1::GetReadPlanRequest plan;
   plan.set_adapter_name("job-1");
   plan.set_version(3);
   plan.set_lease_id(lease.lease_id());
   grpc::ClientContext plan_context;
-  v1::GetReadPlanResponse planned;
+  weightstore::v1::GetReadPlanResponse planned;
   EXPECT_EQ(stub_->GetReadPlan(&plan_context, plan, &planned).error_code(),
             grpc::StatusCode::NOT_FOUND);
 
-  v1::BeginPublishResponse begun;
+  weightstore::v1::BeginPublishResponse begun;
   ASSERT_TRUE(Begin(transfer::MakeTestAdapter("job-1", 4, 13).manifest, &begun).ok());
   absl::SleepFor(absl::Milliseconds(300));  // The upload expires.
   EXPECT_EQ(Commit(begun.upload_id()).error_code(), grpc::StatusCode::NOT_FOUND);
@@ -633,14 +633,14 @@ TEST_F(WeightStoreServiceTest, IdsNamesAndVersionsAreCheckedAtTheEdge) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
     EXPECT_THAT(status.error_message(), HasSubstr(message));
   };
-  const auto get_manifest = [&](const v1::AdapterSelector& selector) {
+  const auto get_manifest = [&](const type::v1::AdapterSelector& selector) {
     grpc::ClientContext context;
-    v1::GetManifestRequest request;
+    weightstore::v1::GetManifestRequest request;
     *request.mutable_adapter() = selector;
-    v1::GetManifestResponse response;
+    weightstore::v1::GetManifestResponse response;
     return stub_->GetManifest(&context, request, &response);
   };
-  v1::AdapterSelector selector;
+  type::v1::AdapterSelector selector;
   selector.set_adapter_name("job 1");
   expect_invalid(get_manifest(selector), "bad adapter.adapter_name: 'job 1'");
   selector.set_adapter_name("job-1");
@@ -651,70 +651,70 @@ TEST_F(WeightStoreServiceTest, IdsNamesAndVersionsAreCheckedAtTheEdge) {
 
   {
     grpc::ClientContext context;
-    v1::WatchVersionsRequest request;
+    weightstore::v1::WatchVersionsRequest request;
     request.set_adapter_name("../other");
     expect_invalid(RefusedStatus(*stub_->WatchVersions(&context, request)),
                    "bad adapter_name: '../other'");
   }
   {
     grpc::ClientContext context;
-    v1::FetchTensorsRequest request;
+    weightstore::v1::FetchTensorsRequest request;
     request.set_adapter_name("job-1");
     request.set_version(0);
     expect_invalid(RefusedStatus(*stub_->FetchTensors(&context, request)), "version is 0");
   }
   {
     grpc::ClientContext context;
-    v1::GetReadPlanRequest request;
+    weightstore::v1::GetReadPlanRequest request;
     request.set_adapter_name("job-1");
     request.set_version(-1);
     request.set_lease_id("lease-1");
-    v1::GetReadPlanResponse response;
+    weightstore::v1::GetReadPlanResponse response;
     expect_invalid(stub_->GetReadPlan(&context, request, &response), "version is -1");
   }
   {
     grpc::ClientContext context;
-    v1::AbortPublishRequest request;  // No upload_id.
-    v1::AbortPublishResponse response;
+    weightstore::v1::AbortPublishRequest request;  // No upload_id.
+    weightstore::v1::AbortPublishResponse response;
     expect_invalid(stub_->AbortPublish(&context, request, &response), "bad upload_id: ''");
   }
   {
     grpc::ClientContext context;
-    v1::ReleaseLeaseRequest request;
+    weightstore::v1::ReleaseLeaseRequest request;
     request.set_lease_id("lease 1");
-    v1::ReleaseLeaseResponse response;
+    weightstore::v1::ReleaseLeaseResponse response;
     expect_invalid(stub_->ReleaseLease(&context, request, &response), "bad lease_id: 'lease 1'");
   }
   {
     grpc::ClientContext context;
-    v1::AcquireLeaseRequest request;
+    weightstore::v1::AcquireLeaseRequest request;
     request.set_adapter_name("");
     request.set_version(1);
     request.set_holder("replica-0");
-    v1::AcquireLeaseResponse response;
+    weightstore::v1::AcquireLeaseResponse response;
     expect_invalid(stub_->AcquireLease(&context, request, &response), "bad adapter_name: ''");
   }
   for (const std::string& client_id : {std::string(), std::string("replica 0")}) {
     grpc::ClientContext context;
-    v1::ExchangeUcxEndpointRequest request;
+    weightstore::v1::ExchangeUcxEndpointRequest request;
     request.set_worker_address("address");
     request.set_client_id(client_id);
-    v1::ExchangeUcxEndpointResponse response;
+    weightstore::v1::ExchangeUcxEndpointResponse response;
     expect_invalid(stub_->ExchangeUcxEndpoint(&context, request, &response),
                    absl::StrCat("bad client_id: '", client_id, "'"));
   }
   {
     grpc::ClientContext context;
-    v1::ExchangeUcxEndpointRequest request;
+    weightstore::v1::ExchangeUcxEndpointRequest request;
     request.set_worker_address(std::string((64 << 10) + 1, 'a'));
     request.set_client_id("replica-0");
-    v1::ExchangeUcxEndpointResponse response;
+    weightstore::v1::ExchangeUcxEndpointResponse response;
     expect_invalid(stub_->ExchangeUcxEndpoint(&context, request, &response),
                    "worker_address has 65537 bytes");
   }
   {
     grpc::ClientContext context;
-    v1::PutShardResponse response;
+    weightstore::v1::PutShardResponse response;
     auto writer = stub_->PutShard(&context, &response);
     writer->WritesDone();  // No chunk, so no upload.
     expect_invalid(writer->Finish(), "upload_id is required");
@@ -725,12 +725,12 @@ TEST_F(WeightStoreServiceTest, IdsNamesAndVersionsAreCheckedAtTheEdge) {
 // refused at BeginPublish, before any memory is taken.
 TEST_F(WeightStoreServiceTest, BeginRefusesUploadsLargerThanTheHostsMemory) {
   transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 71);
-  v1::Manifest huge_shard = adapter.manifest;
+  weightstore::v1::Manifest huge_shard = adapter.manifest;
   huge_shard.mutable_shards(0)->set_byte_size(uint64_t{1} << 40);  // Its pieces still fit.
-  v1::BeginPublishResponse begun;
+  weightstore::v1::BeginPublishResponse begun;
   for (bool use_ucx : {false, true}) {
     grpc::ClientContext context;
-    v1::BeginPublishRequest request;
+    weightstore::v1::BeginPublishRequest request;
     *request.mutable_manifest() = huge_shard;
     request.set_use_ucx(use_ucx);
     const grpc::Status status = stub_->BeginPublish(&context, request, &begun);
@@ -745,7 +745,7 @@ TEST_F(WeightStoreServiceTest, BeginRefusesUploadsLargerThanTheHostsMemory) {
 TEST_F(WeightStoreServiceTest, ACommitRetriedWhileCommittingGetsTheSameVersion) {
   const transfer::TestAdapter adapter =
       transfer::MakeTestAdapter("job-1", 1, 72, transfer::TestAdapterSpecOfSize(16));
-  v1::BeginPublishResponse begun;
+  weightstore::v1::BeginPublishResponse begun;
   ASSERT_TRUE(Begin(adapter.manifest, &begun).ok());
   for (size_t i = 0; i < adapter.shards.size(); ++i) {
     const absl::string_view shard = adapter.shards[i];
@@ -755,12 +755,12 @@ TEST_F(WeightStoreServiceTest, ACommitRetriedWhileCommittingGetsTheSameVersion) 
   }
   constexpr int kCalls = 3;
   std::vector<grpc::Status> statuses(kCalls);
-  std::vector<v1::CommitPublishResponse> responses(kCalls);
+  std::vector<weightstore::v1::CommitPublishResponse> responses(kCalls);
   std::vector<std::thread> calls;
   for (int c = 0; c < kCalls; ++c) {
     calls.emplace_back([&, c] {
       grpc::ClientContext context;
-      v1::CommitPublishRequest request;
+      weightstore::v1::CommitPublishRequest request;
       request.set_upload_id(begun.upload_id());
       statuses[c] = stub_->CommitPublish(&context, request, &responses[c]);
     });
@@ -781,12 +781,12 @@ TEST_F(WeightStoreServiceTest, ReadPlansAreCachedForTheExactTensorNames) {
   ASSERT_TRUE(lease.ok()) << lease.status();
   const auto plan = [&](const std::vector<std::string>& names) {
     grpc::ClientContext context;
-    v1::GetReadPlanRequest request;
+    weightstore::v1::GetReadPlanRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_lease_id(*lease);
     for (const std::string& name : names) request.add_tensor_names(name);
-    v1::GetReadPlanResponse response;
+    weightstore::v1::GetReadPlanResponse response;
     grpc::Status status = stub_->GetReadPlan(&context, request, &response);
     return std::make_pair(status, response);
   };
@@ -808,9 +808,9 @@ TEST_F(WeightStoreServiceTest, ReadPlansAreCachedForTheExactTensorNames) {
 TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 75), /*by_ucx=*/true).ok());
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 76), /*by_ucx=*/true).ok());
-  const auto acquire = [&](double ttl_seconds, v1::AcquireLeaseResponse* response) {
+  const auto acquire = [&](double ttl_seconds, weightstore::v1::AcquireLeaseResponse* response) {
     grpc::ClientContext context;
-    v1::AcquireLeaseRequest request;
+    weightstore::v1::AcquireLeaseRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_holder("replica-0");
@@ -818,9 +818,9 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
     return stub_->AcquireLease(&context, request, response);
   };
   const auto renew = [&](const std::string& lease_id, double ttl_seconds,
-                         v1::RenewLeaseResponse* response) {
+                         weightstore::v1::RenewLeaseResponse* response) {
     grpc::ClientContext context;
-    v1::RenewLeaseRequest request;
+    weightstore::v1::RenewLeaseRequest request;
     request.set_lease_id(lease_id);
     request.set_ttl_seconds(ttl_seconds);
     return stub_->RenewLease(&context, request, response);
@@ -828,26 +828,26 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
   const auto seconds_left = [](const google::protobuf::Timestamp& expire_time) {
     return absl::ToDoubleSeconds(absl::FromUnixSeconds(expire_time.seconds()) - absl::Now());
   };
-  v1::AcquireLeaseResponse lease;
+  weightstore::v1::AcquireLeaseResponse lease;
   ASSERT_TRUE(acquire(0, &lease).ok());  // The default, 30 s.
   EXPECT_NEAR(seconds_left(lease.expire_time()), 30, 2);
-  v1::RenewLeaseResponse renewed;
+  weightstore::v1::RenewLeaseResponse renewed;
   ASSERT_TRUE(renew(lease.lease_id(), 600, &renewed).ok());
   EXPECT_NEAR(seconds_left(renewed.expire_time()), 600, 2);
   for (double bad : {0.5, 601.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
     SCOPED_TRACE(bad);
-    v1::AcquireLeaseResponse refused;
+    weightstore::v1::AcquireLeaseResponse refused;
     EXPECT_EQ(acquire(bad, &refused).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_EQ(renew(lease.lease_id(), bad, &renewed).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
   }
   {  // The holder is kept with the lease: its size is bounded.
     grpc::ClientContext context;
-    v1::AcquireLeaseRequest request;
+    weightstore::v1::AcquireLeaseRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_holder(std::string(257, 'h'));
-    v1::AcquireLeaseResponse refused;
+    weightstore::v1::AcquireLeaseResponse refused;
     const grpc::Status status = stub_->AcquireLease(&context, request, &refused);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(status.error_message(), HasSubstr("holder has 257 bytes; at most 256"));
@@ -855,38 +855,38 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
   EXPECT_EQ(renew("lease-unknown", 30, &renewed).error_code(), grpc::StatusCode::NOT_FOUND);
   {
     grpc::ClientContext context;
-    v1::ReleaseLeaseRequest request;
+    weightstore::v1::ReleaseLeaseRequest request;
     request.set_lease_id("lease-unknown");
-    v1::ReleaseLeaseResponse response;
+    weightstore::v1::ReleaseLeaseResponse response;
     EXPECT_TRUE(stub_->ReleaseLease(&context, request, &response).ok());
   }
-  const auto plan = [&](int64_t version, v1::DType dtype) {
+  const auto plan = [&](int64_t version, type::v1::DType dtype) {
     grpc::ClientContext context;
-    v1::GetReadPlanRequest request;
+    weightstore::v1::GetReadPlanRequest request;
     request.set_adapter_name("job-1");
     request.set_version(version);
     request.set_lease_id(lease.lease_id());
     request.mutable_target()->set_dtype(dtype);
-    v1::GetReadPlanResponse response;
+    weightstore::v1::GetReadPlanResponse response;
     return stub_->GetReadPlan(&context, request, &response);
   };
-  EXPECT_TRUE(plan(1, v1::DTYPE_UNSPECIFIED).ok());
+  EXPECT_TRUE(plan(1, type::v1::DTYPE_UNSPECIFIED).ok());
   {  // A tensor name no tensor can have is refused by its size, not echoed back.
     grpc::ClientContext context;
-    v1::GetReadPlanRequest request;
+    weightstore::v1::GetReadPlanRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_lease_id(lease.lease_id());
     request.add_tensor_names(std::string(1 << 20, 'n'));
-    v1::GetReadPlanResponse response;
+    weightstore::v1::GetReadPlanResponse response;
     const grpc::Status status = stub_->GetReadPlan(&context, request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_LT(status.error_message().size(), 1024u);
     EXPECT_THAT(status.error_message(),
                 HasSubstr("tensor_names[0] has 1048576 bytes; at most 512"));
   }
-  EXPECT_EQ(plan(2, v1::DTYPE_UNSPECIFIED).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(plan(1, v1::DTYPE_F32).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(plan(2, type::v1::DTYPE_UNSPECIFIED).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(plan(1, type::v1::DTYPE_F32).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 // The streams' rules of the proto, over gRPC: chunk sizes both ways, one upload per PutShard
@@ -894,7 +894,7 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
 // minimum version.
 TEST_F(WeightStoreServiceTest, StreamAndUploadRulesHoldOverGrpc) {
   const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 77);
-  v1::BeginPublishResponse begun, other;
+  weightstore::v1::BeginPublishResponse begun, other;
   ASSERT_TRUE(Begin(adapter.manifest, &begun).ok());
   EXPECT_EQ(Put(begun.upload_id(), 0, 0, "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Put(begun.upload_id(), 0, 0, std::string((4 << 20) + 1, 'x')).error_code(),
@@ -902,9 +902,9 @@ TEST_F(WeightStoreServiceTest, StreamAndUploadRulesHoldOverGrpc) {
   ASSERT_TRUE(Begin(transfer::MakeTestAdapter("job-2", 1, 78).manifest, &other).ok());
   {
     grpc::ClientContext context;
-    v1::PutShardResponse response;
+    weightstore::v1::PutShardResponse response;
     auto writer = stub_->PutShard(&context, &response);
-    v1::PutShardRequest chunk;
+    weightstore::v1::PutShardRequest chunk;
     chunk.set_upload_id(begun.upload_id());
     chunk.set_data("a");
     writer->Write(chunk);
@@ -921,9 +921,9 @@ TEST_F(WeightStoreServiceTest, StreamAndUploadRulesHoldOverGrpc) {
   ASSERT_TRUE(Commit(begun.upload_id()).ok());
   const auto abort = [&](const std::string& upload_id) {
     grpc::ClientContext context;
-    v1::AbortPublishRequest request;
+    weightstore::v1::AbortPublishRequest request;
     request.set_upload_id(upload_id);
-    v1::AbortPublishResponse response;
+    weightstore::v1::AbortPublishResponse response;
     return stub_->AbortPublish(&context, request, &response);
   };
   const grpc::Status committed = abort(begun.upload_id());
@@ -935,13 +935,13 @@ TEST_F(WeightStoreServiceTest, StreamAndUploadRulesHoldOverGrpc) {
 
   const auto fetch = [&](uint64_t max_chunk_bytes, const std::string& name) {
     grpc::ClientContext context;
-    v1::FetchTensorsRequest request;
+    weightstore::v1::FetchTensorsRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_max_chunk_bytes(max_chunk_bytes);
     if (!name.empty()) request.add_tensor_names(name);
     auto reader = stub_->FetchTensors(&context, request);
-    v1::FetchTensorsResponse chunk;
+    weightstore::v1::FetchTensorsResponse chunk;
     size_t largest = 0;
     while (reader->Read(&chunk)) largest = std::max(largest, chunk.data().size());
     return std::make_pair(reader->Finish(), largest);
@@ -954,14 +954,14 @@ TEST_F(WeightStoreServiceTest, StreamAndUploadRulesHoldOverGrpc) {
   EXPECT_LE(largest, size_t{1} << 20);
   EXPECT_EQ(fetch(0, "no.such.tensor").first.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
-  const auto manifest_at_least = [&](int64_t min_version, v1::GetManifestResponse* response) {
+  const auto manifest_at_least = [&](int64_t min_version, weightstore::v1::GetManifestResponse* response) {
     grpc::ClientContext context;
-    v1::GetManifestRequest request;
+    weightstore::v1::GetManifestRequest request;
     request.mutable_adapter()->set_adapter_name("job-1");
     request.mutable_adapter()->set_min_version(min_version);
     return stub_->GetManifest(&context, request, response);
   };
-  v1::GetManifestResponse manifest;
+  weightstore::v1::GetManifestResponse manifest;
   ASSERT_TRUE(manifest_at_least(1, &manifest).ok());
   EXPECT_EQ(manifest.manifest().version(), 1);
   EXPECT_TRUE(manifest.manifest().has_commit_time());
@@ -992,7 +992,7 @@ TEST_F(WeightStoreServiceTest, WatchSendsOneSnapshotWhenCommitsLandAsItStarts) {
   };
   const auto held = std::make_shared<Held>();
   AdapterStore& store = service_->store_for_testing();
-  const int64_t ahead = store.Watch("job-1", [held](const v1::VersionInfo& version) {
+  const int64_t ahead = store.Watch("job-1", [held](const weightstore::v1::VersionInfo& version) {
     if (version.version() != 3) return;
     held->committed.Notify();
     held->release.WaitForNotificationWithTimeout(absl::Seconds(30));
@@ -1000,7 +1000,7 @@ TEST_F(WeightStoreServiceTest, WatchSendsOneSnapshotWhenCommitsLandAsItStarts) {
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::WatchVersionsRequest request;
+  weightstore::v1::WatchVersionsRequest request;
   request.set_adapter_name("job-1");
   auto reader = stub_->WatchVersions(&context, request);
   // No ASSERT until `third` is joined and `ahead` unwatched.
@@ -1010,23 +1010,23 @@ TEST_F(WeightStoreServiceTest, WatchSendsOneSnapshotWhenCommitsLandAsItStarts) {
       [&] { EXPECT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 3, 82)).ok()); });
   EXPECT_TRUE(held->committed.WaitForNotificationWithTimeout(absl::Seconds(30)));
   window->leave.Notify();  // The stream reads the newest version: 3, not yet announced to it.
-  v1::WatchVersionsResponse first;
-  v1::WatchVersionsResponse second;
+  weightstore::v1::WatchVersionsResponse first;
+  weightstore::v1::WatchVersionsResponse second;
   const bool read_two = reader->Read(&first) && reader->Read(&second);
   held->release.Notify();  // Version 3's announcement reaches the stream now.
   third.join();
   store.Unwatch(ahead);
 
   ASSERT_TRUE(read_two);
-  EXPECT_EQ(first.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
+  EXPECT_EQ(first.type(), weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
   EXPECT_EQ(first.version().version(), 2);
-  EXPECT_EQ(second.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+  EXPECT_EQ(second.type(), weightstore::v1::VERSION_EVENT_TYPE_COMMITTED);
   EXPECT_EQ(second.version().version(), 3);
   // Version 3, announced again, is not sent again: the next event is version 4.
   ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 4, 83)).ok());
-  v1::WatchVersionsResponse next;
+  weightstore::v1::WatchVersionsResponse next;
   ASSERT_TRUE(reader->Read(&next));
-  EXPECT_EQ(next.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+  EXPECT_EQ(next.type(), weightstore::v1::VERSION_EVENT_TYPE_COMMITTED);
   EXPECT_EQ(next.version().version(), 4);
   context.TryCancel();
   while (reader->Read(&next)) {
@@ -1041,7 +1041,7 @@ TEST_F(WeightStoreServiceTest, WatchSendsAVersionCommittedAsItStartsOnce) {
   ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 1, 84)).ok());
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::WatchVersionsRequest request;
+  weightstore::v1::WatchVersionsRequest request;
   request.set_adapter_name("job-1");
   auto reader = stub_->WatchVersions(&context, request);
   const bool entered = window->entered.WaitForNotificationWithTimeout(absl::Seconds(30));
@@ -1049,13 +1049,13 @@ TEST_F(WeightStoreServiceTest, WatchSendsAVersionCommittedAsItStartsOnce) {
   window->leave.Notify();
   ASSERT_TRUE(entered);
   ASSERT_TRUE(committed.ok()) << committed;
-  v1::WatchVersionsResponse event;
+  weightstore::v1::WatchVersionsResponse event;
   ASSERT_TRUE(reader->Read(&event));
-  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_SNAPSHOT);
+  EXPECT_EQ(event.type(), weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
   EXPECT_EQ(event.version().version(), 2);
   ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", 3, 86)).ok());
   ASSERT_TRUE(reader->Read(&event));
-  EXPECT_EQ(event.type(), v1::VERSION_EVENT_TYPE_COMMITTED);
+  EXPECT_EQ(event.type(), weightstore::v1::VERSION_EVENT_TYPE_COMMITTED);
   EXPECT_EQ(event.version().version(), 3);
   context.TryCancel();
   while (reader->Read(&event)) {
@@ -1072,10 +1072,10 @@ TEST_F(WeightStoreServiceTest, WatchesCancelledAsCommitsStreamNeverHoldUpTheDrai
     ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", ++version, 90)).ok());
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::WatchVersionsRequest request;
+    weightstore::v1::WatchVersionsRequest request;
     request.set_adapter_name("job-1");
     auto reader = stub_->WatchVersions(&context, request);
-    v1::WatchVersionsResponse event;
+    weightstore::v1::WatchVersionsResponse event;
     ASSERT_TRUE(reader->Read(&event));
     std::thread commits([&, first = version + 1] {
       for (int64_t v = first; v < first + 20; ++v) {
@@ -1098,14 +1098,14 @@ TEST_F(WeightStoreServiceTest, WatchesCancelledAsCommitsStreamNeverHoldUpTheDrai
 
 TEST_F(WeightStoreServiceTest, ADrainEndsWatchStreamsAtOnceTellingClientsToWatchAgain) {
   grpc::ClientContext context;
-  v1::WatchVersionsRequest request;
+  weightstore::v1::WatchVersionsRequest request;
   request.set_adapter_name("job-1");
   auto reader = stub_->WatchVersions(&context, request);
-  v1::WatchVersionsResponse snapshot;
+  weightstore::v1::WatchVersionsResponse snapshot;
   ASSERT_TRUE(reader->Read(&snapshot));
   // The fixture's drain timeout would cancel the stream (CANCELLED) if the drain waited for it.
   std::thread drain([this] { server_->Drain(); });
-  v1::WatchVersionsResponse more;
+  weightstore::v1::WatchVersionsResponse more;
   while (reader->Read(&more)) {
   }
   const grpc::Status status = reader->Finish();
@@ -1117,7 +1117,7 @@ TEST_F(WeightStoreServiceTest, ADrainEndsWatchStreamsAtOnceTellingClientsToWatch
 TEST_F(WeightStoreServiceTest, CommittedVersionsSurviveARestartAndPartialWritesDoNot) {
   const transfer::TestAdapter adapter = transfer::MakeTestAdapter("team/job:1", 5, 16);
   ASSERT_TRUE(Publish(adapter, true).ok());
-  v1::BeginPublishResponse begun;
+  weightstore::v1::BeginPublishResponse begun;
   ASSERT_TRUE(Begin(transfer::MakeTestAdapter("team/job:1", 6, 17).manifest, &begun).ok());
   std::filesystem::create_directories(data_dir_ + "/team%2Fjob%3A1/7.partial");
   StartServer();
@@ -1127,9 +1127,9 @@ TEST_F(WeightStoreServiceTest, CommittedVersionsSurviveARestartAndPartialWritesD
   EXPECT_EQ(Commit(begun.upload_id()).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_FALSE(std::filesystem::exists(data_dir_ + "/team%2Fjob%3A1/7.partial"));
   grpc::ClientContext context;
-  v1::GetManifestRequest request;
+  weightstore::v1::GetManifestRequest request;
   request.mutable_adapter()->set_adapter_name("team/job:1");
-  v1::GetManifestResponse manifest;
+  weightstore::v1::GetManifestResponse manifest;
   ASSERT_TRUE(stub_->GetManifest(&context, request, &manifest).ok());
   EXPECT_EQ(manifest.manifest().version(), 5);
   EXPECT_TRUE(manifest.manifest().has_commit_time());

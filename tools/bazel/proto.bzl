@@ -4,11 +4,11 @@ def tandem_proto_library(name, proto, deps = [], visibility = None):
     """Generates and compiles the message and gRPC stub code of one .proto file.
 
     The macro must be used in the package that is the proto root (proto/), so that
-    generated headers are included as "tandem/v1/<file>.pb.h" just like the imports.
+    generated headers are included as "tandem/<package>/v1/<file>.pb.h" just like the imports.
 
     Args:
       name: the cc_library holding the generated code.
-      proto: path of the .proto file relative to the package, e.g. "tandem/v1/trainer.proto".
+      proto: path of the .proto file relative to the package, e.g. "tandem/trainer/v1/trainer.proto".
       deps: tandem_proto_library targets whose .proto files this one imports.
       visibility: visibility of the cc_library.
     """

@@ -19,9 +19,9 @@
 #include "google/protobuf/util/json_util.h"
 #include "services/rollout/client/task_accuracy.h"
 #include "services/weight_store/client/peft_export.h"
-#include "tandem/v1/rollout.grpc.pb.h"
-#include "tandem/v1/trainer.grpc.pb.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tandem/rollout/v1/rollout.grpc.pb.h"
+#include "tandem/trainer/v1/trainer.grpc.pb.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 #include "tools/cli/spec_file.h"
 #include "tools/cli/step_metrics_tsv.h"
 
@@ -75,10 +75,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const std::string& target
       {.target = target, .service_name = service, .auth_token = *token, .tls = *std::move(tls)});
 }
 
-absl::StatusOr<std::unique_ptr<v1::JobService::Stub>> Trainer() {
-  auto channel = Channel(absl::GetFlag(FLAGS_trainer), "tandem.v1.JobService");
+absl::StatusOr<std::unique_ptr<trainer::v1::JobService::Stub>> Trainer() {
+  auto channel = Channel(absl::GetFlag(FLAGS_trainer), "tandem.trainer.v1.JobService");
   if (!channel.ok()) return channel.status();
-  return v1::JobService::NewStub(*channel);
+  return trainer::v1::JobService::NewStub(*channel);
 }
 
 absl::Status Check(const grpc::Status& status) {
@@ -86,9 +86,9 @@ absl::Status Check(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-std::string ShortState(v1::JobState state) { return v1::JobState_Name(state).substr(10); }
+std::string ShortState(trainer::v1::JobState state) { return trainer::v1::JobState_Name(state).substr(10); }
 
-std::string ProgressLine(const v1::Job& job) {
+std::string ProgressLine(const trainer::v1::Job& job) {
   constexpr int kWidth = 24;
   const int64_t steps = std::max<int64_t>(job.spec().num_steps(), 1);
   const int filled = static_cast<int>(kWidth * job.current_step() / steps);
@@ -97,7 +97,7 @@ std::string ProgressLine(const v1::Job& job) {
                       std::string(kWidth - filled, '.'), static_cast<long long>(job.current_step()),
                       static_cast<long long>(steps), ShortState(job.state()));
   if (job.has_latest_metrics()) {
-    const v1::StepMetrics& m = job.latest_metrics();
+    const trainer::v1::StepMetrics& m = job.latest_metrics();
     absl::StrAppendFormat(&line,
                           "  reward %.3f  acc %.3f  len %.1f  route-disagree %.2f%%  "
                           "mismatch-k3 %.5f  grad %.3f  %.2f s/step (gen %.2f train %.2f "
@@ -119,7 +119,7 @@ struct StepTotals {
   int steps = 0;
   double disagreement = 0, mismatch = 0, refit = 0, tokens = 0, seconds = 0;
 
-  void Add(const v1::StepMetrics& m) {
+  void Add(const trainer::v1::StepMetrics& m) {
     ++steps;
     disagreement += m.routing_disagreement_token_layer();
     mismatch += m.mismatch_kl_k3();
@@ -149,15 +149,15 @@ absl::Status Watch(const std::string& job_id) {
     }
   }
   grpc::ClientContext context;
-  v1::WatchJobRequest request;
+  trainer::v1::WatchJobRequest request;
   request.set_job_id(job_id);
   auto reader = (*trainer)->WatchJob(&context, request);
-  v1::WatchJobResponse event;
-  v1::Job last;
+  trainer::v1::WatchJobResponse event;
+  trainer::v1::Job last;
   StepTotals totals;
   while (reader->Read(&event)) {
     last = event.job();
-    if (event.type() == v1::WATCH_EVENT_TYPE_STEP_COMPLETED) {
+    if (event.type() == trainer::v1::WATCH_EVENT_TYPE_STEP_COMPLETED) {
       totals.Add(last.latest_metrics());
       if (tsv.is_open()) tsv << StepMetricsTsvRow(last.latest_metrics()) << std::endl;
     }
@@ -166,7 +166,7 @@ absl::Status Watch(const std::string& job_id) {
   }
   if (absl::Status status = Check(reader->Finish()); !status.ok()) return status;
   std::printf("%s\n", totals.Summary().c_str());
-  if (last.state() == v1::JOB_STATE_SUCCEEDED) return absl::OkStatus();
+  if (last.state() == trainer::v1::JOB_STATE_SUCCEEDED) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat("job ", job_id, " ended ", ShortState(last.state()),
                                          last.error_message().empty() ? "" : ": ",
                                          last.error_message()));
@@ -177,14 +177,14 @@ absl::Status Submit() {
   if (!spec.ok()) return spec.status();
   auto trainer = Trainer();
   if (!trainer.ok()) return trainer.status();
-  v1::CreateJobRequest request;
+  trainer::v1::CreateJobRequest request;
   std::string request_id = absl::GetFlag(FLAGS_request_id);
   if (request_id.empty()) {
     request_id = absl::StrFormat("cli-%016x", std::hash<std::string>()(spec->SerializeAsString()));
   }
   request.set_request_id(request_id);
   *request.mutable_spec() = *std::move(spec);
-  v1::CreateJobResponse response;
+  trainer::v1::CreateJobResponse response;
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(30));
   if (absl::Status status = Check((*trainer)->CreateJob(&context, request, &response));
@@ -199,24 +199,24 @@ absl::Status Submit() {
 absl::Status List() {
   auto trainer = Trainer();
   if (!trainer.ok()) return trainer.status();
-  v1::ListJobsRequest request;
+  trainer::v1::ListJobsRequest request;
   if (const std::string state = absl::GetFlag(FLAGS_state); !state.empty()) {
-    v1::JobState parsed;
-    if (!v1::JobState_Parse("JOB_STATE_" + state, &parsed)) {
+    trainer::v1::JobState parsed;
+    if (!trainer::v1::JobState_Parse("JOB_STATE_" + state, &parsed)) {
       return absl::InvalidArgumentError(absl::StrCat("--state=", state, " is not a job state"));
     }
     request.add_states(parsed);
   }
   std::printf("%-18s %-10s %-9s %-8s %s\n", "JOB", "STATE", "STEP", "VERSION", "NAME");
   do {
-    v1::ListJobsResponse response;
+    trainer::v1::ListJobsResponse response;
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(30));
     if (absl::Status status = Check((*trainer)->ListJobs(&context, request, &response));
         !status.ok()) {
       return status;
     }
-    for (const v1::Job& job : response.jobs()) {
+    for (const trainer::v1::Job& job : response.jobs()) {
       std::printf("%-18s %-10s %4lld/%-4lld %-8lld %s\n", job.id().c_str(),
                   ShortState(job.state()).c_str(), static_cast<long long>(job.current_step()),
                   static_cast<long long>(job.spec().num_steps()),
@@ -227,12 +227,12 @@ absl::Status List() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::Job> GetJob(v1::JobService::StubInterface& trainer, const std::string& job_id) {
+absl::StatusOr<trainer::v1::Job> GetJob(trainer::v1::JobService::StubInterface& trainer, const std::string& job_id) {
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(30));
-  v1::GetJobRequest request;
+  trainer::v1::GetJobRequest request;
   request.set_job_id(job_id);
-  v1::GetJobResponse response;
+  trainer::v1::GetJobResponse response;
   if (absl::Status status = Check(trainer.GetJob(&context, request, &response)); !status.ok()) {
     return status;
   }
@@ -250,9 +250,9 @@ absl::Status Export(const std::string& job_id) {
   if (store_address.empty()) store_address = job->spec().endpoints().weight_store();
   std::string base_model = absl::GetFlag(FLAGS_base_model_name);
   if (base_model.empty()) base_model = job->spec().base_model_path();
-  auto channel = Channel(store_address, "tandem.v1.WeightStoreService");
+  auto channel = Channel(store_address, "tandem.weightstore.v1.WeightStoreService");
   if (!channel.ok()) return channel.status();
-  auto store = v1::WeightStoreService::NewStub(*channel);
+  auto store = weightstore::v1::WeightStoreService::NewStub(*channel);
   auto version = weight_store::ExportPeftAdapter(*store, job->spec().adapter_name(),
                                                  absl::GetFlag(FLAGS_version), out, base_model);
   if (!version.ok()) return version.status();
@@ -264,7 +264,7 @@ absl::Status Export(const std::string& job_id) {
 absl::Status GetOrCancel(const std::string& command, const std::string& job_id) {
   auto trainer = Trainer();
   if (!trainer.ok()) return trainer.status();
-  v1::Job job;
+  trainer::v1::Job job;
   if (command == "get") {
     auto got = GetJob(**trainer, job_id);
     if (!got.ok()) return got.status();
@@ -272,9 +272,9 @@ absl::Status GetOrCancel(const std::string& command, const std::string& job_id) 
   } else {
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(30));
-    v1::CancelJobRequest request;
+    trainer::v1::CancelJobRequest request;
     request.set_job_id(job_id);
-    v1::CancelJobResponse response;
+    trainer::v1::CancelJobResponse response;
     if (absl::Status status = Check((*trainer)->CancelJob(&context, request, &response));
         !status.ok()) {
       return status;
@@ -292,9 +292,9 @@ absl::Status GetOrCancel(const std::string& command, const std::string& job_id) 
 absl::Status Eval() {
   auto task = engine::MakeTask(absl::GetFlag(FLAGS_task), absl::GetFlag(FLAGS_digits));
   if (!task.ok()) return task.status();
-  auto channel = Channel(absl::GetFlag(FLAGS_rollout), "tandem.v1.RolloutService");
+  auto channel = Channel(absl::GetFlag(FLAGS_rollout), "tandem.rollout.v1.RolloutService");
   if (!channel.ok()) return channel.status();
-  auto rollout = v1::RolloutService::NewStub(*channel);
+  auto rollout = rollout::v1::RolloutService::NewStub(*channel);
   auto accuracy = rollout::MeasureAccuracy(
       *rollout, **task,
       {.adapter = absl::GetFlag(FLAGS_adapter),

@@ -43,7 +43,7 @@ nlohmann::json ToJson(const YAML::Node& node) {
 
 }  // namespace
 
-absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, bool yaml) {
+absl::StatusOr<trainer::v1::JobSpec> ParseJobSpec(const std::string& text, bool yaml) {
   if (!IsValidUtf8(text)) return absl::InvalidArgumentError("not UTF-8 text");
   std::string json = text;
   if (yaml) {
@@ -56,13 +56,13 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, bool yaml) {
       return absl::InvalidArgumentError(absl::StrCat("YAML string is not UTF-8: ", error.what()));
     }
   }
-  v1::JobSpec spec;
+  trainer::v1::JobSpec spec;
   const auto status = google::protobuf::util::JsonStringToMessage(json, &spec);
   if (!status.ok()) return absl::InvalidArgumentError(std::string(status.message()));
   return spec;
 }
 
-absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path) {
+absl::StatusOr<trainer::v1::JobSpec> ReadJobSpec(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read spec file '", path, "'"));
   std::stringstream text;

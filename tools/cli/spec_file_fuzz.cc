@@ -14,7 +14,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  absl::StatusOr<tandem::v1::JobSpec> spec = tandem::cli::ParseJobSpec(text, data[0] & 1);
+  absl::StatusOr<tandem::trainer::v1::JobSpec> spec = tandem::cli::ParseJobSpec(text, data[0] & 1);
   tandem::testing::FuzzCheck(
       spec.ok() || spec.status().code() == absl::StatusCode::kInvalidArgument,
       "a bad spec file is INVALID_ARGUMENT");

@@ -11,7 +11,7 @@ namespace {
 
 using ::google::protobuf::FieldDescriptor;
 
-std::string Value(const v1::StepMetrics& metrics, const FieldDescriptor& field) {
+std::string Value(const trainer::v1::StepMetrics& metrics, const FieldDescriptor& field) {
   const auto& reflection = *metrics.GetReflection();
   switch (field.cpp_type()) {
     case FieldDescriptor::CPPTYPE_DOUBLE:
@@ -29,7 +29,7 @@ std::string Value(const v1::StepMetrics& metrics, const FieldDescriptor& field) 
 
 // The columns: every field that holds one number (a rank's share is in Job.latest_metrics).
 std::vector<const FieldDescriptor*> Columns() {
-  const auto& descriptor = *v1::StepMetrics::descriptor();
+  const auto& descriptor = *trainer::v1::StepMetrics::descriptor();
   std::vector<const FieldDescriptor*> columns;
   for (int i = 0; i < descriptor.field_count(); ++i) {
     if (!descriptor.field(i)->is_repeated()) columns.push_back(descriptor.field(i));
@@ -45,7 +45,7 @@ std::string StepMetricsTsvHeader() {
   return absl::StrJoin(names, "\t");
 }
 
-std::string StepMetricsTsvRow(const v1::StepMetrics& metrics) {
+std::string StepMetricsTsvRow(const trainer::v1::StepMetrics& metrics) {
   std::vector<std::string> values;
   for (const FieldDescriptor* field : Columns()) values.push_back(Value(metrics, *field));
   return absl::StrJoin(values, "\t");

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "tandem/v1/trainer.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem::cli {
 
@@ -12,7 +12,7 @@ namespace tandem::cli {
 // per step (10 significant digits). Fields come from the descriptor, so a new metric needs no
 // change.
 std::string StepMetricsTsvHeader();
-std::string StepMetricsTsvRow(const v1::StepMetrics& metrics);
+std::string StepMetricsTsvRow(const trainer::v1::StepMetrics& metrics);
 
 }  // namespace tandem::cli
 

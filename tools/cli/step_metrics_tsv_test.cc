@@ -10,14 +10,14 @@ namespace tandem::cli {
 namespace {
 
 TEST(StepMetricsTsvTest, EveryNumberHasAColumnAtFullPrecision) {
-  v1::StepMetrics metrics;
+  trainer::v1::StepMetrics metrics;
   metrics.set_step(7);
   metrics.set_mismatch_kl_k3(1.234567e-7);
   metrics.set_learning_rate(0.005);
   const std::vector<std::string> header = absl::StrSplit(StepMetricsTsvHeader(), '\t');
   const std::vector<std::string> row = absl::StrSplit(StepMetricsTsvRow(metrics), '\t');
   // Every field but the per-rank shares (repeated).
-  ASSERT_EQ(header.size(), v1::StepMetrics::descriptor()->field_count() - 1);
+  ASSERT_EQ(header.size(), trainer::v1::StepMetrics::descriptor()->field_count() - 1);
   EXPECT_EQ(std::find(header.begin(), header.end(), "ranks"), header.end());
   ASSERT_EQ(row.size(), header.size());
   auto at = [&](const std::string& name) {

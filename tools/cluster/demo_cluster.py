@@ -27,9 +27,9 @@ import cluster  # noqa: E402
 
 PORTS = {"trainer": 50051, "rollout": 50052, "weightstore": 50053, "routerreplay": 50054}
 METRICS_PORTS = {"trainer": 9451, "rollout": 9452, "weightstore": 9453, "routerreplay": 9454}
-HEALTH = {"trainer": "tandem.v1.JobService", "rollout": "tandem.v1.RolloutService",
-          "weightstore": "tandem.v1.WeightStoreService",
-          "routerreplay": "tandem.v1.RouterReplayService"}
+HEALTH = {"trainer": "tandem.trainer.v1.JobService", "rollout": "tandem.rollout.v1.RolloutService",
+          "weightstore": "tandem.weightstore.v1.WeightStoreService",
+          "routerreplay": "tandem.routerreplay.v1.RouterReplayService"}
 # Per-step metrics (StepMetrics) of the breakdown, in the order a step runs them.
 BREAKDOWN = ["generation_seconds", "route_fetch_seconds", "training_seconds",
              "collective_seconds", "publish_seconds", "swap_seconds", "step_seconds"]

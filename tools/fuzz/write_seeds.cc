@@ -16,9 +16,9 @@
 #include "common/safetensors.h"
 #include "common/tensor.h"
 #include "google/protobuf/text_format.h"
-#include "tandem/v1/rollout.pb.h"
-#include "tandem/v1/trainer.pb.h"
-#include "tandem/v1/weight_store.pb.h"
+#include "tandem/rollout/v1/rollout.pb.h"
+#include "tandem/trainer/v1/trainer.pb.h"
+#include "tandem/weightstore/v1/weight_store.pb.h"
 #include "tools/cli/spec_file.h"
 #include "transfer/lora_testing.h"
 
@@ -111,19 +111,19 @@ void WriteJobSeeds(const std::string& root) {
   CorpusWriter files(root, "tools/cli/testdata/spec_file_corpus");
   std::ifstream demo_file(root + "/jobs/demo.yaml");
   const std::string demo_yaml((std::istreambuf_iterator<char>(demo_file)), {});
-  const v1::JobSpec demo = *cli::ParseJobSpec(demo_yaml, /*yaml=*/true);
+  const trainer::v1::JobSpec demo = *cli::ParseJobSpec(demo_yaml, /*yaml=*/true);
   files.Write("demo_yaml", "\x01" + demo_yaml);
   files.Write("json", std::string("\x00", 1) +
                           R"({"display_name": "x", "task": {"name": "addition"}, "num_steps": 3,)"
                           R"( "sampling": {"temperature": 0.6}, "algorithm": "ALGORITHM_GRPO"})");
   specs.Write("demo", demo.SerializeAsString());
-  v1::JobSpec ppo = demo;
-  ppo.set_algorithm(v1::ALGORITHM_PPO);
-  ppo.set_routing_replay(v1::ROUTING_REPLAY_MODE_R2);
-  ppo.mutable_is_correction()->set_mode(v1::IS_CORRECTION_MODE_ICEPOP);
+  trainer::v1::JobSpec ppo = demo;
+  ppo.set_algorithm(trainer::v1::ALGORITHM_PPO);
+  ppo.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_R2);
+  ppo.mutable_is_correction()->set_mode(trainer::v1::IS_CORRECTION_MODE_ICEPOP);
   specs.Write("ppo_r2_icepop", ppo.SerializeAsString());
 
-  v1::Job job = FromText<v1::Job>(R"pb(
+  trainer::v1::Job job = FromText<trainer::v1::Job>(R"pb(
     id: "job-1"
     state: JOB_STATE_RUNNING
     current_step: 12
@@ -132,7 +132,7 @@ void WriteJobSeeds(const std::string& root) {
     latest_metrics { step: 12 policy_version: 12 })pb");
   *job.mutable_spec() = demo;
   records.Write("running", EncodeChecksummed("TJOB", job));
-  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_state(trainer::v1::JOB_STATE_FAILED);
   job.set_error_message("step 13: loss is NaN");
   records.Write("failed", EncodeChecksummed("TJOB", job));
   records.Write("unframed", job.SerializeAsString());
@@ -140,14 +140,14 @@ void WriteJobSeeds(const std::string& root) {
 
 void WriteGenerateSeeds(const std::string& root) {
   CorpusWriter corpus(root, "services/rollout/testdata/generate_request_corpus");
-  corpus.Write("text", FromText<v1::GenerateRequest>(R"pb(
+  corpus.Write("text", FromText<rollout::v1::GenerateRequest>(R"pb(
                          request_id: "r1"
                          group_size: 2
                          prompts { text: "3+4=" prompt_id: "p0" }
                          prompts { text: "12+5=" }
                          sampling { temperature: 0.6 top_p: 0.9 max_new_tokens: 4 seed: 7 })pb")
                            .SerializeAsString());
-  corpus.Write("tokens", FromText<v1::GenerateRequest>(R"pb(
+  corpus.Write("tokens", FromText<rollout::v1::GenerateRequest>(R"pb(
                            request_id: "r2"
                            group_size: 1
                            prompts { token_ids { ids: [ 1, 6, 13, 7 ] } }

@@ -11,14 +11,14 @@ absl::Status Invalid(auto&&... parts) { return absl::InvalidArgumentError(absl::
 
 }  // namespace
 
-v1::SamplingParams WithSamplingDefaults(v1::SamplingParams sampling) {
+type::v1::SamplingParams WithSamplingDefaults(type::v1::SamplingParams sampling) {
   if (!sampling.has_temperature()) sampling.set_temperature(1.0f);
   if (!sampling.has_top_p()) sampling.set_top_p(1.0f);
   return sampling;
 }
 
-absl::Status ValidateSampling(const v1::SamplingParams& given, int vocab_size) {
-  const v1::SamplingParams sampling = WithSamplingDefaults(given);
+absl::Status ValidateSampling(const type::v1::SamplingParams& given, int vocab_size) {
+  const type::v1::SamplingParams sampling = WithSamplingDefaults(given);
   if (sampling.max_new_tokens() < 1) {
     return Invalid("sampling.max_new_tokens is ", sampling.max_new_tokens(), "; must be >= 1");
   }

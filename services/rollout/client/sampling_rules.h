@@ -2,7 +2,7 @@
 #define TANDEM_SERVICES_ROLLOUT_CLIENT_SAMPLING_RULES_H_
 
 #include "absl/status/status.h"
-#include "tandem/v1/rollout.pb.h"
+#include "tandem/rollout/v1/rollout.pb.h"
 
 namespace tandem::rollout {
 
@@ -11,7 +11,7 @@ inline constexpr int kMaxPromptsPerRequest = 4096;
 
 // `sampling` with the defaults rollout.proto gives written out: temperature 1, top_p 1. What the
 // rollout samples with and what Job.spec shows.
-v1::SamplingParams WithSamplingDefaults(v1::SamplingParams sampling);
+type::v1::SamplingParams WithSamplingDefaults(type::v1::SamplingParams sampling);
 
 // SamplingParams' rules (rollout.proto) for a model of `vocab_size` tokens: max_new_tokens >= 1,
 // temperature in [0, 100], top_p in (0, 1], top_k in [0, vocab_size], at most 64 stop tokens
@@ -19,7 +19,7 @@ v1::SamplingParams WithSamplingDefaults(v1::SamplingParams sampling);
 // value, e.g. "sampling.top_p is 0; must be in (0, 1]". Rollout checks each Generate with it,
 // the trainer each job spec (at CreateJob with any vocabulary, then at the job's start with the
 // base model's), so a job does not fail at its first step for a spec it accepted.
-absl::Status ValidateSampling(const v1::SamplingParams& sampling, int vocab_size);
+absl::Status ValidateSampling(const type::v1::SamplingParams& sampling, int vocab_size);
 
 }  // namespace tandem::rollout
 

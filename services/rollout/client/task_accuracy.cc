@@ -9,12 +9,12 @@
 
 namespace tandem::rollout {
 
-absl::StatusOr<Accuracy> MeasureAccuracy(v1::RolloutService::StubInterface& rollout,
+absl::StatusOr<Accuracy> MeasureAccuracy(rollout::v1::RolloutService::StubInterface& rollout,
                                          const engine::Task& task,
                                          const AccuracyOptions& options) {
   const std::vector<engine::Sample> problems =
       engine::GeneratePrompts(task, options.prompts, options.prompt_seed);
-  v1::GenerateRequest request;
+  rollout::v1::GenerateRequest request;
   request.set_request_id(absl::StrFormat("accuracy-%s-%d-%x", options.adapter, options.version,
                                          absl::ToUnixNanos(absl::Now())));
   for (const engine::Sample& problem : problems) request.add_prompts()->set_text(problem.prompt);
@@ -28,7 +28,7 @@ absl::StatusOr<Accuracy> MeasureAccuracy(v1::RolloutService::StubInterface& roll
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
   auto reader = rollout.Generate(&context, request);
-  v1::GenerateResponse response;
+  rollout::v1::GenerateResponse response;
   Accuracy accuracy{.total = static_cast<int>(problems.size())};
   while (reader->Read(&response)) {
     const std::vector<int> tokens(response.token_ids().begin(), response.token_ids().end());

@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/tasks.h"
-#include "tandem/v1/rollout.grpc.pb.h"
+#include "tandem/rollout/v1/rollout.grpc.pb.h"
 
 namespace tandem::rollout {
 
@@ -29,7 +29,7 @@ struct Accuracy {
 
 // How many of `prompts` problems of `task` a model version answers correctly (the task's own
 // verifier) when a rollout replica generates one answer each.
-absl::StatusOr<Accuracy> MeasureAccuracy(v1::RolloutService::StubInterface& rollout,
+absl::StatusOr<Accuracy> MeasureAccuracy(rollout::v1::RolloutService::StubInterface& rollout,
                                          const engine::Task& task, const AccuracyOptions& options);
 
 }  // namespace tandem::rollout

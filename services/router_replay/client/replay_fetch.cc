@@ -11,13 +11,13 @@
 namespace tandem::router_replay {
 namespace {
 
-v1::FetchRoutesRequest BuildRequest(absl::Span<const ReplaySequence> sequences,
+routerreplay::v1::FetchRoutesRequest BuildRequest(absl::Span<const ReplaySequence> sequences,
                                     const ReplayFetchOptions& options) {
-  v1::FetchRoutesRequest request;
+  routerreplay::v1::FetchRoutesRequest request;
   for (const ReplaySequence& sequence : sequences) {
-    v1::RecordRequest& record = *request.mutable_records()->add_records();
+    routerreplay::v1::RecordRequest& record = *request.mutable_records()->add_records();
     *record.mutable_key() = ToProto(sequence.key);
-    v1::RowRange& range = *record.add_row_ranges();
+    routerreplay::v1::RowRange& range = *record.add_row_ranges();
     range.set_begin(0);
     range.set_end(sequence.num_tokens - 1);
   }
@@ -26,14 +26,14 @@ v1::FetchRoutesRequest BuildRequest(absl::Span<const ReplaySequence> sequences,
   return request;
 }
 
-absl::Status CheckMessage(const v1::FetchRoutesResponse& message, const ReplaySequence& sequence,
+absl::Status CheckMessage(const routerreplay::v1::FetchRoutesResponse& message, const ReplaySequence& sequence,
                           const ReplayFetchOptions& options) {
   const std::string key = ToString(sequence.key);
   if (FromProto(message.key()) != sequence.key) {
     return absl::InternalError(absl::StrCat("router-replay answered record ",
                                             ToString(FromProto(message.key())), " for ", key));
   }
-  if (message.status() == v1::RECORD_STATUS_MISSING) return absl::OkStatus();
+  if (message.status() == routerreplay::v1::RECORD_STATUS_MISSING) return absl::OkStatus();
   if (message.top_k() != options.top_k || message.num_experts() != options.num_experts) {
     return absl::FailedPreconditionError(absl::StrCat(
         "record ", key, " has top_k ", message.top_k(), " of ", message.num_experts(),
@@ -50,7 +50,7 @@ absl::Status CheckMessage(const v1::FetchRoutesResponse& message, const ReplaySe
 
 }  // namespace
 
-absl::StatusOr<ReplayRoutes> FetchReplayRoutes(v1::RouterReplayService::StubInterface& stub,
+absl::StatusOr<ReplayRoutes> FetchReplayRoutes(routerreplay::v1::RouterReplayService::StubInterface& stub,
                                                absl::Span<const ReplaySequence> sequences,
                                                const ReplayFetchOptions& options) {
   std::vector<int64_t> starts;
@@ -67,7 +67,7 @@ absl::StatusOr<ReplayRoutes> FetchReplayRoutes(v1::RouterReplayService::StubInte
   const int64_t ids_per_row = static_cast<int64_t>(options.moe_layers.size()) * options.top_k;
   ReplayRoutes result;
   result.routes.assign(total_tokens * ids_per_row, int16_t{-1});
-  result.statuses.assign(sequences.size(), v1::RECORD_STATUS_UNSPECIFIED);
+  result.statuses.assign(sequences.size(), routerreplay::v1::RECORD_STATUS_UNSPECIFIED);
   if (sequences.empty()) return result;
   if (options.moe_layers.empty() || options.top_k < 1) {
     return absl::InvalidArgumentError("replay fetch needs the model's MoE layers and top_k");
@@ -75,14 +75,14 @@ absl::StatusOr<ReplayRoutes> FetchReplayRoutes(v1::RouterReplayService::StubInte
 
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
-  std::unique_ptr<grpc::ClientReaderInterface<v1::FetchRoutesResponse>> reader =
+  std::unique_ptr<grpc::ClientReaderInterface<routerreplay::v1::FetchRoutesResponse>> reader =
       stub.FetchRoutes(&context, BuildRequest(sequences, options));
   // Records come back in request order, the messages of one record consecutive, each record's
   // first message at row offset 0.
   size_t index = 0;
-  v1::FetchRoutesResponse message;
+  routerreplay::v1::FetchRoutesResponse message;
   while (reader->Read(&message)) {
-    if (result.statuses[index] != v1::RECORD_STATUS_UNSPECIFIED && message.row_offset() == 0) {
+    if (result.statuses[index] != routerreplay::v1::RECORD_STATUS_UNSPECIFIED && message.row_offset() == 0) {
       ++index;
     }
     if (index >= sequences.size()) {
@@ -94,7 +94,7 @@ absl::StatusOr<ReplayRoutes> FetchReplayRoutes(v1::RouterReplayService::StubInte
       return status;
     }
     result.statuses[index] = message.status();
-    if (message.status() == v1::RECORD_STATUS_MISSING) {
+    if (message.status() == routerreplay::v1::RECORD_STATUS_MISSING) {
       // After messages with some of its rows when the record was deleted mid-fetch: a missing
       // record has none, so the engine routes all of it live.
       std::fill_n(result.routes.begin() + starts[index] * ids_per_row,
@@ -106,7 +106,7 @@ absl::StatusOr<ReplayRoutes> FetchReplayRoutes(v1::RouterReplayService::StubInte
   }
   if (absl::Status status = FromGrpcStatus(reader->Finish()); !status.ok()) return status;
   for (size_t s = 0; s < sequences.size(); ++s) {
-    if (result.statuses[s] == v1::RECORD_STATUS_UNSPECIFIED) {
+    if (result.statuses[s] == routerreplay::v1::RECORD_STATUS_UNSPECIFIED) {
       return absl::InternalError(
           absl::StrCat("router-replay sent nothing for record ", ToString(sequences[s].key)));
     }

@@ -8,7 +8,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "services/router_replay/client/record_key.h"
-#include "tandem/v1/router_replay.grpc.pb.h"
+#include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
 
 namespace tandem::router_replay {
 
@@ -34,14 +34,14 @@ struct ReplayFetchOptions {
 // rows at its offset in the batch, its last token (never fed back) and any missing row -1.
 struct ReplayRoutes {
   std::vector<int16_t> routes;
-  std::vector<v1::RecordStatus> statuses;  // Per sequence.
+  std::vector<routerreplay::v1::RecordStatus> statuses;  // Per sequence.
   // (row, layer) entries that came back -1, not counting the last tokens.
   int64_t missing_entries = 0;
 };
 
 // Fetches the routes of a training batch from router-replay straight into the array
 // Transformer::Forward replays.
-absl::StatusOr<ReplayRoutes> FetchReplayRoutes(v1::RouterReplayService::StubInterface& stub,
+absl::StatusOr<ReplayRoutes> FetchReplayRoutes(routerreplay::v1::RouterReplayService::StubInterface& stub,
                                                absl::Span<const ReplaySequence> sequences,
                                                const ReplayFetchOptions& options);
 

@@ -22,7 +22,7 @@ bool IsTransient(grpc::StatusCode code) {
 }
 
 // Appends `next` to `into` when it continues it: same record, contiguous rows, not yet sealed.
-bool Merge(v1::AppendRequest& into, const v1::AppendRequest& next) {
+bool Merge(routerreplay::v1::AppendRequest& into, const routerreplay::v1::AppendRequest& next) {
   if (into.seal() || next.token_offset() != into.token_offset() + into.num_tokens() ||
       static_cast<int64_t>(into.rows().size() + next.rows().size()) > kMaxChunkRowBytes) {
     return false;
@@ -36,7 +36,7 @@ bool Merge(v1::AppendRequest& into, const v1::AppendRequest& next) {
 }  // namespace
 
 RouteAppender::RouteAppender(std::shared_ptr<grpc::Channel> channel, RouteAppenderOptions options)
-    : stub_(v1::RouterReplayService::NewStub(std::move(channel))),
+    : stub_(routerreplay::v1::RouterReplayService::NewStub(std::move(channel))),
       options_(options),
       queues_(std::max(1, options.streams)) {
   for (int stream = 0; stream < static_cast<int>(queues_.size()); ++stream) {
@@ -134,8 +134,8 @@ grpc::Status RouteAppender::SendOnce(const std::vector<const Chunk*>& chunks) {
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext context;
     SetTimeout(context, options_.rpc_timeout);
-    v1::AppendResponse response;
-    std::unique_ptr<grpc::ClientWriter<v1::AppendRequest>> writer =
+    routerreplay::v1::AppendResponse response;
+    std::unique_ptr<grpc::ClientWriter<routerreplay::v1::AppendRequest>> writer =
         stub_->Append(&context, &response);
     for (const Chunk* chunk : chunks) {
       if (!writer->Write(chunk->request)) break;  // The server ended the stream; Finish says why.

@@ -15,7 +15,7 @@
 #include "grpcpp/channel.h"
 #include "services/router_replay/client/record_key.h"
 #include "services/router_replay/client/route_wire.h"
-#include "tandem/v1/router_replay.grpc.pb.h"
+#include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
 
 namespace tandem::router_replay {
 
@@ -64,7 +64,7 @@ class RouteAppender {
  private:
   struct Chunk {
     std::string record;  // Encoded key.
-    v1::AppendRequest request;
+    routerreplay::v1::AppendRequest request;
     int64_t bytes = 0;  // Row bytes.
     int64_t parts = 1;  // Chunks queued by Append that were merged into this one.
   };
@@ -82,7 +82,7 @@ class RouteAppender {
   void Complete(const std::vector<Chunk>& batch,
                 const absl::flat_hash_map<std::string, absl::Status>& results);
 
-  const std::unique_ptr<v1::RouterReplayService::Stub> stub_;
+  const std::unique_ptr<routerreplay::v1::RouterReplayService::Stub> stub_;
   const RouteAppenderOptions options_;
   mutable absl::Mutex mutex_;
   std::vector<std::deque<Chunk>> queues_ ABSL_GUARDED_BY(mutex_);  // One per stream.

@@ -28,15 +28,15 @@ absl::Status ValidateShape(const RouteShape& shape) {
   return absl::OkStatus();
 }
 
-RecordKey FromProto(const v1::RouteRecordKey& key) {
+RecordKey FromProto(const type::v1::RouteRecordKey& key) {
   return {.job_id = key.job_id(),
           .policy_version = key.policy_version(),
           .sample_id = key.sample_id(),
           .attempt = key.attempt()};
 }
 
-v1::RouteRecordKey ToProto(const RecordKey& key) {
-  v1::RouteRecordKey proto;
+type::v1::RouteRecordKey ToProto(const RecordKey& key) {
+  type::v1::RouteRecordKey proto;
   proto.set_job_id(key.job_id);
   proto.set_policy_version(key.policy_version);
   proto.set_sample_id(key.sample_id);
@@ -44,9 +44,9 @@ v1::RouteRecordKey ToProto(const RecordKey& key) {
   return proto;
 }
 
-v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
+routerreplay::v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
                                    int64_t num_rows, const int16_t* rows, bool seal) {
-  v1::AppendRequest request;
+  routerreplay::v1::AppendRequest request;
   *request.mutable_key() = ToProto(key);
   request.mutable_moe_layer_indices()->Add(shape.layers.begin(), shape.layers.end());
   request.set_top_k(shape.top_k);

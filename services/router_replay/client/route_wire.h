@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "services/router_replay/client/record_key.h"
-#include "tandem/v1/router_replay.pb.h"
+#include "tandem/routerreplay/v1/router_replay.pb.h"
 
 namespace tandem::router_replay {
 
@@ -31,12 +31,12 @@ inline constexpr int kMaxExperts = 32767;
 // and num_experts is top_k..32767.
 absl::Status ValidateShape(const RouteShape& shape);
 
-RecordKey FromProto(const v1::RouteRecordKey& key);
-v1::RouteRecordKey ToProto(const RecordKey& key);
+RecordKey FromProto(const type::v1::RouteRecordKey& key);
+type::v1::RouteRecordKey ToProto(const RecordKey& key);
 
 // The Append chunk carrying rows [first_row, first_row + num_rows) of a record,
 // [num_rows, layers, top_k].
-v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
+routerreplay::v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
                                    int64_t num_rows, const int16_t* rows, bool seal);
 
 }  // namespace tandem::router_replay

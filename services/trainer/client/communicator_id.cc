@@ -5,14 +5,14 @@
 
 namespace tandem::trainer {
 
-absl::StatusOr<std::string> FetchCommunicatorId(v1::TrainerRanksService::StubInterface& stub,
+absl::StatusOr<std::string> FetchCommunicatorId(internal::v1::TrainerRanksService::StubInterface& stub,
                                                 const std::string& group, int rank, int world_size,
                                                 absl::Duration timeout) {
-  v1::GetCommunicatorIdRequest request;
+  internal::v1::GetCommunicatorIdRequest request;
   request.set_group(group);
   request.set_rank(rank);
   request.set_world_size(world_size);
-  v1::GetCommunicatorIdResponse response;
+  internal::v1::GetCommunicatorIdResponse response;
   const absl::Status status =
       AwaitRankZero(absl::Now() + timeout, [&](grpc::ClientContext& context) {
         return stub.GetCommunicatorId(&context, request, &response);

@@ -5,7 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "tandem/v1/trainer_ranks.grpc.pb.h"
+#include "tandem/internal/v1/trainer_ranks.grpc.pb.h"
 
 namespace tandem::trainer {
 
@@ -13,7 +13,7 @@ namespace tandem::trainer {
 // `world_size`. Retries with backoff while rank 0 has not published the group yet (NOT_FOUND)
 // or cannot be reached (UNAVAILABLE), up to `timeout`, then DEADLINE_EXCEEDED naming the last
 // answer; any other error returns at once.
-absl::StatusOr<std::string> FetchCommunicatorId(v1::TrainerRanksService::StubInterface& stub,
+absl::StatusOr<std::string> FetchCommunicatorId(internal::v1::TrainerRanksService::StubInterface& stub,
                                                 const std::string& group, int rank, int world_size,
                                                 absl::Duration timeout);
 

@@ -6,11 +6,11 @@
 
 namespace tandem::trainer {
 void RendezvousStore::set(const std::string& key, const std::vector<char>& data) {
-  v1::SetRendezvousValueRequest request;
+  internal::v1::SetRendezvousValueRequest request;
   request.set_group(group_);
   request.set_key(key);
   request.set_value(std::string(data.begin(), data.end()));
-  v1::SetRendezvousValueResponse response;
+  internal::v1::SetRendezvousValueResponse response;
   const absl::Status status =
       AwaitRankZero(absl::Now() + timeout(), [&](grpc::ClientContext& context) {
         return stub_.SetRendezvousValue(&context, request, &response);
@@ -19,10 +19,10 @@ void RendezvousStore::set(const std::string& key, const std::vector<char>& data)
 }
 
 std::vector<char> RendezvousStore::Get(const std::string& key, absl::Time deadline) {
-  v1::GetRendezvousValueRequest request;
+  internal::v1::GetRendezvousValueRequest request;
   request.set_group(group_);
   request.set_key(key);
-  v1::GetRendezvousValueResponse response;
+  internal::v1::GetRendezvousValueResponse response;
   const absl::Status status = AwaitRankZero(deadline, [&](grpc::ClientContext& context) {
     return stub_.GetRendezvousValue(&context, request, &response);
   });

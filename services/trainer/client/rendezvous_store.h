@@ -6,7 +6,7 @@
 
 #include "absl/time/time.h"
 #include "services/trainer/client/deadline_store.h"
-#include "tandem/v1/trainer_ranks.grpc.pb.h"
+#include "tandem/internal/v1/trainer_ranks.grpc.pb.h"
 
 namespace tandem::trainer {
 
@@ -16,7 +16,7 @@ namespace tandem::trainer {
 // naming the group and key), which GlooCommunicator::Create turns into a status.
 class RendezvousStore final : public DeadlineStore {
  public:
-  RendezvousStore(v1::TrainerRanksService::StubInterface& stub, std::string group,
+  RendezvousStore(internal::v1::TrainerRanksService::StubInterface& stub, std::string group,
                   absl::Duration timeout)
       : DeadlineStore(timeout), stub_(stub), group_(std::move(group)) {}
 
@@ -25,7 +25,7 @@ class RendezvousStore final : public DeadlineStore {
  private:
   std::vector<char> Get(const std::string& key, absl::Time deadline) override;
 
-  v1::TrainerRanksService::StubInterface& stub_;
+  internal::v1::TrainerRanksService::StubInterface& stub_;
   const std::string group_;
 };
 

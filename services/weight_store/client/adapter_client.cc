@@ -39,14 +39,14 @@ absl::Status VerifyChecksum(const FetchedTensor& fetched) {
   return CheckFetched(fetched, Xxh3Checksum(fetched.bytes));
 }
 
-absl::Status PutByGrpc(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
+absl::Status PutByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
                        const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                        const PublishOptions& options) {
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
-  v1::PutShardResponse response;
+  weightstore::v1::PutShardResponse response;
   auto writer = stub.PutShard(&context, &response);
-  v1::PutShardRequest chunk;
+  weightstore::v1::PutShardRequest chunk;
   chunk.set_upload_id(upload_id);
   for (const int i : which) {
     for (size_t offset = 0; offset < shards[i].size(); offset += options.grpc_chunk_bytes) {
@@ -61,7 +61,7 @@ absl::Status PutByGrpc(v1::WeightStoreService::StubInterface& stub, const std::s
   return Checked(writer->Finish());
 }
 
-absl::Status PutByUcx(const v1::BeginPublishResponse& begun,
+absl::Status PutByUcx(const weightstore::v1::BeginPublishResponse& begun,
                       const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                       const PublishOptions& options) {
   absl::StatusOr<std::unique_ptr<transfer::UcxPeer>> peer =
@@ -70,8 +70,8 @@ absl::Status PutByUcx(const v1::BeginPublishResponse& begun,
   // Every shard's writes in one window and one flush: each region drained and flushed in turn
   // left the connection idle between shards.
   std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers;
-  std::vector<const v1::ShardRegion*> targets;
-  for (const v1::ShardRegion& target : begun.targets()) {
+  std::vector<const weightstore::v1::ShardRegion*> targets;
+  for (const weightstore::v1::ShardRegion& target : begun.targets()) {
     if (target.shard_index() < 0 || target.shard_index() >= static_cast<int>(shards.size())) {
       return absl::InternalError(
           absl::StrCat("BeginPublish named shard ", target.shard_index(), " of ", shards.size()));
@@ -88,10 +88,10 @@ absl::Status PutByUcx(const v1::BeginPublishResponse& begun,
 }
 
 // Copies a staged tensor's blocks from `staging` into its memory.
-void Assemble(const v1::PlannedTensor& planned,
+void Assemble(const weightstore::v1::PlannedTensor& planned,
               const absl::flat_hash_map<int, std::vector<StagedSpan>>& spans_by_shard,
               const char* staging, FetchedTensor& tensor) {
-  for (const v1::CopyOp& op : planned.ops()) {
+  for (const weightstore::v1::CopyOp& op : planned.ops()) {
     const std::vector<StagedSpan>& spans = spans_by_shard.at(op.shard_index());
     const auto span = std::find_if(spans.begin(), spans.end(), [&](const StagedSpan& s) {
       return s.begin <= op.src_offset() && op.src_offset() < s.end;
@@ -108,10 +108,10 @@ void Assemble(const v1::PlannedTensor& planned,
 using MappedShards = absl::flat_hash_map<int, const char*>;
 
 // The plan's shards as mapped by `peer`; UNIMPLEMENTED where its transport maps none (tcp).
-absl::StatusOr<MappedShards> MapShards(const v1::GetReadPlanResponse& plan,
+absl::StatusOr<MappedShards> MapShards(const weightstore::v1::GetReadPlanResponse& plan,
                                        transfer::UcxPeer& peer) {
   MappedShards shards;
-  for (const v1::ShardRegion& region : plan.shards()) {
+  for (const weightstore::v1::ShardRegion& region : plan.shards()) {
     absl::StatusOr<const char*> mapped =
         peer.Mapped(region.rkey(), region.remote_address(), region.length());
     if (!mapped.ok()) return mapped.status();
@@ -124,7 +124,7 @@ absl::StatusOr<MappedShards> MapShards(const v1::GetReadPlanResponse& plan,
 // it lands, while it is in the nearest cache, then verifies the tensor. Blocks that do not
 // tile the tensor exactly (only a faulty plan's) hash differently from its bytes, so then the
 // tensor is hashed again as it is.
-absl::Status CopyAndVerify(const v1::PlannedTensor& planned, const MappedShards& shards,
+absl::Status CopyAndVerify(const weightstore::v1::PlannedTensor& planned, const MappedShards& shards,
                            FetchedTensor& tensor) {
   Xxh3Hasher hasher;
   uint64_t hashed = 0;  // While the blocks tile the tensor: bytes [0, hashed) are hashed.
@@ -148,7 +148,7 @@ absl::Status CopyAndVerify(const v1::PlannedTensor& planned, const MappedShards&
 // (ParallelTasks starts none after a failure).
 // Copies that end past `deadline` may have read memory the store reused once the lease ran
 // out: DEADLINE_EXCEEDED, which the caller treats as transport trouble, not as corruption.
-absl::Status CopyMapped(const v1::GetReadPlanResponse& plan, const MappedShards& shards,
+absl::Status CopyMapped(const weightstore::v1::GetReadPlanResponse& plan, const MappedShards& shards,
                         absl::Time deadline, FetchedAdapter& fetched) {
   ParallelTasks tasks;
   for (int i = 0; i < plan.tensors_size(); ++i) {
@@ -190,7 +190,7 @@ class SlotClaim {
 };
 
 // Sizes `fetched` for the plan's tensors, keeping the memory of tensors it already held.
-void ShapeLike(const v1::GetReadPlanResponse& plan, FetchedAdapter& fetched) {
+void ShapeLike(const weightstore::v1::GetReadPlanResponse& plan, FetchedAdapter& fetched) {
   fetched.tensors.resize(plan.tensors_size());
   for (int i = 0; i < plan.tensors_size(); ++i) {
     fetched.tensors[i].tensor = plan.tensors(i).tensor();
@@ -198,9 +198,9 @@ void ShapeLike(const v1::GetReadPlanResponse& plan, FetchedAdapter& fetched) {
   }
 }
 
-absl::Status FetchByGrpc(v1::WeightStoreService::StubInterface& stub, absl::string_view adapter,
+absl::Status FetchByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub, absl::string_view adapter,
                          int64_t version, const FetchOptions& options, FetchedAdapter& into) {
-  v1::FetchTensorsRequest request;
+  weightstore::v1::FetchTensorsRequest request;
   request.set_adapter_name(std::string(adapter));
   request.set_version(version);
   *request.mutable_target() = options.target;
@@ -211,7 +211,7 @@ absl::Status FetchByGrpc(v1::WeightStoreService::StubInterface& stub, absl::stri
   into.by_ucx = false;
   into.mapped = false;
   size_t count = 0;  // Tensors received; `into` keeps the memory of any beyond.
-  v1::FetchTensorsResponse chunk;
+  weightstore::v1::FetchTensorsResponse chunk;
   while (reader->Read(&chunk)) {
     if (chunk.has_tensor()) {
       if (count > 0) {
@@ -240,20 +240,20 @@ absl::Status FetchByGrpc(v1::WeightStoreService::StubInterface& stub, absl::stri
 
 // Gets a batch: its staged spans into `staging`, its single-block tensors straight into their
 // memory, every shard's reads in flight together.
-absl::Status GetBatch(const v1::GetReadPlanResponse& plan, const TensorBatch& batch,
+absl::Status GetBatch(const weightstore::v1::GetReadPlanResponse& plan, const TensorBatch& batch,
                       const absl::flat_hash_map<int, std::vector<StagedSpan>>& spans, char* staging,
                       transfer::UcxPeer& peer, absl::Time deadline, FetchedAdapter& fetched) {
   std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers(plan.shards_size());
   std::vector<transfer::UcxPeer::RegionTransfers> reads;
   for (int r = 0; r < plan.shards_size(); ++r) {
-    const v1::ShardRegion& region = plan.shards(r);
+    const weightstore::v1::ShardRegion& region = plan.shards(r);
     for (const StagedSpan& span : spans.at(region.shard_index())) {
       transfers[r].push_back(
           {region.remote_address() + span.begin, staging + span.staged_at, span.end - span.begin});
     }
     for (int i = batch.first; i < batch.last; ++i) {
       if (!ReadsDirectly(plan.tensors(i))) continue;
-      for (const v1::CopyOp& op : plan.tensors(i).ops()) {
+      for (const weightstore::v1::CopyOp& op : plan.tensors(i).ops()) {
         if (op.shard_index() != region.shard_index()) continue;
         transfers[r].push_back({region.remote_address() + op.src_offset(),
                                 fetched.tensors[i].bytes.data() + op.dst_offset(),
@@ -267,12 +267,12 @@ absl::Status GetBatch(const v1::GetReadPlanResponse& plan, const TensorBatch& ba
 
 }  // namespace
 
-absl::StatusOr<v1::BeginPublishResponse> BeginUpload(v1::WeightStoreService::StubInterface& stub,
-                                                     const v1::Manifest& manifest, bool use_ucx) {
-  v1::BeginPublishRequest begin;
+absl::StatusOr<weightstore::v1::BeginPublishResponse> BeginUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
+                                                     const weightstore::v1::Manifest& manifest, bool use_ucx) {
+  weightstore::v1::BeginPublishRequest begin;
   *begin.mutable_manifest() = manifest;
   begin.set_use_ucx(use_ucx);
-  v1::BeginPublishResponse begun;
+  weightstore::v1::BeginPublishResponse begun;
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(60));
   if (absl::Status status = Checked(stub.BeginPublish(&context, begin, &begun)); !status.ok()) {
@@ -281,8 +281,8 @@ absl::StatusOr<v1::BeginPublishResponse> BeginUpload(v1::WeightStoreService::Stu
   return begun;
 }
 
-absl::Status PutShards(v1::WeightStoreService::StubInterface& stub,
-                       const v1::BeginPublishResponse& begun,
+absl::Status PutShards(weightstore::v1::WeightStoreService::StubInterface& stub,
+                       const weightstore::v1::BeginPublishResponse& begun,
                        const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                        const PublishOptions& options) {
   for (const int i : which) {
@@ -295,14 +295,14 @@ absl::Status PutShards(v1::WeightStoreService::StubInterface& stub,
                                 : PutByGrpc(stub, begun.upload_id(), shards, which, options);
 }
 
-absl::StatusOr<v1::VersionInfo> CommitUpload(v1::WeightStoreService::StubInterface& stub,
+absl::StatusOr<weightstore::v1::VersionInfo> CommitUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
                                              const std::string& upload_id,
                                              const PublishOptions& options) {
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
-  v1::CommitPublishRequest commit;
+  weightstore::v1::CommitPublishRequest commit;
   commit.set_upload_id(upload_id);
-  v1::CommitPublishResponse committed;
+  weightstore::v1::CommitPublishResponse committed;
   if (absl::Status status = Checked(stub.CommitPublish(&context, commit, &committed));
       !status.ok()) {
     return status;
@@ -310,24 +310,24 @@ absl::StatusOr<v1::VersionInfo> CommitUpload(v1::WeightStoreService::StubInterfa
   return committed.version();
 }
 
-void AbortUpload(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id) {
+void AbortUpload(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id) {
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(10));
-  v1::AbortPublishRequest request;
+  weightstore::v1::AbortPublishRequest request;
   request.set_upload_id(upload_id);
-  v1::AbortPublishResponse response;
+  weightstore::v1::AbortPublishResponse response;
   stub.AbortPublish(&context, request, &response);
 }
 
-absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInterface& stub,
-                                               const v1::Manifest& manifest,
+absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(weightstore::v1::WeightStoreService::StubInterface& stub,
+                                               const weightstore::v1::Manifest& manifest,
                                                const std::vector<absl::string_view>& shards,
                                                const PublishOptions& options) {
   if (static_cast<int>(shards.size()) != manifest.shards_size()) {
     return absl::InvalidArgumentError(absl::StrCat(shards.size(), " shard buffers for ",
                                                    manifest.shards_size(), " manifest shards"));
   }
-  absl::StatusOr<v1::BeginPublishResponse> begun =
+  absl::StatusOr<weightstore::v1::BeginPublishResponse> begun =
       BeginUpload(stub, manifest, options.ucx != nullptr);
   if (!begun.ok()) return begun.status();
   std::vector<int> all(shards.size());
@@ -336,7 +336,7 @@ absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInter
     AbortUpload(stub, begun->upload_id());
     return sent;
   }
-  absl::StatusOr<v1::VersionInfo> committed = CommitUpload(stub, begun->upload_id(), options);
+  absl::StatusOr<weightstore::v1::VersionInfo> committed = CommitUpload(stub, begun->upload_id(), options);
   if (!committed.ok()) AbortUpload(stub, begun->upload_id());
   return committed;
 }
@@ -356,7 +356,7 @@ char* AdapterFetcher::Staging(uint64_t bytes) {
 // where a round trip per block would cost far more than the bytes) come in a few large gets per
 // shard into staging memory and are copied from there. Copies and checksums of arrived batches
 // overlap the gets of later ones.
-absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
+absl::Status AdapterFetcher::PullPlan(const weightstore::v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
                                       absl::Time deadline, FetchedAdapter& fetched) {
   absl::StatusOr<RegionsByShard> regions = CheckedRegions(plan);
   if (!regions.ok()) return regions.status();
@@ -375,7 +375,7 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
   uint64_t slot_bytes = 0;
   for (size_t b = 0; b < batches.size(); ++b) {
     uint64_t batch_bytes = 0;
-    for (const v1::ShardRegion& region : plan.shards()) {
+    for (const weightstore::v1::ShardRegion& region : plan.shards()) {
       std::vector<StagedSpan>& shard_spans = spans[b][region.shard_index()] =
           SpansOf(plan, batches[b].first, batches[b].last, region.shard_index());
       for (StagedSpan& span : shard_spans) {
@@ -433,7 +433,7 @@ absl::Status AdapterFetcher::PullPlan(const v1::GetReadPlanResponse& plan, trans
 
 absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t version,
                                         const FetchOptions& options, FetchedAdapter& fetched) {
-  v1::WeightStoreService::StubInterface& stub = stub_;
+  weightstore::v1::WeightStoreService::StubInterface& stub = stub_;
   // The lease must outlast every read of the store's memory: the whole fetch ends by the time
   // the lease does, or the version may be retired and its memory reused under the reads.
   const absl::Duration budget = std::clamp(options.timeout, absl::Seconds(1), absl::Seconds(600));
@@ -441,13 +441,13 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
   absl::StatusOr<std::string> lease = AcquireLease(stub, adapter, version, options.holder, budget);
   if (!lease.ok()) return lease.status();
   const auto release = [&] { ReleaseInBackground(*lease); };
-  v1::GetReadPlanRequest plan_request;
+  weightstore::v1::GetReadPlanRequest plan_request;
   plan_request.set_adapter_name(std::string(adapter));
   plan_request.set_version(version);
   *plan_request.mutable_target() = options.target;
   plan_request.set_lease_id(*lease);
   for (const std::string& name : options.tensor_names) plan_request.add_tensor_names(name);
-  v1::GetReadPlanResponse plan;
+  weightstore::v1::GetReadPlanResponse plan;
   {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
@@ -494,15 +494,15 @@ AdapterFetcher::~AdapterFetcher() {
 // fails leaves the lease to expire at its TTL, as a failed synchronous one would. Stubs without
 // the callback API (test doubles) release synchronously.
 void AdapterFetcher::ReleaseInBackground(const std::string& lease_id) {
-  v1::WeightStoreService::StubInterface::async_interface* async = stub_.async();
+  weightstore::v1::WeightStoreService::StubInterface::async_interface* async = stub_.async();
   if (async == nullptr) {
     ReleaseLease(stub_, lease_id);
     return;
   }
   struct Call {
     grpc::ClientContext context;
-    v1::ReleaseLeaseRequest request;
-    v1::ReleaseLeaseResponse response;
+    weightstore::v1::ReleaseLeaseRequest request;
+    weightstore::v1::ReleaseLeaseResponse response;
   };
   auto call = std::make_unique<Call>();
   SetTimeout(call->context, kReleaseTimeout);
@@ -556,16 +556,16 @@ absl::StatusOr<FetchedAdapter> AdapterFetcher::Fetch(absl::string_view adapter, 
   return fetched;
 }
 
-absl::StatusOr<std::string> AcquireLease(v1::WeightStoreService::StubInterface& stub,
+absl::StatusOr<std::string> AcquireLease(weightstore::v1::WeightStoreService::StubInterface& stub,
                                          absl::string_view adapter, int64_t version,
                                          absl::string_view holder, absl::Duration ttl) {
-  v1::AcquireLeaseRequest request;
+  weightstore::v1::AcquireLeaseRequest request;
   request.set_adapter_name(std::string(adapter));
   request.set_version(version);
   request.set_holder(std::string(holder));
   request.set_ttl_seconds(
       absl::ToDoubleSeconds(std::clamp(ttl, absl::Seconds(1), absl::Seconds(600))));
-  v1::AcquireLeaseResponse response;
+  weightstore::v1::AcquireLeaseResponse response;
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(30));
   if (absl::Status status = Checked(stub.AcquireLease(&context, request, &response));
@@ -575,16 +575,16 @@ absl::StatusOr<std::string> AcquireLease(v1::WeightStoreService::StubInterface& 
   return response.lease_id();
 }
 
-void ReleaseLease(v1::WeightStoreService::StubInterface& stub, const std::string& lease_id) {
-  v1::ReleaseLeaseRequest request;
+void ReleaseLease(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& lease_id) {
+  weightstore::v1::ReleaseLeaseRequest request;
   request.set_lease_id(lease_id);
-  v1::ReleaseLeaseResponse response;
+  weightstore::v1::ReleaseLeaseResponse response;
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(10));
   stub.ReleaseLease(&context, request, &response);
 }
 
-absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,
+absl::StatusOr<FetchedAdapter> FetchAdapter(weightstore::v1::WeightStoreService::StubInterface& stub,
                                             absl::string_view adapter, int64_t version,
                                             const FetchOptions& options) {
   return AdapterFetcher(stub).Fetch(adapter, version, options);

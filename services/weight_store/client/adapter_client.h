@@ -12,7 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "tandem/v1/weight_store.grpc.pb.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
@@ -26,8 +26,8 @@ struct PublishOptions {
 
 // The trainer's side: publishes one version (BeginPublish, the bytes, CommitPublish) and aborts
 // the upload if anything fails, so a version is either committed whole or not at all.
-absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInterface& stub,
-                                               const v1::Manifest& manifest,
+absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(weightstore::v1::WeightStoreService::StubInterface& stub,
+                                               const weightstore::v1::Manifest& manifest,
                                                const std::vector<absl::string_view>& shards,
                                                const PublishOptions& options);
 
@@ -35,22 +35,22 @@ absl::StatusOr<v1::VersionInfo> PublishAdapter(v1::WeightStoreService::StubInter
 // upload (its manifest names every shard), each puts the shards it holds, and the first commits
 // once all have put theirs -- CommitPublish refuses an upload with bytes missing, so a writer
 // that died leaves the version uncommitted -- or aborts it.
-absl::StatusOr<v1::BeginPublishResponse> BeginUpload(v1::WeightStoreService::StubInterface& stub,
-                                                     const v1::Manifest& manifest, bool use_ucx);
+absl::StatusOr<weightstore::v1::BeginPublishResponse> BeginUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
+                                                     const weightstore::v1::Manifest& manifest, bool use_ucx);
 // Puts shards[i] for each i in `which` (indices into the upload's manifest shards), by UCX when
 // options.ucx is set (the upload must have begun with use_ucx), else over gRPC.
-absl::Status PutShards(v1::WeightStoreService::StubInterface& stub,
-                       const v1::BeginPublishResponse& begun,
+absl::Status PutShards(weightstore::v1::WeightStoreService::StubInterface& stub,
+                       const weightstore::v1::BeginPublishResponse& begun,
                        const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                        const PublishOptions& options);
-absl::StatusOr<v1::VersionInfo> CommitUpload(v1::WeightStoreService::StubInterface& stub,
+absl::StatusOr<weightstore::v1::VersionInfo> CommitUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
                                              const std::string& upload_id,
                                              const PublishOptions& options);
 // Best effort: an upload not aborted expires on the store.
-void AbortUpload(v1::WeightStoreService::StubInterface& stub, const std::string& upload_id);
+void AbortUpload(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id);
 
 struct FetchOptions {
-  v1::TargetLayout target;
+  weightstore::v1::TargetLayout target;
   std::vector<std::string> tensor_names;  // Empty: all.
   // Get straight from the store's memory by UCX; null (or a store without UCX, or a UCX
   // failure) uses the FetchTensors stream.
@@ -60,7 +60,7 @@ struct FetchOptions {
 };
 
 struct FetchedTensor {
-  v1::TargetTensor tensor;
+  weightstore::v1::TargetTensor tensor;
   std::string bytes;
 };
 
@@ -78,7 +78,7 @@ struct FetchedAdapter {
 // more than the transfer on these machines. Used by one thread at a time.
 class AdapterFetcher {
  public:
-  explicit AdapterFetcher(v1::WeightStoreService::StubInterface& stub) : stub_(stub) {}
+  explicit AdapterFetcher(weightstore::v1::WeightStoreService::StubInterface& stub) : stub_(stub) {}
   // Waits (up to 2 s) for the lease releases still in flight, so that a short-lived fetcher
   // (a tool's) leaves no lease pinning a version until its TTL; a release still pending then
   // completes or times out on its own.
@@ -98,7 +98,7 @@ class AdapterFetcher {
  private:
   absl::Status FetchByUcx(absl::string_view adapter, int64_t version, const FetchOptions& options,
                           FetchedAdapter& fetched);
-  absl::Status PullPlan(const v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
+  absl::Status PullPlan(const weightstore::v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
                         absl::Time deadline, FetchedAdapter& fetched);
   // At least `bytes` of staging memory, kept between fetches.
   char* Staging(uint64_t bytes);
@@ -123,7 +123,7 @@ class AdapterFetcher {
     int count ABSL_GUARDED_BY(mutex) = 0;
   };
 
-  v1::WeightStoreService::StubInterface& stub_;
+  weightstore::v1::WeightStoreService::StubInterface& stub_;
   transfer::UcxWorker* peer_worker_ = nullptr;
   std::string peer_address_;
   std::unique_ptr<transfer::UcxPeer> peer_;
@@ -135,15 +135,15 @@ class AdapterFetcher {
 
 // A lease on (adapter, version): while it lives (ttl, clamped to the store's 1..600 s) the store
 // neither retires the version nor reuses its memory. Returns the lease id.
-absl::StatusOr<std::string> AcquireLease(v1::WeightStoreService::StubInterface& stub,
+absl::StatusOr<std::string> AcquireLease(weightstore::v1::WeightStoreService::StubInterface& stub,
                                          absl::string_view adapter, int64_t version,
                                          absl::string_view holder, absl::Duration ttl);
 
 // Releases a lease and waits for the reply; one that fails is left to expire at its TTL.
-void ReleaseLease(v1::WeightStoreService::StubInterface& stub, const std::string& lease_id);
+void ReleaseLease(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& lease_id);
 
 // One fetch with a fresh AdapterFetcher.
-absl::StatusOr<FetchedAdapter> FetchAdapter(v1::WeightStoreService::StubInterface& stub,
+absl::StatusOr<FetchedAdapter> FetchAdapter(weightstore::v1::WeightStoreService::StubInterface& stub,
                                             absl::string_view adapter, int64_t version,
                                             const FetchOptions& options);
 

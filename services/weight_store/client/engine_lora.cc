@@ -21,9 +21,9 @@ std::string CanonicalName(const std::string& name, const engine::Parameter& para
   return canonical;
 }
 
-std::string ValueBytes(const std::vector<float>& values, v1::DType dtype) {
+std::string ValueBytes(const std::vector<float>& values, type::v1::DType dtype) {
   std::string bytes;
-  if (dtype == v1::DTYPE_BF16) {
+  if (dtype == type::v1::DTYPE_BF16) {
     bytes.resize(values.size() * sizeof(BFloat16));
     auto* out = reinterpret_cast<BFloat16*>(bytes.data());
     for (size_t i = 0; i < values.size(); ++i) out[i] = ToBFloat16(values[i]);
@@ -33,16 +33,16 @@ std::string ValueBytes(const std::vector<float>& values, v1::DType dtype) {
   return bytes;
 }
 
-v1::ExpertLayout ExpertLayoutToProto(engine::ExpertLayout layout) {
+type::v1::ExpertLayout ExpertLayoutToProto(engine::ExpertLayout layout) {
   switch (layout) {
     case engine::ExpertLayout::kPerExpert:
-      return v1::EXPERT_LAYOUT_PER_EXPERT;
+      return type::v1::EXPERT_LAYOUT_PER_EXPERT;
     case engine::ExpertLayout::kShared:
-      return v1::EXPERT_LAYOUT_SHARED;
+      return type::v1::EXPERT_LAYOUT_SHARED;
     case engine::ExpertLayout::kSharedOuter:
-      return v1::EXPERT_LAYOUT_SHARED_OUTER;
+      return type::v1::EXPERT_LAYOUT_SHARED_OUTER;
   }
-  return v1::EXPERT_LAYOUT_UNSPECIFIED;
+  return type::v1::EXPERT_LAYOUT_UNSPECIFIED;
 }
 
 }  // namespace
@@ -62,8 +62,8 @@ transfer::ModelShape ModelShapeOf(const engine::ModelConfig& config) {
   return shape;
 }
 
-v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config) {
-  v1::LoraConfig proto;
+type::v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config) {
+  type::v1::LoraConfig proto;
   proto.set_rank(config.rank);
   proto.set_alpha(config.alpha);
   for (const std::string& module : config.targets) proto.add_target_modules(module);
@@ -71,20 +71,20 @@ v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config) {
   return proto;
 }
 
-absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& given) {
-  const v1::LoraConfig proto = transfer::WithLoraDefaults(given);
+absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const type::v1::LoraConfig& given) {
+  const type::v1::LoraConfig proto = transfer::WithLoraDefaults(given);
   engine::LoraConfig config;
   config.rank = proto.rank();
   config.alpha = proto.alpha();
   config.targets.assign(proto.target_modules().begin(), proto.target_modules().end());
   switch (proto.expert_layout()) {
-    case v1::EXPERT_LAYOUT_PER_EXPERT:
+    case type::v1::EXPERT_LAYOUT_PER_EXPERT:
       config.expert_layout = engine::ExpertLayout::kPerExpert;
       break;
-    case v1::EXPERT_LAYOUT_SHARED:
+    case type::v1::EXPERT_LAYOUT_SHARED:
       config.expert_layout = engine::ExpertLayout::kShared;
       break;
-    case v1::EXPERT_LAYOUT_SHARED_OUTER:
+    case type::v1::EXPERT_LAYOUT_SHARED_OUTER:
       config.expert_layout = engine::ExpertLayout::kSharedOuter;
       break;
     default:
@@ -100,8 +100,8 @@ namespace {
 // Splits tensors (in manifest order) into `writers` contiguous runs of about equal bytes: a
 // tensor goes to the run its middle byte falls in ([w, w + 1) * total / writers), but never
 // skipping a run (a tensor larger than a run's share would) nor leaving later runs without one.
-absl::StatusOr<std::vector<std::vector<v1::CanonicalTensor>>> SplitAmongWriters(
-    const std::vector<v1::CanonicalTensor>& tensors,
+absl::StatusOr<std::vector<std::vector<weightstore::v1::CanonicalTensor>>> SplitAmongWriters(
+    const std::vector<weightstore::v1::CanonicalTensor>& tensors,
     const absl::flat_hash_map<std::string, std::string>& canonical, int writers) {
   const int count = static_cast<int>(tensors.size());
   if (writers < 1 || writers > count) {
@@ -110,10 +110,10 @@ absl::StatusOr<std::vector<std::vector<v1::CanonicalTensor>>> SplitAmongWriters(
                                                    " writers (each needs a tensor of its own)"));
   }
   double total = 0;
-  for (const v1::CanonicalTensor& tensor : tensors) {
+  for (const weightstore::v1::CanonicalTensor& tensor : tensors) {
     total += static_cast<double>(canonical.at(tensor.spec().name()).size());
   }
-  std::vector<std::vector<v1::CanonicalTensor>> runs(writers);
+  std::vector<std::vector<weightstore::v1::CanonicalTensor>> runs(writers);
   double before = 0;
   int run = 0;
   for (int i = 0; i < count; ++i) {
@@ -132,11 +132,11 @@ absl::StatusOr<std::vector<std::vector<v1::CanonicalTensor>>> SplitAmongWriters(
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
                                                    const engine::ModelConfig& model_config,
                                                    absl::string_view adapter_name, int64_t version,
-                                                   v1::DType dtype, int writers) {
-  if (dtype != v1::DTYPE_F32 && dtype != v1::DTYPE_BF16) {
+                                                   type::v1::DType dtype, int writers) {
+  if (dtype != type::v1::DTYPE_F32 && dtype != type::v1::DTYPE_BF16) {
     return absl::InvalidArgumentError("adapters are published as F32 or BF16");
   }
-  const v1::LoraConfig lora = LoraConfigToProto(adapter.config());
+  const type::v1::LoraConfig lora = LoraConfigToProto(adapter.config());
   auto tensors = transfer::CanonicalTensorsFor(ModelShapeOf(model_config), lora, dtype);
   if (!tensors.ok()) return tensors.status();
   absl::flat_hash_map<std::string, std::string> canonical;
@@ -152,7 +152,7 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
   auto runs = SplitAmongWriters(*tensors, canonical, writers);
   if (!runs.ok()) return runs.status();
   AdapterVersion published;
-  v1::Manifest& manifest = published.manifest;
+  weightstore::v1::Manifest& manifest = published.manifest;
   manifest.set_adapter_name(std::string(adapter_name));
   manifest.set_version(version);
   *manifest.mutable_lora() = lora;
@@ -167,15 +167,15 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
   return published;
 }
 
-v1::TargetLayout EngineTargetLayout() {
-  v1::TargetLayout layout;
-  layout.set_naming(v1::TENSOR_NAMING_ENGINE_NATIVE);
+weightstore::v1::TargetLayout EngineTargetLayout() {
+  weightstore::v1::TargetLayout layout;
+  layout.set_naming(weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE);
   layout.set_stack_experts(true);
   return layout;
 }
 
 absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig& model_config,
-                                                       const v1::LoraConfig& lora,
+                                                       const type::v1::LoraConfig& lora,
                                                        const FetchedAdapter& fetched) {
   auto config = LoraConfigFromProto(lora);
   if (!config.ok()) return config.status();
@@ -193,15 +193,15 @@ absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig
     if (parameter == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unexpected tensor '", name, "'"));
     }
-    const v1::DType dtype = tensor.tensor.spec().dtype();
+    const type::v1::DType dtype = tensor.tensor.spec().dtype();
     const int64_t element_size = transfer::ElementSize(dtype);
     if (element_size == 0 ||
         tensor.bytes.size() != parameter->value.size() * static_cast<size_t>(element_size)) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", name, "' has ", tensor.bytes.size(), " bytes of ",
-                       v1::DType_Name(dtype), "; expected ", parameter->value.size(), " values"));
+                       type::v1::DType_Name(dtype), "; expected ", parameter->value.size(), " values"));
     }
-    auto values = transfer::ConvertFloats(tensor.bytes, dtype, v1::DTYPE_F32);
+    auto values = transfer::ConvertFloats(tensor.bytes, dtype, type::v1::DTYPE_F32);
     if (!values.ok()) return values.status();
     std::memcpy(parameter->value.data(), values->data(), values->size());
   }

@@ -10,7 +10,7 @@
 #include "engine/config.h"
 #include "engine/model.h"
 #include "services/weight_store/client/adapter_client.h"
-#include "tandem/v1/weight_store.pb.h"
+#include "tandem/weightstore/v1/weight_store.pb.h"
 #include "transfer/lora_layout.h"
 
 // Conversions between the embedded engine's LoRA adapters and weight-store versions: what the
@@ -20,9 +20,9 @@ namespace tandem::weight_store {
 // Dimensions of the engine model as the layout code sees them.
 transfer::ModelShape ModelShapeOf(const engine::ModelConfig& config);
 
-v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config);
+type::v1::LoraConfig LoraConfigToProto(const engine::LoraConfig& config);
 // INVALID_ARGUMENT for values the engine cannot run (rank, alpha, unknown modules).
-absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const v1::LoraConfig& config);
+absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const type::v1::LoraConfig& config);
 
 // Manifest label of the base model's experts per MoE layer, which a side shared by all experts
 // stands for (a PEFT export copies it to each); set by BuildAdapterVersion.
@@ -33,7 +33,7 @@ inline constexpr char kArchitectureLabel[] = "architecture";
 
 // One version ready for PublishAdapter.
 struct AdapterVersion {
-  v1::Manifest manifest;
+  weightstore::v1::Manifest manifest;
   std::vector<std::string> shards;
 
   std::vector<absl::string_view> shard_views() const { return {shards.begin(), shards.end()}; }
@@ -47,18 +47,18 @@ struct AdapterVersion {
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
                                                    const engine::ModelConfig& model_config,
                                                    absl::string_view adapter_name, int64_t version,
-                                                   v1::DType dtype = v1::DTYPE_F32,
+                                                   type::v1::DType dtype = type::v1::DTYPE_F32,
                                                    int writers = 1);
 
 // The layout the engine consumes: one rank, its own parameter names (experts stacked), stored
 // dtype (the UCX path never converts; AdapterFromFetched does).
-v1::TargetLayout EngineTargetLayout();
+weightstore::v1::TargetLayout EngineTargetLayout();
 
 // Builds the engine adapter of `lora` from tensors fetched in EngineTargetLayout(), in any
 // float dtype (converted to F32).
 // INVALID_ARGUMENT naming the first missing, unexpected or mis-sized tensor.
 absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig& model_config,
-                                                       const v1::LoraConfig& lora,
+                                                       const type::v1::LoraConfig& lora,
                                                        const FetchedAdapter& fetched);
 
 }  // namespace tandem::weight_store

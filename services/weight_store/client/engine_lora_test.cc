@@ -30,7 +30,7 @@ FetchedAdapter FetchInEngineLayout(const AdapterVersion& version) {
   auto plan = PlanReads(version.manifest, EngineTargetLayout(), {});
   EXPECT_TRUE(plan.ok()) << plan.status();
   FetchedAdapter fetched;
-  for (const v1::PlannedTensor& planned : *plan) {
+  for (const weightstore::v1::PlannedTensor& planned : *plan) {
     FetchedTensor tensor;
     *tensor.tensor.mutable_spec() = planned.tensor().spec();
     tensor.bytes.resize(planned.tensor().byte_size());
@@ -67,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(AllLayouts, EngineLoraTest,
 TEST(EngineLoraTest, Bf16VersionsRoundToNearestEven) {
   const engine::ModelConfig model = engine::DefaultModelConfig();
   const engine::LoraAdapter adapter = RandomAdapter(model, engine::ExpertLayout::kPerExpert);
-  auto version = BuildAdapterVersion(adapter, model, "policy", 1, v1::DTYPE_BF16);
+  auto version = BuildAdapterVersion(adapter, model, "policy", 1, type::v1::DTYPE_BF16);
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(version->shards[0].size() * 2,
             static_cast<size_t>(adapter.parameters().num_elements()) * sizeof(float));
@@ -94,7 +94,7 @@ TEST(EngineLoraTest, MismatchedTensorsAreRejectedByName) {
   EXPECT_EQ(AdapterFromFetched(model, version.manifest.lora(), missing).status().code(),
             absl::StatusCode::kInvalidArgument);
 
-  v1::LoraConfig bad_rank = version.manifest.lora();
+  type::v1::LoraConfig bad_rank = version.manifest.lora();
   bad_rank.set_rank(0);
   EXPECT_EQ(AdapterFromFetched(model, bad_rank, fetched).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -20,16 +20,16 @@ namespace {
 
 constexpr absl::Duration kManifestTimeout = absl::Seconds(30);
 
-absl::StatusOr<v1::Manifest> GetManifest(v1::WeightStoreService::StubInterface& store,
+absl::StatusOr<weightstore::v1::Manifest> GetManifest(weightstore::v1::WeightStoreService::StubInterface& store,
                                          absl::string_view adapter, int64_t version) {
-  v1::GetManifestRequest request;
+  weightstore::v1::GetManifestRequest request;
   request.mutable_adapter()->set_adapter_name(std::string(adapter));
   if (version > 0) {
     request.mutable_adapter()->set_exact_version(version);
   } else {
     request.mutable_adapter()->set_latest(true);
   }
-  v1::GetManifestResponse response;
+  weightstore::v1::GetManifestResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kManifestTimeout));
   if (absl::Status status = FromGrpcStatus(store.GetManifest(&context, request, &response));
@@ -43,8 +43,8 @@ absl::StatusOr<v1::Manifest> GetManifest(v1::WeightStoreService::StubInterface& 
 absl::StatusOr<std::map<std::string, Tensor>> CanonicalTensors(const FetchedAdapter& fetched) {
   std::map<std::string, Tensor> tensors;
   for (const FetchedTensor& fetched_tensor : fetched.tensors) {
-    const v1::TensorSpec& spec = fetched_tensor.tensor.spec();
-    auto values = transfer::ConvertFloats(fetched_tensor.bytes, spec.dtype(), v1::DTYPE_F32);
+    const type::v1::TensorSpec& spec = fetched_tensor.tensor.spec();
+    auto values = transfer::ConvertFloats(fetched_tensor.bytes, spec.dtype(), type::v1::DTYPE_F32);
     if (!values.ok()) return values.status();
     auto tensor = Tensor::FromBytes(
         DType::kF32, std::vector<int64_t>(spec.shape().begin(), spec.shape().end()),
@@ -60,10 +60,10 @@ absl::StatusOr<std::map<std::string, Tensor>> CanonicalTensors(const FetchedAdap
 
 // Experts per MoE layer: what per-expert tensors hold, else the label the trainer sets. A side
 // shared by all experts is copied to each of them, so their count must be known.
-absl::StatusOr<int> NumExperts(const v1::Manifest& manifest) {
+absl::StatusOr<int> NumExperts(const weightstore::v1::Manifest& manifest) {
   int num_experts = 0;
   bool shared_sides = false;
-  for (const v1::CanonicalTensor& tensor : manifest.tensors()) {
+  for (const weightstore::v1::CanonicalTensor& tensor : manifest.tensors()) {
     num_experts = std::max(num_experts, tensor.num_experts());
     shared_sides |=
         absl::StrContains(tensor.spec().name(), ".mlp.experts.") && tensor.num_experts() == 0;
@@ -85,7 +85,7 @@ absl::StatusOr<int> NumExperts(const v1::Manifest& manifest) {
 
 }  // namespace
 
-absl::StatusOr<int64_t> ExportPeftAdapter(v1::WeightStoreService::StubInterface& store,
+absl::StatusOr<int64_t> ExportPeftAdapter(weightstore::v1::WeightStoreService::StubInterface& store,
                                           absl::string_view adapter, int64_t version,
                                           const std::string& directory,
                                           const std::string& base_model_name_or_path) {
@@ -94,8 +94,8 @@ absl::StatusOr<int64_t> ExportPeftAdapter(v1::WeightStoreService::StubInterface&
   auto lora = LoraConfigFromProto(manifest->lora());
   if (!lora.ok()) return lora.status();
   FetchOptions options;
-  options.target.set_naming(v1::TENSOR_NAMING_CANONICAL);
-  options.target.set_dtype(v1::DTYPE_F32);
+  options.target.set_naming(weightstore::v1::TENSOR_NAMING_CANONICAL);
+  options.target.set_dtype(type::v1::DTYPE_F32);
   auto fetched = FetchAdapter(store, adapter, manifest->version(), options);
   if (!fetched.ok()) return fetched.status();
   auto tensors = CanonicalTensors(*fetched);

@@ -71,16 +71,16 @@ class PeftExportTest : public ::testing::TestWithParam<engine::ExpertLayout> {
         testing::NewWeightStoreService({.data_dir = dir_ + "/store", .enable_ucx = false});
     ASSERT_TRUE(service.ok()) << service.status();
     auto server = tandem::testing::StartLoopbackServer(
-        "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)});
+        "weight-store", {"tandem.weightstore.v1.WeightStoreService", *std::move(service)});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    stub_ = v1::WeightStoreService::NewStub(server_.Channel());
+    stub_ = weightstore::v1::WeightStoreService::NewStub(server_.Channel());
   }
 
   void Publish(const engine::LoraAdapter& adapter, int64_t version,
                const std::string& architecture = "") {
     auto built =
-        BuildAdapterVersion(adapter, adapter.model_config(), "policy", version, v1::DTYPE_BF16);
+        BuildAdapterVersion(adapter, adapter.model_config(), "policy", version, type::v1::DTYPE_BF16);
     ASSERT_TRUE(built.ok()) << built.status();
     if (!architecture.empty())
       (*built->manifest.mutable_labels())[kArchitectureLabel] = architecture;
@@ -90,7 +90,7 @@ class PeftExportTest : public ::testing::TestWithParam<engine::ExpertLayout> {
 
   std::string dir_;
   tandem::testing::LoopbackServer server_;
-  std::unique_ptr<v1::WeightStoreService::Stub> stub_;
+  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> stub_;
 };
 
 // Export, then import: the adapter PEFT reads back computes what the published one computes.
@@ -123,7 +123,7 @@ TEST_P(PeftExportTest, AVersionPublishedByManyWritersIsTheWholeAdapter) {
   const engine::ModelConfig model = QwenShapedModel();
   engine::BaseModel base = *engine::BaseModel::Create(model, 3);
   engine::LoraAdapter adapter = RandomAdapter(model, GetParam());
-  auto built = BuildAdapterVersion(adapter, model, "policy", 1, v1::DTYPE_F32, /*writers=*/3);
+  auto built = BuildAdapterVersion(adapter, model, "policy", 1, type::v1::DTYPE_F32, /*writers=*/3);
   ASSERT_TRUE(built.ok()) << built.status();
   ASSERT_EQ(built->manifest.shards_size(), 3);
   auto begun = BeginUpload(*stub_, built->manifest, /*use_ucx=*/false);
@@ -155,7 +155,7 @@ TEST_P(PeftExportTest, AVersionPublishedByManyWritersIsTheWholeAdapter) {
 TEST_P(PeftExportTest, AVersionMissingAWritersShardIsNeverCommitted) {
   const engine::ModelConfig model = QwenShapedModel();
   auto built = BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 1,
-                                   v1::DTYPE_F32, /*writers=*/2);
+                                   type::v1::DTYPE_F32, /*writers=*/2);
   ASSERT_TRUE(built.ok()) << built.status();
   auto begun = BeginUpload(*stub_, built->manifest, /*use_ucx=*/false);
   ASSERT_TRUE(begun.ok()) << begun.status();
@@ -169,12 +169,12 @@ TEST_P(PeftExportTest, AVersionMissingAWritersShardIsNeverCommitted) {
             absl::StatusCode::kNotFound);
   // As many writers as tensors, whatever their sizes: one tensor each.
   auto one_each = BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 2,
-                                      v1::DTYPE_F32, built->manifest.tensors_size());
+                                      type::v1::DTYPE_F32, built->manifest.tensors_size());
   ASSERT_TRUE(one_each.ok()) << one_each.status();
-  for (const v1::Shard& shard : one_each->manifest.shards()) {
+  for (const weightstore::v1::Shard& shard : one_each->manifest.shards()) {
     EXPECT_EQ(shard.pieces_size(), 1) << shard.DebugString();
   }
-  EXPECT_EQ(BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 2, v1::DTYPE_F32,
+  EXPECT_EQ(BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 2, type::v1::DTYPE_F32,
                                 /*writers=*/100000)
                 .status()
                 .code(),
@@ -209,9 +209,9 @@ TEST(PeftExportErrorsTest, AnUnknownVersionIsNotFound) {
   auto service = testing::NewWeightStoreService({.data_dir = dir + "/store", .enable_ucx = false});
   ASSERT_TRUE(service.ok());
   auto server = tandem::testing::StartLoopbackServer(
-      "weight-store", {"tandem.v1.WeightStoreService", *std::move(service)});
+      "weight-store", {"tandem.weightstore.v1.WeightStoreService", *std::move(service)});
   ASSERT_TRUE(server.ok());
-  auto stub = v1::WeightStoreService::NewStub(server->Channel());
+  auto stub = weightstore::v1::WeightStoreService::NewStub(server->Channel());
   const absl::Status status = ExportPeftAdapter(*stub, "nobody", 3, dir + "/out", "").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
 }

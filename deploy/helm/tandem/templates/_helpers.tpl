@@ -31,10 +31,10 @@ binary: the executable in the image; port, metricsPort: gRPC and /metrics; servi
 service readiness is asked about; stateful: a StatefulSet with a data volume.
 */}}
 {{- define "tandem.components" -}}
-trainer: {key: trainer, name: trainer, binary: tandem-trainer, port: 50051, metricsPort: 9451, service: tandem.v1.JobService, stateful: true, dialsPeers: true, usesModel: true}
-rollout: {key: rollout, name: rollout, binary: tandem-rollout, port: 50052, metricsPort: 9452, service: tandem.v1.RolloutService, stateful: false, dialsPeers: true, usesModel: true}
-weightStore: {key: weightStore, name: weight-store, binary: tandem-weight-store, port: 50053, metricsPort: 9453, service: tandem.v1.WeightStoreService, stateful: true, dialsPeers: false, usesModel: false}
-routerReplay: {key: routerReplay, name: router-replay, binary: tandem-router-replay, port: 50054, metricsPort: 9454, service: tandem.v1.RouterReplayService, stateful: true, dialsPeers: false, usesModel: false}
+trainer: {key: trainer, name: trainer, binary: tandem-trainer, port: 50051, metricsPort: 9451, service: tandem.trainer.v1.JobService, stateful: true, dialsPeers: true, usesModel: true}
+rollout: {key: rollout, name: rollout, binary: tandem-rollout, port: 50052, metricsPort: 9452, service: tandem.rollout.v1.RolloutService, stateful: false, dialsPeers: true, usesModel: true}
+weightStore: {key: weightStore, name: weight-store, binary: tandem-weight-store, port: 50053, metricsPort: 9453, service: tandem.weightstore.v1.WeightStoreService, stateful: true, dialsPeers: false, usesModel: false}
+routerReplay: {key: routerReplay, name: router-replay, binary: tandem-router-replay, port: 50054, metricsPort: 9454, service: tandem.routerreplay.v1.RouterReplayService, stateful: true, dialsPeers: false, usesModel: false}
 {{- end }}
 
 {{/* One component's description: (dict "root" $ "key" "trainer"). */}}
