@@ -1,5 +1,6 @@
 #include "common/proto_time.h"
 
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace tandem {
@@ -12,6 +13,27 @@ google::protobuf::Timestamp ToTimestamp(absl::Time time) {
 
 absl::Time FromTimestamp(const google::protobuf::Timestamp& timestamp) {
   return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(timestamp));
+}
+
+google::protobuf::Duration ToDuration(absl::Duration duration) {
+  absl::Duration nanos;
+  google::protobuf::Duration proto;
+  proto.set_seconds(absl::IDivDuration(duration, absl::Seconds(1), &nanos));
+  proto.set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(nanos)));
+  return proto;
+}
+
+absl::StatusOr<absl::Duration> FromDuration(const google::protobuf::Duration& duration,
+                                            absl::string_view field) {
+  const bool signs_agree = (duration.seconds() >= 0 && duration.nanos() >= 0) ||
+                           (duration.seconds() <= 0 && duration.nanos() <= 0);
+  if (duration.seconds() < TimeUtil::kDurationMinSeconds ||
+      duration.seconds() > TimeUtil::kDurationMaxSeconds || duration.nanos() <= -1000000000 ||
+      duration.nanos() >= 1000000000 || !signs_agree) {
+    return absl::InvalidArgumentError(absl::StrCat("bad ", field, ": seconds ", duration.seconds(),
+                                                   ", nanos ", duration.nanos()));
+  }
+  return absl::Seconds(duration.seconds()) + absl::Nanoseconds(duration.nanos());
 }
 
 }  // namespace tandem

@@ -8,13 +8,13 @@
 namespace tandem::transfer {
 namespace {
 
-bool IsFloat(type::v1::DType dtype) {
+bool IsFloat(type::v1::Dtype dtype) {
   return dtype == type::v1::DTYPE_F32 || dtype == type::v1::DTYPE_BF16 || dtype == type::v1::DTYPE_F16;
 }
 
-size_t FloatSize(type::v1::DType dtype) { return dtype == type::v1::DTYPE_F32 ? 4 : 2; }
+size_t FloatSize(type::v1::Dtype dtype) { return dtype == type::v1::DTYPE_F32 ? 4 : 2; }
 
-float LoadFloat(const char* in, type::v1::DType dtype) {
+float LoadFloat(const char* in, type::v1::Dtype dtype) {
   if (dtype == type::v1::DTYPE_F32) {
     float value;
     std::memcpy(&value, in, sizeof(value));
@@ -25,7 +25,7 @@ float LoadFloat(const char* in, type::v1::DType dtype) {
   return dtype == type::v1::DTYPE_BF16 ? ToFloat(BFloat16{bits}) : ToFloat(Float16{bits});
 }
 
-void StoreFloat(float value, type::v1::DType dtype, char* out) {
+void StoreFloat(float value, type::v1::Dtype dtype, char* out) {
   if (dtype == type::v1::DTYPE_F32) {
     std::memcpy(out, &value, sizeof(value));
     return;
@@ -36,15 +36,15 @@ void StoreFloat(float value, type::v1::DType dtype, char* out) {
 
 }  // namespace
 
-absl::Status CheckConvertible(type::v1::DType from, type::v1::DType to) {
+absl::Status CheckConvertible(type::v1::Dtype from, type::v1::Dtype to) {
   if (to == type::v1::DTYPE_UNSPECIFIED || to == from || (IsFloat(from) && IsFloat(to))) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("cannot convert ", type::v1::DType_Name(from), " to ", type::v1::DType_Name(to)));
+      absl::StrCat("cannot convert ", type::v1::Dtype_Name(from), " to ", type::v1::Dtype_Name(to)));
 }
 
-absl::StatusOr<std::string> ConvertFloats(std::string bytes, type::v1::DType from, type::v1::DType to) {
+absl::StatusOr<std::string> ConvertFloats(std::string bytes, type::v1::Dtype from, type::v1::Dtype to) {
   if (to == type::v1::DTYPE_UNSPECIFIED || to == from) return bytes;
   if (absl::Status convertible = CheckConvertible(from, to); !convertible.ok()) {
     return convertible;

@@ -82,7 +82,7 @@ std::pair<bool, bool> PerExpertSides(type::v1::ExpertLayout layout, absl::string
   }
 }
 
-weightstore::v1::CanonicalTensor MakeTensor(std::string name, type::v1::DType dtype, std::vector<int64_t> shape,
+weightstore::v1::CanonicalTensor MakeTensor(std::string name, type::v1::Dtype dtype, std::vector<int64_t> shape,
                                int num_experts) {
   weightstore::v1::CanonicalTensor tensor;
   tensor.mutable_spec()->set_name(std::move(name));
@@ -101,7 +101,7 @@ struct Projection {
 // Adds lora_A [r, in] and lora_B [out, r] of one projection under `prefix` ("model.layers.3.mlp.").
 // A side with experts > 0 is per expert, under prefix + "{e}.".
 void AddProjection(absl::string_view prefix, const Projection& projection, int rank,
-                   type::v1::DType dtype, int experts_a, int experts_b,
+                   type::v1::Dtype dtype, int experts_a, int experts_b,
                    std::vector<weightstore::v1::CanonicalTensor>& tensors) {
   auto name = [&](int experts, absl::string_view side) {
     return absl::StrCat(prefix, experts > 0 ? absl::StrCat(kExpertPlaceholder, ".") : "",
@@ -111,7 +111,7 @@ void AddProjection(absl::string_view prefix, const Projection& projection, int r
   tensors.push_back(MakeTensor(name(experts_b, "B"), dtype, {projection.out, rank}, experts_b));
 }
 
-void AddLayer(const ModelShape& model, const type::v1::LoraConfig& lora, type::v1::DType dtype, int layer,
+void AddLayer(const ModelShape& model, const type::v1::LoraConfig& lora, type::v1::Dtype dtype, int layer,
               const absl::flat_hash_set<std::string>& targets,
               std::vector<weightstore::v1::CanonicalTensor>& tensors) {
   const std::string attention = absl::StrCat("model.layers.", layer, ".self_attn.");
@@ -276,7 +276,7 @@ absl::flat_hash_map<std::string, const weightstore::v1::CanonicalTensor*> FusedP
 
 }  // namespace
 
-int64_t ElementSize(type::v1::DType dtype) {
+int64_t ElementSize(type::v1::Dtype dtype) {
   switch (dtype) {
     case type::v1::DTYPE_F32:
     case type::v1::DTYPE_I32:
@@ -376,7 +376,7 @@ bool CanFuseGateUp(const weightstore::v1::CanonicalTensor& gate, const weightsto
 
 absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> CanonicalTensorsFor(const ModelShape& model,
                                                                      const type::v1::LoraConfig& lora,
-                                                                     type::v1::DType dtype) {
+                                                                     type::v1::Dtype dtype) {
   if (absl::Status status = ValidateLoraConfig(lora); !status.ok()) return status;
   if (absl::Status status = ValidateModelShape(model); !status.ok()) return status;
   if (ElementSize(dtype) == 0) {

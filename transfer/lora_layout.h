@@ -20,7 +20,7 @@ namespace tandem::transfer {
 inline constexpr absl::string_view kExpertPlaceholder = "{e}";
 
 // Bytes per element; 0 for DTYPE_UNSPECIFIED and values outside the enum.
-int64_t ElementSize(type::v1::DType dtype);
+int64_t ElementSize(type::v1::Dtype dtype);
 
 // `lora` with LoraConfig's defaults written out, the one place they are decided: expert layout
 // UNSPECIFIED -> PER_EXPERT, alpha 0 -> rank, no target_modules -> all seven.
@@ -90,7 +90,7 @@ struct ModelShape {
 // says. lora_A is [r, in], lora_B is [out, r]. INVALID_ARGUMENT for a bad config or shape.
 absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> CanonicalTensorsFor(const ModelShape& model,
                                                                      const type::v1::LoraConfig& lora,
-                                                                     type::v1::DType dtype);
+                                                                     type::v1::Dtype dtype);
 
 // One producer's (trainer rank's) layout. The producer's TP applies to expert tensors too.
 struct ProducerLayout {

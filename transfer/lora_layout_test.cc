@@ -24,7 +24,7 @@ type::v1::LoraConfig Lora(type::v1::ExpertLayout layout) {
 }
 
 std::vector<weightstore::v1::CanonicalTensor> Tensors(type::v1::ExpertLayout layout,
-                                         type::v1::DType dtype = type::v1::DTYPE_BF16) {
+                                         type::v1::Dtype dtype = type::v1::DTYPE_BF16) {
   absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> tensors =
       CanonicalTensorsFor(kTinyModel, Lora(layout), dtype);
   EXPECT_TRUE(tensors.ok()) << tensors.status();

@@ -25,7 +25,7 @@ type::v1::LoraConfig Lora(type::v1::ExpertLayout layout) {
 }
 
 // The manifest of the small test model published by every rank of a TP x EP producer.
-weightstore::v1::Manifest Publish(type::v1::ExpertLayout expert_layout, type::v1::DType dtype,
+weightstore::v1::Manifest Publish(type::v1::ExpertLayout expert_layout, type::v1::Dtype dtype,
                      transfer::ProducerLayout layout) {
   weightstore::v1::Manifest manifest;
   manifest.set_adapter_name("policy/job-1");

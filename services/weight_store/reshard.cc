@@ -51,7 +51,7 @@ absl::Status CheckEnums(const weightstore::v1::TargetLayout& target) {
   if (!weightstore::v1::TensorNaming_IsValid(target.naming())) {
     return Invalid("target.naming: ", target.naming(), " is not a naming");
   }
-  const type::v1::DType dtype = target.dtype();
+  const type::v1::Dtype dtype = target.dtype();
   if (dtype != type::v1::DTYPE_UNSPECIFIED && dtype != type::v1::DTYPE_F32 && dtype != type::v1::DTYPE_BF16 &&
       dtype != type::v1::DTYPE_F16) {
     return Invalid("target.dtype: ", dtype, " is not F32, BF16 or F16");

@@ -61,7 +61,7 @@ Published Publish(std::vector<weightstore::v1::CanonicalTensor> tensors, type::v
   return published;
 }
 
-Published PublishModel(type::v1::ExpertLayout expert_layout, type::v1::DType dtype,
+Published PublishModel(type::v1::ExpertLayout expert_layout, type::v1::Dtype dtype,
                        const transfer::ProducerLayout& layout) {
   type::v1::LoraConfig lora;
   lora.set_rank(kRank);
@@ -235,7 +235,7 @@ struct Options {
   bool stack_experts;
 };
 
-using MatrixParam = std::tuple<transfer::ProducerLayout, type::v1::ExpertLayout, type::v1::DType>;
+using MatrixParam = std::tuple<transfer::ProducerLayout, type::v1::ExpertLayout, type::v1::Dtype>;
 
 std::string ProducerName(const transfer::ProducerLayout& layout) {
   return absl::StrCat("Tp", layout.tp_size, "Ep", layout.ep_size,
@@ -297,7 +297,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return absl::StrCat(ProducerName(std::get<0>(info.param)),
                           type::v1::ExpertLayout_Name(std::get<1>(info.param)),
-                          type::v1::DType_Name(std::get<2>(info.param)));
+                          type::v1::Dtype_Name(std::get<2>(info.param)));
     });
 
 // A consumer laid out like a producer rank gets that rank's pieces back, each with one op.

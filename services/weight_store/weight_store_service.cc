@@ -41,12 +41,17 @@ constexpr size_t kMaxPlanCacheEntries = 64;
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
-absl::StatusOr<absl::Duration> LeaseTtl(double seconds) {
-  if (seconds == 0) return absl::Seconds(30);
-  if (!(seconds >= 1 && seconds <= 600)) {
-    return absl::InvalidArgumentError(absl::StrCat("ttl_seconds is ", seconds, "; allowed 1..600"));
+// A lease request's ttl: 30 s when unset, else 1 s..600 s.
+template <typename LeaseRequest>
+absl::StatusOr<absl::Duration> LeaseTtl(const LeaseRequest& request) {
+  if (!request.has_ttl()) return absl::Seconds(30);
+  absl::StatusOr<absl::Duration> ttl = FromDuration(request.ttl(), "ttl");
+  if (!ttl.ok()) return ttl.status();
+  if (*ttl < absl::Seconds(1) || *ttl > absl::Seconds(600)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl is ", absl::FormatDuration(*ttl), "; allowed 1s..600s"));
   }
-  return absl::Seconds(seconds);
+  return ttl;
 }
 
 // FetchTensors and GetReadPlan name one committed version: an adapter and a version >= 1.
@@ -273,7 +278,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<weightstore::v1::Fetc
   const absl::Time started_;
   std::shared_ptr<const CommittedVersion> version_;
   std::vector<weightstore::v1::PlannedTensor> plan_;
-  type::v1::DType target_dtype_ = type::v1::DTYPE_UNSPECIFIED;
+  type::v1::Dtype target_dtype_ = type::v1::DTYPE_UNSPECIFIED;
   size_t chunk_bytes_ = kMaxChunkBytes;
   size_t next_tensor_ = 0;
   std::string bytes_;
@@ -533,7 +538,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
         !status.ok()) {
       return status;
     }
-    absl::StatusOr<absl::Duration> ttl = LeaseTtl(request->ttl_seconds());
+    absl::StatusOr<absl::Duration> ttl = LeaseTtl(*request);
     if (!ttl.ok()) return ttl.status();
     absl::StatusOr<AdapterStore::Lease> lease =
         store_->AcquireLease(request->adapter_name(), request->version(), request->holder(), *ttl);
@@ -554,7 +559,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(grpc::CallbackServe
     if (absl::Status status = ValidateIdentifier("lease_id", request->lease_id()); !status.ok()) {
       return status;
     }
-    absl::StatusOr<absl::Duration> ttl = LeaseTtl(request->ttl_seconds());
+    absl::StatusOr<absl::Duration> ttl = LeaseTtl(*request);
     if (!ttl.ok()) return ttl.status();
     absl::StatusOr<absl::Time> expire = store_->RenewLease(request->lease_id(), *ttl);
     if (!expire.ok()) return expire.status();

@@ -4,13 +4,13 @@
 #include "services/weight_store/weight_store_service.h"
 
 #include <chrono>
-#include <cmath>
 #include <filesystem>
 #include <functional>
-#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -802,42 +802,52 @@ TEST_F(WeightStoreServiceTest, ReadPlansAreCachedForTheExactTensorNames) {
   EXPECT_EQ(joined.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << joined.error_message();
 }
 
-// The lease rules of the proto, over gRPC: ttl_seconds 1..600 with 0 meaning 30 (NaN, infinite
-// and out-of-range values refused), renewals of unknown leases NOT_FOUND, releases of unknown
-// ones OK, and read plans only for the leased version, never converting.
+// The lease rules of the proto, over gRPC: ttl 1 s..600 s, 30 s when unset (zero, negative,
+// out-of-range and malformed Durations refused), renewals of unknown leases NOT_FOUND, releases
+// of unknown ones OK, and read plans only for the leased version, never converting.
 TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 75), /*by_ucx=*/true).ok());
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 76), /*by_ucx=*/true).ok());
-  const auto acquire = [&](double ttl_seconds, weightstore::v1::AcquireLeaseResponse* response) {
+  // A Duration of (seconds, nanos), or none.
+  using Ttl = std::optional<std::pair<int64_t, int32_t>>;
+  const auto set_ttl = [](const Ttl& ttl, auto& request) {
+    if (!ttl.has_value()) return;
+    request.mutable_ttl()->set_seconds(ttl->first);
+    request.mutable_ttl()->set_nanos(ttl->second);
+  };
+  const auto acquire = [&](const Ttl& ttl, weightstore::v1::AcquireLeaseResponse* response) {
     grpc::ClientContext context;
     weightstore::v1::AcquireLeaseRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_holder("replica-0");
-    request.set_ttl_seconds(ttl_seconds);
+    set_ttl(ttl, request);
     return stub_->AcquireLease(&context, request, response);
   };
-  const auto renew = [&](const std::string& lease_id, double ttl_seconds,
+  const auto renew = [&](const std::string& lease_id, const Ttl& ttl,
                          weightstore::v1::RenewLeaseResponse* response) {
     grpc::ClientContext context;
     weightstore::v1::RenewLeaseRequest request;
     request.set_lease_id(lease_id);
-    request.set_ttl_seconds(ttl_seconds);
+    set_ttl(ttl, request);
     return stub_->RenewLease(&context, request, response);
   };
   const auto seconds_left = [](const google::protobuf::Timestamp& expire_time) {
     return absl::ToDoubleSeconds(absl::FromUnixSeconds(expire_time.seconds()) - absl::Now());
   };
   weightstore::v1::AcquireLeaseResponse lease;
-  ASSERT_TRUE(acquire(0, &lease).ok());  // The default, 30 s.
+  ASSERT_TRUE(acquire(std::nullopt, &lease).ok());  // The default, 30 s.
   EXPECT_NEAR(seconds_left(lease.expire_time()), 30, 2);
   weightstore::v1::RenewLeaseResponse renewed;
-  ASSERT_TRUE(renew(lease.lease_id(), 600, &renewed).ok());
+  ASSERT_TRUE(renew(lease.lease_id(), std::pair{600, 0}, &renewed).ok());
   EXPECT_NEAR(seconds_left(renewed.expire_time()), 600, 2);
-  for (double bad : {0.5, 601.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
-    SCOPED_TRACE(bad);
+  for (const Ttl& bad : std::vector<Ttl>{std::pair{0, 0}, std::pair{0, 500000000}, std::pair{600, 1},
+                                         std::pair{-1, 0}, std::pair{5, -1}, std::pair{0, 2000000000}}) {
+    SCOPED_TRACE(absl::StrCat(bad->first, "s ", bad->second, "ns"));
     weightstore::v1::AcquireLeaseResponse refused;
-    EXPECT_EQ(acquire(bad, &refused).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    const grpc::Status status = acquire(bad, &refused);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("ttl"));
     EXPECT_EQ(renew(lease.lease_id(), bad, &renewed).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
   }
@@ -852,7 +862,8 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(status.error_message(), HasSubstr("holder has 257 bytes; at most 256"));
   }
-  EXPECT_EQ(renew("lease-unknown", 30, &renewed).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(renew("lease-unknown", std::pair{30, 0}, &renewed).error_code(),
+            grpc::StatusCode::NOT_FOUND);
   {
     grpc::ClientContext context;
     weightstore::v1::ReleaseLeaseRequest request;
@@ -860,7 +871,7 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
     weightstore::v1::ReleaseLeaseResponse response;
     EXPECT_TRUE(stub_->ReleaseLease(&context, request, &response).ok());
   }
-  const auto plan = [&](int64_t version, type::v1::DType dtype) {
+  const auto plan = [&](int64_t version, type::v1::Dtype dtype) {
     grpc::ClientContext context;
     weightstore::v1::GetReadPlanRequest request;
     request.set_adapter_name("job-1");

@@ -1,10 +1,13 @@
 """C++ code generation for Tandem's protos and gRPC services."""
 
+GOOGLEAPIS = "third_party/googleapis"
+
 def tandem_proto_library(name, proto, deps = [], visibility = None):
     """Generates and compiles the message and gRPC stub code of one .proto file.
 
-    The macro must be used in the package that is the proto root (proto/), so that
-    generated headers are included as "tandem/<package>/v1/<file>.pb.h" just like the imports.
+    The macro must be used in the package that is the proto root (proto/, or
+    third_party/googleapis for the vendored googleapis protos), so that generated headers
+    are included as "tandem/<package>/v1/<file>.pb.h" just like the imports.
 
     Args:
       name: the cc_library holding the generated code.
@@ -19,13 +22,17 @@ def tandem_proto_library(name, proto, deps = [], visibility = None):
         name = name + "_srcs",
         srcs = [proto] + imported,
     )
+    # The vendored googleapis protos (google/api/...) are a proto root of their own.
+    roots = [native.package_name()]
+    if native.package_name() != GOOGLEAPIS:
+        roots.append(GOOGLEAPIS)
     native.genrule(
         name = name + "_codegen",
         srcs = [proto] + imported,
         outs = outs,
-        cmd = ("protoc --proto_path=%s --cpp_out=$(GENDIR)/%s --grpc_out=$(GENDIR)/%s " +
+        cmd = ("protoc %s --cpp_out=$(GENDIR)/%s --grpc_out=$(GENDIR)/%s " +
                "--plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin $(location %s)") % (
-            native.package_name(),
+            " ".join(["--proto_path=" + root for root in roots]),
             native.package_name(),
             native.package_name(),
             proto,

@@ -16,6 +16,7 @@
 #include "common/checksum.h"
 #include "common/logging.h"
 #include "common/parallel_tasks.h"
+#include "common/proto_time.h"
 #include "common/status.h"
 #include "services/weight_store/client/read_plan.h"
 
@@ -563,8 +564,7 @@ absl::StatusOr<std::string> AcquireLease(weightstore::v1::WeightStoreService::St
   request.set_adapter_name(std::string(adapter));
   request.set_version(version);
   request.set_holder(std::string(holder));
-  request.set_ttl_seconds(
-      absl::ToDoubleSeconds(std::clamp(ttl, absl::Seconds(1), absl::Seconds(600))));
+  *request.mutable_ttl() = ToDuration(std::clamp(ttl, absl::Seconds(1), absl::Seconds(600)));
   weightstore::v1::AcquireLeaseResponse response;
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(30));

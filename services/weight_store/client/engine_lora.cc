@@ -21,7 +21,7 @@ std::string CanonicalName(const std::string& name, const engine::Parameter& para
   return canonical;
 }
 
-std::string ValueBytes(const std::vector<float>& values, type::v1::DType dtype) {
+std::string ValueBytes(const std::vector<float>& values, type::v1::Dtype dtype) {
   std::string bytes;
   if (dtype == type::v1::DTYPE_BF16) {
     bytes.resize(values.size() * sizeof(BFloat16));
@@ -132,7 +132,7 @@ absl::StatusOr<std::vector<std::vector<weightstore::v1::CanonicalTensor>>> Split
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
                                                    const engine::ModelConfig& model_config,
                                                    absl::string_view adapter_name, int64_t version,
-                                                   type::v1::DType dtype, int writers) {
+                                                   type::v1::Dtype dtype, int writers) {
   if (dtype != type::v1::DTYPE_F32 && dtype != type::v1::DTYPE_BF16) {
     return absl::InvalidArgumentError("adapters are published as F32 or BF16");
   }
@@ -193,13 +193,13 @@ absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig
     if (parameter == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unexpected tensor '", name, "'"));
     }
-    const type::v1::DType dtype = tensor.tensor.spec().dtype();
+    const type::v1::Dtype dtype = tensor.tensor.spec().dtype();
     const int64_t element_size = transfer::ElementSize(dtype);
     if (element_size == 0 ||
         tensor.bytes.size() != parameter->value.size() * static_cast<size_t>(element_size)) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", name, "' has ", tensor.bytes.size(), " bytes of ",
-                       type::v1::DType_Name(dtype), "; expected ", parameter->value.size(), " values"));
+                       type::v1::Dtype_Name(dtype), "; expected ", parameter->value.size(), " values"));
     }
     auto values = transfer::ConvertFloats(tensor.bytes, dtype, type::v1::DTYPE_F32);
     if (!values.ok()) return values.status();

@@ -47,7 +47,7 @@ struct AdapterVersion {
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
                                                    const engine::ModelConfig& model_config,
                                                    absl::string_view adapter_name, int64_t version,
-                                                   type::v1::DType dtype = type::v1::DTYPE_F32,
+                                                   type::v1::Dtype dtype = type::v1::DTYPE_F32,
                                                    int writers = 1);
 
 // The layout the engine consumes: one rank, its own parameter names (experts stacked), stored
