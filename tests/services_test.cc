@@ -165,6 +165,26 @@ TEST(DeviceFlagTest, TrainerAndRolloutRefuseAnUnusableDevice) {
   }
 }
 
+// Where jobs find the other services is the trainer's configuration: without rollout replicas
+// or a weight-store it does not start, and says which flag is missing.
+TEST(TrainerFlagTest, TheTrainerRefusesToStartWithoutItsPeersNamingTheFlag) {
+  const std::string log = ::testing::TempDir() + "/peers.log";
+  const std::string data = "--data_dir=" + ::testing::TempDir() + "/peers-trainer";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{data, "--weight_store=127.0.0.1:1"}, "--rollout: 1..256 addresses required"},
+      {{data, "--rollout=127.0.0.1:1"}, "--weight_store is required"},
+      {{data, "--rollout=127.0.0.1:1", "--rollout_service=rollout:1", "--weight_store=s:1"},
+       "--rollout and --rollout_service are exclusive"}};
+  for (const auto& [args, message] : cases) {
+    SCOPED_TRACE(message);
+    auto process = ServiceProcess::Start(RunfilePath("services/trainer/trainer"), args, log);
+    ASSERT_TRUE(process.ok()) << process.status();
+    const int status = process->Wait();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    EXPECT_THAT(ReadLog(log), HasSubstr(message));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllServices, ServiceBinaryTest,
     ::testing::Values(
@@ -176,7 +196,8 @@ INSTANTIATE_TEST_SUITE_P(
                     grpc::StatusCode::INVALID_ARGUMENT,
                     "INVALID_ARGUMENT",
                     "job_id is required",
-                    {"--data_dir=" + ::testing::TempDir() + "/trainer-data", "--ucx=false"}},
+                    {"--data_dir=" + ::testing::TempDir() + "/trainer-data", "--ucx=false",
+                     "--rollout=127.0.0.1:1", "--weight_store=127.0.0.1:1"}},
         ServiceCase{"rollout",
                     "services/rollout/rollout",
                     "tandem.rollout.v1.RolloutService",

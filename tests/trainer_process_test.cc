@@ -90,6 +90,9 @@ class TrainerProcessTest : public ::testing::Test {
                             {"--data_dir=" + data_ + "/trainer", "--ucx_transports=tcp"}};
     services_["rollout"].port = PickFreePort();
     services_["trainer"].port = PickFreePort();
+    Service& trainer = services_["trainer"];
+    const std::vector<std::string> peers = TrainerPeerFlags();
+    trainer.flags.insert(trainer.flags.end(), peers.begin(), peers.end());
     if (trainer_ranks_ > 1) AddTrainerRanks();
     if (tls_) UseMutualTls();
     for (const char* name : {"weight_store", "router_replay", "rollout", "trainer"}) Start(name);
@@ -100,11 +103,19 @@ class TrainerProcessTest : public ::testing::Test {
 
   int Port(const std::string& name) { return services_[name].port; }
 
+  // Where every trainer rank finds the other services.
+  std::vector<std::string> TrainerPeerFlags() {
+    return {absl::StrCat("--rollout=127.0.0.1:", Port("rollout")),
+            absl::StrCat("--weight_store=127.0.0.1:", Port("weight_store")),
+            absl::StrCat("--router_replay=127.0.0.1:", Port("router_replay"))};
+  }
+
   // The trainer deployment of trainer_ranks_ processes: "trainer" is rank 0 (the Job API),
   // "trainer<r>" joins it as rank r. Short timeouts, so that a dead rank fails a job quickly.
   void AddTrainerRanks() {
     const std::vector<std::string> common = {absl::StrCat("--ranks=", trainer_ranks_),
                                              "--collective_timeout=10s", "--ucx_transports=tcp"};
+    const std::vector<std::string> peers = TrainerPeerFlags();
     Service& lead = services_["trainer"];
     lead.flags.insert(lead.flags.end(), common.begin(), common.end());
     lead.flags.push_back("--rank_join_timeout=5s");
@@ -116,6 +127,7 @@ class TrainerProcessTest : public ::testing::Test {
           {absl::StrCat("--data_dir=", data_, "/trainer", rank), absl::StrCat("--rank=", rank),
            absl::StrCat("--rank0=127.0.0.1:", Port("trainer"))}};
       member.flags.insert(member.flags.end(), common.begin(), common.end());
+      member.flags.insert(member.flags.end(), peers.begin(), peers.end());
       member.port = PickFreePort();
     }
   }
@@ -185,9 +197,6 @@ class TrainerProcessTest : public ::testing::Test {
     spec.set_micro_batch_size(64);
     spec.mutable_sampling()->set_max_new_tokens(4);
     spec.mutable_sampling()->set_temperature(0.6f);
-    spec.mutable_endpoints()->add_rollout(absl::StrCat("127.0.0.1:", Port("rollout")));
-    spec.mutable_endpoints()->set_weight_store(absl::StrCat("127.0.0.1:", Port("weight_store")));
-    spec.mutable_endpoints()->set_router_replay(absl::StrCat("127.0.0.1:", Port("router_replay")));
     spec.set_seed(7);
     return spec;
   }
@@ -416,16 +425,7 @@ TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors)
                          "algorithm: ALGORITHM_GRPO\n"
                          "algorithm_config: {learning_rate: 0.001}\n"
                          "prompts_per_step: 4\ngroup_size: 2\nnum_steps: 2\n"
-                         "sampling: {max_new_tokens: 3}\n"
-                         "endpoints:\n"
-                         "  rollout: [\"127.0.0.1:"
-                      << Port("rollout")
-                      << "\"]\n"
-                         "  weight_store: 127.0.0.1:"
-                      << Port("weight_store")
-                      << "\n"
-                         "  router_replay: 127.0.0.1:"
-                      << Port("router_replay") << "\n";
+                         "sampling: {max_new_tokens: 3}\n";
   const std::string bad = data_ + "/bad.json";
   std::ofstream(bad) << "{\"group_size\": \"many\"}";
   const auto cli = [&](const std::vector<std::string>& args, const std::string& log) {
@@ -576,7 +576,8 @@ TEST_F(TrainerProcessHfModelTest, AChatDatasetJobRunsOnAQwen3MoeCheckpointAndExp
   auto cli = ServiceProcess::Start(
       RunfilePath("tools/cli/tandem-cli"),
       {"export", job->id(), "--out=" + peft, "--base_model_name=Qwen/Qwen3-30B-A3B",
-       absl::StrCat("--trainer=127.0.0.1:", Port("trainer"))},
+       absl::StrCat("--trainer=127.0.0.1:", Port("trainer")),
+       absl::StrCat("--weight_store=127.0.0.1:", Port("weight_store"))},
       data_ + "/export.log");
   ASSERT_TRUE(cli.ok()) << cli.status();
   const int status = cli->Wait();
@@ -622,7 +623,8 @@ TEST_F(TrainerProcessMixtralTest, ItsPeftExportUsesMixtralNamesAndStartsANewJob)
   auto cli = ServiceProcess::Start(
       RunfilePath("tools/cli/tandem-cli"),
       {"export", first, "--out=" + peft, "--base_model_name=mistralai/Mixtral-8x7B-v0.1",
-       absl::StrCat("--trainer=127.0.0.1:", Port("trainer"))},
+       absl::StrCat("--trainer=127.0.0.1:", Port("trainer")),
+       absl::StrCat("--weight_store=127.0.0.1:", Port("weight_store"))},
       data_ + "/export.log");
   ASSERT_TRUE(cli.ok()) << cli.status();
   const int status = cli->Wait();

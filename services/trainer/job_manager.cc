@@ -120,22 +120,20 @@ std::string FilterKey(const trainer::v1::ListJobsRequest& request) {
 
 }  // namespace
 
-JobManager::JobManager(std::string data_dir, JobRunner runner,
-                       trainer::v1::ServiceEndpoints default_endpoints, int trainer_ranks,
+JobManager::JobManager(std::string data_dir, JobRunner runner, TrainerDeployment deployment,
                        std::unique_ptr<JobStore> store)
     : data_dir_(std::move(data_dir)),
-      default_endpoints_(std::move(default_endpoints)),
-      trainer_ranks_(trainer_ranks),
+      deployment_(deployment),
       runner_(std::move(runner)),
       store_(std::move(store)) {}
 
-absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
-    const std::string& data_dir, JobRunner runner, const trainer::v1::ServiceEndpoints& default_endpoints,
-    int trainer_ranks) {
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& data_dir,
+                                                             JobRunner runner,
+                                                             TrainerDeployment deployment) {
   auto store = JobStore::Open(data_dir);
   if (!store.ok()) return store.status();
-  std::unique_ptr<JobManager> manager(new JobManager(data_dir, std::move(runner), default_endpoints,
-                                                     trainer_ranks, *std::move(store)));
+  std::unique_ptr<JobManager> manager(
+      new JobManager(data_dir, std::move(runner), deployment, *std::move(store)));
   {
     absl::MutexLock lock(&manager->mutex_);
     for (const trainer::v1::Job& job : manager->store_->loaded()) {
@@ -227,12 +225,20 @@ void JobManager::Unsubscribe(int64_t subscription) {
 absl::StatusOr<trainer::v1::JobSpec> JobManager::Resolve(const trainer::v1::JobSpec& spec,
                                                 const std::string& job_id) const {
   absl::StatusOr<trainer::v1::JobSpec> resolved =
-      ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id), default_endpoints_);
-  if (resolved.ok() && resolved->parallelism().data_parallel() > trainer_ranks_) {
+      ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id));
+  if (!resolved.ok()) return resolved;
+  const int ranks = deployment_.trainer_ranks;
+  if (resolved->parallelism().data_parallel() > ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.parallelism.data_parallel is ", resolved->parallelism().data_parallel(),
-                     "; this trainer deployment has ", trainer_ranks_, " rank",
-                     trainer_ranks_ == 1 ? "" : "s", " (the trainer's --ranks)"));
+                     "; this trainer deployment has ", ranks, " rank", ranks == 1 ? "" : "s",
+                     " (the trainer's --ranks)"));
+  }
+  if (resolved->routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_R3 &&
+      !deployment_.router_replay) {
+    return absl::FailedPreconditionError(
+        "spec.routing_replay is R3 (the default), and this trainer has no router-replay "
+        "(--router_replay): configure one, or choose another routing_replay");
   }
   return resolved;
 }

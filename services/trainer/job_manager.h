@@ -26,6 +26,12 @@ namespace tandem::trainer {
 using JobRunner = std::function<absl::Status(const trainer::v1::Job& job, const JobProgress& progress,
                                              const std::atomic<bool>& cancelled)>;
 
+// What the trainer's deployment offers its jobs.
+struct TrainerDeployment {
+  int trainer_ranks = 1;      // Jobs may ask for up to this many data-parallel ranks.
+  bool router_replay = true;  // A router-replay is configured (--router_replay): R3 works.
+};
+
 // The Job API's core, with no gRPC: job states, persistence (a JobStore under data_dir),
 // subscriptions and the worker thread that runs jobs one at a time through `runner` (oldest
 // first; jobs a restart found RUNNING resume first). Thread-safe. See trainer.proto for the rules
@@ -33,11 +39,9 @@ using JobRunner = std::function<absl::Status(const trainer::v1::Job& job, const 
 class JobManager {
  public:
   // Reads the jobs in data_dir (a cancel cut by a restart completes now) and starts the worker.
-  // New jobs whose spec leaves an endpoint empty take it from `default_endpoints`; jobs may ask
-  // for up to `trainer_ranks` data-parallel ranks (the deployment's).
-  static absl::StatusOr<std::unique_ptr<JobManager>> Open(
-      const std::string& data_dir, JobRunner runner,
-      const trainer::v1::ServiceEndpoints& default_endpoints = {}, int trainer_ranks = 1);
+  static absl::StatusOr<std::unique_ptr<JobManager>> Open(const std::string& data_dir,
+                                                          JobRunner runner,
+                                                          TrainerDeployment deployment = {});
   // Stops the running job (it stays RUNNING on disk and resumes at the next Open) and the worker.
   ~JobManager();
 
@@ -53,8 +57,8 @@ class JobManager {
   void Unsubscribe(int64_t subscription);
 
  private:
-  JobManager(std::string data_dir, JobRunner runner, trainer::v1::ServiceEndpoints default_endpoints,
-             int trainer_ranks, std::unique_ptr<JobStore> store);
+  JobManager(std::string data_dir, JobRunner runner, TrainerDeployment deployment,
+             std::unique_ptr<JobStore> store);
   absl::StatusOr<trainer::v1::JobSpec> Resolve(const trainer::v1::JobSpec& spec, const std::string& job_id) const;
   // A job stored by an earlier trainer that has yet to run or finish runs its spec as this one
   // resolves it (defaults it writes out, limits it checks): the stored spec is brought up to
@@ -90,8 +94,7 @@ class JobManager {
   std::vector<trainer::v1::Job> AllJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::string data_dir_;
-  const trainer::v1::ServiceEndpoints default_endpoints_;
-  const int trainer_ranks_;
+  const TrainerDeployment deployment_;
   const JobRunner runner_;
   const std::unique_ptr<JobStore> store_;
   mutable absl::Mutex mutex_;

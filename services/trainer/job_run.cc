@@ -355,23 +355,24 @@ absl::Status JobRun::Init() {
   task_ = *std::move(task);
   GrpcServiceDialer grpc_dialer(environment_.auth_token, environment_.tls);
   ServiceDialer& dialer = environment_.dialer != nullptr ? *environment_.dialer : grpc_dialer;
-  auto replicas = RolloutReplicas(spec_.endpoints());
+  const ServiceEndpoints& services = environment_.services;
+  auto replicas = RolloutReplicas(services);
   if (!replicas.ok()) return replicas.status();
   rollout_addresses_ = *std::move(replicas);
-  if (!spec_.endpoints().rollout_service().empty()) {
-    spdlog::info("job {}: rollout replicas of {}: {}", job_.id(),
-                 spec_.endpoints().rollout_service(), absl::StrJoin(rollout_addresses_, ", "));
+  if (!services.rollout_service.empty()) {
+    spdlog::info("job {}: rollout replicas of {}: {}", job_.id(), services.rollout_service,
+                 absl::StrJoin(rollout_addresses_, ", "));
   }
   for (const std::string& address : rollout_addresses_) {
     auto stub = dialer.Rollout(address);
     if (!stub.ok()) return stub.status();
     rollouts_.push_back(*std::move(stub));
   }
-  auto weight_store = dialer.WeightStore(spec_.endpoints().weight_store());
+  auto weight_store = dialer.WeightStore(services.weight_store);
   if (!weight_store.ok()) return weight_store.status();
   weight_store_ = *std::move(weight_store);
-  if (!spec_.endpoints().router_replay().empty()) {
-    auto router_replay = dialer.RouterReplay(spec_.endpoints().router_replay());
+  if (!services.router_replay.empty()) {
+    auto router_replay = dialer.RouterReplay(services.router_replay);
     if (!router_replay.ok()) return router_replay.status();
     router_replay_ = *std::move(router_replay);
   }

@@ -16,6 +16,7 @@
 #include "gloo/rendezvous/store.h"
 #include "services/trainer/rank_roster.h"
 #include "services/trainer/rendezvous_values.h"
+#include "services/trainer/service_endpoints.h"
 #include "tandem/rollout/v1/rollout.grpc.pb.h"
 #include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
 #include "tandem/trainer/v1/trainer.pb.h"
@@ -25,7 +26,7 @@
 
 namespace tandem::trainer {
 
-// Opens the stubs a job run calls, by the addresses its spec names. The trainer dials gRPC
+// Opens the stubs a job run calls, by the addresses the trainer is configured with. The trainer dials gRPC
 // channels (GrpcServiceDialer); tests hand out fakes or in-process servers.
 class ServiceDialer {
  public:
@@ -57,6 +58,7 @@ class GrpcServiceDialer final : public ServiceDialer {
 
 // What a job run needs from the trainer process.
 struct JobEnvironment {
+  ServiceEndpoints services;        // Where the job's rollout replicas and stores run.
   std::string auth_token;           // Sent to the other services when `dialer` is null.
   std::optional<ClientTls> tls;     // How they are dialed when `dialer` is null; unset: plaintext.
   ServiceDialer* dialer = nullptr;  // Not owned; null: GrpcServiceDialer(auth_token, tls).

@@ -196,6 +196,7 @@ class JobRunTest : public ::testing::Test {
     ASSERT_TRUE(StartStore(0).ok());
     dialer_ = std::make_unique<TestDialer>(rollout_, store_.Channel());
     environment_.dialer = dialer_.get();
+    environment_.services = {.rollout = {"rollout:1"}, .weight_store = "weight-store:1"};
     environment_.retry_backoff = absl::Milliseconds(1);
     environment_.swap_timeout = absl::Seconds(10);
   }
@@ -226,7 +227,6 @@ class JobRunTest : public ::testing::Test {
     spec.set_num_steps(steps);
     spec.set_prompts_per_step(2);
     spec.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_OFF);
-    spec.mutable_endpoints()->clear_router_replay();
     trainer::v1::Job job;
     job.set_id("job-test");
     *job.mutable_spec() = *ResolveJobSpec(spec, job.id(), dir_ + "/out");

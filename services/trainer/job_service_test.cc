@@ -60,9 +60,6 @@ class JobServiceTest : public ::testing::Test {
     spec.set_group_size(2);
     spec.set_num_steps(steps);
     spec.mutable_sampling()->set_max_new_tokens(2);
-    spec.mutable_endpoints()->add_rollout("127.0.0.1:1");
-    spec.mutable_endpoints()->set_weight_store("127.0.0.1:1");
-    spec.mutable_endpoints()->set_router_replay("127.0.0.1:1");
     return spec;
   }
 
@@ -307,17 +304,16 @@ TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
   }
   EXPECT_EQ(accepted, 0);
 
-  // Jobs at the limits (256 rollout addresses of 1 KiB each) still list, over several pages.
+  // Jobs at the limits (names of 256 bytes, paths of 4096) still list, over several pages.
   std::set<std::string> created;
   for (int i = 0; i < 20; ++i) {
     trainer::v1::CreateJobRequest request;
     request.set_request_id(absl::StrCat("large", i));
     *request.mutable_spec() = Spec(1);
-    request.mutable_spec()->mutable_endpoints()->clear_rollout();
-    for (int r = 0; r < 256; ++r) {
-      request.mutable_spec()->mutable_endpoints()->add_rollout(
-          absl::StrCat(std::string(1000, 'h'), r, ":1"));
-    }
+    request.mutable_spec()->set_display_name(std::string(256, 'n'));
+    request.mutable_spec()->set_base_model_path(
+        absl::StrCat(dir_, "/", std::string(4096 - dir_.size() - 1, 'm')));
+    request.mutable_spec()->set_initial_adapter_path(std::string(4096, 'a'));
     trainer::v1::CreateJobResponse response;
     grpc::ClientContext context;
     const grpc::Status status = stub_->CreateJob(&context, request, &response);
@@ -327,7 +323,7 @@ TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
   std::set<std::string> listed;
   int pages = 0;
   trainer::v1::ListJobsRequest request;
-  request.set_page_size(1000);
+  request.set_page_size(7);
   do {
     trainer::v1::ListJobsResponse response;
     const grpc::Status status = List(request, &response);

@@ -16,7 +16,6 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "services/rollout/client/sampling_rules.h"
-#include "services/trainer/service_endpoints.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::trainer {
@@ -268,17 +267,10 @@ absl::Status CheckStringSizes(trainer::v1::JobSpec& spec) {
       {"dataset.prompt_field", spec.dataset().prompt_field(), kMaxNameBytes},
       {"dataset.answer_field", spec.dataset().answer_field(), kMaxNameBytes},
       {"dataset.messages_field", spec.dataset().messages_field(), kMaxNameBytes},
-      {"dataset.verifier", spec.dataset().verifier(), kMaxNameBytes},
-      {"endpoints.weight_store", spec.endpoints().weight_store(), kMaxAddressBytes},
-      {"endpoints.router_replay", spec.endpoints().router_replay(), kMaxAddressBytes},
-      {"endpoints.rollout_service", spec.endpoints().rollout_service(), kMaxAddressBytes}};
+      {"dataset.verifier", spec.dataset().verifier(), kMaxNameBytes}};
   for (const auto& [key, value] : spec.task().params()) {
     strings.emplace_back("task.params key", key, kMaxNameBytes);
     strings.emplace_back("task.params value", value, kMaxNameBytes);
-  }
-  for (int i = 0; i < spec.endpoints().rollout_size(); ++i) {
-    strings.emplace_back(absl::StrCat("endpoints.rollout[", i, "]"), spec.endpoints().rollout(i),
-                         kMaxAddressBytes);
   }
   for (const auto& [field, value, max_bytes] : strings) {
     if (absl::Status status = CheckMaxBytes(absl::StrCat("spec.", field), value, max_bytes);
@@ -325,7 +317,7 @@ absl::Status CheckSizes(trainer::v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckEndpoints(trainer::v1::JobSpec& spec) {
+absl::Status CheckModes(trainer::v1::JobSpec& spec) {
   if (absl::Status status =
           CheckEnum("routing_replay", spec.routing_replay(), trainer::v1::RoutingReplayMode_IsValid);
       !status.ok()) {
@@ -353,37 +345,18 @@ absl::Status CheckEndpoints(trainer::v1::JobSpec& spec) {
       return Invalid("max_staleness must be in 1..16");
     }
   }
-  const trainer::v1::ServiceEndpoints& endpoints = spec.endpoints();
-  if (!endpoints.rollout_service().empty()) {
-    if (endpoints.rollout_size() > 0) {
-      return Invalid("endpoints: rollout and rollout_service are exclusive; name one");
-    }
-    if (absl::Status status = CheckServiceName(endpoints.rollout_service()); !status.ok()) {
-      return Invalid("endpoints.rollout_service: ", status.message());
-    }
-  } else if (endpoints.rollout_size() < 1 || endpoints.rollout_size() > 256) {
-    return Invalid("endpoints.rollout: 1..256 addresses required");
-  }
-  for (const std::string& address : endpoints.rollout()) {
-    if (address.empty()) return Invalid("endpoints.rollout: empty address");
-  }
-  if (endpoints.weight_store().empty()) return Invalid("endpoints.weight_store is required");
-  if (spec.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_R3 && endpoints.router_replay().empty()) {
-    return Invalid("endpoints.router_replay: required for R3");
-  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<trainer::v1::JobSpec> ResolveJobSpec(const trainer::v1::JobSpec& original, const std::string& job_id,
-                                           const std::string& default_output_dir,
-                                           const trainer::v1::ServiceEndpoints& default_endpoints) {
+absl::StatusOr<trainer::v1::JobSpec> ResolveJobSpec(const trainer::v1::JobSpec& original,
+                                                    const std::string& job_id,
+                                                    const std::string& default_output_dir) {
   trainer::v1::JobSpec spec = original;
-  ApplyDefaultEndpoints(default_endpoints, *spec.mutable_endpoints());
   for (absl::Status (*check)(trainer::v1::JobSpec&) :
        {CheckStringSizes, CheckData, CheckSizes, CheckAlgorithm, CheckParallelism, CheckSchedule,
-        CheckCorrection, CheckEndpoints}) {
+        CheckCorrection, CheckModes}) {
     if (absl::Status status = check(spec); !status.ok()) return status;
   }
   if (!spec.has_lora() || spec.lora().rank() < 1) return Invalid("lora.rank is required");

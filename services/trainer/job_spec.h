@@ -13,11 +13,10 @@ inline constexpr int kMaxDataParallel = 1024;
 
 // Checks a JobSpec against trainer.proto's rules and returns it with every default resolved (what
 // Job.spec stores). INVALID_ARGUMENT names the field, e.g. "spec.group_size: GRPO needs >= 2".
-// Endpoints the spec leaves empty take `default_endpoints` (the trainer's flags) first.
 // Things only the running job can check (files, services) are left to it.
-absl::StatusOr<trainer::v1::JobSpec> ResolveJobSpec(const trainer::v1::JobSpec& spec, const std::string& job_id,
-                                           const std::string& default_output_dir,
-                                           const trainer::v1::ServiceEndpoints& default_endpoints = {});
+absl::StatusOr<trainer::v1::JobSpec> ResolveJobSpec(const trainer::v1::JobSpec& spec,
+                                                    const std::string& job_id,
+                                                    const std::string& default_output_dir);
 
 // 16 hex digits identifying a resolved spec (XXH3-64 of its deterministic serialization, without
 // its parallelism). A checkpoint records its job's, so no job resumes a checkpoint written under

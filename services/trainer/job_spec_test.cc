@@ -49,9 +49,6 @@ trainer::v1::JobSpec DemoSpec() {
   spec.set_micro_batch_size(64);
   spec.mutable_sampling()->set_temperature(0.6f);
   spec.mutable_sampling()->set_max_new_tokens(4);
-  spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
-  spec.mutable_endpoints()->set_weight_store("127.0.0.1:50053");
-  spec.mutable_endpoints()->set_router_replay("127.0.0.1:50054");
   spec.set_checkpoint_every(25);
   spec.set_seed(7);
   return spec;
@@ -141,12 +138,6 @@ TEST(ResolveJobSpecTest, RangeLimitsAreInclusive) {
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
   spec = MinimalValidSpec();
   spec.set_num_steps(10'000'000);
-  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
-  spec = MinimalValidSpec();
-  spec.clear_endpoints();
-  spec.mutable_endpoints()->set_weight_store("127.0.0.1:50053");
-  spec.mutable_endpoints()->set_router_replay("127.0.0.1:50054");
-  for (int i = 0; i < 256; ++i) spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
 }
 
@@ -513,7 +504,7 @@ TEST(ResolveJobSpecTest, IsCorrectionUpperBelowLowerIsRejected) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// sync_mode, max_staleness and endpoints.
+// sync_mode and max_staleness.
 
 TEST(ResolveJobSpecTest, MaxStalenessMustBeZeroInSync) {
   for (trainer::v1::SyncMode mode : {trainer::v1::SYNC_MODE_UNSPECIFIED, trainer::v1::SYNC_MODE_SYNC}) {
@@ -550,114 +541,6 @@ TEST(ResolveJobSpecTest, PartialRolloutsNeedAsync) {
                                     "version is published while samples generate)"));
   spec.set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
   EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
-}
-
-TEST(ResolveJobSpecTest, RolloutEndpointIsRequired) {
-  trainer::v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_endpoints()->clear_rollout();
-  EXPECT_THAT(ResolveStatus(spec),
-              IsInvalidArgumentWith("spec.endpoints.rollout: 1..256 addresses required"));
-}
-
-TEST(ResolveJobSpecTest, MoreThan256RolloutEndpointsAreRejected) {
-  trainer::v1::JobSpec spec = MinimalValidSpec();
-  for (int i = 0; i < 256; ++i) spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
-  EXPECT_THAT(ResolveStatus(spec),
-              IsInvalidArgumentWith("spec.endpoints.rollout: 1..256 addresses required"));
-}
-
-TEST(ResolveJobSpecTest, EmptyRolloutAddressIsRejected) {
-  trainer::v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_endpoints()->add_rollout("");
-  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.endpoints.rollout: empty address"));
-}
-
-TEST(ResolveJobSpecTest, WeightStoreEndpointIsRequired) {
-  trainer::v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_endpoints()->clear_weight_store();
-  EXPECT_THAT(ResolveStatus(spec),
-              IsInvalidArgumentWith("spec.endpoints.weight_store is required"));
-}
-
-TEST(ResolveJobSpecTest, RouterReplayEndpointIsRequiredForR3) {
-  for (trainer::v1::RoutingReplayMode mode :
-       {trainer::v1::ROUTING_REPLAY_MODE_UNSPECIFIED, trainer::v1::ROUTING_REPLAY_MODE_R3}) {
-    trainer::v1::JobSpec spec = MinimalValidSpec();
-    spec.set_routing_replay(mode);
-    spec.mutable_endpoints()->clear_router_replay();
-    EXPECT_THAT(ResolveStatus(spec),
-                IsInvalidArgumentWith("spec.endpoints.router_replay: required for R3"))
-        << trainer::v1::RoutingReplayMode_Name(mode);
-  }
-}
-
-// Endpoints as the Helm chart gives them to the trainer.
-trainer::v1::ServiceEndpoints TrainerDefaults() {
-  trainer::v1::ServiceEndpoints defaults;
-  defaults.set_rollout_service("tandem-rollout-headless:50052");
-  defaults.set_weight_store("tandem-weight-store:50053");
-  defaults.set_router_replay("tandem-router-replay:50054");
-  return defaults;
-}
-
-TEST(ResolveJobSpecTest, EmptyEndpointsTakeTheTrainersDefaults) {
-  trainer::v1::JobSpec spec = MinimalValidSpec();
-  spec.clear_endpoints();
-  const trainer::v1::ServiceEndpoints defaults = TrainerDefaults();
-  auto resolved = ResolveJobSpec(spec, kJobId, kOutputDir, defaults);
-  ASSERT_TRUE(resolved.ok()) << resolved.status();
-  EXPECT_EQ(resolved->endpoints().SerializeAsString(), defaults.SerializeAsString());
-}
-
-TEST(ResolveJobSpecTest, WhatTheSpecNamesWinsFieldByField) {
-  trainer::v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_endpoints()->clear_router_replay();
-  const trainer::v1::ServiceEndpoints defaults = TrainerDefaults();
-  auto resolved = ResolveJobSpec(spec, kJobId, kOutputDir, defaults);
-  ASSERT_TRUE(resolved.ok()) << resolved.status();
-  // The spec's rollout list replaces the default Service; its weight-store stays.
-  EXPECT_THAT(resolved->endpoints().rollout(), ::testing::ElementsAre("127.0.0.1:50052"));
-  EXPECT_EQ(resolved->endpoints().rollout_service(), "");
-  EXPECT_EQ(resolved->endpoints().weight_store(), "127.0.0.1:50053");
-  EXPECT_EQ(resolved->endpoints().router_replay(), "tandem-router-replay:50054");
-}
-
-TEST(ResolveJobSpecTest, ARolloutServiceReplacesTheRolloutList) {
-  trainer::v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_endpoints()->clear_rollout();
-  spec.mutable_endpoints()->set_rollout_service("rollout-headless:50052");
-  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
-}
-
-TEST(ResolveJobSpecTest, RolloutAndRolloutServiceAreExclusive) {
-  trainer::v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_endpoints()->set_rollout_service("rollout-headless:50052");
-  EXPECT_THAT(
-      ResolveStatus(spec),
-      IsInvalidArgumentWith("spec.endpoints: rollout and rollout_service are exclusive; name one"));
-}
-
-TEST(ResolveJobSpecTest, ARolloutServiceNeedsAPort) {
-  for (const char* service : {"rollout-headless", "rollout-headless:0", ":50052"}) {
-    trainer::v1::JobSpec spec = MinimalValidSpec();
-    spec.mutable_endpoints()->clear_rollout();
-    spec.mutable_endpoints()->set_rollout_service(service);
-    const absl::Status status = ResolveStatus(spec);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << service;
-    EXPECT_THAT(std::string(status.message()),
-                ::testing::StartsWith("spec.endpoints.rollout_service: '"))
-        << service;
-  }
-}
-
-TEST(ResolveJobSpecTest, RouterReplayEndpointIsOptionalWithoutR3) {
-  for (trainer::v1::RoutingReplayMode mode : {trainer::v1::ROUTING_REPLAY_MODE_OFF, trainer::v1::ROUTING_REPLAY_MODE_R2}) {
-    trainer::v1::JobSpec spec = MinimalValidSpec();
-    spec.set_routing_replay(mode);
-    spec.mutable_endpoints()->clear_router_replay();
-    EXPECT_TRUE(ResolveStatus(spec).ok())
-        << trainer::v1::RoutingReplayMode_Name(mode) << ": " << ResolveStatus(spec);
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

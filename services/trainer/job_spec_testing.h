@@ -5,8 +5,7 @@
 
 namespace tandem::trainer {
 
-// The smallest valid spec: only the required fields, endpoints on loopback (nothing needs to
-// listen there for the spec to be valid). Tests change the field they are about.
+// The smallest valid spec: only the required fields. Tests change the field they are about.
 inline trainer::v1::JobSpec MinimalValidSpec() {
   trainer::v1::JobSpec spec;
   spec.mutable_task()->set_name("addition");
@@ -18,9 +17,6 @@ inline trainer::v1::JobSpec MinimalValidSpec() {
   spec.set_group_size(2);
   spec.set_num_steps(10);
   spec.mutable_sampling()->set_max_new_tokens(4);
-  spec.mutable_endpoints()->add_rollout("127.0.0.1:50052");
-  spec.mutable_endpoints()->set_weight_store("127.0.0.1:50053");
-  spec.mutable_endpoints()->set_router_replay("127.0.0.1:50054");
   return spec;
 }
 

@@ -26,15 +26,15 @@ ABSL_FLAG(std::string, ucx_transports, "", "UCX transports (as UCX_TLS); empty: 
 ABSL_FLAG(absl::Duration, store_outage_budget, absl::Seconds(60),
           "How long a running job waits out an unavailable weight-store or router-replay "
           "(restarting, full disk) before it fails.");
-// Defaults for jobs whose spec leaves endpoints empty (trainer.proto's ServiceEndpoints).
-ABSL_FLAG(
-    std::vector<std::string>, rollout, {},
-    "Default rollout replicas (comma-separated addresses); exclusive with --rollout_service.");
+// Where jobs find the other services (service_endpoints.h): the deployment's, not a job's.
+ABSL_FLAG(std::vector<std::string>, rollout, {},
+          "Rollout replicas (comma-separated addresses); this or --rollout_service is required.");
 ABSL_FLAG(std::string, rollout_service, "",
-          "Default rollout replicas as a headless Service name:port: every address the name "
-          "resolves to is a replica, looked up whenever a job starts or resumes.");
-ABSL_FLAG(std::string, weight_store, "", "Default weight-store address.");
-ABSL_FLAG(std::string, router_replay, "", "Default router-replay address.");
+          "Rollout replicas as a headless Service name:port: every address the name resolves "
+          "to is a replica, looked up whenever a job starts or resumes.");
+ABSL_FLAG(std::string, weight_store, "", "Weight-store address (required).");
+ABSL_FLAG(std::string, router_replay, "",
+          "Router-replay address; without it jobs cannot use R3 routing replay.");
 ABSL_FLAG(std::string, device, "cpu",
           "Where jobs train: cpu, or cuda / cuda:N (a GPU; fp32, standard attention).");
 // The trainer deployment's ranks (trainer.proto's Parallelism).
@@ -62,22 +62,16 @@ ABSL_FLAG(absl::Duration, rank_phase_timeout, absl::Minutes(15),
 
 namespace {
 
-absl::StatusOr<tandem::trainer::v1::ServiceEndpoints> DefaultEndpointsFromFlags() {
-  tandem::trainer::v1::ServiceEndpoints defaults;
-  for (const std::string& address : absl::GetFlag(FLAGS_rollout)) defaults.add_rollout(address);
-  defaults.set_rollout_service(absl::GetFlag(FLAGS_rollout_service));
-  defaults.set_weight_store(absl::GetFlag(FLAGS_weight_store));
-  defaults.set_router_replay(absl::GetFlag(FLAGS_router_replay));
-  if (!defaults.rollout().empty() && !defaults.rollout_service().empty()) {
-    return absl::InvalidArgumentError("--rollout and --rollout_service are exclusive; set one");
+// Where jobs find the other services, from the flags; INVALID_ARGUMENT naming a bad flag.
+absl::StatusOr<tandem::trainer::ServiceEndpoints> ServiceEndpointsFromFlags() {
+  tandem::trainer::ServiceEndpoints endpoints{.rollout = absl::GetFlag(FLAGS_rollout),
+                                              .rollout_service = absl::GetFlag(FLAGS_rollout_service),
+                                              .weight_store = absl::GetFlag(FLAGS_weight_store),
+                                              .router_replay = absl::GetFlag(FLAGS_router_replay)};
+  if (absl::Status status = tandem::trainer::CheckServiceEndpoints(endpoints); !status.ok()) {
+    return status;
   }
-  if (!defaults.rollout_service().empty()) {
-    if (absl::Status status = tandem::trainer::CheckServiceName(defaults.rollout_service());
-        !status.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--rollout_service: ", status.message()));
-    }
-  }
-  return defaults;
+  return endpoints;
 }
 
 // The trainer's UCX worker lives as long as the process.
@@ -169,7 +163,10 @@ int main(int argc, char** argv) {
          static auto* communicator_ids = new tandem::trainer::CommunicatorIds();
          static auto* rendezvous = new tandem::trainer::RendezvousValues();
          static auto* roster = new tandem::trainer::RankRoster(absl::GetFlag(FLAGS_ranks));
+         auto endpoints = ServiceEndpointsFromFlags();
+         if (!endpoints.ok()) return endpoints.status();
          const tandem::trainer::JobEnvironment environment = {
+             .services = *endpoints,
              .auth_token = server.auth_token,
              .tls = *std::move(peer_tls),
              .ucx = MaybeUcx(),
@@ -186,15 +183,14 @@ int main(int argc, char** argv) {
          if (const int rank = absl::GetFlag(FLAGS_rank); rank > 0) {
            return JoinRankZero(rank, environment);
          }
-         auto default_endpoints = DefaultEndpointsFromFlags();
-         if (!default_endpoints.ok()) return default_endpoints.status();
          auto jobs = tandem::trainer::JobManager::Open(
              absl::GetFlag(FLAGS_data_dir),
              [environment](const tandem::trainer::v1::Job& job, const tandem::trainer::JobProgress& progress,
                            const std::atomic<bool>& cancelled) {
                return tandem::trainer::RunJob(job, environment, progress, cancelled);
              },
-             *default_endpoints, absl::GetFlag(FLAGS_ranks));
+             {.trainer_ranks = absl::GetFlag(FLAGS_ranks),
+              .router_replay = !endpoints->router_replay.empty()});
          if (!jobs.ok()) return jobs.status();
          auto service = std::make_unique<tandem::trainer::JobServiceImpl>(*std::move(jobs));
          tandem::trainer::JobServiceImpl* raw = service.get();

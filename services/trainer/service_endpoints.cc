@@ -12,7 +12,7 @@
 namespace tandem::trainer {
 namespace {
 
-constexpr int kMaxRolloutReplicas = 256;
+constexpr size_t kMaxRolloutReplicas = 256;
 
 struct NameAndPort {
   std::string name;
@@ -59,7 +59,7 @@ absl::StatusOr<std::vector<std::string>> ResolveAll(absl::string_view name_port)
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (int error = getaddrinfo(split->name.c_str(), nullptr, &hints, &found); error != 0) {
-    return absl::UnavailableError(absl::StrCat("endpoints.rollout_service ", name_port,
+    return absl::UnavailableError(absl::StrCat("--rollout_service ", name_port,
                                                ": no replica address (", gai_strerror(error), ")"));
   }
   std::set<std::string> addresses;
@@ -74,32 +74,42 @@ absl::StatusOr<std::vector<std::string>> ResolveAll(absl::string_view name_port)
 
 }  // namespace
 
-void ApplyDefaultEndpoints(const trainer::v1::ServiceEndpoints& defaults, trainer::v1::ServiceEndpoints& endpoints) {
-  if (endpoints.rollout().empty() && endpoints.rollout_service().empty()) {
-    *endpoints.mutable_rollout() = defaults.rollout();
-    endpoints.set_rollout_service(defaults.rollout_service());
+absl::Status CheckServiceEndpoints(const ServiceEndpoints& endpoints) {
+  if (!endpoints.rollout_service.empty()) {
+    if (!endpoints.rollout.empty()) {
+      return absl::InvalidArgumentError("--rollout and --rollout_service are exclusive; set one");
+    }
+    if (absl::Status status = CheckServiceName(endpoints.rollout_service); !status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--rollout_service: ", status.message()));
+    }
+  } else if (endpoints.rollout.empty() || endpoints.rollout.size() > kMaxRolloutReplicas) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rollout: 1..", kMaxRolloutReplicas, " addresses required (or --rollout_service)"));
   }
-  if (endpoints.weight_store().empty()) endpoints.set_weight_store(defaults.weight_store());
-  if (endpoints.router_replay().empty()) endpoints.set_router_replay(defaults.router_replay());
+  for (const std::string& address : endpoints.rollout) {
+    if (address.empty()) return absl::InvalidArgumentError("--rollout: empty address");
+  }
+  if (endpoints.weight_store.empty()) {
+    return absl::InvalidArgumentError("--weight_store is required");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckServiceName(absl::string_view name_port) {
   return SplitServiceName(name_port).status();
 }
 
-absl::StatusOr<std::vector<std::string>> RolloutReplicas(const trainer::v1::ServiceEndpoints& endpoints) {
-  if (endpoints.rollout_service().empty()) {
-    return std::vector<std::string>(endpoints.rollout().begin(), endpoints.rollout().end());
-  }
-  auto replicas = ResolveAll(endpoints.rollout_service());
+absl::StatusOr<std::vector<std::string>> RolloutReplicas(const ServiceEndpoints& endpoints) {
+  if (endpoints.rollout_service.empty()) return endpoints.rollout;
+  auto replicas = ResolveAll(endpoints.rollout_service);
   if (!replicas.ok()) return replicas.status();
   if (replicas->empty()) {
-    return absl::UnavailableError(absl::StrCat(
-        "endpoints.rollout_service ", endpoints.rollout_service(), ": no replica address"));
+    return absl::UnavailableError(
+        absl::StrCat("--rollout_service ", endpoints.rollout_service, ": no replica address"));
   }
   if (replicas->size() > kMaxRolloutReplicas) {
     return absl::FailedPreconditionError(
-        absl::StrCat("endpoints.rollout_service ", endpoints.rollout_service(), " resolves to ",
+        absl::StrCat("--rollout_service ", endpoints.rollout_service, " resolves to ",
                      replicas->size(), " addresses; at most ", kMaxRolloutReplicas, " replicas"));
   }
   return replicas;

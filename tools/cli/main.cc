@@ -37,8 +37,7 @@ ABSL_FLAG(std::string, state, "", "list: only jobs in this state (e.g. RUNNING).
 ABSL_FLAG(std::string, adapter, "", "eval: adapter name; empty: the base model.");
 ABSL_FLAG(int64_t, version, 0, "eval: adapter version; export: version, 0 for the newest.");
 ABSL_FLAG(std::string, out, "", "export: directory to write the PEFT adapter into.");
-ABSL_FLAG(std::string, weight_store, "",
-          "export: weight-store address; empty: the one the job's spec names.");
+ABSL_FLAG(std::string, weight_store, "127.0.0.1:50053", "export: weight-store address.");
 ABSL_FLAG(std::string, base_model_name, "",
           "export: base_model_name_or_path to write; empty: the job's base_model_path.");
 ABSL_FLAG(std::string, task, "addition", "eval: task.");
@@ -246,8 +245,7 @@ absl::Status Export(const std::string& job_id) {
   if (!trainer.ok()) return trainer.status();
   auto job = GetJob(**trainer, job_id);
   if (!job.ok()) return job.status();
-  std::string store_address = absl::GetFlag(FLAGS_weight_store);
-  if (store_address.empty()) store_address = job->spec().endpoints().weight_store();
+  const std::string store_address = absl::GetFlag(FLAGS_weight_store);
   std::string base_model = absl::GetFlag(FLAGS_base_model_name);
   if (base_model.empty()) base_model = job->spec().base_model_path();
   auto channel = Channel(store_address, "tandem.weightstore.v1.WeightStoreService");

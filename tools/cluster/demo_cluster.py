@@ -66,9 +66,12 @@ class Demo:
                     f"--weight_store={self.target('weightstore')}",
                     f"--router_replay={self.target('routerreplay')}", "--ucx_transports=tcp"]
         rank = int(host[len("trainer"):])
+        rollouts = ",".join(self.target(f"rollout{r}") for r in range(self.args.rollouts))
         flags = ["services/trainer/trainer", f"--data_dir={data}", "--ucx_transports=tcp",
                  f"--ranks={self.args.trainer_ranks}", f"--rank={rank}",
-                 f"--rank_address={self.net.address(host)}"]
+                 f"--rank_address={self.net.address(host)}", f"--rollout={rollouts}",
+                 f"--weight_store={self.target('weightstore')}",
+                 f"--router_replay={self.target('routerreplay')}"]
         if rank > 0:
             flags.append(f"--rank0={self.target('trainer0')}")
         return flags
@@ -96,10 +99,6 @@ class Demo:
     def job_file(self):
         spec = yaml.safe_load(pathlib.Path(self.args.job).read_text())
         spec["base_model_path"] = str(pathlib.Path(self.args.base_model).resolve())
-        spec["endpoints"] = {
-            "rollout": [self.target(f"rollout{r}") for r in range(self.args.rollouts)],
-            "weight_store": self.target("weightstore"),
-            "router_replay": self.target("routerreplay")}
         spec["parallelism"] = {"data_parallel": self.args.trainer_ranks}
         if self.args.steps:
             spec["num_steps"] = self.args.steps
@@ -144,7 +143,7 @@ def print_breakdown(tsv):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin", required=True, help="where the built binaries are (bazel-bin)")
-    parser.add_argument("--job", required=True, help="job spec file (endpoints are replaced)")
+    parser.add_argument("--job", required=True, help="job spec file")
     parser.add_argument("--base_model", required=True, help="the base model rollout serves")
     parser.add_argument("--out", required=True, help="logs, data and the step metrics")
     parser.add_argument("--trainer_ranks", type=int, default=4)

@@ -7,8 +7,8 @@
 
 The render is the committed golden file of the case (golden_test keeps it equal to what the
 chart renders). local_cluster.py starts it as a kubelet would, on loopback; a job is submitted
-with tandem-cli through the trainer's Service name, as a user would, with no endpoints in its
-spec. For `cpu`, a real Prometheus scrapes what the ServiceMonitors select (every second rather
+with tandem-cli through the trainer's Service name, as a user would (a spec names no
+addresses). For `cpu`, a real Prometheus scrapes what the ServiceMonitors select (every second rather
 than every 15 s, to keep the test short) and evaluates the PrometheusRule's rules; every
 dashboard query and recording rule must return a series, and killing a service must put its
 TandemServiceDown alert in pending.
