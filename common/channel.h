@@ -23,7 +23,7 @@ struct ClientTls {
 // How a client reaches one Tandem service.
 struct ChannelOptions {
   std::string target;        // "host:port" or any gRPC target URI.
-  std::string service_name;  // Full proto name, e.g. "tandem.trainer.v1.JobService"; drives retries.
+  std::string service_name;  // Full proto name ("tandem.trainer.v1.JobService"); drives retries.
   std::string auth_token;    // Sent as "authorization: Bearer <token>" when non-empty.
   std::optional<ClientTls> tls;
   int64_t max_message_bytes = 64 << 20;

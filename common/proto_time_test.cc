@@ -29,7 +29,8 @@ TEST(ProtoTimeTest, WhatTheDurationTypeForbidsIsRefusedNamingTheField) {
     bad.set_seconds(seconds);
     bad.set_nanos(nanos);
     const absl::StatusOr<absl::Duration> refused = FromDuration(bad, "request.ttl");
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << seconds << " " << nanos;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << seconds << " " << nanos;
     EXPECT_THAT(refused.status().message(), HasSubstr("bad request.ttl"));
   }
 }

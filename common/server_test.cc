@@ -44,7 +44,8 @@ TEST(ServiceServerTest, NotServingUntilReady) {
   (*server)->SetReady();
   EXPECT_EQ(*CheckHealth(channel, kEcho, absl::Seconds(5)), Health::kServing);
   EXPECT_EQ(*CheckHealth(channel, "", absl::Seconds(5)), Health::kServing);
-  EXPECT_EQ(*CheckHealth(channel, "tandem.trainer.v1.Nope", absl::Seconds(5)), Health::kUnknownService);
+  EXPECT_EQ(*CheckHealth(channel, "tandem.trainer.v1.Nope", absl::Seconds(5)),
+            Health::kUnknownService);
 }
 
 TEST(ServiceServerTest, ReadinessProbeHoldsNotServingUntilItPasses) {

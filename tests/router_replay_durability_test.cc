@@ -124,7 +124,8 @@ TEST_F(RouterReplayDurabilityTest, AcknowledgedAppendsAndSealsSurviveKillDashNin
       continue;
     }
     EXPECT_EQ(message.stored_rows(), kRows) << r;
-    EXPECT_EQ(message.status(), r % 2 == 0 ? routerreplay::v1::RECORD_STATUS_COMPLETE : routerreplay::v1::RECORD_STATUS_PARTIAL)
+    EXPECT_EQ(message.status(), r % 2 == 0 ? routerreplay::v1::RECORD_STATUS_COMPLETE
+                                           : routerreplay::v1::RECORD_STATUS_PARTIAL)
         << r;
     EXPECT_EQ(got, routes[r]) << r;
   }

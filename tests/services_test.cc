@@ -219,7 +219,8 @@ INSTANTIATE_TEST_SUITE_P(
             "services/weight_store/weight_store",
             "tandem.weightstore.v1.WeightStoreService",
             "GetManifest",
-            Call<weightstore::v1::WeightStoreService>(&weightstore::v1::WeightStoreService::Stub::GetManifest),
+            Call<weightstore::v1::WeightStoreService>(
+                &weightstore::v1::WeightStoreService::Stub::GetManifest),
             grpc::StatusCode::INVALID_ARGUMENT,
             "INVALID_ARGUMENT",
             "bad adapter.adapter_name: ''",
@@ -228,7 +229,8 @@ INSTANTIATE_TEST_SUITE_P(
                     "services/router_replay/router_replay",
                     "tandem.routerreplay.v1.RouterReplayService",
                     "Seal",
-                    Call<routerreplay::v1::RouterReplayService>(&routerreplay::v1::RouterReplayService::Stub::Seal),
+                    Call<routerreplay::v1::RouterReplayService>(
+                        &routerreplay::v1::RouterReplayService::Stub::Seal),
                     grpc::StatusCode::INVALID_ARGUMENT,
                     "INVALID_ARGUMENT",
                     "bad job_id: ''",

@@ -210,7 +210,8 @@ class TrainerProcessTest : public ::testing::Test {
     return spec;
   }
 
-  absl::StatusOr<trainer::v1::Job> Create(const trainer::v1::JobSpec& spec, const std::string& request_id) {
+  absl::StatusOr<trainer::v1::Job> Create(const trainer::v1::JobSpec& spec,
+                                          const std::string& request_id) {
     trainer::v1::CreateJobRequest request;
     request.set_request_id(request_id);
     *request.mutable_spec() = spec;
@@ -236,7 +237,8 @@ class TrainerProcessTest : public ::testing::Test {
   }
 
   // Polls until `done` holds for the job (or a minute passes).
-  trainer::v1::Job AwaitJob(const std::string& job_id, const std::function<bool(const trainer::v1::Job&)>& done) {
+  trainer::v1::Job AwaitJob(const std::string& job_id,
+                            const std::function<bool(const trainer::v1::Job&)>& done) {
     trainer::v1::Job job;
     for (int i = 0; i < 1200; ++i) {
       job = Get(job_id);
@@ -249,7 +251,8 @@ class TrainerProcessTest : public ::testing::Test {
   // Polls until the job SUCCEEDED or FAILED (or a minute passes).
   trainer::v1::Job AwaitEnd(const std::string& job_id) {
     return AwaitJob(job_id, [](const trainer::v1::Job& job) {
-      return job.state() == trainer::v1::JOB_STATE_SUCCEEDED || job.state() == trainer::v1::JOB_STATE_FAILED;
+      return job.state() == trainer::v1::JOB_STATE_SUCCEEDED ||
+             job.state() == trainer::v1::JOB_STATE_FAILED;
     });
   }
 
@@ -356,12 +359,14 @@ TEST_F(TrainerProcessTest, CancelStopsRunningAndQueuedJobs) {
     trainer::v1::CancelJobResponse response;
     grpc::ClientContext context;
     ASSERT_TRUE(trainer_->CancelJob(&context, request, &response).ok());
-    EXPECT_THAT(response.job().state(),
-                ::testing::AnyOf(trainer::v1::JOB_STATE_CANCELLING, trainer::v1::JOB_STATE_CANCELLED));
+    EXPECT_THAT(response.job().state(), ::testing::AnyOf(trainer::v1::JOB_STATE_CANCELLING,
+                                                         trainer::v1::JOB_STATE_CANCELLED));
   }
-  EXPECT_EQ(Get(queued->id()).state(), trainer::v1::JOB_STATE_CANCELLED) << "a queued job ends at once";
-  const trainer::v1::Job stopped = AwaitJob(
-      running->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_CANCELLING; });
+  EXPECT_EQ(Get(queued->id()).state(), trainer::v1::JOB_STATE_CANCELLED)
+      << "a queued job ends at once";
+  const trainer::v1::Job stopped = AwaitJob(running->id(), [](const trainer::v1::Job& job) {
+    return job.state() != trainer::v1::JOB_STATE_CANCELLING;
+  });
   EXPECT_EQ(stopped.state(), trainer::v1::JOB_STATE_CANCELLED);
   EXPECT_GT(stopped.policy_version(), 0) << "versions published before the cancel remain";
   EXPECT_TRUE(stopped.has_end_time());
@@ -377,8 +382,9 @@ TEST_F(TrainerProcessTest, KillDashNineOfTheTrainerResumesFromTheCheckpoint) {
   services_["trainer"].process.reset();
   Start("trainer");
   trainer_ = trainer::v1::JobService::NewStub(Channel("trainer"));
-  const trainer::v1::Job done =
-      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_RUNNING; });
+  const trainer::v1::Job done = AwaitJob(job->id(), [](const trainer::v1::Job& job) {
+    return job.state() != trainer::v1::JOB_STATE_RUNNING;
+  });
   ASSERT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 16);
   // Resumed from step 6 or later: the restored adapter was republished as a new version.
@@ -394,8 +400,9 @@ TEST_F(TrainerProcessTest, ARolloutRestartCostsARetryNotTheJob) {
   services_["rollout"].process.reset();
   absl::SleepFor(absl::Milliseconds(300));
   Start("rollout");
-  const trainer::v1::Job done =
-      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_RUNNING; });
+  const trainer::v1::Job done = AwaitJob(job->id(), [](const trainer::v1::Job& job) {
+    return job.state() != trainer::v1::JOB_STATE_RUNNING;
+  });
   EXPECT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
   EXPECT_EQ(done.current_step(), 12);
 }
@@ -723,8 +730,9 @@ TEST_F(TrainerProcessRanksTest, AKilledRankFailsTheJobCleanlyAndRejoinsWhenResta
   const absl::Time killed = absl::Now();
   services_["trainer1"].process->Stop(SIGKILL);
   services_["trainer1"].process.reset();
-  const trainer::v1::Job failed =
-      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_RUNNING; });
+  const trainer::v1::Job failed = AwaitJob(job->id(), [](const trainer::v1::Job& job) {
+    return job.state() != trainer::v1::JOB_STATE_RUNNING;
+  });
   EXPECT_EQ(failed.state(), trainer::v1::JOB_STATE_FAILED);
   EXPECT_LT(absl::Now() - killed, absl::Seconds(30))
       << "bounded by the collective and join timeouts";
@@ -795,11 +803,12 @@ TEST_F(TrainerProcessRanksTest, AJobWaitsForMissingRanksThenFailsNamingThem) {
   services_["trainer1"].process.reset();
   auto job = Create(DataParallelSpec(3), "alone");
   ASSERT_TRUE(job.ok()) << job.status();
-  const trainer::v1::Job waiting =
-      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return !job.status_message().empty(); });
+  const trainer::v1::Job waiting = AwaitJob(
+      job->id(), [](const trainer::v1::Job& job) { return !job.status_message().empty(); });
   EXPECT_EQ(waiting.status_message(), "waiting for trainer ranks 1 to join (1 of 2 up)");
-  const trainer::v1::Job failed =
-      AwaitJob(job->id(), [](const trainer::v1::Job& job) { return job.state() != trainer::v1::JOB_STATE_RUNNING; });
+  const trainer::v1::Job failed = AwaitJob(job->id(), [](const trainer::v1::Job& job) {
+    return job.state() != trainer::v1::JOB_STATE_RUNNING;
+  });
   EXPECT_EQ(failed.state(), trainer::v1::JOB_STATE_FAILED);
   EXPECT_THAT(failed.error_message(), HasSubstr("trainer ranks 1 of 2 did not join"));
   EXPECT_TRUE(failed.status_message().empty());
@@ -813,14 +822,17 @@ TEST_F(TrainerProcessRanksTest, AJobWaitsForMissingRanksThenFailsNamingThem) {
   trainer::v1::CancelJobResponse response;
   grpc::ClientContext context;
   ASSERT_TRUE(trainer_->CancelJob(&context, cancel, &response).ok());
-  const trainer::v1::Job stopped = AwaitJob(
-      running->id(), [](const trainer::v1::Job& job) { return job.state() == trainer::v1::JOB_STATE_CANCELLED; });
+  const trainer::v1::Job stopped = AwaitJob(running->id(), [](const trainer::v1::Job& job) {
+    return job.state() == trainer::v1::JOB_STATE_CANCELLED;
+  });
   EXPECT_EQ(stopped.state(), trainer::v1::JOB_STATE_CANCELLED);
   // Rank 1 left the cancelled job too: it joins the next one.
   auto next = Create(DataParallelSpec(2), "after-cancel");
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(AwaitJob(next->id(),
-                     [](const trainer::v1::Job& job) { return job.state() == trainer::v1::JOB_STATE_SUCCEEDED; })
+                     [](const trainer::v1::Job& job) {
+                       return job.state() == trainer::v1::JOB_STATE_SUCCEEDED;
+                     })
                 .state(),
             trainer::v1::JOB_STATE_SUCCEEDED);
 }

@@ -13,8 +13,8 @@
 #include "common/health_client.h"
 #include "gtest/gtest.h"
 #include "services/weight_store/client/adapter_client.h"
-#include "transfer/lora_testing.h"
 #include "tests/service_process.h"
+#include "transfer/lora_testing.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -52,11 +52,11 @@ class WeightStoreProcessTest : public ::testing::TestWithParam<std::string> {
         ::testing::TempDir() + "/weight_store.log");
     EXPECT_TRUE(process.ok()) << process.status();
     const std::string target = absl::StrCat("127.0.0.1:", port);
-    EXPECT_TRUE(
-        WaitUntilServing({.target = target}, "tandem.weightstore.v1.WeightStoreService", absl::Seconds(30))
-            .ok());
-    stub_ = weightstore::v1::WeightStoreService::NewStub(
-        *CreateChannel({.target = target, .service_name = "tandem.weightstore.v1.WeightStoreService"}));
+    EXPECT_TRUE(WaitUntilServing({.target = target}, "tandem.weightstore.v1.WeightStoreService",
+                                 absl::Seconds(30))
+                    .ok());
+    stub_ = weightstore::v1::WeightStoreService::NewStub(*CreateChannel(
+        {.target = target, .service_name = "tandem.weightstore.v1.WeightStoreService"}));
     return *std::move(process);
   }
 

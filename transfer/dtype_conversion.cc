@@ -9,7 +9,8 @@ namespace tandem::transfer {
 namespace {
 
 bool IsFloat(type::v1::Dtype dtype) {
-  return dtype == type::v1::DTYPE_F32 || dtype == type::v1::DTYPE_BF16 || dtype == type::v1::DTYPE_F16;
+  return dtype == type::v1::DTYPE_F32 || dtype == type::v1::DTYPE_BF16 ||
+         dtype == type::v1::DTYPE_F16;
 }
 
 size_t FloatSize(type::v1::Dtype dtype) { return dtype == type::v1::DTYPE_F32 ? 4 : 2; }
@@ -30,7 +31,8 @@ void StoreFloat(float value, type::v1::Dtype dtype, char* out) {
     std::memcpy(out, &value, sizeof(value));
     return;
   }
-  const uint16_t bits = dtype == type::v1::DTYPE_BF16 ? ToBFloat16(value).bits : ToFloat16(value).bits;
+  const uint16_t bits =
+      dtype == type::v1::DTYPE_BF16 ? ToBFloat16(value).bits : ToFloat16(value).bits;
   std::memcpy(out, &bits, sizeof(bits));
 }
 
@@ -40,11 +42,12 @@ absl::Status CheckConvertible(type::v1::Dtype from, type::v1::Dtype to) {
   if (to == type::v1::DTYPE_UNSPECIFIED || to == from || (IsFloat(from) && IsFloat(to))) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("cannot convert ", type::v1::Dtype_Name(from), " to ", type::v1::Dtype_Name(to)));
+  return absl::InvalidArgumentError(absl::StrCat("cannot convert ", type::v1::Dtype_Name(from),
+                                                 " to ", type::v1::Dtype_Name(to)));
 }
 
-absl::StatusOr<std::string> ConvertFloats(std::string bytes, type::v1::Dtype from, type::v1::Dtype to) {
+absl::StatusOr<std::string> ConvertFloats(std::string bytes, type::v1::Dtype from,
+                                          type::v1::Dtype to) {
   if (to == type::v1::DTYPE_UNSPECIFIED || to == from) return bytes;
   if (absl::Status convertible = CheckConvertible(from, to); !convertible.ok()) {
     return convertible;

@@ -10,7 +10,8 @@ namespace tandem::transfer {
 
 // Converts floating-point tensor bytes between F32, BF16 and F16 (round to nearest even);
 // UNSPECIFIED or equal dtypes return the bytes unchanged. INVALID_ARGUMENT otherwise.
-absl::StatusOr<std::string> ConvertFloats(std::string bytes, type::v1::Dtype from, type::v1::Dtype to);
+absl::StatusOr<std::string> ConvertFloats(std::string bytes, type::v1::Dtype from,
+                                          type::v1::Dtype to);
 
 // OK when ConvertFloats can convert `from` to `to`; its INVALID_ARGUMENT otherwise.
 absl::Status CheckConvertible(type::v1::Dtype from, type::v1::Dtype to);

@@ -82,8 +82,8 @@ std::pair<bool, bool> PerExpertSides(type::v1::ExpertLayout layout, absl::string
   }
 }
 
-weightstore::v1::CanonicalTensor MakeTensor(std::string name, type::v1::Dtype dtype, std::vector<int64_t> shape,
-                               int num_experts) {
+weightstore::v1::CanonicalTensor MakeTensor(std::string name, type::v1::Dtype dtype,
+                                            std::vector<int64_t> shape, int num_experts) {
   weightstore::v1::CanonicalTensor tensor;
   tensor.mutable_spec()->set_name(std::move(name));
   tensor.mutable_spec()->set_dtype(dtype);
@@ -111,8 +111,8 @@ void AddProjection(absl::string_view prefix, const Projection& projection, int r
   tensors.push_back(MakeTensor(name(experts_b, "B"), dtype, {projection.out, rank}, experts_b));
 }
 
-void AddLayer(const ModelShape& model, const type::v1::LoraConfig& lora, type::v1::Dtype dtype, int layer,
-              const absl::flat_hash_set<std::string>& targets,
+void AddLayer(const ModelShape& model, const type::v1::LoraConfig& lora, type::v1::Dtype dtype,
+              int layer, const absl::flat_hash_set<std::string>& targets,
               std::vector<weightstore::v1::CanonicalTensor>& tensors) {
   const std::string attention = absl::StrCat("model.layers.", layer, ".self_attn.");
   for (const Projection& projection : {Projection{"q_proj", model.hidden, model.q_out},
@@ -159,8 +159,8 @@ int64_t ElementCount(absl::Span<const int64_t> shape) {
 }
 
 // Narrows dimension `dim` of `box` to part `part` of `parts` equal parts.
-absl::Status SplitEvenly(const weightstore::v1::CanonicalTensor& tensor, int dim, int parts, int part,
-                         TensorBox& box) {
+absl::Status SplitEvenly(const weightstore::v1::CanonicalTensor& tensor, int dim, int parts,
+                         int part, TensorBox& box) {
   if (box.size[dim] % parts != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor.spec().name(), "': size ",
                                                    box.size[dim], " not divisible by ", parts));
@@ -262,7 +262,8 @@ absl::StatusOr<const std::string*> TensorBytes(
 absl::flat_hash_map<std::string, const weightstore::v1::CanonicalTensor*> FusedPartners(
     const std::vector<weightstore::v1::CanonicalTensor>& tensors) {
   absl::flat_hash_map<std::string, const weightstore::v1::CanonicalTensor*> by_name, partners;
-  for (const weightstore::v1::CanonicalTensor& tensor : tensors) by_name[tensor.spec().name()] = &tensor;
+  for (const weightstore::v1::CanonicalTensor& tensor : tensors)
+    by_name[tensor.spec().name()] = &tensor;
   for (const weightstore::v1::CanonicalTensor& tensor : tensors) {
     const std::optional<std::string> up_name = UpProjName(tensor.spec().name());
     if (!up_name.has_value()) continue;
@@ -333,8 +334,8 @@ std::vector<int64_t> ExtendedShape(const weightstore::v1::CanonicalTensor& tenso
   return shape;
 }
 
-absl::StatusOr<TensorBox> RankBox(const weightstore::v1::CanonicalTensor& tensor, int tp_rank, int tp_size,
-                                  int ep_rank, int ep_size) {
+absl::StatusOr<TensorBox> RankBox(const weightstore::v1::CanonicalTensor& tensor, int tp_rank,
+                                  int tp_size, int ep_rank, int ep_size) {
   TensorBox box{std::vector<int64_t>(tensor.spec().shape_size() + 1, 0), ExtendedShape(tensor)};
   if (const int split = TpSplitDim(tensor.spec()); split >= 0) {
     absl::Status status = SplitEvenly(tensor, split + 1, tp_size, tp_rank, box);
@@ -367,16 +368,16 @@ std::optional<std::string> UpProjName(absl::string_view gate_name) {
   return absl::StrReplaceAll(gate_name, {{"gate_proj", "up_proj"}});
 }
 
-bool CanFuseGateUp(const weightstore::v1::CanonicalTensor& gate, const weightstore::v1::CanonicalTensor& up) {
+bool CanFuseGateUp(const weightstore::v1::CanonicalTensor& gate,
+                   const weightstore::v1::CanonicalTensor& up) {
   return gate.spec().dtype() == up.spec().dtype() && gate.num_experts() == up.num_experts() &&
          gate.spec().shape_size() > 0 &&
          std::equal(gate.spec().shape().begin(), gate.spec().shape().end(),
                     up.spec().shape().begin(), up.spec().shape().end());
 }
 
-absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> CanonicalTensorsFor(const ModelShape& model,
-                                                                     const type::v1::LoraConfig& lora,
-                                                                     type::v1::Dtype dtype) {
+absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> CanonicalTensorsFor(
+    const ModelShape& model, const type::v1::LoraConfig& lora, type::v1::Dtype dtype) {
   if (absl::Status status = ValidateLoraConfig(lora); !status.ok()) return status;
   if (absl::Status status = ValidateModelShape(model); !status.ok()) return status;
   if (ElementSize(dtype) == 0) {

@@ -46,7 +46,8 @@ std::optional<std::string> UpProjName(absl::string_view gate_name);
 
 // Whether a gate_proj tensor and its up_proj tensor can be fused: same dtype, shape and experts,
 // and at least one dimension to concatenate along.
-bool CanFuseGateUp(const weightstore::v1::CanonicalTensor& gate, const weightstore::v1::CanonicalTensor& up);
+bool CanFuseGateUp(const weightstore::v1::CanonicalTensor& gate,
+                   const weightstore::v1::CanonicalTensor& up);
 
 // A box [begin, begin + size) of a tensor's extended index space: [experts] ++ shape, where a
 // tensor that is not per expert has a single pseudo expert, so all tensors are handled alike.
@@ -61,8 +62,8 @@ std::vector<int64_t> ExtendedShape(const weightstore::v1::CanonicalTensor& tenso
 // The part of `tensor` that TP rank tp_rank of tp_size and EP rank ep_rank of ep_size hold: the
 // TpSplitDim dimension cut into tp_size equal parts and, for per-expert tensors, experts
 // [ep_rank*E/ep_size, (ep_rank+1)*E/ep_size). INVALID_ARGUMENT when a size does not divide.
-absl::StatusOr<TensorBox> RankBox(const weightstore::v1::CanonicalTensor& tensor, int tp_rank, int tp_size,
-                                  int ep_rank, int ep_size);
+absl::StatusOr<TensorBox> RankBox(const weightstore::v1::CanonicalTensor& tensor, int tp_rank,
+                                  int tp_size, int ep_rank, int ep_size);
 
 // Dimensions of the base model the adapter targets.
 struct ModelShape {
@@ -88,9 +89,8 @@ struct ModelShape {
 // by name. Expert projections get a per-expert side ("model.layers.{l}.mlp.experts.{e}.P...",
 // num_experts = E) or a shared side ("model.layers.{l}.mlp.experts.P...") as lora.expert_layout
 // says. lora_A is [r, in], lora_B is [out, r]. INVALID_ARGUMENT for a bad config or shape.
-absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> CanonicalTensorsFor(const ModelShape& model,
-                                                                     const type::v1::LoraConfig& lora,
-                                                                     type::v1::Dtype dtype);
+absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> CanonicalTensorsFor(
+    const ModelShape& model, const type::v1::LoraConfig& lora, type::v1::Dtype dtype);
 
 // One producer's (trainer rank's) layout. The producer's TP applies to expert tensors too.
 struct ProducerLayout {

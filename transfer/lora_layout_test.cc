@@ -23,16 +23,16 @@ type::v1::LoraConfig Lora(type::v1::ExpertLayout layout) {
   return lora;
 }
 
-std::vector<weightstore::v1::CanonicalTensor> Tensors(type::v1::ExpertLayout layout,
-                                         type::v1::Dtype dtype = type::v1::DTYPE_BF16) {
+std::vector<weightstore::v1::CanonicalTensor> Tensors(
+    type::v1::ExpertLayout layout, type::v1::Dtype dtype = type::v1::DTYPE_BF16) {
   absl::StatusOr<std::vector<weightstore::v1::CanonicalTensor>> tensors =
       CanonicalTensorsFor(kTinyModel, Lora(layout), dtype);
   EXPECT_TRUE(tensors.ok()) << tensors.status();
   return *tensors;
 }
 
-const weightstore::v1::CanonicalTensor* Find(const std::vector<weightstore::v1::CanonicalTensor>& tensors,
-                                absl::string_view name) {
+const weightstore::v1::CanonicalTensor* Find(
+    const std::vector<weightstore::v1::CanonicalTensor>& tensors, absl::string_view name) {
   for (const weightstore::v1::CanonicalTensor& tensor : tensors) {
     if (tensor.spec().name() == name) return &tensor;
   }
@@ -44,17 +44,20 @@ std::vector<int64_t> Shape(const weightstore::v1::CanonicalTensor& tensor) {
 }
 
 TEST(CanonicalTensorsForTest, PerExpertNamesShapesAndOrder) {
-  const std::vector<weightstore::v1::CanonicalTensor> tensors = Tensors(type::v1::EXPERT_LAYOUT_PER_EXPERT);
+  const std::vector<weightstore::v1::CanonicalTensor> tensors =
+      Tensors(type::v1::EXPERT_LAYOUT_PER_EXPERT);
   // Layer 0: 4 attention + 3 dense MLP projections; layers 1-2: 4 attention + 3 expert ones.
   ASSERT_EQ(tensors.size(), 3 * 7 * 2);
   for (size_t i = 1; i < tensors.size(); ++i) {
     EXPECT_LT(tensors[i - 1].spec().name(), tensors[i].spec().name());
   }
-  const weightstore::v1::CanonicalTensor* q_b = Find(tensors, "model.layers.0.self_attn.q_proj.lora_B.weight");
+  const weightstore::v1::CanonicalTensor* q_b =
+      Find(tensors, "model.layers.0.self_attn.q_proj.lora_B.weight");
   ASSERT_NE(q_b, nullptr);
   EXPECT_THAT(Shape(*q_b), ElementsAre(8, 3));
   EXPECT_EQ(q_b->spec().dtype(), type::v1::DTYPE_BF16);
-  const weightstore::v1::CanonicalTensor* o_a = Find(tensors, "model.layers.2.self_attn.o_proj.lora_A.weight");
+  const weightstore::v1::CanonicalTensor* o_a =
+      Find(tensors, "model.layers.2.self_attn.o_proj.lora_A.weight");
   ASSERT_NE(o_a, nullptr);
   EXPECT_THAT(Shape(*o_a), ElementsAre(3, 8));
   const weightstore::v1::CanonicalTensor* dense_down =
@@ -73,13 +76,14 @@ TEST(CanonicalTensorsForTest, SharedLayoutHasNoPerExpertTensors) {
   for (const weightstore::v1::CanonicalTensor& tensor : Tensors(type::v1::EXPERT_LAYOUT_SHARED)) {
     EXPECT_EQ(tensor.num_experts(), 0) << tensor.spec().name();
   }
-  EXPECT_NE(
-      Find(Tensors(type::v1::EXPERT_LAYOUT_SHARED), "model.layers.2.mlp.experts.gate_proj.lora_A.weight"),
-      nullptr);
+  EXPECT_NE(Find(Tensors(type::v1::EXPERT_LAYOUT_SHARED),
+                 "model.layers.2.mlp.experts.gate_proj.lora_A.weight"),
+            nullptr);
 }
 
 TEST(CanonicalTensorsForTest, SharedOuterSharesTheHiddenSide) {
-  const std::vector<weightstore::v1::CanonicalTensor> tensors = Tensors(type::v1::EXPERT_LAYOUT_SHARED_OUTER);
+  const std::vector<weightstore::v1::CanonicalTensor> tensors =
+      Tensors(type::v1::EXPERT_LAYOUT_SHARED_OUTER);
   for (absl::string_view name : {"model.layers.1.mlp.experts.gate_proj.lora_A.weight",
                                  "model.layers.1.mlp.experts.up_proj.lora_A.weight",
                                  "model.layers.1.mlp.experts.down_proj.lora_B.weight"}) {
@@ -155,7 +159,8 @@ TEST(TpSplitDimTest, FollowsColumnAndRowParallelRules) {
 }
 
 TEST(BuildProducerShardTest, CutsTpSplitTensorsAndLocalExperts) {
-  const std::vector<weightstore::v1::CanonicalTensor> tensors = Tensors(type::v1::EXPERT_LAYOUT_PER_EXPERT);
+  const std::vector<weightstore::v1::CanonicalTensor> tensors =
+      Tensors(type::v1::EXPERT_LAYOUT_PER_EXPERT);
   const auto canonical = RandomCanonicalBytes(tensors, 7);
   const ProducerLayout layout{.tp_rank = 1, .tp_size = 2, .ep_rank = 1, .ep_size = 2};
   absl::StatusOr<std::pair<weightstore::v1::Shard, std::string>> shard =
@@ -192,7 +197,8 @@ TEST(BuildProducerShardTest, CutsTpSplitTensorsAndLocalExperts) {
 }
 
 TEST(BuildProducerShardTest, FusesGateAndUpAlongDimZero) {
-  const std::vector<weightstore::v1::CanonicalTensor> tensors = Tensors(type::v1::EXPERT_LAYOUT_SHARED);
+  const std::vector<weightstore::v1::CanonicalTensor> tensors =
+      Tensors(type::v1::EXPERT_LAYOUT_SHARED);
   const auto canonical = RandomCanonicalBytes(tensors, 7);
   const ProducerLayout layout{.tp_rank = 1, .tp_size = 2};
   absl::StatusOr<std::pair<weightstore::v1::Shard, std::string>> shard =
@@ -212,7 +218,8 @@ TEST(BuildProducerShardTest, FusesGateAndUpAlongDimZero) {
 }
 
 TEST(BuildProducerShardTest, UnstackedExpertsGetOnePieceEach) {
-  const std::vector<weightstore::v1::CanonicalTensor> tensors = Tensors(type::v1::EXPERT_LAYOUT_PER_EXPERT);
+  const std::vector<weightstore::v1::CanonicalTensor> tensors =
+      Tensors(type::v1::EXPERT_LAYOUT_PER_EXPERT);
   const ProducerLayout layout{.ep_rank = 0, .ep_size = 2, .stack_experts = false};
   absl::StatusOr<std::pair<weightstore::v1::Shard, std::string>> shard =
       BuildProducerShard(tensors, RandomCanonicalBytes(tensors, 7), layout, 0);
@@ -227,7 +234,8 @@ TEST(BuildProducerShardTest, UnstackedExpertsGetOnePieceEach) {
 }
 
 TEST(BuildProducerShardTest, RankHoldingNothingGetsAnEmptyShard) {
-  const std::vector<weightstore::v1::CanonicalTensor> tensors = Tensors(type::v1::EXPERT_LAYOUT_SHARED);
+  const std::vector<weightstore::v1::CanonicalTensor> tensors =
+      Tensors(type::v1::EXPERT_LAYOUT_SHARED);
   const ProducerLayout layout{.tp_rank = 1, .tp_size = 2, .ep_rank = 1, .ep_size = 2};
   absl::StatusOr<std::pair<weightstore::v1::Shard, std::string>> shard =
       BuildProducerShard(tensors, RandomCanonicalBytes(tensors, 7), layout, 3);
@@ -237,7 +245,8 @@ TEST(BuildProducerShardTest, RankHoldingNothingGetsAnEmptyShard) {
 }
 
 TEST(BuildProducerShardTest, RejectsBadInput) {
-  const std::vector<weightstore::v1::CanonicalTensor> tensors = Tensors(type::v1::EXPERT_LAYOUT_PER_EXPERT);
+  const std::vector<weightstore::v1::CanonicalTensor> tensors =
+      Tensors(type::v1::EXPERT_LAYOUT_PER_EXPERT);
   auto canonical = RandomCanonicalBytes(tensors, 7);
   EXPECT_THAT(
       BuildProducerShard(tensors, canonical, {.tp_rank = 2, .tp_size = 2}, 0).status().message(),

@@ -87,7 +87,8 @@ inline TestAdapter MakeTestAdapter(const std::string& name, int64_t version, uin
   lora.set_alpha(8);
   lora.set_expert_layout(type::v1::EXPERT_LAYOUT_PER_EXPERT);
   TestAdapter adapter;
-  std::vector<weightstore::v1::CanonicalTensor> tensors = *CanonicalTensorsFor(model, lora, type::v1::DTYPE_BF16);
+  std::vector<weightstore::v1::CanonicalTensor> tensors =
+      *CanonicalTensorsFor(model, lora, type::v1::DTYPE_BF16);
   adapter.canonical = RandomCanonicalBytes(tensors, seed);
   weightstore::v1::Manifest& manifest = adapter.manifest;
   manifest.set_adapter_name(name);

@@ -255,7 +255,8 @@ void AdapterRegistry::LoadLoop(Followed& followed) {
     }
     spdlog::warn("loading adapter '{}' version {} failed: {}", followed.name, version,
                  loaded.status().ToString());
-    followed.phase = followed.staged.empty() ? rollout::v1::LOAD_PHASE_IDLE : rollout::v1::LOAD_PHASE_STAGED;
+    followed.phase =
+        followed.staged.empty() ? rollout::v1::LOAD_PHASE_IDLE : rollout::v1::LOAD_PHASE_STAGED;
     followed.last_error = absl::StrCat("version ", version, ": ", loaded.status().ToString());
     followed.last_error_time = absl::Now();
     if (requested && IsPermanent(loaded.status())) {
@@ -396,8 +397,8 @@ int AdapterRegistry::PromoteStaged() {
     followed->staged.clear();
     followed->last_swap_time = now;
     // The loader may be fetching the next version meanwhile.
-    followed->phase =
-        followed->loading_version != 0 ? rollout::v1::LOAD_PHASE_FETCHING : rollout::v1::LOAD_PHASE_IDLE;
+    followed->phase = followed->loading_version != 0 ? rollout::v1::LOAD_PHASE_FETCHING
+                                                     : rollout::v1::LOAD_PHASE_IDLE;
     // A version just loaded for an exact request stays until that request had its chance.
     Evict(*followed, promoted);
   }

@@ -111,7 +111,8 @@ class AdapterRegistry final : public ServedModels {
   // Drops versions beyond resident_versions that are not current, not in use and not in `keep`.
   void Evict(Followed& followed, const std::vector<int64_t>& keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  rollout::v1::AdapterStatus StatusOf(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  rollout::v1::AdapterStatus StatusOf(const Followed& followed) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   bool SleepUnlessStopped(const Followed& followed, absl::Duration duration);
 
   engine::BaseModel& base_model_;

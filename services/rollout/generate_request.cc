@@ -93,9 +93,9 @@ absl::Status ValidateAdapterSelector(const type::v1::AdapterSelector& selector) 
   return ValidateNamedSelector(selector);
 }
 
-absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const rollout::v1::GenerateRequest& request,
-                                                            const engine::ModelConfig& model,
-                                                            const engine::text::TextCodec& codec) {
+absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(
+    const rollout::v1::GenerateRequest& request, const engine::ModelConfig& model,
+    const engine::text::TextCodec& codec) {
   if (absl::Status status = ValidateIdentifier("request_id", request.request_id()); !status.ok()) {
     return status;
   }

@@ -24,9 +24,9 @@ absl::Status ValidateAdapterSelector(const type::v1::AdapterSelector& selector);
 // among the stop tokens. INVALID_ARGUMENT naming the field, e.g.
 // "prompts[3]: 900 + 200 tokens > context 1024"; FAILED_PRECONDITION for a text prompt to a
 // model without a tokenizer.
-absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(const rollout::v1::GenerateRequest& request,
-                                                            const engine::ModelConfig& model,
-                                                            const engine::text::TextCodec& codec);
+absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(
+    const rollout::v1::GenerateRequest& request, const engine::ModelConfig& model,
+    const engine::text::TextCodec& codec);
 
 }  // namespace tandem::rollout
 

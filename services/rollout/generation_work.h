@@ -21,7 +21,7 @@ namespace tandem::rollout {
 // One validated Generate call as the scheduler runs it: every sample's engine request, where
 // its results go, and whether its client is still there.
 struct GenerationWork {
-  rollout::v1::GenerateRequest request;            // Prompts cleared once tokenized; the rest as sent.
+  rollout::v1::GenerateRequest request;   // Prompts cleared once tokenized; the rest as sent.
   std::vector<std::string> prompt_ids;    // Per prompt: names its samples' route records.
   std::vector<std::vector<int>> prompts;  // Per prompt: its tokens, shared by its samples.
   std::vector<bool> text_prompts;         // Per prompt: answer with text too.

@@ -78,8 +78,8 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   spdlog::info("generation runs on {}", *device);
   auto peer_tls = tandem::PeerTlsFromFlags();
   if (!peer_tls.ok()) return peer_tls.status();
-  auto weight_store = ChannelTo(absl::GetFlag(FLAGS_weight_store), "tandem.weightstore.v1.WeightStoreService",
-                                server, *peer_tls);
+  auto weight_store = ChannelTo(absl::GetFlag(FLAGS_weight_store),
+                                "tandem.weightstore.v1.WeightStoreService", server, *peer_tls);
   if (!weight_store.ok()) return weight_store.status();
   options.weight_store = *weight_store;
   auto router_replay = ChannelTo(absl::GetFlag(FLAGS_router_replay),

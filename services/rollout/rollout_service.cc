@@ -57,7 +57,9 @@ class GenerateReactor final : public QueuedWriteReactor<rollout::v1::GenerateRes
   }
 
  private:
-  bool IsLast(const rollout::v1::GenerateResponse& /*response*/) override { return ++written_ == expected_; }
+  bool IsLast(const rollout::v1::GenerateResponse& /*response*/) override {
+    return ++written_ == expected_;
+  }
 
   // The scheduler drops the request's samples and frees their KV cache.
   void OnClientGone() override {
@@ -138,7 +140,8 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   RolloutServiceImpl* raw = service.get();
   service->registry_ = std::make_unique<AdapterRegistry>(
       *service->base_, std::move(base_model),
-      o.weight_store == nullptr ? nullptr : weightstore::v1::WeightStoreService::NewStub(o.weight_store),
+      o.weight_store == nullptr ? nullptr
+                                : weightstore::v1::WeightStoreService::NewStub(o.weight_store),
       registry, [raw] {
         if (Scheduler* scheduler = raw->scheduler_for_wakeups_.load()) scheduler->Wake();
       });
@@ -167,10 +170,11 @@ grpc::ServerWriteReactor<rollout::v1::GenerateResponse>* RolloutServiceImpl::Gen
   // Health says NOT_SERVING until then; a client that calls anyway must not get samples of
   // stale weights, nor wait on a load that may never come.
   if (!Ready()) {
-    return new FinishedReactor<grpc::ServerWriteReactor<rollout::v1::GenerateResponse>>(grpc::Status(
-        grpc::StatusCode::UNAVAILABLE,
-        "rollout replica is not yet serving current weights (its --adapter versions are still "
-        "loading); retry later"));
+    return new FinishedReactor<grpc::ServerWriteReactor<rollout::v1::GenerateResponse>>(
+        grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            "rollout replica is not yet serving current weights (its --adapter versions are still "
+            "loading); retry later"));
   }
   absl::StatusOr<std::unique_ptr<GenerationWork>> work =
       PrepareWork(*request, model_config(), *codec_);

@@ -52,9 +52,9 @@ class RolloutServiceImpl final : public rollout::v1::RolloutService::CallbackSer
 
   grpc::ServerWriteReactor<rollout::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const rollout::v1::GenerateRequest* request) override;
-  grpc::ServerUnaryReactor* GetAdapterStatus(grpc::CallbackServerContext* context,
-                                             const rollout::v1::GetAdapterStatusRequest* request,
-                                             rollout::v1::GetAdapterStatusResponse* response) override;
+  grpc::ServerUnaryReactor* GetAdapterStatus(
+      grpc::CallbackServerContext* context, const rollout::v1::GetAdapterStatusRequest* request,
+      rollout::v1::GetAdapterStatusResponse* response) override;
 
   // Base model loaded and every followed adapter's starting version servable.
   bool Ready() const { return registry_->Ready(); }

@@ -81,15 +81,16 @@ class RolloutServiceTest : public ::testing::Test {
     auto weight_store = weight_store::testing::NewWeightStoreService(
         {.data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}});
     ASSERT_TRUE(weight_store.ok()) << weight_store.status();
-    weight_store_ = Serve("weight-store", "tandem.weightstore.v1.WeightStoreService", *std::move(weight_store));
+    weight_store_ =
+        Serve("weight-store", "tandem.weightstore.v1.WeightStoreService", *std::move(weight_store));
     weight_store_channel_ = weight_store_.Channel();
     weight_store_stub_ = weightstore::v1::WeightStoreService::NewStub(weight_store_channel_);
 
     auto router_replay =
         router_replay::testing::NewRouterReplayService({.store = {.path = dir_ + "/routes"}});
     ASSERT_TRUE(router_replay.ok()) << router_replay.status();
-    router_replay_ =
-        Serve("router-replay", "tandem.routerreplay.v1.RouterReplayService", *std::move(router_replay));
+    router_replay_ = Serve("router-replay", "tandem.routerreplay.v1.RouterReplayService",
+                           *std::move(router_replay));
     router_replay_channel_ = router_replay_.Channel();
   }
 
@@ -132,7 +133,7 @@ class RolloutServiceTest : public ::testing::Test {
   }
 
   static rollout::v1::GenerateRequest Request(const std::string& id, int prompts, int group_size,
-                                     int max_new_tokens, uint64_t seed = 11) {
+                                              int max_new_tokens, uint64_t seed = 11) {
     rollout::v1::GenerateRequest request;
     request.set_request_id(id);
     for (int p = 0; p < prompts; ++p) {
@@ -162,8 +163,8 @@ class RolloutServiceTest : public ::testing::Test {
 
   // What the engine alone generates for sample (prompt, j) of `request` on `adapter` (null:
   // the base model), in the rollout's bf16 precision.
-  engine::GeneratedSample EngineSample(const rollout::v1::GenerateRequest& request, int prompt, int j,
-                                       const engine::LoraAdapter* adapter) {
+  engine::GeneratedSample EngineSample(const rollout::v1::GenerateRequest& request, int prompt,
+                                       int j, const engine::LoraAdapter* adapter) {
     std::optional<engine::LoraAdapter> rounded;
     if (adapter != nullptr) rounded.emplace(adapter->RoundedToBf16());
     engine::Transformer transformer(*serving_base_, rounded ? &*rounded : nullptr,
@@ -350,8 +351,8 @@ TEST_F(RolloutServiceTest, RecordedRoutesEqualTheEngineCaptureAndAreSealed) {
 
 TEST_F(RolloutServiceTest, UnreachableRouterReplayIsReportedPerSampleNeverSilently) {
   RolloutOptions options = DefaultOptions();
-  options.router_replay =
-      *CreateChannel({.target = "127.0.0.1:1", .service_name = "tandem.routerreplay.v1.RouterReplayService"});
+  options.router_replay = *CreateChannel(
+      {.target = "127.0.0.1:1", .service_name = "tandem.routerreplay.v1.RouterReplayService"});
   options.routes.max_attempts = 1;
   options.routes.rpc_timeout = absl::Milliseconds(300);
   StartRollout(std::move(options));
@@ -560,7 +561,8 @@ TEST_F(RolloutServiceTest, DrainEndsRunningSamplesEarlyWithWhatTheyHave) {
     partial += response.token_ids_size() > 0;
     EXPECT_EQ(response.logprobs_size(), response.token_ids_size());
     if (response.token_ids_size() > 0) {
-      EXPECT_EQ(response.route_status(), rollout::v1::ROUTE_STATUS_RECORDED) << response.route_error();
+      EXPECT_EQ(response.route_status(), rollout::v1::ROUTE_STATUS_RECORDED)
+          << response.route_error();
     } else {
       // Never admitted: routes were asked for, none was recorded.
       EXPECT_EQ(response.route_status(), rollout::v1::ROUTE_STATUS_FAILED);
@@ -654,7 +656,8 @@ TEST_F(RolloutServiceTest, AnUnusableDeviceIsRefusedAtStart) {
 
 TEST_F(RolloutServiceTest, BadRequestsGetClearStatuses) {
   StartRollout(DefaultOptions());
-  const auto expect_invalid = [&](rollout::v1::GenerateRequest request, const std::string& message) {
+  const auto expect_invalid = [&](rollout::v1::GenerateRequest request,
+                                  const std::string& message) {
     const Generated generated = Generate(request);
     EXPECT_EQ(generated.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
     EXPECT_THAT(generated.status.error_message(), HasSubstr(message));
@@ -794,8 +797,8 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
   RolloutOptions options = DefaultOptions();
   options.adapters = {kAdapter};
   // A store that is not there yet: the replica must not serve (stale or base) weights.
-  options.weight_store =
-      *CreateChannel({.target = "127.0.0.1:1", .service_name = "tandem.weightstore.v1.WeightStoreService"});
+  options.weight_store = *CreateChannel(
+      {.target = "127.0.0.1:1", .service_name = "tandem.weightstore.v1.WeightStoreService"});
   StartRollout(options);
   // The server has been told it may serve (SetReady), which a replica without a readiness gate
   // would do at once: NOT_SERVING here is the gate's answer, not the state servers start in.
@@ -809,9 +812,9 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
 
   options.weight_store = weight_store_channel_;
   StartRollout(options);
-  ASSERT_TRUE(
-      WaitUntilServing({.target = rollout_.target()}, "tandem.rollout.v1.RolloutService", absl::Seconds(20))
-          .ok());
+  ASSERT_TRUE(WaitUntilServing({.target = rollout_.target()}, "tandem.rollout.v1.RolloutService",
+                               absl::Seconds(20))
+                  .ok());
   rollout::v1::GetAdapterStatusRequest request;
   rollout::v1::GetAdapterStatusResponse response;
   grpc::ClientContext context;

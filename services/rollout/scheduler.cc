@@ -49,8 +49,9 @@ void SetRouteKey(const RecordKey& key, rollout::v1::GenerateResponse& response) 
 // The answer for a sample that never ran (cancelled before admission, or one the engine could
 // not admit): no tokens, and, when routes were asked for, its record key with FAILED, since no
 // row of it was recorded.
-rollout::v1::GenerateResponse NeverRanResponse(const GenerationWork& work, int sample, int64_t version,
-                                      rollout::v1::FinishReason reason, const std::string& error) {
+rollout::v1::GenerateResponse NeverRanResponse(const GenerationWork& work, int sample,
+                                               int64_t version, rollout::v1::FinishReason reason,
+                                               const std::string& error) {
   rollout::v1::GenerateResponse response = SampleResponse(work, sample);
   response.set_finish_reason(reason);
   if (reason == rollout::v1::FINISH_REASON_ERROR) response.set_error_message(ValidUtf8(error));
@@ -372,11 +373,10 @@ void Scheduler::StartSample(const Pending& admitted, const absl::StatusOr<int>& 
   if (!id.ok()) {
     spdlog::error("request {} sample {}: admit failed: {}", work.request.request_id(), sample,
                   id.status().ToString());
-    Finished finished{
-        .work = admitted.work,
-        .response = NeverRanResponse(work, sample, admitted.model->version,
-                                     rollout::v1::FINISH_REASON_ERROR,
-                                     absl::StrCat("admit failed: ", id.status().message()))};
+    Finished finished{.work = admitted.work,
+                      .response = NeverRanResponse(
+                          work, sample, admitted.model->version, rollout::v1::FINISH_REASON_ERROR,
+                          absl::StrCat("admit failed: ", id.status().message()))};
     QueueDelivery(std::move(finished));
     return;
   }

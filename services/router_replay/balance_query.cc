@@ -42,7 +42,8 @@ absl::Status CheckRequest(const routerreplay::v1::PlanBalanceRequest& request) {
 
 }  // namespace
 
-absl::StatusOr<routerreplay::v1::PlanBalanceResponse> PlanStepBalance(const routerreplay::v1::PlanBalanceRequest& request) {
+absl::StatusOr<routerreplay::v1::PlanBalanceResponse> PlanStepBalance(
+    const routerreplay::v1::PlanBalanceRequest& request) {
   if (absl::Status status = CheckRequest(request); !status.ok()) return status;
   const StepLoad load{.micro_batches = request.micro_batches(),
                       .experts = request.num_experts(),

@@ -60,7 +60,8 @@ absl::StatusOr<std::vector<int>> LayerPositions(const RecordInfo& record,
 }
 
 // Checked before the record is looked up, so a missing record's ranges are checked too.
-absl::Status ValidateRowRanges(const routerreplay::v1::RecordRequest& requested, const RecordKey& key) {
+absl::Status ValidateRowRanges(const routerreplay::v1::RecordRequest& requested,
+                               const RecordKey& key) {
   int64_t rows = 0;
   for (const routerreplay::v1::RowRange& range : requested.row_ranges()) {
     if (range.begin() < 0 || range.end() <= range.begin()) {
@@ -98,7 +99,8 @@ absl::Status ResolveSpans(const routerreplay::v1::RecordRequest& requested, Fetc
   return absl::OkStatus();
 }
 
-absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store, const routerreplay::v1::RecordRequest& requested,
+absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store,
+                                       const routerreplay::v1::RecordRequest& requested,
                                        bool allow_partial) {
   FetchItem item;
   item.key = FromProto(requested.key());
@@ -115,7 +117,8 @@ absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store, const routerrepl
         absl::StrCat("record ", ToString(item.key), " not sealed (", record->rows, " rows)"));
   }
   item.record = *std::move(record);
-  item.status = item.record->sealed ? routerreplay::v1::RECORD_STATUS_COMPLETE : routerreplay::v1::RECORD_STATUS_PARTIAL;
+  item.status = item.record->sealed ? routerreplay::v1::RECORD_STATUS_COMPLETE
+                                    : routerreplay::v1::RECORD_STATUS_PARTIAL;
   if (absl::Status status = ResolveSpans(requested, item); !status.ok()) return status;
   return item;
 }
@@ -149,8 +152,8 @@ absl::StatusOr<std::vector<RecordInfo>> SelectJobRecords(const RouteStore& store
   return selected;
 }
 
-absl::StatusOr<std::vector<FetchItem>> ResolveSelection(const RouteStore& store,
-                                                        const routerreplay::v1::FetchRoutesRequest& request) {
+absl::StatusOr<std::vector<FetchItem>> ResolveSelection(
+    const RouteStore& store, const routerreplay::v1::FetchRoutesRequest& request) {
   std::vector<FetchItem> items;
   if (request.has_records()) {
     const int count = request.records().records_size();
@@ -170,7 +173,8 @@ absl::StatusOr<std::vector<FetchItem>> ResolveSelection(const RouteStore& store,
   if (!records.ok()) return records.status();
   for (RecordInfo& record : *records) {
     FetchItem item{.key = record.key, .record = std::move(record)};
-    item.status = item.record->sealed ? routerreplay::v1::RECORD_STATUS_COMPLETE : routerreplay::v1::RECORD_STATUS_PARTIAL;
+    item.status = item.record->sealed ? routerreplay::v1::RECORD_STATUS_COMPLETE
+                                      : routerreplay::v1::RECORD_STATUS_PARTIAL;
     item.spans.push_back({0, item.record->rows});
     item.requested_rows = item.record->rows;
     items.push_back(std::move(item));
@@ -211,7 +215,8 @@ absl::Status CountRecord(const RouteStore& store, const RecordInfo& record,
 
 // The records each load group counts: the named keys, or one group of the job's records.
 absl::StatusOr<std::vector<std::vector<RecordInfo>>> LoadGroups(
-    const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request, bool all_attempts) {
+    const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request,
+    bool all_attempts) {
   std::vector<std::vector<RecordInfo>> groups;
   if (request.groups().empty()) {
     routerreplay::v1::JobRecords job;
@@ -374,9 +379,9 @@ namespace {
 
 // GetExpertLoad, counting every attempt of a job's samples when `all_attempts` (PlanPlacement
 // from JobRecords); GetExpertLoad itself counts the highest attempt only.
-absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountLoad(const RouteStore& store,
-                                                    const routerreplay::v1::GetExpertLoadRequest& request,
-                                                    bool all_attempts) {
+absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountLoad(
+    const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request,
+    bool all_attempts) {
   absl::StatusOr<std::vector<std::vector<RecordInfo>>> groups =
       LoadGroups(store, request, all_attempts);
   if (!groups.ok()) return groups.status();
@@ -425,8 +430,8 @@ absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountLoad(const RouteSto
 
 }  // namespace
 
-absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& store,
-                                                          const routerreplay::v1::GetExpertLoadRequest& request) {
+absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountExpertLoad(
+    const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request) {
   return CountLoad(store, request, /*all_attempts=*/false);
 }
 

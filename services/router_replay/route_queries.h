@@ -40,7 +40,8 @@ struct FetchPlan {
 
 // Validates a FetchRoutes request and resolves its selection, data-parallel shard, layers and
 // row ranges (see router_replay.proto for every rule and message).
-absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store, const routerreplay::v1::FetchRoutesRequest& request);
+absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store,
+                                    const routerreplay::v1::FetchRoutesRequest& request);
 
 // Produces a plan's response messages one at a time, so memory stays at one message.
 class FetchCursor {
@@ -64,8 +65,8 @@ class FetchCursor {
 };
 
 // Expert assignment counts (GetExpertLoad).
-absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountExpertLoad(const RouteStore& store,
-                                                          const routerreplay::v1::GetExpertLoadRequest& request);
+absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountExpertLoad(
+    const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request);
 
 // Hierarchical EPLB for explicit or recorded loads (PlanPlacement).
 absl::StatusOr<routerreplay::v1::PlanPlacementResponse> PlanExpertPlacement(

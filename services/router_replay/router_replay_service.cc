@@ -232,9 +232,9 @@ grpc::ServerReadReactor<routerreplay::v1::AppendRequest>* RouterReplayServiceImp
   return new AppendReactor(*store_, response);
 }
 
-grpc::ServerUnaryReactor* RouterReplayServiceImpl::Seal(grpc::CallbackServerContext* context,
-                                                        const routerreplay::v1::SealRequest* request,
-                                                        routerreplay::v1::SealResponse* response) {
+grpc::ServerUnaryReactor* RouterReplayServiceImpl::Seal(
+    grpc::CallbackServerContext* context, const routerreplay::v1::SealRequest* request,
+    routerreplay::v1::SealResponse* response) {
   const auto seal = [&]() -> absl::StatusOr<routerreplay::v1::SealResponse> {
     absl::StatusOr<RecordInfo> sealed =
         store_->Seal(FromProto(request->key()), request->total_rows());
@@ -248,8 +248,9 @@ grpc::ServerUnaryReactor* RouterReplayServiceImpl::Seal(grpc::CallbackServerCont
   return FinishUnary(context, seal(), response);
 }
 
-grpc::ServerWriteReactor<routerreplay::v1::FetchRoutesResponse>* RouterReplayServiceImpl::FetchRoutes(
-    grpc::CallbackServerContext* context, const routerreplay::v1::FetchRoutesRequest* request) {
+grpc::ServerWriteReactor<routerreplay::v1::FetchRoutesResponse>*
+RouterReplayServiceImpl::FetchRoutes(grpc::CallbackServerContext* context,
+                                     const routerreplay::v1::FetchRoutesRequest* request) {
   std::unique_ptr<CallTracker::Token> slot = fetch_streams_.TryEnter(max_fetch_streams_);
   if (slot == nullptr) {
     return new FinishedReactor<grpc::ServerWriteReactor<routerreplay::v1::FetchRoutesResponse>>(

@@ -29,31 +29,33 @@ struct RouterReplayOptions {
 
 // gRPC front end of the router-replay service: converts messages and statuses; the work is done
 // by RouteStore (append, seal, delete) and route_queries (fetch, load, placement).
-class RouterReplayServiceImpl final : public routerreplay::v1::RouterReplayService::CallbackService {
+class RouterReplayServiceImpl final
+    : public routerreplay::v1::RouterReplayService::CallbackService {
  public:
   static absl::StatusOr<std::unique_ptr<RouterReplayServiceImpl>> Create(
       const RouterReplayOptions& options);
   ~RouterReplayServiceImpl() override = default;
 
-  grpc::ServerReadReactor<routerreplay::v1::AppendRequest>* Append(grpc::CallbackServerContext* context,
-                                                     routerreplay::v1::AppendResponse* response) override;
+  grpc::ServerReadReactor<routerreplay::v1::AppendRequest>* Append(
+      grpc::CallbackServerContext* context, routerreplay::v1::AppendResponse* response) override;
   grpc::ServerUnaryReactor* Seal(grpc::CallbackServerContext* context,
                                  const routerreplay::v1::SealRequest* request,
                                  routerreplay::v1::SealResponse* response) override;
   grpc::ServerWriteReactor<routerreplay::v1::FetchRoutesResponse>* FetchRoutes(
-      grpc::CallbackServerContext* context, const routerreplay::v1::FetchRoutesRequest* request) override;
-  grpc::ServerUnaryReactor* GetExpertLoad(grpc::CallbackServerContext* context,
-                                          const routerreplay::v1::GetExpertLoadRequest* request,
-                                          routerreplay::v1::GetExpertLoadResponse* response) override;
-  grpc::ServerUnaryReactor* PlanPlacement(grpc::CallbackServerContext* context,
-                                          const routerreplay::v1::PlanPlacementRequest* request,
-                                          routerreplay::v1::PlanPlacementResponse* response) override;
+      grpc::CallbackServerContext* context,
+      const routerreplay::v1::FetchRoutesRequest* request) override;
+  grpc::ServerUnaryReactor* GetExpertLoad(
+      grpc::CallbackServerContext* context, const routerreplay::v1::GetExpertLoadRequest* request,
+      routerreplay::v1::GetExpertLoadResponse* response) override;
+  grpc::ServerUnaryReactor* PlanPlacement(
+      grpc::CallbackServerContext* context, const routerreplay::v1::PlanPlacementRequest* request,
+      routerreplay::v1::PlanPlacementResponse* response) override;
   grpc::ServerUnaryReactor* PlanBalance(grpc::CallbackServerContext* context,
                                         const routerreplay::v1::PlanBalanceRequest* request,
                                         routerreplay::v1::PlanBalanceResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteRecords(grpc::CallbackServerContext* context,
-                                          const routerreplay::v1::DeleteRecordsRequest* request,
-                                          routerreplay::v1::DeleteRecordsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteRecords(
+      grpc::CallbackServerContext* context, const routerreplay::v1::DeleteRecordsRequest* request,
+      routerreplay::v1::DeleteRecordsResponse* response) override;
 
  private:
   RouterReplayServiceImpl(std::unique_ptr<RouteStore> store, const RouterReplayOptions& options);

@@ -52,7 +52,8 @@ class RouterReplayServiceTest : public ::testing::Test {
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.max_message_bytes = 8 << 20;
     auto started = tandem::testing::StartLoopbackServer(
-        "router-replay", {"tandem.routerreplay.v1.RouterReplayService", *std::move(service)}, options);
+        "router-replay", {"tandem.routerreplay.v1.RouterReplayService", *std::move(service)},
+        options);
     ASSERT_TRUE(started.ok()) << started.status();
     channel_ = new std::shared_ptr<grpc::Channel>(started->Channel());
     server_ = started->server.release();
@@ -77,8 +78,8 @@ class RouterReplayServiceTest : public ::testing::Test {
             .attempt = attempt};
   }
 
-  routerreplay::v1::AppendRequest Chunk(const RecordKey& key, const std::vector<int16_t>& rows, int64_t first,
-                          int64_t count, bool seal = false) const {
+  routerreplay::v1::AppendRequest Chunk(const RecordKey& key, const std::vector<int16_t>& rows,
+                                        int64_t first, int64_t count, bool seal = false) const {
     return AppendRequestFor(key, shape_, first, count, rows.data() + first * shape_.ids_per_row(),
                             seal);
   }
@@ -120,7 +121,8 @@ class RouterReplayServiceTest : public ::testing::Test {
     return request;
   }
 
-  static std::vector<int16_t> RowsOf(const std::vector<routerreplay::v1::FetchRoutesResponse>& messages) {
+  static std::vector<int16_t> RowsOf(
+      const std::vector<routerreplay::v1::FetchRoutesResponse>& messages) {
     std::vector<int16_t> rows;
     for (const auto& message : messages) {
       const auto* ids = reinterpret_cast<const int16_t*>(message.rows().data());
@@ -396,7 +398,8 @@ TEST_F(RouterReplayServiceTest, FetchChecksSelectionsBeforeSendingAndServesParti
 
   routerreplay::v1::FetchRoutesRequest partial = Named({Key("open"), Key("absent")});
   partial.set_allow_partial(true);
-  routerreplay::v1::RowRange& range = *partial.mutable_records()->mutable_records(0)->add_row_ranges();
+  routerreplay::v1::RowRange& range =
+      *partial.mutable_records()->mutable_records(0)->add_row_ranges();
   range.set_begin(38);
   range.set_end(42);
   ASSERT_TRUE(Fetch(partial, &messages).ok());
@@ -433,7 +436,8 @@ TEST_F(RouterReplayServiceTest, FetchChecksSelectionsBeforeSendingAndServesParti
   routerreplay::v1::FetchRoutesRequest endless = Named({Key("open")});
   endless.set_allow_partial(true);
   for (int i = 0; i < 2; ++i) {
-    routerreplay::v1::RowRange& huge = *endless.mutable_records()->mutable_records(0)->add_row_ranges();
+    routerreplay::v1::RowRange& huge =
+        *endless.mutable_records()->mutable_records(0)->add_row_ranges();
     huge.set_begin(0);
     huge.set_end(std::numeric_limits<int64_t>::max());
   }
@@ -449,7 +453,8 @@ TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSpli
   request.add_layers(4);
   request.add_layers(1);
   for (auto [begin, end] : {std::pair{10, 12}, std::pair{2, 3}}) {
-    routerreplay::v1::RowRange& range = *request.mutable_records()->mutable_records(0)->add_row_ranges();
+    routerreplay::v1::RowRange& range =
+        *request.mutable_records()->mutable_records(0)->add_row_ranges();
     range.set_begin(begin);
     range.set_end(end);
   }
@@ -485,7 +490,8 @@ TEST_F(RouterReplayServiceTest, FetchSelectsLayersAndRangesInRequestOrderAndSpli
 TEST_F(RouterReplayServiceTest, RowRangesOfAMissingRecordAreCheckedToo) {
   routerreplay::v1::FetchRoutesRequest request = Named({Key("never-stored")});
   request.set_allow_partial(true);
-  routerreplay::v1::RowRange& range = *request.mutable_records()->mutable_records(0)->add_row_ranges();
+  routerreplay::v1::RowRange& range =
+      *request.mutable_records()->mutable_records(0)->add_row_ranges();
   range.set_begin(5);
   range.set_end(2);
   std::vector<routerreplay::v1::FetchRoutesResponse> messages;
@@ -708,11 +714,14 @@ TEST_F(RouterReplayServiceTest, PlanBalanceEvensAStepAndRefusesBadFieldsByName) 
         r.set_ranks_per_node(1);
       },
       "cannot be spread evenly");
-  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_ranks_per_node(3); }, "ranks_per_node");
-  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_current_home(0, 1); }, "current placement");
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_ranks_per_node(3); },
+          "ranks_per_node");
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_current_home(0, 1); },
+          "current placement");
   refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_replica_slots_per_rank(-1); },
           "replica_slots_per_rank");
-  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_move_cost_tokens(-1); }, "move_cost_tokens");
+  refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_move_cost_tokens(-1); },
+          "move_cost_tokens");
   refused([](routerreplay::v1::PlanBalanceRequest& r) { r.set_micro_batches(1 << 20); }, "at most");
 }
 
@@ -772,7 +781,8 @@ class AfterFirstFetchMessage final : public grpc::experimental::ClientIntercepto
 
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* info) override {
-    if (absl::string_view(info->method()) != "/tandem.routerreplay.v1.RouterReplayService/FetchRoutes") {
+    if (absl::string_view(info->method()) !=
+        "/tandem.routerreplay.v1.RouterReplayService/FetchRoutes") {
       return nullptr;
     }
     return new Hook(hook_);
@@ -857,12 +867,14 @@ class FetchStreamsTest : public ::testing::Test {
   }
 
   // A stub to this router-replay whose fetches run `hook` once their first message arrives.
-  std::unique_ptr<routerreplay::v1::RouterReplayService::Stub> StubWithHook(std::function<void()> hook) {
+  std::unique_ptr<routerreplay::v1::RouterReplayService::Stub> StubWithHook(
+      std::function<void()> hook) {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> hooks;
     hooks.push_back(std::make_unique<AfterFirstFetchMessage>(std::move(hook)));
-    return routerreplay::v1::RouterReplayService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
-        server_.target(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
-        std::move(hooks)));
+    return routerreplay::v1::RouterReplayService::NewStub(
+        grpc::experimental::CreateCustomChannelWithInterceptors(
+            server_.target(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
+            std::move(hooks)));
   }
 
   static constexpr int kRows = 20000;

@@ -37,7 +37,8 @@ constexpr absl::Duration kSaveRetryInterval = absl::Seconds(1);
 // ends CANCELLED (never CANCELLING -> SUCCEEDED); the versions it published remain.
 void RecordOutcome(const absl::Status& result, trainer::v1::Job& job) {
   job.clear_status_message();
-  if (job.state() == trainer::v1::JOB_STATE_CANCELLING && (result.ok() || absl::IsCancelled(result))) {
+  if (job.state() == trainer::v1::JOB_STATE_CANCELLING &&
+      (result.ok() || absl::IsCancelled(result))) {
     job.set_state(trainer::v1::JOB_STATE_CANCELLED);
   } else if (result.ok()) {
     job.set_state(trainer::v1::JOB_STATE_SUCCEEDED);
@@ -77,12 +78,14 @@ absl::Status OutputDirTaken(const std::string& dir, absl::string_view why) {
 }
 
 bool IsTerminal(const trainer::v1::Job& job) {
-  return job.state() == trainer::v1::JOB_STATE_SUCCEEDED || job.state() == trainer::v1::JOB_STATE_FAILED ||
+  return job.state() == trainer::v1::JOB_STATE_SUCCEEDED ||
+         job.state() == trainer::v1::JOB_STATE_FAILED ||
          job.state() == trainer::v1::JOB_STATE_CANCELLED;
 }
 
 bool Runnable(const trainer::v1::Job& job) {
-  return job.state() == trainer::v1::JOB_STATE_RUNNING || job.state() == trainer::v1::JOB_STATE_QUEUED;
+  return job.state() == trainer::v1::JOB_STATE_RUNNING ||
+         job.state() == trainer::v1::JOB_STATE_QUEUED;
 }
 
 // A run of the job begins after `start_step`: a resume leaves the previous attempt's metrics
@@ -141,10 +144,11 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& 
       manager->by_request_id_[job.request_id()] = job.id();
       // A cancel that was in progress when the trainer stopped is complete now.
       if (job.state() == trainer::v1::JOB_STATE_CANCELLING) {
-        manager->UpdateOrLog(job.id(), trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](trainer::v1::Job& j) {
-          j.set_state(trainer::v1::JOB_STATE_CANCELLED);
-          *j.mutable_end_time() = NowTimestamp();
-        });
+        manager->UpdateOrLog(job.id(), trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+                             [](trainer::v1::Job& j) {
+                               j.set_state(trainer::v1::JOB_STATE_CANCELLED);
+                               *j.mutable_end_time() = NowTimestamp();
+                             });
       }
       if (Runnable(job)) manager->ReresolveSpec(job);
     }
@@ -223,7 +227,7 @@ void JobManager::Unsubscribe(int64_t subscription) {
 }
 
 absl::StatusOr<trainer::v1::JobSpec> JobManager::Resolve(const trainer::v1::JobSpec& spec,
-                                                const std::string& job_id) const {
+                                                         const std::string& job_id) const {
   absl::StatusOr<trainer::v1::JobSpec> resolved =
       ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id));
   if (!resolved.ok()) return resolved;
@@ -249,7 +253,8 @@ void JobManager::ReresolveSpec(const trainer::v1::Job& job) {
     return;
   }
   UpdateOrLog(job.id(),
-              resolved.ok() ? trainer::v1::WATCH_EVENT_TYPE_UNSPECIFIED : trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+              resolved.ok() ? trainer::v1::WATCH_EVENT_TYPE_UNSPECIFIED
+                            : trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
               [&resolved](trainer::v1::Job& stored) {
                 if (resolved.ok()) {
                   *stored.mutable_spec() = *resolved;
@@ -304,8 +309,9 @@ absl::Status JobManager::CheckOutputDirIsNew(const trainer::v1::JobSpec& spec) c
   for (const auto& [id, job] : jobs_) {
     // Handing a directory over to a job that starts from its checkpoint waits for its owner.
     if (job.spec().output_dir() == dir && (!starts_from_it || !IsTerminal(job))) {
-      return OutputDirTaken(dir, absl::StrCat("is the output_dir of job ", id, " (",
-                                              trainer::v1::JobState_Name(job.state()).substr(10), ")"));
+      return OutputDirTaken(dir,
+                            absl::StrCat("is the output_dir of job ", id, " (",
+                                         trainer::v1::JobState_Name(job.state()).substr(10), ")"));
     }
   }
   std::error_code error;
@@ -341,7 +347,8 @@ absl::StatusOr<trainer::v1::Job> JobManager::Get(const std::string& job_id) cons
   return found->second;
 }
 
-absl::StatusOr<trainer::v1::ListJobsResponse> JobManager::List(const trainer::v1::ListJobsRequest& request) const {
+absl::StatusOr<trainer::v1::ListJobsResponse> JobManager::List(
+    const trainer::v1::ListJobsRequest& request) const {
   if (request.page_size() < 0) return absl::InvalidArgumentError("page_size must be >= 0");
   for (int state : request.states()) {
     if (state == trainer::v1::JOB_STATE_UNSPECIFIED || !trainer::v1::JobState_IsValid(state)) {
@@ -393,8 +400,9 @@ absl::StatusOr<trainer::v1::Job> JobManager::Cancel(const std::string& job_id) {
   switch (found->second.state()) {
     case trainer::v1::JOB_STATE_SUCCEEDED:
     case trainer::v1::JOB_STATE_FAILED:
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", job_id, " is already ", trainer::v1::JobState_Name(found->second.state()).substr(10)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is already ",
+                       trainer::v1::JobState_Name(found->second.state()).substr(10)));
     case trainer::v1::JOB_STATE_QUEUED:
       if (absl::Status status = Update(job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
                                        [](trainer::v1::Job& job) {
@@ -406,9 +414,9 @@ absl::StatusOr<trainer::v1::Job> JobManager::Cancel(const std::string& job_id) {
       }
       break;
     case trainer::v1::JOB_STATE_RUNNING:
-      if (absl::Status status =
-              Update(job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-                     [](trainer::v1::Job& job) { job.set_state(trainer::v1::JOB_STATE_CANCELLING); });
+      if (absl::Status status = Update(
+              job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+              [](trainer::v1::Job& job) { job.set_state(trainer::v1::JOB_STATE_CANCELLING); });
           !status.ok()) {
         return Unpersisted(status);
       }
@@ -436,10 +444,11 @@ std::optional<trainer::v1::Job> JobManager::StartNextJob() {
     }
     const std::string id = next->id();
     cancel_running_ = false;
-    const absl::Status started = Update(id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](trainer::v1::Job& job) {
-      job.set_state(trainer::v1::JOB_STATE_RUNNING);
-      if (!job.has_start_time()) *job.mutable_start_time() = NowTimestamp();
-    });
+    const absl::Status started =
+        Update(id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED, [](trainer::v1::Job& job) {
+          job.set_state(trainer::v1::JOB_STATE_RUNNING);
+          if (!job.has_start_time()) *job.mutable_start_time() = NowTimestamp();
+        });
     if (started.ok()) return jobs_[id];
     // A job whose start cannot be recorded does not run (its restart would not resume it).
     PauseAfterSaveFailure(absl::StrCat("job ", id, " cannot start"), started);
@@ -469,13 +478,14 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
               [this, job_id](const trainer::v1::StepMetrics& metrics) {
                 RecordStepMetrics(job_id, metrics);
                 absl::MutexLock lock(&mutex_);
-                UpdateOrLog(job_id, trainer::v1::WATCH_EVENT_TYPE_STEP_COMPLETED, [&metrics](trainer::v1::Job& job) {
-                  // An attempt that restarted without a checkpoint repeats steps: progress
-                  // stays where the furthest attempt got.
-                  job.set_current_step(std::max(job.current_step(), metrics.step()));
-                  *job.mutable_latest_metrics() = metrics;
-                  job.mutable_latest_metrics()->set_attempt(job.attempt());
-                });
+                UpdateOrLog(job_id, trainer::v1::WATCH_EVENT_TYPE_STEP_COMPLETED,
+                            [&metrics](trainer::v1::Job& job) {
+                              // An attempt that restarted without a checkpoint repeats steps:
+                              // progress stays where the furthest attempt got.
+                              job.set_current_step(std::max(job.current_step(), metrics.step()));
+                              *job.mutable_latest_metrics() = metrics;
+                              job.mutable_latest_metrics()->set_attempt(job.attempt());
+                            });
               },
           .on_status =
               [this, job_id](const std::string& status) {
@@ -489,8 +499,9 @@ void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
   // A job whose end cannot be recorded is not run again (it would publish more versions): the
   // record is retried until it is saved or the manager stops (then a restart resumes the job).
   while (true) {
-    const absl::Status saved = Update(job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
-                                      [&result](trainer::v1::Job& job) { RecordOutcome(result, job); });
+    const absl::Status saved =
+        Update(job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
+               [&result](trainer::v1::Job& job) { RecordOutcome(result, job); });
     if (saved.ok() || stopping_) break;
     PauseAfterSaveFailure(absl::StrCat("job ", job_id, " ended but its record cannot be saved"),
                           saved);

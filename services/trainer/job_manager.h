@@ -23,8 +23,8 @@ namespace tandem::trainer {
 
 // Runs one job's remaining steps to its end (RunJob in the trainer; a fake in tests). Returns OK
 // when the job is done, CANCELLED once `cancelled` is seen, or the error that stopped it.
-using JobRunner = std::function<absl::Status(const trainer::v1::Job& job, const JobProgress& progress,
-                                             const std::atomic<bool>& cancelled)>;
+using JobRunner = std::function<absl::Status(
+    const trainer::v1::Job& job, const JobProgress& progress, const std::atomic<bool>& cancelled)>;
 
 // What the trainer's deployment offers its jobs.
 struct TrainerDeployment {
@@ -47,7 +47,8 @@ class JobManager {
 
   absl::StatusOr<trainer::v1::Job> Create(const trainer::v1::CreateJobRequest& request);
   absl::StatusOr<trainer::v1::Job> Get(const std::string& job_id) const;
-  absl::StatusOr<trainer::v1::ListJobsResponse> List(const trainer::v1::ListJobsRequest& request) const;
+  absl::StatusOr<trainer::v1::ListJobsResponse> List(
+      const trainer::v1::ListJobsRequest& request) const;
   absl::StatusOr<trainer::v1::Job> Cancel(const std::string& job_id);
 
   // Called with every event of a job (from the thread that made it), until it unsubscribes.
@@ -59,7 +60,8 @@ class JobManager {
  private:
   JobManager(std::string data_dir, JobRunner runner, TrainerDeployment deployment,
              std::unique_ptr<JobStore> store);
-  absl::StatusOr<trainer::v1::JobSpec> Resolve(const trainer::v1::JobSpec& spec, const std::string& job_id) const;
+  absl::StatusOr<trainer::v1::JobSpec> Resolve(const trainer::v1::JobSpec& spec,
+                                               const std::string& job_id) const;
   // A job stored by an earlier trainer that has yet to run or finish runs its spec as this one
   // resolves it (defaults it writes out, limits it checks): the stored spec is brought up to
   // date, or the job FAILS naming the rule it breaks.

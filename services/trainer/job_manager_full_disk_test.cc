@@ -24,7 +24,8 @@ TEST(JobManagerFullDiskTest, AFullTmpfsRefusesNewJobsAndKeepsTheAcknowledgedOnes
   const std::string filler = disk->dir() + "/filler";
   disk->Fill(filler, int64_t{64} << 10);
   // Jobs stay queued behind one that never ends, so nothing but records is written.
-  const JobRunner waits = [](const trainer::v1::Job&, const JobProgress&, const std::atomic<bool>& stop) {
+  const JobRunner waits = [](const trainer::v1::Job&, const JobProgress&,
+                             const std::atomic<bool>& stop) {
     while (!stop) absl::SleepFor(absl::Milliseconds(5));
     return absl::CancelledError("stopped");
   };

@@ -105,7 +105,8 @@ class JobManagerTest : public ::testing::Test {
     jobs_ = *std::move(jobs);
   }
 
-  std::string Create(const std::string& request_id, trainer::v1::JobSpec spec = MinimalValidSpec()) {
+  std::string Create(const std::string& request_id,
+                     trainer::v1::JobSpec spec = MinimalValidSpec()) {
     trainer::v1::CreateJobRequest request;
     request.set_request_id(request_id);
     *request.mutable_spec() = std::move(spec);
@@ -195,7 +196,8 @@ TEST_F(JobManagerTest, JobsRunOneAtATimeOldestFirstAndCancelEndsQueuedAndRunning
   EXPECT_EQ(jobs_->Get(second)->state(), trainer::v1::JOB_STATE_QUEUED);
 
   EXPECT_EQ(jobs_->Cancel(second)->state(), trainer::v1::JOB_STATE_CANCELLED) << "queued: at once";
-  EXPECT_EQ(jobs_->Cancel(first)->state(), trainer::v1::JOB_STATE_CANCELLING) << "running: at the runner";
+  EXPECT_EQ(jobs_->Cancel(first)->state(), trainer::v1::JOB_STATE_CANCELLING)
+      << "running: at the runner";
   AwaitState(first, trainer::v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(jobs_->Cancel(first)->state(), trainer::v1::JOB_STATE_CANCELLED) << "idempotent";
 
@@ -403,7 +405,8 @@ TEST_F(JobManagerTest, ARecordThatCannotBeSavedIsNotAcknowledged) {
 
   const absl::Status cancel = jobs_->Cancel(queued).status();
   EXPECT_FALSE(cancel.ok());
-  EXPECT_EQ(jobs_->Get(queued)->state(), trainer::v1::JOB_STATE_QUEUED) << "the cancel did not happen";
+  EXPECT_EQ(jobs_->Get(queued)->state(), trainer::v1::JOB_STATE_QUEUED)
+      << "the cancel did not happen";
 
   std::filesystem::remove(dir_ + "/jobs");
   std::filesystem::rename(dir_ + "/jobs.saved", dir_ + "/jobs");

@@ -101,15 +101,15 @@ engine::ScheduleConfig ScheduleOf(const trainer::v1::JobSpec& spec) {
           .total_steps = std::max<int64_t>(1, spec.num_steps() * algorithm.updates_per_step()),
           .decay = schedule.decay() == trainer::v1::LR_DECAY_LINEAR   ? engine::LrDecay::kLinear
                    : schedule.decay() == trainer::v1::LR_DECAY_COSINE ? engine::LrDecay::kCosine
-                                                             : engine::LrDecay::kConstant};
+                                                                      : engine::LrDecay::kConstant};
 }
 
 PolicyUpdateConfig UpdateConfigOf(const trainer::v1::JobSpec& spec) {
   const trainer::v1::AlgorithmConfig& algorithm = spec.algorithm_config();
   const trainer::v1::IsCorrection& correction = spec.is_correction();
   PolicyUpdateConfig config;
-  config.baseline =
-      spec.algorithm() == trainer::v1::ALGORITHM_DR_GRPO ? GroupBaseline::kDrGrpo : GroupBaseline::kGrpo;
+  config.baseline = spec.algorithm() == trainer::v1::ALGORITHM_DR_GRPO ? GroupBaseline::kDrGrpo
+                                                                       : GroupBaseline::kGrpo;
   // The value head itself is the run's; Run points the critic at it.
   config.critic = {.learning_rate = static_cast<float>(algorithm.value_learning_rate()),
                    .gamma = algorithm.gamma(),
@@ -122,15 +122,17 @@ PolicyUpdateConfig UpdateConfigOf(const trainer::v1::JobSpec& spec) {
       .clip_low = algorithm.clip_eps_low(),
       .clip_high = algorithm.clip_eps_high(),
       .dual_clip_c = algorithm.dual_clip_c(),
-      .aggregation = algorithm.loss_aggregation() == trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM
-                         ? Aggregation::kSeqMeanTokenSum
-                     : algorithm.loss_aggregation() == trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN
-                         ? Aggregation::kSeqMeanTokenMean
-                         : Aggregation::kTokenMean,
+      .aggregation =
+          algorithm.loss_aggregation() == trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM
+              ? Aggregation::kSeqMeanTokenSum
+          : algorithm.loss_aggregation() == trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN
+              ? Aggregation::kSeqMeanTokenMean
+              : Aggregation::kTokenMean,
       .kl_coef = algorithm.kl_coef(),
-      .kl_estimator = algorithm.kl_estimator() == trainer::v1::KL_ESTIMATOR_K1   ? KlEstimator::kK1
-                      : algorithm.kl_estimator() == trainer::v1::KL_ESTIMATOR_K2 ? KlEstimator::kK2
-                                                                        : KlEstimator::kK3};
+      .kl_estimator = algorithm.kl_estimator() == trainer::v1::KL_ESTIMATOR_K1 ? KlEstimator::kK1
+                      : algorithm.kl_estimator() == trainer::v1::KL_ESTIMATOR_K2
+                          ? KlEstimator::kK2
+                          : KlEstimator::kK3};
   switch (correction.mode()) {
     case trainer::v1::IS_CORRECTION_MODE_TOKEN_TIS:
       config.is.mode = IsMode::kTokenTis;
@@ -154,7 +156,7 @@ PolicyUpdateConfig UpdateConfigOf(const trainer::v1::JobSpec& spec) {
                         : RejectionLevel::kToken;
   config.replay = spec.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_OFF  ? RouteReplay::kOff
                   : spec.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_R2 ? RouteReplay::kR2
-                                                                        : RouteReplay::kR3;
+                                                                                 : RouteReplay::kR3;
   config.updates_per_step = algorithm.updates_per_step();
   config.micro_batch_size = spec.micro_batch_size();
   config.schedule = ScheduleOf(spec);
@@ -289,10 +291,12 @@ class JobRun {
       int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompts);
   // The request for this rank's prompts [first, end) of a step, which keep their step-wide ids
   // (own_groups_).
-  rollout::v1::GenerateRequest GenerateRequestFor(int64_t step, int64_t version, int attempt, int first,
-                                         int end, const std::vector<std::vector<int>>& prompt_ids);
+  rollout::v1::GenerateRequest GenerateRequestFor(int64_t step, int64_t version, int attempt,
+                                                  int first, int end,
+                                                  const std::vector<std::vector<int>>& prompt_ids);
   absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> GenerateOn(
-      rollout::v1::RolloutService::StubInterface& stub, const rollout::v1::GenerateRequest& request);
+      rollout::v1::RolloutService::StubInterface& stub,
+      const rollout::v1::GenerateRequest& request);
   // The routes of this rank's samples; counts the route entries missing (routed live) of all.
   absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
                                                    int64_t* missing_entries, int64_t* entries);
@@ -801,7 +805,8 @@ absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> JobRun::RequestSample
         return absl::InternalError(
             absl::StrCat("rollout sample failed: ", response.error_message()));
       }
-      if (response.finish_reason() == rollout::v1::FINISH_REASON_CANCELLED) {  // Retried elsewhere/later.
+      if (response.finish_reason() ==
+          rollout::v1::FINISH_REASON_CANCELLED) {  // Retried elsewhere/later.
         return absl::UnavailableError(absl::StrCat("rollout ", address, " is draining"));
       }
       const int prompt = chunks[c].first + response.prompt_index();
@@ -812,9 +817,9 @@ absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> JobRun::RequestSample
   return responses;
 }
 
-rollout::v1::GenerateRequest JobRun::GenerateRequestFor(int64_t step, int64_t version, int attempt,
-                                               int first, int end,
-                                               const std::vector<std::vector<int>>& prompt_ids) {
+rollout::v1::GenerateRequest JobRun::GenerateRequestFor(
+    int64_t step, int64_t version, int attempt, int first, int end,
+    const std::vector<std::vector<int>>& prompt_ids) {
   rollout::v1::GenerateRequest request;
   for (int p = first; p < end; ++p) {
     rollout::v1::Prompt& prompt = *request.add_prompts();
@@ -938,7 +943,8 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
   // ASYNC: generation runs up to max_staleness steps ahead of training, each step's samples
   // generated with the newest version published when its generation starts, so a step trains
   // on samples at most max_staleness versions behind; mismatch weights correct for it.
-  const int64_t lookahead = spec_.sync_mode() == trainer::v1::SYNC_MODE_ASYNC ? spec_.max_staleness() : 0;
+  const int64_t lookahead =
+      spec_.sync_mode() == trainer::v1::SYNC_MODE_ASYNC ? spec_.max_staleness() : 0;
   struct Ahead {
     int64_t step;
     int64_t version;
@@ -1073,19 +1079,22 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> GrpcServiceDialer::Rollout(
-    const std::string& address) {
-  return Dial<rollout::v1::RolloutService>(address, "tandem.rollout.v1.RolloutService", auth_token_, tls_);
+absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>>
+GrpcServiceDialer::Rollout(const std::string& address) {
+  return Dial<rollout::v1::RolloutService>(address, "tandem.rollout.v1.RolloutService", auth_token_,
+                                           tls_);
 }
 
 absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>>
 GrpcServiceDialer::WeightStore(const std::string& address) {
-  return Dial<weightstore::v1::WeightStoreService>(address, "tandem.weightstore.v1.WeightStoreService", auth_token_, tls_);
+  return Dial<weightstore::v1::WeightStoreService>(
+      address, "tandem.weightstore.v1.WeightStoreService", auth_token_, tls_);
 }
 
 absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
 GrpcServiceDialer::RouterReplay(const std::string& address) {
-  return Dial<routerreplay::v1::RouterReplayService>(address, "tandem.routerreplay.v1.RouterReplayService", auth_token_, tls_);
+  return Dial<routerreplay::v1::RouterReplayService>(
+      address, "tandem.routerreplay.v1.RouterReplayService", auth_token_, tls_);
 }
 
 absl::Status RunJob(const trainer::v1::Job& job, const JobEnvironment& environment,
@@ -1113,8 +1122,9 @@ absl::Status RunJob(const trainer::v1::Job& job, const JobEnvironment& environme
   }
 }
 
-absl::Status RunJobRank(const internal::v1::GetAssignmentResponse& assignment, gloo::rendezvous::Store& store,
-                        const JobEnvironment& environment, const std::atomic<bool>& cancelled) {
+absl::Status RunJobRank(const internal::v1::GetAssignmentResponse& assignment,
+                        gloo::rendezvous::Store& store, const JobEnvironment& environment,
+                        const std::atomic<bool>& cancelled) {
   JobRun run(assignment.job(), environment, &assignment, &store);
   // A rank that cannot start (no model, a bad spec) fails rank 0's group formation by its
   // absence, within rank 0's collective timeout; its own log says why.

@@ -17,26 +17,26 @@
 #include "services/trainer/rank_roster.h"
 #include "services/trainer/rendezvous_values.h"
 #include "services/trainer/service_endpoints.h"
+#include "tandem/internal/v1/trainer_ranks.pb.h"
 #include "tandem/rollout/v1/rollout.grpc.pb.h"
 #include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
 #include "tandem/trainer/v1/trainer.pb.h"
-#include "tandem/internal/v1/trainer_ranks.pb.h"
 #include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::trainer {
 
-// Opens the stubs a job run calls, by the addresses the trainer is configured with. The trainer dials gRPC
-// channels (GrpcServiceDialer); tests hand out fakes or in-process servers.
+// Opens the stubs a job run calls, by the addresses the trainer is configured with. The trainer
+// dials gRPC channels (GrpcServiceDialer); tests hand out fakes or in-process servers.
 class ServiceDialer {
  public:
   virtual ~ServiceDialer() = default;
   virtual absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> Rollout(
       const std::string& address) = 0;
-  virtual absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>> WeightStore(
-      const std::string& address) = 0;
-  virtual absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>> RouterReplay(
-      const std::string& address) = 0;
+  virtual absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>>
+  WeightStore(const std::string& address) = 0;
+  virtual absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
+  RouterReplay(const std::string& address) = 0;
 };
 
 // gRPC channels (CreateChannel: retries, keepalive) carrying the bearer token.
@@ -48,8 +48,8 @@ class GrpcServiceDialer final : public ServiceDialer {
       const std::string& address) override;
   absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>> WeightStore(
       const std::string& address) override;
-  absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>> RouterReplay(
-      const std::string& address) override;
+  absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
+  RouterReplay(const std::string& address) override;
 
  private:
   const std::string auth_token_;
@@ -132,8 +132,9 @@ absl::Status RunJob(const trainer::v1::Job& job, const JobEnvironment& environme
 // `store` (rank 0's rendezvous values), takes its starting state from rank 0, then generates,
 // trains and publishes its share of every step in lockstep with the others. Progress and
 // checkpoints are rank 0's. Returns OK after the last step, or the error that stopped it.
-absl::Status RunJobRank(const internal::v1::GetAssignmentResponse& assignment, gloo::rendezvous::Store& store,
-                        const JobEnvironment& environment, const std::atomic<bool>& cancelled);
+absl::Status RunJobRank(const internal::v1::GetAssignmentResponse& assignment,
+                        gloo::rendezvous::Store& store, const JobEnvironment& environment,
+                        const std::atomic<bool>& cancelled);
 
 }  // namespace tandem::trainer
 

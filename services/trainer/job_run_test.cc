@@ -84,7 +84,8 @@ class FakeRolloutStub final : public rollout::v1::RolloutService::StubInterface 
  public:
   explicit FakeRolloutStub(FakeRolloutState& state) : state_(state) {}
 
-  grpc::Status GetAdapterStatus(grpc::ClientContext*, const rollout::v1::GetAdapterStatusRequest& request,
+  grpc::Status GetAdapterStatus(grpc::ClientContext*,
+                                const rollout::v1::GetAdapterStatusRequest& request,
                                 rollout::v1::GetAdapterStatusResponse* response) override {
     absl::MutexLock lock(&state_.mutex);
     rollout::v1::AdapterStatus& status = *response->add_adapters();
@@ -132,7 +133,8 @@ class FakeRolloutStub final : public rollout::v1::RolloutService::StubInterface 
           response.add_token_adapter_versions(
               std::max(request.adapter().exact_version(), state_.newest_published));
         }
-        response.set_finish_reason(draining ? rollout::v1::FINISH_REASON_CANCELLED : rollout::v1::FINISH_REASON_STOP);
+        response.set_finish_reason(draining ? rollout::v1::FINISH_REASON_CANCELLED
+                                            : rollout::v1::FINISH_REASON_STOP);
       }
     }
     if (state_.error_sample) {
@@ -142,15 +144,17 @@ class FakeRolloutStub final : public rollout::v1::RolloutService::StubInterface 
     return new FakeReader(std::move(responses), grpc::Status::OK);
   }
   grpc::ClientAsyncReaderInterface<rollout::v1::GenerateResponse>* AsyncGenerateRaw(
-      grpc::ClientContext*, const rollout::v1::GenerateRequest&, grpc::CompletionQueue*, void*) override {
+      grpc::ClientContext*, const rollout::v1::GenerateRequest&, grpc::CompletionQueue*,
+      void*) override {
     return nullptr;  // The job loop uses the blocking API only.
   }
   grpc::ClientAsyncReaderInterface<rollout::v1::GenerateResponse>* PrepareAsyncGenerateRaw(
       grpc::ClientContext*, const rollout::v1::GenerateRequest&, grpc::CompletionQueue*) override {
     return nullptr;
   }
-  grpc::ClientAsyncResponseReaderInterface<rollout::v1::GetAdapterStatusResponse>* AsyncGetAdapterStatusRaw(
-      grpc::ClientContext*, const rollout::v1::GetAdapterStatusRequest&, grpc::CompletionQueue*) override {
+  grpc::ClientAsyncResponseReaderInterface<rollout::v1::GetAdapterStatusResponse>*
+  AsyncGetAdapterStatusRaw(grpc::ClientContext*, const rollout::v1::GetAdapterStatusRequest&,
+                           grpc::CompletionQueue*) override {
     return nullptr;
   }
   grpc::ClientAsyncResponseReaderInterface<rollout::v1::GetAdapterStatusResponse>*
@@ -176,8 +180,8 @@ class TestDialer final : public ServiceDialer {
     return std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>(
         weightstore::v1::WeightStoreService::NewStub(weight_store_));
   }
-  absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>> RouterReplay(
-      const std::string& address) override {
+  absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
+  RouterReplay(const std::string& address) override {
     return absl::FailedPreconditionError(absl::StrCat("no router-replay in this test: ", address));
   }
 
@@ -220,7 +224,8 @@ class JobRunTest : public ::testing::Test {
   }
 
   // A resolved job: `steps` GRPO steps of 2 prompts x 2 samples, no routing replay.
-  trainer::v1::Job Job(int steps, trainer::v1::Algorithm algorithm = trainer::v1::ALGORITHM_GRPO) const {
+  trainer::v1::Job Job(int steps,
+                       trainer::v1::Algorithm algorithm = trainer::v1::ALGORITHM_GRPO) const {
     trainer::v1::JobSpec spec = MinimalValidSpec();
     spec.set_algorithm(algorithm);
     spec.set_base_model_path(dir_ + "/base.safetensors");

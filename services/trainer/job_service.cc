@@ -19,10 +19,12 @@ bool IsTerminal(trainer::v1::JobState state) {
 // behind another one replaces it; state changes are never dropped.
 class WatchReactor final : public QueuedWriteReactor<trainer::v1::WatchJobResponse> {
  public:
-  WatchReactor(JobManager& jobs, OpenStreams<trainer::v1::WatchJobResponse>& open, const std::string& job_id)
+  WatchReactor(JobManager& jobs, OpenStreams<trainer::v1::WatchJobResponse>& open,
+               const std::string& job_id)
       : jobs_(jobs), open_(open) {
     auto subscription = jobs_.Subscribe(
-        job_id, [sink = sink()](const trainer::v1::WatchJobResponse& event) { sink->Write(event); });
+        job_id,
+        [sink = sink()](const trainer::v1::WatchJobResponse& event) { sink->Write(event); });
     if (!subscription.ok()) {
       sink()->Finish(ToGrpcStatus(subscription.status()));
       return;
@@ -32,7 +34,8 @@ class WatchReactor final : public QueuedWriteReactor<trainer::v1::WatchJobRespon
   }
 
  private:
-  void Enqueue(std::deque<trainer::v1::WatchJobResponse>& queue, trainer::v1::WatchJobResponse event) override {
+  void Enqueue(std::deque<trainer::v1::WatchJobResponse>& queue,
+               trainer::v1::WatchJobResponse event) override {
     if (terminal_queued_) return;
     terminal_queued_ = IsTerminal(event.job().state());
     if (event.type() == trainer::v1::WATCH_EVENT_TYPE_STEP_COMPLETED && !queue.empty() &&

@@ -42,7 +42,8 @@ class JobServiceTest : public ::testing::Test {
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.drain_timeout = absl::Milliseconds(200);
     auto started = tandem::testing::StartLoopbackServer(
-        "trainer", {"tandem.trainer.v1.JobService", std::make_unique<JobServiceImpl>(*std::move(jobs))},
+        "trainer",
+        {"tandem.trainer.v1.JobService", std::make_unique<JobServiceImpl>(*std::move(jobs))},
         options);
     ASSERT_TRUE(started.ok()) << started.status();
     stub_ = trainer::v1::JobService::NewStub(started->Channel());

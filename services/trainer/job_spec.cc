@@ -89,7 +89,8 @@ absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
     case trainer::v1::ALGORITHM_GRPO:
     case trainer::v1::ALGORITHM_DR_GRPO:
       if (spec.group_size() < 2) {
-        return Invalid("group_size: ", trainer::v1::Algorithm_Name(spec.algorithm()), " needs >= 2");
+        return Invalid("group_size: ", trainer::v1::Algorithm_Name(spec.algorithm()),
+                       " needs >= 2");
       }
       break;
     case trainer::v1::ALGORITHM_PPO:
@@ -169,8 +170,9 @@ absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
       return Invalid("algorithm_config.", name, " is ", value, "; must be >= 0 and finite");
     }
   }
-  if (absl::Status status = CheckEnum("algorithm_config.loss_aggregation",
-                                      config.loss_aggregation(), trainer::v1::LossAggregation_IsValid);
+  if (absl::Status status =
+          CheckEnum("algorithm_config.loss_aggregation", config.loss_aggregation(),
+                    trainer::v1::LossAggregation_IsValid);
       !status.ok()) {
     return status;
   }
@@ -202,13 +204,15 @@ absl::Status CheckParallelism(trainer::v1::JobSpec& spec) {
 }
 
 absl::Status CheckSchedule(trainer::v1::JobSpec& spec) {
-  trainer::v1::LearningRateSchedule& schedule = *spec.mutable_algorithm_config()->mutable_lr_schedule();
-  if (absl::Status status =
-          CheckEnum("algorithm_config.lr_schedule.decay", schedule.decay(), trainer::v1::LrDecay_IsValid);
+  trainer::v1::LearningRateSchedule& schedule =
+      *spec.mutable_algorithm_config()->mutable_lr_schedule();
+  if (absl::Status status = CheckEnum("algorithm_config.lr_schedule.decay", schedule.decay(),
+                                      trainer::v1::LrDecay_IsValid);
       !status.ok()) {
     return status;
   }
-  if (schedule.decay() == trainer::v1::LR_DECAY_UNSPECIFIED) schedule.set_decay(trainer::v1::LR_DECAY_CONSTANT);
+  if (schedule.decay() == trainer::v1::LR_DECAY_UNSPECIFIED)
+    schedule.set_decay(trainer::v1::LR_DECAY_CONSTANT);
   const int64_t updates = spec.num_steps() * spec.algorithm_config().updates_per_step();
   if (schedule.warmup_updates() < 0 || schedule.warmup_updates() > updates) {
     return Invalid("algorithm_config.lr_schedule.warmup_updates is ", schedule.warmup_updates(),
@@ -318,8 +322,8 @@ absl::Status CheckSizes(trainer::v1::JobSpec& spec) {
 }
 
 absl::Status CheckModes(trainer::v1::JobSpec& spec) {
-  if (absl::Status status =
-          CheckEnum("routing_replay", spec.routing_replay(), trainer::v1::RoutingReplayMode_IsValid);
+  if (absl::Status status = CheckEnum("routing_replay", spec.routing_replay(),
+                                      trainer::v1::RoutingReplayMode_IsValid);
       !status.ok()) {
     return status;
   }
@@ -330,7 +334,8 @@ absl::Status CheckModes(trainer::v1::JobSpec& spec) {
   if (spec.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_UNSPECIFIED) {
     spec.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_R3);
   }
-  if (spec.sync_mode() == trainer::v1::SYNC_MODE_UNSPECIFIED) spec.set_sync_mode(trainer::v1::SYNC_MODE_SYNC);
+  if (spec.sync_mode() == trainer::v1::SYNC_MODE_UNSPECIFIED)
+    spec.set_sync_mode(trainer::v1::SYNC_MODE_SYNC);
   if (spec.sync_mode() == trainer::v1::SYNC_MODE_SYNC && spec.max_staleness() != 0) {
     return Invalid("max_staleness must be 0 in SYNC");
   }

@@ -16,8 +16,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/trainer/job_spec_testing.h"
-#include "tandem/type/v1/common.pb.h"
 #include "tandem/trainer/v1/trainer.pb.h"
+#include "tandem/type/v1/common.pb.h"
 
 namespace tandem::trainer {
 namespace {
@@ -355,7 +355,8 @@ TEST(ResolveJobSpecTest, TheLearningRateScheduleDefaultsToConstantAndIsChecked) 
   EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().lr_schedule().decay(),
             trainer::v1::LR_DECAY_CONSTANT);
   trainer::v1::JobSpec spec = MinimalValidSpec();
-  trainer::v1::LearningRateSchedule& schedule = *spec.mutable_algorithm_config()->mutable_lr_schedule();
+  trainer::v1::LearningRateSchedule& schedule =
+      *spec.mutable_algorithm_config()->mutable_lr_schedule();
   schedule.set_decay(trainer::v1::LR_DECAY_COSINE);
   schedule.set_warmup_updates(spec.num_steps());
   schedule.set_min_lr_ratio(0.1);
@@ -507,7 +508,8 @@ TEST(ResolveJobSpecTest, IsCorrectionUpperBelowLowerIsRejected) {
 // sync_mode and max_staleness.
 
 TEST(ResolveJobSpecTest, MaxStalenessMustBeZeroInSync) {
-  for (trainer::v1::SyncMode mode : {trainer::v1::SYNC_MODE_UNSPECIFIED, trainer::v1::SYNC_MODE_SYNC}) {
+  for (trainer::v1::SyncMode mode :
+       {trainer::v1::SYNC_MODE_UNSPECIFIED, trainer::v1::SYNC_MODE_SYNC}) {
     for (int staleness : {2, -1}) {
       trainer::v1::JobSpec spec = MinimalValidSpec();
       spec.set_sync_mode(mode);
@@ -668,7 +670,8 @@ TEST(ResolveJobSpecTest, DualClipCDefaultsToThreeAndZeroDisables) {
 }
 
 TEST(ResolveJobSpecTest, KlEstimatorDefaultsToK3) {
-  EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().kl_estimator(), trainer::v1::KL_ESTIMATOR_K3);
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().kl_estimator(),
+            trainer::v1::KL_ESTIMATOR_K3);
   trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_algorithm_config()->set_kl_estimator(trainer::v1::KL_ESTIMATOR_K1);
   EXPECT_EQ(ResolveOk(spec).algorithm_config().kl_estimator(), trainer::v1::KL_ESTIMATOR_K1);
@@ -698,7 +701,8 @@ TEST(ResolveJobSpecTest, LossAggregationDefaultsToTokenMean) {
   EXPECT_EQ(ResolveOk(MinimalValidSpec()).algorithm_config().loss_aggregation(),
             trainer::v1::LOSS_AGGREGATION_TOKEN_MEAN);
   trainer::v1::JobSpec spec = MinimalValidSpec();
-  spec.mutable_algorithm_config()->set_loss_aggregation(trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
+  spec.mutable_algorithm_config()->set_loss_aggregation(
+      trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
   EXPECT_EQ(ResolveOk(spec).algorithm_config().loss_aggregation(),
             trainer::v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM);
 }
@@ -775,7 +779,8 @@ TEST(ResolveJobSpecTest, MaxStalenessDefaultsToOneInAsync) {
 }
 
 TEST(ResolveJobSpecTest, ExpertLayoutDefaultsToPerExpert) {
-  EXPECT_EQ(ResolveOk(MinimalValidSpec()).lora().expert_layout(), type::v1::EXPERT_LAYOUT_PER_EXPERT);
+  EXPECT_EQ(ResolveOk(MinimalValidSpec()).lora().expert_layout(),
+            type::v1::EXPERT_LAYOUT_PER_EXPERT);
   trainer::v1::JobSpec spec = MinimalValidSpec();
   spec.mutable_lora()->set_expert_layout(type::v1::EXPERT_LAYOUT_SHARED_OUTER);
   EXPECT_EQ(ResolveOk(spec).lora().expert_layout(), type::v1::EXPERT_LAYOUT_SHARED_OUTER);
@@ -788,24 +793,27 @@ namespace tandem::trainer {
 namespace {
 
 TEST(ResolveJobSpecTest, NanAndInfinityAreRefusedInEveryFloatField) {
-  const std::vector<std::pair<std::string, std::function<void(trainer::v1::JobSpec&, double)>>> fields = {
-      {"weight_decay",
-       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_weight_decay(v); }},
-      {"max_grad_norm",
-       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_max_grad_norm(v); }},
-      {"clip_eps_low",
-       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_low(v); }},
-      {"clip_eps_high",
-       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_clip_eps_high(v); }},
-      {"dual_clip_c",
-       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_dual_clip_c(v); }},
-      {"kl_coef", [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_kl_coef(v); }},
-      {"gamma", [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gamma(v); }},
-      {"gae_lambda",
-       [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gae_lambda(v); }},
-      {"is_correction",
-       [](trainer::v1::JobSpec& s, double v) { s.mutable_is_correction()->set_lower_bound(v); }},
-  };
+  const std::vector<std::pair<std::string, std::function<void(trainer::v1::JobSpec&, double)>>>
+      fields = {
+          {"weight_decay", [](trainer::v1::JobSpec& s,
+                              double v) { s.mutable_algorithm_config()->set_weight_decay(v); }},
+          {"max_grad_norm", [](trainer::v1::JobSpec& s,
+                               double v) { s.mutable_algorithm_config()->set_max_grad_norm(v); }},
+          {"clip_eps_low", [](trainer::v1::JobSpec& s,
+                              double v) { s.mutable_algorithm_config()->set_clip_eps_low(v); }},
+          {"clip_eps_high", [](trainer::v1::JobSpec& s,
+                               double v) { s.mutable_algorithm_config()->set_clip_eps_high(v); }},
+          {"dual_clip_c", [](trainer::v1::JobSpec& s,
+                             double v) { s.mutable_algorithm_config()->set_dual_clip_c(v); }},
+          {"kl_coef",
+           [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_kl_coef(v); }},
+          {"gamma",
+           [](trainer::v1::JobSpec& s, double v) { s.mutable_algorithm_config()->set_gamma(v); }},
+          {"gae_lambda", [](trainer::v1::JobSpec& s,
+                            double v) { s.mutable_algorithm_config()->set_gae_lambda(v); }},
+          {"is_correction", [](trainer::v1::JobSpec& s,
+                               double v) { s.mutable_is_correction()->set_lower_bound(v); }},
+      };
   for (const auto& [field, set] : fields) {
     trainer::v1::JobSpec spec = MinimalValidSpec();
     set(spec, std::numeric_limits<double>::quiet_NaN());
@@ -826,15 +834,19 @@ TEST(ResolveJobSpecTest, NanAndInfinityAreRefusedInEveryFloatField) {
 TEST(ResolveJobSpecTest, EnumValuesOutsideTheirEnumAreRefused) {
   const std::vector<std::pair<std::string, std::function<void(trainer::v1::JobSpec&)>>> fields = {
       {"routing_replay",
-       [](trainer::v1::JobSpec& s) { s.set_routing_replay(static_cast<trainer::v1::RoutingReplayMode>(7)); }},
-      {"sync_mode", [](trainer::v1::JobSpec& s) { s.set_sync_mode(static_cast<trainer::v1::SyncMode>(7)); }},
+       [](trainer::v1::JobSpec& s) {
+         s.set_routing_replay(static_cast<trainer::v1::RoutingReplayMode>(7));
+       }},
+      {"sync_mode",
+       [](trainer::v1::JobSpec& s) { s.set_sync_mode(static_cast<trainer::v1::SyncMode>(7)); }},
       {"is_correction.mode",
        [](trainer::v1::JobSpec& s) {
          s.mutable_is_correction()->set_mode(static_cast<trainer::v1::IsCorrectionMode>(9));
        }},
       {"is_correction.rejection_level",
        [](trainer::v1::JobSpec& s) {
-         s.mutable_is_correction()->set_rejection_level(static_cast<trainer::v1::RejectionLevel>(9));
+         s.mutable_is_correction()->set_rejection_level(
+             static_cast<trainer::v1::RejectionLevel>(9));
        }},
       {"algorithm_config.kl_estimator",
        [](trainer::v1::JobSpec& s) {
@@ -842,7 +854,8 @@ TEST(ResolveJobSpecTest, EnumValuesOutsideTheirEnumAreRefused) {
        }},
       {"algorithm_config.loss_aggregation",
        [](trainer::v1::JobSpec& s) {
-         s.mutable_algorithm_config()->set_loss_aggregation(static_cast<trainer::v1::LossAggregation>(9));
+         s.mutable_algorithm_config()->set_loss_aggregation(
+             static_cast<trainer::v1::LossAggregation>(9));
        }},
   };
   for (const auto& [field, set] : fields) {
@@ -856,20 +869,23 @@ TEST(ResolveJobSpecTest, EnumValuesOutsideTheirEnumAreRefused) {
 }
 
 TEST(ResolveJobSpecTest, SamplingFollowsTheRolloutsRulesAtCreateTime) {
-  const std::vector<std::pair<std::string, std::function<void(type::v1::SamplingParams&)>>> cases = {
-      {"sampling.temperature is 101", [](type::v1::SamplingParams& p) { p.set_temperature(101); }},
-      {"sampling.temperature is nan",
-       [](type::v1::SamplingParams& p) { p.set_temperature(std::nanf("")); }},
-      {"sampling.top_p is 0", [](type::v1::SamplingParams& p) { p.set_top_p(0); }},
-      {"sampling.top_k is -1", [](type::v1::SamplingParams& p) { p.set_top_k(-1); }},
-      {"sampling.stop_token_ids: -3", [](type::v1::SamplingParams& p) { p.add_stop_token_ids(-3); }},
-      {"sampling.stop_token_ids has 65",
-       [](type::v1::SamplingParams& p) {
-         for (int i = 0; i < 65; ++i) p.add_stop_token_ids(2);
-       }},
-      // The job seeds each step's sampling from spec.seed: a seed here would be ignored.
-      {"sampling.seed is 5; set spec.seed", [](type::v1::SamplingParams& p) { p.set_seed(5); }},
-  };
+  const std::vector<std::pair<std::string, std::function<void(type::v1::SamplingParams&)>>> cases =
+      {
+          {"sampling.temperature is 101",
+           [](type::v1::SamplingParams& p) { p.set_temperature(101); }},
+          {"sampling.temperature is nan",
+           [](type::v1::SamplingParams& p) { p.set_temperature(std::nanf("")); }},
+          {"sampling.top_p is 0", [](type::v1::SamplingParams& p) { p.set_top_p(0); }},
+          {"sampling.top_k is -1", [](type::v1::SamplingParams& p) { p.set_top_k(-1); }},
+          {"sampling.stop_token_ids: -3",
+           [](type::v1::SamplingParams& p) { p.add_stop_token_ids(-3); }},
+          {"sampling.stop_token_ids has 65",
+           [](type::v1::SamplingParams& p) {
+             for (int i = 0; i < 65; ++i) p.add_stop_token_ids(2);
+           }},
+          // The job seeds each step's sampling from spec.seed: a seed here would be ignored.
+          {"sampling.seed is 5; set spec.seed", [](type::v1::SamplingParams& p) { p.set_seed(5); }},
+      };
   for (const auto& [message, set] : cases) {
     trainer::v1::JobSpec spec = MinimalValidSpec();
     set(*spec.mutable_sampling());

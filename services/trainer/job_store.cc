@@ -30,7 +30,7 @@ absl::Status SyncPath(const std::string& path, int flags) {
 // Moves a damaged record aside and stands in a FAILED job of its id, so clients see what
 // happened instead of the trainer refusing to start.
 absl::StatusOr<trainer::v1::Job> Quarantine(const std::string& path, const std::string& job_id,
-                                   const absl::Status& problem) {
+                                            const absl::Status& problem) {
   const std::string aside = path + ".corrupt";
   std::error_code error;
   std::filesystem::rename(path, aside, error);

@@ -64,10 +64,11 @@ namespace {
 
 // Where jobs find the other services, from the flags; INVALID_ARGUMENT naming a bad flag.
 absl::StatusOr<tandem::trainer::ServiceEndpoints> ServiceEndpointsFromFlags() {
-  tandem::trainer::ServiceEndpoints endpoints{.rollout = absl::GetFlag(FLAGS_rollout),
-                                              .rollout_service = absl::GetFlag(FLAGS_rollout_service),
-                                              .weight_store = absl::GetFlag(FLAGS_weight_store),
-                                              .router_replay = absl::GetFlag(FLAGS_router_replay)};
+  tandem::trainer::ServiceEndpoints endpoints{
+      .rollout = absl::GetFlag(FLAGS_rollout),
+      .rollout_service = absl::GetFlag(FLAGS_rollout_service),
+      .weight_store = absl::GetFlag(FLAGS_weight_store),
+      .router_replay = absl::GetFlag(FLAGS_router_replay)};
   if (absl::Status status = tandem::trainer::CheckServiceEndpoints(endpoints); !status.ok()) {
     return status;
   }
@@ -185,7 +186,8 @@ int main(int argc, char** argv) {
          }
          auto jobs = tandem::trainer::JobManager::Open(
              absl::GetFlag(FLAGS_data_dir),
-             [environment](const tandem::trainer::v1::Job& job, const tandem::trainer::JobProgress& progress,
+             [environment](const tandem::trainer::v1::Job& job,
+                           const tandem::trainer::JobProgress& progress,
                            const std::atomic<bool>& cancelled) {
                return tandem::trainer::RunJob(job, environment, progress, cancelled);
              },

@@ -10,7 +10,8 @@
 
 namespace tandem::trainer {
 
-RankWorker::RankWorker(int rank, std::unique_ptr<internal::v1::TrainerRanksService::StubInterface> rank_zero,
+RankWorker::RankWorker(int rank,
+                       std::unique_ptr<internal::v1::TrainerRanksService::StubInterface> rank_zero,
                        JobEnvironment environment, absl::Duration poll_interval)
     : rank_(rank),
       rank_zero_(std::move(rank_zero)),

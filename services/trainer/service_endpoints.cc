@@ -83,8 +83,8 @@ absl::Status CheckServiceEndpoints(const ServiceEndpoints& endpoints) {
       return absl::InvalidArgumentError(absl::StrCat("--rollout_service: ", status.message()));
     }
   } else if (endpoints.rollout.empty() || endpoints.rollout.size() > kMaxRolloutReplicas) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rollout: 1..", kMaxRolloutReplicas, " addresses required (or --rollout_service)"));
+    return absl::InvalidArgumentError(absl::StrCat("--rollout: 1..", kMaxRolloutReplicas,
+                                                   " addresses required (or --rollout_service)"));
   }
   for (const std::string& address : endpoints.rollout) {
     if (address.empty()) return absl::InvalidArgumentError("--rollout: empty address");

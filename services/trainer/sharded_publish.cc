@@ -7,7 +7,8 @@
 
 namespace tandem::trainer {
 
-absl::Status PublishTogether(Communicator& ranks, weightstore::v1::WeightStoreService::StubInterface& stub,
+absl::Status PublishTogether(Communicator& ranks,
+                             weightstore::v1::WeightStoreService::StubInterface& stub,
                              const weight_store::AdapterVersion& published,
                              const weight_store::PublishOptions& options,
                              const StoreCall& store_call, absl::Duration wait) {

@@ -142,8 +142,10 @@ void RecordJobCounts(const std::vector<trainer::v1::Job>& jobs) {
                             .Register(MetricsRegistry());
   absl::flat_hash_map<int, int> counts;
   for (const trainer::v1::Job& job : jobs) ++counts[job.state()];
-  for (int state = trainer::v1::JOB_STATE_QUEUED; state <= trainer::v1::JOB_STATE_CANCELLED; ++state) {
-    family.Add({{"state", trainer::v1::JobState_Name(static_cast<trainer::v1::JobState>(state))}}).Set(counts[state]);
+  for (int state = trainer::v1::JOB_STATE_QUEUED; state <= trainer::v1::JOB_STATE_CANCELLED;
+       ++state) {
+    family.Add({{"state", trainer::v1::JobState_Name(static_cast<trainer::v1::JobState>(state))}})
+        .Set(counts[state]);
   }
 }
 

@@ -22,9 +22,10 @@ grpc::ServerUnaryReactor* TrainerRanksServiceImpl::SetRendezvousValue(
     internal::v1::SetRendezvousValueResponse* response) {
   const absl::Status status =
       rendezvous_.Set(request->group(), request->key(), std::string(request->value()));
-  if (!status.ok()) return FinishUnary<internal::v1::SetRendezvousValueResponse>(context, status, response);
-  return FinishUnary<internal::v1::SetRendezvousValueResponse>(context, internal::v1::SetRendezvousValueResponse(),
-                                                     response);
+  if (!status.ok())
+    return FinishUnary<internal::v1::SetRendezvousValueResponse>(context, status, response);
+  return FinishUnary<internal::v1::SetRendezvousValueResponse>(
+      context, internal::v1::SetRendezvousValueResponse(), response);
 }
 
 grpc::ServerUnaryReactor* TrainerRanksServiceImpl::GetRendezvousValue(
@@ -46,7 +47,8 @@ grpc::ServerUnaryReactor* TrainerRanksServiceImpl::GetAssignment(
   if (!assignment.ok()) {
     return FinishUnary<internal::v1::GetAssignmentResponse>(context, assignment.status(), response);
   }
-  return FinishUnary<internal::v1::GetAssignmentResponse>(context, *std::move(assignment), response);
+  return FinishUnary<internal::v1::GetAssignmentResponse>(context, *std::move(assignment),
+                                                          response);
 }
 
 }  // namespace tandem::trainer

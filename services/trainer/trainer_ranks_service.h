@@ -16,15 +16,15 @@ class TrainerRanksServiceImpl final : public internal::v1::TrainerRanksService::
                           RankRoster& roster)
       : ids_(ids), rendezvous_(rendezvous), roster_(roster) {}
 
-  grpc::ServerUnaryReactor* GetCommunicatorId(grpc::CallbackServerContext* context,
-                                              const internal::v1::GetCommunicatorIdRequest* request,
-                                              internal::v1::GetCommunicatorIdResponse* response) override;
-  grpc::ServerUnaryReactor* SetRendezvousValue(grpc::CallbackServerContext* context,
-                                               const internal::v1::SetRendezvousValueRequest* request,
-                                               internal::v1::SetRendezvousValueResponse* response) override;
-  grpc::ServerUnaryReactor* GetRendezvousValue(grpc::CallbackServerContext* context,
-                                               const internal::v1::GetRendezvousValueRequest* request,
-                                               internal::v1::GetRendezvousValueResponse* response) override;
+  grpc::ServerUnaryReactor* GetCommunicatorId(
+      grpc::CallbackServerContext* context, const internal::v1::GetCommunicatorIdRequest* request,
+      internal::v1::GetCommunicatorIdResponse* response) override;
+  grpc::ServerUnaryReactor* SetRendezvousValue(
+      grpc::CallbackServerContext* context, const internal::v1::SetRendezvousValueRequest* request,
+      internal::v1::SetRendezvousValueResponse* response) override;
+  grpc::ServerUnaryReactor* GetRendezvousValue(
+      grpc::CallbackServerContext* context, const internal::v1::GetRendezvousValueRequest* request,
+      internal::v1::GetRendezvousValueResponse* response) override;
   grpc::ServerUnaryReactor* GetAssignment(grpc::CallbackServerContext* context,
                                           const internal::v1::GetAssignmentRequest* request,
                                           internal::v1::GetAssignmentResponse* response) override;

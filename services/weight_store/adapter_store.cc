@@ -94,7 +94,8 @@ absl::Status AdapterStore::Recover() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<BeginResult> AdapterStore::Begin(const weightstore::v1::Manifest& manifest, bool use_ucx) {
+absl::StatusOr<BeginResult> AdapterStore::Begin(const weightstore::v1::Manifest& manifest,
+                                                bool use_ucx) {
   if (absl::Status status = ValidateManifest(manifest); !status.ok()) return status;
   const std::string name = VersionName(manifest.adapter_name(), manifest.version());
   if (absl::Status status = CheckStackable(manifest); !status.ok()) {

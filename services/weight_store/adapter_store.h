@@ -69,7 +69,8 @@ class AdapterStore {
 
   // Calls `listener` (on the committing thread, without store locks held) after each commit
   // of `adapter`, listeners in the order they were registered; returns an id for Unwatch.
-  int64_t Watch(absl::string_view adapter, std::function<void(const weightstore::v1::VersionInfo&)> listener);
+  int64_t Watch(absl::string_view adapter,
+                std::function<void(const weightstore::v1::VersionInfo&)> listener);
   void Unwatch(int64_t watch_id);
 
   struct Lease {
@@ -139,7 +140,8 @@ class AdapterStore {
   // An open upload past its expiry is gone for every caller, even before the sweep frees it.
   static bool Expired(const Upload& upload, absl::Time now);
   absl::Status CheckWritten(const Upload& upload) const;
-  absl::StatusOr<weightstore::v1::VersionInfo> Publish(Upload& upload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::StatusOr<weightstore::v1::VersionInfo> Publish(Upload& upload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   struct RetiredVersion {
     std::string adapter;
     int64_t version = 0;

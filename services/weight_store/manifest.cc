@@ -155,7 +155,8 @@ absl::StatusOr<int> FusedPartner(const weightstore::v1::ShardPiece& piece, const
 }
 
 // The box the piece covers, after checking its slice against the tensor's shape.
-absl::StatusOr<CoveredBox> SliceBox(const weightstore::v1::ShardPiece& piece, const TensorInfo& info) {
+absl::StatusOr<CoveredBox> SliceBox(const weightstore::v1::ShardPiece& piece,
+                                    const TensorInfo& info) {
   if (piece.slice_size() + 1 != static_cast<int>(info.shape.size())) {
     return Invalid(piece.slice_size(), " slice entries for ", info.shape.size() - 1, " dims");
   }
@@ -182,8 +183,9 @@ uint64_t BoxElements(const CoveredBox& box) {
   return elements;
 }
 
-absl::Status ValidateBytes(const weightstore::v1::ShardPiece& piece, const weightstore::v1::Shard& shard,
-                           const TensorInfo& info, const CoveredBox& box) {
+absl::Status ValidateBytes(const weightstore::v1::ShardPiece& piece,
+                           const weightstore::v1::Shard& shard, const TensorInfo& info,
+                           const CoveredBox& box) {
   // Fits: the box lies within a tensor of at most kMaxTensorBytes.
   const uint64_t expected = BoxElements(box) * (piece.fused_gate_up() ? 2 : 1) *
                             transfer::ElementSize(info.tensor->spec().dtype());
@@ -237,8 +239,8 @@ absl::Status ValidatePieceBytesDisjoint(const weightstore::v1::Shard& shard) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateShard(const weightstore::v1::Shard& shard, int shard_index, const Tensors& tensors,
-                           std::vector<std::vector<CoveredBox>>& coverage) {
+absl::Status ValidateShard(const weightstore::v1::Shard& shard, int shard_index,
+                           const Tensors& tensors, std::vector<std::vector<CoveredBox>>& coverage) {
   if (shard.producer_rank() < 0) return Invalid("producer_rank ", shard.producer_rank(), " < 0");
   if (shard.byte_size() < 1 || shard.byte_size() > kMaxShardBytes) {
     return Invalid("byte_size ", shard.byte_size(), " not in 1..", kMaxShardBytes);

@@ -33,16 +33,19 @@ weightstore::v1::TargetLayout LayoutFrom(uint8_t choice) {
   target.set_expert_tp_size(1);
   target.set_fuse_gate_up(choice & 8);
   target.set_stack_experts(choice & 16);
-  target.set_naming(choice & 32 ? weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE : weightstore::v1::TENSOR_NAMING_CANONICAL);
+  target.set_naming(choice & 32 ? weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE
+                                : weightstore::v1::TENSOR_NAMING_CANONICAL);
   return target;
 }
 
-void CheckPlan(const weightstore::v1::Manifest& manifest, const std::vector<weightstore::v1::PlannedTensor>& plan) {
+void CheckPlan(const weightstore::v1::Manifest& manifest,
+               const std::vector<weightstore::v1::PlannedTensor>& plan) {
   uint64_t shard_total = 0;
   for (const weightstore::v1::Shard& shard : manifest.shards()) shard_total += shard.byte_size();
   if (shard_total > kMaxCheckedBytes) return;
   std::vector<std::string> shards;
-  for (const weightstore::v1::Shard& shard : manifest.shards()) shards.emplace_back(shard.byte_size(), '\x5a');
+  for (const weightstore::v1::Shard& shard : manifest.shards())
+    shards.emplace_back(shard.byte_size(), '\x5a');
   const std::vector<absl::string_view> views(shards.begin(), shards.end());
   for (const weightstore::v1::PlannedTensor& tensor : plan) {
     const uint64_t size = tensor.tensor().byte_size();

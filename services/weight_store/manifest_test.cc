@@ -26,7 +26,7 @@ type::v1::LoraConfig Lora(type::v1::ExpertLayout layout) {
 
 // The manifest of the small test model published by every rank of a TP x EP producer.
 weightstore::v1::Manifest Publish(type::v1::ExpertLayout expert_layout, type::v1::Dtype dtype,
-                     transfer::ProducerLayout layout) {
+                                  transfer::ProducerLayout layout) {
   weightstore::v1::Manifest manifest;
   manifest.set_adapter_name("policy/job-1");
   manifest.set_version(3);
@@ -48,11 +48,13 @@ weightstore::v1::Manifest Publish(type::v1::ExpertLayout expert_layout, type::v1
 }
 
 weightstore::v1::Manifest Trainer() {
-  return Publish(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
+  return Publish(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16,
+                 {.tp_size = 2, .ep_size = 2});
 }
 
 // The first piece of `manifest` on tensor `name`.
-weightstore::v1::ShardPiece* FindPiece(weightstore::v1::Manifest& manifest, absl::string_view name, int* shard_index) {
+weightstore::v1::ShardPiece* FindPiece(weightstore::v1::Manifest& manifest, absl::string_view name,
+                                       int* shard_index) {
   for (int s = 0; s < manifest.shards_size(); ++s) {
     for (weightstore::v1::ShardPiece& piece : *manifest.mutable_shards(s)->mutable_pieces()) {
       if (piece.tensor_name() == name) {
@@ -64,7 +66,8 @@ weightstore::v1::ShardPiece* FindPiece(weightstore::v1::Manifest& manifest, absl
   return nullptr;
 }
 
-weightstore::v1::CanonicalTensor* FindTensor(weightstore::v1::Manifest& manifest, absl::string_view name) {
+weightstore::v1::CanonicalTensor* FindTensor(weightstore::v1::Manifest& manifest,
+                                             absl::string_view name) {
   for (weightstore::v1::CanonicalTensor& tensor : *manifest.mutable_tensors()) {
     if (tensor.spec().name() == name) return &tensor;
   }
@@ -76,8 +79,8 @@ constexpr absl::string_view kExpertDown = "model.layers.1.mlp.experts.{e}.down_p
 constexpr absl::string_view kDenseGate = "model.layers.0.mlp.gate_proj.lora_A.weight";
 
 TEST(ValidateManifestTest, AcceptsProducerManifests) {
-  for (auto layout :
-       {type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::EXPERT_LAYOUT_SHARED, type::v1::EXPERT_LAYOUT_SHARED_OUTER}) {
+  for (auto layout : {type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::EXPERT_LAYOUT_SHARED,
+                      type::v1::EXPERT_LAYOUT_SHARED_OUTER}) {
     for (auto dtype : {type::v1::DTYPE_BF16, type::v1::DTYPE_F32}) {
       for (const transfer::ProducerLayout& producer :
            {transfer::ProducerLayout{.tp_size = 2, .ep_size = 2},
@@ -110,8 +113,8 @@ TEST_P(ValidateManifestErrorTest, RejectsWithNamedValue) {
 }
 
 // Applies `edit` to the first piece of tensor `name`.
-std::function<void(weightstore::v1::Manifest&)> EditPiece(absl::string_view name,
-                                             std::function<void(weightstore::v1::ShardPiece&)> edit) {
+std::function<void(weightstore::v1::Manifest&)> EditPiece(
+    absl::string_view name, std::function<void(weightstore::v1::ShardPiece&)> edit) {
   return [name, edit](weightstore::v1::Manifest& manifest) {
     int shard;
     weightstore::v1::ShardPiece* piece = FindPiece(manifest, name, &shard);
@@ -120,8 +123,8 @@ std::function<void(weightstore::v1::Manifest&)> EditPiece(absl::string_view name
   };
 }
 
-std::function<void(weightstore::v1::Manifest&)> EditTensor(absl::string_view name,
-                                              std::function<void(weightstore::v1::CanonicalTensor&)> edit) {
+std::function<void(weightstore::v1::Manifest&)> EditTensor(
+    absl::string_view name, std::function<void(weightstore::v1::CanonicalTensor&)> edit) {
   return [name, edit](weightstore::v1::Manifest& manifest) {
     weightstore::v1::CanonicalTensor* tensor = FindTensor(manifest, name);
     ASSERT_NE(tensor, nullptr);

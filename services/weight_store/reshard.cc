@@ -52,8 +52,8 @@ absl::Status CheckEnums(const weightstore::v1::TargetLayout& target) {
     return Invalid("target.naming: ", target.naming(), " is not a naming");
   }
   const type::v1::Dtype dtype = target.dtype();
-  if (dtype != type::v1::DTYPE_UNSPECIFIED && dtype != type::v1::DTYPE_F32 && dtype != type::v1::DTYPE_BF16 &&
-      dtype != type::v1::DTYPE_F16) {
+  if (dtype != type::v1::DTYPE_UNSPECIFIED && dtype != type::v1::DTYPE_F32 &&
+      dtype != type::v1::DTYPE_BF16 && dtype != type::v1::DTYPE_F16) {
     return Invalid("target.dtype: ", dtype, " is not F32, BF16 or F16");
   }
   return absl::OkStatus();
@@ -62,16 +62,17 @@ absl::Status CheckEnums(const weightstore::v1::TargetLayout& target) {
 absl::StatusOr<Consumer> ResolveLayout(const weightstore::v1::TargetLayout& target) {
   // An unset size means 1.
   auto size = [](int value) { return value == 0 ? 1 : value; };
-  const Consumer consumer{.tp_rank = target.tp_rank(),
-                          .tp_size = size(target.tp_size()),
-                          .ep_rank = target.ep_rank(),
-                          .ep_size = size(target.ep_size()),
-                          .expert_tp_rank = target.expert_tp_rank(),
-                          .expert_tp_size = size(target.expert_tp_size()),
-                          .fuse_gate_up = target.fuse_gate_up(),
-                          // The embedded engine stores experts stacked.
-                          .stack_experts = target.stack_experts() ||
-                                           target.naming() == weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE};
+  const Consumer consumer{
+      .tp_rank = target.tp_rank(),
+      .tp_size = size(target.tp_size()),
+      .ep_rank = target.ep_rank(),
+      .ep_size = size(target.ep_size()),
+      .expert_tp_rank = target.expert_tp_rank(),
+      .expert_tp_size = size(target.expert_tp_size()),
+      .fuse_gate_up = target.fuse_gate_up(),
+      // The embedded engine stores experts stacked.
+      .stack_experts = target.stack_experts() ||
+                       target.naming() == weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE};
   constexpr int kUnbounded = std::numeric_limits<int>::max();
   for (absl::Status status :
        {CheckRank("tp", consumer.tp_rank, consumer.tp_size, kMaxTpSize),
@@ -117,7 +118,8 @@ absl::flat_hash_map<absl::string_view, int> IndexByName(const weightstore::v1::M
   return index_by_name;
 }
 
-transfer::TensorBox PieceBox(const weightstore::v1::ShardPiece& piece, const weightstore::v1::CanonicalTensor& tensor) {
+transfer::TensorBox PieceBox(const weightstore::v1::ShardPiece& piece,
+                             const weightstore::v1::CanonicalTensor& tensor) {
   const bool per_expert = tensor.num_experts() > 0;
   transfer::TensorBox box{{per_expert ? piece.expert_begin() : 0},
                           {per_expert ? piece.expert_end() - piece.expert_begin() : 1}};
@@ -425,7 +427,8 @@ bool Join(weightstore::v1::CopyOp& last, const weightstore::v1::CopyOp& op) {
   return last.shard_index() == op.shard_index() && (Widen(last, op) || Lengthen(last, op));
 }
 
-weightstore::v1::PlannedTensor Plan(Target target, const std::vector<std::vector<Placement>>& sources) {
+weightstore::v1::PlannedTensor Plan(Target target,
+                                    const std::vector<std::vector<Placement>>& sources) {
   const int64_t element_size = transfer::ElementSize(target.tensor.spec().dtype());
   std::vector<weightstore::v1::CopyOp> ops;
   for (const Placement& part : target.parts) {
@@ -433,9 +436,10 @@ weightstore::v1::PlannedTensor Plan(Target target, const std::vector<std::vector
       AppendIntersection(source, part, element_size, ops);
     }
   }
-  std::sort(ops.begin(), ops.end(), [](const weightstore::v1::CopyOp& a, const weightstore::v1::CopyOp& b) {
-    return a.dst_offset() < b.dst_offset();
-  });
+  std::sort(ops.begin(), ops.end(),
+            [](const weightstore::v1::CopyOp& a, const weightstore::v1::CopyOp& b) {
+              return a.dst_offset() < b.dst_offset();
+            });
   weightstore::v1::PlannedTensor planned;
   *planned.mutable_tensor() = std::move(target.tensor);
   for (const weightstore::v1::CopyOp& op : ops) {
@@ -474,8 +478,8 @@ absl::Status CheckStackable(const weightstore::v1::Manifest& manifest) {
   return absl::OkStatus();
 }
 
-void ExecuteOps(const weightstore::v1::PlannedTensor& tensor, const std::vector<absl::string_view>& shards,
-                char* dst) {
+void ExecuteOps(const weightstore::v1::PlannedTensor& tensor,
+                const std::vector<absl::string_view>& shards, char* dst) {
   for (const weightstore::v1::CopyOp& op : tensor.ops()) {
     const char* src = shards[op.shard_index()].data();
     for (uint64_t i = 0; i < op.count(); ++i) {

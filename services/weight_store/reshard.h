@@ -40,8 +40,8 @@ absl::Status CheckStackable(const weightstore::v1::Manifest& manifest);
 
 // Runs a tensor's ops from the shards' bytes (indexed by shard_index) into `dst`, which holds
 // tensor.byte_size bytes. The shards must be those of the planned manifest.
-void ExecuteOps(const weightstore::v1::PlannedTensor& tensor, const std::vector<absl::string_view>& shards,
-                char* dst);
+void ExecuteOps(const weightstore::v1::PlannedTensor& tensor,
+                const std::vector<absl::string_view>& shards, char* dst);
 
 }  // namespace tandem::weight_store
 

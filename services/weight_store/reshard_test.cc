@@ -37,8 +37,8 @@ struct Published {
 
 // Publishes `tensors` from every rank of a producer with `layout`'s sizes; shard i of the
 // manifest is producer rank i (ep-major) unless a rank held nothing.
-Published Publish(std::vector<weightstore::v1::CanonicalTensor> tensors, type::v1::ExpertLayout expert_layout,
-                  transfer::ProducerLayout layout) {
+Published Publish(std::vector<weightstore::v1::CanonicalTensor> tensors,
+                  type::v1::ExpertLayout expert_layout, transfer::ProducerLayout layout) {
   Published published;
   published.tensors = std::move(tensors);
   published.canonical = transfer::RandomCanonicalBytes(published.tensors, 1234);
@@ -121,7 +121,8 @@ std::string Gather(const Published& published, const std::vector<std::string>& n
 
 std::map<std::string, Expected> HandSliced(const Published& published,
                                            const weightstore::v1::TargetLayout& target) {
-  const bool stack = target.stack_experts() || target.naming() == weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE;
+  const bool stack =
+      target.stack_experts() || target.naming() == weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE;
   const int tp_size = std::max(target.tp_size(), 1);
   const int ep_size = std::max(target.ep_size(), 1);
   const int expert_tp_size = std::max(target.expert_tp_size(), 1);
@@ -206,8 +207,10 @@ std::string Assemble(const weightstore::v1::PlannedTensor& planned, const Publis
   return bytes;
 }
 
-void ExpectMatchesHandSlicing(const Published& published, const weightstore::v1::TargetLayout& target) {
-  absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan = PlanReads(published.manifest, target, {});
+void ExpectMatchesHandSlicing(const Published& published,
+                              const weightstore::v1::TargetLayout& target) {
+  absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
+      PlanReads(published.manifest, target, {});
   ASSERT_TRUE(plan.ok()) << plan.status();
   const std::map<std::string, Expected> expected = HandSliced(published, target);
   std::vector<std::string> planned_names, expected_names;
@@ -260,9 +263,10 @@ TEST_P(ReshardMatrixTest, AssembledTensorsMatchHandSlicing) {
   for (int tp : {1, 2, 4}) {
     for (int ep : {1, 2, 4}) {
       for (int expert_tp : {1, tp}) {
-        for (const Options& options : {Options{weightstore::v1::TENSOR_NAMING_UNSPECIFIED, false, false},
-                                       Options{weightstore::v1::TENSOR_NAMING_CANONICAL, true, true},
-                                       Options{weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE, true, false}}) {
+        for (const Options& options :
+             {Options{weightstore::v1::TENSOR_NAMING_UNSPECIFIED, false, false},
+              Options{weightstore::v1::TENSOR_NAMING_CANONICAL, true, true},
+              Options{weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE, true, false}}) {
           for (int rank = 0; rank < tp * ep * expert_tp; ++rank) {
             weightstore::v1::TargetLayout target;
             target.set_tp_size(tp);
@@ -286,14 +290,14 @@ TEST_P(ReshardMatrixTest, AssembledTensorsMatchHandSlicing) {
 
 INSTANTIATE_TEST_SUITE_P(
     Producers, ReshardMatrixTest,
-    ::testing::Combine(::testing::Values(transfer::ProducerLayout{.tp_size = 2, .ep_size = 2},
-                                         transfer::ProducerLayout{.fuse_gate_up = false,
-                                                                  .stack_experts = false},
-                                         transfer::ProducerLayout{
-                                             .tp_size = 4, .ep_size = 1, .stack_experts = false}),
-                       ::testing::Values(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::EXPERT_LAYOUT_SHARED,
-                                         type::v1::EXPERT_LAYOUT_SHARED_OUTER),
-                       ::testing::Values(type::v1::DTYPE_BF16, type::v1::DTYPE_F32)),
+    ::testing::Combine(
+        ::testing::Values(transfer::ProducerLayout{.tp_size = 2, .ep_size = 2},
+                          transfer::ProducerLayout{.fuse_gate_up = false, .stack_experts = false},
+                          transfer::ProducerLayout{
+                              .tp_size = 4, .ep_size = 1, .stack_experts = false}),
+        ::testing::Values(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::EXPERT_LAYOUT_SHARED,
+                          type::v1::EXPERT_LAYOUT_SHARED_OUTER),
+        ::testing::Values(type::v1::DTYPE_BF16, type::v1::DTYPE_F32)),
     [](const auto& info) {
       return absl::StrCat(ProducerName(std::get<0>(info.param)),
                           type::v1::ExpertLayout_Name(std::get<1>(info.param)),
@@ -303,7 +307,8 @@ INSTANTIATE_TEST_SUITE_P(
 // A consumer laid out like a producer rank gets that rank's pieces back, each with one op.
 TEST(ReshardTest, ProducerLayoutRoundTrips) {
   const transfer::ProducerLayout trainer{.tp_size = 2, .ep_size = 2};
-  const Published published = PublishModel(type::v1::EXPERT_LAYOUT_SHARED_OUTER, type::v1::DTYPE_BF16, trainer);
+  const Published published =
+      PublishModel(type::v1::EXPERT_LAYOUT_SHARED_OUTER, type::v1::DTYPE_BF16, trainer);
   ASSERT_EQ(published.manifest.shards_size(), 4);
   for (int s = 0; s < 4; ++s) {
     weightstore::v1::TargetLayout target;
@@ -315,7 +320,8 @@ TEST(ReshardTest, ProducerLayoutRoundTrips) {
     target.set_ep_size(2);
     target.set_fuse_gate_up(true);
     target.set_stack_experts(true);
-    absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan = PlanReads(published.manifest, target, {});
+    absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
+        PlanReads(published.manifest, target, {});
     ASSERT_TRUE(plan.ok()) << plan.status();
     std::map<std::string, const weightstore::v1::PlannedTensor*> by_name;
     for (const weightstore::v1::PlannedTensor& planned : *plan)
@@ -335,8 +341,8 @@ TEST(ReshardTest, ProducerLayoutRoundTrips) {
   }
 }
 
-const weightstore::v1::PlannedTensor* FindPlanned(const std::vector<weightstore::v1::PlannedTensor>& plan,
-                                     absl::string_view name) {
+const weightstore::v1::PlannedTensor* FindPlanned(
+    const std::vector<weightstore::v1::PlannedTensor>& plan, absl::string_view name) {
   for (const weightstore::v1::PlannedTensor& planned : plan) {
     if (planned.tensor().spec().name() == name) return &planned;
   }
@@ -344,7 +350,8 @@ const weightstore::v1::PlannedTensor* FindPlanned(const std::vector<weightstore:
 }
 
 TEST(ReshardTest, RowSplitSliceIsOneStridedOp) {
-  const Published published = PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_F32, {});
+  const Published published =
+      PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_F32, {});
   weightstore::v1::TargetLayout target;
   target.set_tp_rank(1);
   target.set_tp_size(2);
@@ -415,8 +422,8 @@ TEST(ReshardTest, ReadsPiecesFusedAlongDimOne) {
 }
 
 TEST(ReshardTest, SelectsRequestedTensorsInNameOrder) {
-  const Published published =
-      PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
+  const Published published = PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16,
+                                           {.tp_size = 2, .ep_size = 2});
   weightstore::v1::TargetLayout target;
   target.set_dtype(type::v1::DTYPE_F16);  // does not change the plan
   auto plan = PlanReads(published.manifest, target,
@@ -448,8 +455,8 @@ weightstore::v1::TargetLayout Layout(absl::string_view text_proto_fields) {
 class PlanReadsErrorTest : public ::testing::TestWithParam<BadLayout> {};
 
 TEST_P(PlanReadsErrorTest, RejectsWithInvalidArgument) {
-  const Published published =
-      PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16, {.tp_size = 2, .ep_size = 2});
+  const Published published = PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16,
+                                           {.tp_size = 2, .ep_size = 2});
   const absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
       PlanReads(published.manifest, GetParam().target, GetParam().tensor_names);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();

@@ -8,7 +8,8 @@
 
 namespace tandem::weight_store {
 
-std::string AssembleTensor(const weightstore::v1::PlannedTensor& tensor, const CommittedVersion& version) {
+std::string AssembleTensor(const weightstore::v1::PlannedTensor& tensor,
+                           const CommittedVersion& version) {
   std::vector<absl::string_view> shards;
   for (const auto& shard : version.shards) shards.push_back(shard->bytes());
   std::string bytes(tensor.tensor().byte_size(), '\0');
@@ -16,7 +17,8 @@ std::string AssembleTensor(const weightstore::v1::PlannedTensor& tensor, const C
   return bytes;
 }
 
-uint64_t TensorChecksum(const weightstore::v1::PlannedTensor& tensor, const CommittedVersion& version) {
+uint64_t TensorChecksum(const weightstore::v1::PlannedTensor& tensor,
+                        const CommittedVersion& version) {
   // The ops cover every byte of the tensor exactly once, so its blocks in destination order
   // are the tensor's bytes in order.
   Xxh3Hasher hasher;

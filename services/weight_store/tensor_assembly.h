@@ -11,11 +11,13 @@
 namespace tandem::weight_store {
 
 // Assembles one planned target tensor from a committed version's shards (stored dtype).
-std::string AssembleTensor(const weightstore::v1::PlannedTensor& tensor, const CommittedVersion& version);
+std::string AssembleTensor(const weightstore::v1::PlannedTensor& tensor,
+                           const CommittedVersion& version);
 
 // The XXH3-64 of what AssembleTensor returns, hashed block by block in the tensor's byte order
 // straight from the shards: no pass writing a copy of the tensor.
-uint64_t TensorChecksum(const weightstore::v1::PlannedTensor& tensor, const CommittedVersion& version);
+uint64_t TensorChecksum(const weightstore::v1::PlannedTensor& tensor,
+                        const CommittedVersion& version);
 
 }  // namespace tandem::weight_store
 

@@ -26,8 +26,8 @@ CommittedVersion VersionOf(const transfer::TestAdapter& adapter) {
   return version;
 }
 
-weightstore::v1::TargetLayout Layout(int tp_rank, int tp_size, int ep_rank, int ep_size, bool fuse_gate_up,
-                        bool stack_experts) {
+weightstore::v1::TargetLayout Layout(int tp_rank, int tp_size, int ep_rank, int ep_size,
+                                     bool fuse_gate_up, bool stack_experts) {
   weightstore::v1::TargetLayout target;
   target.set_tp_rank(tp_rank);
   target.set_tp_size(tp_size);

@@ -28,7 +28,8 @@ namespace tandem::weight_store {
 namespace {
 
 // Where a shard's bytes are for one-sided UCX access: address, packed key and length.
-void FillShardRegion(int32_t shard_index, const transfer::UcxRegion& region, weightstore::v1::ShardRegion& out) {
+void FillShardRegion(int32_t shard_index, const transfer::UcxRegion& region,
+                     weightstore::v1::ShardRegion& out) {
   out.set_shard_index(shard_index);
   out.set_remote_address(region.remote_address());
   out.set_rkey(region.packed_rkey());
@@ -153,7 +154,7 @@ class WatchReactor final : public QueuedWriteReactor<weightstore::v1::WatchVersi
 
  private:
   static weightstore::v1::WatchVersionsResponse Event(const weightstore::v1::VersionInfo& version,
-                                         weightstore::v1::VersionEventType type) {
+                                                      weightstore::v1::VersionEventType type) {
     weightstore::v1::WatchVersionsResponse event;
     event.set_type(type);
     *event.mutable_version() = version;
@@ -165,7 +166,8 @@ class WatchReactor final : public QueuedWriteReactor<weightstore::v1::WatchVersi
   void Enqueue(std::deque<weightstore::v1::WatchVersionsResponse>& queue,
                weightstore::v1::WatchVersionsResponse event) override {
     if (sent_any_ && event.version().version() <= newest_offered_) return;
-    event.set_type(sent_any_ ? weightstore::v1::VERSION_EVENT_TYPE_COMMITTED : weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
+    event.set_type(sent_any_ ? weightstore::v1::VERSION_EVENT_TYPE_COMMITTED
+                             : weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
     sent_any_ = true;
     newest_offered_ = event.version().version();
     queue.clear();
@@ -247,7 +249,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<weightstore::v1::Fetc
     bytes_ = *std::move(bytes);
     offset_ = 0;
     header_ = planned.tensor();
-    if (target_dtype_ != type::v1::DTYPE_UNSPECIFIED) header_.mutable_spec()->set_dtype(target_dtype_);
+    if (target_dtype_ != type::v1::DTYPE_UNSPECIFIED)
+      header_.mutable_spec()->set_dtype(target_dtype_);
     header_.set_byte_size(bytes_.size());
     header_.set_xxh3_64(Xxh3Checksum(bytes_));
     return absl::OkStatus();
@@ -372,14 +375,15 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AbortPublish(
   absl::Status aborted = ValidateIdentifier("upload_id", request->upload_id());
   if (aborted.ok()) aborted = store_->Abort(request->upload_id());
   absl::StatusOr<weightstore::v1::AbortPublishResponse> result =
-      aborted.ok() ? absl::StatusOr<weightstore::v1::AbortPublishResponse>(weightstore::v1::AbortPublishResponse())
+      aborted.ok() ? absl::StatusOr<weightstore::v1::AbortPublishResponse>(
+                         weightstore::v1::AbortPublishResponse())
                    : absl::StatusOr<weightstore::v1::AbortPublishResponse>(aborted);
   return FinishUnary(context, std::move(result), response);
 }
 
-grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(grpc::CallbackServerContext* context,
-                                                              const weightstore::v1::GetManifestRequest* request,
-                                                              weightstore::v1::GetManifestResponse* response) {
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(
+    grpc::CallbackServerContext* context, const weightstore::v1::GetManifestRequest* request,
+    weightstore::v1::GetManifestResponse* response) {
   const auto get = [&]() -> absl::StatusOr<weightstore::v1::GetManifestResponse> {
     const type::v1::AdapterSelector& selector = request->adapter();
     if (absl::Status status = ValidateNamedSelector(selector); !status.ok()) return status;
@@ -393,8 +397,9 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(grpc::CallbackServ
   return FinishUnary(context, get(), response);
 }
 
-grpc::ServerWriteReactor<weightstore::v1::WatchVersionsResponse>* WeightStoreServiceImpl::WatchVersions(
-    grpc::CallbackServerContext* /*context*/, const weightstore::v1::WatchVersionsRequest* request) {
+grpc::ServerWriteReactor<weightstore::v1::WatchVersionsResponse>*
+WeightStoreServiceImpl::WatchVersions(grpc::CallbackServerContext* /*context*/,
+                                      const weightstore::v1::WatchVersionsRequest* request) {
   if (absl::Status status = ValidateIdentifier("adapter_name", request->adapter_name());
       !status.ok()) {
     return new FinishedReactor<grpc::ServerWriteReactor<weightstore::v1::WatchVersionsResponse>>(
@@ -403,8 +408,9 @@ grpc::ServerWriteReactor<weightstore::v1::WatchVersionsResponse>* WeightStoreSer
   return new WatchReactor(*store_, watches_, request->adapter_name(), watch_registered_hook_);
 }
 
-grpc::ServerWriteReactor<weightstore::v1::FetchTensorsResponse>* WeightStoreServiceImpl::FetchTensors(
-    grpc::CallbackServerContext* /*context*/, const weightstore::v1::FetchTensorsRequest* request) {
+grpc::ServerWriteReactor<weightstore::v1::FetchTensorsResponse>*
+WeightStoreServiceImpl::FetchTensors(grpc::CallbackServerContext* /*context*/,
+                                     const weightstore::v1::FetchTensorsRequest* request) {
   return new FetchReactor(*store_, *request);
 }
 
@@ -488,9 +494,9 @@ absl::StatusOr<weightstore::v1::GetReadPlanResponse> WeightStoreServiceImpl::Pla
   return result;
 }
 
-grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetReadPlan(grpc::CallbackServerContext* context,
-                                                              const weightstore::v1::GetReadPlanRequest* request,
-                                                              weightstore::v1::GetReadPlanResponse* response) {
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetReadPlan(
+    grpc::CallbackServerContext* context, const weightstore::v1::GetReadPlanRequest* request,
+    weightstore::v1::GetReadPlanResponse* response) {
   const absl::Time start = absl::Now();
   absl::StatusOr<weightstore::v1::GetReadPlanResponse> plan = ReadPlan(*request);
   if (plan.ok()) {
@@ -505,7 +511,8 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetReadPlan(grpc::CallbackServ
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::ExchangeUcxEndpoint(
-    grpc::CallbackServerContext* context, const weightstore::v1::ExchangeUcxEndpointRequest* request,
+    grpc::CallbackServerContext* context,
+    const weightstore::v1::ExchangeUcxEndpointRequest* request,
     weightstore::v1::ExchangeUcxEndpointResponse* response) {
   const auto exchange = [&]() -> absl::StatusOr<weightstore::v1::ExchangeUcxEndpointResponse> {
     if (ucx_ == nullptr) return absl::FailedPreconditionError("this weight-store runs without UCX");
@@ -552,9 +559,9 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
   return FinishUnary(context, acquire(), response);
 }
 
-grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(grpc::CallbackServerContext* context,
-                                                             const weightstore::v1::RenewLeaseRequest* request,
-                                                             weightstore::v1::RenewLeaseResponse* response) {
+grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(
+    grpc::CallbackServerContext* context, const weightstore::v1::RenewLeaseRequest* request,
+    weightstore::v1::RenewLeaseResponse* response) {
   const auto renew = [&]() -> absl::StatusOr<weightstore::v1::RenewLeaseResponse> {
     if (absl::Status status = ValidateIdentifier("lease_id", request->lease_id()); !status.ok()) {
       return status;
@@ -574,11 +581,14 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::ReleaseLease(
     grpc::CallbackServerContext* context, const weightstore::v1::ReleaseLeaseRequest* request,
     weightstore::v1::ReleaseLeaseResponse* response) {
   if (absl::Status status = ValidateIdentifier("lease_id", request->lease_id()); !status.ok()) {
-    return FinishUnary(context, absl::StatusOr<weightstore::v1::ReleaseLeaseResponse>(status), response);
+    return FinishUnary(context, absl::StatusOr<weightstore::v1::ReleaseLeaseResponse>(status),
+                       response);
   }
   store_->ReleaseLease(request->lease_id());
   WeightStoreMetrics::Get().RecordTotals(store_->totals());
-  return FinishUnary(context, absl::StatusOr<weightstore::v1::ReleaseLeaseResponse>(weightstore::v1::ReleaseLeaseResponse()),
+  return FinishUnary(context,
+                     absl::StatusOr<weightstore::v1::ReleaseLeaseResponse>(
+                         weightstore::v1::ReleaseLeaseResponse()),
                      response);
 }
 

@@ -41,11 +41,11 @@ class WeightStoreServiceImpl final : public weightstore::v1::WeightStoreService:
   grpc::ServerUnaryReactor* BeginPublish(grpc::CallbackServerContext* context,
                                          const weightstore::v1::BeginPublishRequest* request,
                                          weightstore::v1::BeginPublishResponse* response) override;
-  grpc::ServerReadReactor<weightstore::v1::PutShardRequest>* PutShard(grpc::CallbackServerContext* context,
-                                                         weightstore::v1::PutShardResponse* response) override;
-  grpc::ServerUnaryReactor* CommitPublish(grpc::CallbackServerContext* context,
-                                          const weightstore::v1::CommitPublishRequest* request,
-                                          weightstore::v1::CommitPublishResponse* response) override;
+  grpc::ServerReadReactor<weightstore::v1::PutShardRequest>* PutShard(
+      grpc::CallbackServerContext* context, weightstore::v1::PutShardResponse* response) override;
+  grpc::ServerUnaryReactor* CommitPublish(
+      grpc::CallbackServerContext* context, const weightstore::v1::CommitPublishRequest* request,
+      weightstore::v1::CommitPublishResponse* response) override;
   grpc::ServerUnaryReactor* AbortPublish(grpc::CallbackServerContext* context,
                                          const weightstore::v1::AbortPublishRequest* request,
                                          weightstore::v1::AbortPublishResponse* response) override;
@@ -59,15 +59,18 @@ class WeightStoreServiceImpl final : public weightstore::v1::WeightStoreService:
   void Drain() { watches_.EndAll(DrainingStatus("weight-store")); }
 
   grpc::ServerWriteReactor<weightstore::v1::WatchVersionsResponse>* WatchVersions(
-      grpc::CallbackServerContext* context, const weightstore::v1::WatchVersionsRequest* request) override;
+      grpc::CallbackServerContext* context,
+      const weightstore::v1::WatchVersionsRequest* request) override;
   grpc::ServerWriteReactor<weightstore::v1::FetchTensorsResponse>* FetchTensors(
-      grpc::CallbackServerContext* context, const weightstore::v1::FetchTensorsRequest* request) override;
+      grpc::CallbackServerContext* context,
+      const weightstore::v1::FetchTensorsRequest* request) override;
   grpc::ServerUnaryReactor* GetReadPlan(grpc::CallbackServerContext* context,
                                         const weightstore::v1::GetReadPlanRequest* request,
                                         weightstore::v1::GetReadPlanResponse* response) override;
-  grpc::ServerUnaryReactor* ExchangeUcxEndpoint(grpc::CallbackServerContext* context,
-                                                const weightstore::v1::ExchangeUcxEndpointRequest* request,
-                                                weightstore::v1::ExchangeUcxEndpointResponse* response) override;
+  grpc::ServerUnaryReactor* ExchangeUcxEndpoint(
+      grpc::CallbackServerContext* context,
+      const weightstore::v1::ExchangeUcxEndpointRequest* request,
+      weightstore::v1::ExchangeUcxEndpointResponse* response) override;
   grpc::ServerUnaryReactor* AcquireLease(grpc::CallbackServerContext* context,
                                          const weightstore::v1::AcquireLeaseRequest* request,
                                          weightstore::v1::AcquireLeaseResponse* response) override;
@@ -80,10 +83,11 @@ class WeightStoreServiceImpl final : public weightstore::v1::WeightStoreService:
 
  private:
   WeightStoreServiceImpl() = default;
-  absl::StatusOr<weightstore::v1::GetReadPlanResponse> ReadPlan(const weightstore::v1::GetReadPlanRequest& request);
+  absl::StatusOr<weightstore::v1::GetReadPlanResponse> ReadPlan(
+      const weightstore::v1::GetReadPlanRequest& request);
   // The plan of a leased version with every tensor's checksum (a pass over its bytes).
-  absl::StatusOr<weightstore::v1::GetReadPlanResponse> PlanWithChecksums(const weightstore::v1::GetReadPlanRequest& request,
-                                                            const CommittedVersion& version) const;
+  absl::StatusOr<weightstore::v1::GetReadPlanResponse> PlanWithChecksums(
+      const weightstore::v1::GetReadPlanRequest& request, const CommittedVersion& version) const;
 
   std::unique_ptr<transfer::UcxWorker>
       ucx_;  // Declared first: outlives the store's registered memory.
@@ -91,7 +95,8 @@ class WeightStoreServiceImpl final : public weightstore::v1::WeightStoreService:
   absl::Mutex mutex_;
   // Read plans with checksums, per (version, layout, names): checksumming costs a pass over
   // the bytes, and every replica of a deployment asks for the same few layouts.
-  absl::flat_hash_map<std::string, weightstore::v1::GetReadPlanResponse> plan_cache_ ABSL_GUARDED_BY(mutex_);
+  absl::flat_hash_map<std::string, weightstore::v1::GetReadPlanResponse> plan_cache_
+      ABSL_GUARDED_BY(mutex_);
   // Plans being computed: the replicas that a new version's announcement wakes ask for the same
   // plan at once, and all but the first wait for it instead of computing it again.
   struct PlanInFlight {

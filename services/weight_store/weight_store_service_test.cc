@@ -51,7 +51,8 @@ class PlanEditing final : public grpc::experimental::ClientInterceptorFactoryInt
 
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* info) override {
-    if (absl::string_view(info->method()) != "/tandem.weightstore.v1.WeightStoreService/GetReadPlan") {
+    if (absl::string_view(info->method()) !=
+        "/tandem.weightstore.v1.WeightStoreService/GetReadPlan") {
       return nullptr;
     }
     return new Editor(edit_);
@@ -102,7 +103,8 @@ class WeightStoreServiceTest : public ::testing::Test {
     service_ = raw;
     auto started = tandem::testing::StartLoopbackServer(
         "weight-store",
-        {"tandem.weightstore.v1.WeightStoreService", *std::move(service), nullptr, [raw] { raw->Drain(); }},
+        {"tandem.weightstore.v1.WeightStoreService", *std::move(service), nullptr,
+         [raw] { raw->Drain(); }},
         options);
     ASSERT_TRUE(started.ok()) << started.status();
     channel_ = started->Channel();
@@ -110,7 +112,8 @@ class WeightStoreServiceTest : public ::testing::Test {
     stub_ = weightstore::v1::WeightStoreService::NewStub(channel_);
   }
 
-  absl::StatusOr<weightstore::v1::VersionInfo> Publish(const transfer::TestAdapter& adapter, bool by_ucx) {
+  absl::StatusOr<weightstore::v1::VersionInfo> Publish(const transfer::TestAdapter& adapter,
+                                                       bool by_ucx) {
     return PublishAdapter(*stub_, adapter.manifest, adapter.shard_views(),
                           {.ucx = by_ucx ? client_ucx_.get() : nullptr});
   }
@@ -168,7 +171,8 @@ class WeightStoreServiceTest : public ::testing::Test {
     }
   }
 
-  grpc::Status Begin(const weightstore::v1::Manifest& manifest, weightstore::v1::BeginPublishResponse* response) {
+  grpc::Status Begin(const weightstore::v1::Manifest& manifest,
+                     weightstore::v1::BeginPublishResponse* response) {
     grpc::ClientContext context;
     weightstore::v1::BeginPublishRequest request;
     *request.mutable_manifest() = manifest;
@@ -259,9 +263,10 @@ class WeightStoreServiceTest : public ::testing::Test {
   std::unique_ptr<weightstore::v1::WeightStoreService::Stub> StubEditingPlans(PlanEdit edit) {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> editors;
     editors.push_back(std::make_unique<PlanEditing>(std::move(edit)));
-    return weightstore::v1::WeightStoreService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
-        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(),
-        grpc::ChannelArguments(), std::move(editors)));
+    return weightstore::v1::WeightStoreService::NewStub(
+        grpc::experimental::CreateCustomChannelWithInterceptors(
+            absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(),
+            grpc::ChannelArguments(), std::move(editors)));
   }
 
   // UCX fetches (by gets, or by copies out of mapped memory, as `mapped` says) through plans
@@ -272,7 +277,8 @@ class WeightStoreServiceTest : public ::testing::Test {
   void ExpectLyingPlansFail(bool mapped) {
     ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 4), /*by_ucx=*/true).ok());
     // The first tensor of two copies of one shape, so that either may take the other's place.
-    const auto tensor_of_two_alike = [](weightstore::v1::GetReadPlanResponse& plan) -> weightstore::v1::PlannedTensor* {
+    const auto tensor_of_two_alike =
+        [](weightstore::v1::GetReadPlanResponse& plan) -> weightstore::v1::PlannedTensor* {
       for (weightstore::v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
         if (tensor.ops_size() < 2) continue;
         const weightstore::v1::CopyOp& a = tensor.ops(0);
@@ -411,7 +417,8 @@ TEST_F(WeightStoreSharedMemoryTest, FetchesCopyOutOfTheStoresMappedMemoryInAnyLa
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 5, transfer::TestAdapterSpecOfSize(8)),
                       /*by_ucx=*/true)
                   .ok());
-  for (const weightstore::v1::TargetLayout& target : {weightstore::v1::TargetLayout(), Stacked(), SecondRankFused()}) {
+  for (const weightstore::v1::TargetLayout& target :
+       {weightstore::v1::TargetLayout(), Stacked(), SecondRankFused()}) {
     SCOPED_TRACE(target.ShortDebugString());
     ExpectUcxFetchMatchesGrpc("job-1", 1, target, /*mapped=*/true);
   }
@@ -841,8 +848,9 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
   weightstore::v1::RenewLeaseResponse renewed;
   ASSERT_TRUE(renew(lease.lease_id(), std::pair{600, 0}, &renewed).ok());
   EXPECT_NEAR(seconds_left(renewed.expire_time()), 600, 2);
-  for (const Ttl& bad : std::vector<Ttl>{std::pair{0, 0}, std::pair{0, 500000000}, std::pair{600, 1},
-                                         std::pair{-1, 0}, std::pair{5, -1}, std::pair{0, 2000000000}}) {
+  for (const Ttl& bad :
+       std::vector<Ttl>{std::pair{0, 0}, std::pair{0, 500000000}, std::pair{600, 1},
+                        std::pair{-1, 0}, std::pair{5, -1}, std::pair{0, 2000000000}}) {
     SCOPED_TRACE(absl::StrCat(bad->first, "s ", bad->second, "ns"));
     weightstore::v1::AcquireLeaseResponse refused;
     const grpc::Status status = acquire(bad, &refused);
@@ -896,7 +904,8 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
     EXPECT_THAT(status.error_message(),
                 HasSubstr("tensor_names[0] has 1048576 bytes; at most 512"));
   }
-  EXPECT_EQ(plan(2, type::v1::DTYPE_UNSPECIFIED).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(plan(2, type::v1::DTYPE_UNSPECIFIED).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(plan(1, type::v1::DTYPE_F32).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
@@ -965,7 +974,8 @@ TEST_F(WeightStoreServiceTest, StreamAndUploadRulesHoldOverGrpc) {
   EXPECT_LE(largest, size_t{1} << 20);
   EXPECT_EQ(fetch(0, "no.such.tensor").first.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
-  const auto manifest_at_least = [&](int64_t min_version, weightstore::v1::GetManifestResponse* response) {
+  const auto manifest_at_least = [&](int64_t min_version,
+                                     weightstore::v1::GetManifestResponse* response) {
     grpc::ClientContext context;
     weightstore::v1::GetManifestRequest request;
     request.mutable_adapter()->set_adapter_name("job-1");

@@ -85,7 +85,9 @@ absl::Status Check(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-std::string ShortState(trainer::v1::JobState state) { return trainer::v1::JobState_Name(state).substr(10); }
+std::string ShortState(trainer::v1::JobState state) {
+  return trainer::v1::JobState_Name(state).substr(10);
+}
 
 std::string ProgressLine(const trainer::v1::Job& job) {
   constexpr int kWidth = 24;
@@ -226,7 +228,8 @@ absl::Status List() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<trainer::v1::Job> GetJob(trainer::v1::JobService::StubInterface& trainer, const std::string& job_id) {
+absl::StatusOr<trainer::v1::Job> GetJob(trainer::v1::JobService::StubInterface& trainer,
+                                        const std::string& job_id) {
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(30));
   trainer::v1::GetJobRequest request;

@@ -10,8 +10,7 @@
 namespace tandem::rollout {
 
 absl::StatusOr<Accuracy> MeasureAccuracy(rollout::v1::RolloutService::StubInterface& rollout,
-                                         const engine::Task& task,
-                                         const AccuracyOptions& options) {
+                                         const engine::Task& task, const AccuracyOptions& options) {
   const std::vector<engine::Sample> problems =
       engine::GeneratePrompts(task, options.prompts, options.prompt_seed);
   rollout::v1::GenerateRequest request;

@@ -12,7 +12,7 @@ namespace tandem::router_replay {
 namespace {
 
 routerreplay::v1::FetchRoutesRequest BuildRequest(absl::Span<const ReplaySequence> sequences,
-                                    const ReplayFetchOptions& options) {
+                                                  const ReplayFetchOptions& options) {
   routerreplay::v1::FetchRoutesRequest request;
   for (const ReplaySequence& sequence : sequences) {
     routerreplay::v1::RecordRequest& record = *request.mutable_records()->add_records();
@@ -26,8 +26,8 @@ routerreplay::v1::FetchRoutesRequest BuildRequest(absl::Span<const ReplaySequenc
   return request;
 }
 
-absl::Status CheckMessage(const routerreplay::v1::FetchRoutesResponse& message, const ReplaySequence& sequence,
-                          const ReplayFetchOptions& options) {
+absl::Status CheckMessage(const routerreplay::v1::FetchRoutesResponse& message,
+                          const ReplaySequence& sequence, const ReplayFetchOptions& options) {
   const std::string key = ToString(sequence.key);
   if (FromProto(message.key()) != sequence.key) {
     return absl::InternalError(absl::StrCat("router-replay answered record ",
@@ -50,9 +50,9 @@ absl::Status CheckMessage(const routerreplay::v1::FetchRoutesResponse& message, 
 
 }  // namespace
 
-absl::StatusOr<ReplayRoutes> FetchReplayRoutes(routerreplay::v1::RouterReplayService::StubInterface& stub,
-                                               absl::Span<const ReplaySequence> sequences,
-                                               const ReplayFetchOptions& options) {
+absl::StatusOr<ReplayRoutes> FetchReplayRoutes(
+    routerreplay::v1::RouterReplayService::StubInterface& stub,
+    absl::Span<const ReplaySequence> sequences, const ReplayFetchOptions& options) {
   std::vector<int64_t> starts;
   int64_t total_tokens = 0;
   for (const ReplaySequence& sequence : sequences) {
@@ -82,7 +82,8 @@ absl::StatusOr<ReplayRoutes> FetchReplayRoutes(routerreplay::v1::RouterReplaySer
   size_t index = 0;
   routerreplay::v1::FetchRoutesResponse message;
   while (reader->Read(&message)) {
-    if (result.statuses[index] != routerreplay::v1::RECORD_STATUS_UNSPECIFIED && message.row_offset() == 0) {
+    if (result.statuses[index] != routerreplay::v1::RECORD_STATUS_UNSPECIFIED &&
+        message.row_offset() == 0) {
       ++index;
     }
     if (index >= sequences.size()) {

@@ -41,9 +41,9 @@ struct ReplayRoutes {
 
 // Fetches the routes of a training batch from router-replay straight into the array
 // Transformer::Forward replays.
-absl::StatusOr<ReplayRoutes> FetchReplayRoutes(routerreplay::v1::RouterReplayService::StubInterface& stub,
-                                               absl::Span<const ReplaySequence> sequences,
-                                               const ReplayFetchOptions& options);
+absl::StatusOr<ReplayRoutes> FetchReplayRoutes(
+    routerreplay::v1::RouterReplayService::StubInterface& stub,
+    absl::Span<const ReplaySequence> sequences, const ReplayFetchOptions& options);
 
 }  // namespace tandem::router_replay
 

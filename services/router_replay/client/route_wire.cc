@@ -44,8 +44,9 @@ type::v1::RouteRecordKey ToProto(const RecordKey& key) {
   return proto;
 }
 
-routerreplay::v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
-                                   int64_t num_rows, const int16_t* rows, bool seal) {
+routerreplay::v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape,
+                                                 int64_t first_row, int64_t num_rows,
+                                                 const int16_t* rows, bool seal) {
   routerreplay::v1::AppendRequest request;
   *request.mutable_key() = ToProto(key);
   request.mutable_moe_layer_indices()->Add(shape.layers.begin(), shape.layers.end());

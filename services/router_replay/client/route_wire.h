@@ -36,8 +36,9 @@ type::v1::RouteRecordKey ToProto(const RecordKey& key);
 
 // The Append chunk carrying rows [first_row, first_row + num_rows) of a record,
 // [num_rows, layers, top_k].
-routerreplay::v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape, int64_t first_row,
-                                   int64_t num_rows, const int16_t* rows, bool seal);
+routerreplay::v1::AppendRequest AppendRequestFor(const RecordKey& key, const RouteShape& shape,
+                                                 int64_t first_row, int64_t num_rows,
+                                                 const int16_t* rows, bool seal);
 
 }  // namespace tandem::router_replay
 

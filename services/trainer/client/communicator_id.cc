@@ -5,9 +5,9 @@
 
 namespace tandem::trainer {
 
-absl::StatusOr<std::string> FetchCommunicatorId(internal::v1::TrainerRanksService::StubInterface& stub,
-                                                const std::string& group, int rank, int world_size,
-                                                absl::Duration timeout) {
+absl::StatusOr<std::string> FetchCommunicatorId(
+    internal::v1::TrainerRanksService::StubInterface& stub, const std::string& group, int rank,
+    int world_size, absl::Duration timeout) {
   internal::v1::GetCommunicatorIdRequest request;
   request.set_group(group);
   request.set_rank(rank);

@@ -13,9 +13,9 @@ namespace tandem::trainer {
 // `world_size`. Retries with backoff while rank 0 has not published the group yet (NOT_FOUND)
 // or cannot be reached (UNAVAILABLE), up to `timeout`, then DEADLINE_EXCEEDED naming the last
 // answer; any other error returns at once.
-absl::StatusOr<std::string> FetchCommunicatorId(internal::v1::TrainerRanksService::StubInterface& stub,
-                                                const std::string& group, int rank, int world_size,
-                                                absl::Duration timeout);
+absl::StatusOr<std::string> FetchCommunicatorId(
+    internal::v1::TrainerRanksService::StubInterface& stub, const std::string& group, int rank,
+    int world_size, absl::Duration timeout);
 
 }  // namespace tandem::trainer
 

@@ -40,9 +40,9 @@ absl::Status VerifyChecksum(const FetchedTensor& fetched) {
   return CheckFetched(fetched, Xxh3Checksum(fetched.bytes));
 }
 
-absl::Status PutByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
-                       const std::vector<absl::string_view>& shards, absl::Span<const int> which,
-                       const PublishOptions& options) {
+absl::Status PutByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub,
+                       const std::string& upload_id, const std::vector<absl::string_view>& shards,
+                       absl::Span<const int> which, const PublishOptions& options) {
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
   weightstore::v1::PutShardResponse response;
@@ -125,8 +125,8 @@ absl::StatusOr<MappedShards> MapShards(const weightstore::v1::GetReadPlanRespons
 // it lands, while it is in the nearest cache, then verifies the tensor. Blocks that do not
 // tile the tensor exactly (only a faulty plan's) hash differently from its bytes, so then the
 // tensor is hashed again as it is.
-absl::Status CopyAndVerify(const weightstore::v1::PlannedTensor& planned, const MappedShards& shards,
-                           FetchedTensor& tensor) {
+absl::Status CopyAndVerify(const weightstore::v1::PlannedTensor& planned,
+                           const MappedShards& shards, FetchedTensor& tensor) {
   Xxh3Hasher hasher;
   uint64_t hashed = 0;  // While the blocks tile the tensor: bytes [0, hashed) are hashed.
   bool tiling = true;
@@ -149,8 +149,8 @@ absl::Status CopyAndVerify(const weightstore::v1::PlannedTensor& planned, const 
 // (ParallelTasks starts none after a failure).
 // Copies that end past `deadline` may have read memory the store reused once the lease ran
 // out: DEADLINE_EXCEEDED, which the caller treats as transport trouble, not as corruption.
-absl::Status CopyMapped(const weightstore::v1::GetReadPlanResponse& plan, const MappedShards& shards,
-                        absl::Time deadline, FetchedAdapter& fetched) {
+absl::Status CopyMapped(const weightstore::v1::GetReadPlanResponse& plan,
+                        const MappedShards& shards, absl::Time deadline, FetchedAdapter& fetched) {
   ParallelTasks tasks;
   for (int i = 0; i < plan.tensors_size(); ++i) {
     tasks.Add([&plan, &shards, &fetched, i] {
@@ -199,8 +199,9 @@ void ShapeLike(const weightstore::v1::GetReadPlanResponse& plan, FetchedAdapter&
   }
 }
 
-absl::Status FetchByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub, absl::string_view adapter,
-                         int64_t version, const FetchOptions& options, FetchedAdapter& into) {
+absl::Status FetchByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub,
+                         absl::string_view adapter, int64_t version, const FetchOptions& options,
+                         FetchedAdapter& into) {
   weightstore::v1::FetchTensorsRequest request;
   request.set_adapter_name(std::string(adapter));
   request.set_version(version);
@@ -268,8 +269,9 @@ absl::Status GetBatch(const weightstore::v1::GetReadPlanResponse& plan, const Te
 
 }  // namespace
 
-absl::StatusOr<weightstore::v1::BeginPublishResponse> BeginUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
-                                                     const weightstore::v1::Manifest& manifest, bool use_ucx) {
+absl::StatusOr<weightstore::v1::BeginPublishResponse> BeginUpload(
+    weightstore::v1::WeightStoreService::StubInterface& stub,
+    const weightstore::v1::Manifest& manifest, bool use_ucx) {
   weightstore::v1::BeginPublishRequest begin;
   *begin.mutable_manifest() = manifest;
   begin.set_use_ucx(use_ucx);
@@ -296,9 +298,9 @@ absl::Status PutShards(weightstore::v1::WeightStoreService::StubInterface& stub,
                                 : PutByGrpc(stub, begun.upload_id(), shards, which, options);
 }
 
-absl::StatusOr<weightstore::v1::VersionInfo> CommitUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
-                                             const std::string& upload_id,
-                                             const PublishOptions& options) {
+absl::StatusOr<weightstore::v1::VersionInfo> CommitUpload(
+    weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
+    const PublishOptions& options) {
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
   weightstore::v1::CommitPublishRequest commit;
@@ -311,7 +313,8 @@ absl::StatusOr<weightstore::v1::VersionInfo> CommitUpload(weightstore::v1::Weigh
   return committed.version();
 }
 
-void AbortUpload(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id) {
+void AbortUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
+                 const std::string& upload_id) {
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(10));
   weightstore::v1::AbortPublishRequest request;
@@ -320,10 +323,10 @@ void AbortUpload(weightstore::v1::WeightStoreService::StubInterface& stub, const
   stub.AbortPublish(&context, request, &response);
 }
 
-absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(weightstore::v1::WeightStoreService::StubInterface& stub,
-                                               const weightstore::v1::Manifest& manifest,
-                                               const std::vector<absl::string_view>& shards,
-                                               const PublishOptions& options) {
+absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(
+    weightstore::v1::WeightStoreService::StubInterface& stub,
+    const weightstore::v1::Manifest& manifest, const std::vector<absl::string_view>& shards,
+    const PublishOptions& options) {
   if (static_cast<int>(shards.size()) != manifest.shards_size()) {
     return absl::InvalidArgumentError(absl::StrCat(shards.size(), " shard buffers for ",
                                                    manifest.shards_size(), " manifest shards"));
@@ -337,7 +340,8 @@ absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(weightstore::v1::Wei
     AbortUpload(stub, begun->upload_id());
     return sent;
   }
-  absl::StatusOr<weightstore::v1::VersionInfo> committed = CommitUpload(stub, begun->upload_id(), options);
+  absl::StatusOr<weightstore::v1::VersionInfo> committed =
+      CommitUpload(stub, begun->upload_id(), options);
   if (!committed.ok()) AbortUpload(stub, begun->upload_id());
   return committed;
 }
@@ -357,8 +361,9 @@ char* AdapterFetcher::Staging(uint64_t bytes) {
 // where a round trip per block would cost far more than the bytes) come in a few large gets per
 // shard into staging memory and are copied from there. Copies and checksums of arrived batches
 // overlap the gets of later ones.
-absl::Status AdapterFetcher::PullPlan(const weightstore::v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
-                                      absl::Time deadline, FetchedAdapter& fetched) {
+absl::Status AdapterFetcher::PullPlan(const weightstore::v1::GetReadPlanResponse& plan,
+                                      transfer::UcxPeer& peer, absl::Time deadline,
+                                      FetchedAdapter& fetched) {
   absl::StatusOr<RegionsByShard> regions = CheckedRegions(plan);
   if (!regions.ok()) return regions.status();
   ShapeLike(plan, fetched);
@@ -575,7 +580,8 @@ absl::StatusOr<std::string> AcquireLease(weightstore::v1::WeightStoreService::St
   return response.lease_id();
 }
 
-void ReleaseLease(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& lease_id) {
+void ReleaseLease(weightstore::v1::WeightStoreService::StubInterface& stub,
+                  const std::string& lease_id) {
   weightstore::v1::ReleaseLeaseRequest request;
   request.set_lease_id(lease_id);
   weightstore::v1::ReleaseLeaseResponse response;
@@ -584,9 +590,9 @@ void ReleaseLease(weightstore::v1::WeightStoreService::StubInterface& stub, cons
   stub.ReleaseLease(&context, request, &response);
 }
 
-absl::StatusOr<FetchedAdapter> FetchAdapter(weightstore::v1::WeightStoreService::StubInterface& stub,
-                                            absl::string_view adapter, int64_t version,
-                                            const FetchOptions& options) {
+absl::StatusOr<FetchedAdapter> FetchAdapter(
+    weightstore::v1::WeightStoreService::StubInterface& stub, absl::string_view adapter,
+    int64_t version, const FetchOptions& options) {
   return AdapterFetcher(stub).Fetch(adapter, version, options);
 }
 

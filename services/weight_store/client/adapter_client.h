@@ -26,28 +26,30 @@ struct PublishOptions {
 
 // The trainer's side: publishes one version (BeginPublish, the bytes, CommitPublish) and aborts
 // the upload if anything fails, so a version is either committed whole or not at all.
-absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(weightstore::v1::WeightStoreService::StubInterface& stub,
-                                               const weightstore::v1::Manifest& manifest,
-                                               const std::vector<absl::string_view>& shards,
-                                               const PublishOptions& options);
+absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(
+    weightstore::v1::WeightStoreService::StubInterface& stub,
+    const weightstore::v1::Manifest& manifest, const std::vector<absl::string_view>& shards,
+    const PublishOptions& options);
 
 // A version published by many writers (a job's trainer ranks), in parts: one writer begins the
 // upload (its manifest names every shard), each puts the shards it holds, and the first commits
 // once all have put theirs -- CommitPublish refuses an upload with bytes missing, so a writer
 // that died leaves the version uncommitted -- or aborts it.
-absl::StatusOr<weightstore::v1::BeginPublishResponse> BeginUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
-                                                     const weightstore::v1::Manifest& manifest, bool use_ucx);
+absl::StatusOr<weightstore::v1::BeginPublishResponse> BeginUpload(
+    weightstore::v1::WeightStoreService::StubInterface& stub,
+    const weightstore::v1::Manifest& manifest, bool use_ucx);
 // Puts shards[i] for each i in `which` (indices into the upload's manifest shards), by UCX when
 // options.ucx is set (the upload must have begun with use_ucx), else over gRPC.
 absl::Status PutShards(weightstore::v1::WeightStoreService::StubInterface& stub,
                        const weightstore::v1::BeginPublishResponse& begun,
                        const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                        const PublishOptions& options);
-absl::StatusOr<weightstore::v1::VersionInfo> CommitUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
-                                             const std::string& upload_id,
-                                             const PublishOptions& options);
+absl::StatusOr<weightstore::v1::VersionInfo> CommitUpload(
+    weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
+    const PublishOptions& options);
 // Best effort: an upload not aborted expires on the store.
-void AbortUpload(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id);
+void AbortUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
+                 const std::string& upload_id);
 
 struct FetchOptions {
   weightstore::v1::TargetLayout target;
@@ -140,12 +142,13 @@ absl::StatusOr<std::string> AcquireLease(weightstore::v1::WeightStoreService::St
                                          absl::string_view holder, absl::Duration ttl);
 
 // Releases a lease and waits for the reply; one that fails is left to expire at its TTL.
-void ReleaseLease(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& lease_id);
+void ReleaseLease(weightstore::v1::WeightStoreService::StubInterface& stub,
+                  const std::string& lease_id);
 
 // One fetch with a fresh AdapterFetcher.
-absl::StatusOr<FetchedAdapter> FetchAdapter(weightstore::v1::WeightStoreService::StubInterface& stub,
-                                            absl::string_view adapter, int64_t version,
-                                            const FetchOptions& options);
+absl::StatusOr<FetchedAdapter> FetchAdapter(
+    weightstore::v1::WeightStoreService::StubInterface& stub, absl::string_view adapter,
+    int64_t version, const FetchOptions& options);
 
 }  // namespace tandem::weight_store
 

@@ -197,9 +197,9 @@ absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig
     const int64_t element_size = transfer::ElementSize(dtype);
     if (element_size == 0 ||
         tensor.bytes.size() != parameter->value.size() * static_cast<size_t>(element_size)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "' has ", tensor.bytes.size(), " bytes of ",
-                       type::v1::Dtype_Name(dtype), "; expected ", parameter->value.size(), " values"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' has ", tensor.bytes.size(), " bytes of ",
+          type::v1::Dtype_Name(dtype), "; expected ", parameter->value.size(), " values"));
     }
     auto values = transfer::ConvertFloats(tensor.bytes, dtype, type::v1::DTYPE_F32);
     if (!values.ok()) return values.status();

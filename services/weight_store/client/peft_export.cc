@@ -20,8 +20,9 @@ namespace {
 
 constexpr absl::Duration kManifestTimeout = absl::Seconds(30);
 
-absl::StatusOr<weightstore::v1::Manifest> GetManifest(weightstore::v1::WeightStoreService::StubInterface& store,
-                                         absl::string_view adapter, int64_t version) {
+absl::StatusOr<weightstore::v1::Manifest> GetManifest(
+    weightstore::v1::WeightStoreService::StubInterface& store, absl::string_view adapter,
+    int64_t version) {
   weightstore::v1::GetManifestRequest request;
   request.mutable_adapter()->set_adapter_name(std::string(adapter));
   if (version > 0) {

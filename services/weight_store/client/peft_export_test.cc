@@ -79,8 +79,8 @@ class PeftExportTest : public ::testing::TestWithParam<engine::ExpertLayout> {
 
   void Publish(const engine::LoraAdapter& adapter, int64_t version,
                const std::string& architecture = "") {
-    auto built =
-        BuildAdapterVersion(adapter, adapter.model_config(), "policy", version, type::v1::DTYPE_BF16);
+    auto built = BuildAdapterVersion(adapter, adapter.model_config(), "policy", version,
+                                     type::v1::DTYPE_BF16);
     ASSERT_TRUE(built.ok()) << built.status();
     if (!architecture.empty())
       (*built->manifest.mutable_labels())[kArchitectureLabel] = architecture;
@@ -174,11 +174,12 @@ TEST_P(PeftExportTest, AVersionMissingAWritersShardIsNeverCommitted) {
   for (const weightstore::v1::Shard& shard : one_each->manifest.shards()) {
     EXPECT_EQ(shard.pieces_size(), 1) << shard.DebugString();
   }
-  EXPECT_EQ(BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 2, type::v1::DTYPE_F32,
-                                /*writers=*/100000)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      BuildAdapterVersion(RandomAdapter(model, GetParam()), model, "policy", 2, type::v1::DTYPE_F32,
+                          /*writers=*/100000)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // The trainer labels versions of a Mixtral base model so; PEFT then matches Mixtral's modules.

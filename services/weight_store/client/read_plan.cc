@@ -27,7 +27,8 @@ bool ReadsDirectly(const weightstore::v1::PlannedTensor& tensor) {
 }
 
 std::vector<PlannedBlock> BlocksInDestinationOrder(
-    const weightstore::v1::PlannedTensor& tensor, absl::FunctionRef<const char*(int shard_index)> shard_base) {
+    const weightstore::v1::PlannedTensor& tensor,
+    absl::FunctionRef<const char*(int shard_index)> shard_base) {
   std::vector<PlannedBlock> blocks;
   for (const weightstore::v1::CopyOp& op : tensor.ops()) {
     const char* source = shard_base(op.shard_index()) + op.src_offset();
@@ -83,8 +84,8 @@ absl::StatusOr<RegionsByShard> CheckedRegions(const weightstore::v1::GetReadPlan
   return regions;
 }
 
-std::vector<StagedSpan> SpansOf(const weightstore::v1::GetReadPlanResponse& plan, int first, int last,
-                                int shard) {
+std::vector<StagedSpan> SpansOf(const weightstore::v1::GetReadPlanResponse& plan, int first,
+                                int last, int shard) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (int i = first; i < last; ++i) {
     if (ReadsDirectly(plan.tensors(i))) continue;

@@ -48,7 +48,8 @@ struct PlannedBlock {
 // shard's first byte, in whatever memory holds it). A valid plan's blocks tile the tensor, so
 // in this order they are its bytes in order: what its checksum hashes.
 std::vector<PlannedBlock> BlocksInDestinationOrder(
-    const weightstore::v1::PlannedTensor& tensor, absl::FunctionRef<const char*(int shard_index)> shard_base);
+    const weightstore::v1::PlannedTensor& tensor,
+    absl::FunctionRef<const char*(int shard_index)> shard_base);
 
 using RegionsByShard = absl::flat_hash_map<int, const weightstore::v1::ShardRegion*>;
 
@@ -60,8 +61,8 @@ absl::StatusOr<RegionsByShard> CheckedRegions(const weightstore::v1::GetReadPlan
 // The merged spans of a shard that the staged tensors (those not read directly) among
 // [first, last) of a checked plan read; each op's whole strided range lies in one. Spans closer
 // than a gap that costs less than another round trip are merged.
-std::vector<StagedSpan> SpansOf(const weightstore::v1::GetReadPlanResponse& plan, int first, int last,
-                                int shard);
+std::vector<StagedSpan> SpansOf(const weightstore::v1::GetReadPlanResponse& plan, int first,
+                                int last, int shard);
 
 // Consecutive tensors [first, last) of a plan, about kBatchBytes together.
 struct TensorBatch {

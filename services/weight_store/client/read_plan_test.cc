@@ -8,8 +8,8 @@
 namespace tandem::weight_store {
 namespace {
 
-weightstore::v1::CopyOp Op(int shard, uint64_t src, uint64_t dst, uint64_t length, uint64_t count = 1,
-              uint64_t src_stride = 0, uint64_t dst_stride = 0) {
+weightstore::v1::CopyOp Op(int shard, uint64_t src, uint64_t dst, uint64_t length,
+                           uint64_t count = 1, uint64_t src_stride = 0, uint64_t dst_stride = 0) {
   weightstore::v1::CopyOp op;
   op.set_shard_index(shard);
   op.set_src_offset(src);
@@ -22,7 +22,8 @@ weightstore::v1::CopyOp Op(int shard, uint64_t src, uint64_t dst, uint64_t lengt
 }
 
 // Two shards of 4 KiB; tensor "t" of `tensor_bytes` filled by `op`.
-weightstore::v1::GetReadPlanResponse PlanWith(const weightstore::v1::CopyOp& op, uint64_t tensor_bytes = 1024) {
+weightstore::v1::GetReadPlanResponse PlanWith(const weightstore::v1::CopyOp& op,
+                                              uint64_t tensor_bytes = 1024) {
   weightstore::v1::GetReadPlanResponse plan;
   for (int shard = 0; shard < 2; ++shard) {
     weightstore::v1::ShardRegion* region = plan.add_shards();
@@ -89,7 +90,8 @@ TEST(ReadPlanTest, SpansMergeNearbyReadsOfAShardAndKeepFarOnesApart) {
   second->mutable_tensor()->set_byte_size(512);
   *second->add_ops() = Op(0, 2048, 0, 128, 2, 256, 128);
   *second->add_ops() = Op(1, 0, 256, 128, 2, 256, 128);  // Another shard's: not in shard 0's.
-  weightstore::v1::PlannedTensor* direct = plan.add_tensors();        // Read straight into its memory: no span.
+  weightstore::v1::PlannedTensor* direct =
+      plan.add_tensors();  // Read straight into its memory: no span.
   direct->mutable_tensor()->set_byte_size(kMinDirectReadBytes);
   *direct->add_ops() = Op(0, uint64_t{32} << 20, 0, kMinDirectReadBytes);
   weightstore::v1::PlannedTensor* far = plan.add_tensors();
