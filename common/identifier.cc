@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 #include "common/utf8.h"
 
 namespace tandem {
@@ -25,10 +26,11 @@ bool IsIdentifier(absl::string_view value) {
 
 absl::Status ValidateIdentifier(absl::string_view field, absl::string_view value) {
   if (IsIdentifier(value)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad ", field, ": '", ValidUtf8(value.substr(0, kMaxIdentifierBytes)),
-                   value.size() > kMaxIdentifierBytes ? "...' (" : "' (", value.size(),
-                   " bytes; identifiers are 1-128 bytes from [A-Za-z0-9._:/-], without '..')"));
+  return InvalidField(
+      field, absl::StrCat("bad ", field, ": '", ValidUtf8(value.substr(0, kMaxIdentifierBytes)),
+                          value.size() > kMaxIdentifierBytes ? "...' (" : "' (", value.size(),
+                          " bytes; identifiers are 1-128 bytes from [A-Za-z0-9._:/-], without "
+                          "'..')"));
 }
 
 }  // namespace tandem

@@ -1,13 +1,37 @@
 #include "common/status.h"
 
+#include <optional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 
 namespace tandem {
 namespace {
 
 bool IsUtf8Continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+// Error details travel in HTTP/2 trailers too (base64, beside the message): a violation's field
+// and description are cut to this, and the details' copy of the message to twice this, so that
+// one status stays under the 8 KiB of trailers peers accept.
+constexpr size_t kMaxViolationBytes = 512;
+
+constexpr absl::string_view kDetailTypePrefix = "type.googleapis.com/google.rpc.";
+
+std::string TypeUrl(const google::protobuf::Message& message) {
+  return absl::StrCat("type.googleapis.com/", message.GetDescriptor()->full_name());
+}
+
+// The payload of `status` holding a message of `T`'s type, parsed; nullopt if none.
+template <typename T>
+std::optional<T> Detail(const absl::Status& status) {
+  T detail;
+  const auto payload = status.GetPayload(TypeUrl(detail));
+  if (!payload.has_value() || !detail.ParseFromString(std::string(*payload))) return std::nullopt;
+  return detail;
+}
 
 }  // namespace
 
@@ -22,14 +46,64 @@ std::string TruncateStatusMessage(absl::string_view message, size_t max_bytes) {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      TruncateStatusMessage(status.message()));
+  const std::string message = TruncateStatusMessage(status.message());
+  google::rpc::Status details;
+  status.ForEachPayload([&](absl::string_view type_url, const absl::Cord& payload) {
+    if (!absl::StartsWith(type_url, kDetailTypePrefix)) return;
+    google::protobuf::Any& any = *details.add_details();
+    any.set_type_url(std::string(type_url));
+    any.set_value(std::string(payload));
+  });
+  const auto code = static_cast<grpc::StatusCode>(status.code());
+  if (details.details().empty()) return grpc::Status(code, message);
+  details.set_code(static_cast<int>(status.code()));
+  details.set_message(TruncateStatusMessage(message, 2 * kMaxViolationBytes));
+  return grpc::Status(code, message, details.SerializeAsString());
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      TruncateStatusMessage(status.error_message()));
+  absl::Status converted(static_cast<absl::StatusCode>(status.error_code()),
+                         TruncateStatusMessage(status.error_message()));
+  google::rpc::Status details;
+  if (!status.error_details().empty() && details.ParseFromString(status.error_details())) {
+    for (const google::protobuf::Any& any : details.details()) {
+      if (absl::StartsWith(any.type_url(), kDetailTypePrefix)) {
+        converted.SetPayload(any.type_url(), absl::Cord(any.value()));
+      }
+    }
+  }
+  return converted;
+}
+
+absl::Status InvalidField(absl::string_view field, absl::string_view message) {
+  absl::Status status = absl::InvalidArgumentError(message);
+  google::rpc::BadRequest bad_request;
+  google::rpc::BadRequest::FieldViolation& violation = *bad_request.add_field_violations();
+  violation.set_field(TruncateStatusMessage(field, kMaxViolationBytes));
+  violation.set_description(TruncateStatusMessage(message, kMaxViolationBytes));
+  status.SetPayload(TypeUrl(bad_request), absl::Cord(bad_request.SerializeAsString()));
+  google::rpc::ErrorInfo info;
+  info.set_reason("INVALID_FIELD");
+  info.set_domain(kErrorDomain);
+  (*info.mutable_metadata())["field"] = TruncateStatusMessage(field, kMaxViolationBytes);
+  status.SetPayload(TypeUrl(info), absl::Cord(info.SerializeAsString()));
+  return status;
+}
+
+std::vector<FieldViolation> FieldViolations(const absl::Status& status) {
+  std::vector<FieldViolation> violations;
+  if (std::optional<google::rpc::BadRequest> bad_request = Detail<google::rpc::BadRequest>(status)) {
+    for (const auto& violation : bad_request->field_violations()) {
+      violations.push_back({violation.field(), violation.description()});
+    }
+  }
+  return violations;
+}
+
+std::string ErrorReason(const absl::Status& status) {
+  std::optional<google::rpc::ErrorInfo> info = Detail<google::rpc::ErrorInfo>(status);
+  return info.has_value() ? info->reason() : "";
 }
 
 }  // namespace tandem

@@ -3,6 +3,8 @@
 #include <string>
 
 #include "gmock/gmock.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -51,6 +53,53 @@ TEST(StatusTest, TruncationNeverSplitsAUtf8Character) {
 TEST(StatusTest, ShortMessagesAreKeptWhole) {
   EXPECT_EQ(TruncateStatusMessage("fine", 4), "fine");
   EXPECT_THAT(TruncateStatusMessage("", 0), SizeIs(0));
+}
+
+// An invalid field goes on the wire as the google.rpc.Status a client of any language decodes
+// (BadRequest and ErrorInfo in its details) and comes back from it whole.
+TEST(StatusTest, AnInvalidFieldTravelsAsBadRequestAndErrorInfoDetails) {
+  const absl::Status invalid = InvalidField("spec.group_size", "spec.group_size: GRPO needs >= 2");
+  const grpc::Status wire = ToGrpcStatus(invalid);
+  EXPECT_EQ(wire.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(wire.error_message(), "spec.group_size: GRPO needs >= 2");
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(wire.error_details()));
+  EXPECT_EQ(details.code(), 3);
+  ASSERT_EQ(details.details_size(), 2);
+  google::rpc::BadRequest bad_request;
+  google::rpc::ErrorInfo info;
+  for (const google::protobuf::Any& any : details.details()) {
+    if (any.Is<google::rpc::BadRequest>()) ASSERT_TRUE(any.UnpackTo(&bad_request));
+    if (any.Is<google::rpc::ErrorInfo>()) ASSERT_TRUE(any.UnpackTo(&info));
+  }
+  ASSERT_EQ(bad_request.field_violations_size(), 1);
+  EXPECT_EQ(bad_request.field_violations(0).field(), "spec.group_size");
+  EXPECT_EQ(info.reason(), "INVALID_FIELD");
+  EXPECT_EQ(info.domain(), "tandem");
+
+  const absl::Status back = FromGrpcStatus(wire);
+  EXPECT_EQ(back.code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_THAT(FieldViolations(back), SizeIs(1));
+  EXPECT_EQ(FieldViolations(back)[0].field, "spec.group_size");
+  EXPECT_EQ(FieldViolations(back)[0].description, "spec.group_size: GRPO needs >= 2");
+  EXPECT_EQ(ErrorReason(back), "INVALID_FIELD");
+}
+
+TEST(StatusTest, AStatusWithoutDetailsSendsNone) {
+  EXPECT_TRUE(ToGrpcStatus(absl::NotFoundError("no job")).error_details().empty());
+  EXPECT_THAT(FieldViolations(absl::InvalidArgumentError("why")), SizeIs(0));
+  EXPECT_EQ(ErrorReason(absl::InvalidArgumentError("why")), "");
+  // Details that are not a google.rpc.Status are ignored, not trusted.
+  const absl::Status garbled =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "why", "\xff\xff"));
+  EXPECT_THAT(FieldViolations(garbled), SizeIs(0));
+}
+
+TEST(StatusTest, ALongViolationIsCutToFitTheTrailers) {
+  const std::string field(5000, 'f'), message(5000, 'm');
+  const grpc::Status wire = ToGrpcStatus(InvalidField(field, message));
+  const size_t base64_details = (wire.error_details().size() + 2) / 3 * 4;
+  EXPECT_LE(wire.error_message().size() + base64_details, size_t{8} << 10);
 }
 
 }  // namespace

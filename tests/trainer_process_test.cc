@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/channel.h"
 #include "common/health_client.h"
@@ -435,6 +436,7 @@ TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors)
                          "sampling: {max_new_tokens: 3}\n";
   const std::string bad = data_ + "/bad.json";
   std::ofstream(bad) << "{\"group_size\": \"many\"}";
+
   const auto cli = [&](const std::vector<std::string>& args, const std::string& log) {
     std::vector<std::string> all = {absl::StrCat("--trainer=127.0.0.1:", Port("trainer"))};
     all.insert(all.begin(), args.begin(), args.end());
@@ -458,6 +460,12 @@ TEST_F(TrainerProcessTest, TheCliSubmitsYamlAndExitsNonZeroWithAMessageOnErrors)
   status = cli({"submit", "--spec=" + bad}, data_ + "/bad.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
   EXPECT_THAT(read(data_ + "/bad.log"), HasSubstr("tandem-cli: " + bad));
+  // The trainer's refusal names the field in its error details, which the CLI prints.
+  const std::string refused = data_ + "/refused.yaml";  // Parses, but GRPO needs groups of 2.
+  std::ofstream(refused) << absl::StrReplaceAll(read(good), {{"group_size: 2", "group_size: 1"}});
+  status = cli({"submit", "--spec=" + refused}, data_ + "/refused.log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  EXPECT_THAT(read(data_ + "/refused.log"), HasSubstr("tandem-cli: field spec.group_size: "));
   status = cli({"watch", "job-nope"}, data_ + "/missing.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
   EXPECT_THAT(read(data_ + "/missing.log"), HasSubstr("job job-nope not found"));

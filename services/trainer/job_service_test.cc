@@ -13,9 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/server.h"
+#include "common/status.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
 #include "gmock/gmock.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
 
 namespace tandem::trainer {
@@ -188,6 +191,33 @@ TEST_F(JobServiceTest, ABadSpecIsInvalidArgumentNamingTheField) {
   const grpc::Status status = stub_->CreateJob(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("spec.group_size: ALGORITHM_GRPO needs >= 2"));
+  // The details say which field, as google.rpc.BadRequest and ErrorInfo, for clients to act on.
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(status.error_details()));
+  google::rpc::BadRequest bad_request;
+  google::rpc::ErrorInfo info;
+  for (const google::protobuf::Any& any : details.details()) {
+    if (any.Is<google::rpc::BadRequest>()) ASSERT_TRUE(any.UnpackTo(&bad_request));
+    if (any.Is<google::rpc::ErrorInfo>()) ASSERT_TRUE(any.UnpackTo(&info));
+  }
+  ASSERT_EQ(bad_request.field_violations_size(), 1);
+  EXPECT_EQ(bad_request.field_violations(0).field(), "spec.group_size");
+  EXPECT_EQ(info.reason(), "INVALID_FIELD");
+  EXPECT_EQ(info.metadata().at("field"), "spec.group_size");
+  // Also for the limits every service shares: sizes and identifiers.
+  const auto refused_field = [&](const trainer::v1::CreateJobRequest& bad) {
+    grpc::ClientContext bad_context;
+    return FieldViolations(FromGrpcStatus(stub_->CreateJob(&bad_context, bad, &response)));
+  };
+  request.mutable_spec()->set_group_size(2);
+  request.mutable_spec()->set_display_name(std::string(257, 'n'));
+  EXPECT_EQ(refused_field(request).at(0).field, "spec.display_name");
+  request.mutable_spec()->clear_display_name();
+  request.mutable_spec()->set_adapter_name("no spaces");
+  EXPECT_EQ(refused_field(request).at(0).field, "spec.adapter_name");
+  request.mutable_spec()->clear_adapter_name();
+  request.mutable_spec()->mutable_algorithm_config()->set_learning_rate(-1);
+  EXPECT_EQ(refused_field(request).at(0).field, "spec.algorithm_config.learning_rate");
 }
 
 // The trainer runs in float: a learning rate that float rounds to inf or 0 would fail at step 1

@@ -8,8 +8,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/checksum.h"
 #include "common/identifier.h"
+#include "common/status.h"
 #include "common/string_limits.h"
 #include "engine/tasks.h"
 #include "engine/verifiers/verifier.h"
@@ -24,8 +26,18 @@ namespace {
 // TaskSpec.params' one key.
 constexpr char kTaskDigits[] = "digits";
 
+// The dotted path a message starts with: "spec.algorithm_config.learning_rate" of
+// "spec.algorithm_config.learning_rate is -1; ...".
+absl::string_view LeadingFieldPath(absl::string_view message) {
+  const size_t end = message.find_first_not_of(
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
+  return absl::StripSuffix(message.substr(0, end), ".");
+}
+
+// INVALID_ARGUMENT "spec.<parts>", whose details name the field the message starts with.
 absl::Status Invalid(auto&&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat("spec.", parts...));
+  const std::string message = absl::StrCat("spec.", parts...);
+  return InvalidField(LeadingFieldPath(message), message);
 }
 
 // Comparisons that NaN fails: a NaN hyperparameter is refused, never silently clipped.

@@ -15,6 +15,7 @@
 #include "common/channel.h"
 #include "common/peer_tls.h"
 #include "common/server_options.h"
+#include "common/status.h"
 #include "engine/tasks.h"
 #include "google/protobuf/util/json_util.h"
 #include "services/rollout/client/task_accuracy.h"
@@ -80,10 +81,8 @@ absl::StatusOr<std::unique_ptr<trainer::v1::JobService::Stub>> Trainer() {
   return trainer::v1::JobService::NewStub(*channel);
 }
 
-absl::Status Check(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
+// The call's status, its error details (field violations) kept.
+absl::Status Check(const grpc::Status& status) { return FromGrpcStatus(status); }
 
 std::string ShortState(trainer::v1::JobState state) {
   return trainer::v1::JobState_Name(state).substr(10);
@@ -334,6 +333,11 @@ int main(int argc, char** argv) {
   const absl::Status status = tandem::cli::RunCommand(args);
   if (!status.ok()) {
     std::fprintf(stderr, "tandem-cli: %s\n", std::string(status.message()).c_str());
+    // The fields the server named as wrong, read from the error's details.
+    for (const tandem::FieldViolation& violation : tandem::FieldViolations(status)) {
+      std::fprintf(stderr, "tandem-cli: field %s: %s\n", violation.field.c_str(),
+                   violation.description.c_str());
+    }
     return 1;
   }
   return 0;
