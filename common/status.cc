@@ -76,6 +76,18 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return converted;
 }
 
+absl::Status WithErrorInfo(absl::Status status, absl::string_view reason,
+                           const std::vector<std::pair<std::string, std::string>>& metadata) {
+  google::rpc::ErrorInfo info;
+  info.set_reason(std::string(reason));
+  info.set_domain(kErrorDomain);
+  for (const auto& [key, value] : metadata) {
+    (*info.mutable_metadata())[key] = TruncateStatusMessage(value, kMaxViolationBytes);
+  }
+  status.SetPayload(TypeUrl(info), absl::Cord(info.SerializeAsString()));
+  return status;
+}
+
 absl::Status InvalidField(absl::string_view field, absl::string_view message) {
   absl::Status status = absl::InvalidArgumentError(message);
   google::rpc::BadRequest bad_request;
@@ -83,12 +95,7 @@ absl::Status InvalidField(absl::string_view field, absl::string_view message) {
   violation.set_field(TruncateStatusMessage(field, kMaxViolationBytes));
   violation.set_description(TruncateStatusMessage(message, kMaxViolationBytes));
   status.SetPayload(TypeUrl(bad_request), absl::Cord(bad_request.SerializeAsString()));
-  google::rpc::ErrorInfo info;
-  info.set_reason("INVALID_FIELD");
-  info.set_domain(kErrorDomain);
-  (*info.mutable_metadata())["field"] = TruncateStatusMessage(field, kMaxViolationBytes);
-  status.SetPayload(TypeUrl(info), absl::Cord(info.SerializeAsString()));
-  return status;
+  return WithErrorInfo(std::move(status), "INVALID_FIELD", {{"field", std::string(field)}});
 }
 
 std::vector<FieldViolation> FieldViolations(const absl::Status& status) {

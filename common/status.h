@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -29,6 +30,11 @@ inline constexpr char kErrorDomain[] = "tandem";
 // message) and a google.rpc.ErrorInfo (reason INVALID_FIELD, metadata {"field": field}), so a
 // client can tell which field was wrong without parsing the message.
 absl::Status InvalidField(absl::string_view field, absl::string_view message);
+
+// `status` with a google.rpc.ErrorInfo (domain kErrorDomain, `reason` in UPPER_SNAKE_CASE,
+// stable per kind of error) that ToGrpcStatus sends in the status details.
+absl::Status WithErrorInfo(absl::Status status, absl::string_view reason,
+                           const std::vector<std::pair<std::string, std::string>>& metadata = {});
 
 struct FieldViolation {
   std::string field;

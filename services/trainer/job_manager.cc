@@ -55,7 +55,7 @@ std::string NewJobId() {
 }
 
 absl::Status RequireJobId(const std::string& job_id) {
-  if (job_id.empty()) return absl::InvalidArgumentError("job_id is required");
+  if (job_id.empty()) return InvalidField("job_id", "job_id is required");
   return ValidateIdentifier("job_id", job_id);
 }
 
@@ -68,13 +68,16 @@ absl::Status Unpersisted(const absl::Status& status) {
 }
 
 absl::Status JobNotFound(const std::string& job_id) {
-  return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return WithErrorInfo(absl::NotFoundError(absl::StrCat("job ", job_id, " not found")),
+                       "JOB_NOT_FOUND", {{"job", job_id}});
 }
 
 // A new job's output_dir that belongs to someone else.
 absl::Status OutputDirTaken(const std::string& dir, absl::string_view why) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("spec.output_dir: ", dir, " ", why, "; a new job needs a directory of its own"));
+  return WithErrorInfo(absl::FailedPreconditionError(absl::StrCat(
+                           "spec.output_dir: ", dir, " ", why,
+                           "; a new job needs a directory of its own")),
+                       "OUTPUT_DIR_IN_USE", {{"field", "spec.output_dir"}, {"directory", dir}});
 }
 
 bool IsTerminal(const trainer::v1::Job& job) {
@@ -233,16 +236,19 @@ absl::StatusOr<trainer::v1::JobSpec> JobManager::Resolve(const trainer::v1::JobS
   if (!resolved.ok()) return resolved;
   const int ranks = deployment_.trainer_ranks;
   if (resolved->parallelism().data_parallel() > ranks) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        "spec.parallelism.data_parallel",
         absl::StrCat("spec.parallelism.data_parallel is ", resolved->parallelism().data_parallel(),
                      "; this trainer deployment has ", ranks, " rank", ranks == 1 ? "" : "s",
                      " (the trainer's --ranks)"));
   }
   if (resolved->routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_R3 &&
       !deployment_.router_replay) {
-    return absl::FailedPreconditionError(
-        "spec.routing_replay is R3 (the default), and this trainer has no router-replay "
-        "(--router_replay): configure one, or choose another routing_replay");
+    return WithErrorInfo(
+        absl::FailedPreconditionError(
+            "spec.routing_replay is R3 (the default), and this trainer has no router-replay "
+            "(--router_replay): configure one, or choose another routing_replay"),
+        "ROUTER_REPLAY_NOT_CONFIGURED", {{"field", "spec.routing_replay"}});
   }
   return resolved;
 }
@@ -279,9 +285,11 @@ absl::StatusOr<trainer::v1::Job> JobManager::Create(const trainer::v1::CreateJob
         google::protobuf::util::MessageDifferencer::Equals(*resolved, job.spec())) {
       return job;
     }
-    return absl::AlreadyExistsError(absl::StrCat("request_id ", request.request_id(),
-                                                 " already created job ", job.id(),
-                                                 " with a different spec"));
+    return WithErrorInfo(
+        absl::AlreadyExistsError(absl::StrCat("request_id ", request.request_id(),
+                                              " already created job ", job.id(),
+                                              " with a different spec")),
+        "REQUEST_ID_REUSED", {{"request_id", request.request_id()}, {"job", job.id()}});
   }
   const std::string id = NewJobId();
   auto spec = Resolve(request.spec(), id);
@@ -349,10 +357,10 @@ absl::StatusOr<trainer::v1::Job> JobManager::Get(const std::string& job_id) cons
 
 absl::StatusOr<trainer::v1::ListJobsResponse> JobManager::List(
     const trainer::v1::ListJobsRequest& request) const {
-  if (request.page_size() < 0) return absl::InvalidArgumentError("page_size must be >= 0");
+  if (request.page_size() < 0) return InvalidField("page_size", "page_size must be >= 0");
   for (int state : request.states()) {
     if (state == trainer::v1::JOB_STATE_UNSPECIFIED || !trainer::v1::JobState_IsValid(state)) {
-      return absl::InvalidArgumentError(absl::StrCat("states: ", state, " is not a job state"));
+      return InvalidField("states", absl::StrCat("states: ", state, " is not a job state"));
     }
   }
   const int page_size =
@@ -363,7 +371,7 @@ absl::StatusOr<trainer::v1::ListJobsResponse> JobManager::List(
     // Offsets are bounded so that offset + page_size cannot overflow.
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &offset) || offset < 0 ||
         offset > std::numeric_limits<int32_t>::max() || parts[1] != FilterKey(request)) {
-      return absl::InvalidArgumentError("page_token is malformed or belongs to another filter");
+      return InvalidField("page_token", "page_token is malformed or belongs to another filter");
     }
   }
   std::vector<trainer::v1::Job> jobs;
@@ -400,9 +408,11 @@ absl::StatusOr<trainer::v1::Job> JobManager::Cancel(const std::string& job_id) {
   switch (found->second.state()) {
     case trainer::v1::JOB_STATE_SUCCEEDED:
     case trainer::v1::JOB_STATE_FAILED:
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job_id, " is already ",
-                       trainer::v1::JobState_Name(found->second.state()).substr(10)));
+      return WithErrorInfo(
+          absl::FailedPreconditionError(
+              absl::StrCat("job ", job_id, " is already ",
+                           trainer::v1::JobState_Name(found->second.state()).substr(10))),
+          "JOB_ALREADY_ENDED", {{"job", job_id}});
     case trainer::v1::JOB_STATE_QUEUED:
       if (absl::Status status = Update(job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
                                        [](trainer::v1::Job& job) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "common/status.h"
 #include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -301,6 +302,7 @@ TEST_F(JobManagerTest, RequestIdsMakeCreateIdempotentAcrossRestarts) {
   const absl::Status conflict = jobs_->Create(request).status();
   EXPECT_TRUE(absl::IsAlreadyExists(conflict)) << conflict;
   EXPECT_THAT(conflict.message(), HasSubstr(id));
+  EXPECT_EQ(ErrorReason(conflict), "REQUEST_ID_REUSED");
   request.clear_request_id();
   EXPECT_TRUE(absl::IsInvalidArgument(jobs_->Create(request).status()));
   request.set_request_id(std::string(257, 'x'));
@@ -316,7 +318,40 @@ TEST_F(JobManagerTest, ABadSpecCreatesNoJob) {
   const absl::Status status = jobs_->Create(request).status();
   EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
   EXPECT_THAT(status.message(), HasSubstr("spec.group_size"));
+  EXPECT_EQ(ErrorReason(status), "INVALID_FIELD");
   EXPECT_EQ(jobs_->List({})->jobs_size(), 0);
+}
+
+// Each kind of refusal has a stable ErrorInfo reason a client can act on.
+TEST_F(JobManagerTest, RefusalsCarryAStableReason) {
+  EXPECT_EQ(ErrorReason(jobs_->Get("job-nope").status()), "JOB_NOT_FOUND");
+  EXPECT_EQ(ErrorReason(jobs_->Get("").status()), "INVALID_FIELD");
+  trainer::v1::JobSpec too_wide = MinimalValidSpec();
+  too_wide.mutable_parallelism()->set_data_parallel(2);
+  trainer::v1::CreateJobRequest request;
+  request.set_request_id("wide");
+  *request.mutable_spec() = too_wide;
+  const absl::Status wide = jobs_->Create(request).status();
+  ASSERT_EQ(FieldViolations(wide).size(), 1u) << wide;
+  EXPECT_EQ(FieldViolations(wide)[0].field, "spec.parallelism.data_parallel");
+}
+
+// A trainer without router-replay refuses R3 jobs (the default mode) up front, and runs others.
+TEST_F(JobManagerTest, WithoutRouterReplayR3JobsAreRefusedAndOthersRun) {
+  jobs_.reset();
+  auto jobs = JobManager::Open(dir_, runner_.runner(), {.router_replay = false});
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  jobs_ = *std::move(jobs);
+  trainer::v1::CreateJobRequest request;
+  request.set_request_id("r3");
+  *request.mutable_spec() = MinimalValidSpec();
+  const absl::Status refused = jobs_->Create(request).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("--router_replay"));
+  EXPECT_EQ(ErrorReason(refused), "ROUTER_REPLAY_NOT_CONFIGURED");
+  trainer::v1::JobSpec off = MinimalValidSpec();
+  off.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_OFF);
+  EXPECT_FALSE(Create("off", off).empty());
 }
 
 TEST_F(JobManagerTest, SubscribersGetTheSnapshotThenEveryStateAndStepEvent) {
