@@ -13,9 +13,12 @@ namespace {
 
 bool IsUtf8Continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
-// Error details travel in HTTP/2 trailers too (base64, beside the message): a violation's field
-// and description are cut to this, and the details' copy of the message to twice this, so that
-// one status stays under the 8 KiB of trailers peers accept.
+// Error details travel in HTTP/2 trailers too (base64, beside the message, which they repeat):
+// with details, the message is cut to kMaxDetailedMessageBytes and a violation's field,
+// description and metadata values to kMaxViolationBytes, so that a status this file makes
+// stays within the 8 KiB of trailers peers accept (for ASCII messages; grpc-message
+// percent-encodes the rest).
+constexpr size_t kMaxDetailedMessageBytes = 2048;
 constexpr size_t kMaxViolationBytes = 512;
 
 constexpr absl::string_view kDetailTypePrefix = "type.googleapis.com/google.rpc.";
@@ -46,7 +49,6 @@ std::string TruncateStatusMessage(absl::string_view message, size_t max_bytes) {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  const std::string message = TruncateStatusMessage(status.message());
   google::rpc::Status details;
   status.ForEachPayload([&](absl::string_view type_url, const absl::Cord& payload) {
     if (!absl::StartsWith(type_url, kDetailTypePrefix)) return;
@@ -55,9 +57,11 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
     any.set_value(std::string(payload));
   });
   const auto code = static_cast<grpc::StatusCode>(status.code());
-  if (details.details().empty()) return grpc::Status(code, message);
+  if (details.details().empty()) return grpc::Status(code, TruncateStatusMessage(status.message()));
+  // The details repeat the message, which must read the same in both (clients compare them).
+  const std::string message = TruncateStatusMessage(status.message(), kMaxDetailedMessageBytes);
   details.set_code(static_cast<int>(status.code()));
-  details.set_message(TruncateStatusMessage(message, 2 * kMaxViolationBytes));
+  details.set_message(message);
   return grpc::Status(code, message, details.SerializeAsString());
 }
 

@@ -98,6 +98,9 @@ TEST(StatusTest, AStatusWithoutDetailsSendsNone) {
 TEST(StatusTest, ALongViolationIsCutToFitTheTrailers) {
   const std::string field(5000, 'f'), message(5000, 'm');
   const grpc::Status wire = ToGrpcStatus(InvalidField(field, message));
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(wire.error_details()));
+  EXPECT_EQ(details.message(), wire.error_message()) << "the two copies read the same";
   const size_t base64_details = (wire.error_details().size() + 2) / 3 * 4;
   EXPECT_LE(wire.error_message().size() + base64_details, size_t{8} << 10);
 }

@@ -101,7 +101,8 @@ class Transformer : public DecodeEngine {
   // DecodeEngine, with caches in host memory (transformer_decode.cc): the prompt attends
   // causally within itself, each decoded token over its sequence's cache.
   absl::StatusOr<std::unique_ptr<SequenceCache>> NewCache(int positions) override;
-  // Prompts one by one, so a prompt's numbers never depend on the others in its batch.
+  // Prompts one by one, so a prompt's numbers never depend on the others in its batch (on the
+  // GPU they may, slightly). INVALID_ARGUMENT for an empty prompt or one longer than its cache.
   absl::Status Prefill(const std::vector<PromptToPrefill>& prompts, float* last_logits,
                        int16_t* routes) override;
   absl::Status Decode(const int* tokens, const int* positions,

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/transformer.h"
 #include "kernels/cpu/attention.h"
 
@@ -85,6 +86,16 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
                                   int16_t* routes) {
   const int vocab = config_.vocab_size;
   const int64_t route_row = int64_t{config_.num_moe_layers()} * config_.top_k;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    const HostSequenceCache& cache = HostCache(*prompts[s].cache);
+    const int64_t capacity =
+        cache.keys.empty() ? 0 : static_cast<int64_t>(cache.keys.front().size()) / config_.key_width();
+    if (prompts[s].length < 1 || prompts[s].length > capacity) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", s, " of ", prompts[s].length,
+                                                     " tokens for a cache of ", capacity,
+                                                     " positions"));
+    }
+  }
   std::vector<int> positions;
   std::vector<float> logits;
   for (const PromptToPrefill& prompt : prompts) {
@@ -95,7 +106,7 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
     PrefillAttention attention(HostCache(*prompt.cache), rows, config_);
     ForwardRows(prompt.tokens, positions.data(), rows, attention, logits.data(), routes);
     last_logits = std::copy_n(logits.data() + int64_t{rows - 1} * vocab, vocab, last_logits);
-    routes += rows * route_row;
+    if (routes != nullptr) routes += rows * route_row;
   }
   return absl::OkStatus();
 }

@@ -470,6 +470,26 @@ TEST(GenerationBatchTest, AFailingEngineEndsItsSequencesWithTheError) {
   EXPECT_EQ(finished[0].second.finish_reason, FinishReason::kLength);
 }
 
+TEST(TransformerPrefillTest, AnEmptyPromptOrOneLongerThanItsCacheIsRefused) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  std::unique_ptr<SequenceCache> cache = *transformer.NewCache(2);
+  const std::vector<int> prompt = {1, 2, 3};
+  std::vector<float> logits(model.config().vocab_size);
+  for (const int length : {0, 3}) {
+    EXPECT_EQ(transformer
+                  .Prefill({{.tokens = prompt.data(), .length = length, .cache = cache.get()}},
+                           logits.data(), nullptr)
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << length;
+  }
+  EXPECT_TRUE(transformer
+                  .Prefill({{.tokens = prompt.data(), .length = 2, .cache = cache.get()}},
+                           logits.data(), nullptr)
+                  .ok());
+}
+
 TEST(GenerationBatchTest, AnyStopTokenEndsTheSample) {
   BaseModel model = RandomModel(TinyConfig(), 1);
   Transformer transformer(model, nullptr);

@@ -16,6 +16,7 @@
 #include "common/proto_time.h"
 #include "common/status.h"
 #include "common/utf8.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "services/trainer/checkpoint.h"
 #include "services/trainer/job_spec.h"
@@ -78,6 +79,21 @@ absl::Status OutputDirTaken(const std::string& dir, absl::string_view why) {
                            "spec.output_dir: ", dir, " ", why,
                            "; a new job needs a directory of its own")),
                        "OUTPUT_DIR_IN_USE", {{"field", "spec.output_dir"}, {"directory", dir}});
+}
+
+// JobSpec.endpoints (field 18) was removed: a client that still sends it would otherwise have
+// it kept as unknown bytes and ignored. (Jobs stored by earlier trainers keep theirs.)
+absl::Status RefuseRemovedFields(const trainer::v1::JobSpec& spec) {
+  constexpr int kRemovedEndpoints = 18;
+  const google::protobuf::UnknownFieldSet& unknown = spec.GetReflection()->GetUnknownFields(spec);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    if (unknown.field(i).number() == kRemovedEndpoints) {
+      return InvalidField("spec.endpoints",
+                          "spec.endpoints was removed: the trainer's --rollout, --weight_store "
+                          "and --router_replay flags say where the services run");
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool IsTerminal(const trainer::v1::Job& job) {
@@ -281,16 +297,15 @@ absl::StatusOr<trainer::v1::Job> JobManager::Create(const trainer::v1::CreateJob
   if (auto existing = by_request_id_.find(request.request_id()); existing != by_request_id_.end()) {
     const trainer::v1::Job& job = jobs_[existing->second];
     auto resolved = Resolve(request.spec(), job.id());
-    if (resolved.ok() &&
-        google::protobuf::util::MessageDifferencer::Equals(*resolved, job.spec())) {
-      return job;
-    }
+    if (!resolved.ok()) return resolved.status();
+    if (google::protobuf::util::MessageDifferencer::Equals(*resolved, job.spec())) return job;
     return WithErrorInfo(
         absl::AlreadyExistsError(absl::StrCat("request_id ", request.request_id(),
                                               " already created job ", job.id(),
                                               " with a different spec")),
         "REQUEST_ID_REUSED", {{"request_id", request.request_id()}, {"job", job.id()}});
   }
+  if (absl::Status status = RefuseRemovedFields(request.spec()); !status.ok()) return status;
   const std::string id = NewJobId();
   auto spec = Resolve(request.spec(), id);
   if (!spec.ok()) return spec.status();

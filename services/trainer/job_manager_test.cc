@@ -334,6 +334,14 @@ TEST_F(JobManagerTest, RefusalsCarryAStableReason) {
   const absl::Status wide = jobs_->Create(request).status();
   ASSERT_EQ(FieldViolations(wide).size(), 1u) << wide;
   EXPECT_EQ(FieldViolations(wide)[0].field, "spec.parallelism.data_parallel");
+  // A client of the old API still sending spec.endpoints (field 18) is told it was removed.
+  trainer::v1::JobSpec old_client = MinimalValidSpec();
+  old_client.GetReflection()->MutableUnknownFields(&old_client)->AddLengthDelimited(18, "x");
+  request.set_request_id("old");
+  *request.mutable_spec() = old_client;
+  const absl::Status removed = jobs_->Create(request).status();
+  ASSERT_EQ(FieldViolations(removed).size(), 1u) << removed;
+  EXPECT_EQ(FieldViolations(removed)[0].field, "spec.endpoints");
 }
 
 // A trainer without router-replay refuses R3 jobs (the default mode) up front, and runs others.

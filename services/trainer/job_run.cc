@@ -379,6 +379,10 @@ absl::Status JobRun::Init() {
     auto router_replay = dialer.RouterReplay(services.router_replay);
     if (!router_replay.ok()) return router_replay.status();
     router_replay_ = *std::move(router_replay);
+  } else if (spec_.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_R3) {
+    // Every rank reads its own flags: one without router-replay would train without replay.
+    return absl::FailedPreconditionError(
+        "the job replays routes (R3), and this trainer rank has no --router_replay");
   }
   auto share = DataParallelShare(spec_.prompts_per_step(), spec_.group_size(),
                                  spec_.algorithm_config().updates_per_step(), dp_size_, dp_rank_);

@@ -307,6 +307,17 @@ TEST_F(JobRunTest, EachStepGeneratesWithTheCurrentVersionAndPublishesTheNext) {
 
 // output_dir may hold another job's checkpoint (a reused directory): resuming it would train
 // on from someone else's step, or end the new job SUCCEEDED without training.
+// Each trainer rank reads its own flags: a rank without router-replay refuses an R3 job rather
+// than training it without replay.
+TEST_F(JobRunTest, AnR3JobFailsOnARankWithoutRouterReplay) {
+  trainer::v1::Job job = Job(1);
+  job.mutable_spec()->set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_R3);
+  const std::atomic<bool> cancelled = false;
+  const absl::Status status = Run(job, cancelled);
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("--router_replay"));
+}
+
 TEST_F(JobRunTest, AJobNeverResumesAnotherJobsCheckpoint) {
   ASSERT_TRUE(Run(Job(2), not_cancelled_).ok());
   trainer::v1::Job other = Job(2);
