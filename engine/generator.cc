@@ -1,6 +1,7 @@
 #include "engine/generator.h"
 
 #include <algorithm>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 
@@ -64,10 +65,11 @@ std::vector<absl::StatusOr<int>> GenerationBatch::AdmitAll(
   for (auto& [engine, indices] : groups) {
     std::vector<Sequence*> group;
     for (size_t i : indices) group.push_back(reserved[i].get());
-    const absl::Status status = PrefillGroup(*engine, group);
-    for (size_t i : indices) {
-      if (!status.ok()) {
-        ids[i] = status;
+    const std::vector<absl::Status> statuses = PrefillInParts(*engine, group);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const size_t i = indices[k];
+      if (!statuses[k].ok()) {
+        ids[i] = statuses[k];
         continue;
       }
       ids[i] = reserved[i]->id;
@@ -111,6 +113,19 @@ absl::StatusOr<std::unique_ptr<GenerationBatch::Sequence>> GenerationBatch::Rese
   if (!cache.ok()) return cache.status();
   sequence->cache = *std::move(cache);
   return sequence;
+}
+
+std::vector<absl::Status> GenerationBatch::PrefillInParts(DecodeEngine& engine,
+                                                         std::span<Sequence* const> group) {
+  const absl::Status status = PrefillGroup(engine, {group.begin(), group.end()});
+  if (status.ok() || group.size() == 1 || !absl::IsResourceExhausted(status)) {
+    return std::vector<absl::Status>(group.size(), status);
+  }
+  const size_t half = group.size() / 2;
+  std::vector<absl::Status> statuses = PrefillInParts(engine, group.first(half));
+  const std::vector<absl::Status> rest = PrefillInParts(engine, group.subspan(half));
+  statuses.insert(statuses.end(), rest.begin(), rest.end());
+  return statuses;
 }
 
 absl::Status GenerationBatch::PrefillGroup(DecodeEngine& engine,

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,8 +63,9 @@ class GenerationBatch {
   };
   // Admits several sequences as Admit does each, but prefills the prompts of each engine
   // together (one pass on a GPU rather than one per prompt). Returns each one's id or why it was
-  // refused, in order; when an engine's prefill fails, every sequence of that engine is refused
-  // with its error and the others go on.
+  // refused, in order. A prefill the device has no memory for is retried in halves; when an
+  // engine's prefill fails otherwise, every sequence of that engine is refused with its error
+  // and the others go on.
   std::vector<absl::StatusOr<int>> AdmitAll(const std::vector<Admission>& admissions);
 
   // Runs the sequence's later steps on `engine` (its KV cache is kept). Returns how many
@@ -101,6 +103,9 @@ class GenerationBatch {
   absl::StatusOr<std::unique_ptr<Sequence>> Reserve(const Admission& admission);
   // Prefills the prompts of sequences that share an engine; samples each one's first token.
   absl::Status PrefillGroup(DecodeEngine& engine, const std::vector<Sequence*>& group);
+  // PrefillGroup, retried in halves while the device runs out of memory for the whole group
+  // (RESOURCE_EXHAUSTED), so only a prompt that fails alone is refused. Each one's status.
+  std::vector<absl::Status> PrefillInParts(DecodeEngine& engine, std::span<Sequence* const> group);
   void SampleNext(Sequence& sequence, const float* logits);
   bool Finished(const Sequence& sequence) const;
   void Retire(int id);

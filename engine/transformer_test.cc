@@ -390,8 +390,11 @@ class FailingDecodeEngine : public DecodeEngine {
                        int16_t* routes) override {
     ++prefills_;
     if (fail_prefill_) return absl::InternalError("device fault in prefill");
+    if (prompts.size() > max_prompts_) return absl::ResourceExhaustedError("out of memory");
     return transformer_.Prefill(prompts, last_logits, routes);
   }
+  // Prefills of more prompts than this run out of device memory.
+  void LimitPrompts(size_t max_prompts) { max_prompts_ = max_prompts; }
   int prefills() const { return prefills_; }
   absl::Status Decode(const int* tokens, const int* positions,
                       const std::vector<SequenceCache*>& caches, float* logits,
@@ -404,8 +407,28 @@ class FailingDecodeEngine : public DecodeEngine {
   Transformer& transformer_;
   int good_steps_;
   const bool fail_prefill_;
+  size_t max_prompts_ = SIZE_MAX;
   int prefills_ = 0;
 };
+
+// A prefill too big for the device's memory is retried in halves: every sequence is admitted.
+TEST(GenerationBatchTest, APrefillTooBigForTheDeviceIsSplitUntilItFits) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  FailingDecodeEngine small(transformer, 100);
+  small.LimitPrompts(2);
+  GenerationBatch batch(transformer);
+  std::vector<GenerationBatch::Admission> admissions;
+  for (int i = 0; i < 5; ++i) {
+    admissions.push_back(
+        {.request = {.prompt = {1, 2 + i, 7}, .max_new_tokens = 2, .seed = 5}, .engine = &small});
+  }
+  const std::vector<absl::StatusOr<int>> ids = batch.AdmitAll(admissions);
+  for (const absl::StatusOr<int>& id : ids) EXPECT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(batch.active(), 5);
+  // 5 (refused) -> 2 + 3 (refused) -> 1 + 2: three that fit, after two that did not.
+  EXPECT_EQ(small.prefills(), 5);
+}
 
 // Admitting several sequences prefills each engine's prompts in one call; a bad request or an
 // engine whose prefill fails refuses only its own sequences, and the rest generate as if alone.
