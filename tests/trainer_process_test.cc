@@ -216,7 +216,7 @@ class TrainerProcessTest : public ::testing::Test {
     trainer::v1::CreateJobRequest request;
     request.set_request_id(request_id);
     *request.mutable_spec() = spec;
-    trainer::v1::CreateJobResponse response;
+    trainer::v1::Job response;
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(30));
     const grpc::Status status = trainer_->CreateJob(&context, request, &response);
@@ -224,17 +224,17 @@ class TrainerProcessTest : public ::testing::Test {
       return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                           status.error_message());
     }
-    return response.job();
+    return response;
   }
 
   trainer::v1::Job Get(const std::string& job_id) {
     trainer::v1::GetJobRequest request;
     request.set_job_id(job_id);
-    trainer::v1::GetJobResponse response;
+    trainer::v1::Job response;
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(30));
     EXPECT_TRUE(trainer_->GetJob(&context, request, &response).ok());
-    return response.job();
+    return response;
   }
 
   // Polls until `done` holds for the job (or a minute passes).
@@ -335,7 +335,7 @@ TEST_F(TrainerProcessTest, AJobRunsThroughAllFourServicesAndImprovesAccuracy) {
   EXPECT_THAT(conflicting.status().message(), HasSubstr("with a different spec"));
   trainer::v1::CancelJobRequest cancel;
   cancel.set_job_id(job->id());
-  trainer::v1::CancelJobResponse cancelled;
+  trainer::v1::Job cancelled;
   grpc::ClientContext cancel_context;
   const grpc::Status cancel_status = trainer_->CancelJob(&cancel_context, cancel, &cancelled);
   EXPECT_EQ(cancel_status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -357,10 +357,10 @@ TEST_F(TrainerProcessTest, CancelStopsRunningAndQueuedJobs) {
   for (const std::string& id : {queued->id(), running->id()}) {
     trainer::v1::CancelJobRequest request;
     request.set_job_id(id);
-    trainer::v1::CancelJobResponse response;
+    trainer::v1::Job response;
     grpc::ClientContext context;
     ASSERT_TRUE(trainer_->CancelJob(&context, request, &response).ok());
-    EXPECT_THAT(response.job().state(), ::testing::AnyOf(trainer::v1::JOB_STATE_CANCELLING,
+    EXPECT_THAT(response.state(), ::testing::AnyOf(trainer::v1::JOB_STATE_CANCELLING,
                                                          trainer::v1::JOB_STATE_CANCELLED));
   }
   EXPECT_EQ(Get(queued->id()).state(), trainer::v1::JOB_STATE_CANCELLED)
@@ -678,7 +678,7 @@ TEST_F(TrainerProcessTlsTest, AJobRunsWithMutualTlsBetweenAllFourServices) {
   SetTimeout(context, absl::Seconds(10));
   trainer::v1::GetJobRequest request;
   request.set_job_id(job->id());
-  trainer::v1::GetJobResponse response;
+  trainer::v1::Job response;
   EXPECT_EQ(stub->GetJob(&context, request, &response).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
@@ -827,7 +827,7 @@ TEST_F(TrainerProcessRanksTest, AJobWaitsForMissingRanksThenFailsNamingThem) {
   AwaitJob(running->id(), [](const trainer::v1::Job& job) { return job.current_step() >= 1; });
   trainer::v1::CancelJobRequest cancel;
   cancel.set_job_id(running->id());
-  trainer::v1::CancelJobResponse response;
+  trainer::v1::Job response;
   grpc::ClientContext context;
   ASSERT_TRUE(trainer_->CancelJob(&context, cancel, &response).ok());
   const trainer::v1::Job stopped = AwaitJob(running->id(), [](const trainer::v1::Job& job) {

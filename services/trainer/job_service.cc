@@ -62,28 +62,18 @@ class WatchReactor final : public QueuedWriteReactor<trainer::v1::WatchJobRespon
   bool terminal_queued_ = false;
 };
 
-// Finishes an RPC whose response is just the job.
-template <typename Response>
-grpc::ServerUnaryReactor* FinishWithJob(grpc::CallbackServerContext* context,
-                                        absl::StatusOr<trainer::v1::Job> job, Response* response) {
-  if (!job.ok()) return FinishUnary<Response>(context, job.status(), response);
-  Response result;
-  *result.mutable_job() = *std::move(job);
-  return FinishUnary<Response>(context, std::move(result), response);
-}
-
 }  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* context,
                                                     const trainer::v1::CreateJobRequest* request,
-                                                    trainer::v1::CreateJobResponse* response) {
-  return FinishWithJob(context, jobs_->Create(*request), response);
+                                                    trainer::v1::Job* response) {
+  return FinishUnary(context, jobs_->Create(*request), response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const trainer::v1::GetJobRequest* request,
-                                                 trainer::v1::GetJobResponse* response) {
-  return FinishWithJob(context, jobs_->Get(request->job_id()), response);
+                                                 trainer::v1::Job* response) {
+  return FinishUnary(context, jobs_->Get(request->job_id()), response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
@@ -94,8 +84,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const trainer::v1::CancelJobRequest* request,
-                                                    trainer::v1::CancelJobResponse* response) {
-  return FinishWithJob(context, jobs_->Cancel(request->job_id()), response);
+                                                    trainer::v1::Job* response) {
+  return FinishUnary(context, jobs_->Cancel(request->job_id()), response);
 }
 
 grpc::ServerWriteReactor<trainer::v1::WatchJobResponse>* JobServiceImpl::WatchJob(

@@ -17,16 +17,16 @@ class JobServiceImpl final : public trainer::v1::JobService::CallbackService {
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* context,
                                       const trainer::v1::CreateJobRequest* request,
-                                      trainer::v1::CreateJobResponse* response) override;
+                                      trainer::v1::Job* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const trainer::v1::GetJobRequest* request,
-                                   trainer::v1::GetJobResponse* response) override;
+                                   trainer::v1::Job* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
                                      const trainer::v1::ListJobsRequest* request,
                                      trainer::v1::ListJobsResponse* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const trainer::v1::CancelJobRequest* request,
-                                      trainer::v1::CancelJobResponse* response) override;
+                                      trainer::v1::Job* response) override;
   // For a server drain: ends every WatchJob stream with UNAVAILABLE (watch again).
   void Drain() { watches_.EndAll(DrainingStatus("trainer")); }
 

@@ -71,10 +71,10 @@ class JobServiceTest : public ::testing::Test {
     trainer::v1::CreateJobRequest request;
     request.set_request_id(request_id);
     *request.mutable_spec() = Spec(steps);
-    trainer::v1::CreateJobResponse response;
+    trainer::v1::Job response;
     grpc::ClientContext context;
     EXPECT_TRUE(stub_->CreateJob(&context, request, &response).ok());
-    return response.job().id();
+    return response.id();
   }
 
   grpc::Status List(trainer::v1::ListJobsRequest request, trainer::v1::ListJobsResponse* response) {
@@ -85,18 +85,18 @@ class JobServiceTest : public ::testing::Test {
   trainer::v1::Job AwaitTerminal(const std::string& job_id) {
     trainer::v1::GetJobRequest request;
     request.set_job_id(job_id);
-    trainer::v1::GetJobResponse response;
+    trainer::v1::Job response;
     for (int i = 0; i < 400; ++i) {
       grpc::ClientContext context;
       EXPECT_TRUE(stub_->GetJob(&context, request, &response).ok());
-      const trainer::v1::JobState state = response.job().state();
+      const trainer::v1::JobState state = response.state();
       if (state == trainer::v1::JOB_STATE_FAILED || state == trainer::v1::JOB_STATE_SUCCEEDED ||
           state == trainer::v1::JOB_STATE_CANCELLED) {
         break;
       }
       absl::SleepFor(absl::Milliseconds(10));
     }
-    return response.job();
+    return response;
   }
 
   std::string dir_;
@@ -159,11 +159,11 @@ TEST_F(JobServiceTest, JobsSurviveARestartAndWatchingAFinishedJobSendsOnlyItsSna
   Start();  // A new service over the same directory.
   trainer::v1::GetJobRequest get;
   get.set_job_id(id);
-  trainer::v1::GetJobResponse response;
+  trainer::v1::Job response;
   grpc::ClientContext context;
   ASSERT_TRUE(stub_->GetJob(&context, get, &response).ok());
-  EXPECT_EQ(response.job().state(), trainer::v1::JOB_STATE_FAILED);
-  EXPECT_EQ(response.job().error_message(), failed.error_message());
+  EXPECT_EQ(response.state(), trainer::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(response.error_message(), failed.error_message());
   EXPECT_EQ(Create(3, "persisted"), id) << "request ids are remembered across restarts";
 
   grpc::ClientContext watch_context;
@@ -186,7 +186,7 @@ TEST_F(JobServiceTest, ABadSpecIsInvalidArgumentNamingTheField) {
   request.set_request_id("bad");
   *request.mutable_spec() = Spec(1);
   request.mutable_spec()->set_group_size(1);
-  trainer::v1::CreateJobResponse response;
+  trainer::v1::Job response;
   grpc::ClientContext context;
   const grpc::Status status = stub_->CreateJob(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -228,7 +228,7 @@ TEST_F(JobServiceTest, NumbersThatFloatCannotHoldAreRefusedNamingTheField) {
     request.set_request_id("narrow");
     *request.mutable_spec() = Spec(1);
     change(*request.mutable_spec()->mutable_algorithm_config());
-    trainer::v1::CreateJobResponse response;
+    trainer::v1::Job response;
     grpc::ClientContext context;
     return stub_->CreateJob(&context, request, &response);
   };
@@ -255,10 +255,10 @@ TEST_F(JobServiceTest, TheCreatedJobShowsEveryDefaultItRunsWith) {
   trainer::v1::CreateJobRequest request;
   request.set_request_id("defaults");
   *request.mutable_spec() = Spec(1);
-  trainer::v1::CreateJobResponse response;
+  trainer::v1::Job response;
   grpc::ClientContext context;
   ASSERT_TRUE(stub_->CreateJob(&context, request, &response).ok());
-  const trainer::v1::JobSpec& task_spec = response.job().spec();
+  const trainer::v1::JobSpec& task_spec = response.spec();
   EXPECT_THAT(task_spec.task().params(), Contains(Pair("digits", "2")));
   EXPECT_EQ(task_spec.lora().alpha(), 4.0f) << "alpha 0 means alpha = rank";
   EXPECT_EQ(task_spec.lora().target_modules_size(), 7);
@@ -272,7 +272,7 @@ TEST_F(JobServiceTest, TheCreatedJobShowsEveryDefaultItRunsWith) {
   request.mutable_spec()->mutable_dataset()->set_verifier("exact_match");
   grpc::ClientContext dataset_context;
   ASSERT_TRUE(stub_->CreateJob(&dataset_context, request, &response).ok());
-  const trainer::v1::DatasetSpec& dataset = response.job().spec().dataset();
+  const trainer::v1::DatasetSpec& dataset = response.spec().dataset();
   EXPECT_EQ(dataset.prompt_field(), "prompt");
   EXPECT_EQ(dataset.answer_field(), "answer");
   EXPECT_EQ(dataset.messages_field(), "messages");
@@ -288,7 +288,7 @@ TEST_F(JobServiceTest, AnOutputDirThatHoldsFilesIsRefusedNamingIt) {
   request.set_request_id("reuse");
   *request.mutable_spec() = Spec(1);
   request.mutable_spec()->set_output_dir(taken);
-  trainer::v1::CreateJobResponse response;
+  trainer::v1::Job response;
   grpc::ClientContext context;
   const grpc::Status status = stub_->CreateJob(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
@@ -306,7 +306,7 @@ TEST_F(JobServiceTest, AnOutputDirThatHoldsFilesIsRefusedNamingIt) {
   request.mutable_spec()->set_output_dir(dir_ + "/first");
   grpc::ClientContext first_context;
   ASSERT_TRUE(stub_->CreateJob(&first_context, request, &response).ok());
-  const std::string first = response.job().id();
+  const std::string first = response.id();
   request.set_request_id("second");
   grpc::ClientContext second_context;
   const grpc::Status shared = stub_->CreateJob(&second_context, request, &response);
@@ -323,7 +323,7 @@ TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
     request.set_request_id(absl::StrCat("huge", i));
     *request.mutable_spec() = Spec(1);
     request.mutable_spec()->set_base_model_path(std::string(1 << 20, 'p') + std::to_string(i));
-    trainer::v1::CreateJobResponse response;
+    trainer::v1::Job response;
     grpc::ClientContext context;
     const grpc::Status status = stub_->CreateJob(&context, request, &response);
     if (status.ok()) {
@@ -345,11 +345,11 @@ TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
     request.mutable_spec()->set_base_model_path(
         absl::StrCat(dir_, "/", std::string(4096 - dir_.size() - 1, 'm')));
     request.mutable_spec()->set_initial_adapter_path(std::string(4096, 'a'));
-    trainer::v1::CreateJobResponse response;
+    trainer::v1::Job response;
     grpc::ClientContext context;
     const grpc::Status status = stub_->CreateJob(&context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
-    created.insert(response.job().id());
+    created.insert(response.id());
   }
   std::set<std::string> listed;
   int pages = 0;
@@ -371,7 +371,7 @@ TEST_F(JobServiceTest, OversizedStringsAreRefusedAndListingKeepsWorking) {
 
 TEST_F(JobServiceTest, UnknownAndMissingIdsGetClearStatuses) {
   trainer::v1::GetJobRequest get;
-  trainer::v1::GetJobResponse got;
+  trainer::v1::Job got;
   grpc::ClientContext empty_context;
   EXPECT_EQ(stub_->GetJob(&empty_context, get, &got).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
@@ -382,7 +382,7 @@ TEST_F(JobServiceTest, UnknownAndMissingIdsGetClearStatuses) {
   EXPECT_EQ(missing.error_message(), "job job-nope not found");
   trainer::v1::CancelJobRequest cancel;
   cancel.set_job_id("job-nope");
-  trainer::v1::CancelJobResponse cancelled;
+  trainer::v1::Job cancelled;
   grpc::ClientContext cancel_context;
   EXPECT_EQ(stub_->CancelJob(&cancel_context, cancel, &cancelled).error_code(),
             grpc::StatusCode::NOT_FOUND);

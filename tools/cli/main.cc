@@ -184,16 +184,16 @@ absl::Status Submit() {
   }
   request.set_request_id(request_id);
   *request.mutable_spec() = *std::move(spec);
-  trainer::v1::CreateJobResponse response;
+  trainer::v1::Job response;
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(30));
   if (absl::Status status = Check((*trainer)->CreateJob(&context, request, &response));
       !status.ok()) {
     return status;
   }
-  std::printf("%s\n", response.job().id().c_str());
+  std::printf("%s\n", response.id().c_str());
   std::fflush(stdout);
-  return absl::GetFlag(FLAGS_watch) ? Watch(response.job().id()) : absl::OkStatus();
+  return absl::GetFlag(FLAGS_watch) ? Watch(response.id()) : absl::OkStatus();
 }
 
 absl::Status List() {
@@ -233,11 +233,11 @@ absl::StatusOr<trainer::v1::Job> GetJob(trainer::v1::JobService::StubInterface& 
   SetTimeout(context, absl::Seconds(30));
   trainer::v1::GetJobRequest request;
   request.set_job_id(job_id);
-  trainer::v1::GetJobResponse response;
+  trainer::v1::Job response;
   if (absl::Status status = Check(trainer.GetJob(&context, request, &response)); !status.ok()) {
     return status;
   }
-  return response.job();
+  return response;
 }
 
 absl::Status Export(const std::string& job_id) {
@@ -274,12 +274,12 @@ absl::Status GetOrCancel(const std::string& command, const std::string& job_id) 
     SetTimeout(context, absl::Seconds(30));
     trainer::v1::CancelJobRequest request;
     request.set_job_id(job_id);
-    trainer::v1::CancelJobResponse response;
+    trainer::v1::Job response;
     if (absl::Status status = Check((*trainer)->CancelJob(&context, request, &response));
         !status.ok()) {
       return status;
     }
-    job = response.job();
+    job = response;
   }
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
