@@ -2,10 +2,31 @@
 
 #include <algorithm>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace tandem::engine {
+namespace {
+
+// `items` grouped by the engine each runs on (`engine_of`), engines in order of first
+// appearance, so the work done per engine does not depend on pointer values.
+template <typename Item, typename EngineOf>
+std::vector<std::pair<DecodeEngine*, std::vector<Item>>> GroupByEngine(
+    const std::vector<Item>& items, EngineOf engine_of) {
+  std::vector<std::pair<DecodeEngine*, std::vector<Item>>> groups;
+  for (const Item& item : items) {
+    DecodeEngine* engine = engine_of(item);
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [&](const auto& g) { return g.first == engine; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {engine, {}});
+    group->second.push_back(item);
+  }
+  return groups;
+}
+
+}  // namespace
 
 struct GenerationBatch::Sequence {
   int id = 0;
@@ -47,8 +68,7 @@ std::vector<absl::StatusOr<int>> GenerationBatch::AdmitAll(
     const std::vector<Admission>& admissions) {
   std::vector<absl::StatusOr<int>> ids(admissions.size());
   std::vector<std::unique_ptr<Sequence>> reserved(admissions.size());
-  // Engines in order of first appearance, each with the admissions it prefills.
-  std::vector<std::pair<DecodeEngine*, std::vector<size_t>>> groups;
+  std::vector<size_t> admitted;  // Indices of the admissions whose cache is reserved.
   for (size_t i = 0; i < admissions.size(); ++i) {
     absl::StatusOr<std::unique_ptr<Sequence>> sequence = Reserve(admissions[i]);
     if (!sequence.ok()) {
@@ -56,13 +76,10 @@ std::vector<absl::StatusOr<int>> GenerationBatch::AdmitAll(
       continue;
     }
     reserved[i] = *std::move(sequence);
-    DecodeEngine* engine = reserved[i]->engine;
-    auto group = std::find_if(groups.begin(), groups.end(),
-                              [&](const auto& g) { return g.first == engine; });
-    if (group == groups.end()) group = groups.insert(groups.end(), {engine, {}});
-    group->second.push_back(i);
+    admitted.push_back(i);
   }
-  for (auto& [engine, indices] : groups) {
+  for (auto& [engine, indices] :
+       GroupByEngine(admitted, [&](size_t i) { return reserved[i]->engine; })) {
     std::vector<Sequence*> group;
     for (size_t i : indices) group.push_back(reserved[i].get());
     const std::vector<absl::Status> statuses = PrefillInParts(*engine, group);
@@ -117,7 +134,7 @@ absl::StatusOr<std::unique_ptr<GenerationBatch::Sequence>> GenerationBatch::Rese
 
 std::vector<absl::Status> GenerationBatch::PrefillInParts(DecodeEngine& engine,
                                                          std::span<Sequence* const> group) {
-  const absl::Status status = PrefillGroup(engine, {group.begin(), group.end()});
+  const absl::Status status = PrefillGroup(engine, group);
   if (status.ok() || group.size() == 1 || !absl::IsResourceExhausted(status)) {
     return std::vector<absl::Status>(group.size(), status);
   }
@@ -129,7 +146,7 @@ std::vector<absl::Status> GenerationBatch::PrefillInParts(DecodeEngine& engine,
 }
 
 absl::Status GenerationBatch::PrefillGroup(DecodeEngine& engine,
-                                           const std::vector<Sequence*>& group) {
+                                           std::span<Sequence* const> group) {
   const int moe_row = config_.num_moe_layers() * config_.top_k;
   std::vector<PromptToPrefill> prompts;
   int64_t rows = 0;
@@ -186,17 +203,12 @@ int GenerationBatch::SwitchEngine(int id, DecodeEngine& engine) {
 }
 
 absl::Status GenerationBatch::Step() {
-  // Groups in order of first appearance, so a step's work does not depend on pointer values.
-  std::vector<std::pair<DecodeEngine*, std::vector<Sequence*>>> groups;
-  for (const auto& sequence : active_) {
-    auto group = std::find_if(groups.begin(), groups.end(),
-                              [&](const auto& g) { return g.first == sequence->engine; });
-    if (group == groups.end()) group = groups.insert(groups.end(), {sequence->engine, {}});
-    group->second.push_back(sequence.get());
-  }
+  std::vector<Sequence*> sequences;
+  for (const auto& sequence : active_) sequences.push_back(sequence.get());
   absl::Status first_error;
   std::vector<int> done;
-  for (auto& [engine, group] : groups) {
+  for (auto& [engine, group] :
+       GroupByEngine(sequences, [](Sequence* sequence) { return sequence->engine; })) {
     const absl::Status status = StepGroup(*engine, group);
     if (!status.ok() && first_error.ok()) first_error = status;
     for (Sequence* sequence : group) {

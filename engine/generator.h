@@ -102,7 +102,7 @@ class GenerationBatch {
   // The sequence of an admission, its cache reserved; or why it cannot be admitted.
   absl::StatusOr<std::unique_ptr<Sequence>> Reserve(const Admission& admission);
   // Prefills the prompts of sequences that share an engine; samples each one's first token.
-  absl::Status PrefillGroup(DecodeEngine& engine, const std::vector<Sequence*>& group);
+  absl::Status PrefillGroup(DecodeEngine& engine, std::span<Sequence* const> group);
   // PrefillGroup, retried in halves while the device runs out of memory for the whole group
   // (RESOURCE_EXHAUSTED), so only a prompt that fails alone is refused. Each one's status.
   std::vector<absl::Status> PrefillInParts(DecodeEngine& engine, std::span<Sequence* const> group);
