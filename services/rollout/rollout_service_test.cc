@@ -588,11 +588,19 @@ TEST_F(RolloutServiceTest, AdmissionControlRejectsWhatCannotFitWithARetryHint) {
   EXPECT_EQ(too_big.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(too_big.status.error_message(), HasSubstr("bytes of KV cache"));
 
-  // One request fills the queue; while it runs, another is turned away with pushback.
+  // One request fills the queue and stays queued, waiting for an adapter version that is not
+  // published yet; meanwhile another is turned away with pushback.
+  Publish(1);
+  rollout::v1::GenerateRequest fill = Request("fill", 8, 2, 20);
+  fill.mutable_adapter()->set_adapter_name(kAdapter);
+  fill.mutable_adapter()->set_min_version(2);
   grpc::ClientContext context;
-  auto filling = rollout_stub_->Generate(&context, Request("fill", 8, 2, 20));
-  rollout::v1::GenerateResponse response;
-  ASSERT_TRUE(filling->Read(&response));
+  SetTimeout(context, absl::Seconds(60));
+  auto filling = rollout_stub_->Generate(&context, fill);
+  for (int i = 0; i < 400 && RolloutMetrics::Get().queued_tokens.Value() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(RolloutMetrics::Get().queued_tokens.Value(), 0) << "the filling request never queued";
   const Generated rejected = Generate(Request("more", 4, 2, 20));
   ASSERT_EQ(rejected.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(rejected.status.error_message(), HasSubstr("retry in"));
@@ -603,7 +611,9 @@ TEST_F(RolloutServiceTest, AdmissionControlRejectsWhatCannotFitWithARetryHint) {
   bad_selector.mutable_adapter()->set_adapter_name("policy");
   bad_selector.mutable_adapter()->set_exact_version(-2);
   EXPECT_EQ(Generate(bad_selector).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  int received = 1;
+  Publish(2);
+  int received = 0;
+  rollout::v1::GenerateResponse response;
   while (filling->Read(&response)) ++received;
   EXPECT_TRUE(filling->Finish().ok());
   EXPECT_EQ(received, 16);
