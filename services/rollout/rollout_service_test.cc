@@ -622,16 +622,27 @@ TEST_F(RolloutServiceTest, AdmissionControlRejectsWhatCannotFitWithARetryHint) {
 
 TEST_F(RolloutServiceTest, DuplicateInFlightRequestIdIsRejected) {
   StartRollout(DefaultOptions());
+  // The first request stays in flight: it waits for an adapter version not published yet.
+  Publish(1);
+  rollout::v1::GenerateRequest waiting = Request("same", 2, 2, 8);
+  waiting.mutable_adapter()->set_adapter_name(kAdapter);
+  waiting.mutable_adapter()->set_min_version(2);
   grpc::ClientContext context;
-  auto first = rollout_stub_->Generate(&context, Request("same", 16, 8, 40));
-  rollout::v1::GenerateResponse response;
-  ASSERT_TRUE(first->Read(&response));
+  SetTimeout(context, absl::Seconds(60));
+  auto first = rollout_stub_->Generate(&context, waiting);
+  for (int i = 0; i < 400 && RolloutMetrics::Get().queued_tokens.Value() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(RolloutMetrics::Get().queued_tokens.Value(), 0) << "the first request never queued";
   const Generated second = Generate(Request("same", 1, 1, 2));
   EXPECT_EQ(second.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_THAT(second.status.error_message(), HasSubstr("request same is in flight"));
-  while (first->Read(&response)) {
-  }
+  Publish(2);
+  rollout::v1::GenerateResponse response;
+  int received = 0;
+  while (first->Read(&response)) ++received;
   EXPECT_TRUE(first->Finish().ok());
+  EXPECT_EQ(received, 4);
 }
 
 TEST_F(RolloutServiceTest, DeadlineIsHonoured) {

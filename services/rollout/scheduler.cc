@@ -101,6 +101,7 @@ Scheduler::Scheduler(ServedModels& models, std::unique_ptr<SequenceBatch> batch,
       batch_(std::move(batch)),
       delivery_thread_([this] { Deliver(); }) {
   RolloutMetrics::Get().kv_cache_budget_bytes.Set(static_cast<double>(options_.kv_cache_bytes));
+  UpdateGauges();  // Nothing a previous scheduler in this process left may show as ours.
 }
 
 Scheduler::~Scheduler() {
