@@ -55,7 +55,7 @@ class WeightStoreProcessTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(WaitUntilServing({.target = target}, "tandem.weightstore.v1.WeightStoreService",
                                  absl::Seconds(30))
                     .ok());
-    stub_ = weightstore::v1::WeightStoreService::NewStub(*CreateChannel(
+    stub_ = std::make_unique<WeightStoreStubs>(*CreateChannel(
         {.target = target, .service_name = "tandem.weightstore.v1.WeightStoreService"}));
     return *std::move(process);
   }
@@ -68,7 +68,7 @@ class WeightStoreProcessTest : public ::testing::TestWithParam<std::string> {
 
   std::string data_dir_;
   std::unique_ptr<transfer::UcxWorker> client_ucx_;
-  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> stub_;
+  std::unique_ptr<WeightStoreStubs> stub_;
 };
 
 TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDashNine) {
@@ -97,10 +97,10 @@ TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDash
     *begin.mutable_manifest() = interrupted.manifest;
     weightstore::v1::BeginPublishResponse begun;
     grpc::ClientContext context;
-    ASSERT_TRUE(stub_->BeginPublish(&context, begin, &begun).ok());
+    ASSERT_TRUE(stub_->api().BeginPublish(&context, begin, &begun).ok());
     grpc::ClientContext put_context;
     weightstore::v1::PutShardResponse put_response;
-    auto writer = stub_->PutShard(&put_context, &put_response);
+    auto writer = stub_->api().PutShard(&put_context, &put_response);
     weightstore::v1::PutShardRequest chunk;
     chunk.set_upload_id(begun.upload_id());
     chunk.set_data(interrupted.shards[0].substr(0, interrupted.shards[0].size() / 2));
@@ -124,7 +124,7 @@ TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDash
     request.set_max_chunk_bytes(1 << 20);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    auto reader = stub_->FetchTensors(&context, request);
+    auto reader = stub_->api().FetchTensors(&context, request);
     weightstore::v1::FetchTensorsResponse chunk;
     ASSERT_TRUE(reader->Read(&chunk));
     size_t received = chunk.data().size();

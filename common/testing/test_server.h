@@ -34,18 +34,25 @@ struct LoopbackServer {
   }
 };
 
-inline absl::StatusOr<LoopbackServer> StartLoopbackServer(const std::string& name,
-                                                          HostedService service,
-                                                          const ServerOptions& options =
-                                                              LoopbackOptions()) {
-  LoopbackServer result{.proto_name = service.proto_name};
-  std::vector<HostedService> services;
-  services.push_back(std::move(service));
+// Services hosted together, as one binary hosts them; the first names the channel's retries.
+inline absl::StatusOr<LoopbackServer> StartLoopbackServer(
+    const std::string& name, std::vector<HostedService> services,
+    const ServerOptions& options = LoopbackOptions()) {
+  LoopbackServer result{.proto_name = services.empty() ? "" : services.front().proto_name};
   auto server = ServiceServer::Start(name, std::move(services), options);
   if (!server.ok()) return server.status();
   result.server = *std::move(server);
   result.server->SetReady();
   return result;
+}
+
+inline absl::StatusOr<LoopbackServer> StartLoopbackServer(const std::string& name,
+                                                          HostedService service,
+                                                          const ServerOptions& options =
+                                                              LoopbackOptions()) {
+  std::vector<HostedService> services;
+  services.push_back(std::move(service));
+  return StartLoopbackServer(name, std::move(services), options);
 }
 
 // The echo service on loopback, with a handle to the service for assertions.

@@ -75,7 +75,7 @@ struct AdapterRegistry::Followed {
 
 AdapterRegistry::AdapterRegistry(
     engine::BaseModel& base, std::shared_ptr<ServedModel> base_model,
-    std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface> weight_store,
+    std::unique_ptr<weight_store::WeightStoreStubs> weight_store,
     AdapterRegistryOptions options, std::function<void()> on_staged)
     : base_model_(base),
       stub_(std::move(weight_store)),
@@ -187,7 +187,7 @@ void AdapterRegistry::Watch(Followed& followed) {
     }
     weightstore::v1::WatchVersionsRequest request;
     request.set_adapter_name(followed.name);
-    auto reader = stub_->WatchVersions(&context, request);
+    auto reader = stub_->api().WatchVersions(&context, request);
     weightstore::v1::WatchVersionsResponse response;
     while (reader->Read(&response)) {
       absl::MutexLock lock(&mutex_);
@@ -278,7 +278,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
   weightstore::v1::GetManifestResponse manifest;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.fetch_timeout));
-  if (absl::Status status = FromGrpcStatus(stub_->GetManifest(&context, request, &manifest));
+  if (absl::Status status = FromGrpcStatus(stub_->api().GetManifest(&context, request, &manifest));
       !status.ok()) {
     return status;
   }

@@ -20,7 +20,6 @@
 #include "services/rollout/served_model.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "tandem/rollout/v1/rollout.pb.h"
-#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::rollout {
@@ -61,7 +60,7 @@ class AdapterRegistry final : public ServedModels {
   // alone (adapter "", version 0). `on_staged` is called (from a loader thread) when a version
   // waits in staging. `weight_store` may be null (only the base model is served).
   AdapterRegistry(engine::BaseModel& base, std::shared_ptr<ServedModel> base_model,
-                  std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface> weight_store,
+                  std::unique_ptr<weight_store::WeightStoreStubs> weight_store,
                   AdapterRegistryOptions options, std::function<void()> on_staged);
   ~AdapterRegistry() override;
 
@@ -116,7 +115,7 @@ class AdapterRegistry final : public ServedModels {
   bool SleepUnlessStopped(const Followed& followed, absl::Duration duration);
 
   engine::BaseModel& base_model_;
-  const std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface> stub_;
+  const std::unique_ptr<weight_store::WeightStoreStubs> stub_;
   const AdapterRegistryOptions options_;
   const std::function<void()> on_staged_;
   const std::shared_ptr<ServedModel> base_;

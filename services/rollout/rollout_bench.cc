@@ -118,7 +118,7 @@ int64_t CurrentVersion(rollout::v1::RolloutService::Stub& stub) {
 }
 
 // Seconds from each commit to the version serving at the replica, as a client sees it.
-std::vector<double> RefitLatencies(weightstore::v1::WeightStoreService::Stub& store,
+std::vector<double> RefitLatencies(const weight_store::WeightStoreStubs& store,
                                    rollout::v1::RolloutService::Stub& rollout,
                                    const engine::ModelConfig& model, int64_t first_version,
                                    int count) {
@@ -158,11 +158,8 @@ int Main() {
   const engine::ModelConfig& model = base.config();
   const std::string transports = absl::GetFlag(FLAGS_transports);
 
-  auto store = *tandem::testing::StartLoopbackServer(
-      "weight-store",
-      {"tandem.weightstore.v1.WeightStoreService",
-       *weight_store::testing::NewWeightStoreService(
-           {.data_dir = dir + "/weights", .keep_versions = 4, .ucx = {.transports = transports}})},
+  auto store = *weight_store::testing::StartWeightStore(
+      {.data_dir = dir + "/weights", .keep_versions = 4, .ucx = {.transports = transports}},
       RolloutTestOptions());
   auto replay = *tandem::testing::StartLoopbackServer(
       "router-replay",
@@ -182,7 +179,7 @@ int Main() {
       "rollout", {"tandem.rollout.v1.RolloutService", std::move(rollout_service)},
       RolloutTestOptions());
   auto rollout_stub = rollout::v1::RolloutService::NewStub(rollout.Channel());
-  auto store_stub = weightstore::v1::WeightStoreService::NewStub(options.weight_store);
+  auto store_stub = std::make_unique<weight_store::WeightStoreStubs>(options.weight_store);
 
   const engine::LoraAdapter adapter = RandomAdapter(model, 1);
   (void)PublishEngineAdapter(*store_stub, adapter, model, kAdapter, 1);

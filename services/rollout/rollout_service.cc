@@ -141,7 +141,7 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   service->registry_ = std::make_unique<AdapterRegistry>(
       *service->base_, std::move(base_model),
       o.weight_store == nullptr ? nullptr
-                                : weightstore::v1::WeightStoreService::NewStub(o.weight_store),
+                                : std::make_unique<weight_store::WeightStoreStubs>(o.weight_store),
       registry, [raw] {
         if (Scheduler* scheduler = raw->scheduler_for_wakeups_.load()) scheduler->Wake();
       });

@@ -78,13 +78,13 @@ class RolloutServiceTest : public ::testing::Test {
     ASSERT_TRUE(base_->Save(dir_ + "/base.safetensors").ok());
     serving_base_ = std::make_unique<engine::BaseModel>(base_->RoundedToBf16());
 
-    auto weight_store = weight_store::testing::NewWeightStoreService(
-        {.data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}});
+    auto weight_store = weight_store::testing::StartWeightStore(
+        {.data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}},
+        RolloutTestOptions());
     ASSERT_TRUE(weight_store.ok()) << weight_store.status();
-    weight_store_ =
-        Serve("weight-store", "tandem.weightstore.v1.WeightStoreService", *std::move(weight_store));
+    weight_store_ = *std::move(weight_store);
     weight_store_channel_ = weight_store_.Channel();
-    weight_store_stub_ = weightstore::v1::WeightStoreService::NewStub(weight_store_channel_);
+    weight_store_stub_ = std::make_unique<weight_store::WeightStoreStubs>(weight_store_channel_);
 
     auto router_replay =
         router_replay::testing::NewRouterReplayService({.store = {.path = dir_ + "/routes"}});
@@ -257,7 +257,7 @@ class RolloutServiceTest : public ::testing::Test {
   std::unique_ptr<engine::BaseModel> base_, serving_base_;
   tandem::testing::LoopbackServer weight_store_, router_replay_, rollout_;
   std::shared_ptr<grpc::Channel> weight_store_channel_, router_replay_channel_, rollout_channel_;
-  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> weight_store_stub_;
+  std::unique_ptr<weight_store::WeightStoreStubs> weight_store_stub_;
   std::unique_ptr<rollout::v1::RolloutService::Stub> rollout_stub_;
   RolloutServiceImpl* rollout_service_ = nullptr;
 };

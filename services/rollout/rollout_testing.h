@@ -38,7 +38,7 @@ inline engine::LoraAdapter RandomAdapter(const engine::ModelConfig& model, uint6
   return adapter;
 }
 
-inline absl::Status PublishEngineAdapter(weightstore::v1::WeightStoreService::StubInterface& stub,
+inline absl::Status PublishEngineAdapter(const weight_store::WeightStoreStubs& stub,
                                          const engine::LoraAdapter& adapter,
                                          const engine::ModelConfig& model, const std::string& name,
                                          int64_t version) {

@@ -322,7 +322,7 @@ class JobRun {
   std::optional<engine::AdamW> critic_optimizer_;
   std::vector<std::string> rollout_addresses_;  // One per replica, as rollouts_.
   std::vector<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> rollouts_;
-  std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface> weight_store_;
+  std::unique_ptr<weight_store::WeightStoreStubs> weight_store_;
   std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface> router_replay_;
   int64_t start_step_ = 0;
   CheckpointOwner owner_;                         // What the run's checkpoints record.
@@ -646,7 +646,7 @@ absl::StatusOr<int64_t> JobRun::NewestVersion() {
   grpc::ClientContext context;
   SetDeadline(context);
   const absl::Status status =
-      FromGrpcStatus(weight_store_->GetManifest(&context, request, &response));
+      FromGrpcStatus(weight_store_->api().GetManifest(&context, request, &response));
   if (absl::IsNotFound(status)) return 0;
   if (!status.ok()) return status;
   return response.manifest().version();
@@ -1089,10 +1089,14 @@ GrpcServiceDialer::Rollout(const std::string& address) {
                                            tls_);
 }
 
-absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>>
-GrpcServiceDialer::WeightStore(const std::string& address) {
-  return Dial<weightstore::v1::WeightStoreService>(
-      address, "tandem.weightstore.v1.WeightStoreService", auth_token_, tls_);
+absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> GrpcServiceDialer::WeightStore(
+    const std::string& address) {
+  auto channel = CreateChannel({.target = address,
+                                .service_name = "tandem.weightstore.v1.WeightStoreService",
+                                .auth_token = auth_token_,
+                                .tls = tls_});
+  if (!channel.ok()) return channel.status();
+  return std::make_unique<weight_store::WeightStoreStubs>(*channel);
 }
 
 absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>

@@ -21,7 +21,7 @@
 #include "tandem/rollout/v1/rollout.grpc.pb.h"
 #include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
 #include "tandem/trainer/v1/trainer.pb.h"
-#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
+#include "services/weight_store/client/adapter_client.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::trainer {
@@ -33,8 +33,8 @@ class ServiceDialer {
   virtual ~ServiceDialer() = default;
   virtual absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> Rollout(
       const std::string& address) = 0;
-  virtual absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>>
-  WeightStore(const std::string& address) = 0;
+  virtual absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> WeightStore(
+      const std::string& address) = 0;
   virtual absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
   RouterReplay(const std::string& address) = 0;
 };
@@ -46,7 +46,7 @@ class GrpcServiceDialer final : public ServiceDialer {
       : auth_token_(std::move(auth_token)), tls_(std::move(tls)) {}
   absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> Rollout(
       const std::string& address) override;
-  absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>> WeightStore(
+  absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> WeightStore(
       const std::string& address) override;
   absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
   RouterReplay(const std::string& address) override;

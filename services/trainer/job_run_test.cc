@@ -175,10 +175,9 @@ class TestDialer final : public ServiceDialer {
       const std::string&) override {
     return std::make_unique<FakeRolloutStub>(rollout_);
   }
-  absl::StatusOr<std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>> WeightStore(
+  absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> WeightStore(
       const std::string&) override {
-    return std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface>(
-        weightstore::v1::WeightStoreService::NewStub(weight_store_));
+    return std::make_unique<weight_store::WeightStoreStubs>(weight_store_);
   }
   absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
   RouterReplay(const std::string& address) override {
@@ -211,13 +210,10 @@ class JobRunTest : public ::testing::Test {
 
   // The real weight-store over dir_/weights on loopback, on `port` (0: any).
   absl::Status StartStore(int port) {
-    auto service = weight_store::testing::NewWeightStoreService(
-        {.data_dir = dir_ + "/weights", .enable_ucx = false});
-    if (!service.ok()) return service.status();
     ServerOptions options = tandem::testing::LoopbackOptions();
     options.port = port;
-    auto store = tandem::testing::StartLoopbackServer(
-        "weight-store", {"tandem.weightstore.v1.WeightStoreService", *std::move(service)}, options);
+    auto store = weight_store::testing::StartWeightStore(
+        {.data_dir = dir_ + "/weights", .enable_ucx = false}, options);
     if (!store.ok()) return store.status();
     store_ = *std::move(store);
     return absl::OkStatus();
@@ -705,7 +701,7 @@ TEST_F(JobRunTest, ACancelledRunStopsBeforeItsNextPhase) {
 // job's first version is that adapter.
 TEST_F(JobRunTest, AJobStartsFromAnExportedPeftAdapter) {
   ASSERT_TRUE(Run(Job(1), not_cancelled_).ok());
-  auto store = weightstore::v1::WeightStoreService::NewStub(store_.Channel());
+  auto store = std::make_unique<weight_store::WeightStoreStubs>(store_.Channel());
   const std::string peft = dir_ + "/peft";
   ASSERT_TRUE(weight_store::ExportPeftAdapter(*store, "job-test", 2, peft, "base").ok());
 

@@ -8,7 +8,7 @@
 namespace tandem::trainer {
 
 absl::Status PublishTogether(Communicator& ranks,
-                             weightstore::v1::WeightStoreService::StubInterface& stub,
+                             const weight_store::WeightStoreStubs& stub,
                              const weight_store::AdapterVersion& published,
                              const weight_store::PublishOptions& options,
                              const StoreCall& store_call, absl::Duration wait) {
@@ -19,7 +19,7 @@ absl::Status PublishTogether(Communicator& ranks,
                                             ranks.size(), " ranks"));
   }
   const bool lead = ranks.rank() == 0;
-  absl::StatusOr<weightstore::v1::BeginPublishResponse> begun;
+  absl::StatusOr<weight_store::Upload> begun;
   absl::Status began = absl::OkStatus();
   if (lead) {
     began = store_call([&] {
@@ -38,7 +38,7 @@ absl::Status PublishTogether(Communicator& ranks,
     if (lead) weight_store::AbortUpload(stub, begun->upload_id());
     return status;
   }
-  weightstore::v1::BeginPublishResponse targets;
+  weight_store::Upload targets;
   if (!targets.ParseFromString(where)) {
     return absl::InternalError(absl::StrCat("version ", version, ": unreadable upload targets"));
   }

@@ -7,7 +7,6 @@
 #include "common/communicator.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
-#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 
 namespace tandem::trainer {
 
@@ -22,7 +21,7 @@ using StoreCall = std::function<absl::Status(const std::function<absl::Status()>
 // go through `store_call`, which the others wait for up to `wait`; a put is not retried (the
 // step fails). An upload that a broken group leaves open expires on the store.
 absl::Status PublishTogether(Communicator& ranks,
-                             weightstore::v1::WeightStoreService::StubInterface& stub,
+                             const weight_store::WeightStoreStubs& stub,
                              const weight_store::AdapterVersion& published,
                              const weight_store::PublishOptions& options,
                              const StoreCall& store_call, absl::Duration wait);

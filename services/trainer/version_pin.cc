@@ -6,7 +6,7 @@
 namespace tandem::trainer {
 
 std::unique_ptr<VersionPin> VersionPin::Take(
-    weightstore::v1::WeightStoreService::StubInterface& store, const std::string& adapter,
+    const weight_store::WeightStoreStubs& store, const std::string& adapter,
     int64_t version, const std::string& holder, absl::Duration ttl) {
   absl::StatusOr<std::string> lease =
       weight_store::AcquireLease(store, adapter, version, holder, ttl);

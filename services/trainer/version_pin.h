@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
+#include "services/weight_store/client/adapter_client.h"
 
 namespace tandem::trainer {
 
@@ -18,7 +18,7 @@ class VersionPin {
  public:
   // Best effort: nullptr (logged) if the lease cannot be taken; the generation then runs
   // unpinned, as it would have anyway.
-  static std::unique_ptr<VersionPin> Take(weightstore::v1::WeightStoreService::StubInterface& store,
+  static std::unique_ptr<VersionPin> Take(const weight_store::WeightStoreStubs& store,
                                           const std::string& adapter, int64_t version,
                                           const std::string& holder, absl::Duration ttl);
   ~VersionPin();
@@ -27,10 +27,10 @@ class VersionPin {
   VersionPin& operator=(const VersionPin&) = delete;
 
  private:
-  VersionPin(weightstore::v1::WeightStoreService::StubInterface& store, std::string lease_id)
+  VersionPin(const weight_store::WeightStoreStubs& store, std::string lease_id)
       : store_(store), lease_id_(std::move(lease_id)) {}
 
-  weightstore::v1::WeightStoreService::StubInterface& store_;
+  const weight_store::WeightStoreStubs& store_;
   const std::string lease_id_;
 };
 

@@ -53,13 +53,6 @@ int main(int argc, char** argv) {
            [](const tandem::ServerOptions&) -> absl::StatusOr<std::vector<tandem::HostedService>> {
          absl::StatusOr<tandem::weight_store::WeightStoreOptions> options = OptionsFromFlags();
          if (!options.ok()) return options.status();
-         absl::StatusOr<std::unique_ptr<tandem::weight_store::WeightStoreServiceImpl>> service =
-             tandem::weight_store::WeightStoreServiceImpl::Create(*options);
-         if (!service.ok()) return service.status();
-         tandem::weight_store::WeightStoreServiceImpl* raw = service->get();
-         std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.weightstore.v1.WeightStoreService", *std::move(service),
-                             /*ready=*/nullptr, [raw] { raw->Drain(); }});
-         return services;
+         return tandem::weight_store::WeightStoreServices(*options);
        }});
 }

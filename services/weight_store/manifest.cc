@@ -350,4 +350,14 @@ absl::Status ValidateManifest(const weightstore::v1::Manifest& manifest) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateVersionOf(absl::string_view adapter_name, int64_t version) {
+  if (absl::Status status = ValidateIdentifier("adapter_name", adapter_name); !status.ok()) {
+    return status;
+  }
+  if (version < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("version is ", version, "; must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tandem::weight_store

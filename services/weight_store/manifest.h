@@ -2,8 +2,10 @@
 #define TANDEM_SERVICES_WEIGHT_STORE_MANIFEST_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "tandem/weightstore/v1/weight_store.pb.h"
 
 namespace tandem::weight_store {
@@ -20,6 +22,10 @@ inline constexpr int kMaxLabels = 64;
 // the adapter@version, the tensor, shard or piece, and the bad value. Output-only fields
 // (total_bytes, commit_time) are not checked.
 absl::Status ValidateManifest(const weightstore::v1::Manifest& manifest);
+
+// A read (FetchTensors, a read plan) names one committed version: an adapter name that is an
+// identifier and a version >= 1.
+absl::Status ValidateVersionOf(absl::string_view adapter_name, int64_t version);
 
 }  // namespace tandem::weight_store
 

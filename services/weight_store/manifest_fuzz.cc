@@ -14,6 +14,7 @@
 #include "common/testing/fuzz_check.h"
 #include "services/weight_store/manifest.h"
 #include "services/weight_store/reshard.h"
+#include "tandem/internal/v1/weight_store_ucx.pb.h"
 #include "tandem/weightstore/v1/weight_store.pb.h"
 
 namespace tandem::weight_store {
@@ -39,7 +40,7 @@ weightstore::v1::TargetLayout LayoutFrom(uint8_t choice) {
 }
 
 void CheckPlan(const weightstore::v1::Manifest& manifest,
-               const std::vector<weightstore::v1::PlannedTensor>& plan) {
+               const std::vector<internal::v1::PlannedTensor>& plan) {
   uint64_t shard_total = 0;
   for (const weightstore::v1::Shard& shard : manifest.shards()) shard_total += shard.byte_size();
   if (shard_total > kMaxCheckedBytes) return;
@@ -47,12 +48,12 @@ void CheckPlan(const weightstore::v1::Manifest& manifest,
   for (const weightstore::v1::Shard& shard : manifest.shards())
     shards.emplace_back(shard.byte_size(), '\x5a');
   const std::vector<absl::string_view> views(shards.begin(), shards.end());
-  for (const weightstore::v1::PlannedTensor& tensor : plan) {
+  for (const internal::v1::PlannedTensor& tensor : plan) {
     const uint64_t size = tensor.tensor().byte_size();
     FuzzCheck(size <= shard_total, "a target tensor is no bigger than the shards");
     std::vector<uint8_t> written(size, 0);
     uint64_t previous_dst = 0;
-    for (const weightstore::v1::CopyOp& op : tensor.ops()) {
+    for (const internal::v1::CopyOp& op : tensor.ops()) {
       FuzzCheck(op.dst_offset() >= previous_dst, "ops ascend by dst_offset");
       previous_dst = op.dst_offset();
       FuzzCheck(op.shard_index() >= 0 && op.shard_index() < manifest.shards_size(), "shard index");
@@ -82,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tandem::weightstore::v1::Manifest manifest;
   if (!tandem::DecodeChecksummed("TMAN", file, manifest).ok()) return 0;
   if (!ValidateManifest(manifest).ok()) return 0;
-  absl::StatusOr<std::vector<tandem::weightstore::v1::PlannedTensor>> plan =
+  absl::StatusOr<std::vector<tandem::internal::v1::PlannedTensor>> plan =
       PlanReads(manifest, LayoutFrom(data[0]), {});
   if (plan.ok()) CheckPlan(manifest, *plan);
   return 0;

@@ -320,9 +320,9 @@ std::vector<Step> CopySteps(absl::Span<const int64_t> size, absl::Span<const int
 
 // Emits `pattern` once for every index of the `outer` steps.
 void EmitOuter(absl::Span<const Step> outer, uint64_t src_offset, uint64_t dst_offset,
-               const weightstore::v1::CopyOp& pattern, std::vector<weightstore::v1::CopyOp>& ops) {
+               const internal::v1::CopyOp& pattern, std::vector<internal::v1::CopyOp>& ops) {
   if (outer.empty()) {
-    weightstore::v1::CopyOp& op = ops.emplace_back(pattern);
+    internal::v1::CopyOp& op = ops.emplace_back(pattern);
     op.set_src_offset(src_offset);
     op.set_dst_offset(dst_offset);
     return;
@@ -337,7 +337,7 @@ void EmitOuter(absl::Span<const Step> outer, uint64_t src_offset, uint64_t dst_o
 // the innermost contiguous run is the block, the next step the op's count and strides, and
 // each index of the remaining steps one op.
 void AppendIntersection(const Placement& src, const Placement& dst, int64_t element_size,
-                        std::vector<weightstore::v1::CopyOp>& ops) {
+                        std::vector<internal::v1::CopyOp>& ops) {
   const size_t rank = dst.box.begin.size();
   std::vector<int64_t> size(rank), src_at(rank), dst_at(rank);
   for (size_t d = 0; d < rank; ++d) {
@@ -350,7 +350,7 @@ void AppendIntersection(const Placement& src, const Placement& dst, int64_t elem
     dst_at[d] = dst.origin[d] + begin - dst.box.begin[d];
   }
   std::vector<Step> steps = CopySteps(size, src.buffer_shape, dst.buffer_shape, element_size);
-  weightstore::v1::CopyOp pattern;
+  internal::v1::CopyOp pattern;
   pattern.set_shard_index(src.shard);
   pattern.set_length(element_size);
   pattern.set_count(1);
@@ -376,7 +376,7 @@ void AppendIntersection(const Placement& src, const Placement& dst, int64_t elem
   EmitOuter(steps, src_offset, dst_offset, pattern, ops);
 }
 
-bool SameBlockPattern(const weightstore::v1::CopyOp& a, const weightstore::v1::CopyOp& b) {
+bool SameBlockPattern(const internal::v1::CopyOp& a, const internal::v1::CopyOp& b) {
   return a.count() == b.count() &&
          (a.count() == 1 || (a.src_stride() == b.src_stride() && a.dst_stride() == b.dst_stride()));
 }
@@ -384,7 +384,7 @@ bool SameBlockPattern(const weightstore::v1::CopyOp& a, const weightstore::v1::C
 // Joins `op` into `last` when each of op's blocks directly follows last's in both buffers (e.g.
 // the up_proj half after the gate_proj half of every row of a fused tensor): longer blocks, and
 // one contiguous block once blocks abut.
-bool Widen(weightstore::v1::CopyOp& last, const weightstore::v1::CopyOp& op) {
+bool Widen(internal::v1::CopyOp& last, const internal::v1::CopyOp& op) {
   if (!SameBlockPattern(last, op) || op.src_offset() != last.src_offset() + last.length() ||
       op.dst_offset() != last.dst_offset() + last.length()) {
     return false;
@@ -402,7 +402,7 @@ bool Widen(weightstore::v1::CopyOp& last, const weightstore::v1::CopyOp& op) {
 
 // Joins `op` into `last` when op's blocks continue last's sequence of equal blocks at the same
 // strides (e.g. consecutive per-expert pieces): more blocks.
-bool Lengthen(weightstore::v1::CopyOp& last, const weightstore::v1::CopyOp& op) {
+bool Lengthen(internal::v1::CopyOp& last, const internal::v1::CopyOp& op) {
   if (last.length() != op.length() || (last.count() == 1 && op.src_offset() <= last.src_offset())) {
     return false;
   }
@@ -423,26 +423,26 @@ bool Lengthen(weightstore::v1::CopyOp& last, const weightstore::v1::CopyOp& op) 
 }
 
 // Joins `op`, the next op in dst order, into `last` where one op can do both.
-bool Join(weightstore::v1::CopyOp& last, const weightstore::v1::CopyOp& op) {
+bool Join(internal::v1::CopyOp& last, const internal::v1::CopyOp& op) {
   return last.shard_index() == op.shard_index() && (Widen(last, op) || Lengthen(last, op));
 }
 
-weightstore::v1::PlannedTensor Plan(Target target,
+internal::v1::PlannedTensor Plan(Target target,
                                     const std::vector<std::vector<Placement>>& sources) {
   const int64_t element_size = transfer::ElementSize(target.tensor.spec().dtype());
-  std::vector<weightstore::v1::CopyOp> ops;
+  std::vector<internal::v1::CopyOp> ops;
   for (const Placement& part : target.parts) {
     for (const Placement& source : sources[part.tensor]) {
       AppendIntersection(source, part, element_size, ops);
     }
   }
   std::sort(ops.begin(), ops.end(),
-            [](const weightstore::v1::CopyOp& a, const weightstore::v1::CopyOp& b) {
+            [](const internal::v1::CopyOp& a, const internal::v1::CopyOp& b) {
               return a.dst_offset() < b.dst_offset();
             });
-  weightstore::v1::PlannedTensor planned;
+  internal::v1::PlannedTensor planned;
   *planned.mutable_tensor() = std::move(target.tensor);
-  for (const weightstore::v1::CopyOp& op : ops) {
+  for (const internal::v1::CopyOp& op : ops) {
     if (planned.ops_size() == 0 || !Join(*planned.mutable_ops()->rbegin(), op)) {
       *planned.add_ops() = op;
     }
@@ -452,7 +452,7 @@ weightstore::v1::PlannedTensor Plan(Target target,
 
 }  // namespace
 
-absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> PlanReads(
+absl::StatusOr<std::vector<internal::v1::PlannedTensor>> PlanReads(
     const weightstore::v1::Manifest& manifest, const weightstore::v1::TargetLayout& target,
     const std::vector<std::string>& tensor_names) {
   absl::StatusOr<Consumer> consumer = ResolveLayout(target);
@@ -462,7 +462,7 @@ absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> PlanReads(
   targets = SelectTargets(*std::move(targets), tensor_names);
   if (!targets.ok()) return targets.status();
   const std::vector<std::vector<Placement>> sources = SourcePlacements(manifest);
-  std::vector<weightstore::v1::PlannedTensor> planned;
+  std::vector<internal::v1::PlannedTensor> planned;
   planned.reserve(targets->size());
   for (Target& t : *targets) planned.push_back(Plan(std::move(t), sources));
   return planned;
@@ -478,9 +478,9 @@ absl::Status CheckStackable(const weightstore::v1::Manifest& manifest) {
   return absl::OkStatus();
 }
 
-void ExecuteOps(const weightstore::v1::PlannedTensor& tensor,
+void ExecuteOps(const internal::v1::PlannedTensor& tensor,
                 const std::vector<absl::string_view>& shards, char* dst) {
-  for (const weightstore::v1::CopyOp& op : tensor.ops()) {
+  for (const internal::v1::CopyOp& op : tensor.ops()) {
     const char* src = shards[op.shard_index()].data();
     for (uint64_t i = 0; i < op.count(); ++i) {
       std::memcpy(dst + op.dst_offset() + i * op.dst_stride(),

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "tandem/internal/v1/weight_store_ucx.pb.h"
 #include "tandem/weightstore/v1/weight_store.pb.h"
 
 namespace tandem::weight_store {
@@ -28,7 +29,7 @@ namespace tandem::weight_store {
 // `tensor_names`, when non-empty, selects target tensors by name. INVALID_ARGUMENT for a bad
 // layout (ranks, sizes, enums), sizes that do not divide evenly, an unknown requested name, or
 // two target tensors with the same name.
-absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> PlanReads(
+absl::StatusOr<std::vector<internal::v1::PlannedTensor>> PlanReads(
     const weightstore::v1::Manifest& manifest, const weightstore::v1::TargetLayout& target,
     const std::vector<std::string>& tensor_names);
 
@@ -40,7 +41,7 @@ absl::Status CheckStackable(const weightstore::v1::Manifest& manifest);
 
 // Runs a tensor's ops from the shards' bytes (indexed by shard_index) into `dst`, which holds
 // tensor.byte_size bytes. The shards must be those of the planned manifest.
-void ExecuteOps(const weightstore::v1::PlannedTensor& tensor,
+void ExecuteOps(const internal::v1::PlannedTensor& tensor,
                 const std::vector<absl::string_view>& shards, char* dst);
 
 }  // namespace tandem::weight_store

@@ -181,10 +181,10 @@ std::map<std::string, Expected> HandSliced(const Published& published,
 
 // Checks the plan's own promises: ops ascending dst_offset, within the shards, and together
 // writing every byte of the tensor exactly once.
-void ExpectOpsCoverOnce(const weightstore::v1::PlannedTensor& planned, const Published& published) {
+void ExpectOpsCoverOnce(const internal::v1::PlannedTensor& planned, const Published& published) {
   std::vector<int> writes(planned.tensor().byte_size(), 0);
   uint64_t previous = 0;
-  for (const weightstore::v1::CopyOp& op : planned.ops()) {
+  for (const internal::v1::CopyOp& op : planned.ops()) {
     EXPECT_GE(op.dst_offset(), previous);
     previous = op.dst_offset();
     ASSERT_GE(op.count(), 1);
@@ -201,7 +201,7 @@ void ExpectOpsCoverOnce(const weightstore::v1::PlannedTensor& planned, const Pub
   EXPECT_THAT(writes, ::testing::Each(1)) << planned.tensor().spec().name();
 }
 
-std::string Assemble(const weightstore::v1::PlannedTensor& planned, const Published& published) {
+std::string Assemble(const internal::v1::PlannedTensor& planned, const Published& published) {
   std::string bytes(planned.tensor().byte_size(), '\0');
   ExecuteOps(planned, published.Shards(), bytes.data());
   return bytes;
@@ -209,16 +209,16 @@ std::string Assemble(const weightstore::v1::PlannedTensor& planned, const Publis
 
 void ExpectMatchesHandSlicing(const Published& published,
                               const weightstore::v1::TargetLayout& target) {
-  absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
+  absl::StatusOr<std::vector<internal::v1::PlannedTensor>> plan =
       PlanReads(published.manifest, target, {});
   ASSERT_TRUE(plan.ok()) << plan.status();
   const std::map<std::string, Expected> expected = HandSliced(published, target);
   std::vector<std::string> planned_names, expected_names;
-  for (const weightstore::v1::PlannedTensor& planned : *plan)
+  for (const internal::v1::PlannedTensor& planned : *plan)
     planned_names.push_back(planned.tensor().spec().name());
   for (const auto& [name, tensor] : expected) expected_names.push_back(name);
   ASSERT_THAT(planned_names, ElementsAreArray(expected_names));  // also: byte-wise name order
-  for (const weightstore::v1::PlannedTensor& planned : *plan) {
+  for (const internal::v1::PlannedTensor& planned : *plan) {
     const weightstore::v1::TargetTensor& tensor = planned.tensor();
     const Expected& want = expected.at(tensor.spec().name());
     SCOPED_TRACE(tensor.spec().name());
@@ -320,17 +320,17 @@ TEST(ReshardTest, ProducerLayoutRoundTrips) {
     target.set_ep_size(2);
     target.set_fuse_gate_up(true);
     target.set_stack_experts(true);
-    absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
+    absl::StatusOr<std::vector<internal::v1::PlannedTensor>> plan =
         PlanReads(published.manifest, target, {});
     ASSERT_TRUE(plan.ok()) << plan.status();
-    std::map<std::string, const weightstore::v1::PlannedTensor*> by_name;
-    for (const weightstore::v1::PlannedTensor& planned : *plan)
+    std::map<std::string, const internal::v1::PlannedTensor*> by_name;
+    for (const internal::v1::PlannedTensor& planned : *plan)
       by_name[planned.tensor().spec().name()] = &planned;
     for (const weightstore::v1::ShardPiece& piece : published.manifest.shards(s).pieces()) {
       std::string name = absl::StrReplaceAll(piece.tensor_name(), {{".{e}", ""}});
       if (piece.fused_gate_up()) name = absl::StrReplaceAll(name, {{"gate_proj", "gate_up_proj"}});
       ASSERT_TRUE(by_name.contains(name)) << name;
-      const weightstore::v1::PlannedTensor& planned = *by_name[name];
+      const internal::v1::PlannedTensor& planned = *by_name[name];
       ASSERT_EQ(planned.ops_size(), 1) << name;
       EXPECT_EQ(planned.ops(0).shard_index(), s);
       EXPECT_EQ(planned.ops(0).count(), 1);
@@ -341,9 +341,9 @@ TEST(ReshardTest, ProducerLayoutRoundTrips) {
   }
 }
 
-const weightstore::v1::PlannedTensor* FindPlanned(
-    const std::vector<weightstore::v1::PlannedTensor>& plan, absl::string_view name) {
-  for (const weightstore::v1::PlannedTensor& planned : plan) {
+const internal::v1::PlannedTensor* FindPlanned(
+    const std::vector<internal::v1::PlannedTensor>& plan, absl::string_view name) {
+  for (const internal::v1::PlannedTensor& planned : plan) {
     if (planned.tensor().spec().name() == name) return &planned;
   }
   return nullptr;
@@ -361,7 +361,7 @@ TEST(ReshardTest, RowSplitSliceIsOneStridedOp) {
   ASSERT_EQ(plan->size(), 1);
   // [3, 8] -> columns 4..7: 3 rows of 16 bytes, 32 bytes apart in the source.
   ASSERT_EQ((*plan)[0].ops_size(), 1);
-  const weightstore::v1::CopyOp& op = (*plan)[0].ops(0);
+  const internal::v1::CopyOp& op = (*plan)[0].ops(0);
   EXPECT_EQ(op.length(), 16);
   EXPECT_EQ(op.count(), 3);
   EXPECT_EQ(op.src_stride(), 32);
@@ -376,7 +376,7 @@ TEST(ReshardTest, ConsecutivePerExpertPiecesMergeIntoOneOp) {
   target.set_naming(weightstore::v1::TENSOR_NAMING_ENGINE_NATIVE);
   auto plan = PlanReads(published.manifest, target, {});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  const weightstore::v1::PlannedTensor* down =
+  const internal::v1::PlannedTensor* down =
       FindPlanned(*plan, "model.layers.2.mlp.experts.down_proj.lora_B.weight");
   ASSERT_NE(down, nullptr);
   EXPECT_THAT(down->tensor().spec().shape(), ElementsAre(4, 8, 3));
@@ -457,7 +457,7 @@ class PlanReadsErrorTest : public ::testing::TestWithParam<BadLayout> {};
 TEST_P(PlanReadsErrorTest, RejectsWithInvalidArgument) {
   const Published published = PublishModel(type::v1::EXPERT_LAYOUT_PER_EXPERT, type::v1::DTYPE_BF16,
                                            {.tp_size = 2, .ep_size = 2});
-  const absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
+  const absl::StatusOr<std::vector<internal::v1::PlannedTensor>> plan =
       PlanReads(published.manifest, GetParam().target, GetParam().tensor_names);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
   EXPECT_THAT(plan.status().message(), HasSubstr(GetParam().message));

@@ -8,7 +8,7 @@
 
 namespace tandem::weight_store {
 
-std::string AssembleTensor(const weightstore::v1::PlannedTensor& tensor,
+std::string AssembleTensor(const internal::v1::PlannedTensor& tensor,
                            const CommittedVersion& version) {
   std::vector<absl::string_view> shards;
   for (const auto& shard : version.shards) shards.push_back(shard->bytes());
@@ -17,7 +17,7 @@ std::string AssembleTensor(const weightstore::v1::PlannedTensor& tensor,
   return bytes;
 }
 
-uint64_t TensorChecksum(const weightstore::v1::PlannedTensor& tensor,
+uint64_t TensorChecksum(const internal::v1::PlannedTensor& tensor,
                         const CommittedVersion& version) {
   // The ops cover every byte of the tensor exactly once, so its blocks in destination order
   // are the tensor's bytes in order.

@@ -46,10 +46,10 @@ TEST(TensorAssemblyTest, ChecksumIsTheAssembledTensorsWithoutAssemblingIt) {
        {Layout(0, 1, 0, 1, false, false), Layout(0, 1, 0, 1, true, true),
         Layout(1, 2, 1, 2, false, true), Layout(0, 4, 0, 1, true, false)}) {
     SCOPED_TRACE(target.ShortDebugString());
-    absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
+    absl::StatusOr<std::vector<internal::v1::PlannedTensor>> plan =
         PlanReads(version.manifest, target, /*tensor_names=*/{});
     ASSERT_TRUE(plan.ok()) << plan.status();
-    for (const weightstore::v1::PlannedTensor& tensor : *plan) {
+    for (const internal::v1::PlannedTensor& tensor : *plan) {
       EXPECT_EQ(TensorChecksum(tensor, version), Xxh3Checksum(AssembleTensor(tensor, version)))
           << tensor.tensor().spec().name();
       interleaved += tensor.ops_size() > 1 && tensor.ops(0).count() > 1;

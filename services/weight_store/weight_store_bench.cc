@@ -89,15 +89,14 @@ Store StartStore() {
   options.max_message_bytes = 80 << 20;
   return *tandem::testing::StartLoopbackServer(
       "weight-store",
-      {"tandem.weightstore.v1.WeightStoreService",
-       *WeightStoreServiceImpl::Create({.data_dir = absl::GetFlag(FLAGS_data_dir),
-                                        .keep_versions = 2,
-                                        .ucx = {.transports = absl::GetFlag(FLAGS_transports)}})},
+      *WeightStoreServices({.data_dir = absl::GetFlag(FLAGS_data_dir),
+                            .keep_versions = 2,
+                            .ucx = {.transports = absl::GetFlag(FLAGS_transports)}}),
       options);
 }
 
-std::unique_ptr<weightstore::v1::WeightStoreService::Stub> Stub(const Store& store) {
-  return weightstore::v1::WeightStoreService::NewStub(store.Channel());
+std::unique_ptr<WeightStoreStubs> Stub(const Store& store) {
+  return std::make_unique<WeightStoreStubs>(store.Channel());
 }
 
 weightstore::v1::TargetLayout Stacked() {
@@ -136,7 +135,7 @@ struct Subscriber {
         fetcher(*stub) {}
 
   std::unique_ptr<transfer::UcxWorker> ucx;
-  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> stub;
+  std::unique_ptr<WeightStoreStubs> stub;
   AdapterFetcher fetcher;
   FetchedAdapter fetched;
 };
@@ -157,7 +156,7 @@ double PublishToSubscribers(const transfer::TestAdapter& adapter, transfer::UcxW
       grpc::ClientContext context;
       weightstore::v1::WatchVersionsRequest request;
       request.set_adapter_name(adapter.manifest.adapter_name());
-      auto reader = subscriber.stub->WatchVersions(&context, request);
+      auto reader = subscriber.stub->api().WatchVersions(&context, request);
       weightstore::v1::WatchVersionsResponse event;
       reader->Read(&event);  // The snapshot.
       ++watching;
@@ -175,7 +174,7 @@ double PublishToSubscribers(const transfer::TestAdapter& adapter, transfer::UcxW
   }
   while (watching < count) absl::SleepFor(absl::Milliseconds(1));
   const auto publish_start = Clock::now();
-  weightstore::v1::WeightStoreService::Stub& stub = *subscribers.front()->stub;
+  const WeightStoreStubs& stub = *subscribers.front()->stub;
   if (absl::StatusOr<weightstore::v1::VersionInfo> published =
           PublishAdapter(stub, adapter.manifest, adapter.shard_views(), {.ucx = &producer});
       !published.ok()) {

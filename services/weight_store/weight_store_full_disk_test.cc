@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/weight_store/client/adapter_client.h"
+#include "services/weight_store/client/testing/weight_store_server.h"
 #include "services/weight_store/weight_store_service.h"
 #include "transfer/lora_testing.h"
 
@@ -21,17 +22,14 @@ using ::testing::HasSubstr;
 
 TEST(WeightStoreFullDiskTest, AFullTmpfsRefusesPublishesAndKeepsCommittedVersions) {
   std::string why_not;
-  std::optional<testing::Tmpfs> disk = testing::Tmpfs::Mount(int64_t{16} << 20, &why_not);
+  std::optional<tandem::testing::Tmpfs> disk = tandem::testing::Tmpfs::Mount(int64_t{16} << 20, &why_not);
   if (!disk) GTEST_SKIP() << why_not;
   const std::string filler = disk->dir() + "/filler";
   disk->Fill(filler, int64_t{1} << 20);
-  auto service =
-      WeightStoreServiceImpl::Create({.data_dir = disk->dir() + "/store", .enable_ucx = false});
-  ASSERT_TRUE(service.ok()) << service.status();
-  auto server = tandem::testing::StartLoopbackServer(
-      "weight-store", {"tandem.weightstore.v1.WeightStoreService", *std::move(service)});
+  auto server =
+      testing::StartWeightStore({.data_dir = disk->dir() + "/store", .enable_ucx = false});
   ASSERT_TRUE(server.ok()) << server.status();
-  auto stub = weightstore::v1::WeightStoreService::NewStub(server->Channel());
+  auto stub = std::make_unique<WeightStoreStubs>(server->Channel());
 
   // Adapters of their own names (every version kept) until the disk refuses one.
   std::vector<transfer::TestAdapter> committed;

@@ -13,12 +13,12 @@
 #include "common/finished_reactor.h"
 #include "common/identifier.h"
 #include "common/open_streams.h"
-#include "common/parallel_tasks.h"
 #include "common/proto_time.h"
 #include "common/queued_write_reactor.h"
 #include "common/status.h"
 #include "common/string_limits.h"
 #include "common/unary.h"
+#include "services/weight_store/manifest.h"
 #include "services/weight_store/reshard.h"
 #include "services/weight_store/tensor_assembly.h"
 #include "services/weight_store/weight_store_metrics.h"
@@ -27,18 +27,8 @@
 namespace tandem::weight_store {
 namespace {
 
-// Where a shard's bytes are for one-sided UCX access: address, packed key and length.
-void FillShardRegion(int32_t shard_index, const transfer::UcxRegion& region,
-                     weightstore::v1::ShardRegion& out) {
-  out.set_shard_index(shard_index);
-  out.set_remote_address(region.remote_address());
-  out.set_rkey(region.packed_rkey());
-  out.set_length(region.length());
-}
-
 constexpr size_t kMaxChunkBytes = size_t{4} << 20;
 constexpr size_t kMinFetchChunkBytes = size_t{1} << 20;
-constexpr size_t kMaxPlanCacheEntries = 64;
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
@@ -53,17 +43,6 @@ absl::StatusOr<absl::Duration> LeaseTtl(const LeaseRequest& request) {
         absl::StrCat("ttl is ", absl::FormatDuration(*ttl), "; allowed 1s..600s"));
   }
   return ttl;
-}
-
-// FetchTensors and GetReadPlan name one committed version: an adapter and a version >= 1.
-absl::Status ValidateVersionOf(absl::string_view adapter_name, int64_t version) {
-  if (absl::Status status = ValidateIdentifier("adapter_name", adapter_name); !status.ok()) {
-    return status;
-  }
-  if (version < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("version is ", version, "; must be >= 1"));
-  }
-  return absl::OkStatus();
 }
 
 std::vector<std::string> Names(const google::protobuf::RepeatedPtrField<std::string>& names) {
@@ -224,13 +203,13 @@ class FetchReactor final : public grpc::ServerWriteReactor<weightstore::v1::Fetc
         store.Find(request.adapter_name(), request.version(), 0);
     if (!version.ok()) return version.status();
     version_ = *std::move(version);
-    absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
+    absl::StatusOr<std::vector<internal::v1::PlannedTensor>> plan =
         PlanReads(version_->manifest, request.target(), Names(request.tensor_names()));
     if (!plan.ok()) return plan.status();
     plan_ = *std::move(plan);
     target_dtype_ = request.target().dtype();
     // Refused before the first chunk rather than partway through the stream.
-    for (const weightstore::v1::PlannedTensor& planned : plan_) {
+    for (const internal::v1::PlannedTensor& planned : plan_) {
       if (absl::Status convertible =
               transfer::CheckConvertible(planned.tensor().spec().dtype(), target_dtype_);
           !convertible.ok()) {
@@ -242,7 +221,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<weightstore::v1::Fetc
   }
 
   // Assembles, converts and checksums the next tensor.
-  absl::Status LoadTensor(const weightstore::v1::PlannedTensor& planned) {
+  absl::Status LoadTensor(const internal::v1::PlannedTensor& planned) {
     absl::StatusOr<std::string> bytes = transfer::ConvertFloats(
         AssembleTensor(planned, *version_), planned.tensor().spec().dtype(), target_dtype_);
     if (!bytes.ok()) return bytes.status();
@@ -280,7 +259,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<weightstore::v1::Fetc
 
   const absl::Time started_;
   std::shared_ptr<const CommittedVersion> version_;
-  std::vector<weightstore::v1::PlannedTensor> plan_;
+  std::vector<internal::v1::PlannedTensor> plan_;
   type::v1::Dtype target_dtype_ = type::v1::DTYPE_UNSPECIFIED;
   size_t chunk_bytes_ = kMaxChunkBytes;
   size_t next_tensor_ = 0;
@@ -318,22 +297,32 @@ absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> WeightStoreServiceImpl::
   return service;
 }
 
+std::unique_ptr<WeightStoreUcxServiceImpl> WeightStoreServiceImpl::NewUcxService() const {
+  return std::make_unique<WeightStoreUcxServiceImpl>(ucx_, store_);
+}
+
+absl::StatusOr<std::vector<HostedService>> WeightStoreServices(const WeightStoreOptions& options) {
+  absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> service =
+      WeightStoreServiceImpl::Create(options);
+  if (!service.ok()) return service.status();
+  WeightStoreServiceImpl* api = service->get();
+  std::vector<HostedService> services;
+  std::unique_ptr<WeightStoreUcxServiceImpl> ucx = api->NewUcxService();
+  services.push_back({"tandem.weightstore.v1.WeightStoreService", *std::move(service),
+                      /*ready=*/nullptr, [api] { api->Drain(); }});
+  services.push_back({"tandem.internal.v1.WeightStoreUcxService", std::move(ucx)});
+  return services;
+}
+
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::BeginPublish(
     grpc::CallbackServerContext* context, const weightstore::v1::BeginPublishRequest* request,
     weightstore::v1::BeginPublishResponse* response) {
   const auto begin = [&]() -> absl::StatusOr<weightstore::v1::BeginPublishResponse> {
-    absl::StatusOr<BeginResult> begun = store_->Begin(request->manifest(), request->use_ucx());
+    absl::StatusOr<BeginResult> begun = store_->Begin(request->manifest(), /*use_ucx=*/false);
     if (!begun.ok()) return begun.status();
     weightstore::v1::BeginPublishResponse result;
     result.set_upload_id(begun->upload_id);
     *result.mutable_expire_time() = ToTimestamp(begun->expire_time);
-    if (request->use_ucx()) {
-      for (size_t i = 0; i < begun->shards.size(); ++i) {
-        FillShardRegion(static_cast<int32_t>(i), *begun->shards[i]->region(),
-                        *result.add_targets());
-      }
-      result.set_store_worker_address(ucx_->address());
-    }
     WeightStoreMetrics::Get().RecordTotals(store_->totals());
     return result;
   };
@@ -412,124 +401,6 @@ grpc::ServerWriteReactor<weightstore::v1::FetchTensorsResponse>*
 WeightStoreServiceImpl::FetchTensors(grpc::CallbackServerContext* /*context*/,
                                      const weightstore::v1::FetchTensorsRequest* request) {
   return new FetchReactor(*store_, *request);
-}
-
-absl::StatusOr<weightstore::v1::GetReadPlanResponse> WeightStoreServiceImpl::ReadPlan(
-    const weightstore::v1::GetReadPlanRequest& request) {
-  if (ucx_ == nullptr) {
-    return absl::FailedPreconditionError("this weight-store runs without UCX; use FetchTensors");
-  }
-  if (request.target().dtype() != type::v1::DTYPE_UNSPECIFIED) {
-    return absl::InvalidArgumentError("GetReadPlan never converts: leave target.dtype unset");
-  }
-  if (absl::Status status = ValidateVersionOf(request.adapter_name(), request.version());
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = ValidateIdentifier("lease_id", request.lease_id()); !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
-      store_->LeasedVersion(request.lease_id(), request.adapter_name(), request.version());
-  if (!version.ok()) return version.status();
-  // What the plan depends on: the request less its lease. A plan cached for these exact names
-  // was checked when it was computed.
-  weightstore::v1::GetReadPlanRequest cache_request = request;
-  cache_request.clear_lease_id();
-  const std::string cache_key = cache_request.SerializeAsString();
-  std::shared_ptr<PlanInFlight> in_flight;
-  {
-    absl::MutexLock lock(&mutex_);
-    if (auto it = plan_cache_.find(cache_key); it != plan_cache_.end()) return it->second;
-    if (auto it = plans_in_flight_.find(cache_key); it != plans_in_flight_.end()) {
-      in_flight = it->second;
-    } else {
-      plans_in_flight_[cache_key] = std::make_shared<PlanInFlight>();
-    }
-  }
-  if (in_flight != nullptr) {
-    in_flight->done.WaitForNotification();
-    return in_flight->plan;
-  }
-  absl::StatusOr<weightstore::v1::GetReadPlanResponse> plan = PlanWithChecksums(request, **version);
-  absl::MutexLock lock(&mutex_);
-  if (plan.ok()) {
-    if (plan_cache_.size() >= kMaxPlanCacheEntries) plan_cache_.clear();
-    plan_cache_[cache_key] = *plan;
-  }
-  auto node = plans_in_flight_.extract(cache_key);
-  node.mapped()->plan = plan;
-  node.mapped()->done.Notify();
-  return plan;
-}
-
-absl::StatusOr<weightstore::v1::GetReadPlanResponse> WeightStoreServiceImpl::PlanWithChecksums(
-    const weightstore::v1::GetReadPlanRequest& request, const CommittedVersion& version) const {
-  absl::StatusOr<std::vector<weightstore::v1::PlannedTensor>> plan =
-      PlanReads(version.manifest, request.target(), Names(request.tensor_names()));
-  if (!plan.ok()) return plan.status();
-  {
-    // Hashing the version's bytes is most of a plan's cost, and the replicas that asked for it
-    // wait: this thread and a helper share the tensors.
-    ParallelTasks checksums;
-    for (weightstore::v1::PlannedTensor& tensor : *plan) {
-      checksums.Add([&tensor, &version] {
-        tensor.mutable_tensor()->set_xxh3_64(TensorChecksum(tensor, version));
-        return absl::OkStatus();
-      });
-    }
-    checksums.Finish().IgnoreError();  // The tasks cannot fail.
-  }
-  weightstore::v1::GetReadPlanResponse result;
-  std::vector<bool> used(version.shards.size(), false);
-  for (weightstore::v1::PlannedTensor& tensor : *plan) {
-    for (const weightstore::v1::CopyOp& op : tensor.ops()) used[op.shard_index()] = true;
-    *result.add_tensors() = std::move(tensor);
-  }
-  for (size_t i = 0; i < used.size(); ++i) {
-    if (!used[i]) continue;
-    FillShardRegion(static_cast<int32_t>(i), *version.shards[i]->region(), *result.add_shards());
-  }
-  result.set_store_worker_address(ucx_->address());
-  return result;
-}
-
-grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetReadPlan(
-    grpc::CallbackServerContext* context, const weightstore::v1::GetReadPlanRequest* request,
-    weightstore::v1::GetReadPlanResponse* response) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<weightstore::v1::GetReadPlanResponse> plan = ReadPlan(*request);
-  if (plan.ok()) {
-    int64_t bytes = 0;
-    for (const weightstore::v1::PlannedTensor& tensor : plan->tensors()) {
-      bytes += static_cast<int64_t>(tensor.tensor().byte_size());
-    }
-    WeightStoreMetrics::Get().RecordOut(Transport::kUcx, bytes);
-    WeightStoreMetrics::Get().fetch_seconds.Observe(SecondsSince(start));
-  }
-  return FinishUnary(context, std::move(plan), response);
-}
-
-grpc::ServerUnaryReactor* WeightStoreServiceImpl::ExchangeUcxEndpoint(
-    grpc::CallbackServerContext* context,
-    const weightstore::v1::ExchangeUcxEndpointRequest* request,
-    weightstore::v1::ExchangeUcxEndpointResponse* response) {
-  const auto exchange = [&]() -> absl::StatusOr<weightstore::v1::ExchangeUcxEndpointResponse> {
-    if (ucx_ == nullptr) return absl::FailedPreconditionError("this weight-store runs without UCX");
-    if (request->worker_address().empty() || request->worker_address().size() > (64 << 10)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "worker_address has ", request->worker_address().size(), " bytes; allowed 1 B..64 KiB"));
-    }
-    if (absl::Status status = ValidateIdentifier("client_id", request->client_id()); !status.ok()) {
-      return status;
-    }
-    // One-sided gets and puts need only the client's endpoint to the store; the store keeps
-    // no per-client state.
-    weightstore::v1::ExchangeUcxEndpointResponse result;
-    result.set_worker_address(ucx_->address());
-    return result;
-  };
-  return FinishUnary(context, exchange(), response);
 }
 
 grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(

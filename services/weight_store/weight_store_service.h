@@ -4,15 +4,15 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/open_streams.h"
 #include "common/periodic_thread.h"
+#include "common/server.h"
 #include "services/weight_store/adapter_store.h"
+#include "services/weight_store/weight_store_ucx_service.h"
 #include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
@@ -31,12 +31,17 @@ struct WeightStoreOptions {
   std::function<void()> watch_registered_hook;
 };
 
-// gRPC front end of the weight-store: converts messages and statuses around AdapterStore (state),
-// reshard (read plans) and tensor assembly (the gRPC data path).
+// gRPC front end of the weight-store's public API: converts messages and statuses around
+// AdapterStore (state) and tensor assembly (the gRPC data path). The UCX data plane is a second
+// front end over the same store (NewUcxService).
 class WeightStoreServiceImpl final : public weightstore::v1::WeightStoreService::CallbackService {
  public:
   static absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> Create(
       const WeightStoreOptions& options);
+
+  // The front end of tandem.internal.v1.WeightStoreUcxService over this service's store and
+  // UCX worker.
+  std::unique_ptr<WeightStoreUcxServiceImpl> NewUcxService() const;
 
   grpc::ServerUnaryReactor* BeginPublish(grpc::CallbackServerContext* context,
                                          const weightstore::v1::BeginPublishRequest* request,
@@ -64,13 +69,6 @@ class WeightStoreServiceImpl final : public weightstore::v1::WeightStoreService:
   grpc::ServerWriteReactor<weightstore::v1::FetchTensorsResponse>* FetchTensors(
       grpc::CallbackServerContext* context,
       const weightstore::v1::FetchTensorsRequest* request) override;
-  grpc::ServerUnaryReactor* GetReadPlan(grpc::CallbackServerContext* context,
-                                        const weightstore::v1::GetReadPlanRequest* request,
-                                        weightstore::v1::GetReadPlanResponse* response) override;
-  grpc::ServerUnaryReactor* ExchangeUcxEndpoint(
-      grpc::CallbackServerContext* context,
-      const weightstore::v1::ExchangeUcxEndpointRequest* request,
-      weightstore::v1::ExchangeUcxEndpointResponse* response) override;
   grpc::ServerUnaryReactor* AcquireLease(grpc::CallbackServerContext* context,
                                          const weightstore::v1::AcquireLeaseRequest* request,
                                          weightstore::v1::AcquireLeaseResponse* response) override;
@@ -83,32 +81,18 @@ class WeightStoreServiceImpl final : public weightstore::v1::WeightStoreService:
 
  private:
   WeightStoreServiceImpl() = default;
-  absl::StatusOr<weightstore::v1::GetReadPlanResponse> ReadPlan(
-      const weightstore::v1::GetReadPlanRequest& request);
-  // The plan of a leased version with every tensor's checksum (a pass over its bytes).
-  absl::StatusOr<weightstore::v1::GetReadPlanResponse> PlanWithChecksums(
-      const weightstore::v1::GetReadPlanRequest& request, const CommittedVersion& version) const;
-
-  std::unique_ptr<transfer::UcxWorker>
-      ucx_;  // Declared first: outlives the store's registered memory.
-  std::unique_ptr<AdapterStore> store_;
-  absl::Mutex mutex_;
-  // Read plans with checksums, per (version, layout, names): checksumming costs a pass over
-  // the bytes, and every replica of a deployment asks for the same few layouts.
-  absl::flat_hash_map<std::string, weightstore::v1::GetReadPlanResponse> plan_cache_
-      ABSL_GUARDED_BY(mutex_);
-  // Plans being computed: the replicas that a new version's announcement wakes ask for the same
-  // plan at once, and all but the first wait for it instead of computing it again.
-  struct PlanInFlight {
-    absl::Notification done;
-    absl::StatusOr<weightstore::v1::GetReadPlanResponse> plan;
-  };
-  absl::flat_hash_map<std::string, std::shared_ptr<PlanInFlight>> plans_in_flight_
-      ABSL_GUARDED_BY(mutex_);
+  // Shared with the UCX data plane's front end (NewUcxService). Declared first: the worker
+  // outlives the store's registered memory.
+  std::shared_ptr<transfer::UcxWorker> ucx_;
+  std::shared_ptr<AdapterStore> store_;
   std::unique_ptr<PeriodicThread> sweeper_;  // Expiry and retention; stops before the store goes.
   OpenStreams<weightstore::v1::WatchVersionsResponse> watches_;
   std::function<void()> watch_registered_hook_;  // WeightStoreOptions::watch_registered_hook.
 };
+
+// The weight-store as a server hosts it: the public API (drained with the server) and the UCX
+// data plane, over one store.
+absl::StatusOr<std::vector<HostedService>> WeightStoreServices(const WeightStoreOptions& options);
 
 }  // namespace tandem::weight_store
 

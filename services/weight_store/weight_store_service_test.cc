@@ -42,7 +42,7 @@ grpc::Status RefusedStatus(grpc::ClientReaderInterface<Response>& reader) {
   return reader.Finish();
 }
 
-using PlanEdit = std::function<void(weightstore::v1::GetReadPlanResponse&)>;
+using PlanEdit = std::function<void(internal::v1::GetReadPlanResponse&)>;
 
 // Edits each GetReadPlan response a channel receives before its caller sees it.
 class PlanEditing final : public grpc::experimental::ClientInterceptorFactoryInterface {
@@ -52,7 +52,7 @@ class PlanEditing final : public grpc::experimental::ClientInterceptorFactoryInt
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* info) override {
     if (absl::string_view(info->method()) !=
-        "/tandem.weightstore.v1.WeightStoreService/GetReadPlan") {
+        "/tandem.internal.v1.WeightStoreUcxService/GetReadPlan") {
       return nullptr;
     }
     return new Editor(edit_);
@@ -66,7 +66,7 @@ class PlanEditing final : public grpc::experimental::ClientInterceptorFactoryInt
       if (methods->QueryInterceptionHookPoint(
               grpc::experimental::InterceptionHookPoints::POST_RECV_MESSAGE) &&
           methods->GetRecvMessage() != nullptr) {
-        edit_(*static_cast<weightstore::v1::GetReadPlanResponse*>(methods->GetRecvMessage()));
+        edit_(*static_cast<internal::v1::GetReadPlanResponse*>(methods->GetRecvMessage()));
       }
       methods->Proceed();
     }
@@ -101,20 +101,23 @@ class WeightStoreServiceTest : public ::testing::Test {
     options.drain_timeout = absl::Milliseconds(200);
     WeightStoreServiceImpl* raw = service->get();
     service_ = raw;
-    auto started = tandem::testing::StartLoopbackServer(
-        "weight-store",
-        {"tandem.weightstore.v1.WeightStoreService", *std::move(service), nullptr,
-         [raw] { raw->Drain(); }},
-        options);
+    std::vector<HostedService> services;
+    services.push_back({"tandem.internal.v1.WeightStoreUcxService", raw->NewUcxService()});
+    services.push_back({"tandem.weightstore.v1.WeightStoreService", *std::move(service), nullptr,
+                        [raw] { raw->Drain(); }});
+    auto started =
+        tandem::testing::StartLoopbackServer("weight-store", std::move(services), options);
     ASSERT_TRUE(started.ok()) << started.status();
     channel_ = started->Channel();
     server_ = std::move(started->server);
-    stub_ = weightstore::v1::WeightStoreService::NewStub(channel_);
+    stubs_ = std::make_unique<WeightStoreStubs>(channel_);
+    stub_ = &stubs_->api();
+    ucx_stub_ = &stubs_->ucx();
   }
 
   absl::StatusOr<weightstore::v1::VersionInfo> Publish(const transfer::TestAdapter& adapter,
                                                        bool by_ucx) {
-    return PublishAdapter(*stub_, adapter.manifest, adapter.shard_views(),
+    return PublishAdapter(*stubs_, adapter.manifest, adapter.shard_views(),
                           {.ucx = by_ucx ? client_ucx_.get() : nullptr});
   }
 
@@ -153,7 +156,7 @@ class WeightStoreServiceTest : public ::testing::Test {
 
   absl::StatusOr<FetchedAdapter> Fetch(const std::string& name, int64_t version, bool by_ucx,
                                        weightstore::v1::TargetLayout target = {}) {
-    return FetchAdapter(*stub_, name, version,
+    return FetchAdapter(*stubs_, name, version,
                         {.target = target, .ucx = by_ucx ? client_ucx_.get() : nullptr});
   }
 
@@ -260,10 +263,10 @@ class WeightStoreServiceTest : public ::testing::Test {
   }
 
   // A stub to this store whose GetReadPlan responses pass through `edit` on arrival.
-  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> StubEditingPlans(PlanEdit edit) {
+  std::unique_ptr<WeightStoreStubs> StubEditingPlans(PlanEdit edit) {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> editors;
     editors.push_back(std::make_unique<PlanEditing>(std::move(edit)));
-    return weightstore::v1::WeightStoreService::NewStub(
+    return std::make_unique<WeightStoreStubs>(
         grpc::experimental::CreateCustomChannelWithInterceptors(
             absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(),
             grpc::ChannelArguments(), std::move(editors)));
@@ -278,11 +281,11 @@ class WeightStoreServiceTest : public ::testing::Test {
     ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 4), /*by_ucx=*/true).ok());
     // The first tensor of two copies of one shape, so that either may take the other's place.
     const auto tensor_of_two_alike =
-        [](weightstore::v1::GetReadPlanResponse& plan) -> weightstore::v1::PlannedTensor* {
-      for (weightstore::v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
+        [](internal::v1::GetReadPlanResponse& plan) -> internal::v1::PlannedTensor* {
+      for (internal::v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
         if (tensor.ops_size() < 2) continue;
-        const weightstore::v1::CopyOp& a = tensor.ops(0);
-        const weightstore::v1::CopyOp& b = tensor.ops(1);
+        const internal::v1::CopyOp& a = tensor.ops(0);
+        const internal::v1::CopyOp& b = tensor.ops(1);
         if (a.count() == b.count() && a.length() == b.length() &&
             a.dst_stride() == b.dst_stride()) {
           return &tensor;
@@ -298,35 +301,35 @@ class WeightStoreServiceTest : public ::testing::Test {
     };
     const std::vector<Lie> lies = {
         {"a wrong checksum",
-         [](weightstore::v1::GetReadPlanResponse& plan) {
+         [](internal::v1::GetReadPlanResponse& plan) {
            weightstore::v1::TargetTensor& tensor = *plan.mutable_tensors(0)->mutable_tensor();
            tensor.set_xxh3_64(tensor.xxh3_64() ^ 1);
          },
          absl::StatusCode::kDataLoss},
         {"overlapping blocks",
-         [&](weightstore::v1::GetReadPlanResponse& plan) {
-           if (weightstore::v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
+         [&](internal::v1::GetReadPlanResponse& plan) {
+           if (internal::v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
              *tensor->mutable_ops(1) = tensor->ops(0);
            }
          },
          absl::StatusCode::kDataLoss},
         {"a block in another's place",
-         [&](weightstore::v1::GetReadPlanResponse& plan) {
-           if (weightstore::v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
+         [&](internal::v1::GetReadPlanResponse& plan) {
+           if (internal::v1::PlannedTensor* tensor = tensor_of_two_alike(plan)) {
              tensor->mutable_ops(1)->set_dst_offset(tensor->ops(0).dst_offset());
            }
          },
          absl::StatusCode::kDataLoss},
         {"a block outside its shard",
-         [](weightstore::v1::GetReadPlanResponse& plan) {
+         [](internal::v1::GetReadPlanResponse& plan) {
            plan.mutable_tensors(0)->mutable_ops(0)->set_src_offset(plan.shards(0).length());
          },
          absl::StatusCode::kInternal},
         {"a shard larger than the store's region",
-         [](weightstore::v1::GetReadPlanResponse& plan) {
-           weightstore::v1::ShardRegion& shard = *plan.mutable_shards(0);
-           for (weightstore::v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
-             for (weightstore::v1::CopyOp& op : *tensor.mutable_ops()) {
+         [](internal::v1::GetReadPlanResponse& plan) {
+           internal::v1::ShardRegion& shard = *plan.mutable_shards(0);
+           for (internal::v1::PlannedTensor& tensor : *plan.mutable_tensors()) {
+             for (internal::v1::CopyOp& op : *tensor.mutable_ops()) {
                if (op.shard_index() == shard.shard_index()) op.set_src_offset(shard.length());
              }
            }
@@ -355,7 +358,9 @@ class WeightStoreServiceTest : public ::testing::Test {
   WeightStoreServiceImpl* service_ = nullptr;    // Owned by server_.
   std::function<void()> watch_registered_hook_;  // For the next StartServer.
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> stub_;
+  std::unique_ptr<WeightStoreStubs> stubs_;
+  weightstore::v1::WeightStoreService::StubInterface* stub_ = nullptr;  // The public API's.
+  internal::v1::WeightStoreUcxService::StubInterface* ucx_stub_ = nullptr;
   std::unique_ptr<transfer::UcxWorker> client_ucx_;
 };
 
@@ -456,7 +461,7 @@ TEST_F(WeightStoreServiceTest, FetchIntoReusesTheMemoryOfTheLastVersion) {
   ASSERT_TRUE(Publish(first, /*by_ucx=*/true).ok());
   ASSERT_TRUE(Publish(second, /*by_ucx=*/true).ok());
   for (bool by_ucx : {true, false}) {
-    AdapterFetcher fetcher(*stub_);
+    AdapterFetcher fetcher(*stubs_);
     FetchedAdapter fetched;
     const FetchOptions options{.target = Stacked(), .ucx = by_ucx ? client_ucx_.get() : nullptr};
     ASSERT_TRUE(fetcher.FetchInto("job-1", 1, options, fetched).ok());
@@ -617,13 +622,13 @@ TEST_F(WeightStoreServiceTest, UnknownRetiredAndExpiredAreNotFoundAndLeasesPinVe
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(Fetch("job-1", 1, false).status().code(), absl::StatusCode::kNotFound);
 
-  weightstore::v1::GetReadPlanRequest plan;
+  internal::v1::GetReadPlanRequest plan;
   plan.set_adapter_name("job-1");
   plan.set_version(3);
   plan.set_lease_id(lease.lease_id());
   grpc::ClientContext plan_context;
-  weightstore::v1::GetReadPlanResponse planned;
-  EXPECT_EQ(stub_->GetReadPlan(&plan_context, plan, &planned).error_code(),
+  internal::v1::GetReadPlanResponse planned;
+  EXPECT_EQ(ucx_stub_->GetReadPlan(&plan_context, plan, &planned).error_code(),
             grpc::StatusCode::NOT_FOUND);
 
   weightstore::v1::BeginPublishResponse begun;
@@ -672,12 +677,12 @@ TEST_F(WeightStoreServiceTest, IdsNamesAndVersionsAreCheckedAtTheEdge) {
   }
   {
     grpc::ClientContext context;
-    weightstore::v1::GetReadPlanRequest request;
+    internal::v1::GetReadPlanRequest request;
     request.set_adapter_name("job-1");
     request.set_version(-1);
     request.set_lease_id("lease-1");
-    weightstore::v1::GetReadPlanResponse response;
-    expect_invalid(stub_->GetReadPlan(&context, request, &response), "version is -1");
+    internal::v1::GetReadPlanResponse response;
+    expect_invalid(ucx_stub_->GetReadPlan(&context, request, &response), "version is -1");
   }
   {
     grpc::ClientContext context;
@@ -703,20 +708,20 @@ TEST_F(WeightStoreServiceTest, IdsNamesAndVersionsAreCheckedAtTheEdge) {
   }
   for (const std::string& client_id : {std::string(), std::string("replica 0")}) {
     grpc::ClientContext context;
-    weightstore::v1::ExchangeUcxEndpointRequest request;
+    internal::v1::ExchangeUcxEndpointRequest request;
     request.set_worker_address("address");
     request.set_client_id(client_id);
-    weightstore::v1::ExchangeUcxEndpointResponse response;
-    expect_invalid(stub_->ExchangeUcxEndpoint(&context, request, &response),
+    internal::v1::ExchangeUcxEndpointResponse response;
+    expect_invalid(ucx_stub_->ExchangeUcxEndpoint(&context, request, &response),
                    absl::StrCat("bad client_id: '", client_id, "'"));
   }
   {
     grpc::ClientContext context;
-    weightstore::v1::ExchangeUcxEndpointRequest request;
+    internal::v1::ExchangeUcxEndpointRequest request;
     request.set_worker_address(std::string((64 << 10) + 1, 'a'));
     request.set_client_id("replica-0");
-    weightstore::v1::ExchangeUcxEndpointResponse response;
-    expect_invalid(stub_->ExchangeUcxEndpoint(&context, request, &response),
+    internal::v1::ExchangeUcxEndpointResponse response;
+    expect_invalid(ucx_stub_->ExchangeUcxEndpoint(&context, request, &response),
                    "worker_address has 65537 bytes");
   }
   {
@@ -735,14 +740,22 @@ TEST_F(WeightStoreServiceTest, BeginRefusesUploadsLargerThanTheHostsMemory) {
   weightstore::v1::Manifest huge_shard = adapter.manifest;
   huge_shard.mutable_shards(0)->set_byte_size(uint64_t{1} << 40);  // Its pieces still fit.
   weightstore::v1::BeginPublishResponse begun;
-  for (bool use_ucx : {false, true}) {
+  const auto expect_refused = [](const grpc::Status& status) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("bytes of memory"));
+  };
+  {
     grpc::ClientContext context;
     weightstore::v1::BeginPublishRequest request;
     *request.mutable_manifest() = huge_shard;
-    request.set_use_ucx(use_ucx);
-    const grpc::Status status = stub_->BeginPublish(&context, request, &begun);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
-    EXPECT_THAT(status.error_message(), HasSubstr("bytes of memory"));
+    expect_refused(stub_->BeginPublish(&context, request, &begun));
+  }
+  {
+    grpc::ClientContext context;
+    internal::v1::BeginUcxPublishRequest request;
+    *request.mutable_manifest() = huge_shard;
+    internal::v1::BeginUcxPublishResponse ucx_begun;
+    expect_refused(ucx_stub_->BeginUcxPublish(&context, request, &ucx_begun));
   }
   ASSERT_TRUE(Begin(adapter.manifest, &begun).ok()) << "the store took nothing from those";
 }
@@ -784,17 +797,17 @@ TEST_F(WeightStoreServiceTest, ACommitRetriedWhileCommittingGetsTheSameVersion) 
 TEST_F(WeightStoreServiceTest, ReadPlansAreCachedForTheExactTensorNames) {
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 73), /*by_ucx=*/true).ok());
   absl::StatusOr<std::string> lease =
-      AcquireLease(*stub_, "job-1", 1, "replica-0", absl::Seconds(30));
+      AcquireLease(*stubs_, "job-1", 1, "replica-0", absl::Seconds(30));
   ASSERT_TRUE(lease.ok()) << lease.status();
   const auto plan = [&](const std::vector<std::string>& names) {
     grpc::ClientContext context;
-    weightstore::v1::GetReadPlanRequest request;
+    internal::v1::GetReadPlanRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_lease_id(*lease);
     for (const std::string& name : names) request.add_tensor_names(name);
-    weightstore::v1::GetReadPlanResponse response;
-    grpc::Status status = stub_->GetReadPlan(&context, request, &response);
+    internal::v1::GetReadPlanResponse response;
+    grpc::Status status = ucx_stub_->GetReadPlan(&context, request, &response);
     return std::make_pair(status, response);
   };
   const auto [everything, all] = plan({});
@@ -881,24 +894,24 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
   }
   const auto plan = [&](int64_t version, type::v1::Dtype dtype) {
     grpc::ClientContext context;
-    weightstore::v1::GetReadPlanRequest request;
+    internal::v1::GetReadPlanRequest request;
     request.set_adapter_name("job-1");
     request.set_version(version);
     request.set_lease_id(lease.lease_id());
     request.mutable_target()->set_dtype(dtype);
-    weightstore::v1::GetReadPlanResponse response;
-    return stub_->GetReadPlan(&context, request, &response);
+    internal::v1::GetReadPlanResponse response;
+    return ucx_stub_->GetReadPlan(&context, request, &response);
   };
   EXPECT_TRUE(plan(1, type::v1::DTYPE_UNSPECIFIED).ok());
   {  // A tensor name no tensor can have is refused by its size, not echoed back.
     grpc::ClientContext context;
-    weightstore::v1::GetReadPlanRequest request;
+    internal::v1::GetReadPlanRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_lease_id(lease.lease_id());
     request.add_tensor_names(std::string(1 << 20, 'n'));
-    weightstore::v1::GetReadPlanResponse response;
-    const grpc::Status status = stub_->GetReadPlan(&context, request, &response);
+    internal::v1::GetReadPlanResponse response;
+    const grpc::Status status = ucx_stub_->GetReadPlan(&context, request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_LT(status.error_message().size(), 1024u);
     EXPECT_THAT(status.error_message(),

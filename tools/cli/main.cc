@@ -252,8 +252,8 @@ absl::Status Export(const std::string& job_id) {
   if (base_model.empty()) base_model = job->spec().base_model_path();
   auto channel = Channel(store_address, "tandem.weightstore.v1.WeightStoreService");
   if (!channel.ok()) return channel.status();
-  auto store = weightstore::v1::WeightStoreService::NewStub(*channel);
-  auto version = weight_store::ExportPeftAdapter(*store, job->spec().adapter_name(),
+  weight_store::WeightStoreStubs store(*channel);
+  auto version = weight_store::ExportPeftAdapter(store, job->spec().adapter_name(),
                                                  absl::GetFlag(FLAGS_version), out, base_model);
   if (!version.ok()) return version.status();
   std::printf("exported %s version %lld to %s\n", job->spec().adapter_name().c_str(),

@@ -23,6 +23,8 @@
 namespace tandem::weight_store {
 namespace {
 
+constexpr absl::Duration kBeginTimeout = absl::Seconds(60);
+
 absl::Status Checked(const grpc::Status& status) { return FromGrpcStatus(status); }
 
 // DATA_LOSS unless the fetched tensor, whose bytes hash to `checksum`, is the one planned.
@@ -62,7 +64,7 @@ absl::Status PutByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub,
   return Checked(writer->Finish());
 }
 
-absl::Status PutByUcx(const weightstore::v1::BeginPublishResponse& begun,
+absl::Status PutByUcx(const Upload& begun,
                       const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                       const PublishOptions& options) {
   absl::StatusOr<std::unique_ptr<transfer::UcxPeer>> peer =
@@ -71,8 +73,8 @@ absl::Status PutByUcx(const weightstore::v1::BeginPublishResponse& begun,
   // Every shard's writes in one window and one flush: each region drained and flushed in turn
   // left the connection idle between shards.
   std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers;
-  std::vector<const weightstore::v1::ShardRegion*> targets;
-  for (const weightstore::v1::ShardRegion& target : begun.targets()) {
+  std::vector<const internal::v1::ShardRegion*> targets;
+  for (const internal::v1::ShardRegion& target : begun.targets()) {
     if (target.shard_index() < 0 || target.shard_index() >= static_cast<int>(shards.size())) {
       return absl::InternalError(
           absl::StrCat("BeginPublish named shard ", target.shard_index(), " of ", shards.size()));
@@ -89,10 +91,10 @@ absl::Status PutByUcx(const weightstore::v1::BeginPublishResponse& begun,
 }
 
 // Copies a staged tensor's blocks from `staging` into its memory.
-void Assemble(const weightstore::v1::PlannedTensor& planned,
+void Assemble(const internal::v1::PlannedTensor& planned,
               const absl::flat_hash_map<int, std::vector<StagedSpan>>& spans_by_shard,
               const char* staging, FetchedTensor& tensor) {
-  for (const weightstore::v1::CopyOp& op : planned.ops()) {
+  for (const internal::v1::CopyOp& op : planned.ops()) {
     const std::vector<StagedSpan>& spans = spans_by_shard.at(op.shard_index());
     const auto span = std::find_if(spans.begin(), spans.end(), [&](const StagedSpan& s) {
       return s.begin <= op.src_offset() && op.src_offset() < s.end;
@@ -109,10 +111,10 @@ void Assemble(const weightstore::v1::PlannedTensor& planned,
 using MappedShards = absl::flat_hash_map<int, const char*>;
 
 // The plan's shards as mapped by `peer`; UNIMPLEMENTED where its transport maps none (tcp).
-absl::StatusOr<MappedShards> MapShards(const weightstore::v1::GetReadPlanResponse& plan,
+absl::StatusOr<MappedShards> MapShards(const internal::v1::GetReadPlanResponse& plan,
                                        transfer::UcxPeer& peer) {
   MappedShards shards;
-  for (const weightstore::v1::ShardRegion& region : plan.shards()) {
+  for (const internal::v1::ShardRegion& region : plan.shards()) {
     absl::StatusOr<const char*> mapped =
         peer.Mapped(region.rkey(), region.remote_address(), region.length());
     if (!mapped.ok()) return mapped.status();
@@ -125,7 +127,7 @@ absl::StatusOr<MappedShards> MapShards(const weightstore::v1::GetReadPlanRespons
 // it lands, while it is in the nearest cache, then verifies the tensor. Blocks that do not
 // tile the tensor exactly (only a faulty plan's) hash differently from its bytes, so then the
 // tensor is hashed again as it is.
-absl::Status CopyAndVerify(const weightstore::v1::PlannedTensor& planned,
+absl::Status CopyAndVerify(const internal::v1::PlannedTensor& planned,
                            const MappedShards& shards, FetchedTensor& tensor) {
   Xxh3Hasher hasher;
   uint64_t hashed = 0;  // While the blocks tile the tensor: bytes [0, hashed) are hashed.
@@ -149,7 +151,7 @@ absl::Status CopyAndVerify(const weightstore::v1::PlannedTensor& planned,
 // (ParallelTasks starts none after a failure).
 // Copies that end past `deadline` may have read memory the store reused once the lease ran
 // out: DEADLINE_EXCEEDED, which the caller treats as transport trouble, not as corruption.
-absl::Status CopyMapped(const weightstore::v1::GetReadPlanResponse& plan,
+absl::Status CopyMapped(const internal::v1::GetReadPlanResponse& plan,
                         const MappedShards& shards, absl::Time deadline, FetchedAdapter& fetched) {
   ParallelTasks tasks;
   for (int i = 0; i < plan.tensors_size(); ++i) {
@@ -191,7 +193,7 @@ class SlotClaim {
 };
 
 // Sizes `fetched` for the plan's tensors, keeping the memory of tensors it already held.
-void ShapeLike(const weightstore::v1::GetReadPlanResponse& plan, FetchedAdapter& fetched) {
+void ShapeLike(const internal::v1::GetReadPlanResponse& plan, FetchedAdapter& fetched) {
   fetched.tensors.resize(plan.tensors_size());
   for (int i = 0; i < plan.tensors_size(); ++i) {
     fetched.tensors[i].tensor = plan.tensors(i).tensor();
@@ -242,20 +244,20 @@ absl::Status FetchByGrpc(weightstore::v1::WeightStoreService::StubInterface& stu
 
 // Gets a batch: its staged spans into `staging`, its single-block tensors straight into their
 // memory, every shard's reads in flight together.
-absl::Status GetBatch(const weightstore::v1::GetReadPlanResponse& plan, const TensorBatch& batch,
+absl::Status GetBatch(const internal::v1::GetReadPlanResponse& plan, const TensorBatch& batch,
                       const absl::flat_hash_map<int, std::vector<StagedSpan>>& spans, char* staging,
                       transfer::UcxPeer& peer, absl::Time deadline, FetchedAdapter& fetched) {
   std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers(plan.shards_size());
   std::vector<transfer::UcxPeer::RegionTransfers> reads;
   for (int r = 0; r < plan.shards_size(); ++r) {
-    const weightstore::v1::ShardRegion& region = plan.shards(r);
+    const internal::v1::ShardRegion& region = plan.shards(r);
     for (const StagedSpan& span : spans.at(region.shard_index())) {
       transfers[r].push_back(
           {region.remote_address() + span.begin, staging + span.staged_at, span.end - span.begin});
     }
     for (int i = batch.first; i < batch.last; ++i) {
       if (!ReadsDirectly(plan.tensors(i))) continue;
-      for (const weightstore::v1::CopyOp& op : plan.tensors(i).ops()) {
+      for (const internal::v1::CopyOp& op : plan.tensors(i).ops()) {
         if (op.shard_index() != region.shard_index()) continue;
         transfers[r].push_back({region.remote_address() + op.src_offset(),
                                 fetched.tensors[i].bytes.data() + op.dst_offset(),
@@ -269,23 +271,34 @@ absl::Status GetBatch(const weightstore::v1::GetReadPlanResponse& plan, const Te
 
 }  // namespace
 
-absl::StatusOr<weightstore::v1::BeginPublishResponse> BeginUpload(
-    weightstore::v1::WeightStoreService::StubInterface& stub,
-    const weightstore::v1::Manifest& manifest, bool use_ucx) {
+absl::StatusOr<Upload> BeginUpload(const WeightStoreStubs& store,
+                                   const weightstore::v1::Manifest& manifest, bool use_ucx) {
+  grpc::ClientContext context;
+  SetTimeout(context, kBeginTimeout);
+  Upload upload;
+  if (use_ucx) {
+    internal::v1::BeginUcxPublishRequest begin;
+    *begin.mutable_manifest() = manifest;
+    if (absl::Status status = Checked(store.ucx().BeginUcxPublish(&context, begin, &upload));
+        !status.ok()) {
+      return status;
+    }
+    return upload;
+  }
   weightstore::v1::BeginPublishRequest begin;
   *begin.mutable_manifest() = manifest;
-  begin.set_use_ucx(use_ucx);
   weightstore::v1::BeginPublishResponse begun;
-  grpc::ClientContext context;
-  SetTimeout(context, absl::Seconds(60));
-  if (absl::Status status = Checked(stub.BeginPublish(&context, begin, &begun)); !status.ok()) {
+  if (absl::Status status = Checked(store.api().BeginPublish(&context, begin, &begun));
+      !status.ok()) {
     return status;
   }
-  return begun;
+  upload.set_upload_id(begun.upload_id());
+  *upload.mutable_expire_time() = begun.expire_time();
+  return upload;
 }
 
-absl::Status PutShards(weightstore::v1::WeightStoreService::StubInterface& stub,
-                       const weightstore::v1::BeginPublishResponse& begun,
+absl::Status PutShards(const WeightStoreStubs& store,
+                       const Upload& begun,
                        const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                        const PublishOptions& options) {
   for (const int i : which) {
@@ -295,54 +308,52 @@ absl::Status PutShards(weightstore::v1::WeightStoreService::StubInterface& stub,
     }
   }
   return options.ucx != nullptr ? PutByUcx(begun, shards, which, options)
-                                : PutByGrpc(stub, begun.upload_id(), shards, which, options);
+                                : PutByGrpc(store.api(), begun.upload_id(), shards, which, options);
 }
 
 absl::StatusOr<weightstore::v1::VersionInfo> CommitUpload(
-    weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
+    const WeightStoreStubs& store, const std::string& upload_id,
     const PublishOptions& options) {
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
   weightstore::v1::CommitPublishRequest commit;
   commit.set_upload_id(upload_id);
   weightstore::v1::CommitPublishResponse committed;
-  if (absl::Status status = Checked(stub.CommitPublish(&context, commit, &committed));
+  if (absl::Status status = Checked(store.api().CommitPublish(&context, commit, &committed));
       !status.ok()) {
     return status;
   }
   return committed.version();
 }
 
-void AbortUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
+void AbortUpload(const WeightStoreStubs& store,
                  const std::string& upload_id) {
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(10));
   weightstore::v1::AbortPublishRequest request;
   request.set_upload_id(upload_id);
   weightstore::v1::AbortPublishResponse response;
-  stub.AbortPublish(&context, request, &response);
+  store.api().AbortPublish(&context, request, &response);
 }
 
 absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(
-    weightstore::v1::WeightStoreService::StubInterface& stub,
-    const weightstore::v1::Manifest& manifest, const std::vector<absl::string_view>& shards,
-    const PublishOptions& options) {
+    const WeightStoreStubs& store, const weightstore::v1::Manifest& manifest,
+    const std::vector<absl::string_view>& shards, const PublishOptions& options) {
   if (static_cast<int>(shards.size()) != manifest.shards_size()) {
     return absl::InvalidArgumentError(absl::StrCat(shards.size(), " shard buffers for ",
                                                    manifest.shards_size(), " manifest shards"));
   }
-  absl::StatusOr<weightstore::v1::BeginPublishResponse> begun =
-      BeginUpload(stub, manifest, options.ucx != nullptr);
+  absl::StatusOr<Upload> begun = BeginUpload(store, manifest, options.ucx != nullptr);
   if (!begun.ok()) return begun.status();
   std::vector<int> all(shards.size());
   std::iota(all.begin(), all.end(), 0);
-  if (absl::Status sent = PutShards(stub, *begun, shards, all, options); !sent.ok()) {
-    AbortUpload(stub, begun->upload_id());
+  if (absl::Status sent = PutShards(store, *begun, shards, all, options); !sent.ok()) {
+    AbortUpload(store, begun->upload_id());
     return sent;
   }
   absl::StatusOr<weightstore::v1::VersionInfo> committed =
-      CommitUpload(stub, begun->upload_id(), options);
-  if (!committed.ok()) AbortUpload(stub, begun->upload_id());
+      CommitUpload(store, begun->upload_id(), options);
+  if (!committed.ok()) AbortUpload(store, begun->upload_id());
   return committed;
 }
 
@@ -361,7 +372,7 @@ char* AdapterFetcher::Staging(uint64_t bytes) {
 // where a round trip per block would cost far more than the bytes) come in a few large gets per
 // shard into staging memory and are copied from there. Copies and checksums of arrived batches
 // overlap the gets of later ones.
-absl::Status AdapterFetcher::PullPlan(const weightstore::v1::GetReadPlanResponse& plan,
+absl::Status AdapterFetcher::PullPlan(const internal::v1::GetReadPlanResponse& plan,
                                       transfer::UcxPeer& peer, absl::Time deadline,
                                       FetchedAdapter& fetched) {
   absl::StatusOr<RegionsByShard> regions = CheckedRegions(plan);
@@ -381,7 +392,7 @@ absl::Status AdapterFetcher::PullPlan(const weightstore::v1::GetReadPlanResponse
   uint64_t slot_bytes = 0;
   for (size_t b = 0; b < batches.size(); ++b) {
     uint64_t batch_bytes = 0;
-    for (const weightstore::v1::ShardRegion& region : plan.shards()) {
+    for (const internal::v1::ShardRegion& region : plan.shards()) {
       std::vector<StagedSpan>& shard_spans = spans[b][region.shard_index()] =
           SpansOf(plan, batches[b].first, batches[b].last, region.shard_index());
       for (StagedSpan& span : shard_spans) {
@@ -439,25 +450,26 @@ absl::Status AdapterFetcher::PullPlan(const weightstore::v1::GetReadPlanResponse
 
 absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t version,
                                         const FetchOptions& options, FetchedAdapter& fetched) {
-  weightstore::v1::WeightStoreService::StubInterface& stub = stub_;
   // The lease must outlast every read of the store's memory: the whole fetch ends by the time
   // the lease does, or the version may be retired and its memory reused under the reads.
   const absl::Duration budget = std::clamp(options.timeout, absl::Seconds(1), absl::Seconds(600));
   const absl::Time deadline = absl::Now() + budget;
-  absl::StatusOr<std::string> lease = AcquireLease(stub, adapter, version, options.holder, budget);
+  absl::StatusOr<std::string> lease =
+      AcquireLease(store_, adapter, version, options.holder, budget);
   if (!lease.ok()) return lease.status();
   const auto release = [&] { ReleaseInBackground(*lease); };
-  weightstore::v1::GetReadPlanRequest plan_request;
+  internal::v1::GetReadPlanRequest plan_request;
   plan_request.set_adapter_name(std::string(adapter));
   plan_request.set_version(version);
   *plan_request.mutable_target() = options.target;
   plan_request.set_lease_id(*lease);
   for (const std::string& name : options.tensor_names) plan_request.add_tensor_names(name);
-  weightstore::v1::GetReadPlanResponse plan;
+  internal::v1::GetReadPlanResponse plan;
   {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
-    if (absl::Status status = Checked(stub.GetReadPlan(&context, plan_request, &plan));
+    if (absl::Status status =
+            Checked(store_.ucx().GetReadPlan(&context, plan_request, &plan));
         !status.ok()) {
       release();
       return status;
@@ -500,9 +512,10 @@ AdapterFetcher::~AdapterFetcher() {
 // fails leaves the lease to expire at its TTL, as a failed synchronous one would. Stubs without
 // the callback API (test doubles) release synchronously.
 void AdapterFetcher::ReleaseInBackground(const std::string& lease_id) {
-  weightstore::v1::WeightStoreService::StubInterface::async_interface* async = stub_.async();
+  weightstore::v1::WeightStoreService::StubInterface::async_interface* async =
+      store_.api().async();
   if (async == nullptr) {
-    ReleaseLease(stub_, lease_id);
+    ReleaseLease(store_, lease_id);
     return;
   }
   struct Call {
@@ -550,7 +563,7 @@ absl::Status AdapterFetcher::FetchInto(absl::string_view adapter, int64_t versio
     spdlog::warn("weight-store client: UCX fetch of {}@{} failed ({}); using gRPC", adapter,
                  version, status);
   }
-  return FetchByGrpc(stub_, adapter, version, options, fetched);
+  return FetchByGrpc(store_.api(), adapter, version, options, fetched);
 }
 
 absl::StatusOr<FetchedAdapter> AdapterFetcher::Fetch(absl::string_view adapter, int64_t version,
@@ -562,7 +575,7 @@ absl::StatusOr<FetchedAdapter> AdapterFetcher::Fetch(absl::string_view adapter, 
   return fetched;
 }
 
-absl::StatusOr<std::string> AcquireLease(weightstore::v1::WeightStoreService::StubInterface& stub,
+absl::StatusOr<std::string> AcquireLease(const WeightStoreStubs& store,
                                          absl::string_view adapter, int64_t version,
                                          absl::string_view holder, absl::Duration ttl) {
   weightstore::v1::AcquireLeaseRequest request;
@@ -573,27 +586,27 @@ absl::StatusOr<std::string> AcquireLease(weightstore::v1::WeightStoreService::St
   weightstore::v1::AcquireLeaseResponse response;
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(30));
-  if (absl::Status status = Checked(stub.AcquireLease(&context, request, &response));
+  if (absl::Status status = Checked(store.api().AcquireLease(&context, request, &response));
       !status.ok()) {
     return status;
   }
   return response.lease_id();
 }
 
-void ReleaseLease(weightstore::v1::WeightStoreService::StubInterface& stub,
+void ReleaseLease(const WeightStoreStubs& store,
                   const std::string& lease_id) {
   weightstore::v1::ReleaseLeaseRequest request;
   request.set_lease_id(lease_id);
   weightstore::v1::ReleaseLeaseResponse response;
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(10));
-  stub.ReleaseLease(&context, request, &response);
+  store.api().ReleaseLease(&context, request, &response);
 }
 
 absl::StatusOr<FetchedAdapter> FetchAdapter(
-    weightstore::v1::WeightStoreService::StubInterface& stub, absl::string_view adapter,
+    const WeightStoreStubs& store, absl::string_view adapter,
     int64_t version, const FetchOptions& options) {
-  return AdapterFetcher(stub).Fetch(adapter, version, options);
+  return AdapterFetcher(store).Fetch(adapter, version, options);
 }
 
 }  // namespace tandem::weight_store

@@ -12,10 +12,31 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "tandem/internal/v1/weight_store_ucx.grpc.pb.h"
 #include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
+
+// The weight-store's two services, reached on one channel: its public API and the UCX data
+// plane that only Tandem's services use (tandem.internal.v1.WeightStoreUcxService).
+class WeightStoreStubs {
+ public:
+  explicit WeightStoreStubs(const std::shared_ptr<grpc::ChannelInterface>& channel)
+      : api_(weightstore::v1::WeightStoreService::NewStub(channel)),
+        ucx_(internal::v1::WeightStoreUcxService::NewStub(channel)) {}
+
+  weightstore::v1::WeightStoreService::StubInterface& api() const { return *api_; }
+  internal::v1::WeightStoreUcxService::StubInterface& ucx() const { return *ucx_; }
+
+ private:
+  std::unique_ptr<weightstore::v1::WeightStoreService::StubInterface> api_;
+  std::unique_ptr<internal::v1::WeightStoreUcxService::StubInterface> ucx_;
+};
+
+// Where an upload's bytes go: its id and, when it was begun for UCX, the store's shard regions
+// and worker address.
+using Upload = internal::v1::BeginUcxPublishResponse;
 
 struct PublishOptions {
   // Put the shard bytes by UCX into the store's memory; null: PutShard streams over gRPC.
@@ -27,7 +48,7 @@ struct PublishOptions {
 // The trainer's side: publishes one version (BeginPublish, the bytes, CommitPublish) and aborts
 // the upload if anything fails, so a version is either committed whole or not at all.
 absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(
-    weightstore::v1::WeightStoreService::StubInterface& stub,
+    const WeightStoreStubs& store,
     const weightstore::v1::Manifest& manifest, const std::vector<absl::string_view>& shards,
     const PublishOptions& options);
 
@@ -35,20 +56,20 @@ absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(
 // upload (its manifest names every shard), each puts the shards it holds, and the first commits
 // once all have put theirs -- CommitPublish refuses an upload with bytes missing, so a writer
 // that died leaves the version uncommitted -- or aborts it.
-absl::StatusOr<weightstore::v1::BeginPublishResponse> BeginUpload(
-    weightstore::v1::WeightStoreService::StubInterface& stub,
-    const weightstore::v1::Manifest& manifest, bool use_ucx);
+// By UCX (BeginUcxPublish, into registered memory) or for PutShard (BeginPublish).
+absl::StatusOr<Upload> BeginUpload(const WeightStoreStubs& store,
+                                   const weightstore::v1::Manifest& manifest, bool use_ucx);
 // Puts shards[i] for each i in `which` (indices into the upload's manifest shards), by UCX when
 // options.ucx is set (the upload must have begun with use_ucx), else over gRPC.
-absl::Status PutShards(weightstore::v1::WeightStoreService::StubInterface& stub,
-                       const weightstore::v1::BeginPublishResponse& begun,
+absl::Status PutShards(const WeightStoreStubs& store,
+                       const Upload& begun,
                        const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                        const PublishOptions& options);
 absl::StatusOr<weightstore::v1::VersionInfo> CommitUpload(
-    weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& upload_id,
+    const WeightStoreStubs& store, const std::string& upload_id,
     const PublishOptions& options);
 // Best effort: an upload not aborted expires on the store.
-void AbortUpload(weightstore::v1::WeightStoreService::StubInterface& stub,
+void AbortUpload(const WeightStoreStubs& store,
                  const std::string& upload_id);
 
 struct FetchOptions {
@@ -80,7 +101,7 @@ struct FetchedAdapter {
 // more than the transfer on these machines. Used by one thread at a time.
 class AdapterFetcher {
  public:
-  explicit AdapterFetcher(weightstore::v1::WeightStoreService::StubInterface& stub) : stub_(stub) {}
+  explicit AdapterFetcher(const WeightStoreStubs& store) : store_(store) {}
   // Waits (up to 2 s) for the lease releases still in flight, so that a short-lived fetcher
   // (a tool's) leaves no lease pinning a version until its TTL; a release still pending then
   // completes or times out on its own.
@@ -100,7 +121,7 @@ class AdapterFetcher {
  private:
   absl::Status FetchByUcx(absl::string_view adapter, int64_t version, const FetchOptions& options,
                           FetchedAdapter& fetched);
-  absl::Status PullPlan(const weightstore::v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
+  absl::Status PullPlan(const internal::v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
                         absl::Time deadline, FetchedAdapter& fetched);
   // At least `bytes` of staging memory, kept between fetches.
   char* Staging(uint64_t bytes);
@@ -125,7 +146,7 @@ class AdapterFetcher {
     int count ABSL_GUARDED_BY(mutex) = 0;
   };
 
-  weightstore::v1::WeightStoreService::StubInterface& stub_;
+  const WeightStoreStubs& store_;
   transfer::UcxWorker* peer_worker_ = nullptr;
   std::string peer_address_;
   std::unique_ptr<transfer::UcxPeer> peer_;
@@ -137,17 +158,17 @@ class AdapterFetcher {
 
 // A lease on (adapter, version): while it lives (ttl, clamped to the store's 1..600 s) the store
 // neither retires the version nor reuses its memory. Returns the lease id.
-absl::StatusOr<std::string> AcquireLease(weightstore::v1::WeightStoreService::StubInterface& stub,
+absl::StatusOr<std::string> AcquireLease(const WeightStoreStubs& store,
                                          absl::string_view adapter, int64_t version,
                                          absl::string_view holder, absl::Duration ttl);
 
 // Releases a lease and waits for the reply; one that fails is left to expire at its TTL.
-void ReleaseLease(weightstore::v1::WeightStoreService::StubInterface& stub,
+void ReleaseLease(const WeightStoreStubs& store,
                   const std::string& lease_id);
 
 // One fetch with a fresh AdapterFetcher.
 absl::StatusOr<FetchedAdapter> FetchAdapter(
-    weightstore::v1::WeightStoreService::StubInterface& stub, absl::string_view adapter,
+    const WeightStoreStubs& store, absl::string_view adapter,
     int64_t version, const FetchOptions& options);
 
 }  // namespace tandem::weight_store

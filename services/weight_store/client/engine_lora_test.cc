@@ -30,7 +30,7 @@ FetchedAdapter FetchInEngineLayout(const AdapterVersion& version) {
   auto plan = PlanReads(version.manifest, EngineTargetLayout(), {});
   EXPECT_TRUE(plan.ok()) << plan.status();
   FetchedAdapter fetched;
-  for (const weightstore::v1::PlannedTensor& planned : *plan) {
+  for (const internal::v1::PlannedTensor& planned : *plan) {
     FetchedTensor tensor;
     *tensor.tensor.mutable_spec() = planned.tensor().spec();
     tensor.bytes.resize(planned.tensor().byte_size());

@@ -86,11 +86,11 @@ absl::StatusOr<int> NumExperts(const weightstore::v1::Manifest& manifest) {
 
 }  // namespace
 
-absl::StatusOr<int64_t> ExportPeftAdapter(weightstore::v1::WeightStoreService::StubInterface& store,
+absl::StatusOr<int64_t> ExportPeftAdapter(const WeightStoreStubs& store,
                                           absl::string_view adapter, int64_t version,
                                           const std::string& directory,
                                           const std::string& base_model_name_or_path) {
-  auto manifest = GetManifest(store, adapter, version);
+  auto manifest = GetManifest(store.api(), adapter, version);
   if (!manifest.ok()) return manifest.status();
   auto lora = LoraConfigFromProto(manifest->lora());
   if (!lora.ok()) return lora.status();

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
+#include "services/weight_store/client/adapter_client.h"
 
 namespace tandem::weight_store {
 
@@ -15,7 +15,7 @@ namespace tandem::weight_store {
 // engine/peft_adapter.h: sides shared between experts are copied to every expert). Returns the
 // version written. The store's errors as it gives them (NOT_FOUND for an unknown adapter or
 // version); INVALID_ARGUMENT for a LoRA config the engine does not know.
-absl::StatusOr<int64_t> ExportPeftAdapter(weightstore::v1::WeightStoreService::StubInterface& store,
+absl::StatusOr<int64_t> ExportPeftAdapter(const WeightStoreStubs& store,
                                           absl::string_view adapter, int64_t version,
                                           const std::string& directory,
                                           const std::string& base_model_name_or_path);

@@ -67,14 +67,10 @@ class PeftExportTest : public ::testing::TestWithParam<engine::ExpertLayout> {
  protected:
   void SetUp() override {
     dir_ = tandem::testing::FreshTestDir("peft_export");
-    auto service =
-        testing::NewWeightStoreService({.data_dir = dir_ + "/store", .enable_ucx = false});
-    ASSERT_TRUE(service.ok()) << service.status();
-    auto server = tandem::testing::StartLoopbackServer(
-        "weight-store", {"tandem.weightstore.v1.WeightStoreService", *std::move(service)});
+    auto server = testing::StartWeightStore({.data_dir = dir_ + "/store", .enable_ucx = false});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    stub_ = weightstore::v1::WeightStoreService::NewStub(server_.Channel());
+    stub_ = std::make_unique<WeightStoreStubs>(server_.Channel());
   }
 
   void Publish(const engine::LoraAdapter& adapter, int64_t version,
@@ -90,7 +86,7 @@ class PeftExportTest : public ::testing::TestWithParam<engine::ExpertLayout> {
 
   std::string dir_;
   tandem::testing::LoopbackServer server_;
-  std::unique_ptr<weightstore::v1::WeightStoreService::Stub> stub_;
+  std::unique_ptr<WeightStoreStubs> stub_;
 };
 
 // Export, then import: the adapter PEFT reads back computes what the published one computes.
@@ -207,12 +203,9 @@ INSTANTIATE_TEST_SUITE_P(AllLayouts, PeftExportTest,
 
 TEST(PeftExportErrorsTest, AnUnknownVersionIsNotFound) {
   const std::string dir = tandem::testing::FreshTestDir("peft_export_errors");
-  auto service = testing::NewWeightStoreService({.data_dir = dir + "/store", .enable_ucx = false});
-  ASSERT_TRUE(service.ok());
-  auto server = tandem::testing::StartLoopbackServer(
-      "weight-store", {"tandem.weightstore.v1.WeightStoreService", *std::move(service)});
+  auto server = testing::StartWeightStore({.data_dir = dir + "/store", .enable_ucx = false});
   ASSERT_TRUE(server.ok());
-  auto stub = weightstore::v1::WeightStoreService::NewStub(server->Channel());
+  auto stub = std::make_unique<WeightStoreStubs>(server->Channel());
   const absl::Status status = ExportPeftAdapter(*stub, "nobody", 3, dir + "/out", "").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
 }

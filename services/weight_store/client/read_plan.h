@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "tandem/internal/v1/weight_store_ucx.pb.h"
 #include "tandem/weightstore/v1/weight_store.pb.h"
 
 namespace tandem::weight_store {
@@ -29,7 +30,7 @@ struct StagedSpan {
 // single blocks (a stacked expert tensor has one of 16-32 KiB per expert) cost a get each,
 // which over tcp the store's CPU serves, while staged they come in a few large gets and are
 // copied from there: a 59 MiB fetch is ~6% faster on tcp, the same on shared memory.
-bool ReadsDirectly(const weightstore::v1::PlannedTensor& tensor);
+bool ReadsDirectly(const internal::v1::PlannedTensor& tensor);
 inline constexpr uint64_t kMinDirectReadBytes = uint64_t{256} << 10;
 
 // One past the last byte of `count` blocks of `length` bytes, `stride` apart from `offset`;
@@ -48,20 +49,20 @@ struct PlannedBlock {
 // shard's first byte, in whatever memory holds it). A valid plan's blocks tile the tensor, so
 // in this order they are its bytes in order: what its checksum hashes.
 std::vector<PlannedBlock> BlocksInDestinationOrder(
-    const weightstore::v1::PlannedTensor& tensor,
+    const internal::v1::PlannedTensor& tensor,
     absl::FunctionRef<const char*(int shard_index)> shard_base);
 
-using RegionsByShard = absl::flat_hash_map<int, const weightstore::v1::ShardRegion*>;
+using RegionsByShard = absl::flat_hash_map<int, const internal::v1::ShardRegion*>;
 
 // The plan's shard regions by index, once every op was checked to stay inside its shard region
 // and its tensor: the plan says where the fetcher's gets and copies write, and a faulty store
 // must not make it write past its memory. INTERNAL naming the tensor otherwise.
-absl::StatusOr<RegionsByShard> CheckedRegions(const weightstore::v1::GetReadPlanResponse& plan);
+absl::StatusOr<RegionsByShard> CheckedRegions(const internal::v1::GetReadPlanResponse& plan);
 
 // The merged spans of a shard that the staged tensors (those not read directly) among
 // [first, last) of a checked plan read; each op's whole strided range lies in one. Spans closer
 // than a gap that costs less than another round trip are merged.
-std::vector<StagedSpan> SpansOf(const weightstore::v1::GetReadPlanResponse& plan, int first,
+std::vector<StagedSpan> SpansOf(const internal::v1::GetReadPlanResponse& plan, int first,
                                 int last, int shard);
 
 // Consecutive tensors [first, last) of a plan, about kBatchBytes together.
@@ -74,7 +75,7 @@ struct TensorBatch {
 // that has arrived overlap the gets of the next.
 inline constexpr uint64_t kBatchBytes = uint64_t{16} << 20;
 
-std::vector<TensorBatch> BatchesOf(const weightstore::v1::GetReadPlanResponse& plan);
+std::vector<TensorBatch> BatchesOf(const internal::v1::GetReadPlanResponse& plan);
 
 }  // namespace tandem::weight_store
 

@@ -8,9 +8,9 @@
 namespace tandem::weight_store {
 namespace {
 
-weightstore::v1::CopyOp Op(int shard, uint64_t src, uint64_t dst, uint64_t length,
+internal::v1::CopyOp Op(int shard, uint64_t src, uint64_t dst, uint64_t length,
                            uint64_t count = 1, uint64_t src_stride = 0, uint64_t dst_stride = 0) {
-  weightstore::v1::CopyOp op;
+  internal::v1::CopyOp op;
   op.set_shard_index(shard);
   op.set_src_offset(src);
   op.set_dst_offset(dst);
@@ -22,15 +22,15 @@ weightstore::v1::CopyOp Op(int shard, uint64_t src, uint64_t dst, uint64_t lengt
 }
 
 // Two shards of 4 KiB; tensor "t" of `tensor_bytes` filled by `op`.
-weightstore::v1::GetReadPlanResponse PlanWith(const weightstore::v1::CopyOp& op,
+internal::v1::GetReadPlanResponse PlanWith(const internal::v1::CopyOp& op,
                                               uint64_t tensor_bytes = 1024) {
-  weightstore::v1::GetReadPlanResponse plan;
+  internal::v1::GetReadPlanResponse plan;
   for (int shard = 0; shard < 2; ++shard) {
-    weightstore::v1::ShardRegion* region = plan.add_shards();
+    internal::v1::ShardRegion* region = plan.add_shards();
     region->set_shard_index(shard);
     region->set_length(4096);
   }
-  weightstore::v1::PlannedTensor* tensor = plan.add_tensors();
+  internal::v1::PlannedTensor* tensor = plan.add_tensors();
   tensor->mutable_tensor()->mutable_spec()->set_name("t");
   tensor->mutable_tensor()->set_byte_size(tensor_bytes);
   *tensor->add_ops() = op;
@@ -39,7 +39,7 @@ weightstore::v1::GetReadPlanResponse PlanWith(const weightstore::v1::CopyOp& op,
 
 TEST(ReadPlanTest, OpsInsideTheirShardAndTensorPass) {
   // 8 rows of 128 bytes, every other 128 bytes of shard 1, ending exactly at both ends.
-  const weightstore::v1::GetReadPlanResponse plan = PlanWith(Op(1, 2048, 0, 128, 8, 256, 128));
+  const internal::v1::GetReadPlanResponse plan = PlanWith(Op(1, 2048, 0, 128, 8, 256, 128));
   absl::StatusOr<RegionsByShard> regions = CheckedRegions(plan);
   ASSERT_TRUE(regions.ok()) << regions.status();
   EXPECT_EQ(regions->at(1)->shard_index(), 1);
@@ -49,7 +49,7 @@ TEST(ReadPlanTest, OpsThatWouldReadOrWritePastMemoryAreRefused) {
   const uint64_t huge = std::numeric_limits<uint64_t>::max() / 2;
   const struct {
     std::string what;
-    weightstore::v1::CopyOp op;
+    internal::v1::CopyOp op;
   } cases[] = {
       {"past the shard", Op(0, 4000, 0, 128)},
       {"past the tensor", Op(0, 0, 1000, 128)},
@@ -66,7 +66,7 @@ TEST(ReadPlanTest, OpsThatWouldReadOrWritePastMemoryAreRefused) {
     EXPECT_EQ(regions.status().message(), "read plan of tensor t reads or writes out of bounds")
         << what;
   }
-  weightstore::v1::GetReadPlanResponse twice = PlanWith(Op(0, 0, 0, 128));
+  internal::v1::GetReadPlanResponse twice = PlanWith(Op(0, 0, 0, 128));
   twice.add_shards()->set_shard_index(0);
   EXPECT_EQ(CheckedRegions(twice).status().message(), "read plan lists shard 0 twice");
 }
@@ -85,20 +85,20 @@ TEST(ReadPlanTest, OnlyTensorsOfLargeSingleBlocksAreReadDirectly) {
 }
 
 TEST(ReadPlanTest, SpansMergeNearbyReadsOfAShardAndKeepFarOnesApart) {
-  weightstore::v1::GetReadPlanResponse plan = PlanWith(Op(0, 0, 0, 128, 4, 256, 128), 512);
-  weightstore::v1::PlannedTensor* second = plan.add_tensors();
+  internal::v1::GetReadPlanResponse plan = PlanWith(Op(0, 0, 0, 128, 4, 256, 128), 512);
+  internal::v1::PlannedTensor* second = plan.add_tensors();
   second->mutable_tensor()->set_byte_size(512);
   *second->add_ops() = Op(0, 2048, 0, 128, 2, 256, 128);
   *second->add_ops() = Op(1, 0, 256, 128, 2, 256, 128);  // Another shard's: not in shard 0's.
-  weightstore::v1::PlannedTensor* direct =
+  internal::v1::PlannedTensor* direct =
       plan.add_tensors();  // Read straight into its memory: no span.
   direct->mutable_tensor()->set_byte_size(kMinDirectReadBytes);
   *direct->add_ops() = Op(0, uint64_t{32} << 20, 0, kMinDirectReadBytes);
-  weightstore::v1::PlannedTensor* far = plan.add_tensors();
+  internal::v1::PlannedTensor* far = plan.add_tensors();
   far->mutable_tensor()->set_byte_size(512);
   *far->add_ops() = Op(0, uint64_t{64} << 20, 0, 256, 2, 512, 256);
   // 64 KiB past the first span's end: far enough to be read on its own.
-  weightstore::v1::PlannedTensor* apart = plan.add_tensors();
+  internal::v1::PlannedTensor* apart = plan.add_tensors();
   apart->mutable_tensor()->set_byte_size(256);
   *apart->add_ops() = Op(0, 2432 + (64 << 10) + 1, 0, 128, 2, 256, 128);
   const std::vector<StagedSpan> spans = SpansOf(plan, 0, 5, /*shard=*/0);
@@ -112,9 +112,9 @@ TEST(ReadPlanTest, SpansMergeNearbyReadsOfAShardAndKeepFarOnesApart) {
 }
 
 TEST(ReadPlanTest, BatchesHoldAboutTheBatchSize) {
-  weightstore::v1::GetReadPlanResponse plan;
+  internal::v1::GetReadPlanResponse plan;
   const auto add = [&plan](uint64_t bytes, bool direct) {
-    weightstore::v1::PlannedTensor* tensor = plan.add_tensors();
+    internal::v1::PlannedTensor* tensor = plan.add_tensors();
     tensor->mutable_tensor()->set_byte_size(bytes);
     *tensor->add_ops() = direct ? Op(0, 0, 0, bytes) : Op(0, 0, 0, bytes / 2, 2, bytes, bytes / 2);
   };
@@ -129,7 +129,7 @@ TEST(ReadPlanTest, BatchesHoldAboutTheBatchSize) {
   EXPECT_EQ(batches[1].last, 8);
   EXPECT_EQ(batches[2].first, 8);
   EXPECT_EQ(batches[2].last, 9);
-  EXPECT_TRUE(BatchesOf(weightstore::v1::GetReadPlanResponse()).empty());
+  EXPECT_TRUE(BatchesOf(internal::v1::GetReadPlanResponse()).empty());
 }
 
 }  // namespace

@@ -7,15 +7,19 @@
 // targets.
 #include <memory>
 
+#include "common/testing/test_server.h"
 #include "services/weight_store/weight_store_service.h"
 
 namespace tandem::weight_store::testing {
 
-inline absl::StatusOr<std::unique_ptr<grpc::Service>> NewWeightStoreService(
-    const WeightStoreOptions& options) {
-  auto service = WeightStoreServiceImpl::Create(options);
-  if (!service.ok()) return service.status();
-  return std::unique_ptr<grpc::Service>(*std::move(service));
+// The weight-store's services (public API and UCX data plane) on loopback.
+inline absl::StatusOr<tandem::testing::LoopbackServer> StartWeightStore(
+    const WeightStoreOptions& options,
+    const ServerOptions& server_options = tandem::testing::LoopbackOptions()) {
+  absl::StatusOr<std::vector<HostedService>> services = WeightStoreServices(options);
+  if (!services.ok()) return services.status();
+  return tandem::testing::StartLoopbackServer("weight-store", *std::move(services),
+                                              server_options);
 }
 
 }  // namespace tandem::weight_store::testing

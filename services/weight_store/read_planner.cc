@@ -1,0 +1,101 @@
+#include "services/weight_store/read_planner.h"
+
+#include <utility>
+#include <vector>
+
+#include "common/identifier.h"
+#include "common/parallel_tasks.h"
+#include "services/weight_store/manifest.h"
+#include "services/weight_store/reshard.h"
+#include "services/weight_store/tensor_assembly.h"
+
+namespace tandem::weight_store {
+
+internal::v1::ShardRegion ShardRegionOf(int32_t shard_index, const transfer::UcxRegion& region) {
+  internal::v1::ShardRegion result;
+  result.set_shard_index(shard_index);
+  result.set_remote_address(region.remote_address());
+  result.set_rkey(region.packed_rkey());
+  result.set_length(region.length());
+  return result;
+}
+
+absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::Plan(
+    const internal::v1::GetReadPlanRequest& request) {
+  if (request.target().dtype() != type::v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("GetReadPlan never converts: leave target.dtype unset");
+  }
+  if (absl::Status status = ValidateVersionOf(request.adapter_name(), request.version());
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = ValidateIdentifier("lease_id", request.lease_id()); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
+      store_.LeasedVersion(request.lease_id(), request.adapter_name(), request.version());
+  if (!version.ok()) return version.status();
+  // What the plan depends on: the request less its lease. A plan cached for these exact names
+  // was checked when it was computed.
+  internal::v1::GetReadPlanRequest cache_request = request;
+  cache_request.clear_lease_id();
+  const std::string cache_key = cache_request.SerializeAsString();
+  std::shared_ptr<PlanInFlight> in_flight;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (auto it = cache_.find(cache_key); it != cache_.end()) return it->second;
+    if (auto it = in_flight_.find(cache_key); it != in_flight_.end()) {
+      in_flight = it->second;
+    } else {
+      in_flight_[cache_key] = std::make_shared<PlanInFlight>();
+    }
+  }
+  if (in_flight != nullptr) {
+    in_flight->done.WaitForNotification();
+    return in_flight->plan;
+  }
+  absl::StatusOr<internal::v1::GetReadPlanResponse> plan = PlanWithChecksums(request, **version);
+  absl::MutexLock lock(&mutex_);
+  if (plan.ok()) {
+    if (cache_.size() >= kMaxCacheEntries) cache_.clear();
+    cache_[cache_key] = *plan;
+  }
+  auto node = in_flight_.extract(cache_key);
+  node.mapped()->plan = plan;
+  node.mapped()->done.Notify();
+  return plan;
+}
+
+absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::PlanWithChecksums(
+    const internal::v1::GetReadPlanRequest& request, const CommittedVersion& version) const {
+  absl::StatusOr<std::vector<internal::v1::PlannedTensor>> plan = PlanReads(
+      version.manifest, request.target(),
+      std::vector<std::string>(request.tensor_names().begin(), request.tensor_names().end()));
+  if (!plan.ok()) return plan.status();
+  {
+    // Hashing the version's bytes is most of a plan's cost, and the replicas that asked for it
+    // wait: this thread and a helper share the tensors.
+    ParallelTasks checksums;
+    for (internal::v1::PlannedTensor& tensor : *plan) {
+      checksums.Add([&tensor, &version] {
+        tensor.mutable_tensor()->set_xxh3_64(TensorChecksum(tensor, version));
+        return absl::OkStatus();
+      });
+    }
+    checksums.Finish().IgnoreError();  // The tasks cannot fail.
+  }
+  internal::v1::GetReadPlanResponse result;
+  std::vector<bool> used(version.shards.size(), false);
+  for (internal::v1::PlannedTensor& tensor : *plan) {
+    for (const internal::v1::CopyOp& op : tensor.ops()) used[op.shard_index()] = true;
+    *result.add_tensors() = std::move(tensor);
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (!used[i]) continue;
+    *result.add_shards() = ShardRegionOf(static_cast<int32_t>(i), *version.shards[i]->region());
+  }
+  result.set_store_worker_address(ucx_.address());
+  return result;
+}
+
+}  // namespace tandem::weight_store

@@ -1,0 +1,55 @@
+#ifndef TANDEM_SERVICES_WEIGHT_STORE_READ_PLANNER_H_
+#define TANDEM_SERVICES_WEIGHT_STORE_READ_PLANNER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "services/weight_store/adapter_store.h"
+#include "tandem/internal/v1/weight_store_ucx.pb.h"
+#include "transfer/ucx_transport.h"
+
+namespace tandem::weight_store {
+
+// Where a shard's bytes are for one-sided UCX access: address, packed key and length.
+internal::v1::ShardRegion ShardRegionOf(int32_t shard_index, const transfer::UcxRegion& region);
+
+// Read plans of leased versions for UCX readers: which gets assemble each target tensor, with
+// every tensor's checksum. Plans are cached per (version, layout, names), since checksumming
+// costs a pass over the bytes and every replica of a deployment asks for the same few layouts;
+// replicas that ask for a plan being computed wait for it instead of computing it again.
+class ReadPlanner {
+ public:
+  // `ucx` and `store` outlive the planner.
+  ReadPlanner(const transfer::UcxWorker& ucx, AdapterStore& store) : ucx_(ucx), store_(store) {}
+
+  absl::StatusOr<internal::v1::GetReadPlanResponse> Plan(
+      const internal::v1::GetReadPlanRequest& request);
+
+ private:
+  // The plan of a leased version with every tensor's checksum (a pass over its bytes).
+  absl::StatusOr<internal::v1::GetReadPlanResponse> PlanWithChecksums(
+      const internal::v1::GetReadPlanRequest& request, const CommittedVersion& version) const;
+
+  static constexpr size_t kMaxCacheEntries = 64;
+  struct PlanInFlight {
+    absl::Notification done;
+    absl::StatusOr<internal::v1::GetReadPlanResponse> plan;
+  };
+
+  const transfer::UcxWorker& ucx_;
+  AdapterStore& store_;
+  absl::Mutex mutex_;
+  absl::flat_hash_map<std::string, internal::v1::GetReadPlanResponse> cache_
+      ABSL_GUARDED_BY(mutex_);
+  absl::flat_hash_map<std::string, std::shared_ptr<PlanInFlight>> in_flight_
+      ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace tandem::weight_store
+
+#endif  // TANDEM_SERVICES_WEIGHT_STORE_READ_PLANNER_H_
