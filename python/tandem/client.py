@@ -22,6 +22,11 @@ from tandem.weightstore.v1 import weight_store_pb2, weight_store_pb2_grpc
 _FLOAT_DTYPES = {common_pb2.DTYPE_F32: np.float32, common_pb2.DTYPE_F16: np.float16}
 
 
+def _naming(job: str) -> Dict[str, str]:
+    """The request fields that name a job given by id or by resource name."""
+    return {"name": job} if job.startswith("jobs/") else {"job_id": job}
+
+
 @dataclasses.dataclass
 class AdapterVersion:
     """One committed version of an adapter: its manifest and its tensors by name."""
@@ -88,9 +93,10 @@ class Client:
                                                spec=job_spec(spec))
         return Job(self, self._trainer.call(self._jobs.CreateJob, request))
 
-    def get_job(self, job_id: str) -> Job:
+    def get_job(self, job: str) -> Job:
+        """The job with this id, or this resource name ("jobs/{id}")."""
         return Job(self, self._trainer.call(self._jobs.GetJob,
-                                            trainer_pb2.GetJobRequest(job_id=job_id)))
+                                            trainer_pb2.GetJobRequest(**_naming(job))))
 
     def list_jobs(self, states: Iterable[Union[str, int]] = (), page_size: int = 50
                   ) -> Iterator[Job]:
@@ -107,10 +113,12 @@ class Client:
             request.page_token = page.next_page_token
 
     def _cancel(self, job_id: str) -> trainer_pb2.Job:
-        return self._trainer.call(self._jobs.CancelJob, trainer_pb2.CancelJobRequest(job_id=job_id))
+        return self._trainer.call(self._jobs.CancelJob,
+                                  trainer_pb2.CancelJobRequest(**_naming(job_id)))
 
     def _watch(self, job_id: str) -> Iterator[trainer_pb2.WatchJobResponse]:
-        return self._trainer.stream(self._jobs.WatchJob, trainer_pb2.WatchJobRequest(job_id=job_id))
+        return self._trainer.stream(self._jobs.WatchJob,
+                                    trainer_pb2.WatchJobRequest(**_naming(job_id)))
 
     # Adapters.
 

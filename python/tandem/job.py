@@ -26,6 +26,11 @@ class Job:
         return self.proto.id
 
     @property
+    def name(self) -> str:
+        """The job's resource name, "jobs/{id}"."""
+        return self.proto.name
+
+    @property
     def state(self) -> str:
         """The state's name, e.g. "JOB_STATE_RUNNING"."""
         return trainer_pb2.JobState.Name(self.proto.state)

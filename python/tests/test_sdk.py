@@ -64,6 +64,7 @@ def test_a_job_runs_to_the_end_and_watch_yields_its_steps(finished_job, client):
     assert steps and steps[-1] == STEPS and steps == sorted(set(steps))
     assert job.proto.current_step == STEPS and job.policy_version >= STEPS
     assert client.get_job(job.id).state == "JOB_STATE_SUCCEEDED"
+    assert job.name == f"jobs/{job.id}" and client.get_job(job.name).id == job.id
     assert job.id in [listed.id for listed in client.list_jobs(states=["JOB_STATE_SUCCEEDED"])]
     # Watching a job that already ended returns at once, with no steps.
     assert list(client.get_job(job.id).watch()) == []

@@ -68,6 +68,8 @@ absl::Status Unpersisted(const absl::Status& status) {
                                                   status.message()));
 }
 
+std::string JobName(absl::string_view job_id) { return absl::StrCat("jobs/", job_id); }
+
 absl::Status JobNotFound(const std::string& job_id) {
   return WithErrorInfo(absl::NotFoundError(absl::StrCat("job ", job_id, " not found")),
                        "JOB_NOT_FOUND", {{"job", job_id}});
@@ -160,6 +162,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& 
     absl::MutexLock lock(&manager->mutex_);
     for (const trainer::v1::Job& job : manager->store_->loaded()) {
       manager->jobs_[job.id()] = job;
+      manager->jobs_[job.id()].set_name(JobName(job.id()));  // Records before names had none.
       manager->by_request_id_[job.request_id()] = job.id();
       // A cancel that was in progress when the trainer stopped is complete now.
       if (job.state() == trainer::v1::JOB_STATE_CANCELLING) {
@@ -313,6 +316,7 @@ absl::StatusOr<trainer::v1::Job> JobManager::Create(const trainer::v1::CreateJob
   if (absl::Status status = Update(id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
                                    [&](trainer::v1::Job& job) {
                                      job.set_id(id);
+                                     job.set_name(JobName(id));
                                      *job.mutable_spec() = *std::move(spec);
                                      job.set_state(trainer::v1::JOB_STATE_QUEUED);
                                      job.set_request_id(request.request_id());

@@ -1,7 +1,11 @@
 #include "services/trainer/job_service.h"
 
 #include <deque>
+#include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "common/finished_reactor.h"
 #include "common/open_streams.h"
 #include "common/queued_write_reactor.h"
 #include "common/status.h"
@@ -13,6 +17,24 @@ namespace {
 bool IsTerminal(trainer::v1::JobState state) {
   return state == trainer::v1::JOB_STATE_SUCCEEDED || state == trainer::v1::JOB_STATE_FAILED ||
          state == trainer::v1::JOB_STATE_CANCELLED;
+}
+
+// The job a Get, Cancel or Watch request names: by job_id, or by its resource name
+// "jobs/{id}", exactly one of them (both may be set if they name the same job).
+template <typename Request>
+absl::StatusOr<std::string> NamedJobId(const Request& request) {
+  if (request.name().empty()) {
+    if (request.job_id().empty()) return InvalidField("job_id", "job_id or name is required");
+    return request.job_id();
+  }
+  absl::string_view id = request.name();
+  if (!absl::ConsumePrefix(&id, "jobs/") || id.empty() || absl::StrContains(id, '/')) {
+    return InvalidField("name", "name must be jobs/{job_id}");
+  }
+  if (!request.job_id().empty() && request.job_id() != id) {
+    return InvalidField("name", "name and job_id name different jobs; set one of them");
+  }
+  return std::string(id);
 }
 
 // Streams a job's snapshot and events, ending OK after a terminal state. A step event waiting
@@ -73,7 +95,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const trainer::v1::GetJobRequest* request,
                                                  trainer::v1::Job* response) {
-  return FinishUnary(context, jobs_->Get(request->job_id()), response);
+  absl::StatusOr<std::string> id = NamedJobId(*request);
+  if (!id.ok())
+    return FinishUnary(context, absl::StatusOr<trainer::v1::Job>(id.status()), response);
+  return FinishUnary(context, jobs_->Get(*id), response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
@@ -85,12 +110,20 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const trainer::v1::CancelJobRequest* request,
                                                     trainer::v1::Job* response) {
-  return FinishUnary(context, jobs_->Cancel(request->job_id()), response);
+  absl::StatusOr<std::string> id = NamedJobId(*request);
+  if (!id.ok())
+    return FinishUnary(context, absl::StatusOr<trainer::v1::Job>(id.status()), response);
+  return FinishUnary(context, jobs_->Cancel(*id), response);
 }
 
 grpc::ServerWriteReactor<trainer::v1::WatchJobResponse>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* /*context*/, const trainer::v1::WatchJobRequest* request) {
-  return new WatchReactor(*jobs_, watches_, request->job_id());
+  absl::StatusOr<std::string> id = NamedJobId(*request);
+  if (!id.ok()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<trainer::v1::WatchJobResponse>>(
+        ToGrpcStatus(id.status()));
+  }
+  return new WatchReactor(*jobs_, watches_, *id);
 }
 
 }  // namespace tandem::trainer

@@ -403,5 +403,63 @@ TEST_F(JobServiceTest, UnknownAndMissingIdsGetClearStatuses) {
   }
 }
 
+// A job is also named by its resource name, "jobs/{id}", in Get, Cancel and Watch; a name of
+// another form, or one naming another job than job_id, is INVALID_ARGUMENT naming the field.
+TEST_F(JobServiceTest, AJobGoesByItsResourceNameToo) {
+  const std::string id = Create(2, "named");
+  trainer::v1::GetJobRequest get;
+  get.set_name("jobs/" + id);
+  trainer::v1::Job got;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->GetJob(&context, get, &got).ok());
+    EXPECT_EQ(got.id(), id);
+    EXPECT_EQ(got.name(), "jobs/" + id);
+  }
+  get.set_job_id(id);  // Both, naming the same job.
+  {
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub_->GetJob(&context, get, &got).ok());
+  }
+  {
+    grpc::ClientContext context;
+    trainer::v1::WatchJobRequest watch;
+    watch.set_name("jobs/" + id);
+    auto reader = stub_->WatchJob(&context, watch);
+    trainer::v1::WatchJobResponse event;
+    ASSERT_TRUE(reader->Read(&event));
+    EXPECT_EQ(event.job().name(), "jobs/" + id);
+    context.TryCancel();
+  }
+  trainer::v1::CancelJobRequest cancel;
+  cancel.set_name("jobs/job-nope");
+  trainer::v1::Job cancelled;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->CancelJob(&context, cancel, &cancelled);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(status.error_message(), "job job-nope not found");
+  }
+  const auto violations = [&](const trainer::v1::GetJobRequest& request) {
+    grpc::ClientContext context;
+    return FieldViolations(FromGrpcStatus(stub_->GetJob(&context, request, &got)));
+  };
+  for (const std::string& bad : {std::string("job-x"), std::string("jobs/"),
+                                 std::string("jobs/a/b"), std::string("projects/p/jobs/x")}) {
+    trainer::v1::GetJobRequest request;
+    request.set_name(bad);
+    const std::vector<FieldViolation> found = violations(request);
+    ASSERT_EQ(found.size(), 1u) << bad;
+    EXPECT_EQ(found[0].field, "name") << bad;
+  }
+  trainer::v1::GetJobRequest conflicting;
+  conflicting.set_job_id(id);
+  conflicting.set_name("jobs/job-other");
+  ASSERT_EQ(violations(conflicting).size(), 1u);
+  EXPECT_THAT(violations(conflicting)[0].description, HasSubstr("different jobs"));
+  ASSERT_EQ(violations(trainer::v1::GetJobRequest()).size(), 1u);
+  EXPECT_EQ(violations(trainer::v1::GetJobRequest())[0].field, "job_id");
+}
+
 }  // namespace
 }  // namespace tandem::trainer

@@ -293,10 +293,7 @@ absl::StatusOr<weightstore::v1::VersionInfo> AdapterStore::Publish(Upload& uploa
                      " of ", manifest.adapter_name(), " committed meanwhile"));
   }
   upload.state = Upload::State::kCommitted;
-  upload.committed.set_adapter_name(manifest.adapter_name());
-  upload.committed.set_version(manifest.version());
-  upload.committed.set_total_bytes(manifest.total_bytes());
-  *upload.committed.mutable_commit_time() = manifest.commit_time();
+  upload.committed = VersionInfoOf(manifest);
   upload.expire_time = absl::Now() + options_.upload_expiry;  // Remembered for retried commits.
   return upload.committed;
 }

@@ -172,12 +172,16 @@ absl::Status ReuseRetiredFiles(const std::string& adapter_dir, const std::string
 
 }  // namespace
 
-weightstore::v1::VersionInfo CommittedVersion::Info() const {
+weightstore::v1::VersionInfo CommittedVersion::Info() const { return VersionInfoOf(manifest); }
+
+weightstore::v1::VersionInfo VersionInfoOf(const weightstore::v1::Manifest& manifest) {
   weightstore::v1::VersionInfo info;
   info.set_adapter_name(manifest.adapter_name());
   info.set_version(manifest.version());
   info.set_total_bytes(manifest.total_bytes());
   *info.mutable_commit_time() = manifest.commit_time();
+  info.set_name(
+      absl::StrCat("adapters/", manifest.adapter_name(), "/versions/", manifest.version()));
   return info;
 }
 

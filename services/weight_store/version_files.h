@@ -13,6 +13,9 @@
 
 namespace tandem::weight_store {
 
+// How a committed version is announced: adapter, version, size, commit time and name.
+weightstore::v1::VersionInfo VersionInfoOf(const weightstore::v1::Manifest& manifest);
+
 // A committed version: its manifest and shard bytes. Immutable; readers hold a shared_ptr, so
 // retiring a version never frees memory under a reader.
 struct CommittedVersion {

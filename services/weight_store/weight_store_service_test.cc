@@ -371,6 +371,7 @@ TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
   absl::StatusOr<weightstore::v1::VersionInfo> committed = Publish(ucx_adapter, /*by_ucx=*/true);
   ASSERT_TRUE(committed.ok()) << committed.status();
   EXPECT_EQ(committed->version(), 2);
+  EXPECT_EQ(committed->name(), "adapters/job-1/versions/2");
 
   for (bool by_ucx : {false, true}) {
     absl::StatusOr<FetchedAdapter> v1 = Fetch("job-1", 1, by_ucx, Stacked());

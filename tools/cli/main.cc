@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/channel.h"
@@ -84,6 +85,16 @@ absl::StatusOr<std::unique_ptr<trainer::v1::JobService::Stub>> Trainer() {
 // The call's status, its error details (field violations) kept.
 absl::Status Check(const grpc::Status& status) { return FromGrpcStatus(status); }
 
+// A job operand is its id or its resource name, "jobs/{id}".
+template <typename Request>
+void NameJob(const std::string& operand, Request& request) {
+  if (absl::StartsWith(operand, "jobs/")) {
+    request.set_name(operand);
+  } else {
+    request.set_job_id(operand);
+  }
+}
+
 std::string ShortState(trainer::v1::JobState state) {
   return trainer::v1::JobState_Name(state).substr(10);
 }
@@ -150,7 +161,7 @@ absl::Status Watch(const std::string& job_id) {
   }
   grpc::ClientContext context;
   trainer::v1::WatchJobRequest request;
-  request.set_job_id(job_id);
+  NameJob(job_id, request);
   auto reader = (*trainer)->WatchJob(&context, request);
   trainer::v1::WatchJobResponse event;
   trainer::v1::Job last;
@@ -232,7 +243,7 @@ absl::StatusOr<trainer::v1::Job> GetJob(trainer::v1::JobService::StubInterface& 
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(30));
   trainer::v1::GetJobRequest request;
-  request.set_job_id(job_id);
+  NameJob(job_id, request);
   trainer::v1::Job response;
   if (absl::Status status = Check(trainer.GetJob(&context, request, &response)); !status.ok()) {
     return status;
@@ -273,7 +284,7 @@ absl::Status GetOrCancel(const std::string& command, const std::string& job_id) 
     grpc::ClientContext context;
     SetTimeout(context, absl::Seconds(30));
     trainer::v1::CancelJobRequest request;
-    request.set_job_id(job_id);
+    NameJob(job_id, request);
     trainer::v1::Job response;
     if (absl::Status status = Check((*trainer)->CancelJob(&context, request, &response));
         !status.ok()) {
