@@ -195,7 +195,7 @@ INSTANTIATE_TEST_SUITE_P(
                     Call<trainer::v1::JobService>(&trainer::v1::JobService::Stub::GetJob),
                     grpc::StatusCode::INVALID_ARGUMENT,
                     "INVALID_ARGUMENT",
-                    "job_id is required",
+                    "job_id or name is required",
                     {"--data_dir=" + ::testing::TempDir() + "/trainer-data", "--ucx=false",
                      "--rollout=127.0.0.1:1", "--weight_store=127.0.0.1:1"}},
         ServiceCase{"rollout",
