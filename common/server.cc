@@ -2,10 +2,13 @@
 
 #include <signal.h>
 
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/auth.h"
+#include "common/in_flight_calls.h"
 #include "common/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -18,6 +21,8 @@ namespace {
 // How often readiness probes are asked while a service is not ready yet: cheap calls, and a
 // replica that became ready should not wait long to take traffic.
 constexpr absl::Duration kReadinessPollInterval = absl::Milliseconds(50);
+// How often a drain checks whether calls are still in progress.
+constexpr absl::Duration kDrainPollInterval = absl::Milliseconds(10);
 
 int Milliseconds(absl::Duration duration) {
   return static_cast<int>(absl::ToInt64Milliseconds(duration));
@@ -76,6 +81,7 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   for (HostedService& hosted : server->services_) builder.RegisterService(hosted.service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>());
+  interceptors.push_back(std::make_unique<InFlightCallsInterceptorFactory>(server->in_flight_));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
 
   server->server_ = builder.BuildAndStart();
@@ -139,10 +145,25 @@ void ServiceServer::Drain() {
                absl::FormatDuration(options_.drain_timeout));
   SetServing(false);
   absl::SleepFor(options_.drain_delay);
+  const absl::Time deadline = absl::Now() + options_.drain_timeout;
   for (const HostedService& hosted : services_) {
     if (hosted.drain) hosted.drain();
   }
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
+  // Shutdown refuses new calls at once, then waits for the calls in progress (until the
+  // deadline) and for every connection to close -- which an idle client does only once it
+  // answers the GOAWAY's ping: seconds for a client that polls lazily, 20 s for one that never
+  // does. Once no call is in progress, closing the connections loses nothing.
+  absl::Notification shut_down;
+  std::thread shutdown([&] {
+    server_->Shutdown(absl::ToChronoTime(deadline));
+    shut_down.Notify();
+  });
+  while (!shut_down.WaitForNotificationWithTimeout(kDrainPollInterval)) {
+    if (in_flight_.WaitUntilIdle(absl::ZeroDuration())) {
+      grpc_server_cancel_all_calls(server_->c_server());
+    }
+  }
+  shutdown.join();
   server_->Wait();
   spdlog::info("{} stopped", name_);
 }

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/call_tracker.h"
 #include "common/metrics.h"
 #include "common/periodic_thread.h"
 #include "common/server_options.h"
@@ -68,6 +69,7 @@ class ServiceServer {
   std::vector<HostedService> services_;
   const ServerOptions options_;
   int metrics_port_ = 0;
+  CallTracker in_flight_;  // Calls in progress (InFlightCallsInterceptorFactory); outlives server_.
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex drain_mutex_;

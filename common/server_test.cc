@@ -1,5 +1,10 @@
 #include "common/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <future>
 #include <thread>
@@ -110,6 +115,24 @@ TEST(ServiceServerTest, DrainCancelsCallsThatOutliveTheTimeout) {
   // The server cancels the call and closes the connection; the client sees either.
   EXPECT_THAT(in_flight.get().error_code(),
               ::testing::AnyOf(grpc::StatusCode::CANCELLED, grpc::StatusCode::UNAVAILABLE));
+}
+
+// A connection with nothing in flight does not hold a drain up: not a client that answers the
+// GOAWAY's ping late, nor one that never speaks HTTP/2 at all (gRPC waits 20 s for it).
+TEST(ServiceServerTest, DrainWithNothingInFlightDoesNotWaitForIdleConnections) {
+  auto server = testing::StartEchoServer(testing::LoopbackOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = *CreateChannel({.target = server->target(), .service_name = kEcho});
+  ASSERT_TRUE(Echo(channel, 0).ok());  // Connected, and idle from now on.
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{.sin_family = AF_INET, .sin_port = htons(server->server->port())};
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(silent, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  absl::SleepFor(absl::Milliseconds(100));  // Accepted by the server.
+  const absl::Time start = absl::Now();
+  server->server->Drain();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  close(silent);
 }
 
 TEST(ServiceServerTest, BusyPortIsUnavailable) {
