@@ -8,7 +8,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "grpc/grpc_security.h"
+#include "spdlog/spdlog.h"
 
 namespace tandem {
 namespace {
@@ -29,7 +31,7 @@ absl::string_view SliceView(const grpc_slice& slice) {
 // State of the core auth-metadata processor; core frees it through Destroy when the
 // credentials die, which may be after the C++ wrapper is gone.
 struct TokenCheck {
-  std::string token;
+  std::shared_ptr<AcceptedTokens> tokens;
   std::function<void()> on_rejected;
 
   static void Process(void* state, grpc_auth_context* /*context*/, const grpc_metadata* metadata,
@@ -42,8 +44,7 @@ struct TokenCheck {
       if (key == ":path") path = SliceView(metadata[i].value);
       if (key == "authorization") authorization = SliceView(metadata[i].value);
     }
-    if (absl::StartsWith(path, kAuthExemptPrefix) ||
-        BearerTokenMatches(authorization, check->token)) {
+    if (absl::StartsWith(path, kAuthExemptPrefix) || check->tokens->Accepts(authorization)) {
       done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
       return;
     }
@@ -56,10 +57,46 @@ struct TokenCheck {
   static void Destroy(void* state) { delete static_cast<TokenCheck*>(state); }
 };
 
-// Wraps core credentials so a token check can be attached to plaintext ones too.
+// Hands gRPC the certificate files' contents before a TLS handshake when they changed, so a
+// renewed certificate (or client CA) is served without a restart.
+class CertificateFetcher {
+ public:
+  explicit CertificateFetcher(std::unique_ptr<WatchedFiles> files) : files_(std::move(files)) {}
+
+  static grpc_ssl_certificate_config_reload_status Fetch(
+      void* self, grpc_ssl_server_certificate_config** config) {
+    return static_cast<CertificateFetcher*>(self)->FetchChanged(config);
+  }
+
+ private:
+  grpc_ssl_certificate_config_reload_status FetchChanged(
+      grpc_ssl_server_certificate_config** config) {
+    absl::MutexLock lock(&mutex_);
+    const int64_t generation = files_->generation();
+    if (generation == served_generation_) return GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
+    const std::vector<std::string> pem = files_->Contents();  // Chain, key[, client CA].
+    const grpc_ssl_pem_key_cert_pair pair{pem[1].c_str(), pem[0].c_str()};
+    // gRPC's reload path asserts a root bundle even when clients are not asked for a
+    // certificate; the server's own chain stands in then, and is never used.
+    const std::string& client_ca = pem.size() > 2 ? pem[2] : pem[0];
+    *config = grpc_ssl_server_certificate_config_create(client_ca.c_str(), &pair, 1);
+    if (served_generation_ >= 0) spdlog::info("serving renewed TLS certificate files");
+    served_generation_ = generation;
+    return GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW;
+  }
+
+  const std::unique_ptr<WatchedFiles> files_;
+  absl::Mutex mutex_;
+  int64_t served_generation_ ABSL_GUARDED_BY(mutex_) = -1;
+};
+
+// Wraps core credentials so a token check can be attached to plaintext ones too; owns what
+// the core credentials call back into (they die with the server, which this wrapper outlives).
 class CoreServerCredentials : public grpc::ServerCredentials {
  public:
-  explicit CoreServerCredentials(grpc_server_credentials* core) : core_(core) {}
+  CoreServerCredentials(grpc_server_credentials* core,
+                        std::unique_ptr<CertificateFetcher> certificates)
+      : core_(core), certificates_(std::move(certificates)) {}
   ~CoreServerCredentials() override { grpc_server_credentials_release(core_); }
 
   void SetAuthMetadataProcessor(
@@ -73,22 +110,12 @@ class CoreServerCredentials : public grpc::ServerCredentials {
   }
 
   grpc_server_credentials* const core_;
+  const std::unique_ptr<CertificateFetcher> certificates_;
 };
-
-grpc_server_credentials* MakeCoreCredentials(const std::optional<TlsFiles>& tls) {
-  if (!tls.has_value()) return grpc_insecure_server_credentials_create();
-  grpc_ssl_pem_key_cert_pair pair{tls->private_key.c_str(), tls->certificate_chain.c_str()};
-  const bool mutual = !tls->client_ca.empty();
-  return grpc_ssl_server_credentials_create_ex(
-      mutual ? tls->client_ca.c_str() : nullptr, &pair, 1,
-      mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-             : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
-      nullptr);
-}
 
 class BearerTokenInterceptor : public grpc::experimental::Interceptor {
  public:
-  explicit BearerTokenInterceptor(const std::string& header) : header_(header) {}
+  explicit BearerTokenInterceptor(std::string header) : header_(std::move(header)) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
@@ -99,7 +126,7 @@ class BearerTokenInterceptor : public grpc::experimental::Interceptor {
   }
 
  private:
-  const std::string& header_;
+  const std::string header_;
 };
 
 }  // namespace
@@ -110,20 +137,85 @@ bool BearerTokenMatches(absl::string_view authorization_header, absl::string_vie
   return CRYPTO_memcmp(expected.data(), actual.data(), expected.size()) == 0;
 }
 
-std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const ServerOptions& options,
-                                                               std::function<void()> on_rejected) {
-  grpc_server_credentials* core = MakeCoreCredentials(options.tls);
-  if (!options.auth_token.empty()) {
-    auto* check = new TokenCheck{options.auth_token, std::move(on_rejected)};
+AcceptedTokens::AcceptedTokens(std::string token) : fixed_(std::move(token)) {}
+
+AcceptedTokens::AcceptedTokens(std::unique_ptr<WatchedFiles> file, absl::Duration grace)
+    : file_(std::move(file)), grace_(grace) {}
+
+bool AcceptedTokens::Accepts(absl::string_view authorization_header) {
+  if (file_ == nullptr) return BearerTokenMatches(authorization_header, fixed_);
+  absl::MutexLock lock(&mutex_);
+  const int64_t generation = file_->generation();
+  if (generation != generation_) {
+    previous_ = std::move(current_);
+    previous_until_ = generation_ < 0 ? absl::InfinitePast() : absl::Now() + grace_;
+    current_ = std::string(absl::StripAsciiWhitespace(file_->Contents()[0]));
+    generation_ = generation;
+  }
+  return BearerTokenMatches(authorization_header, current_) ||
+         (absl::Now() < previous_until_ && BearerTokenMatches(authorization_header, previous_));
+}
+
+namespace {
+
+// The tokens a server with `options` accepts; null when bearer-token auth is off.
+absl::StatusOr<std::shared_ptr<AcceptedTokens>> AcceptedTokensOf(const ServerOptions& options) {
+  if (!options.auth_token_file.empty()) {
+    absl::StatusOr<std::unique_ptr<WatchedFiles>> file =
+        WatchedFiles::Open({options.auth_token_file}, options.credentials_check_interval);
+    if (!file.ok()) return file.status();
+    return std::make_shared<AcceptedTokens>(*std::move(file), options.previous_token_grace);
+  }
+  if (options.auth_token.empty()) return nullptr;
+  return std::make_shared<AcceptedTokens>(options.auth_token);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerOptions& options, std::function<void()> on_rejected) {
+  absl::StatusOr<std::shared_ptr<AcceptedTokens>> tokens = AcceptedTokensOf(options);
+  if (!tokens.ok()) return tokens.status();
+  std::unique_ptr<CertificateFetcher> certificates;
+  grpc_server_credentials* core = nullptr;
+  if (options.tls.has_value()) {
+    std::vector<std::string> paths = {options.tls->certificate_chain, options.tls->private_key};
+    const bool mutual = !options.tls->client_ca.empty();
+    if (mutual) paths.push_back(options.tls->client_ca);
+    absl::StatusOr<std::unique_ptr<WatchedFiles>> files =
+        WatchedFiles::Open(std::move(paths), options.credentials_check_interval);
+    if (!files.ok()) return files.status();
+    certificates = std::make_unique<CertificateFetcher>(*std::move(files));
+    core = grpc_ssl_server_credentials_create_with_options(
+        grpc_ssl_server_credentials_create_options_using_config_fetcher(
+            mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            &CertificateFetcher::Fetch, certificates.get()));
+  } else {
+    core = grpc_insecure_server_credentials_create();
+  }
+  if (*tokens != nullptr) {
+    auto* check = new TokenCheck{*std::move(tokens), std::move(on_rejected)};
     grpc_server_credentials_set_auth_metadata_processor(
         core, {&TokenCheck::Process, &TokenCheck::Destroy, check});
   }
-  return std::make_shared<CoreServerCredentials>(core);
+  return std::make_shared<CoreServerCredentials>(core, std::move(certificates));
 }
 
 grpc::experimental::Interceptor* BearerTokenInterceptorFactory::CreateClientInterceptor(
     grpc::experimental::ClientRpcInfo* /*info*/) {
-  return new BearerTokenInterceptor(header_);
+  return new BearerTokenInterceptor(Header());
+}
+
+std::string BearerTokenInterceptorFactory::Header() {
+  if (token_file_ == nullptr) return fixed_header_;
+  absl::MutexLock lock(&mutex_);
+  const int64_t generation = token_file_->generation();
+  if (generation != generation_) {
+    header_ = absl::StrCat("Bearer ", absl::StripAsciiWhitespace(token_file_->Contents()[0]));
+    generation_ = generation;
+  }
+  return header_;
 }
 
 }  // namespace tandem

@@ -1,11 +1,15 @@
 #include "common/auth.h"
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "common/channel.h"
 #include "common/health_client.h"
 #include "common/server_options.h"
+#include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
+#include "common/watched_files.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -86,7 +90,7 @@ TEST_F(AuthTest, HealthIsExempt) {
 
 TEST(TlsTest, ServerCertificateIsVerifiedByTheClient) {
   ServerOptions options = testing::LoopbackOptions();
-  options.tls = TlsFiles{ReadTestFile("server.pem"), ReadTestFile("server.key"), ""};
+  options.tls = TlsFiles{TestFile("server.pem"), TestFile("server.key"), ""};
   options.auth_token = "s3cret";
   auto server = testing::StartEchoServer(options);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -102,8 +106,7 @@ TEST(TlsTest, ServerCertificateIsVerifiedByTheClient) {
 
 TEST(TlsTest, MutualTlsRequiresAClientCertificate) {
   ServerOptions options = testing::LoopbackOptions();
-  options.tls =
-      TlsFiles{ReadTestFile("server.pem"), ReadTestFile("server.key"), ReadTestFile("ca.pem")};
+  options.tls = TlsFiles{TestFile("server.pem"), TestFile("server.key"), TestFile("ca.pem")};
   auto server = testing::StartEchoServer(options);
   ASSERT_TRUE(server.ok()) << server.status();
   ChannelOptions client{.target = server->target(), .service_name = "tandem.testing.EchoService"};
@@ -113,6 +116,86 @@ TEST(TlsTest, MutualTlsRequiresAClientCertificate) {
   client.tls->certificate_chain = ReadTestFile("client.pem");
   client.tls->private_key = ReadTestFile("client.key");
   EXPECT_TRUE(CallEcho(*CreateChannel(client)).ok());
+}
+
+// A Secret as Kubernetes mounts it: the files live in a generation directory that a symlink
+// names, and a renewal swaps the symlink in one rename.
+class MountedSecret {
+ public:
+  explicit MountedSecret(std::string dir) : dir_(std::move(dir)) {}
+
+  std::string Path(const std::string& file) const { return dir_ + "/current/" + file; }
+
+  void Write(const std::string& server, const std::string& client_ca, const std::string& token) {
+    const std::string generation = absl::StrCat(dir_, "/generation-", ++generations_);
+    std::filesystem::create_directories(generation);
+    std::filesystem::copy_file(TestFile(server + ".pem"), generation + "/tls.crt");
+    std::filesystem::copy_file(TestFile(server + ".key"), generation + "/tls.key");
+    std::filesystem::copy_file(TestFile(client_ca), generation + "/ca.crt");
+    std::ofstream(generation + "/token") << token << "\n";
+    std::filesystem::create_directory_symlink(generation, dir_ + "/next");
+    std::filesystem::rename(dir_ + "/next", dir_ + "/current");
+  }
+
+ private:
+  const std::string dir_;
+  int generations_ = 0;
+};
+
+grpc::Status CallWith(const std::string& target, const std::string& ca, const std::string& client,
+                      const std::string& token) {
+  ChannelOptions options{
+      .target = target, .service_name = "tandem.testing.EchoService", .auth_token = token};
+  options.tls = ClientTls{.root_ca = ReadTestFile(ca),
+                          .certificate_chain = ReadTestFile(client + ".pem"),
+                          .private_key = ReadTestFile(client + ".key"),
+                          .server_name_override = "localhost"};
+  return CallEcho(*CreateChannel(options));
+}
+
+// Renewed certificates, client CA and token are served without a restart: a client with the
+// new credentials gets through, one that trusts only the old CA does not, nor one with the old
+// token once its grace is over.
+TEST(CredentialRotationTest, ARenewedSecretIsServedWithoutARestart) {
+  MountedSecret secret(testing::FreshTestDir("rotation"));
+  secret.Write("server", "ca.pem", "first-token");
+  ServerOptions options = testing::LoopbackOptions();
+  options.tls = TlsFiles{secret.Path("tls.crt"), secret.Path("tls.key"), secret.Path("ca.crt")};
+  options.auth_token_file = secret.Path("token");
+  options.credentials_check_interval = absl::Milliseconds(10);
+  options.previous_token_grace = absl::ZeroDuration();
+  auto server = testing::StartEchoServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = server->target();
+  EXPECT_TRUE(CallWith(target, "ca.pem", "client", "first-token").ok());
+
+  secret.Write("next_server", "other_ca.pem", "second-token");
+  absl::SleepFor(absl::Milliseconds(50));  // Past the check interval.
+  const grpc::Status renewed = CallWith(target, "other_ca.pem", "next_client", "second-token");
+  EXPECT_TRUE(renewed.ok()) << renewed.error_message();
+  EXPECT_EQ(CallWith(target, "ca.pem", "next_client", "second-token").error_code(),
+            grpc::StatusCode::UNAVAILABLE)
+      << "the old CA did not sign the renewed server certificate";
+  EXPECT_EQ(CallWith(target, "other_ca.pem", "client", "second-token").error_code(),
+            grpc::StatusCode::UNAVAILABLE)
+      << "the renewed client CA did not sign the old client certificate";
+  EXPECT_EQ(CallWith(target, "other_ca.pem", "next_client", "first-token").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST(AcceptedTokensTest, ThePreviousTokenIsAcceptedForItsGrace) {
+  const std::string dir = testing::FreshTestDir("tokens");
+  std::ofstream(dir + "/token") << "old\n";
+  AcceptedTokens tokens(*WatchedFiles::Open({dir + "/token"}, absl::ZeroDuration()),
+                        absl::Hours(1));
+  EXPECT_TRUE(tokens.Accepts("Bearer old"));
+  absl::SleepFor(absl::Milliseconds(20));  // A later modification time.
+  std::ofstream(dir + "/token.next") << "new\n";
+  std::filesystem::rename(dir + "/token.next", dir + "/token");
+  EXPECT_TRUE(tokens.Accepts("Bearer new"));
+  EXPECT_TRUE(tokens.Accepts("Bearer old")) << "within the grace";
+  EXPECT_FALSE(tokens.Accepts("Bearer other"));
+  EXPECT_FALSE(AcceptedTokens("fixed").Accepts("Bearer old"));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/watched_files.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "grpcpp/create_channel.h"
@@ -13,6 +14,9 @@
 
 namespace tandem {
 namespace {
+
+// How often, at most, a channel notices that its token file changed.
+constexpr absl::Duration kTokenFileCheckInterval = absl::Seconds(1);
 
 using google::protobuf::MethodOptions;
 
@@ -86,7 +90,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ChannelOption
     args.SetSslTargetNameOverride(options.tls->server_name_override);
   }
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
-  if (!options.auth_token.empty()) {
+  if (!options.auth_token_file.empty()) {
+    absl::StatusOr<std::unique_ptr<WatchedFiles>> token_file =
+        WatchedFiles::Open({options.auth_token_file}, kTokenFileCheckInterval);
+    if (!token_file.ok()) return token_file.status();
+    interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(*std::move(token_file)));
+  } else if (!options.auth_token.empty()) {
     interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(options.auth_token));
   }
   return grpc::experimental::CreateCustomChannelWithInterceptors(

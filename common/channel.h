@@ -25,6 +25,8 @@ struct ChannelOptions {
   std::string target;        // "host:port" or any gRPC target URI.
   std::string service_name;  // Full proto name ("tandem.trainer.v1.JobService"); drives retries.
   std::string auth_token;    // Sent as "authorization: Bearer <token>" when non-empty.
+  // Or the token in this file, read again when it changes (a renewed Secret); wins if set.
+  std::string auth_token_file;
   std::optional<ClientTls> tls;
   int64_t max_message_bytes = 64 << 20;
   absl::Duration keepalive_time = absl::Seconds(30);

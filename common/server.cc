@@ -75,8 +75,11 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(
-      address, MakeServerCredentials(options, CountAuthRejections(server->name_)), &server->port_);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options, CountAuthRejections(server->name_));
+  if (!credentials.ok()) return credentials.status();
+  server->credentials_ = *std::move(credentials);
+  builder.AddListeningPort(address, server->credentials_, &server->port_);
   ApplyChannelOptions(options, builder);
   for (HostedService& hosted : server->services_) builder.RegisterService(hosted.service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -95,7 +98,8 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   server->server_->GetHealthCheckService()->SetServingStatus(std::string(kLivenessService), true);
   spdlog::info(
       "{} listening on {}:{}, metrics on :{}/metrics, auth {}, {}", server->name_, options.host,
-      server->port_, server->metrics_port(), options.auth_token.empty() ? "OFF" : "on",
+      server->port_, server->metrics_port(),
+      options.auth_token.empty() && options.auth_token_file.empty() ? "OFF" : "on",
       options.tls.has_value() ? (options.tls->client_ca.empty() ? "TLS" : "mTLS") : "plaintext");
   return server;
 }

@@ -14,6 +14,7 @@
 #include "common/periodic_thread.h"
 #include "common/server_options.h"
 #include "grpcpp/impl/service_type.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 
 namespace tandem {
@@ -70,6 +71,9 @@ class ServiceServer {
   const ServerOptions options_;
   int metrics_port_ = 0;
   CallTracker in_flight_;  // Calls in progress (InFlightCallsInterceptorFactory); outlives server_.
+  // What the listener's credentials call back into (certificate and token files); outlives
+  // server_.
+  std::shared_ptr<grpc::ServerCredentials> credentials_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex drain_mutex_;

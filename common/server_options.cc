@@ -70,19 +70,11 @@ absl::StatusOr<std::optional<TlsFiles>> ReadTlsFiles() {
         absl::StrCat("TLS needs both --tls_cert and --tls_key; got --tls_cert='", cert,
                      "' --tls_key='", key, "'"));
   }
-  TlsFiles files;
-  auto chain = ReadSmallFile(cert);
-  if (!chain.ok()) return chain.status();
-  auto private_key = ReadSmallFile(key);
-  if (!private_key.ok()) return private_key.status();
-  files.certificate_chain = *std::move(chain);
-  files.private_key = *std::move(private_key);
-  if (!client_ca.empty()) {
-    auto ca = ReadSmallFile(client_ca);
-    if (!ca.ok()) return ca.status();
-    files.client_ca = *std::move(ca);
+  for (const std::string& path : {cert, key, client_ca}) {
+    if (path.empty()) continue;
+    if (absl::StatusOr<std::string> read = ReadSmallFile(path); !read.ok()) return read.status();
   }
-  return files;
+  return TlsFiles{.certificate_chain = cert, .private_key = key, .client_ca = client_ca};
 }
 
 }  // namespace
@@ -128,6 +120,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags(const ServiceDefaults& defa
   auto token = ReadAuthToken(absl::GetFlag(FLAGS_auth_token_file));
   if (!token.ok()) return token.status();
   options.auth_token = *std::move(token);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   auto tls = ReadTlsFiles();
   if (!tls.ok()) return tls.status();
   options.tls = *std::move(tls);

@@ -10,9 +10,9 @@
 
 namespace tandem {
 
-// PEM material for TLS; mutual TLS when client_ca is set.
+// PEM files for TLS (paths; read again when they change); mutual TLS when client_ca is set.
 struct TlsFiles {
-  std::string certificate_chain;  // PEM contents, not paths.
+  std::string certificate_chain;
   std::string private_key;
   std::string client_ca;  // Empty: clients are not asked for certificates.
 };
@@ -22,8 +22,13 @@ struct ServerOptions {
   std::string host = "0.0.0.0";
   int port = 0;            // 0: the OS picks one (tests); the bound port is reported after start.
   int metrics_port = 0;    // Same rule, for the Prometheus /metrics endpoint.
-  std::string auth_token;  // Empty: bearer-token auth is off.
+  std::string auth_token;  // A fixed token ($TANDEM_AUTH_TOKEN); empty: see the file.
+  std::string auth_token_file;  // Its file, read again when it changes; both empty: auth off.
   std::optional<TlsFiles> tls;  // Unset: plaintext.
+  // How often, at most, changed TLS and token files are noticed.
+  absl::Duration credentials_check_interval = absl::Seconds(1);
+  // How long the previous token is still accepted after the token file changed.
+  absl::Duration previous_token_grace = absl::Minutes(5);
   int64_t max_message_bytes = 64 << 20;
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(10);

@@ -53,8 +53,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelTo(
     const std::string& target, const std::string& service, const tandem::ServerOptions& server,
     const std::optional<tandem::ClientTls>& tls) {
   if (target.empty()) return nullptr;
-  return tandem::CreateChannel(
-      {.target = target, .service_name = service, .auth_token = server.auth_token, .tls = tls});
+  return tandem::CreateChannel({.target = target,
+                                .service_name = service,
+                                .auth_token = server.auth_token,
+                                .auth_token_file = server.auth_token_file,
+                                .tls = tls});
 }
 
 absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& server) {

@@ -49,9 +49,12 @@ namespace {
 template <typename Service>
 absl::StatusOr<std::unique_ptr<typename Service::StubInterface>> Dial(
     const std::string& address, const std::string& service_name, const std::string& auth_token,
-    const std::optional<ClientTls>& tls) {
-  auto channel = CreateChannel(
-      {.target = address, .service_name = service_name, .auth_token = auth_token, .tls = tls});
+    const std::string& auth_token_file, const std::optional<ClientTls>& tls) {
+  auto channel = CreateChannel({.target = address,
+                                .service_name = service_name,
+                                .auth_token = auth_token,
+                                .auth_token_file = auth_token_file,
+                                .tls = tls});
   if (!channel.ok()) return channel.status();
   return std::unique_ptr<typename Service::StubInterface>(Service::NewStub(*channel));
 }
@@ -357,7 +360,8 @@ absl::Status JobRun::Init() {
   auto task = MakeJobTask(spec_, *codec_);
   if (!task.ok()) return task.status();
   task_ = *std::move(task);
-  GrpcServiceDialer grpc_dialer(environment_.auth_token, environment_.tls);
+  GrpcServiceDialer grpc_dialer(environment_.auth_token, environment_.auth_token_file,
+                                environment_.tls);
   ServiceDialer& dialer = environment_.dialer != nullptr ? *environment_.dialer : grpc_dialer;
   const ServiceEndpoints& services = environment_.services;
   auto replicas = RolloutReplicas(services);
@@ -1086,7 +1090,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
 absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>>
 GrpcServiceDialer::Rollout(const std::string& address) {
   return Dial<rollout::v1::RolloutService>(address, "tandem.rollout.v1.RolloutService", auth_token_,
-                                           tls_);
+                                           auth_token_file_, tls_);
 }
 
 absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> GrpcServiceDialer::WeightStore(
@@ -1094,6 +1098,7 @@ absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> GrpcServiceDiale
   auto channel = CreateChannel({.target = address,
                                 .service_name = "tandem.weightstore.v1.WeightStoreService",
                                 .auth_token = auth_token_,
+                                .auth_token_file = auth_token_file_,
                                 .tls = tls_});
   if (!channel.ok()) return channel.status();
   return std::make_unique<weight_store::WeightStoreStubs>(*channel);
@@ -1102,7 +1107,7 @@ absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> GrpcServiceDiale
 absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
 GrpcServiceDialer::RouterReplay(const std::string& address) {
   return Dial<routerreplay::v1::RouterReplayService>(
-      address, "tandem.routerreplay.v1.RouterReplayService", auth_token_, tls_);
+      address, "tandem.routerreplay.v1.RouterReplayService", auth_token_, auth_token_file_, tls_);
 }
 
 absl::Status RunJob(const trainer::v1::Job& job, const JobEnvironment& environment,

@@ -42,8 +42,11 @@ class ServiceDialer {
 // gRPC channels (CreateChannel: retries, keepalive) carrying the bearer token.
 class GrpcServiceDialer final : public ServiceDialer {
  public:
-  GrpcServiceDialer(std::string auth_token, std::optional<ClientTls> tls)
-      : auth_token_(std::move(auth_token)), tls_(std::move(tls)) {}
+  GrpcServiceDialer(std::string auth_token, std::string auth_token_file,
+                    std::optional<ClientTls> tls)
+      : auth_token_(std::move(auth_token)),
+        auth_token_file_(std::move(auth_token_file)),
+        tls_(std::move(tls)) {}
   absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> Rollout(
       const std::string& address) override;
   absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> WeightStore(
@@ -53,13 +56,15 @@ class GrpcServiceDialer final : public ServiceDialer {
 
  private:
   const std::string auth_token_;
+  const std::string auth_token_file_;
   const std::optional<ClientTls> tls_;  // Unset: plaintext.
 };
 
 // What a job run needs from the trainer process.
 struct JobEnvironment {
   ServiceEndpoints services;        // Where the job's rollout replicas and stores run.
-  std::string auth_token;           // Sent to the other services when `dialer` is null.
+  std::string auth_token;           // Sent to the other services when `dialer` is null,
+  std::string auth_token_file;      // or the token in this file, read again when it changes.
   std::optional<ClientTls> tls;     // How they are dialed when `dialer` is null; unset: plaintext.
   ServiceDialer* dialer = nullptr;  // Not owned; null: GrpcServiceDialer(auth_token, tls).
   transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.

@@ -118,6 +118,7 @@ absl::StatusOr<std::vector<tandem::HostedService>> JoinRankZero(
   auto channel = tandem::CreateChannel({.target = absl::GetFlag(FLAGS_rank0),
                                         .service_name = "tandem.internal.v1.TrainerRanksService",
                                         .auth_token = environment.auth_token,
+                                        .auth_token_file = environment.auth_token_file,
                                         .tls = environment.tls});
   if (!channel.ok()) return channel.status();
   // Runs for the life of the process; destroyed at exit, which ends its job at the next phase.
@@ -169,6 +170,7 @@ int main(int argc, char** argv) {
          const tandem::trainer::JobEnvironment environment = {
              .services = *endpoints,
              .auth_token = server.auth_token,
+             .auth_token_file = server.auth_token_file,
              .tls = *std::move(peer_tls),
              .ucx = MaybeUcx(),
              .device = device,
