@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -25,6 +24,7 @@
 #include "engine/sampler.h"
 #include "engine/tasks.h"
 #include "engine/text/text_codec.h"
+#include "services/rollout/client/sample_fan_out.h"
 #include "services/rollout/client/sampling_rules.h"
 #include "services/router_replay/client/replay_fetch.h"
 #include "services/trainer/checkpoint.h"
@@ -245,11 +245,8 @@ class JobRun {
 
  private:
   // Cancels the Generate calls in flight and any later attempt (the run is ending).
-  void AbandonGeneration();
-  bool Abandoned() {
-    absl::MutexLock lock(&calls_mutex_);
-    return abandoned_;
-  }
+  void AbandonGeneration() { fan_out_.Abandon(); }
+  bool Abandoned() { return fan_out_.abandoned(); }
 
   void SetDeadline(grpc::ClientContext& context) const {
     SetTimeout(context, environment_.rpc_timeout);
@@ -288,8 +285,8 @@ class JobRun {
   absl::Status Publish(int64_t version, int64_t step);
   absl::Status AwaitSwap(int64_t version);
   absl::StatusOr<StepSamples> Generate(int64_t step, int64_t version);
-  // One attempt at a step's samples from every replica, prompt-major, for the prompts' ids. A
-  // replica's share larger than a request holds goes as several requests.
+  // One attempt at a step's samples from every replica (SampleFanOut), prompt-major, for the
+  // prompts' ids.
   absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> RequestSamples(
       int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompts);
   // The request for this rank's prompts [first, end) of a step, which keep their step-wide ids
@@ -297,9 +294,6 @@ class JobRun {
   rollout::v1::GenerateRequest GenerateRequestFor(int64_t step, int64_t version, int attempt,
                                                   int first, int end,
                                                   const std::vector<std::vector<int>>& prompt_ids);
-  absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> GenerateOn(
-      rollout::v1::RolloutService::StubInterface& stub,
-      const rollout::v1::GenerateRequest& request);
   // The routes of this rank's samples; counts the route entries missing (routed live) of all.
   absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
                                                    int64_t* missing_entries, int64_t* entries);
@@ -330,9 +324,7 @@ class JobRun {
   int64_t start_step_ = 0;
   CheckpointOwner owner_;                         // What the run's checkpoints record.
   const std::atomic<bool>* cancelled_ = nullptr;  // Set by Run.
-  absl::Mutex calls_mutex_;
-  absl::flat_hash_set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(calls_mutex_);
-  bool abandoned_ ABSL_GUARDED_BY(calls_mutex_) = false;
+  rollout::SampleFanOut fan_out_;  // The step's Generate calls, cancelled when the run ends.
 };
 
 absl::Status JobRun::Init() {
@@ -743,86 +735,21 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> JobRun::GenerateOn(
-    rollout::v1::RolloutService::StubInterface& stub, const rollout::v1::GenerateRequest& request) {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  {
-    absl::MutexLock lock(&calls_mutex_);
-    if (abandoned_) return absl::CancelledError("generation abandoned");
-    calls_.insert(&context);
-  }
-  auto reader = stub.Generate(&context, request);
-  std::vector<rollout::v1::GenerateResponse> responses;
-  rollout::v1::GenerateResponse response;
-  while (reader->Read(&response)) responses.push_back(response);
-  const absl::Status status = FromGrpcStatus(reader->Finish());
-  {
-    absl::MutexLock lock(&calls_mutex_);
-    calls_.erase(&context);
-  }
-  if (!status.ok()) return status;
-  return responses;
-}
-
-void JobRun::AbandonGeneration() {
-  absl::MutexLock lock(&calls_mutex_);
-  abandoned_ = true;
-  for (grpc::ClientContext* context : calls_) context->TryCancel();
-}
-
 absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> JobRun::RequestSamples(
     int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompt_ids) {
-  const int prompts = static_cast<int>(prompt_ids.size()), group = spec_.group_size();
-  // Contiguous shares of the prompts, one per replica, each sent as requests of at most the
-  // rollout's limit; all in flight together.
-  struct Chunk {
-    int replica, first, end;
-  };
-  std::vector<Chunk> chunks;
-  const int replicas = static_cast<int>(rollouts_.size());
-  for (int r = 0; r < replicas; ++r) {
-    const int share_end = static_cast<int>(int64_t{prompts} * (r + 1) / replicas);
-    for (int first = static_cast<int>(int64_t{prompts} * r / replicas); first < share_end;
-         first += rollout::kMaxPromptsPerRequest) {
-      chunks.push_back({r, first, std::min(share_end, first + rollout::kMaxPromptsPerRequest)});
-    }
+  std::vector<rollout::ReplicaStub> replicas;
+  for (size_t r = 0; r < rollouts_.size(); ++r) {
+    replicas.push_back({.address = rollout_addresses_[r], .stub = rollouts_[r].get()});
   }
-  std::vector<absl::StatusOr<std::vector<rollout::v1::GenerateResponse>>> results(chunks.size());
-  std::vector<std::thread> threads;
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    rollout::v1::GenerateRequest request =
-        GenerateRequestFor(step, version, attempt, chunks[c].first, chunks[c].end, prompt_ids);
-    request.set_request_id(absl::StrCat(job_.id(), "-s", step, "-v", version, "-d", dp_rank_, "-r",
-                                        chunks[c].replica, "-c", c, "-a", attempt));
-    threads.emplace_back(
-        [this, &results, c, stub = rollouts_[chunks[c].replica].get(),
-         request = std::move(request)] { results[c] = GenerateOn(*stub, request); });
-  }
-  for (std::thread& thread : threads) thread.join();
-
-  std::vector<rollout::v1::GenerateResponse> responses(static_cast<size_t>(prompts) * group);
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const std::string& address = rollout_addresses_[chunks[c].replica];
-    if (!results[c].ok()) {
-      return absl::Status(results[c].status().code(),
-                          absl::StrCat("rollout ", address, ": ", results[c].status().message()));
-    }
-    for (rollout::v1::GenerateResponse& response : *results[c]) {
-      if (response.finish_reason() == rollout::v1::FINISH_REASON_ERROR) {
-        return absl::InternalError(
-            absl::StrCat("rollout sample failed: ", response.error_message()));
-      }
-      if (response.finish_reason() ==
-          rollout::v1::FINISH_REASON_CANCELLED) {  // Retried elsewhere/later.
-        return absl::UnavailableError(absl::StrCat("rollout ", address, " is draining"));
-      }
-      const int prompt = chunks[c].first + response.prompt_index();
-      responses[static_cast<size_t>(prompt) * group + response.sample_index()] =
-          std::move(response);
-    }
-  }
-  return responses;
+  const rollout::FanOutCall call{
+      .num_prompts = static_cast<int>(prompt_ids.size()),
+      .group_size = spec_.group_size(),
+      .request_id_prefix =
+          absl::StrCat(job_.id(), "-s", step, "-v", version, "-d", dp_rank_, "-a", attempt),
+      .timeout = environment_.rpc_timeout};
+  return fan_out_.Generate(replicas, call, [&](int first, int end) {
+    return GenerateRequestFor(step, version, attempt, first, end, prompt_ids);
+  });
 }
 
 rollout::v1::GenerateRequest JobRun::GenerateRequestFor(

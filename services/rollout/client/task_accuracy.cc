@@ -3,9 +3,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "common/channel.h"
-#include "common/status.h"
 #include "engine/tokenizer.h"
+#include "services/rollout/client/sample_fan_out.h"
 
 namespace tandem::rollout {
 
@@ -13,28 +12,34 @@ absl::StatusOr<Accuracy> MeasureAccuracy(rollout::v1::RolloutService::StubInterf
                                          const engine::Task& task, const AccuracyOptions& options) {
   const std::vector<engine::Sample> problems =
       engine::GeneratePrompts(task, options.prompts, options.prompt_seed);
-  rollout::v1::GenerateRequest request;
-  request.set_request_id(absl::StrFormat("accuracy-%s-%d-%x", options.adapter, options.version,
-                                         absl::ToUnixNanos(absl::Now())));
-  for (const engine::Sample& problem : problems) request.add_prompts()->set_text(problem.prompt);
-  request.mutable_sampling()->set_temperature(options.temperature);
-  request.mutable_sampling()->set_seed(1);
-  request.mutable_sampling()->set_max_new_tokens(options.max_new_tokens);
-  if (!options.adapter.empty()) {
-    request.mutable_adapter()->set_adapter_name(options.adapter);
-    request.mutable_adapter()->set_exact_version(options.version);
-  }
-  grpc::ClientContext context;
-  SetTimeout(context, options.timeout);
-  auto reader = rollout.Generate(&context, request);
-  rollout::v1::GenerateResponse response;
+  const auto request_for = [&](int first, int end) {
+    rollout::v1::GenerateRequest request;
+    for (int p = first; p < end; ++p) request.add_prompts()->set_text(problems[p].prompt);
+    request.mutable_sampling()->set_temperature(options.temperature);
+    request.mutable_sampling()->set_seed(1);
+    request.mutable_sampling()->set_max_new_tokens(options.max_new_tokens);
+    if (!options.adapter.empty()) {
+      request.mutable_adapter()->set_adapter_name(options.adapter);
+      request.mutable_adapter()->set_exact_version(options.version);
+    }
+    return request;
+  };
+  const ReplicaStub replica{.address = "rollout", .stub = &rollout};
+  SampleFanOut fan_out;
+  absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> responses = fan_out.Generate(
+      {&replica, 1},
+      {.num_prompts = static_cast<int>(problems.size()),
+       .request_id_prefix = absl::StrFormat("accuracy-%s-%d-%x", options.adapter, options.version,
+                                            absl::ToUnixNanos(absl::Now())),
+       .timeout = options.timeout},
+      request_for);
+  if (!responses.ok()) return responses.status();
   Accuracy accuracy{.total = static_cast<int>(problems.size())};
-  while (reader->Read(&response)) {
+  for (const rollout::v1::GenerateResponse& response : *responses) {
     const std::vector<int> tokens(response.token_ids().begin(), response.token_ids().end());
     accuracy.correct += task.Reward(problems[response.prompt_index()].prompt,
                                     engine::Decode(tokens, engine::SpecialTokens::kRender)) >= 1;
   }
-  if (absl::Status status = FromGrpcStatus(reader->Finish()); !status.ok()) return status;
   return accuracy;
 }
 
