@@ -168,6 +168,14 @@ absl::StatusOr<std::unique_ptr<RouteStore>> RouteStore::Open(const RouteStoreOpt
   rocksdb::BlockBasedTableOptions table_options;
   table_options.block_cache = rocksdb::NewLRUCache(static_cast<size_t>(options.block_cache_bytes));
   db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
+  // RocksDB creates the database directory but not its parents (a --data_dir under a fresh
+  // volume path).
+  std::error_code created;
+  std::filesystem::create_directories(options.path, created);
+  if (created) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", options.path, ": ", created.message()));
+  }
   rocksdb::DB* db = nullptr;
   const rocksdb::Status opened = rocksdb::DB::Open(db_options, options.path, &db);
   if (!opened.ok() && options.wal_recovery == WalRecovery::kRefuse && opened.IsCorruption()) {

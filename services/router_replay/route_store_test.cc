@@ -65,6 +65,16 @@ class RouteStoreTest : public ::testing::Test {
   RouteShape shape_{.layers = {1, 2, 4}, .top_k = 2, .num_experts = 16};
 };
 
+// A --data_dir whose parents do not exist yet (a fresh volume path) is created whole.
+TEST(RouteStoreOpenTest, CreatesTheDataDirectoryWithItsParents) {
+  const std::filesystem::path path =
+      std::filesystem::path(::testing::TempDir()) / "fresh-volume" / "not-yet" / "routes";
+  std::filesystem::remove_all(path.parent_path().parent_path());
+  absl::StatusOr<std::unique_ptr<RouteStore>> store = RouteStore::Open({.path = path.string()});
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE(std::filesystem::is_directory(path));
+}
+
 TEST_F(RouteStoreTest, ContinuesARecordFromItsOffsetAndReadsAnyRange) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 100, 1);
   ASSERT_TRUE(Append(Key("s"), rows, 0, 30).ok());
