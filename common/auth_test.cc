@@ -26,8 +26,6 @@ std::string TestFile(const std::string& name) {
   return std::string(std::getenv("TEST_SRCDIR")) + "/tandem/common/testing/" + name;
 }
 
-std::string ReadTestFile(const std::string& name) { return *ReadSmallFile(TestFile(name)); }
-
 grpc::Status CallEcho(const std::shared_ptr<grpc::Channel>& channel) {
   grpc::ClientContext context;
   SetTimeout(context, absl::Seconds(10));
@@ -97,10 +95,14 @@ TEST(TlsTest, ServerCertificateIsVerifiedByTheClient) {
   ChannelOptions client{.target = server->target(),
                         .service_name = "tandem.testing.EchoService",
                         .auth_token = "s3cret"};
-  client.tls = ClientTls{.root_ca = ReadTestFile("ca.pem"), .server_name_override = "localhost"};
+  client.tls = ClientTls{.root_ca = TestFile("ca.pem"), .server_name_override = "localhost"};
   EXPECT_TRUE(CallEcho(*CreateChannel(client)).ok());
 
-  client.tls->root_ca = ReadTestFile("other_ca.pem");  // Did not sign the server.
+  client.tls->server_name_override = "not-the-server";  // Not a name the certificate holds.
+  EXPECT_EQ(CallEcho(*CreateChannel(client)).error_code(), grpc::StatusCode::UNAVAILABLE);
+
+  client.tls->server_name_override = "localhost";
+  client.tls->root_ca = TestFile("other_ca.pem");  // Did not sign the server.
   EXPECT_EQ(CallEcho(*CreateChannel(client)).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
@@ -110,11 +112,11 @@ TEST(TlsTest, MutualTlsRequiresAClientCertificate) {
   auto server = testing::StartEchoServer(options);
   ASSERT_TRUE(server.ok()) << server.status();
   ChannelOptions client{.target = server->target(), .service_name = "tandem.testing.EchoService"};
-  client.tls = ClientTls{.root_ca = ReadTestFile("ca.pem"), .server_name_override = "localhost"};
+  client.tls = ClientTls{.root_ca = TestFile("ca.pem"), .server_name_override = "localhost"};
   EXPECT_EQ(CallEcho(*CreateChannel(client)).error_code(), grpc::StatusCode::UNAVAILABLE);
 
-  client.tls->certificate_chain = ReadTestFile("client.pem");
-  client.tls->private_key = ReadTestFile("client.key");
+  client.tls->certificate_chain = TestFile("client.pem");
+  client.tls->private_key = TestFile("client.key");
   EXPECT_TRUE(CallEcho(*CreateChannel(client)).ok());
 }
 
@@ -126,12 +128,14 @@ class MountedSecret {
 
   std::string Path(const std::string& file) const { return dir_ + "/current/" + file; }
 
-  void Write(const std::string& server, const std::string& client_ca, const std::string& token) {
+  // A new generation: `certificate` (.pem and .key of the test certificates) as tls.crt and
+  // tls.key, `ca` as ca.crt, and the token.
+  void Write(const std::string& certificate, const std::string& ca, const std::string& token) {
     const std::string generation = absl::StrCat(dir_, "/generation-", ++generations_);
     std::filesystem::create_directories(generation);
-    std::filesystem::copy_file(TestFile(server + ".pem"), generation + "/tls.crt");
-    std::filesystem::copy_file(TestFile(server + ".key"), generation + "/tls.key");
-    std::filesystem::copy_file(TestFile(client_ca), generation + "/ca.crt");
+    std::filesystem::copy_file(TestFile(certificate + ".pem"), generation + "/tls.crt");
+    std::filesystem::copy_file(TestFile(certificate + ".key"), generation + "/tls.key");
+    std::filesystem::copy_file(TestFile(ca), generation + "/ca.crt");
     std::ofstream(generation + "/token") << token << "\n";
     std::filesystem::create_directory_symlink(generation, dir_ + "/next");
     std::filesystem::rename(dir_ + "/next", dir_ + "/current");
@@ -146,9 +150,9 @@ grpc::Status CallWith(const std::string& target, const std::string& ca, const st
                       const std::string& token) {
   ChannelOptions options{
       .target = target, .service_name = "tandem.testing.EchoService", .auth_token = token};
-  options.tls = ClientTls{.root_ca = ReadTestFile(ca),
-                          .certificate_chain = ReadTestFile(client + ".pem"),
-                          .private_key = ReadTestFile(client + ".key"),
+  options.tls = ClientTls{.root_ca = TestFile(ca),
+                          .certificate_chain = TestFile(client + ".pem"),
+                          .private_key = TestFile(client + ".key"),
                           .server_name_override = "localhost"};
   return CallEcho(*CreateChannel(options));
 }
@@ -181,6 +185,34 @@ TEST(CredentialRotationTest, ARenewedSecretIsServedWithoutARestart) {
       << "the renewed client CA did not sign the old client certificate";
   EXPECT_EQ(CallWith(target, "other_ca.pem", "next_client", "first-token").error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// A client's own certificate and CA files renew too: a channel whose files did not fit the
+// server gets through, without being made again, once they are renewed.
+TEST(CredentialRotationTest, AChannelUsesItsRenewedCertificateFiles) {
+  ServerOptions options = testing::LoopbackOptions();
+  options.tls =
+      TlsFiles{TestFile("next_server.pem"), TestFile("next_server.key"), TestFile("other_ca.pem")};
+  auto server = testing::StartEchoServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  MountedSecret secret(testing::FreshTestDir("client-rotation"));
+  secret.Write("client", "ca.pem", "");
+  ChannelOptions client{.target = server->target(),
+                        .service_name = "tandem.testing.EchoService",
+                        .max_reconnect_backoff = absl::Milliseconds(100)};
+  client.tls = ClientTls{.root_ca = secret.Path("ca.crt"),
+                         .certificate_chain = secret.Path("tls.crt"),
+                         .private_key = secret.Path("tls.key"),
+                         .server_name_override = "localhost"};
+  const std::shared_ptr<grpc::Channel> channel = *CreateChannel(client);
+  EXPECT_EQ(CallEcho(channel).error_code(), grpc::StatusCode::UNAVAILABLE);
+
+  secret.Write("next_client", "other_ca.pem", "");
+  grpc::Status renewed;
+  for (int i = 0; i < 50 && !(renewed = CallEcho(channel)).ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(100));  // gRPC reads the files once a second.
+  }
+  EXPECT_TRUE(renewed.ok()) << renewed.error_message();
 }
 
 TEST(AcceptedTokensTest, ThePreviousTokenIsAcceptedForItsGrace) {

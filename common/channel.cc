@@ -9,6 +9,8 @@
 #include "google/protobuf/descriptor.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "nlohmann/json.hpp"
 
@@ -17,6 +19,8 @@ namespace {
 
 // How often, at most, a channel notices that its token file changed.
 constexpr absl::Duration kTokenFileCheckInterval = absl::Seconds(1);
+// How often gRPC reads a channel's certificate files again.
+constexpr unsigned int kCertificateRefreshSeconds = 1;
 
 using google::protobuf::MethodOptions;
 
@@ -31,11 +35,17 @@ bool IsIdempotent(const google::protobuf::MethodDescriptor& method) {
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
     const std::optional<ClientTls>& tls) {
   if (!tls.has_value()) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = tls->root_ca;
-  ssl.pem_cert_chain = tls->certificate_chain;
-  ssl.pem_private_key = tls->private_key;
-  return grpc::SslCredentials(ssl);
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  const bool roots = !tls->root_ca.empty(), identity = !tls->certificate_chain.empty();
+  if (roots || identity) {
+    // gRPC watches the files: a renewed certificate or CA is used by the next connection.
+    options.set_certificate_provider(
+        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+            tls->private_key, tls->certificate_chain, tls->root_ca, kCertificateRefreshSeconds));
+    if (roots) options.watch_root_certs();
+    if (identity) options.watch_identity_key_cert_pairs();
+  }
+  return grpc::experimental::TlsCredentials(options);
 }
 
 }  // namespace

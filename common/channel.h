@@ -13,9 +13,11 @@
 
 namespace tandem {
 
+// PEM files (paths), read again when they change, so that new connections use renewed
+// certificates without a restart.
 struct ClientTls {
-  std::string root_ca;            // PEM; empty uses the system roots.
-  std::string certificate_chain;  // PEM; set with private_key for mutual TLS.
+  std::string root_ca;            // Empty uses the system roots.
+  std::string certificate_chain;  // Set with private_key for mutual TLS.
   std::string private_key;
   std::string server_name_override;  // For certificates issued to a name other than the target.
 };

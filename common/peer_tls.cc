@@ -45,19 +45,15 @@ absl::StatusOr<std::optional<ClientTls>> PeerTlsFromFlags() {
         "mTLS needs both --peer_tls_cert and --peer_tls_key; got --peer_tls_cert='", cert,
         "' --peer_tls_key='", key, "'"));
   }
-  ClientTls tls{.server_name_override = absl::GetFlag(FLAGS_peer_tls_server_name)};
-  auto root = ReadFlagFile("peer_tls_ca", ca);
-  if (!root.ok()) return root.status();
-  tls.root_ca = *std::move(root);
-  if (!cert.empty()) {
-    auto chain = ReadFlagFile("peer_tls_cert", cert);
-    if (!chain.ok()) return chain.status();
-    auto private_key = ReadFlagFile("peer_tls_key", key);
-    if (!private_key.ok()) return private_key.status();
-    tls.certificate_chain = *std::move(chain);
-    tls.private_key = *std::move(private_key);
+  for (const auto& [flag, path] : {std::pair{"peer_tls_ca", ca}, std::pair{"peer_tls_cert", cert},
+                                   std::pair{"peer_tls_key", key}}) {
+    if (path.empty()) continue;
+    if (auto read = ReadFlagFile(flag, path); !read.ok()) return read.status();
   }
-  return tls;
+  return ClientTls{.root_ca = ca,
+                   .certificate_chain = cert,
+                   .private_key = key,
+                   .server_name_override = absl::GetFlag(FLAGS_peer_tls_server_name)};
 }
 
 }  // namespace tandem

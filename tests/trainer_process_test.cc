@@ -157,9 +157,9 @@ class TrainerProcessTest : public ::testing::Test {
     ChannelOptions options{.target = absl::StrCat("127.0.0.1:", Port(name)),
                            .service_name = services_[name].proto_name};
     if (tls_) {
-      options.tls = ClientTls{.root_ca = *ReadSmallFile(Cert("ca.pem")),
-                              .certificate_chain = *ReadSmallFile(Cert("client.pem")),
-                              .private_key = *ReadSmallFile(Cert("client.key")),
+      options.tls = ClientTls{.root_ca = Cert("ca.pem"),
+                              .certificate_chain = Cert("client.pem"),
+                              .private_key = Cert("client.key"),
                               .server_name_override = "localhost"};
     }
     return options;
