@@ -51,16 +51,22 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
 }  // namespace
 
 absl::StatusOr<std::string> RetryServiceConfig(const ChannelOptions& options) {
-  const auto* service =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(options.service_name);
-  if (service == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("service '", options.service_name, "' is not linked into this binary"));
-  }
+  std::vector<std::string> service_names = {options.service_name};
+  service_names.insert(service_names.end(), options.also_services.begin(),
+                       options.also_services.end());
   nlohmann::json names = nlohmann::json::array();
-  for (int i = 0; i < service->method_count(); ++i) {
-    if (IsIdempotent(*service->method(i))) {
-      names.push_back({{"service", service->full_name()}, {"method", service->method(i)->name()}});
+  for (const std::string& name : service_names) {
+    const auto* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    if (service == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("service '", name, "' is not linked into this binary"));
+    }
+    for (int i = 0; i < service->method_count(); ++i) {
+      if (IsIdempotent(*service->method(i))) {
+        names.push_back(
+            {{"service", service->full_name()}, {"method", service->method(i)->name()}});
+      }
     }
   }
   nlohmann::json config = {{"methodConfig", nlohmann::json::array()}};

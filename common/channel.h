@@ -26,6 +26,9 @@ struct ClientTls {
 struct ChannelOptions {
   std::string target;        // "host:port" or any gRPC target URI.
   std::string service_name;  // Full proto name ("tandem.trainer.v1.JobService"); drives retries.
+  // Other services of the same server reached on this channel, retried by the same rule (e.g.
+  // the weight-store's internal UCX data plane).
+  std::vector<std::string> also_services;
   std::string auth_token;    // Sent as "authorization: Bearer <token>" when non-empty.
   // Or the token in this file, read again when it changes (a renewed Secret); wins if set.
   std::string auth_token_file;
@@ -42,9 +45,9 @@ struct ChannelOptions {
 };
 
 // The gRPC service config that retries UNAVAILABLE for every idempotent method of
-// `service_name`: the methods whose proto declares `option idempotency_level` as
-// IDEMPOTENT or NO_SIDE_EFFECTS. Reading the proto keeps the list in one place. NOT_FOUND
-// when the service is not linked into this binary.
+// `service_name` and `also_services`: the methods whose proto declares `option
+// idempotency_level` as IDEMPOTENT or NO_SIDE_EFFECTS. Reading the proto keeps the list in one
+// place. NOT_FOUND when a service is not linked into this binary.
 absl::StatusOr<std::string> RetryServiceConfig(const ChannelOptions& options);
 
 // A channel with keepalive, message limits, retries per RetryServiceConfig, TLS if asked,

@@ -23,6 +23,21 @@ TEST(RetryServiceConfigTest, ListsOnlyIdempotentMethods) {
   EXPECT_EQ(json["methodConfig"][0]["retryPolicy"]["retryableStatusCodes"][0], "UNAVAILABLE");
 }
 
+// A channel to a server that hosts several services retries each one's idempotent methods.
+TEST(RetryServiceConfigTest, CoversTheOtherServicesOfTheChannel) {
+  auto config = RetryServiceConfig(
+      {.service_name = "grpc.health.v1.Health", .also_services = {"tandem.testing.EchoService"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const nlohmann::json names = nlohmann::json::parse(*config)["methodConfig"][0]["name"];
+  EXPECT_THAT(names.dump(),
+              HasSubstr(R"({"method":"Echo","service":"tandem.testing.EchoService"})"));
+  EXPECT_EQ(RetryServiceConfig({.service_name = "tandem.testing.EchoService",
+                                .also_services = {"tandem.v9.Missing"}})
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(RetryServiceConfigTest, UnknownServiceIsNotFound) {
   auto config = RetryServiceConfig({.service_name = "tandem.trainer.v1.NoSuchService"});
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);

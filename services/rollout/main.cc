@@ -12,6 +12,7 @@
 #include "engine/blas_threads_flag.h"
 #include "engine/cuda/device_engines.h"
 #include "services/rollout/rollout_service.h"
+#include "services/weight_store/client/adapter_client.h"
 
 ABSL_FLAG(std::string, base_model, "",
           "Base model: a Hugging Face model directory or an engine safetensors file "
@@ -51,10 +52,11 @@ using tandem::rollout::RolloutOptions;
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelTo(
     const std::string& target, const std::string& service, const tandem::ServerOptions& server,
-    const std::optional<tandem::ClientTls>& tls) {
+    const std::optional<tandem::ClientTls>& tls, std::vector<std::string> also_services = {}) {
   if (target.empty()) return nullptr;
   return tandem::CreateChannel({.target = target,
                                 .service_name = service,
+                                .also_services = std::move(also_services),
                                 .auth_token = server.auth_token,
                                 .auth_token_file = server.auth_token_file,
                                 .tls = tls});
@@ -81,8 +83,9 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   spdlog::info("generation runs on {}", *device);
   auto peer_tls = tandem::PeerTlsFromFlags();
   if (!peer_tls.ok()) return peer_tls.status();
-  auto weight_store = ChannelTo(absl::GetFlag(FLAGS_weight_store),
-                                "tandem.weightstore.v1.WeightStoreService", server, *peer_tls);
+  auto weight_store =
+      ChannelTo(absl::GetFlag(FLAGS_weight_store), "tandem.weightstore.v1.WeightStoreService",
+                server, *peer_tls, {tandem::weight_store::kUcxServiceName});
   if (!weight_store.ok()) return weight_store.status();
   options.weight_store = *weight_store;
   auto router_replay = ChannelTo(absl::GetFlag(FLAGS_router_replay),

@@ -1024,6 +1024,7 @@ absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> GrpcServiceDiale
     const std::string& address) {
   auto channel = CreateChannel({.target = address,
                                 .service_name = "tandem.weightstore.v1.WeightStoreService",
+                                .also_services = {weight_store::kUcxServiceName},
                                 .auth_token = auth_token_,
                                 .auth_token_file = auth_token_file_,
                                 .tls = tls_});

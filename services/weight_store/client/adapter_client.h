@@ -18,6 +18,9 @@
 
 namespace tandem::weight_store {
 
+// The UCX data plane's service, for a channel's ChannelOptions::also_services (retries).
+inline constexpr char kUcxServiceName[] = "tandem.internal.v1.WeightStoreUcxService";
+
 // The weight-store's two services, reached on one channel: its public API and the UCX data
 // plane that only Tandem's services use (tandem.internal.v1.WeightStoreUcxService).
 class WeightStoreStubs {
