@@ -2,6 +2,7 @@
 """A chaos soak: a long job on the four services while they are killed and paused.
 
     tools/chaos/soak.py --bin=bazel-bin --out=DIR [--minutes=10] [--steps=2000] [--seed=N]
+                        [--cluster [--rate=1gbit] [--shape=SERVICE=RATE]]
 
 Starts the four services on loopback (stores in DIR, a bearer token, UCX over tcp on lo),
 submits jobs/demo.yaml with --steps steps and, for --minutes: every 20-40 s kills a random
@@ -18,7 +19,10 @@ job ends (or the time is up) it checks each against the stores:
                                       (must be 0)
 
 and prints a report: whether the job finished, its attempts and the steps it redid, the kills
-and pauses per service, and those counts. Exit status 0 when the job SUCCEEDED and nothing was
+and pauses per service, and those counts. With --cluster (root needed) every service and the
+soak's own client run on hosts of their own in the one-machine cluster (tools/cluster: network
+namespaces on links shaped to --rate, one service's link to the rate --shape gives, e.g.
+weight_store=10mbit), so every byte between them crosses a shaped link. Exit status 0 when the job SUCCEEDED and nothing was
 lost or torn. Needs the Python SDK's dependencies (Debian python3-grpcio etc., tools/setup);
 it installs the SDK into DIR/venv and runs there.
 """
@@ -37,8 +41,11 @@ import threading
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "cluster"))
 SERVICES = ["weight_store", "router_replay", "rollout", "trainer"]
 STORES = ["weight_store", "router_replay"]
+# Cluster hosts (names without underscores): the soak's client first, then one per service.
+HOSTS = ["client"] + [name.replace("_", "") for name in SERVICES]
 
 
 def in_venv(out: pathlib.Path) -> None:
@@ -65,13 +72,16 @@ class Service:
     name: str
     command: list
     log: pathlib.Path
+    ucx_device: str
     process: subprocess.Popen = None
     kills: int = 0
     pauses: int = 0
     crashes: int = 0
 
     def start(self) -> None:
-        env = dict(os.environ, UCX_NET_DEVICES="lo")
+        # In a cluster the command is `ip netns exec NS binary ...`, which execs the binary: its
+        # process is the service's, for the signals below.
+        env = dict(os.environ, UCX_NET_DEVICES=self.ucx_device)
         with open(self.log, "a") as log:
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                             env=env)
@@ -98,8 +108,20 @@ class Service:
 
 
 class Deployment:
-    def __init__(self, bin_dir: pathlib.Path, out: pathlib.Path, base_model: pathlib.Path):
+    """The four services on loopback, or each on its host of a cluster whose run id is
+    `cluster_run` (this process then runs on the cluster's client host)."""
+
+    def __init__(self, bin_dir: pathlib.Path, out: pathlib.Path, base_model: pathlib.Path,
+                 cluster_run: str = ""):
+        import cluster  # tools/cluster, for its addressing.
         self.ports = {name: free_port() for name in SERVICES}
+        hosts = {name: "127.0.0.1" for name in SERVICES}
+        prefix = {name: [] for name in SERVICES}
+        if cluster_run:
+            for name in SERVICES:
+                host = name.replace("_", "")
+                hosts[name] = f"{cluster.SUBNET}.{HOSTS.index(host) + 1}"
+                prefix[name] = ["ip", "netns", "exec", f"{cluster_run}-{host}"]
         self.token_file = out / "auth_token"
         self.token_file.write_text(secrets.token_urlsafe(24))
         self.token_file.chmod(0o600)
@@ -108,7 +130,7 @@ class Deployment:
         data.mkdir(exist_ok=True)
 
         def address(name):
-            return f"127.0.0.1:{self.ports[name]}"
+            return f"{hosts[name]}:{self.ports[name]}"
 
         stores = [f"--weight_store={address('weight_store')}",
                   f"--router_replay={address('router_replay')}"]
@@ -122,10 +144,11 @@ class Deployment:
                         f"--rollout={address('rollout')}", *stores],
         }
         self.services = {
-            name: Service(name, [str(bin_dir / f"services/{name}/{name}"), "--host=127.0.0.1",
-                                 f"--port={self.ports[name]}", f"--metrics_port={free_port()}",
+            name: Service(name, [*prefix[name], str(bin_dir / f"services/{name}/{name}"),
+                                 f"--host={hosts[name]}", f"--port={self.ports[name]}",
+                                 f"--metrics_port={free_port()}",
                                  f"--auth_token_file={self.token_file}", *flags[name]],
-                          out / f"{name}.log")
+                          out / f"{name}.log", "eth0" if cluster_run else "lo")
             for name in SERVICES}
         self.address = address
 
@@ -299,6 +322,21 @@ def torn_versions(bin_dir: pathlib.Path, deployment: Deployment, job_id: str, ve
     return torn
 
 
+def run_in_cluster(args) -> int:
+    """Builds the cluster, runs this soak on its client host, and removes the cluster."""
+    import cluster
+    host_rates = {}
+    if args.shape:
+        service, _, rate = args.shape.partition("=")
+        if service not in SERVICES or not rate:
+            raise SystemExit(f"--shape: SERVICE=RATE with SERVICE one of {SERVICES}")
+        host_rates[service.replace("_", "")] = rate
+    with cluster.Cluster(HOSTS, rate=args.rate, host_rates=host_rates) as net:
+        print(f"cluster {net.run_id}: links {args.rate}"
+              + (f", {args.shape}" if args.shape else ""), flush=True)
+        return net.run("client", [sys.executable, *sys.argv, f"--inside={net.run_id}"]).returncode
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin", default="bazel-bin", type=pathlib.Path)
@@ -306,11 +344,17 @@ def main() -> int:
     parser.add_argument("--minutes", default=10.0, type=float)
     parser.add_argument("--steps", default=2000, type=int)
     parser.add_argument("--seed", default=1, type=int)
+    parser.add_argument("--cluster", action="store_true", help="hosts in network namespaces")
+    parser.add_argument("--rate", default="1gbit", help="--cluster: every link's rate")
+    parser.add_argument("--shape", default="", help="--cluster: SERVICE=RATE for one link")
+    parser.add_argument("--inside", default="", help=argparse.SUPPRESS)  # The cluster's run id.
     args = parser.parse_args()
     args.out = args.out.resolve()
     args.bin = args.bin.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     in_venv(args.out)
+    if args.cluster and not args.inside:
+        return run_in_cluster(args)
     import tandem
 
     base_model = args.out / "base_model.safetensors"
@@ -318,7 +362,7 @@ def main() -> int:
         subprocess.run([str(args.bin / "engine/make_base_model"), "--digits=1", "--max_steps=100",
                         f"--out={base_model}"], check=True, stdout=subprocess.DEVNULL)
     rng = random.Random(args.seed)
-    deployment = Deployment(args.bin, args.out, base_model)
+    deployment = Deployment(args.bin, args.out, base_model, cluster_run=args.inside)
     deployment.start()
     chaos = Chaos(deployment, rng, args.minutes * 60)
     writer = None

@@ -54,9 +54,10 @@ def parse_rate(rate):
 
 
 class Cluster:
-    """Hosts in network namespaces of their own, on one switch, every link shaped to `rate`."""
+    """Hosts in network namespaces of their own, on one switch, every link shaped to `rate`
+    (or to its own rate in `host_rates`, e.g. {"rollout": "10mbit"})."""
 
-    def __init__(self, hosts, rate="1gbit"):
+    def __init__(self, hosts, rate="1gbit", host_rates=None):
         if not hosts or len(hosts) > 250 or len(set(hosts)) != len(hosts):
             raise ValueError(f"hosts: 1..250 distinct names, got {hosts}")
         for host in hosts:
@@ -64,6 +65,10 @@ class Cluster:
                 raise ValueError(f"host name {host!r}: [a-z][a-z0-9]{{0,15}}, not {SWITCH!r}")
         self.hosts = list(hosts)
         self.rate_bits = parse_rate(rate)
+        self.host_rate_bits = {host: parse_rate(r) for host, r in (host_rates or {}).items()}
+        unknown = set(self.host_rate_bits) - set(self.hosts)
+        if unknown:
+            raise ValueError(f"host_rates names hosts not in the cluster: {sorted(unknown)}")
         self.run_id = f"{PREFIX}{os.getpid()}"
         self._made = []  # Namespaces created so far, removed by close().
         self._processes = []
@@ -102,8 +107,9 @@ class Cluster:
             _ip("link", "set", port, "master", "br0", "up", namespace=switch)
             _ip("addr", "add", f"{self.address(host)}/24", "dev", "eth0", namespace=namespace)
             _ip("link", "set", "eth0", "up", namespace=namespace)
-            _tbf("eth0", namespace, self.rate_bits)  # Host -> switch.
-            _tbf(port, switch, self.rate_bits)  # Switch -> host.
+            rate_bits = self.host_rate_bits.get(host, self.rate_bits)
+            _tbf("eth0", namespace, rate_bits)  # Host -> switch.
+            _tbf(port, switch, rate_bits)  # Switch -> host.
 
     def spawn(self, host, argv, **popen_args):
         """Starts `argv` in `host`'s namespace; it is killed at close() if still running."""
