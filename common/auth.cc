@@ -207,15 +207,9 @@ grpc::experimental::Interceptor* BearerTokenInterceptorFactory::CreateClientInte
   return new BearerTokenInterceptor(Header());
 }
 
-std::string BearerTokenInterceptorFactory::Header() {
+std::string BearerTokenInterceptorFactory::Header() const {
   if (token_file_ == nullptr) return fixed_header_;
-  absl::MutexLock lock(&mutex_);
-  const int64_t generation = token_file_->generation();
-  if (generation != generation_) {
-    header_ = absl::StrCat("Bearer ", absl::StripAsciiWhitespace(token_file_->Contents()[0]));
-    generation_ = generation;
-  }
-  return header_;
+  return absl::StrCat("Bearer ", absl::StripAsciiWhitespace(token_file_->Contents()[0]));
 }
 
 }  // namespace tandem

@@ -74,13 +74,10 @@ class BearerTokenInterceptorFactory : public grpc::experimental::ClientIntercept
       grpc::experimental::ClientRpcInfo* info) override;
 
  private:
-  std::string Header();
+  std::string Header() const;
 
   const std::string fixed_header_;  // "Bearer <token>", when the token is fixed.
   const std::unique_ptr<WatchedFiles> token_file_;
-  absl::Mutex mutex_;
-  int64_t generation_ ABSL_GUARDED_BY(mutex_) = -1;
-  std::string header_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace tandem

@@ -76,6 +76,7 @@ TEST(StatusTest, AnInvalidFieldTravelsAsBadRequestAndErrorInfoDetails) {
   EXPECT_EQ(bad_request.field_violations(0).field(), "spec.group_size");
   EXPECT_EQ(info.reason(), "INVALID_FIELD");
   EXPECT_EQ(info.domain(), "tandem");
+  EXPECT_EQ(info.metadata().at("field"), "spec.group_size");
 
   const absl::Status back = FromGrpcStatus(wire);
   EXPECT_EQ(back.code(), absl::StatusCode::kInvalidArgument);
