@@ -13,8 +13,14 @@ using CreateFn = int (*)(Handle*);
 using DestroyFn = int (*)(Handle);
 using SgemmFn = int (*)(Handle, int, int, int, int, int, const float*, const float*, int,
                         const float*, int, const float*, float*, int);
+using GemmExFn = int (*)(Handle, int, int, int, int, int, const void*, const void*, int, int,
+                         const void*, int, int, const void*, void*, int, int, int, int);
 constexpr int kNoTranspose = 0;  // CUBLAS_OP_N
 constexpr int kTranspose = 1;    // CUBLAS_OP_T
+constexpr int kFloat32 = 0;      // CUDA_R_32F
+constexpr int kBFloat16 = 14;    // CUDA_R_16BF
+constexpr int kCompute32F = 68;  // CUBLAS_COMPUTE_32F
+constexpr int kDefaultAlgorithm = -1;  // CUBLAS_GEMM_DEFAULT
 
 }  // namespace
 
@@ -23,6 +29,7 @@ struct CublasReference::Api {
   Handle handle = nullptr;
   DestroyFn destroy = nullptr;
   SgemmFn sgemm = nullptr;
+  GemmExFn gemm_ex = nullptr;
   ~Api() {
     if (handle != nullptr) destroy(handle);
     if (library != nullptr) dlclose(library);
@@ -41,8 +48,11 @@ absl::StatusOr<std::unique_ptr<CublasReference>> CublasReference::Load() {
   const auto create = reinterpret_cast<CreateFn>(dlsym(api->library, "cublasCreate_v2"));
   api->destroy = reinterpret_cast<DestroyFn>(dlsym(api->library, "cublasDestroy_v2"));
   api->sgemm = reinterpret_cast<SgemmFn>(dlsym(api->library, "cublasSgemm_v2"));
-  if (create == nullptr || api->destroy == nullptr || api->sgemm == nullptr) {
-    return absl::NotFoundError("cuBLAS library lacks cublasCreate_v2/cublasSgemm_v2");
+  api->gemm_ex = reinterpret_cast<GemmExFn>(dlsym(api->library, "cublasGemmEx"));
+  if (create == nullptr || api->destroy == nullptr || api->sgemm == nullptr ||
+      api->gemm_ex == nullptr) {
+    return absl::NotFoundError(
+        "cuBLAS library lacks cublasCreate_v2, cublasSgemm_v2 or cublasGemmEx");
   }
   if (const int error = create(&api->handle); error != 0) {
     api->handle = nullptr;
@@ -62,6 +72,16 @@ absl::Status CublasReference::MatmulTransposed(const float* a, const float* b, f
   const int error =
       api_->sgemm(api_->handle, kTranspose, kNoTranspose, n, m, k, &one, b, k, a, k, &zero, c, n);
   if (error != 0) return absl::InternalError(absl::StrCat("cublasSgemm failed: ", error));
+  return absl::OkStatus();
+}
+
+absl::Status CublasReference::MatmulTransposedBf16(const uint16_t* a, const uint16_t* b, float* c,
+                                                   int m, int n, int k) {
+  const float one = 1.0f, zero = 0.0f;
+  const int error =
+      api_->gemm_ex(api_->handle, kTranspose, kNoTranspose, n, m, k, &one, b, kBFloat16, k, a,
+                    kBFloat16, k, &zero, c, kFloat32, n, kCompute32F, kDefaultAlgorithm);
+  if (error != 0) return absl::InternalError(absl::StrCat("cublasGemmEx failed: ", error));
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 #ifndef TANDEM_KERNELS_CUDA_CUBLAS_REFERENCE_H_
 #define TANDEM_KERNELS_CUDA_CUBLAS_REFERENCE_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,10 @@ class CublasReference {
   // Row-major c[m, n] = a[m, k] · bᵀ where b is [n, k] (x · Wᵀ): fp32 sgemm on the default
   // stream.
   absl::Status MatmulTransposed(const float* a, const float* b, float* c, int m, int n, int k);
+  // The same product on the tensor cores: a and b hold bf16 (as uint16_t bits), c fp32, fp32
+  // accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F).
+  absl::Status MatmulTransposedBf16(const uint16_t* a, const uint16_t* b, float* c, int m, int n,
+                                    int k);
 
  private:
   struct Api;

@@ -1,5 +1,6 @@
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/row_tiles.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -19,25 +20,6 @@ using SmallTiles = Tiling<64, 16, 4>;
 // Wide outputs over many rows: an 8x8 patch does twice the arithmetic per shared-memory read.
 using LargeTiles = Tiling<128, 8, 8>;
 constexpr int kGemmThreads = 256;
-
-// Which group and which of its row tiles block `tile` (counted over all groups) computes;
-// false past the last tile. Groups are at most a few hundred: a scan beats a host round trip.
-template <int kTile>
-__device__ bool FindRowTile(const int* offsets, int groups, int tile, int& group, int& first_row,
-                            int& last_row) {
-  for (int g = 0; g < groups; ++g) {
-    const int rows = offsets[g + 1] - offsets[g];
-    const int tiles = (rows + kTile - 1) / kTile;
-    if (tile < tiles) {
-      group = g;
-      first_row = offsets[g] + tile * kTile;
-      last_row = offsets[g + 1];
-      return true;
-    }
-    tile -= tiles;
-  }
-  return false;
-}
 
 // The patch product of one slice: acc += a_tile[kk][rows] ⊗ b_tile[kk][cols].
 template <typename T>
@@ -109,8 +91,7 @@ __global__ void __launch_bounds__(kGemmThreads)
 template <typename T>
 absl::Status LaunchRowGrouped(const RowGroupedGemm& gemm, const int* offsets, int groups,
                               int max_rows, Stream stream) {
-  // Σ_g ceil(rows_g / kTile) <= max_rows / kTile + groups; blocks past the last tile exit.
-  const int64_t row_tiles = max_rows / T::kTile + groups;
+  const int64_t row_tiles = RowTileBound<T::kTile>(max_rows, groups);
   if (row_tiles > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("grouped GEMM over ", max_rows, " rows in ",
                                                    groups, " groups exceeds one launch"));

@@ -36,6 +36,13 @@ struct RowGroupedGemm {
 absl::Status GroupedGemm(const RowGroupedGemm& gemm, const int* offsets, int groups, int max_rows,
                          Stream stream = nullptr);
 
+// The same product on the tensor cores: A_g and W_g are rounded to bf16 (nearest even, as
+// common/dtype.h's ToBFloat16) as they are staged, products accumulate in fp32, and C stays
+// fp32. 128x128 tiles of C, 32 deep. Exact wherever the inputs are bf16 values and the sums fit
+// fp32's mantissa; otherwise within bf16's input rounding of GroupedGemm.
+absl::Status GroupedGemmBf16(const RowGroupedGemm& gemm, const int* offsets, int groups,
+                             int max_rows, Stream stream = nullptr);
+
 // For each group: C_g += alpha · A_gᵀ · B_g, the weight gradient of a grouped projection: A_g
 // and B_g are rows of a [rows, m] and b [rows, n]; C_g ([m, n], row stride ldc) starts at
 // c + g * c_group_stride. With c_group_stride = 0 every group's rows add into the one C.

@@ -1,5 +1,8 @@
 #include "kernels/cuda/grouped_gemm.h"
 
+#include <cmath>
+
+#include "common/dtype.h"
 #include "kernels/cuda/testing.h"
 
 namespace tandem::cuda {
@@ -19,8 +22,15 @@ constexpr int kGroups = 7, kRows = 256;
 
 class GroupedGemmTest : public CudaTest {};
 
+// The fp32 kernel and the tensor-core one share their contract (and, on values bf16 holds
+// exactly, their results).
+using RowGemmFn = absl::Status (*)(const RowGroupedGemm&, const int*, int, int, Stream);
+const RowGemmFn kFp32 = &GroupedGemm;
+const RowGemmFn kBf16 = &GroupedGemmBf16;
+
 // C_g = 2 · A_g · op(W_g) + 3 · C_g over `offsets`, on the GPU and by a host loop: exact.
-void ExpectRowGroupsExact(const std::vector<int>& offsets, int k, int n) {
+void ExpectRowGroupsExact(const std::vector<int>& offsets, int k, int n,
+                          RowGemmFn gemm_fn = kFp32) {
   const int groups = static_cast<int>(offsets.size()) - 1, rows = offsets.back();
   const std::vector<float> a = SmallIntegers(size_t{1} * rows * k, 111);
   const std::vector<float> w = SmallIntegers(size_t{1} * groups * k * n, 112);
@@ -54,7 +64,7 @@ void ExpectRowGroupsExact(const std::vector<int>& offsets, int k, int n) {
                               .k = k,
                               .alpha = 2.0f,
                               .beta = 3.0f};
-    ASSERT_TRUE(GroupedGemm(gemm, offsets_d.data(), groups, rows).ok());
+    ASSERT_TRUE(gemm_fn(gemm, offsets_d.data(), groups, rows, nullptr).ok());
     EXPECT_EQ(Download(c_d), expected) << "transpose_w=" << transpose_w;
   }
 }
@@ -67,6 +77,56 @@ TEST_F(GroupedGemmTest, RowGroupsAreExactOnSmallIntegersForBothWeightLayouts) {
 // across them, odd widths and depths.
 TEST_F(GroupedGemmTest, LargeTilesAreExactToo) {
   ExpectRowGroupsExact({0, 130, 130, 400, 527}, 37, 261);
+}
+
+// Small integers are bf16 values, so the tensor cores must match to the bit as well: short and
+// empty groups, odd depths (element loads) and depths of whole quads (vector loads).
+TEST_F(GroupedGemmTest, Bf16RowGroupsAreExactOnSmallIntegers) {
+  ExpectRowGroupsExact(kOffsets, 70, 67, kBf16);
+  ExpectRowGroupsExact({0, 130, 130, 400, 527}, 37, 261, kBf16);
+  ExpectRowGroupsExact({0, 130, 130, 400, 527}, 96, 260, kBf16);
+}
+
+// On arbitrary floats the tensor-core product is the product of the bf16-rounded inputs, up to
+// fp32 summation order, and measurably not the product of the unrounded ones.
+TEST_F(GroupedGemmTest, Bf16RowGroupsMultiplyTheRoundedInputs) {
+  const std::vector<int> offsets = {0, 100, 100, 300};
+  constexpr int kK = 200, kN = 136, kGroupCount = 3, kRowCount = 300;
+  const std::vector<float> a = RandomFloats(size_t{kRowCount} * kK, 121);
+  const std::vector<float> w = RandomFloats(size_t{kGroupCount} * kN * kK, 122);
+  const auto rounded = [](float v) { return ToFloat(ToBFloat16(v)); };
+  DeviceArray<float> a_d = Upload(a), w_d = Upload(w), c_d = DeviceZeros<float>(kRowCount * kN);
+  DeviceArray<int> offsets_d = Upload(offsets);
+  const RowGroupedGemm gemm{.a = a_d.data(),
+                            .lda = kK,
+                            .w = w_d.data(),
+                            .w_group_stride = int64_t{kN} * kK,
+                            .ldw = kK,
+                            .transpose_w = true,
+                            .c = c_d.data(),
+                            .ldc = kN,
+                            .n = kN,
+                            .k = kK};
+  ASSERT_TRUE(GroupedGemmBf16(gemm, offsets_d.data(), kGroupCount, kRowCount).ok());
+  const std::vector<float> c = Download(c_d);
+  double largest_rounding_effect = 0.0;
+  for (int g = 0; g < kGroupCount; ++g) {
+    for (int r = offsets[g]; r < offsets[g + 1]; ++r) {
+      for (int col = 0; col < kN; ++col) {
+        double of_rounded = 0.0, of_exact = 0.0;
+        for (int kk = 0; kk < kK; ++kk) {
+          const float x = a[size_t{1} * r * kK + kk];
+          const float y = w[(size_t{1} * g * kN + col) * kK + kk];
+          of_rounded += double{rounded(x)} * rounded(y);
+          of_exact += double{x} * y;
+        }
+        ASSERT_NEAR(c[size_t{1} * r * kN + col], of_rounded, 2e-4) << "row " << r << " col " << col;
+        largest_rounding_effect =
+            std::max(largest_rounding_effect, std::abs(of_rounded - of_exact));
+      }
+    }
+  }
+  EXPECT_GT(largest_rounding_effect, 1e-3);
 }
 
 TEST_F(GroupedGemmTest, WeightGradientsAreExactOnSmallIntegersPerGroupAndShared) {
@@ -116,8 +176,11 @@ TEST_F(GroupedGemmTest, NothingToComputeIsANoOpAndAnOversizedLaunchIsRefused) {
                              .ldc = 1,
                              .n = 1,
                              .k = 1};
-  EXPECT_TRUE(GroupedGemm(empty, nullptr, 4, 0).ok());
-  EXPECT_EQ(GroupedGemm(empty, nullptr, 4, 1 << 30).code(), absl::StatusCode::kInvalidArgument);
+  for (const RowGemmFn gemm_fn : {kFp32, kBf16}) {
+    EXPECT_TRUE(gemm_fn(empty, nullptr, 4, 0, nullptr).ok());
+    EXPECT_EQ(gemm_fn(empty, nullptr, 4, 1 << 30, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cublas_reference.h"
@@ -229,6 +230,21 @@ void GroupedGemms(Table& table, CublasReference* cublas) {
           : Time(per_expert(kIn, kOut, x.data(), w.data(), y.data(), int64_t{kOut} * kIn));
   table.Compute("GroupedGemm x·Wᵀ", shape, 2.0 * kRows * kIn * kOut, ms, reference_ms,
                 "cuBLAS per expert");
+  // The tensor cores, against one dense cuBLAS bf16 GEMM of the same FLOPs (all experts'
+  // rows through one weight): what the grouping costs.
+  const double bf16_ms =
+      Time([&] { return GroupedGemmBf16(gemm, offsets_d.data(), kGroups, kRows); });
+  double dense_bf16_ms = 0.0;
+  if (cublas != nullptr) {
+    const uint16_t bf16_bits = ToBFloat16(0.01f).bits;
+    DeviceArray<uint16_t> x16 = Filled<uint16_t>(size_t{kRows} * kIn, bf16_bits);
+    DeviceArray<uint16_t> w16 = Filled<uint16_t>(size_t{kOut} * kIn, bf16_bits);
+    dense_bf16_ms = Time([&] {
+      return cublas->MatmulTransposedBf16(x16.data(), w16.data(), y.data(), kRows, kOut, kIn);
+    });
+  }
+  table.Compute("GroupedGemmBf16 x·Wᵀ", shape, 2.0 * kRows * kIn * kOut, bf16_ms, dense_bf16_ms,
+                "cuBLAS bf16 dense");
 
   DeviceArray<float> a = Filled(size_t{kGroups} * kRank * kIn, 0.01f);
   DeviceArray<float> b = Filled(size_t{kGroups} * kOut * kRank, 0.01f);
