@@ -8,29 +8,11 @@
 #include "common/identifier.h"
 #include "common/logging.h"
 #include "common/proto_time.h"
-#include "common/status.h"
 #include "common/utf8.h"
 #include "services/rollout/rollout_metrics.h"
-#include "services/weight_store/client/adapter_client.h"
-#include "services/weight_store/client/engine_lora.h"
 
 namespace tandem::rollout {
 namespace {
-
-// Counts a follower thread out when it ends (declared first, so it runs last), so that a
-// retired adapter's threads are joined only once they are done.
-class ThreadEndCounter {
- public:
-  ThreadEndCounter(absl::Mutex& mutex, int& ended) : mutex_(mutex), ended_(ended) {}
-  ~ThreadEndCounter() {
-    absl::MutexLock lock(&mutex_);
-    ++ended_;
-  }
-
- private:
-  absl::Mutex& mutex_;
-  int& ended_;
-};
 
 // Errors that retrying the same fetch cannot fix.
 bool IsPermanent(const absl::Status& status) {
@@ -38,12 +20,18 @@ bool IsPermanent(const absl::Status& status) {
          absl::IsFailedPrecondition(status);
 }
 
+// How long an adapter weight-store does not know stays, for the requests naming it to be
+// answered NOT_FOUND (they ask every few milliseconds).
+constexpr absl::Duration kUnknownKept = absl::Seconds(1);
+
 }  // namespace
 
 struct AdapterRegistry::Followed {
   std::string name;
   bool required = false;
   bool snapshot_received = false;
+  // Its first snapshot said weight-store does not know it (no version, no upload open).
+  bool unknown = false;
   int64_t first_announced = 0;  // The first snapshot's version: what Ready() waits for.
   int64_t newest_announced = 0;
   std::map<int64_t, absl::Time> announced_at;
@@ -59,11 +47,11 @@ struct AdapterRegistry::Followed {
   absl::Time last_swap_time = absl::InfinitePast();
   absl::Time retry_at = absl::InfinitePast();
   absl::Duration backoff;
-  grpc::ClientContext* watch_context = nullptr;  // Of the live WatchVersions call.
-  absl::Time last_named = absl::Now();           // By a request.
-  bool retired = false;                          // Unfollowed: its threads end.
-  int threads_ended = 0;
-  std::thread watcher, loader;
+  std::shared_ptr<VersionWatch> watch;           // The open stream; null between streams.
+  absl::Time rewatch_at = absl::InfinitePast();  // When a loader thread (re)opens it.
+  absl::Duration watch_backoff;
+  absl::Time last_named = absl::Now();  // By a request.
+  bool retired = false;                 // Unfollowed.
 
   int64_t current_version() const { return current == nullptr ? 0 : current->version; }
   int64_t staged_version() const {
@@ -73,31 +61,36 @@ struct AdapterRegistry::Followed {
   }
 };
 
-AdapterRegistry::AdapterRegistry(
-    engine::BaseModel& base, std::shared_ptr<ServedModel> base_model,
-    std::unique_ptr<weight_store::WeightStoreStubs> weight_store,
-    AdapterRegistryOptions options, std::function<void()> on_staged)
-    : base_model_(base),
-      stub_(std::move(weight_store)),
+AdapterRegistry::AdapterRegistry(engine::BaseModel& base, std::shared_ptr<ServedModel> base_model,
+                                 std::unique_ptr<weight_store::WeightStoreStubs> weight_store,
+                                 AdapterRegistryOptions options, std::function<void()> on_staged)
+    : stub_(std::move(weight_store)),
       options_(std::move(options)),
       on_staged_(std::move(on_staged)),
-      base_(std::move(base_model)) {}
+      base_(std::move(base_model)),
+      loader_(stub_ == nullptr ? std::nullopt
+                               : std::make_optional<AdapterLoader>(base, *stub_, options_.loader)) {
+  if (stub_ == nullptr) return;
+  for (int i = 0; i < std::max(1, options_.loader_threads); ++i) {
+    threads_.emplace_back([this] { RunLoader(); });
+  }
+}
 
 AdapterRegistry::~AdapterRegistry() {
+  std::vector<std::shared_ptr<VersionWatch>> open;
   {
     absl::MutexLock lock(&mutex_);
     stopping_ = true;
+    open = std::move(to_cancel_);
     for (auto& [name, followed] : followed_) {
-      if (followed->watch_context != nullptr) followed->watch_context->TryCancel();
+      if (followed->watch != nullptr) open.push_back(followed->watch);
     }
   }
-  for (auto& [name, followed] : followed_) {
-    followed->watcher.join();
-    followed->loader.join();
-  }
-  for (auto& followed : retired_) {
-    followed->watcher.join();
-    followed->loader.join();
+  for (const auto& watch : open) watch->Cancel();
+  for (std::thread& thread : threads_) thread.join();
+  // Their callbacks hold this registry: every stream must have ended.
+  if (!watch_calls_.WaitUntilIdle(absl::Seconds(30))) {
+    spdlog::error("adapter watch streams still open 30 s after being cancelled");
   }
 }
 
@@ -107,15 +100,14 @@ void AdapterRegistry::Follow(const std::string& adapter, bool required) {
 }
 
 AdapterRegistry::Followed& AdapterRegistry::FollowLocked(const std::string& adapter) {
-  std::unique_ptr<Followed>& slot = followed_[adapter];
-  if (slot != nullptr) return *slot;
-  slot = std::make_unique<Followed>();
-  Followed& followed = *slot;
-  followed.name = adapter;
-  followed.backoff = options_.initial_backoff;
-  followed.watcher = std::thread([this, &followed] { Watch(followed); });
-  followed.loader = std::thread([this, &followed] { LoadLoop(followed); });
-  return followed;
+  std::shared_ptr<Followed>& slot = followed_[adapter];
+  if (slot == nullptr) {
+    slot = std::make_shared<Followed>();
+    slot->name = adapter;
+    slot->backoff = options_.initial_backoff;
+    slot->watch_backoff = options_.initial_backoff;
+  }
+  return *slot;
 }
 
 bool AdapterRegistry::Ready() const {
@@ -128,23 +120,12 @@ bool AdapterRegistry::Ready() const {
   return true;
 }
 
-bool AdapterRegistry::StoppedLocked(const Followed& followed) const {
-  return stopping_ || followed.retired;
-}
-
-bool AdapterRegistry::SleepUnlessStopped(const Followed& followed, absl::Duration duration) {
-  absl::MutexLock lock(&mutex_);
-  const auto stopped = [&] {
-    mutex_.AssertHeld();
-    return StoppedLocked(followed);
-  };
-  mutex_.AwaitWithTimeout(absl::Condition(&stopped), duration);
-  return !StoppedLocked(followed);
-}
-
 bool AdapterRegistry::IdleLocked(const Followed& followed, absl::Time now) const {
-  if (followed.required || now - followed.last_named < options_.unfollow_idle_after ||
-      followed.loading_version != 0 || !followed.staged.empty() || !followed.requested.empty()) {
+  if (followed.required) return false;
+  // Kept until a request waiting on its snapshot hears NOT_FOUND, or its client has gone.
+  if (followed.unknown) return now - followed.last_named > kUnknownKept;
+  if (now - followed.last_named < options_.unfollow_idle_after || followed.loading_version != 0 ||
+      !followed.staged.empty() || !followed.requested.empty()) {
     return false;
   }
   return std::none_of(followed.resident.begin(), followed.resident.end(),
@@ -153,158 +134,178 @@ bool AdapterRegistry::IdleLocked(const Followed& followed, absl::Time now) const
 
 void AdapterRegistry::RetireIdleLocked(absl::Time now) {
   for (auto it = followed_.begin(); it != followed_.end();) {
-    Followed& followed = *it->second;
-    if (!IdleLocked(followed, now)) {
+    if (!IdleLocked(*it->second, now)) {
       ++it;
       continue;
     }
-    spdlog::info("unfollowing adapter '{}': no request named it for {}", followed.name,
-                 absl::FormatDuration(now - followed.last_named));
-    followed.retired = true;
-    if (followed.watch_context != nullptr) followed.watch_context->TryCancel();
+    if (!it->second->unknown) {
+      spdlog::info("unfollowing adapter '{}': no request named it for {}", it->first,
+                   absl::FormatDuration(now - it->second->last_named));
+    }
+    RetireLocked(it++);
+  }
+}
+
+void AdapterRegistry::RetireLocked(std::map<std::string, std::shared_ptr<Followed>>::iterator it) {
+  Followed& followed = *it->second;
+  followed.retired = true;
+  if (followed.watch != nullptr) to_cancel_.push_back(std::move(followed.watch));
+  if (followed.current != nullptr) {
     auto& versions = RolloutMetrics::Get().adapter_version;
     versions.Remove(&versions.Add({{"adapter", followed.name}}));
-    retired_.push_back(std::move(it->second));
-    it = followed_.erase(it);
   }
-  std::erase_if(retired_, [](const std::unique_ptr<Followed>& followed) {
-    if (followed->threads_ended < 2) return false;
-    followed->watcher.join();  // Both have counted themselves out: these return at once.
-    followed->loader.join();
-    return true;
+  followed_.erase(it);  // A loader or stream callback still holding it finds it retired.
+}
+
+void AdapterRegistry::RunLoader() {
+  weight_store::AdapterFetcher fetcher(*stub_);
+  weight_store::FetchedAdapter fetched;  // Its memory is reused by every version's fetch.
+  while (true) {
+    LoaderWork work;
+    {
+      absl::MutexLock lock(&mutex_);
+      const auto has_work = [&] {
+        mutex_.AssertHeld();
+        return stopping_ || HasWorkLocked(absl::Now());
+      };
+      // Timed, so that a backoff that ends with no new event is noticed.
+      while (!mutex_.AwaitWithTimeout(absl::Condition(&has_work), options_.backoff_poll)) {
+      }
+      if (stopping_) return;
+      work = TakeWorkLocked(absl::Now());
+    }
+    for (const auto& watch : work.cancel) watch->Cancel();
+    if (work.watch != nullptr) StartWatch(work.watch);
+    if (work.load != nullptr) LoadVersion(work.load, work.load_version, fetcher, fetched);
+  }
+}
+
+bool AdapterRegistry::HasWorkLocked(absl::Time now) const {
+  if (!to_cancel_.empty()) return true;
+  return std::any_of(followed_.begin(), followed_.end(), [&](const auto& entry) {
+    const Followed& followed = *entry.second;
+    if (followed.watch == nullptr && !followed.unknown && now >= followed.rewatch_at) return true;
+    return followed.loading_version == 0 && NextLoad(followed) != 0 && now >= followed.retry_at;
   });
 }
 
-void AdapterRegistry::Watch(Followed& followed) {
-  ThreadEndCounter end_counter(mutex_, followed.threads_ended);
-  absl::Duration backoff = options_.initial_backoff;
-  while (true) {
-    grpc::ClientContext context;
-    {
-      absl::MutexLock lock(&mutex_);
-      if (StoppedLocked(followed)) return;
-      followed.watch_context = &context;
+AdapterRegistry::LoaderWork AdapterRegistry::TakeWorkLocked(absl::Time now) {
+  LoaderWork work;
+  work.cancel = std::move(to_cancel_);
+  to_cancel_.clear();
+  for (auto& [name, followed] : followed_) {
+    if (followed->watch == nullptr && !followed->unknown && now >= followed->rewatch_at) {
+      // Recorded before it starts, so that its callbacks find it.
+      followed->watch = VersionWatch::Create();
+      work.watch = followed;
+      return work;
     }
-    weightstore::v1::WatchVersionsRequest request;
-    request.set_adapter_name(followed.name);
-    auto reader = stub_->api().WatchVersions(&context, request);
-    weightstore::v1::WatchVersionsResponse response;
-    while (reader->Read(&response)) {
-      absl::MutexLock lock(&mutex_);
-      const int64_t version = response.version().version();
-      if (!followed.snapshot_received) followed.first_announced = version;
-      followed.snapshot_received = true;
-      if (version > followed.newest_announced) {
-        followed.newest_announced = version;
-        followed.announced_at[version] = absl::Now();
-      }
-      backoff = options_.initial_backoff;
-    }
-    const grpc::Status status = reader->Finish();
-    {
-      absl::MutexLock lock(&mutex_);
-      followed.watch_context = nullptr;
-      if (StoppedLocked(followed)) return;
-    }
-    spdlog::warn("watching adapter '{}' at weight-store ended ({}: {}); retrying in {}",
-                 followed.name, static_cast<int>(status.error_code()), status.error_message(),
-                 absl::FormatDuration(backoff));
-    if (!SleepUnlessStopped(followed, backoff)) return;
-    backoff = std::min(2 * backoff, options_.max_backoff);
   }
+  for (auto& [name, followed] : followed_) {
+    if (followed->loading_version != 0 || now < followed->retry_at) continue;
+    if (const int64_t version = NextLoad(*followed); version != 0) {
+      followed->loading_version = version;
+      followed->phase = rollout::v1::LOAD_PHASE_FETCHING;
+      work.load = followed;
+      work.load_version = version;
+      return work;
+    }
+  }
+  return work;
+}
+
+void AdapterRegistry::StartWatch(const std::shared_ptr<Followed>& followed) {
+  std::shared_ptr<VersionWatch> watch;
+  {
+    absl::MutexLock lock(&mutex_);
+    watch = followed->watch;
+  }
+  if (watch == nullptr) return;  // Retired meanwhile: its stream is cancelled, never opened.
+  Followed* raw = followed.get();
+  watch->Start(
+      stub_->api(), followed->name,
+      [this, raw](const weightstore::v1::WatchVersionsResponse& event) {
+        OnWatchEvent(*raw, event);
+      },
+      // The callbacks own the adapter's state until the stream has ended.
+      [this, followed, raw = watch.get()](const grpc::Status& status) {
+        OnWatchEnd(*followed, raw, status);
+      },
+      watch_calls_);
+}
+
+void AdapterRegistry::OnWatchEvent(Followed& followed,
+                                   const weightstore::v1::WatchVersionsResponse& event) {
+  absl::MutexLock lock(&mutex_);
+  const int64_t version = event.version().version();
+  if (!followed.snapshot_received) {
+    followed.snapshot_received = true;
+    followed.first_announced = version;
+    // A name weight-store does not know is not followed: the request naming it is answered
+    // NOT_FOUND, and nothing of it stays.
+    if (version == 0 && !event.upload_open() && !followed.required) {
+      followed.unknown = true;
+      if (followed.watch != nullptr) to_cancel_.push_back(followed.watch);
+      return;
+    }
+  }
+  if (version > followed.newest_announced) {
+    followed.newest_announced = version;
+    followed.announced_at[version] = absl::Now();
+  }
+  followed.watch_backoff = options_.initial_backoff;
+}
+
+void AdapterRegistry::OnWatchEnd(Followed& followed, const VersionWatch* watch,
+                                 const grpc::Status& status) {
+  absl::MutexLock lock(&mutex_);
+  if (followed.watch.get() == watch) followed.watch = nullptr;
+  if (stopping_ || followed.retired || followed.unknown) return;
+  spdlog::warn("watching adapter '{}' at weight-store ended ({}: {}); retrying in {}",
+               followed.name, static_cast<int>(status.error_code()), status.error_message(),
+               absl::FormatDuration(followed.watch_backoff));
+  followed.rewatch_at = absl::Now() + followed.watch_backoff;
+  followed.watch_backoff = std::min(2 * followed.watch_backoff, options_.max_backoff);
 }
 
 int64_t AdapterRegistry::NextLoad(const Followed& followed) const {
+  if (!followed.snapshot_received || followed.unknown) return 0;
   if (!followed.requested.empty()) return *followed.requested.begin();
   const int64_t have = std::max(followed.current_version(), followed.staged_version());
   return followed.newest_announced > have ? followed.newest_announced : 0;
 }
 
-void AdapterRegistry::LoadLoop(Followed& followed) {
-  ThreadEndCounter end_counter(mutex_, followed.threads_ended);
-  weight_store::AdapterFetcher fetcher(*stub_);
-  weight_store::FetchedAdapter fetched;  // Its memory is reused by every version's fetch.
+void AdapterRegistry::LoadVersion(const std::shared_ptr<Followed>& shared, int64_t version,
+                                  weight_store::AdapterFetcher& fetcher,
+                                  weight_store::FetchedAdapter& fetched) {
+  Followed& followed = *shared;
+  absl::StatusOr<std::shared_ptr<ServedModel>> loaded =
+      loader_->Load(followed.name, version, fetcher, fetched);
   absl::MutexLock lock(&mutex_);
-  while (true) {
-    const auto has_work = [&] {
-      mutex_.AssertHeld();
-      return StoppedLocked(followed) ||
-             (NextLoad(followed) != 0 && absl::Now() >= followed.retry_at);
-    };
-    // Timed, so that a backoff that ends with no new event is noticed.
-    while (!mutex_.AwaitWithTimeout(absl::Condition(&has_work), options_.backoff_poll)) {
-    }
-    if (StoppedLocked(followed)) return;
-    const int64_t version = NextLoad(followed);
-    const bool requested = followed.requested.contains(version);
-    followed.loading_version = version;
-    followed.phase = rollout::v1::LOAD_PHASE_FETCHING;
-    mutex_.Unlock();
-    absl::StatusOr<std::shared_ptr<ServedModel>> loaded =
-        Load(followed.name, version, fetcher, fetched);
-    mutex_.Lock();
-    followed.loading_version = 0;
-    if (loaded.ok()) {
-      followed.requested.erase(version);  // Staged now; ResolveExact waits for the swap.
-      followed.staged.push_back(*std::move(loaded));
-      followed.phase = rollout::v1::LOAD_PHASE_STAGED;
-      followed.backoff = options_.initial_backoff;
-      followed.retry_at = absl::InfinitePast();
-      if (on_staged_) on_staged_();
-      continue;
-    }
-    spdlog::warn("loading adapter '{}' version {} failed: {}", followed.name, version,
-                 loaded.status().ToString());
-    followed.phase =
-        followed.staged.empty() ? rollout::v1::LOAD_PHASE_IDLE : rollout::v1::LOAD_PHASE_STAGED;
-    followed.last_error = absl::StrCat("version ", version, ": ", loaded.status().ToString());
-    followed.last_error_time = absl::Now();
-    if (requested && IsPermanent(loaded.status())) {
-      followed.requested.erase(version);
-      followed.failed_requests[version] = loaded.status();
-    } else {
-      followed.retry_at = absl::Now() + followed.backoff;
-      followed.backoff = std::min(2 * followed.backoff, options_.max_backoff);
-    }
+  const bool requested = followed.requested.contains(version);
+  followed.loading_version = 0;
+  if (loaded.ok()) {
+    followed.requested.erase(version);  // Staged now; ResolveExact waits for the swap.
+    followed.staged.push_back(*std::move(loaded));
+    followed.phase = rollout::v1::LOAD_PHASE_STAGED;
+    followed.backoff = options_.initial_backoff;
+    followed.retry_at = absl::InfinitePast();
+    if (on_staged_) on_staged_();
+    return;
   }
-}
-
-absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::Load(
-    const std::string& adapter, int64_t version, weight_store::AdapterFetcher& fetcher,
-    weight_store::FetchedAdapter& fetched) {
-  weightstore::v1::GetManifestRequest request;
-  request.mutable_adapter()->set_adapter_name(adapter);
-  request.mutable_adapter()->set_exact_version(version);
-  weightstore::v1::GetManifestResponse manifest;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.fetch_timeout));
-  if (absl::Status status = FromGrpcStatus(stub_->api().GetManifest(&context, request, &manifest));
-      !status.ok()) {
-    return status;
+  spdlog::warn("loading adapter '{}' version {} failed: {}", followed.name, version,
+               loaded.status().ToString());
+  followed.phase =
+      followed.staged.empty() ? rollout::v1::LOAD_PHASE_IDLE : rollout::v1::LOAD_PHASE_STAGED;
+  followed.last_error = absl::StrCat("version ", version, ": ", loaded.status().ToString());
+  followed.last_error_time = absl::Now();
+  if (requested && IsPermanent(loaded.status())) {
+    followed.requested.erase(version);
+    followed.failed_requests[version] = loaded.status();
+  } else {
+    followed.retry_at = absl::Now() + followed.backoff;
+    followed.backoff = std::min(2 * followed.backoff, options_.max_backoff);
   }
-  if (absl::Status status = fetcher.FetchInto(adapter, version,
-                                              {.target = weight_store::EngineTargetLayout(),
-                                               .ucx = options_.ucx,
-                                               .holder = options_.holder,
-                                               .timeout = options_.fetch_timeout},
-                                              fetched);
-      !status.ok()) {
-    return status;
-  }
-  auto lora =
-      weight_store::AdapterFromFetched(base_model_.config(), manifest.manifest().lora(), fetched);
-  if (!lora.ok()) return lora.status();
-  auto model = std::make_shared<ServedModel>();
-  model->adapter = adapter;
-  model->version = version;
-  model->lora = std::make_unique<engine::LoraAdapter>(
-      // LoRA stays bf16 beside FP8 base weights, as inference engines apply it.
-      options_.precision == engine::Precision::kF32 ? *std::move(lora) : lora->RoundedToBf16());
-  absl::StatusOr<std::unique_ptr<engine::DecodeEngine>> engine =
-      options_.make_engine(base_model_, model->lora.get());
-  if (!engine.ok()) return engine.status();
-  model->engine = *std::move(engine);
-  return model;
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
@@ -315,11 +316,24 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
         "this replica has no weight-store (--weight_store), so it serves the base model only");
   }
   absl::MutexLock lock(&mutex_);
-  // Each followed adapter costs a watch stream and two threads until it is idle: a client
+  // Each followed adapter costs a watch stream and its versions until it is idle: a client
   // naming ever new adapters must not grow that without bound.
   if (!followed_.contains(selector.adapter_name())) RetireIdleLocked(absl::Now());
+  if (auto found = followed_.find(selector.adapter_name());
+      found != followed_.end() && found->second->unknown) {
+    RetireLocked(found);
+    return absl::NotFoundError(absl::StrCat("adapter '", selector.adapter_name(),
+                                            "' has no committed version in weight-store and no "
+                                            "upload open"));
+  }
   if (!followed_.contains(selector.adapter_name()) &&
       static_cast<int>(followed_.size()) >= options_.max_followed_adapters) {
+    // A slot held by a name weight-store has not answered for yet is free again in moments
+    // (most likely: a burst of names it does not know), so the request waits for it.
+    const bool probing = std::any_of(followed_.begin(), followed_.end(), [](const auto& entry) {
+      return !entry.second->required && (!entry.second->snapshot_received || entry.second->unknown);
+    });
+    if (probing) return nullptr;
     return absl::ResourceExhaustedError(absl::StrCat("this replica already follows ",
                                                      followed_.size(),
                                                      " adapters (--max_followed_adapters); "

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,13 +15,15 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/call_tracker.h"
 #include "engine/decode_engine.h"
 #include "engine/model.h"
+#include "services/rollout/adapter_loader.h"
 #include "services/rollout/sequence_batch.h"
 #include "services/rollout/served_model.h"
+#include "services/rollout/version_watch.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "tandem/rollout/v1/rollout.pb.h"
-#include "transfer/ucx_transport.h"
 
 namespace tandem::rollout {
 
@@ -28,32 +31,32 @@ struct AdapterRegistryOptions {
   // Versions of one adapter kept servable; older ones go once no sample uses them. The newest
   // version is always made servable, so the count is exceeded while all others are in use.
   int resident_versions = 3;
-  // Adapters a replica follows at most (each holds a watch stream and two threads); a request
-  // naming one more is RESOURCE_EXHAUSTED.
+  // Adapters a replica follows at most, those it is still asking weight-store about included
+  // (each holds a watch stream, no thread); a request naming one more is RESOURCE_EXHAUSTED.
   int max_followed_adapters = 64;
   // A followed adapter that no request has named for this long, with nothing loading, staged or
-  // in use, is unfollowed: its watch stream, threads, versions and metric series are released,
-  // so a replica serving one job after another never runs into max_followed_adapters. Adapters
-  // the replica was started with (Follow(..., required)) are kept.
+  // in use, is unfollowed: its watch stream, versions and metric series are released, so a
+  // replica serving one job after another never runs into max_followed_adapters. Adapters the
+  // replica was started with (Follow(..., required)) are kept.
   absl::Duration unfollow_idle_after = absl::Minutes(10);
-  engine::Precision precision = engine::Precision::kBF16;
-  // Makes each adapter version's engine (engine::MakeDecodeEngineMaker); must be set.
-  engine::DecodeEngineMaker make_engine;
-  // Fetch by UCX when set (and the store serves it); gRPC otherwise.
-  transfer::UcxWorker* ucx = nullptr;
-  std::string holder = "rollout";  // Lease holder name at the store.
+  // Threads that fetch and build adapter versions (and reopen ended watch streams), shared by
+  // all followed adapters: a replica's threads do not grow with the adapters it follows.
+  int loader_threads = 2;
+  AdapterLoaderOptions loader;
   absl::Duration initial_backoff = absl::Milliseconds(100);
-  // How often a loader waiting out a retry backoff looks whether it has ended.
+  // How often an idle loader thread looks whether a retry backoff has ended.
   absl::Duration backoff_poll = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(10);
-  absl::Duration fetch_timeout = absl::Minutes(2);
 };
 
-// The adapter versions a rollout replica serves. Per followed adapter, a watcher thread follows
-// weight-store's WatchVersions and a loader thread fetches new versions in the background into
-// staging (retrying failures with backoff while the old version keeps serving); staged versions
-// become servable only in PromoteStaged, which the scheduler calls between decode steps, so a
-// decode step never sees a half-loaded adapter. Thread-safe.
+// The adapter versions a rollout replica serves, in TF Serving's split: per followed adapter a
+// VersionWatch (the source) hears weight-store's commits; a small pool of loader threads
+// (AdapterLoader) fetches new versions in the background into staging, retrying failures with
+// backoff while the old version keeps serving; this class (the manager) keeps the resident
+// versions, and makes staged ones servable only in PromoteStaged, which the scheduler calls
+// between decode steps, so a decode step never sees a half-loaded adapter. An adapter is
+// followed only while weight-store knows it (a committed version, or an upload open): a request
+// naming any other gets NOT_FOUND and leaves nothing behind. Thread-safe.
 class AdapterRegistry final : public ServedModels {
  public:
   // `base` (already in the serving precision) must outlive the registry; `base_model` serves it
@@ -66,14 +69,15 @@ class AdapterRegistry final : public ServedModels {
 
   // Starts following an adapter (idempotent). `required`: the replica is not Ready until the
   // version weight-store announces first is servable (a restarted replica never serves stale
-  // weights).
+  // weights), and follows it even before weight-store knows it.
   void Follow(const std::string& adapter, bool required = false);
   bool Ready() const;
 
   // What `selector` (valid by ValidateAdapterSelector) resolves to now: a model; nullptr while
-  // it must wait (watch snapshot not in, version not loaded yet); or an error: NOT_FOUND (no
-  // committed version for "latest", exact version not in weight-store), FAILED_PRECONDITION (an
-  // adapter on a replica without weight-store).
+  // it must wait (watch snapshot not in, version not loaded yet); or an error: NOT_FOUND (an
+  // adapter weight-store does not know, no committed version for "latest", exact version not in
+  // weight-store), RESOURCE_EXHAUSTED (max_followed_adapters), FAILED_PRECONDITION (an adapter
+  // on a replica without weight-store).
   absl::StatusOr<std::shared_ptr<ServedModel>> TryResolve(
       const type::v1::AdapterSelector& selector) override;
   // The version new requests for `adapter` get; nullptr if none.
@@ -89,22 +93,32 @@ class AdapterRegistry final : public ServedModels {
 
  private:
   struct Followed;
+  // What a loader thread does next, taken under the lock and done outside it.
+  struct LoaderWork {
+    std::vector<std::shared_ptr<VersionWatch>> cancel;
+    std::shared_ptr<Followed> watch;  // Open its watch stream.
+    std::shared_ptr<Followed> load;   // Load load_version of it.
+    int64_t load_version = 0;
+  };
 
   Followed& FollowLocked(const std::string& adapter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   bool IdleLocked(const Followed& followed, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Unfollows idle adapters and joins the threads of earlier ones that have ended.
+  // Unfollows idle adapters and those weight-store does not know.
   void RetireIdleLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  bool StoppedLocked(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  void Watch(Followed& followed);
-  void LoadLoop(Followed& followed);
+  void RetireLocked(std::map<std::string, std::shared_ptr<Followed>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The loader threads' loop, and its steps.
+  void RunLoader();
+  bool HasWorkLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  LoaderWork TakeWorkLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void StartWatch(const std::shared_ptr<Followed>& followed);
+  void OnWatchEvent(Followed& followed, const weightstore::v1::WatchVersionsResponse& event);
+  void OnWatchEnd(Followed& followed, const VersionWatch* watch, const grpc::Status& status);
+  void LoadVersion(const std::shared_ptr<Followed>& followed, int64_t version,
+                   weight_store::AdapterFetcher& fetcher, weight_store::FetchedAdapter& fetched);
   // The version the loader should fetch next, or 0.
   int64_t NextLoad(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Fetches `version` into `fetched` (memory reused from version to version) and builds the
-  // model that serves it.
-  absl::StatusOr<std::shared_ptr<ServedModel>> Load(const std::string& adapter, int64_t version,
-                                                    weight_store::AdapterFetcher& fetcher,
-                                                    weight_store::FetchedAdapter& fetched);
   absl::StatusOr<std::shared_ptr<ServedModel>> ResolveExact(Followed& followed, int64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Drops versions beyond resident_versions that are not current, not in use and not in `keep`.
@@ -112,18 +126,19 @@ class AdapterRegistry final : public ServedModels {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   rollout::v1::AdapterStatus StatusOf(const Followed& followed) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  bool SleepUnlessStopped(const Followed& followed, absl::Duration duration);
 
-  engine::BaseModel& base_model_;
   const std::unique_ptr<weight_store::WeightStoreStubs> stub_;
   const AdapterRegistryOptions options_;
   const std::function<void()> on_staged_;
   const std::shared_ptr<ServedModel> base_;
+  const std::optional<AdapterLoader> loader_;  // With a weight-store.
+  CallTracker watch_calls_;                    // Open VersionWatch streams.
   mutable absl::Mutex mutex_;
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
-  std::map<std::string, std::unique_ptr<Followed>> followed_ ABSL_GUARDED_BY(mutex_);
-  // Unfollowed, their threads ending.
-  std::vector<std::unique_ptr<Followed>> retired_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, std::shared_ptr<Followed>> followed_ ABSL_GUARDED_BY(mutex_);
+  // Streams of unfollowed adapters, cancelled by a loader thread outside the lock.
+  std::vector<std::shared_ptr<VersionWatch>> to_cancel_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace tandem::rollout

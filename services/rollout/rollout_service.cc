@@ -122,14 +122,14 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
   base_model->engine = *std::move(base_engine);
   base_model->ready_time = absl::Now();
   AdapterRegistryOptions registry = o.registry;
-  registry.precision = o.precision;
-  registry.make_engine = *std::move(make_engine);
-  registry.holder = service->replica_id_;
+  registry.loader.precision = o.precision;
+  registry.loader.make_engine = *std::move(make_engine);
+  registry.loader.holder = service->replica_id_;
   if (o.enable_ucx && o.weight_store != nullptr) {
     auto ucx = transfer::UcxWorker::Create(o.ucx);
     if (ucx.ok()) {
       service->ucx_ = *std::move(ucx);
-      registry.ucx = service->ucx_.get();
+      registry.loader.ucx = service->ucx_.get();
     } else {
       spdlog::warn("UCX unavailable ({}); adapters are fetched over gRPC", ucx.status().ToString());
     }

@@ -17,7 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
-#include "common/process_memory.h"
+#include "common/process_status.h"
 #include "common/server.h"
 #include "common/testing/test_server.h"
 #include "engine/config.h"

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -346,6 +347,16 @@ weightstore::v1::VersionInfo AdapterStore::Newest(absl::string_view adapter) con
     return none;
   }
   return it->second.versions.rbegin()->second->Info();
+}
+
+bool AdapterStore::HasOpenUpload(absl::string_view adapter) const {
+  absl::MutexLock lock(&mutex_);
+  const absl::Time now = absl::Now();
+  return std::any_of(uploads_.begin(), uploads_.end(), [&](const auto& entry) {
+    const Upload& upload = *entry.second;
+    return upload.state == Upload::State::kOpen && !Expired(upload, now) &&
+           upload.manifest.adapter_name() == adapter;
+  });
 }
 
 int64_t AdapterStore::Watch(absl::string_view adapter,

@@ -66,6 +66,8 @@ class AdapterStore {
                                                                int64_t min_version) const;
   // The newest committed version (version 0 if none).
   weightstore::v1::VersionInfo Newest(absl::string_view adapter) const;
+  // Whether an upload of `adapter` is open (begun, not committed, aborted or expired).
+  bool HasOpenUpload(absl::string_view adapter) const;
 
   // Calls `listener` (on the committing thread, without store locks held) after each commit
   // of `adapter`, listeners in the order they were registered; returns an id for Unwatch.

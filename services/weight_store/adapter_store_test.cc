@@ -396,9 +396,12 @@ TEST_F(AdapterStoreTest, AbortFreesTheUpload) {
   const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 14);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
+  EXPECT_TRUE(store_->HasOpenUpload("job-1"));
+  EXPECT_FALSE(store_->HasOpenUpload("job-2"));
   ASSERT_TRUE(PutAll(begun->upload_id, adapter).ok());
   ASSERT_TRUE(store_->Abort(begun->upload_id).ok());
   EXPECT_EQ(store_->totals().open_uploads, 0);
+  EXPECT_FALSE(store_->HasOpenUpload("job-1"));
 
   absl::Status put = store_->Put(begun->upload_id, 0, 0, "x").status();
   EXPECT_TRUE(absl::IsFailedPrecondition(put)) << put;

@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/channel.h"
-#include "common/process_memory.h"
+#include "common/process_status.h"
 #include "common/server.h"
 #include "common/testing/test_server.h"
 #include "services/weight_store/client/adapter_client.h"

@@ -127,7 +127,10 @@ class WatchReactor final : public QueuedWriteReactor<weightstore::v1::WatchVersi
       sink->Write(Event(version, weightstore::v1::VERSION_EVENT_TYPE_COMMITTED));
     });
     if (registered_hook) registered_hook();  // Tests: commits land here, in the window.
-    sink()->Write(Event(store_.Newest(adapter), weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT));
+    weightstore::v1::WatchVersionsResponse snapshot =
+        Event(store_.Newest(adapter), weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
+    snapshot.set_upload_open(store_.HasOpenUpload(adapter));
+    sink()->Write(std::move(snapshot));
     open_id_ = open_.Add(sink());
   }
 

@@ -251,6 +251,7 @@ class WeightStoreServiceTest : public ::testing::Test {
     EXPECT_EQ(event.type(), weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
     EXPECT_EQ(event.version().version(), snapshot_version);
     EXPECT_EQ(event.version().has_commit_time(), snapshot_version > 0);
+    EXPECT_FALSE(event.upload_open());
     ASSERT_TRUE(Publish(next, /*by_ucx=*/true).ok());
     ASSERT_TRUE(reader->Read(&event));
     EXPECT_EQ(event.type(), weightstore::v1::VERSION_EVENT_TYPE_COMMITTED);
@@ -1011,6 +1012,33 @@ TEST_F(WeightStoreServiceTest, WatchSendsTheNewestThenEveryCommit) {
 // An adapter with no version yet is watched from a version-0 snapshot.
 TEST_F(WeightStoreServiceTest, WatchingAnAdapterWithNoVersionStartsAtVersionZero) {
   ExpectSnapshotThenCommit(transfer::MakeTestAdapter("job-new", 1, 79), /*snapshot_version=*/0);
+}
+
+// What a watcher learns of a name: version 0 and no open upload is a name the store does not
+// know; an open upload makes it known before its first commit.
+TEST_F(WeightStoreServiceTest, TheSnapshotSaysWhetherAnUploadIsOpen) {
+  const auto snapshot_of = [&](const std::string& adapter) {
+    grpc::ClientContext context;
+    weightstore::v1::WatchVersionsRequest request;
+    request.set_adapter_name(adapter);
+    auto reader = stub_->WatchVersions(&context, request);
+    weightstore::v1::WatchVersionsResponse event;
+    EXPECT_TRUE(reader->Read(&event));
+    context.TryCancel();
+    while (reader->Read(&event)) {
+    }
+    reader->Finish();
+    return event;
+  };
+  const transfer::TestAdapter first = transfer::MakeTestAdapter("job-first", 1, 21);
+  weightstore::v1::BeginPublishResponse begun;
+  ASSERT_TRUE(Begin(first.manifest, &begun).ok());
+  const weightstore::v1::WatchVersionsResponse publishing = snapshot_of("job-first");
+  EXPECT_EQ(publishing.version().version(), 0);
+  EXPECT_TRUE(publishing.upload_open());
+  const weightstore::v1::WatchVersionsResponse unknown = snapshot_of("job-nobody");
+  EXPECT_EQ(unknown.version().version(), 0);
+  EXPECT_FALSE(unknown.upload_open());
 }
 
 // The double-snapshot window: commits land while WatchVersions is between registering its

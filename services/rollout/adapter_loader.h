@@ -1,0 +1,51 @@
+#ifndef TANDEM_SERVICES_ROLLOUT_ADAPTER_LOADER_H_
+#define TANDEM_SERVICES_ROLLOUT_ADAPTER_LOADER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/decode_engine.h"
+#include "engine/model.h"
+#include "services/rollout/served_model.h"
+#include "services/weight_store/client/adapter_client.h"
+#include "transfer/ucx_transport.h"
+
+namespace tandem::rollout {
+
+struct AdapterLoaderOptions {
+  engine::Precision precision = engine::Precision::kBF16;
+  // Makes each adapter version's engine (engine::MakeDecodeEngineMaker); must be set.
+  engine::DecodeEngineMaker make_engine;
+  // Fetch by UCX when set (and the store serves it); gRPC otherwise.
+  transfer::UcxWorker* ucx = nullptr;
+  std::string holder = "rollout";  // Lease holder name at the store.
+  absl::Duration fetch_timeout = absl::Minutes(2);
+};
+
+// Fetches one adapter version from weight-store and builds the model that serves it (the
+// loader of AdapterRegistry, in TF Serving's terms). Thread-safe: each caller brings its own
+// fetcher and fetch memory.
+class AdapterLoader {
+ public:
+  // `base` (already in the serving precision) and `weight_store` must outlive the loader.
+  AdapterLoader(engine::BaseModel& base, const weight_store::WeightStoreStubs& weight_store,
+                AdapterLoaderOptions options)
+      : base_(base), weight_store_(weight_store), options_(std::move(options)) {}
+
+  // `fetched`'s memory is reused from one version to the next.
+  absl::StatusOr<std::shared_ptr<ServedModel>> Load(const std::string& adapter, int64_t version,
+                                                    weight_store::AdapterFetcher& fetcher,
+                                                    weight_store::FetchedAdapter& fetched) const;
+
+ private:
+  engine::BaseModel& base_;
+  const weight_store::WeightStoreStubs& weight_store_;
+  const AdapterLoaderOptions options_;
+};
+
+}  // namespace tandem::rollout
+
+#endif  // TANDEM_SERVICES_ROLLOUT_ADAPTER_LOADER_H_

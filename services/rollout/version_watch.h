@@ -1,0 +1,43 @@
+#ifndef TANDEM_SERVICES_ROLLOUT_VERSION_WATCH_H_
+#define TANDEM_SERVICES_ROLLOUT_VERSION_WATCH_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/call_tracker.h"
+#include "grpcpp/grpcpp.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
+
+namespace tandem::rollout {
+
+// One adapter's WatchVersions stream on gRPC's callback API: it holds an HTTP/2 stream and no
+// thread, so the threads of a replica do not grow with the adapters it follows (the source of
+// AdapterRegistry, in TF Serving's terms).
+class VersionWatch : public std::enable_shared_from_this<VersionWatch> {
+ public:
+  using OnEvent = std::function<void(const weightstore::v1::WatchVersionsResponse&)>;
+  using OnEnd = std::function<void(const grpc::Status&)>;
+
+  // Made first and started second, so that its owner can record it before any callback runs.
+  static std::shared_ptr<VersionWatch> Create() {
+    return std::shared_ptr<VersionWatch>(new VersionWatch());
+  }
+  // Opens the stream: `on_event` runs for each message, then `on_end` once with the stream's
+  // status, after which nothing runs; both on gRPC's threads, one at a time. `calls` counts the
+  // stream until `on_end` has returned (an owner waits for it before going away). At most once.
+  void Start(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& adapter,
+             OnEvent on_event, OnEnd on_end, CallTracker& calls);
+  // Ends the stream (`on_end` follows, CANCELLED); thread-safe, at any time, before Start too.
+  // Never call it holding a lock that the callbacks take: gRPC may run them inline.
+  void Cancel() { context_.TryCancel(); }
+
+ private:
+  class Reactor;
+  VersionWatch() = default;
+  grpc::ClientContext context_;
+};
+
+}  // namespace tandem::rollout
+
+#endif  // TANDEM_SERVICES_ROLLOUT_VERSION_WATCH_H_
