@@ -92,10 +92,10 @@ struct Scheduler::Finished {
 };
 
 Scheduler::Scheduler(ServedModels& models, std::unique_ptr<SequenceBatch> batch,
-                     router_replay::RouteAppender* appender, const engine::ModelConfig& model,
+                     router_replay::RouteSink* routes, const engine::ModelConfig& model,
                      SchedulerOptions options)
     : models_(models),
-      appender_(appender),
+      routes_(routes),
       options_(options),
       route_shape_{model.MoeLayerIndices(), model.top_k, model.num_experts},
       batch_(std::move(batch)),
@@ -469,9 +469,9 @@ void Scheduler::RecordRoutes(const Active& active, const engine::GeneratedSample
   SetRouteKey(key, response);
   const int64_t rows = static_cast<int64_t>(sample.tokens.size()) - 1;
   finished.route_error =
-      appender_ == nullptr
+      routes_ == nullptr
           ? absl::FailedPreconditionError("this replica has no router-replay (--router_replay)")
-          : appender_->Append(key, route_shape_, 0, rows, sample.routes.data(), /*seal=*/true);
+          : routes_->Append(key, route_shape_, 0, rows, sample.routes.data(), /*seal=*/true);
   if (finished.route_error.ok()) RolloutMetrics::Get().routes_rows_sent.Increment(rows);
   response.set_route_rows(rows);
   finished.key = std::move(key);
@@ -495,7 +495,7 @@ void Scheduler::Deliver() {
     if (finished.key.has_value()) {
       absl::Status routes = finished.route_error;
       if (routes.ok()) {
-        routes = appender_->WaitForRecord(*finished.key, absl::Now() + options_.route_ack_timeout);
+        routes = routes_->WaitForRecord(*finished.key, absl::Now() + options_.route_ack_timeout);
       }
       if (routes.ok()) {
         response.set_route_status(rollout::v1::ROUTE_STATUS_RECORDED);

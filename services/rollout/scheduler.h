@@ -16,7 +16,7 @@
 #include "engine/generator.h"
 #include "services/rollout/generation_work.h"
 #include "services/rollout/sequence_batch.h"
-#include "services/router_replay/client/route_appender.h"
+#include "services/router_replay/client/route_sink.h"
 
 namespace tandem::rollout {
 
@@ -47,10 +47,11 @@ struct SchedulerOptions {
 // ServedModels it is given, stepped by a SchedulerThread in the service and by hand in tests.
 class Scheduler {
  public:
-  // `appender` may be null when no router-replay is configured (recording requests then fail
-  // their routes, never silently). `model` gives the route shape.
+  // `routes` (router-replay's RouteAppender in the service) may be null when no router-replay is
+  // configured: recording requests then fail their routes, never silently. `model` gives the
+  // route shape.
   Scheduler(ServedModels& models, std::unique_ptr<SequenceBatch> batch,
-            router_replay::RouteAppender* appender, const engine::ModelConfig& model,
+            router_replay::RouteSink* routes, const engine::ModelConfig& model,
             SchedulerOptions options);
   // Fails requests still waiting with UNAVAILABLE and drops active samples. Stop the
   // SchedulerThread first.
@@ -107,7 +108,7 @@ class Scheduler {
   void UpdateGauges();
 
   ServedModels& models_;
-  router_replay::RouteAppender* const appender_;
+  router_replay::RouteSink* const routes_;
   const SchedulerOptions options_;
   const router_replay::RouteShape route_shape_;
 

@@ -15,6 +15,7 @@
 #include "engine/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/router_replay/client/testing/fake_route_sink.h"
 
 namespace tandem::rollout {
 namespace {
@@ -25,9 +26,15 @@ using ::testing::HasSubstr;
 constexpr int64_t kBytesPerPosition = 10;
 
 // Sequences whose every step appends last token + 1; one finishes after max_new_tokens
-// (LENGTH) or on a stop token (STOP). Records which model each step ran on.
+// (LENGTH) or on a stop token (STOP). Records which model each step ran on. A finished sample
+// carries routes as the engine captures them: one row per forwarded position (prompt +
+// generated − 1), row r's ids RouteId(r, j).
 class FakeBatch final : public SequenceBatch {
  public:
+  explicit FakeBatch(int64_t route_ids_per_row) : route_ids_per_row_(route_ids_per_row) {}
+
+  static int16_t RouteId(int64_t row, int64_t j) { return static_cast<int16_t>((row * 7 + j) % 8); }
+
   struct Sequence {
     engine::GenerationRequest request;
     engine::GeneratedSample sample;
@@ -127,10 +134,16 @@ class FakeBatch final : public SequenceBatch {
     }
   }
   void Finish(int id) {
-    finished_.emplace_back(id, std::move(sequences_.at(id).sample));
+    engine::GeneratedSample& sample = sequences_.at(id).sample;
+    const int64_t rows = static_cast<int64_t>(sample.tokens.size()) - 1;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < route_ids_per_row_; ++j) sample.routes.push_back(RouteId(r, j));
+    }
+    finished_.emplace_back(id, std::move(sample));
     sequences_.erase(id);
   }
 
+  const int64_t route_ids_per_row_;
   int next_id_ = 0;
   int steps_ = 0;
   int admissions_ = 0;
@@ -181,11 +194,33 @@ struct Outcome {
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  void Start(SchedulerOptions options) {
-    auto batch = std::make_unique<FakeBatch>();
+  // `routes`: where recorded routes go (null: no router-replay).
+  void Start(SchedulerOptions options, router_replay::RouteSink* routes = nullptr) {
+    auto batch = std::make_unique<FakeBatch>(RouteShapeOfModel().ids_per_row());
     batch_ = batch.get();
-    scheduler_ = std::make_unique<Scheduler>(models_, std::move(batch), /*appender=*/nullptr,
+    scheduler_ = std::make_unique<Scheduler>(models_, std::move(batch), routes,
                                              engine::DefaultModelConfig(), options);
+  }
+
+  static router_replay::RouteShape RouteShapeOfModel() {
+    const engine::ModelConfig model = engine::DefaultModelConfig();
+    return {model.MoeLayerIndices(), model.top_k, model.num_experts};
+  }
+
+  // A request recording its routes for job-1.
+  std::shared_ptr<GenerationWork> RecordingWork(const std::string& id, int prompts, int group,
+                                                Outcome& outcome) {
+    auto work = Work(id, prompts, group, /*prompt_length=*/2, /*max_new_tokens=*/3, outcome);
+    work->request.mutable_routes()->set_enabled(true);
+    work->request.mutable_routes()->set_job_id("job-1");
+    return work;
+  }
+
+  // Steps until the requests submitted so far have run to the end.
+  void RunUntilIdle() {
+    do {
+      scheduler_->RunStep();
+    } while (batch_->active() > 0);
   }
 
   // A request of `prompts` prompts of `prompt_length` tokens, `group` samples each.
@@ -239,6 +274,7 @@ class SchedulerTest : public ::testing::Test {
   Outcome& NewOutcome() { return outcomes_.emplace_back(); }
 
   std::list<Outcome> outcomes_;
+  router_replay::testing::FakeRouteSink routes_;
   FakeModels models_;
   FakeBatch* batch_ = nullptr;
   std::unique_ptr<Scheduler> scheduler_;
@@ -475,6 +511,80 @@ TEST_F(SchedulerTest, RecordingRoutesWithoutARouterReplayFailsTheRoutesNotTheSam
   EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_FAILED);
   EXPECT_THAT(samples[0].route_error(), HasSubstr("--router_replay"));
   EXPECT_EQ(samples[0].route_key().sample_id(), "p0/0");
+}
+
+// Each sample's routes go to the sink under its own record key, all its rows (prompt + generated
+// − 1) as the engine captured them, sealed; the sample says RECORDED once they are acknowledged.
+TEST_F(SchedulerTest, EachSampleRecordsItsRoutesUnderItsKeySealedAndAcknowledged) {
+  Start({}, &routes_);
+  Outcome& outcome = NewOutcome();
+  ASSERT_TRUE(Submit(RecordingWork("r", 2, 2, outcome)).ok());
+  RunUntilIdle();
+  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 4);
+  ASSERT_EQ(samples.size(), 4u);
+  const router_replay::RouteShape shape = RouteShapeOfModel();
+  const std::map<std::string, router_replay::testing::FakeRouteSink::Record> records =
+      routes_.records();
+  ASSERT_EQ(records.size(), 4u);
+  for (const rollout::v1::GenerateResponse& sample : samples) {
+    EXPECT_EQ(sample.route_status(), rollout::v1::ROUTE_STATUS_RECORDED) << sample.route_error();
+    const int64_t rows = sample.token_ids_size() + 2 - 1;  // Prompt of 2, then the generated.
+    EXPECT_EQ(sample.route_rows(), rows);
+    EXPECT_EQ(sample.route_key().job_id(), "job-1");
+    EXPECT_EQ(sample.route_key().sample_id(),
+              absl::StrCat("p", sample.prompt_index(), "/", sample.sample_index()));
+    const router_replay::RecordKey key{.job_id = "job-1",
+                                       .policy_version = sample.adapter_version(),
+                                       .sample_id = sample.route_key().sample_id()};
+    const auto record = records.find(router_replay::EncodeRecordKey(key));
+    ASSERT_NE(record, records.end()) << key.sample_id;
+    EXPECT_TRUE(record->second.sealed);
+    EXPECT_EQ(record->second.shape, shape);
+    ASSERT_EQ(static_cast<int64_t>(record->second.rows.size()), rows * shape.ids_per_row());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < shape.ids_per_row(); ++j) {
+        EXPECT_EQ(record->second.rows[r * shape.ids_per_row() + j], FakeBatch::RouteId(r, j));
+      }
+    }
+  }
+}
+
+// Routes router-replay refused or lost fail the routes, with the reason, never the sample.
+TEST_F(SchedulerTest, RoutesTheSinkRefusesOrLosesFailTheRoutesNotTheSample) {
+  Start({}, &routes_);
+  routes_.FailAppends(absl::ResourceExhaustedError("route buffer full for 200ms"));
+  Outcome& refused = NewOutcome();
+  ASSERT_TRUE(Submit(RecordingWork("refused", 1, 1, refused)).ok());
+  RunUntilIdle();
+  std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(refused, 1);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_FAILED);
+  EXPECT_THAT(samples[0].route_error(), HasSubstr("route buffer full"));
+  EXPECT_EQ(samples[0].route_rows(), 0);
+  EXPECT_EQ(samples[0].finish_reason(), rollout::v1::FINISH_REASON_LENGTH);
+
+  routes_.FailAppends(absl::OkStatus());
+  routes_.FailAcknowledgements(absl::UnavailableError("router-replay went away"));
+  Outcome& lost = NewOutcome();
+  ASSERT_TRUE(Submit(RecordingWork("lost", 1, 1, lost)).ok());
+  RunUntilIdle();
+  samples = AwaitSamples(lost, 1);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_FAILED);
+  EXPECT_THAT(samples[0].route_error(), HasSubstr("router-replay went away"));
+  EXPECT_EQ(samples[0].token_ids_size(), 3);
+}
+
+// A request that does not ask for its routes sends none.
+TEST_F(SchedulerTest, RoutesNotRequestedAreNotRecorded) {
+  Start({}, &routes_);
+  Outcome& outcome = NewOutcome();
+  ASSERT_TRUE(Submit(Work("plain", 1, 1, 2, 2, outcome)).ok());
+  RunUntilIdle();
+  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
+  EXPECT_TRUE(routes_.records().empty());
 }
 
 }  // namespace

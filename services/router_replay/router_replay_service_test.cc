@@ -221,7 +221,7 @@ TEST_F(RouterReplayServiceTest, AppenderReportsTheRecordThatFailedAndKeepsTheOth
   RouteAppender appender(*channel_);
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 6, 20);
   const std::vector<int16_t> other = SyntheticRoutes(shape_, 6, 21);
-  ASSERT_TRUE(appender.Append(Key("bad"), shape_, 0, 6, rows.data()).ok());
+  ASSERT_TRUE(appender.Append(Key("bad"), shape_, 0, 6, rows.data(), /*seal=*/false).ok());
   ASSERT_TRUE(appender.Flush(absl::Now() + absl::Seconds(20)).ok());
   ASSERT_TRUE(appender.Append(Key("good"), shape_, 0, 6, rows.data(), true).ok());
   ASSERT_TRUE(appender.Append(Key("bad"), shape_, 0, 6, other.data(), true).ok());  // Conflicts.
@@ -229,7 +229,7 @@ TEST_F(RouterReplayServiceTest, AppenderReportsTheRecordThatFailedAndKeepsTheOth
   const absl::Status failed = appender.WaitForRecord(Key("bad"), absl::Now() + absl::Seconds(20));
   EXPECT_EQ(failed.code(), absl::StatusCode::kAborted);
   EXPECT_THAT(failed.message(), HasSubstr("differs from stored rows at row 0"));
-  EXPECT_EQ(appender.Append(Key("bad"), shape_, 6, 1, rows.data()).code(),
+  EXPECT_EQ(appender.Append(Key("bad"), shape_, 6, 1, rows.data(), /*seal=*/false).code(),
             absl::StatusCode::kAborted);
   EXPECT_EQ(appender.Flush(absl::Now() + absl::Seconds(20)).code(), absl::StatusCode::kAborted);
 }
@@ -267,14 +267,14 @@ TEST(RouteAppenderTest, AHungServiceFailsRecordsAndAFullBufferPushesBack) {
   const RouteShape shape{.layers = {0}, .top_k = 3, .num_experts = 8};
   const std::vector<int16_t> rows = SyntheticRoutes(shape, 100, 1);  // 600 bytes.
   const RecordKey key{.job_id = "j", .policy_version = 1, .sample_id = "s"};
-  ASSERT_TRUE(appender.Append(key, shape, 0, 100, rows.data()).ok());
-  const absl::Status full = appender.Append(key, shape, 100, 100, rows.data());
+  ASSERT_TRUE(appender.Append(key, shape, 0, 100, rows.data(), /*seal=*/false).ok());
+  const absl::Status full = appender.Append(key, shape, 100, 100, rows.data(), /*seal=*/false);
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(full.message(), HasSubstr("route buffer full"));
   const absl::Status failed = appender.WaitForRecord(key, absl::Now() + absl::Seconds(30));
   EXPECT_TRUE(absl::IsDeadlineExceeded(failed) || absl::IsUnavailable(failed)) << failed;
   EXPECT_EQ(appender.buffered_bytes(), 0);
-  EXPECT_EQ(appender.Append({.job_id = "bad id"}, shape, 0, 1, rows.data()).code(),
+  EXPECT_EQ(appender.Append({.job_id = "bad id"}, shape, 0, 1, rows.data(), /*seal=*/false).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

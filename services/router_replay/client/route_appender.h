@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "services/router_replay/client/record_key.h"
+#include "services/router_replay/client/route_sink.h"
 #include "services/router_replay/client/route_wire.h"
 #include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
 
@@ -40,21 +41,15 @@ struct RouteAppenderOptions {
 // Rollout's side of router-replay: queues route rows from the decode loop and sends them on a
 // background thread in batched client streams, so decode never waits on the network. Records
 // that fail are reported by WaitForRecord, never dropped silently. Thread-safe.
-class RouteAppender {
+class RouteAppender final : public RouteSink {
  public:
   RouteAppender(std::shared_ptr<grpc::Channel> channel, RouteAppenderOptions options = {});
-  ~RouteAppender();  // Sends what is queued (with the usual retries), then stops.
+  ~RouteAppender() override;  // Sends what is queued (with the usual retries), then stops.
 
-  // Queues (copies) rows [first_row, first_row + num_rows) of a record, [num_rows, layers,
-  // top_k], sealing it after them when `seal`. Errors: INVALID_ARGUMENT for a bad key or shape,
-  // RESOURCE_EXHAUSTED when the buffer stayed full for max_block, and the record's own error
-  // if an earlier chunk of it already failed.
+  // RouteSink; Append is RESOURCE_EXHAUSTED when the buffer stayed full for max_block.
   absl::Status Append(const RecordKey& key, const RouteShape& shape, int64_t first_row,
-                      int64_t num_rows, const int16_t* rows, bool seal = false);
-
-  // Waits until every chunk queued so far for the record is durable in router-replay; returns
-  // OK, or the error that failed the record, or DEADLINE_EXCEEDED.
-  absl::Status WaitForRecord(const RecordKey& key, absl::Time deadline);
+                      int64_t num_rows, const int16_t* rows, bool seal) override;
+  absl::Status WaitForRecord(const RecordKey& key, absl::Time deadline) override;
 
   // Waits until everything queued so far is durable; returns the first record error, if any.
   absl::Status Flush(absl::Time deadline);
