@@ -873,7 +873,7 @@ TEST_F(RolloutServiceTest, ABurstOfUnknownAdaptersLeavesNothingBehind) {
 
 // Following many real adapters costs streams and memory, not threads.
 TEST_F(RolloutServiceTest, FollowingManyAdaptersAddsNoThreads) {
-  constexpr int kAdapters = 16;
+  constexpr int kAdapters = 64;  // --max_followed_adapters by default.
   for (int i = 0; i < kAdapters; ++i) Publish(1, absl::StrCat("job-", i));
   StartRollout(DefaultOptions());
   rollout::v1::GenerateRequest warm = Request("warm", 1, 1, 2);
