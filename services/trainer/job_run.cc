@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/channel.h"
+#include "common/clock.h"
 #include "common/counting_communicator.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -35,6 +36,8 @@
 #include "services/trainer/rank_agreement.h"
 #include "services/trainer/service_endpoints.h"
 #include "services/trainer/sharded_publish.h"
+#include "services/trainer/step_sampler.h"
+#include "services/trainer/store_outage.h"
 #include "services/trainer/task_source.h"
 #include "services/trainer/version_pin.h"
 #include "services/weight_store/client/adapter_client.h"
@@ -62,11 +65,6 @@ absl::StatusOr<std::unique_ptr<typename Service::StubInterface>> Dial(
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
 absl::Status Cancelled() { return absl::CancelledError("job cancelled"); }
-
-// The longest wait between two tries of a store that is restarting.
-constexpr absl::Duration kMaxStoreBackoff = absl::Seconds(5);
-// How often a run waiting out a store's backoff looks whether it was cancelled.
-constexpr absl::Duration kCancelCheckInterval = absl::Milliseconds(50);
 
 // A non-finite loss, gradient norm or LoRA parameter fails the step: training on would publish
 // a broken adapter and end the job SUCCEEDED.
@@ -174,14 +172,6 @@ void SayStatus(const JobProgress& progress, const std::string& status) {
   if (progress.on_status) progress.on_status(status);
 }
 
-// One step's samples as this rank generated them, and how they scored (sums over them).
-struct StepSamples {
-  std::vector<rollout::v1::GenerateResponse> responses;  // prompt-major
-  std::vector<TrainingSample> training;
-  double correct = 0, reward = 0, length = 0, truncated = 0;
-  double partial = 0;  // Samples that switched to a newer version mid-generation.
-};
-
 // What one rank's share of a step adds up to: gathered from every rank into the step's metrics.
 enum Tally {
   kSamples,
@@ -277,23 +267,11 @@ class JobRun {
   absl::StatusOr<std::vector<float>> GatherTallies(const StepSamples& samples,
                                                    int64_t missing_route_entries,
                                                    int64_t route_entries);
-  // Calls `call` (with its attempt number) until it returns anything but UNAVAILABLE or
-  // RESOURCE_EXHAUSTED, `store` has been unavailable for longer than the environment's
-  // store_outage_budget, or the run is cancelled (CANCELLED).
+  // trainer::RideOutOutage with the environment's backoff and outage budget.
   absl::Status RideOutOutage(absl::string_view store,
                              const std::function<absl::Status(int attempt)>& call);
   absl::Status Publish(int64_t version, int64_t step);
   absl::Status AwaitSwap(int64_t version);
-  absl::StatusOr<StepSamples> Generate(int64_t step, int64_t version);
-  // One attempt at a step's samples from every replica (SampleFanOut), prompt-major, for the
-  // prompts' ids.
-  absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> RequestSamples(
-      int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompts);
-  // The request for this rank's prompts [first, end) of a step, which keep their step-wide ids
-  // (own_groups_).
-  rollout::v1::GenerateRequest GenerateRequestFor(int64_t step, int64_t version, int attempt,
-                                                  int first, int end,
-                                                  const std::vector<std::vector<int>>& prompt_ids);
   // The routes of this rank's samples; counts the route entries missing (routed live) of all.
   absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
                                                    int64_t* missing_entries, int64_t* entries);
@@ -325,6 +303,7 @@ class JobRun {
   CheckpointOwner owner_;                         // What the run's checkpoints record.
   const std::atomic<bool>* cancelled_ = nullptr;  // Set by Run.
   rollout::SampleFanOut fan_out_;  // The step's Generate calls, cancelled when the run ends.
+  std::unique_ptr<StepSampler> sampler_;  // After Init.
 };
 
 absl::Status JobRun::Init() {
@@ -386,6 +365,20 @@ absl::Status JobRun::Init() {
   for (size_t i = 0; i < share->size(); i += spec_.group_size()) {
     own_groups_.push_back((*share)[i] / spec_.group_size());
   }
+  std::vector<rollout::ReplicaStub> replicas_to_sample;
+  for (size_t r = 0; r < rollouts_.size(); ++r) {
+    replicas_to_sample.push_back({.address = rollout_addresses_[r], .stub = rollouts_[r].get()});
+  }
+  sampler_ = std::make_unique<StepSampler>(
+      StepSamplerConfig{.job_id = job_.id(),
+                        .spec = &spec_,
+                        .own_groups = own_groups_,
+                        .data_parallel_rank = dp_rank_,
+                        .record_routes = router_replay_ != nullptr,
+                        .attempts = environment_.generate_attempts,
+                        .retry_backoff = environment_.retry_backoff,
+                        .rpc_timeout = environment_.rpc_timeout},
+      *task_, *codec_, std::move(replicas_to_sample), fan_out_, Clock::Real());
   auto checkpoint = StartingCheckpoint();
   if (!checkpoint.ok()) return checkpoint.status();
   if (checkpoint->has_value()) {
@@ -650,31 +643,10 @@ absl::StatusOr<int64_t> JobRun::NewestVersion() {
 
 absl::Status JobRun::RideOutOutage(absl::string_view store,
                                    const std::function<absl::Status(int attempt)>& call) {
-  const absl::Time start = absl::Now();
-  absl::Duration backoff = std::min(environment_.retry_backoff, kMaxStoreBackoff);
-  for (int attempt = 0;; ++attempt) {
-    if (*cancelled_) return Cancelled();
-    absl::Status status = call(attempt);
-    // UNAVAILABLE: restarting or unreachable; RESOURCE_EXHAUSTED: a full disk or a busy store
-    // (router-replay's stream limit), both expected to pass.
-    if (!absl::IsUnavailable(status) && !absl::IsResourceExhausted(status)) return status;
-    const absl::Duration down = absl::Now() - start;
-    if (down + backoff > environment_.store_outage_budget) {
-      return absl::Status(
-          status.code(),
-          absl::StrCat(store, " unavailable for ",
-                       absl::FormatDuration(absl::Trunc(down, absl::Seconds(1))),
-                       " (outage budget ", absl::FormatDuration(environment_.store_outage_budget),
-                       "): ", status.message()));
-    }
-    spdlog::warn("job {}: {} unavailable ({}); retrying in {}", job_.id(), store, status.message(),
-                 absl::FormatDuration(backoff));
-    // Sliced, so a cancel does not wait out the backoff.
-    for (absl::Time until = absl::Now() + backoff; absl::Now() < until && !*cancelled_;) {
-      absl::SleepFor(std::min(until - absl::Now(), kCancelCheckInterval));
-    }
-    backoff = std::min(backoff * 2, kMaxStoreBackoff);
-  }
+  return trainer::RideOutOutage(
+      store,
+      {.initial_backoff = environment_.retry_backoff, .budget = environment_.store_outage_budget},
+      *cancelled_, Clock::Real(), call);
 }
 
 absl::Status JobRun::Publish(int64_t version, int64_t step) {
@@ -733,98 +705,6 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
     }
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> JobRun::RequestSamples(
-    int64_t step, int64_t version, int attempt, const std::vector<std::vector<int>>& prompt_ids) {
-  std::vector<rollout::ReplicaStub> replicas;
-  for (size_t r = 0; r < rollouts_.size(); ++r) {
-    replicas.push_back({.address = rollout_addresses_[r], .stub = rollouts_[r].get()});
-  }
-  const rollout::FanOutCall call{
-      .num_prompts = static_cast<int>(prompt_ids.size()),
-      .group_size = spec_.group_size(),
-      .request_id_prefix =
-          absl::StrCat(job_.id(), "-s", step, "-v", version, "-d", dp_rank_, "-a", attempt),
-      .timeout = environment_.rpc_timeout};
-  return fan_out_.Generate(replicas, call, [&](int first, int end) {
-    return GenerateRequestFor(step, version, attempt, first, end, prompt_ids);
-  });
-}
-
-rollout::v1::GenerateRequest JobRun::GenerateRequestFor(
-    int64_t step, int64_t version, int attempt, int first, int end,
-    const std::vector<std::vector<int>>& prompt_ids) {
-  rollout::v1::GenerateRequest request;
-  for (int p = first; p < end; ++p) {
-    rollout::v1::Prompt& prompt = *request.add_prompts();
-    prompt.mutable_token_ids()->mutable_ids()->Add(prompt_ids[p].begin(), prompt_ids[p].end());
-    prompt.set_prompt_id(absl::StrCat("s", step, ".p", own_groups_[p]));
-  }
-  request.set_group_size(spec_.group_size());
-  *request.mutable_sampling() = spec_.sampling();
-  // The rollout seeds a request's samples by their index in it; a request's seed of its first
-  // prompt's step-wide number keeps every request's streams apart (across replicas and ranks).
-  request.mutable_sampling()->set_seed(
-      engine::MixSeed(engine::MixSeed(spec_.seed(), step), own_groups_[first]));
-  request.mutable_adapter()->set_adapter_name(spec_.adapter_name());
-  request.mutable_adapter()->set_exact_version(version);
-  request.set_allow_version_switch(spec_.partial_rollouts());
-  if (router_replay_ != nullptr) {
-    request.mutable_routes()->set_enabled(true);
-    request.mutable_routes()->set_job_id(job_.id());
-    request.mutable_routes()->set_attempt(attempt);  // A retry never overwrites routes.
-  }
-  return request;
-}
-
-absl::StatusOr<StepSamples> JobRun::Generate(int64_t step, int64_t version) {
-  const int group = spec_.group_size();
-  const std::vector<engine::Sample> problems = engine::GeneratePrompts(
-      *task_, spec_.prompts_per_step(), engine::MixSeed(spec_.seed(), step));
-  std::vector<std::vector<int>> prompts;
-  for (const int own : own_groups_) {
-    auto ids = codec_->EncodePrompt(problems[own].prompt);
-    if (!ids.ok()) return ids.status();
-    prompts.push_back(*std::move(ids));
-  }
-  // A replica that restarts or is briefly unreachable costs a retry of the step's generation,
-  // not the job.
-  absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> responses;
-  absl::Duration backoff = environment_.retry_backoff;
-  for (int attempt = 0;; ++attempt) {
-    responses = RequestSamples(step, version, attempt, prompts);
-    if (responses.ok() || !absl::IsUnavailable(responses.status()) ||
-        attempt + 1 >= environment_.generate_attempts || Abandoned()) {
-      break;
-    }
-    spdlog::warn("job {} step {}: {}; retrying in {}", job_.id(), step,
-                 responses.status().ToString(), absl::FormatDuration(backoff));
-    absl::SleepFor(backoff);
-    backoff *= 2;
-  }
-  if (!responses.ok()) return responses.status();
-  StepSamples samples;
-  samples.responses = *std::move(responses);
-  for (size_t i = 0; i < samples.responses.size(); ++i) {
-    const rollout::v1::GenerateResponse& response = samples.responses[i];
-    const int own = own_groups_[i / group];
-    const engine::Sample& problem = problems[own];
-    TrainingSample& sample = samples.training.emplace_back();
-    sample.prompt = prompts[i / group];
-    sample.response.assign(response.token_ids().begin(), response.token_ids().end());
-    sample.rollout_logprobs.assign(response.logprobs().begin(), response.logprobs().end());
-    sample.group = own;
-    sample.reward = task_->Reward(problem.prompt, codec_->DecodeCompletion(sample.response));
-    sample.truncated = response.finish_reason() == rollout::v1::FINISH_REASON_LENGTH;
-    samples.correct += sample.reward >= 1;
-    samples.reward += sample.reward;
-    samples.length += static_cast<double>(sample.response.size());
-    samples.truncated += sample.truncated;
-    const auto& versions = response.token_adapter_versions();
-    samples.partial += !versions.empty() && versions[versions.size() - 1] > versions[0];
-  }
-  return samples;
 }
 
 absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samples,
@@ -906,7 +786,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
       samples = ahead.front().samples.get();
       ahead.pop_front();
     } else {
-      samples = Generate(step, version);
+      samples = sampler_->Generate(step, version);
     }
     metrics.set_min_rollout_version(rollout_version);
     metrics.set_generation_seconds(SecondsSince(step_start));
@@ -917,9 +797,10 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
       std::shared_ptr<VersionPin> pin =
           VersionPin::Take(*weight_store_, spec_.adapter_name(), version,
                            absl::StrCat("trainer/", job_.id()), environment_.rpc_timeout);
-      ahead.push_back({next, version,
-                       std::async(std::launch::async,
-                                  [this, next, v = version, pin] { return Generate(next, v); })});
+      ahead.push_back(
+          {next, version, std::async(std::launch::async, [this, next, v = version, pin] {
+             return sampler_->Generate(next, v);
+           })});
     }
 
     std::vector<int16_t> routes;
