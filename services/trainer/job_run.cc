@@ -27,6 +27,7 @@
 #include "engine/text/text_codec.h"
 #include "services/rollout/client/sample_fan_out.h"
 #include "services/rollout/client/sampling_rules.h"
+#include "services/rollout/client/version_swap.h"
 #include "services/router_replay/client/replay_fetch.h"
 #include "services/trainer/checkpoint.h"
 #include "services/trainer/data_parallel_share.h"
@@ -36,6 +37,7 @@
 #include "services/trainer/rank_agreement.h"
 #include "services/trainer/service_endpoints.h"
 #include "services/trainer/sharded_publish.h"
+#include "services/trainer/step_metrics.h"
 #include "services/trainer/step_sampler.h"
 #include "services/trainer/store_outage.h"
 #include "services/trainer/task_source.h"
@@ -172,41 +174,6 @@ void SayStatus(const JobProgress& progress, const std::string& status) {
   if (progress.on_status) progress.on_status(status);
 }
 
-// What one rank's share of a step adds up to: gathered from every rank into the step's metrics.
-enum Tally {
-  kSamples,
-  kResponseTokens,
-  kCorrect,
-  kReward,
-  kLength,
-  kTruncated,
-  kPartial,
-  kMissingRouteEntries,
-  kRouteEntries,
-  kTallies
-};
-
-// The step's sample metrics and each rank's share, from every rank's tallies (rank-major).
-void SetSampleMetrics(const std::vector<float>& tallies, trainer::v1::StepMetrics& metrics) {
-  std::vector<double> sums(kTallies, 0);
-  for (size_t rank = 0; rank * kTallies < tallies.size(); ++rank) {
-    const float* tally = tallies.data() + rank * kTallies;
-    for (int t = 0; t < kTallies; ++t) sums[t] += tally[t];
-    trainer::v1::RankShare& share = *metrics.add_ranks();
-    share.set_rank(static_cast<int>(rank));
-    share.set_samples(static_cast<int64_t>(tally[kSamples]));
-    share.set_response_tokens(static_cast<int64_t>(tally[kResponseTokens]));
-  }
-  const double samples = std::max(1.0, sums[kSamples]);
-  metrics.set_accuracy(sums[kCorrect] / samples);
-  metrics.set_reward_mean(sums[kReward] / samples);
-  metrics.set_response_length_mean(sums[kLength] / samples);
-  metrics.set_truncated_share(sums[kTruncated] / samples);
-  metrics.set_partial_rollout_share(sums[kPartial] / samples);
-  metrics.set_missing_route_share(
-      sums[kRouteEntries] > 0 ? sums[kMissingRouteEntries] / sums[kRouteEntries] : 0);
-}
-
 class JobRun {
  public:
   // Rank 0 of the job (of one rank, or leading several) when `assignment` is null; else the
@@ -297,6 +264,7 @@ class JobRun {
   std::optional<engine::AdamW> critic_optimizer_;
   std::vector<std::string> rollout_addresses_;  // One per replica, as rollouts_.
   std::vector<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> rollouts_;
+  std::vector<rollout::ReplicaStub> replicas_;  // rollouts_ by address.
   std::unique_ptr<weight_store::WeightStoreStubs> weight_store_;
   std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface> router_replay_;
   int64_t start_step_ = 0;
@@ -365,20 +333,19 @@ absl::Status JobRun::Init() {
   for (size_t i = 0; i < share->size(); i += spec_.group_size()) {
     own_groups_.push_back((*share)[i] / spec_.group_size());
   }
-  std::vector<rollout::ReplicaStub> replicas_to_sample;
   for (size_t r = 0; r < rollouts_.size(); ++r) {
-    replicas_to_sample.push_back({.address = rollout_addresses_[r], .stub = rollouts_[r].get()});
+    replicas_.push_back({.address = rollout_addresses_[r], .stub = rollouts_[r].get()});
   }
-  sampler_ = std::make_unique<StepSampler>(
-      StepSamplerConfig{.job_id = job_.id(),
-                        .spec = &spec_,
-                        .own_groups = own_groups_,
-                        .data_parallel_rank = dp_rank_,
-                        .record_routes = router_replay_ != nullptr,
-                        .attempts = environment_.generate_attempts,
-                        .retry_backoff = environment_.retry_backoff,
-                        .rpc_timeout = environment_.rpc_timeout},
-      *task_, *codec_, std::move(replicas_to_sample), fan_out_, Clock::Real());
+  sampler_ =
+      std::make_unique<StepSampler>(StepSamplerConfig{.job_id = job_.id(),
+                                                      .spec = &spec_,
+                                                      .own_groups = own_groups_,
+                                                      .data_parallel_rank = dp_rank_,
+                                                      .record_routes = router_replay_ != nullptr,
+                                                      .attempts = environment_.generate_attempts,
+                                                      .retry_backoff = environment_.retry_backoff,
+                                                      .rpc_timeout = environment_.rpc_timeout},
+                                    *task_, *codec_, replicas_, fan_out_, Clock::Real());
   auto checkpoint = StartingCheckpoint();
   if (!checkpoint.ok()) return checkpoint.status();
   if (checkpoint->has_value()) {
@@ -611,18 +578,7 @@ absl::Status JobRun::BroadcastState() {
 absl::StatusOr<std::vector<float>> JobRun::GatherTallies(const StepSamples& samples,
                                                          int64_t missing_route_entries,
                                                          int64_t route_entries) {
-  std::vector<float> tally(kTallies, 0);
-  tally[kSamples] = static_cast<float>(samples.training.size());
-  for (const TrainingSample& sample : samples.training) {
-    tally[kResponseTokens] += static_cast<float>(sample.response.size());
-  }
-  tally[kCorrect] = static_cast<float>(samples.correct);
-  tally[kReward] = static_cast<float>(samples.reward);
-  tally[kLength] = static_cast<float>(samples.length);
-  tally[kTruncated] = static_cast<float>(samples.truncated);
-  tally[kPartial] = static_cast<float>(samples.partial);
-  tally[kMissingRouteEntries] = static_cast<float>(missing_route_entries);
-  tally[kRouteEntries] = static_cast<float>(route_entries);
+  std::vector<float> tally = TalliesOf(samples, missing_route_entries, route_entries);
   if (ranks_ == nullptr) return tally;
   return GatherFromRanks(*ranks_, tally);
 }
@@ -678,33 +634,11 @@ absl::Status JobRun::Publish(int64_t version, int64_t step) {
 }
 
 absl::Status JobRun::AwaitSwap(int64_t version) {
-  const absl::Time deadline = absl::Now() + environment_.swap_timeout;
-  for (size_t r = 0; r < rollouts_.size(); ++r) {
-    absl::Duration poll = environment_.swap_poll_initial;
-    while (true) {
-      rollout::v1::GetAdapterStatusRequest request;
-      request.set_adapter_name(spec_.adapter_name());
-      rollout::v1::GetAdapterStatusResponse response;
-      grpc::ClientContext context;
-      SetTimeout(context, absl::Seconds(10));
-      const absl::Status status =
-          FromGrpcStatus(rollouts_[r]->GetAdapterStatus(&context, request, &response));
-      // A replica that does not follow the adapter yet (or is restarting, and so will not
-      // either) loads the version on first use.
-      if (absl::IsNotFound(status) || absl::IsUnavailable(status)) break;
-      if (!status.ok()) return status;
-      if (response.adapters(0).current_version() >= version) break;
-      if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("rollout ", rollout_addresses_[r], " did not serve version ", version,
-                         " within ", absl::FormatDuration(environment_.swap_timeout),
-                         "; last error: ", response.adapters(0).last_error()));
-      }
-      absl::SleepFor(poll);
-      poll = std::min(poll * 2, environment_.swap_poll_max);
-    }
-  }
-  return absl::OkStatus();
+  return rollout::AwaitVersionServed(replicas_, spec_.adapter_name(), version,
+                                     {.timeout = environment_.swap_timeout,
+                                      .poll_initial = environment_.swap_poll_initial,
+                                      .poll_max = environment_.swap_poll_max},
+                                     Clock::Real());
 }
 
 absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samples,
@@ -873,20 +807,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
       metrics.set_collective_bytes(collectives.bytes);
     }
     metrics.set_policy_version(version);
-    metrics.set_routing_disagreement_token_layer(stats->routing.decision_disagreement());
-    metrics.set_routing_disagreement_token(stats->routing.token_disagreement());
-    metrics.set_mismatch_kl_k3(stats->mismatch_kl_k3);
-    metrics.set_large_mismatch_share(stats->large_mismatch_share);
-    metrics.set_is_weight_ess(stats->is_ess);
-    metrics.set_is_clipped_share(stats->is_clipped_share);
-    metrics.set_ppo_clip_share(stats->ppo_clip_share);
-    metrics.set_ref_kl(stats->ref_kl);
-    metrics.set_loss(stats->loss);
-    metrics.set_value_loss(stats->value_loss);
-    metrics.set_explained_variance(stats->explained_variance);
-    metrics.set_grad_norm(stats->grad_norm);
-    metrics.set_learning_rate(stats->learning_rate);
-    metrics.set_response_tokens(stats->response_tokens);
+    SetUpdateMetrics(*stats, metrics);
     metrics.set_step_seconds(SecondsSince(step_start));
     progress.on_step(metrics);
   }
