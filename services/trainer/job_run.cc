@@ -28,7 +28,7 @@
 #include "services/rollout/client/sample_fan_out.h"
 #include "services/rollout/client/sampling_rules.h"
 #include "services/rollout/client/version_swap.h"
-#include "services/router_replay/client/replay_fetch.h"
+#include "services/router_replay/client/route_source.h"
 #include "services/trainer/checkpoint.h"
 #include "services/trainer/data_parallel_share.h"
 #include "services/trainer/job_spec.h"
@@ -38,6 +38,7 @@
 #include "services/trainer/service_endpoints.h"
 #include "services/trainer/sharded_publish.h"
 #include "services/trainer/step_metrics.h"
+#include "services/trainer/step_routes.h"
 #include "services/trainer/step_sampler.h"
 #include "services/trainer/store_outage.h"
 #include "services/trainer/task_source.h"
@@ -239,9 +240,6 @@ class JobRun {
                              const std::function<absl::Status(int attempt)>& call);
   absl::Status Publish(int64_t version, int64_t step);
   absl::Status AwaitSwap(int64_t version);
-  // The routes of this rank's samples; counts the route entries missing (routed live) of all.
-  absl::StatusOr<std::vector<int16_t>> FetchRoutes(const StepSamples& samples,
-                                                   int64_t* missing_entries, int64_t* entries);
 
   const trainer::v1::Job job_;
   const int retry_;
@@ -267,6 +265,7 @@ class JobRun {
   std::vector<rollout::ReplicaStub> replicas_;  // rollouts_ by address.
   std::unique_ptr<weight_store::WeightStoreStubs> weight_store_;
   std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface> router_replay_;
+  std::unique_ptr<router_replay::RouteSource> route_source_;  // Over router_replay_.
   int64_t start_step_ = 0;
   CheckpointOwner owner_;                         // What the run's checkpoints record.
   const std::atomic<bool>* cancelled_ = nullptr;  // Set by Run.
@@ -322,6 +321,7 @@ absl::Status JobRun::Init() {
     auto router_replay = dialer.RouterReplay(services.router_replay);
     if (!router_replay.ok()) return router_replay.status();
     router_replay_ = *std::move(router_replay);
+    route_source_ = std::make_unique<router_replay::RouterReplaySource>(*router_replay_);
   } else if (spec_.routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_R3) {
     // Every rank reads its own flags: one without router-replay would train without replay.
     return absl::FailedPreconditionError(
@@ -641,33 +641,6 @@ absl::Status JobRun::AwaitSwap(int64_t version) {
                                      Clock::Real());
 }
 
-absl::StatusOr<std::vector<int16_t>> JobRun::FetchRoutes(const StepSamples& samples,
-                                                         int64_t* missing_entries,
-                                                         int64_t* entries) {
-  std::vector<router_replay::ReplaySequence> sequences;
-  int64_t rows = 0;
-  for (const rollout::v1::GenerateResponse& response : samples.responses) {
-    const type::v1::RouteRecordKey& key = response.route_key();
-    const int64_t tokens = response.prompt_tokens() + response.token_ids_size();
-    sequences.push_back(
-        {{key.job_id(), key.policy_version(), key.sample_id(), key.attempt()}, tokens});
-    rows += tokens - 1;
-  }
-  const engine::ModelConfig& model = base_->config();
-  // allow_partial: a record missing, unsealed or deleted during the fetch comes back as -1
-  // rows, routed live and counted in missing_route_share, instead of failing the step.
-  auto fetched = router_replay::FetchReplayRoutes(*router_replay_, sequences,
-                                                  {.moe_layers = model.MoeLayerIndices(),
-                                                   .top_k = model.top_k,
-                                                   .num_experts = model.num_experts,
-                                                   .allow_partial = true,
-                                                   .timeout = environment_.rpc_timeout});
-  if (!fetched.ok()) return fetched.status();
-  *missing_entries = fetched->missing_entries;
-  *entries = rows * model.num_moe_layers();
-  return std::move(fetched->routes);
-}
-
 absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& cancelled) {
   cancelled_ = &cancelled;
   progress.on_attempt_start(start_step_);
@@ -737,17 +710,16 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
            })});
     }
 
-    std::vector<int16_t> routes;
-    int64_t missing_route_entries = 0, route_entries = 0;
+    StepRoutes routes;
     absl::Status local = cancelled ? Cancelled() : samples.status();
-    if (local.ok() && router_replay_ != nullptr) {
+    if (local.ok() && route_source_ != nullptr) {
       const absl::Time start = absl::Now();
-      absl::StatusOr<std::vector<int16_t>> fetched;
+      absl::StatusOr<StepRoutes> fetched;
       local = RideOutOutage("router-replay", [&](int) {
-        fetched = FetchRoutes(*samples, &missing_route_entries, &route_entries);
+        fetched =
+            FetchStepRoutes(*route_source_, *samples, base_->config(), environment_.rpc_timeout);
         return fetched.status();
       });
-      if (local.ok()) local = fetched.status();
       if (local.ok()) routes = *std::move(fetched);
       metrics.set_route_fetch_seconds(SecondsSince(start));
     }
@@ -757,7 +729,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
     }
 
     absl::Time start = absl::Now();
-    absl::StatusOr<UpdateStats> stats = updater.Update(samples->training, routes);
+    absl::StatusOr<UpdateStats> stats = updater.Update(samples->training, routes.routes);
     if (!stats.ok()) return stats.status();
     // The same on every rank: statistics and gradients are the ranks' sums.
     if (absl::Status status = CheckFinite(step, *stats, *lora_); !status.ok()) return status;
@@ -798,7 +770,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
       return status;
     }
     absl::StatusOr<std::vector<float>> tallies =
-        GatherTallies(*samples, missing_route_entries, route_entries);
+        GatherTallies(*samples, routes.missing_entries, routes.entries);
     if (!tallies.ok()) return tallies.status();
     SetSampleMetrics(*tallies, metrics);
     if (ranks_ != nullptr) {
