@@ -37,6 +37,7 @@
 #include "services/trainer/rank_agreement.h"
 #include "services/trainer/service_endpoints.h"
 #include "services/trainer/sharded_publish.h"
+#include "services/trainer/starting_point.h"
 #include "services/trainer/step_metrics.h"
 #include "services/trainer/step_routes.h"
 #include "services/trainer/step_sampler.h"
@@ -85,14 +86,6 @@ absl::Status CheckFinite(int64_t step, const UpdateStats& stats, const engine::L
     }
   }
   return absl::OkStatus();
-}
-
-// Whether two LoRA configs compute alike: targets compare as sets (PEFT keeps them as a set).
-bool SameLora(const engine::LoraConfig& a, const engine::LoraConfig& b) {
-  const std::set<std::string> a_targets(a.targets.begin(), a.targets.end());
-  const std::set<std::string> b_targets(b.targets.begin(), b.targets.end());
-  return a.rank == b.rank && a.alpha == b.alpha && a.expert_layout == b.expert_layout &&
-         a_targets == b_targets;
 }
 
 engine::ScheduleConfig ScheduleOf(const trainer::v1::JobSpec& spec) {
@@ -392,64 +385,11 @@ absl::StatusOr<std::optional<Checkpoint>> JobRun::StartingCheckpoint() {
     start_step_ = assignment_->start_step();
     return std::nullopt;
   }
-  const std::string& output_dir = spec_.output_dir();
-  auto found = LoadCheckpoint(output_dir, base_->config());
-  if (!found.ok()) return found.status();
-  const std::string& initial_dir = spec_.initial_checkpoint_dir();
-  if (found->has_value()) {
-    const CheckpointOwner& writer = (*found)->owner;
-    // A checkpoint naming no job predates owner records: only a job created before them can
-    // find one in its output_dir without starting from it (CreateJob refuses such a directory
-    // now), so it is that job's own.
-    if (writer.job_id.empty() && initial_dir != output_dir) {
-      spdlog::warn("job {}: the checkpoint in {} names no job (an older trainer's); resuming it",
-                   job_.id(), output_dir);
-      start_step_ = (*found)->step;
-      return found;
-    }
-    if (writer.job_id == job_.id()) {
-      if (writer.spec_fingerprint != owner_.spec_fingerprint) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "output_dir ", output_dir, " holds this job's checkpoint of step ", (*found)->step,
-            " written under another spec (fingerprint ", writer.spec_fingerprint, ", now ",
-            owner_.spec_fingerprint, "); not resuming it"));
-      }
-      start_step_ = (*found)->step;
-      owner_.initialized_from = writer.initialized_from;
-      return found;
-    }
-    if (initial_dir != output_dir) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("output_dir ", output_dir, " holds the checkpoint of job ", writer.job_id,
-                       " (step ", (*found)->step,
-                       "), not this job's: a job resumes only its own checkpoint; to start "
-                       "from that one, name it in initial_checkpoint_dir"));
-    }
-  }
-  if (initial_dir.empty()) return std::nullopt;
-  if (initial_dir != output_dir) {
-    found = LoadCheckpoint(initial_dir, base_->config());
-    if (!found.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("initial_checkpoint_dir: ", found.status().message()));
-    }
-  }
-  if (!found->has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("initial_checkpoint_dir ", initial_dir, " holds no checkpoint"));
-  }
-  auto lora_config = weight_store::LoraConfigFromProto(spec_.lora());
-  if (!lora_config.ok()) return lora_config.status();
-  if (!SameLora((*found)->lora.config(), *lora_config)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "initial_checkpoint_dir ", initial_dir, " holds an adapter of ",
-        (*found)->lora.config().ToJson(), "; the spec's lora is ", lora_config->ToJson()));
-  }
-  const std::string& source = (*found)->owner.job_id;
-  owner_.initialized_from = source.empty() ? initial_dir : source;
-  spdlog::info("job {} starts from the checkpoint in {} (job {}, step {})", job_.id(), initial_dir,
-               owner_.initialized_from, (*found)->step);
-  return found;
+  absl::StatusOr<StartingPoint> start = FindStartingPoint(spec_, owner_, base_->config());
+  if (!start.ok()) return start.status();
+  start_step_ = start->start_step;
+  owner_.initialized_from = start->initialized_from;
+  return std::move(start->checkpoint);
 }
 
 absl::Status JobRun::RestoreCritic(const std::optional<CriticState>& critic) {
