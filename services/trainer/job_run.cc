@@ -5,7 +5,6 @@
 #include <deque>
 #include <future>
 #include <memory>
-#include <set>
 #include <thread>
 #include <vector>
 
