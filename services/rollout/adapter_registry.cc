@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/identifier.h"
@@ -58,6 +59,18 @@ struct AdapterRegistry::Followed {
     int64_t newest = 0;
     for (const auto& model : staged) newest = std::max(newest, model->version);
     return newest;
+  }
+  // The version a loader should fetch next, or 0.
+  int64_t next_load() const {
+    if (!snapshot_received || unknown) return 0;
+    if (!requested.empty()) return *requested.begin();
+    const int64_t have = std::max(current_version(), staged_version());
+    return newest_announced > have ? newest_announced : 0;
+  }
+  // What a loader thread should do for it at `now`: (re)open its stream; load a version (0: no).
+  bool watch_due(absl::Time now) const { return watch == nullptr && !unknown && now >= rewatch_at; }
+  int64_t load_due(absl::Time now) const {
+    return loading_version == 0 && now >= retry_at ? next_load() : 0;
   }
 };
 
@@ -176,16 +189,14 @@ void AdapterRegistry::RunLoader() {
     }
     for (const auto& watch : work.cancel) watch->Cancel();
     if (work.watch != nullptr) StartWatch(work.watch);
-    if (work.load != nullptr) LoadVersion(work.load, work.load_version, fetcher, fetched);
+    if (work.load != nullptr) LoadVersion(*work.load, work.load_version, fetcher, fetched);
   }
 }
 
 bool AdapterRegistry::HasWorkLocked(absl::Time now) const {
   if (!to_cancel_.empty()) return true;
   return std::any_of(followed_.begin(), followed_.end(), [&](const auto& entry) {
-    const Followed& followed = *entry.second;
-    if (followed.watch == nullptr && !followed.unknown && now >= followed.rewatch_at) return true;
-    return followed.loading_version == 0 && NextLoad(followed) != 0 && now >= followed.retry_at;
+    return entry.second->watch_due(now) || entry.second->load_due(now) != 0;
   });
 }
 
@@ -194,7 +205,7 @@ AdapterRegistry::LoaderWork AdapterRegistry::TakeWorkLocked(absl::Time now) {
   work.cancel = std::move(to_cancel_);
   to_cancel_.clear();
   for (auto& [name, followed] : followed_) {
-    if (followed->watch == nullptr && !followed->unknown && now >= followed->rewatch_at) {
+    if (followed->watch_due(now)) {
       // Recorded before it starts, so that its callbacks find it.
       followed->watch = VersionWatch::Create();
       work.watch = followed;
@@ -202,8 +213,7 @@ AdapterRegistry::LoaderWork AdapterRegistry::TakeWorkLocked(absl::Time now) {
     }
   }
   for (auto& [name, followed] : followed_) {
-    if (followed->loading_version != 0 || now < followed->retry_at) continue;
-    if (const int64_t version = NextLoad(*followed); version != 0) {
+    if (const int64_t version = followed->load_due(now); version != 0) {
       followed->loading_version = version;
       followed->phase = rollout::v1::LOAD_PHASE_FETCHING;
       work.load = followed;
@@ -268,17 +278,9 @@ void AdapterRegistry::OnWatchEnd(Followed& followed, const VersionWatch* watch,
   followed.watch_backoff = std::min(2 * followed.watch_backoff, options_.max_backoff);
 }
 
-int64_t AdapterRegistry::NextLoad(const Followed& followed) const {
-  if (!followed.snapshot_received || followed.unknown) return 0;
-  if (!followed.requested.empty()) return *followed.requested.begin();
-  const int64_t have = std::max(followed.current_version(), followed.staged_version());
-  return followed.newest_announced > have ? followed.newest_announced : 0;
-}
-
-void AdapterRegistry::LoadVersion(const std::shared_ptr<Followed>& shared, int64_t version,
+void AdapterRegistry::LoadVersion(Followed& followed, int64_t version,
                                   weight_store::AdapterFetcher& fetcher,
                                   weight_store::FetchedAdapter& fetched) {
-  Followed& followed = *shared;
   absl::StatusOr<std::shared_ptr<ServedModel>> loaded =
       loader_->Load(followed.name, version, fetcher, fetched);
   absl::MutexLock lock(&mutex_);

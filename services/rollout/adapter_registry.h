@@ -1,7 +1,6 @@
 #ifndef TANDEM_SERVICES_ROLLOUT_ADAPTER_REGISTRY_H_
 #define TANDEM_SERVICES_ROLLOUT_ADAPTER_REGISTRY_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -11,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/container/btree_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -97,7 +95,7 @@ class AdapterRegistry final : public ServedModels {
   struct LoaderWork {
     std::vector<std::shared_ptr<VersionWatch>> cancel;
     std::shared_ptr<Followed> watch;  // Open its watch stream.
-    std::shared_ptr<Followed> load;   // Load load_version of it.
+    std::shared_ptr<Followed> load;   // Load load_version of it (kept alive meanwhile).
     int64_t load_version = 0;
   };
 
@@ -115,10 +113,8 @@ class AdapterRegistry final : public ServedModels {
   void StartWatch(const std::shared_ptr<Followed>& followed);
   void OnWatchEvent(Followed& followed, const weightstore::v1::WatchVersionsResponse& event);
   void OnWatchEnd(Followed& followed, const VersionWatch* watch, const grpc::Status& status);
-  void LoadVersion(const std::shared_ptr<Followed>& followed, int64_t version,
-                   weight_store::AdapterFetcher& fetcher, weight_store::FetchedAdapter& fetched);
-  // The version the loader should fetch next, or 0.
-  int64_t NextLoad(const Followed& followed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void LoadVersion(Followed& followed, int64_t version, weight_store::AdapterFetcher& fetcher,
+                   weight_store::FetchedAdapter& fetched);
   absl::StatusOr<std::shared_ptr<ServedModel>> ResolveExact(Followed& followed, int64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Drops versions beyond resident_versions that are not current, not in use and not in `keep`.

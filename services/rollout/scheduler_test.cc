@@ -505,7 +505,7 @@ TEST_F(SchedulerTest, RecordingRoutesWithoutARouterReplayFailsTheRoutesNotTheSam
   work->request.mutable_routes()->set_enabled(true);
   work->request.mutable_routes()->set_job_id("job-1");
   ASSERT_TRUE(Submit(work).ok());
-  while (batch_->steps() == 0 || batch_->active() > 0) scheduler_->RunStep();
+  RunUntilIdle();
   const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
   ASSERT_EQ(samples.size(), 1u);
   EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_FAILED);

@@ -1,7 +1,6 @@
 #ifndef TANDEM_SERVICES_TRAINER_STEP_SAMPLER_H_
 #define TANDEM_SERVICES_TRAINER_STEP_SAMPLER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
