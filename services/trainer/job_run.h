@@ -11,54 +11,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/channel.h"
 #include "common/gloo_communicator.h"
 #include "gloo/rendezvous/store.h"
 #include "services/trainer/rank_roster.h"
 #include "services/trainer/rendezvous_values.h"
+#include "services/trainer/service_dialer.h"
 #include "services/trainer/service_endpoints.h"
 #include "tandem/internal/v1/trainer_ranks.pb.h"
-#include "tandem/rollout/v1/rollout.grpc.pb.h"
-#include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
 #include "tandem/trainer/v1/trainer.pb.h"
-#include "services/weight_store/client/adapter_client.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::trainer {
-
-// Opens the stubs a job run calls, by the addresses the trainer is configured with. The trainer
-// dials gRPC channels (GrpcServiceDialer); tests hand out fakes or in-process servers.
-class ServiceDialer {
- public:
-  virtual ~ServiceDialer() = default;
-  virtual absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> Rollout(
-      const std::string& address) = 0;
-  virtual absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> WeightStore(
-      const std::string& address) = 0;
-  virtual absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
-  RouterReplay(const std::string& address) = 0;
-};
-
-// gRPC channels (CreateChannel: retries, keepalive) carrying the bearer token.
-class GrpcServiceDialer final : public ServiceDialer {
- public:
-  GrpcServiceDialer(std::string auth_token, std::string auth_token_file,
-                    std::optional<ClientTls> tls)
-      : auth_token_(std::move(auth_token)),
-        auth_token_file_(std::move(auth_token_file)),
-        tls_(std::move(tls)) {}
-  absl::StatusOr<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> Rollout(
-      const std::string& address) override;
-  absl::StatusOr<std::unique_ptr<weight_store::WeightStoreStubs>> WeightStore(
-      const std::string& address) override;
-  absl::StatusOr<std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface>>
-  RouterReplay(const std::string& address) override;
-
- private:
-  const std::string auth_token_;
-  const std::string auth_token_file_;
-  const std::optional<ClientTls> tls_;  // Unset: plaintext.
-};
 
 // What a job run needs from the trainer process.
 struct JobEnvironment {

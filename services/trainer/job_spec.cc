@@ -18,6 +18,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "services/rollout/client/sampling_rules.h"
+#include "services/trainer/policy_update_config.h"
 #include "transfer/lora_layout.h"
 
 namespace tandem::trainer {
@@ -119,7 +120,7 @@ absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
     return Invalid("algorithm_config.weight_decay is ", config.weight_decay(),
                    "; must be >= 0 and finite");
   }
-  if (!config.has_max_grad_norm()) config.set_max_grad_norm(1.0);
+  if (!config.has_max_grad_norm()) config.set_max_grad_norm(PolicyUpdateConfig{}.max_grad_norm);
   if (!AtLeast(config.max_grad_norm(), 0)) {
     return Invalid("algorithm_config.max_grad_norm is ", config.max_grad_norm(), "; must be >= 0");
   }
@@ -128,7 +129,7 @@ absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
                                     std::pair{"max_grad_norm", config.max_grad_norm()}}) {
     if (absl::Status status = CheckFloatRange(name, value); !status.ok()) return status;
   }
-  if (!config.has_clip_eps_low()) config.set_clip_eps_low(0.2);
+  if (!config.has_clip_eps_low()) config.set_clip_eps_low(PolicyLossConfig{}.clip_low);
   if (!(config.clip_eps_low() >= 0 && config.clip_eps_low() < 1)) {
     return Invalid("algorithm_config.clip_eps_low is ", config.clip_eps_low(),
                    "; must be in [0, 1)");
@@ -138,7 +139,7 @@ absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
     return Invalid("algorithm_config.clip_eps_high is ", config.clip_eps_high(),
                    "; must be >= 0 and finite");
   }
-  if (!config.has_dual_clip_c()) config.set_dual_clip_c(3.0);
+  if (!config.has_dual_clip_c()) config.set_dual_clip_c(PolicyLossConfig{}.dual_clip_c);
   if (config.dual_clip_c() != 0 &&
       !(config.dual_clip_c() > 1 && std::isfinite(config.dual_clip_c()))) {
     return Invalid("algorithm_config.dual_clip_c is ", config.dual_clip_c(),
@@ -155,18 +156,18 @@ absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
   if (config.kl_estimator() == trainer::v1::KL_ESTIMATOR_UNSPECIFIED) {
     config.set_kl_estimator(trainer::v1::KL_ESTIMATOR_K3);
   }
-  if (!config.has_gamma()) config.set_gamma(1.0);
-  if (!config.has_gae_lambda()) config.set_gae_lambda(1.0);
+  if (!config.has_gamma()) config.set_gamma(CriticConfig{}.gamma);
+  if (!config.has_gae_lambda()) config.set_gae_lambda(CriticConfig{}.lambda);
   if (!Within(config.gamma(), 0, 1) || !Within(config.gae_lambda(), 0, 1)) {
     return Invalid("algorithm_config.gamma and gae_lambda must be in [0, 1]; gamma is ",
                    config.gamma(), ", gae_lambda ", config.gae_lambda());
   }
   const bool ppo = spec.algorithm() == trainer::v1::ALGORITHM_PPO;
   if (!config.has_whiten_advantages()) config.set_whiten_advantages(ppo);
-  if (!config.has_value_loss_coef()) config.set_value_loss_coef(0.1);
-  if (!config.has_value_clip()) config.set_value_clip(0.2);
+  if (!config.has_value_loss_coef()) config.set_value_loss_coef(CriticConfig{}.loss_coef);
+  if (!config.has_value_clip()) config.set_value_clip(CriticConfig{}.value_clip);
   if (!config.has_value_learning_rate()) {
-    config.set_value_learning_rate(10 * config.learning_rate());
+    config.set_value_learning_rate(kCriticLearningRateFactor * config.learning_rate());
   }
   if (!(config.value_learning_rate() > 0) || !std::isfinite(config.value_learning_rate())) {
     return Invalid("algorithm_config.value_learning_rate is ", config.value_learning_rate(),
@@ -191,7 +192,9 @@ absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
   if (config.loss_aggregation() == trainer::v1::LOSS_AGGREGATION_UNSPECIFIED) {
     config.set_loss_aggregation(trainer::v1::LOSS_AGGREGATION_TOKEN_MEAN);
   }
-  if (config.updates_per_step() == 0) config.set_updates_per_step(1);
+  if (config.updates_per_step() == 0) {
+    config.set_updates_per_step(PolicyUpdateConfig{}.updates_per_step);
+  }
   if (config.updates_per_step() < 1 || spec.prompts_per_step() % config.updates_per_step() != 0) {
     return Invalid("algorithm_config.updates_per_step must be >= 1 and divide prompts_per_step");
   }
@@ -254,8 +257,10 @@ absl::Status CheckCorrection(trainer::v1::JobSpec& spec) {
   }
   const trainer::v1::IsCorrectionMode mode = correction.mode();
   const bool icepop = mode == trainer::v1::IS_CORRECTION_MODE_ICEPOP;
-  if (!correction.has_upper_bound()) correction.set_upper_bound(icepop ? 5.0 : 2.0);
-  if (!correction.has_lower_bound()) correction.set_lower_bound(0.5);
+  if (!correction.has_upper_bound()) {
+    correction.set_upper_bound(icepop ? kIcePopUpper : IsConfig{}.upper);
+  }
+  if (!correction.has_lower_bound()) correction.set_lower_bound(IsConfig{}.lower);
   if (!(correction.upper_bound() > 0) || !AtLeast(correction.lower_bound(), 0) ||
       correction.upper_bound() < correction.lower_bound()) {
     return Invalid(
@@ -312,7 +317,9 @@ absl::Status CheckSizes(trainer::v1::JobSpec& spec) {
   if (spec.num_steps() < 1 || spec.num_steps() > 10'000'000) {
     return Invalid("num_steps must be in 1..10^7");
   }
-  if (spec.micro_batch_size() == 0) spec.set_micro_batch_size(8);
+  if (spec.micro_batch_size() == 0) {
+    spec.set_micro_batch_size(PolicyUpdateConfig{}.micro_batch_size);
+  }
   if (spec.micro_batch_size() < 1 || spec.micro_batch_size() > 65536) {
     return Invalid("micro_batch_size is ", spec.micro_batch_size(), "; must be in 1..65536");
   }

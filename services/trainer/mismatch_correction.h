@@ -12,6 +12,10 @@ namespace tandem::trainer {
 enum class IsMode { kNone, kTokenTis, kSequenceTis, kIcePop, kRejection };
 enum class RejectionLevel { kToken, kSequence };
 
+// IcePop's default beta: it masks tokens outside [alpha, beta] instead of clipping their weight,
+// so its band is wider than TIS's cap.
+inline constexpr double kIcePopUpper = 5.0;
+
 struct IsConfig {
   IsMode mode = IsMode::kNone;
   double upper = 2.0;  // C for TIS, beta for IcePop, the upper ratio for rejection.

@@ -15,6 +15,7 @@
 #include "services/trainer/advantages.h"
 #include "services/trainer/mismatch_correction.h"
 #include "services/trainer/policy_loss.h"
+#include "services/trainer/policy_update_config.h"
 #include "services/trainer/value_head.h"
 
 namespace tandem::trainer {
@@ -27,51 +28,6 @@ struct TrainingSample {
   int group = 0;                        // The prompt it answers.
   double reward = 0;
   bool truncated = false;  // Stopped at max_new_tokens: PPO's truncated GAE bootstraps it.
-};
-
-// Which routes the training forward passes replay.
-enum class RouteReplay {
-  kOff,  // The trainer routes live.
-  kR2,   // Update passes replay the trainer's own old-policy routes.
-  kR3,   // Every pass replays the rollout's recorded routes.
-};
-
-// PPO's critic: with a value head, advantages come from GAE over its values instead of group
-// baselines, and a clipped value loss trains it (and, through the trunk, the LoRA).
-struct CriticConfig {
-  ValueHead* head = nullptr;  // Null: no critic (GRPO).
-  // The head's own optimizer (over head->OptimizerParams()) and learning rate: one linear layer
-  // must follow the returns' scale within a few steps, far faster than the LoRA moves.
-  engine::AdamW* optimizer = nullptr;
-  float learning_rate = 1e-2f;
-  double gamma = 1.0;
-  double lambda = 1.0;
-  bool truncated_gae = false;  // Bootstrap truncated samples with their last value (EGAE).
-  double loss_coef = 0.1;
-  double value_clip = 0.2;  // 0: unclipped.
-};
-
-struct PolicyUpdateConfig {
-  GroupBaseline baseline = GroupBaseline::kGrpo;
-  CriticConfig critic;
-  bool whiten_advantages = false;
-  PolicyLossConfig loss;
-  IsConfig is;
-  RouteReplay replay = RouteReplay::kR3;
-  int updates_per_step = 1;  // Mini-batches (contiguous whole groups) per call.
-  int micro_batch_size = 8;  // Sequences per forward/backward.
-  // Of every optimizer update, counted by the optimizer (which a checkpoint restores).
-  engine::ScheduleConfig schedule = engine::ScheduleConfig::Constant(1e-4f);
-  float max_grad_norm = 1.0f;  // 0: measure only.
-  // The rollout's sampling temperature: log-probs are of softmax(logits / temperature), the
-  // quantity the rollout reports (1 for greedy).
-  float temperature = 1.0f;
-  // Data parallelism (not owned; null: this rank holds the whole batch). Each rank updates on
-  // its share of the step's samples (DataParallelShare: whole groups, the same share of every
-  // mini-batch), in lockstep with the others: token counts, advantage whitening and every
-  // statistic are the whole batch's, and gradients are summed over the ranks before clipping,
-  // so every rank takes the one-rank step on identical parameters. Host buffers: a Gloo group.
-  Communicator* data_parallel = nullptr;
 };
 
 struct UpdateStats {
