@@ -189,7 +189,11 @@ void AdapterRegistry::RunLoader() {
     }
     for (const auto& watch : work.cancel) watch->Cancel();
     if (work.watch != nullptr) StartWatch(work.watch);
-    if (work.load != nullptr) LoadVersion(*work.load, work.load_version, fetcher, fetched);
+    if (work.load != nullptr) {
+      status_listeners_.Notify(work.load->name);  // Fetching.
+      LoadVersion(*work.load, work.load_version, fetcher, fetched);
+      status_listeners_.Notify(work.load->name);  // Staged, or failed.
+    }
   }
 }
 
@@ -236,6 +240,7 @@ void AdapterRegistry::StartWatch(const std::shared_ptr<Followed>& followed) {
       stub_->api(), followed->name,
       [this, raw](const weightstore::v1::WatchVersionsResponse& event) {
         OnWatchEvent(*raw, event);
+        status_listeners_.Notify(raw->name);
       },
       // The callbacks own the adapter's state until the stream has ended.
       [this, followed, raw = watch.get()](const grpc::Status& status) {
@@ -386,12 +391,20 @@ std::shared_ptr<ServedModel> AdapterRegistry::Current(const std::string& adapter
 }
 
 int AdapterRegistry::PromoteStaged() {
+  std::vector<std::string> changed;
+  const int swapped = SwapInStaged(changed);
+  for (const std::string& adapter : changed) status_listeners_.Notify(adapter);
+  return swapped;
+}
+
+int AdapterRegistry::SwapInStaged(std::vector<std::string>& changed) {
   absl::MutexLock lock(&mutex_);
   int swapped = 0;
   const absl::Time now = absl::Now();
   RetireIdleLocked(now);
   for (auto& [name, followed] : followed_) {
     if (followed->staged.empty()) continue;
+    changed.push_back(name);
     followed->phase = rollout::v1::LOAD_PHASE_SWAPPING;
     std::vector<int64_t> promoted;
     for (std::shared_ptr<ServedModel>& model : followed->staged) {

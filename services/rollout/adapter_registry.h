@@ -19,6 +19,7 @@
 #include "services/rollout/adapter_loader.h"
 #include "services/rollout/sequence_batch.h"
 #include "services/rollout/served_model.h"
+#include "services/rollout/status_listeners.h"
 #include "services/rollout/version_watch.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "tandem/rollout/v1/rollout.pb.h"
@@ -88,6 +89,8 @@ class AdapterRegistry final : public ServedModels {
 
   // GetAdapterStatus: one adapter, or all ("") by name; NOT_FOUND for one never followed.
   absl::StatusOr<std::vector<rollout::v1::AdapterStatus>> Status(const std::string& adapter) const;
+  // Told after every change of an adapter's Status, outside the registry's lock.
+  StatusListeners& status_listeners() const { return status_listeners_; }
 
  private:
   struct Followed;
@@ -100,6 +103,8 @@ class AdapterRegistry final : public ServedModels {
   };
 
   Followed& FollowLocked(const std::string& adapter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // PromoteStaged but for telling listeners: names the adapters whose status changed.
+  int SwapInStaged(std::vector<std::string>& changed) ABSL_LOCKS_EXCLUDED(mutex_);
   bool IdleLocked(const Followed& followed, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Unfollows idle adapters and those weight-store does not know.
@@ -129,6 +134,7 @@ class AdapterRegistry final : public ServedModels {
   const std::shared_ptr<ServedModel> base_;
   const std::optional<AdapterLoader> loader_;  // With a weight-store.
   CallTracker watch_calls_;                    // Open VersionWatch streams.
+  mutable StatusListeners status_listeners_;
   mutable absl::Mutex mutex_;
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   std::map<std::string, std::shared_ptr<Followed>> followed_ ABSL_GUARDED_BY(mutex_);

@@ -13,6 +13,7 @@
 #include "common/unary.h"
 #include "engine/cuda/device_engines.h"
 #include "engine/hf/hf_model.h"
+#include "services/rollout/adapter_status_watch.h"
 #include "services/rollout/generate_request.h"
 #include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 
@@ -155,6 +156,7 @@ absl::StatusOr<std::unique_ptr<RolloutServiceImpl>> RolloutServiceImpl::Create(
 }
 
 void RolloutServiceImpl::Drain() {
+  registry_->status_listeners().EndAll();
   scheduler_->Drain();
   if (!streams_.WaitUntilIdle(options_.drain_wait)) {
     spdlog::warn("rollout drain: Generate streams still open after {}",
@@ -197,6 +199,21 @@ grpc::ServerUnaryReactor* RolloutServiceImpl::GetAdapterStatus(
   result.set_replica_id(replica_id_);
   result.mutable_adapters()->Add(adapters->begin(), adapters->end());
   return FinishUnary<rollout::v1::GetAdapterStatusResponse>(context, std::move(result), response);
+}
+
+grpc::ServerWriteReactor<rollout::v1::WatchAdapterStatusResponse>*
+RolloutServiceImpl::WatchAdapterStatus(grpc::CallbackServerContext* /*context*/,
+                                       const rollout::v1::WatchAdapterStatusRequest* request) {
+  using Finished =
+      FinishedReactor<grpc::ServerWriteReactor<rollout::v1::WatchAdapterStatusResponse>>;
+  if (request->adapter_name().empty()) {
+    return new Finished(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     "adapter_name is required: the adapter to watch"));
+  }
+  if (absl::Status followed = registry_->Status(request->adapter_name()).status(); !followed.ok()) {
+    return new Finished(ToGrpcStatus(followed));
+  }
+  return new AdapterStatusWatch(*registry_, request->adapter_name(), replica_id_);
 }
 
 }  // namespace tandem::rollout

@@ -55,12 +55,16 @@ class RolloutServiceImpl final : public rollout::v1::RolloutService::CallbackSer
   grpc::ServerUnaryReactor* GetAdapterStatus(
       grpc::CallbackServerContext* context, const rollout::v1::GetAdapterStatusRequest* request,
       rollout::v1::GetAdapterStatusResponse* response) override;
+  grpc::ServerWriteReactor<rollout::v1::WatchAdapterStatusResponse>* WatchAdapterStatus(
+      grpc::CallbackServerContext* context,
+      const rollout::v1::WatchAdapterStatusRequest* request) override;
 
   // Base model loaded and every followed adapter's starting version servable.
   bool Ready() const { return registry_->Ready(); }
-  // For a server drain: ends running samples early (FINISH_REASON_CANCELLED, tokens so far),
-  // waits up to options.drain_wait for the streams to end, then options.drain_linger more so
-  // clients read the last responses before the server closes their connections.
+  // For a server drain: ends WatchAdapterStatus streams (UNAVAILABLE) and running samples early
+  // (FINISH_REASON_CANCELLED, tokens so far), waits up to options.drain_wait for the streams to
+  // end, then options.drain_linger more so clients read the last responses before the server closes
+  // their connections.
   void Drain();
   const engine::ModelConfig& model_config() const { return base_->config(); }
 

@@ -18,6 +18,7 @@
 #include "common/health_client.h"
 #include "common/process_status.h"
 #include "common/server.h"
+#include "common/testing/simulated_clock.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
 #include "engine/cuda/device_engines.h"
@@ -27,6 +28,7 @@
 #include "engine/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/rollout/client/version_swap.h"
 #include "services/rollout/rollout_metrics.h"
 #include "services/rollout/rollout_testing.h"
 #include "services/router_replay/client/replay_fetch.h"
@@ -921,6 +923,70 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
   grpc::ClientContext context;
   ASSERT_TRUE(rollout_stub_->GetAdapterStatus(&context, request, &response).ok());
   EXPECT_EQ(response.adapters(0).current_version(), 1);
+}
+
+TEST_F(RolloutServiceTest, TheStatusStreamTellsEachSwapAndEndsOnDrain) {
+  Publish(1);
+  RolloutOptions options = DefaultOptions();
+  options.adapters = {kAdapter};
+  StartRollout(options);
+  ASSERT_TRUE(WaitUntilServing({.target = rollout_.target()}, "tandem.rollout.v1.RolloutService",
+                               absl::Seconds(20))
+                  .ok());
+  rollout::v1::WatchAdapterStatusRequest request;
+  request.set_adapter_name(kAdapter);
+  grpc::ClientContext context;
+  SetTimeout(context, absl::Seconds(30));
+  auto stream = rollout_stub_->WatchAdapterStatus(&context, request);
+  rollout::v1::WatchAdapterStatusResponse response;
+  ASSERT_TRUE(stream->Read(&response));  // The status now.
+  EXPECT_THAT(response.replica_id(), HasSubstr("rollout-"));
+  EXPECT_EQ(response.status().current_version(), 1);
+
+  Publish(2);
+  std::vector<rollout::v1::AdapterStatus> told;
+  while (response.status().current_version() < 2 && stream->Read(&response)) {
+    told.push_back(response.status());
+  }
+  ASSERT_FALSE(told.empty());
+  EXPECT_EQ(told.back().current_version(), 2);
+  EXPECT_EQ(told.back().newest_announced_version(), 2);
+  for (size_t i = 1; i < told.size(); ++i) {
+    EXPECT_NE(told[i].SerializeAsString(), told[i - 1].SerializeAsString()) << "repeated";
+  }
+
+  // The trainer's wait rides the same stream: nothing polls.
+  Publish(3);
+  tandem::testing::SimulatedClock clock;
+  const std::vector<ReplicaStub> replicas = {
+      {.address = rollout_.target(), .stub = rollout_stub_.get()}};
+  EXPECT_TRUE(
+      AwaitVersionServed(replicas, kAdapter, 3, {.timeout = absl::Seconds(30)}, clock).ok());
+  EXPECT_TRUE(clock.sleeps().empty());
+
+  rollout_service_->Drain();
+  while (stream->Read(&response)) {
+  }
+  const grpc::Status ended = stream->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
+  EXPECT_THAT(ended.error_message(), HasSubstr("draining"));
+}
+
+TEST_F(RolloutServiceTest, AStatusStreamNeedsAnAdapterTheReplicaFollows) {
+  StartRollout(DefaultOptions());
+  for (const auto& [name, code] : std::vector<std::pair<std::string, grpc::StatusCode>>{
+           {"", grpc::StatusCode::INVALID_ARGUMENT},
+           {"two words", grpc::StatusCode::INVALID_ARGUMENT},
+           {"never-asked", grpc::StatusCode::NOT_FOUND}}) {
+    rollout::v1::WatchAdapterStatusRequest request;
+    request.set_adapter_name(name);
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(10));
+    auto stream = rollout_stub_->WatchAdapterStatus(&context, request);
+    rollout::v1::WatchAdapterStatusResponse response;
+    EXPECT_FALSE(stream->Read(&response));
+    EXPECT_EQ(stream->Finish().error_code(), code) << "'" << name << "'";
+  }
 }
 
 TEST_F(RolloutServiceTest, AFailedLoadKeepsTheOldVersionAndRetries) {

@@ -35,9 +35,9 @@ struct JobEnvironment {
   std::string device = "cpu";
   absl::Duration rpc_timeout = absl::Minutes(5);
   absl::Duration swap_timeout = absl::Seconds(60);
-  // While a replica has not swapped a published version in yet, it is asked again after
-  // swap_poll_initial, then twice as long each time up to swap_poll_max: a local swap takes
-  // milliseconds, a remote one over a slow link seconds, and neither wants a 2 ms RPC loop.
+  // Each replica tells when it swapped a published version in (WatchAdapterStatus); one that
+  // predates the watch is asked again after swap_poll_initial, then twice as long each time up
+  // to swap_poll_max (rollout::VersionSwapOptions).
   absl::Duration swap_poll_initial = absl::Milliseconds(1);
   absl::Duration swap_poll_max = absl::Milliseconds(50);
   // Generation of a step is retried while a rollout replica is UNAVAILABLE (restarting,

@@ -36,10 +36,37 @@ class VersionSwapTest : public ::testing::Test {
   tandem::testing::SimulatedClock clock_;
 };
 
-// Each replica is asked again after 1, 2, 4, 4 ms ... until it serves the version.
-TEST_F(VersionSwapTest, AsksEachReplicaWithDoublingPollsUntilItServesTheVersion) {
+TEST_F(VersionSwapTest, AWatchedReplicaTellsItsSwapWithoutBeingPolled) {
   {
     absl::MutexLock lock(&states_[1].mutex);
+    states_[1].swap_after_polls = 4;  // Four "still loading" statuses first.
+  }
+  EXPECT_TRUE(AwaitVersionServed(Replicas(), "policy", 5, kOptions, clock_).ok());
+  EXPECT_TRUE(clock_.sleeps().empty());
+  for (testing::FakeRolloutState& state : states_) {
+    absl::MutexLock lock(&state.mutex);
+    EXPECT_EQ(state.watches, 1);
+    EXPECT_EQ(state.polls, 0);
+  }
+}
+
+TEST_F(VersionSwapTest, AWatchedReplicaThatNeverSwapsFailsTheWaitNamingItAndItsError) {
+  {
+    absl::MutexLock lock(&states_[0].mutex);
+    states_[0].never_swaps = true;
+  }
+  const absl::Status status = AwaitVersionServed(Replicas(), "policy", 5, kOptions, clock_);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("rollout replica-0 did not serve version 5 within 1s"));
+  EXPECT_THAT(status.message(), HasSubstr("last error: still loading"));
+}
+
+// A replica that predates WatchAdapterStatus is asked again after 1, 2, 4, 4 ms ... until it
+// serves the version.
+TEST_F(VersionSwapTest, AReplicaWithoutTheWatchIsPolledWithDoublingPauses) {
+  {
+    absl::MutexLock lock(&states_[1].mutex);
+    states_[1].watchable = false;
     states_[1].swap_after_polls = 4;
   }
   EXPECT_TRUE(AwaitVersionServed(Replicas(), "policy", 5, kOptions, clock_).ok());
@@ -47,9 +74,10 @@ TEST_F(VersionSwapTest, AsksEachReplicaWithDoublingPollsUntilItServesTheVersion)
                                            absl::Milliseconds(4), absl::Milliseconds(4)));
 }
 
-TEST_F(VersionSwapTest, AReplicaThatNeverSwapsFailsTheWaitNamingItAndItsError) {
+TEST_F(VersionSwapTest, APolledReplicaThatNeverSwapsFailsTheWaitNamingItAndItsError) {
   {
     absl::MutexLock lock(&states_[0].mutex);
+    states_[0].watchable = false;
     states_[0].never_swaps = true;
   }
   const absl::Time start = clock_.Now();

@@ -20,11 +20,12 @@
 namespace tandem::rollout::testing {
 
 // A finished server stream: the responses, then the status.
-class FakeReader final : public grpc::ClientReaderInterface<rollout::v1::GenerateResponse> {
+template <typename Response>
+class FakeReader final : public grpc::ClientReaderInterface<Response> {
  public:
-  FakeReader(std::vector<rollout::v1::GenerateResponse> responses, grpc::Status status)
+  FakeReader(std::vector<Response> responses, grpc::Status status)
       : responses_(std::move(responses)), status_(std::move(status)) {}
-  bool Read(rollout::v1::GenerateResponse* response) override {
+  bool Read(Response* response) override {
     if (next_ == responses_.size()) return false;
     *response = responses_[next_++];
     return true;
@@ -37,14 +38,17 @@ class FakeReader final : public grpc::ClientReaderInterface<rollout::v1::Generat
   void WaitForInitialMetadata() override {}
 
  private:
-  std::vector<rollout::v1::GenerateResponse> responses_;
+  std::vector<Response> responses_;
   grpc::Status status_;
   size_t next_ = 0;
 };
 
 // A rollout replica that answers every sample with "<eos>" (log-prob -1), after failing the
 // first `unavailable_calls` calls with UNAVAILABLE or answering them as a draining replica
-// does; it reports `current_version` to GetAdapterStatus once asked `swap_after_polls` times.
+// does. It serves the newest version published once asked `swap_after_polls` times by
+// GetAdapterStatus, or after as many "still loading" statuses on a WatchAdapterStatus stream; a
+// replica that never swaps ends its streams DEADLINE_EXCEEDED, as their deadline would. Without
+// `watchable` it predates WatchAdapterStatus (UNIMPLEMENTED).
 struct FakeRolloutState {
   absl::Mutex mutex;
   int unavailable_calls ABSL_GUARDED_BY(mutex) = 0;
@@ -54,6 +58,8 @@ struct FakeRolloutState {
   bool never_swaps ABSL_GUARDED_BY(mutex) = false;
   int swap_after_polls ABSL_GUARDED_BY(mutex) = 0;
   int polls ABSL_GUARDED_BY(mutex) = 0;
+  bool watchable ABSL_GUARDED_BY(mutex) = true;
+  int watches ABSL_GUARDED_BY(mutex) = 0;
   std::vector<rollout::v1::GenerateRequest> requests ABSL_GUARDED_BY(mutex);
   int64_t newest_published ABSL_GUARDED_BY(mutex) = 0;  // Told by the test's weight-store watch.
   // Called (without the lock) at the start of each Generate, with the call's number and request.
@@ -79,6 +85,42 @@ class FakeRolloutStub final : public rollout::v1::RolloutService::StubInterface 
   }
 
  private:
+  using StatusStream = grpc::ClientReaderInterface<rollout::v1::WatchAdapterStatusResponse>;
+  using AsyncStatusStream =
+      grpc::ClientAsyncReaderInterface<rollout::v1::WatchAdapterStatusResponse>;
+
+  StatusStream* WatchAdapterStatusRaw(
+      grpc::ClientContext*, const rollout::v1::WatchAdapterStatusRequest& request) override {
+    using Reader = FakeReader<rollout::v1::WatchAdapterStatusResponse>;
+    absl::MutexLock lock(&state_.mutex);
+    if (!state_.watchable) {
+      return new Reader({}, grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no such method"));
+    }
+    ++state_.watches;
+    std::vector<rollout::v1::WatchAdapterStatusResponse> statuses(state_.swap_after_polls + 1);
+    for (rollout::v1::WatchAdapterStatusResponse& message : statuses) {
+      message.mutable_status()->set_adapter_name(request.adapter_name());
+      message.mutable_status()->set_last_error("still loading");
+    }
+    if (state_.never_swaps) {
+      return new Reader(std::move(statuses),
+                        grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"));
+    }
+    statuses.back().mutable_status()->set_current_version(state_.newest_published);
+    statuses.back().mutable_status()->clear_last_error();
+    return new Reader(std::move(statuses), grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+  AsyncStatusStream* AsyncWatchAdapterStatusRaw(grpc::ClientContext*,
+                                                const rollout::v1::WatchAdapterStatusRequest&,
+                                                grpc::CompletionQueue*, void*) override {
+    return nullptr;
+  }
+  AsyncStatusStream* PrepareAsyncWatchAdapterStatusRaw(
+      grpc::ClientContext*, const rollout::v1::WatchAdapterStatusRequest&,
+      grpc::CompletionQueue*) override {
+    return nullptr;
+  }
+
   grpc::ClientReaderInterface<rollout::v1::GenerateResponse>* GenerateRaw(
       grpc::ClientContext*, const rollout::v1::GenerateRequest& request) override {
     const int call = ++state_.generate_calls;
@@ -86,12 +128,14 @@ class FakeRolloutStub final : public rollout::v1::RolloutService::StubInterface 
     absl::MutexLock lock(&state_.mutex);
     state_.requests.push_back(request);
     if (request.prompts_size() > kMaxPromptsPerRequest) {  // As a replica checks it.
-      return new FakeReader({}, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                             "prompts: too many for one request"));
+      return new FakeReader<rollout::v1::GenerateResponse>(
+          {},
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompts: too many for one request"));
     }
     if (state_.unavailable_calls > 0) {
       --state_.unavailable_calls;
-      return new FakeReader({}, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting"));
+      return new FakeReader<rollout::v1::GenerateResponse>(
+          {}, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting"));
     }
     const bool draining = state_.draining_calls > 0;
     if (draining) --state_.draining_calls;
@@ -122,7 +166,7 @@ class FakeRolloutStub final : public rollout::v1::RolloutService::StubInterface 
       responses.back().set_finish_reason(rollout::v1::FINISH_REASON_ERROR);
       responses.back().set_error_message("kernel fault");
     }
-    return new FakeReader(std::move(responses), grpc::Status::OK);
+    return new FakeReader<rollout::v1::GenerateResponse>(std::move(responses), grpc::Status::OK);
   }
   grpc::ClientAsyncReaderInterface<rollout::v1::GenerateResponse>* AsyncGenerateRaw(
       grpc::ClientContext*, const rollout::v1::GenerateRequest&, grpc::CompletionQueue*,
