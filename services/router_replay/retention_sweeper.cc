@@ -9,7 +9,7 @@ RetentionSweeper::RetentionSweeper(RouteStore& store, absl::Duration ttl, absl::
     : store_(store), ttl_(ttl), thread_(interval, [this] { Sweep(); }) {}
 
 absl::StatusOr<int64_t> RetentionSweeper::SweepOnce() {
-  absl::StatusOr<DeleteOutcome> deleted = store_.DeleteUpdatedBefore(absl::Now() - ttl_);
+  absl::StatusOr<DeleteOutcome> deleted = store_.DeleteUpdatedBefore(store_.clock().Now() - ttl_);
   if (!deleted.ok()) return deleted.status();
   RouterReplayMetrics::Get().RecordDeleted(deleted->records, /*by_ttl=*/true);
   RouterReplayMetrics::Get().RecordTotals(store_.totals());

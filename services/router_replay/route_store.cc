@@ -330,7 +330,7 @@ absl::StatusOr<AppendOutcome> RouteStore::AppendLocked(const RouteChunk& chunk,
   const bool seals_now = chunk.seal && !record.sealed;
   record.sealed = record.sealed || chunk.seal;
   if (outcome.new_rows > 0 || seals_now) {
-    record.updated = absl::Now();
+    record.updated = options_.clock->Now();
     batch.Put(MetaKey(encoded), ToStored(record).SerializeAsString());
     if (absl::Status status = Write(batch); !status.ok()) return status;
     if (is_new) ++(record.sealed ? sealed_records_ : open_records_);
@@ -381,7 +381,7 @@ absl::StatusOr<RecordInfo> RouteStore::Seal(const RecordKey& key, int64_t total_
         "record ", ToString(key), " has ", record->rows, " rows, seal says ", total_rows));
   }
   record->sealed = true;
-  record->updated = absl::Now();
+  record->updated = options_.clock->Now();
   rocksdb::WriteBatch batch;
   batch.Put(MetaKey(encoded), ToStored(*record).SerializeAsString());
   if (absl::Status status = Write(batch); !status.ok()) return status;

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "rocksdb/db.h"
 #include "rocksdb/file_system.h"
 #include "services/router_replay/client/record_key.h"
@@ -49,6 +50,8 @@ struct RouteStoreOptions {
   WalRecovery wal_recovery = WalRecovery::kRefuse;
   // Where files live; null: the local disk. Tests inject faults (a disk that fills up).
   std::shared_ptr<rocksdb::FileSystem> file_system;
+  // What records' update times (the TTL sweep's cutoff compares them) read; not owned.
+  Clock* clock = &Clock::Real();
 };
 
 // Stored state of one record.
@@ -132,6 +135,8 @@ class RouteStore {
   absl::StatusOr<DeleteOutcome> DeleteUpdatedBefore(absl::Time cutoff);
 
   StoreTotals totals() const;
+  // The clock records' update times are read from (RouteStoreOptions::clock).
+  Clock& clock() const { return *options_.clock; }
 
  private:
   RouteStore(std::unique_ptr<rocksdb::Env> env, std::unique_ptr<rocksdb::DB> db,

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/testing/simulated_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/router_replay/client/testing/route_testing.h"
@@ -25,7 +26,8 @@ class RouteStoreTest : public ::testing::Test {
 
   void Reopen() {
     store_.reset();
-    absl::StatusOr<std::unique_ptr<RouteStore>> store = RouteStore::Open({.path = path_.string()});
+    absl::StatusOr<std::unique_ptr<RouteStore>> store =
+        RouteStore::Open({.path = path_.string(), .clock = &clock_});
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
@@ -61,6 +63,7 @@ class RouteStoreTest : public ::testing::Test {
   }
 
   std::filesystem::path path_;
+  tandem::testing::SimulatedClock clock_;  // Update times move only when a test advances it.
   std::unique_ptr<RouteStore> store_;
   RouteShape shape_{.layers = {1, 2, 4}, .top_k = 2, .num_experts = 16};
 };
@@ -252,8 +255,8 @@ TEST_F(RouteStoreTest, ListsAndDeletesByJobAndVersionRange) {
 TEST_F(RouteStoreTest, TtlSweepDeletesOnlyRecordsUntouchedSinceTheCutoff) {
   const std::vector<int16_t> rows = SyntheticRoutes(shape_, 5, 10);
   ASSERT_TRUE(Append(Key("old"), rows, 0, 5).ok());
-  const absl::Time cutoff = absl::Now() + absl::Milliseconds(5);
-  absl::SleepFor(absl::Milliseconds(10));
+  const absl::Time cutoff = clock_.Now() + absl::Milliseconds(5);
+  clock_.Advance(absl::Milliseconds(10));
   ASSERT_TRUE(Append(Key("new"), rows, 0, 5).ok());
   absl::StatusOr<DeleteOutcome> swept = store_->DeleteUpdatedBefore(cutoff);
   ASSERT_TRUE(swept.ok());

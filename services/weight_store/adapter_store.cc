@@ -85,7 +85,8 @@ absl::Status AdapterStore::Recover() {
       const int64_t number = version->manifest.version();
       adapters_[adapter].versions[number] = Share(std::move(*version));
     }
-    for (const auto& [adapter, unused] : adapters_) RetainLocked(adapter, absl::Now(), retired);
+    for (const auto& [adapter, unused] : adapters_)
+      RetainLocked(adapter, options_.clock->Now(), retired);
   }
   RetireFiles(retired);
   if (!versions->empty()) {
@@ -129,14 +130,14 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const weightstore::v1::Manifest&
     }
   }
   for (auto& [id, upload] : uploads_) {
-    if (upload->state == Upload::State::kAborted || Expired(*upload, absl::Now()) ||
+    if (upload->state == Upload::State::kAborted || Expired(*upload, options_.clock->Now()) ||
         upload->manifest.adapter_name() != manifest.adapter_name() ||
         upload->manifest.version() != manifest.version()) {
       continue;
     }
     if (upload->state == Upload::State::kOpen && upload->use_ucx == use_ucx &&
         google::protobuf::util::MessageDifferencer::Equals(upload->manifest, normalized)) {
-      upload->expire_time = absl::Now() + options_.upload_expiry;  // A retried Begin.
+      upload->expire_time = options_.clock->Now() + options_.upload_expiry;  // A retried Begin.
       BeginResult result{.upload_id = id, .expire_time = upload->expire_time};
       for (const auto& shard : upload->shards) result.shards.push_back(shard.get());
       return result;
@@ -147,7 +148,8 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const weightstore::v1::Manifest&
   upload->id = RandomId("upload");
   upload->manifest = std::move(normalized);
   upload->use_ucx = use_ucx;
-  upload->expire_time = absl::Now() + options_.upload_expiry;
+  upload->begun = options_.clock->Now();
+  upload->expire_time = upload->begun + options_.upload_expiry;
   for (const weightstore::v1::Shard& shard : manifest.shards()) {
     absl::StatusOr<std::unique_ptr<ShardBuffer>> buffer = pool_->Take(shard.byte_size());
     if (!buffer.ok()) return buffer.status();
@@ -162,13 +164,13 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const weightstore::v1::Manifest&
 
 absl::StatusOr<AdapterStore::Upload*> AdapterStore::OpenUpload(absl::string_view upload_id) {
   auto it = uploads_.find(upload_id);
-  if (it == uploads_.end() || Expired(*it->second, absl::Now())) {
+  if (it == uploads_.end() || Expired(*it->second, options_.clock->Now())) {
     return absl::NotFoundError(absl::StrCat("upload ", upload_id, " not found (or expired)"));
   }
   Upload& upload = *it->second;
   switch (upload.state) {
     case Upload::State::kOpen:
-      upload.expire_time = absl::Now() + options_.upload_expiry;
+      upload.expire_time = options_.clock->Now() + options_.upload_expiry;
       return &upload;
     case Upload::State::kCommitting:
       return absl::FailedPreconditionError(absl::StrCat("upload ", upload_id, " is committing"));
@@ -252,7 +254,7 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
   CommittedVersion staged;
   if (verified.ok()) {
     staged.manifest = upload->manifest;
-    *staged.manifest.mutable_commit_time() = NowTimestamp();
+    *staged.manifest.mutable_commit_time() = ToTimestamp(options_.clock->Now());
     staged.shards = std::move(upload->shards);
     verified = WriteVersion(options_.data_dir, staged);
     if (!verified.ok()) upload->shards = std::move(staged.shards);
@@ -277,11 +279,12 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
       if (watcher.adapter == result->adapter_name()) listeners.push_back(watcher.listener);
     }
     adapters_[result->adapter_name()].versions[result->version()] = Share(std::move(staged));
-    RetainLocked(result->adapter_name(), absl::Now(), retired);
+    RetainLocked(result->adapter_name(), options_.clock->Now(), retired);
   }
   for (const auto& listener : listeners) listener(*result);
   RetireFiles(retired);  // After the announcement, which subscribers wait for.
-  return CommitOutcome{.version = *result, .since_begin = absl::Now() - begun, .by_ucx = by_ucx};
+  return CommitOutcome{
+      .version = *result, .since_begin = options_.clock->Now() - begun, .by_ucx = by_ucx};
 }
 
 absl::StatusOr<weightstore::v1::VersionInfo> AdapterStore::Publish(Upload& upload) {
@@ -295,7 +298,8 @@ absl::StatusOr<weightstore::v1::VersionInfo> AdapterStore::Publish(Upload& uploa
   }
   upload.state = Upload::State::kCommitted;
   upload.committed = VersionInfoOf(manifest);
-  upload.expire_time = absl::Now() + options_.upload_expiry;  // Remembered for retried commits.
+  upload.expire_time =
+      options_.clock->Now() + options_.upload_expiry;  // Remembered for retried commits.
   return upload.committed;
 }
 
@@ -351,7 +355,7 @@ weightstore::v1::VersionInfo AdapterStore::Newest(absl::string_view adapter) con
 
 bool AdapterStore::HasOpenUpload(absl::string_view adapter) const {
   absl::MutexLock lock(&mutex_);
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   return std::any_of(uploads_.begin(), uploads_.end(), [&](const auto& entry) {
     const Upload& upload = *entry.second;
     return upload.state == Upload::State::kOpen && !Expired(upload, now) &&
@@ -386,7 +390,7 @@ absl::StatusOr<AdapterStore::Lease> AdapterStore::AcquireLease(absl::string_view
       !found.ok()) {
     return found.status();
   }
-  Lease lease{.id = RandomId("lease"), .expire_time = absl::Now() + ttl};
+  Lease lease{.id = RandomId("lease"), .expire_time = options_.clock->Now() + ttl};
   leases_[lease.id] = {std::string(adapter), version, std::string(holder), lease.expire_time};
   return lease;
 }
@@ -395,10 +399,10 @@ absl::StatusOr<absl::Time> AdapterStore::RenewLease(absl::string_view lease_id,
                                                     absl::Duration ttl) {
   absl::MutexLock lock(&mutex_);
   auto it = leases_.find(lease_id);
-  if (it == leases_.end() || it->second.expire_time < absl::Now()) {
+  if (it == leases_.end() || it->second.expire_time < options_.clock->Now()) {
     return absl::NotFoundError(absl::StrCat("lease ", lease_id, " not found or expired"));
   }
-  it->second.expire_time = absl::Now() + ttl;
+  it->second.expire_time = options_.clock->Now() + ttl;
   return it->second.expire_time;
 }
 
@@ -412,7 +416,7 @@ absl::StatusOr<std::shared_ptr<const CommittedVersion>> AdapterStore::LeasedVers
   {
     absl::MutexLock lock(&mutex_);
     auto it = leases_.find(lease_id);
-    if (it == leases_.end() || it->second.expire_time < absl::Now()) {
+    if (it == leases_.end() || it->second.expire_time < options_.clock->Now()) {
       return absl::NotFoundError(absl::StrCat("lease ", lease_id, " not found or expired"));
     }
     if (it->second.adapter != adapter || it->second.version != version) {

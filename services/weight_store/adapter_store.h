@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "services/weight_store/byte_ranges.h"
 #include "services/weight_store/shard_buffer.h"
 #include "services/weight_store/version_files.h"
@@ -28,6 +29,8 @@ struct AdapterStoreOptions {
   transfer::UcxWorker* ucx = nullptr;  // Not owned; null: gRPC data path only.
   // Memory of retired versions kept for new uploads of the same shard sizes (ShardBufferPool).
   size_t pooled_bytes = size_t{1} << 30;
+  // What upload and lease expiry, retention and commit times read; not owned.
+  Clock* clock = &Clock::Real();
 };
 
 struct BeginResult {
@@ -109,7 +112,7 @@ class AdapterStore {
     std::vector<std::unique_ptr<ShardBuffer>> shards;
     std::vector<ByteRanges> written;
     bool use_ucx = false;
-    absl::Time begun = absl::Now();
+    absl::Time begun;
     absl::Time expire_time;
     State state = State::kOpen;
     weightstore::v1::VersionInfo committed;

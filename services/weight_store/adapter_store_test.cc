@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/simulated_clock.h"
 #include "common/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -57,8 +58,11 @@ class AdapterStoreTest : public ::testing::Test {
   // (Re)opens the store on data_dir_, as a restarted service does.
   void Reopen(int keep_versions = 3, absl::Duration upload_expiry = absl::Minutes(1)) {
     store_.reset();
-    absl::StatusOr<std::unique_ptr<AdapterStore>> store = AdapterStore::Open(
-        {.data_dir = data_dir_, .keep_versions = keep_versions, .upload_expiry = upload_expiry});
+    absl::StatusOr<std::unique_ptr<AdapterStore>> store =
+        AdapterStore::Open({.data_dir = data_dir_,
+                            .keep_versions = keep_versions,
+                            .upload_expiry = upload_expiry,
+                            .clock = &clock_});
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
@@ -106,13 +110,14 @@ class AdapterStoreTest : public ::testing::Test {
   }
 
   std::string data_dir_;
+  tandem::testing::SimulatedClock clock_;  // Expiry moves only when a test advances it.
   std::unique_ptr<AdapterStore> store_;
 };
 
 TEST_F(AdapterStoreTest, CommitPublishesTheVersionWithItsBytes) {
   const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 1);
   ASSERT_GE(adapter.shards.size(), 2u);
-  const absl::Time before = absl::Now();
+  const absl::Time before = clock_.Now();
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, /*use_ucx=*/false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   EXPECT_GE(begun->expire_time, before + absl::Minutes(1));
@@ -682,7 +687,7 @@ TEST_F(AdapterStoreTest, ALeaseKeepsItsVersionUntilReleased) {
   ASSERT_NO_FATAL_FAILURE(Reopen(/*keep_versions=*/1));
   const transfer::TestAdapter leased_adapter = transfer::MakeTestAdapter("job-1", 1, 40);
   ASSERT_TRUE(Publish(leased_adapter).ok());
-  const absl::Time before = absl::Now();
+  const absl::Time before = clock_.Now();
   absl::StatusOr<AdapterStore::Lease> lease =
       store_->AcquireLease("job-1", 1, "replica-0", absl::Minutes(1));
   ASSERT_TRUE(lease.ok()) << lease.status();
@@ -700,7 +705,7 @@ TEST_F(AdapterStoreTest, ALeaseKeepsItsVersionUntilReleased) {
 
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 41)).ok());
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 3, 42)).ok());
-  store_->ExpireAndRetain(absl::Now());
+  store_->ExpireAndRetain(clock_.Now());
   absl::StatusOr<std::shared_ptr<const CommittedVersion>> kept = store_->Find("job-1", 1, 0);
   ASSERT_TRUE(kept.ok()) << kept.status();  // Leased: kept past keep_versions.
   EXPECT_EQ(kept->get(), leased->get());
@@ -720,7 +725,7 @@ TEST_F(AdapterStoreTest, ALeaseKeepsItsVersionUntilReleased) {
   EXPECT_THAT(released.message(), HasSubstr("not found or expired"));
   EXPECT_TRUE(absl::IsNotFound(store_->RenewLease(lease->id, absl::Minutes(1)).status()));
   store_->ReleaseLease(lease->id);  // Idempotent.
-  store_->ExpireAndRetain(absl::Now());
+  store_->ExpireAndRetain(clock_.Now());
   ExpectNotFound("job-1", 1);
   EXPECT_FALSE(fs::exists(VersionDir("job-1", 1)));
   // A reader that took the version before keeps its bytes.
@@ -740,7 +745,7 @@ TEST_F(AdapterStoreTest, ARenewedLeaseKeepsItsVersionUntilItExpires) {
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 44)).ok());
 
   // Past the first ttl, within the renewed one.
-  store_->ExpireAndRetain(absl::Now() + absl::Seconds(90));
+  store_->ExpireAndRetain(clock_.Now() + absl::Seconds(90));
   EXPECT_TRUE(store_->Find("job-1", 1, 0).ok());
   EXPECT_EQ(store_->totals().leases, 1);
   // Past the renewed ttl: the lease is dropped and its version retired.
@@ -760,14 +765,14 @@ TEST_F(AdapterStoreTest, AnExpiredLeaseStopsPinningBeforeTheSweep) {
   absl::StatusOr<AdapterStore::Lease> lease =
       store_->AcquireLease("job-1", 1, "replica-0", absl::Milliseconds(10));
   ASSERT_TRUE(lease.ok()) << lease.status();
-  absl::SleepFor(absl::Milliseconds(20));
+  clock_.Advance(absl::Milliseconds(20));
 
   EXPECT_TRUE(absl::IsNotFound(store_->LeasedVersion(lease->id, "job-1", 1).status()));
   EXPECT_TRUE(absl::IsNotFound(store_->RenewLease(lease->id, absl::Minutes(1)).status()));
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 2, 46)).ok());  // Retention at commit.
   ExpectNotFound("job-1", 1);
   EXPECT_EQ(store_->totals().leases, 1);  // Dropped by the next sweep.
-  store_->ExpireAndRetain(absl::Now());
+  store_->ExpireAndRetain(clock_.Now());
   EXPECT_EQ(store_->totals().leases, 0);
 }
 
@@ -776,10 +781,10 @@ TEST_F(AdapterStoreTest, TheSweepDropsExpiredUploads) {
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
   ASSERT_TRUE(store_->Put(begun->upload_id, 0, 0, adapter.shards[0]).ok());
-  store_->ExpireAndRetain(absl::Now());
+  store_->ExpireAndRetain(clock_.Now());
   EXPECT_EQ(store_->totals().open_uploads, 1);  // Not expired yet.
 
-  store_->ExpireAndRetain(absl::Now() + absl::Minutes(2));
+  store_->ExpireAndRetain(clock_.Now() + absl::Minutes(2));
   EXPECT_EQ(store_->totals().open_uploads, 0);
   absl::Status put = store_->Put(begun->upload_id, 0, 0, adapter.shards[0]).status();
   EXPECT_TRUE(absl::IsNotFound(put)) << put;
@@ -793,7 +798,7 @@ TEST_F(AdapterStoreTest, TheSweepDropsExpiredUploads) {
   EXPECT_NE(again->upload_id, begun->upload_id);
   ASSERT_TRUE(PutAll(again->upload_id, adapter).ok());
   ASSERT_TRUE(store_->Commit(again->upload_id).ok());
-  store_->ExpireAndRetain(absl::Now() + absl::Minutes(2));
+  store_->ExpireAndRetain(clock_.Now() + absl::Minutes(2));
   EXPECT_TRUE(absl::IsNotFound(store_->Commit(again->upload_id).status()));
   EXPECT_TRUE(store_->Find("job-1", 1, 0).ok());
 }
@@ -802,7 +807,7 @@ TEST_F(AdapterStoreTest, PutKeepsAnUploadAlive) {
   const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 48);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
-  absl::SleepFor(absl::Milliseconds(5));
+  clock_.Advance(absl::Milliseconds(5));
   ASSERT_TRUE(store_->Put(begun->upload_id, 0, 0, adapter.shards[0]).ok());
   // Past the expiry Begin returned, but the put moved it.
   store_->ExpireAndRetain(begun->expire_time + absl::Milliseconds(1));
@@ -816,7 +821,7 @@ TEST_F(AdapterStoreTest, AnUploadPastItsExpiryIsGoneBeforeTheSweep) {
   const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 49);
   absl::StatusOr<BeginResult> begun = store_->Begin(adapter.manifest, false);
   ASSERT_TRUE(begun.ok()) << begun.status();
-  absl::SleepFor(absl::Milliseconds(40));
+  clock_.Advance(absl::Milliseconds(40));
   absl::Status put = store_->Put(begun->upload_id, 0, 0, adapter.shards[0]).status();
   EXPECT_TRUE(absl::IsNotFound(put)) << put;
   absl::Status commit = store_->Commit(begun->upload_id).status();
