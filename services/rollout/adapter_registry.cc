@@ -89,7 +89,9 @@ AdapterRegistry::AdapterRegistry(engine::BaseModel& base, std::shared_ptr<Served
   }
 }
 
-AdapterRegistry::~AdapterRegistry() {
+AdapterRegistry::~AdapterRegistry() { StopLoading(); }
+
+void AdapterRegistry::StopLoading() {
   std::vector<std::shared_ptr<VersionWatch>> open;
   {
     absl::MutexLock lock(&mutex_);
@@ -101,6 +103,7 @@ AdapterRegistry::~AdapterRegistry() {
   }
   for (const auto& watch : open) watch->Cancel();
   for (std::thread& thread : threads_) thread.join();
+  threads_.clear();
   // Their callbacks hold this registry: every stream must have ended.
   if (!watch_calls_.WaitUntilIdle(absl::Seconds(30))) {
     spdlog::error("adapter watch streams still open 30 s after being cancelled");

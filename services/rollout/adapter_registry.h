@@ -60,11 +60,16 @@ class AdapterRegistry final : public ServedModels {
  public:
   // `base` (already in the serving precision) must outlive the registry; `base_model` serves it
   // alone (adapter "", version 0). `on_staged` is called (from a loader thread) when a version
-  // waits in staging. `weight_store` may be null (only the base model is served).
+  // waits in staging, never after StopLoading. `weight_store` may be null (only the base model is
+  // served).
   AdapterRegistry(engine::BaseModel& base, std::shared_ptr<ServedModel> base_model,
                   std::unique_ptr<weight_store::WeightStoreStubs> weight_store,
                   AdapterRegistryOptions options, std::function<void()> on_staged);
-  ~AdapterRegistry() override;
+  ~AdapterRegistry() override;  // StopLoading, if not done before.
+
+  // Ends the watch streams and stops the loader threads: nothing is loaded or staged any more,
+  // and on_staged is not called again. Idempotent; resolved models stay servable.
+  void StopLoading();
 
   // Starts following an adapter (idempotent). `required`: the replica is not Ready until the
   // version weight-store announces first is servable (a restarted replica never serves stale

@@ -134,11 +134,12 @@ int main(int argc, char** argv) {
          }
          absl::StatusOr<RolloutOptions> options = OptionsFromFlags(server);
          if (!options.ok()) return options.status();
-         auto service = tandem::rollout::RolloutServiceImpl::Create(*std::move(options));
-         if (!service.ok()) return service.status();
-         tandem::rollout::RolloutServiceImpl* raw = service->get();
+         auto replica = tandem::rollout::RolloutReplica::Create(*std::move(options));
+         if (!replica.ok()) return replica.status();
+         auto service = std::make_unique<tandem::rollout::RolloutServiceImpl>(*std::move(replica));
+         tandem::rollout::RolloutServiceImpl* raw = service.get();
          std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.rollout.v1.RolloutService", *std::move(service),
+         services.push_back({"tandem.rollout.v1.RolloutService", std::move(service),
                              [raw] { return raw->Ready(); }, [raw] { raw->Drain(); }});
          return services;
        }});

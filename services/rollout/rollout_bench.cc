@@ -174,7 +174,7 @@ int Main() {
   options.adapters = {kAdapter};
   options.scheduler.kv_cache_bytes = int64_t{1} << 30;
   options.scheduler.max_batch_sequences = 1 << 16;
-  auto rollout_service = *RolloutServiceImpl::Create(options);
+  auto rollout_service = std::make_unique<RolloutServiceImpl>(*RolloutReplica::Create(options));
   auto rollout = *tandem::testing::StartLoopbackServer(
       "rollout", {"tandem.rollout.v1.RolloutService", std::move(rollout_service)},
       RolloutTestOptions());

@@ -115,11 +115,12 @@ class RolloutServiceTest : public ::testing::Test {
 
   void StartRollout(RolloutOptions options) {
     rollout_.server.reset();
-    auto service = RolloutServiceImpl::Create(std::move(options));
-    ASSERT_TRUE(service.ok()) << service.status();
-    rollout_service_ = service->get();
+    auto replica = RolloutReplica::Create(std::move(options));
+    ASSERT_TRUE(replica.ok()) << replica.status();
+    auto service = std::make_unique<RolloutServiceImpl>(*std::move(replica));
+    rollout_service_ = service.get();
     rollout_ = Serve(
-        "rollout", "tandem.rollout.v1.RolloutService", *std::move(service),
+        "rollout", "tandem.rollout.v1.RolloutService", std::move(service),
         [raw = rollout_service_] { return raw->Ready(); },
         [raw = rollout_service_] { raw->Drain(); });
     rollout_channel_ = rollout_.Channel();
@@ -663,18 +664,18 @@ TEST_F(RolloutServiceTest, DeadlineIsHonoured) {
 TEST_F(RolloutServiceTest, AnUnusableDeviceIsRefusedAtStart) {
   RolloutOptions bad_name = DefaultOptions();
   bad_name.device = "gpu0";
-  EXPECT_EQ(RolloutServiceImpl::Create(std::move(bad_name)).status().code(),
+  EXPECT_EQ(RolloutReplica::Create(std::move(bad_name)).status().code(),
             absl::StatusCode::kInvalidArgument);
   RolloutOptions fp8_on_gpu = DefaultOptions();
   fp8_on_gpu.device = "cuda";
   fp8_on_gpu.precision = engine::Precision::kFP8;
-  EXPECT_EQ(RolloutServiceImpl::Create(std::move(fp8_on_gpu)).status().code(),
+  EXPECT_EQ(RolloutReplica::Create(std::move(fp8_on_gpu)).status().code(),
             absl::StatusCode::kUnimplemented);
   if (engine::CudaDeviceVisible()) return;
   RolloutOptions no_gpu = DefaultOptions();
   no_gpu.device = "cuda:0";
   no_gpu.precision = engine::Precision::kF32;
-  EXPECT_EQ(RolloutServiceImpl::Create(std::move(no_gpu)).status().code(),
+  EXPECT_EQ(RolloutReplica::Create(std::move(no_gpu)).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
