@@ -13,6 +13,7 @@
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/text/text_codec.h"
+#include "services/rollout/sample_output.h"
 #include "services/router_replay/client/record_key.h"
 #include "tandem/rollout/v1/rollout.pb.h"
 
@@ -36,7 +37,7 @@ struct GenerationWork {
   // Set by the transport when the client goes away; the scheduler then drops the samples.
   std::atomic<bool> cancelled{false};
   // One call per finished sample (from the delivery thread), then none after `fail`.
-  std::function<void(rollout::v1::GenerateResponse)> deliver;
+  std::function<void(SampleOutput)> deliver;
   // Ends the call with an error; at most once, and no `deliver` after it.
   std::function<void(absl::Status)> fail;
 

@@ -11,6 +11,7 @@
 #include "common/unary.h"
 #include "services/rollout/adapter_status_watch.h"
 #include "services/rollout/generate_request.h"
+#include "services/rollout/output_processor.h"
 
 namespace tandem::rollout {
 namespace {
@@ -29,8 +30,9 @@ class GenerateReactor final : public QueuedWriteReactor<rollout::v1::GenerateRes
       : scheduler_(scheduler), stream_(streams), expected_(work->num_samples()) {
     work->start = absl::Now();
     work->deadline = DeadlineOf(*context);
-    work->deliver = [sink = sink()](rollout::v1::GenerateResponse response) {
-      sink->Write(std::move(response));
+    // The work owns this function: it is alive whenever the function runs.
+    work->deliver = [sink = sink(), of = work.get()](SampleOutput output) {
+      sink->Write(ToGenerateResponse(*of, output));
     };
     work->fail = [sink = sink()](const absl::Status& status) {
       sink->Finish(ToGrpcStatus(status));

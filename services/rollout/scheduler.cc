@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "common/utf8.h"
 #include "services/rollout/rollout_metrics.h"
 
 namespace tandem::rollout {
@@ -13,57 +12,37 @@ namespace {
 
 using router_replay::RecordKey;
 
-rollout::v1::FinishReason FinishReasonOf(engine::FinishReason reason) {
-  switch (reason) {
-    case engine::FinishReason::kStop:
-      return rollout::v1::FINISH_REASON_STOP;
-    case engine::FinishReason::kLength:
-      return rollout::v1::FINISH_REASON_LENGTH;
-    case engine::FinishReason::kCancelled:
-      return rollout::v1::FINISH_REASON_CANCELLED;
-    case engine::FinishReason::kError:
-      return rollout::v1::FINISH_REASON_ERROR;
-  }
-  return rollout::v1::FINISH_REASON_UNSPECIFIED;
-}
-
-// The response of sample `sample` (prompt-major index) of `work`, naming it and its prompt.
-rollout::v1::GenerateResponse SampleResponse(const GenerationWork& work, int sample) {
-  const int prompt = sample / work.group_size();
-  rollout::v1::GenerateResponse response;
-  response.set_request_id(work.request.request_id());
-  response.set_prompt_index(prompt);
-  response.set_sample_index(sample % work.group_size());
-  response.set_prompt_tokens(static_cast<int32_t>(work.prompts[prompt].size()));
-  return response;
-}
-
-void SetRouteKey(const RecordKey& key, rollout::v1::GenerateResponse& response) {
-  type::v1::RouteRecordKey& proto_key = *response.mutable_route_key();
-  proto_key.set_job_id(key.job_id);
-  proto_key.set_policy_version(key.policy_version);
-  proto_key.set_sample_id(key.sample_id);
-  proto_key.set_attempt(key.attempt);
-}
-
-// The answer for a sample that never ran (cancelled before admission, or one the engine could
-// not admit): no tokens, and, when routes were asked for, its record key with FAILED, since no
+// The output of a sample that never ran (cancelled before admission, or one the engine could
+// not admit): no tokens, and, when routes were asked for, its record key with kFailed, since no
 // row of it was recorded.
-rollout::v1::GenerateResponse NeverRanResponse(const GenerationWork& work, int sample,
-                                               int64_t version, rollout::v1::FinishReason reason,
-                                               const std::string& error) {
-  rollout::v1::GenerateResponse response = SampleResponse(work, sample);
-  response.set_finish_reason(reason);
-  if (reason == rollout::v1::FINISH_REASON_ERROR) response.set_error_message(ValidUtf8(error));
-  response.set_adapter_version(version);
-  if (!work.request.routes().enabled()) {
-    response.set_route_status(rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
-    return response;
+SampleOutput NeverRanOutput(const GenerationWork& work, int sample, int64_t version,
+                            engine::FinishReason reason, std::string error) {
+  SampleOutput output{.sample = sample,
+                      .finish_reason = reason,
+                      .error = std::move(error),
+                      .adapter_version = version};
+  if (work.request.routes().enabled()) {
+    output.routes = RouteOutcome::kFailed;
+    output.route_key = work.RouteKey(sample, version);
+    output.route_error = "the sample never ran, so no route of it was recorded";
   }
-  SetRouteKey(work.RouteKey(sample, version), response);
-  response.set_route_status(rollout::v1::ROUTE_STATUS_FAILED);
-  response.set_route_error("the sample never ran, so no route of it was recorded");
-  return response;
+  return output;
+}
+
+// Per generated token of a sample prefilled by `prefill_version`, the version it came from.
+std::vector<int64_t> TokenVersions(int generated, int64_t prefill_version,
+                                   const std::vector<std::pair<int, int64_t>>& switches) {
+  std::vector<int64_t> versions;
+  versions.reserve(generated);
+  auto next_switch = switches.begin();
+  int64_t version = prefill_version;
+  for (int t = 0; t < generated; ++t) {
+    for (; next_switch != switches.end() && next_switch->first <= t; ++next_switch) {
+      version = next_switch->second;
+    }
+    versions.push_back(version);
+  }
+  return versions;
 }
 
 }  // namespace
@@ -85,8 +64,8 @@ struct Scheduler::Active {
 
 struct Scheduler::Finished {
   std::shared_ptr<GenerationWork> work;
-  rollout::v1::GenerateResponse response;
-  std::optional<RecordKey> key;  // Set when routes were recorded.
+  SampleOutput output;
+  bool routes_queued = false;    // Its routes went to router-replay: delivery awaits their ack.
   absl::Status route_error;      // Set when queueing the routes already failed.
   bool ends_request = false;     // The request's last sample: its id is free once delivered.
 };
@@ -237,10 +216,10 @@ void Scheduler::StopEverything() {
   const auto cancel_pending = [this](Pending& pending) {
     GenerationWork& work = *pending.work;
     for (int s = pending.next_sample; s < work.num_samples(); ++s) {
-      Finished finished{.work = pending.work,
-                        .response = NeverRanResponse(
-                            work, s, pending.model == nullptr ? 0 : pending.model->version,
-                            rollout::v1::FINISH_REASON_CANCELLED, "")};
+      Finished finished{
+          .work = pending.work,
+          .output = NeverRanOutput(work, s, pending.model == nullptr ? 0 : pending.model->version,
+                                   engine::FinishReason::kCancelled, "")};
       {
         absl::MutexLock lock(&mutex_);
         queued_positions_ -= work.Positions(s);
@@ -375,8 +354,8 @@ void Scheduler::StartSample(const Pending& admitted, const absl::StatusOr<int>& 
     spdlog::error("request {} sample {}: admit failed: {}", work.request.request_id(), sample,
                   id.status().ToString());
     Finished finished{.work = admitted.work,
-                      .response = NeverRanResponse(
-                          work, sample, admitted.model->version, rollout::v1::FINISH_REASON_ERROR,
+                      .output = NeverRanOutput(
+                          work, sample, admitted.model->version, engine::FinishReason::kError,
                           absl::StrCat("admit failed: ", id.status().message()))};
     QueueDelivery(std::move(finished));
     return;
@@ -414,30 +393,18 @@ void Scheduler::CollectFinished() {
     Active active = std::move(found->second);
     active_.erase(found);
     --active.running->active_samples;
-    GenerationWork& work = *active.work;
-    const int group_size = work.group_size();
-    const int prompt = active.sample / group_size;
-    Finished finished{.work = active.work, .response = SampleResponse(work, active.sample)};
-    rollout::v1::GenerateResponse& response = finished.response;
-    const std::vector<int> generated(sample.tokens.begin() + sample.prompt_length,
-                                     sample.tokens.end());
-    response.mutable_token_ids()->Add(generated.begin(), generated.end());
-    response.mutable_logprobs()->Add(sample.logprobs.begin(), sample.logprobs.end());
-    if (work.text_prompts[prompt]) response.set_text(work.codec->Decode(generated));
-    response.set_finish_reason(FinishReasonOf(sample.finish_reason));
-    if (sample.finish_reason == engine::FinishReason::kError) {
-      response.set_error_message(sample.error);
-    }
-    response.set_adapter_version(active.prefill_version);
-    if (work.request.allow_version_switch()) {
-      auto next_switch = active.switches.begin();
-      int64_t version = active.prefill_version;
-      for (int t = 0; t < static_cast<int>(generated.size()); ++t) {
-        for (; next_switch != active.switches.end() && next_switch->first <= t; ++next_switch) {
-          version = next_switch->second;
-        }
-        response.add_token_adapter_versions(version);
-      }
+    const int generated = static_cast<int>(sample.tokens.size()) - sample.prompt_length;
+    Finished finished{
+        .work = active.work,
+        .output = {.sample = active.sample,
+                   .tokens = {sample.tokens.begin() + sample.prompt_length, sample.tokens.end()},
+                   .logprobs = sample.logprobs,
+                   .finish_reason = sample.finish_reason,
+                   .error = sample.error,
+                   .adapter_version = active.prefill_version}};
+    if (active.work->request.allow_version_switch()) {
+      finished.output.token_versions =
+          TokenVersions(generated, active.prefill_version, active.switches);
     }
     RecordRoutes(active, sample, finished);
     QueueDelivery(std::move(finished));
@@ -460,21 +427,17 @@ void Scheduler::QueueDelivery(Finished finished) {
 void Scheduler::RecordRoutes(const Active& active, const engine::GeneratedSample& sample,
                              Finished& finished) {
   const GenerationWork& work = *active.work;
-  rollout::v1::GenerateResponse& response = finished.response;
-  if (!work.request.routes().enabled()) {
-    response.set_route_status(rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
-    return;
-  }
+  if (!work.request.routes().enabled()) return;
   RecordKey key = work.RouteKey(active.sample, active.prefill_version);
-  SetRouteKey(key, response);
   const int64_t rows = static_cast<int64_t>(sample.tokens.size()) - 1;
   finished.route_error =
       routes_ == nullptr
           ? absl::FailedPreconditionError("this replica has no router-replay (--router_replay)")
           : routes_->Append(key, route_shape_, 0, rows, sample.routes.data(), /*seal=*/true);
   if (finished.route_error.ok()) RolloutMetrics::Get().routes_rows_sent.Increment(rows);
-  response.set_route_rows(rows);
-  finished.key = std::move(key);
+  finished.output.route_rows = rows;
+  finished.output.route_key = std::move(key);
+  finished.routes_queued = true;
 }
 
 void Scheduler::Deliver() {
@@ -491,23 +454,24 @@ void Scheduler::Deliver() {
       finished = std::move(delivery_.front());
       delivery_.pop_front();
     }
-    rollout::v1::GenerateResponse& response = finished.response;
-    if (finished.key.has_value()) {
+    SampleOutput& output = finished.output;
+    if (finished.routes_queued) {
       absl::Status routes = finished.route_error;
       if (routes.ok()) {
-        routes = routes_->WaitForRecord(*finished.key, absl::Now() + options_.route_ack_timeout);
+        routes =
+            routes_->WaitForRecord(*output.route_key, absl::Now() + options_.route_ack_timeout);
       }
       if (routes.ok()) {
-        response.set_route_status(rollout::v1::ROUTE_STATUS_RECORDED);
+        output.routes = RouteOutcome::kRecorded;
       } else {
-        response.set_route_status(rollout::v1::ROUTE_STATUS_FAILED);
-        response.set_route_error(ValidUtf8(routes.ToString()));
-        response.set_route_rows(0);
+        output.routes = RouteOutcome::kFailed;
+        output.route_error = routes.ToString();
+        output.route_rows = 0;
         RolloutMetrics::Get().route_failures.Increment();
       }
     }
     RolloutMetrics::Get().samples.Increment();
-    finished.work->deliver(std::move(response));
+    finished.work->deliver(std::move(output));
     if (finished.ends_request) {
       absl::MutexLock lock(&mutex_);
       in_flight_.erase(finished.work->request.request_id());

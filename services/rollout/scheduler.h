@@ -41,10 +41,11 @@ struct SchedulerOptions {
 // requests, swaps staged adapter versions in, drops cancelled samples, resolves each request's
 // adapter version, admits samples FIFO while the KV budget and the prefill budget allow, moves
 // samples to newer versions), executes one decode step of the batch, and applies its output
-// (finished samples become responses, their routes are queued to router-replay). A delivery
-// thread waits for router-replay to acknowledge a sample's routes before handing it to its
-// request. The scheduler owns no model and no step thread: it runs on a SequenceBatch and
-// ServedModels it is given, stepped by a SchedulerThread in the service and by hand in tests.
+// (finished samples become SampleOutputs in the replica's own types, their routes are queued to
+// router-replay). A delivery thread waits for router-replay to acknowledge a sample's routes
+// before handing it to its request, whose front end makes the API's message of it. The scheduler
+// owns no model and no step thread: it runs on a SequenceBatch and ServedModels it is given,
+// stepped by a SchedulerThread in the service and by hand in tests.
 class Scheduler {
  public:
   // `routes` (router-replay's RouteAppender in the service) may be null when no router-replay is

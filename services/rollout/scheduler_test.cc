@@ -188,7 +188,7 @@ class FakeModels final : public ServedModels {
 // What a request's client received.
 struct Outcome {
   absl::Mutex mutex;
-  std::vector<rollout::v1::GenerateResponse> samples ABSL_GUARDED_BY(mutex);
+  std::vector<SampleOutput> samples ABSL_GUARDED_BY(mutex);
   std::optional<absl::Status> failure ABSL_GUARDED_BY(mutex);
 };
 
@@ -237,9 +237,9 @@ class SchedulerTest : public ::testing::Test {
       work->text_prompts.push_back(false);
       work->reserved_positions += int64_t{group} * (prompt_length + max_new_tokens);
     }
-    work->deliver = [&outcome](rollout::v1::GenerateResponse response) {
+    work->deliver = [&outcome](SampleOutput output) {
       absl::MutexLock lock(&outcome.mutex);
-      outcome.samples.push_back(std::move(response));
+      outcome.samples.push_back(std::move(output));
     };
     work->fail = [&outcome](absl::Status status) {
       absl::MutexLock lock(&outcome.mutex);
@@ -254,7 +254,7 @@ class SchedulerTest : public ::testing::Test {
   }
 
   // Waits for the delivery thread to hand over `count` samples.
-  static std::vector<rollout::v1::GenerateResponse> AwaitSamples(Outcome& outcome, size_t count) {
+  static std::vector<SampleOutput> AwaitSamples(Outcome& outcome, size_t count) {
     absl::MutexLock lock(&outcome.mutex);
     const auto done = [&] {
       outcome.mutex.AssertHeld();
@@ -292,15 +292,13 @@ TEST_F(SchedulerTest, AdmitsFifoWithinTheKvBudgetAndRunsEverySampleToTheEnd) {
   scheduler_->RunStep();  // The first two reach 3 tokens and leave; the third is admitted.
   EXPECT_EQ(batch_->active(), 1);
   while (batch_->active() > 0) scheduler_->RunStep();
-  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 3);
+  const std::vector<SampleOutput> samples = AwaitSamples(outcome, 3);
   ASSERT_EQ(samples.size(), 3u);
-  for (const rollout::v1::GenerateResponse& sample : samples) {
-    const int first = 10 * (sample.prompt_index() + 1) + 1;
-    EXPECT_THAT(sample.token_ids(), ElementsAre(first, first + 1, first + 2));
-    EXPECT_EQ(sample.finish_reason(), rollout::v1::FINISH_REASON_LENGTH);
-    EXPECT_EQ(sample.prompt_tokens(), 2);
-    EXPECT_EQ(sample.route_status(), rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
-    EXPECT_EQ(sample.request_id(), "r");
+  for (const SampleOutput& sample : samples) {
+    const int first = 10 * (sample.sample + 1) + 1;  // Groups of one: sample s is prompt s.
+    EXPECT_THAT(sample.tokens, ElementsAre(first, first + 1, first + 2));
+    EXPECT_EQ(sample.finish_reason, engine::FinishReason::kLength);
+    EXPECT_EQ(sample.routes, RouteOutcome::kNotRequested);
   }
   EXPECT_FALSE(Failure(outcome).has_value());
   // The id is free again once every sample is out.
@@ -317,11 +315,11 @@ TEST_F(SchedulerTest, AnEngineFaultEndsSamplesWithAnError) {
   scheduler_->RunStep();
   batch_->FailSteps("INTERNAL: device fault");
   scheduler_->RunStep();
-  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  const std::vector<SampleOutput> samples = AwaitSamples(outcome, 1);
   ASSERT_EQ(samples.size(), 1u);
-  EXPECT_EQ(samples[0].finish_reason(), rollout::v1::FINISH_REASON_ERROR);
-  EXPECT_EQ(samples[0].error_message(), "INTERNAL: device fault");
-  EXPECT_EQ(samples[0].token_ids_size(), 2) << "prefill's token and the first step's";
+  EXPECT_EQ(samples[0].finish_reason, engine::FinishReason::kError);
+  EXPECT_EQ(samples[0].error, "INTERNAL: device fault");
+  EXPECT_EQ(samples[0].tokens.size(), 2u) << "prefill's token and the first step's";
 }
 
 // A sample the engine cannot admit is that sample's failure, answered FINISH_REASON_ERROR in
@@ -332,17 +330,17 @@ TEST_F(SchedulerTest, ASampleThatCannotBeAdmittedFailsAloneInItsMessage) {
   Outcome& outcome = NewOutcome();
   ASSERT_TRUE(Submit(Work("r", /*prompts=*/3, /*group=*/2, 2, 3, outcome)).ok());
   for (int step = 0; step < 8; ++step) scheduler_->RunStep();
-  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 6);
+  const std::vector<SampleOutput> samples = AwaitSamples(outcome, 6);
   ASSERT_EQ(samples.size(), 6u);
-  for (const rollout::v1::GenerateResponse& sample : samples) {
-    if (sample.prompt_index() == 1) {
-      EXPECT_EQ(sample.finish_reason(), rollout::v1::FINISH_REASON_ERROR);
-      EXPECT_THAT(sample.error_message(), HasSubstr("admit failed: out of device memory"));
-      EXPECT_TRUE(sample.token_ids().empty());
-      EXPECT_EQ(sample.route_status(), rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
+  for (const SampleOutput& sample : samples) {
+    if (sample.sample / 2 == 1) {  // Prompt 1's.
+      EXPECT_EQ(sample.finish_reason, engine::FinishReason::kError);
+      EXPECT_THAT(sample.error, HasSubstr("admit failed: out of device memory"));
+      EXPECT_TRUE(sample.tokens.empty());
+      EXPECT_EQ(sample.routes, RouteOutcome::kNotRequested);
     } else {
-      EXPECT_EQ(sample.finish_reason(), rollout::v1::FINISH_REASON_LENGTH);
-      EXPECT_EQ(sample.token_ids_size(), 3);
+      EXPECT_EQ(sample.finish_reason, engine::FinishReason::kLength);
+      EXPECT_EQ(sample.tokens.size(), 3u);
     }
   }
   absl::MutexLock lock(&outcome.mutex);
@@ -356,10 +354,10 @@ TEST_F(SchedulerTest, ARequestIdStaysInFlightUntilItsLastSampleIsDelivered) {
   Outcome& outcome = NewOutcome();
   std::shared_ptr<GenerationWork> work = Work("r", 1, 1, 2, 1, outcome);
   absl::Notification delivering, release;
-  work->deliver = [&, deliver = work->deliver](rollout::v1::GenerateResponse response) {
+  work->deliver = [&, deliver = work->deliver](SampleOutput output) {
     delivering.Notify();
     release.WaitForNotification();
-    deliver(std::move(response));
+    deliver(std::move(output));
   };
   ASSERT_TRUE(Submit(work).ok());
   scheduler_->RunStep();  // Its one token comes with the prefill: the sample is finished.
@@ -449,11 +447,11 @@ TEST_F(SchedulerTest, DrainEndsRunningSamplesWithTheirTokensAndWaitingOnesWithNo
   scheduler_->RunStep();
   scheduler_->Drain();
   scheduler_->RunStep();
-  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 2);
+  const std::vector<SampleOutput> samples = AwaitSamples(outcome, 2);
   ASSERT_EQ(samples.size(), 2u);
-  for (const rollout::v1::GenerateResponse& sample : samples) {
-    EXPECT_EQ(sample.finish_reason(), rollout::v1::FINISH_REASON_CANCELLED);
-    EXPECT_EQ(sample.token_ids_size(), sample.prompt_index() == 0 ? 2 : 0) << sample.DebugString();
+  for (const SampleOutput& sample : samples) {
+    EXPECT_EQ(sample.finish_reason, engine::FinishReason::kCancelled);
+    EXPECT_EQ(sample.tokens.size(), sample.sample == 0 ? 2u : 0u) << sample.sample;
   }
 }
 
@@ -475,9 +473,9 @@ TEST_F(SchedulerTest, RequestsWaitForTheirAdapterAndFailWhenItCannotExist) {
   models_.Publish("policy", 4);
   scheduler_->RunStep();
   while (batch_->active() > 0) scheduler_->RunStep();
-  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(waiting, 1);
+  const std::vector<SampleOutput> samples = AwaitSamples(waiting, 1);
   ASSERT_EQ(samples.size(), 1u);
-  EXPECT_EQ(samples[0].adapter_version(), 4);
+  EXPECT_EQ(samples[0].adapter_version, 4);
 }
 
 TEST_F(SchedulerTest, SamplesAllowedToSwitchMoveToTheNewestVersionBetweenSteps) {
@@ -492,10 +490,10 @@ TEST_F(SchedulerTest, SamplesAllowedToSwitchMoveToTheNewestVersionBetweenSteps) 
   scheduler_->RunStep();  // Prefill (token 1) and one decode step (token 2) on version 1.
   models_.Publish("policy", 2);
   while (batch_->active() > 0) scheduler_->RunStep();
-  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  const std::vector<SampleOutput> samples = AwaitSamples(outcome, 1);
   ASSERT_EQ(samples.size(), 1u);
-  EXPECT_EQ(samples[0].adapter_version(), 1) << "the version that prefilled it";
-  EXPECT_THAT(samples[0].token_adapter_versions(), ElementsAre(1, 1, 2, 2));
+  EXPECT_EQ(samples[0].adapter_version, 1) << "the version that prefilled it";
+  EXPECT_THAT(samples[0].token_versions, ElementsAre(1, 1, 2, 2));
 }
 
 TEST_F(SchedulerTest, RecordingRoutesWithoutARouterReplayFailsTheRoutesNotTheSample) {
@@ -506,11 +504,11 @@ TEST_F(SchedulerTest, RecordingRoutesWithoutARouterReplayFailsTheRoutesNotTheSam
   work->request.mutable_routes()->set_job_id("job-1");
   ASSERT_TRUE(Submit(work).ok());
   RunUntilIdle();
-  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  const std::vector<SampleOutput> samples = AwaitSamples(outcome, 1);
   ASSERT_EQ(samples.size(), 1u);
-  EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_FAILED);
-  EXPECT_THAT(samples[0].route_error(), HasSubstr("--router_replay"));
-  EXPECT_EQ(samples[0].route_key().sample_id(), "p0/0");
+  EXPECT_EQ(samples[0].routes, RouteOutcome::kFailed);
+  EXPECT_THAT(samples[0].route_error, HasSubstr("--router_replay"));
+  EXPECT_EQ(samples[0].route_key->sample_id, "p0/0");
 }
 
 // Each sample's routes go to the sink under its own record key, all its rows (prompt + generated
@@ -520,22 +518,23 @@ TEST_F(SchedulerTest, EachSampleRecordsItsRoutesUnderItsKeySealedAndAcknowledged
   Outcome& outcome = NewOutcome();
   ASSERT_TRUE(Submit(RecordingWork("r", 2, 2, outcome)).ok());
   RunUntilIdle();
-  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 4);
+  const std::vector<SampleOutput> samples = AwaitSamples(outcome, 4);
   ASSERT_EQ(samples.size(), 4u);
   const router_replay::RouteShape shape = RouteShapeOfModel();
   const std::map<std::string, router_replay::testing::FakeRouteSink::Record> records =
       routes_.records();
   ASSERT_EQ(records.size(), 4u);
-  for (const rollout::v1::GenerateResponse& sample : samples) {
-    EXPECT_EQ(sample.route_status(), rollout::v1::ROUTE_STATUS_RECORDED) << sample.route_error();
-    const int64_t rows = sample.token_ids_size() + 2 - 1;  // Prompt of 2, then the generated.
-    EXPECT_EQ(sample.route_rows(), rows);
-    EXPECT_EQ(sample.route_key().job_id(), "job-1");
-    EXPECT_EQ(sample.route_key().sample_id(),
-              absl::StrCat("p", sample.prompt_index(), "/", sample.sample_index()));
+  for (const SampleOutput& sample : samples) {
+    EXPECT_EQ(sample.routes, RouteOutcome::kRecorded) << sample.route_error;
+    // Prompt of 2, then the generated.
+    const int64_t rows = static_cast<int64_t>(sample.tokens.size()) + 2 - 1;
+    EXPECT_EQ(sample.route_rows, rows);
+    EXPECT_EQ(sample.route_key->job_id, "job-1");
+    EXPECT_EQ(sample.route_key->sample_id,
+              absl::StrCat("p", sample.sample / 2, "/", sample.sample % 2));
     const router_replay::RecordKey key{.job_id = "job-1",
-                                       .policy_version = sample.adapter_version(),
-                                       .sample_id = sample.route_key().sample_id()};
+                                       .policy_version = sample.adapter_version,
+                                       .sample_id = sample.route_key->sample_id};
     const auto record = records.find(router_replay::EncodeRecordKey(key));
     ASSERT_NE(record, records.end()) << key.sample_id;
     EXPECT_TRUE(record->second.sealed);
@@ -556,12 +555,12 @@ TEST_F(SchedulerTest, RoutesTheSinkRefusesOrLosesFailTheRoutesNotTheSample) {
   Outcome& refused = NewOutcome();
   ASSERT_TRUE(Submit(RecordingWork("refused", 1, 1, refused)).ok());
   RunUntilIdle();
-  std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(refused, 1);
+  std::vector<SampleOutput> samples = AwaitSamples(refused, 1);
   ASSERT_EQ(samples.size(), 1u);
-  EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_FAILED);
-  EXPECT_THAT(samples[0].route_error(), HasSubstr("route buffer full"));
-  EXPECT_EQ(samples[0].route_rows(), 0);
-  EXPECT_EQ(samples[0].finish_reason(), rollout::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(samples[0].routes, RouteOutcome::kFailed);
+  EXPECT_THAT(samples[0].route_error, HasSubstr("route buffer full"));
+  EXPECT_EQ(samples[0].route_rows, 0);
+  EXPECT_EQ(samples[0].finish_reason, engine::FinishReason::kLength);
 
   routes_.FailAppends(absl::OkStatus());
   routes_.FailAcknowledgements(absl::UnavailableError("router-replay went away"));
@@ -570,9 +569,9 @@ TEST_F(SchedulerTest, RoutesTheSinkRefusesOrLosesFailTheRoutesNotTheSample) {
   RunUntilIdle();
   samples = AwaitSamples(lost, 1);
   ASSERT_EQ(samples.size(), 1u);
-  EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_FAILED);
-  EXPECT_THAT(samples[0].route_error(), HasSubstr("router-replay went away"));
-  EXPECT_EQ(samples[0].token_ids_size(), 3);
+  EXPECT_EQ(samples[0].routes, RouteOutcome::kFailed);
+  EXPECT_THAT(samples[0].route_error, HasSubstr("router-replay went away"));
+  EXPECT_EQ(samples[0].tokens.size(), 3u);
 }
 
 // A request that does not ask for its routes sends none.
@@ -581,9 +580,9 @@ TEST_F(SchedulerTest, RoutesNotRequestedAreNotRecorded) {
   Outcome& outcome = NewOutcome();
   ASSERT_TRUE(Submit(Work("plain", 1, 1, 2, 2, outcome)).ok());
   RunUntilIdle();
-  const std::vector<rollout::v1::GenerateResponse> samples = AwaitSamples(outcome, 1);
+  const std::vector<SampleOutput> samples = AwaitSamples(outcome, 1);
   ASSERT_EQ(samples.size(), 1u);
-  EXPECT_EQ(samples[0].route_status(), rollout::v1::ROUTE_STATUS_NOT_REQUESTED);
+  EXPECT_EQ(samples[0].routes, RouteOutcome::kNotRequested);
   EXPECT_TRUE(routes_.records().empty());
 }
 
