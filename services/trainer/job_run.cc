@@ -6,17 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/channel.h"
 #include "common/clock.h"
 #include "common/communicator.h"
 #include "common/counting_communicator.h"
 #include "common/logging.h"
-#include "common/status.h"
 #include "engine/cuda/device_engines.h"
 #include "engine/tasks.h"
 #include "engine/text/text_codec.h"
 #include "services/rollout/client/sample_fan_out.h"
-#include "services/rollout/client/version_swap.h"
 #include "services/router_replay/client/route_source.h"
 #include "services/trainer/checkpoint.h"
 #include "services/trainer/data_parallel_share.h"
@@ -26,9 +23,9 @@
 #include "services/trainer/policy_update.h"
 #include "services/trainer/rank_agreement.h"
 #include "services/trainer/rank_group.h"
-#include "services/trainer/sharded_publish.h"
 #include "services/trainer/starting_point.h"
 #include "services/trainer/step_metrics.h"
+#include "services/trainer/step_publisher.h"
 #include "services/trainer/step_routes.h"
 #include "services/trainer/step_sampler.h"
 #include "services/trainer/store_outage.h"
@@ -39,7 +36,6 @@
 #include "services/weight_store/client/engine_lora.h"
 #include "tandem/rollout/v1/rollout.grpc.pb.h"
 #include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
-#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 
 namespace tandem::trainer {
 namespace {
@@ -47,6 +43,11 @@ namespace {
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
 absl::Status Cancelled() { return absl::CancelledError("job cancelled"); }
+
+// The environment's backoff and outage budget for a store that is away.
+OutagePolicy OutagePolicyOf(const JobEnvironment& environment) {
+  return {.initial_backoff = environment.retry_backoff, .budget = environment.store_outage_budget};
+}
 
 // JobProgress::on_status is optional.
 void SayStatus(const JobProgress& progress, const std::string& status) {
@@ -86,7 +87,6 @@ class JobRun {
   absl::Status CreateState(JobModel model);
   // The version the run publishes first: the weight-store's newest + 1 (rank 0's, for all ranks).
   absl::StatusOr<int64_t> FirstVersion();
-  absl::StatusOr<int64_t> NewestVersion();
   // A run of several ranks: forms their Gloo group (rank 0 posts the job and waits for the
   // others to join) and sends every rank rank 0's starting state.
   absl::Status JoinRanks(int64_t first_version, const JobProgress& progress);
@@ -104,7 +104,6 @@ class JobRun {
                                          trainer::v1::StepMetrics& metrics);
   absl::StatusOr<UpdateStats> Train(int64_t step, const StepSamples& samples,
                                     const StepRoutes& routes, trainer::v1::StepMetrics& metrics);
-  absl::Status Publish(int64_t version, int64_t step);
   // Publishes the step's adapter, waits until every replica serves it, and checkpoints.
   absl::Status PublishAndSwap(int64_t step, const JobProgress& progress,
                               trainer::v1::StepMetrics& metrics);
@@ -135,7 +134,8 @@ class JobRun {
   CheckpointOwner owner_;                         // What the run's checkpoints record.
   const std::atomic<bool>* cancelled_ = nullptr;  // Set by Run.
   rollout::SampleFanOut fan_out_;  // The step's Generate calls, cancelled when the run ends.
-  std::unique_ptr<StepSampler> sampler_;  // After Init.
+  std::unique_ptr<StepSampler> sampler_;      // After Init.
+  std::unique_ptr<StepPublisher> publisher_;  // Set by Run.
 };
 
 absl::Status JobRun::Init() {
@@ -242,33 +242,11 @@ absl::Status JobRun::CreateState(JobModel model) {
 
 absl::StatusOr<int64_t> JobRun::FirstVersion() {
   if (!lead()) return assignment_->first_version();
-  absl::StatusOr<int64_t> newest;
-  if (absl::Status status = RideOutOutage("weight-store",
-                                          [&](int) {
-                                            newest = NewestVersion();
-                                            return newest.status();
-                                          });
-      !status.ok()) {
-    return status;
-  }
+  absl::StatusOr<int64_t> newest = publisher_->NewestVersion();
   if (!newest.ok()) return newest.status();
   // The adapter this run starts from (fresh, or restored) becomes a new version: a resumed job
   // never assumes that versions published after its checkpoint match its weights.
   return *newest + 1;
-}
-
-absl::StatusOr<int64_t> JobRun::NewestVersion() {
-  weightstore::v1::GetManifestRequest request;
-  request.mutable_adapter()->set_adapter_name(spec().adapter_name());
-  request.mutable_adapter()->set_latest(true);
-  weightstore::v1::GetManifestResponse response;
-  grpc::ClientContext context;
-  SetTimeout(context, environment_.rpc_timeout);
-  const absl::Status status =
-      FromGrpcStatus(weight_store_->api().GetManifest(&context, request, &response));
-  if (absl::IsNotFound(status)) return 0;
-  if (!status.ok()) return status;
-  return response.manifest().version();
 }
 
 absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progress) {
@@ -300,10 +278,8 @@ absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progres
 
 absl::Status JobRun::RideOutOutage(absl::string_view store,
                                    const std::function<absl::Status(int attempt)>& call) {
-  return trainer::RideOutOutage(
-      store,
-      {.initial_backoff = environment_.retry_backoff, .budget = environment_.store_outage_budget},
-      *cancelled_, Clock::Real(), call);
+  return trainer::RideOutOutage(store, OutagePolicyOf(environment_), *cancelled_, Clock::Real(),
+                                call);
 }
 
 absl::StatusOr<StepRoutes> JobRun::FetchRoutes(const StepSamples& samples,
@@ -345,50 +321,19 @@ absl::StatusOr<UpdateStats> JobRun::Train(int64_t step, const StepSamples& sampl
   return stats;
 }
 
-absl::Status JobRun::Publish(int64_t version, int64_t step) {
-  auto published = weight_store::BuildAdapterVersion(state_->lora(), state_->model_config(),
-                                                     spec().adapter_name(), version,
-                                                     type::v1::DTYPE_F32, plan_.data_parallel);
-  if (!published.ok()) return published.status();
-  auto& labels = *published->manifest.mutable_labels();
-  labels["job_id"] = job_.id();
-  labels["step"] = absl::StrCat(step);
-  if (!state_->architecture().empty()) {
-    labels[weight_store::kArchitectureLabel] = state_->architecture();
-  }
-  if (ranks_ != nullptr) {
-    return PublishTogether(
-        *ranks_, *weight_store_, *published, {.ucx = environment_.ucx},
-        [this](const std::function<absl::Status()>& call) {
-          return RideOutOutage("weight-store", [&](int) { return call(); });
-        },
-        environment_.phase_timeout);
-  }
-  return RideOutOutage("weight-store", [&](int attempt) {
-    const absl::Status status =
-        weight_store::PublishAdapter(*weight_store_, published->manifest, published->shard_views(),
-                                     {.ucx = environment_.ucx})
-            .status();
-    // A retry after an outage finds the version committed when the first try's commit landed
-    // just before the store went away: this trainer is its only producer, so it is ours.
-    return attempt > 0 && absl::IsAlreadyExists(status) ? absl::OkStatus() : status;
-  });
-}
-
 absl::Status JobRun::PublishAndSwap(int64_t step, const JobProgress& progress,
                                     trainer::v1::StepMetrics& metrics) {
   absl::Time start = absl::Now();
-  if (absl::Status status = Publish(version_ + 1, step); !status.ok()) return status;
+  if (absl::Status status =
+          publisher_->Publish(state_->lora(), state_->model_config(), version_ + 1, step, ranks_);
+      !status.ok()) {
+    return status;
+  }
   ++version_;
   metrics.set_publish_seconds(SecondsSince(start));
   progress.on_published(version_);
   start = absl::Now();
-  absl::Status swapped =
-      rollout::AwaitVersionServed(replicas_, spec().adapter_name(), version_,
-                                  {.timeout = environment_.swap_timeout,
-                                   .poll_initial = environment_.swap_poll_initial,
-                                   .poll_max = environment_.swap_poll_max},
-                                  Clock::Real());
+  absl::Status swapped = publisher_->AwaitServed(version_);
   metrics.set_swap_seconds(SecondsSince(start));
   if (swapped.ok() && lead() && plan_.CheckpointsAfter(step)) {
     swapped = state_->SaveCheckpoint(spec().output_dir(), owner_, step, version_);
@@ -438,6 +383,19 @@ absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, Generatio
 
 absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& cancelled) {
   cancelled_ = &cancelled;
+  publisher_ = std::make_unique<StepPublisher>(
+      StepPublisherConfig{.job_id = job_.id(),
+                          .adapter_name = spec().adapter_name(),
+                          .architecture = state_->architecture(),
+                          .ranks = plan_.data_parallel,
+                          .ucx = environment_.ucx,
+                          .rpc_timeout = environment_.rpc_timeout,
+                          .phase_timeout = environment_.phase_timeout,
+                          .outage = OutagePolicyOf(environment_),
+                          .swap = {.timeout = environment_.swap_timeout,
+                                   .poll_initial = environment_.swap_poll_initial,
+                                   .poll_max = environment_.swap_poll_max}},
+      *weight_store_, replicas_, cancelled, Clock::Real());
   progress.on_attempt_start(start_step_);
   absl::StatusOr<int64_t> first_version = FirstVersion();
   if (!first_version.ok()) return first_version.status();
@@ -450,7 +408,11 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
   updater_ =
       std::make_unique<PolicyUpdater>(state_->base(), state_->lora(), state_->optimizer(),
                                       state_->UpdateConfig(plan_, ranks_), *std::move(engines));
-  if (absl::Status status = Publish(*first_version, start_step_); !status.ok()) return status;
+  if (absl::Status status = publisher_->Publish(state_->lora(), state_->model_config(),
+                                                *first_version, start_step_, ranks_);
+      !status.ok()) {
+    return status;
+  }
   version_ = *first_version;
   progress.on_published(version_);
   GenerationAhead ahead(

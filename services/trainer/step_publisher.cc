@@ -1,0 +1,69 @@
+#include "services/trainer/step_publisher.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/channel.h"
+#include "common/status.h"
+#include "services/trainer/sharded_publish.h"
+#include "services/weight_store/client/engine_lora.h"
+#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
+
+namespace tandem::trainer {
+
+absl::Status StepPublisher::RideOutOutage(const std::function<absl::Status(int attempt)>& call) {
+  return trainer::RideOutOutage("weight-store", config_.outage, cancelled_, clock_, call);
+}
+
+absl::StatusOr<int64_t> StepPublisher::NewestVersion() {
+  int64_t newest = 0;
+  absl::Status status = RideOutOutage([&](int) {
+    weightstore::v1::GetManifestRequest request;
+    request.mutable_adapter()->set_adapter_name(config_.adapter_name);
+    request.mutable_adapter()->set_latest(true);
+    weightstore::v1::GetManifestResponse response;
+    grpc::ClientContext context;
+    SetTimeout(context, config_.rpc_timeout);
+    const absl::Status got = FromGrpcStatus(store_.api().GetManifest(&context, request, &response));
+    if (absl::IsNotFound(got)) return absl::OkStatus();  // No version yet.
+    newest = response.manifest().version();
+    return got;
+  });
+  if (!status.ok()) return status;
+  return newest;
+}
+
+absl::Status StepPublisher::Publish(const engine::LoraAdapter& lora,
+                                    const engine::ModelConfig& model, int64_t version, int64_t step,
+                                    Communicator* ranks) {
+  auto published = weight_store::BuildAdapterVersion(lora, model, config_.adapter_name, version,
+                                                     type::v1::DTYPE_F32, config_.ranks);
+  if (!published.ok()) return published.status();
+  auto& labels = *published->manifest.mutable_labels();
+  labels["job_id"] = config_.job_id;
+  labels["step"] = absl::StrCat(step);
+  if (!config_.architecture.empty())
+    labels[weight_store::kArchitectureLabel] = config_.architecture;
+  if (ranks != nullptr) {
+    return PublishTogether(
+        *ranks, store_, *published, {.ucx = config_.ucx},
+        [this](const std::function<absl::Status()>& call) {
+          return RideOutOutage([&](int) { return call(); });
+        },
+        config_.phase_timeout);
+  }
+  return RideOutOutage([&](int attempt) {
+    const absl::Status status =
+        weight_store::PublishAdapter(store_, published->manifest, published->shard_views(),
+                                     {.ucx = config_.ucx})
+            .status();
+    // A retry after an outage finds the version committed when the first try's commit landed
+    // just before the store went away: this trainer is its only producer, so it is ours.
+    return attempt > 0 && absl::IsAlreadyExists(status) ? absl::OkStatus() : status;
+  });
+}
+
+absl::Status StepPublisher::AwaitServed(int64_t version) {
+  return rollout::AwaitVersionServed(replicas_, config_.adapter_name, version, config_.swap,
+                                     clock_);
+}
+
+}  // namespace tandem::trainer
