@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/adapter_selector.h"
-#include "common/checksum.h"
 #include "common/finished_reactor.h"
 #include "common/identifier.h"
 #include "common/open_streams.h"
@@ -19,16 +18,13 @@
 #include "common/string_limits.h"
 #include "common/unary.h"
 #include "services/weight_store/manifest.h"
-#include "services/weight_store/reshard.h"
-#include "services/weight_store/tensor_assembly.h"
+#include "services/weight_store/tensor_fetch.h"
 #include "services/weight_store/weight_store_metrics.h"
-#include "transfer/dtype_conversion.h"
 
 namespace tandem::weight_store {
 namespace {
 
-constexpr size_t kMaxChunkBytes = size_t{4} << 20;
-constexpr size_t kMinFetchChunkBytes = size_t{1} << 20;
+constexpr size_t kMaxChunkBytes = size_t{4} << 20;  // Of a PutShard chunk.
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
@@ -43,10 +39,6 @@ absl::StatusOr<absl::Duration> LeaseTtl(const LeaseRequest& request) {
         absl::StrCat("ttl is ", absl::FormatDuration(*ttl), "; allowed 1s..600s"));
   }
   return ttl;
-}
-
-std::vector<std::string> Names(const google::protobuf::RepeatedPtrField<std::string>& names) {
-  return {names.begin(), names.end()};
 }
 
 // Reads PutShard chunks into an upload; replies with what the stream wrote.
@@ -169,15 +161,17 @@ class WatchReactor final : public QueuedWriteReactor<weightstore::v1::WatchVersi
   bool sent_any_ = false;
 };
 
-// Streams a version assembled into the consumer's layout, one tensor at a time.
+// Streams a version assembled into the consumer's layout (TensorFetch), one chunk at a time.
 class FetchReactor final : public grpc::ServerWriteReactor<weightstore::v1::FetchTensorsResponse> {
  public:
   FetchReactor(AdapterStore& store, const weightstore::v1::FetchTensorsRequest& request)
       : started_(absl::Now()) {
-    if (absl::Status status = Prepare(store, request); !status.ok()) {
-      Finish(ToGrpcStatus(status));
+    absl::StatusOr<TensorFetch> fetch = TensorFetch::Start(store, request);
+    if (!fetch.ok()) {
+      Finish(ToGrpcStatus(fetch.status()));
       return;
     }
+    fetch_.emplace(*std::move(fetch));
     WriteNext();
   }
 
@@ -192,83 +186,35 @@ class FetchReactor final : public grpc::ServerWriteReactor<weightstore::v1::Fetc
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Prepare(AdapterStore& store, const weightstore::v1::FetchTensorsRequest& request) {
-    chunk_bytes_ = request.max_chunk_bytes() == 0 ? kMaxChunkBytes : request.max_chunk_bytes();
-    if (chunk_bytes_ < kMinFetchChunkBytes || chunk_bytes_ > kMaxChunkBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("max_chunk_bytes is ", chunk_bytes_, "; allowed 1 MiB..4 MiB"));
-    }
-    if (absl::Status status = ValidateVersionOf(request.adapter_name(), request.version());
-        !status.ok()) {
-      return status;
-    }
-    absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
-        store.Find(request.adapter_name(), request.version(), 0);
-    if (!version.ok()) return version.status();
-    version_ = *std::move(version);
-    absl::StatusOr<std::vector<internal::v1::PlannedTensor>> plan =
-        PlanReads(version_->manifest, request.target(), Names(request.tensor_names()));
-    if (!plan.ok()) return plan.status();
-    plan_ = *std::move(plan);
-    target_dtype_ = request.target().dtype();
-    // Refused before the first chunk rather than partway through the stream.
-    for (const internal::v1::PlannedTensor& planned : plan_) {
-      if (absl::Status convertible =
-              transfer::CheckConvertible(planned.tensor().spec().dtype(), target_dtype_);
-          !convertible.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "target.dtype: tensor ", planned.tensor().spec().name(), ": ", convertible.message()));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Assembles, converts and checksums the next tensor.
-  absl::Status LoadTensor(const internal::v1::PlannedTensor& planned) {
-    absl::StatusOr<std::string> bytes = transfer::ConvertFloats(
-        AssembleTensor(planned, *version_), planned.tensor().spec().dtype(), target_dtype_);
-    if (!bytes.ok()) return bytes.status();
-    bytes_ = *std::move(bytes);
-    offset_ = 0;
-    header_ = planned.tensor();
-    if (target_dtype_ != type::v1::DTYPE_UNSPECIFIED)
-      header_.mutable_spec()->set_dtype(target_dtype_);
-    header_.set_byte_size(bytes_.size());
-    header_.set_xxh3_64(Xxh3Checksum(bytes_));
-    return absl::OkStatus();
-  }
-
   void WriteNext() {
-    while (offset_ >= bytes_.size()) {  // The current tensor is sent (or none is loaded yet).
-      if (next_tensor_ >= plan_.size()) {
+    while (offset_ >= tensor_.bytes.size()) {  // The current tensor is sent (or none yet).
+      if (fetch_->done()) {
         WeightStoreMetrics::Get().fetch_seconds.Observe(SecondsSince(started_));
         Finish(grpc::Status::OK);
         return;
       }
-      if (absl::Status status = LoadTensor(plan_[next_tensor_++]); !status.ok()) {
-        Finish(ToGrpcStatus(status));
+      absl::StatusOr<TensorFetch::Tensor> next = fetch_->Next();
+      if (!next.ok()) {
+        Finish(ToGrpcStatus(next.status()));
         return;
       }
+      tensor_ = *std::move(next);
+      offset_ = 0;
     }
     response_.Clear();
-    if (offset_ == 0) *response_.mutable_tensor() = header_;
-    const size_t length = std::min(chunk_bytes_, bytes_.size() - offset_);
+    if (offset_ == 0) *response_.mutable_tensor() = tensor_.header;
+    const size_t length = std::min(fetch_->chunk_bytes(), tensor_.bytes.size() - offset_);
     response_.set_offset(offset_);
-    response_.set_data(bytes_.data() + offset_, length);
+    response_.set_data(tensor_.bytes.data() + offset_, length);
     offset_ += length;
     WeightStoreMetrics::Get().RecordOut(Transport::kGrpc, static_cast<int64_t>(length));
     StartWrite(&response_);
   }
 
   const absl::Time started_;
-  std::shared_ptr<const CommittedVersion> version_;
-  std::vector<internal::v1::PlannedTensor> plan_;
-  type::v1::Dtype target_dtype_ = type::v1::DTYPE_UNSPECIFIED;
-  size_t chunk_bytes_ = kMaxChunkBytes;
-  size_t next_tensor_ = 0;
-  std::string bytes_;
+  std::optional<TensorFetch> fetch_;
+  TensorFetch::Tensor tensor_;
   size_t offset_ = 0;
-  weightstore::v1::TargetTensor header_;
   weightstore::v1::FetchTensorsResponse response_;
 };
 
