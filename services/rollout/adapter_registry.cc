@@ -51,8 +51,8 @@ struct AdapterRegistry::Followed {
   std::shared_ptr<VersionWatch> watch;           // The open stream; null between streams.
   absl::Time rewatch_at = absl::InfinitePast();  // When a loader thread (re)opens it.
   absl::Duration watch_backoff;
-  absl::Time last_named = absl::Now();  // By a request.
-  bool retired = false;                 // Unfollowed.
+  absl::Time last_named;  // By a request (or when followed).
+  bool retired = false;   // Unfollowed.
 
   int64_t current_version() const { return current == nullptr ? 0 : current->version; }
   int64_t staged_version() const {
@@ -120,6 +120,7 @@ AdapterRegistry::Followed& AdapterRegistry::FollowLocked(const std::string& adap
   if (slot == nullptr) {
     slot = std::make_shared<Followed>();
     slot->name = adapter;
+    slot->last_named = options_.clock->Now();
     slot->backoff = options_.initial_backoff;
     slot->watch_backoff = options_.initial_backoff;
   }
@@ -182,13 +183,13 @@ void AdapterRegistry::RunLoader() {
       absl::MutexLock lock(&mutex_);
       const auto has_work = [&] {
         mutex_.AssertHeld();
-        return stopping_ || HasWorkLocked(absl::Now());
+        return stopping_ || HasWorkLocked(options_.clock->Now());
       };
       // Timed, so that a backoff that ends with no new event is noticed.
       while (!mutex_.AwaitWithTimeout(absl::Condition(&has_work), options_.backoff_poll)) {
       }
       if (stopping_) return;
-      work = TakeWorkLocked(absl::Now());
+      work = TakeWorkLocked(options_.clock->Now());
     }
     for (const auto& watch : work.cancel) watch->Cancel();
     if (work.watch != nullptr) StartWatch(work.watch);
@@ -269,7 +270,7 @@ void AdapterRegistry::OnWatchEvent(Followed& followed,
   }
   if (version > followed.newest_announced) {
     followed.newest_announced = version;
-    followed.announced_at[version] = absl::Now();
+    followed.announced_at[version] = options_.clock->Now();
   }
   followed.watch_backoff = options_.initial_backoff;
 }
@@ -282,7 +283,7 @@ void AdapterRegistry::OnWatchEnd(Followed& followed, const VersionWatch* watch,
   spdlog::warn("watching adapter '{}' at weight-store ended ({}: {}); retrying in {}",
                followed.name, static_cast<int>(status.error_code()), status.error_message(),
                absl::FormatDuration(followed.watch_backoff));
-  followed.rewatch_at = absl::Now() + followed.watch_backoff;
+  followed.rewatch_at = options_.clock->Now() + followed.watch_backoff;
   followed.watch_backoff = std::min(2 * followed.watch_backoff, options_.max_backoff);
 }
 
@@ -308,12 +309,12 @@ void AdapterRegistry::LoadVersion(Followed& followed, int64_t version,
   followed.phase =
       followed.staged.empty() ? rollout::v1::LOAD_PHASE_IDLE : rollout::v1::LOAD_PHASE_STAGED;
   followed.last_error = absl::StrCat("version ", version, ": ", loaded.status().ToString());
-  followed.last_error_time = absl::Now();
+  followed.last_error_time = options_.clock->Now();
   if (requested && IsPermanent(loaded.status())) {
     followed.requested.erase(version);
     followed.failed_requests[version] = loaded.status();
   } else {
-    followed.retry_at = absl::Now() + followed.backoff;
+    followed.retry_at = options_.clock->Now() + followed.backoff;
     followed.backoff = std::min(2 * followed.backoff, options_.max_backoff);
   }
 }
@@ -328,7 +329,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
   absl::MutexLock lock(&mutex_);
   // Each followed adapter costs a watch stream and its versions until it is idle: a client
   // naming ever new adapters must not grow that without bound.
-  if (!followed_.contains(selector.adapter_name())) RetireIdleLocked(absl::Now());
+  if (!followed_.contains(selector.adapter_name())) RetireIdleLocked(options_.clock->Now());
   if (auto found = followed_.find(selector.adapter_name());
       found != followed_.end() && found->second->unknown) {
     RetireLocked(found);
@@ -351,7 +352,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterRegistry::TryResolve(
                                                      selector.adapter_name(), "'"));
   }
   Followed& followed = FollowLocked(selector.adapter_name());
-  followed.last_named = absl::Now();
+  followed.last_named = options_.clock->Now();
   switch (selector.version_case()) {
     case type::v1::AdapterSelector::kExactVersion:
       return ResolveExact(followed, selector.exact_version());
@@ -403,7 +404,7 @@ int AdapterRegistry::PromoteStaged() {
 int AdapterRegistry::SwapInStaged(std::vector<std::string>& changed) {
   absl::MutexLock lock(&mutex_);
   int swapped = 0;
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   RetireIdleLocked(now);
   for (auto& [name, followed] : followed_) {
     if (followed->staged.empty()) continue;

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/call_tracker.h"
+#include "common/clock.h"
 #include "engine/decode_engine.h"
 #include "engine/model.h"
 #include "services/rollout/adapter_loader.h"
@@ -46,6 +47,8 @@ struct AdapterRegistryOptions {
   // How often an idle loader thread looks whether a retry backoff has ended.
   absl::Duration backoff_poll = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(10);
+  // What idle unfollowing, backoffs and the status's times read; not owned.
+  Clock* clock = &Clock::Real();
 };
 
 // The adapter versions a rollout replica serves, in TF Serving's split: per followed adapter a

@@ -239,21 +239,24 @@ class RolloutServiceTest : public ::testing::Test {
     return {sample.tokens.begin() + sample.prompt_length, sample.tokens.end()};
   }
 
-  // Waits until the rollout's current version of kAdapter is `version`.
+  // Waits until the rollout's current version of kAdapter is `version`, as its status stream
+  // tells.
   void AwaitCurrentVersion(int64_t version) {
-    for (int i = 0; i < 400; ++i) {
-      rollout::v1::GetAdapterStatusRequest request;
-      request.set_adapter_name(kAdapter);
-      rollout::v1::GetAdapterStatusResponse response;
-      grpc::ClientContext context;
-      SetTimeout(context, absl::Seconds(5));
-      if (rollout_stub_->GetAdapterStatus(&context, request, &response).ok() &&
-          response.adapters(0).current_version() == version) {
+    rollout::v1::WatchAdapterStatusRequest request;
+    request.set_adapter_name(kAdapter);
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(20));
+    auto stream = rollout_stub_->WatchAdapterStatus(&context, request);
+    rollout::v1::WatchAdapterStatusResponse response;
+    while (stream->Read(&response)) {
+      if (response.status().current_version() == version) {
+        context.TryCancel();
+        stream->Finish();  // CANCELLED, by us.
         return;
       }
-      absl::SleepFor(absl::Milliseconds(25));
     }
-    FAIL() << "version " << version << " never became current";
+    FAIL() << "version " << version
+           << " never became current: " << stream->Finish().error_message();
   }
 
   std::string dir_;
@@ -264,6 +267,7 @@ class RolloutServiceTest : public ::testing::Test {
   std::unique_ptr<weight_store::WeightStoreStubs> weight_store_stub_;
   std::unique_ptr<rollout::v1::RolloutService::Stub> rollout_stub_;
   RolloutServiceImpl* rollout_service_ = nullptr;
+  tandem::testing::SimulatedClock clock_;  // A registry's, where a test gives it.
 };
 
 TEST_F(RolloutServiceTest, SameSeedGivesSameSamplesEqualToTheEngineAlone) {
@@ -787,13 +791,20 @@ TEST_F(RolloutServiceTest, AnIdleAdapterIsUnfollowedAndFreesItsSlot) {
   Publish(1, "next-job");
   RolloutOptions options = DefaultOptions();
   options.registry.max_followed_adapters = 1;
-  options.registry.unfollow_idle_after = absl::Milliseconds(100);
+  options.registry.unfollow_idle_after = absl::Minutes(10);
+  options.registry.clock = &clock_;
   StartRollout(std::move(options));
   rollout::v1::GenerateRequest request = Request("served", 1, 1, 2);
   request.mutable_adapter()->set_adapter_name(kAdapter);
   request.mutable_adapter()->set_exact_version(1);
   ASSERT_EQ(Generate(request).status.error_code(), grpc::StatusCode::OK);
-  absl::SleepFor(absl::Milliseconds(100));  // The idle period is what is under test.
+  clock_.Advance(absl::Minutes(9));
+  rollout::v1::GenerateRequest early = Request("too-early", 1, 1, 2);
+  early.mutable_adapter()->set_adapter_name("next-job");
+  early.mutable_adapter()->set_exact_version(1);
+  EXPECT_EQ(Generate(early).status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "not idle for long enough yet";
+  clock_.Advance(absl::Minutes(2));  // The idle period is what is under test.
 
   // A job after the first one gets the slot the idle adapter held.
   rollout::v1::GenerateRequest next = Request("next-job", 1, 1, 2);
