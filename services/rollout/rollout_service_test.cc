@@ -984,6 +984,34 @@ TEST_F(RolloutServiceTest, TheStatusStreamTellsEachSwapAndEndsOnDrain) {
   EXPECT_THAT(ended.error_message(), HasSubstr("draining"));
 }
 
+TEST_F(RolloutServiceTest, StatusStreamsAddNoThreads) {
+  Publish(1);
+  RolloutOptions options = DefaultOptions();
+  options.adapters = {kAdapter};
+  StartRollout(options);
+  AwaitCurrentVersion(1);
+  const int threads_before = ProcessThreads();
+  constexpr int kStreams = 64;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<rollout::v1::WatchAdapterStatusResponse>>> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    rollout::v1::WatchAdapterStatusRequest request;
+    request.set_adapter_name(kAdapter);
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    SetTimeout(*contexts.back(), absl::Seconds(30));
+    streams.push_back(rollout_stub_->WatchAdapterStatus(contexts.back().get(), request));
+    rollout::v1::WatchAdapterStatusResponse response;
+    ASSERT_TRUE(streams.back()->Read(&response));  // Open: the status now arrived.
+  }
+  const int threads_open = ProcessThreads();
+  std::printf("%d status streams open: threads %d -> %d\n", kStreams, threads_before, threads_open);
+  EXPECT_LE(threads_open, threads_before + 5);
+  for (int i = 0; i < kStreams; ++i) {
+    contexts[i]->TryCancel();
+    streams[i]->Finish();
+  }
+}
+
 TEST_F(RolloutServiceTest, AStatusStreamNeedsAnAdapterTheReplicaFollows) {
   StartRollout(DefaultOptions());
   for (const auto& [name, code] : std::vector<std::pair<std::string, grpc::StatusCode>>{
