@@ -1,8 +1,7 @@
 #include "engine/cuda/device_engines.h"
 
-#include <mutex>
-
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/cuda/cuda_transformer.h"
 #include "kernels/cuda/device.h"
 
@@ -56,15 +55,15 @@ absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& devic
         "on a GPU the engine computes in fp32 or bf16: use --precision=fp32 or bf16");
   }
   struct SharedBase {
-    std::mutex mutex;
-    std::shared_ptr<const cuda::DeviceParameters> parameters;
+    absl::Mutex mutex;
+    std::shared_ptr<const cuda::DeviceParameters> parameters ABSL_GUARDED_BY(mutex);
   };
   auto shared = std::make_shared<SharedBase>();
   const int ordinal = *::tandem::cuda::ParseCudaDevice(device);
   return DecodeEngineMaker([shared, ordinal, precision](
                                BaseModel& base,
                                LoraAdapter* lora) -> absl::StatusOr<std::unique_ptr<DecodeEngine>> {
-    std::lock_guard<std::mutex> lock(shared->mutex);
+    absl::MutexLock lock(&shared->mutex);
     absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> engine = cuda::CudaTransformer::Create(
         base, lora, {.device = ordinal, .precision = precision, .base = shared->parameters});
     if (!engine.ok()) return engine.status();

@@ -207,7 +207,7 @@ RouteStore::~RouteStore() {
   if (db_ != nullptr) db_->Close().PermitUncheckedError();
 }
 
-std::mutex& RouteStore::StripeFor(absl::string_view encoded_key) const {
+absl::Mutex& RouteStore::StripeFor(absl::string_view encoded_key) const {
   return stripes_[absl::Hash<absl::string_view>{}(encoded_key) % stripes_.size()];
 }
 
@@ -282,7 +282,7 @@ absl::StatusOr<AppendOutcome> RouteStore::Append(const RouteChunk& chunk) {
         absl::StrCat("record ", ToString(chunk.key), " ", status.message()));
   }
   const std::string encoded = EncodeRecordKey(chunk.key);
-  std::lock_guard<std::mutex> lock(StripeFor(encoded));
+  absl::MutexLock lock(&StripeFor(encoded));
   return AppendLocked(chunk, encoded);
 }
 
@@ -368,7 +368,7 @@ absl::StatusOr<RecordInfo> RouteStore::Seal(const RecordKey& key, int64_t total_
         absl::StrCat("record ", ToString(key), ": total_rows ", total_rows, " must be >= 1"));
   }
   const std::string encoded = EncodeRecordKey(key);
-  std::lock_guard<std::mutex> lock(StripeFor(encoded));
+  absl::MutexLock lock(&StripeFor(encoded));
   absl::StatusOr<RecordInfo> record = Get(key);
   if (!record.ok()) return record.status();
   if (record->sealed) {
@@ -460,7 +460,7 @@ absl::Status RouteStore::DeleteRecords(const std::vector<RecordInfo>& records,
                                        DeleteOutcome& outcome) {
   for (const RecordInfo& record : records) {
     const std::string encoded = EncodeRecordKey(record.key);
-    std::lock_guard<std::mutex> lock(StripeFor(encoded));
+    absl::MutexLock lock(&StripeFor(encoded));
     // Re-read under the lock: an append may have grown the record since the scan.
     absl::StatusOr<RecordInfo> current = Get(record.key);
     if (absl::IsNotFound(current.status())) continue;

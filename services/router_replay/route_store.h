@@ -6,13 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "rocksdb/db.h"
@@ -142,7 +142,7 @@ class RouteStore {
   RouteStore(std::unique_ptr<rocksdb::Env> env, std::unique_ptr<rocksdb::DB> db,
              const RouteStoreOptions& options);
 
-  std::mutex& StripeFor(absl::string_view encoded_key) const;
+  absl::Mutex& StripeFor(absl::string_view encoded_key) const;
   absl::Status LoadTotals();
   absl::StatusOr<AppendOutcome> AppendLocked(const RouteChunk& chunk, const std::string& encoded);
   absl::Status CompareOverlap(const RecordInfo& record, const RouteChunk& chunk,
@@ -160,7 +160,7 @@ class RouteStore {
   std::unique_ptr<rocksdb::Env> env_;  // Set with options.file_system; outlives db_.
   std::unique_ptr<rocksdb::DB> db_;
   RouteStoreOptions options_;
-  mutable std::array<std::mutex, 64> stripes_;
+  mutable std::array<absl::Mutex, 64> stripes_;
   std::atomic<int64_t> open_records_{0};
   std::atomic<int64_t> sealed_records_{0};
   std::atomic<int64_t> stored_bytes_{0};
