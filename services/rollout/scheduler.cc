@@ -62,6 +62,24 @@ struct Scheduler::Active {
   std::vector<std::pair<int, int64_t>> switches;
 };
 
+// What one step does to the batch, decided before the batch is touched (vLLM v1's
+// SchedulerOutput); Execute applies it in this order.
+struct Scheduler::StepPlan {
+  std::vector<int> cancel;     // Dropped (client gone, deadline passed): KV cache freed at once.
+  int64_t freed_kv_bytes = 0;  // What they had reserved.
+  std::vector<int> stop;       // Draining: ended now with what they generated.
+  std::vector<Pending> admit;  // One per sample to admit, FIFO (next_sample is its index).
+  std::vector<SequenceBatch::SampleToAdmit> samples;  // Their engine requests, in order.
+  // A sequence that moves to a newer version: a running one by id, or one this plan admits by
+  // its index in `admit`.
+  struct Switch {
+    int id = -1;
+    int admitted = -1;
+    std::shared_ptr<ServedModel> to;
+  };
+  std::vector<Switch> switches;
+};
+
 struct Scheduler::Finished {
   std::shared_ptr<GenerationWork> work;
   SampleOutput output;
@@ -171,8 +189,7 @@ bool Scheduler::AwaitWork() {
 }
 
 void Scheduler::RunStep() {
-  Plan();
-  Execute();
+  Execute(Plan());
   CollectFinished();
   UpdateGauges();
 }
@@ -188,18 +205,44 @@ void Scheduler::TakeSubmitted(bool* draining) {
   submitted_.clear();
 }
 
-void Scheduler::Plan() {
+Scheduler::StepPlan Scheduler::Plan() {
+  StepPlan plan;
   bool draining = false;
   TakeSubmitted(&draining);
   models_.PromoteStaged();  // The swap point: between decode steps.
-  DropCancelled();
-  if (draining) StopEverything();
+  DropCancelled(plan);
+  if (draining) StopEverything(plan);
   ResolveAdapters();
-  AdmitSamples();
-  SwitchVersions();
+  AdmitSamples(plan);
+  SwitchVersions(plan);
+  return plan;
 }
 
-void Scheduler::Execute() {
+void Scheduler::Execute(const StepPlan& plan) {
+  for (int id : plan.cancel) batch_->Cancel(id);
+  for (int id : plan.stop) batch_->Stop(id);  // Finished below, CANCELLED.
+  std::vector<int> admitted_ids;
+  if (!plan.samples.empty()) {
+    std::vector<absl::StatusOr<int>> ids = batch_->Admit(plan.samples);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      admitted_ids.push_back(StartSample(plan.admit[i], ids[i]));
+    }
+  }
+  for (const StepPlan::Switch& planned : plan.switches) {
+    const int id = planned.admitted >= 0 ? admitted_ids[planned.admitted] : planned.id;
+    if (id < 0) continue;  // Its admission failed.
+    const int generated = batch_->Switch(id, *planned.to);
+    if (generated < 0) continue;  // Finished in its prefill; nothing left to switch.
+    Active& active = active_.at(id);
+    active.switches.emplace_back(generated, planned.to->version);
+    --active.running->active_samples;
+    ++planned.to->active_samples;
+    active.running = planned.to;
+  }
+  Decode();
+}
+
+void Scheduler::Decode() {
   if (batch_->active() == 0) return;
   const int rows = batch_->active();
   const absl::Time begin = absl::Now();
@@ -210,8 +253,8 @@ void Scheduler::Execute() {
   if (seconds > 0) tokens_per_second_ = 0.9 * tokens_per_second_ + 0.1 * rows / seconds;
 }
 
-void Scheduler::StopEverything() {
-  for (const auto& [id, active] : active_) batch_->Stop(id);  // Finished below, CANCELLED.
+void Scheduler::StopEverything(StepPlan& plan) {
+  for (const auto& [id, active] : active_) plan.stop.push_back(id);
   // Samples never admitted end CANCELLED with no tokens.
   const auto cancel_pending = [this](Pending& pending) {
     GenerationWork& work = *pending.work;
@@ -233,7 +276,7 @@ void Scheduler::StopEverything() {
   admitting_.clear();
 }
 
-void Scheduler::DropCancelled() {
+void Scheduler::DropCancelled(StepPlan& plan) {
   const absl::Time now = absl::Now();
   // Request ids, and the requests whose client must hear of the passed deadline.
   absl::flat_hash_set<std::string> dropped;
@@ -251,7 +294,8 @@ void Scheduler::DropCancelled() {
       ++it;
       continue;
     }
-    batch_->Cancel(it->first);  // Frees its KV cache now.
+    plan.cancel.push_back(it->first);  // Frees its KV cache before this step's admissions.
+    plan.freed_kv_bytes += batch_->ReservedBytes(it->second.work->Positions(it->second.sample));
     --it->second.running->active_samples;
     active_.erase(it++);
   }
@@ -309,13 +353,14 @@ void Scheduler::ResolveAdapters() {
   }
 }
 
-void Scheduler::AdmitSamples() {
+void Scheduler::AdmitSamples(StepPlan& plan) {
   // The samples that fit this step, FIFO: while the head cannot be admitted, nothing behind it
   // is. They are admitted together, so the engine prefills their prompts in one pass.
-  std::vector<Pending> chosen;  // One per sample: its request, model and index.
-  std::vector<SequenceBatch::SampleToAdmit> samples;
-  int active = batch_->active();
-  int64_t kv_cache_bytes = batch_->kv_cache_bytes(), prefilled = 0;
+  std::vector<Pending>& chosen = plan.admit;
+  std::vector<SequenceBatch::SampleToAdmit>& samples = plan.samples;
+  // What the batch holds once this plan's cancellations freed theirs.
+  int active = batch_->active() - static_cast<int>(plan.cancel.size());
+  int64_t kv_cache_bytes = batch_->kv_cache_bytes() - plan.freed_kv_bytes, prefilled = 0;
   while (!admitting_.empty()) {
     Pending& pending = admitting_.front();
     GenerationWork& work = *pending.work;
@@ -335,12 +380,9 @@ void Scheduler::AdmitSamples() {
     if (pending.next_sample < work.num_samples()) break;
     admitting_.pop_front();
   }
-  if (samples.empty()) return;
-  std::vector<absl::StatusOr<int>> ids = batch_->Admit(samples);
-  for (size_t i = 0; i < ids.size(); ++i) StartSample(chosen[i], ids[i]);
 }
 
-void Scheduler::StartSample(const Pending& admitted, const absl::StatusOr<int>& id) {
+int Scheduler::StartSample(const Pending& admitted, const absl::StatusOr<int>& id) {
   GenerationWork& work = *admitted.work;
   const int sample = admitted.next_sample;
   {
@@ -358,7 +400,7 @@ void Scheduler::StartSample(const Pending& admitted, const absl::StatusOr<int>& 
                           work, sample, admitted.model->version, engine::FinishReason::kError,
                           absl::StrCat("admit failed: ", id.status().message()))};
     QueueDelivery(std::move(finished));
-    return;
+    return -1;
   }
   ++admitted.model->active_samples;
   RolloutMetrics::Get().time_to_first_token_seconds.Observe(
@@ -367,23 +409,28 @@ void Scheduler::StartSample(const Pending& admitted, const absl::StatusOr<int>& 
                         .sample = sample,
                         .prefill_version = admitted.model->version,
                         .running = admitted.model};
+  return *id;
 }
 
-void Scheduler::SwitchVersions() {
+void Scheduler::SwitchVersions(StepPlan& plan) {
   absl::flat_hash_map<std::string, std::shared_ptr<ServedModel>> current;
-  for (auto& [id, active] : active_) {
-    const std::string& adapter = active.running->adapter;
-    if (!active.work->request.allow_version_switch() || adapter.empty()) continue;
-    auto [slot, inserted] = current.try_emplace(adapter);
-    if (inserted) slot->second = models_.Current(adapter);
+  // The newest version of the sample's adapter, when it may and has yet to move there.
+  const auto newer = [&](const GenerationWork& work,
+                         const ServedModel& running) -> std::shared_ptr<ServedModel> {
+    if (!work.request.allow_version_switch() || running.adapter.empty()) return nullptr;
+    auto [slot, inserted] = current.try_emplace(running.adapter);
+    if (inserted) slot->second = models_.Current(running.adapter);
     const std::shared_ptr<ServedModel>& newest = slot->second;
-    if (newest == nullptr || newest->version <= active.running->version) continue;
-    const int generated = batch_->Switch(id, *newest);
-    if (generated < 0) continue;  // Finished in its prefill; nothing left to switch.
-    active.switches.emplace_back(generated, newest->version);
-    --active.running->active_samples;
-    ++newest->active_samples;
-    active.running = newest;
+    return newest != nullptr && newest->version > running.version ? newest : nullptr;
+  };
+  for (auto& [id, active] : active_) {
+    if (auto to = newer(*active.work, *active.running))
+      plan.switches.push_back({.id = id, .to = to});
+  }
+  for (size_t i = 0; i < plan.admit.size(); ++i) {
+    if (auto to = newer(*plan.admit[i].work, *plan.admit[i].model)) {
+      plan.switches.push_back({.admitted = static_cast<int>(i), .to = to});
+    }
   }
 }
 

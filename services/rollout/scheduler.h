@@ -69,7 +69,8 @@ class Scheduler {
   void Drain();
   int64_t kv_cache_budget() const { return options_.kv_cache_bytes; }
 
-  // One step: plan, execute, apply. Call from one thread at a time.
+  // One step: plan (StepPlan, plain data), execute it on the batch, apply its results. Call from
+  // one thread at a time.
   void RunStep();
   // Blocks while there is nothing to do: returns at once while samples are running or waiting
   // for admission, else when
@@ -84,18 +85,22 @@ class Scheduler {
   struct Finished;
   struct Pending;  // A request not fully admitted yet.
 
-  // Plan: everything decided between two decode steps.
-  void Plan();
+  struct StepPlan;
+
+  // Plan: everything decided between two decode steps, as data; the batch is not touched.
+  StepPlan Plan();
   void TakeSubmitted(bool* draining);
-  void DropCancelled();
-  void StopEverything();
+  void DropCancelled(StepPlan& plan);
+  void StopEverything(StepPlan& plan);
   void ResolveAdapters();
-  void AdmitSamples();
-  // Records an admitted sample as active, or answers the sample the engine could not admit.
-  void StartSample(const Pending& admitted, const absl::StatusOr<int>& id);
-  void SwitchVersions();
-  // Execute: one decode step.
-  void Execute();
+  void AdmitSamples(StepPlan& plan);
+  void SwitchVersions(StepPlan& plan);
+  // Execute: the plan applied to the batch, then one decode step.
+  void Execute(const StepPlan& plan);
+  // Records an admitted sample as active (returning its id), or answers the sample the engine
+  // could not admit (returning -1).
+  int StartSample(const Pending& admitted, const absl::StatusOr<int>& id);
+  void Decode();
   // Apply: the step's finished samples become responses.
   void CollectFinished();
   // Queues the sample's routes (sealing the record) and names the record in the response.

@@ -496,6 +496,33 @@ TEST_F(SchedulerTest, SamplesAllowedToSwitchMoveToTheNewestVersionBetweenSteps) 
   EXPECT_THAT(samples[0].token_versions, ElementsAre(1, 1, 2, 2));
 }
 
+// A sample that waited for KV cache while a newer version came is prefilled on the version its
+// request resolved to, and moves to the newest in the same step (the plan switches samples it
+// admits, too).
+TEST_F(SchedulerTest, ASampleThatWaitedForCacheMovesToTheNewestVersionWhenAdmitted) {
+  Start({.kv_cache_bytes = 50});  // One sample of (2 + 3) positions at a time.
+  models_.Publish("policy", 1);
+  Outcome& first = NewOutcome();
+  Outcome& second = NewOutcome();
+  auto running = Work("a", 1, 1, 2, 3, first);
+  running->request.mutable_adapter()->set_adapter_name("policy");
+  running->request.mutable_adapter()->set_latest(true);
+  auto waiting = Work("b", 1, 1, 2, 3, second);
+  waiting->request.mutable_adapter()->set_adapter_name("policy");
+  waiting->request.mutable_adapter()->set_latest(true);
+  waiting->request.set_allow_version_switch(true);
+  ASSERT_TRUE(Submit(running).ok());
+  ASSERT_TRUE(Submit(waiting).ok());
+  scheduler_->RunStep();  // "a" runs; "b" resolved to version 1 waits for cache.
+  EXPECT_EQ(batch_->active(), 1);
+  models_.Publish("policy", 2);
+  while (AwaitSamples(first, 0).empty() || batch_->active() > 0) scheduler_->RunStep();
+  const std::vector<SampleOutput> samples = AwaitSamples(second, 1);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].adapter_version, 1) << "the version its request resolved to";
+  EXPECT_THAT(samples[0].token_versions, ElementsAre(1, 2, 2));
+}
+
 TEST_F(SchedulerTest, RecordingRoutesWithoutARouterReplayFailsTheRoutesNotTheSample) {
   Start({});
   Outcome& outcome = NewOutcome();
