@@ -171,6 +171,7 @@ void AdapterRegistry::RetireLocked(std::map<std::string, std::shared_ptr<Followe
     auto& versions = RolloutMetrics::Get().adapter_version;
     versions.Remove(&versions.Add({{"adapter", followed.name}}));
   }
+  retired_untold_.push_back(followed.name);
   followed_.erase(it);  // A loader or stream callback still holding it finds it retired.
 }
 
@@ -435,6 +436,9 @@ int AdapterRegistry::SwapInStaged(std::vector<std::string>& changed) {
     // A version just loaded for an exact request stays until that request had its chance.
     Evict(*followed, promoted);
   }
+  // Unfollowed since the last step (here or in TryResolve): their watchers hear it now.
+  changed.insert(changed.end(), retired_untold_.begin(), retired_untold_.end());
+  retired_untold_.clear();
   return swapped;
 }
 

@@ -111,7 +111,8 @@ class AdapterRegistry final : public ServedModels {
   };
 
   Followed& FollowLocked(const std::string& adapter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // PromoteStaged but for telling listeners: names the adapters whose status changed.
+  // PromoteStaged but for telling listeners: names the adapters whose status changed (swapped
+  // in, or unfollowed).
   int SwapInStaged(std::vector<std::string>& changed) ABSL_LOCKS_EXCLUDED(mutex_);
   bool IdleLocked(const Followed& followed, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -146,6 +147,8 @@ class AdapterRegistry final : public ServedModels {
   mutable absl::Mutex mutex_;
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   std::map<std::string, std::shared_ptr<Followed>> followed_ ABSL_GUARDED_BY(mutex_);
+  // Adapters unfollowed whose status listeners have not been told yet (PromoteStaged tells them).
+  std::vector<std::string> retired_untold_ ABSL_GUARDED_BY(mutex_);
   // Streams of unfollowed adapters, cancelled by a loader thread outside the lock.
   std::vector<std::shared_ptr<VersionWatch>> to_cancel_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::thread> threads_;

@@ -2,18 +2,18 @@
 
 #include <utility>
 
+#include "common/status.h"
+
 namespace tandem::rollout {
 
 AdapterStatusWatch::AdapterStatusWatch(const AdapterRegistry& registry, std::string adapter,
                                        std::string replica_id)
     : registry_(registry), adapter_(std::move(adapter)), replica_id_(std::move(replica_id)) {
   listener_ = registry_.status_listeners().Add(
-      adapter_, {.on_change = [this] { OfferStatus(); },
-                 .on_end =
-                     [sink = sink()] {
-                       sink->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                                 "the rollout replica is draining"));
-                     }});
+      adapter_,
+      {.on_change = [this] { return OfferStatus(); },
+       .on_end = [sink =
+                      sink()](const absl::Status& status) { sink->Finish(ToGrpcStatus(status)); }});
 }
 
 void AdapterStatusWatch::Enqueue(std::deque<rollout::v1::WatchAdapterStatusResponse>& queue,
@@ -24,17 +24,17 @@ void AdapterStatusWatch::Enqueue(std::deque<rollout::v1::WatchAdapterStatusRespo
 
 void AdapterStatusWatch::OnClientGone() { registry_.status_listeners().Remove(listener_); }
 
-void AdapterStatusWatch::OfferStatus() {
+bool AdapterStatusWatch::OfferStatus() {
   absl::StatusOr<std::vector<rollout::v1::AdapterStatus>> status = registry_.Status(adapter_);
-  // Unfollowed since (idle): nothing changes any more; the client's deadline ends the call.
-  if (!status.ok() || status->empty()) return;
+  if (!status.ok() || status->empty()) return false;  // Unfollowed: the stream ends NOT_FOUND.
   std::string serialized = status->front().SerializeAsString();
-  if (serialized == last_offered_) return;
+  if (serialized == last_offered_) return true;
   last_offered_ = std::move(serialized);
   rollout::v1::WatchAdapterStatusResponse response;
   response.set_replica_id(replica_id_);
   *response.mutable_status() = std::move(status->front());
   sink()->Write(std::move(response));
+  return true;
 }
 
 }  // namespace tandem::rollout

@@ -13,8 +13,9 @@
 namespace tandem::rollout {
 
 // One WatchAdapterStatus stream: the adapter's status now, then after each change the registry
-// tells its StatusListeners of, coalesced while a write is in flight and never repeated. A drain
-// (StatusListeners::EndAll) ends it UNAVAILABLE. Costs no thread.
+// tells its StatusListeners of, coalesced while a write is in flight. It ends NOT_FOUND once the
+// replica unfollows the adapter, UNAVAILABLE on a drain (StatusListeners::EndAll). Costs no
+// thread.
 class AdapterStatusWatch final
     : public QueuedWriteReactor<rollout::v1::WatchAdapterStatusResponse> {
  public:
@@ -26,8 +27,9 @@ class AdapterStatusWatch final
   void Enqueue(std::deque<rollout::v1::WatchAdapterStatusResponse>& queue,
                rollout::v1::WatchAdapterStatusResponse message) override;
   void OnClientGone() override;
-  // Queues the adapter's status unless it is the one queued last. Listener calls are serialized.
-  void OfferStatus();
+  // Queues the adapter's status unless it is the one queued last; false once the adapter is not
+  // followed any more. Listener calls are serialized.
+  bool OfferStatus();
 
   const AdapterRegistry& registry_;
   const std::string adapter_;

@@ -798,6 +798,11 @@ TEST_F(RolloutServiceTest, AnIdleAdapterIsUnfollowedAndFreesItsSlot) {
   request.mutable_adapter()->set_adapter_name(kAdapter);
   request.mutable_adapter()->set_exact_version(1);
   ASSERT_EQ(Generate(request).status.error_code(), grpc::StatusCode::OK);
+  rollout::v1::WatchAdapterStatusRequest watch_request;
+  watch_request.set_adapter_name(kAdapter);
+  grpc::ClientContext watch_context;
+  SetTimeout(watch_context, absl::Seconds(30));
+  auto watch = rollout_stub_->WatchAdapterStatus(&watch_context, watch_request);
   clock_.Advance(absl::Minutes(9));
   rollout::v1::GenerateRequest early = Request("too-early", 1, 1, 2);
   early.mutable_adapter()->set_adapter_name("next-job");
@@ -820,6 +825,13 @@ TEST_F(RolloutServiceTest, AnIdleAdapterIsUnfollowedAndFreesItsSlot) {
   const grpc::Status unfollowed =
       rollout_stub_->GetAdapterStatus(&status_context, status_request, &adapter_status);
   EXPECT_EQ(unfollowed.error_code(), grpc::StatusCode::NOT_FOUND) << unfollowed.error_message();
+  // Its status stream ends with it, rather than going silent.
+  rollout::v1::WatchAdapterStatusResponse told;
+  while (watch->Read(&told)) {
+  }
+  const grpc::Status watch_end = watch->Finish();
+  EXPECT_EQ(watch_end.error_code(), grpc::StatusCode::NOT_FOUND) << watch_end.error_message();
+  EXPECT_THAT(watch_end.error_message(), HasSubstr("no longer follows"));
 }
 
 // A careless or hostile client naming adapters that do not exist: each request is NOT_FOUND at
@@ -982,6 +994,14 @@ TEST_F(RolloutServiceTest, TheStatusStreamTellsEachSwapAndEndsOnDrain) {
   const grpc::Status ended = stream->Finish();
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
   EXPECT_THAT(ended.error_message(), HasSubstr("draining"));
+
+  // A stream opened while the replica drains ends at once.
+  grpc::ClientContext late_context;
+  SetTimeout(late_context, absl::Seconds(30));
+  auto late = rollout_stub_->WatchAdapterStatus(&late_context, request);
+  while (late->Read(&response)) {
+  }
+  EXPECT_EQ(late->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_F(RolloutServiceTest, StatusStreamsAddNoThreads) {

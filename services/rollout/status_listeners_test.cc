@@ -10,9 +10,17 @@ namespace {
 
 struct Heard {
   std::vector<std::string> events;
+  bool followed = true;  // What every listener's on_change answers.
   StatusListeners::Listener For(const std::string& who) {
-    return {.on_change = [this, who] { events.push_back(who + " changed"); },
-            .on_end = [this, who] { events.push_back(who + " ended"); }};
+    return {.on_change =
+                [this, who] {
+                  events.push_back(who + " changed");
+                  return followed;
+                },
+            .on_end =
+                [this, who](const absl::Status& status) {
+                  events.push_back(who + " ended " + absl::StatusCodeToString(status.code()));
+                }};
   }
 };
 
@@ -37,7 +45,21 @@ TEST(StatusListenersTest, ARemovedListenerHearsNothingMore) {
   EXPECT_EQ(heard.events, (std::vector<std::string>{"a1 changed", "a2 changed", "a2 changed"}));
 }
 
-TEST(StatusListenersTest, EndAllEndsEveryListenerOnce) {
+TEST(StatusListenersTest, AListenerWithNothingMoreToTellEndsNotFound) {
+  StatusListeners listeners;
+  Heard heard;
+  listeners.Add("a", heard.For("a1"));
+  heard.followed = false;  // The adapter was unfollowed.
+  listeners.Notify("a");
+  listeners.Notify("a");
+  EXPECT_EQ(heard.events,
+            (std::vector<std::string>{"a1 changed", "a1 changed", "a1 ended NOT_FOUND"}));
+  heard.events.clear();
+  listeners.Add("a", heard.For("a2"));  // Added after the adapter went: ended at once.
+  EXPECT_EQ(heard.events, (std::vector<std::string>{"a2 changed", "a2 ended NOT_FOUND"}));
+}
+
+TEST(StatusListenersTest, EndAllEndsEveryListenerOnceAndEveryLaterOneAtOnce) {
   StatusListeners listeners;
   Heard heard;
   listeners.Add("a", heard.For("a1"));
@@ -46,7 +68,9 @@ TEST(StatusListenersTest, EndAllEndsEveryListenerOnce) {
   listeners.EndAll();
   listeners.Notify("a");
   listeners.EndAll();
-  EXPECT_EQ(heard.events, (std::vector<std::string>{"a1 ended", "b1 ended"}));
+  listeners.Add("a", heard.For("late"));
+  EXPECT_EQ(heard.events, (std::vector<std::string>{"a1 ended UNAVAILABLE", "b1 ended UNAVAILABLE",
+                                                    "late ended UNAVAILABLE"}));
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 namespace tandem::rollout {
 namespace {
 
+constexpr absl::Duration kLastLook = absl::Seconds(1);
+
 absl::Status NotServedInTime(const ReplicaStub& replica, int64_t version,
                              const VersionSwapOptions& options, const std::string& last_error) {
   return absl::DeadlineExceededError(
@@ -87,8 +89,9 @@ absl::Status AwaitVersionServed(absl::Span<const ReplicaStub> replicas, const st
                                 int64_t version, const VersionSwapOptions& options, Clock& clock) {
   const absl::Time deadline = clock.Now() + options.timeout;
   for (const ReplicaStub& replica : replicas) {
+    // Replicas that took the whole timeout before leave the others time for one status each.
     absl::Status status = WatchUntilServed(replica, adapter, version, options,
-                                           std::max(deadline - clock.Now(), absl::ZeroDuration()));
+                                           std::max(deadline - clock.Now(), kLastLook));
     if (absl::IsUnimplemented(status)) {
       status = PollUntilServed(replica, adapter, version, options, deadline, clock);
     }
