@@ -349,8 +349,9 @@ absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, Generatio
   if (ranks_ != nullptr) ranks_->TakeCounts();  // This step's from here.
   // A cancel ends the step on every rank at the agreement below.
   GenerationAhead::Taken taken =
-      *cancelled_ ? GenerationAhead::Taken{.samples = Cancelled()} : ahead.Take(step, version_);
-  metrics.set_min_rollout_version(*cancelled_ ? version_ : taken.version);
+      *cancelled_ ? GenerationAhead::Taken{.samples = Cancelled(), .version = version_}
+                  : ahead.Take(step, version_);
+  metrics.set_min_rollout_version(taken.version);
   metrics.set_generation_seconds(SecondsSince(step_start));
   if (taken.samples.ok()) ahead.StartAfter(step, version_);
   absl::StatusOr<StepRoutes> routes = taken.samples.ok()
