@@ -120,9 +120,13 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(
   if (absl::Status status = CheckRouteRecording(request); !status.ok()) return status;
 
   auto work = std::make_unique<GenerationWork>();
-  work->request = request;
-  work->request.set_group_size(group_size);
-  work->request.clear_prompts();
+  work->request_id = request.request_id();
+  work->group_size = group_size;
+  work->adapter = request.adapter();
+  work->allow_version_switch = request.allow_version_switch();
+  work->routes = {.enabled = request.routes().enabled(),
+                  .job_id = request.routes().job_id(),
+                  .attempt = request.routes().attempt()};
   work->seed = sampling.has_seed() ? sampling.seed() : std::random_device()();
   engine::GenerationRequest& shared = work->sample_template;
   shared.max_new_tokens = sampling.max_new_tokens();

@@ -43,11 +43,11 @@ void SetRouteKey(const router_replay::RecordKey& key, rollout::v1::GenerateRespo
 
 rollout::v1::GenerateResponse ToGenerateResponse(const GenerationWork& work,
                                                  const SampleOutput& output) {
-  const int prompt = output.sample / work.group_size();
+  const int prompt = output.sample / work.group_size;
   rollout::v1::GenerateResponse response;
-  response.set_request_id(work.request.request_id());
+  response.set_request_id(work.request_id);
   response.set_prompt_index(prompt);
-  response.set_sample_index(output.sample % work.group_size());
+  response.set_sample_index(output.sample % work.group_size);
   response.set_prompt_tokens(static_cast<int32_t>(work.prompts[prompt].size()));
   response.mutable_token_ids()->Add(output.tokens.begin(), output.tokens.end());
   response.mutable_logprobs()->Add(output.logprobs.begin(), output.logprobs.end());

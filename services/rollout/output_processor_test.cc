@@ -16,8 +16,8 @@ using ::testing::ElementsAre;
 class OutputProcessorTest : public ::testing::Test {
  protected:
   OutputProcessorTest() : codec_(*engine::text::TextCodecFor("base.safetensors")) {
-    work_.request.set_request_id("req-1");
-    work_.request.set_group_size(2);
+    work_.request_id = "req-1";
+    work_.group_size = 2;
     work_.prompts = {{1, 5, 6}, {1, 7}};
     work_.text_prompts = {false, true};
     work_.codec = codec_.get();

@@ -21,7 +21,7 @@ SampleOutput NeverRanOutput(const GenerationWork& work, int sample, int64_t vers
                       .finish_reason = reason,
                       .error = std::move(error),
                       .adapter_version = version};
-  if (work.request.routes().enabled()) {
+  if (work.routes.enabled) {
     output.routes = RouteOutcome::kFailed;
     output.route_key = work.RouteKey(sample, version);
     output.route_error = "the sample never ran, so no route of it was recorded";
@@ -126,7 +126,7 @@ Scheduler::~Scheduler() {
 
 absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Duration* retry_after) {
   int64_t largest = 0;  // A prompt's samples all reserve as much.
-  for (int s = 0; s < work->num_samples(); s += work->group_size()) {
+  for (int s = 0; s < work->num_samples(); s += work->group_size) {
     largest = std::max(largest, batch_->ReservedBytes(work->Positions(s)));
   }
   if (largest > options_.kv_cache_bytes) {
@@ -136,7 +136,7 @@ absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Durat
   }
   absl::MutexLock lock(&mutex_);
   if (stopping_ || draining_) return absl::UnavailableError("rollout replica is shutting down");
-  const std::string& id = work->request.request_id();
+  const std::string& id = work->request_id;
   if (in_flight_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", id, " is in flight"));
   }
@@ -199,7 +199,7 @@ void Scheduler::TakeSubmitted(bool* draining) {
   woken_ = false;
   *draining = draining_;
   for (auto& work : submitted_) {
-    unfinished_[work->request.request_id()] = work->num_samples();
+    unfinished_[work->request_id] = work->num_samples();
     resolving_.push_back({.work = std::move(work)});
   }
   submitted_.clear();
@@ -284,7 +284,7 @@ void Scheduler::DropCancelled(StepPlan& plan) {
   const auto drop = [&](const std::shared_ptr<GenerationWork>& work) {
     const bool expired = now > work->deadline;
     if (!work->cancelled && !expired) return false;
-    if (dropped.insert(work->request.request_id()).second && expired && !work->cancelled) {
+    if (dropped.insert(work->request_id).second && expired && !work->cancelled) {
       expired_requests.push_back(work);
     }
     return true;
@@ -314,7 +314,7 @@ void Scheduler::DropCancelled(StepPlan& plan) {
   for (const std::string& request_id : dropped) EndRequest(request_id);
   for (const auto& work : expired_requests) {
     work->fail(absl::DeadlineExceededError(absl::StrCat(
-        "request ", work->request.request_id(), ": deadline passed before all samples finished")));
+        "request ", work->request_id, ": deadline passed before all samples finished")));
   }
 }
 
@@ -329,7 +329,7 @@ void Scheduler::ResolveAdapters() {
   std::vector<std::pair<std::shared_ptr<GenerationWork>, absl::Status>> failed;
   std::erase_if(resolving_, [&](Pending& pending) {
     GenerationWork& work = *pending.work;
-    absl::StatusOr<std::shared_ptr<ServedModel>> model = models_.TryResolve(work.request.adapter());
+    absl::StatusOr<std::shared_ptr<ServedModel>> model = models_.TryResolve(work.adapter);
     if (model.ok() && *model == nullptr && now <= work.deadline) return false;
     if (model.ok() && *model != nullptr) {
       pending.model = *std::move(model);
@@ -338,7 +338,7 @@ void Scheduler::ResolveAdapters() {
     }
     failed.emplace_back(pending.work,
                         model.ok() ? absl::DeadlineExceededError(absl::StrCat(
-                                         "adapter '", work.request.adapter().adapter_name(),
+                                         "adapter '", work.adapter.adapter_name(),
                                          "': the selected version was not servable before the "
                                          "deadline"))
                                    : model.status());
@@ -348,7 +348,7 @@ void Scheduler::ResolveAdapters() {
   });
   // The id is free before the client hears of the failure, so it can retry at once.
   for (auto& [work, status] : failed) {
-    EndRequest(work->request.request_id());
+    EndRequest(work->request_id);
     work->fail(std::move(status));
   }
 }
@@ -393,7 +393,7 @@ int Scheduler::StartSample(const Pending& admitted, const absl::StatusOr<int>& i
   // memory cannot hold the sequence's cache). That is this sample's failure, answered in its own
   // message (FINISH_REASON_ERROR); the request's other samples go on.
   if (!id.ok()) {
-    spdlog::error("request {} sample {}: admit failed: {}", work.request.request_id(), sample,
+    spdlog::error("request {} sample {}: admit failed: {}", work.request_id, sample,
                   id.status().ToString());
     Finished finished{.work = admitted.work,
                       .output = NeverRanOutput(
@@ -417,7 +417,7 @@ void Scheduler::SwitchVersions(StepPlan& plan) {
   // The newest version of the sample's adapter, when it may and has yet to move there.
   const auto newer = [&](const GenerationWork& work,
                          const ServedModel& running) -> std::shared_ptr<ServedModel> {
-    if (!work.request.allow_version_switch() || running.adapter.empty()) return nullptr;
+    if (!work.allow_version_switch || running.adapter.empty()) return nullptr;
     auto [slot, inserted] = current.try_emplace(running.adapter);
     if (inserted) slot->second = models_.Current(running.adapter);
     const std::shared_ptr<ServedModel>& newest = slot->second;
@@ -449,7 +449,7 @@ void Scheduler::CollectFinished() {
                    .finish_reason = sample.finish_reason,
                    .error = sample.error,
                    .adapter_version = active.prefill_version}};
-    if (active.work->request.allow_version_switch()) {
+    if (active.work->allow_version_switch) {
       finished.output.token_versions =
           TokenVersions(generated, active.prefill_version, active.switches);
     }
@@ -462,7 +462,7 @@ void Scheduler::CollectFinished() {
 // which may first wait up to route_ack_timeout for route acknowledgements: until then its
 // stream is open, and a second Generate with the id would record the same route keys.
 void Scheduler::QueueDelivery(Finished finished) {
-  const std::string& id = finished.work->request.request_id();
+  const std::string& id = finished.work->request_id;
   if (--unfinished_[id] == 0) {
     unfinished_.erase(id);
     finished.ends_request = true;
@@ -474,7 +474,7 @@ void Scheduler::QueueDelivery(Finished finished) {
 void Scheduler::RecordRoutes(const Active& active, const engine::GeneratedSample& sample,
                              Finished& finished) {
   const GenerationWork& work = *active.work;
-  if (!work.request.routes().enabled()) return;
+  if (!work.routes.enabled) return;
   RecordKey key = work.RouteKey(active.sample, active.prefill_version);
   const int64_t rows = static_cast<int64_t>(sample.tokens.size()) - 1;
   finished.route_error =
@@ -521,7 +521,7 @@ void Scheduler::Deliver() {
     finished.work->deliver(std::move(output));
     if (finished.ends_request) {
       absl::MutexLock lock(&mutex_);
-      in_flight_.erase(finished.work->request.request_id());
+      in_flight_.erase(finished.work->request_id);
     }
   }
 }

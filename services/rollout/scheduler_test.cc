@@ -211,8 +211,7 @@ class SchedulerTest : public ::testing::Test {
   std::shared_ptr<GenerationWork> RecordingWork(const std::string& id, int prompts, int group,
                                                 Outcome& outcome) {
     auto work = Work(id, prompts, group, /*prompt_length=*/2, /*max_new_tokens=*/3, outcome);
-    work->request.mutable_routes()->set_enabled(true);
-    work->request.mutable_routes()->set_job_id("job-1");
+    work->routes = {.enabled = true, .job_id = "job-1"};
     return work;
   }
 
@@ -227,8 +226,8 @@ class SchedulerTest : public ::testing::Test {
   std::shared_ptr<GenerationWork> Work(const std::string& id, int prompts, int group,
                                        int prompt_length, int max_new_tokens, Outcome& outcome) {
     auto work = std::make_shared<GenerationWork>();
-    work->request.set_request_id(id);
-    work->request.set_group_size(group);
+    work->request_id = id;
+    work->group_size = group;
     work->start = absl::Now();
     work->sample_template.max_new_tokens = max_new_tokens;
     for (int p = 0; p < prompts; ++p) {
@@ -460,11 +459,11 @@ TEST_F(SchedulerTest, RequestsWaitForTheirAdapterAndFailWhenItCannotExist) {
   Outcome& waiting = NewOutcome();
   Outcome& missing = NewOutcome();
   auto work = Work("w", 1, 1, 2, 2, waiting);
-  work->request.mutable_adapter()->set_adapter_name("policy");
-  work->request.mutable_adapter()->set_latest(true);
+  work->adapter.set_adapter_name("policy");
+  work->adapter.set_latest(true);
   ASSERT_TRUE(Submit(work).ok());
   auto bad = Work("m", 1, 1, 2, 2, missing);
-  bad->request.mutable_adapter()->set_adapter_name("missing");
+  bad->adapter.set_adapter_name("missing");
   ASSERT_TRUE(Submit(bad).ok());
   scheduler_->RunStep();
   EXPECT_EQ(batch_->active(), 0) << "no version of 'policy' yet";
@@ -483,9 +482,9 @@ TEST_F(SchedulerTest, SamplesAllowedToSwitchMoveToTheNewestVersionBetweenSteps) 
   models_.Publish("policy", 1);
   Outcome& outcome = NewOutcome();
   auto work = Work("s", 1, 1, 2, 4, outcome);
-  work->request.mutable_adapter()->set_adapter_name("policy");
-  work->request.mutable_adapter()->set_latest(true);
-  work->request.set_allow_version_switch(true);
+  work->adapter.set_adapter_name("policy");
+  work->adapter.set_latest(true);
+  work->allow_version_switch = true;
   ASSERT_TRUE(Submit(work).ok());
   scheduler_->RunStep();  // Prefill (token 1) and one decode step (token 2) on version 1.
   models_.Publish("policy", 2);
@@ -505,12 +504,12 @@ TEST_F(SchedulerTest, ASampleThatWaitedForCacheMovesToTheNewestVersionWhenAdmitt
   Outcome& first = NewOutcome();
   Outcome& second = NewOutcome();
   auto running = Work("a", 1, 1, 2, 3, first);
-  running->request.mutable_adapter()->set_adapter_name("policy");
-  running->request.mutable_adapter()->set_latest(true);
+  running->adapter.set_adapter_name("policy");
+  running->adapter.set_latest(true);
   auto waiting = Work("b", 1, 1, 2, 3, second);
-  waiting->request.mutable_adapter()->set_adapter_name("policy");
-  waiting->request.mutable_adapter()->set_latest(true);
-  waiting->request.set_allow_version_switch(true);
+  waiting->adapter.set_adapter_name("policy");
+  waiting->adapter.set_latest(true);
+  waiting->allow_version_switch = true;
   ASSERT_TRUE(Submit(running).ok());
   ASSERT_TRUE(Submit(waiting).ok());
   scheduler_->RunStep();  // "a" runs; "b" resolved to version 1 waits for cache.
@@ -527,8 +526,7 @@ TEST_F(SchedulerTest, RecordingRoutesWithoutARouterReplayFailsTheRoutesNotTheSam
   Start({});
   Outcome& outcome = NewOutcome();
   auto work = Work("r", 1, 1, 2, 2, outcome);
-  work->request.mutable_routes()->set_enabled(true);
-  work->request.mutable_routes()->set_job_id("job-1");
+  work->routes = {.enabled = true, .job_id = "job-1"};
   ASSERT_TRUE(Submit(work).ok());
   RunUntilIdle();
   const std::vector<SampleOutput> samples = AwaitSamples(outcome, 1);
