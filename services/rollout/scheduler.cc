@@ -277,7 +277,7 @@ void Scheduler::StopEverything(StepPlan& plan) {
 }
 
 void Scheduler::DropCancelled(StepPlan& plan) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   // Request ids, and the requests whose client must hear of the passed deadline.
   absl::flat_hash_set<std::string> dropped;
   std::vector<std::shared_ptr<GenerationWork>> expired_requests;
@@ -325,7 +325,7 @@ void Scheduler::EndRequest(const std::string& request_id) {
 }
 
 void Scheduler::ResolveAdapters() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   std::vector<std::pair<std::shared_ptr<GenerationWork>, absl::Status>> failed;
   std::erase_if(resolving_, [&](Pending& pending) {
     GenerationWork& work = *pending.work;

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "engine/generator.h"
 #include "services/rollout/generation_work.h"
 #include "services/rollout/sequence_batch.h"
@@ -35,6 +36,8 @@ struct SchedulerOptions {
   // deadlines, and for adapter versions that became servable while requests wait for them.
   absl::Duration idle_poll = absl::Milliseconds(50);
   absl::Duration resolve_poll = absl::Milliseconds(5);
+  // What requests' deadlines are compared with; not owned.
+  Clock* clock = &Clock::Real();
 };
 
 // Continuous batching for one replica, as vLLM v1 structures it: each step plans (takes new

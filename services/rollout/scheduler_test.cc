@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/testing/simulated_clock.h"
 #include "engine/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -275,6 +276,7 @@ class SchedulerTest : public ::testing::Test {
   std::list<Outcome> outcomes_;
   router_replay::testing::FakeRouteSink routes_;
   FakeModels models_;
+  tandem::testing::SimulatedClock clock_;  // Where a test gives it to the scheduler.
   FakeBatch* batch_ = nullptr;
   std::unique_ptr<Scheduler> scheduler_;
 };
@@ -426,12 +428,16 @@ TEST_F(SchedulerTest, ACancelledRequestFreesItsKvCacheAtTheNextStep) {
 }
 
 TEST_F(SchedulerTest, APassedDeadlineFailsTheRequest) {
-  Start({});
+  Start({.clock = &clock_});
   Outcome& outcome = NewOutcome();
   auto work = Work("late", 1, 1, 2, 50, outcome);
+  work->deadline = clock_.Now() + absl::Seconds(30);
   ASSERT_TRUE(Submit(work).ok());
   scheduler_->RunStep();
-  work->deadline = absl::Now() - absl::Seconds(1);
+  clock_.Advance(absl::Seconds(29));
+  scheduler_->RunStep();
+  EXPECT_EQ(batch_->active(), 1) << "within its deadline";
+  clock_.Advance(absl::Seconds(2));
   scheduler_->RunStep();
   EXPECT_EQ(batch_->active(), 0);
   const std::optional<absl::Status> failure = Failure(outcome);
