@@ -76,7 +76,10 @@ absl::StatusOr<BpeModel> BpeModel::Parse(const nlohmann::json& model) {
     return Invalid("vocab", "missing or not an object");
   }
   BpeModel bpe;
-  for (const auto& [token, id] : model["vocab"].items()) {
+  const nlohmann::json& vocab = model["vocab"];
+  bpe.vocab_.reserve(vocab.size());
+  bpe.tokens_.reserve(vocab.size());
+  for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
         id.get<int64_t>() >= std::numeric_limits<int32_t>::max()) {
       return Invalid("vocab", absl::StrCat("token ", token, " has id ", id.dump()));
@@ -86,8 +89,11 @@ absl::StatusOr<BpeModel> BpeModel::Parse(const nlohmann::json& model) {
     bpe.tokens_[index] = token;
     bpe.vocab_[token] = index;
   }
-  const nlohmann::json merges = model.value("merges", nlohmann::json::array());
+  static const nlohmann::json kNoMerges = nlohmann::json::array();
+  // By reference: a copy of a large vocabulary's merges costs more than reading them.
+  const nlohmann::json& merges = model.contains("merges") ? model["merges"] : kNoMerges;
   if (!merges.is_array()) return Invalid("merges", "not an array");
+  bpe.merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     auto parts = MergeParts(merges[rank]);
     if (!parts.ok()) return parts.status();
