@@ -72,6 +72,35 @@ struct Generated {
   }
 };
 
+// One WatchAdapterStatus call of the test's client.
+struct StatusStream {
+  std::unique_ptr<grpc::ClientContext> context = std::make_unique<grpc::ClientContext>();
+  std::unique_ptr<grpc::ClientReader<rollout::v1::WatchAdapterStatusResponse>> reader;
+
+  // `adapter`'s status stream on `stub`, ended by the replica or after 30 s.
+  static StatusStream Open(rollout::v1::RolloutService::Stub& stub, const std::string& adapter) {
+    StatusStream stream;
+    rollout::v1::WatchAdapterStatusRequest request;
+    request.set_adapter_name(adapter);
+    SetTimeout(*stream.context, absl::Seconds(30));
+    stream.reader = stub.WatchAdapterStatus(stream.context.get(), request);
+    return stream;
+  }
+  bool Read(rollout::v1::WatchAdapterStatusResponse& response) { return reader->Read(&response); }
+  // Reads what is left; how the replica ended the stream.
+  grpc::Status ReadToEnd() {
+    rollout::v1::WatchAdapterStatusResponse response;
+    while (reader->Read(&response)) {
+    }
+    return reader->Finish();
+  }
+  // Ends it from this side.
+  void Cancel() {
+    context->TryCancel();
+    reader->Finish();  // CANCELLED, by us.
+  }
+};
+
 class RolloutServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -242,21 +271,16 @@ class RolloutServiceTest : public ::testing::Test {
   // Waits until the rollout's current version of kAdapter is `version`, as its status stream
   // tells.
   void AwaitCurrentVersion(int64_t version) {
-    rollout::v1::WatchAdapterStatusRequest request;
-    request.set_adapter_name(kAdapter);
-    grpc::ClientContext context;
-    SetTimeout(context, absl::Seconds(20));
-    auto stream = rollout_stub_->WatchAdapterStatus(&context, request);
+    StatusStream stream = StatusStream::Open(*rollout_stub_, kAdapter);
     rollout::v1::WatchAdapterStatusResponse response;
-    while (stream->Read(&response)) {
+    while (stream.Read(response)) {
       if (response.status().current_version() == version) {
-        context.TryCancel();
-        stream->Finish();  // CANCELLED, by us.
+        stream.Cancel();
         return;
       }
     }
     FAIL() << "version " << version
-           << " never became current: " << stream->Finish().error_message();
+           << " never became current: " << stream.ReadToEnd().error_message();
   }
 
   std::string dir_;
@@ -798,11 +822,7 @@ TEST_F(RolloutServiceTest, AnIdleAdapterIsUnfollowedAndFreesItsSlot) {
   request.mutable_adapter()->set_adapter_name(kAdapter);
   request.mutable_adapter()->set_exact_version(1);
   ASSERT_EQ(Generate(request).status.error_code(), grpc::StatusCode::OK);
-  rollout::v1::WatchAdapterStatusRequest watch_request;
-  watch_request.set_adapter_name(kAdapter);
-  grpc::ClientContext watch_context;
-  SetTimeout(watch_context, absl::Seconds(30));
-  auto watch = rollout_stub_->WatchAdapterStatus(&watch_context, watch_request);
+  StatusStream watch = StatusStream::Open(*rollout_stub_, kAdapter);
   clock_.Advance(absl::Minutes(9));
   rollout::v1::GenerateRequest early = Request("too-early", 1, 1, 2);
   early.mutable_adapter()->set_adapter_name("next-job");
@@ -826,10 +846,7 @@ TEST_F(RolloutServiceTest, AnIdleAdapterIsUnfollowedAndFreesItsSlot) {
       rollout_stub_->GetAdapterStatus(&status_context, status_request, &adapter_status);
   EXPECT_EQ(unfollowed.error_code(), grpc::StatusCode::NOT_FOUND) << unfollowed.error_message();
   // Its status stream ends with it, rather than going silent.
-  rollout::v1::WatchAdapterStatusResponse told;
-  while (watch->Read(&told)) {
-  }
-  const grpc::Status watch_end = watch->Finish();
+  const grpc::Status watch_end = watch.ReadToEnd();
   EXPECT_EQ(watch_end.error_code(), grpc::StatusCode::NOT_FOUND) << watch_end.error_message();
   EXPECT_THAT(watch_end.error_message(), HasSubstr("no longer follows"));
 }
@@ -957,19 +974,15 @@ TEST_F(RolloutServiceTest, TheStatusStreamTellsEachSwapAndEndsOnDrain) {
   ASSERT_TRUE(WaitUntilServing({.target = rollout_.target()}, "tandem.rollout.v1.RolloutService",
                                absl::Seconds(20))
                   .ok());
-  rollout::v1::WatchAdapterStatusRequest request;
-  request.set_adapter_name(kAdapter);
-  grpc::ClientContext context;
-  SetTimeout(context, absl::Seconds(30));
-  auto stream = rollout_stub_->WatchAdapterStatus(&context, request);
+  StatusStream stream = StatusStream::Open(*rollout_stub_, kAdapter);
   rollout::v1::WatchAdapterStatusResponse response;
-  ASSERT_TRUE(stream->Read(&response));  // The status now.
+  ASSERT_TRUE(stream.Read(response));  // The status now.
   EXPECT_THAT(response.replica_id(), HasSubstr("rollout-"));
   EXPECT_EQ(response.status().current_version(), 1);
 
   Publish(2);
   std::vector<rollout::v1::AdapterStatus> told;
-  while (response.status().current_version() < 2 && stream->Read(&response)) {
+  while (response.status().current_version() < 2 && stream.Read(response)) {
     told.push_back(response.status());
   }
   ASSERT_FALSE(told.empty());
@@ -989,19 +1002,12 @@ TEST_F(RolloutServiceTest, TheStatusStreamTellsEachSwapAndEndsOnDrain) {
   EXPECT_TRUE(clock.sleeps().empty());
 
   rollout_service_->Drain();
-  while (stream->Read(&response)) {
-  }
-  const grpc::Status ended = stream->Finish();
+  const grpc::Status ended = stream.ReadToEnd();
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
   EXPECT_THAT(ended.error_message(), HasSubstr("draining"));
-
   // A stream opened while the replica drains ends at once.
-  grpc::ClientContext late_context;
-  SetTimeout(late_context, absl::Seconds(30));
-  auto late = rollout_stub_->WatchAdapterStatus(&late_context, request);
-  while (late->Read(&response)) {
-  }
-  EXPECT_EQ(late->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(StatusStream::Open(*rollout_stub_, kAdapter).ReadToEnd().error_code(),
+            grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_F(RolloutServiceTest, StatusStreamsAddNoThreads) {
@@ -1012,24 +1018,16 @@ TEST_F(RolloutServiceTest, StatusStreamsAddNoThreads) {
   AwaitCurrentVersion(1);
   const int threads_before = ProcessThreads();
   constexpr int kStreams = 64;
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ClientReader<rollout::v1::WatchAdapterStatusResponse>>> streams;
+  std::vector<StatusStream> streams;
   for (int i = 0; i < kStreams; ++i) {
-    rollout::v1::WatchAdapterStatusRequest request;
-    request.set_adapter_name(kAdapter);
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    SetTimeout(*contexts.back(), absl::Seconds(30));
-    streams.push_back(rollout_stub_->WatchAdapterStatus(contexts.back().get(), request));
+    streams.push_back(StatusStream::Open(*rollout_stub_, kAdapter));
     rollout::v1::WatchAdapterStatusResponse response;
-    ASSERT_TRUE(streams.back()->Read(&response));  // Open: the status now arrived.
+    ASSERT_TRUE(streams.back().Read(response));  // Open: the status now arrived.
   }
   const int threads_open = ProcessThreads();
   std::printf("%d status streams open: threads %d -> %d\n", kStreams, threads_before, threads_open);
   EXPECT_LE(threads_open, threads_before + 5);
-  for (int i = 0; i < kStreams; ++i) {
-    contexts[i]->TryCancel();
-    streams[i]->Finish();
-  }
+  for (StatusStream& stream : streams) stream.Cancel();
 }
 
 TEST_F(RolloutServiceTest, AStatusStreamNeedsAnAdapterTheReplicaFollows) {
@@ -1038,14 +1036,8 @@ TEST_F(RolloutServiceTest, AStatusStreamNeedsAnAdapterTheReplicaFollows) {
            {"", grpc::StatusCode::INVALID_ARGUMENT},
            {"two words", grpc::StatusCode::INVALID_ARGUMENT},
            {"never-asked", grpc::StatusCode::NOT_FOUND}}) {
-    rollout::v1::WatchAdapterStatusRequest request;
-    request.set_adapter_name(name);
-    grpc::ClientContext context;
-    SetTimeout(context, absl::Seconds(10));
-    auto stream = rollout_stub_->WatchAdapterStatus(&context, request);
-    rollout::v1::WatchAdapterStatusResponse response;
-    EXPECT_FALSE(stream->Read(&response));
-    EXPECT_EQ(stream->Finish().error_code(), code) << "'" << name << "'";
+    EXPECT_EQ(StatusStream::Open(*rollout_stub_, name).ReadToEnd().error_code(), code)
+        << "'" << name << "'";
   }
 }
 
