@@ -156,6 +156,15 @@ class RolloutServiceTest : public ::testing::Test {
     rollout_stub_ = rollout::v1::RolloutService::NewStub(rollout_channel_);
   }
 
+  // A replica started with --adapter=kAdapter, once it serves version 1 of it.
+  void StartFollowingVersionOne() {
+    Publish(1);
+    RolloutOptions options = DefaultOptions();
+    options.adapters = {kAdapter};
+    StartRollout(options);
+    AwaitCurrentVersion(1);
+  }
+
   // A random adapter, published as `version` of `name`.
   engine::LoraAdapter Publish(int64_t version, const std::string& name = kAdapter) {
     engine::LoraAdapter adapter = RandomAdapter(model_config_, 100 + version);
@@ -967,13 +976,7 @@ TEST_F(RolloutServiceTest, NotServingUntilTheRequiredAdapterIsLoaded) {
 }
 
 TEST_F(RolloutServiceTest, TheStatusStreamTellsEachSwapAndEndsOnDrain) {
-  Publish(1);
-  RolloutOptions options = DefaultOptions();
-  options.adapters = {kAdapter};
-  StartRollout(options);
-  ASSERT_TRUE(WaitUntilServing({.target = rollout_.target()}, "tandem.rollout.v1.RolloutService",
-                               absl::Seconds(20))
-                  .ok());
+  StartFollowingVersionOne();
   StatusStream stream = StatusStream::Open(*rollout_stub_, kAdapter);
   rollout::v1::WatchAdapterStatusResponse response;
   ASSERT_TRUE(stream.Read(response));  // The status now.
@@ -1011,11 +1014,7 @@ TEST_F(RolloutServiceTest, TheStatusStreamTellsEachSwapAndEndsOnDrain) {
 }
 
 TEST_F(RolloutServiceTest, StatusStreamsAddNoThreads) {
-  Publish(1);
-  RolloutOptions options = DefaultOptions();
-  options.adapters = {kAdapter};
-  StartRollout(options);
-  AwaitCurrentVersion(1);
+  StartFollowingVersionOne();
   const int threads_before = ProcessThreads();
   constexpr int kStreams = 64;
   std::vector<StatusStream> streams;
@@ -1042,11 +1041,7 @@ TEST_F(RolloutServiceTest, AStatusStreamNeedsAnAdapterTheReplicaFollows) {
 }
 
 TEST_F(RolloutServiceTest, AFailedLoadKeepsTheOldVersionAndRetries) {
-  Publish(1);
-  RolloutOptions options = DefaultOptions();
-  options.adapters = {kAdapter};
-  StartRollout(options);
-  AwaitCurrentVersion(1);
+  StartFollowingVersionOne();
   // Version 2 is for a different model: it commits, but this replica cannot load it.
   engine::ModelConfig other = model_config_;
   other.expert_ffn_dim = 32;

@@ -78,6 +78,8 @@ class JobRun {
  private:
   // Rank 0: it forms the group, owns checkpoints and reports progress.
   bool lead() const { return assignment_ == nullptr; }
+  // The job's ranks once their group formed; null for one rank.
+  CountingCommunicator* ranks() { return group_ == nullptr ? nullptr : &group_->ranks(); }
   const trainer::v1::JobSpec& spec() const { return plan_.spec; }
 
   // The stubs of the job's services and the stages over them.
@@ -92,8 +94,8 @@ class JobRun {
   absl::Status JoinRanks(int64_t first_version, const JobProgress& progress);
   // Between phases of a step with several ranks: every rank learns whether any failed `what`.
   absl::Status Agree(const absl::Status& local, absl::string_view what) {
-    return ranks_ == nullptr ? local
-                             : AgreeOnFailures(*ranks_, local, what, environment_.phase_timeout);
+    return ranks() == nullptr ? local
+                              : AgreeOnFailures(*ranks(), local, what, environment_.phase_timeout);
   }
   // trainer::RideOutOutage with the environment's backoff and outage budget.
   absl::Status RideOutOutage(absl::string_view store,
@@ -119,7 +121,6 @@ class JobRun {
   JobPlan plan_;                           // After Init.
   std::vector<int> own_groups_;            // The step's prompt groups this rank generates.
   std::unique_ptr<RankGroup> group_;       // A run of several ranks.
-  CountingCommunicator* ranks_ = nullptr;  // group_'s; null for one rank.
   std::unique_ptr<TrainingState> state_;
   std::unique_ptr<PolicyUpdater> updater_;          // Set by Run.
   std::unique_ptr<engine::text::TextCodec> codec_;  // As rollout's: prompts sent as their ids.
@@ -270,10 +271,9 @@ absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progres
   }
   if (!group.ok()) return group.status();
   group_ = *std::move(group);
-  ranks_ = &group_->ranks();
   spdlog::info("job {}: data-parallel rank {} of {} trains prompt groups {}", job_.id(), dp_rank_,
                plan_.data_parallel, absl::StrJoin(own_groups_, ","));
-  return state_->Broadcast(*ranks_);
+  return state_->Broadcast(*ranks());
 }
 
 absl::Status JobRun::RideOutOutage(absl::string_view store,
@@ -305,8 +305,8 @@ absl::StatusOr<UpdateStats> JobRun::Train(int64_t step, const StepSamples& sampl
   if (!stats.ok()) return stats.status();
   // The same on every rank: statistics and gradients are the ranks' sums.
   if (absl::Status status = state_->CheckFinite(step, *stats); !status.ok()) return status;
-  if (ranks_ != nullptr) {
-    if (absl::Status status = CheckIdenticalParameters(*ranks_, state_->lora().parameters(), step);
+  if (ranks() != nullptr) {
+    if (absl::Status status = CheckIdenticalParameters(*ranks(), state_->lora().parameters(), step);
         !status.ok()) {
       return status;
     }
@@ -325,7 +325,7 @@ absl::Status JobRun::PublishAndSwap(int64_t step, const JobProgress& progress,
                                     trainer::v1::StepMetrics& metrics) {
   absl::Time start = absl::Now();
   if (absl::Status status =
-          publisher_->Publish(state_->lora(), state_->model_config(), version_ + 1, step, ranks_);
+          publisher_->Publish(state_->lora(), state_->model_config(), version_ + 1, step, ranks());
       !status.ok()) {
     return status;
   }
@@ -346,7 +346,7 @@ absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, Generatio
   trainer::v1::StepMetrics metrics;
   metrics.set_step(step);
   const absl::Time step_start = absl::Now();
-  if (ranks_ != nullptr) ranks_->TakeCounts();  // This step's from here.
+  if (ranks() != nullptr) ranks()->TakeCounts();  // This step's from here.
   // A cancel ends the step on every rank at the agreement below.
   GenerationAhead::Taken taken =
       *cancelled_ ? GenerationAhead::Taken{.samples = Cancelled(), .version = version_}
@@ -367,11 +367,11 @@ absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, Generatio
   if (!stats.ok()) return stats.status();
   if (absl::Status status = PublishAndSwap(step, progress, metrics); !status.ok()) return status;
   std::vector<float> tallies = TalliesOf(samples, routes->missing_entries, routes->entries);
-  if (ranks_ != nullptr) {
-    absl::StatusOr<std::vector<float>> gathered = GatherFromRanks(*ranks_, tallies);
+  if (ranks() != nullptr) {
+    absl::StatusOr<std::vector<float>> gathered = GatherFromRanks(*ranks(), tallies);
     if (!gathered.ok()) return gathered.status();
     tallies = *std::move(gathered);
-    const CountingCommunicator::Counts collectives = ranks_->TakeCounts();
+    const CountingCommunicator::Counts collectives = ranks()->TakeCounts();
     metrics.set_collective_seconds(absl::ToDoubleSeconds(collectives.time));
     metrics.set_collective_bytes(collectives.bytes);
   }
@@ -408,9 +408,9 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
   if (!engines.ok()) return engines.status();
   updater_ =
       std::make_unique<PolicyUpdater>(state_->base(), state_->lora(), state_->optimizer(),
-                                      state_->UpdateConfig(plan_, ranks_), *std::move(engines));
+                                      state_->UpdateConfig(plan_, ranks()), *std::move(engines));
   if (absl::Status status = publisher_->Publish(state_->lora(), state_->model_config(),
-                                                *first_version, start_step_, ranks_);
+                                                *first_version, start_step_, ranks());
       !status.ok()) {
     return status;
   }

@@ -1,11 +1,8 @@
 #include "services/trainer/step_publisher.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/channel.h"
-#include "common/status.h"
 #include "services/trainer/sharded_publish.h"
 #include "services/weight_store/client/engine_lora.h"
-#include "tandem/weightstore/v1/weight_store.grpc.pb.h"
 
 namespace tandem::trainer {
 
@@ -16,16 +13,11 @@ absl::Status StepPublisher::RideOutOutage(const std::function<absl::Status(int a
 absl::StatusOr<int64_t> StepPublisher::NewestVersion() {
   int64_t newest = 0;
   absl::Status status = RideOutOutage([&](int) {
-    weightstore::v1::GetManifestRequest request;
-    request.mutable_adapter()->set_adapter_name(config_.adapter_name);
-    request.mutable_adapter()->set_latest(true);
-    weightstore::v1::GetManifestResponse response;
-    grpc::ClientContext context;
-    SetTimeout(context, config_.rpc_timeout);
-    const absl::Status got = FromGrpcStatus(store_.api().GetManifest(&context, request, &response));
-    if (absl::IsNotFound(got)) return absl::OkStatus();  // No version yet.
-    newest = response.manifest().version();
-    return got;
+    absl::StatusOr<weightstore::v1::Manifest> manifest =
+        weight_store::GetManifest(store_, config_.adapter_name, 0, config_.rpc_timeout);
+    if (absl::IsNotFound(manifest.status())) return absl::OkStatus();  // No version yet.
+    if (manifest.ok()) newest = manifest->version();
+    return manifest.status();
   });
   if (!status.ok()) return status;
   return newest;

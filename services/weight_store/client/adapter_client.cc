@@ -336,6 +336,26 @@ void AbortUpload(const WeightStoreStubs& store,
   store.api().AbortPublish(&context, request, &response);
 }
 
+absl::StatusOr<weightstore::v1::Manifest> GetManifest(const WeightStoreStubs& store,
+                                                      absl::string_view adapter, int64_t version,
+                                                      absl::Duration timeout) {
+  weightstore::v1::GetManifestRequest request;
+  request.mutable_adapter()->set_adapter_name(std::string(adapter));
+  if (version > 0) {
+    request.mutable_adapter()->set_exact_version(version);
+  } else {
+    request.mutable_adapter()->set_latest(true);
+  }
+  weightstore::v1::GetManifestResponse response;
+  grpc::ClientContext context;
+  SetTimeout(context, timeout);
+  if (absl::Status status = FromGrpcStatus(store.api().GetManifest(&context, request, &response));
+      !status.ok()) {
+    return status;
+  }
+  return response.manifest();
+}
+
 absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(
     const WeightStoreStubs& store, const weightstore::v1::Manifest& manifest,
     const std::vector<absl::string_view>& shards, const PublishOptions& options) {

@@ -48,6 +48,12 @@ struct PublishOptions {
   absl::Duration timeout = absl::Minutes(10);
 };
 
+// The manifest of `adapter`'s `version`, or of its newest version when `version` is 0; NOT_FOUND
+// when the store holds no such version.
+absl::StatusOr<weightstore::v1::Manifest> GetManifest(const WeightStoreStubs& store,
+                                                      absl::string_view adapter, int64_t version,
+                                                      absl::Duration timeout);
+
 // The trainer's side: publishes one version (BeginPublish, the bytes, CommitPublish) and aborts
 // the upload if anything fails, so a version is either committed whole or not at all.
 absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(

@@ -7,7 +7,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
 #include "common/tensor.h"
 #include "engine/module_names.h"
 #include "engine/peft_adapter.h"
@@ -19,26 +18,6 @@ namespace tandem::weight_store {
 namespace {
 
 constexpr absl::Duration kManifestTimeout = absl::Seconds(30);
-
-absl::StatusOr<weightstore::v1::Manifest> GetManifest(
-    weightstore::v1::WeightStoreService::StubInterface& store, absl::string_view adapter,
-    int64_t version) {
-  weightstore::v1::GetManifestRequest request;
-  request.mutable_adapter()->set_adapter_name(std::string(adapter));
-  if (version > 0) {
-    request.mutable_adapter()->set_exact_version(version);
-  } else {
-    request.mutable_adapter()->set_latest(true);
-  }
-  weightstore::v1::GetManifestResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kManifestTimeout));
-  if (absl::Status status = FromGrpcStatus(store.GetManifest(&context, request, &response));
-      !status.ok()) {
-    return status;
-  }
-  return response.manifest();
-}
 
 // The fetched tensors under their canonical names, as F32 tensors.
 absl::StatusOr<std::map<std::string, Tensor>> CanonicalTensors(const FetchedAdapter& fetched) {
@@ -90,7 +69,7 @@ absl::StatusOr<int64_t> ExportPeftAdapter(const WeightStoreStubs& store,
                                           absl::string_view adapter, int64_t version,
                                           const std::string& directory,
                                           const std::string& base_model_name_or_path) {
-  auto manifest = GetManifest(store.api(), adapter, version);
+  auto manifest = GetManifest(store, adapter, version, kManifestTimeout);
   if (!manifest.ok()) return manifest.status();
   auto lora = LoraConfigFromProto(manifest->lora());
   if (!lora.ok()) return lora.status();
