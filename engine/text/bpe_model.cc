@@ -11,11 +11,6 @@ namespace {
 
 constexpr size_t kCacheEntries = 1 << 16;  // Cleared when full: words are cheap to redo.
 
-absl::Status Invalid(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("tokenizer.json model", field.empty() ? "" : ".", field, ": ", why));
-}
-
 uint64_t PairKey(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
@@ -28,32 +23,56 @@ size_t Utf8Length(unsigned char lead) {
 }
 
 // A merge is ["a", "b"] in newer files and "a b" in older ones.
-absl::StatusOr<std::pair<std::string, std::string>> MergeParts(const nlohmann::json& merge) {
+absl::StatusOr<std::pair<std::string, std::string>> MergeParts(const nlohmann::json& merge,
+                                                               size_t rank) {
   if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
     return std::pair(merge[0].get<std::string>(), merge[1].get<std::string>());
   }
   if (merge.is_string()) {
-    std::pair<std::string, std::string> parts =
-        absl::StrSplit(merge.get<std::string>(), absl::MaxSplits(' ', 1));
-    if (!parts.second.empty()) return parts;
+    if (auto parts = SplitMerge(merge.get<std::string>()); parts.has_value()) return *parts;
   }
-  return Invalid("merges", absl::StrCat("not a pair: ", merge.dump()));
+  return BpeFieldError("merges", absl::StrCat("merge ", rank, " is not a pair: ", merge.dump()));
+}
+
+// The tables of a whole "model" object.
+absl::StatusOr<BpeTables> TablesOf(const nlohmann::json& model) {
+  BpeTables tables;
+  if (model.contains("vocab") && model["vocab"].is_object()) {
+    tables.has_vocab = true;
+    tables.vocab.reserve(model["vocab"].size());
+    for (const auto& [token, id] : model["vocab"].items()) {
+      if (!id.is_number_integer()) {
+        return BpeFieldError("vocab", absl::StrCat("token ", token, " has id ", id.dump()));
+      }
+      tables.vocab.emplace_back(token, id.get<int64_t>());
+    }
+  }
+  if (model.contains("merges") && model["merges"].is_array()) {
+    const nlohmann::json& merges = model["merges"];
+    tables.merges.reserve(merges.size());
+    for (size_t rank = 0; rank < merges.size(); ++rank) {
+      auto parts = MergeParts(merges[rank], rank);
+      if (!parts.ok()) return parts.status();
+      tables.merges.push_back(*std::move(parts));
+    }
+  }
+  return tables;
 }
 
 absl::Status CheckSupported(const nlohmann::json& model) {
   if (model.value("type", "BPE") != "BPE") {
-    return Invalid("type", absl::StrCat("only BPE is supported, not ", model["type"].dump()));
+    return BpeFieldError("type", absl::StrCat("only BPE is supported, not ", model["type"].dump()));
   }
   if (model.contains("dropout") && !model["dropout"].is_null()) {
-    return Invalid("dropout", "BPE dropout is not supported");
+    return BpeFieldError("dropout", "BPE dropout is not supported");
   }
   if (model.value("byte_fallback", false)) {
-    return Invalid("byte_fallback", "byte fallback is not supported");
+    return BpeFieldError("byte_fallback", "byte fallback is not supported");
   }
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(affix) && model[affix].is_string() &&
         !model[affix].get<std::string>().empty()) {
-      return Invalid(affix, "subword prefixes and suffixes are not supported");
+      return BpeFieldError(affix, "subword prefixes and suffixes are not supported");
     }
   }
   return absl::OkStatus();
@@ -61,48 +80,61 @@ absl::Status CheckSupported(const nlohmann::json& model) {
 
 }  // namespace
 
+absl::Status BpeFieldError(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("tokenizer.json model", field.empty() ? "" : ".", field, ": ", why));
+}
+
+std::optional<std::pair<std::string, std::string>> SplitMerge(absl::string_view merge) {
+  std::pair<std::string, std::string> parts = absl::StrSplit(merge, absl::MaxSplits(' ', 1));
+  if (parts.second.empty()) return std::nullopt;
+  return parts;
+}
+
 absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
+  if (!model.is_object()) return BpeFieldError("", "not an object");
+  absl::StatusOr<BpeTables> tables = TablesOf(model);
+  if (!tables.ok()) return tables.status();
+  return FromJson(model, *tables);
+}
+
+absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model, const BpeTables& tables) {
   try {
-    return Parse(model);
+    return Build(model, tables);
   } catch (const nlohmann::json::exception& error) {  // A field of the wrong JSON type.
-    return Invalid("", error.what());
+    return BpeFieldError("", error.what());
   }
 }
 
-absl::StatusOr<BpeModel> BpeModel::Parse(const nlohmann::json& model) {
-  if (!model.is_object()) return Invalid("", "not an object");
+absl::StatusOr<BpeModel> BpeModel::Build(const nlohmann::json& model, const BpeTables& tables) {
+  if (!model.is_object()) return BpeFieldError("", "not an object");
   if (absl::Status status = CheckSupported(model); !status.ok()) return status;
-  if (!model.contains("vocab") || !model["vocab"].is_object()) {
-    return Invalid("vocab", "missing or not an object");
+  if (!tables.has_vocab) return BpeFieldError("vocab", "missing or not an object");
+  if (model.contains("merges") && !model["merges"].is_array()) {
+    return BpeFieldError("merges", "not an array");
   }
   BpeModel bpe;
-  const nlohmann::json& vocab = model["vocab"];
-  bpe.vocab_.reserve(vocab.size());
-  bpe.tokens_.reserve(vocab.size());
-  for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() >= std::numeric_limits<int32_t>::max()) {
-      return Invalid("vocab", absl::StrCat("token ", token, " has id ", id.dump()));
+  bpe.vocab_.reserve(tables.vocab.size());
+  bpe.tokens_.reserve(tables.vocab.size());
+  for (const auto& [token, id] : tables.vocab) {
+    if (id < 0 || id >= std::numeric_limits<int32_t>::max()) {
+      return BpeFieldError("vocab", absl::StrCat("token ", token, " has id ", id));
     }
-    const auto index = id.get<int32_t>();
+    const auto index = static_cast<int32_t>(id);
     if (static_cast<size_t>(index) >= bpe.tokens_.size()) bpe.tokens_.resize(index + 1);
     bpe.tokens_[index] = token;
     bpe.vocab_[token] = index;
   }
-  static const nlohmann::json kNoMerges = nlohmann::json::array();
-  // By reference: a copy of a large vocabulary's merges costs more than reading them.
-  const nlohmann::json& merges = model.contains("merges") ? model["merges"] : kNoMerges;
-  if (!merges.is_array()) return Invalid("merges", "not an array");
-  bpe.merges_.reserve(merges.size());
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    auto parts = MergeParts(merges[rank]);
-    if (!parts.ok()) return parts.status();
-    const auto left = bpe.vocab_.find(parts->first);
-    const auto right = bpe.vocab_.find(parts->second);
-    const auto merged = bpe.vocab_.find(parts->first + parts->second);
+  bpe.merges_.reserve(tables.merges.size());
+  for (size_t rank = 0; rank < tables.merges.size(); ++rank) {
+    const auto& [left_token, right_token] = tables.merges[rank];
+    const auto left = bpe.vocab_.find(left_token);
+    const auto right = bpe.vocab_.find(right_token);
+    const auto merged = bpe.vocab_.find(absl::StrCat(left_token, right_token));
     if (left == bpe.vocab_.end() || right == bpe.vocab_.end() || merged == bpe.vocab_.end()) {
-      return Invalid("merges", absl::StrCat("merge ", rank, " (", merges[rank].dump(),
-                                            ") names a token outside the vocabulary"));
+      return BpeFieldError("merges",
+                           absl::StrCat("merge ", rank, " (", left_token, " ", right_token,
+                                        ") names a token outside the vocabulary"));
     }
     // The first occurrence of a pair is its rank, as in the tokenizers crate.
     bpe.merges_.try_emplace(PairKey(left->second, right->second),
@@ -111,7 +143,7 @@ absl::StatusOr<BpeModel> BpeModel::Parse(const nlohmann::json& model) {
   bpe.ignore_merges_ = model.value("ignore_merges", false);
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     const auto unk = bpe.vocab_.find(model["unk_token"].get<std::string>());
-    if (unk == bpe.vocab_.end()) return Invalid("unk_token", "not in the vocabulary");
+    if (unk == bpe.vocab_.end()) return BpeFieldError("unk_token", "not in the vocabulary");
     bpe.unk_id_ = unk->second;
   }
   return bpe;

@@ -2,7 +2,9 @@
 #define TANDEM_ENGINE_TEXT_BPE_MODEL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -14,6 +16,18 @@
 
 namespace tandem::engine::text {
 
+// A BPE model's vocabulary and merges as tokenizer.json lists them, not yet checked.
+struct BpeTables {
+  bool has_vocab = false;                                   // model.vocab is an object.
+  std::vector<std::pair<std::string, int64_t>> vocab;       // (token, id).
+  std::vector<std::pair<std::string, std::string>> merges;  // By rank.
+};
+
+// INVALID_ARGUMENT "tokenizer.json model.<field>: <why>".
+absl::Status BpeFieldError(absl::string_view field, absl::string_view why);
+// A merge in the older form "a b"; nullopt unless it has two parts.
+std::optional<std::pair<std::string, std::string>> SplitMerge(absl::string_view merge);
+
 // The BPE model of a Hugging Face tokenizer.json: a vocabulary and ranked merges. A word (one
 // pre-tokenized piece, spelled in the vocabulary's alphabet) starts as its characters and the
 // adjacent pair of lowest rank is merged until no pair has a merge, as the tokenizers crate
@@ -24,6 +38,9 @@ class BpeModel {
   // model does not implement (dropout, byte_fallback, subword prefixes and suffixes) and for a
   // merge whose parts or result are not in the vocabulary.
   static absl::StatusOr<BpeModel> FromJson(const nlohmann::json& model);
+  // The same from the model object's other fields and its tables read apart (as
+  // ReadTokenizerJson does); model.vocab and model.merges, if present, are not read.
+  static absl::StatusOr<BpeModel> FromJson(const nlohmann::json& model, const BpeTables& tables);
 
   BpeModel(BpeModel&& other) noexcept;
 
@@ -41,7 +58,7 @@ class BpeModel {
     int32_t merged;
   };
   BpeModel() = default;
-  static absl::StatusOr<BpeModel> Parse(const nlohmann::json& model);
+  static absl::StatusOr<BpeModel> Build(const nlohmann::json& model, const BpeTables& tables);
   absl::Status Tokenize(absl::string_view word, std::vector<int32_t>& ids) const;
 
   absl::flat_hash_map<std::string, int32_t> vocab_;

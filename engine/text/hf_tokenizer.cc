@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/text/byte_level.h"
+#include "engine/text/tokenizer_json_reader.h"
 #include "engine/text/utf8_stream.h"
 
 namespace tandem::engine::text {
@@ -72,9 +72,12 @@ bool IsAsciiSpace(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 absl::StatusOr<HfTokenizer> HfTokenizer::FromFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot open tokenizer file ", path));
-  std::stringstream contents;
-  contents << file.rdbuf();
-  auto tokenizer = FromJson(contents.str());
+  file.seekg(0, std::ios::end);
+  std::string contents(static_cast<size_t>(file.tellg()), '\0');
+  file.seekg(0);
+  file.read(contents.data(), static_cast<std::streamsize>(contents.size()));
+  if (!file) return absl::DataLossError(absl::StrCat("cannot read tokenizer file ", path));
+  auto tokenizer = FromJson(contents);
   if (!tokenizer.ok()) {
     return absl::Status(tokenizer.status().code(),
                         absl::StrCat(path, ": ", tokenizer.status().message()));
@@ -83,17 +86,20 @@ absl::StatusOr<HfTokenizer> HfTokenizer::FromFile(const std::string& path) {
 }
 
 absl::StatusOr<HfTokenizer> HfTokenizer::FromJson(absl::string_view json) {
+  absl::StatusOr<TokenizerJson> read = ReadTokenizerJson(json);
+  if (!read.ok()) return read.status();
   try {
-    return Parse(nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false));
+    return Parse(read->root, read->tables);
   } catch (const nlohmann::json::exception& error) {  // A field of the wrong JSON type.
     return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: ", error.what()));
   }
 }
 
-absl::StatusOr<HfTokenizer> HfTokenizer::Parse(const nlohmann::json& root) {
+absl::StatusOr<HfTokenizer> HfTokenizer::Parse(const nlohmann::json& root,
+                                               const BpeTables& tables) {
   if (!root.is_object()) return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
   if (!root.contains("model")) return absl::InvalidArgumentError("tokenizer.json has no model");
-  auto model = BpeModel::FromJson(root["model"]);
+  auto model = BpeModel::FromJson(root["model"], tables);
   if (!model.ok()) return model.status();
   HfTokenizer tokenizer(*std::move(model));
   const nlohmann::json null;

@@ -74,7 +74,8 @@ class HfTokenizer {
   };
 
   explicit HfTokenizer(BpeModel model) : model_(std::move(model)) {}
-  static absl::StatusOr<HfTokenizer> Parse(const nlohmann::json& root);
+  // `root` without the BPE model's tables, which are in `tables` (ReadTokenizerJson).
+  static absl::StatusOr<HfTokenizer> Parse(const nlohmann::json& root, const BpeTables& tables);
   absl::Status ParseAddedTokens(const nlohmann::json& tokens);
   absl::Status ParseNormalizer(const nlohmann::json& normalizer);
   absl::Status ParsePreTokenizer(const nlohmann::json& pre_tokenizer);

@@ -1,5 +1,6 @@
 #include "services/weight_store/reshard.h"
 
+#include <algorithm>
 #include <iterator>
 #include <map>
 #include <string>
@@ -110,8 +111,8 @@ std::string Gather(const Published& published, const std::vector<std::string>& n
       const std::string& tensor = published.canonical.at(name);
       for (int64_t row = rows.begin; row < rows.end; ++row) {
         for (int64_t col = cols.begin; col < cols.end; ++col) {
-          bytes += tensor.substr(((expert * num_rows + row) * num_cols + col) * element_size,
-                                 element_size);
+          bytes.append(tensor, ((expert * num_rows + row) * num_cols + col) * element_size,
+                       element_size);
         }
       }
     }
@@ -198,7 +199,11 @@ void ExpectOpsCoverOnce(const internal::v1::PlannedTensor& planned, const Publis
         ++writes[op.dst_offset() + i * op.dst_stride() + b];
     }
   }
-  EXPECT_THAT(writes, ::testing::Each(1)) << planned.tensor().spec().name();
+  // A plain scan: gmock's Each builds a stream per element, which made this matrix take seconds.
+  const auto not_once = std::find_if(writes.begin(), writes.end(), [](int n) { return n != 1; });
+  EXPECT_TRUE(not_once == writes.end())
+      << planned.tensor().spec().name() << ": byte " << (not_once - writes.begin()) << " written "
+      << *not_once << " times";
 }
 
 std::string Assemble(const internal::v1::PlannedTensor& planned, const Published& published) {
@@ -262,7 +267,7 @@ TEST_P(ReshardMatrixTest, AssembledTensorsMatchHandSlicing) {
   const Published published = PublishModel(expert_layout, dtype, producer);
   for (int tp : {1, 2, 4}) {
     for (int ep : {1, 2, 4}) {
-      for (int expert_tp : {1, tp}) {
+      for (int expert_tp : tp == 1 ? std::vector<int>{1} : std::vector<int>{1, tp}) {
         for (const Options& options :
              {Options{weightstore::v1::TENSOR_NAMING_UNSPECIFIED, false, false},
               Options{weightstore::v1::TENSOR_NAMING_CANONICAL, true, true},
