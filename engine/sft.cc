@@ -111,7 +111,7 @@ absl::StatusOr<SftProgress> TrainSupervised(
     cpu::TokenLogProbsBackward(*logits, batch->targets.data(), batch->weights.data(),
                                dlogits.data(), rows, vocab);
     model.parameters().ZeroGradients();
-    transformer.Backward(dlogits.data());
+    if (absl::Status status = transformer.Backward(dlogits.data()); !status.ok()) return status;
     ClipGradNorm(optimizer->params(), config.max_grad_norm);
     if (absl::Status status = optimizer->Step(LearningRate(schedule, step)); !status.ok()) {
       return status;

@@ -45,8 +45,7 @@ class CpuTrainingEngine : public TrainingEngine {
     return transformer_.Forward(batch, replay);
   }
   absl::Status Backward(const float* dlogits, const float* dhidden) override {
-    transformer_.Backward(dlogits, dhidden);
-    return absl::OkStatus();
+    return transformer_.Backward(dlogits, dhidden);
   }
   absl::Status AdapterChanged() override { return absl::OkStatus(); }
 

@@ -130,11 +130,16 @@ double RoutingStats::token_disagreement() const {
   return tokens == 0 ? 0.0 : static_cast<double>(differing_tokens) / tokens;
 }
 
-Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precision)
+Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precision,
+                         ExpertExchange* exchange)
     : config_(model.config()),
       model_(model),
       lora_(lora),
       precision_(precision),
+      all_experts_local_(exchange == nullptr
+                             ? std::make_unique<AllExpertsLocal>(model.config().num_experts)
+                             : nullptr),
+      exchange_(exchange == nullptr ? all_experts_local_.get() : exchange),
       moe_layers_(config_.MoeLayerIndices()),
       moe_index_(config_.num_layers, -1),
       rope_(config_.RopeFrequencies()),
@@ -147,8 +152,18 @@ Transformer::~Transformer() = default;
 
 Parameter& Transformer::Weight(const std::string& name) { return *model_.parameters().Find(name); }
 
-std::optional<LoraProjection> Transformer::Lora(int layer, absl::string_view module) {
-  return lora_ == nullptr ? std::nullopt : lora_->Projection(layer, module);
+std::optional<LoraProjection> Transformer::Lora(int layer, absl::string_view module,
+                                                int first_group) {
+  if (lora_ == nullptr) return std::nullopt;
+  std::optional<LoraProjection> lora = lora_->Projection(layer, module);
+  if (!lora.has_value() || first_group == 0) return lora;
+  const int64_t a_offset = first_group * lora->weights.a_group_stride;
+  const int64_t b_offset = first_group * lora->weights.b_group_stride;
+  lora->weights.a += a_offset;
+  lora->weights.b += b_offset;
+  if (lora->a_grad != nullptr) lora->a_grad += a_offset;
+  if (lora->b_grad != nullptr) lora->b_grad += b_offset;
+  return lora;
 }
 
 void Transformer::QuantizeInput(float* values, int64_t rows, int64_t width) const {
@@ -236,8 +251,12 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
   Round(x.data(), x.size());
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     layers_[layer].input = x;
-    RunLayer(layer, positions_.data(), rows, attention,
-             replay == nullptr ? nullptr : replay->data(), layers_[layer]);
+    if (absl::Status status =
+            RunLayer(layer, positions_.data(), rows, attention,
+                     replay == nullptr ? nullptr : replay->data(), layers_[layer]);
+        !status.ok()) {
+      return status;
+    }
     x = layers_[layer].ffn_out;  // RunLayer leaves the layer output here.
   }
   final_input_ = std::move(x);
@@ -249,8 +268,9 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
   return logits_.data();
 }
 
-void Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
-                              AttentionBackend& attention, float* logits, int16_t* routes_out) {
+absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
+                                      AttentionBackend& attention, float* logits,
+                                      int16_t* routes_out) {
   const int d = config_.d_model;
   const float* embedding = Weight("model.embed_tokens.weight").value.data();
   routes_.assign(static_cast<size_t>(rows) * moe_layers_.size() * config_.top_k, -1);
@@ -261,13 +281,17 @@ void Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
   Round(x.data(), x.size());
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     layers_[layer].input = std::move(x);
-    RunLayer(layer, positions, rows, attention, nullptr, layers_[layer]);
+    if (absl::Status status = RunLayer(layer, positions, rows, attention, nullptr, layers_[layer]);
+        !status.ok()) {
+      return status;
+    }
     x = std::move(layers_[layer].ffn_out);
   }
   final_input_ = std::move(x);
   RunHead(rows, final_input_.data());
   std::copy(logits_.begin(), logits_.end(), logits);
   if (routes_out != nullptr) std::copy(routes_.begin(), routes_.end(), routes_out);
+  return absl::OkStatus();
 }
 
 void Transformer::RunHead(int rows, const float* x) {
@@ -283,8 +307,9 @@ void Transformer::RunHead(int rows, const float* x) {
   Round(logits_.data(), logits_.size());
 }
 
-void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionBackend& attention,
-                           const int16_t* replay, LayerActivations& act) {
+absl::Status Transformer::RunLayer(int layer, const int* positions, int rows,
+                                   AttentionBackend& attention, const int16_t* replay,
+                                   LayerActivations& act) {
   const int d = config_.d_model;
   const int64_t n = static_cast<int64_t>(rows) * d;
   const std::string prefix = absl::StrCat("model.layers.", layer, ".");
@@ -325,13 +350,17 @@ void Transformer::RunLayer(int layer, const int* positions, int rows, AttentionB
   Round(act.norm2.data(), n);
 
   if (moe_index_[layer] >= 0) {
-    RunMoeFfn(layer, moe_index_[layer], rows, replay, act);
+    if (absl::Status status = RunMoeFfn(layer, moe_index_[layer], rows, replay, act);
+        !status.ok()) {
+      return status;
+    }
   } else {
     RunDenseFfn(layer, rows, act);
   }
   // ffn_out becomes the layer output: residual + FFN.
   AddInto(act.ffn_out.data(), act.norm2_input.data(), n);
   Round(act.ffn_out.data(), n);
+  return absl::OkStatus();
 }
 
 void Transformer::RunStandardProjections(int layer, const int* positions, int rows,
@@ -412,11 +441,11 @@ void Transformer::NormalizeQkBackward(const std::string& weight, int heads,
 void Transformer::RunDenseFfn(int layer, int rows, LayerActivations& act) {
   act.group_offsets = {0, rows};
   QuantizeInput(act.norm2.data(), rows, config_.d_model);
-  RunSwiGluMlp(layer, act.norm2.data(), 0, config_.dense_ffn_dim, act, act.ffn_out);
+  RunSwiGluMlp(layer, act.norm2.data(), 0, config_.dense_ffn_dim, 0, act, act.ffn_out);
 }
 
 void Transformer::RunSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
-                               LayerActivations& act, std::vector<float>& out) {
+                               int first_group, LayerActivations& act, std::vector<float>& out) {
   const int d = config_.d_model;
   const int rows = act.group_offsets.back();
   const int64_t hidden = static_cast<int64_t>(rows) * ffn;
@@ -424,115 +453,27 @@ void Transformer::RunSwiGluMlp(int layer, const float* x, int64_t weight_stride,
   act.up.resize(hidden);
   act.activation.resize(hidden);
   out.resize(static_cast<size_t>(rows) * d);
+  const int64_t first = first_group * weight_stride;
   ProjectGroups(x, act.group_offsets,
-                Weight(ProjectionName(config_, layer, "gate_proj")).value.data(), weight_stride, d,
-                ffn, Lora(layer, "gate_proj"), act.lora_gate, act.gate.data());
-  ProjectGroups(x, act.group_offsets,
-                Weight(ProjectionName(config_, layer, "up_proj")).value.data(), weight_stride, d,
-                ffn, Lora(layer, "up_proj"), act.lora_up, act.up.data());
+                Weight(ProjectionName(config_, layer, "gate_proj")).value.data() + first,
+                weight_stride, d, ffn, Lora(layer, "gate_proj", first_group), act.lora_gate,
+                act.gate.data());
+  ProjectGroups(
+      x, act.group_offsets, Weight(ProjectionName(config_, layer, "up_proj")).value.data() + first,
+      weight_stride, d, ffn, Lora(layer, "up_proj", first_group), act.lora_up, act.up.data());
   Round(act.gate.data(), hidden);
   Round(act.up.data(), hidden);
   cpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
   Round(act.activation.data(), hidden);
   QuantizeInput(act.activation.data(), rows, ffn);
   ProjectGroups(act.activation.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "down_proj")).value.data(), weight_stride,
-                ffn, d, Lora(layer, "down_proj"), act.lora_down, out.data());
+                Weight(ProjectionName(config_, layer, "down_proj")).value.data() + first,
+                weight_stride, ffn, d, Lora(layer, "down_proj", first_group), act.lora_down,
+                out.data());
   Round(out.data(), out.size());
 }
 
-void Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* replay,
-                            LayerActivations& act) {
-  const int d = config_.d_model;
-  const int experts = config_.num_experts;
-  const int k = config_.top_k;
-  const int ffn = config_.expert_ffn_dim;
-  const int layers = static_cast<int>(moe_layers_.size());
-  const std::string prefix = absl::StrCat("model.layers.", layer, ".mlp.");
-
-  act.router_logits.resize(static_cast<size_t>(rows) * experts);
-  cpu::Linear(act.norm2.data(), Weight(prefix + "gate.weight").value.data(),
-              act.router_logits.data(), rows, d, experts);
-  Round(act.router_logits.data(), act.router_logits.size());
-  act.scores.resize(act.router_logits.size());
-  cpu::RouterScores(act.router_logits.data(), act.scores.data(), rows, experts, config_.scoring);
-  const Parameter* bias = model_.parameters().Find(prefix + "gate.e_score_correction_bias");
-  act.ids.resize(static_cast<size_t>(rows) * k);
-  cpu::TopK(act.scores.data(), bias == nullptr ? nullptr : bias->value.data(), rows, experts, k,
-            act.ids.data(), {config_.num_expert_groups, config_.kept_expert_groups});
-
-  for (int t = 0; t < rows; ++t) {
-    std::copy_n(act.ids.data() + int64_t{t} * k, k,
-                live_routes_.data() + (int64_t{t} * layers + moe_index) * k);
-  }
-  if (replay != nullptr) {  // Replace live routes by the given ones, measuring disagreement.
-    for (int t = 0; t < rows; ++t) {
-      const int16_t* given = replay + (int64_t{t} * layers + moe_index) * k;
-      int16_t* used = act.ids.data() + int64_t{t} * k;
-      if (given[0] < 0) {
-        ++stats_.live_fallbacks;
-        continue;
-      }
-      ++stats_.decisions;
-      token_replayed_[t] = 1;
-      if (!SameExpertSet(used, given, k)) {
-        ++stats_.differing_decisions;
-        token_differs_[t] = 1;
-      }
-      std::copy_n(given, k, used);
-    }
-  }
-  for (int t = 0; t < rows; ++t) {
-    std::copy_n(act.ids.data() + int64_t{t} * k, k,
-                routes_.data() + (int64_t{t} * layers + moe_index) * k);
-  }
-
-  act.gate_weights.resize(static_cast<size_t>(rows) * k);
-  cpu::GateWeights(act.scores.data(), act.ids.data(), rows, experts, k, config_.norm_topk_prob,
-                   act.gate_weights.data());
-  for (float& gate : act.gate_weights) gate *= config_.routed_scaling_factor;
-  act.permutation = cpu::BuildPermutation(act.ids.data(), rows, k, experts);
-  act.group_offsets = act.permutation.offsets;
-  const int routed = rows * k;
-  act.ffn_input.resize(static_cast<size_t>(routed) * d);
-  cpu::PermuteRows(act.norm2.data(), act.permutation, act.ffn_input.data(), d);
-  QuantizeInput(act.ffn_input.data(), routed, d);
-
-  RunSwiGluMlp(layer, act.ffn_input.data(), int64_t{ffn} * d, ffn, act, act.ffn_rows_out);
-  act.ffn_out.assign(static_cast<size_t>(rows) * d, 0.0f);
-  cpu::UnpermuteAdd(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(),
-                    act.ffn_out.data(), d);
-
-  if (config_.num_shared_experts == 0) return;
-  const int shared_ffn = config_.shared_expert_ffn_dim();
-  const int64_t shared_hidden = static_cast<int64_t>(rows) * shared_ffn;
-  act.shared_gate.resize(shared_hidden);
-  act.shared_up.resize(shared_hidden);
-  act.shared_activation.resize(shared_hidden);
-  // The router reads norm2 unquantized; the shared experts' FP8 input is a quantized copy.
-  std::vector<float> quantized;
-  const float* input = act.norm2.data();
-  if (precision_ == Precision::kFP8) {
-    quantized = act.norm2;
-    QuantizeInput(quantized.data(), rows, d);
-    input = quantized.data();
-  }
-  cpu::Linear(input, Weight(prefix + "shared_experts.gate_proj.weight").value.data(),
-              act.shared_gate.data(), rows, d, shared_ffn);
-  cpu::Linear(input, Weight(prefix + "shared_experts.up_proj.weight").value.data(),
-              act.shared_up.data(), rows, d, shared_ffn);
-  Round(act.shared_gate.data(), shared_hidden);
-  Round(act.shared_up.data(), shared_hidden);
-  cpu::SwiGlu(act.shared_gate.data(), act.shared_up.data(), act.shared_activation.data(),
-              shared_hidden);
-  Round(act.shared_activation.data(), shared_hidden);
-  QuantizeInput(act.shared_activation.data(), rows, shared_ffn);
-  cpu::Linear(act.shared_activation.data(),
-              Weight(prefix + "shared_experts.down_proj.weight").value.data(), act.ffn_out.data(),
-              rows, shared_ffn, d, /*accumulate=*/true);
-}
-
-void Transformer::Backward(const float* dlogits, const float* dhidden) {
+absl::Status Transformer::Backward(const float* dlogits, const float* dhidden) {
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
   std::vector<float> dnorm(static_cast<size_t>(rows) * d, 0.0f);
@@ -544,14 +485,17 @@ void Transformer::Backward(const float* dlogits, const float* dhidden) {
   Parameter& norm = Weight("model.norm.weight");
   cpu::RmsNormBackward(final_input_.data(), norm.value.data(), final_rstd_.data(), dnorm.data(),
                        dx.data(), norm.grad_or_null(), rows, d);
-  for (int layer = config_.num_layers - 1; layer >= 0; --layer) BackwardLayer(layer, dx.data());
+  for (int layer = config_.num_layers - 1; layer >= 0; --layer) {
+    if (absl::Status status = BackwardLayer(layer, dx.data()); !status.ok()) return status;
+  }
   Parameter& embedding = Weight("model.embed_tokens.weight");
-  if (embedding.grad.empty()) return;
+  if (embedding.grad.empty()) return absl::OkStatus();
   cpu::EmbeddingBackward(dx.data(), tokens_.data(), embedding.grad.data(), rows, d);
+  return absl::OkStatus();
 }
 
 // On entry dx holds d(loss)/d(layer output); on exit d(loss)/d(layer input).
-void Transformer::BackwardLayer(int layer, float* dx) {
+absl::Status Transformer::BackwardLayer(int layer, float* dx) {
   LayerActivations& act = layers_[layer];
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
@@ -561,7 +505,9 @@ void Transformer::BackwardLayer(int layer, float* dx) {
   // FFN and its norm; the residual passes dx straight to the FFN block's input.
   std::vector<float> dnorm2(n, 0.0f);
   if (moe_index_[layer] >= 0) {
-    BackwardMoeFfn(layer, dx, dnorm2.data());
+    if (absl::Status status = BackwardMoeFfn(layer, dx, dnorm2.data()); !status.ok()) {
+      return status;
+    }
   } else {
     BackwardDenseFfn(layer, dx, dnorm2.data());
   }
@@ -605,77 +551,40 @@ void Transformer::BackwardLayer(int layer, float* dx) {
   Parameter& input_norm = Weight(prefix + "input_layernorm.weight");
   cpu::RmsNormBackward(act.input.data(), input_norm.value.data(), act.rstd1.data(), dnorm1.data(),
                        dx, input_norm.grad_or_null(), rows, d);
+  return absl::OkStatus();
 }
 
 void Transformer::BackwardDenseFfn(int layer, const float* dy, float* dnorm2) {
   LayerActivations& act = layers_[layer];
-  BackwardSwiGluMlp(layer, act.norm2.data(), 0, config_.dense_ffn_dim, act, dy, dnorm2);
+  BackwardSwiGluMlp(layer, act.norm2.data(), 0, config_.dense_ffn_dim, 0, act, dy, dnorm2);
 }
 
 void Transformer::BackwardSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
-                                    LayerActivations& act, const float* dy, float* dx) {
+                                    int first_group, LayerActivations& act, const float* dy,
+                                    float* dx) {
   const int d = config_.d_model;
   const int64_t hidden = static_cast<int64_t>(act.group_offsets.back()) * ffn;
+  const int64_t first = first_group * weight_stride;
+  // A projection's weights and gradient (when enabled) from the first group on.
+  auto from_first = [&](const char* module) {
+    Parameter& weight = Weight(ProjectionName(config_, layer, module));
+    float* grad = weight.grad_or_null();
+    return std::pair<const float*, float*>(weight.value.data() + first,
+                                           grad == nullptr ? nullptr : grad + first);
+  };
   std::vector<float> dactivation(hidden, 0.0f), dgate(hidden, 0.0f), dup(hidden, 0.0f);
-  Parameter& down = Weight(ProjectionName(config_, layer, "down_proj"));
-  ProjectGroupsBackward(act.activation.data(), act.group_offsets, down.value.data(),
-                        down.grad_or_null(), weight_stride, ffn, d, Lora(layer, "down_proj"),
-                        act.lora_down, dy, dactivation.data());
+  const auto [down, down_grad] = from_first("down_proj");
+  ProjectGroupsBackward(act.activation.data(), act.group_offsets, down, down_grad, weight_stride,
+                        ffn, d, Lora(layer, "down_proj", first_group), act.lora_down, dy,
+                        dactivation.data());
   cpu::SwiGluBackward(act.gate.data(), act.up.data(), dactivation.data(), dgate.data(), dup.data(),
                       hidden);
-  Parameter& gate = Weight(ProjectionName(config_, layer, "gate_proj"));
-  Parameter& up = Weight(ProjectionName(config_, layer, "up_proj"));
-  ProjectGroupsBackward(x, act.group_offsets, gate.value.data(), gate.grad_or_null(), weight_stride,
-                        d, ffn, Lora(layer, "gate_proj"), act.lora_gate, dgate.data(), dx);
-  ProjectGroupsBackward(x, act.group_offsets, up.value.data(), up.grad_or_null(), weight_stride, d,
-                        ffn, Lora(layer, "up_proj"), act.lora_up, dup.data(), dx);
-}
-
-void Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
-  LayerActivations& act = layers_[layer];
-  const int rows = static_cast<int>(tokens_.size());
-  const int d = config_.d_model;
-  const int k = config_.top_k;
-  const int experts = config_.num_experts;
-  const int ffn = config_.expert_ffn_dim;
-  const int routed = rows * k;
-  const int64_t stride = int64_t{ffn} * d;
-  const std::string prefix = absl::StrCat("model.layers.", layer, ".mlp.");
-
-  std::vector<float> drows(static_cast<size_t>(routed) * d, 0.0f);
-  std::vector<float> dgate_weights(static_cast<size_t>(routed), 0.0f);
-  cpu::UnpermuteAddBackward(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(), dy,
-                            drows.data(), dgate_weights.data(), d);
-  std::vector<float> dinput(static_cast<size_t>(routed) * d, 0.0f);
-  BackwardSwiGluMlp(layer, act.ffn_input.data(), stride, ffn, act, drows.data(), dinput.data());
-  cpu::PermuteRowsBackward(dinput.data(), act.permutation, dnorm2, d);
-
-  // The router learns through the gate weights, which R3 recomputes from its logits.
-  for (float& dgate : dgate_weights) dgate *= config_.routed_scaling_factor;
-  std::vector<float> drouter_logits(static_cast<size_t>(rows) * experts, 0.0f);
-  cpu::RouterGatesBackward(act.router_logits.data(), act.scores.data(), act.ids.data(),
-                           dgate_weights.data(), drouter_logits.data(), rows, experts, k,
-                           config_.norm_topk_prob, config_.scoring);
-  Parameter& router = Weight(prefix + "gate.weight");
-  cpu::LinearBackward(act.norm2.data(), router.value.data(), drouter_logits.data(), dnorm2,
-                      router.grad_or_null(), rows, d, experts);
-
-  if (config_.num_shared_experts == 0) return;
-  const int shared_ffn = config_.shared_expert_ffn_dim();
-  const int64_t shared_hidden = static_cast<int64_t>(rows) * shared_ffn;
-  std::vector<float> dshared_activation(shared_hidden, 0.0f), dshared_gate(shared_hidden, 0.0f),
-      dshared_up(shared_hidden, 0.0f);
-  Parameter& shared_down = Weight(prefix + "shared_experts.down_proj.weight");
-  cpu::LinearBackward(act.shared_activation.data(), shared_down.value.data(), dy,
-                      dshared_activation.data(), shared_down.grad_or_null(), rows, shared_ffn, d);
-  cpu::SwiGluBackward(act.shared_gate.data(), act.shared_up.data(), dshared_activation.data(),
-                      dshared_gate.data(), dshared_up.data(), shared_hidden);
-  Parameter& shared_gate = Weight(prefix + "shared_experts.gate_proj.weight");
-  Parameter& shared_up = Weight(prefix + "shared_experts.up_proj.weight");
-  cpu::LinearBackward(act.norm2.data(), shared_gate.value.data(), dshared_gate.data(), dnorm2,
-                      shared_gate.grad_or_null(), rows, d, shared_ffn);
-  cpu::LinearBackward(act.norm2.data(), shared_up.value.data(), dshared_up.data(), dnorm2,
-                      shared_up.grad_or_null(), rows, d, shared_ffn);
+  const auto [gate, gate_grad] = from_first("gate_proj");
+  const auto [up, up_grad] = from_first("up_proj");
+  ProjectGroupsBackward(x, act.group_offsets, gate, gate_grad, weight_stride, d, ffn,
+                        Lora(layer, "gate_proj", first_group), act.lora_gate, dgate.data(), dx);
+  ProjectGroupsBackward(x, act.group_offsets, up, up_grad, weight_stride, d, ffn,
+                        Lora(layer, "up_proj", first_group), act.lora_up, dup.data(), dx);
 }
 
 }  // namespace tandem::engine

@@ -2,11 +2,13 @@
 #define TANDEM_ENGINE_TRANSFORMER_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/decode_engine.h"
+#include "engine/expert_exchange.h"
 #include "engine/model.h"
 #include "kernels/cpu/permute.h"
 #include "kernels/cpu/rope.h"
@@ -60,8 +62,11 @@ class AttentionBackend {
 // order of ModelConfig::MoeLayerIndices().
 class Transformer : public DecodeEngine {
  public:
-  // Neither is owned; both must outlive this object. lora may be null.
-  Transformer(BaseModel& model, LoraAdapter* lora, Precision precision = Precision::kF32);
+  // None is owned; each must outlive this object. lora may be null. `exchange` moves each MoE
+  // layer's routed rows to the ranks computing their experts and back (expert parallelism); null:
+  // every expert is computed here.
+  Transformer(BaseModel& model, LoraAdapter* lora, Precision precision = Precision::kF32,
+              ExpertExchange* exchange = nullptr);
   ~Transformer() override;
 
   // Full-sequence forward of a packed batch, keeping activations for Backward. With
@@ -87,14 +92,15 @@ class Transformer : public DecodeEngine {
   // Backpropagates dlogits [tokens, vocab] of the last Forward, plus, if non-null, dhidden
   // [tokens, d_model] (the gradient of a head outside the model with respect to
   // final_hidden()), into every parameter whose gradients are enabled
-  // (ParameterSet::EnableGradients), accumulating.
-  void Backward(const float* dlogits, const float* dhidden = nullptr);
+  // (ParameterSet::EnableGradients), accumulating. Fails only when the expert exchange does.
+  absl::Status Backward(const float* dlogits, const float* dhidden = nullptr);
 
   // One forward over arbitrary rows (token, absolute position) with a caller's attention;
   // what generation builds on. Writes logits [rows, vocab] and, if non-null, the routes
-  // used [rows, moe_layers, top_k]. Activations are not kept.
-  void ForwardRows(const int* tokens, const int* positions, int rows, AttentionBackend& attention,
-                   float* logits, int16_t* routes_out);
+  // used [rows, moe_layers, top_k]. Activations are not kept. Fails only when the expert
+  // exchange does.
+  absl::Status ForwardRows(const int* tokens, const int* positions, int rows,
+                           AttentionBackend& attention, float* logits, int16_t* routes_out);
 
   const ModelConfig& config() const override { return config_; }
 
@@ -112,8 +118,8 @@ class Transformer : public DecodeEngine {
  private:
   struct LayerActivations;
 
-  void RunLayer(int layer, const int* positions, int rows, AttentionBackend& attention,
-                const int16_t* replay, LayerActivations& act);
+  absl::Status RunLayer(int layer, const int* positions, int rows, AttentionBackend& attention,
+                        const int16_t* replay, LayerActivations& act);
   // Queries, keys and values of a layer in the attention kernels' layout (act.q, act.k, act.v),
   // roped, from act.norm1; and back: dq, dk, dv (consumed) into dnorm1 and the weights' and
   // LoRA's gradients. Standard grouped-query attention here; DeepSeek's latent attention in
@@ -134,29 +140,43 @@ class Transformer : public DecodeEngine {
   void NormalizeQkBackward(const std::string& weight, int heads, const std::vector<float>& raw,
                            const std::vector<float>& rstd, std::vector<float>& dx);
   void RunDenseFfn(int layer, int rows, LayerActivations& act);
-  void RunMoeFfn(int layer, int moe_index, int rows, const int16_t* replay, LayerActivations& act);
+  // The MoE block (transformer_moe.cc): route -> permute -> dispatch -> experts -> combine ->
+  // unpermute and gate, plus the shared experts; act.ffn_out gets the block's output.
+  absl::Status RunMoeFfn(int layer, int moe_index, int rows, const int16_t* replay,
+                         LayerActivations& act);
+  // Router, top-k, replay of given routes (recording live and used routes and the disagreement),
+  // gate weights.
+  void RouteTokens(int layer, int moe_index, int rows, const int16_t* replay,
+                   LayerActivations& act);
+  // Adds the shared experts' output to act.ffn_out.
+  void RunSharedExperts(int layer, int rows, LayerActivations& act);
   // down(silu(gate(x)) * up(x)) over act.group_offsets' row groups (group g uses the weights at
-  // g * weight_stride: one dense MLP with stride 0, or one expert per group), with LoRA; keeps
-  // gate, up and activation in `act` for the backward pass and writes `out` ([rows, d_model]).
-  void RunSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
+  // (first_group + g) * weight_stride: one dense MLP with stride 0, or one expert per group), with
+  // LoRA; keeps gate, up and activation in `act` for the backward pass and writes `out`
+  // ([rows, d_model]).
+  void RunSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn, int first_group,
                     LayerActivations& act, std::vector<float>& out);
   // Backward of RunSwiGluMlp: dx += ∂L/∂x, weight and LoRA gradients accumulated.
-  void BackwardSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
+  void BackwardSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn, int first_group,
                          LayerActivations& act, const float* dy, float* dx);
   void RunHead(int rows, const float* x);
-  void BackwardLayer(int layer, float* dx);
+  absl::Status BackwardLayer(int layer, float* dx);
   void BackwardDenseFfn(int layer, const float* dy, float* dn2);
-  void BackwardMoeFfn(int layer, const float* dy, float* dn2);
+  absl::Status BackwardMoeFfn(int layer, const float* dy, float* dn2);
+  void BackwardSharedExperts(int layer, int rows, const float* dy, float* dn2);
   void Round(float* values, int64_t count) const;
   // The input of FP8 linear layers: quantized per row (token) in FP8 mode, as is otherwise.
   void QuantizeInput(float* values, int64_t rows, int64_t width) const;
   Parameter& Weight(const std::string& name);
-  std::optional<LoraProjection> Lora(int layer, absl::string_view module);
+  // A projection's LoRA, its groups (experts) counted from `first_group`.
+  std::optional<LoraProjection> Lora(int layer, absl::string_view module, int first_group = 0);
 
   ModelConfig config_;
   BaseModel& model_;
   LoraAdapter* lora_;
   Precision precision_;
+  const std::unique_ptr<AllExpertsLocal> all_experts_local_;  // When no exchange is given.
+  ExpertExchange* const exchange_;
   std::vector<int> moe_layers_;
   std::vector<int> moe_index_;  // Per layer: its index among the MoE layers, -1 if dense.
   cpu::RopeFrequencies rope_;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/expert_exchange.h"
 #include "engine/transformer.h"
 #include "kernels/cpu/permute.h"
 
@@ -23,6 +24,10 @@ struct Transformer::LayerActivations {
   std::vector<float> router_logits, scores, gate_weights;
   std::vector<int16_t> ids;
   cpu::ExpertPermutation permutation;
+  // ffn_input (permuted) dispatched to the local experts, and their output before it is combined
+  // back into ffn_rows_out.
+  ExchangePlan exchange_plan;
+  std::vector<float> local_input, local_output;
   std::vector<float> shared_gate, shared_up, shared_activation;
   // Latent attention only (transformer_latent.cc): the query down-projection before and after its
   // norm, the compressed keys and values (with the shared rotary key), their normalized latent

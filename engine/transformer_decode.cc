@@ -104,7 +104,11 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
     for (int t = 0; t < rows; ++t) positions[t] = t;
     logits.resize(static_cast<size_t>(rows) * vocab);
     PrefillAttention attention(HostCache(*prompt.cache), rows, config_);
-    ForwardRows(prompt.tokens, positions.data(), rows, attention, logits.data(), routes);
+    if (absl::Status status =
+            ForwardRows(prompt.tokens, positions.data(), rows, attention, logits.data(), routes);
+        !status.ok()) {
+      return status;
+    }
     last_logits = std::copy_n(logits.data() + int64_t{rows - 1} * vocab, vocab, last_logits);
     if (routes != nullptr) routes += rows * route_row;
   }
@@ -115,8 +119,7 @@ absl::Status Transformer::Decode(const int* tokens, const int* positions,
                                  const std::vector<SequenceCache*>& caches, float* logits,
                                  int16_t* routes) {
   DecodeAttention attention(positions, caches, config_);
-  ForwardRows(tokens, positions, static_cast<int>(caches.size()), attention, logits, routes);
-  return absl::OkStatus();
+  return ForwardRows(tokens, positions, static_cast<int>(caches.size()), attention, logits, routes);
 }
 
 }  // namespace tandem::engine

@@ -73,12 +73,12 @@ TEST_P(ConfigTest, ReplayingLiveRoutesReproducesForwardAndGradientsExactly) {
 
   const std::vector<float> live = Logits(transformer, batch);
   const std::vector<int16_t> routes = transformer.routes();
-  transformer.Backward(dlogits.data());
+  ASSERT_TRUE(transformer.Backward(dlogits.data()).ok());
   const std::vector<float> live_grads = Gradients(adapter.parameters());
 
   adapter.parameters().ZeroGradients();
   const std::vector<float> replayed = Logits(transformer, batch, &routes);
-  transformer.Backward(dlogits.data());
+  ASSERT_TRUE(transformer.Backward(dlogits.data()).ok());
   EXPECT_EQ(live, replayed);
   EXPECT_EQ(live_grads, Gradients(adapter.parameters()));
   EXPECT_EQ(transformer.routing_stats().decisions,
@@ -548,7 +548,7 @@ TEST_P(ConfigTest, WholeModelGradientMatchesFiniteDifferences) {
   };
   Logits(transformer, batch);
   const std::vector<int16_t> routes = transformer.routes();  // Held fixed: routing is discrete.
-  transformer.Backward(weights.data(), hidden_weights.data());
+  ASSERT_TRUE(transformer.Backward(weights.data(), hidden_weights.data()).ok());
 
   std::mt19937_64 rng(15);
   int checked = 0;

@@ -108,7 +108,7 @@ std::vector<float> CpuAdapterGradients(BaseModel& model, LoraAdapter& lora,
                                        const std::vector<float>& dhidden) {
   Transformer cpu(model, &lora);
   EXPECT_TRUE(cpu.Forward(batch).ok());
-  cpu.Backward(dlogits.data(), dhidden.data());
+  EXPECT_TRUE(cpu.Backward(dlogits.data(), dhidden.data()).ok());
   std::vector<float> gradients = AdapterGradients(lora);
   lora.parameters().ZeroGradients();
   return gradients;

@@ -97,12 +97,7 @@ bool Report(const char* name, Engine& engine, const TokenBatch& batch,
   };
   const auto train = [&] {
     if (!engine.Forward(batch, nullptr).ok()) return false;
-    if constexpr (std::is_same_v<Engine, Transformer>) {
-      engine.Backward(dlogits.data());
-      return true;
-    } else {
-      return engine.Backward(dlogits.data(), nullptr).ok();
-    }
+    return engine.Backward(dlogits.data(), nullptr).ok();
   };
   const double tokens = batch.num_tokens();
   const double forward_s = SecondsPerCall(forward);

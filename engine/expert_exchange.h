@@ -1,0 +1,68 @@
+#ifndef TANDEM_ENGINE_EXPERT_EXCHANGE_H_
+#define TANDEM_ENGINE_EXPERT_EXCHANGE_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tandem::engine {
+
+// The experts one rank computes: `count` consecutive experts of the stacked expert weights from
+// `first` on. A rank holds every expert's weights today, so these are global expert ids.
+struct LocalExperts {
+  int first = 0;
+  int count = 0;
+};
+
+// How Dispatch moves one MoE layer's routed rows: kept with the layer's activations, because
+// Combine moves the results back along the same paths and the backward pass moves gradients
+// along them too.
+struct ExchangePlan {
+  // The dispatched rows of local expert i are [local_offsets[i], local_offsets[i + 1]).
+  std::vector<int> local_offsets;
+};
+
+// The expert-parallel seam of the MoE block, where vLLM's modular MoE has its prepare/finalize
+// pair around the expert computation: Dispatch moves each routed row to the rank that computes
+// its expert, Combine moves the results back to where the rows came from. Both are linear and
+// each is the other's transpose, so the backward pass reuses them with the forward's plan:
+// Dispatch carries the gradients of the experts' outputs to the experts, Combine the gradients of
+// their inputs back. Routes stay logical (global) expert ids; which rank computes an expert is
+// the exchange's business. With expert parallelism every rank of the group calls Plan, Dispatch
+// and Combine for the same layer in the same order (they may be collectives).
+class ExpertExchange {
+ public:
+  virtual ~ExpertExchange() = default;
+
+  virtual LocalExperts local_experts() const = 0;
+  // `expert_offsets` [num_experts + 1]: this rank's routed rows, grouped by global expert.
+  virtual absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) = 0;
+  // rows [expert_offsets.back(), width] -> local_rows [plan.local_offsets.back(), width].
+  virtual absl::Status Dispatch(const ExchangePlan& plan, const float* rows, int width,
+                                float* local_rows) = 0;
+  // local_rows [plan.local_offsets.back(), width] -> rows, in the places Dispatch took them from.
+  virtual absl::Status Combine(const ExchangePlan& plan, const float* local_rows, int width,
+                               float* rows) = 0;
+};
+
+// One rank computing every expert (no expert parallelism): the plan is the routing's own grouping
+// and both movements are copies.
+class AllExpertsLocal final : public ExpertExchange {
+ public:
+  explicit AllExpertsLocal(int num_experts) : num_experts_(num_experts) {}
+
+  LocalExperts local_experts() const override { return {0, num_experts_}; }
+  absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
+  absl::Status Dispatch(const ExchangePlan& plan, const float* rows, int width,
+                        float* local_rows) override;
+  absl::Status Combine(const ExchangePlan& plan, const float* local_rows, int width,
+                       float* rows) override;
+
+ private:
+  const int num_experts_;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_EXPERT_EXCHANGE_H_
