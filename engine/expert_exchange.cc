@@ -14,13 +14,20 @@ void CopyRows(const ExchangePlan& plan, const float* from, int width, float* to)
 
 }  // namespace
 
-absl::StatusOr<ExchangePlan> AllExpertsLocal::Plan(const std::vector<int>& expert_offsets) {
-  if (static_cast<int>(expert_offsets.size()) != num_experts_ + 1) {
+absl::Status CheckExpertOffsets(const std::vector<int>& expert_offsets, int num_experts) {
+  if (static_cast<int>(expert_offsets.size()) != num_experts + 1) {
     return absl::InvalidArgumentError(absl::StrCat("expert offsets name ",
-                                                   expert_offsets.size() - 1, " experts; the ",
-                                                   "model has ", num_experts_));
+                                                   static_cast<int>(expert_offsets.size()) - 1,
+                                                   " experts; the model has ", num_experts));
   }
-  return ExchangePlan{expert_offsets};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExchangePlan> AllExpertsLocal::Plan(const std::vector<int>& expert_offsets) {
+  if (absl::Status status = CheckExpertOffsets(expert_offsets, num_experts_); !status.ok()) {
+    return status;
+  }
+  return ExchangePlan{.local_offsets = expert_offsets};
 }
 
 absl::Status AllExpertsLocal::Dispatch(const ExchangePlan& plan, const float* rows, int width,

@@ -1,6 +1,7 @@
 #ifndef TANDEM_ENGINE_EXPERT_EXCHANGE_H_
 #define TANDEM_ENGINE_EXPERT_EXCHANGE_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +22,10 @@ struct LocalExperts {
 struct ExchangePlan {
   // The dispatched rows of local expert i are [local_offsets[i], local_offsets[i + 1]).
   std::vector<int> local_offsets;
+  // Expert parallelism only: the rows this rank sends to each rank, and those it receives from
+  // each rank for each local expert ([source * local experts + i]).
+  std::vector<int64_t> sent_to_rank;
+  std::vector<int64_t> received;
 };
 
 // The expert-parallel seam of the MoE block, where vLLM's modular MoE has its prepare/finalize
@@ -45,6 +50,9 @@ class ExpertExchange {
   virtual absl::Status Combine(const ExchangePlan& plan, const float* local_rows, int width,
                                float* rows) = 0;
 };
+
+// INVALID_ARGUMENT unless `expert_offsets` groups rows by each of `num_experts` experts.
+absl::Status CheckExpertOffsets(const std::vector<int>& expert_offsets, int num_experts);
 
 // One rank computing every expert (no expert parallelism): the plan is the routing's own grouping
 // and both movements are copies.

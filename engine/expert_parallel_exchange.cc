@@ -1,0 +1,124 @@
+#include "engine/expert_parallel_exchange.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::engine {
+namespace {
+
+// Row counts travel as floats (the communicator's element type), exact up to 2^24.
+constexpr int64_t kMaxExactCount = int64_t{1} << 24;
+
+// Floats each rank sends (`sent`) or receives (the sum of its per-expert counts), for rows of
+// `width` floats.
+std::vector<int64_t> SentFloats(const ExchangePlan& plan, int width) {
+  std::vector<int64_t> floats;
+  for (int64_t rows : plan.sent_to_rank) floats.push_back(rows * width);
+  return floats;
+}
+
+std::vector<int64_t> ReceivedFloats(const ExchangePlan& plan, int ranks, int width) {
+  const int local = static_cast<int>(plan.received.size()) / ranks;
+  std::vector<int64_t> floats(ranks, 0);
+  for (int source = 0; source < ranks; ++source) {
+    for (int i = 0; i < local; ++i) floats[source] += plan.received[source * local + i] * width;
+  }
+  return floats;
+}
+
+// Moves rows between the order they travel in (by source rank, then local expert) and the order
+// the experts compute them in (by local expert, then source rank).
+void Regroup(const ExchangePlan& plan, int ranks, int width, const float* from, float* to,
+             bool into_expert_order) {
+  const int local = static_cast<int>(plan.local_offsets.size()) - 1;
+  std::vector<int64_t> expert_row(plan.local_offsets.begin(), plan.local_offsets.end() - 1);
+  int64_t travel_row = 0;
+  for (int source = 0; source < ranks; ++source) {
+    for (int i = 0; i < local; ++i) {
+      const int64_t rows = plan.received[source * local + i];
+      const int64_t from_row = into_expert_order ? travel_row : expert_row[i];
+      const int64_t to_row = into_expert_order ? expert_row[i] : travel_row;
+      std::copy_n(from + from_row * width, rows * width, to + to_row * width);
+      expert_row[i] += rows;
+      travel_row += rows;
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> ExpertParallelExchange::Create(
+    Communicator& group, int num_experts) {
+  if (num_experts < 1 || num_experts % group.size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(num_experts, " experts do not split evenly ",
+                                                   "among ", group.size(),
+                                                   " expert-parallel ranks"));
+  }
+  return std::unique_ptr<ExpertParallelExchange>(new ExpertParallelExchange(group, num_experts));
+}
+
+LocalExperts ExpertParallelExchange::local_experts() const {
+  return {group_.rank() * per_rank_, per_rank_};
+}
+
+absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>& expert_offsets) {
+  if (absl::Status status = CheckExpertOffsets(expert_offsets, num_experts_); !status.ok()) {
+    return status;
+  }
+  const int ranks = group_.size();
+  std::vector<float> counts(num_experts_);
+  for (int e = 0; e < num_experts_; ++e) {
+    const int64_t rows = expert_offsets[e + 1] - expert_offsets[e];
+    if (rows > kMaxExactCount) {
+      return absl::InvalidArgumentError(absl::StrCat("expert ", e, " has ", rows,
+                                                     " rows in one layer; at most ", kMaxExactCount,
+                                                     " can be dispatched"));
+    }
+    counts[e] = static_cast<float>(rows);
+  }
+  std::vector<float> received(static_cast<size_t>(ranks) * per_rank_);
+  const std::vector<int64_t> each(ranks, per_rank_);
+  if (absl::Status status = group_.AllToAllV(counts.data(), each, received.data(), each);
+      !status.ok()) {
+    return status;
+  }
+  ExchangePlan plan;
+  for (int rank = 0; rank < ranks; ++rank) {
+    plan.sent_to_rank.push_back(expert_offsets[(rank + 1) * per_rank_] -
+                                expert_offsets[rank * per_rank_]);
+  }
+  plan.received.assign(received.begin(), received.end());
+  plan.local_offsets.assign(per_rank_ + 1, 0);
+  for (int i = 0; i < per_rank_; ++i) {
+    int64_t rows = 0;
+    for (int source = 0; source < ranks; ++source) rows += plan.received[source * per_rank_ + i];
+    plan.local_offsets[i + 1] = plan.local_offsets[i] + static_cast<int>(rows);
+  }
+  return plan;
+}
+
+absl::Status ExpertParallelExchange::Dispatch(const ExchangePlan& plan, const float* rows,
+                                              int width, float* local_rows) {
+  const int ranks = group_.size();
+  std::vector<float> arrived(static_cast<size_t>(plan.local_offsets.back()) * width);
+  if (absl::Status status = group_.AllToAllV(rows, SentFloats(plan, width), arrived.data(),
+                                             ReceivedFloats(plan, ranks, width));
+      !status.ok()) {
+    return status;
+  }
+  Regroup(plan, ranks, width, arrived.data(), local_rows, /*into_expert_order=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status ExpertParallelExchange::Combine(const ExchangePlan& plan, const float* local_rows,
+                                             int width, float* rows) {
+  const int ranks = group_.size();
+  std::vector<float> leaving(static_cast<size_t>(plan.local_offsets.back()) * width);
+  Regroup(plan, ranks, width, local_rows, leaving.data(), /*into_expert_order=*/false);
+  return group_.AllToAllV(leaving.data(), ReceivedFloats(plan, ranks, width), rows,
+                          SentFloats(plan, width));
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,46 @@
+#ifndef TANDEM_ENGINE_EXPERT_PARALLEL_EXCHANGE_H_
+#define TANDEM_ENGINE_EXPERT_PARALLEL_EXCHANGE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/communicator.h"
+#include "engine/expert_exchange.h"
+
+namespace tandem::engine {
+
+// Expert parallelism over the ranks of a communicator (one expert-parallel group): rank r
+// computes the contiguous experts [r·E/size, (r+1)·E/size) — the static default placement — and
+// each MoE layer's routed rows travel to their expert's rank and back by AllToAllV. Plan first
+// exchanges the row counts per expert (one small AllToAllV), so every rank knows what it will
+// receive. The calls are collectives: every rank of the group runs the same MoE layers in the
+// same order (forward, then backward in reverse), each on its own tokens.
+class ExpertParallelExchange final : public ExpertExchange {
+ public:
+  // `group` is not owned and must outlive the exchange. INVALID_ARGUMENT unless the ranks split
+  // the experts evenly.
+  static absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> Create(Communicator& group,
+                                                                        int num_experts);
+
+  LocalExperts local_experts() const override;
+  absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
+  // Received rows arrive by source rank; they are regrouped by local expert (sources in rank
+  // order within an expert), and Combine undoes that before sending results back.
+  absl::Status Dispatch(const ExchangePlan& plan, const float* rows, int width,
+                        float* local_rows) override;
+  absl::Status Combine(const ExchangePlan& plan, const float* local_rows, int width,
+                       float* rows) override;
+
+ private:
+  ExpertParallelExchange(Communicator& group, int num_experts)
+      : group_(group), num_experts_(num_experts), per_rank_(num_experts / group.size()) {}
+
+  Communicator& group_;
+  const int num_experts_;
+  const int per_rank_;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_EXPERT_PARALLEL_EXCHANGE_H_

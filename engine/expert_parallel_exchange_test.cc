@@ -1,0 +1,208 @@
+// Expert parallelism computes what one rank computes. Ranks are Gloo ranks on loopback (threads
+// of this process), each with its own tokens and its own copy of the adapter, computing a share
+// of the experts: each rank's logits equal one rank's on the same tokens, and the ranks' adapter
+// gradients, summed (what data parallelism's all-reduce does), equal one rank's over all tokens.
+#include "engine/expert_parallel_exchange.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/gloo_communicator.h"
+#include "engine/testing/test_models.h"
+#include "engine/transformer.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem::engine {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Runs `body(rank, group)` on `ranks` Gloo ranks, one thread each.
+void OnRanks(int ranks, const std::function<void(int, Communicator&)>& body) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto group = GlooCommunicator::Create(store, rank, ranks, {});
+      ASSERT_TRUE(group.ok()) << group.status();
+      body(rank, **group);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
+// Rank r's tokens: sequences of uneven lengths, different on every rank.
+TokenBatch RankBatch(const ModelConfig& config, int rank) {
+  std::mt19937_64 rng(100 + rank);
+  std::uniform_int_distribution<int> token(0, config.vocab_size - 1);
+  TokenBatch batch;
+  for (int length : {5 + rank, 3, 8 - rank}) {
+    std::vector<int> sequence(length);
+    for (int& t : sequence) t = token(rng);
+    batch.Add(sequence);
+  }
+  return batch;
+}
+
+std::vector<float> RankDlogits(const ModelConfig& config, const TokenBatch& batch, int rank) {
+  std::mt19937_64 rng(200 + rank);
+  std::normal_distribution<float> normal;
+  std::vector<float> dlogits(static_cast<size_t>(batch.num_tokens()) * config.vocab_size);
+  for (float& value : dlogits) value = normal(rng);
+  return dlogits;
+}
+
+LoraAdapter Adapter(const ModelConfig& config, ExpertLayout layout) {
+  LoraConfig lora_config = test_models::TestLora(config);
+  lora_config.expert_layout = layout;
+  LoraAdapter lora = *LoraAdapter::Create(config, lora_config, 2);
+  test_models::RandomizeLora(lora, 3);
+  lora.parameters().EnableGradients();
+  return lora;
+}
+
+std::vector<float> Gradients(const ParameterSet& parameters) {
+  std::vector<float> all;
+  for (const std::string& name : parameters.names()) {
+    const std::vector<float>& grad = parameters.Find(name)->grad;
+    all.insert(all.end(), grad.begin(), grad.end());
+  }
+  return all;
+}
+
+// The largest |a - b| / max(1, |a|).
+double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    worst = std::max(worst, std::abs(double{a[i]} - b[i]) / std::max(1.0, std::abs(double{a[i]})));
+  }
+  return worst;
+}
+
+struct Computed {
+  std::vector<std::vector<float>> logits;  // Per rank.
+  std::vector<float> gradients;            // Summed over ranks.
+  std::vector<int16_t> routes;             // Rank 0's.
+};
+
+// One forward and backward of every rank's batch, with the given exchange per rank (null: one
+// rank computing all experts, the batches one after the other).
+Computed Compute(const BaseModel& shared_base, ExpertLayout layout, int ranks,
+                 bool expert_parallel) {
+  BaseModel& base = const_cast<BaseModel&>(shared_base);  // Read only: no base gradients.
+  const ModelConfig& config = base.config();
+  Computed computed{.logits = std::vector<std::vector<float>>(ranks)};
+  std::vector<std::vector<float>> gradients(ranks);
+  std::vector<std::vector<int16_t>> routes(ranks);
+  auto run = [&](int rank, ExpertExchange* exchange) {
+    LoraAdapter lora = Adapter(config, layout);
+    Transformer transformer(base, &lora, Precision::kF32, exchange);
+    const TokenBatch batch = RankBatch(config, rank);
+    auto logits = transformer.Forward(batch);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    computed.logits[rank].assign(*logits, *logits + batch.num_tokens() * config.vocab_size);
+    routes[rank] = transformer.routes();
+    const std::vector<float> dlogits = RankDlogits(config, batch, rank);
+    ASSERT_TRUE(transformer.Backward(dlogits.data()).ok());
+    gradients[rank] = Gradients(lora.parameters());
+  };
+  if (expert_parallel) {
+    OnRanks(ranks, [&](int rank, Communicator& group) {
+      auto exchange = ExpertParallelExchange::Create(group, config.num_experts);
+      ASSERT_TRUE(exchange.ok()) << exchange.status();
+      run(rank, exchange->get());
+    });
+  } else {
+    for (int rank = 0; rank < ranks; ++rank) run(rank, nullptr);
+  }
+  computed.gradients.assign(gradients[0].size(), 0.0f);
+  for (const std::vector<float>& rank_gradients : gradients) {
+    for (size_t i = 0; i < rank_gradients.size(); ++i) computed.gradients[i] += rank_gradients[i];
+  }
+  computed.routes = routes[0];
+  return computed;
+}
+
+class ExpertParallelTest
+    : public ::testing::TestWithParam<std::tuple<test_models::NamedConfig, ExpertLayout, int>> {};
+
+TEST_P(ExpertParallelTest, RanksComputeWhatOneRankComputes) {
+  const auto& [named, layout, ranks] = GetParam();
+  const BaseModel base = test_models::RandomModel(named.make(), 1);
+  const Computed one = Compute(base, layout, ranks, /*expert_parallel=*/false);
+  const Computed parallel = Compute(base, layout, ranks, /*expert_parallel=*/true);
+  for (int rank = 0; rank < ranks; ++rank) {
+    EXPECT_LT(MaxRelativeDifference(one.logits[rank], parallel.logits[rank]), 1e-5) << rank;
+  }
+  EXPECT_EQ(one.routes, parallel.routes);  // Routes stay logical expert ids.
+  EXPECT_LT(MaxRelativeDifference(one.gradients, parallel.gradients), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ExpertParallelTest,
+                         ::testing::Combine(::testing::ValuesIn(test_models::kConfigs),
+                                            ::testing::Values(ExpertLayout::kPerExpert,
+                                                              ExpertLayout::kShared,
+                                                              ExpertLayout::kSharedOuter),
+                                            ::testing::Values(2, 4)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param).name, "_",
+                                               ExpertLayoutName(std::get<1>(info.param)), "_",
+                                               std::get<2>(info.param), "ranks");
+                         });
+
+// Rank 0 routes 1, 2, 0, 3 rows to experts 0..3 and rank 1 routes 2, 0, 3, 0: rank 0 computes
+// experts 0 and 1, rank 1 experts 2 and 3, each expert's rows in source-rank order.
+TEST(ExpertParallelExchangeTest, RowsReachTheirExpertsRankGroupedByExpertAndComeBack) {
+  const std::vector<std::vector<int>> offsets = {{0, 1, 3, 3, 6}, {0, 2, 2, 5, 5}};
+  // Rank 0: expert 0 gets its row 0 and rank 1's rows 0, 1; expert 1 its rows 1, 2. Rank 1:
+  // expert 2 gets its own rows 2, 3, 4; expert 3 rank 0's rows 3, 4, 5.
+  const std::vector<std::vector<float>> want_local = {{0, 200, 201, 1, 2},
+                                                      {202, 203, 204, 3, 4, 5}};
+  OnRanks(2, [&](int rank, Communicator& group) {
+    auto exchange = ExpertParallelExchange::Create(group, 4);
+    ASSERT_TRUE(exchange.ok());
+    EXPECT_EQ((*exchange)->local_experts().first, 2 * rank);
+    EXPECT_EQ((*exchange)->local_experts().count, 2);
+    auto plan = (*exchange)->Plan(offsets[rank]);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_THAT(plan->local_offsets, rank == 0 ? ElementsAre(0, 3, 5) : ElementsAre(0, 3, 6));
+    std::vector<float> rows(offsets[rank].back());  // Row i of rank r holds 200 r + i.
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = 200.0f * rank + i;
+    std::vector<float> local(plan->local_offsets.back());
+    ASSERT_TRUE((*exchange)->Dispatch(*plan, rows.data(), 1, local.data()).ok());
+    EXPECT_EQ(local, want_local[rank]);
+    for (float& value : local) value *= 2;
+    std::vector<float> back(rows.size());
+    ASSERT_TRUE((*exchange)->Combine(*plan, local.data(), 1, back.data()).ok());
+    for (float& value : rows) value *= 2;
+    EXPECT_EQ(back, rows);
+  });
+}
+
+TEST(ExpertParallelExchangeTest, ExpertsThatDoNotSplitEvenlyAndWrongOffsetsAreRefused) {
+  OnRanks(2, [](int rank, Communicator& group) {
+    auto uneven = ExpertParallelExchange::Create(group, 3);
+    EXPECT_EQ(uneven.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(uneven.status().message(), HasSubstr("3 experts do not split evenly among 2"));
+    auto exchange = ExpertParallelExchange::Create(group, 4);
+    ASSERT_TRUE(exchange.ok());
+    auto plan = (*exchange)->Plan({0, 1, 2});
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(plan.status().message(), HasSubstr("offsets name 2 experts; the model has 4"));
+  });
+}
+
+}  // namespace
+}  // namespace tandem::engine
