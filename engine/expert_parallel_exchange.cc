@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
@@ -99,26 +100,28 @@ absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>
   return plan;
 }
 
-absl::Status ExpertParallelExchange::Dispatch(const ExchangePlan& plan, const float* rows,
-                                              int width, float* local_rows) {
+absl::Status ExpertParallelExchange::Dispatch(const ExchangePlan& plan, int width,
+                                              std::vector<float>& rows) {
   const int ranks = group_.size();
   std::vector<float> arrived(static_cast<size_t>(plan.local_offsets.back()) * width);
-  if (absl::Status status = group_.AllToAllV(rows, SentFloats(plan, width), arrived.data(),
+  if (absl::Status status = group_.AllToAllV(rows.data(), SentFloats(plan, width), arrived.data(),
                                              ReceivedFloats(plan, ranks, width));
       !status.ok()) {
     return status;
   }
-  Regroup(plan, ranks, width, arrived.data(), local_rows, /*into_expert_order=*/true);
+  rows.resize(arrived.size());
+  Regroup(plan, ranks, width, arrived.data(), rows.data(), /*into_expert_order=*/true);
   return absl::OkStatus();
 }
 
-absl::Status ExpertParallelExchange::Combine(const ExchangePlan& plan, const float* local_rows,
-                                             int width, float* rows) {
+absl::Status ExpertParallelExchange::Combine(const ExchangePlan& plan, int width,
+                                             std::vector<float>& rows) {
   const int ranks = group_.size();
-  std::vector<float> leaving(static_cast<size_t>(plan.local_offsets.back()) * width);
-  Regroup(plan, ranks, width, local_rows, leaving.data(), /*into_expert_order=*/false);
-  return group_.AllToAllV(leaving.data(), ReceivedFloats(plan, ranks, width), rows,
-                          SentFloats(plan, width));
+  std::vector<float> leaving(rows.size());
+  Regroup(plan, ranks, width, rows.data(), leaving.data(), /*into_expert_order=*/false);
+  const std::vector<int64_t> sent = SentFloats(plan, width);
+  rows.resize(std::accumulate(sent.begin(), sent.end(), int64_t{0}));
+  return group_.AllToAllV(leaving.data(), ReceivedFloats(plan, ranks, width), rows.data(), sent);
 }
 
 }  // namespace tandem::engine

@@ -27,10 +27,8 @@ class ExpertParallelExchange final : public ExpertExchange {
   absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
   // Received rows arrive by source rank; they are regrouped by local expert (sources in rank
   // order within an expert), and Combine undoes that before sending results back.
-  absl::Status Dispatch(const ExchangePlan& plan, const float* rows, int width,
-                        float* local_rows) override;
-  absl::Status Combine(const ExchangePlan& plan, const float* local_rows, int width,
-                       float* rows) override;
+  absl::Status Dispatch(const ExchangePlan& plan, int width, std::vector<float>& rows) override;
+  absl::Status Combine(const ExchangePlan& plan, int width, std::vector<float>& rows) override;
 
  private:
   ExpertParallelExchange(Communicator& group, int num_experts)

@@ -17,17 +17,17 @@ struct Transformer::LayerActivations {
   std::vector<float> q_raw, k_raw, q_rstd, k_rstd;    // Projections before the q/k norms.
   std::vector<float> lora_q, lora_k, lora_v, lora_o;  // LoRA intermediates x·Aᵀ.
   // FFN rows: one per token (dense) or per routed (token, slot) in expert order (MoE).
-  std::vector<float> ffn_input, gate, up, activation, ffn_rows_out, ffn_out;
+  std::vector<float> gate, up, activation, ffn_out;
   std::vector<float> lora_gate, lora_up, lora_down;
   std::vector<int> group_offsets;
   // MoE only.
   std::vector<float> router_logits, scores, gate_weights;
   std::vector<int16_t> ids;
   cpu::ExpertPermutation permutation;
-  // ffn_input (permuted) dispatched to the local experts, and their output before it is combined
-  // back into ffn_rows_out.
+  // The rows the local experts computed (after Dispatch), and their results (after Combine: this
+  // rank's routed rows in expert order).
   ExchangePlan exchange_plan;
-  std::vector<float> local_input, local_output;
+  std::vector<float> expert_input, expert_output;
   std::vector<float> shared_gate, shared_up, shared_activation;
   // Latent attention only (transformer_latent.cc): the query down-projection before and after its
   // norm, the compressed keys and values (with the shared rotary key), their normalized latent

@@ -29,33 +29,28 @@ absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const in
   // Permute: each expert's rows contiguous, quantized before they travel (as vLLM's prepare).
   act.permutation = cpu::BuildPermutation(act.ids.data(), rows, k, config_.num_experts);
   const int routed = rows * k;
-  act.ffn_input.resize(static_cast<size_t>(routed) * d);
-  cpu::PermuteRows(act.norm2.data(), act.permutation, act.ffn_input.data(), d);
-  QuantizeInput(act.ffn_input.data(), routed, d);
+  act.expert_input.resize(static_cast<size_t>(routed) * d);
+  cpu::PermuteRows(act.norm2.data(), act.permutation, act.expert_input.data(), d);
+  QuantizeInput(act.expert_input.data(), routed, d);
 
   absl::StatusOr<ExchangePlan> plan = exchange_->Plan(act.permutation.offsets);
   if (!plan.ok()) return plan.status();
   act.exchange_plan = *std::move(plan);
-  act.local_input.resize(static_cast<size_t>(act.exchange_plan.local_offsets.back()) * d);
-  if (absl::Status status =
-          exchange_->Dispatch(act.exchange_plan, act.ffn_input.data(), d, act.local_input.data());
+  if (absl::Status status = exchange_->Dispatch(act.exchange_plan, d, act.expert_input);
       !status.ok()) {
     return status;
   }
-
   const int ffn = config_.expert_ffn_dim;
   act.group_offsets = act.exchange_plan.local_offsets;
-  RunSwiGluMlp(layer, act.local_input.data(), int64_t{ffn} * d, ffn,
-               exchange_->local_experts().first, act, act.local_output);
-
-  act.ffn_rows_out.resize(static_cast<size_t>(routed) * d);
-  if (absl::Status status = exchange_->Combine(act.exchange_plan, act.local_output.data(), d,
-                                               act.ffn_rows_out.data());
+  RunSwiGluMlp(layer, act.expert_input.data(), int64_t{ffn} * d, ffn,
+               exchange_->local_experts().first, act, act.expert_output);
+  if (absl::Status status = exchange_->Combine(act.exchange_plan, d, act.expert_output);
       !status.ok()) {
     return status;
   }
+
   act.ffn_out.assign(static_cast<size_t>(rows) * d, 0.0f);
-  cpu::UnpermuteAdd(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(),
+  cpu::UnpermuteAdd(act.expert_output.data(), act.permutation, act.gate_weights.data(),
                     act.ffn_out.data(), d);
   RunSharedExperts(layer, rows, act);
   return absl::OkStatus();
@@ -153,29 +148,21 @@ absl::Status Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnor
   const int experts = config_.num_experts;
   const int ffn = config_.expert_ffn_dim;
   const int routed = rows * k;
-  const int64_t local_rows = act.exchange_plan.local_offsets.back();
 
   // Unpermute and gate, backward: the rows' gradients and the gates'.
   std::vector<float> drows(static_cast<size_t>(routed) * d, 0.0f);
   std::vector<float> dgate_weights(static_cast<size_t>(routed), 0.0f);
-  cpu::UnpermuteAddBackward(act.ffn_rows_out.data(), act.permutation, act.gate_weights.data(), dy,
+  cpu::UnpermuteAddBackward(act.expert_output.data(), act.permutation, act.gate_weights.data(), dy,
                             drows.data(), dgate_weights.data(), d);
   // Combine's transpose is Dispatch: the output gradients go to the experts that made them.
-  std::vector<float> dlocal_output(local_rows * d);
-  if (absl::Status status =
-          exchange_->Dispatch(act.exchange_plan, drows.data(), d, dlocal_output.data());
-      !status.ok()) {
+  if (absl::Status status = exchange_->Dispatch(act.exchange_plan, d, drows); !status.ok()) {
     return status;
   }
-  std::vector<float> dlocal_input(local_rows * d, 0.0f);
-  BackwardSwiGluMlp(layer, act.local_input.data(), int64_t{ffn} * d, ffn,
-                    exchange_->local_experts().first, act, dlocal_output.data(),
-                    dlocal_input.data());
+  std::vector<float> dinput(act.expert_input.size(), 0.0f);
+  BackwardSwiGluMlp(layer, act.expert_input.data(), int64_t{ffn} * d, ffn,
+                    exchange_->local_experts().first, act, drows.data(), dinput.data());
   // And Dispatch's is Combine: the input gradients go back to the rows' ranks.
-  std::vector<float> dinput(static_cast<size_t>(routed) * d);
-  if (absl::Status status =
-          exchange_->Combine(act.exchange_plan, dlocal_input.data(), d, dinput.data());
-      !status.ok()) {
+  if (absl::Status status = exchange_->Combine(act.exchange_plan, d, dinput); !status.ok()) {
     return status;
   }
   cpu::PermuteRowsBackward(dinput.data(), act.permutation, dnorm2, d);
