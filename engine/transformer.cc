@@ -4,18 +4,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/dtype.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/transformer_activations.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/fp8.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/grouped_lora.h"
-#include "kernels/cpu/loss.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
-#include "kernels/cpu/swiglu.h"
 
 namespace tandem::engine {
 
@@ -24,9 +16,10 @@ namespace {
 // Attention within each packed sequence, saving probabilities for the backward.
 class SequenceAttention : public AttentionBackend {
  public:
-  SequenceAttention(const std::vector<int>& starts, const ModelConfig& config,
+  SequenceAttention(ModelOps& ops, const std::vector<int>& starts, const ModelConfig& config,
                     std::vector<std::vector<float>>& probs)
-      : starts_(starts),
+      : ops_(ops),
+        starts_(starts),
         shape_(config.attention_shape()),
         q_width_(config.query_width()),
         k_width_(config.key_width()),
@@ -46,61 +39,19 @@ class SequenceAttention : public AttentionBackend {
     for (size_t s = 0; s + 1 < starts_.size(); ++s) {
       const int64_t begin = starts_[s];
       const int length = starts_[s + 1] - starts_[s];
-      cpu::CausalAttention(q + begin * q_width_, k + begin * k_width_, v + begin * v_width_,
+      ops_.CausalAttention(q + begin * q_width_, k + begin * k_width_, v + begin * v_width_,
                            out + begin * out_width, probs.data() + probs_offset, length, shape_);
       probs_offset += static_cast<int64_t>(shape_.heads) * length * length;
     }
   }
 
  private:
+  ModelOps& ops_;
   const std::vector<int>& starts_;
   const cpu::AttentionShape shape_;
   const int64_t q_width_, k_width_, v_width_;
   std::vector<std::vector<float>>& probs_;
 };
-
-// y[rows, out] = x · W_gᵀ (+ LoRA) per row group g; dense projections are one group.
-void ProjectGroups(const float* x, const std::vector<int>& offsets, const float* w,
-                   int64_t w_stride, int in, int out, const std::optional<LoraProjection>& lora,
-                   std::vector<float>& lora_h, float* y) {
-  const int groups = static_cast<int>(offsets.size()) - 1;
-  for (int g = 0; g < groups; ++g) {
-    const int rows = offsets[g + 1] - offsets[g];
-    if (rows == 0) continue;
-    cpu::Gemm(false, true, rows, out, in, 1.0f, x + int64_t{offsets[g]} * in, in, w + g * w_stride,
-              in, 0.0f, y + int64_t{offsets[g]} * out, out);
-  }
-  if (!lora.has_value()) return;
-  lora_h.resize(static_cast<size_t>(offsets.back()) * lora->weights.rank);
-  cpu::GroupedLoraForward(x, offsets.data(), groups, in, out, lora->weights, lora_h.data(), y);
-}
-
-// Backward of ProjectGroups: dx += dy·W_g, dW_g += dyᵀ·x (if w_grad), LoRA grads.
-void ProjectGroupsBackward(const float* x, const std::vector<int>& offsets, const float* w,
-                           float* w_grad, int64_t w_stride, int in, int out,
-                           const std::optional<LoraProjection>& lora,
-                           const std::vector<float>& lora_h, const float* dy, float* dx) {
-  const int groups = static_cast<int>(offsets.size()) - 1;
-  for (int g = 0; g < groups; ++g) {
-    const int rows = offsets[g + 1] - offsets[g];
-    if (rows == 0) continue;
-    const float* dy_g = dy + int64_t{offsets[g]} * out;
-    const float* x_g = x + int64_t{offsets[g]} * in;
-    cpu::Gemm(false, false, rows, in, out, 1.0f, dy_g, out, w + g * w_stride, in, 1.0f,
-              dx + int64_t{offsets[g]} * in, in);
-    if (w_grad != nullptr) {
-      cpu::Gemm(true, false, out, in, rows, 1.0f, dy_g, out, x_g, in, 1.0f, w_grad + g * w_stride,
-                in);
-    }
-  }
-  if (!lora.has_value()) return;
-  cpu::GroupedLoraBackward(x, offsets.data(), groups, in, out, lora->weights, lora_h.data(), dy, dx,
-                           lora->a_grad, lora->b_grad);
-}
-
-void AddInto(float* target, const float* values, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) target[i] += values[i];
-}
 
 // Rows and width the q/k norm of a projection with `heads` heads normalizes over.
 std::pair<int, int> QkNormShape(const ModelConfig& config, int rows, int heads) {
@@ -142,7 +93,7 @@ Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precisio
       exchange_(exchange == nullptr ? all_experts_local_.get() : exchange),
       moe_layers_(config_.MoeLayerIndices()),
       moe_index_(config_.num_layers, -1),
-      rope_(config_.RopeFrequencies()),
+      ops_(std::make_unique<CpuModelOps>(config_)),
       layers_(config_.num_layers),
       attention_probs_(config_.num_layers) {
   for (size_t m = 0; m < moe_layers_.size(); ++m) moe_index_[moe_layers_[m]] = static_cast<int>(m);
@@ -167,12 +118,11 @@ std::optional<LoraProjection> Transformer::Lora(int layer, absl::string_view mod
 }
 
 void Transformer::QuantizeInput(float* values, int64_t rows, int64_t width) const {
-  if (precision_ == Precision::kFP8) cpu::QuantizeRowsToE4M3(values, rows, width);
+  if (precision_ == Precision::kFP8) ops_->QuantizeRowsToE4M3(values, rows, width);
 }
 
 void Transformer::Round(float* values, int64_t count) const {
-  if (precision_ == Precision::kF32) return;
-  for (int64_t i = 0; i < count; ++i) values[i] = ToFloat(ToBFloat16(values[i]));
+  if (precision_ != Precision::kF32) ops_->RoundToBf16(values, count);
 }
 
 namespace {
@@ -237,7 +187,7 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
       positions_[t] = t - batch.sequence_starts[s];
     }
   }
-  SequenceAttention attention(sequence_starts_, config_, attention_probs_);
+  SequenceAttention attention(*ops_, sequence_starts_, config_, attention_probs_);
   stats_ = RoutingStats{};
   token_replayed_.assign(rows, 0);
   token_differs_.assign(rows, 0);
@@ -247,7 +197,7 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
   const int d = config_.d_model;
   const float* embedding = Weight("model.embed_tokens.weight").value.data();
   std::vector<float> x(static_cast<size_t>(rows) * d);
-  cpu::EmbeddingGather(embedding, tokens_.data(), x.data(), rows, d);
+  ops_->EmbeddingGather(embedding, tokens_.data(), x.data(), rows, d);
   Round(x.data(), x.size());
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     layers_[layer].input = x;
@@ -277,7 +227,7 @@ absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, i
   live_routes_.assign(routes_.size(), -1);
   stats_ = RoutingStats{};
   std::vector<float> x(static_cast<size_t>(rows) * d);
-  cpu::EmbeddingGather(embedding, tokens, x.data(), rows, d);
+  ops_->EmbeddingGather(embedding, tokens, x.data(), rows, d);
   Round(x.data(), x.size());
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     layers_[layer].input = std::move(x);
@@ -298,12 +248,12 @@ void Transformer::RunHead(int rows, const float* x) {
   const int d = config_.d_model;
   final_norm_.resize(static_cast<size_t>(rows) * d);
   final_rstd_.resize(rows);
-  cpu::RmsNorm(x, Weight("model.norm.weight").value.data(), final_norm_.data(), final_rstd_.data(),
-               rows, d, config_.norm_eps);
+  ops_->RmsNorm(x, Weight("model.norm.weight").value.data(), final_norm_.data(), final_rstd_.data(),
+                rows, d, config_.norm_eps);
   Round(final_norm_.data(), final_norm_.size());
   logits_.resize(static_cast<size_t>(rows) * config_.vocab_size);
-  cpu::Linear(final_norm_.data(), Weight(HeadWeightName(config_)).value.data(), logits_.data(),
-              rows, d, config_.vocab_size);
+  ops_->Linear(final_norm_.data(), Weight(HeadWeightName(config_)).value.data(), logits_.data(),
+               rows, d, config_.vocab_size, /*accumulate=*/false);
   Round(logits_.data(), logits_.size());
 }
 
@@ -315,8 +265,8 @@ absl::Status Transformer::RunLayer(int layer, const int* positions, int rows,
   const std::string prefix = absl::StrCat("model.layers.", layer, ".");
   act.norm1.resize(n);
   act.rstd1.resize(rows);
-  cpu::RmsNorm(act.input.data(), Weight(prefix + "input_layernorm.weight").value.data(),
-               act.norm1.data(), act.rstd1.data(), rows, d, config_.norm_eps);
+  ops_->RmsNorm(act.input.data(), Weight(prefix + "input_layernorm.weight").value.data(),
+                act.norm1.data(), act.rstd1.data(), rows, d, config_.norm_eps);
   Round(act.norm1.data(), n);
   QuantizeInput(act.norm1.data(), rows, d);
 
@@ -334,19 +284,19 @@ absl::Status Transformer::RunLayer(int layer, const int* positions, int rows,
   act.norm2_input = act.input;  // Residual: input + o_proj(attention).
   std::vector<float> projected(n);
   const std::vector<int> one_group = {0, rows};
-  ProjectGroups(act.attention.data(), one_group,
-                Weight(ProjectionName(config_, layer, "o_proj")).value.data(), 0,
-                config_.attention_out_dim(), d, Lora(layer, "o_proj"), act.lora_o,
-                projected.data());
+  ops_->ProjectGroups(act.attention.data(), one_group,
+                      Weight(ProjectionName(config_, layer, "o_proj")).value.data(), 0,
+                      config_.attention_out_dim(), d, Lora(layer, "o_proj"), act.lora_o,
+                      projected.data());
   Round(projected.data(), n);
-  AddInto(act.norm2_input.data(), projected.data(), n);
+  ops_->Add(act.norm2_input.data(), projected.data(), n);
   Round(act.norm2_input.data(), n);
 
   act.norm2.resize(n);
   act.rstd2.resize(rows);
-  cpu::RmsNorm(act.norm2_input.data(),
-               Weight(prefix + "post_attention_layernorm.weight").value.data(), act.norm2.data(),
-               act.rstd2.data(), rows, d, config_.norm_eps);
+  ops_->RmsNorm(act.norm2_input.data(),
+                Weight(prefix + "post_attention_layernorm.weight").value.data(), act.norm2.data(),
+                act.rstd2.data(), rows, d, config_.norm_eps);
   Round(act.norm2.data(), n);
 
   if (moe_index_[layer] >= 0) {
@@ -358,7 +308,7 @@ absl::Status Transformer::RunLayer(int layer, const int* positions, int rows,
     RunDenseFfn(layer, rows, act);
   }
   // ffn_out becomes the layer output: residual + FFN.
-  AddInto(act.ffn_out.data(), act.norm2_input.data(), n);
+  ops_->Add(act.ffn_out.data(), act.norm2_input.data(), n);
   Round(act.ffn_out.data(), n);
   return absl::OkStatus();
 }
@@ -375,9 +325,9 @@ void Transformer::RunStandardProjections(int layer, const int* positions, int ro
   for (int i = 0; i < 3; ++i) {
     const int64_t size = int64_t{rows} * widths[i];
     outputs[i]->resize(size);
-    ProjectGroups(act.norm1.data(), one_group,
-                  Weight(ProjectionName(config_, layer, modules[i])).value.data(), 0, d, widths[i],
-                  Lora(layer, modules[i]), *lora_h[i], outputs[i]->data());
+    ops_->ProjectGroups(act.norm1.data(), one_group,
+                        Weight(ProjectionName(config_, layer, modules[i])).value.data(), 0, d,
+                        widths[i], Lora(layer, modules[i]), *lora_h[i], outputs[i]->data());
     Round(outputs[i]->data(), size);
   }
   if (config_.qk_norm != QkNorm::kNone) {
@@ -386,8 +336,8 @@ void Transformer::RunStandardProjections(int layer, const int* positions, int ro
     NormalizeQk(prefix + "self_attn.k_norm.weight", rows, config_.kv_heads(), act.k, act.k_raw,
                 act.k_rstd);
   }
-  cpu::Rope(act.q.data(), positions, rows, config_.num_heads, rope_);
-  cpu::Rope(act.k.data(), positions, rows, config_.kv_heads(), rope_);
+  ops_->Rope(act.q.data(), positions, rows, config_.num_heads);
+  ops_->Rope(act.k.data(), positions, rows, config_.kv_heads());
 }
 
 void Transformer::BackwardStandardProjections(int layer, LayerActivations& act,
@@ -396,8 +346,8 @@ void Transformer::BackwardStandardProjections(int layer, LayerActivations& act,
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
   const std::string prefix = absl::StrCat("model.layers.", layer, ".");
-  cpu::RopeBackward(dq.data(), positions_.data(), rows, config_.num_heads, rope_);
-  cpu::RopeBackward(dk.data(), positions_.data(), rows, config_.kv_heads(), rope_);
+  ops_->RopeBackward(dq.data(), positions_.data(), rows, config_.num_heads);
+  ops_->RopeBackward(dk.data(), positions_.data(), rows, config_.kv_heads());
   if (config_.qk_norm != QkNorm::kNone) {
     NormalizeQkBackward(prefix + "self_attn.q_norm.weight", config_.num_heads, act.q_raw,
                         act.q_rstd, dq);
@@ -411,8 +361,8 @@ void Transformer::BackwardStandardProjections(int layer, LayerActivations& act,
   const int widths[] = {config_.q_dim(), config_.kv_dim(), config_.kv_dim()};
   for (int i = 0; i < 3; ++i) {
     Parameter& w = Weight(ProjectionName(config_, layer, modules[i]));
-    ProjectGroupsBackward(act.norm1.data(), one_group, w.value.data(), w.grad_or_null(), 0, d,
-                          widths[i], Lora(layer, modules[i]), *lora_h[i], grads[i], dnorm1);
+    ops_->ProjectGroupsBackward(act.norm1.data(), one_group, w.value.data(), w.grad_or_null(), 0, d,
+                                widths[i], Lora(layer, modules[i]), *lora_h[i], grads[i], dnorm1);
   }
 }
 
@@ -421,8 +371,8 @@ void Transformer::NormalizeQk(const std::string& weight, int rows, int heads, st
   raw = x;
   const auto [norm_rows, width] = QkNormShape(config_, rows, heads);
   rstd.resize(norm_rows);
-  cpu::RmsNorm(raw.data(), Weight(weight).value.data(), x.data(), rstd.data(), norm_rows, width,
-               config_.norm_eps);
+  ops_->RmsNorm(raw.data(), Weight(weight).value.data(), x.data(), rstd.data(), norm_rows, width,
+                config_.norm_eps);
   Round(x.data(), x.size());
 }
 
@@ -433,8 +383,8 @@ void Transformer::NormalizeQkBackward(const std::string& weight, int heads,
   const auto [norm_rows, width] = QkNormShape(config_, rows, heads);
   std::vector<float> draw(dx.size(), 0.0f);
   Parameter& norm = Weight(weight);
-  cpu::RmsNormBackward(raw.data(), norm.value.data(), rstd.data(), dx.data(), draw.data(),
-                       norm.grad_or_null(), norm_rows, width);
+  ops_->RmsNormBackward(raw.data(), norm.value.data(), rstd.data(), dx.data(), draw.data(),
+                        norm.grad_or_null(), norm_rows, width);
   dx = std::move(draw);
 }
 
@@ -454,22 +404,22 @@ void Transformer::RunSwiGluMlp(int layer, const float* x, int64_t weight_stride,
   act.activation.resize(hidden);
   out.resize(static_cast<size_t>(rows) * d);
   const int64_t first = first_group * weight_stride;
-  ProjectGroups(x, act.group_offsets,
-                Weight(ProjectionName(config_, layer, "gate_proj")).value.data() + first,
-                weight_stride, d, ffn, Lora(layer, "gate_proj", first_group), act.lora_gate,
-                act.gate.data());
-  ProjectGroups(
+  ops_->ProjectGroups(x, act.group_offsets,
+                      Weight(ProjectionName(config_, layer, "gate_proj")).value.data() + first,
+                      weight_stride, d, ffn, Lora(layer, "gate_proj", first_group), act.lora_gate,
+                      act.gate.data());
+  ops_->ProjectGroups(
       x, act.group_offsets, Weight(ProjectionName(config_, layer, "up_proj")).value.data() + first,
       weight_stride, d, ffn, Lora(layer, "up_proj", first_group), act.lora_up, act.up.data());
   Round(act.gate.data(), hidden);
   Round(act.up.data(), hidden);
-  cpu::SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
+  ops_->SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
   Round(act.activation.data(), hidden);
   QuantizeInput(act.activation.data(), rows, ffn);
-  ProjectGroups(act.activation.data(), act.group_offsets,
-                Weight(ProjectionName(config_, layer, "down_proj")).value.data() + first,
-                weight_stride, ffn, d, Lora(layer, "down_proj", first_group), act.lora_down,
-                out.data());
+  ops_->ProjectGroups(act.activation.data(), act.group_offsets,
+                      Weight(ProjectionName(config_, layer, "down_proj")).value.data() + first,
+                      weight_stride, ffn, d, Lora(layer, "down_proj", first_group), act.lora_down,
+                      out.data());
   Round(out.data(), out.size());
 }
 
@@ -479,18 +429,18 @@ absl::Status Transformer::Backward(const float* dlogits, const float* dhidden) {
   std::vector<float> dnorm(static_cast<size_t>(rows) * d, 0.0f);
   if (dhidden != nullptr) dnorm.assign(dhidden, dhidden + dnorm.size());
   Parameter& head = Weight(HeadWeightName(config_));
-  cpu::LinearBackward(final_norm_.data(), head.value.data(), dlogits, dnorm.data(),
-                      head.grad_or_null(), rows, d, config_.vocab_size);
+  ops_->LinearBackward(final_norm_.data(), head.value.data(), dlogits, dnorm.data(),
+                       head.grad_or_null(), rows, d, config_.vocab_size);
   std::vector<float> dx(static_cast<size_t>(rows) * d, 0.0f);
   Parameter& norm = Weight("model.norm.weight");
-  cpu::RmsNormBackward(final_input_.data(), norm.value.data(), final_rstd_.data(), dnorm.data(),
-                       dx.data(), norm.grad_or_null(), rows, d);
+  ops_->RmsNormBackward(final_input_.data(), norm.value.data(), final_rstd_.data(), dnorm.data(),
+                        dx.data(), norm.grad_or_null(), rows, d);
   for (int layer = config_.num_layers - 1; layer >= 0; --layer) {
     if (absl::Status status = BackwardLayer(layer, dx.data()); !status.ok()) return status;
   }
   Parameter& embedding = Weight("model.embed_tokens.weight");
   if (embedding.grad.empty()) return absl::OkStatus();
-  cpu::EmbeddingBackward(dx.data(), tokens_.data(), embedding.grad.data(), rows, d);
+  ops_->EmbeddingBackward(dx.data(), tokens_.data(), embedding.grad.data(), rows, d);
   return absl::OkStatus();
 }
 
@@ -513,8 +463,8 @@ absl::Status Transformer::BackwardLayer(int layer, float* dx) {
   }
   std::vector<float> dmid(dx, dx + n);
   Parameter& post_norm = Weight(prefix + "post_attention_layernorm.weight");
-  cpu::RmsNormBackward(act.norm2_input.data(), post_norm.value.data(), act.rstd2.data(),
-                       dnorm2.data(), dmid.data(), post_norm.grad_or_null(), rows, d);
+  ops_->RmsNormBackward(act.norm2_input.data(), post_norm.value.data(), act.rstd2.data(),
+                        dnorm2.data(), dmid.data(), post_norm.grad_or_null(), rows, d);
 
   // Attention block.
   const std::vector<int> one_group = {0, rows};
@@ -525,16 +475,16 @@ absl::Status Transformer::BackwardLayer(int layer, float* dx) {
   const int v_width = config_.value_width();
   std::vector<float> dattention(int64_t{rows} * out_width, 0.0f);
   Parameter& o = Weight(ProjectionName(config_, layer, "o_proj"));
-  ProjectGroupsBackward(act.attention.data(), one_group, o.value.data(), o.grad_or_null(), 0,
-                        out_width, d, Lora(layer, "o_proj"), act.lora_o, dmid.data(),
-                        dattention.data());
+  ops_->ProjectGroupsBackward(act.attention.data(), one_group, o.value.data(), o.grad_or_null(), 0,
+                              out_width, d, Lora(layer, "o_proj"), act.lora_o, dmid.data(),
+                              dattention.data());
   std::vector<float> dq(int64_t{rows} * q_width, 0.0f), dk(int64_t{rows} * k_width, 0.0f),
       dv(int64_t{rows} * v_width, 0.0f);
   int64_t probs_offset = 0;
   for (size_t s = 0; s + 1 < sequence_starts_.size(); ++s) {
     const int begin = sequence_starts_[s];
     const int length = sequence_starts_[s + 1] - begin;
-    cpu::CausalAttentionBackward(
+    ops_->CausalAttentionBackward(
         act.q.data() + int64_t{begin} * q_width, act.k.data() + int64_t{begin} * k_width,
         act.v.data() + int64_t{begin} * v_width, attention_probs_[layer].data() + probs_offset,
         dattention.data() + int64_t{begin} * out_width, dq.data() + int64_t{begin} * q_width,
@@ -549,8 +499,8 @@ absl::Status Transformer::BackwardLayer(int layer, float* dx) {
   }
   std::copy(dmid.begin(), dmid.end(), dx);  // Residual around attention.
   Parameter& input_norm = Weight(prefix + "input_layernorm.weight");
-  cpu::RmsNormBackward(act.input.data(), input_norm.value.data(), act.rstd1.data(), dnorm1.data(),
-                       dx, input_norm.grad_or_null(), rows, d);
+  ops_->RmsNormBackward(act.input.data(), input_norm.value.data(), act.rstd1.data(), dnorm1.data(),
+                        dx, input_norm.grad_or_null(), rows, d);
   return absl::OkStatus();
 }
 
@@ -574,17 +524,18 @@ void Transformer::BackwardSwiGluMlp(int layer, const float* x, int64_t weight_st
   };
   std::vector<float> dactivation(hidden, 0.0f), dgate(hidden, 0.0f), dup(hidden, 0.0f);
   const auto [down, down_grad] = from_first("down_proj");
-  ProjectGroupsBackward(act.activation.data(), act.group_offsets, down, down_grad, weight_stride,
-                        ffn, d, Lora(layer, "down_proj", first_group), act.lora_down, dy,
-                        dactivation.data());
-  cpu::SwiGluBackward(act.gate.data(), act.up.data(), dactivation.data(), dgate.data(), dup.data(),
-                      hidden);
+  ops_->ProjectGroupsBackward(act.activation.data(), act.group_offsets, down, down_grad,
+                              weight_stride, ffn, d, Lora(layer, "down_proj", first_group),
+                              act.lora_down, dy, dactivation.data());
+  ops_->SwiGluBackward(act.gate.data(), act.up.data(), dactivation.data(), dgate.data(), dup.data(),
+                       hidden);
   const auto [gate, gate_grad] = from_first("gate_proj");
   const auto [up, up_grad] = from_first("up_proj");
-  ProjectGroupsBackward(x, act.group_offsets, gate, gate_grad, weight_stride, d, ffn,
-                        Lora(layer, "gate_proj", first_group), act.lora_gate, dgate.data(), dx);
-  ProjectGroupsBackward(x, act.group_offsets, up, up_grad, weight_stride, d, ffn,
-                        Lora(layer, "up_proj", first_group), act.lora_up, dup.data(), dx);
+  ops_->ProjectGroupsBackward(x, act.group_offsets, gate, gate_grad, weight_stride, d, ffn,
+                              Lora(layer, "gate_proj", first_group), act.lora_gate, dgate.data(),
+                              dx);
+  ops_->ProjectGroupsBackward(x, act.group_offsets, up, up_grad, weight_stride, d, ffn,
+                              Lora(layer, "up_proj", first_group), act.lora_up, dup.data(), dx);
 }
 
 }  // namespace tandem::engine

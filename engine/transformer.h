@@ -10,8 +10,7 @@
 #include "engine/decode_engine.h"
 #include "engine/expert_exchange.h"
 #include "engine/model.h"
-#include "kernels/cpu/permute.h"
-#include "kernels/cpu/rope.h"
+#include "engine/model_ops.h"
 
 namespace tandem::engine {
 
@@ -179,7 +178,8 @@ class Transformer : public DecodeEngine {
   ExpertExchange* const exchange_;
   std::vector<int> moe_layers_;
   std::vector<int> moe_index_;  // Per layer: its index among the MoE layers, -1 if dense.
-  cpu::RopeFrequencies rope_;
+  // What every computation goes through (the CPU kernels); const methods emulate precision.
+  const std::unique_ptr<ModelOps> ops_;
 
   // State of the last Forward.
   std::vector<int> tokens_;

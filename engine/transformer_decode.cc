@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/transformer.h"
-#include "kernels/cpu/attention.h"
 
 namespace tandem::engine {
 namespace {
@@ -24,17 +23,18 @@ HostSequenceCache& HostCache(SequenceCache& cache) {
 // Prompt rows of one sequence: causal attention among them, caching their keys and values.
 class PrefillAttention : public AttentionBackend {
  public:
-  PrefillAttention(HostSequenceCache& cache, int rows, const ModelConfig& config)
-      : cache_(cache), rows_(rows), config_(config) {}
+  PrefillAttention(ModelOps& ops, HostSequenceCache& cache, int rows, const ModelConfig& config)
+      : ops_(ops), cache_(cache), rows_(rows), config_(config) {}
 
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     std::copy_n(k, int64_t{rows_} * config_.key_width(), cache_.keys[layer].begin());
     std::copy_n(v, int64_t{rows_} * config_.value_width(), cache_.values[layer].begin());
     probs_.resize(static_cast<size_t>(config_.num_heads) * rows_ * rows_);
-    cpu::CausalAttention(q, k, v, out, probs_.data(), rows_, config_.attention_shape());
+    ops_.CausalAttention(q, k, v, out, probs_.data(), rows_, config_.attention_shape());
   }
 
  private:
+  ModelOps& ops_;
   HostSequenceCache& cache_;
   const int rows_;
   const ModelConfig& config_;
@@ -44,9 +44,9 @@ class PrefillAttention : public AttentionBackend {
 // One row per sequence: append its key/value to the cache, attend over the cache.
 class DecodeAttention : public AttentionBackend {
  public:
-  DecodeAttention(const int* positions, const std::vector<SequenceCache*>& caches,
+  DecodeAttention(ModelOps& ops, const int* positions, const std::vector<SequenceCache*>& caches,
                   const ModelConfig& config)
-      : positions_(positions), caches_(caches), config_(config), scratch_(config.max_seq_len) {}
+      : ops_(ops), positions_(positions), caches_(caches), config_(config) {}
 
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     const cpu::AttentionShape shape = config_.attention_shape();
@@ -59,16 +59,16 @@ class DecodeAttention : public AttentionBackend {
                   cache.keys[layer].begin() + int64_t{position} * k_width);
       std::copy_n(v + row * v_width, v_width,
                   cache.values[layer].begin() + int64_t{position} * v_width);
-      cpu::DecodeAttention(q + row * q_width, cache.keys[layer].data(), cache.values[layer].data(),
-                           position + 1, out + row * out_width, shape, scratch_.data());
+      ops_.DecodeAttention(q + row * q_width, cache.keys[layer].data(), cache.values[layer].data(),
+                           position + 1, out + row * out_width, shape);
     }
   }
 
  private:
+  ModelOps& ops_;
   const int* positions_;
   const std::vector<SequenceCache*>& caches_;
   const ModelConfig& config_;
-  std::vector<float> scratch_;
 };
 
 }  // namespace
@@ -103,7 +103,7 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
     positions.resize(rows);
     for (int t = 0; t < rows; ++t) positions[t] = t;
     logits.resize(static_cast<size_t>(rows) * vocab);
-    PrefillAttention attention(HostCache(*prompt.cache), rows, config_);
+    PrefillAttention attention(*ops_, HostCache(*prompt.cache), rows, config_);
     if (absl::Status status =
             ForwardRows(prompt.tokens, positions.data(), rows, attention, logits.data(), routes);
         !status.ok()) {
@@ -118,7 +118,7 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
 absl::Status Transformer::Decode(const int* tokens, const int* positions,
                                  const std::vector<SequenceCache*>& caches, float* logits,
                                  int16_t* routes) {
-  DecodeAttention attention(positions, caches, config_);
+  DecodeAttention attention(*ops_, positions, caches, config_);
   return ForwardRows(tokens, positions, static_cast<int>(caches.size()), attention, logits, routes);
 }
 

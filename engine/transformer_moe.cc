@@ -8,10 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "engine/transformer.h"
 #include "engine/transformer_activations.h"
-#include "kernels/cpu/fp8.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/router.h"
-#include "kernels/cpu/swiglu.h"
 
 namespace tandem::engine {
 namespace {
@@ -27,10 +23,10 @@ absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const in
   RouteTokens(layer, moe_index, rows, replay, act);
 
   // Permute: each expert's rows contiguous, quantized before they travel (as vLLM's prepare).
-  act.permutation = cpu::BuildPermutation(act.ids.data(), rows, k, config_.num_experts);
+  act.permutation = ops_->BuildPermutation(act.ids.data(), rows, k, config_.num_experts);
   const int routed = rows * k;
   act.expert_input.resize(static_cast<size_t>(routed) * d);
-  cpu::PermuteRows(act.norm2.data(), act.permutation, act.expert_input.data(), d);
+  ops_->PermuteRows(act.norm2.data(), act.permutation, act.expert_input.data(), d);
   QuantizeInput(act.expert_input.data(), routed, d);
 
   absl::StatusOr<ExchangePlan> plan = exchange_->Plan(act.permutation.offsets);
@@ -50,8 +46,8 @@ absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const in
   }
 
   act.ffn_out.assign(static_cast<size_t>(rows) * d, 0.0f);
-  cpu::UnpermuteAdd(act.expert_output.data(), act.permutation, act.gate_weights.data(),
-                    act.ffn_out.data(), d);
+  ops_->UnpermuteAdd(act.expert_output.data(), act.permutation, act.gate_weights.data(),
+                     act.ffn_out.data(), d);
   RunSharedExperts(layer, rows, act);
   return absl::OkStatus();
 }
@@ -65,15 +61,15 @@ void Transformer::RouteTokens(int layer, int moe_index, int rows, const int16_t*
   const std::string prefix = MlpPrefix(layer);
 
   act.router_logits.resize(static_cast<size_t>(rows) * experts);
-  cpu::Linear(act.norm2.data(), Weight(prefix + "gate.weight").value.data(),
-              act.router_logits.data(), rows, d, experts);
+  ops_->Linear(act.norm2.data(), Weight(prefix + "gate.weight").value.data(),
+               act.router_logits.data(), rows, d, experts, /*accumulate=*/false);
   Round(act.router_logits.data(), act.router_logits.size());
   act.scores.resize(act.router_logits.size());
-  cpu::RouterScores(act.router_logits.data(), act.scores.data(), rows, experts, config_.scoring);
+  ops_->RouterScores(act.router_logits.data(), act.scores.data(), rows, experts, config_.scoring);
   const Parameter* bias = model_.parameters().Find(prefix + "gate.e_score_correction_bias");
   act.ids.resize(static_cast<size_t>(rows) * k);
-  cpu::TopK(act.scores.data(), bias == nullptr ? nullptr : bias->value.data(), rows, experts, k,
-            act.ids.data(), {config_.num_expert_groups, config_.kept_expert_groups});
+  ops_->TopK(act.scores.data(), bias == nullptr ? nullptr : bias->value.data(), rows, experts, k,
+             act.ids.data(), {config_.num_expert_groups, config_.kept_expert_groups});
 
   for (int t = 0; t < rows; ++t) {
     std::copy_n(act.ids.data() + int64_t{t} * k, k,
@@ -103,9 +99,9 @@ void Transformer::RouteTokens(int layer, int moe_index, int rows, const int16_t*
 
   // Gates come from this model's scores over the experts used, replayed ones included.
   act.gate_weights.resize(static_cast<size_t>(rows) * k);
-  cpu::GateWeights(act.scores.data(), act.ids.data(), rows, experts, k, config_.norm_topk_prob,
-                   act.gate_weights.data());
-  for (float& gate : act.gate_weights) gate *= config_.routed_scaling_factor;
+  ops_->GateWeights(act.scores.data(), act.ids.data(), rows, experts, k, config_.norm_topk_prob,
+                    act.gate_weights.data());
+  ops_->Scale(act.gate_weights.data(), config_.routed_scaling_factor, act.gate_weights.size());
 }
 
 void Transformer::RunSharedExperts(int layer, int rows, LayerActivations& act) {
@@ -125,19 +121,19 @@ void Transformer::RunSharedExperts(int layer, int rows, LayerActivations& act) {
     QuantizeInput(quantized.data(), rows, d);
     input = quantized.data();
   }
-  cpu::Linear(input, Weight(prefix + "shared_experts.gate_proj.weight").value.data(),
-              act.shared_gate.data(), rows, d, shared_ffn);
-  cpu::Linear(input, Weight(prefix + "shared_experts.up_proj.weight").value.data(),
-              act.shared_up.data(), rows, d, shared_ffn);
+  ops_->Linear(input, Weight(prefix + "shared_experts.gate_proj.weight").value.data(),
+               act.shared_gate.data(), rows, d, shared_ffn, /*accumulate=*/false);
+  ops_->Linear(input, Weight(prefix + "shared_experts.up_proj.weight").value.data(),
+               act.shared_up.data(), rows, d, shared_ffn, /*accumulate=*/false);
   Round(act.shared_gate.data(), shared_hidden);
   Round(act.shared_up.data(), shared_hidden);
-  cpu::SwiGlu(act.shared_gate.data(), act.shared_up.data(), act.shared_activation.data(),
-              shared_hidden);
+  ops_->SwiGlu(act.shared_gate.data(), act.shared_up.data(), act.shared_activation.data(),
+               shared_hidden);
   Round(act.shared_activation.data(), shared_hidden);
   QuantizeInput(act.shared_activation.data(), rows, shared_ffn);
-  cpu::Linear(act.shared_activation.data(),
-              Weight(prefix + "shared_experts.down_proj.weight").value.data(), act.ffn_out.data(),
-              rows, shared_ffn, d, /*accumulate=*/true);
+  ops_->Linear(act.shared_activation.data(),
+               Weight(prefix + "shared_experts.down_proj.weight").value.data(), act.ffn_out.data(),
+               rows, shared_ffn, d, /*accumulate=*/true);
 }
 
 absl::Status Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnorm2) {
@@ -152,8 +148,8 @@ absl::Status Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnor
   // Unpermute and gate, backward: the rows' gradients and the gates'.
   std::vector<float> drows(static_cast<size_t>(routed) * d, 0.0f);
   std::vector<float> dgate_weights(static_cast<size_t>(routed), 0.0f);
-  cpu::UnpermuteAddBackward(act.expert_output.data(), act.permutation, act.gate_weights.data(), dy,
-                            drows.data(), dgate_weights.data(), d);
+  ops_->UnpermuteAddBackward(act.expert_output.data(), act.permutation, act.gate_weights.data(), dy,
+                             drows.data(), dgate_weights.data(), d);
   // Combine's transpose is Dispatch: the output gradients go to the experts that made them.
   if (absl::Status status = exchange_->Dispatch(act.exchange_plan, d, drows); !status.ok()) {
     return status;
@@ -165,17 +161,17 @@ absl::Status Transformer::BackwardMoeFfn(int layer, const float* dy, float* dnor
   if (absl::Status status = exchange_->Combine(act.exchange_plan, d, dinput); !status.ok()) {
     return status;
   }
-  cpu::PermuteRowsBackward(dinput.data(), act.permutation, dnorm2, d);
+  ops_->PermuteRowsBackward(dinput.data(), act.permutation, dnorm2, d);
 
   // The router learns through the gate weights, which R3 recomputes from its logits.
-  for (float& dgate : dgate_weights) dgate *= config_.routed_scaling_factor;
+  ops_->Scale(dgate_weights.data(), config_.routed_scaling_factor, dgate_weights.size());
   std::vector<float> drouter_logits(static_cast<size_t>(rows) * experts, 0.0f);
-  cpu::RouterGatesBackward(act.router_logits.data(), act.scores.data(), act.ids.data(),
-                           dgate_weights.data(), drouter_logits.data(), rows, experts, k,
-                           config_.norm_topk_prob, config_.scoring);
+  ops_->RouterGatesBackward(act.router_logits.data(), act.scores.data(), act.ids.data(),
+                            dgate_weights.data(), drouter_logits.data(), rows, experts, k,
+                            config_.norm_topk_prob, config_.scoring);
   Parameter& router = Weight(MlpPrefix(layer) + "gate.weight");
-  cpu::LinearBackward(act.norm2.data(), router.value.data(), drouter_logits.data(), dnorm2,
-                      router.grad_or_null(), rows, d, experts);
+  ops_->LinearBackward(act.norm2.data(), router.value.data(), drouter_logits.data(), dnorm2,
+                       router.grad_or_null(), rows, d, experts);
   BackwardSharedExperts(layer, rows, dy, dnorm2);
   return absl::OkStatus();
 }
@@ -190,16 +186,16 @@ void Transformer::BackwardSharedExperts(int layer, int rows, const float* dy, fl
   std::vector<float> dshared_activation(shared_hidden, 0.0f), dshared_gate(shared_hidden, 0.0f),
       dshared_up(shared_hidden, 0.0f);
   Parameter& shared_down = Weight(prefix + "shared_experts.down_proj.weight");
-  cpu::LinearBackward(act.shared_activation.data(), shared_down.value.data(), dy,
-                      dshared_activation.data(), shared_down.grad_or_null(), rows, shared_ffn, d);
-  cpu::SwiGluBackward(act.shared_gate.data(), act.shared_up.data(), dshared_activation.data(),
-                      dshared_gate.data(), dshared_up.data(), shared_hidden);
+  ops_->LinearBackward(act.shared_activation.data(), shared_down.value.data(), dy,
+                       dshared_activation.data(), shared_down.grad_or_null(), rows, shared_ffn, d);
+  ops_->SwiGluBackward(act.shared_gate.data(), act.shared_up.data(), dshared_activation.data(),
+                       dshared_gate.data(), dshared_up.data(), shared_hidden);
   Parameter& shared_gate = Weight(prefix + "shared_experts.gate_proj.weight");
   Parameter& shared_up = Weight(prefix + "shared_experts.up_proj.weight");
-  cpu::LinearBackward(act.norm2.data(), shared_gate.value.data(), dshared_gate.data(), dnorm2,
-                      shared_gate.grad_or_null(), rows, d, shared_ffn);
-  cpu::LinearBackward(act.norm2.data(), shared_up.value.data(), dshared_up.data(), dnorm2,
-                      shared_up.grad_or_null(), rows, d, shared_ffn);
+  ops_->LinearBackward(act.norm2.data(), shared_gate.value.data(), dshared_gate.data(), dnorm2,
+                       shared_gate.grad_or_null(), rows, d, shared_ffn);
+  ops_->LinearBackward(act.norm2.data(), shared_up.value.data(), dshared_up.data(), dnorm2,
+                       shared_up.grad_or_null(), rows, d, shared_ffn);
 }
 
 }  // namespace tandem::engine
