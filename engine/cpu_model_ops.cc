@@ -1,8 +1,10 @@
 #include "engine/cpu_model_ops.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/dtype.h"
+#include "engine/buffer_access.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
@@ -11,24 +13,66 @@
 #include "kernels/cpu/swiglu.h"
 
 namespace tandem::engine {
+namespace {
+
+template <typename T>
+T* At(Ref<T> ref) {
+  return BufferAccess::Address(ref);
+}
+
+}  // namespace
 
 CpuModelOps::CpuModelOps(const ModelConfig& config)
     : rope_(config.RopeFrequencies()), decode_scratch_(config.max_seq_len) {}
 
-void CpuModelOps::Linear(const float* x, const float* w, float* y, int rows, int in, int out,
-                         bool accumulate) {
-  cpu::Linear(x, w, y, rows, in, out, accumulate);
+std::shared_ptr<void> CpuModelOps::AllocateBytes(int64_t bytes) {
+  return std::shared_ptr<void>(std::malloc(std::max<int64_t>(bytes, 1)), std::free);
 }
 
-void CpuModelOps::LinearBackward(const float* x, const float* w, const float* dy, float* dx,
-                                 float* dw, int rows, int in, int out) {
-  cpu::LinearBackward(x, w, dy, dx, dw, rows, in, out);
+void CpuModelOps::Copy(Ref<const float> source, Ref<float> target, int64_t count) {
+  std::copy_n(At(source), count, At(target));
 }
 
-void CpuModelOps::ProjectGroups(const float* x, const std::vector<int>& offsets, const float* w,
-                                int64_t w_stride, int in, int out,
-                                const std::optional<LoraProjection>& lora,
-                                std::vector<float>& lora_h, float* y) {
+void CpuModelOps::Fill(Ref<float> target, float value, int64_t count) {
+  std::fill_n(At(target), count, value);
+}
+
+void CpuModelOps::CopyIn(const float* host, Ref<float> target, int64_t count) {
+  std::copy_n(host, count, At(target));
+}
+
+void CpuModelOps::CopyIn(const int* host, Ref<int> target, int64_t count) {
+  std::copy_n(host, count, At(target));
+}
+
+void CpuModelOps::CopyIn(const int16_t* host, Ref<int16_t> target, int64_t count) {
+  std::copy_n(host, count, At(target));
+}
+
+void CpuModelOps::CopyOut(Ref<const float> source, float* host, int64_t count) {
+  std::copy_n(At(source), count, host);
+}
+
+void CpuModelOps::CopyOut(Ref<const int16_t> source, int16_t* host, int64_t count) {
+  std::copy_n(At(source), count, host);
+}
+
+void CpuModelOps::Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in,
+                         int out, bool accumulate) {
+  cpu::Linear(At(x), w, At(y), rows, in, out, accumulate);
+}
+
+void CpuModelOps::LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy,
+                                 Ref<float> dx, float* dw, int rows, int in, int out) {
+  cpu::LinearBackward(At(x), w, At(dy), At(dx), dw, rows, in, out);
+}
+
+void CpuModelOps::ProjectGroups(Ref<const float> x_ref, const std::vector<int>& offsets,
+                                const float* w, int64_t w_stride, int in, int out,
+                                const std::optional<LoraProjection>& lora, Buffer<float>& lora_h,
+                                Ref<float> y_ref) {
+  const float* x = At(x_ref);
+  float* y = At(y_ref);
   const int groups = static_cast<int>(offsets.size()) - 1;
   for (int g = 0; g < groups; ++g) {
     const int rows = offsets[g + 1] - offsets[g];
@@ -37,15 +81,18 @@ void CpuModelOps::ProjectGroups(const float* x, const std::vector<int>& offsets,
               in, 0.0f, y + int64_t{offsets[g]} * out, out);
   }
   if (!lora.has_value()) return;
-  lora_h.resize(static_cast<size_t>(offsets.back()) * lora->weights.rank);
-  cpu::GroupedLoraForward(x, offsets.data(), groups, in, out, lora->weights, lora_h.data(), y);
+  Resize(lora_h, int64_t{offsets.back()} * lora->weights.rank);
+  cpu::GroupedLoraForward(x, offsets.data(), groups, in, out, lora->weights, At(lora_h.ref()), y);
 }
 
-void CpuModelOps::ProjectGroupsBackward(const float* x, const std::vector<int>& offsets,
+void CpuModelOps::ProjectGroupsBackward(Ref<const float> x_ref, const std::vector<int>& offsets,
                                         const float* w, float* w_grad, int64_t w_stride, int in,
                                         int out, const std::optional<LoraProjection>& lora,
-                                        const std::vector<float>& lora_h, const float* dy,
-                                        float* dx) {
+                                        Ref<const float> lora_h, Ref<const float> dy_ref,
+                                        Ref<float> dx_ref) {
+  const float* x = At(x_ref);
+  const float* dy = At(dy_ref);
+  float* dx = At(dx_ref);
   const int groups = static_cast<int>(offsets.size()) - 1;
   for (int g = 0; g < groups; ++g) {
     const int rows = offsets[g + 1] - offsets[g];
@@ -60,133 +107,146 @@ void CpuModelOps::ProjectGroupsBackward(const float* x, const std::vector<int>& 
     }
   }
   if (!lora.has_value()) return;
-  cpu::GroupedLoraBackward(x, offsets.data(), groups, in, out, lora->weights, lora_h.data(), dy, dx,
+  cpu::GroupedLoraBackward(x, offsets.data(), groups, in, out, lora->weights, At(lora_h), dy, dx,
                            lora->a_grad, lora->b_grad);
 }
 
-void CpuModelOps::RmsNorm(const float* x, const float* w, float* y, float* rstd, int rows,
-                          int width, float eps) {
-  cpu::RmsNorm(x, w, y, rstd, rows, width, eps);
+void CpuModelOps::RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd,
+                          int rows, int width, float eps) {
+  cpu::RmsNorm(At(x), w, At(y), At(rstd), rows, width, eps);
 }
 
-void CpuModelOps::RmsNormBackward(const float* x, const float* w, const float* rstd,
-                                  const float* dy, float* dx, float* dw, int rows, int width) {
-  cpu::RmsNormBackward(x, w, rstd, dy, dx, dw, rows, width);
-}
-
-void CpuModelOps::Rope(float* x, const int* positions, int rows, int heads) {
-  cpu::Rope(x, positions, rows, heads, rope_);
-}
-
-void CpuModelOps::RopeBackward(float* dx, const int* positions, int rows, int heads) {
-  cpu::RopeBackward(dx, positions, rows, heads, rope_);
-}
-
-void CpuModelOps::CausalAttention(const float* q, const float* k, const float* v, float* out,
-                                  float* probs, int length, const cpu::AttentionShape& shape) {
-  cpu::CausalAttention(q, k, v, out, probs, length, shape);
-}
-
-void CpuModelOps::CausalAttentionBackward(const float* q, const float* k, const float* v,
-                                          const float* probs, const float* dout, float* dq,
-                                          float* dk, float* dv, int length,
-                                          const cpu::AttentionShape& shape) {
-  cpu::CausalAttentionBackward(q, k, v, probs, dout, dq, dk, dv, length, shape);
-}
-
-void CpuModelOps::DecodeAttention(const float* q, const float* k_cache, const float* v_cache,
-                                  int length, float* out, const cpu::AttentionShape& shape) {
-  cpu::DecodeAttention(q, k_cache, v_cache, length, out, shape, decode_scratch_.data());
-}
-
-void CpuModelOps::SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
-  cpu::SwiGlu(gate, up, out, n);
-}
-
-void CpuModelOps::SwiGluBackward(const float* gate, const float* up, const float* dout,
-                                 float* dgate, float* dup, int64_t n) {
-  cpu::SwiGluBackward(gate, up, dout, dgate, dup, n);
-}
-
-void CpuModelOps::EmbeddingGather(const float* table, const int* tokens, float* out, int rows,
+void CpuModelOps::RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
+                                  Ref<const float> dy, Ref<float> dx, float* dw, int rows,
                                   int width) {
-  cpu::EmbeddingGather(table, tokens, out, rows, width);
+  cpu::RmsNormBackward(At(x), w, At(rstd), At(dy), At(dx), dw, rows, width);
 }
 
-void CpuModelOps::EmbeddingBackward(const float* dout, const int* tokens, float* dtable, int rows,
-                                    int width) {
-  cpu::EmbeddingBackward(dout, tokens, dtable, rows, width);
+void CpuModelOps::Rope(Ref<float> x, Ref<const int> positions, int rows, int heads) {
+  cpu::Rope(At(x), At(positions), rows, heads, rope_);
 }
 
-void CpuModelOps::RouterScores(const float* logits, float* scores, int rows, int experts,
+void CpuModelOps::RopeBackward(Ref<float> dx, Ref<const int> positions, int rows, int heads) {
+  cpu::RopeBackward(At(dx), At(positions), rows, heads, rope_);
+}
+
+void CpuModelOps::CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v,
+                                  Ref<float> out, Ref<float> probs, int length,
+                                  const cpu::AttentionShape& shape) {
+  cpu::CausalAttention(At(q), At(k), At(v), At(out), At(probs), length, shape);
+}
+
+void CpuModelOps::CausalAttentionBackward(Ref<const float> q, Ref<const float> k,
+                                          Ref<const float> v, Ref<const float> probs,
+                                          Ref<const float> dout, Ref<float> dq, Ref<float> dk,
+                                          Ref<float> dv, int length,
+                                          const cpu::AttentionShape& shape) {
+  cpu::CausalAttentionBackward(At(q), At(k), At(v), At(probs), At(dout), At(dq), At(dk), At(dv),
+                               length, shape);
+}
+
+void CpuModelOps::DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
+                                  Ref<const float> v_cache, int length, Ref<float> out,
+                                  const cpu::AttentionShape& shape) {
+  cpu::DecodeAttention(At(q), At(k_cache), At(v_cache), length, At(out), shape,
+                       decode_scratch_.data());
+}
+
+void CpuModelOps::SwiGlu(Ref<const float> gate, Ref<const float> up, Ref<float> out, int64_t n) {
+  cpu::SwiGlu(At(gate), At(up), At(out), n);
+}
+
+void CpuModelOps::SwiGluBackward(Ref<const float> gate, Ref<const float> up, Ref<const float> dout,
+                                 Ref<float> dgate, Ref<float> dup, int64_t n) {
+  cpu::SwiGluBackward(At(gate), At(up), At(dout), At(dgate), At(dup), n);
+}
+
+void CpuModelOps::EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out,
+                                  int rows, int width) {
+  cpu::EmbeddingGather(table, At(tokens), At(out), rows, width);
+}
+
+void CpuModelOps::EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, float* dtable,
+                                    int rows, int width) {
+  cpu::EmbeddingBackward(At(dout), At(tokens), dtable, rows, width);
+}
+
+void CpuModelOps::RouterScores(Ref<const float> logits, Ref<float> scores, int rows, int experts,
                                cpu::ScoringFunction scoring) {
-  cpu::RouterScores(logits, scores, rows, experts, scoring);
+  cpu::RouterScores(At(logits), At(scores), rows, experts, scoring);
 }
 
-void CpuModelOps::TopK(const float* scores, const float* selection_bias, int rows, int experts,
-                       int k, int16_t* ids, const cpu::GroupLimit& limit) {
-  cpu::TopK(scores, selection_bias, rows, experts, k, ids, limit);
+void CpuModelOps::TopK(Ref<const float> scores, const float* selection_bias, int rows, int experts,
+                       int k, Ref<int16_t> ids, const cpu::GroupLimit& limit) {
+  cpu::TopK(At(scores), selection_bias, rows, experts, k, At(ids), limit);
 }
 
-void CpuModelOps::GateWeights(const float* scores, const int16_t* ids, int rows, int experts, int k,
-                              bool normalize, float* gates) {
-  cpu::GateWeights(scores, ids, rows, experts, k, normalize, gates);
+void CpuModelOps::GateWeights(Ref<const float> scores, Ref<const int16_t> ids, int rows,
+                              int experts, int k, bool normalize, Ref<float> gates) {
+  cpu::GateWeights(At(scores), At(ids), rows, experts, k, normalize, At(gates));
 }
 
-void CpuModelOps::RouterGatesBackward(const float* logits, const float* scores, const int16_t* ids,
-                                      const float* dgates, float* dlogits, int rows, int experts,
-                                      int k, bool normalize, cpu::ScoringFunction scoring) {
-  cpu::RouterGatesBackward(logits, scores, ids, dgates, dlogits, rows, experts, k, normalize,
-                           scoring);
+void CpuModelOps::RouterGatesBackward(Ref<const float> logits, Ref<const float> scores,
+                                      Ref<const int16_t> ids, Ref<const float> dgates,
+                                      Ref<float> dlogits, int rows, int experts, int k,
+                                      bool normalize, cpu::ScoringFunction scoring) {
+  cpu::RouterGatesBackward(At(logits), At(scores), At(ids), At(dgates), At(dlogits), rows, experts,
+                           k, normalize, scoring);
 }
 
-cpu::ExpertPermutation CpuModelOps::BuildPermutation(const int16_t* ids, int rows, int k,
+cpu::ExpertPermutation CpuModelOps::BuildPermutation(Ref<const int16_t> ids, int rows, int k,
                                                      int experts) {
-  return cpu::BuildPermutation(ids, rows, k, experts);
+  return cpu::BuildPermutation(At(ids), rows, k, experts);
 }
 
-void CpuModelOps::PermuteRows(const float* x, const cpu::ExpertPermutation& permutation, float* out,
-                              int width) {
-  cpu::PermuteRows(x, permutation, out, width);
+void CpuModelOps::PermuteRows(Ref<const float> x, const cpu::ExpertPermutation& permutation,
+                              Ref<float> out, int width) {
+  cpu::PermuteRows(At(x), permutation, At(out), width);
 }
 
-void CpuModelOps::PermuteRowsBackward(const float* dout, const cpu::ExpertPermutation& permutation,
-                                      float* dx, int width) {
-  cpu::PermuteRowsBackward(dout, permutation, dx, width);
+void CpuModelOps::PermuteRowsBackward(Ref<const float> dout,
+                                      const cpu::ExpertPermutation& permutation, Ref<float> dx,
+                                      int width) {
+  cpu::PermuteRowsBackward(At(dout), permutation, At(dx), width);
 }
 
-void CpuModelOps::UnpermuteAdd(const float* y, const cpu::ExpertPermutation& permutation,
-                               const float* gates, float* out, int width) {
-  cpu::UnpermuteAdd(y, permutation, gates, out, width);
+void CpuModelOps::UnpermuteAdd(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+                               Ref<const float> gates, Ref<float> out, int width) {
+  cpu::UnpermuteAdd(At(y), permutation, At(gates), At(out), width);
 }
 
-void CpuModelOps::UnpermuteAddBackward(const float* y, const cpu::ExpertPermutation& permutation,
-                                       const float* gates, const float* dout, float* dy,
-                                       float* dgates, int width) {
-  cpu::UnpermuteAddBackward(y, permutation, gates, dout, dy, dgates, width);
+void CpuModelOps::UnpermuteAddBackward(Ref<const float> y,
+                                       const cpu::ExpertPermutation& permutation,
+                                       Ref<const float> gates, Ref<const float> dout, Ref<float> dy,
+                                       Ref<float> dgates, int width) {
+  cpu::UnpermuteAddBackward(At(y), permutation, At(gates), At(dout), At(dy), At(dgates), width);
 }
 
-void CpuModelOps::Add(float* target, const float* values, int64_t n) {
+void CpuModelOps::Add(Ref<float> target_ref, Ref<const float> values_ref, int64_t n) {
+  float* target = At(target_ref);
+  const float* values = At(values_ref);
   for (int64_t i = 0; i < n; ++i) target[i] += values[i];
 }
 
-void CpuModelOps::Scale(float* x, float factor, int64_t n) {
+void CpuModelOps::Scale(Ref<float> x_ref, float factor, int64_t n) {
+  float* x = At(x_ref);
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
-void CpuModelOps::RoundToBf16(float* x, int64_t n) {
+void CpuModelOps::RoundToBf16(Ref<float> x_ref, int64_t n) {
+  float* x = At(x_ref);
   for (int64_t i = 0; i < n; ++i) x[i] = ToFloat(ToBFloat16(x[i]));
 }
 
-void CpuModelOps::QuantizeRowsToE4M3(float* x, int64_t rows, int64_t width) {
-  cpu::QuantizeRowsToE4M3(x, rows, width);
+void CpuModelOps::QuantizeRowsToE4M3(Ref<float> x, int64_t rows, int64_t width) {
+  cpu::QuantizeRowsToE4M3(At(x), rows, width);
 }
 
-void CpuModelOps::CopyColumns(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
-                              int64_t rows, int width, bool accumulate) {
+void CpuModelOps::CopyColumns(Ref<const float> src, int64_t src_stride, Ref<float> dst,
+                              int64_t dst_stride, int64_t rows, int width, bool accumulate) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float* from = src + r * src_stride;
-    float* to = dst + r * dst_stride;
+    const float* from = At(src) + r * src_stride;
+    float* to = At(dst) + r * dst_stride;
     if (accumulate) {
       for (int c = 0; c < width; ++c) to[c] += from[c];
     } else {
@@ -195,7 +255,8 @@ void CpuModelOps::CopyColumns(const float* src, int64_t src_stride, float* dst, 
   }
 }
 
-void CpuModelOps::Deinterleave(float* x, int width, int64_t count) {
+void CpuModelOps::Deinterleave(Ref<float> x_ref, int width, int64_t count) {
+  float* x = At(x_ref);
   std::vector<float> reordered(width);
   for (int64_t n = 0; n < count; ++n) {
     float* v = x + n * width;
@@ -207,7 +268,8 @@ void CpuModelOps::Deinterleave(float* x, int width, int64_t count) {
   }
 }
 
-void CpuModelOps::Reinterleave(float* x, int width, int64_t count) {
+void CpuModelOps::Reinterleave(Ref<float> x_ref, int width, int64_t count) {
+  float* x = At(x_ref);
   std::vector<float> original(width);
   for (int64_t n = 0; n < count; ++n) {
     float* v = x + n * width;

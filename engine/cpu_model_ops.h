@@ -15,65 +15,76 @@ class CpuModelOps final : public ModelOps {
  public:
   explicit CpuModelOps(const ModelConfig& config);
 
-  void Linear(const float* x, const float* w, float* y, int rows, int in, int out,
+  void Copy(Ref<const float> source, Ref<float> target, int64_t count) override;
+  void Fill(Ref<float> target, float value, int64_t count) override;
+  void Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in, int out,
               bool accumulate) override;
-  void LinearBackward(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                      int rows, int in, int out) override;
-  void ProjectGroups(const float* x, const std::vector<int>& offsets, const float* w,
+  void LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy, Ref<float> dx,
+                      float* dw, int rows, int in, int out) override;
+  void ProjectGroups(Ref<const float> x, const std::vector<int>& offsets, const float* w,
                      int64_t w_stride, int in, int out, const std::optional<LoraProjection>& lora,
-                     std::vector<float>& lora_h, float* y) override;
-  void ProjectGroupsBackward(const float* x, const std::vector<int>& offsets, const float* w,
+                     Buffer<float>& lora_h, Ref<float> y) override;
+  void ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets, const float* w,
                              float* w_grad, int64_t w_stride, int in, int out,
-                             const std::optional<LoraProjection>& lora,
-                             const std::vector<float>& lora_h, const float* dy, float* dx) override;
-  void RmsNorm(const float* x, const float* w, float* y, float* rstd, int rows, int width,
-               float eps) override;
-  void RmsNormBackward(const float* x, const float* w, const float* rstd, const float* dy,
-                       float* dx, float* dw, int rows, int width) override;
-  void Rope(float* x, const int* positions, int rows, int heads) override;
-  void RopeBackward(float* dx, const int* positions, int rows, int heads) override;
-  void CausalAttention(const float* q, const float* k, const float* v, float* out, float* probs,
-                       int length, const cpu::AttentionShape& shape) override;
-  void CausalAttentionBackward(const float* q, const float* k, const float* v, const float* probs,
-                               const float* dout, float* dq, float* dk, float* dv, int length,
+                             const std::optional<LoraProjection>& lora, Ref<const float> lora_h,
+                             Ref<const float> dy, Ref<float> dx) override;
+  void RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd, int rows,
+               int width, float eps) override;
+  void RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
+                       Ref<const float> dy, Ref<float> dx, float* dw, int rows, int width) override;
+  void Rope(Ref<float> x, Ref<const int> positions, int rows, int heads) override;
+  void RopeBackward(Ref<float> dx, Ref<const int> positions, int rows, int heads) override;
+  void CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v, Ref<float> out,
+                       Ref<float> probs, int length, const cpu::AttentionShape& shape) override;
+  void CausalAttentionBackward(Ref<const float> q, Ref<const float> k, Ref<const float> v,
+                               Ref<const float> probs, Ref<const float> dout, Ref<float> dq,
+                               Ref<float> dk, Ref<float> dv, int length,
                                const cpu::AttentionShape& shape) override;
-  void DecodeAttention(const float* q, const float* k_cache, const float* v_cache, int length,
-                       float* out, const cpu::AttentionShape& shape) override;
-  void SwiGlu(const float* gate, const float* up, float* out, int64_t n) override;
-  void SwiGluBackward(const float* gate, const float* up, const float* dout, float* dgate,
-                      float* dup, int64_t n) override;
-  void EmbeddingGather(const float* table, const int* tokens, float* out, int rows,
+  void DecodeAttention(Ref<const float> q, Ref<const float> k_cache, Ref<const float> v_cache,
+                       int length, Ref<float> out, const cpu::AttentionShape& shape) override;
+  void SwiGlu(Ref<const float> gate, Ref<const float> up, Ref<float> out, int64_t n) override;
+  void SwiGluBackward(Ref<const float> gate, Ref<const float> up, Ref<const float> dout,
+                      Ref<float> dgate, Ref<float> dup, int64_t n) override;
+  void EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out, int rows,
                        int width) override;
-  void EmbeddingBackward(const float* dout, const int* tokens, float* dtable, int rows,
+  void EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, float* dtable, int rows,
                          int width) override;
-  void RouterScores(const float* logits, float* scores, int rows, int experts,
+  void RouterScores(Ref<const float> logits, Ref<float> scores, int rows, int experts,
                     cpu::ScoringFunction scoring) override;
-  void TopK(const float* scores, const float* selection_bias, int rows, int experts, int k,
-            int16_t* ids, const cpu::GroupLimit& limit) override;
-  void GateWeights(const float* scores, const int16_t* ids, int rows, int experts, int k,
-                   bool normalize, float* gates) override;
-  void RouterGatesBackward(const float* logits, const float* scores, const int16_t* ids,
-                           const float* dgates, float* dlogits, int rows, int experts, int k,
-                           bool normalize, cpu::ScoringFunction scoring) override;
-  cpu::ExpertPermutation BuildPermutation(const int16_t* ids, int rows, int k,
+  void TopK(Ref<const float> scores, const float* selection_bias, int rows, int experts, int k,
+            Ref<int16_t> ids, const cpu::GroupLimit& limit) override;
+  void GateWeights(Ref<const float> scores, Ref<const int16_t> ids, int rows, int experts, int k,
+                   bool normalize, Ref<float> gates) override;
+  void RouterGatesBackward(Ref<const float> logits, Ref<const float> scores, Ref<const int16_t> ids,
+                           Ref<const float> dgates, Ref<float> dlogits, int rows, int experts,
+                           int k, bool normalize, cpu::ScoringFunction scoring) override;
+  cpu::ExpertPermutation BuildPermutation(Ref<const int16_t> ids, int rows, int k,
                                           int experts) override;
-  void PermuteRows(const float* x, const cpu::ExpertPermutation& permutation, float* out,
+  void PermuteRows(Ref<const float> x, const cpu::ExpertPermutation& permutation, Ref<float> out,
                    int width) override;
-  void PermuteRowsBackward(const float* dout, const cpu::ExpertPermutation& permutation, float* dx,
-                           int width) override;
-  void UnpermuteAdd(const float* y, const cpu::ExpertPermutation& permutation, const float* gates,
-                    float* out, int width) override;
-  void UnpermuteAddBackward(const float* y, const cpu::ExpertPermutation& permutation,
-                            const float* gates, const float* dout, float* dy, float* dgates,
-                            int width) override;
-  void Add(float* target, const float* values, int64_t n) override;
-  void Scale(float* x, float factor, int64_t n) override;
-  void RoundToBf16(float* x, int64_t n) override;
-  void QuantizeRowsToE4M3(float* x, int64_t rows, int64_t width) override;
-  void CopyColumns(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+  void PermuteRowsBackward(Ref<const float> dout, const cpu::ExpertPermutation& permutation,
+                           Ref<float> dx, int width) override;
+  void UnpermuteAdd(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+                    Ref<const float> gates, Ref<float> out, int width) override;
+  void UnpermuteAddBackward(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+                            Ref<const float> gates, Ref<const float> dout, Ref<float> dy,
+                            Ref<float> dgates, int width) override;
+  void Add(Ref<float> target, Ref<const float> values, int64_t n) override;
+  void Scale(Ref<float> x, float factor, int64_t n) override;
+  void RoundToBf16(Ref<float> x, int64_t n) override;
+  void QuantizeRowsToE4M3(Ref<float> x, int64_t rows, int64_t width) override;
+  void CopyColumns(Ref<const float> src, int64_t src_stride, Ref<float> dst, int64_t dst_stride,
                    int64_t rows, int width, bool accumulate) override;
-  void Deinterleave(float* x, int width, int64_t count) override;
-  void Reinterleave(float* x, int width, int64_t count) override;
+  void Deinterleave(Ref<float> x, int width, int64_t count) override;
+  void Reinterleave(Ref<float> x, int width, int64_t count) override;
+  void CopyIn(const float* host, Ref<float> target, int64_t count) override;
+  void CopyIn(const int* host, Ref<int> target, int64_t count) override;
+  void CopyIn(const int16_t* host, Ref<int16_t> target, int64_t count) override;
+  void CopyOut(Ref<const float> source, float* host, int64_t count) override;
+  void CopyOut(Ref<const int16_t> source, int16_t* host, int64_t count) override;
+
+ protected:
+  std::shared_ptr<void> AllocateBytes(int64_t bytes) override;
 
  private:
   const cpu::RopeFrequencies rope_;

@@ -6,6 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/buffer.h"
+#include "engine/model_ops.h"
 
 namespace tandem::engine {
 
@@ -44,11 +46,14 @@ class ExpertExchange {
   // `expert_offsets` [num_experts + 1]: this rank's routed rows, grouped by global expert.
   virtual absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) = 0;
   // Replaces `rows` — this rank's routed rows [expert_offsets.back(), width], grouped by global
-  // expert — by the rows its local experts compute [plan.local_offsets.back(), width].
-  virtual absl::Status Dispatch(const ExchangePlan& plan, int width, std::vector<float>& rows) = 0;
+  // expert, in the memory of `ops` — by the rows its local experts compute
+  // [plan.local_offsets.back(), width].
+  virtual absl::Status Dispatch(const ExchangePlan& plan, int width, Buffer<float>& rows,
+                                ModelOps& ops) = 0;
   // The inverse: replaces the local experts' rows by this rank's routed rows, each back in the
   // place Dispatch took it from.
-  virtual absl::Status Combine(const ExchangePlan& plan, int width, std::vector<float>& rows) = 0;
+  virtual absl::Status Combine(const ExchangePlan& plan, int width, Buffer<float>& rows,
+                               ModelOps& ops) = 0;
 };
 
 // INVALID_ARGUMENT unless `expert_offsets` groups rows by each of `num_experts` experts.
@@ -62,12 +67,12 @@ class AllExpertsLocal final : public ExpertExchange {
 
   LocalExperts local_experts() const override { return {0, num_experts_}; }
   absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
-  absl::Status Dispatch(const ExchangePlan& /*plan*/, int /*width*/,
-                        std::vector<float>& /*rows*/) override {
+  absl::Status Dispatch(const ExchangePlan& /*plan*/, int /*width*/, Buffer<float>& /*rows*/,
+                        ModelOps& /*ops*/) override {
     return absl::OkStatus();
   }
-  absl::Status Combine(const ExchangePlan& /*plan*/, int /*width*/,
-                       std::vector<float>& /*rows*/) override {
+  absl::Status Combine(const ExchangePlan& /*plan*/, int /*width*/, Buffer<float>& /*rows*/,
+                       ModelOps& /*ops*/) override {
     return absl::OkStatus();
   }
 

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "engine/buffer_access.h"
 
 namespace tandem::engine {
 namespace {
@@ -101,27 +102,31 @@ absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>
 }
 
 absl::Status ExpertParallelExchange::Dispatch(const ExchangePlan& plan, int width,
-                                              std::vector<float>& rows) {
+                                              Buffer<float>& rows, ModelOps& ops) {
   const int ranks = group_.size();
-  std::vector<float> arrived(static_cast<size_t>(plan.local_offsets.back()) * width);
-  if (absl::Status status = group_.AllToAllV(rows.data(), SentFloats(plan, width), arrived.data(),
-                                             ReceivedFloats(plan, ranks, width));
+  Buffer<float> arrived = ops.Allocate<float>(int64_t{plan.local_offsets.back()} * width);
+  if (absl::Status status = group_.AllToAllV(
+          BufferAccess::Address(rows.ref()), SentFloats(plan, width),
+          BufferAccess::Address(arrived.ref()), ReceivedFloats(plan, ranks, width));
       !status.ok()) {
     return status;
   }
-  rows.resize(arrived.size());
-  Regroup(plan, ranks, width, arrived.data(), rows.data(), /*into_expert_order=*/true);
+  ops.Resize(rows, arrived.size());
+  Regroup(plan, ranks, width, BufferAccess::Address(arrived.ref()),
+          BufferAccess::Address(rows.ref()), /*into_expert_order=*/true);
   return absl::OkStatus();
 }
 
 absl::Status ExpertParallelExchange::Combine(const ExchangePlan& plan, int width,
-                                             std::vector<float>& rows) {
+                                             Buffer<float>& rows, ModelOps& ops) {
   const int ranks = group_.size();
-  std::vector<float> leaving(rows.size());
-  Regroup(plan, ranks, width, rows.data(), leaving.data(), /*into_expert_order=*/false);
+  Buffer<float> leaving = ops.Allocate<float>(rows.size());
+  Regroup(plan, ranks, width, BufferAccess::Address(rows.ref()),
+          BufferAccess::Address(leaving.ref()), /*into_expert_order=*/false);
   const std::vector<int64_t> sent = SentFloats(plan, width);
-  rows.resize(std::accumulate(sent.begin(), sent.end(), int64_t{0}));
-  return group_.AllToAllV(leaving.data(), ReceivedFloats(plan, ranks, width), rows.data(), sent);
+  ops.Resize(rows, std::accumulate(sent.begin(), sent.end(), int64_t{0}));
+  return group_.AllToAllV(BufferAccess::Address(leaving.ref()), ReceivedFloats(plan, ranks, width),
+                          BufferAccess::Address(rows.ref()), sent);
 }
 
 }  // namespace tandem::engine

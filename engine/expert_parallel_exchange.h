@@ -15,7 +15,8 @@ namespace tandem::engine {
 // each MoE layer's routed rows travel to their expert's rank and back by AllToAllV. Plan first
 // exchanges the row counts per expert (one small AllToAllV), so every rank knows what it will
 // receive. The calls are collectives: every rank of the group runs the same MoE layers in the
-// same order (forward, then backward in reverse), each on its own tokens.
+// same order (forward, then backward in reverse), each on its own tokens. The communicator
+// reads and writes the rows' memory directly: Gloo with host-memory (CPU) backends.
 class ExpertParallelExchange final : public ExpertExchange {
  public:
   // `group` is not owned and must outlive the exchange. INVALID_ARGUMENT unless the ranks split
@@ -27,8 +28,10 @@ class ExpertParallelExchange final : public ExpertExchange {
   absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
   // Received rows arrive by source rank; they are regrouped by local expert (sources in rank
   // order within an expert), and Combine undoes that before sending results back.
-  absl::Status Dispatch(const ExchangePlan& plan, int width, std::vector<float>& rows) override;
-  absl::Status Combine(const ExchangePlan& plan, int width, std::vector<float>& rows) override;
+  absl::Status Dispatch(const ExchangePlan& plan, int width, Buffer<float>& rows,
+                        ModelOps& ops) override;
+  absl::Status Combine(const ExchangePlan& plan, int width, Buffer<float>& rows,
+                       ModelOps& ops) override;
 
  private:
   ExpertParallelExchange(Communicator& group, int num_experts)

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/gloo_communicator.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/testing/test_models.h"
 #include "engine/transformer.h"
 #include "gloo/rendezvous/hash_store.h"
@@ -28,7 +29,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Runs `body(rank, group)` on `ranks` Gloo ranks, one thread each.
+// Runs `body(rank, group)` on `ranks` Gloo ranks, one thread each. The ranks meet before they
+// leave: a rank that tears its group down early can break a peer that is still connecting.
 void OnRanks(int ranks, const std::function<void(int, Communicator&)>& body) {
   gloo::rendezvous::HashStore store;
   std::vector<std::thread> threads;
@@ -37,6 +39,7 @@ void OnRanks(int ranks, const std::function<void(int, Communicator&)>& body) {
       auto group = GlooCommunicator::Create(store, rank, ranks, {});
       ASSERT_TRUE(group.ok()) << group.status();
       body(rank, **group);
+      EXPECT_TRUE((*group)->Barrier().ok());
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -178,15 +181,22 @@ TEST(ExpertParallelExchangeTest, RowsReachTheirExpertsRankGroupedByExpertAndCome
     auto plan = (*exchange)->Plan(offsets[rank]);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_THAT(plan->local_offsets, rank == 0 ? ElementsAre(0, 3, 5) : ElementsAre(0, 3, 6));
+    CpuModelOps ops(test_models::TinyConfig());
+    auto on_host = [&](const Buffer<float>& buffer) {
+      std::vector<float> values(buffer.size());
+      ops.CopyOut(buffer.ref(), values.data(), buffer.size());
+      return values;
+    };
     std::vector<float> sent(offsets[rank].back());  // Row i of rank r holds 200 r + i.
     for (size_t i = 0; i < sent.size(); ++i) sent[i] = 200.0f * rank + i;
-    std::vector<float> rows = sent;
-    ASSERT_TRUE((*exchange)->Dispatch(*plan, 1, rows).ok());
-    EXPECT_EQ(rows, want_local[rank]);
-    for (float& value : rows) value *= 2;
-    ASSERT_TRUE((*exchange)->Combine(*plan, 1, rows).ok());
+    Buffer<float> rows;
+    ops.Upload(sent.data(), sent.size(), rows);
+    ASSERT_TRUE((*exchange)->Dispatch(*plan, 1, rows, ops).ok());
+    EXPECT_EQ(on_host(rows), want_local[rank]);
+    ops.Scale(rows.ref(), 2, rows.size());
+    ASSERT_TRUE((*exchange)->Combine(*plan, 1, rows, ops).ok());
     for (float& value : sent) value *= 2;
-    EXPECT_EQ(rows, sent);
+    EXPECT_EQ(on_host(rows), sent);
   });
 }
 

@@ -2,9 +2,11 @@
 #define TANDEM_ENGINE_MODEL_OPS_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "engine/buffer.h"
 #include "engine/model.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/permute.h"
@@ -12,102 +14,152 @@
 
 namespace tandem::engine {
 
-// Every computation the transformer's graph makes, so that one graph runs over whichever
-// backend implements them (the CPU kernels here, CUDA's in kernels/cuda). Arrays are row-major
-// float32 unless named otherwise; "+=" marks operations that accumulate into their output.
+// Every computation the transformer's graph makes, so that one graph runs over whichever backend
+// implements them (the CPU kernels, CUDA's). Activations live in the backend's memory and reach
+// the operations as Refs, which the graph cannot read; weights and their gradients are the
+// model's host parameters (Parameter::value and grad, LoraProjection), which a backend uses in
+// place or mirrors (CUDA's DeviceParameters). Arrays are row-major float32 unless named
+// otherwise; "+=" marks outputs that accumulate. A null Ref or pointer output is skipped.
 class ModelOps {
  public:
   virtual ~ModelOps() = default;
 
+  // Memory. Resize keeps the contents only when the buffer does not grow. The graph reads results
+  // on the host only through CopyOut (routes, logits, hidden states).
+  template <typename T>
+  void Resize(Buffer<T>& buffer, int64_t size);
+  template <typename T>
+  Buffer<T> Allocate(int64_t size) {
+    Buffer<T> buffer;
+    Resize(buffer, size);
+    return buffer;
+  }
+  Buffer<float> Zeros(int64_t size) {
+    Buffer<float> buffer = Allocate<float>(size);
+    Fill(buffer.ref(), 0.0f, size);
+    return buffer;
+  }
+  template <typename T>
+  void Upload(const T* host, int64_t count, Buffer<T>& buffer) {
+    Resize(buffer, count);
+    CopyIn(host, buffer.ref(), count);
+  }
+  virtual void Copy(Ref<const float> source, Ref<float> target, int64_t count) = 0;
+  virtual void Fill(Ref<float> target, float value, int64_t count) = 0;
+
   // Projections. y = x·Wᵀ (y += x·Wᵀ with `accumulate`), x [rows, in], W [out, in].
-  virtual void Linear(const float* x, const float* w, float* y, int rows, int in, int out,
+  virtual void Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in, int out,
                       bool accumulate) = 0;
-  // dx += dy·W; dw += dyᵀ·x when dw is set.
-  virtual void LinearBackward(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                              int rows, int in, int out) = 0;
+  // dx += dy·W; dw += dyᵀ·x.
+  virtual void LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy,
+                              Ref<float> dx, float* dw, int rows, int in, int out) = 0;
   // y = x_g·W_gᵀ per row group g of `offsets` (W_g at g·w_stride: one dense projection with
   // stride 0, or one expert per group), plus the LoRA's contribution; lora_h keeps x·Aᵀ.
-  virtual void ProjectGroups(const float* x, const std::vector<int>& offsets, const float* w,
+  virtual void ProjectGroups(Ref<const float> x, const std::vector<int>& offsets, const float* w,
                              int64_t w_stride, int in, int out,
-                             const std::optional<LoraProjection>& lora, std::vector<float>& lora_h,
-                             float* y) = 0;
-  // Backward of ProjectGroups: dx += dy·W_g; w_grad (if set) += dyᵀ·x; LoRA gradients.
-  virtual void ProjectGroupsBackward(const float* x, const std::vector<int>& offsets,
+                             const std::optional<LoraProjection>& lora, Buffer<float>& lora_h,
+                             Ref<float> y) = 0;
+  // Backward of ProjectGroups: dx += dy·W_g; w_grad += dyᵀ·x; LoRA gradients +=.
+  virtual void ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets,
                                      const float* w, float* w_grad, int64_t w_stride, int in,
                                      int out, const std::optional<LoraProjection>& lora,
-                                     const std::vector<float>& lora_h, const float* dy,
-                                     float* dx) = 0;
+                                     Ref<const float> lora_h, Ref<const float> dy,
+                                     Ref<float> dx) = 0;
 
-  // RMSNorm of `rows` rows of `width`; rstd [rows] kept for the backward. dx += ∂/∂x, dw (if
-  // set) += ∂/∂w.
-  virtual void RmsNorm(const float* x, const float* w, float* y, float* rstd, int rows, int width,
-                       float eps) = 0;
-  virtual void RmsNormBackward(const float* x, const float* w, const float* rstd, const float* dy,
-                               float* dx, float* dw, int rows, int width) = 0;
+  // RMSNorm of `rows` rows of `width`; rstd [rows] kept for the backward. dx +=, dw +=.
+  virtual void RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd, int rows,
+                       int width, float eps) = 0;
+  virtual void RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
+                               Ref<const float> dy, Ref<float> dx, float* dw, int rows,
+                               int width) = 0;
   // The model's rotary embedding, in place, on [rows, heads, rotary dim] at `positions`.
-  virtual void Rope(float* x, const int* positions, int rows, int heads) = 0;
-  virtual void RopeBackward(float* dx, const int* positions, int rows, int heads) = 0;
+  virtual void Rope(Ref<float> x, Ref<const int> positions, int rows, int heads) = 0;
+  virtual void RopeBackward(Ref<float> dx, Ref<const int> positions, int rows, int heads) = 0;
 
   // Causal attention within one sequence of `length` rows; probs [heads, length, length] kept.
-  virtual void CausalAttention(const float* q, const float* k, const float* v, float* out,
-                               float* probs, int length, const cpu::AttentionShape& shape) = 0;
+  virtual void CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v,
+                               Ref<float> out, Ref<float> probs, int length,
+                               const cpu::AttentionShape& shape) = 0;
   // dq, dk, dv +=.
-  virtual void CausalAttentionBackward(const float* q, const float* k, const float* v,
-                                       const float* probs, const float* dout, float* dq, float* dk,
-                                       float* dv, int length, const cpu::AttentionShape& shape) = 0;
+  virtual void CausalAttentionBackward(Ref<const float> q, Ref<const float> k, Ref<const float> v,
+                                       Ref<const float> probs, Ref<const float> dout, Ref<float> dq,
+                                       Ref<float> dk, Ref<float> dv, int length,
+                                       const cpu::AttentionShape& shape) = 0;
   // One query row over `length` cached keys and values.
-  virtual void DecodeAttention(const float* q, const float* k_cache, const float* v_cache,
-                               int length, float* out, const cpu::AttentionShape& shape) = 0;
+  virtual void DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
+                               Ref<const float> v_cache, int length, Ref<float> out,
+                               const cpu::AttentionShape& shape) = 0;
 
   // out = silu(gate) * up over n values; dgate, dup +=.
-  virtual void SwiGlu(const float* gate, const float* up, float* out, int64_t n) = 0;
-  virtual void SwiGluBackward(const float* gate, const float* up, const float* dout, float* dgate,
-                              float* dup, int64_t n) = 0;
-  virtual void EmbeddingGather(const float* table, const int* tokens, float* out, int rows,
+  virtual void SwiGlu(Ref<const float> gate, Ref<const float> up, Ref<float> out, int64_t n) = 0;
+  virtual void SwiGluBackward(Ref<const float> gate, Ref<const float> up, Ref<const float> dout,
+                              Ref<float> dgate, Ref<float> dup, int64_t n) = 0;
+  virtual void EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out, int rows,
                                int width) = 0;
   // dtable +=.
-  virtual void EmbeddingBackward(const float* dout, const int* tokens, float* dtable, int rows,
-                                 int width) = 0;
+  virtual void EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, float* dtable,
+                                 int rows, int width) = 0;
 
-  // The router (kernels/cpu/router.h has the contracts).
-  virtual void RouterScores(const float* logits, float* scores, int rows, int experts,
+  // The router (kernels/cpu/router.h has the contracts); selection_bias may be null.
+  virtual void RouterScores(Ref<const float> logits, Ref<float> scores, int rows, int experts,
                             cpu::ScoringFunction scoring) = 0;
-  virtual void TopK(const float* scores, const float* selection_bias, int rows, int experts, int k,
-                    int16_t* ids, const cpu::GroupLimit& limit) = 0;
-  virtual void GateWeights(const float* scores, const int16_t* ids, int rows, int experts, int k,
-                           bool normalize, float* gates) = 0;
-  virtual void RouterGatesBackward(const float* logits, const float* scores, const int16_t* ids,
-                                   const float* dgates, float* dlogits, int rows, int experts,
-                                   int k, bool normalize, cpu::ScoringFunction scoring) = 0;
+  virtual void TopK(Ref<const float> scores, const float* selection_bias, int rows, int experts,
+                    int k, Ref<int16_t> ids, const cpu::GroupLimit& limit) = 0;
+  virtual void GateWeights(Ref<const float> scores, Ref<const int16_t> ids, int rows, int experts,
+                           int k, bool normalize, Ref<float> gates) = 0;
+  virtual void RouterGatesBackward(Ref<const float> logits, Ref<const float> scores,
+                                   Ref<const int16_t> ids, Ref<const float> dgates,
+                                   Ref<float> dlogits, int rows, int experts, int k, bool normalize,
+                                   cpu::ScoringFunction scoring) = 0;
 
-  // Token dispatch by expert (kernels/cpu/permute.h has the contracts).
-  virtual cpu::ExpertPermutation BuildPermutation(const int16_t* ids, int rows, int k,
+  // Token dispatch by expert (kernels/cpu/permute.h has the contracts). The permutation's offsets
+  // are host data: the exchange and the grouped projections plan with them.
+  virtual cpu::ExpertPermutation BuildPermutation(Ref<const int16_t> ids, int rows, int k,
                                                   int experts) = 0;
-  virtual void PermuteRows(const float* x, const cpu::ExpertPermutation& permutation, float* out,
-                           int width) = 0;
-  virtual void PermuteRowsBackward(const float* dout, const cpu::ExpertPermutation& permutation,
-                                   float* dx, int width) = 0;
-  virtual void UnpermuteAdd(const float* y, const cpu::ExpertPermutation& permutation,
-                            const float* gates, float* out, int width) = 0;
-  virtual void UnpermuteAddBackward(const float* y, const cpu::ExpertPermutation& permutation,
-                                    const float* gates, const float* dout, float* dy, float* dgates,
-                                    int width) = 0;
+  virtual void PermuteRows(Ref<const float> x, const cpu::ExpertPermutation& permutation,
+                           Ref<float> out, int width) = 0;
+  virtual void PermuteRowsBackward(Ref<const float> dout, const cpu::ExpertPermutation& permutation,
+                                   Ref<float> dx, int width) = 0;
+  virtual void UnpermuteAdd(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+                            Ref<const float> gates, Ref<float> out, int width) = 0;
+  virtual void UnpermuteAddBackward(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+                                    Ref<const float> gates, Ref<const float> dout, Ref<float> dy,
+                                    Ref<float> dgates, int width) = 0;
 
-  // Elementwise and copies.
-  virtual void Add(float* target, const float* values, int64_t n) = 0;  // target += values
-  virtual void Scale(float* x, float factor, int64_t n) = 0;
-  virtual void RoundToBf16(float* x, int64_t n) = 0;
+  // Elementwise.
+  virtual void Add(Ref<float> target, Ref<const float> values, int64_t n) = 0;  // target +=
+  virtual void Scale(Ref<float> x, float factor, int64_t n) = 0;
+  virtual void RoundToBf16(Ref<float> x, int64_t n) = 0;
   // Each row rounded to FP8 E4M3 with a per-row scale (the input of FP8 linear layers).
-  virtual void QuantizeRowsToE4M3(float* x, int64_t rows, int64_t width) = 0;
-  // `width` columns of `rows` rows: dst[r·dst_stride + c] (+)= src[r·src_stride + c]. A source
-  // stride of 0 repeats one row.
-  virtual void CopyColumns(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
-                           int64_t rows, int width, bool accumulate) = 0;
+  virtual void QuantizeRowsToE4M3(Ref<float> x, int64_t rows, int64_t width) = 0;
+  // `width` columns of `rows` rows: dst[r·dst_stride + c] (+)= src[r·src_stride + c].
+  virtual void CopyColumns(Ref<const float> src, int64_t src_stride, Ref<float> dst,
+                           int64_t dst_stride, int64_t rows, int width, bool accumulate) = 0;
   // Each of `count` vectors of `width` (even) reordered [x0, x1, x2, x3, ...] ->
   // [x0, x2, ..., x1, x3, ...] (DeepSeek's interleaved rotary pairs); Reinterleave undoes it.
-  virtual void Deinterleave(float* x, int width, int64_t count) = 0;
-  virtual void Reinterleave(float* x, int width, int64_t count) = 0;
+  virtual void Deinterleave(Ref<float> x, int width, int64_t count) = 0;
+  virtual void Reinterleave(Ref<float> x, int width, int64_t count) = 0;
+
+  // Host <-> backend copies of `count` elements (Upload and Download are the typed front).
+  virtual void CopyIn(const float* host, Ref<float> target, int64_t count) = 0;
+  virtual void CopyIn(const int* host, Ref<int> target, int64_t count) = 0;
+  virtual void CopyIn(const int16_t* host, Ref<int16_t> target, int64_t count) = 0;
+  virtual void CopyOut(Ref<const float> source, float* host, int64_t count) = 0;
+  virtual void CopyOut(Ref<const int16_t> source, int16_t* host, int64_t count) = 0;
+
+ protected:
+  // `bytes` of backend memory, freed when the last owner lets go.
+  virtual std::shared_ptr<void> AllocateBytes(int64_t bytes) = 0;
 };
+
+template <typename T>
+void ModelOps::Resize(Buffer<T>& buffer, int64_t size) {
+  if (size > buffer.capacity_) {
+    buffer.memory_ = std::static_pointer_cast<T>(AllocateBytes(size * int64_t{sizeof(T)}));
+    buffer.capacity_ = size;
+  }
+  buffer.size_ = size;
+}
 
 }  // namespace tandem::engine
 

@@ -17,7 +17,7 @@ namespace {
 class SequenceAttention : public AttentionBackend {
  public:
   SequenceAttention(ModelOps& ops, const std::vector<int>& starts, const ModelConfig& config,
-                    std::vector<std::vector<float>>& probs)
+                    std::vector<Buffer<float>>& probs)
       : ops_(ops),
         starts_(starts),
         shape_(config.attention_shape()),
@@ -26,21 +26,22 @@ class SequenceAttention : public AttentionBackend {
         v_width_(config.value_width()),
         probs_(probs) {}
 
-  void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
-    std::vector<float>& probs = probs_[layer];
+  void Attend(int layer, Ref<const float> q, Ref<const float> k, Ref<const float> v,
+              Ref<float> out) override {
+    Buffer<float>& probs = probs_[layer];
     int64_t probs_size = 0;
     for (size_t s = 0; s + 1 < starts_.size(); ++s) {
       const int64_t length = starts_[s + 1] - starts_[s];
       probs_size += shape_.heads * length * length;
     }
-    probs.resize(probs_size);
+    ops_.Resize(probs, probs_size);
     int64_t probs_offset = 0;
     const int64_t out_width = int64_t{shape_.heads} * shape_.v_dim;
     for (size_t s = 0; s + 1 < starts_.size(); ++s) {
       const int64_t begin = starts_[s];
       const int length = starts_[s + 1] - starts_[s];
       ops_.CausalAttention(q + begin * q_width_, k + begin * k_width_, v + begin * v_width_,
-                           out + begin * out_width, probs.data() + probs_offset, length, shape_);
+                           out + begin * out_width, probs.ref() + probs_offset, length, shape_);
       probs_offset += static_cast<int64_t>(shape_.heads) * length * length;
     }
   }
@@ -50,7 +51,7 @@ class SequenceAttention : public AttentionBackend {
   const std::vector<int>& starts_;
   const cpu::AttentionShape shape_;
   const int64_t q_width_, k_width_, v_width_;
-  std::vector<std::vector<float>>& probs_;
+  std::vector<Buffer<float>>& probs_;
 };
 
 // Rows and width the q/k norm of a projection with `heads` heads normalizes over.
@@ -117,11 +118,11 @@ std::optional<LoraProjection> Transformer::Lora(int layer, absl::string_view mod
   return lora;
 }
 
-void Transformer::QuantizeInput(float* values, int64_t rows, int64_t width) const {
+void Transformer::QuantizeInput(Ref<float> values, int64_t rows, int64_t width) const {
   if (precision_ == Precision::kFP8) ops_->QuantizeRowsToE4M3(values, rows, width);
 }
 
-void Transformer::Round(float* values, int64_t count) const {
+void Transformer::Round(Ref<float> values, int64_t count) const {
   if (precision_ != Precision::kF32) ops_->RoundToBf16(values, count);
 }
 
@@ -187,117 +188,117 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
       positions_[t] = t - batch.sequence_starts[s];
     }
   }
+  ops_->Upload(tokens_.data(), rows, token_buffer_);
+  ops_->Upload(positions_.data(), rows, position_buffer_);
   SequenceAttention attention(*ops_, sequence_starts_, config_, attention_probs_);
   stats_ = RoutingStats{};
   token_replayed_.assign(rows, 0);
   token_differs_.assign(rows, 0);
-  routes_.assign(static_cast<size_t>(rows) * moe_layers_.size() * config_.top_k, -1);
-  live_routes_.assign(routes_.size(), -1);
-
-  const int d = config_.d_model;
-  const float* embedding = Weight("model.embed_tokens.weight").value.data();
-  std::vector<float> x(static_cast<size_t>(rows) * d);
-  ops_->EmbeddingGather(embedding, tokens_.data(), x.data(), rows, d);
-  Round(x.data(), x.size());
-  for (int layer = 0; layer < config_.num_layers; ++layer) {
-    layers_[layer].input = x;
-    if (absl::Status status =
-            RunLayer(layer, positions_.data(), rows, attention,
-                     replay == nullptr ? nullptr : replay->data(), layers_[layer]);
-        !status.ok()) {
-      return status;
-    }
-    x = layers_[layer].ffn_out;  // RunLayer leaves the layer output here.
+  if (absl::Status status =
+          RunLayers(rows, attention, replay == nullptr ? nullptr : replay->data());
+      !status.ok()) {
+    return status;
   }
-  final_input_ = std::move(x);
-  RunHead(rows, final_input_.data());
   for (int t = 0; t < rows; ++t) {
     stats_.tokens += token_replayed_[t];
     stats_.differing_tokens += token_differs_[t];
   }
-  return logits_.data();
+  final_hidden_.resize(final_norm_.size());
+  ops_->CopyOut(final_norm_.ref(), final_hidden_.data(), final_norm_.size());
+  logits_on_host_.resize(logits_.size());
+  ops_->CopyOut(logits_.ref(), logits_on_host_.data(), logits_.size());
+  return logits_on_host_.data();
 }
 
 absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
                                       AttentionBackend& attention, float* logits,
                                       int16_t* routes_out) {
-  const int d = config_.d_model;
-  const float* embedding = Weight("model.embed_tokens.weight").value.data();
-  routes_.assign(static_cast<size_t>(rows) * moe_layers_.size() * config_.top_k, -1);
-  live_routes_.assign(routes_.size(), -1);
+  ops_->Upload(tokens, rows, token_buffer_);
+  ops_->Upload(positions, rows, position_buffer_);
   stats_ = RoutingStats{};
-  std::vector<float> x(static_cast<size_t>(rows) * d);
-  ops_->EmbeddingGather(embedding, tokens, x.data(), rows, d);
-  Round(x.data(), x.size());
-  for (int layer = 0; layer < config_.num_layers; ++layer) {
-    layers_[layer].input = std::move(x);
-    if (absl::Status status = RunLayer(layer, positions, rows, attention, nullptr, layers_[layer]);
-        !status.ok()) {
-      return status;
-    }
-    x = std::move(layers_[layer].ffn_out);
-  }
-  final_input_ = std::move(x);
-  RunHead(rows, final_input_.data());
-  std::copy(logits_.begin(), logits_.end(), logits);
+  if (absl::Status status = RunLayers(rows, attention, nullptr); !status.ok()) return status;
+  ops_->CopyOut(logits_.ref(), logits, logits_.size());
   if (routes_out != nullptr) std::copy(routes_.begin(), routes_.end(), routes_out);
   return absl::OkStatus();
 }
 
-void Transformer::RunHead(int rows, const float* x) {
+absl::Status Transformer::RunLayers(int rows, AttentionBackend& attention, const int16_t* replay) {
   const int d = config_.d_model;
-  final_norm_.resize(static_cast<size_t>(rows) * d);
-  final_rstd_.resize(rows);
-  ops_->RmsNorm(x, Weight("model.norm.weight").value.data(), final_norm_.data(), final_rstd_.data(),
-                rows, d, config_.norm_eps);
-  Round(final_norm_.data(), final_norm_.size());
-  logits_.resize(static_cast<size_t>(rows) * config_.vocab_size);
-  ops_->Linear(final_norm_.data(), Weight(HeadWeightName(config_)).value.data(), logits_.data(),
-               rows, d, config_.vocab_size, /*accumulate=*/false);
-  Round(logits_.data(), logits_.size());
+  routes_.assign(static_cast<size_t>(rows) * moe_layers_.size() * config_.top_k, -1);
+  live_routes_.assign(routes_.size(), -1);
+  Buffer<float>& embedded = layers_[0].input;
+  ops_->Resize(embedded, int64_t{rows} * d);
+  ops_->EmbeddingGather(Weight("model.embed_tokens.weight").value.data(), token_buffer_.ref(),
+                        embedded.ref(), rows, d);
+  Round(embedded.ref(), embedded.size());
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    if (absl::Status status = RunLayer(layer, rows, attention, replay, layers_[layer]);
+        !status.ok()) {
+      return status;
+    }
+    // The layer's output (left in ffn_out, which its backward does not read) is the next one's
+    // input: the buffers trade places instead of copying.
+    Buffer<float>& next = layer + 1 < config_.num_layers ? layers_[layer + 1].input : final_input_;
+    std::swap(next, layers_[layer].ffn_out);
+  }
+  RunHead(rows);
+  return absl::OkStatus();
 }
 
-absl::Status Transformer::RunLayer(int layer, const int* positions, int rows,
-                                   AttentionBackend& attention, const int16_t* replay,
-                                   LayerActivations& act) {
+void Transformer::RunHead(int rows) {
+  const int d = config_.d_model;
+  ops_->Resize(final_norm_, int64_t{rows} * d);
+  ops_->Resize(final_rstd_, rows);
+  ops_->RmsNorm(final_input_.ref(), Weight("model.norm.weight").value.data(), final_norm_.ref(),
+                final_rstd_.ref(), rows, d, config_.norm_eps);
+  Round(final_norm_.ref(), final_norm_.size());
+  ops_->Resize(logits_, int64_t{rows} * config_.vocab_size);
+  ops_->Linear(final_norm_.ref(), Weight(HeadWeightName(config_)).value.data(), logits_.ref(), rows,
+               d, config_.vocab_size, /*accumulate=*/false);
+  Round(logits_.ref(), logits_.size());
+}
+
+absl::Status Transformer::RunLayer(int layer, int rows, AttentionBackend& attention,
+                                   const int16_t* replay, LayerActivations& act) {
   const int d = config_.d_model;
   const int64_t n = static_cast<int64_t>(rows) * d;
   const std::string prefix = absl::StrCat("model.layers.", layer, ".");
-  act.norm1.resize(n);
-  act.rstd1.resize(rows);
-  ops_->RmsNorm(act.input.data(), Weight(prefix + "input_layernorm.weight").value.data(),
-                act.norm1.data(), act.rstd1.data(), rows, d, config_.norm_eps);
-  Round(act.norm1.data(), n);
-  QuantizeInput(act.norm1.data(), rows, d);
+  ops_->Resize(act.norm1, n);
+  ops_->Resize(act.rstd1, rows);
+  ops_->RmsNorm(act.input.ref(), Weight(prefix + "input_layernorm.weight").value.data(),
+                act.norm1.ref(), act.rstd1.ref(), rows, d, config_.norm_eps);
+  Round(act.norm1.ref(), n);
+  QuantizeInput(act.norm1.ref(), rows, d);
 
   if (config_.latent_attention()) {
-    RunLatentProjections(layer, positions, rows, act);
+    RunLatentProjections(layer, rows, act);
   } else {
-    RunStandardProjections(layer, positions, rows, act);
+    RunStandardProjections(layer, rows, act);
   }
   const int64_t attention_size = int64_t{rows} * config_.attention_out_dim();
-  act.attention.resize(attention_size);
-  attention.Attend(layer, act.q.data(), act.k.data(), act.v.data(), act.attention.data());
-  Round(act.attention.data(), attention_size);
-  QuantizeInput(act.attention.data(), rows, config_.attention_out_dim());
+  ops_->Resize(act.attention, attention_size);
+  attention.Attend(layer, act.q.ref(), act.k.ref(), act.v.ref(), act.attention.ref());
+  Round(act.attention.ref(), attention_size);
+  QuantizeInput(act.attention.ref(), rows, config_.attention_out_dim());
 
-  act.norm2_input = act.input;  // Residual: input + o_proj(attention).
-  std::vector<float> projected(n);
+  // Residual: input + o_proj(attention).
+  ops_->Resize(act.norm2_input, n);
+  ops_->Copy(act.input.ref(), act.norm2_input.ref(), n);
+  Buffer<float> projected = ops_->Allocate<float>(n);
   const std::vector<int> one_group = {0, rows};
-  ops_->ProjectGroups(act.attention.data(), one_group,
-                      Weight(ProjectionName(config_, layer, "o_proj")).value.data(), 0,
-                      config_.attention_out_dim(), d, Lora(layer, "o_proj"), act.lora_o,
-                      projected.data());
-  Round(projected.data(), n);
-  ops_->Add(act.norm2_input.data(), projected.data(), n);
-  Round(act.norm2_input.data(), n);
+  ops_->ProjectGroups(
+      act.attention.ref(), one_group, Weight(ProjectionName(config_, layer, "o_proj")).value.data(),
+      0, config_.attention_out_dim(), d, Lora(layer, "o_proj"), act.lora_o, projected.ref());
+  Round(projected.ref(), n);
+  ops_->Add(act.norm2_input.ref(), projected.ref(), n);
+  Round(act.norm2_input.ref(), n);
 
-  act.norm2.resize(n);
-  act.rstd2.resize(rows);
-  ops_->RmsNorm(act.norm2_input.data(),
-                Weight(prefix + "post_attention_layernorm.weight").value.data(), act.norm2.data(),
-                act.rstd2.data(), rows, d, config_.norm_eps);
-  Round(act.norm2.data(), n);
+  ops_->Resize(act.norm2, n);
+  ops_->Resize(act.rstd2, rows);
+  ops_->RmsNorm(act.norm2_input.ref(),
+                Weight(prefix + "post_attention_layernorm.weight").value.data(), act.norm2.ref(),
+                act.rstd2.ref(), rows, d, config_.norm_eps);
+  Round(act.norm2.ref(), n);
 
   if (moe_index_[layer] >= 0) {
     if (absl::Status status = RunMoeFfn(layer, moe_index_[layer], rows, replay, act);
@@ -308,27 +309,26 @@ absl::Status Transformer::RunLayer(int layer, const int* positions, int rows,
     RunDenseFfn(layer, rows, act);
   }
   // ffn_out becomes the layer output: residual + FFN.
-  ops_->Add(act.ffn_out.data(), act.norm2_input.data(), n);
-  Round(act.ffn_out.data(), n);
+  ops_->Add(act.ffn_out.ref(), act.norm2_input.ref(), n);
+  Round(act.ffn_out.ref(), n);
   return absl::OkStatus();
 }
 
-void Transformer::RunStandardProjections(int layer, const int* positions, int rows,
-                                         LayerActivations& act) {
+void Transformer::RunStandardProjections(int layer, int rows, LayerActivations& act) {
   const int d = config_.d_model;
   const std::string prefix = absl::StrCat("model.layers.", layer, ".");
   const std::vector<int> one_group = {0, rows};
-  std::vector<float>* outputs[] = {&act.q, &act.k, &act.v};
-  std::vector<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
+  Buffer<float>* outputs[] = {&act.q, &act.k, &act.v};
+  Buffer<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
   const char* modules[] = {"q_proj", "k_proj", "v_proj"};
   const int widths[] = {config_.q_dim(), config_.kv_dim(), config_.kv_dim()};
   for (int i = 0; i < 3; ++i) {
     const int64_t size = int64_t{rows} * widths[i];
-    outputs[i]->resize(size);
-    ops_->ProjectGroups(act.norm1.data(), one_group,
+    ops_->Resize(*outputs[i], size);
+    ops_->ProjectGroups(act.norm1.ref(), one_group,
                         Weight(ProjectionName(config_, layer, modules[i])).value.data(), 0, d,
-                        widths[i], Lora(layer, modules[i]), *lora_h[i], outputs[i]->data());
-    Round(outputs[i]->data(), size);
+                        widths[i], Lora(layer, modules[i]), *lora_h[i], outputs[i]->ref());
+    Round(outputs[i]->ref(), size);
   }
   if (config_.qk_norm != QkNorm::kNone) {
     NormalizeQk(prefix + "self_attn.q_norm.weight", rows, config_.num_heads, act.q, act.q_raw,
@@ -336,18 +336,18 @@ void Transformer::RunStandardProjections(int layer, const int* positions, int ro
     NormalizeQk(prefix + "self_attn.k_norm.weight", rows, config_.kv_heads(), act.k, act.k_raw,
                 act.k_rstd);
   }
-  ops_->Rope(act.q.data(), positions, rows, config_.num_heads);
-  ops_->Rope(act.k.data(), positions, rows, config_.kv_heads());
+  ops_->Rope(act.q.ref(), position_buffer_.ref(), rows, config_.num_heads);
+  ops_->Rope(act.k.ref(), position_buffer_.ref(), rows, config_.kv_heads());
 }
 
-void Transformer::BackwardStandardProjections(int layer, LayerActivations& act,
-                                              std::vector<float>& dq, std::vector<float>& dk,
-                                              const std::vector<float>& dv, float* dnorm1) {
+void Transformer::BackwardStandardProjections(int layer, LayerActivations& act, Buffer<float>& dq,
+                                              Buffer<float>& dk, const Buffer<float>& dv,
+                                              Ref<float> dnorm1) {
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
   const std::string prefix = absl::StrCat("model.layers.", layer, ".");
-  ops_->RopeBackward(dq.data(), positions_.data(), rows, config_.num_heads);
-  ops_->RopeBackward(dk.data(), positions_.data(), rows, config_.kv_heads());
+  ops_->RopeBackward(dq.ref(), position_buffer_.ref(), rows, config_.num_heads);
+  ops_->RopeBackward(dk.ref(), position_buffer_.ref(), rows, config_.kv_heads());
   if (config_.qk_norm != QkNorm::kNone) {
     NormalizeQkBackward(prefix + "self_attn.q_norm.weight", config_.num_heads, act.q_raw,
                         act.q_rstd, dq);
@@ -355,97 +355,102 @@ void Transformer::BackwardStandardProjections(int layer, LayerActivations& act,
                         act.k_rstd, dk);
   }
   const std::vector<int> one_group = {0, rows};
-  const std::vector<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
-  const float* grads[] = {dq.data(), dk.data(), dv.data()};
+  const Buffer<float>* lora_h[] = {&act.lora_q, &act.lora_k, &act.lora_v};
+  const Ref<const float> grads[] = {dq.ref(), dk.ref(), dv.ref()};
   const char* modules[] = {"q_proj", "k_proj", "v_proj"};
   const int widths[] = {config_.q_dim(), config_.kv_dim(), config_.kv_dim()};
   for (int i = 0; i < 3; ++i) {
     Parameter& w = Weight(ProjectionName(config_, layer, modules[i]));
-    ops_->ProjectGroupsBackward(act.norm1.data(), one_group, w.value.data(), w.grad_or_null(), 0, d,
-                                widths[i], Lora(layer, modules[i]), *lora_h[i], grads[i], dnorm1);
+    ops_->ProjectGroupsBackward(act.norm1.ref(), one_group, w.value.data(), w.grad_or_null(), 0, d,
+                                widths[i], Lora(layer, modules[i]), lora_h[i]->ref(), grads[i],
+                                dnorm1);
   }
 }
 
-void Transformer::NormalizeQk(const std::string& weight, int rows, int heads, std::vector<float>& x,
-                              std::vector<float>& raw, std::vector<float>& rstd) {
-  raw = x;
+void Transformer::NormalizeQk(const std::string& weight, int rows, int heads, Buffer<float>& x,
+                              Buffer<float>& raw, Buffer<float>& rstd) {
+  ops_->Resize(raw, x.size());
+  ops_->Copy(x.ref(), raw.ref(), x.size());
   const auto [norm_rows, width] = QkNormShape(config_, rows, heads);
-  rstd.resize(norm_rows);
-  ops_->RmsNorm(raw.data(), Weight(weight).value.data(), x.data(), rstd.data(), norm_rows, width,
+  ops_->Resize(rstd, norm_rows);
+  ops_->RmsNorm(raw.ref(), Weight(weight).value.data(), x.ref(), rstd.ref(), norm_rows, width,
                 config_.norm_eps);
-  Round(x.data(), x.size());
+  Round(x.ref(), x.size());
 }
 
 void Transformer::NormalizeQkBackward(const std::string& weight, int heads,
-                                      const std::vector<float>& raw, const std::vector<float>& rstd,
-                                      std::vector<float>& dx) {
+                                      const Buffer<float>& raw, const Buffer<float>& rstd,
+                                      Buffer<float>& dx) {
   const int rows = static_cast<int>(tokens_.size());
   const auto [norm_rows, width] = QkNormShape(config_, rows, heads);
-  std::vector<float> draw(dx.size(), 0.0f);
+  Buffer<float> draw = ops_->Zeros(dx.size());
   Parameter& norm = Weight(weight);
-  ops_->RmsNormBackward(raw.data(), norm.value.data(), rstd.data(), dx.data(), draw.data(),
+  ops_->RmsNormBackward(raw.ref(), norm.value.data(), rstd.ref(), dx.ref(), draw.ref(),
                         norm.grad_or_null(), norm_rows, width);
   dx = std::move(draw);
 }
 
 void Transformer::RunDenseFfn(int layer, int rows, LayerActivations& act) {
   act.group_offsets = {0, rows};
-  QuantizeInput(act.norm2.data(), rows, config_.d_model);
-  RunSwiGluMlp(layer, act.norm2.data(), 0, config_.dense_ffn_dim, 0, act, act.ffn_out);
+  QuantizeInput(act.norm2.ref(), rows, config_.d_model);
+  RunSwiGluMlp(layer, act.norm2.ref(), 0, config_.dense_ffn_dim, 0, act, act.ffn_out);
 }
 
-void Transformer::RunSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
-                               int first_group, LayerActivations& act, std::vector<float>& out) {
+void Transformer::RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_stride, int ffn,
+                               int first_group, LayerActivations& act, Buffer<float>& out) {
   const int d = config_.d_model;
   const int rows = act.group_offsets.back();
   const int64_t hidden = static_cast<int64_t>(rows) * ffn;
-  act.gate.resize(hidden);
-  act.up.resize(hidden);
-  act.activation.resize(hidden);
-  out.resize(static_cast<size_t>(rows) * d);
+  ops_->Resize(act.gate, hidden);
+  ops_->Resize(act.up, hidden);
+  ops_->Resize(act.activation, hidden);
+  ops_->Resize(out, int64_t{rows} * d);
   const int64_t first = first_group * weight_stride;
   ops_->ProjectGroups(x, act.group_offsets,
                       Weight(ProjectionName(config_, layer, "gate_proj")).value.data() + first,
                       weight_stride, d, ffn, Lora(layer, "gate_proj", first_group), act.lora_gate,
-                      act.gate.data());
+                      act.gate.ref());
   ops_->ProjectGroups(
       x, act.group_offsets, Weight(ProjectionName(config_, layer, "up_proj")).value.data() + first,
-      weight_stride, d, ffn, Lora(layer, "up_proj", first_group), act.lora_up, act.up.data());
-  Round(act.gate.data(), hidden);
-  Round(act.up.data(), hidden);
-  ops_->SwiGlu(act.gate.data(), act.up.data(), act.activation.data(), hidden);
-  Round(act.activation.data(), hidden);
-  QuantizeInput(act.activation.data(), rows, ffn);
-  ops_->ProjectGroups(act.activation.data(), act.group_offsets,
+      weight_stride, d, ffn, Lora(layer, "up_proj", first_group), act.lora_up, act.up.ref());
+  Round(act.gate.ref(), hidden);
+  Round(act.up.ref(), hidden);
+  ops_->SwiGlu(act.gate.ref(), act.up.ref(), act.activation.ref(), hidden);
+  Round(act.activation.ref(), hidden);
+  QuantizeInput(act.activation.ref(), rows, ffn);
+  ops_->ProjectGroups(act.activation.ref(), act.group_offsets,
                       Weight(ProjectionName(config_, layer, "down_proj")).value.data() + first,
                       weight_stride, ffn, d, Lora(layer, "down_proj", first_group), act.lora_down,
-                      out.data());
-  Round(out.data(), out.size());
+                      out.ref());
+  Round(out.ref(), out.size());
 }
 
-absl::Status Transformer::Backward(const float* dlogits, const float* dhidden) {
+absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dhidden) {
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
-  std::vector<float> dnorm(static_cast<size_t>(rows) * d, 0.0f);
-  if (dhidden != nullptr) dnorm.assign(dhidden, dhidden + dnorm.size());
+  const int64_t n = int64_t{rows} * d;
+  Buffer<float> dlogits;
+  ops_->Upload(dlogits_on_host, int64_t{rows} * config_.vocab_size, dlogits);
+  Buffer<float> dnorm = ops_->Zeros(n);
+  if (dhidden != nullptr) ops_->Upload(dhidden, n, dnorm);
   Parameter& head = Weight(HeadWeightName(config_));
-  ops_->LinearBackward(final_norm_.data(), head.value.data(), dlogits, dnorm.data(),
+  ops_->LinearBackward(final_norm_.ref(), head.value.data(), dlogits.ref(), dnorm.ref(),
                        head.grad_or_null(), rows, d, config_.vocab_size);
-  std::vector<float> dx(static_cast<size_t>(rows) * d, 0.0f);
+  Buffer<float> dx = ops_->Zeros(n);
   Parameter& norm = Weight("model.norm.weight");
-  ops_->RmsNormBackward(final_input_.data(), norm.value.data(), final_rstd_.data(), dnorm.data(),
-                        dx.data(), norm.grad_or_null(), rows, d);
+  ops_->RmsNormBackward(final_input_.ref(), norm.value.data(), final_rstd_.ref(), dnorm.ref(),
+                        dx.ref(), norm.grad_or_null(), rows, d);
   for (int layer = config_.num_layers - 1; layer >= 0; --layer) {
-    if (absl::Status status = BackwardLayer(layer, dx.data()); !status.ok()) return status;
+    if (absl::Status status = BackwardLayer(layer, dx.ref()); !status.ok()) return status;
   }
   Parameter& embedding = Weight("model.embed_tokens.weight");
   if (embedding.grad.empty()) return absl::OkStatus();
-  ops_->EmbeddingBackward(dx.data(), tokens_.data(), embedding.grad.data(), rows, d);
+  ops_->EmbeddingBackward(dx.ref(), token_buffer_.ref(), embedding.grad.data(), rows, d);
   return absl::OkStatus();
 }
 
 // On entry dx holds d(loss)/d(layer output); on exit d(loss)/d(layer input).
-absl::Status Transformer::BackwardLayer(int layer, float* dx) {
+absl::Status Transformer::BackwardLayer(int layer, Ref<float> dx) {
   LayerActivations& act = layers_[layer];
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
@@ -453,18 +458,19 @@ absl::Status Transformer::BackwardLayer(int layer, float* dx) {
   const std::string prefix = absl::StrCat("model.layers.", layer, ".");
 
   // FFN and its norm; the residual passes dx straight to the FFN block's input.
-  std::vector<float> dnorm2(n, 0.0f);
+  Buffer<float> dnorm2 = ops_->Zeros(n);
   if (moe_index_[layer] >= 0) {
-    if (absl::Status status = BackwardMoeFfn(layer, dx, dnorm2.data()); !status.ok()) {
+    if (absl::Status status = BackwardMoeFfn(layer, dx, dnorm2.ref()); !status.ok()) {
       return status;
     }
   } else {
-    BackwardDenseFfn(layer, dx, dnorm2.data());
+    BackwardDenseFfn(layer, dx, dnorm2.ref());
   }
-  std::vector<float> dmid(dx, dx + n);
+  Buffer<float> dmid = ops_->Allocate<float>(n);
+  ops_->Copy(dx, dmid.ref(), n);
   Parameter& post_norm = Weight(prefix + "post_attention_layernorm.weight");
-  ops_->RmsNormBackward(act.norm2_input.data(), post_norm.value.data(), act.rstd2.data(),
-                        dnorm2.data(), dmid.data(), post_norm.grad_or_null(), rows, d);
+  ops_->RmsNormBackward(act.norm2_input.ref(), post_norm.value.data(), act.rstd2.ref(),
+                        dnorm2.ref(), dmid.ref(), post_norm.grad_or_null(), rows, d);
 
   // Attention block.
   const std::vector<int> one_group = {0, rows};
@@ -473,45 +479,46 @@ absl::Status Transformer::BackwardLayer(int layer, float* dx) {
   const int q_width = config_.query_width();
   const int k_width = config_.key_width();
   const int v_width = config_.value_width();
-  std::vector<float> dattention(int64_t{rows} * out_width, 0.0f);
+  Buffer<float> dattention = ops_->Zeros(int64_t{rows} * out_width);
   Parameter& o = Weight(ProjectionName(config_, layer, "o_proj"));
-  ops_->ProjectGroupsBackward(act.attention.data(), one_group, o.value.data(), o.grad_or_null(), 0,
-                              out_width, d, Lora(layer, "o_proj"), act.lora_o, dmid.data(),
-                              dattention.data());
-  std::vector<float> dq(int64_t{rows} * q_width, 0.0f), dk(int64_t{rows} * k_width, 0.0f),
-      dv(int64_t{rows} * v_width, 0.0f);
+  ops_->ProjectGroupsBackward(act.attention.ref(), one_group, o.value.data(), o.grad_or_null(), 0,
+                              out_width, d, Lora(layer, "o_proj"), act.lora_o.ref(), dmid.ref(),
+                              dattention.ref());
+  Buffer<float> dq = ops_->Zeros(int64_t{rows} * q_width);
+  Buffer<float> dk = ops_->Zeros(int64_t{rows} * k_width);
+  Buffer<float> dv = ops_->Zeros(int64_t{rows} * v_width);
   int64_t probs_offset = 0;
   for (size_t s = 0; s + 1 < sequence_starts_.size(); ++s) {
     const int begin = sequence_starts_[s];
     const int length = sequence_starts_[s + 1] - begin;
     ops_->CausalAttentionBackward(
-        act.q.data() + int64_t{begin} * q_width, act.k.data() + int64_t{begin} * k_width,
-        act.v.data() + int64_t{begin} * v_width, attention_probs_[layer].data() + probs_offset,
-        dattention.data() + int64_t{begin} * out_width, dq.data() + int64_t{begin} * q_width,
-        dk.data() + int64_t{begin} * k_width, dv.data() + int64_t{begin} * v_width, length, shape);
+        act.q.ref() + int64_t{begin} * q_width, act.k.ref() + int64_t{begin} * k_width,
+        act.v.ref() + int64_t{begin} * v_width, attention_probs_[layer].ref() + probs_offset,
+        dattention.ref() + int64_t{begin} * out_width, dq.ref() + int64_t{begin} * q_width,
+        dk.ref() + int64_t{begin} * k_width, dv.ref() + int64_t{begin} * v_width, length, shape);
     probs_offset += int64_t{shape.heads} * length * length;
   }
-  std::vector<float> dnorm1(n, 0.0f);
+  Buffer<float> dnorm1 = ops_->Zeros(n);
   if (config_.latent_attention()) {
-    BackwardLatentProjections(layer, act, dq, dk, dv, dnorm1.data());
+    BackwardLatentProjections(layer, act, dq, dk, dv, dnorm1.ref());
   } else {
-    BackwardStandardProjections(layer, act, dq, dk, dv, dnorm1.data());
+    BackwardStandardProjections(layer, act, dq, dk, dv, dnorm1.ref());
   }
-  std::copy(dmid.begin(), dmid.end(), dx);  // Residual around attention.
+  ops_->Copy(dmid.ref(), dx, n);  // Residual around attention.
   Parameter& input_norm = Weight(prefix + "input_layernorm.weight");
-  ops_->RmsNormBackward(act.input.data(), input_norm.value.data(), act.rstd1.data(), dnorm1.data(),
-                        dx, input_norm.grad_or_null(), rows, d);
+  ops_->RmsNormBackward(act.input.ref(), input_norm.value.data(), act.rstd1.ref(), dnorm1.ref(), dx,
+                        input_norm.grad_or_null(), rows, d);
   return absl::OkStatus();
 }
 
-void Transformer::BackwardDenseFfn(int layer, const float* dy, float* dnorm2) {
+void Transformer::BackwardDenseFfn(int layer, Ref<const float> dy, Ref<float> dnorm2) {
   LayerActivations& act = layers_[layer];
-  BackwardSwiGluMlp(layer, act.norm2.data(), 0, config_.dense_ffn_dim, 0, act, dy, dnorm2);
+  BackwardSwiGluMlp(layer, act.norm2.ref(), 0, config_.dense_ffn_dim, 0, act, dy, dnorm2);
 }
 
-void Transformer::BackwardSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn,
-                                    int first_group, LayerActivations& act, const float* dy,
-                                    float* dx) {
+void Transformer::BackwardSwiGluMlp(int layer, Ref<const float> x, int64_t weight_stride, int ffn,
+                                    int first_group, LayerActivations& act, Ref<const float> dy,
+                                    Ref<float> dx) {
   const int d = config_.d_model;
   const int64_t hidden = static_cast<int64_t>(act.group_offsets.back()) * ffn;
   const int64_t first = first_group * weight_stride;
@@ -522,20 +529,23 @@ void Transformer::BackwardSwiGluMlp(int layer, const float* x, int64_t weight_st
     return std::pair<const float*, float*>(weight.value.data() + first,
                                            grad == nullptr ? nullptr : grad + first);
   };
-  std::vector<float> dactivation(hidden, 0.0f), dgate(hidden, 0.0f), dup(hidden, 0.0f);
+  Buffer<float> dactivation = ops_->Zeros(hidden);
+  Buffer<float> dgate = ops_->Zeros(hidden);
+  Buffer<float> dup = ops_->Zeros(hidden);
   const auto [down, down_grad] = from_first("down_proj");
-  ops_->ProjectGroupsBackward(act.activation.data(), act.group_offsets, down, down_grad,
+  ops_->ProjectGroupsBackward(act.activation.ref(), act.group_offsets, down, down_grad,
                               weight_stride, ffn, d, Lora(layer, "down_proj", first_group),
-                              act.lora_down, dy, dactivation.data());
-  ops_->SwiGluBackward(act.gate.data(), act.up.data(), dactivation.data(), dgate.data(), dup.data(),
+                              act.lora_down.ref(), dy, dactivation.ref());
+  ops_->SwiGluBackward(act.gate.ref(), act.up.ref(), dactivation.ref(), dgate.ref(), dup.ref(),
                        hidden);
   const auto [gate, gate_grad] = from_first("gate_proj");
   const auto [up, up_grad] = from_first("up_proj");
   ops_->ProjectGroupsBackward(x, act.group_offsets, gate, gate_grad, weight_stride, d, ffn,
-                              Lora(layer, "gate_proj", first_group), act.lora_gate, dgate.data(),
-                              dx);
+                              Lora(layer, "gate_proj", first_group), act.lora_gate.ref(),
+                              dgate.ref(), dx);
   ops_->ProjectGroupsBackward(x, act.group_offsets, up, up_grad, weight_stride, d, ffn,
-                              Lora(layer, "up_proj", first_group), act.lora_up, dup.data(), dx);
+                              Lora(layer, "up_proj", first_group), act.lora_up.ref(), dup.ref(),
+                              dx);
 }
 
 }  // namespace tandem::engine

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/buffer.h"
 #include "engine/decode_engine.h"
 #include "engine/expert_exchange.h"
 #include "engine/model.h"
@@ -53,7 +54,8 @@ class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
   // q, k, v: [rows, heads, head_dim] after RoPE; writes out [rows, heads, head_dim].
-  virtual void Attend(int layer, const float* q, const float* k, const float* v, float* out) = 0;
+  virtual void Attend(int layer, Ref<const float> q, Ref<const float> k, Ref<const float> v,
+                      Ref<float> out) = 0;
 };
 
 // The MoE transformer's forward and backward over a BaseModel and an optional LoRA adapter.
@@ -86,7 +88,7 @@ class Transformer : public DecodeEngine {
 
   // The final normalized hidden states [tokens, d_model] of the last Forward, which the LM head
   // reads: the input of a head outside the model, such as PPO's value head.
-  const std::vector<float>& final_hidden() const { return final_norm_; }
+  const std::vector<float>& final_hidden() const { return final_hidden_; }
 
   // Backpropagates dlogits [tokens, vocab] of the last Forward, plus, if non-null, dhidden
   // [tokens, d_model] (the gradient of a head outside the model with respect to
@@ -117,27 +119,27 @@ class Transformer : public DecodeEngine {
  private:
   struct LayerActivations;
 
-  absl::Status RunLayer(int layer, const int* positions, int rows, AttentionBackend& attention,
-                        const int16_t* replay, LayerActivations& act);
+  // Embedding, layers and head over token_buffer_ and position_buffer_.
+  absl::Status RunLayers(int rows, AttentionBackend& attention, const int16_t* replay);
+  absl::Status RunLayer(int layer, int rows, AttentionBackend& attention, const int16_t* replay,
+                        LayerActivations& act);
   // Queries, keys and values of a layer in the attention kernels' layout (act.q, act.k, act.v),
   // roped, from act.norm1; and back: dq, dk, dv (consumed) into dnorm1 and the weights' and
   // LoRA's gradients. Standard grouped-query attention here; DeepSeek's latent attention in
   // transformer_latent.cc.
-  void RunStandardProjections(int layer, const int* positions, int rows, LayerActivations& act);
-  void BackwardStandardProjections(int layer, LayerActivations& act, std::vector<float>& dq,
-                                   std::vector<float>& dk, const std::vector<float>& dv,
-                                   float* dnorm1);
-  void RunLatentProjections(int layer, const int* positions, int rows, LayerActivations& act);
-  void BackwardLatentProjections(int layer, LayerActivations& act, std::vector<float>& dq,
-                                 std::vector<float>& dk, const std::vector<float>& dv,
-                                 float* dnorm1);
+  void RunStandardProjections(int layer, int rows, LayerActivations& act);
+  void BackwardStandardProjections(int layer, LayerActivations& act, Buffer<float>& dq,
+                                   Buffer<float>& dk, const Buffer<float>& dv, Ref<float> dnorm1);
+  void RunLatentProjections(int layer, int rows, LayerActivations& act);
+  void BackwardLatentProjections(int layer, LayerActivations& act, Buffer<float>& dq,
+                                 Buffer<float>& dk, const Buffer<float>& dv, Ref<float> dnorm1);
   // RMSNorm of a q or k projection x ([rows, heads * head_dim]) in place, as config's qk_norm
   // says; keeps the input in `raw` and the reciprocal RMS in `rstd` for the backward.
-  void NormalizeQk(const std::string& weight, int rows, int heads, std::vector<float>& x,
-                   std::vector<float>& raw, std::vector<float>& rstd);
+  void NormalizeQk(const std::string& weight, int rows, int heads, Buffer<float>& x,
+                   Buffer<float>& raw, Buffer<float>& rstd);
   // Turns dx, the gradient of the normalized projection, into that of the raw one.
-  void NormalizeQkBackward(const std::string& weight, int heads, const std::vector<float>& raw,
-                           const std::vector<float>& rstd, std::vector<float>& dx);
+  void NormalizeQkBackward(const std::string& weight, int heads, const Buffer<float>& raw,
+                           const Buffer<float>& rstd, Buffer<float>& dx);
   void RunDenseFfn(int layer, int rows, LayerActivations& act);
   // The MoE block (transformer_moe.cc): route -> permute -> dispatch -> experts -> combine ->
   // unpermute and gate, plus the shared experts; act.ffn_out gets the block's output.
@@ -153,19 +155,20 @@ class Transformer : public DecodeEngine {
   // (first_group + g) * weight_stride: one dense MLP with stride 0, or one expert per group), with
   // LoRA; keeps gate, up and activation in `act` for the backward pass and writes `out`
   // ([rows, d_model]).
-  void RunSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn, int first_group,
-                    LayerActivations& act, std::vector<float>& out);
+  void RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_stride, int ffn, int first_group,
+                    LayerActivations& act, Buffer<float>& out);
   // Backward of RunSwiGluMlp: dx += ∂L/∂x, weight and LoRA gradients accumulated.
-  void BackwardSwiGluMlp(int layer, const float* x, int64_t weight_stride, int ffn, int first_group,
-                         LayerActivations& act, const float* dy, float* dx);
-  void RunHead(int rows, const float* x);
-  absl::Status BackwardLayer(int layer, float* dx);
-  void BackwardDenseFfn(int layer, const float* dy, float* dn2);
-  absl::Status BackwardMoeFfn(int layer, const float* dy, float* dn2);
-  void BackwardSharedExperts(int layer, int rows, const float* dy, float* dn2);
-  void Round(float* values, int64_t count) const;
+  void BackwardSwiGluMlp(int layer, Ref<const float> x, int64_t weight_stride, int ffn,
+                         int first_group, LayerActivations& act, Ref<const float> dy,
+                         Ref<float> dx);
+  void RunHead(int rows);  // From final_input_.
+  absl::Status BackwardLayer(int layer, Ref<float> dx);
+  void BackwardDenseFfn(int layer, Ref<const float> dy, Ref<float> dn2);
+  absl::Status BackwardMoeFfn(int layer, Ref<const float> dy, Ref<float> dn2);
+  void BackwardSharedExperts(int layer, int rows, Ref<const float> dy, Ref<float> dn2);
+  void Round(Ref<float> values, int64_t count) const;
   // The input of FP8 linear layers: quantized per row (token) in FP8 mode, as is otherwise.
-  void QuantizeInput(float* values, int64_t rows, int64_t width) const;
+  void QuantizeInput(Ref<float> values, int64_t rows, int64_t width) const;
   Parameter& Weight(const std::string& name);
   // A projection's LoRA, its groups (experts) counted from `first_group`.
   std::optional<LoraProjection> Lora(int layer, absl::string_view module, int first_group = 0);
@@ -181,16 +184,19 @@ class Transformer : public DecodeEngine {
   // What every computation goes through (the CPU kernels); const methods emulate precision.
   const std::unique_ptr<ModelOps> ops_;
 
-  // State of the last Forward.
+  // State of the last Forward: host metadata, the backend's activations, host copies of what
+  // callers read.
   std::vector<int> tokens_;
   std::vector<int> positions_;
   std::vector<int> sequence_starts_;
+  Buffer<int> token_buffer_, position_buffer_;
   std::vector<LayerActivations> layers_;
-  std::vector<float> final_input_, final_norm_, final_rstd_, logits_;
+  Buffer<float> final_input_, final_norm_, final_rstd_, logits_;
+  std::vector<Buffer<float>> attention_probs_;  // Per layer, per sequence [H, T, T].
+  std::vector<float> final_hidden_, logits_on_host_;
   std::vector<int16_t> routes_, live_routes_;
   RoutingStats stats_;
   std::vector<uint8_t> token_replayed_, token_differs_;  // Per token, for RoutingStats.
-  std::vector<std::vector<float>> attention_probs_;      // Per layer, per sequence [H, T, T].
 };
 
 }  // namespace tandem::engine

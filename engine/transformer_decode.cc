@@ -1,5 +1,5 @@
-// Transformer as a DecodeEngine: key/value caches in host memory and the attention backends that
-// fill and read them.
+// Transformer as a DecodeEngine: key/value caches in the operations' memory and the attention
+// backends that fill and read them.
 
 #include <algorithm>
 #include <memory>
@@ -11,34 +11,36 @@
 namespace tandem::engine {
 namespace {
 
-// Per layer [positions, key_width] keys and [positions, value_width] values.
-struct HostSequenceCache : SequenceCache {
-  std::vector<std::vector<float>> keys, values;
+// Per layer [positions, key_width] keys and [positions, value_width] values, in the memory of the
+// transformer's operations.
+struct BufferSequenceCache : SequenceCache {
+  std::vector<Buffer<float>> keys, values;
 };
 
-HostSequenceCache& HostCache(SequenceCache& cache) {
-  return static_cast<HostSequenceCache&>(cache);
+BufferSequenceCache& CacheOf(SequenceCache& cache) {
+  return static_cast<BufferSequenceCache&>(cache);
 }
 
 // Prompt rows of one sequence: causal attention among them, caching their keys and values.
 class PrefillAttention : public AttentionBackend {
  public:
-  PrefillAttention(ModelOps& ops, HostSequenceCache& cache, int rows, const ModelConfig& config)
+  PrefillAttention(ModelOps& ops, BufferSequenceCache& cache, int rows, const ModelConfig& config)
       : ops_(ops), cache_(cache), rows_(rows), config_(config) {}
 
-  void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
-    std::copy_n(k, int64_t{rows_} * config_.key_width(), cache_.keys[layer].begin());
-    std::copy_n(v, int64_t{rows_} * config_.value_width(), cache_.values[layer].begin());
-    probs_.resize(static_cast<size_t>(config_.num_heads) * rows_ * rows_);
-    ops_.CausalAttention(q, k, v, out, probs_.data(), rows_, config_.attention_shape());
+  void Attend(int layer, Ref<const float> q, Ref<const float> k, Ref<const float> v,
+              Ref<float> out) override {
+    ops_.Copy(k, cache_.keys[layer].ref(), int64_t{rows_} * config_.key_width());
+    ops_.Copy(v, cache_.values[layer].ref(), int64_t{rows_} * config_.value_width());
+    ops_.Resize(probs_, int64_t{config_.num_heads} * rows_ * rows_);
+    ops_.CausalAttention(q, k, v, out, probs_.ref(), rows_, config_.attention_shape());
   }
 
  private:
   ModelOps& ops_;
-  HostSequenceCache& cache_;
+  BufferSequenceCache& cache_;
   const int rows_;
   const ModelConfig& config_;
-  std::vector<float> probs_;
+  Buffer<float> probs_;
 };
 
 // One row per sequence: append its key/value to the cache, attend over the cache.
@@ -48,18 +50,18 @@ class DecodeAttention : public AttentionBackend {
                   const ModelConfig& config)
       : ops_(ops), positions_(positions), caches_(caches), config_(config) {}
 
-  void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
+  void Attend(int layer, Ref<const float> q, Ref<const float> k, Ref<const float> v,
+              Ref<float> out) override {
     const cpu::AttentionShape shape = config_.attention_shape();
     const int q_width = config_.query_width(), out_width = config_.attention_out_dim();
     const int k_width = config_.key_width(), v_width = config_.value_width();
     for (size_t row = 0; row < caches_.size(); ++row) {
-      HostSequenceCache& cache = HostCache(*caches_[row]);
+      BufferSequenceCache& cache = CacheOf(*caches_[row]);
       const int position = positions_[row];
-      std::copy_n(k + row * k_width, k_width,
-                  cache.keys[layer].begin() + int64_t{position} * k_width);
-      std::copy_n(v + row * v_width, v_width,
-                  cache.values[layer].begin() + int64_t{position} * v_width);
-      ops_.DecodeAttention(q + row * q_width, cache.keys[layer].data(), cache.values[layer].data(),
+      ops_.Copy(k + row * k_width, cache.keys[layer].ref() + int64_t{position} * k_width, k_width);
+      ops_.Copy(v + row * v_width, cache.values[layer].ref() + int64_t{position} * v_width,
+                v_width);
+      ops_.DecodeAttention(q + row * q_width, cache.keys[layer].ref(), cache.values[layer].ref(),
                            position + 1, out + row * out_width, shape);
     }
   }
@@ -74,11 +76,11 @@ class DecodeAttention : public AttentionBackend {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SequenceCache>> Transformer::NewCache(int positions) {
-  auto cache = std::make_unique<HostSequenceCache>();
-  cache->keys.assign(config_.num_layers,
-                     std::vector<float>(static_cast<size_t>(positions) * config_.key_width()));
-  cache->values.assign(config_.num_layers,
-                       std::vector<float>(static_cast<size_t>(positions) * config_.value_width()));
+  auto cache = std::make_unique<BufferSequenceCache>();
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    cache->keys.push_back(ops_->Zeros(int64_t{positions} * config_.key_width()));
+    cache->values.push_back(ops_->Zeros(int64_t{positions} * config_.value_width()));
+  }
   return cache;
 }
 
@@ -87,7 +89,7 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
   const int vocab = config_.vocab_size;
   const int64_t route_row = int64_t{config_.num_moe_layers()} * config_.top_k;
   for (size_t s = 0; s < prompts.size(); ++s) {
-    const HostSequenceCache& cache = HostCache(*prompts[s].cache);
+    const BufferSequenceCache& cache = CacheOf(*prompts[s].cache);
     const int64_t capacity =
         cache.keys.empty() ? 0 : static_cast<int64_t>(cache.keys.front().size()) / config_.key_width();
     if (prompts[s].length < 1 || prompts[s].length > capacity) {
@@ -103,7 +105,7 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
     positions.resize(rows);
     for (int t = 0; t < rows; ++t) positions[t] = t;
     logits.resize(static_cast<size_t>(rows) * vocab);
-    PrefillAttention attention(*ops_, HostCache(*prompt.cache), rows, config_);
+    PrefillAttention attention(*ops_, CacheOf(*prompt.cache), rows, config_);
     if (absl::Status status =
             ForwardRows(prompt.tokens, positions.data(), rows, attention, logits.data(), routes);
         !status.ok()) {
