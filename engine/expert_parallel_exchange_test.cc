@@ -75,15 +75,6 @@ LoraAdapter Adapter(const ModelConfig& config, ExpertLayout layout) {
   return lora;
 }
 
-std::vector<float> Gradients(const ParameterSet& parameters) {
-  std::vector<float> all;
-  for (const std::string& name : parameters.names()) {
-    const std::vector<float>& grad = parameters.Find(name)->grad;
-    all.insert(all.end(), grad.begin(), grad.end());
-  }
-  return all;
-}
-
 // The largest |a - b| / max(1, |a|).
 double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -119,7 +110,7 @@ Computed Compute(const BaseModel& shared_base, ExpertLayout layout, int ranks,
     routes[rank] = transformer.routes();
     const std::vector<float> dlogits = RankDlogits(config, batch, rank);
     ASSERT_TRUE(transformer.Backward(dlogits.data()).ok());
-    gradients[rank] = Gradients(lora.parameters());
+    gradients[rank] = test_models::Gradients(lora.parameters());
   };
   if (expert_parallel) {
     OnRanks(ranks, [&](int rank, Communicator& group) {

@@ -83,7 +83,7 @@ double RoutingStats::token_disagreement() const {
 }
 
 Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precision,
-                         ExpertExchange* exchange)
+                         ExpertExchange* exchange, std::unique_ptr<ModelOps> ops)
     : config_(model.config()),
       model_(model),
       lora_(lora),
@@ -94,7 +94,7 @@ Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precisio
       exchange_(exchange == nullptr ? all_experts_local_.get() : exchange),
       moe_layers_(config_.MoeLayerIndices()),
       moe_index_(config_.num_layers, -1),
-      ops_(std::make_unique<CpuModelOps>(config_)),
+      ops_(ops != nullptr ? std::move(ops) : std::make_unique<CpuModelOps>(config_)),
       layers_(config_.num_layers),
       attention_probs_(config_.num_layers) {
   for (size_t m = 0; m < moe_layers_.size(); ++m) moe_index_[moe_layers_[m]] = static_cast<int>(m);

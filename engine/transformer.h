@@ -63,11 +63,12 @@ class AttentionBackend {
 // order of ModelConfig::MoeLayerIndices().
 class Transformer : public DecodeEngine {
  public:
-  // None is owned; each must outlive this object. lora may be null. `exchange` moves each MoE
-  // layer's routed rows to the ranks computing their experts and back (expert parallelism); null:
-  // every expert is computed here.
+  // model, lora and exchange are not owned; each must outlive this object. lora may be null.
+  // `exchange` moves each MoE layer's routed rows to the ranks computing their experts and back
+  // (expert parallelism); null: every expert is computed here. `ops` computes everything; null:
+  // the CPU kernels (CpuModelOps).
   Transformer(BaseModel& model, LoraAdapter* lora, Precision precision = Precision::kF32,
-              ExpertExchange* exchange = nullptr);
+              ExpertExchange* exchange = nullptr, std::unique_ptr<ModelOps> ops = nullptr);
   ~Transformer() override;
 
   // Full-sequence forward of a packed batch, keeping activations for Backward. With

@@ -16,6 +16,7 @@
 namespace tandem::engine {
 namespace {
 
+using test_models::Gradients;
 using test_models::kConfigs;
 using test_models::NamedConfig;
 using test_models::RandomizeLora;
@@ -51,15 +52,6 @@ double Dot(const std::vector<float>& a, const std::vector<float>& b) {
   double sum = 0;
   for (size_t i = 0; i < a.size(); ++i) sum += double{a[i]} * b[i];
   return sum;
-}
-
-std::vector<float> Gradients(const ParameterSet& parameters) {
-  std::vector<float> all;
-  for (const std::string& name : parameters.names()) {
-    const Parameter& parameter = *parameters.Find(name);
-    all.insert(all.end(), parameter.grad.begin(), parameter.grad.end());
-  }
-  return all;
 }
 
 TEST_P(ConfigTest, ReplayingLiveRoutesReproducesForwardAndGradientsExactly) {

@@ -100,4 +100,13 @@ TokenBatch TwoSequences() {
   return batch;
 }
 
+std::vector<float> Gradients(const ParameterSet& parameters) {
+  std::vector<float> all;
+  for (const std::string& name : parameters.names()) {
+    const std::vector<float>& grad = parameters.Find(name)->grad;
+    all.insert(all.end(), grad.begin(), grad.end());
+  }
+  return all;
+}
+
 }  // namespace tandem::engine::test_models

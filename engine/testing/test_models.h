@@ -2,6 +2,7 @@
 #define TANDEM_ENGINE_TESTING_TEST_MODELS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/config.h"
 #include "engine/model.h"
@@ -41,6 +42,9 @@ LoraConfig TestLora(const ModelConfig& model);
 // Random weights larger than the default init, so every path carries signal.
 BaseModel RandomModel(const ModelConfig& config, uint64_t seed);
 void RandomizeLora(LoraAdapter& adapter, uint64_t seed);
+
+// Every parameter's gradient, in name order, end to end.
+std::vector<float> Gradients(const ParameterSet& parameters);
 
 // Two packed sequences of 7 and 5 tokens (ids < 20).
 TokenBatch TwoSequences();
