@@ -9,6 +9,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grouped_lora.h"
+#include "kernels/cpu/permute.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/swiglu.h"
 
@@ -20,10 +21,16 @@ T* At(Ref<T> ref) {
   return BufferAccess::Address(ref);
 }
 
+const cpu::ExpertPermutation& Cpu(const ExpertPermutation& permutation) {
+  return *static_cast<const cpu::ExpertPermutation*>(permutation.state.get());
+}
+
 }  // namespace
 
 CpuModelOps::CpuModelOps(const ModelConfig& config)
     : rope_(config.RopeFrequencies()), decode_scratch_(config.max_seq_len) {}
+
+absl::Status CpuModelOps::Finish() { return absl::OkStatus(); }
 
 std::shared_ptr<void> CpuModelOps::AllocateBytes(int64_t bytes) {
   return std::shared_ptr<void>(std::malloc(std::max<int64_t>(bytes, 1)), std::free);
@@ -194,32 +201,33 @@ void CpuModelOps::RouterGatesBackward(Ref<const float> logits, Ref<const float> 
                            k, normalize, scoring);
 }
 
-cpu::ExpertPermutation CpuModelOps::BuildPermutation(Ref<const int16_t> ids, int rows, int k,
-                                                     int experts) {
-  return cpu::BuildPermutation(At(ids), rows, k, experts);
+ExpertPermutation CpuModelOps::BuildPermutation(Ref<const int16_t> ids, int rows, int k,
+                                                int experts) {
+  auto built =
+      std::make_shared<cpu::ExpertPermutation>(cpu::BuildPermutation(At(ids), rows, k, experts));
+  return ExpertPermutation{.offsets = built->offsets, .rows = rows, .k = k, .state = built};
 }
 
-void CpuModelOps::PermuteRows(Ref<const float> x, const cpu::ExpertPermutation& permutation,
+void CpuModelOps::PermuteRows(Ref<const float> x, const ExpertPermutation& permutation,
                               Ref<float> out, int width) {
-  cpu::PermuteRows(At(x), permutation, At(out), width);
+  cpu::PermuteRows(At(x), Cpu(permutation), At(out), width);
 }
 
-void CpuModelOps::PermuteRowsBackward(Ref<const float> dout,
-                                      const cpu::ExpertPermutation& permutation, Ref<float> dx,
-                                      int width) {
-  cpu::PermuteRowsBackward(At(dout), permutation, At(dx), width);
+void CpuModelOps::PermuteRowsBackward(Ref<const float> dout, const ExpertPermutation& permutation,
+                                      Ref<float> dx, int width) {
+  cpu::PermuteRowsBackward(At(dout), Cpu(permutation), At(dx), width);
 }
 
-void CpuModelOps::UnpermuteAdd(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+void CpuModelOps::UnpermuteAdd(Ref<const float> y, const ExpertPermutation& permutation,
                                Ref<const float> gates, Ref<float> out, int width) {
-  cpu::UnpermuteAdd(At(y), permutation, At(gates), At(out), width);
+  cpu::UnpermuteAdd(At(y), Cpu(permutation), At(gates), At(out), width);
 }
 
-void CpuModelOps::UnpermuteAddBackward(Ref<const float> y,
-                                       const cpu::ExpertPermutation& permutation,
+void CpuModelOps::UnpermuteAddBackward(Ref<const float> y, const ExpertPermutation& permutation,
                                        Ref<const float> gates, Ref<const float> dout, Ref<float> dy,
                                        Ref<float> dgates, int width) {
-  cpu::UnpermuteAddBackward(At(y), permutation, At(gates), At(dout), At(dy), At(dgates), width);
+  cpu::UnpermuteAddBackward(At(y), Cpu(permutation), At(gates), At(dout), At(dy), At(dgates),
+                            width);
 }
 
 void CpuModelOps::Add(Ref<float> target_ref, Ref<const float> values_ref, int64_t n) {

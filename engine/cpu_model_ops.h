@@ -15,6 +15,7 @@ class CpuModelOps final : public ModelOps {
  public:
   explicit CpuModelOps(const ModelConfig& config);
 
+  absl::Status Finish() override;
   void Copy(Ref<const float> source, Ref<float> target, int64_t count) override;
   void Fill(Ref<float> target, float value, int64_t count) override;
   void Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in, int out,
@@ -58,15 +59,14 @@ class CpuModelOps final : public ModelOps {
   void RouterGatesBackward(Ref<const float> logits, Ref<const float> scores, Ref<const int16_t> ids,
                            Ref<const float> dgates, Ref<float> dlogits, int rows, int experts,
                            int k, bool normalize, cpu::ScoringFunction scoring) override;
-  cpu::ExpertPermutation BuildPermutation(Ref<const int16_t> ids, int rows, int k,
-                                          int experts) override;
-  void PermuteRows(Ref<const float> x, const cpu::ExpertPermutation& permutation, Ref<float> out,
+  ExpertPermutation BuildPermutation(Ref<const int16_t> ids, int rows, int k, int experts) override;
+  void PermuteRows(Ref<const float> x, const ExpertPermutation& permutation, Ref<float> out,
                    int width) override;
-  void PermuteRowsBackward(Ref<const float> dout, const cpu::ExpertPermutation& permutation,
+  void PermuteRowsBackward(Ref<const float> dout, const ExpertPermutation& permutation,
                            Ref<float> dx, int width) override;
-  void UnpermuteAdd(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+  void UnpermuteAdd(Ref<const float> y, const ExpertPermutation& permutation,
                     Ref<const float> gates, Ref<float> out, int width) override;
-  void UnpermuteAddBackward(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+  void UnpermuteAddBackward(Ref<const float> y, const ExpertPermutation& permutation,
                             Ref<const float> gates, Ref<const float> dout, Ref<float> dy,
                             Ref<float> dgates, int width) override;
   void Add(Ref<float> target, Ref<const float> values, int64_t n) override;

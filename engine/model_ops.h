@@ -6,13 +6,23 @@
 #include <optional>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "engine/buffer.h"
 #include "engine/model.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/permute.h"
 #include "kernels/cpu/router.h"
 
 namespace tandem::engine {
+
+// How BuildPermutation grouped one MoE layer's routed rows (rows × k slots) by expert: the
+// offsets on the host, where the expert exchange and the grouped projections plan with them; the
+// rest in the backend's own form (the CPU's cpu::ExpertPermutation, a device's arrays).
+struct ExpertPermutation {
+  std::vector<int> offsets;  // [experts + 1]: expert e's rows are [offsets[e], offsets[e + 1]).
+  int rows = 0;
+  int k = 0;
+  std::shared_ptr<const void> state;
+};
 
 // Every computation the transformer's graph makes, so that one graph runs over whichever backend
 // implements them (the CPU kernels, CUDA's). Activations live in the backend's memory and reach
@@ -23,6 +33,11 @@ namespace tandem::engine {
 class ModelOps {
  public:
   virtual ~ModelOps() = default;
+
+  // Ends a forward, backward or decode: the first error any operation since the last Finish met
+  // (operations return nothing: a device backend learns of failures late), with the results the
+  // graph's caller reads (host gradients) in place. The CPU backend cannot fail.
+  virtual absl::Status Finish() = 0;
 
   // Memory. Resize keeps the contents only when the buffer does not grow. The graph reads results
   // on the host only through CopyOut (routes, logits, hidden states).
@@ -112,17 +127,16 @@ class ModelOps {
                                    Ref<float> dlogits, int rows, int experts, int k, bool normalize,
                                    cpu::ScoringFunction scoring) = 0;
 
-  // Token dispatch by expert (kernels/cpu/permute.h has the contracts). The permutation's offsets
-  // are host data: the exchange and the grouped projections plan with them.
-  virtual cpu::ExpertPermutation BuildPermutation(Ref<const int16_t> ids, int rows, int k,
-                                                  int experts) = 0;
-  virtual void PermuteRows(Ref<const float> x, const cpu::ExpertPermutation& permutation,
-                           Ref<float> out, int width) = 0;
-  virtual void PermuteRowsBackward(Ref<const float> dout, const cpu::ExpertPermutation& permutation,
+  // Token dispatch by expert (kernels/cpu/permute.h has the contracts).
+  virtual ExpertPermutation BuildPermutation(Ref<const int16_t> ids, int rows, int k,
+                                             int experts) = 0;
+  virtual void PermuteRows(Ref<const float> x, const ExpertPermutation& permutation, Ref<float> out,
+                           int width) = 0;
+  virtual void PermuteRowsBackward(Ref<const float> dout, const ExpertPermutation& permutation,
                                    Ref<float> dx, int width) = 0;
-  virtual void UnpermuteAdd(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+  virtual void UnpermuteAdd(Ref<const float> y, const ExpertPermutation& permutation,
                             Ref<const float> gates, Ref<float> out, int width) = 0;
-  virtual void UnpermuteAddBackward(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+  virtual void UnpermuteAddBackward(Ref<const float> y, const ExpertPermutation& permutation,
                                     Ref<const float> gates, Ref<const float> dout, Ref<float> dy,
                                     Ref<float> dgates, int width) = 0;
 

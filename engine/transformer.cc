@@ -207,6 +207,7 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
   ops_->CopyOut(final_norm_.ref(), final_hidden_.data(), final_norm_.size());
   logits_on_host_.resize(logits_.size());
   ops_->CopyOut(logits_.ref(), logits_on_host_.data(), logits_.size());
+  if (absl::Status status = ops_->Finish(); !status.ok()) return status;
   return logits_on_host_.data();
 }
 
@@ -219,7 +220,7 @@ absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, i
   if (absl::Status status = RunLayers(rows, attention, nullptr); !status.ok()) return status;
   ops_->CopyOut(logits_.ref(), logits, logits_.size());
   if (routes_out != nullptr) std::copy(routes_.begin(), routes_.end(), routes_out);
-  return absl::OkStatus();
+  return ops_->Finish();
 }
 
 absl::Status Transformer::RunLayers(int rows, AttentionBackend& attention, const int16_t* replay) {
@@ -444,9 +445,10 @@ absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dh
     if (absl::Status status = BackwardLayer(layer, dx.ref()); !status.ok()) return status;
   }
   Parameter& embedding = Weight("model.embed_tokens.weight");
-  if (embedding.grad.empty()) return absl::OkStatus();
-  ops_->EmbeddingBackward(dx.ref(), token_buffer_.ref(), embedding.grad.data(), rows, d);
-  return absl::OkStatus();
+  if (!embedding.grad.empty()) {
+    ops_->EmbeddingBackward(dx.ref(), token_buffer_.ref(), embedding.grad.data(), rows, d);
+  }
+  return ops_->Finish();
 }
 
 // On entry dx holds d(loss)/d(layer output); on exit d(loss)/d(layer input).

@@ -94,13 +94,14 @@ class Transformer : public DecodeEngine {
   // Backpropagates dlogits [tokens, vocab] of the last Forward, plus, if non-null, dhidden
   // [tokens, d_model] (the gradient of a head outside the model with respect to
   // final_hidden()), into every parameter whose gradients are enabled
-  // (ParameterSet::EnableGradients), accumulating. Fails only when the expert exchange does.
+  // (ParameterSet::EnableGradients), accumulating. Fails only when the expert exchange or the
+  // operations' backend does.
   absl::Status Backward(const float* dlogits, const float* dhidden = nullptr);
 
   // One forward over arbitrary rows (token, absolute position) with a caller's attention;
   // what generation builds on. Writes logits [rows, vocab] and, if non-null, the routes
   // used [rows, moe_layers, top_k]. Activations are not kept. Fails only when the expert
-  // exchange does.
+  // exchange or the operations' backend does.
   absl::Status ForwardRows(const int* tokens, const int* positions, int rows,
                            AttentionBackend& attention, float* logits, int16_t* routes_out);
 

@@ -6,8 +6,8 @@
 
 #include "engine/buffer.h"
 #include "engine/expert_exchange.h"
+#include "engine/model_ops.h"
 #include "engine/transformer.h"
-#include "kernels/cpu/permute.h"
 
 // Internal to the Transformer's implementation files.
 namespace tandem::engine {
@@ -25,7 +25,7 @@ struct Transformer::LayerActivations {
   // MoE only.
   Buffer<float> router_logits, scores, gate_weights;
   Buffer<int16_t> ids;
-  cpu::ExpertPermutation permutation;
+  ExpertPermutation permutation;
   // The rows the local experts computed (after Dispatch), and their results (after Combine: this
   // rank's routed rows in expert order).
   ExchangePlan exchange_plan;

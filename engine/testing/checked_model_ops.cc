@@ -74,6 +74,11 @@ void CheckedModelOps::Need(const char* call, const char* argument, Ref<T> ref, i
   violations_.push_back(absl::StrCat(call, " ", argument, ": ", ref.size(), " < ", count));
 }
 
+absl::Status CheckedModelOps::Finish() {
+  Call call(*this, "Finish");
+  return cpu_.Finish();
+}
+
 void CheckedModelOps::Copy(Ref<const float> source, Ref<float> target, int64_t count) {
   Call call(*this, "Copy");
   Need("Copy", "source", source, count);
@@ -315,51 +320,50 @@ void CheckedModelOps::RouterGatesBackward(Ref<const float> logits, Ref<const flo
                            scoring);
 }
 
-cpu::ExpertPermutation CheckedModelOps::BuildPermutation(Ref<const int16_t> ids, int rows, int k,
-                                                         int experts) {
+ExpertPermutation CheckedModelOps::BuildPermutation(Ref<const int16_t> ids, int rows, int k,
+                                                    int experts) {
   Call call(*this, "BuildPermutation");
   Need("BuildPermutation", "ids", ids, int64_t{rows} * k);
   return cpu_.BuildPermutation(ids, rows, k, experts);
 }
 
-void CheckedModelOps::PermuteRows(Ref<const float> x, const cpu::ExpertPermutation& permutation,
+void CheckedModelOps::PermuteRows(Ref<const float> x, const ExpertPermutation& permutation,
                                   Ref<float> out, int width) {
   Call call(*this, "PermuteRows");
-  const int64_t slots = permutation.source.size();
-  Need("PermuteRows", "x", x, slots / permutation.k * width);
+  const int64_t slots = int64_t{permutation.rows} * permutation.k;
+  Need("PermuteRows", "x", x, int64_t{permutation.rows} * width);
   Need("PermuteRows", "out", out, slots * width);
   cpu_.PermuteRows(x, permutation, out, width);
 }
 
 void CheckedModelOps::PermuteRowsBackward(Ref<const float> dout,
-                                          const cpu::ExpertPermutation& permutation, Ref<float> dx,
+                                          const ExpertPermutation& permutation, Ref<float> dx,
                                           int width) {
   Call call(*this, "PermuteRowsBackward");
-  const int64_t slots = permutation.source.size();
+  const int64_t slots = int64_t{permutation.rows} * permutation.k;
   Need("PermuteRowsBackward", "dout", dout, slots * width);
-  Need("PermuteRowsBackward", "dx", dx, slots / permutation.k * width);
+  Need("PermuteRowsBackward", "dx", dx, int64_t{permutation.rows} * width);
   cpu_.PermuteRowsBackward(dout, permutation, dx, width);
 }
 
-void CheckedModelOps::UnpermuteAdd(Ref<const float> y, const cpu::ExpertPermutation& permutation,
+void CheckedModelOps::UnpermuteAdd(Ref<const float> y, const ExpertPermutation& permutation,
                                    Ref<const float> gates, Ref<float> out, int width) {
   Call call(*this, "UnpermuteAdd");
-  const int64_t slots = permutation.source.size();
+  const int64_t slots = int64_t{permutation.rows} * permutation.k;
   Need("UnpermuteAdd", "y", y, slots * width);
   Need("UnpermuteAdd", "gates", gates, slots);
-  Need("UnpermuteAdd", "out", out, slots / permutation.k * width);
+  Need("UnpermuteAdd", "out", out, int64_t{permutation.rows} * width);
   cpu_.UnpermuteAdd(y, permutation, gates, out, width);
 }
 
-void CheckedModelOps::UnpermuteAddBackward(Ref<const float> y,
-                                           const cpu::ExpertPermutation& permutation,
+void CheckedModelOps::UnpermuteAddBackward(Ref<const float> y, const ExpertPermutation& permutation,
                                            Ref<const float> gates, Ref<const float> dout,
                                            Ref<float> dy, Ref<float> dgates, int width) {
   Call call(*this, "UnpermuteAddBackward");
-  const int64_t slots = permutation.source.size();
+  const int64_t slots = int64_t{permutation.rows} * permutation.k;
   Need("UnpermuteAddBackward", "y", y, slots * width);
   Need("UnpermuteAddBackward", "gates", gates, slots);
-  Need("UnpermuteAddBackward", "dout", dout, slots / permutation.k * width);
+  Need("UnpermuteAddBackward", "dout", dout, int64_t{permutation.rows} * width);
   Need("UnpermuteAddBackward", "dy", dy, slots * width);
   Need("UnpermuteAddBackward", "dgates", dgates, slots);
   cpu_.UnpermuteAddBackward(y, permutation, gates, dout, dy, dgates, width);
