@@ -1,0 +1,521 @@
+#include "engine/cuda/cuda_model_ops.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/buffer_access.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/grouped_lora.h"
+#include "kernels/cuda/permute.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/router.h"
+#include "kernels/cuda/swiglu.h"
+
+namespace tandem::engine::cuda {
+namespace gpu = ::tandem::cuda;
+namespace {
+
+template <typename T>
+T* At(Ref<T> ref) {
+  return BufferAccess::Address(ref);
+}
+
+const gpu::DevicePermutation& Device(const ExpertPermutation& permutation) {
+  return *static_cast<const gpu::DevicePermutation*>(permutation.state.get());
+}
+
+// The device tensor holding `host`, a pointer into one of `parameters`' values (or, with
+// `gradients`, into their gradients), at the same offset.
+float* Translate(const DeviceParameters& device, const ParameterSet& parameters, const float* host,
+                 bool gradients) {
+  for (const std::string& name : parameters.names()) {
+    const Parameter& parameter = *parameters.Find(name);
+    const std::vector<float>& host_tensor = gradients ? parameter.grad : parameter.value;
+    if (host >= host_tensor.data() && host < host_tensor.data() + host_tensor.size()) {
+      float* tensor = device.Find(name);
+      return tensor == nullptr ? nullptr : tensor + (host - host_tensor.data());
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaModelOps>> CudaModelOps::Create(
+    const ModelConfig& config, int device, const BaseModel& base,
+    std::shared_ptr<const DeviceParameters> base_device, LoraAdapter* lora) {
+  if (absl::Status status = gpu::UseDevice(device); !status.ok()) return status;
+  absl::StatusOr<gpu::DeviceRopeFrequencies> rope =
+      gpu::DeviceRopeFrequencies::Upload(config.RopeFrequencies());
+  if (!rope.ok()) return rope.status();
+  std::unique_ptr<CudaModelOps> ops(
+      new CudaModelOps(device, base, std::move(base_device), lora, *std::move(rope)));
+  if (lora != nullptr) {
+    absl::StatusOr<DeviceParameters> adapter = DeviceParameters::Upload(lora->parameters());
+    if (!adapter.ok()) return adapter.status();
+    ops->adapter_device_ = *std::move(adapter);
+  }
+  return ops;
+}
+
+absl::Status CudaModelOps::AdapterChanged() {
+  if (lora_ == nullptr) return absl::OkStatus();
+  if (absl::Status status = gpu::UseDevice(device_); !status.ok()) return status;
+  return adapter_device_->Refresh(lora_->parameters());
+}
+
+void CudaModelOps::Run(const char* name, absl::FunctionRef<absl::Status()> launch) {
+  if (Failed()) return;
+  if (absl::Status status = launch(); !status.ok()) {
+    status_ = absl::Status(status.code(), absl::StrCat(name, ": ", status.message()));
+  }
+}
+
+void CudaModelOps::Refuse(const char* name, const char* why) {
+  if (Failed()) return;
+  status_ = absl::UnimplementedError(absl::StrCat(name, " on CUDA: ", why));
+}
+
+absl::Status CudaModelOps::Finish() {
+  Run("Synchronize", [] { return gpu::Synchronize(); });
+  if (!Failed() && gradients_written_) {
+    // One download per tensor; the host gradients accumulate as the CPU backend's do.
+    ParameterSet& host = lora_->parameters();
+    std::vector<float> downloaded;
+    for (const std::string& name : host.names()) {
+      Parameter& parameter = *host.Find(name);
+      downloaded.resize(parameter.grad.size());
+      Run("gradients to the host", [&] {
+        return gpu::CopyToHost(downloaded.data(), adapter_gradients_->Find(name),
+                               downloaded.size() * sizeof(float));
+      });
+      if (Failed()) break;
+      for (size_t i = 0; i < downloaded.size(); ++i) parameter.grad[i] += downloaded[i];
+    }
+    Run("zero gradients", [&] { return adapter_gradients_->Zero(); });
+    gradients_written_ = false;
+  }
+  return std::exchange(status_, absl::OkStatus());
+}
+
+std::shared_ptr<void> CudaModelOps::AllocateBytes(int64_t bytes) {
+  auto memory = std::make_shared<gpu::DeviceMemory>();
+  Run("allocate", [&]() -> absl::Status {
+    if (absl::Status status = gpu::UseDevice(device_); !status.ok()) return status;
+    absl::StatusOr<gpu::DeviceMemory> allocated =
+        gpu::DeviceMemory::Allocate(std::max<int64_t>(bytes, 1));
+    if (!allocated.ok()) return allocated.status();
+    *memory = *std::move(allocated);
+    return absl::OkStatus();
+  });
+  return std::shared_ptr<void>(memory, memory->data());
+}
+
+const float* CudaModelOps::DeviceWeight(const float* host) {
+  if (host == nullptr) return nullptr;
+  if (auto known = weights_.find(host); known != weights_.end()) return known->second;
+  const float* device = Translate(*base_device_, base_.parameters(), host, false);
+  if (device == nullptr && lora_ != nullptr) {
+    device = Translate(*adapter_device_, lora_->parameters(), host, false);
+  }
+  if (device == nullptr) {
+    Refuse("weight", "an address outside the model's and the adapter's parameters");
+    return nullptr;
+  }
+  weights_.emplace(host, device);
+  return device;
+}
+
+float* CudaModelOps::DeviceGradient(float* host) {
+  if (host == nullptr || Failed()) return nullptr;
+  if (lora_ == nullptr || Translate(*adapter_device_, lora_->parameters(), host, true) == nullptr) {
+    // Only the adapter trains on the GPU; base_ has no device gradients.
+    if (Translate(*base_device_, base_.parameters(), host, true) == nullptr) {
+      Refuse("gradient", "an address outside the adapter's gradients");
+    } else {
+      Refuse("gradient", "base-model weights are frozen on the GPU (train them on the CPU)");
+    }
+    return nullptr;
+  }
+  if (!adapter_gradients_.has_value()) {
+    absl::StatusOr<DeviceParameters> gradients = DeviceParameters::Upload(lora_->parameters());
+    Run("gradient mirrors", [&] { return gradients.status(); });
+    if (Failed()) return nullptr;
+    adapter_gradients_ = *std::move(gradients);
+    Run("zero gradients", [&] { return adapter_gradients_->Zero(); });
+  }
+  gradients_written_ = true;
+  return Translate(*adapter_gradients_, lora_->parameters(), host, true);
+}
+
+std::optional<LoraProjection> CudaModelOps::DeviceLora(const std::optional<LoraProjection>& host) {
+  if (!host.has_value()) return std::nullopt;
+  LoraProjection device = *host;
+  device.weights.a = DeviceWeight(host->weights.a);
+  device.weights.b = DeviceWeight(host->weights.b);
+  device.a_grad = DeviceGradient(host->a_grad);
+  device.b_grad = DeviceGradient(host->b_grad);
+  return device;
+}
+
+const int* CudaModelOps::DeviceOffsets(const std::vector<int>& offsets, int& max_rows) {
+  max_rows = 0;
+  for (size_t g = 0; g + 1 < offsets.size(); ++g) {
+    max_rows = std::max(max_rows, offsets[g + 1] - offsets[g]);
+  }
+  Run("offsets", [&]() -> absl::Status {
+    if (offsets_.size() < offsets.size()) {
+      absl::StatusOr<gpu::DeviceArray<int>> grown = gpu::DeviceArray<int>::Zeros(offsets.size());
+      if (!grown.ok()) return grown.status();
+      offsets_ = *std::move(grown);
+    }
+    return gpu::CopyToDevice(offsets_.data(), offsets.data(), offsets.size() * sizeof(int));
+  });
+  return offsets_.data();
+}
+
+float* CudaModelOps::Scratch(gpu::DeviceArray<float>& scratch, int64_t floats) {
+  Run("scratch", [&]() -> absl::Status {
+    if (static_cast<int64_t>(scratch.size()) >= floats) return absl::OkStatus();
+    absl::StatusOr<gpu::DeviceArray<float>> grown = gpu::DeviceArray<float>::Zeros(floats);
+    if (!grown.ok()) return grown.status();
+    scratch = *std::move(grown);
+    return absl::OkStatus();
+  });
+  return scratch.data();
+}
+
+void CudaModelOps::Copy(Ref<const float> source, Ref<float> target, int64_t count) {
+  Run("Copy", [&] { return gpu::CopyOnDevice(At(target), At(source), count * sizeof(float)); });
+}
+
+void CudaModelOps::Fill(Ref<float> target, float value, int64_t count) {
+  if (value != 0.0f) return Refuse("Fill", "only zeros");
+  Run("Fill", [&] { return gpu::ZeroDevice(At(target), count * sizeof(float)); });
+}
+
+void CudaModelOps::CopyIn(const float* host, Ref<float> target, int64_t count) {
+  Run("CopyIn", [&] { return gpu::CopyToDevice(At(target), host, count * sizeof(float)); });
+}
+
+void CudaModelOps::CopyIn(const int* host, Ref<int> target, int64_t count) {
+  Run("CopyIn", [&] { return gpu::CopyToDevice(At(target), host, count * sizeof(int)); });
+}
+
+void CudaModelOps::CopyIn(const int16_t* host, Ref<int16_t> target, int64_t count) {
+  Run("CopyIn", [&] { return gpu::CopyToDevice(At(target), host, count * sizeof(int16_t)); });
+}
+
+void CudaModelOps::CopyOut(Ref<const float> source, float* host, int64_t count) {
+  Run("CopyOut", [&] { return gpu::CopyToHost(host, At(source), count * sizeof(float)); });
+}
+
+void CudaModelOps::CopyOut(Ref<const int16_t> source, int16_t* host, int64_t count) {
+  Run("CopyOut", [&] { return gpu::CopyToHost(host, At(source), count * sizeof(int16_t)); });
+}
+
+void CudaModelOps::Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in,
+                          int out, bool accumulate) {
+  if (rows == 0) return;
+  int max_rows = 0;
+  const int* offsets = DeviceOffsets({0, rows}, max_rows);
+  const float* weight = DeviceWeight(w);
+  Run("Linear", [&] {
+    return gpu::GroupedGemm({.a = At(x),
+                             .lda = in,
+                             .w = weight,
+                             .w_group_stride = 0,
+                             .ldw = in,
+                             .transpose_w = true,
+                             .c = At(y),
+                             .ldc = out,
+                             .n = out,
+                             .k = in,
+                             .beta = accumulate ? 1.0f : 0.0f},
+                            offsets, 1, max_rows);
+  });
+}
+
+void CudaModelOps::LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy,
+                                  Ref<float> dx, float* dw, int rows, int in, int out) {
+  if (dw != nullptr) return Refuse("LinearBackward", "base-model weights are frozen on the GPU");
+  if (rows == 0) return;
+  int max_rows = 0;
+  const int* offsets = DeviceOffsets({0, rows}, max_rows);
+  const float* weight = DeviceWeight(w);
+  Run("LinearBackward", [&] {
+    return gpu::GroupedGemm({.a = At(dy),
+                             .lda = out,
+                             .w = weight,
+                             .w_group_stride = 0,
+                             .ldw = in,
+                             .transpose_w = false,
+                             .c = At(dx),
+                             .ldc = in,
+                             .n = in,
+                             .k = out,
+                             .beta = 1.0f},
+                            offsets, 1, max_rows);
+  });
+}
+
+void CudaModelOps::ProjectGroups(Ref<const float> x, const std::vector<int>& offsets,
+                                 const float* w, int64_t w_stride, int in, int out,
+                                 const std::optional<LoraProjection>& lora, Buffer<float>& lora_h,
+                                 Ref<float> y) {
+  if (offsets.back() == 0) return;
+  const int groups = static_cast<int>(offsets.size()) - 1;
+  int max_rows = 0;
+  const int* device_offsets = DeviceOffsets(offsets, max_rows);
+  const float* weight = DeviceWeight(w);
+  Run("ProjectGroups", [&] {
+    return gpu::GroupedGemm({.a = At(x),
+                             .lda = in,
+                             .w = weight,
+                             .w_group_stride = w_stride,
+                             .ldw = in,
+                             .transpose_w = true,
+                             .c = At(y),
+                             .ldc = out,
+                             .n = out,
+                             .k = in},
+                            device_offsets, groups, max_rows);
+  });
+  const std::optional<LoraProjection> device_lora = DeviceLora(lora);
+  if (!device_lora.has_value()) return;
+  Resize(lora_h, int64_t{offsets.back()} * lora->weights.rank);
+  Run("ProjectGroups LoRA", [&] {
+    return gpu::GroupedLoraForward(At(x), device_offsets, groups, max_rows, in, out,
+                                   device_lora->weights, At(lora_h.ref()), At(y));
+  });
+}
+
+void CudaModelOps::ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets,
+                                         const float* w, float* w_grad, int64_t w_stride, int in,
+                                         int out, const std::optional<LoraProjection>& lora,
+                                         Ref<const float> lora_h, Ref<const float> dy,
+                                         Ref<float> dx) {
+  if (w_grad != nullptr) {
+    return Refuse("ProjectGroupsBackward", "base-model weights are frozen on the GPU");
+  }
+  if (offsets.back() == 0) return;
+  const int groups = static_cast<int>(offsets.size()) - 1;
+  int max_rows = 0;
+  const int* device_offsets = DeviceOffsets(offsets, max_rows);
+  const float* weight = DeviceWeight(w);
+  Run("ProjectGroupsBackward", [&] {
+    return gpu::GroupedGemm({.a = At(dy),
+                             .lda = out,
+                             .w = weight,
+                             .w_group_stride = w_stride,
+                             .ldw = in,
+                             .transpose_w = false,
+                             .c = At(dx),
+                             .ldc = in,
+                             .n = in,
+                             .k = out,
+                             .beta = 1.0f},
+                            device_offsets, groups, max_rows);
+  });
+  const std::optional<LoraProjection> device_lora = DeviceLora(lora);
+  if (!device_lora.has_value()) return;
+  float* dh = Scratch(lora_workspace_, int64_t{offsets.back()} * lora->weights.rank);
+  Run("ProjectGroupsBackward LoRA", [&] {
+    return gpu::GroupedLoraBackward(At(x), device_offsets, groups, max_rows, in, out,
+                                    device_lora->weights, At(lora_h), At(dy), At(dx),
+                                    device_lora->a_grad, device_lora->b_grad, dh);
+  });
+}
+
+void CudaModelOps::RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd,
+                           int rows, int width, float eps) {
+  const float* weight = DeviceWeight(w);
+  Run("RmsNorm", [&] { return gpu::RmsNorm(At(x), weight, At(y), At(rstd), rows, width, eps); });
+}
+
+void CudaModelOps::RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
+                                   Ref<const float> dy, Ref<float> dx, float* dw, int rows,
+                                   int width) {
+  if (dw != nullptr) return Refuse("RmsNormBackward", "norm weights are frozen on the GPU");
+  const float* weight = DeviceWeight(w);
+  Run("RmsNormBackward", [&] {
+    return gpu::RmsNormBackward(At(x), weight, At(rstd), At(dy), At(dx), nullptr, rows, width);
+  });
+}
+
+void CudaModelOps::Rope(Ref<float> x, Ref<const int> positions, int rows, int heads) {
+  Run("Rope", [&] { return gpu::Rope(At(x), At(positions), rows, heads, rope_); });
+}
+
+void CudaModelOps::RopeBackward(Ref<float> dx, Ref<const int> positions, int rows, int heads) {
+  Run("RopeBackward", [&] { return gpu::RopeBackward(At(dx), At(positions), rows, heads, rope_); });
+}
+
+void CudaModelOps::CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v,
+                                   Ref<float> out, Ref<float> probs, int length,
+                                   const cpu::AttentionShape& shape) {
+  Run("CausalAttention",
+      [&] { return gpu::CausalAttention(At(q), At(k), At(v), At(out), At(probs), length, shape); });
+}
+
+void CudaModelOps::CausalAttentionBackward(Ref<const float> q, Ref<const float> k,
+                                           Ref<const float> v, Ref<const float> probs,
+                                           Ref<const float> dout, Ref<float> dq, Ref<float> dk,
+                                           Ref<float> dv, int length,
+                                           const cpu::AttentionShape& shape) {
+  float* workspace =
+      Scratch(attention_workspace_, gpu::AttentionBackwardWorkspaceFloats(length, shape));
+  Run("CausalAttentionBackward", [&] {
+    return gpu::CausalAttentionBackward(At(q), At(k), At(v), At(probs), At(dout), At(dq), At(dk),
+                                        At(dv), length, shape, workspace);
+  });
+}
+
+void CudaModelOps::DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
+                                   Ref<const float> v_cache, int length, Ref<float> out,
+                                   const cpu::AttentionShape& shape) {
+  float* scratch = Scratch(decode_scratch_, int64_t{shape.heads} * length);
+  Run("DecodeAttention", [&] {
+    return gpu::DecodeAttention(At(q), At(k_cache), At(v_cache), length, At(out), shape, scratch);
+  });
+}
+
+void CudaModelOps::SwiGlu(Ref<const float> gate, Ref<const float> up, Ref<float> out, int64_t n) {
+  Run("SwiGlu", [&] { return gpu::SwiGlu(At(gate), At(up), At(out), n); });
+}
+
+void CudaModelOps::SwiGluBackward(Ref<const float> gate, Ref<const float> up, Ref<const float> dout,
+                                  Ref<float> dgate, Ref<float> dup, int64_t n) {
+  Run("SwiGluBackward",
+      [&] { return gpu::SwiGluBackward(At(gate), At(up), At(dout), At(dgate), At(dup), n); });
+}
+
+void CudaModelOps::EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out,
+                                   int rows, int width) {
+  const float* device_table = DeviceWeight(table);
+  Run("EmbeddingGather",
+      [&] { return gpu::EmbeddingGather(device_table, At(tokens), At(out), rows, width); });
+}
+
+void CudaModelOps::EmbeddingBackward(Ref<const float> /*dout*/, Ref<const int> /*tokens*/,
+                                     float* /*dtable*/, int /*rows*/, int /*width*/) {
+  Refuse("EmbeddingBackward", "the embedding is frozen on the GPU");
+}
+
+void CudaModelOps::RouterScores(Ref<const float> logits, Ref<float> scores, int rows, int experts,
+                                cpu::ScoringFunction scoring) {
+  Run("RouterScores",
+      [&] { return gpu::RouterScores(At(logits), At(scores), rows, experts, scoring); });
+}
+
+void CudaModelOps::TopK(Ref<const float> scores, const float* selection_bias, int rows, int experts,
+                        int k, Ref<int16_t> ids, const cpu::GroupLimit& limit) {
+  const float* bias = DeviceWeight(selection_bias);
+  Run("TopK", [&] { return gpu::TopK(At(scores), bias, rows, experts, k, At(ids), limit); });
+}
+
+void CudaModelOps::GateWeights(Ref<const float> scores, Ref<const int16_t> ids, int rows,
+                               int experts, int k, bool normalize, Ref<float> gates) {
+  Run("GateWeights", [&] {
+    return gpu::GateWeights(At(scores), At(ids), rows, experts, k, normalize, At(gates));
+  });
+}
+
+void CudaModelOps::RouterGatesBackward(Ref<const float> logits, Ref<const float> scores,
+                                       Ref<const int16_t> ids, Ref<const float> dgates,
+                                       Ref<float> dlogits, int rows, int experts, int k,
+                                       bool normalize, cpu::ScoringFunction scoring) {
+  Run("RouterGatesBackward", [&] {
+    return gpu::RouterGatesBackward(At(logits), At(scores), At(ids), At(dgates), At(dlogits), rows,
+                                    experts, k, normalize, scoring);
+  });
+}
+
+ExpertPermutation CudaModelOps::BuildPermutation(Ref<const int16_t> ids, int rows, int k,
+                                                 int experts) {
+  auto permutation = std::make_shared<gpu::DevicePermutation>();
+  ExpertPermutation built{.offsets = std::vector<int>(experts + 1, 0), .rows = rows, .k = k};
+  Run("BuildPermutation", [&]() -> absl::Status {
+    absl::StatusOr<gpu::DevicePermutation> allocated =
+        gpu::DevicePermutation::Allocate(rows, k, experts);
+    if (!allocated.ok()) return allocated.status();
+    *permutation = *std::move(allocated);
+    if (absl::Status status = gpu::BuildPermutation(At(ids), rows, k, experts, *permutation);
+        !status.ok()) {
+      return status;
+    }
+    // The host plans with the offsets (the exchange, the grouped projections).
+    return gpu::CopyToHost(built.offsets.data(), permutation->offsets.data(),
+                           built.offsets.size() * sizeof(int));
+  });
+  built.state = std::move(permutation);
+  return built;
+}
+
+void CudaModelOps::PermuteRows(Ref<const float> x, const ExpertPermutation& permutation,
+                               Ref<float> out, int width) {
+  Run("PermuteRows", [&] { return gpu::PermuteRows(At(x), Device(permutation), At(out), width); });
+}
+
+void CudaModelOps::PermuteRowsBackward(Ref<const float> dout, const ExpertPermutation& permutation,
+                                       Ref<float> dx, int width) {
+  Run("PermuteRowsBackward",
+      [&] { return gpu::PermuteRowsBackward(At(dout), Device(permutation), At(dx), width); });
+}
+
+void CudaModelOps::UnpermuteAdd(Ref<const float> y, const ExpertPermutation& permutation,
+                                Ref<const float> gates, Ref<float> out, int width) {
+  Run("UnpermuteAdd",
+      [&] { return gpu::UnpermuteAdd(At(y), Device(permutation), At(gates), At(out), width); });
+}
+
+void CudaModelOps::UnpermuteAddBackward(Ref<const float> y, const ExpertPermutation& permutation,
+                                        Ref<const float> gates, Ref<const float> dout,
+                                        Ref<float> dy, Ref<float> dgates, int width) {
+  Run("UnpermuteAddBackward", [&] {
+    return gpu::UnpermuteAddBackward(At(y), Device(permutation), At(gates), At(dout), At(dy),
+                                     At(dgates), width);
+  });
+}
+
+void CudaModelOps::Add(Ref<float> target, Ref<const float> values, int64_t n) {
+  Run("Add", [&] { return gpu::AddInPlace(At(values), At(target), n); });
+}
+
+void CudaModelOps::Scale(Ref<float> x, float factor, int64_t n) {
+  Run("Scale", [&] { return gpu::ScaleInPlace(At(x), factor, n); });
+}
+
+void CudaModelOps::RoundToBf16(Ref<float> x, int64_t n) {
+  Run("RoundToBf16", [&] { return gpu::RoundToBf16(At(x), n); });
+}
+
+void CudaModelOps::QuantizeRowsToE4M3(Ref<float> /*x*/, int64_t /*rows*/, int64_t /*width*/) {
+  Refuse("QuantizeRowsToE4M3", "no FP8 kernel yet (serve FP8 on the CPU)");
+}
+
+void CudaModelOps::CopyColumns(Ref<const float> src, int64_t src_stride, Ref<float> dst,
+                               int64_t dst_stride, int64_t rows, int width, bool accumulate) {
+  const bool contiguous = (rows == 1 || (src_stride == width && dst_stride == width));
+  if (!contiguous) return Refuse("CopyColumns", "strided copies (latent attention) not yet");
+  const int64_t n = rows * width;
+  if (accumulate) {
+    Run("CopyColumns", [&] { return gpu::AddInPlace(At(src), At(dst), n); });
+  } else {
+    Run("CopyColumns", [&] { return gpu::CopyOnDevice(At(dst), At(src), n * sizeof(float)); });
+  }
+}
+
+void CudaModelOps::Deinterleave(Ref<float> /*x*/, int /*width*/, int64_t /*count*/) {
+  Refuse("Deinterleave", "interleaved rotary pairs (latent attention) not yet");
+}
+
+void CudaModelOps::Reinterleave(Ref<float> /*x*/, int /*width*/, int64_t /*count*/) {
+  Refuse("Reinterleave", "interleaved rotary pairs (latent attention) not yet");
+}
+
+}  // namespace tandem::engine::cuda
