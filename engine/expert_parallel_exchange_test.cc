@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -85,24 +87,48 @@ double MaxRelativeDifference(const std::vector<float>& a, const std::vector<floa
   return worst;
 }
 
+// How a rank holds the experts it does not compute.
+enum class Ownership { kReplicated, kSharded };
+
 struct Computed {
   std::vector<std::vector<float>> logits;  // Per rank.
-  std::vector<float> gradients;            // Summed over ranks.
-  std::vector<int16_t> routes;             // Rank 0's.
+  // Adapter gradients by tensor: summed over ranks, per-expert tensors joined from their owners.
+  std::map<std::string, std::vector<float>> gradients;
+  std::vector<int16_t> routes;  // Rank 0's.
+  int64_t expert_floats = 0;    // Base and adapter floats of the experts rank 0 holds.
 };
 
-// One forward and backward of every rank's batch, with the given exchange per rank (null: one
-// rank computing all experts, the batches one after the other).
-Computed Compute(const BaseModel& shared_base, ExpertLayout layout, int ranks,
-                 bool expert_parallel) {
-  BaseModel& base = const_cast<BaseModel&>(shared_base);  // Read only: no base gradients.
+// Floats of every per-expert (stacked) tensor of `parameters`.
+int64_t ExpertFloats(const ParameterSet& parameters) {
+  int64_t floats = 0;
+  for (const std::string& name : parameters.names()) {
+    const Parameter& parameter = *parameters.Find(name);
+    if (parameter.stacked_experts) floats += parameter.size();
+  }
+  return floats;
+}
+
+// One forward and backward of every rank's batch, with an expert-parallel exchange per rank
+// (`ranks` Gloo ranks) or without (nullopt: one rank computing all experts, the batches one
+// after the other).
+Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
+                 std::optional<Ownership> expert_parallel) {
   const ModelConfig& config = base.config();
   Computed computed{.logits = std::vector<std::vector<float>>(ranks)};
-  std::vector<std::vector<float>> gradients(ranks);
+  std::vector<ParameterSet> adapters(ranks);
   std::vector<std::vector<int16_t>> routes(ranks);
   auto run = [&](int rank, ExpertExchange* exchange) {
+    BaseModel model = base;
     LoraAdapter lora = Adapter(config, layout);
-    Transformer transformer(base, &lora, Precision::kF32, exchange);
+    if (expert_parallel == Ownership::kSharded) {
+      const LocalExperts local = exchange->local_experts();
+      model = *base.ExpertShard(local.first, local.count);
+      lora = *lora.ExpertShard(local.first, local.count);
+    }
+    if (rank == 0) {
+      computed.expert_floats = ExpertFloats(model.parameters()) + ExpertFloats(lora.parameters());
+    }
+    Transformer transformer(model, &lora, Precision::kF32, exchange);
     const TokenBatch batch = RankBatch(config, rank);
     auto logits = transformer.Forward(batch);
     ASSERT_TRUE(logits.ok()) << logits.status();
@@ -110,9 +136,9 @@ Computed Compute(const BaseModel& shared_base, ExpertLayout layout, int ranks,
     routes[rank] = transformer.routes();
     const std::vector<float> dlogits = RankDlogits(config, batch, rank);
     ASSERT_TRUE(transformer.Backward(dlogits.data()).ok());
-    gradients[rank] = test_models::Gradients(lora.parameters());
+    adapters[rank] = lora.parameters();
   };
-  if (expert_parallel) {
+  if (expert_parallel.has_value()) {
     OnRanks(ranks, [&](int rank, Communicator& group) {
       auto exchange = ExpertParallelExchange::Create(group, config.num_experts);
       ASSERT_TRUE(exchange.ok()) << exchange.status();
@@ -121,27 +147,48 @@ Computed Compute(const BaseModel& shared_base, ExpertLayout layout, int ranks,
   } else {
     for (int rank = 0; rank < ranks; ++rank) run(rank, nullptr);
   }
-  computed.gradients.assign(gradients[0].size(), 0.0f);
-  for (const std::vector<float>& rank_gradients : gradients) {
-    for (size_t i = 0; i < rank_gradients.size(); ++i) computed.gradients[i] += rank_gradients[i];
+  for (const std::string& name : adapters[0].names()) {
+    std::vector<float>& joined = computed.gradients[name];
+    for (const ParameterSet& adapter : adapters) {
+      const Parameter& parameter = *adapter.Find(name);
+      if (expert_parallel == Ownership::kSharded && parameter.stacked_experts) {
+        joined.insert(joined.end(), parameter.grad.begin(), parameter.grad.end());
+      } else {
+        joined.resize(parameter.grad.size(), 0.0f);
+        for (size_t i = 0; i < joined.size(); ++i) joined[i] += parameter.grad[i];
+      }
+    }
   }
   computed.routes = routes[0];
   return computed;
 }
 
-class ExpertParallelTest
-    : public ::testing::TestWithParam<std::tuple<test_models::NamedConfig, ExpertLayout, int>> {};
-
-TEST_P(ExpertParallelTest, RanksComputeWhatOneRankComputes) {
-  const auto& [named, layout, ranks] = GetParam();
-  const BaseModel base = test_models::RandomModel(named.make(), 1);
-  const Computed one = Compute(base, layout, ranks, /*expert_parallel=*/false);
-  const Computed parallel = Compute(base, layout, ranks, /*expert_parallel=*/true);
+// Each rank's logits equal one rank's, the routes are the same logical ids, and the adapter
+// gradients agree tensor by tensor.
+void ExpectSameResults(const Computed& one, const Computed& parallel, int ranks) {
   for (int rank = 0; rank < ranks; ++rank) {
     EXPECT_LT(MaxRelativeDifference(one.logits[rank], parallel.logits[rank]), 1e-5) << rank;
   }
-  EXPECT_EQ(one.routes, parallel.routes);  // Routes stay logical expert ids.
-  EXPECT_LT(MaxRelativeDifference(one.gradients, parallel.gradients), 1e-5);
+  EXPECT_EQ(one.routes, parallel.routes);
+  ASSERT_EQ(one.gradients.size(), parallel.gradients.size());
+  for (const auto& [name, gradient] : one.gradients) {
+    EXPECT_LT(MaxRelativeDifference(gradient, parallel.gradients.at(name)), 1e-5) << name;
+  }
+}
+
+class ExpertParallelTest
+    : public ::testing::TestWithParam<std::tuple<test_models::NamedConfig, ExpertLayout, int>> {};
+
+// Each rank holds only its experts' base weights and LoRA: 1/ranks of the expert floats.
+TEST_P(ExpertParallelTest, RanksHoldingOnlyTheirExpertsComputeWhatOneRankComputes) {
+  const auto& [named, layout, ranks] = GetParam();
+  const BaseModel base = test_models::RandomModel(named.make(), 1);
+  const Computed one = Compute(base, layout, ranks, std::nullopt);
+  const Computed parallel = Compute(base, layout, ranks, Ownership::kSharded);
+  ExpectSameResults(one, parallel, ranks);
+  if (layout == ExpertLayout::kPerExpert) {
+    EXPECT_EQ(parallel.expert_floats * ranks, one.expert_floats);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ExpertParallelTest,
@@ -155,6 +202,28 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ExpertParallelTest,
                                                ExpertLayoutName(std::get<1>(info.param)), "_",
                                                std::get<2>(info.param), "ranks");
                          });
+
+// A rank may also hold every expert and compute its share.
+TEST(ExpertParallelExchangeTest, RanksHoldingEveryExpertComputeTheirShare) {
+  const BaseModel base = test_models::RandomModel(test_models::QwenShapedConfig(), 1);
+  ExpectSameResults(Compute(base, ExpertLayout::kPerExpert, 2, std::nullopt),
+                    Compute(base, ExpertLayout::kPerExpert, 2, Ownership::kReplicated), 2);
+}
+
+// A rank whose model lacks an expert it must compute says so instead of reading past its
+// weights.
+TEST(ExpertParallelExchangeTest, AModelWithoutTheLocalExpertsIsRefused) {
+  const BaseModel base = test_models::RandomModel(test_models::TinyConfig(), 1);
+  OnRanks(2, [&](int rank, Communicator& group) {
+    auto exchange = ExpertParallelExchange::Create(group, base.config().num_experts);
+    ASSERT_TRUE(exchange.ok());
+    BaseModel wrong = *base.ExpertShard(rank == 0 ? 2 : 0, 2);  // The other rank's experts.
+    Transformer transformer(wrong, nullptr, Precision::kF32, exchange->get());
+    const absl::Status status = transformer.Forward(RankBatch(base.config(), rank)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(status.message(), HasSubstr("does not hold"));
+  });
+}
 
 // Rank 0 routes 1, 2, 0, 3 rows to experts 0..3 and rank 1 routes 2, 0, 3, 0: rank 0 computes
 // experts 0 and 1, rank 1 experts 2 and 3, each expert's rows in source-rank order.

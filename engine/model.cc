@@ -217,6 +217,49 @@ BaseModel BaseModel::ForPrecision(Precision precision) const {
   return rounded;
 }
 
+namespace {
+
+// INVALID_ARGUMENT unless experts [first, first + count), counted from the first held one, are
+// all held.
+absl::Status CheckExpertShard(const ModelConfig& config, const ParameterSet& parameters, int first,
+                              int count) {
+  int64_t held = config.num_experts;
+  for (const std::string& name : parameters.names()) {
+    const Parameter& parameter = *parameters.Find(name);
+    if (parameter.stacked_experts) {
+      held = parameter.shape[0];
+      break;
+    }
+  }
+  if (first < 0 || count < 1 || first + count > held) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("experts [", first, ", ", first + count, ") are not all among the ", held,
+                     " held (global ids from ", parameters.first_expert(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BaseModel> BaseModel::ExpertShard(int first, int count) const {
+  if (absl::Status status = CheckExpertShard(config_, parameters_, first, count); !status.ok()) {
+    return status;
+  }
+  BaseModel shard(*this);
+  shard.parameters_ = parameters_.ExpertShard(first, count);
+  return shard;
+}
+
+absl::StatusOr<LoraAdapter> LoraAdapter::ExpertShard(int first, int count) const {
+  if (absl::Status status = CheckExpertShard(model_config_, parameters_, first, count);
+      !status.ok()) {
+    return status;
+  }
+  LoraAdapter shard(*this);
+  shard.parameters_ = parameters_.ExpertShard(first, count);
+  return shard;
+}
+
 BaseModel BaseModel::RoundedToBf16() const {
   BaseModel rounded = *this;
   RoundAll(rounded.parameters_);

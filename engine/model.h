@@ -49,6 +49,9 @@ class BaseModel {
   // MLPs, experts; not the router, norms, embeddings or LM head) fake-quantized to FP8 E4M3 per
   // output channel.
   BaseModel ForPrecision(Precision precision) const;
+  // A copy holding only the routed experts [first, first + count) (ParameterSet::ExpertShard):
+  // what an expert-parallel rank computes with. INVALID_ARGUMENT outside the experts held.
+  absl::StatusOr<BaseModel> ExpertShard(int first, int count) const;
 
   const ModelConfig& config() const { return config_; }
   ParameterSet& parameters() { return parameters_; }
@@ -94,6 +97,9 @@ class LoraAdapter {
                                                  const LoraConfig& lora_config);
 
   LoraAdapter RoundedToBf16() const;
+  // A copy holding only the per-expert tensors of experts [first, first + count); tensors shared
+  // by all experts stay whole. INVALID_ARGUMENT outside the experts held.
+  absl::StatusOr<LoraAdapter> ExpertShard(int first, int count) const;
 
   // The adapter of `module` ("q_proj", ..., "down_proj") in `layer`, or nullopt when that
   // module is not a target. Expert projections of MoE layers have one group per expert.

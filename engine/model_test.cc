@@ -1,6 +1,8 @@
 #include "engine/model.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "common/safetensors.h"
 #include "gmock/gmock.h"
@@ -40,6 +42,37 @@ TEST(ModelTest, SaveLoadRoundTripUsesCanonicalPerExpertNames) {
   for (const std::string& name : model.parameters().names()) {
     EXPECT_EQ(loaded->parameters().Find(name)->value, model.parameters().Find(name)->value) << name;
   }
+}
+
+// An expert-parallel rank's share: its experts only, under their global names.
+TEST(ModelTest, AnExpertShardHoldsItsExpertsUnderGlobalNames) {
+  BaseModel model = *BaseModel::Create(SmallConfig(), 1);
+  absl::StatusOr<BaseModel> shard = model.ExpertShard(2, 2);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ(shard->parameters().first_expert(), 2);
+  const std::string stacked = "model.layers.1.mlp.experts.down_proj.weight";
+  const Parameter& full = *model.parameters().Find(stacked);
+  const Parameter& part = *shard->parameters().Find(stacked);
+  EXPECT_EQ(part.shape[0], 2);
+  EXPECT_EQ(part.size() * 2, full.size());
+  EXPECT_TRUE(
+      std::equal(part.value.begin(), part.value.end(), full.value.begin() + full.size() / 2));
+  EXPECT_EQ(shard->parameters().Find("model.layers.1.mlp.gate.weight")->value,
+            model.parameters().Find("model.layers.1.mlp.gate.weight")->value);  // Router: whole.
+
+  const SafetensorsFile file = shard->parameters().ToSafetensors();
+  EXPECT_TRUE(file.tensors.contains("model.layers.1.mlp.experts.2.down_proj.weight"));
+  EXPECT_TRUE(file.tensors.contains("model.layers.1.mlp.experts.3.down_proj.weight"));
+  EXPECT_FALSE(file.tensors.contains("model.layers.1.mlp.experts.0.down_proj.weight"));
+  ParameterSet reloaded = shard->parameters();
+  ASSERT_TRUE(reloaded.LoadFrom(file).ok());
+
+  // A shard of the shard counts from the experts it holds.
+  EXPECT_EQ(shard->ExpertShard(1, 1)->parameters().first_expert(), 3);
+  for (const auto& [first, count] : {std::pair(3, 2), std::pair(-1, 1), std::pair(0, 0)}) {
+    EXPECT_EQ(model.ExpertShard(first, count).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(shard->ExpertShard(1, 2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelTest, LoadRejectsMissingAndUnexpectedTensors) {

@@ -88,6 +88,24 @@ void ParameterSet::Fill(Parameter& parameter, float value) {
   std::fill(parameter.value.begin(), parameter.value.end(), value);
 }
 
+ParameterSet ParameterSet::ExpertShard(int first, int count) const {
+  ParameterSet shard = *this;
+  shard.first_expert_ = first_expert_ + first;
+  for (auto& [name, parameter] : shard.parameters_) {
+    if (!parameter.stacked_experts) continue;
+    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    auto slice = [&](std::vector<float>& values) {
+      if (values.empty()) return;
+      values = std::vector<float>(values.begin() + first * expert_size,
+                                  values.begin() + (first + count) * expert_size);
+    };
+    slice(parameter.value);
+    slice(parameter.grad);
+    parameter.shape[0] = count;
+  }
+  return shard;
+}
+
 SafetensorsFile ParameterSet::ToSafetensors() const {
   SafetensorsFile file;
   for (const std::string& name : order_) {
@@ -99,7 +117,7 @@ SafetensorsFile ParameterSet::ToSafetensors() const {
     const std::vector<int64_t> expert_shape(parameter.shape.begin() + 1, parameter.shape.end());
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (int expert = 0; expert < parameter.shape[0]; ++expert) {
-      file.tensors[PerExpertName(name, expert)] =
+      file.tensors[PerExpertName(name, first_expert_ + expert)] =
           FloatTensor(expert_shape, parameter.value.data() + expert * expert_size);
     }
   }
@@ -120,7 +138,7 @@ absl::Status ParameterSet::LoadFrom(const SafetensorsFile& file) {
     const std::vector<int64_t> expert_shape(parameter.shape.begin() + 1, parameter.shape.end());
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (int expert = 0; expert < parameter.shape[0]; ++expert) {
-      const std::string expert_name = PerExpertName(name, expert);
+      const std::string expert_name = PerExpertName(name, first_expert_ + expert);
       auto values = FloatsOf(expert_name, file, expert_shape);
       if (!values.ok()) return values.status();
       std::copy(values->begin(), values->end(), parameter.value.begin() + expert * expert_size);

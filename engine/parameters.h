@@ -43,8 +43,15 @@ class ParameterSet {
   static void FillNormal(Parameter& parameter, float stddev, std::mt19937_64& rng);
   static void Fill(Parameter& parameter, float value);
 
+  // The same set holding only experts [first, first + count) of every stacked tensor (gradients
+  // too, when enabled): an expert-parallel rank's share. Names stay global: expert e of the
+  // share is expert first + e of the model, in files too.
+  ParameterSet ExpertShard(int first, int count) const;
+  // The global id of the first expert the stacked tensors hold (0 unless a shard).
+  int first_expert() const { return first_expert_; }
+
   // To safetensors with canonical names: stacked tensors split per expert, "{e}" inserted
-  // after ".experts.".
+  // after ".experts." (global ids).
   SafetensorsFile ToSafetensors() const;
   // Copies every parameter's values from `file`, which must hold exactly the canonical
   // tensors with matching shapes (INVALID_ARGUMENT naming the first missing, unexpected or
@@ -54,6 +61,7 @@ class ParameterSet {
  private:
   std::map<std::string, Parameter> parameters_;
   std::vector<std::string> order_;
+  int first_expert_ = 0;
 };
 
 // Every parameter of the set for an optimizer, with gradients (enable them first); weight

@@ -394,11 +394,11 @@ void Transformer::NormalizeQkBackward(const std::string& weight, int heads,
 void Transformer::RunDenseFfn(int layer, int rows, LayerActivations& act) {
   act.group_offsets = {0, rows};
   QuantizeInput(act.norm2.ref(), rows, config_.d_model);
-  RunSwiGluMlp(layer, act.norm2.ref(), 0, config_.dense_ffn_dim, 0, act, act.ffn_out);
+  RunSwiGluMlp(layer, act.norm2.ref(), 0, config_.dense_ffn_dim, {}, act, act.ffn_out);
 }
 
 void Transformer::RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_stride, int ffn,
-                               int first_group, LayerActivations& act, Buffer<float>& out) {
+                               ExpertSlots first, LayerActivations& act, Buffer<float>& out) {
   const int d = config_.d_model;
   const int rows = act.group_offsets.back();
   const int64_t hidden = static_cast<int64_t>(rows) * ffn;
@@ -406,23 +406,24 @@ void Transformer::RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_str
   ops_->Resize(act.up, hidden);
   ops_->Resize(act.activation, hidden);
   ops_->Resize(out, int64_t{rows} * d);
-  const int64_t first = first_group * weight_stride;
-  ops_->ProjectGroups(x, act.group_offsets,
-                      Weight(ProjectionName(config_, layer, "gate_proj")).value.data() + first,
-                      weight_stride, d, ffn, Lora(layer, "gate_proj", first_group), act.lora_gate,
-                      act.gate.ref());
+  const int64_t first_weight = first.base * weight_stride;
   ops_->ProjectGroups(
-      x, act.group_offsets, Weight(ProjectionName(config_, layer, "up_proj")).value.data() + first,
-      weight_stride, d, ffn, Lora(layer, "up_proj", first_group), act.lora_up, act.up.ref());
+      x, act.group_offsets,
+      Weight(ProjectionName(config_, layer, "gate_proj")).value.data() + first_weight,
+      weight_stride, d, ffn, Lora(layer, "gate_proj", first.lora), act.lora_gate, act.gate.ref());
+  ops_->ProjectGroups(x, act.group_offsets,
+                      Weight(ProjectionName(config_, layer, "up_proj")).value.data() + first_weight,
+                      weight_stride, d, ffn, Lora(layer, "up_proj", first.lora), act.lora_up,
+                      act.up.ref());
   Round(act.gate.ref(), hidden);
   Round(act.up.ref(), hidden);
   ops_->SwiGlu(act.gate.ref(), act.up.ref(), act.activation.ref(), hidden);
   Round(act.activation.ref(), hidden);
   QuantizeInput(act.activation.ref(), rows, ffn);
-  ops_->ProjectGroups(act.activation.ref(), act.group_offsets,
-                      Weight(ProjectionName(config_, layer, "down_proj")).value.data() + first,
-                      weight_stride, ffn, d, Lora(layer, "down_proj", first_group), act.lora_down,
-                      out.ref());
+  ops_->ProjectGroups(
+      act.activation.ref(), act.group_offsets,
+      Weight(ProjectionName(config_, layer, "down_proj")).value.data() + first_weight,
+      weight_stride, ffn, d, Lora(layer, "down_proj", first.lora), act.lora_down, out.ref());
   Round(out.ref(), out.size());
 }
 
@@ -515,39 +516,38 @@ absl::Status Transformer::BackwardLayer(int layer, Ref<float> dx) {
 
 void Transformer::BackwardDenseFfn(int layer, Ref<const float> dy, Ref<float> dnorm2) {
   LayerActivations& act = layers_[layer];
-  BackwardSwiGluMlp(layer, act.norm2.ref(), 0, config_.dense_ffn_dim, 0, act, dy, dnorm2);
+  BackwardSwiGluMlp(layer, act.norm2.ref(), 0, config_.dense_ffn_dim, {}, act, dy, dnorm2);
 }
 
 void Transformer::BackwardSwiGluMlp(int layer, Ref<const float> x, int64_t weight_stride, int ffn,
-                                    int first_group, LayerActivations& act, Ref<const float> dy,
+                                    ExpertSlots first, LayerActivations& act, Ref<const float> dy,
                                     Ref<float> dx) {
   const int d = config_.d_model;
   const int64_t hidden = static_cast<int64_t>(act.group_offsets.back()) * ffn;
-  const int64_t first = first_group * weight_stride;
+  const int64_t first_weight = first.base * weight_stride;
   // A projection's weights and gradient (when enabled) from the first group on.
   auto from_first = [&](const char* module) {
     Parameter& weight = Weight(ProjectionName(config_, layer, module));
     float* grad = weight.grad_or_null();
-    return std::pair<const float*, float*>(weight.value.data() + first,
-                                           grad == nullptr ? nullptr : grad + first);
+    return std::pair<const float*, float*>(weight.value.data() + first_weight,
+                                           grad == nullptr ? nullptr : grad + first_weight);
   };
   Buffer<float> dactivation = ops_->Zeros(hidden);
   Buffer<float> dgate = ops_->Zeros(hidden);
   Buffer<float> dup = ops_->Zeros(hidden);
   const auto [down, down_grad] = from_first("down_proj");
   ops_->ProjectGroupsBackward(act.activation.ref(), act.group_offsets, down, down_grad,
-                              weight_stride, ffn, d, Lora(layer, "down_proj", first_group),
+                              weight_stride, ffn, d, Lora(layer, "down_proj", first.lora),
                               act.lora_down.ref(), dy, dactivation.ref());
   ops_->SwiGluBackward(act.gate.ref(), act.up.ref(), dactivation.ref(), dgate.ref(), dup.ref(),
                        hidden);
   const auto [gate, gate_grad] = from_first("gate_proj");
   const auto [up, up_grad] = from_first("up_proj");
   ops_->ProjectGroupsBackward(x, act.group_offsets, gate, gate_grad, weight_stride, d, ffn,
-                              Lora(layer, "gate_proj", first_group), act.lora_gate.ref(),
+                              Lora(layer, "gate_proj", first.lora), act.lora_gate.ref(),
                               dgate.ref(), dx);
   ops_->ProjectGroupsBackward(x, act.group_offsets, up, up_grad, weight_stride, d, ffn,
-                              Lora(layer, "up_proj", first_group), act.lora_up.ref(), dup.ref(),
-                              dx);
+                              Lora(layer, "up_proj", first.lora), act.lora_up.ref(), dup.ref(), dx);
 }
 
 }  // namespace tandem::engine

@@ -153,15 +153,23 @@ class Transformer : public DecodeEngine {
                    LayerActivations& act);
   // Adds the shared experts' output to act.ffn_out.
   void RunSharedExperts(int layer, int rows, LayerActivations& act);
+  // Where a MoE block's first local expert sits in the stacked tensors this rank holds: the base
+  // model's and the adapter's (either may hold all experts or only the local ones).
+  struct ExpertSlots {
+    int base = 0;
+    int lora = 0;
+  };
+  // FAILED_PRECONDITION unless the model and the adapter hold every local expert of `layer`.
+  absl::StatusOr<ExpertSlots> LocalExpertSlots(int layer);
   // down(silu(gate(x)) * up(x)) over act.group_offsets' row groups (group g uses the weights at
-  // (first_group + g) * weight_stride: one dense MLP with stride 0, or one expert per group), with
-  // LoRA; keeps gate, up and activation in `act` for the backward pass and writes `out`
-  // ([rows, d_model]).
-  void RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_stride, int ffn, int first_group,
-                    LayerActivations& act, Buffer<float>& out);
+  // (first.base + g) * weight_stride and the LoRA's of group first.lora + g: one dense MLP with
+  // stride 0, or one expert per group); keeps gate, up and activation in `act` for the backward
+  // pass and writes `out` ([rows, d_model]).
+  void RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_stride, int ffn,
+                    ExpertSlots first, LayerActivations& act, Buffer<float>& out);
   // Backward of RunSwiGluMlp: dx += ∂L/∂x, weight and LoRA gradients accumulated.
   void BackwardSwiGluMlp(int layer, Ref<const float> x, int64_t weight_stride, int ffn,
-                         int first_group, LayerActivations& act, Ref<const float> dy,
+                         ExpertSlots first, LayerActivations& act, Ref<const float> dy,
                          Ref<float> dx);
   void RunHead(int rows);  // From final_input_.
   absl::Status BackwardLayer(int layer, Ref<float> dx);

@@ -14,7 +14,36 @@ namespace {
 
 std::string MlpPrefix(int layer) { return absl::StrCat("model.layers.", layer, ".mlp."); }
 
+// Whether `name` holds experts [slot, slot + count) (a tensor not stacked by expert serves all).
+bool Holds(const ParameterSet& parameters, const std::string& name, int slot, int count) {
+  const Parameter* parameter = parameters.Find(name);
+  if (parameter == nullptr || !parameter->stacked_experts) return true;
+  return slot >= 0 && slot + count <= parameter->shape[0];
+}
+
 }  // namespace
+
+absl::StatusOr<Transformer::ExpertSlots> Transformer::LocalExpertSlots(int layer) {
+  const LocalExperts local = exchange_->local_experts();
+  const ExpertSlots slots{
+      .base = local.first - model_.parameters().first_expert(),
+      .lora = lora_ == nullptr ? 0 : local.first - lora_->parameters().first_expert()};
+  for (const char* module : {"gate_proj", "up_proj", "down_proj"}) {
+    const std::string weight = ProjectionName(config_, layer, module);
+    const std::string stem = weight.substr(0, weight.size() - std::string(".weight").size());
+    const bool held =
+        Holds(model_.parameters(), weight, slots.base, local.count) &&
+        (lora_ == nullptr ||
+         (Holds(lora_->parameters(), stem + ".lora_A.weight", slots.lora, local.count) &&
+          Holds(lora_->parameters(), stem + ".lora_B.weight", slots.lora, local.count)));
+    if (!held) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this rank computes experts [", local.first, ", ", local.first + local.count,
+                       ") of layer ", layer, ", which its model or adapter does not hold"));
+    }
+  }
+  return slots;
+}
 
 absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const int16_t* replay,
                                     LayerActivations& act) {
@@ -36,10 +65,12 @@ absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const in
       !status.ok()) {
     return status;
   }
+  absl::StatusOr<ExpertSlots> slots = LocalExpertSlots(layer);
+  if (!slots.ok()) return slots.status();
   const int ffn = config_.expert_ffn_dim;
   act.group_offsets = act.exchange_plan.local_offsets;
-  RunSwiGluMlp(layer, act.expert_input.ref(), int64_t{ffn} * d, ffn,
-               exchange_->local_experts().first, act, act.expert_output);
+  RunSwiGluMlp(layer, act.expert_input.ref(), int64_t{ffn} * d, ffn, *slots, act,
+               act.expert_output);
   if (absl::Status status = exchange_->Combine(act.exchange_plan, d, act.expert_output, *ops_);
       !status.ok()) {
     return status;
@@ -160,9 +191,11 @@ absl::Status Transformer::BackwardMoeFfn(int layer, Ref<const float> dy, Ref<flo
   if (absl::Status status = exchange_->Dispatch(act.exchange_plan, d, drows, *ops_); !status.ok()) {
     return status;
   }
+  absl::StatusOr<ExpertSlots> slots = LocalExpertSlots(layer);
+  if (!slots.ok()) return slots.status();
   Buffer<float> dinput = ops_->Zeros(act.expert_input.size());
-  BackwardSwiGluMlp(layer, act.expert_input.ref(), int64_t{ffn} * d, ffn,
-                    exchange_->local_experts().first, act, drows.ref(), dinput.ref());
+  BackwardSwiGluMlp(layer, act.expert_input.ref(), int64_t{ffn} * d, ffn, *slots, act, drows.ref(),
+                    dinput.ref());
   // And Dispatch's is Combine: the input gradients go back to the rows' ranks.
   if (absl::Status status = exchange_->Combine(act.exchange_plan, d, dinput, *ops_); !status.ok()) {
     return status;
