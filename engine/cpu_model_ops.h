@@ -16,6 +16,7 @@ class CpuModelOps final : public ModelOps {
   explicit CpuModelOps(const ModelConfig& config);
 
   absl::Status Finish() override;
+  bool host_memory() const override { return true; }
   void Copy(Ref<const float> source, Ref<float> target, int64_t count) override;
   void Fill(Ref<float> target, float value, int64_t count) override;
   void Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in, int out,

@@ -1,5 +1,7 @@
 #include "engine/expert_exchange.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem::engine {
@@ -8,6 +10,9 @@ absl::Status CheckExpertOffsets(const std::vector<int>& expert_offsets, int num_
     return absl::InvalidArgumentError(absl::StrCat("expert offsets name ",
                                                    static_cast<int>(expert_offsets.size()) - 1,
                                                    " experts; the model has ", num_experts));
+  }
+  if (expert_offsets[0] != 0 || !std::is_sorted(expert_offsets.begin(), expert_offsets.end())) {
+    return absl::InvalidArgumentError("expert offsets must start at 0 and never decrease");
   }
   return absl::OkStatus();
 }

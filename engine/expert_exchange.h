@@ -11,8 +11,8 @@
 
 namespace tandem::engine {
 
-// The experts one rank computes: `count` consecutive experts of the stacked expert weights from
-// `first` on. A rank holds every expert's weights today, so these are global expert ids.
+// The experts one rank computes: `count` consecutive experts from global id `first` on. The rank
+// holds their weights, either among all experts or as its shard (BaseModel::ExpertShard).
 struct LocalExperts {
   int first = 0;
   int count = 0;
@@ -43,6 +43,8 @@ class ExpertExchange {
   virtual ~ExpertExchange() = default;
 
   virtual LocalExperts local_experts() const = 0;
+  // Whether Dispatch and Combine read and write the rows' memory themselves (host memory only).
+  virtual bool needs_host_memory() const { return false; }
   // `expert_offsets` [num_experts + 1]: this rank's routed rows, grouped by global expert.
   virtual absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) = 0;
   // Replaces `rows` — this rank's routed rows [expert_offsets.back(), width], grouped by global
@@ -56,7 +58,8 @@ class ExpertExchange {
                                ModelOps& ops) = 0;
 };
 
-// INVALID_ARGUMENT unless `expert_offsets` groups rows by each of `num_experts` experts.
+// INVALID_ARGUMENT unless `expert_offsets` groups rows by each of `num_experts` experts: one
+// offset more than experts, from 0, never decreasing.
 absl::Status CheckExpertOffsets(const std::vector<int>& expert_offsets, int num_experts);
 
 // One rank computing every expert (no expert parallelism): the plan is the routing's own grouping

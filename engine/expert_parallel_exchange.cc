@@ -104,10 +104,16 @@ absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>
 absl::Status ExpertParallelExchange::Dispatch(const ExchangePlan& plan, int width,
                                               Buffer<float>& rows, ModelOps& ops) {
   const int ranks = group_.size();
+  const std::vector<int64_t> sent = SentFloats(plan, width);
+  if (rows.size() != std::accumulate(sent.begin(), sent.end(), int64_t{0})) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dispatching ", rows.size(), " floats; the plan sends ",
+                     std::accumulate(sent.begin(), sent.end(), int64_t{0})));
+  }
   Buffer<float> arrived = ops.Allocate<float>(int64_t{plan.local_offsets.back()} * width);
-  if (absl::Status status = group_.AllToAllV(
-          BufferAccess::Address(rows.ref()), SentFloats(plan, width),
-          BufferAccess::Address(arrived.ref()), ReceivedFloats(plan, ranks, width));
+  if (absl::Status status = group_.AllToAllV(BufferAccess::Address(rows.ref()), sent,
+                                             BufferAccess::Address(arrived.ref()),
+                                             ReceivedFloats(plan, ranks, width));
       !status.ok()) {
     return status;
   }

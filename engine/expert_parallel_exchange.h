@@ -25,6 +25,7 @@ class ExpertParallelExchange final : public ExpertExchange {
                                                                         int num_experts);
 
   LocalExperts local_experts() const override;
+  bool needs_host_memory() const override { return true; }
   absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
   // Received rows arrive by source rank; they are regrouped by local expert (sources in rank
   // order within an expert), and Combine undoes that before sending results back.

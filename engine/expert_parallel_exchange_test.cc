@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/gloo_communicator.h"
 #include "engine/cpu_model_ops.h"
+#include "engine/testing/checked_model_ops.h"
 #include "engine/testing/test_models.h"
 #include "engine/transformer.h"
 #include "gloo/rendezvous/hash_store.h"
@@ -270,6 +271,25 @@ TEST(ExpertParallelExchangeTest, ExpertsThatDoNotSplitEvenlyAndWrongOffsetsAreRe
     auto plan = (*exchange)->Plan({0, 1, 2});
     EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(plan.status().message(), HasSubstr("offsets name 2 experts; the model has 4"));
+    plan = (*exchange)->Plan({0, 2, 1, 3, 3});
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(plan.status().message(), HasSubstr("never decrease"));
+  });
+}
+
+// The exchange reads rows through their addresses between operations, which a backend whose
+// memory is not the host's (or not open between calls) cannot allow.
+TEST(ExpertParallelExchangeTest, ABackendWithoutHostMemoryIsRefusedBeforeAnyCollective) {
+  const BaseModel base = test_models::RandomModel(test_models::TinyConfig(), 1);
+  OnRanks(2, [&](int rank, Communicator& group) {
+    auto exchange = ExpertParallelExchange::Create(group, base.config().num_experts);
+    ASSERT_TRUE(exchange.ok());
+    BaseModel model = base;
+    Transformer transformer(model, nullptr, Precision::kF32, exchange->get(),
+                            std::make_unique<testing::CheckedModelOps>(base.config()));
+    const absl::Status status = transformer.Forward(RankBatch(base.config(), rank)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(status.message(), HasSubstr("host-memory backend"));
   });
 }
 

@@ -223,14 +223,7 @@ namespace {
 // all held.
 absl::Status CheckExpertShard(const ModelConfig& config, const ParameterSet& parameters, int first,
                               int count) {
-  int64_t held = config.num_experts;
-  for (const std::string& name : parameters.names()) {
-    const Parameter& parameter = *parameters.Find(name);
-    if (parameter.stacked_experts) {
-      held = parameter.shape[0];
-      break;
-    }
-  }
+  const int held = parameters.held_experts() >= 0 ? parameters.held_experts() : config.num_experts;
   if (first < 0 || count < 1 || first + count > held) {
     return absl::InvalidArgumentError(
         absl::StrCat("experts [", first, ", ", first + count, ") are not all among the ", held,

@@ -38,6 +38,9 @@ class ModelOps {
   // (operations return nothing: a device backend learns of failures late), with the results the
   // graph's caller reads (host gradients) in place. The CPU backend cannot fail.
   virtual absl::Status Finish() = 0;
+  // Whether code outside the operations (an expert exchange over Gloo) may read and write the
+  // buffers' memory through their addresses: host memory, accessible between calls.
+  virtual bool host_memory() const = 0;
 
   // Memory. Resize keeps the contents only when the buffer does not grow. The graph reads results
   // on the host only through CopyOut (routes, logits, hidden states).
@@ -162,7 +165,8 @@ class ModelOps {
   virtual void CopyOut(Ref<const int16_t> source, int16_t* host, int64_t count) = 0;
 
  protected:
-  // `bytes` of backend memory, freed when the last owner lets go.
+  // `bytes` of backend memory, freed when the last owner lets go; null when allocation failed
+  // (the failure is Finish's to report).
   virtual std::shared_ptr<void> AllocateBytes(int64_t bytes) = 0;
 };
 
@@ -170,7 +174,8 @@ template <typename T>
 void ModelOps::Resize(Buffer<T>& buffer, int64_t size) {
   if (size > buffer.capacity_) {
     buffer.memory_ = std::static_pointer_cast<T>(AllocateBytes(size * int64_t{sizeof(T)}));
-    buffer.capacity_ = size;
+    // A failed allocation (reported by Finish) leaves nothing to reuse: the next pass retries.
+    buffer.capacity_ = buffer.memory_ != nullptr ? size : 0;
   }
   buffer.size_ = size;
 }

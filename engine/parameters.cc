@@ -91,6 +91,7 @@ void ParameterSet::Fill(Parameter& parameter, float value) {
 ParameterSet ParameterSet::ExpertShard(int first, int count) const {
   ParameterSet shard = *this;
   shard.first_expert_ = first_expert_ + first;
+  shard.held_experts_ = count;
   for (auto& [name, parameter] : shard.parameters_) {
     if (!parameter.stacked_experts) continue;
     const int64_t expert_size = parameter.size() / parameter.shape[0];

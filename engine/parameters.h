@@ -47,8 +47,10 @@ class ParameterSet {
   // too, when enabled): an expert-parallel rank's share. Names stay global: expert e of the
   // share is expert first + e of the model, in files too.
   ParameterSet ExpertShard(int first, int count) const;
-  // The global id of the first expert the stacked tensors hold (0 unless a shard).
+  // The global id of the first expert the stacked tensors hold (0 unless a shard), and how many
+  // they hold (-1: every expert of the model, unless a shard).
   int first_expert() const { return first_expert_; }
+  int held_experts() const { return held_experts_; }
 
   // To safetensors with canonical names: stacked tensors split per expert, "{e}" inserted
   // after ".experts." (global ids).
@@ -62,6 +64,7 @@ class ParameterSet {
   std::map<std::string, Parameter> parameters_;
   std::vector<std::string> order_;
   int first_expert_ = 0;
+  int held_experts_ = -1;
 };
 
 // Every parameter of the set for an optimizer, with gradients (enable them first); weight

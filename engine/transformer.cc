@@ -118,6 +118,11 @@ std::optional<LoraProjection> Transformer::Lora(int layer, absl::string_view mod
   return lora;
 }
 
+absl::Status Transformer::Finished(absl::Status status) {
+  absl::Status finished = ops_->Finish();
+  return status.ok() ? finished : status;
+}
+
 void Transformer::QuantizeInput(Ref<float> values, int64_t rows, int64_t width) const {
   if (precision_ == Precision::kFP8) ops_->QuantizeRowsToE4M3(values, rows, width);
 }
@@ -197,7 +202,7 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
   if (absl::Status status =
           RunLayers(rows, attention, replay == nullptr ? nullptr : replay->data());
       !status.ok()) {
-    return status;
+    return Finished(status);
   }
   for (int t = 0; t < rows; ++t) {
     stats_.tokens += token_replayed_[t];
@@ -208,16 +213,20 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
   logits_on_host_.resize(logits_.size());
   ops_->CopyOut(logits_.ref(), logits_on_host_.data(), logits_.size());
   if (absl::Status status = ops_->Finish(); !status.ok()) return status;
+  backward_ready_ = true;
   return logits_on_host_.data();
 }
 
 absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
                                       AttentionBackend& attention, float* logits,
                                       int16_t* routes_out) {
+  backward_ready_ = false;  // The forward's activations and inputs are overwritten.
   ops_->Upload(tokens, rows, token_buffer_);
   ops_->Upload(positions, rows, position_buffer_);
   stats_ = RoutingStats{};
-  if (absl::Status status = RunLayers(rows, attention, nullptr); !status.ok()) return status;
+  if (absl::Status status = RunLayers(rows, attention, nullptr); !status.ok()) {
+    return Finished(status);
+  }
   ops_->CopyOut(logits_.ref(), logits, logits_.size());
   if (routes_out != nullptr) std::copy(routes_.begin(), routes_.end(), routes_out);
   return ops_->Finish();
@@ -428,6 +437,10 @@ void Transformer::RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_str
 }
 
 absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dhidden) {
+  if (!backward_ready_) {
+    return absl::FailedPreconditionError(
+        "Backward needs the activations of a Forward (none yet, or a decode overwrote them)");
+  }
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
   const int64_t n = int64_t{rows} * d;
@@ -443,7 +456,9 @@ absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dh
   ops_->RmsNormBackward(final_input_.ref(), norm.value.data(), final_rstd_.ref(), dnorm.ref(),
                         dx.ref(), norm.grad_or_null(), rows, d);
   for (int layer = config_.num_layers - 1; layer >= 0; --layer) {
-    if (absl::Status status = BackwardLayer(layer, dx.ref()); !status.ok()) return status;
+    if (absl::Status status = BackwardLayer(layer, dx.ref()); !status.ok()) {
+      return Finished(status);
+    }
   }
   Parameter& embedding = Weight("model.embed_tokens.weight");
   if (!embedding.grad.empty()) {

@@ -94,8 +94,9 @@ class Transformer : public DecodeEngine {
   // Backpropagates dlogits [tokens, vocab] of the last Forward, plus, if non-null, dhidden
   // [tokens, d_model] (the gradient of a head outside the model with respect to
   // final_hidden()), into every parameter whose gradients are enabled
-  // (ParameterSet::EnableGradients), accumulating. Fails only when the expert exchange or the
-  // operations' backend does.
+  // (ParameterSet::EnableGradients), accumulating. FAILED_PRECONDITION unless the last call was
+  // a Forward that succeeded; otherwise fails only when the expert exchange or the operations'
+  // backend does.
   absl::Status Backward(const float* dlogits, const float* dhidden = nullptr);
 
   // One forward over arbitrary rows (token, absolute position) with a caller's attention;
@@ -176,6 +177,9 @@ class Transformer : public DecodeEngine {
   void BackwardDenseFfn(int layer, Ref<const float> dy, Ref<float> dn2);
   absl::Status BackwardMoeFfn(int layer, Ref<const float> dy, Ref<float> dn2);
   void BackwardSharedExperts(int layer, int rows, Ref<const float> dy, Ref<float> dn2);
+  // Ends a pass that failed with `status`: the backend's Finish runs anyway (so its state does
+  // not leak into the next pass); returns `status`, or Finish's error if `status` is OK.
+  absl::Status Finished(absl::Status status);
   void Round(Ref<float> values, int64_t count) const;
   // The input of FP8 linear layers: quantized per row (token) in FP8 mode, as is otherwise.
   void QuantizeInput(Ref<float> values, int64_t rows, int64_t width) const;
@@ -207,6 +211,7 @@ class Transformer : public DecodeEngine {
   std::vector<int16_t> routes_, live_routes_;
   RoutingStats stats_;
   std::vector<uint8_t> token_replayed_, token_differs_;  // Per token, for RoutingStats.
+  bool backward_ready_ = false;  // The last pass was a Forward that succeeded.
 };
 
 }  // namespace tandem::engine

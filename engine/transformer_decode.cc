@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<SequenceCache>> Transformer::NewCache(int positio
     cache->keys.push_back(ops_->Zeros(int64_t{positions} * config_.key_width()));
     cache->values.push_back(ops_->Zeros(int64_t{positions} * config_.value_width()));
   }
+  if (absl::Status status = ops_->Finish(); !status.ok()) return status;  // Out of memory.
   return cache;
 }
 

@@ -49,6 +49,13 @@ absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const in
                                     LayerActivations& act) {
   const int d = config_.d_model;
   const int k = config_.top_k;
+  // Refused before the first collective, so a misconfigured rank fails at once.
+  if (exchange_->needs_host_memory() && !ops_->host_memory()) {
+    return absl::FailedPreconditionError(
+        "this expert exchange reads the rows itself, which needs a host-memory backend");
+  }
+  absl::StatusOr<ExpertSlots> slots = LocalExpertSlots(layer);
+  if (!slots.ok()) return slots.status();
   RouteTokens(layer, moe_index, rows, replay, act);
 
   // Permute: each expert's rows contiguous, quantized before they travel (as vLLM's prepare).
@@ -65,8 +72,6 @@ absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const in
       !status.ok()) {
     return status;
   }
-  absl::StatusOr<ExpertSlots> slots = LocalExpertSlots(layer);
-  if (!slots.ok()) return slots.status();
   const int ffn = config_.expert_ffn_dim;
   act.group_offsets = act.exchange_plan.local_offsets;
   RunSwiGluMlp(layer, act.expert_input.ref(), int64_t{ffn} * d, ffn, *slots, act,
@@ -181,6 +186,8 @@ absl::Status Transformer::BackwardMoeFfn(int layer, Ref<const float> dy, Ref<flo
   const int experts = config_.num_experts;
   const int ffn = config_.expert_ffn_dim;
   const int routed = rows * k;
+  absl::StatusOr<ExpertSlots> slots = LocalExpertSlots(layer);
+  if (!slots.ok()) return slots.status();
 
   // Unpermute and gate, backward: the rows' gradients and the gates'.
   Buffer<float> drows = ops_->Zeros(int64_t{routed} * d);
@@ -191,8 +198,6 @@ absl::Status Transformer::BackwardMoeFfn(int layer, Ref<const float> dy, Ref<flo
   if (absl::Status status = exchange_->Dispatch(act.exchange_plan, d, drows, *ops_); !status.ok()) {
     return status;
   }
-  absl::StatusOr<ExpertSlots> slots = LocalExpertSlots(layer);
-  if (!slots.ok()) return slots.status();
   Buffer<float> dinput = ops_->Zeros(act.expert_input.size());
   BackwardSwiGluMlp(layer, act.expert_input.ref(), int64_t{ffn} * d, ffn, *slots, act, drows.ref(),
                     dinput.ref());

@@ -132,6 +132,24 @@ TEST(TransformerTest, InvalidReplayIsRejectedWithAClearMessage) {
   EXPECT_EQ(transformer.Forward(batch, &mixed).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(TransformerTest, BackwardNeedsTheActivationsOfAForward) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  const TokenBatch batch = TwoSequences();
+  const std::vector<float> dlogits(batch.num_tokens() * 20, 1.0f);
+  EXPECT_EQ(transformer.Backward(dlogits.data()).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(transformer.Forward(batch).ok());
+  std::unique_ptr<SequenceCache> cache = *transformer.NewCache(4);
+  std::vector<float> last(20);
+  const std::vector<int> prompt = {1, 2};
+  ASSERT_TRUE(transformer.Prefill({{prompt.data(), 2, cache.get()}}, last.data(), nullptr).ok());
+  const absl::Status after_decode = transformer.Backward(dlogits.data());
+  EXPECT_EQ(after_decode.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(after_decode.message(), HasSubstr("decode overwrote"));
+  ASSERT_TRUE(transformer.Forward(batch).ok());
+  EXPECT_TRUE(transformer.Backward(dlogits.data()).ok());
+}
+
 TEST(TransformerTest, BadTokensAndLengthsAreRejected) {
   BaseModel model = RandomModel(TinyConfig(), 1);
   Transformer transformer(model, nullptr);

@@ -70,7 +70,10 @@ absl::Status CudaModelOps::AdapterChanged() {
 
 void CudaModelOps::Run(const char* name, absl::FunctionRef<absl::Status()> launch) {
   if (Failed()) return;
-  if (absl::Status status = launch(); !status.ok()) {
+  // CUDA's current device is per thread, and engines are called from several threads.
+  absl::Status status = gpu::UseDevice(device_);
+  if (status.ok()) status = launch();
+  if (!status.ok()) {
     status_ = absl::Status(status.code(), absl::StrCat(name, ": ", status.message()));
   }
 }
@@ -82,6 +85,11 @@ void CudaModelOps::Refuse(const char* name, const char* why) {
 
 absl::Status CudaModelOps::Finish() {
   Run("Synchronize", [] { return gpu::Synchronize(); });
+  if (Failed() && adapter_gradients_.has_value()) {
+    // A failed pass's partial gradients must not reach a later one's.
+    adapter_gradients_->Zero().IgnoreError();
+    gradients_written_ = false;
+  }
   if (!Failed() && gradients_written_) {
     // One download per tensor; the host gradients accumulate as the CPU backend's do.
     ParameterSet& host = lora_->parameters();
@@ -105,13 +113,13 @@ absl::Status CudaModelOps::Finish() {
 std::shared_ptr<void> CudaModelOps::AllocateBytes(int64_t bytes) {
   auto memory = std::make_shared<gpu::DeviceMemory>();
   Run("allocate", [&]() -> absl::Status {
-    if (absl::Status status = gpu::UseDevice(device_); !status.ok()) return status;
     absl::StatusOr<gpu::DeviceMemory> allocated =
         gpu::DeviceMemory::Allocate(std::max<int64_t>(bytes, 1));
     if (!allocated.ok()) return allocated.status();
     *memory = *std::move(allocated);
     return absl::OkStatus();
   });
+  if (memory->data() == nullptr) return nullptr;  // Failed: the buffer stays unallocated.
   return std::shared_ptr<void>(memory, memory->data());
 }
 
@@ -163,10 +171,7 @@ std::optional<LoraProjection> CudaModelOps::DeviceLora(const std::optional<LoraP
 }
 
 const int* CudaModelOps::DeviceOffsets(const std::vector<int>& offsets, int& max_rows) {
-  max_rows = 0;
-  for (size_t g = 0; g + 1 < offsets.size(); ++g) {
-    max_rows = std::max(max_rows, offsets[g + 1] - offsets[g]);
-  }
+  max_rows = offsets.back();  // GroupedGemm sizes its grid by all rows, not the largest group.
   Run("offsets", [&]() -> absl::Status {
     if (offsets_.size() < offsets.size()) {
       absl::StatusOr<gpu::DeviceArray<int>> grown = gpu::DeviceArray<int>::Zeros(offsets.size());

@@ -40,6 +40,7 @@ class CudaModelOps final : public ModelOps {
   absl::Status AdapterChanged();
 
   absl::Status Finish() override;
+  bool host_memory() const override { return false; }
   void Copy(Ref<const float> source, Ref<float> target, int64_t count) override;
   void Fill(Ref<float> target, float value, int64_t count) override;
   void Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in, int out,
@@ -129,7 +130,7 @@ class CudaModelOps final : public ModelOps {
   const float* DeviceWeight(const float* host);
   float* DeviceGradient(float* host);
   std::optional<LoraProjection> DeviceLora(const std::optional<LoraProjection>& host);
-  // `offsets` on the device (reused between calls) and the largest group.
+  // `offsets` on the device (reused between calls) and GroupedGemm's row bound (all rows).
   const int* DeviceOffsets(const std::vector<int>& offsets, int& max_rows);
   float* Scratch(::tandem::cuda::DeviceArray<float>& scratch, int64_t floats);
 

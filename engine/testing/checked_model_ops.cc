@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -52,19 +53,20 @@ CheckedModelOps::CheckedModelOps(const ModelConfig& config)
 
 CheckedModelOps::~CheckedModelOps() { munmap(arena_, kArenaBytes); }
 
-// Bump allocation, never reused: a test's model is small, and a buffer freed while the graph
-// still held a Ref to it would show as a fault rather than as silently reused memory.
+// Bump allocation, never reused (a test's model is small). Fresh memory is filled with 0xFF
+// bytes — NaN as floats, -1 as integers — so a graph that reads a buffer before writing it shows
+// in its results (the CPU backend's memory is not zeroed either).
 std::shared_ptr<void> CheckedModelOps::AllocateBytes(int64_t bytes) {
   const int64_t offset = RoundUp(arena_used_, kAlignment);
   if (offset + bytes > kArenaBytes) std::abort();
   arena_used_ = offset + std::max<int64_t>(bytes, 1);
-  if (depth_ > 0) {  // Allocated inside an operation, which may write it at once.
-    const int64_t page = PageSize();
-    const int64_t begin = offset / page * page;
-    if (mprotect(arena_ + begin, RoundUp(arena_used_, page) - begin, PROT_READ | PROT_WRITE) != 0) {
-      std::abort();
-    }
-  }
+  const int64_t page = PageSize();
+  const int64_t begin = offset / page * page;
+  const int64_t length = RoundUp(arena_used_, page) - begin;
+  if (mprotect(arena_ + begin, length, PROT_READ | PROT_WRITE) != 0) std::abort();
+  std::memset(arena_ + offset, 0xFF, bytes);
+  // Inside an operation the new memory stays open (the operation may write it at once).
+  if (depth_ == 0 && mprotect(arena_ + begin, length, PROT_NONE) != 0) std::abort();
   return std::shared_ptr<void>(arena_ + offset, [](void*) {});
 }
 

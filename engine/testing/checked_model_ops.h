@@ -28,6 +28,7 @@ class CheckedModelOps final : public ModelOps {
   const std::map<std::string, int64_t>& calls() const { return calls_; }
 
   absl::Status Finish() override;
+  bool host_memory() const override { return false; }
   void Copy(Ref<const float> source, Ref<float> target, int64_t count) override;
   void Fill(Ref<float> target, float value, int64_t count) override;
   void Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in, int out,
