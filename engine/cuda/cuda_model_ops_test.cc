@@ -75,6 +75,16 @@ TEST_P(CudaModelOpsTest, TheGraphOnTheGpuComputesWhatItComputesOnTheCpu) {
     ASSERT_NE(gpu, nullptr);
     const TokenBatch batch = test_models::TwoSequences();
 
+    // Groups of more than one 64-row tile: hundreds of routed rows per expert.
+    TokenBatch large;
+    for (int s = 0; s < 8; ++s) {
+      std::vector<int> sequence(std::min(config.max_seq_len, 48));
+      for (size_t t = 0; t < sequence.size(); ++t)
+        sequence[t] = (7 * s + 3 * t) % config.vocab_size;
+      large.Add(sequence);
+    }
+    ::tandem::cuda::ExpectAllNear(Logits(*gpu, large), Logits(cpu, large), 1e-4f, 1e-4f);
+
     const std::vector<float> cpu_logits = Logits(cpu, batch);
     ::tandem::cuda::ExpectAllNear(Logits(*gpu, batch), cpu_logits, 1e-4f, 1e-4f);
     EXPECT_EQ(gpu->routes(), cpu.routes());  // fp32 both: the same routing decisions.
