@@ -11,7 +11,7 @@
 namespace tandem::engine::testing {
 namespace {
 
-constexpr int64_t kArenaBytes = int64_t{64} << 30;  // Reserved, committed as it is used.
+constexpr int64_t kArenaBytes = int64_t{4} << 30;  // Reserved, committed as it is used.
 constexpr int64_t kAlignment = 64;
 
 int64_t RoundUp(int64_t value, int64_t multiple) {
