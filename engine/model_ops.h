@@ -29,7 +29,8 @@ struct ExpertPermutation {
 // the operations as Refs, which the graph cannot read; weights and their gradients are the
 // model's host parameters (Parameter::value and grad, LoraProjection), which a backend uses in
 // place or mirrors (CUDA's DeviceParameters). Arrays are row-major float32 unless named
-// otherwise; "+=" marks outputs that accumulate. A null Ref or pointer output is skipped.
+// otherwise; "+=" marks outputs that accumulate. A null weight-gradient output (dw, w_grad,
+// dtable: gradients not enabled) is skipped.
 class ModelOps {
  public:
   virtual ~ModelOps() = default;
@@ -157,7 +158,7 @@ class ModelOps {
   virtual void Deinterleave(Ref<float> x, int width, int64_t count) = 0;
   virtual void Reinterleave(Ref<float> x, int width, int64_t count) = 0;
 
-  // Host <-> backend copies of `count` elements (Upload and Download are the typed front).
+  // Host <-> backend copies of `count` elements (Upload is the front that also sizes).
   virtual void CopyIn(const float* host, Ref<float> target, int64_t count) = 0;
   virtual void CopyIn(const int* host, Ref<int> target, int64_t count) = 0;
   virtual void CopyIn(const int16_t* host, Ref<int16_t> target, int64_t count) = 0;
