@@ -148,14 +148,21 @@ absl::Status AdamW::ImportState(const AdamWState& state) {
   return absl::OkStatus();
 }
 
-float ClipGradNorm(std::span<const Param> params, float max_norm) {
+double SquaredGradNorm(std::span<const Param> params) {
   double sum_sq = 0.0;
   for (const Param& param : params) {
     for (int64_t i = 0; i < param.size; ++i) {
       sum_sq += static_cast<double>(param.grad[i]) * param.grad[i];
     }
   }
-  const double norm = std::sqrt(sum_sq);
+  return sum_sq;
+}
+
+float ClipGradNorm(std::span<const Param> params, float max_norm) {
+  return ClipGradNormTo(params, max_norm, std::sqrt(SquaredGradNorm(params)));
+}
+
+float ClipGradNormTo(std::span<const Param> params, float max_norm, double norm) {
   if (max_norm <= 0.0f || !std::isfinite(norm)) return static_cast<float>(norm);
   const double factor = max_norm / (norm + 1e-6);
   if (factor < 1.0) {

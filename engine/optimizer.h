@@ -79,6 +79,10 @@ class AdamW {
 // norm before clipping. max_norm <= 0 only measures. A non-finite norm leaves the gradients
 // untouched and is returned as is, so the caller can skip the step.
 float ClipGradNorm(std::span<const Param> params, float max_norm);
+// The parts of ClipGradNorm, for gradients spread over ranks: the sum of squares of `params`'
+// gradients, and the clipping of `params` to max_norm given the norm of all the gradients.
+double SquaredGradNorm(std::span<const Param> params);
+float ClipGradNormTo(std::span<const Param> params, float max_norm, double norm);
 
 // How the learning rate falls from peak_lr to min_lr after the warmup.
 enum class LrDecay { kCosine, kLinear, kConstant };

@@ -37,8 +37,9 @@ class TrainingEngine {
 // The CPU Transformer as a TrainingEngine (it reads the adapter's host tensors directly).
 class CpuTrainingEngine : public TrainingEngine {
  public:
-  // Neither is owned; lora may be null.
-  CpuTrainingEngine(BaseModel& model, LoraAdapter* lora) : transformer_(model, lora) {}
+  // None is owned; lora and exchange may be null (Transformer's constructor says what they are).
+  CpuTrainingEngine(BaseModel& model, LoraAdapter* lora, ExpertExchange* exchange = nullptr)
+      : transformer_(model, lora, Precision::kF32, exchange) {}
 
   absl::StatusOr<const float*> Forward(const TokenBatch& batch,
                                        const std::vector<int16_t>* replay) override {

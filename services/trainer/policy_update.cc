@@ -60,6 +60,29 @@ double ExplainedVariance(const std::array<double, 5>& sums) {
   return variance > 1e-12 ? 1 - error_variance / variance : 0;
 }
 
+// Sums the gradients of `params` over `ranks` (nothing to do without, or on one rank).
+absl::Status SumGradients(Communicator* ranks, std::span<const engine::Param> params) {
+  if (ranks == nullptr || ranks->size() == 1 || params.empty()) return absl::OkStatus();
+  // One collective for all of them: a LoRA has a tensor per target per expert per layer.
+  std::vector<float> packed;
+  for (const engine::Param& param : params)
+    packed.insert(packed.end(), param.grad, param.grad + param.size);
+  if (absl::Status status = ranks->AllReduceSum(packed.data(), static_cast<int64_t>(packed.size()));
+      !status.ok()) {
+    return status;
+  }
+  const float* next = packed.data();
+  for (const engine::Param& param : params) {
+    std::copy(next, next + param.size, param.grad);
+    next += param.size;
+  }
+  return absl::OkStatus();
+}
+
+int MicroBatches(int rows, int micro_batch_size) {
+  return (rows + micro_batch_size - 1) / micro_batch_size;
+}
+
 }  // namespace
 
 struct PolicyUpdater::Batch {
@@ -81,9 +104,11 @@ struct PolicyUpdater::Batch {
 
 PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
                              engine::AdamW& optimizer, PolicyUpdateConfig config)
-    : PolicyUpdater(base, lora, optimizer, std::move(config),
-                    {.policy = std::make_unique<engine::CpuTrainingEngine>(base, &lora),
-                     .reference = std::make_unique<engine::CpuTrainingEngine>(base, nullptr)}) {}
+    : PolicyUpdater(base, lora, optimizer, config,
+                    {.policy = std::make_unique<engine::CpuTrainingEngine>(
+                         base, &lora, config.expert_parallel.exchange),
+                     .reference = std::make_unique<engine::CpuTrainingEngine>(
+                         base, nullptr, config.expert_parallel.exchange)}) {}
 
 PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
                              engine::AdamW& optimizer, PolicyUpdateConfig config,
@@ -164,6 +189,9 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
     }
   }
   const bool critic = config_.critic.head != nullptr;
+  if (critic && expert_parallel()) {
+    return absl::UnimplementedError("a critic with expert parallelism is not supported yet");
+  }
   if (!critic) {
     const std::vector<double> advantages = GroupAdvantages(scores, groups, config_.baseline);
     for (size_t j = 0; j < size; ++j)
@@ -261,23 +289,38 @@ absl::Status PolicyUpdater::SumAcrossRanks(absl::Span<double> values) const {
   return absl::OkStatus();
 }
 
+bool PolicyUpdater::PerExpert(const engine::Param& param) const {
+  const engine::Parameter* parameter = lora_.parameters().Find(param.name);
+  return parameter != nullptr && parameter->stacked_experts;
+}
+
 absl::Status PolicyUpdater::SumGradientsAcrossRanks(std::span<const engine::Param> params) const {
-  Communicator* ranks = config_.data_parallel;
-  if (ranks == nullptr || ranks->size() == 1) return absl::OkStatus();
-  // One collective for all of them: a LoRA has a tensor per target per expert per layer.
-  std::vector<float> packed;
+  if (!expert_parallel()) return SumGradients(config_.data_parallel, params);
+  std::vector<engine::Param> shared, per_expert;
   for (const engine::Param& param : params)
-    packed.insert(packed.end(), param.grad, param.grad + param.size);
-  if (absl::Status status = ranks->AllReduceSum(packed.data(), static_cast<int64_t>(packed.size()));
-      !status.ok()) {
+    (PerExpert(param) ? per_expert : shared).push_back(param);
+  if (absl::Status status = SumGradients(config_.data_parallel, shared); !status.ok()) {
     return status;
   }
-  const float* next = packed.data();
-  for (const engine::Param& param : params) {
-    std::copy(next, next + param.size, param.grad);
-    next += param.size;
+  return SumGradients(config_.expert_parallel.same_experts, per_expert);
+}
+
+absl::StatusOr<float> PolicyUpdater::ClipGradients(std::span<const engine::Param> params) const {
+  if (!expert_parallel()) return engine::ClipGradNorm(params, config_.max_grad_norm);
+  std::vector<engine::Param> shared, per_expert;
+  for (const engine::Param& param : params)
+    (PerExpert(param) ? per_expert : shared).push_back(param);
+  // Each rank of the group holds other experts: their squares add up over the group.
+  float expert_squares = static_cast<float>(engine::SquaredGradNorm(per_expert));
+  Communicator* group = config_.expert_parallel.group;
+  if (group != nullptr) {
+    if (absl::Status status = group->AllReduceSum(&expert_squares, 1); !status.ok()) {
+      return status;
+    }
   }
-  return absl::OkStatus();
+  return engine::ClipGradNormTo(
+      params, config_.max_grad_norm,
+      std::sqrt(engine::SquaredGradNorm(shared) + static_cast<double>(expert_squares)));
 }
 
 std::vector<double> PolicyUpdater::ResponseLogProbs(const Batch& batch, int begin, int end,
@@ -339,6 +382,9 @@ void PolicyUpdater::RecordOldPolicy(Batch& batch, int begin, int end,
 absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
   const std::vector<int16_t>* routes =
       config_.replay == RouteReplay::kR3 ? batch.rollout_routes : nullptr;
+  const int forwards = MicroBatches(batch.rows(), config_.micro_batch_size);
+  absl::StatusOr<int> most = MostInExpertGroup(forwards);
+  if (!most.ok()) return most.status();
   for (int begin = 0; begin < batch.rows(); begin += config_.micro_batch_size) {
     const int end = std::min(batch.rows(), begin + config_.micro_batch_size);
     absl::StatusOr<const float*> logits = Forward(*policy_, batch, begin, end, routes);
@@ -353,6 +399,33 @@ absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
             config_.critic.head->Value(hidden + row * base_.config().d_model);
       }
     }
+  }
+  return PadExpertGroup(*most - forwards, 0);
+}
+
+absl::StatusOr<int> PolicyUpdater::MostInExpertGroup(int mine) const {
+  Communicator* group = config_.expert_parallel.group;
+  if (!expert_parallel() || group == nullptr) return mine;
+  const float value = static_cast<float>(mine);
+  absl::StatusOr<std::vector<float>> all = GatherFromRanks(*group, absl::MakeConstSpan(&value, 1));
+  if (!all.ok()) return all.status();
+  return static_cast<int>(*std::max_element(all->begin(), all->end()));
+}
+
+absl::Status PolicyUpdater::PadExpertGroup(int forwards, int updates) {
+  // No tokens: the exchange still plans and moves (nothing) with the other ranks.
+  const engine::TokenBatch empty;
+  for (int i = 0; i < forwards + updates; ++i) {
+    if (absl::Status status = policy_->Forward(empty, nullptr).status(); !status.ok()) {
+      return status;
+    }
+    if (i < forwards) continue;
+    if (config_.loss.kl_coef > 0) {
+      if (absl::Status status = reference_->Forward(empty, nullptr).status(); !status.ok()) {
+        return status;
+      }
+    }
+    if (absl::Status status = policy_->Backward(nullptr, nullptr); !status.ok()) return status;
   }
   return absl::OkStatus();
 }
@@ -430,6 +503,9 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   if (absl::Status status = SumAcrossRanks(totals); !status.ok()) return status;
   const double total_tokens = totals[0];
   const int total_rows = static_cast<int>(totals[1]);
+  const int micro_batches = MicroBatches(end - begin, config_.micro_batch_size);
+  absl::StatusOr<int> most = MostInExpertGroup(micro_batches);
+  if (!most.ok()) return most.status();
   double loss = 0;
   for (int micro = begin; micro < end; micro += config_.micro_batch_size) {
     const int micro_end = std::min(end, micro + config_.micro_batch_size);
@@ -503,10 +579,15 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
       return status;
     }
   }
+  if (absl::Status status = PadExpertGroup(0, *most - micro_batches); !status.ok()) {
+    return status;
+  }
   if (absl::Status status = SumGradientsAcrossRanks(optimizer_.params()); !status.ok()) {
     return status;
   }
-  stats.grad_norm = engine::ClipGradNorm(optimizer_.params(), config_.max_grad_norm);
+  absl::StatusOr<float> grad_norm = ClipGradients(optimizer_.params());
+  if (!grad_norm.ok()) return grad_norm.status();
+  stats.grad_norm = *grad_norm;
   if (std::isfinite(stats.grad_norm)) {
     stats.learning_rate = engine::LearningRate(config_.schedule, optimizer_.step());
     if (absl::Status status = optimizer_.Step(static_cast<float>(stats.learning_rate));

@@ -80,8 +80,18 @@ class PolicyUpdater {
   absl::Status CriticAdvantages(Batch& batch, UpdateStats& stats) const;
   // Sums `values` in place over the data-parallel ranks (nothing to do on one rank).
   absl::Status SumAcrossRanks(absl::Span<double> values) const;
-  // Sums the gradients of `params` over the data-parallel ranks.
+  // Sums the gradients of `params` over the data-parallel ranks (per-expert ones, with expert
+  // parallelism, over the ranks holding the same experts).
   absl::Status SumGradientsAcrossRanks(std::span<const engine::Param> params) const;
+  // The most `mine` of any rank of the expert-parallel group (`mine` without one).
+  absl::StatusOr<int> MostInExpertGroup(int mine) const;
+  // Empty forward and backward passes, so this rank makes as many as the busiest rank of its
+  // expert-parallel group: `forwards` old-policy forwards or `updates` update micro-batches.
+  absl::Status PadExpertGroup(int forwards, int updates);
+  // ClipGradNorm over every rank's gradients: per-expert ones live on their experts' ranks.
+  absl::StatusOr<float> ClipGradients(std::span<const engine::Param> params) const;
+  bool expert_parallel() const { return config_.expert_parallel.exchange != nullptr; }
+  bool PerExpert(const engine::Param& param) const;
   // The step's statistics over every rank's share, normalized by the batch's tokens.
   absl::Status FinishStats(const Batch& batch, double loss, UpdateStats& stats) const;
   // Adds the value loss of samples [micro, micro_end) (this forward's hidden states) to

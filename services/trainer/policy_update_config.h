@@ -13,6 +13,10 @@ namespace tandem {
 class Communicator;
 }  // namespace tandem
 
+namespace tandem::engine {
+class ExpertExchange;
+}  // namespace tandem::engine
+
 namespace tandem::trainer {
 
 class ValueHead;
@@ -64,6 +68,18 @@ struct PolicyUpdateConfig {
   // statistic are the whole batch's, and gradients are summed over the ranks before clipping,
   // so every rank takes the one-rank step on identical parameters. Host buffers: a Gloo group.
   Communicator* data_parallel = nullptr;
+  // Expert parallelism (not owned; a null exchange: none). `exchange` moves the policy's and the
+  // reference model's routed rows to the ranks computing their experts; the model and adapter
+  // given to PolicyUpdater then hold only this rank's experts (ExpertShard). `group` is the
+  // exchange's ranks: they make every forward and backward together, so a rank with fewer
+  // micro-batches pads with empty ones. `same_experts` is the ranks holding this rank's experts
+  // (null: no other), over which per-expert gradients are summed; `data_parallel` sums the rest,
+  // and the clipping norm is over every rank's experts. Not yet with a critic.
+  struct ExpertParallelism {
+    engine::ExpertExchange* exchange = nullptr;
+    Communicator* group = nullptr;
+    Communicator* same_experts = nullptr;
+  } expert_parallel;
 };
 
 }  // namespace tandem::trainer
