@@ -117,10 +117,17 @@ absl::Status ExpertParallelExchange::Dispatch(const ExchangePlan& plan, int widt
       !status.ok()) {
     return status;
   }
+  CountSent(sent);
   ops.Resize(rows, arrived.size());
   Regroup(plan, ranks, width, BufferAccess::Address(arrived.ref()),
           BufferAccess::Address(rows.ref()), /*into_expert_order=*/true);
   return absl::OkStatus();
+}
+
+void ExpertParallelExchange::CountSent(const std::vector<int64_t>& counts) {
+  for (int rank = 0; rank < group_.size(); ++rank) {
+    if (rank != group_.rank()) bytes_sent_ += counts[rank] * int64_t{sizeof(float)};
+  }
 }
 
 absl::Status ExpertParallelExchange::Combine(const ExchangePlan& plan, int width,
@@ -130,9 +137,15 @@ absl::Status ExpertParallelExchange::Combine(const ExchangePlan& plan, int width
   Regroup(plan, ranks, width, BufferAccess::Address(rows.ref()),
           BufferAccess::Address(leaving.ref()), /*into_expert_order=*/false);
   const std::vector<int64_t> sent = SentFloats(plan, width);
+  const std::vector<int64_t> returned = ReceivedFloats(plan, ranks, width);
   ops.Resize(rows, std::accumulate(sent.begin(), sent.end(), int64_t{0}));
-  return group_.AllToAllV(BufferAccess::Address(leaving.ref()), ReceivedFloats(plan, ranks, width),
-                          BufferAccess::Address(rows.ref()), sent);
+  if (absl::Status status = group_.AllToAllV(BufferAccess::Address(leaving.ref()), returned,
+                                             BufferAccess::Address(rows.ref()), sent);
+      !status.ok()) {
+    return status;
+  }
+  CountSent(returned);
+  return absl::OkStatus();
 }
 
 }  // namespace tandem::engine

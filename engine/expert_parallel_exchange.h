@@ -34,13 +34,21 @@ class ExpertParallelExchange final : public ExpertExchange {
   absl::Status Combine(const ExchangePlan& plan, int width, Buffer<float>& rows,
                        ModelOps& ops) override;
 
+  // Bytes of rows this rank has sent to other ranks by Dispatch and Combine (rows for its own
+  // experts stay), since it was made: the all-to-all traffic to hold against the routes.
+  int64_t bytes_sent() const { return bytes_sent_; }
+
  private:
   ExpertParallelExchange(Communicator& group, int num_experts)
       : group_(group), num_experts_(num_experts), per_rank_(num_experts / group.size()) {}
 
+  // Adds the floats of `counts` (per rank) that leave this rank to bytes_sent_.
+  void CountSent(const std::vector<int64_t>& counts);
+
   Communicator& group_;
   const int num_experts_;
   const int per_rank_;
+  int64_t bytes_sent_ = 0;
 };
 
 }  // namespace tandem::engine

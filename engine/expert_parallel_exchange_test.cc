@@ -95,9 +95,31 @@ struct Computed {
   std::vector<std::vector<float>> logits;  // Per rank.
   // Adapter gradients by tensor: summed over ranks, per-expert tensors joined from their owners.
   std::map<std::string, std::vector<float>> gradients;
-  std::vector<int16_t> routes;  // Rank 0's.
-  int64_t expert_floats = 0;    // Base and adapter floats of the experts rank 0 holds.
+  std::vector<std::vector<int16_t>> routes;  // Per rank.
+  int64_t expert_floats = 0;                 // Base and adapter floats of the experts rank 0 holds.
+  std::vector<int64_t> bytes_sent;           // Per rank, by its exchange (expert parallelism only).
 };
+
+// The bytes the all-to-all must carry for `routes` (per rank, [tokens, MoE layers, k] logical
+// ids): a row routed to an expert of another rank goes there (dispatch) and its result comes back
+// (combine), in the forward and once more, as gradients, in the backward.
+std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& routes,
+                                   const ModelConfig& config) {
+  const int ranks = static_cast<int>(routes.size());
+  const int per_rank = config.num_experts / ranks;
+  std::vector<int64_t> rows(ranks, 0);
+  for (int rank = 0; rank < ranks; ++rank) {
+    for (int16_t expert : routes[rank]) {
+      const int owner = expert / per_rank;
+      if (owner == rank) continue;
+      ++rows[rank];   // Dispatched.
+      ++rows[owner];  // Its result, sent back.
+    }
+  }
+  std::vector<int64_t> bytes;
+  for (int64_t count : rows) bytes.push_back(2 * count * config.d_model * int64_t{sizeof(float)});
+  return bytes;
+}
 
 // Floats of every per-expert (stacked) tensor of `parameters`.
 int64_t ExpertFloats(const ParameterSet& parameters) {
@@ -115,9 +137,10 @@ int64_t ExpertFloats(const ParameterSet& parameters) {
 Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
                  std::optional<Ownership> expert_parallel) {
   const ModelConfig& config = base.config();
-  Computed computed{.logits = std::vector<std::vector<float>>(ranks)};
+  Computed computed{.logits = std::vector<std::vector<float>>(ranks),
+                    .routes = std::vector<std::vector<int16_t>>(ranks),
+                    .bytes_sent = std::vector<int64_t>(ranks, 0)};
   std::vector<ParameterSet> adapters(ranks);
-  std::vector<std::vector<int16_t>> routes(ranks);
   auto run = [&](int rank, ExpertExchange* exchange) {
     BaseModel model = base;
     LoraAdapter lora = Adapter(config, layout);
@@ -134,7 +157,7 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
     auto logits = transformer.Forward(batch);
     ASSERT_TRUE(logits.ok()) << logits.status();
     computed.logits[rank].assign(*logits, *logits + batch.num_tokens() * config.vocab_size);
-    routes[rank] = transformer.routes();
+    computed.routes[rank] = transformer.routes();
     const std::vector<float> dlogits = RankDlogits(config, batch, rank);
     ASSERT_TRUE(transformer.Backward(dlogits.data()).ok());
     adapters[rank] = lora.parameters();
@@ -144,6 +167,7 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
       auto exchange = ExpertParallelExchange::Create(group, config.num_experts);
       ASSERT_TRUE(exchange.ok()) << exchange.status();
       run(rank, exchange->get());
+      computed.bytes_sent[rank] = (*exchange)->bytes_sent();
     });
   } else {
     for (int rank = 0; rank < ranks; ++rank) run(rank, nullptr);
@@ -160,7 +184,6 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
       }
     }
   }
-  computed.routes = routes[0];
   return computed;
 }
 
@@ -187,6 +210,7 @@ TEST_P(ExpertParallelTest, RanksHoldingOnlyTheirExpertsComputeWhatOneRankCompute
   const Computed one = Compute(base, layout, ranks, std::nullopt);
   const Computed parallel = Compute(base, layout, ranks, Ownership::kSharded);
   ExpectSameResults(one, parallel, ranks);
+  EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config()));
   if (layout == ExpertLayout::kPerExpert) {
     EXPECT_EQ(parallel.expert_floats * ranks, one.expert_floats);
   }
