@@ -238,8 +238,7 @@ absl::StatusOr<BaseModel> BaseModel::ExpertShard(int first, int count) const {
   if (absl::Status status = CheckExpertShard(config_, parameters_, first, count); !status.ok()) {
     return status;
   }
-  BaseModel shard(*this);
-  shard.parameters_ = parameters_.ExpertShard(first, count);
+  BaseModel shard(config_, parameters_.ExpertShard(first, count));
   return shard;
 }
 
@@ -248,8 +247,7 @@ absl::StatusOr<LoraAdapter> LoraAdapter::ExpertShard(int first, int count) const
       !status.ok()) {
     return status;
   }
-  LoraAdapter shard(*this);
-  shard.parameters_ = parameters_.ExpertShard(first, count);
+  LoraAdapter shard(model_config_, lora_config_, parameters_.ExpertShard(first, count));
   return shard;
 }
 

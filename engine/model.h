@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -59,6 +60,8 @@ class BaseModel {
 
  private:
   explicit BaseModel(const ModelConfig& config);
+  BaseModel(const ModelConfig& config, ParameterSet parameters)
+      : config_(config), parameters_(std::move(parameters)) {}
 
   ModelConfig config_;
   ParameterSet parameters_;
@@ -112,6 +115,11 @@ class LoraAdapter {
 
  private:
   LoraAdapter(const ModelConfig& model_config, const LoraConfig& lora_config);
+  LoraAdapter(const ModelConfig& model_config, const LoraConfig& lora_config,
+              ParameterSet parameters)
+      : model_config_(model_config),
+        lora_config_(lora_config),
+        parameters_(std::move(parameters)) {}
 
   ModelConfig model_config_;
   LoraConfig lora_config_;

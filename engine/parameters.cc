@@ -89,20 +89,28 @@ void ParameterSet::Fill(Parameter& parameter, float value) {
 }
 
 ParameterSet ParameterSet::ExpertShard(int first, int count) const {
-  ParameterSet shard = *this;
+  ParameterSet shard;
+  shard.order_ = order_;
   shard.first_expert_ = first_expert_ + first;
   shard.held_experts_ = count;
-  for (auto& [name, parameter] : shard.parameters_) {
-    if (!parameter.stacked_experts) continue;
+  // Tensor by tensor, slicing while copying: a rank never holds a second whole model.
+  for (const auto& [name, parameter] : parameters_) {
+    if (!parameter.stacked_experts) {
+      shard.parameters_.emplace(name, parameter);
+      continue;
+    }
     const int64_t expert_size = parameter.size() / parameter.shape[0];
-    auto slice = [&](std::vector<float>& values) {
-      if (values.empty()) return;
-      values = std::vector<float>(values.begin() + first * expert_size,
-                                  values.begin() + (first + count) * expert_size);
+    auto slice = [&](const std::vector<float>& values) {
+      if (values.empty()) return std::vector<float>();
+      return std::vector<float>(values.begin() + first * expert_size,
+                                values.begin() + (first + count) * expert_size);
     };
-    slice(parameter.value);
-    slice(parameter.grad);
-    parameter.shape[0] = count;
+    Parameter& part = shard.parameters_[name];
+    part.shape = parameter.shape;
+    part.shape[0] = count;
+    part.value = slice(parameter.value);
+    part.grad = slice(parameter.grad);
+    part.stacked_experts = true;
   }
   return shard;
 }
