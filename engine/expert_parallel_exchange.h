@@ -35,7 +35,8 @@ class ExpertParallelExchange final : public ExpertExchange {
                        ModelOps& ops) override;
 
   // Bytes of rows this rank has sent to other ranks by Dispatch and Combine (rows for its own
-  // experts stay), since it was made: the all-to-all traffic to hold against the routes.
+  // experts stay), since it was made: the all-to-all traffic to hold against the routes. Plan's
+  // per-expert counts (experts floats per rank per layer) are not included.
   int64_t bytes_sent() const { return bytes_sent_; }
 
  private:

@@ -358,6 +358,14 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
                     10 * kBound * std::max(1.0, one.grad_norms[step]));
       }
     }
+    // Shared tensors are the same on every rank, per-expert ones on the ranks holding them.
+    const engine::LoraAdapter layout = InitialAdapter(TinyConfig());
+    for (int rank = 0; rank < dp * 2; ++rank) {
+      for (const auto& [name, values] : many[rank].adapter) {
+        const int same_as = layout.parameters().Find(name)->stacked_experts ? rank % 2 : 0;
+        EXPECT_EQ(values, many[same_as].adapter.at(name)) << name << " on rank " << rank;
+      }
+    }
     for (int dp_index = 0; dp_index < dp; ++dp_index) {
       const double error = MaxRelativeDifference(
           one.adapter, JoinedAdapter({many[dp_index * 2], many[dp_index * 2 + 1]}));
@@ -367,12 +375,19 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
   }
 }
 
+PolicyUpdateConfig GrpoWithKl() {
+  PolicyUpdateConfig config = Grpo();
+  config.loss.kl_coef = 0.05;  // The reference model forwards through the exchange too.
+  return config;
+}
+
 INSTANTIATE_TEST_SUITE_P(Losses, ExpertParallelTrainingTest,
                          ::testing::Values(Case{"GrpoTokenMeanR3", Grpo()},
-                                           Case{"SeqMeanWhitenedR2", SeqMeanWhitened()}),
+                                           Case{"SeqMeanWhitenedR2", SeqMeanWhitened()},
+                                           Case{"GrpoKlR3", GrpoWithKl()}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-TEST(ExpertParallelTrainingTest, ACriticIsNotSupportedYet) {
+TEST(ExpertParallelTrainingTest, ACriticAndConfigsThatWouldTrainWrongAreRefused) {
   gloo::rendezvous::HashStore store;
   auto group = GlooCommunicator::Create(store, 0, 1, {});
   ASSERT_TRUE(group.ok()) << group.status();
@@ -394,6 +409,18 @@ TEST(ExpertParallelTrainingTest, ACriticIsNotSupportedYet) {
   const absl::Status status = updater.Update(steps[0].samples, steps[0].routes).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(status.message(), ::testing::HasSubstr("critic with expert parallelism"));
+
+  // Without a critic: groups that do not add up, and an adapter that is not the rank's shard.
+  PolicyUpdateConfig grpo = Grpo();
+  grpo.expert_parallel = {exchange->get(), group->get(), nullptr};
+  PolicyUpdater without_data_parallel(base, lora, optimizer, grpo);
+  EXPECT_EQ(without_data_parallel.Update(steps[0].samples, steps[0].routes).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  grpo.data_parallel = group->get();
+  PolicyUpdater unsharded(base, lora, optimizer, grpo);
+  const absl::Status refused = unsharded.Update(steps[0].samples, steps[0].routes).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("exactly this rank's experts"));
 }
 
 TEST(DataParallelShareTest, WholeGroupsAndTheSameShareOfEveryMiniBatch) {

@@ -189,9 +189,7 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
     }
   }
   const bool critic = config_.critic.head != nullptr;
-  if (critic && expert_parallel()) {
-    return absl::UnimplementedError("a critic with expert parallelism is not supported yet");
-  }
+  if (absl::Status status = CheckExpertParallelism(critic); !status.ok()) return status;
   if (!critic) {
     const std::vector<double> advantages = GroupAdvantages(scores, groups, config_.baseline);
     for (size_t j = 0; j < size; ++j)
@@ -289,6 +287,29 @@ absl::Status PolicyUpdater::SumAcrossRanks(absl::Span<double> values) const {
   return absl::OkStatus();
 }
 
+absl::Status PolicyUpdater::CheckExpertParallelism(bool critic) const {
+  if (!expert_parallel()) return absl::OkStatus();
+  if (critic) {
+    return absl::UnimplementedError("a critic with expert parallelism is not supported yet");
+  }
+  const PolicyUpdateConfig::ExpertParallelism& experts = config_.expert_parallel;
+  const int same = experts.same_experts == nullptr ? 1 : experts.same_experts->size();
+  if (experts.group == nullptr || config_.data_parallel == nullptr ||
+      config_.data_parallel->size() != experts.group->size() * same) {
+    return absl::InvalidArgumentError(
+        "expert parallelism needs its group, and data-parallel ranks = group ranks x ranks "
+        "holding the same experts");
+  }
+  const engine::LocalExperts local = experts.exchange->local_experts();
+  if (lora_.parameters().first_expert() != local.first ||
+      lora_.parameters().held_experts() != local.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the adapter must hold exactly this rank's experts [", local.first, ", ",
+                     local.first + local.count, ") (LoraAdapter::ExpertShard)"));
+  }
+  return absl::OkStatus();
+}
+
 bool PolicyUpdater::PerExpert(const engine::Param& param) const {
   const engine::Parameter* parameter = lora_.parameters().Find(param.name);
   return parameter != nullptr && parameter->stacked_experts;
@@ -310,17 +331,17 @@ absl::StatusOr<float> PolicyUpdater::ClipGradients(std::span<const engine::Param
   std::vector<engine::Param> shared, per_expert;
   for (const engine::Param& param : params)
     (PerExpert(param) ? per_expert : shared).push_back(param);
-  // Each rank of the group holds other experts: their squares add up over the group.
-  float expert_squares = static_cast<float>(engine::SquaredGradNorm(per_expert));
-  Communicator* group = config_.expert_parallel.group;
-  if (group != nullptr) {
-    if (absl::Status status = group->AllReduceSum(&expert_squares, 1); !status.ok()) {
-      return status;
-    }
-  }
-  return engine::ClipGradNormTo(
-      params, config_.max_grad_norm,
-      std::sqrt(engine::SquaredGradNorm(shared) + static_cast<double>(expert_squares)));
+  // Each rank of the group holds other experts: their squares add up over the group, sent as
+  // a float and its remainder so the double survives the float collective.
+  const double mine = engine::SquaredGradNorm(per_expert);
+  const float parts[] = {static_cast<float>(mine),
+                         static_cast<float>(mine - static_cast<float>(mine))};
+  absl::StatusOr<std::vector<float>> all = GatherFromRanks(*config_.expert_parallel.group, parts);
+  if (!all.ok()) return all.status();
+  double expert_squares = 0;
+  for (float part : *all) expert_squares += part;
+  return engine::ClipGradNormTo(params, config_.max_grad_norm,
+                                std::sqrt(engine::SquaredGradNorm(shared) + expert_squares));
 }
 
 std::vector<double> PolicyUpdater::ResponseLogProbs(const Batch& batch, int begin, int end,
@@ -405,7 +426,7 @@ absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
 
 absl::StatusOr<int> PolicyUpdater::MostInExpertGroup(int mine) const {
   Communicator* group = config_.expert_parallel.group;
-  if (!expert_parallel() || group == nullptr) return mine;
+  if (!expert_parallel()) return mine;
   const float value = static_cast<float>(mine);
   absl::StatusOr<std::vector<float>> all = GatherFromRanks(*group, absl::MakeConstSpan(&value, 1));
   if (!all.ok()) return all.status();

@@ -91,6 +91,10 @@ class PolicyUpdater {
   // ClipGradNorm over every rank's gradients: per-expert ones live on their experts' ranks.
   absl::StatusOr<float> ClipGradients(std::span<const engine::Param> params) const;
   bool expert_parallel() const { return config_.expert_parallel.exchange != nullptr; }
+  // INVALID_ARGUMENT for an expert-parallel config that would train wrong (groups that do not
+  // multiply to the data-parallel ranks, an adapter that is not this rank's shard); UNIMPLEMENTED
+  // with a critic.
+  absl::Status CheckExpertParallelism(bool critic) const;
   bool PerExpert(const engine::Param& param) const;
   // The step's statistics over every rank's share, normalized by the batch's tokens.
   absl::Status FinishStats(const Batch& batch, double loss, UpdateStats& stats) const;
