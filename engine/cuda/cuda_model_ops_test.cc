@@ -26,15 +26,8 @@ class CudaModelOpsTest : public ::tandem::cuda::CudaTest,
                          public ::testing::WithParamInterface<NamedConfig> {};
 class CudaModelOpsGpuTest : public ::tandem::cuda::CudaTest {};
 
-std::vector<NamedConfig> StandardAttentionConfigs() {
-  std::vector<NamedConfig> configs;
-  for (const NamedConfig& config : test_models::kConfigs) {
-    if (!config.make().latent_attention()) configs.push_back(config);
-  }
-  return configs;
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaModelOpsTest, ::testing::ValuesIn(StandardAttentionConfigs()),
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaModelOpsTest,
+                         ::testing::ValuesIn(test_models::StandardAttentionConfigs()),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // A Transformer over the CUDA backend on GPU 0, with its own device copy of the base model.

@@ -22,16 +22,8 @@ class CudaTransformerTest : public ::tandem::cuda::CudaTest,
 
 class CudaTransformerGpuTest : public ::tandem::cuda::CudaTest {};
 
-// The test models the GPU engine runs: all but latent attention (refused, see below).
-std::vector<NamedConfig> GpuConfigs() {
-  std::vector<NamedConfig> configs;
-  for (const NamedConfig& config : test_models::kConfigs) {
-    if (!config.make().latent_attention()) configs.push_back(config);
-  }
-  return configs;
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaTransformerTest, ::testing::ValuesIn(GpuConfigs()),
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaTransformerTest,
+                         ::testing::ValuesIn(test_models::StandardAttentionConfigs()),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Runs everywhere (Create refuses before touching a GPU).
@@ -92,15 +84,6 @@ TEST_P(CudaTransformerTest, ForwardMatchesTheCpuTransformer) {
   }
 }
 
-std::vector<float> AdapterGradients(const LoraAdapter& lora) {
-  std::vector<float> all;
-  for (const std::string& name : lora.parameters().names()) {
-    const std::vector<float>& grad = lora.parameters().Find(name)->grad;
-    all.insert(all.end(), grad.begin(), grad.end());
-  }
-  return all;
-}
-
 // The CPU Transformer's adapter gradients for dlogits and dhidden; leaves the adapter's
 // gradients zero.
 std::vector<float> CpuAdapterGradients(BaseModel& model, LoraAdapter& lora,
@@ -109,7 +92,7 @@ std::vector<float> CpuAdapterGradients(BaseModel& model, LoraAdapter& lora,
   Transformer cpu(model, &lora);
   EXPECT_TRUE(cpu.Forward(batch).ok());
   EXPECT_TRUE(cpu.Backward(dlogits.data(), dhidden.data()).ok());
-  std::vector<float> gradients = AdapterGradients(lora);
+  std::vector<float> gradients = test_models::Gradients(lora.parameters());
   lora.parameters().ZeroGradients();
   return gradients;
 }
@@ -167,7 +150,7 @@ TEST_P(CudaTransformerTest, BackwardGivesTheCpuAdapterGradients) {
     ASSERT_TRUE((*gpu)->Forward(batch, nullptr).ok());
     const absl::Status backward = (*gpu)->Backward(dlogits.data(), dhidden.data());
     ASSERT_TRUE(backward.ok()) << backward;
-    const std::vector<float> actual = AdapterGradients(*lora);
+    const std::vector<float> actual = test_models::Gradients(lora->parameters());
     ASSERT_EQ(actual.size(), expected.size());
     int differing = 0;
     for (size_t i = 0; i < actual.size(); ++i) {

@@ -100,6 +100,14 @@ TokenBatch TwoSequences() {
   return batch;
 }
 
+std::vector<NamedConfig> StandardAttentionConfigs() {
+  std::vector<NamedConfig> configs;
+  for (const NamedConfig& config : kConfigs) {
+    if (!config.make().latent_attention()) configs.push_back(config);
+  }
+  return configs;
+}
+
 std::vector<float> Gradients(const ParameterSet& parameters) {
   std::vector<float> all;
   for (const std::string& name : parameters.names()) {

@@ -36,6 +36,9 @@ inline constexpr NamedConfig kConfigs[] = {{"Embedded", TinyConfig},
                                            {"DeepseekShaped", DeepseekShapedConfig},
                                            {"DeepseekV3Shaped", DeepseekV3ShapedConfig}};
 
+// kConfigs without latent attention: what the CUDA engine runs.
+std::vector<NamedConfig> StandardAttentionConfigs();
+
 // LoRA on every projection the model has: latent attention has no q/k/v_proj.
 LoraConfig TestLora(const ModelConfig& model);
 

@@ -310,30 +310,32 @@ absl::Status PolicyUpdater::CheckExpertParallelism(bool critic) const {
   return absl::OkStatus();
 }
 
-bool PolicyUpdater::PerExpert(const engine::Param& param) const {
-  const engine::Parameter* parameter = lora_.parameters().Find(param.name);
-  return parameter != nullptr && parameter->stacked_experts;
+PolicyUpdater::SplitParams PolicyUpdater::SplitByOwnership(
+    std::span<const engine::Param> params) const {
+  SplitParams split;
+  for (const engine::Param& param : params) {
+    const engine::Parameter* parameter = lora_.parameters().Find(param.name);
+    (parameter != nullptr && parameter->stacked_experts ? split.per_expert : split.shared)
+        .push_back(param);
+  }
+  return split;
 }
 
 absl::Status PolicyUpdater::SumGradientsAcrossRanks(std::span<const engine::Param> params) const {
   if (!expert_parallel()) return SumGradients(config_.data_parallel, params);
-  std::vector<engine::Param> shared, per_expert;
-  for (const engine::Param& param : params)
-    (PerExpert(param) ? per_expert : shared).push_back(param);
-  if (absl::Status status = SumGradients(config_.data_parallel, shared); !status.ok()) {
+  const SplitParams split = SplitByOwnership(params);
+  if (absl::Status status = SumGradients(config_.data_parallel, split.shared); !status.ok()) {
     return status;
   }
-  return SumGradients(config_.expert_parallel.same_experts, per_expert);
+  return SumGradients(config_.expert_parallel.same_experts, split.per_expert);
 }
 
 absl::StatusOr<float> PolicyUpdater::ClipGradients(std::span<const engine::Param> params) const {
   if (!expert_parallel()) return engine::ClipGradNorm(params, config_.max_grad_norm);
-  std::vector<engine::Param> shared, per_expert;
-  for (const engine::Param& param : params)
-    (PerExpert(param) ? per_expert : shared).push_back(param);
+  const SplitParams split = SplitByOwnership(params);
   // Each rank of the group holds other experts: their squares add up over the group, sent as
   // a float and its remainder so the double survives the float collective.
-  const double mine = engine::SquaredGradNorm(per_expert);
+  const double mine = engine::SquaredGradNorm(split.per_expert);
   const float parts[] = {static_cast<float>(mine),
                          static_cast<float>(mine - static_cast<float>(mine))};
   absl::StatusOr<std::vector<float>> all = GatherFromRanks(*config_.expert_parallel.group, parts);
@@ -341,7 +343,7 @@ absl::StatusOr<float> PolicyUpdater::ClipGradients(std::span<const engine::Param
   double expert_squares = 0;
   for (float part : *all) expert_squares += part;
   return engine::ClipGradNormTo(params, config_.max_grad_norm,
-                                std::sqrt(engine::SquaredGradNorm(shared) + expert_squares));
+                                std::sqrt(engine::SquaredGradNorm(split.shared) + expert_squares));
 }
 
 std::vector<double> PolicyUpdater::ResponseLogProbs(const Batch& batch, int begin, int end,

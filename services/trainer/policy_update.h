@@ -95,7 +95,12 @@ class PolicyUpdater {
   // multiply to the data-parallel ranks, an adapter that is not this rank's shard); UNIMPLEMENTED
   // with a critic.
   absl::Status CheckExpertParallelism(bool critic) const;
-  bool PerExpert(const engine::Param& param) const;
+  // `params` as the expert-parallel ranks hold them: per-expert tensors (each rank its own
+  // experts') and the rest (the same on every rank).
+  struct SplitParams {
+    std::vector<engine::Param> shared, per_expert;
+  };
+  SplitParams SplitByOwnership(std::span<const engine::Param> params) const;
   // The step's statistics over every rank's share, normalized by the batch's tokens.
   absl::Status FinishStats(const Batch& batch, double loss, UpdateStats& stats) const;
   // Adds the value loss of samples [micro, micro_end) (this forward's hidden states) to
