@@ -42,6 +42,9 @@ class ModelOps {
   // Whether code outside the operations (an expert exchange over Gloo) may read and write the
   // buffers' memory through their addresses: host memory, accessible between calls.
   virtual bool host_memory() const = 0;
+  // The adapter's host values changed (an optimizer step, a load): a backend that mirrors them
+  // (CUDA's device copy) copies them again before the next pass.
+  virtual absl::Status AdapterChanged() { return absl::OkStatus(); }
 
   // Memory. Resize keeps the contents only when the buffer does not grow. The graph reads results
   // on the host only through CopyOut (routes, logits, hidden states).
@@ -108,6 +111,15 @@ class ModelOps {
   virtual void DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
                                Ref<const float> v_cache, int length, Ref<float> out,
                                const cpu::AttentionShape& shape) = 0;
+  // One decode row of each of many sequences: row r's key and value (of k [rows, kv_heads ·
+  // qk_dim] and v [rows, kv_heads · v_dim]) join its sequence's caches of the layer, k_caches[r]
+  // and v_caches[r], at position positions[r] (host memory), then its query (row r of q) attends
+  // over positions 0..positions[r]; out [rows, heads · v_dim]. By default a Copy pair and a
+  // DecodeAttention per row; a device backend serves all rows in a launch or two.
+  virtual void AppendAndAttend(Ref<const float> q, Ref<const float> k, Ref<const float> v,
+                               const std::vector<Ref<float>>& k_caches,
+                               const std::vector<Ref<float>>& v_caches, const int* positions,
+                               Ref<float> out, const cpu::AttentionShape& shape);
 
   // out = silu(gate) * up over n values; dgate, dup +=.
   virtual void SwiGlu(Ref<const float> gate, Ref<const float> up, Ref<float> out, int64_t n) = 0;

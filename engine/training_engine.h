@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,12 +35,15 @@ class TrainingEngine {
   virtual const std::vector<float>& final_hidden() const = 0;
 };
 
-// The CPU Transformer as a TrainingEngine (it reads the adapter's host tensors directly).
-class CpuTrainingEngine : public TrainingEngine {
+// The Transformer as a TrainingEngine, over whichever backend computes it (the CPU kernels by
+// default, which read the adapter's host tensors in place; a GPU's, which mirror them).
+class TransformerTrainingEngine : public TrainingEngine {
  public:
-  // None is owned; lora and exchange may be null (Transformer's constructor says what they are).
-  CpuTrainingEngine(BaseModel& model, LoraAdapter* lora, ExpertExchange* exchange = nullptr)
-      : transformer_(model, lora, Precision::kF32, exchange) {}
+  // None is owned; lora and exchange may be null (Transformer's constructor says what they and
+  // ops are).
+  TransformerTrainingEngine(BaseModel& model, LoraAdapter* lora, ExpertExchange* exchange = nullptr,
+                            std::unique_ptr<ModelOps> ops = nullptr)
+      : transformer_(model, lora, Precision::kF32, exchange, std::move(ops)) {}
 
   absl::StatusOr<const float*> Forward(const TokenBatch& batch,
                                        const std::vector<int16_t>* replay) override {
@@ -48,7 +52,7 @@ class CpuTrainingEngine : public TrainingEngine {
   absl::Status Backward(const float* dlogits, const float* dhidden) override {
     return transformer_.Backward(dlogits, dhidden);
   }
-  absl::Status AdapterChanged() override { return absl::OkStatus(); }
+  absl::Status AdapterChanged() override { return transformer_.AdapterChanged(); }
 
   const std::vector<int16_t>& routes() const override { return transformer_.routes(); }
   const std::vector<int16_t>& live_routes() const override { return transformer_.live_routes(); }

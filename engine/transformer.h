@@ -108,11 +108,16 @@ class Transformer : public DecodeEngine {
 
   const ModelConfig& config() const override { return config_; }
 
+  // The adapter's host values changed (an optimizer step, a load): the next pass computes with
+  // them (a device backend copies them again; the CPU one reads them in place).
+  absl::Status AdapterChanged() { return ops_->AdapterChanged(); }
+
   // DecodeEngine, with caches in host memory (transformer_decode.cc): the prompt attends
   // causally within itself, each decoded token over its sequence's cache.
   absl::StatusOr<std::unique_ptr<SequenceCache>> NewCache(int positions) override;
-  // Prompts one by one, so a prompt's numbers never depend on the others in its batch (on the
-  // GPU they may, slightly). INVALID_ARGUMENT for an empty prompt or one longer than its cache.
+  // On the host, prompts one by one, so a prompt's numbers never depend on the others in its
+  // batch; on a device all in one pass (hundreds of small passes would leave it idle), where they
+  // may, slightly. INVALID_ARGUMENT for an empty prompt or one longer than its cache.
   absl::Status Prefill(const std::vector<PromptToPrefill>& prompts, float* last_logits,
                        int16_t* routes) override;
   absl::Status Decode(const int* tokens, const int* positions,

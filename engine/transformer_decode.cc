@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "engine/transformer.h"
 
 namespace tandem::engine {
@@ -21,29 +22,42 @@ BufferSequenceCache& CacheOf(SequenceCache& cache) {
   return static_cast<BufferSequenceCache&>(cache);
 }
 
-// Prompt rows of one sequence: causal attention among them, caching their keys and values.
+// The rows of one or more prompts, packed in order: causal attention within each prompt, caching
+// its keys and values.
 class PrefillAttention : public AttentionBackend {
  public:
-  PrefillAttention(ModelOps& ops, BufferSequenceCache& cache, int rows, const ModelConfig& config)
-      : ops_(ops), cache_(cache), rows_(rows), config_(config) {}
+  PrefillAttention(ModelOps& ops, absl::Span<const PromptToPrefill> prompts,
+                   const ModelConfig& config)
+      : ops_(ops), prompts_(prompts), config_(config) {
+    int longest = 0;
+    for (const PromptToPrefill& prompt : prompts) longest = std::max(longest, prompt.length);
+    ops_.Resize(probs_, int64_t{config_.num_heads} * longest * longest);
+  }
 
   void Attend(int layer, Ref<const float> q, Ref<const float> k, Ref<const float> v,
               Ref<float> out) override {
-    ops_.Copy(k, cache_.keys[layer].ref(), int64_t{rows_} * config_.key_width());
-    ops_.Copy(v, cache_.values[layer].ref(), int64_t{rows_} * config_.value_width());
-    ops_.Resize(probs_, int64_t{config_.num_heads} * rows_ * rows_);
-    ops_.CausalAttention(q, k, v, out, probs_.ref(), rows_, config_.attention_shape());
+    const int q_width = config_.query_width(), out_width = config_.attention_out_dim();
+    const int k_width = config_.key_width(), v_width = config_.value_width();
+    int64_t row = 0;
+    for (const PromptToPrefill& prompt : prompts_) {
+      BufferSequenceCache& cache = CacheOf(*prompt.cache);
+      const int rows = prompt.length;
+      ops_.Copy(k + row * k_width, cache.keys[layer].ref(), int64_t{rows} * k_width);
+      ops_.Copy(v + row * v_width, cache.values[layer].ref(), int64_t{rows} * v_width);
+      ops_.CausalAttention(q + row * q_width, k + row * k_width, v + row * v_width,
+                           out + row * out_width, probs_.ref(), rows, config_.attention_shape());
+      row += rows;
+    }
   }
 
  private:
   ModelOps& ops_;
-  BufferSequenceCache& cache_;
-  const int rows_;
+  const absl::Span<const PromptToPrefill> prompts_;
   const ModelConfig& config_;
   Buffer<float> probs_;
 };
 
-// One row per sequence: append its key/value to the cache, attend over the cache.
+// One row per sequence: each row's key and value join its cache, then it attends over the cache.
 class DecodeAttention : public AttentionBackend {
  public:
   DecodeAttention(ModelOps& ops, const int* positions, const std::vector<SequenceCache*>& caches,
@@ -52,18 +66,13 @@ class DecodeAttention : public AttentionBackend {
 
   void Attend(int layer, Ref<const float> q, Ref<const float> k, Ref<const float> v,
               Ref<float> out) override {
-    const cpu::AttentionShape shape = config_.attention_shape();
-    const int q_width = config_.query_width(), out_width = config_.attention_out_dim();
-    const int k_width = config_.key_width(), v_width = config_.value_width();
-    for (size_t row = 0; row < caches_.size(); ++row) {
-      BufferSequenceCache& cache = CacheOf(*caches_[row]);
-      const int position = positions_[row];
-      ops_.Copy(k + row * k_width, cache.keys[layer].ref() + int64_t{position} * k_width, k_width);
-      ops_.Copy(v + row * v_width, cache.values[layer].ref() + int64_t{position} * v_width,
-                v_width);
-      ops_.DecodeAttention(q + row * q_width, cache.keys[layer].ref(), cache.values[layer].ref(),
-                           position + 1, out + row * out_width, shape);
+    keys_.clear();
+    values_.clear();
+    for (SequenceCache* cache : caches_) {
+      keys_.push_back(CacheOf(*cache).keys[layer].ref());
+      values_.push_back(CacheOf(*cache).values[layer].ref());
     }
+    ops_.AppendAndAttend(q, k, v, keys_, values_, positions_, out, config_.attention_shape());
   }
 
  private:
@@ -71,11 +80,31 @@ class DecodeAttention : public AttentionBackend {
   const int* positions_;
   const std::vector<SequenceCache*>& caches_;
   const ModelConfig& config_;
+  std::vector<Ref<float>> keys_, values_;
 };
+
+// Positions `cache` holds.
+int64_t Capacity(const BufferSequenceCache& cache, const ModelConfig& config) {
+  return cache.keys.empty() ? 0 : cache.keys.front().size() / config.key_width();
+}
+
+absl::Status CheckTokens(const int* tokens, int count, int vocab, const char* what, size_t index) {
+  for (int t = 0; t < count; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", index, ": token ", tokens[t], " outside [0, ", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SequenceCache>> Transformer::NewCache(int positions) {
+  if (positions < 1 || positions > config_.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a cache of ", positions, " positions; the model holds 1 to ", config_.max_seq_len));
+  }
   auto cache = std::make_unique<BufferSequenceCache>();
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     cache->keys.push_back(ops_->Zeros(int64_t{positions} * config_.key_width()));
@@ -90,29 +119,43 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
   const int vocab = config_.vocab_size;
   const int64_t route_row = int64_t{config_.num_moe_layers()} * config_.top_k;
   for (size_t s = 0; s < prompts.size(); ++s) {
-    const BufferSequenceCache& cache = CacheOf(*prompts[s].cache);
-    const int64_t capacity =
-        cache.keys.empty() ? 0 : static_cast<int64_t>(cache.keys.front().size()) / config_.key_width();
+    const int64_t capacity = Capacity(CacheOf(*prompts[s].cache), config_);
     if (prompts[s].length < 1 || prompts[s].length > capacity) {
       return absl::InvalidArgumentError(absl::StrCat("prompt ", s, " of ", prompts[s].length,
                                                      " tokens for a cache of ", capacity,
                                                      " positions"));
     }
-  }
-  std::vector<int> positions;
-  std::vector<float> logits;
-  for (const PromptToPrefill& prompt : prompts) {
-    const int rows = prompt.length;
-    positions.resize(rows);
-    for (int t = 0; t < rows; ++t) positions[t] = t;
-    logits.resize(static_cast<size_t>(rows) * vocab);
-    PrefillAttention attention(*ops_, CacheOf(*prompt.cache), rows, config_);
-    if (absl::Status status =
-            ForwardRows(prompt.tokens, positions.data(), rows, attention, logits.data(), routes);
+    if (absl::Status status = CheckTokens(prompts[s].tokens, prompts[s].length, vocab, "prompt", s);
         !status.ok()) {
       return status;
     }
-    last_logits = std::copy_n(logits.data() + int64_t{rows - 1} * vocab, vocab, last_logits);
+  }
+  // On the host a pass per prompt, on a device one pass for all (see the header).
+  const size_t per_pass = ops_->host_memory() ? 1 : prompts.size();
+  std::vector<int> tokens, positions;
+  std::vector<float> logits;
+  for (size_t first = 0; first < prompts.size(); first += per_pass) {
+    const absl::Span<const PromptToPrefill> pass =
+        absl::MakeConstSpan(prompts).subspan(first, per_pass);
+    tokens.clear();
+    positions.clear();
+    for (const PromptToPrefill& prompt : pass) {
+      tokens.insert(tokens.end(), prompt.tokens, prompt.tokens + prompt.length);
+      for (int t = 0; t < prompt.length; ++t) positions.push_back(t);
+    }
+    const int rows = static_cast<int>(tokens.size());
+    logits.resize(static_cast<size_t>(rows) * vocab);
+    PrefillAttention attention(*ops_, pass, config_);
+    if (absl::Status status =
+            ForwardRows(tokens.data(), positions.data(), rows, attention, logits.data(), routes);
+        !status.ok()) {
+      return status;
+    }
+    int64_t end = 0;
+    for (const PromptToPrefill& prompt : pass) {
+      end += prompt.length;
+      last_logits = std::copy_n(logits.data() + (end - 1) * vocab, vocab, last_logits);
+    }
     if (routes != nullptr) routes += rows * route_row;
   }
   return absl::OkStatus();
@@ -121,6 +164,18 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
 absl::Status Transformer::Decode(const int* tokens, const int* positions,
                                  const std::vector<SequenceCache*>& caches, float* logits,
                                  int16_t* routes) {
+  for (size_t row = 0; row < caches.size(); ++row) {
+    const int64_t capacity = Capacity(CacheOf(*caches[row]), config_);
+    if (positions[row] < 0 || positions[row] >= capacity) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", row, " decodes position ",
+                                                     positions[row], " in a cache of ", capacity,
+                                                     " positions"));
+    }
+    if (absl::Status status = CheckTokens(&tokens[row], 1, config_.vocab_size, "sequence", row);
+        !status.ok()) {
+      return status;
+    }
+  }
   DecodeAttention attention(*ops_, positions, caches, config_);
   return ForwardRows(tokens, positions, static_cast<int>(caches.size()), attention, logits, routes);
 }

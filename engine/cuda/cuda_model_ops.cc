@@ -1,6 +1,8 @@
 #include "engine/cuda/cuda_model_ops.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,12 +50,15 @@ float* Translate(const DeviceParameters& device, const ParameterSet& parameters,
 absl::StatusOr<std::unique_ptr<CudaModelOps>> CudaModelOps::Create(
     const ModelConfig& config, int device, const BaseModel& base,
     std::shared_ptr<const DeviceParameters> base_device, LoraAdapter* lora) {
-  if (absl::Status status = gpu::UseDevice(device); !status.ok()) return status;
+  if (absl::Status status = gpu::SelectDevice(device).status(); !status.ok()) return status;
   absl::StatusOr<gpu::DeviceRopeFrequencies> rope =
       gpu::DeviceRopeFrequencies::Upload(config.RopeFrequencies());
   if (!rope.ok()) return rope.status();
   std::unique_ptr<CudaModelOps> ops(
       new CudaModelOps(device, base, std::move(base_device), lora, *std::move(rope)));
+  if (std::getenv("TANDEM_CUDA_PROFILE") != nullptr) {
+    ops->times_ = std::make_unique<OperationTimes>();
+  }
   if (lora != nullptr) {
     absl::StatusOr<DeviceParameters> adapter = DeviceParameters::Upload(lora->parameters());
     if (!adapter.ok()) return adapter.status();
@@ -70,9 +75,15 @@ absl::Status CudaModelOps::AdapterChanged() {
 
 void CudaModelOps::Run(const char* name, absl::FunctionRef<absl::Status()> launch) {
   if (Failed()) return;
+  const auto start = std::chrono::steady_clock::now();
   // CUDA's current device is per thread, and engines are called from several threads.
   absl::Status status = gpu::UseDevice(device_);
   if (status.ok()) status = launch();
+  if (status.ok() && times_ != nullptr) {
+    status = gpu::Synchronize();
+    times_->Add(name,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
   if (!status.ok()) {
     status_ = absl::Status(status.code(), absl::StrCat(name, ": ", status.message()));
   }
@@ -140,6 +151,10 @@ const float* CudaModelOps::DeviceWeight(const float* host) {
 
 float* CudaModelOps::DeviceGradient(float* host) {
   if (host == nullptr || Failed()) return nullptr;
+  if (auto known = gradient_addresses_.find(host); known != gradient_addresses_.end()) {
+    gradients_written_ = true;
+    return known->second;
+  }
   if (lora_ == nullptr || Translate(*adapter_device_, lora_->parameters(), host, true) == nullptr) {
     // Only the adapter trains on the GPU; base_ has no device gradients.
     if (Translate(*base_device_, base_.parameters(), host, true) == nullptr) {
@@ -157,36 +172,46 @@ float* CudaModelOps::DeviceGradient(float* host) {
     Run("zero gradients", [&] { return adapter_gradients_->Zero(); });
   }
   gradients_written_ = true;
-  return Translate(*adapter_gradients_, lora_->parameters(), host, true);
+  float*& device = gradient_addresses_[host];
+  if (device == nullptr) device = Translate(*adapter_gradients_, lora_->parameters(), host, true);
+  return device;
 }
 
-std::optional<LoraProjection> CudaModelOps::DeviceLora(const std::optional<LoraProjection>& host) {
+std::optional<LoraProjection> CudaModelOps::DeviceLora(const std::optional<LoraProjection>& host,
+                                                       bool gradients) {
   if (!host.has_value()) return std::nullopt;
   LoraProjection device = *host;
   device.weights.a = DeviceWeight(host->weights.a);
   device.weights.b = DeviceWeight(host->weights.b);
-  device.a_grad = DeviceGradient(host->a_grad);
-  device.b_grad = DeviceGradient(host->b_grad);
+  // A forward leaves the gradients alone, so that Finish has none to bring to the host.
+  device.a_grad = gradients ? DeviceGradient(host->a_grad) : nullptr;
+  device.b_grad = gradients ? DeviceGradient(host->b_grad) : nullptr;
   return device;
 }
 
 const int* CudaModelOps::DeviceOffsets(const std::vector<int>& offsets, int& max_rows) {
   max_rows = offsets.back();  // GroupedGemm sizes its grid by all rows, not the largest group.
-  Run("offsets", [&]() -> absl::Status {
-    if (offsets_.size() < offsets.size()) {
-      absl::StatusOr<gpu::DeviceArray<int>> grown = gpu::DeviceArray<int>::Zeros(offsets.size());
-      if (!grown.ok()) return grown.status();
-      offsets_ = *std::move(grown);
-    }
-    return gpu::CopyToDevice(offsets_.data(), offsets.data(), offsets.size() * sizeof(int));
+  return Staged(staged_ints_, offsets);
+}
+
+template <typename T>
+T* CudaModelOps::Staged(StagedValues<T>& staged, const std::vector<T>& host) {
+  T* device = nullptr;
+  Run("host values to the device", [&]() -> absl::Status {
+    absl::StatusOr<T*> copy = staged.Get(host);
+    if (!copy.ok()) return copy.status();
+    device = *copy;
+    return absl::OkStatus();
   });
-  return offsets_.data();
+  return device;
 }
 
 float* CudaModelOps::Scratch(gpu::DeviceArray<float>& scratch, int64_t floats) {
   Run("scratch", [&]() -> absl::Status {
     if (static_cast<int64_t>(scratch.size()) >= floats) return absl::OkStatus();
-    absl::StatusOr<gpu::DeviceArray<float>> grown = gpu::DeviceArray<float>::Zeros(floats);
+    // Doubling: decode's scratch grows by a position a step.
+    absl::StatusOr<gpu::DeviceArray<float>> grown =
+        gpu::DeviceArray<float>::Zeros(std::max<int64_t>(floats, 2 * scratch.size()));
     if (!grown.ok()) return grown.status();
     scratch = *std::move(grown);
     return absl::OkStatus();
@@ -290,7 +315,7 @@ void CudaModelOps::ProjectGroups(Ref<const float> x, const std::vector<int>& off
                              .k = in},
                             device_offsets, groups, max_rows);
   });
-  const std::optional<LoraProjection> device_lora = DeviceLora(lora);
+  const std::optional<LoraProjection> device_lora = DeviceLora(lora, /*gradients=*/false);
   if (!device_lora.has_value()) return;
   Resize(lora_h, int64_t{offsets.back()} * lora->weights.rank);
   Run("ProjectGroups LoRA", [&] {
@@ -326,7 +351,7 @@ void CudaModelOps::ProjectGroupsBackward(Ref<const float> x, const std::vector<i
                              .beta = 1.0f},
                             device_offsets, groups, max_rows);
   });
-  const std::optional<LoraProjection> device_lora = DeviceLora(lora);
+  const std::optional<LoraProjection> device_lora = DeviceLora(lora, /*gradients=*/true);
   if (!device_lora.has_value()) return;
   float* dh = Scratch(lora_workspace_, int64_t{offsets.back()} * lora->weights.rank);
   Run("ProjectGroupsBackward LoRA", [&] {
@@ -386,6 +411,39 @@ void CudaModelOps::DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
   float* scratch = Scratch(decode_scratch_, int64_t{shape.heads} * length);
   Run("DecodeAttention", [&] {
     return gpu::DecodeAttention(At(q), At(k_cache), At(v_cache), length, At(out), shape, scratch);
+  });
+}
+
+void CudaModelOps::AppendAndAttend(Ref<const float> q, Ref<const float> k, Ref<const float> v,
+                                   const std::vector<Ref<float>>& k_caches,
+                                   const std::vector<Ref<float>>& v_caches, const int* positions,
+                                   Ref<float> out, const cpu::AttentionShape& shape) {
+  const int rows = static_cast<int>(k_caches.size());
+  if (rows == 0) return;
+  // The caches' addresses, keys' then values', and the positions then the lengths after this row.
+  std::vector<float*> caches(2 * rows);
+  std::vector<int> places(2 * rows);
+  int longest = 0;
+  for (int row = 0; row < rows; ++row) {
+    caches[row] = At(k_caches[row]);
+    caches[rows + row] = At(v_caches[row]);
+    places[row] = positions[row];
+    places[rows + row] = positions[row] + 1;
+    longest = std::max(longest, positions[row] + 1);
+  }
+  float* const* device_caches = Staged(staged_addresses_, caches);
+  const int* device_places = Staged(staged_ints_, places);
+  float* scratch = Scratch(decode_scratch_, int64_t{rows} * shape.heads * longest);
+  Run("AppendAndAttend", [&]() -> absl::Status {
+    if (absl::Status status =
+            gpu::AppendToCaches(At(k), At(v), device_caches, device_caches + rows, device_places,
+                                rows, shape.kv_heads * shape.qk_dim, shape.kv_heads * shape.v_dim);
+        !status.ok()) {
+      return status;
+    }
+    return gpu::BatchedDecodeAttention(At(q), device_caches, device_caches + rows,
+                                       device_places + rows, rows, longest, At(out), shape,
+                                       scratch);
   });
 }
 
@@ -457,6 +515,8 @@ ExpertPermutation CudaModelOps::BuildPermutation(Ref<const int16_t> ids, int row
     return gpu::CopyToHost(built.offsets.data(), permutation->offsets.data(),
                            built.offsets.size() * sizeof(int));
   });
+  // Staged now, while the device is idle after the copy, for the layer's projections to find.
+  if (!Failed()) Staged(staged_ints_, built.offsets);
   built.state = std::move(permutation);
   return built;
 }

@@ -11,6 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_parameters.h"
+#include "engine/cuda/operation_times.h"
+#include "engine/cuda/staged_values.h"
 #include "engine/model.h"
 #include "engine/model_ops.h"
 #include "kernels/cuda/device.h"
@@ -37,8 +39,7 @@ class CudaModelOps final : public ModelOps {
       std::shared_ptr<const DeviceParameters> base_device, LoraAdapter* lora);
 
   // Copies the adapter's host values to the device again (after an optimizer step or a load).
-  absl::Status AdapterChanged();
-
+  absl::Status AdapterChanged() override;
   absl::Status Finish() override;
   bool host_memory() const override { return false; }
   void Copy(Ref<const float> source, Ref<float> target, int64_t count) override;
@@ -68,6 +69,10 @@ class CudaModelOps final : public ModelOps {
                                const cpu::AttentionShape& shape) override;
   void DecodeAttention(Ref<const float> q, Ref<const float> k_cache, Ref<const float> v_cache,
                        int length, Ref<float> out, const cpu::AttentionShape& shape) override;
+  void AppendAndAttend(Ref<const float> q, Ref<const float> k, Ref<const float> v,
+                       const std::vector<Ref<float>>& k_caches,
+                       const std::vector<Ref<float>>& v_caches, const int* positions,
+                       Ref<float> out, const cpu::AttentionShape& shape) override;
   void SwiGlu(Ref<const float> gate, Ref<const float> up, Ref<float> out, int64_t n) override;
   void SwiGluBackward(Ref<const float> gate, Ref<const float> up, Ref<const float> dout,
                       Ref<float> dgate, Ref<float> dup, int64_t n) override;
@@ -126,12 +131,17 @@ class CudaModelOps final : public ModelOps {
   bool Failed() const { return !status_.ok(); }
   void Refuse(const char* name, const char* why);
   // The device address of a host weight (base or adapter), a host adapter gradient, a LoRA
-  // projection; null (and a failure kept) when the address is none of them.
+  // projection (with its gradients' only for a backward); null (and a failure kept) when the
+  // address is none of them.
   const float* DeviceWeight(const float* host);
   float* DeviceGradient(float* host);
-  std::optional<LoraProjection> DeviceLora(const std::optional<LoraProjection>& host);
-  // `offsets` on the device (reused between calls) and GroupedGemm's row bound (all rows).
+  std::optional<LoraProjection> DeviceLora(const std::optional<LoraProjection>& host,
+                                           bool gradients);
+  // `offsets` on the device and GroupedGemm's row bound (all rows).
   const int* DeviceOffsets(const std::vector<int>& offsets, int& max_rows);
+  // The device copy of `host` from `staged`; null (and a failure kept) when it fails.
+  template <typename T>
+  T* Staged(StagedValues<T>& staged, const std::vector<T>& host);
   float* Scratch(::tandem::cuda::DeviceArray<float>& scratch, int64_t floats);
 
   const int device_;
@@ -141,9 +151,14 @@ class CudaModelOps final : public ModelOps {
   std::optional<DeviceParameters> adapter_device_, adapter_gradients_;
   const ::tandem::cuda::DeviceRopeFrequencies rope_;
   absl::flat_hash_map<const float*, const float*> weights_;  // Host -> device, looked up once.
-  ::tandem::cuda::DeviceArray<int> offsets_;
+  absl::flat_hash_map<float*, float*> gradient_addresses_;   // Likewise for the adapter's.
+  // Room for every MoE layer's group offsets of a pass and the positions of a decode step; every
+  // layer's cache addresses of a decode step.
+  StagedValues<int> staged_ints_{256};
+  StagedValues<float*> staged_addresses_{256};
   ::tandem::cuda::DeviceArray<float> decode_scratch_, attention_workspace_, lora_workspace_;
   bool gradients_written_ = false;
+  std::unique_ptr<OperationTimes> times_;  // With TANDEM_CUDA_PROFILE set.
   absl::Status status_;
 };
 

@@ -2,7 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/cuda/cuda_transformer.h"
+#include "engine/cuda/cuda_model_ops.h"
+#include "engine/cuda/device_parameters.h"
 #include "kernels/cuda/device.h"
 
 namespace tandem::engine {
@@ -11,6 +12,22 @@ absl::Status ValidateDeviceName(const std::string& device) {
   if (device == "cpu") return absl::OkStatus();
   return ::tandem::cuda::ParseCudaDevice(device).status();
 }
+
+namespace {
+
+// `base` on GPU `ordinal`, for the engines there to share.
+absl::StatusOr<std::shared_ptr<const cuda::DeviceParameters>> UploadBase(int ordinal,
+                                                                         const BaseModel& base) {
+  if (absl::Status status = ::tandem::cuda::SelectDevice(ordinal).status(); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<cuda::DeviceParameters> uploaded =
+      cuda::DeviceParameters::Upload(base.parameters());
+  if (!uploaded.ok()) return uploaded.status();
+  return std::make_shared<const cuda::DeviceParameters>(*std::move(uploaded));
+}
+
+}  // namespace
 
 bool CudaDeviceVisible() { return ::tandem::cuda::VisibleDeviceCount() > 0; }
 
@@ -27,17 +44,23 @@ absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, B
                                                     LoraAdapter& lora) {
   if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
   if (device == "cpu") {
-    return TrainingEngines{.policy = std::make_unique<CpuTrainingEngine>(base, &lora),
-                           .reference = std::make_unique<CpuTrainingEngine>(base, nullptr)};
+    return TrainingEngines{.policy = std::make_unique<TransformerTrainingEngine>(base, &lora),
+                           .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr)};
   }
   const int ordinal = *::tandem::cuda::ParseCudaDevice(device);
-  absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> policy =
-      cuda::CudaTransformer::Create(base, &lora, {.device = ordinal});
+  absl::StatusOr<std::shared_ptr<const cuda::DeviceParameters>> base_device =
+      UploadBase(ordinal, base);
+  if (!base_device.ok()) return base_device.status();
+  absl::StatusOr<std::unique_ptr<cuda::CudaModelOps>> policy =
+      cuda::CudaModelOps::Create(base.config(), ordinal, base, *base_device, &lora);
   if (!policy.ok()) return policy.status();
-  absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> reference =
-      cuda::CudaTransformer::Create(base, nullptr, {.device = ordinal, .base = (*policy)->base()});
+  absl::StatusOr<std::unique_ptr<cuda::CudaModelOps>> reference =
+      cuda::CudaModelOps::Create(base.config(), ordinal, base, *base_device, nullptr);
   if (!reference.ok()) return reference.status();
-  return TrainingEngines{.policy = *std::move(policy), .reference = *std::move(reference)};
+  return TrainingEngines{.policy = std::make_unique<TransformerTrainingEngine>(base, &lora, nullptr,
+                                                                               *std::move(policy)),
+                         .reference = std::make_unique<TransformerTrainingEngine>(
+                             base, nullptr, nullptr, *std::move(reference))};
 }
 
 absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,
@@ -54,6 +77,7 @@ absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& devic
     return absl::UnimplementedError(
         "on a GPU the engine computes in fp32 or bf16: use --precision=fp32 or bf16");
   }
+  // The first engine made uploads the base model; every later one computes over that copy.
   struct SharedBase {
     absl::Mutex mutex;
     std::shared_ptr<const cuda::DeviceParameters> parameters ABSL_GUARDED_BY(mutex);
@@ -64,11 +88,16 @@ absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& devic
                                BaseModel& base,
                                LoraAdapter* lora) -> absl::StatusOr<std::unique_ptr<DecodeEngine>> {
     absl::MutexLock lock(&shared->mutex);
-    absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> engine = cuda::CudaTransformer::Create(
-        base, lora, {.device = ordinal, .precision = precision, .base = shared->parameters});
-    if (!engine.ok()) return engine.status();
-    shared->parameters = (*engine)->base();
-    return std::unique_ptr<DecodeEngine>(*std::move(engine));
+    if (shared->parameters == nullptr) {
+      absl::StatusOr<std::shared_ptr<const cuda::DeviceParameters>> uploaded =
+          UploadBase(ordinal, base);
+      if (!uploaded.ok()) return uploaded.status();
+      shared->parameters = *std::move(uploaded);
+    }
+    absl::StatusOr<std::unique_ptr<cuda::CudaModelOps>> ops =
+        cuda::CudaModelOps::Create(base.config(), ordinal, base, shared->parameters, lora);
+    if (!ops.ok()) return ops.status();
+    return std::make_unique<Transformer>(base, lora, precision, nullptr, *std::move(ops));
   });
 }
 

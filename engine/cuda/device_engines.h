@@ -9,13 +9,15 @@
 #include "engine/model.h"
 #include "engine/training_engine.h"
 
-// Built with the CUDA toolkit, these make CudaTransformers; built without it
+// Built with the CUDA toolkit, these make Transformers over the CUDA backend (CudaModelOps) for
+// GPU devices; built without it
 // (device_engines_without_cuda.cc, see third_party/cuda), CPU engines only.
 namespace tandem::engine {
 
 // The engines on `device`: "cpu", or "cuda" / "cuda:N" (both share one copy of the base model
-// on that GPU). INVALID_ARGUMENT for another device name; a GPU's errors (none visible, out of
-// memory, unsupported architecture or model) as CudaTransformer::Create reports them.
+// on that GPU). INVALID_ARGUMENT for another device name; FAILED_PRECONDITION without the GPU,
+// RESOURCE_EXHAUSTED when the base model does not fit on it. What the CUDA backend cannot compute
+// (latent attention, FP8 and INT8 emulation) its first pass refuses as UNIMPLEMENTED, naming it.
 // Neither model is owned; both must outlive the engines.
 absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, BaseModel& base,
                                                     LoraAdapter& lora);
@@ -30,9 +32,9 @@ bool CudaDeviceVisible();
 // INVALID_ARGUMENT for a bad name, FAILED_PRECONDITION (saying why) for an unusable GPU.
 absl::StatusOr<std::string> DescribeDevice(const std::string& device);
 
-// A maker for `device`: CPU Transformers of `precision`, or CudaTransformers on that GPU, all
-// sharing one device copy of the base model (the first engine made uploads it). INVALID_ARGUMENT
-// for a bad device name; UNIMPLEMENTED for FP8 or INT8 on a GPU.
+// A maker for `device`: Transformers of `precision` on the CPU, or over the CUDA backend on that
+// GPU, all sharing one device copy of the base model (the first engine made uploads it).
+// INVALID_ARGUMENT for a bad device name; UNIMPLEMENTED for FP8 or INT8 on a GPU.
 absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,
                                                         Precision precision);
 

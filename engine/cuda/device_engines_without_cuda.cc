@@ -38,8 +38,8 @@ absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, B
                                                     LoraAdapter& lora) {
   if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
   if (device != "cpu") return NoCuda(device);
-  return TrainingEngines{.policy = std::make_unique<CpuTrainingEngine>(base, &lora),
-                         .reference = std::make_unique<CpuTrainingEngine>(base, nullptr)};
+  return TrainingEngines{.policy = std::make_unique<TransformerTrainingEngine>(base, &lora),
+                         .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr)};
 }
 
 absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,

@@ -1,6 +1,7 @@
 // The engine on a GPU against the same engine on the CPU and against PyTorch: forward,
-// forward + backward (into the LoRA) and greedy generation tokens/s of CudaTransformer on a random
-// model of the default architecture (sizes from the flags), with the CPU Transformer's figures and
+// forward + backward (into the LoRA) and greedy generation tokens/s of the services' GPU engines
+// (engine/cuda/device_engines.h: the one model graph over the CUDA backend) on a random model of
+// the default architecture (sizes from the flags), with the CPU Transformer's figures and
 // its logits as the check. --out_dir writes the model, adapter, batch and GPU logits (CPU logits
 // without a GPU) for tools/torch_reference/moe_reference.py, which checks them and times PyTorch
 // eager on the same work.
@@ -16,7 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "engine/cuda/cuda_transformer.h"
+#include "engine/cuda/device_engines.h"
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "engine/transformer.h"
@@ -82,33 +83,52 @@ double GenerationTokensPerSecond(DecodeEngine& engine,
   return new_tokens / seconds;
 }
 
-// Forward, forward + backward and greedy generation tokens/s of `engine`, printed under `name`.
-// False if any of them failed (the error is printed).
-template <typename Engine>
-bool Report(const char* name, Engine& engine, const TokenBatch& batch,
-            const std::vector<float>& dlogits, std::vector<float>* logits,
+// Forward and forward + backward tokens/s of `training` and greedy generation tokens/s of
+// `decoding`, printed under `name`. False if any of them failed (the error is printed).
+bool Report(const char* name, TrainingEngine& training, DecodeEngine& decoding,
+            const TokenBatch& batch, const std::vector<float>& dlogits, std::vector<float>* logits,
             std::vector<std::vector<int>>& generated) {
   const auto forward = [&] {
-    absl::StatusOr<const float*> result = engine.Forward(batch, nullptr);
+    absl::StatusOr<const float*> result = training.Forward(batch, nullptr);
     if (!result.ok())
       std::fprintf(stderr, "%s forward: %s\n", name, result.status().ToString().c_str());
     if (result.ok() && logits != nullptr) logits->assign(*result, *result + dlogits.size());
     return result.ok();
   };
   const auto train = [&] {
-    if (!engine.Forward(batch, nullptr).ok()) return false;
-    return engine.Backward(dlogits.data(), nullptr).ok();
+    if (!training.Forward(batch, nullptr).ok()) return false;
+    const absl::Status status = training.Backward(dlogits.data(), nullptr);
+    if (!status.ok()) std::fprintf(stderr, "%s backward: %s\n", name, status.ToString().c_str());
+    return status.ok();
   };
   const double tokens = batch.num_tokens();
   const double forward_s = SecondsPerCall(forward);
   const double train_s = SecondsPerCall(train);
   const double generation = GenerationTokensPerSecond(
-      engine, GenerationRequests(batch, engine.config().max_seq_len), generated);
+      decoding, GenerationRequests(batch, decoding.config().max_seq_len), generated);
   std::printf(
       "%-6s forward %10.0f tokens/s   forward+backward %10.0f tokens/s   generation %10.0f "
       "new tokens/s\n",
       name, tokens / forward_s, tokens / train_s, generation);
   return forward_s > 0 && train_s > 0 && generation > 0;
+}
+
+// The services' engines on `device` (fp32), timed by Report.
+bool ReportDevice(const char* device, BaseModel& model, LoraAdapter& lora, const TokenBatch& batch,
+                  const std::vector<float>& dlogits, std::vector<float>& logits,
+                  std::vector<std::vector<int>>& generated) {
+  absl::StatusOr<TrainingEngines> training = MakeTrainingEngines(device, model, lora);
+  absl::StatusOr<DecodeEngineMaker> maker = MakeDecodeEngineMaker(device, Precision::kF32);
+  absl::StatusOr<std::unique_ptr<DecodeEngine>> decoding =
+      maker.ok() ? (*maker)(model, &lora)
+                 : absl::StatusOr<std::unique_ptr<DecodeEngine>>(maker.status());
+  for (const absl::Status& status : {training.status(), decoding.status()}) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "engine_cuda_bench: %s: %s\n", device, status.ToString().c_str());
+      return false;
+    }
+  }
+  return Report(device, *training->policy, **decoding, batch, dlogits, &logits, generated);
 }
 
 absl::Status WriteFloats(const std::string& path, const std::vector<float>& values) {
@@ -171,18 +191,13 @@ int Main() {
 
   std::vector<float> gpu_logits, cpu_logits;
   std::vector<std::vector<int>> gpu_generated, cpu_generated;
-  if (gpu_visible) {
-    absl::StatusOr<std::unique_ptr<cuda::CudaTransformer>> gpu =
-        cuda::CudaTransformer::Create(*model, &*lora);
-    if (!gpu.ok()) {
-      std::fprintf(stderr, "engine_cuda_bench: %s\n", gpu.status().ToString().c_str());
-      return 1;
-    }
-    if (!Report("cuda", **gpu, batch, dlogits, &gpu_logits, gpu_generated)) return 1;
+  if (gpu_visible &&
+      !ReportDevice("cuda", *model, *lora, batch, dlogits, gpu_logits, gpu_generated)) {
+    return 1;
   }
-  if (absl::GetFlag(FLAGS_cpu) || !gpu_visible) {
-    Transformer cpu(*model, &*lora);
-    if (!Report("cpu", cpu, batch, dlogits, &cpu_logits, cpu_generated)) return 1;
+  if ((absl::GetFlag(FLAGS_cpu) || !gpu_visible) &&
+      !ReportDevice("cpu", *model, *lora, batch, dlogits, cpu_logits, cpu_generated)) {
+    return 1;
   }
   if (!gpu_logits.empty() && !cpu_logits.empty()) {
     float largest = 0;

@@ -105,9 +105,9 @@ struct PolicyUpdater::Batch {
 PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
                              engine::AdamW& optimizer, PolicyUpdateConfig config)
     : PolicyUpdater(base, lora, optimizer, config,
-                    {.policy = std::make_unique<engine::CpuTrainingEngine>(
+                    {.policy = std::make_unique<engine::TransformerTrainingEngine>(
                          base, &lora, config.expert_parallel.exchange),
-                     .reference = std::make_unique<engine::CpuTrainingEngine>(
+                     .reference = std::make_unique<engine::TransformerTrainingEngine>(
                          base, nullptr, config.expert_parallel.exchange)}) {}
 
 PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
