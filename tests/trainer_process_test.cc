@@ -728,6 +728,40 @@ TEST_F(TrainerProcessRanksTest, ADataParallelJobRunsOnTwoTrainersAndImprovesAccu
   EXPECT_THAT(refused.message(), HasSubstr("this trainer deployment has 2 ranks"));
 }
 
+// Expert parallel on two ranks (1 x 2): each holds half of every MoE layer's experts, and the
+// job learns as the one-rank job does. Its checkpoint holds every expert: a data-parallel job
+// starts from it.
+TEST_F(TrainerProcessRanksTest, AnExpertParallelJobRunsOnTwoTrainersAndImprovesAccuracy) {
+  const double before = GreedyAccuracy("", 0);
+  trainer::v1::JobSpec spec = LearningSpec();
+  spec.mutable_parallelism()->set_expert_parallel(2);
+  auto job = Create(spec, "two-expert-ranks");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().parallelism().data_parallel(), 1);
+  const trainer::v1::Job done = AwaitEnd(job->id());
+  ASSERT_EQ(done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << done.error_message();
+  EXPECT_EQ(done.policy_version(), 101);
+  const trainer::v1::StepMetrics& metrics = done.latest_metrics();
+  ASSERT_EQ(metrics.ranks_size(), 2);
+  EXPECT_EQ(metrics.ranks(0).samples() + metrics.ranks(1).samples(), 512);
+  const double after = GreedyAccuracy(job->id(), done.policy_version());
+  std::printf("expert parallel on two ranks: greedy accuracy %.3f -> %.3f\n", before, after);
+  EXPECT_GT(after, before + 0.06);
+
+  trainer::v1::JobSpec next = DataParallelSpec(1);
+  next.set_initial_checkpoint_dir(done.spec().output_dir());
+  auto started = Create(next, "from-the-expert-parallel-checkpoint");
+  ASSERT_TRUE(started.ok()) << started.status();
+  const trainer::v1::Job next_done = AwaitEnd(started->id());
+  ASSERT_EQ(next_done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << next_done.error_message();
+
+  trainer::v1::JobSpec too_many = Spec(1);
+  too_many.mutable_parallelism()->set_expert_parallel(4);
+  const absl::Status refused = Create(too_many, "four-expert-ranks").status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("this trainer deployment has 2 ranks"));
+}
+
 // A rank killed mid-job and not back: the job goes on in a new group, waits for the rank, and
 // fails naming it -- within the collective and join timeouts, never hanging; the rank,
 // restarted, joins the next job.

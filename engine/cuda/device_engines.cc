@@ -41,11 +41,17 @@ absl::StatusOr<std::string> DescribeDevice(const std::string& device) {
 }
 
 absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, BaseModel& base,
-                                                    LoraAdapter& lora) {
+                                                    LoraAdapter& lora, ExpertExchange* exchange) {
   if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
   if (device == "cpu") {
-    return TrainingEngines{.policy = std::make_unique<TransformerTrainingEngine>(base, &lora),
-                           .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr)};
+    return TrainingEngines{
+        .policy = std::make_unique<TransformerTrainingEngine>(base, &lora, exchange),
+        .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr, exchange)};
+  }
+  if (exchange != nullptr) {
+    return absl::UnimplementedError(
+        "expert parallelism on a GPU needs an all-to-all over device memory (NCCL), which the "
+        "engine does not use yet: train expert-parallel jobs with --device=cpu");
   }
   const int ordinal = *::tandem::cuda::ParseCudaDevice(device);
   absl::StatusOr<std::shared_ptr<const cuda::DeviceParameters>> base_device =

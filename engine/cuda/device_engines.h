@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/decode_engine.h"
+#include "engine/expert_exchange.h"
 #include "engine/model.h"
 #include "engine/training_engine.h"
 
@@ -19,8 +20,11 @@ namespace tandem::engine {
 // RESOURCE_EXHAUSTED when the base model does not fit on it. What the CUDA backend cannot compute
 // (latent attention, FP8 and INT8 emulation) its first pass refuses as UNIMPLEMENTED, naming it.
 // Neither model is owned; both must outlive the engines.
+// With an expert exchange (not owned; expert parallelism over host buffers), CPU engines only:
+// UNIMPLEMENTED on a GPU.
 absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, BaseModel& base,
-                                                    LoraAdapter& lora);
+                                                    LoraAdapter& lora,
+                                                    ExpertExchange* exchange = nullptr);
 
 // INVALID_ARGUMENT unless `device` is "cpu", "cuda" or "cuda:N" (no GPU is touched).
 absl::Status ValidateDeviceName(const std::string& device);

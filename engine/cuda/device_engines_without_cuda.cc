@@ -35,11 +35,12 @@ absl::StatusOr<std::string> DescribeDevice(const std::string& device) {
 }
 
 absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, BaseModel& base,
-                                                    LoraAdapter& lora) {
+                                                    LoraAdapter& lora, ExpertExchange* exchange) {
   if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
   if (device != "cpu") return NoCuda(device);
-  return TrainingEngines{.policy = std::make_unique<TransformerTrainingEngine>(base, &lora),
-                         .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr)};
+  return TrainingEngines{
+      .policy = std::make_unique<TransformerTrainingEngine>(base, &lora, exchange),
+      .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr, exchange)};
 }
 
 absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,

@@ -254,12 +254,16 @@ absl::StatusOr<trainer::v1::JobSpec> JobManager::Resolve(const trainer::v1::JobS
       ResolveJobSpec(spec, job_id, absl::StrCat(data_dir_, "/", job_id));
   if (!resolved.ok()) return resolved;
   const int ranks = deployment_.trainer_ranks;
-  if (resolved->parallelism().data_parallel() > ranks) {
+  const trainer::v1::Parallelism& parallelism = resolved->parallelism();
+  const int64_t asked = int64_t{parallelism.data_parallel()} * parallelism.expert_parallel();
+  if (asked > ranks) {
+    const std::string field = parallelism.expert_parallel() > 1 ? "spec.parallelism.expert_parallel"
+                                                                : "spec.parallelism.data_parallel";
     return InvalidField(
-        "spec.parallelism.data_parallel",
-        absl::StrCat("spec.parallelism.data_parallel is ", resolved->parallelism().data_parallel(),
-                     "; this trainer deployment has ", ranks, " rank", ranks == 1 ? "" : "s",
-                     " (the trainer's --ranks)"));
+        field, absl::StrCat("spec.parallelism asks for ", asked, " trainer ranks (data_parallel ",
+                            parallelism.data_parallel(), " x expert_parallel ",
+                            parallelism.expert_parallel(), "); this trainer deployment has ", ranks,
+                            " rank", ranks == 1 ? "" : "s", " (the trainer's --ranks)"));
   }
   if (resolved->routing_replay() == trainer::v1::ROUTING_REPLAY_MODE_R3 &&
       !deployment_.router_replay) {

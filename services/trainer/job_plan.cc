@@ -131,6 +131,7 @@ absl::StatusOr<JobPlan> PlanJob(const trainer::v1::JobSpec& spec, const std::str
   plan.adamw.weight_decay = static_cast<float>(plan.spec.algorithm_config().weight_decay());
   plan.trains_critic = plan.spec.algorithm() == trainer::v1::ALGORITHM_PPO;
   plan.data_parallel = plan.spec.parallelism().data_parallel();
+  plan.expert_parallel = plan.spec.parallelism().expert_parallel();
   plan.lookahead =
       plan.spec.sync_mode() == trainer::v1::SYNC_MODE_ASYNC ? plan.spec.max_staleness() : 0;
   return plan;

@@ -20,7 +20,9 @@ struct JobPlan {
   PolicyUpdateConfig update;
   engine::AdamWConfig adamw;   // The LoRA's optimizer, and the value head's.
   bool trains_critic = false;  // PPO: the run owns a value head.
-  int data_parallel = 1;       // Trainer ranks.
+  int data_parallel = 1;       // Copies of the experts (spec.parallelism).
+  int expert_parallel = 1;     // Ranks sharing one copy of the experts.
+  int ranks() const { return data_parallel * expert_parallel; }  // Trainer ranks.
   // ASYNC: how many steps generation runs ahead of training (max_staleness); 0 in SYNC.
   int64_t lookahead = 0;
 

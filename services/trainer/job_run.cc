@@ -11,6 +11,7 @@
 #include "common/counting_communicator.h"
 #include "common/logging.h"
 #include "engine/cuda/device_engines.h"
+#include "engine/expert_parallel_exchange.h"
 #include "engine/tasks.h"
 #include "engine/text/text_codec.h"
 #include "services/rollout/client/sample_fan_out.h"
@@ -69,7 +70,7 @@ class JobRun {
         environment_(environment),
         assignment_(assignment),
         member_store_(store),
-        dp_rank_(assignment != nullptr ? assignment->data_parallel_rank() : 0),
+        rank_(assignment != nullptr ? assignment->data_parallel_rank() : 0),
         owner_{.job_id = job.id(), .spec_fingerprint = SpecFingerprint(job.spec())} {}
 
   absl::Status Init();
@@ -89,9 +90,20 @@ class JobRun {
   absl::Status CreateState(JobModel model);
   // The version the run publishes first: the weight-store's newest + 1 (rank 0's, for all ranks).
   absl::StatusOr<int64_t> FirstVersion();
-  // A run of several ranks: forms their Gloo group (rank 0 posts the job and waits for the
-  // others to join) and sends every rank rank 0's starting state.
+  // A run of several ranks: forms their Gloo groups (rank 0 posts the job and waits for the
+  // others to join), sends every rank rank 0's starting state, and with expert parallelism keeps
+  // the rank's experts of it.
   absl::Status JoinRanks(int64_t first_version, const JobProgress& progress);
+  absl::Status KeepExperts();
+  // Refuses a parallelism the adapter cannot be published by (each rank puts a shard of its own).
+  absl::Status CheckPublishable() const;
+  // Whether the run is expert parallel, and its groups once formed.
+  bool expert_parallel() const { return plan_.expert_parallel > 1; }
+  PolicyUpdateConfig::ExpertParallelism ExpertGroups() {
+    if (exchange_ == nullptr) return {};
+    return {
+        .exchange = exchange_.get(), .group = group_->experts(), .same_experts = group_->copies()};
+  }
   // Between phases of a step with several ranks: every rank learns whether any failed `what`.
   absl::Status Agree(const absl::Status& local, absl::string_view what) {
     return ranks() == nullptr ? local
@@ -117,10 +129,12 @@ class JobRun {
   const JobEnvironment environment_;
   const internal::v1::GetAssignmentResponse* const assignment_;  // Null on rank 0.
   gloo::rendezvous::Store* const member_store_;                  // Rank 0's values, for a rank > 0.
-  const int dp_rank_;
+  const int rank_;
   JobPlan plan_;                           // After Init.
   std::vector<int> own_groups_;            // The step's prompt groups this rank generates.
   std::unique_ptr<RankGroup> group_;       // A run of several ranks.
+  // Expert parallelism: the MoE blocks' all-to-all over the rank's expert-parallel group.
+  std::unique_ptr<engine::ExpertParallelExchange> exchange_;
   std::unique_ptr<TrainingState> state_;
   std::unique_ptr<PolicyUpdater> updater_;          // Set by Run.
   std::unique_ptr<engine::text::TextCodec> codec_;  // As rollout's: prompts sent as their ids.
@@ -194,7 +208,7 @@ absl::Status JobRun::ConnectServices() {
 
 absl::Status JobRun::CreateSampler() {
   auto share = DataParallelShare(spec().prompts_per_step(), spec().group_size(),
-                                 plan_.update.updates_per_step, plan_.data_parallel, dp_rank_);
+                                 plan_.update.updates_per_step, plan_.ranks(), rank_);
   if (!share.ok()) return share.status();
   for (size_t i = 0; i < share->size(); i += spec().group_size()) {
     own_groups_.push_back((*share)[i] / spec().group_size());
@@ -203,7 +217,7 @@ absl::Status JobRun::CreateSampler() {
       std::make_unique<StepSampler>(StepSamplerConfig{.job_id = job_.id(),
                                                       .spec = &plan_.spec,
                                                       .own_groups = own_groups_,
-                                                      .data_parallel_rank = dp_rank_,
+                                                      .data_parallel_rank = rank_,
                                                       .record_routes = router_replay_ != nullptr,
                                                       .attempts = environment_.generate_attempts,
                                                       .retry_backoff = environment_.retry_backoff,
@@ -228,17 +242,23 @@ absl::Status JobRun::CreateState(JobModel model) {
   auto state = TrainingState::Create(plan_, std::move(model), std::move(origin));
   if (!state.ok()) return state.status();
   state_ = *std::move(state);
-  if (plan_.data_parallel > 1) {
-    // Each rank publishes a shard of its own: refused now, not after the group formed.
-    auto split = weight_store::BuildAdapterVersion(state_->lora(), state_->model_config(),
-                                                   spec().adapter_name(), 1, type::v1::DTYPE_F32,
-                                                   plan_.data_parallel);
-    if (!split.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("spec.parallelism.data_parallel: ", split.status().message()));
-    }
-  }
-  return absl::OkStatus();
+  return CheckPublishable();
+}
+
+absl::Status JobRun::CheckPublishable() const {
+  if (plan_.ranks() == 1) return absl::OkStatus();
+  // Each rank publishes a shard of its own: refused now, not after the group formed.
+  const auto split = expert_parallel()
+                         ? weight_store::BuildExpertParallelVersion(
+                               state_->lora(), state_->model_config(), spec().adapter_name(), 1,
+                               plan_.ranks(), plan_.expert_parallel, rank_)
+                         : weight_store::BuildAdapterVersion(state_->lora(), state_->model_config(),
+                                                             spec().adapter_name(), 1,
+                                                             type::v1::DTYPE_F32, plan_.ranks());
+  if (split.ok()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      expert_parallel() ? "spec.parallelism.expert_parallel: " : "spec.parallelism.data_parallel: ",
+      split.status().message()));
 }
 
 absl::StatusOr<int64_t> JobRun::FirstVersion() {
@@ -259,7 +279,7 @@ absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progres
     assignment.set_start_step(start_step_);
     assignment.set_first_version(first_version);
     group = RankGroup::Lead(
-        assignment, plan_.data_parallel,
+        assignment, plan_.ranks(), plan_.expert_parallel,
         {.roster = environment_.roster,
          .rendezvous = environment_.rendezvous,
          .gloo = environment_.gloo,
@@ -267,13 +287,30 @@ absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progres
          .on_status = [&](const std::string& waiting) { SayStatus(progress, waiting); }},
         *cancelled_);
   } else {
-    group = RankGroup::Join(*member_store_, dp_rank_, plan_.data_parallel, environment_.gloo);
+    group = RankGroup::Join(*member_store_, rank_, plan_.ranks(), plan_.expert_parallel,
+                            environment_.gloo);
   }
   if (!group.ok()) return group.status();
   group_ = *std::move(group);
-  spdlog::info("job {}: data-parallel rank {} of {} trains prompt groups {}", job_.id(), dp_rank_,
-               plan_.data_parallel, absl::StrJoin(own_groups_, ","));
-  return state_->Broadcast(*ranks());
+  spdlog::info("job {}: rank {} of {} trains prompt groups {}", job_.id(), rank_, plan_.ranks(),
+               absl::StrJoin(own_groups_, ","));
+  if (absl::Status status = state_->Broadcast(*ranks()); !status.ok()) return status;
+  return expert_parallel() ? KeepExperts() : absl::OkStatus();
+}
+
+absl::Status JobRun::KeepExperts() {
+  const int experts = state_->model_config().num_experts / plan_.expert_parallel;
+  const int first = rank_ % plan_.expert_parallel * experts;
+  if (absl::Status status = state_->KeepExperts(plan_, first, experts); !status.ok()) {
+    return status;
+  }
+  auto exchange = engine::ExpertParallelExchange::Create(*group_->experts(),
+                                                         state_->model_config().num_experts);
+  if (!exchange.ok()) return exchange.status();
+  exchange_ = *std::move(exchange);
+  spdlog::info("job {}: rank {} holds experts {}..{} of every MoE layer", job_.id(), rank_, first,
+               first + experts - 1);
+  return absl::OkStatus();
 }
 
 absl::Status JobRun::RideOutOutage(absl::string_view store,
@@ -306,10 +343,15 @@ absl::StatusOr<UpdateStats> JobRun::Train(int64_t step, const StepSamples& sampl
   // The same on every rank: statistics and gradients are the ranks' sums.
   if (absl::Status status = state_->CheckFinite(step, *stats); !status.ok()) return status;
   if (ranks() != nullptr) {
-    if (absl::Status status = CheckIdenticalParameters(*ranks(), state_->lora().parameters(), step);
-        !status.ok()) {
-      return status;
+    // Expert parallel: what is not per expert is alike on every rank, the rest on the copies.
+    const engine::ParameterSet& parameters = state_->lora().parameters();
+    absl::Status status = CheckIdenticalParameters(
+        *ranks(), parameters, step,
+        expert_parallel() ? CompareTensors::kNotPerExpert : CompareTensors::kAll);
+    if (status.ok() && expert_parallel()) {
+      status = CheckIdenticalParameters(*group_->copies(), parameters, step);
     }
+    if (!status.ok()) return status;
   }
   // A cancel seen during training ends the step before anything is published.
   if (absl::Status status = Agree(*cancelled_ ? Cancelled() : absl::OkStatus(),
@@ -335,10 +377,20 @@ absl::Status JobRun::PublishAndSwap(int64_t step, const JobProgress& progress,
   start = absl::Now();
   absl::Status swapped = publisher_->AwaitServed(version_);
   metrics.set_swap_seconds(SecondsSince(start));
-  if (swapped.ok() && lead() && plan_.CheckpointsAfter(step)) {
-    swapped = state_->SaveCheckpoint(spec().output_dir(), owner_, step, version_);
+  if (!expert_parallel()) {
+    if (swapped.ok() && lead() && plan_.CheckpointsAfter(step)) {
+      swapped = state_->SaveCheckpoint(spec().output_dir(), owner_, step, version_);
+    }
+    return Agree(swapped, absl::StrCat("step ", step, "'s swap or checkpoint"));
   }
-  return Agree(swapped, absl::StrCat("step ", step, "'s swap or checkpoint"));
+  // Every rank joins its group's experts for rank 0's checkpoint: all agree first.
+  if (absl::Status status = Agree(swapped, absl::StrCat("step ", step, "'s swap")); !status.ok()) {
+    return status;
+  }
+  if (!plan_.CheckpointsAfter(step)) return absl::OkStatus();
+  return Agree(state_->SaveCheckpoint(spec().output_dir(), owner_, step, version_,
+                                      group_->experts(), lead()),
+               absl::StrCat("step ", step, "'s checkpoint"));
 }
 
 absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, GenerationAhead& ahead,
@@ -388,7 +440,8 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
       StepPublisherConfig{.job_id = job_.id(),
                           .adapter_name = spec().adapter_name(),
                           .architecture = state_->architecture(),
-                          .ranks = plan_.data_parallel,
+                          .ranks = plan_.ranks(),
+                          .expert_parallel = plan_.expert_parallel,
                           .ucx = environment_.ucx,
                           .rpc_timeout = environment_.rpc_timeout,
                           .phase_timeout = environment_.phase_timeout,
@@ -400,15 +453,15 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
   progress.on_attempt_start(start_step_);
   absl::StatusOr<int64_t> first_version = FirstVersion();
   if (!first_version.ok()) return first_version.status();
-  if (plan_.data_parallel > 1) {
+  if (plan_.ranks() > 1) {
     if (absl::Status status = JoinRanks(*first_version, progress); !status.ok()) return status;
   }
-  absl::StatusOr<engine::TrainingEngines> engines =
-      engine::MakeTrainingEngines(environment_.device, state_->base(), state_->lora());
+  absl::StatusOr<engine::TrainingEngines> engines = engine::MakeTrainingEngines(
+      environment_.device, state_->base(), state_->lora(), exchange_.get());
   if (!engines.ok()) return engines.status();
-  updater_ =
-      std::make_unique<PolicyUpdater>(state_->base(), state_->lora(), state_->optimizer(),
-                                      state_->UpdateConfig(plan_, ranks()), *std::move(engines));
+  updater_ = std::make_unique<PolicyUpdater>(state_->base(), state_->lora(), state_->optimizer(),
+                                             state_->UpdateConfig(plan_, ranks(), ExpertGroups()),
+                                             *std::move(engines));
   if (absl::Status status = publisher_->Publish(state_->lora(), state_->model_config(),
                                                 *first_version, start_step_, ranks());
       !status.ok()) {

@@ -204,15 +204,27 @@ absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
 absl::Status CheckParallelism(trainer::v1::JobSpec& spec) {
   trainer::v1::Parallelism& parallelism = *spec.mutable_parallelism();
   if (parallelism.data_parallel() == 0) parallelism.set_data_parallel(1);
-  const int ranks = parallelism.data_parallel();
-  if (ranks < 1 || ranks > kMaxDataParallel) {
-    return Invalid("parallelism.data_parallel is ", ranks, "; must be in 1..", kMaxDataParallel);
+  if (parallelism.expert_parallel() == 0) parallelism.set_expert_parallel(1);
+  const int64_t data = parallelism.data_parallel(), experts = parallelism.expert_parallel();
+  if (data < 1 || data > kMaxDataParallel) {
+    return Invalid("parallelism.data_parallel is ", data, "; must be in 1..", kMaxDataParallel);
+  }
+  if (experts < 1 || data * experts > kMaxDataParallel) {
+    return Invalid("parallelism.expert_parallel is ", experts,
+                   "; must be >= 1 with data_parallel x expert_parallel at most ",
+                   kMaxDataParallel);
+  }
+  if (experts > 1 && spec.algorithm() == trainer::v1::ALGORITHM_PPO) {
+    return Invalid("parallelism.expert_parallel ", experts,
+                   ": a critic (ALGORITHM_PPO) does not train expert-parallel yet");
   }
   // Each rank trains whole groups of every mini-batch (DataParallelShare).
+  const int64_t ranks = data * experts;
   const int groups_per_update =
       spec.prompts_per_step() / spec.algorithm_config().updates_per_step();
   if (groups_per_update % ranks != 0) {
-    return Invalid("parallelism.data_parallel ", ranks, " must divide the ", groups_per_update,
+    return Invalid("parallelism.data_parallel x expert_parallel (", ranks,
+                   " ranks) must divide the ", groups_per_update,
                    " prompt groups of each update (prompts_per_step / updates_per_step)");
   }
   return absl::OkStatus();

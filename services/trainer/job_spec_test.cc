@@ -233,6 +233,29 @@ TEST(ResolveJobSpecTest, PromptsPerStepMustBeInOneTo65536) {
   }
 }
 
+TEST(ResolveJobSpecTest, ParallelismIsWrittenOutAndItsRanksMustSplitTheGroups) {
+  trainer::v1::JobSpec spec = MinimalValidSpec();
+  spec.set_prompts_per_step(8);
+  const trainer::v1::JobSpec resolved = ResolveOk(spec);
+  EXPECT_EQ(resolved.parallelism().data_parallel(), 1);
+  EXPECT_EQ(resolved.parallelism().expert_parallel(), 1);
+  spec.mutable_parallelism()->set_data_parallel(2);
+  spec.mutable_parallelism()->set_expert_parallel(4);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+  spec.mutable_parallelism()->set_expert_parallel(3);
+  EXPECT_THAT(ResolveStatus(spec),
+              IsInvalidArgumentWith("spec.parallelism.data_parallel x expert_parallel (6 ranks)"));
+  for (int experts : {-1, 1025}) {
+    spec.mutable_parallelism()->set_expert_parallel(experts);
+    EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.parallelism.expert_parallel is"))
+        << experts;
+  }
+  spec.mutable_parallelism()->set_expert_parallel(2);
+  spec.set_algorithm(trainer::v1::ALGORITHM_PPO);
+  spec.set_group_size(1);
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("does not train expert-parallel yet"));
+}
+
 TEST(ResolveJobSpecTest, GroupSizeMustBeInOneTo256) {
   for (int group : {0, -1, 257}) {
     trainer::v1::JobSpec spec = MinimalValidSpec();

@@ -10,10 +10,12 @@ namespace {
 // A 64-bit digest as four 16-bit pieces: floats carry integers below 2^24 exactly.
 constexpr int kDigestPieces = 4;
 
-uint64_t ParameterDigest(const engine::ParameterSet& parameters) {
+uint64_t ParameterDigest(const engine::ParameterSet& parameters, CompareTensors which) {
   Xxh3Hasher hasher;
   for (const std::string& name : parameters.names()) {
-    const std::vector<float>& values = parameters.Find(name)->value;
+    const engine::Parameter& parameter = *parameters.Find(name);
+    if (which == CompareTensors::kNotPerExpert && parameter.stacked_experts) continue;
+    const std::vector<float>& values = parameter.value;
     hasher.Update(absl::string_view(reinterpret_cast<const char*>(values.data()),
                                     values.size() * sizeof(float)));
   }
@@ -40,20 +42,30 @@ absl::Status AgreeOnFailures(Communicator& ranks, const absl::Status& local, abs
                                          " (its log says why)"));
 }
 
-absl::Status CheckIdenticalParameters(Communicator& ranks, const engine::ParameterSet& parameters,
-                                      int64_t step) {
-  const uint64_t digest = ParameterDigest(parameters);
+absl::StatusOr<std::vector<uint64_t>> GatherDigests(Communicator& ranks, uint64_t mine) {
   float pieces[kDigestPieces];
-  for (int i = 0; i < kDigestPieces; ++i)
-    pieces[i] = static_cast<float>((digest >> (16 * i)) & 0xffff);
+  for (int i = 0; i < kDigestPieces; ++i) {
+    pieces[i] = static_cast<float>((mine >> (16 * i)) & 0xffff);
+  }
   absl::StatusOr<std::vector<float>> gathered = GatherFromRanks(ranks, pieces);
   if (!gathered.ok()) return gathered.status();
+  std::vector<uint64_t> digests(ranks.size(), 0);
+  for (int r = 0; r < ranks.size(); ++r) {
+    for (int i = 0; i < kDigestPieces; ++i) {
+      digests[r] |= static_cast<uint64_t>((*gathered)[r * kDigestPieces + i]) << (16 * i);
+    }
+  }
+  return digests;
+}
+
+absl::Status CheckIdenticalParameters(Communicator& ranks, const engine::ParameterSet& parameters,
+                                      int64_t step, CompareTensors which) {
+  absl::StatusOr<std::vector<uint64_t>> digests =
+      GatherDigests(ranks, ParameterDigest(parameters, which));
+  if (!digests.ok()) return digests.status();
   std::vector<int> differing;
   for (int r = 1; r < ranks.size(); ++r) {
-    if (!std::equal(gathered->begin() + r * kDigestPieces,
-                    gathered->begin() + (r + 1) * kDigestPieces, gathered->begin())) {
-      differing.push_back(r);
-    }
+    if ((*digests)[r] != (*digests)[0]) differing.push_back(r);
   }
   if (differing.empty()) return absl::OkStatus();
   return absl::DataLossError(

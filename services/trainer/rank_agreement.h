@@ -25,10 +25,17 @@ namespace tandem::trainer {
 absl::Status AgreeOnFailures(Communicator& ranks, const absl::Status& local, absl::string_view what,
                              absl::Duration wait);
 
+// Every rank's 64-bit digest (a checksum), in rank order.
+absl::StatusOr<std::vector<uint64_t>> GatherDigests(Communicator& ranks, uint64_t mine);
+
+// Which tensors CheckIdenticalParameters compares: all, or those that are not per expert (what
+// every rank of an expert-parallel job holds alike).
+enum class CompareTensors { kAll, kNotPerExpert };
+
 // DATA_LOSS on every rank, naming the ranks whose parameters differ from rank 0's (XXH3 of every
 // value in name order), after `step`: data-parallel ranks must take identical steps.
 absl::Status CheckIdenticalParameters(Communicator& ranks, const engine::ParameterSet& parameters,
-                                      int64_t step);
+                                      int64_t step, CompareTensors which = CompareTensors::kAll);
 
 // Named tensors <- rank 0's, on every rank; each rank's must have the same names and sizes.
 absl::Status BroadcastTensors(Communicator& ranks,

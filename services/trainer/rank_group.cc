@@ -2,18 +2,19 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "gloo/rendezvous/prefix_store.h"
 #include "services/trainer/local_rendezvous_store.h"
 
 namespace tandem::trainer {
 
 absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Lead(
-    const internal::v1::GetAssignmentResponse& assignment, int ranks, const RankMeeting& meeting,
-    const std::atomic<bool>& cancelled) {
+    const internal::v1::GetAssignmentResponse& assignment, int ranks, int expert_parallel,
+    const RankMeeting& meeting, const std::atomic<bool>& cancelled) {
   RankRoster* roster = meeting.roster;
   if (roster == nullptr || meeting.rendezvous == nullptr || roster->ranks() < ranks) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the job asks for ", ranks, " data-parallel trainer ranks; this trainer deployment has ",
-        roster == nullptr ? 1 : roster->ranks(), " (the trainer's --ranks)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job asks for ", ranks, " trainer ranks; this trainer deployment has ",
+                     roster == nullptr ? 1 : roster->ranks(), " (the trainer's --ranks)"));
   }
   const std::string& group = assignment.group();
   if (absl::Status status = roster->Post(assignment, ranks); !status.ok()) return status;
@@ -32,19 +33,44 @@ absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Lead(
   // The others may still be loading the model: joining waits as long as they took to come.
   LocalRendezvousStore store(*meeting.rendezvous, group,
                              meeting.gloo.join_timeout.value_or(meeting.gloo.timeout));
-  auto formed = GlooCommunicator::Create(store, 0, ranks, meeting.gloo);
-  if (!formed.ok()) return formed.status();
+  std::unique_ptr<RankGroup> formed(new RankGroup(meeting.rendezvous, group));
   std::move(withdraw_values).Cancel();  // The group's destructor withdraws them.
-  return std::unique_ptr<RankGroup>(new RankGroup(
-      std::make_unique<CountingCommunicator>(*std::move(formed)), meeting.rendezvous, group));
+  if (absl::Status status = formed->Form(store, 0, ranks, expert_parallel, meeting.gloo);
+      !status.ok()) {
+    return status;
+  }
+  return formed;
 }
 
 absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Join(gloo::rendezvous::Store& store, int rank,
-                                                           int ranks, const GlooOptions& gloo) {
-  auto joined = GlooCommunicator::Create(store, rank, ranks, gloo);
-  if (!joined.ok()) return joined.status();
-  return std::unique_ptr<RankGroup>(new RankGroup(
-      std::make_unique<CountingCommunicator>(*std::move(joined)), /*posted=*/nullptr, ""));
+                                                           int ranks, int expert_parallel,
+                                                           const GlooOptions& gloo) {
+  std::unique_ptr<RankGroup> joined(new RankGroup(/*posted=*/nullptr, ""));
+  if (absl::Status status = joined->Form(store, rank, ranks, expert_parallel, gloo); !status.ok()) {
+    return status;
+  }
+  return joined;
+}
+
+absl::Status RankGroup::Form(gloo::rendezvous::Store& store, int rank, int ranks,
+                             int expert_parallel, const GlooOptions& gloo) {
+  const auto form = [&](gloo::rendezvous::Store& on, int member, int members,
+                        std::unique_ptr<CountingCommunicator>& group) -> absl::Status {
+    auto formed = GlooCommunicator::Create(on, member, members, gloo);
+    if (!formed.ok()) return formed.status();
+    group = std::make_unique<CountingCommunicator>(*std::move(formed));
+    return absl::OkStatus();
+  };
+  if (absl::Status status = form(store, rank, ranks, ranks_); !status.ok()) return status;
+  if (expert_parallel == 1) return absl::OkStatus();
+  // Every rank forms its two groups in the same order, each under its own keys.
+  const int index = rank / expert_parallel, expert_rank = rank % expert_parallel;
+  gloo::rendezvous::PrefixStore experts(absl::StrCat("experts", index), store);
+  if (absl::Status status = form(experts, expert_rank, expert_parallel, experts_); !status.ok()) {
+    return status;
+  }
+  gloo::rendezvous::PrefixStore copies(absl::StrCat("copies", expert_rank), store);
+  return form(copies, index, ranks / expert_parallel, copies_);
 }
 
 RankGroup::~RankGroup() {

@@ -27,7 +27,10 @@ struct RankMeeting {
   std::function<void(const std::string& waiting)> on_status;
 };
 
-// The Gloo group of one run of a multi-rank job, counting its collectives' bytes and time.
+// The Gloo groups of one run of a multi-rank job, counting their collectives' bytes and time:
+// every rank, and with expert parallelism the rank's expert-parallel group (ranks
+// [r - r % ep, r - r % ep + ep), which hold the experts once between them) and its copies (the
+// ranks r % ep + i * ep, which hold the same experts).
 class RankGroup {
  public:
   // Rank 0: posts `assignment` (its group names the run) for ranks 1..ranks-1 in the roster, waits
@@ -35,23 +38,29 @@ class RankGroup {
   // fewer ranks; DEADLINE_EXCEEDED naming the missing ranks after join_timeout; CANCELLED once
   // `cancelled` is seen.
   static absl::StatusOr<std::unique_ptr<RankGroup>> Lead(
-      const internal::v1::GetAssignmentResponse& assignment, int ranks, const RankMeeting& meeting,
-      const std::atomic<bool>& cancelled);
-  // A rank > 0: joins the group through rank 0's rendezvous values.
+      const internal::v1::GetAssignmentResponse& assignment, int ranks, int expert_parallel,
+      const RankMeeting& meeting, const std::atomic<bool>& cancelled);
+  // A rank > 0: joins the groups through rank 0's rendezvous values.
   static absl::StatusOr<std::unique_ptr<RankGroup>> Join(gloo::rendezvous::Store& store, int rank,
-                                                         int ranks, const GlooOptions& gloo);
+                                                         int ranks, int expert_parallel,
+                                                         const GlooOptions& gloo);
 
   // The lead withdraws the run's rendezvous values: its ranks find nothing to join any more.
   ~RankGroup();
 
   CountingCommunicator& ranks() { return *ranks_; }
+  // Null without expert parallelism.
+  CountingCommunicator* experts() { return experts_.get(); }
+  CountingCommunicator* copies() { return copies_.get(); }
 
  private:
-  RankGroup(std::unique_ptr<CountingCommunicator> ranks, RendezvousValues* posted,
-            std::string group)
-      : ranks_(std::move(ranks)), posted_(posted), group_(std::move(group)) {}
+  RankGroup(RendezvousValues* posted, std::string group)
+      : posted_(posted), group_(std::move(group)) {}
+  // Forms every group of `rank` through `store`.
+  absl::Status Form(gloo::rendezvous::Store& store, int rank, int ranks, int expert_parallel,
+                    const GlooOptions& gloo);
 
-  std::unique_ptr<CountingCommunicator> ranks_;
+  std::unique_ptr<CountingCommunicator> ranks_, experts_, copies_;
   RendezvousValues* const posted_;  // The lead's; null on a rank > 0.
   const std::string group_;
 };

@@ -1,6 +1,7 @@
 #include "services/trainer/step_publisher.h"
 
 #include "absl/strings/str_cat.h"
+#include "services/trainer/rank_agreement.h"
 #include "services/trainer/sharded_publish.h"
 #include "services/weight_store/client/engine_lora.h"
 
@@ -23,11 +24,32 @@ absl::StatusOr<int64_t> StepPublisher::NewestVersion() {
   return newest;
 }
 
+absl::StatusOr<weight_store::AdapterVersion> StepPublisher::Build(const engine::LoraAdapter& lora,
+                                                                  const engine::ModelConfig& model,
+                                                                  int64_t version,
+                                                                  Communicator* ranks) {
+  if (config_.expert_parallel == 1) {
+    return weight_store::BuildAdapterVersion(lora, model, config_.adapter_name, version,
+                                             type::v1::DTYPE_F32, config_.ranks);
+  }
+  auto published = weight_store::BuildExpertParallelVersion(lora, model, config_.adapter_name,
+                                                            version, config_.ranks,
+                                                            config_.expert_parallel, ranks->rank());
+  if (!published.ok()) return published.status();
+  // Each rank knows its own shard's checksum: rank 0's manifest needs every one.
+  absl::StatusOr<std::vector<uint64_t>> checksums =
+      GatherDigests(*ranks, published->manifest.shards(ranks->rank()).xxh3_64());
+  if (!checksums.ok()) return checksums.status();
+  for (int rank = 0; rank < ranks->size(); ++rank) {
+    published->manifest.mutable_shards(rank)->set_xxh3_64((*checksums)[rank]);
+  }
+  return published;
+}
+
 absl::Status StepPublisher::Publish(const engine::LoraAdapter& lora,
                                     const engine::ModelConfig& model, int64_t version, int64_t step,
                                     Communicator* ranks) {
-  auto published = weight_store::BuildAdapterVersion(lora, model, config_.adapter_name, version,
-                                                     type::v1::DTYPE_F32, config_.ranks);
+  auto published = Build(lora, model, version, ranks);
   if (!published.ok()) return published.status();
   auto& labels = *published->manifest.mutable_labels();
   labels["job_id"] = config_.job_id;

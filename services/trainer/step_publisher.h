@@ -15,6 +15,7 @@
 #include "services/rollout/client/version_swap.h"
 #include "services/trainer/store_outage.h"
 #include "services/weight_store/client/adapter_client.h"
+#include "services/weight_store/client/engine_lora.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::trainer {
@@ -24,7 +25,10 @@ struct StepPublisherConfig {
   std::string adapter_name;
   // The base model's architecture (config.json's), labelling every version; "" for none.
   std::string architecture;
-  int ranks = 1;  // The job's data-parallel ranks: each publishes one shard of every version.
+  int ranks = 1;  // The job's trainer ranks: each publishes one shard of every version.
+  // Ranks of one expert-parallel group (1: none): each holds only its experts, and publishes a
+  // share of them (weight_store::BuildExpertParallelVersion).
+  int expert_parallel = 1;
   transfer::UcxWorker* ucx = nullptr;  // Puts by UCX when set.
   absl::Duration rpc_timeout = absl::Minutes(5);
   // How long ranks wait for rank 0's begin and commit of a sharded version.
@@ -59,6 +63,11 @@ class StepPublisher {
 
  private:
   absl::Status RideOutOutage(const std::function<absl::Status(int attempt)>& call);
+  // The version's manifest and this rank's shard (collective with expert parallelism: the
+  // shards' checksums are gathered).
+  absl::StatusOr<weight_store::AdapterVersion> Build(const engine::LoraAdapter& lora,
+                                                     const engine::ModelConfig& model,
+                                                     int64_t version, Communicator* ranks);
 
   const StepPublisherConfig config_;
   const weight_store::WeightStoreStubs& store_;

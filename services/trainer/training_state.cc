@@ -114,9 +114,11 @@ absl::Status TrainingState::RestoreCritic(const std::optional<CriticState>& crit
   return absl::DataLossError(absl::StrCat("checkpoint of a PPO job: ", status.message()));
 }
 
-PolicyUpdateConfig TrainingState::UpdateConfig(const JobPlan& plan, Communicator* ranks) {
+PolicyUpdateConfig TrainingState::UpdateConfig(const JobPlan& plan, Communicator* ranks,
+                                               PolicyUpdateConfig::ExpertParallelism experts) {
   PolicyUpdateConfig config = plan.update;
   config.data_parallel = ranks;
+  config.expert_parallel = experts;
   if (value_head_) {
     config.critic.head = &*value_head_;
     config.critic.optimizer = &*critic_optimizer_;
@@ -145,6 +147,32 @@ absl::Status TrainingState::Broadcast(Communicator& ranks) {
   return BroadcastOptimizerState(ranks, *critic_optimizer_);
 }
 
+absl::Status TrainingState::KeepExperts(const JobPlan& plan, int first, int count) {
+  absl::StatusOr<engine::BaseModel> base = model_.base->ExpertShard(first, count);
+  if (!base.ok()) return base.status();
+  absl::StatusOr<engine::LoraAdapter> lora = lora_->ExpertShard(first, count);
+  if (!lora.ok()) return lora.status();
+  engine::AdamWState state = optimizer_->ExportState();
+  for (const std::string& name : lora_->parameters().names()) {
+    const engine::Parameter& parameter = *lora_->parameters().Find(name);
+    if (!parameter.stacked_experts) continue;
+    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {
+      std::vector<float>& values = state.tensors.at(name + moment);
+      values = std::vector<float>(values.begin() + first * expert_size,
+                                  values.begin() + (first + count) * expert_size);
+    }
+  }
+  optimizer_.reset();  // It points into the whole adapter.
+  model_.base = std::make_unique<engine::BaseModel>(*std::move(base));
+  lora_ = std::make_unique<engine::LoraAdapter>(*std::move(lora));
+  lora_->parameters().EnableGradients();
+  auto optimizer = engine::AdamW::Create(plan.adamw, engine::OptimizerParams(lora_->parameters()));
+  if (!optimizer.ok()) return optimizer.status();
+  optimizer_.emplace(*std::move(optimizer));
+  return optimizer_->ImportState(state);
+}
+
 absl::Status TrainingState::CheckFinite(int64_t step, const UpdateStats& stats) const {
   if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
     return absl::InternalError(absl::StrCat("step ", step, ": loss ", stats.loss,
@@ -161,11 +189,44 @@ absl::Status TrainingState::CheckFinite(int64_t step, const UpdateStats& stats) 
 }
 
 absl::Status TrainingState::SaveCheckpoint(const std::string& dir, const CheckpointOwner& owner,
-                                           int64_t step, int64_t policy_version) const {
-  std::optional<CriticState> critic;
-  if (value_head_) critic = CriticState{value_head_->Tensors(), critic_optimizer_->ExportState()};
-  return trainer::SaveCheckpoint(dir, owner, step, policy_version, *lora_,
-                                 optimizer_->ExportState(), critic ? &*critic : nullptr);
+                                           int64_t step, int64_t policy_version,
+                                           Communicator* experts, bool write) const {
+  if (experts == nullptr) {
+    std::optional<CriticState> critic;
+    if (value_head_) {
+      critic = CriticState{value_head_->Tensors(), critic_optimizer_->ExportState()};
+    }
+    return trainer::SaveCheckpoint(dir, owner, step, policy_version, *lora_,
+                                   optimizer_->ExportState(), critic ? &*critic : nullptr);
+  }
+  absl::StatusOr<engine::LoraAdapter> whole =
+      engine::LoraAdapter::Create(model_config(), lora_->config(), 0);
+  if (!whole.ok()) return whole.status();
+  engine::AdamWState state = optimizer_->ExportState();
+  const engine::ParameterSet& held = lora_->parameters();
+  for (const std::string& name : held.names()) {
+    const engine::Parameter& parameter = *held.Find(name);
+    std::vector<float>& joined = whole->parameters().Find(name)->value;
+    if (!parameter.stacked_experts) {
+      joined = parameter.value;
+      continue;
+    }
+    // Each rank's experts at their place, zeros elsewhere, summed over the group.
+    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    const auto join = [&](std::vector<float>& values) {
+      std::vector<float> all(expert_size * model_config().num_experts, 0.0f);
+      std::copy(values.begin(), values.end(), all.begin() + held.first_expert() * expert_size);
+      values = std::move(all);
+      return experts->AllReduceSum(values.data(), static_cast<int64_t>(values.size()));
+    };
+    joined = parameter.value;
+    absl::Status status = join(joined);
+    if (status.ok()) status = join(state.tensors.at(name + ".exp_avg"));
+    if (status.ok()) status = join(state.tensors.at(name + ".exp_avg_sq"));
+    if (!status.ok()) return status;
+  }
+  if (!write) return absl::OkStatus();
+  return trainer::SaveCheckpoint(dir, owner, step, policy_version, *whole, state, nullptr);
 }
 
 }  // namespace tandem::trainer

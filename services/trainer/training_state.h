@@ -57,15 +57,25 @@ class TrainingState {
   const engine::LoraAdapter& lora() const { return *lora_; }
   engine::AdamW& optimizer() { return *optimizer_; }
 
-  // The plan's update configuration, pointed at this state's critic and at `ranks` (null: one).
-  PolicyUpdateConfig UpdateConfig(const JobPlan& plan, Communicator* ranks);
+  // The plan's update configuration, pointed at this state's critic, at `ranks` (null: one) and
+  // at the expert-parallel exchange and groups (none by default).
+  PolicyUpdateConfig UpdateConfig(const JobPlan& plan, Communicator* ranks,
+                                  PolicyUpdateConfig::ExpertParallelism experts = {});
   // Every rank's state <- rank 0's (LoRA, optimizer, critic).
   absl::Status Broadcast(Communicator& ranks);
+  // Keeps only the routed experts [first, first + count) of every MoE layer: of the base model,
+  // the LoRA and its optimizer state (an expert-parallel rank's share, after Broadcast). The whole
+  // copies are released. Not with a critic.
+  absl::Status KeepExperts(const JobPlan& plan, int first, int count);
   // INTERNAL for a non-finite loss, gradient norm or LoRA value after `step`'s update: training on
   // would publish a broken adapter and end the job SUCCEEDED.
   absl::Status CheckFinite(int64_t step, const UpdateStats& stats) const;
+  // Writes a checkpoint of the whole state. An expert-parallel rank (`experts`: its group; every
+  // rank of the group calls, collectively) first joins the group's experts, so the checkpoint
+  // holds them all; then only a rank with `write` writes.
   absl::Status SaveCheckpoint(const std::string& dir, const CheckpointOwner& owner, int64_t step,
-                              int64_t policy_version) const;
+                              int64_t policy_version, Communicator* experts = nullptr,
+                              bool write = true) const;
 
  private:
   explicit TrainingState(JobModel model) : model_(std::move(model)) {}

@@ -2,10 +2,12 @@
 """The demo job on a cluster on one machine: every service process on a host of its own.
 
     demo_cluster.py --bin=bazel-bin --job=jobs/demo.yaml --base_model=FILE --out=DIR
-                    [--trainer_ranks=4] [--rollouts=2] [--rate=1gbit] [--steps=N]
+                    [--trainer_ranks=4] [--expert_parallel=1] [--rollouts=2] [--rate=1gbit]
+                    [--steps=N]
 
 Hosts (network namespaces joined by links shaped to --rate, see cluster.py): trainer0..N-1 (a
-trainer deployment of N ranks; the job runs data-parallel on all of them), rollout0..R-1, the
+trainer deployment of N ranks; the job runs on all of them, in expert-parallel groups of
+--expert_parallel ranks), rollout0..R-1, the
 weight-store and router-replay. Every byte between services crosses the links: gRPC, UCX (tcp on
 eth0) and Gloo. The job is submitted from trainer0's host, as a user next to the Job API would.
 Printed: the job's progress, each host's link bytes during the job, and the mean step-time
@@ -99,7 +101,9 @@ class Demo:
     def job_file(self):
         spec = yaml.safe_load(pathlib.Path(self.args.job).read_text())
         spec["base_model_path"] = str(pathlib.Path(self.args.base_model).resolve())
-        spec["parallelism"] = {"data_parallel": self.args.trainer_ranks}
+        experts = self.args.expert_parallel
+        spec["parallelism"] = {"data_parallel": self.args.trainer_ranks // experts,
+                               "expert_parallel": experts}
         if self.args.steps:
             spec["num_steps"] = self.args.steps
         path = self.out / "job.yaml"
@@ -147,10 +151,14 @@ def main():
     parser.add_argument("--base_model", required=True, help="the base model rollout serves")
     parser.add_argument("--out", required=True, help="logs, data and the step metrics")
     parser.add_argument("--trainer_ranks", type=int, default=4)
+    parser.add_argument("--expert_parallel", type=int, default=1,
+                        help="ranks per expert-parallel group (divides --trainer_ranks)")
     parser.add_argument("--rollouts", type=int, default=2)
     parser.add_argument("--rate", default="1gbit", help="every link's rate, e.g. 100mbit")
     parser.add_argument("--steps", type=int, default=0, help="override the job's num_steps")
     args = parser.parse_args()
+    if args.expert_parallel < 1 or args.trainer_ranks % args.expert_parallel:
+        parser.error("--expert_parallel must divide --trainer_ranks")
     pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
     hosts = ([f"trainer{r}" for r in range(args.trainer_ranks)] +
              [f"rollout{r}" for r in range(args.rollouts)] + ["weightstore", "routerreplay"])

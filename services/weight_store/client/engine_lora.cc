@@ -1,9 +1,11 @@
 #include "services/weight_store/client/engine_lora.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 #include "common/dtype.h"
 #include "transfer/dtype_conversion.h"
 
@@ -129,40 +131,131 @@ absl::StatusOr<std::vector<std::vector<weightstore::v1::CanonicalTensor>>> Split
 
 }  // namespace
 
-absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
-                                                   const engine::ModelConfig& model_config,
-                                                   absl::string_view adapter_name, int64_t version,
-                                                   type::v1::Dtype dtype, int writers) {
+namespace {
+
+// An adapter's canonical tensors, with the bytes of each: per-expert ones full size, the experts
+// the adapter holds (all, or a shard's) at their place and zeros for the others.
+struct CanonicalAdapter {
+  type::v1::LoraConfig lora;
+  std::vector<weightstore::v1::CanonicalTensor> tensors;
+  absl::flat_hash_map<std::string, std::string> bytes;
+};
+
+absl::StatusOr<CanonicalAdapter> Canonical(const engine::LoraAdapter& adapter,
+                                           const engine::ModelConfig& model_config,
+                                           type::v1::Dtype dtype) {
   if (dtype != type::v1::DTYPE_F32 && dtype != type::v1::DTYPE_BF16) {
     return absl::InvalidArgumentError("adapters are published as F32 or BF16");
   }
-  const type::v1::LoraConfig lora = LoraConfigToProto(adapter.config());
-  auto tensors = transfer::CanonicalTensorsFor(ModelShapeOf(model_config), lora, dtype);
+  CanonicalAdapter canonical{.lora = LoraConfigToProto(adapter.config())};
+  auto tensors = transfer::CanonicalTensorsFor(ModelShapeOf(model_config), canonical.lora, dtype);
   if (!tensors.ok()) return tensors.status();
-  absl::flat_hash_map<std::string, std::string> canonical;
+  canonical.tensors = *std::move(tensors);
   const engine::ParameterSet& parameters = adapter.parameters();
+  std::vector<float> whole;
   for (const std::string& name : parameters.names()) {
     const engine::Parameter& parameter = *parameters.Find(name);
-    canonical[CanonicalName(name, parameter)] = ValueBytes(parameter.value, dtype);
+    const std::vector<float>* values = &parameter.value;
+    if (parameter.stacked_experts && parameters.held_experts() >= 0) {
+      const int64_t expert_size = parameter.size() / parameter.shape[0];
+      whole.assign(expert_size * model_config.num_experts, 0.0f);
+      std::copy(parameter.value.begin(), parameter.value.end(),
+                whole.begin() + parameters.first_expert() * expert_size);
+      values = &whole;
+    }
+    canonical.bytes[CanonicalName(name, parameter)] = ValueBytes(*values, dtype);
   }
-  if (canonical.size() != tensors->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("adapter has ", canonical.size(),
-                                                   " tensors; its config names ", tensors->size()));
+  if (canonical.bytes.size() != canonical.tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("adapter has ", canonical.bytes.size(),
+                                                   " tensors; its config names ",
+                                                   canonical.tensors.size()));
   }
-  auto runs = SplitAmongWriters(*tensors, canonical, writers);
-  if (!runs.ok()) return runs.status();
+  return canonical;
+}
+
+AdapterVersion VersionOf(const CanonicalAdapter& canonical, const engine::ModelConfig& model_config,
+                         absl::string_view adapter_name, int64_t version) {
   AdapterVersion published;
   weightstore::v1::Manifest& manifest = published.manifest;
   manifest.set_adapter_name(std::string(adapter_name));
   manifest.set_version(version);
-  *manifest.mutable_lora() = lora;
+  *manifest.mutable_lora() = canonical.lora;
   (*manifest.mutable_labels())[kNumExpertsLabel] = absl::StrCat(model_config.num_experts);
-  manifest.mutable_tensors()->Add(tensors->begin(), tensors->end());
+  manifest.mutable_tensors()->Add(canonical.tensors.begin(), canonical.tensors.end());
+  return published;
+}
+
+// `second` appended to `first`: its pieces move up by first's bytes, and the checksum is the
+// whole's.
+void Append(std::pair<weightstore::v1::Shard, std::string> second,
+            std::pair<weightstore::v1::Shard, std::string>& first) {
+  const uint64_t offset = first.second.size();
+  for (weightstore::v1::ShardPiece& piece : *second.first.mutable_pieces()) {
+    piece.set_byte_offset(piece.byte_offset() + offset);
+    *first.first.add_pieces() = std::move(piece);
+  }
+  first.second += second.second;
+  first.first.set_byte_size(first.second.size());
+  first.first.set_xxh3_64(Xxh3Checksum(first.second));
+}
+
+}  // namespace
+
+absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
+                                                   const engine::ModelConfig& model_config,
+                                                   absl::string_view adapter_name, int64_t version,
+                                                   type::v1::Dtype dtype, int writers) {
+  auto canonical = Canonical(adapter, model_config, dtype);
+  if (!canonical.ok()) return canonical.status();
+  auto runs = SplitAmongWriters(canonical->tensors, canonical->bytes, writers);
+  if (!runs.ok()) return runs.status();
+  AdapterVersion published = VersionOf(*canonical, model_config, adapter_name, version);
   for (int w = 0; w < writers; ++w) {
-    auto shard = transfer::BuildProducerShard((*runs)[w], canonical, transfer::ProducerLayout{}, w);
+    auto shard =
+        transfer::BuildProducerShard((*runs)[w], canonical->bytes, transfer::ProducerLayout{}, w);
     if (!shard.ok()) return shard.status();
-    *manifest.add_shards() = std::move(shard->first);
+    *published.manifest.add_shards() = std::move(shard->first);
     published.shards.push_back(std::move(shard->second));
+  }
+  return published;
+}
+
+absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdapter& adapter,
+                                                          const engine::ModelConfig& model_config,
+                                                          absl::string_view adapter_name,
+                                                          int64_t version, int writers,
+                                                          int expert_parallel, int writer) {
+  if (expert_parallel < 1 || writers % expert_parallel != 0 || writer < 0 || writer >= writers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "writer ", writer, " of ", writers, " in expert-parallel groups of ", expert_parallel));
+  }
+  if (model_config.num_experts % writers != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(model_config.num_experts,
+                                                   " experts per layer cannot be shared by ",
+                                                   writers, " writers evenly"));
+  }
+  auto canonical = Canonical(adapter, model_config, type::v1::DTYPE_F32);
+  if (!canonical.ok()) return canonical.status();
+  std::vector<weightstore::v1::CanonicalTensor> whole, per_expert;
+  for (const weightstore::v1::CanonicalTensor& tensor : canonical->tensors) {
+    (tensor.num_experts() > 0 ? per_expert : whole).push_back(tensor);
+  }
+  auto runs = SplitAmongWriters(whole, canonical->bytes, writers);
+  if (!runs.ok()) return runs.status();
+  AdapterVersion published = VersionOf(*canonical, model_config, adapter_name, version);
+  const int copies = writers / expert_parallel;
+  for (int w = 0; w < writers; ++w) {
+    auto shard =
+        transfer::BuildProducerShard((*runs)[w], canonical->bytes, transfer::ProducerLayout{}, w);
+    if (!shard.ok()) return shard.status();
+    // Writer w's share of its experts: the copies of a group rank split them.
+    const transfer::ProducerLayout experts{
+        .ep_rank = w % expert_parallel * copies + w / expert_parallel, .ep_size = writers};
+    auto expert_shard = transfer::BuildProducerShard(per_expert, canonical->bytes, experts, w);
+    if (!expert_shard.ok()) return expert_shard.status();
+    Append(*std::move(expert_shard), *shard);
+    *published.manifest.add_shards() = std::move(shard->first);
+    published.shards.push_back(w == writer ? std::move(shard->second) : std::string());
   }
   return published;
 }

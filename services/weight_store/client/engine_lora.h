@@ -50,6 +50,23 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
                                                    type::v1::Dtype dtype = type::v1::DTYPE_F32,
                                                    int writers = 1);
 
+// The manifest and this writer's shard of an expert-parallel job's version, as writer `writer`
+// of `writers` (data-parallel x expert-parallel trainer ranks, rank r in expert-parallel group
+// r / expert_parallel) builds it from its `adapter`: the tensors that are not per expert whole
+// (every rank holds them; split among the writers as BuildAdapterVersion splits them), the
+// per-expert ones for the rank's experts only (LoraAdapter::ExpertShard of group rank
+// r % expert_parallel). Writer r publishes experts [p·E/writers, (p+1)·E/writers) of each
+// per-expert tensor, p = (r % expert_parallel) · (writers / expert_parallel) + r / expert_parallel:
+// a share of the experts it holds. F32. Every writer's pieces are in the manifest, but only this
+// writer's bytes (the other shards are empty) and checksum: the others' xxh3_64 are the caller's
+// to gather. INVALID_ARGUMENT when the experts per layer are not a multiple of `writers`, or
+// there are fewer tensors that are not per expert than writers.
+absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdapter& adapter,
+                                                          const engine::ModelConfig& model_config,
+                                                          absl::string_view adapter_name,
+                                                          int64_t version, int writers,
+                                                          int expert_parallel, int writer);
+
 // The layout the engine consumes: one rank, its own parameter names (experts stacked), stored
 // dtype (the UCX path never converts; AdapterFromFetched does).
 weightstore::v1::TargetLayout EngineTargetLayout();
