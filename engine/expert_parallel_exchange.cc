@@ -118,6 +118,7 @@ absl::Status ExpertParallelExchange::Dispatch(const ExchangePlan& plan, int widt
     return status;
   }
   CountSent(sent);
+  rows_computed_ += plan.local_offsets.back();
   ops.Resize(rows, arrived.size());
   Regroup(plan, ranks, width, BufferAccess::Address(arrived.ref()),
           BufferAccess::Address(rows.ref()), /*into_expert_order=*/true);

@@ -38,6 +38,8 @@ class ExpertParallelExchange final : public ExpertExchange {
   // experts stay), since it was made: the all-to-all traffic to hold against the routes. Plan's
   // per-expert counts (experts floats per rank per layer) are not included.
   int64_t bytes_sent() const { return bytes_sent_; }
+  // Rows this rank's experts received by Dispatch (its own included), since it was made.
+  int64_t rows_computed() const { return rows_computed_; }
 
  private:
   ExpertParallelExchange(Communicator& group, int num_experts)
@@ -50,6 +52,7 @@ class ExpertParallelExchange final : public ExpertExchange {
   const int num_experts_;
   const int per_rank_;
   int64_t bytes_sent_ = 0;
+  int64_t rows_computed_ = 0;
 };
 
 }  // namespace tandem::engine

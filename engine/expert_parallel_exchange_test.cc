@@ -98,6 +98,7 @@ struct Computed {
   std::vector<std::vector<int16_t>> routes;  // Per rank.
   int64_t expert_floats = 0;                 // Base and adapter floats of the experts rank 0 holds.
   std::vector<int64_t> bytes_sent;           // Per rank, by its exchange (expert parallelism only).
+  std::vector<int64_t> rows_computed;        // Likewise.
 };
 
 // The bytes the all-to-all must carry for `routes` (per rank, [tokens, MoE layers, k] logical
@@ -121,6 +122,18 @@ std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& rout
   return bytes;
 }
 
+// The rows each rank's experts compute for `routes`: every routed slot of every rank, at its
+// expert's owner, in the forward and again in the backward.
+std::vector<int64_t> AnalyticRows(const std::vector<std::vector<int16_t>>& routes,
+                                  const ModelConfig& config) {
+  const int ranks = static_cast<int>(routes.size());
+  std::vector<int64_t> rows(ranks, 0);
+  for (const std::vector<int16_t>& rank_routes : routes) {
+    for (int16_t expert : rank_routes) rows[expert / (config.num_experts / ranks)] += 2;
+  }
+  return rows;
+}
+
 // Floats of every per-expert (stacked) tensor of `parameters`.
 int64_t ExpertFloats(const ParameterSet& parameters) {
   int64_t floats = 0;
@@ -139,7 +152,8 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
   const ModelConfig& config = base.config();
   Computed computed{.logits = std::vector<std::vector<float>>(ranks),
                     .routes = std::vector<std::vector<int16_t>>(ranks),
-                    .bytes_sent = std::vector<int64_t>(ranks, 0)};
+                    .bytes_sent = std::vector<int64_t>(ranks, 0),
+                    .rows_computed = std::vector<int64_t>(ranks, 0)};
   std::vector<ParameterSet> adapters(ranks);
   auto run = [&](int rank, ExpertExchange* exchange) {
     BaseModel model = base;
@@ -168,6 +182,7 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
       ASSERT_TRUE(exchange.ok()) << exchange.status();
       run(rank, exchange->get());
       computed.bytes_sent[rank] = (*exchange)->bytes_sent();
+      computed.rows_computed[rank] = (*exchange)->rows_computed();
     });
   } else {
     for (int rank = 0; rank < ranks; ++rank) run(rank, nullptr);
@@ -211,6 +226,7 @@ TEST_P(ExpertParallelTest, RanksHoldingOnlyTheirExpertsComputeWhatOneRankCompute
   const Computed parallel = Compute(base, layout, ranks, Ownership::kSharded);
   ExpectSameResults(one, parallel, ranks);
   EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config()));
+  EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, base.config()));
   if (layout == ExpertLayout::kPerExpert) {
     EXPECT_EQ(parallel.expert_floats * ranks, one.expert_floats);
   }

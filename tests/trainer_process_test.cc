@@ -744,6 +744,9 @@ TEST_F(TrainerProcessRanksTest, AnExpertParallelJobRunsOnTwoTrainersAndImprovesA
   const trainer::v1::StepMetrics& metrics = done.latest_metrics();
   ASSERT_EQ(metrics.ranks_size(), 2);
   EXPECT_EQ(metrics.ranks(0).samples() + metrics.ranks(1).samples(), 512);
+  EXPECT_GT(metrics.ranks(0).expert_rows(), 0);
+  EXPECT_GT(metrics.ranks(1).expert_rows(), 0);
+  EXPECT_GT(metrics.expert_exchange_bytes(), 0);
   const double after = GreedyAccuracy(job->id(), done.policy_version());
   std::printf("expert parallel on two ranks: greedy accuracy %.3f -> %.3f\n", before, after);
   EXPECT_GT(after, before + 0.06);

@@ -97,6 +97,19 @@ class JobRun {
   absl::Status KeepExperts();
   // Refuses a parallelism the adapter cannot be published by (each rank puts a shard of its own).
   absl::Status CheckPublishable() const;
+  // What the expert exchange has done since the run began (zeros without one).
+  struct ExchangeTotals {
+    double seconds = 0;
+    int64_t bytes = 0;
+    int64_t rows = 0;
+  };
+  ExchangeTotals Exchanged() {
+    if (exchange_ == nullptr) return {};
+    exchange_time_ += group_->experts()->TakeCounts().time;
+    return {.seconds = absl::ToDoubleSeconds(exchange_time_),
+            .bytes = exchange_->bytes_sent(),
+            .rows = exchange_->rows_computed()};
+  }
   // Whether the run is expert parallel, and its groups once formed.
   bool expert_parallel() const { return plan_.expert_parallel > 1; }
   PolicyUpdateConfig::ExpertParallelism ExpertGroups() {
@@ -135,6 +148,7 @@ class JobRun {
   std::unique_ptr<RankGroup> group_;       // A run of several ranks.
   // Expert parallelism: the MoE blocks' all-to-all over the rank's expert-parallel group.
   std::unique_ptr<engine::ExpertParallelExchange> exchange_;
+  absl::Duration exchange_time_;  // In the expert group's collectives, since the run began.
   std::unique_ptr<TrainingState> state_;
   std::unique_ptr<PolicyUpdater> updater_;          // Set by Run.
   std::unique_ptr<engine::text::TextCodec> codec_;  // As rollout's: prompts sent as their ids.
@@ -399,6 +413,7 @@ absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, Generatio
   metrics.set_step(step);
   const absl::Time step_start = absl::Now();
   if (ranks() != nullptr) ranks()->TakeCounts();  // This step's from here.
+  const ExchangeTotals exchanged_before = Exchanged();
   // A cancel ends the step on every rank at the agreement below.
   GenerationAhead::Taken taken =
       *cancelled_ ? GenerationAhead::Taken{.samples = Cancelled(), .version = version_}
@@ -418,7 +433,11 @@ absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, Generatio
   absl::StatusOr<UpdateStats> stats = Train(step, samples, *routes, metrics);
   if (!stats.ok()) return stats.status();
   if (absl::Status status = PublishAndSwap(step, progress, metrics); !status.ok()) return status;
-  std::vector<float> tallies = TalliesOf(samples, routes->missing_entries, routes->entries);
+  const ExchangeTotals exchanged = Exchanged();
+  metrics.set_expert_exchange_seconds(exchanged.seconds - exchanged_before.seconds);
+  metrics.set_expert_exchange_bytes(exchanged.bytes - exchanged_before.bytes);
+  std::vector<float> tallies = TalliesOf(samples, routes->missing_entries, routes->entries,
+                                         exchanged.rows - exchanged_before.rows);
   if (ranks() != nullptr) {
     absl::StatusOr<std::vector<float>> gathered = GatherFromRanks(*ranks(), tallies);
     if (!gathered.ok()) return gathered.status();

@@ -22,13 +22,15 @@ enum Tally {
   kPartial,
   kMissingRouteEntries,
   kRouteEntries,
+  kExpertRows,
   kTallies
 };
 
-// This rank's tallies of a step: its samples, and the route entries it replayed (entries) of
-// which router-replay had none (missing: routed live).
+// This rank's tallies of a step: its samples, the route entries it replayed (entries) of which
+// router-replay had none (missing: routed live), and the routed rows its experts computed (expert
+// parallelism; else 0).
 std::vector<float> TalliesOf(const StepSamples& samples, int64_t missing_route_entries,
-                             int64_t route_entries);
+                             int64_t route_entries, int64_t expert_rows = 0);
 
 // The step's sample metrics and each rank's share, from every rank's tallies (rank-major).
 void SetSampleMetrics(const std::vector<float>& tallies, trainer::v1::StepMetrics& metrics);

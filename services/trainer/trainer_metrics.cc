@@ -37,16 +37,24 @@ prometheus::Family<prometheus::Gauge>& StepFamily(const FieldDescriptor& field) 
 prometheus::Family<prometheus::Gauge>& RankSamples() {
   static auto& family = prometheus::BuildGauge()
                             .Name("tandem_trainer_rank_samples")
-                            .Help("Samples each data-parallel rank trained in the latest step.")
+                            .Help("Samples each rank trained in the latest step.")
                             .Register(MetricsRegistry());
   return family;
 }
 
 prometheus::Family<prometheus::Gauge>& RankTokens() {
+  static auto& family = prometheus::BuildGauge()
+                            .Name("tandem_trainer_rank_response_tokens")
+                            .Help("Response tokens each rank trained in the latest step.")
+                            .Register(MetricsRegistry());
+  return family;
+}
+
+prometheus::Family<prometheus::Gauge>& RankExpertRows() {
   static auto& family =
       prometheus::BuildGauge()
-          .Name("tandem_trainer_rank_response_tokens")
-          .Help("Response tokens each data-parallel rank trained in the latest step.")
+          .Name("tandem_trainer_rank_expert_rows")
+          .Help("Routed rows each rank's experts computed in the latest step (expert parallel).")
           .Register(MetricsRegistry());
   return family;
 }
@@ -102,6 +110,7 @@ void RemoveJobSeries(const std::string& job_id) {
   for (int rank = 0; rank < ranks; ++rank) {
     RemoveSeries(RankSamples(), RankLabels(job_id, rank));
     RemoveSeries(RankTokens(), RankLabels(job_id, rank));
+    RemoveSeries(RankExpertRows(), RankLabels(job_id, rank));
   }
 }
 
@@ -128,6 +137,9 @@ void RecordStepMetrics(const std::string& job_id, const trainer::v1::StepMetrics
     RankTokens()
         .Add(RankLabels(job_id, share.rank()))
         .Set(static_cast<double>(share.response_tokens()));
+    RankExpertRows()
+        .Add(RankLabels(job_id, share.rank()))
+        .Set(static_cast<double>(share.expert_rows()));
   }
   JobSeries& jobs = TrackedJobs();
   absl::MutexLock lock(&jobs.mutex);

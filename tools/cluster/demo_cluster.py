@@ -16,6 +16,7 @@ breakdown (from the job's per-step metrics). Everything the run made is removed 
 
 import argparse
 import csv
+import json
 import os
 import pathlib
 import secrets
@@ -34,7 +35,8 @@ HEALTH = {"trainer": "tandem.trainer.v1.JobService", "rollout": "tandem.rollout.
           "routerreplay": "tandem.routerreplay.v1.RouterReplayService"}
 # Per-step metrics (StepMetrics) of the breakdown, in the order a step runs them.
 BREAKDOWN = ["generation_seconds", "route_fetch_seconds", "training_seconds",
-             "collective_seconds", "publish_seconds", "swap_seconds", "step_seconds"]
+             "collective_seconds", "expert_exchange_seconds", "publish_seconds", "swap_seconds",
+             "step_seconds"]
 
 
 def kind(host):
@@ -122,7 +124,15 @@ class Demo:
             print(f"  {line}")
         if result.returncode != 0:
             raise RuntimeError(f"the job failed:\n{result.stderr}")
-        return tsv
+        return tsv, lines[0].strip()
+
+    def last_step_ranks(self, job_id):
+        """Each rank's share of the job's last step (Job.latest_metrics.ranks)."""
+        result = self.net.run("trainer0", [
+            str(self.bin / "tools/cli/tandem-cli"), f"--trainer={self.target('trainer0')}",
+            f"--auth_token_file={self.token}", "get", job_id], capture_output=True, text=True,
+            check=True)
+        return json.loads(result.stdout)["latestMetrics"]["ranks"]
 
 
 def print_link_bytes(before, after):
@@ -142,6 +152,17 @@ def print_breakdown(tsv):
     megabytes = sum(int(row["collective_bytes"]) for row in rows) / len(rows) / 1e6
     print(f"  collective bytes per step from rank 0: {megabytes:.2f} MB "
           "(training's share is in 'training'; collective includes waits for other ranks)")
+    exchanged = sum(int(row["expert_exchange_bytes"]) for row in rows) / len(rows) / 1e6
+    if exchanged:
+        print(f"  expert all-to-all bytes per step sent by rank 0: {exchanged:.2f} MB "
+              "(inside 'training', like expert_exchange)")
+
+
+def print_rank_shares(ranks):
+    print("\nthe last step by rank: samples, response tokens, routed rows its experts computed")
+    for share in ranks:
+        print(f"  rank {share.get('rank', 0)}: {share.get('samples', 0):>6} "
+              f"{share.get('responseTokens', 0):>8} {share.get('expertRows', 0):>10}")
 
 
 def main():
@@ -174,10 +195,12 @@ def main():
         print(f"tandem: all services ready; the job on {args.trainer_ranks} trainer ranks and "
               f"{args.rollouts} rollout replicas")
         before = {host: net.link_bytes(host) for host in hosts}
-        tsv = demo.submit()
+        tsv, job_id = demo.submit()
         after = {host: net.link_bytes(host) for host in hosts}
+        ranks = demo.last_step_ranks(job_id)
     print_link_bytes(before, after)
     print_breakdown(tsv)
+    print_rank_shares(ranks)
     return 0
 
 
