@@ -1,10 +1,12 @@
 #include "engine/expert_exchange.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
 namespace tandem::engine {
+
 absl::Status CheckExpertOffsets(const std::vector<int>& expert_offsets, int num_experts) {
   if (static_cast<int>(expert_offsets.size()) != num_experts + 1) {
     return absl::InvalidArgumentError(absl::StrCat("expert offsets name ",
@@ -15,6 +17,12 @@ absl::Status CheckExpertOffsets(const std::vector<int>& expert_offsets, int num_
     return absl::InvalidArgumentError("expert offsets must start at 0 and never decrease");
   }
   return absl::OkStatus();
+}
+
+LocalExperts AllExpertsLocal::local_experts() const {
+  LocalExperts local{.experts = std::vector<int>(num_experts_)};
+  std::iota(local.experts.begin(), local.experts.end(), 0);
+  return local;
 }
 
 absl::StatusOr<ExchangePlan> AllExpertsLocal::Plan(const std::vector<int>& expert_offsets) {

@@ -11,11 +11,11 @@
 
 namespace tandem::engine {
 
-// The experts one rank computes: `count` consecutive experts from global id `first` on. The rank
-// holds their weights, either among all experts or as its shard (BaseModel::ExpertShard).
+// The experts one rank computes, as global ids in the order its grouped projections take them
+// (local expert i is experts[i]). The rank holds their weights in that order: every expert of the
+// model (when they are 0..E-1), or its shard (BaseModel::ExpertShard(experts)).
 struct LocalExperts {
-  int first = 0;
-  int count = 0;
+  std::vector<int> experts;
 };
 
 // How Dispatch moves one MoE layer's routed rows: kept with the layer's activations, because
@@ -43,12 +43,15 @@ class ExpertExchange {
   virtual ~ExpertExchange() = default;
 
   virtual LocalExperts local_experts() const = 0;
+  // The order Plan takes routed rows in: each global expert's slot ([num_experts]; the rows of
+  // slot 0 first). Null: by global id.
+  virtual const std::vector<int16_t>* expert_slots() const { return nullptr; }
   // Whether Dispatch and Combine read and write the rows' memory themselves (host memory only).
   virtual bool needs_host_memory() const { return false; }
-  // `expert_offsets` [num_experts + 1]: this rank's routed rows, grouped by global expert.
+  // `expert_offsets` [num_experts + 1]: this rank's routed rows, grouped by expert slot.
   virtual absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) = 0;
-  // Replaces `rows` — this rank's routed rows [expert_offsets.back(), width], grouped by global
-  // expert, in the memory of `ops` — by the rows its local experts compute
+  // Replaces `rows` — this rank's routed rows [expert_offsets.back(), width], grouped by expert
+  // slot, in the memory of `ops` — by the rows its local experts compute
   // [plan.local_offsets.back(), width].
   virtual absl::Status Dispatch(const ExchangePlan& plan, int width, Buffer<float>& rows,
                                 ModelOps& ops) = 0;
@@ -68,7 +71,7 @@ class AllExpertsLocal final : public ExpertExchange {
  public:
   explicit AllExpertsLocal(int num_experts) : num_experts_(num_experts) {}
 
-  LocalExperts local_experts() const override { return {0, num_experts_}; }
+  LocalExperts local_experts() const override;
   absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
   absl::Status Dispatch(const ExchangePlan& /*plan*/, int /*width*/, Buffer<float>& /*rows*/,
                         ModelOps& /*ops*/) override {

@@ -58,11 +58,20 @@ absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> ExpertParallelExchange::
                                                    "among ", group.size(),
                                                    " expert-parallel ranks"));
   }
-  return std::unique_ptr<ExpertParallelExchange>(new ExpertParallelExchange(group, num_experts));
+  return Create(group, num_experts, ExpertPlacement::Contiguous(num_experts, group.size()));
+}
+
+absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> ExpertParallelExchange::Create(
+    Communicator& group, int num_experts, ExpertPlacement placement) {
+  if (absl::Status status = ValidatePlacement(placement, num_experts, group.size()); !status.ok()) {
+    return status;
+  }
+  return std::unique_ptr<ExpertParallelExchange>(
+      new ExpertParallelExchange(group, num_experts, std::move(placement)));
 }
 
 LocalExperts ExpertParallelExchange::local_experts() const {
-  return {group_.rank() * per_rank_, per_rank_};
+  return {.experts = placement_.experts[group_.rank()]};
 }
 
 absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>& expert_offsets) {
@@ -74,7 +83,7 @@ absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>
   for (int e = 0; e < num_experts_; ++e) {
     const int64_t rows = expert_offsets[e + 1] - expert_offsets[e];
     if (rows > kMaxExactCount) {
-      return absl::InvalidArgumentError(absl::StrCat("expert ", e, " has ", rows,
+      return absl::InvalidArgumentError(absl::StrCat("expert slot ", e, " has ", rows,
                                                      " rows in one layer; at most ", kMaxExactCount,
                                                      " can be dispatched"));
     }

@@ -2,17 +2,21 @@
 #define TANDEM_ENGINE_EXPERT_PARALLEL_EXCHANGE_H_
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/communicator.h"
 #include "engine/expert_exchange.h"
+#include "engine/expert_placement.h"
 
 namespace tandem::engine {
 
 // Expert parallelism over the ranks of a communicator (one expert-parallel group): rank r
-// computes the contiguous experts [r·E/size, (r+1)·E/size) — the static default placement — and
-// each MoE layer's routed rows travel to their expert's rank and back by AllToAllV. Plan first
+// computes the experts its placement gives it (by default the contiguous [r·E/size,
+// (r+1)·E/size)), and each MoE layer's routed rows travel to their expert's rank and back by
+// AllToAllV. Rows are grouped by expert slot (ExpertPlacement::Slots): every rank's experts
+// follow each other, so what goes to one rank is one run of rows. Plan first
 // exchanges the row counts per expert (one small AllToAllV), so every rank knows what it will
 // receive. The calls are collectives: every rank of the group runs the same MoE layers in the
 // same order (forward, then backward in reverse), each on its own tokens. The communicator
@@ -20,11 +24,19 @@ namespace tandem::engine {
 class ExpertParallelExchange final : public ExpertExchange {
  public:
   // `group` is not owned and must outlive the exchange. INVALID_ARGUMENT unless the ranks split
-  // the experts evenly.
+  // the experts evenly, or for a placement ValidatePlacement refuses. Every rank of the group must
+  // be given the same placement.
   static absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> Create(Communicator& group,
                                                                         int num_experts);
+  static absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> Create(Communicator& group,
+                                                                        int num_experts,
+                                                                        ExpertPlacement placement);
 
   LocalExperts local_experts() const override;
+  const std::vector<int16_t>* expert_slots() const override {
+    return contiguous_ ? nullptr : &slots_;
+  }
+  const ExpertPlacement& placement() const { return placement_; }
   bool needs_host_memory() const override { return true; }
   absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
   // Received rows arrive by source rank; they are regrouped by local expert (sources in rank
@@ -42,8 +54,13 @@ class ExpertParallelExchange final : public ExpertExchange {
   int64_t rows_computed() const { return rows_computed_; }
 
  private:
-  ExpertParallelExchange(Communicator& group, int num_experts)
-      : group_(group), num_experts_(num_experts), per_rank_(num_experts / group.size()) {}
+  ExpertParallelExchange(Communicator& group, int num_experts, ExpertPlacement placement)
+      : group_(group),
+        num_experts_(num_experts),
+        per_rank_(num_experts / group.size()),
+        placement_(std::move(placement)),
+        slots_(placement_.Slots()),
+        contiguous_(placement_ == ExpertPlacement::Contiguous(num_experts, group.size())) {}
 
   // Adds the floats of `counts` (per rank) that leave this rank to bytes_sent_.
   void CountSent(const std::vector<int64_t>& counts);
@@ -51,6 +68,9 @@ class ExpertParallelExchange final : public ExpertExchange {
   Communicator& group_;
   const int num_experts_;
   const int per_rank_;
+  const ExpertPlacement placement_;
+  const std::vector<int16_t> slots_;
+  const bool contiguous_;  // Slots are the experts' ids.
   int64_t bytes_sent_ = 0;
   int64_t rows_computed_ = 0;
 };

@@ -101,17 +101,26 @@ struct Computed {
   std::vector<int64_t> rows_computed;        // Likewise.
 };
 
+// The rank computing each expert under `placement`.
+std::vector<int> Owners(const ExpertPlacement& placement, const ModelConfig& config) {
+  std::vector<int> owners(config.num_experts);
+  for (int rank = 0; rank < placement.ranks(); ++rank) {
+    for (int expert : placement.experts[rank]) owners[expert] = rank;
+  }
+  return owners;
+}
+
 // The bytes the all-to-all must carry for `routes` (per rank, [tokens, MoE layers, k] logical
 // ids): a row routed to an expert of another rank goes there (dispatch) and its result comes back
 // (combine), in the forward and once more, as gradients, in the backward.
 std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& routes,
-                                   const ModelConfig& config) {
+                                   const ModelConfig& config, const ExpertPlacement& placement) {
   const int ranks = static_cast<int>(routes.size());
-  const int per_rank = config.num_experts / ranks;
+  const std::vector<int> owners = Owners(placement, config);
   std::vector<int64_t> rows(ranks, 0);
   for (int rank = 0; rank < ranks; ++rank) {
     for (int16_t expert : routes[rank]) {
-      const int owner = expert / per_rank;
+      const int owner = owners[expert];
       if (owner == rank) continue;
       ++rows[rank];   // Dispatched.
       ++rows[owner];  // Its result, sent back.
@@ -125,11 +134,11 @@ std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& rout
 // The rows each rank's experts compute for `routes`: every routed slot of every rank, at its
 // expert's owner, in the forward and again in the backward.
 std::vector<int64_t> AnalyticRows(const std::vector<std::vector<int16_t>>& routes,
-                                  const ModelConfig& config) {
-  const int ranks = static_cast<int>(routes.size());
-  std::vector<int64_t> rows(ranks, 0);
+                                  const ModelConfig& config, const ExpertPlacement& placement) {
+  const std::vector<int> owners = Owners(placement, config);
+  std::vector<int64_t> rows(routes.size(), 0);
   for (const std::vector<int16_t>& rank_routes : routes) {
-    for (int16_t expert : rank_routes) rows[expert / (config.num_experts / ranks)] += 2;
+    for (int16_t expert : rank_routes) rows[owners[expert]] += 2;
   }
   return rows;
 }
@@ -148,7 +157,8 @@ int64_t ExpertFloats(const ParameterSet& parameters) {
 // (`ranks` Gloo ranks) or without (nullopt: one rank computing all experts, the batches one
 // after the other).
 Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
-                 std::optional<Ownership> expert_parallel) {
+                 std::optional<Ownership> expert_parallel,
+                 std::optional<ExpertPlacement> placement = std::nullopt) {
   const ModelConfig& config = base.config();
   Computed computed{.logits = std::vector<std::vector<float>>(ranks),
                     .routes = std::vector<std::vector<int16_t>>(ranks),
@@ -160,8 +170,8 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
     LoraAdapter lora = Adapter(config, layout);
     if (expert_parallel == Ownership::kSharded) {
       const LocalExperts local = exchange->local_experts();
-      model = *base.ExpertShard(local.first, local.count);
-      lora = *lora.ExpertShard(local.first, local.count);
+      model = *base.ExpertShard(local.experts);
+      lora = *lora.ExpertShard(local.experts);
     }
     if (rank == 0) {
       computed.expert_floats = ExpertFloats(model.parameters()) + ExpertFloats(lora.parameters());
@@ -178,7 +188,9 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
   };
   if (expert_parallel.has_value()) {
     OnRanks(ranks, [&](int rank, Communicator& group) {
-      auto exchange = ExpertParallelExchange::Create(group, config.num_experts);
+      auto exchange = placement.has_value()
+                          ? ExpertParallelExchange::Create(group, config.num_experts, *placement)
+                          : ExpertParallelExchange::Create(group, config.num_experts);
       ASSERT_TRUE(exchange.ok()) << exchange.status();
       run(rank, exchange->get());
       computed.bytes_sent[rank] = (*exchange)->bytes_sent();
@@ -192,7 +204,13 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
     for (const ParameterSet& adapter : adapters) {
       const Parameter& parameter = *adapter.Find(name);
       if (expert_parallel == Ownership::kSharded && parameter.stacked_experts) {
-        joined.insert(joined.end(), parameter.grad.begin(), parameter.grad.end());
+        // Each held expert's rows at its global place.
+        const int64_t expert_size = parameter.size() / parameter.shape[0];
+        joined.resize(expert_size * config.num_experts, 0.0f);
+        for (size_t i = 0; i < adapter.held_experts().size(); ++i) {
+          std::copy_n(parameter.grad.begin() + i * expert_size, expert_size,
+                      joined.begin() + adapter.held_experts()[i] * expert_size);
+        }
       } else {
         joined.resize(parameter.grad.size(), 0.0f);
         for (size_t i = 0; i < joined.size(); ++i) joined[i] += parameter.grad[i];
@@ -225,8 +243,9 @@ TEST_P(ExpertParallelTest, RanksHoldingOnlyTheirExpertsComputeWhatOneRankCompute
   const Computed one = Compute(base, layout, ranks, std::nullopt);
   const Computed parallel = Compute(base, layout, ranks, Ownership::kSharded);
   ExpectSameResults(one, parallel, ranks);
-  EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config()));
-  EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, base.config()));
+  const ExpertPlacement contiguous = ExpertPlacement::Contiguous(base.config().num_experts, ranks);
+  EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config(), contiguous));
+  EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, base.config(), contiguous));
   if (layout == ExpertLayout::kPerExpert) {
     EXPECT_EQ(parallel.expert_floats * ranks, one.expert_floats);
   }
@@ -243,6 +262,45 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ExpertParallelTest,
                                                ExpertLayoutName(std::get<1>(info.param)), "_",
                                                std::get<2>(info.param), "ranks");
                          });
+
+// Experts scattered over the ranks, each rank holding its own in descending order: rank r of R
+// computes the experts e with e % R == R - 1 - r. The same results, and the traffic the routes
+// imply under that placement.
+TEST(ExpertParallelExchangeTest, AScatteredPlacementComputesWhatOneRankComputes) {
+  for (const test_models::NamedConfig& named :
+       {test_models::kConfigs[0], test_models::kConfigs[2]}) {
+    for (int ranks : {2, 4}) {
+      SCOPED_TRACE(absl::StrCat(named.name, ", ", ranks, " ranks"));
+      const BaseModel base = test_models::RandomModel(named.make(), 1);
+      const int experts = base.config().num_experts;
+      ExpertPlacement scattered;
+      for (int rank = 0; rank < ranks; ++rank) {
+        std::vector<int>& held = scattered.experts.emplace_back();
+        for (int e = experts - 1; e >= 0; --e) {
+          if (e % ranks == ranks - 1 - rank) held.push_back(e);
+        }
+      }
+      const Computed one = Compute(base, ExpertLayout::kPerExpert, ranks, std::nullopt);
+      const Computed parallel =
+          Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, scattered);
+      ExpectSameResults(one, parallel, ranks);
+      EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config(), scattered));
+      EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, base.config(), scattered));
+    }
+  }
+}
+
+TEST(ExpertParallelExchangeTest, PlacementsThatLoseOrRepeatAnExpertAreRefused) {
+  gloo::rendezvous::HashStore store;
+  auto group = GlooCommunicator::Create(store, 0, 1, {});
+  ASSERT_TRUE(group.ok());
+  for (const ExpertPlacement& bad :
+       {ExpertPlacement{{{0, 1, 2}}}, ExpertPlacement{{{0, 1, 1, 3}}},
+        ExpertPlacement{{{0, 1, 2, 4}}}, ExpertPlacement{{{0, 1}, {2, 3}}}}) {
+    EXPECT_EQ(ExpertParallelExchange::Create(**group, 4, bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
 
 // A rank may also hold every expert and compute its share.
 TEST(ExpertParallelExchangeTest, RanksHoldingEveryExpertComputeTheirShare) {
@@ -277,8 +335,8 @@ TEST(ExpertParallelExchangeTest, RowsReachTheirExpertsRankGroupedByExpertAndCome
   OnRanks(2, [&](int rank, Communicator& group) {
     auto exchange = ExpertParallelExchange::Create(group, 4);
     ASSERT_TRUE(exchange.ok());
-    EXPECT_EQ((*exchange)->local_experts().first, 2 * rank);
-    EXPECT_EQ((*exchange)->local_experts().count, 2);
+    EXPECT_THAT((*exchange)->local_experts().experts,
+                rank == 0 ? ElementsAre(0, 1) : ElementsAre(2, 3));
     auto plan = (*exchange)->Plan(offsets[rank]);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_THAT(plan->local_offsets, rank == 0 ? ElementsAre(0, 3, 5) : ElementsAre(0, 3, 6));

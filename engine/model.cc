@@ -1,6 +1,8 @@
 #include "engine/model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -219,36 +221,53 @@ BaseModel BaseModel::ForPrecision(Precision precision) const {
 
 namespace {
 
-// INVALID_ARGUMENT unless experts [first, first + count), counted from the first held one, are
-// all held.
-absl::Status CheckExpertShard(const ModelConfig& config, const ParameterSet& parameters, int first,
-                              int count) {
-  const int held = parameters.held_experts() >= 0 ? parameters.held_experts() : config.num_experts;
-  if (first < 0 || count < 1 || first + count > held) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("experts [", first, ", ", first + count, ") are not all among the ", held,
-                     " held (global ids from ", parameters.first_expert(), ")"));
+// INVALID_ARGUMENT unless `experts` are distinct global ids, each held by `parameters`.
+absl::Status CheckExpertShard(const ModelConfig& config, const ParameterSet& parameters,
+                              const std::vector<int>& experts) {
+  if (experts.empty()) return absl::InvalidArgumentError("an expert shard of no experts");
+  std::vector<bool> seen(config.num_experts, false);
+  for (int expert : experts) {
+    if (expert < 0 || expert >= config.num_experts || seen[expert] ||
+        parameters.StackedIndex(expert) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expert ", expert, " is not a held expert of the ", config.num_experts,
+          " (or comes twice)", parameters.held_experts().empty() ? "" : " of this shard"));
+    }
+    seen[expert] = true;
   }
   return absl::OkStatus();
 }
 
+std::vector<int> ExpertRange(int first, int count) {
+  std::vector<int> experts(std::max(count, 0));
+  std::iota(experts.begin(), experts.end(), first);
+  return experts;
+}
+
 }  // namespace
 
-absl::StatusOr<BaseModel> BaseModel::ExpertShard(int first, int count) const {
-  if (absl::Status status = CheckExpertShard(config_, parameters_, first, count); !status.ok()) {
+absl::StatusOr<BaseModel> BaseModel::ExpertShard(const std::vector<int>& experts) const {
+  if (absl::Status status = CheckExpertShard(config_, parameters_, experts); !status.ok()) {
     return status;
   }
-  BaseModel shard(config_, parameters_.ExpertShard(first, count));
+  BaseModel shard(config_, parameters_.ExpertShard(experts));
+  return shard;
+}
+
+absl::StatusOr<BaseModel> BaseModel::ExpertShard(int first, int count) const {
+  return ExpertShard(ExpertRange(first, count));
+}
+
+absl::StatusOr<LoraAdapter> LoraAdapter::ExpertShard(const std::vector<int>& experts) const {
+  if (absl::Status status = CheckExpertShard(model_config_, parameters_, experts); !status.ok()) {
+    return status;
+  }
+  LoraAdapter shard(model_config_, lora_config_, parameters_.ExpertShard(experts));
   return shard;
 }
 
 absl::StatusOr<LoraAdapter> LoraAdapter::ExpertShard(int first, int count) const {
-  if (absl::Status status = CheckExpertShard(model_config_, parameters_, first, count);
-      !status.ok()) {
-    return status;
-  }
-  LoraAdapter shard(model_config_, lora_config_, parameters_.ExpertShard(first, count));
-  return shard;
+  return ExpertShard(ExpertRange(first, count));
 }
 
 BaseModel BaseModel::RoundedToBf16() const {

@@ -50,8 +50,10 @@ class BaseModel {
   // MLPs, experts; not the router, norms, embeddings or LM head) fake-quantized to FP8 E4M3 per
   // output channel.
   BaseModel ForPrecision(Precision precision) const;
-  // A copy holding only the routed experts [first, first + count) (ParameterSet::ExpertShard):
-  // what an expert-parallel rank computes with. INVALID_ARGUMENT outside the experts held.
+  // A copy holding only the routed `experts` (global ids, in that order;
+  // ParameterSet::ExpertShard): what an expert-parallel rank computes with. INVALID_ARGUMENT for
+  // an expert not held, or one given twice. (first, count): experts [first, first + count).
+  absl::StatusOr<BaseModel> ExpertShard(const std::vector<int>& experts) const;
   absl::StatusOr<BaseModel> ExpertShard(int first, int count) const;
 
   const ModelConfig& config() const { return config_; }
@@ -100,8 +102,10 @@ class LoraAdapter {
                                                  const LoraConfig& lora_config);
 
   LoraAdapter RoundedToBf16() const;
-  // A copy holding only the per-expert tensors of experts [first, first + count); tensors shared
-  // by all experts stay whole. INVALID_ARGUMENT outside the experts held.
+  // A copy holding only the per-expert tensors of `experts` (global ids, in that order), or of
+  // experts [first, first + count); tensors shared by all experts stay whole. INVALID_ARGUMENT
+  // for an expert not held, or one given twice.
+  absl::StatusOr<LoraAdapter> ExpertShard(const std::vector<int>& experts) const;
   absl::StatusOr<LoraAdapter> ExpertShard(int first, int count) const;
 
   // The adapter of `module` ("q_proj", ..., "down_proj") in `layer`, or nullopt when that

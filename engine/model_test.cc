@@ -49,7 +49,7 @@ TEST(ModelTest, AnExpertShardHoldsItsExpertsUnderGlobalNames) {
   BaseModel model = *BaseModel::Create(SmallConfig(), 1);
   absl::StatusOr<BaseModel> shard = model.ExpertShard(2, 2);
   ASSERT_TRUE(shard.ok()) << shard.status();
-  EXPECT_EQ(shard->parameters().first_expert(), 2);
+  EXPECT_THAT(shard->parameters().held_experts(), ::testing::ElementsAre(2, 3));
   const std::string stacked = "model.layers.1.mlp.experts.down_proj.weight";
   const Parameter& full = *model.parameters().Find(stacked);
   const Parameter& part = *shard->parameters().Find(stacked);
@@ -67,12 +67,24 @@ TEST(ModelTest, AnExpertShardHoldsItsExpertsUnderGlobalNames) {
   ParameterSet reloaded = shard->parameters();
   ASSERT_TRUE(reloaded.LoadFrom(file).ok());
 
-  // A shard of the shard counts from the experts it holds.
-  EXPECT_EQ(shard->ExpertShard(1, 1)->parameters().first_expert(), 3);
+  // A shard of the shard names global experts it holds; any order is kept.
+  EXPECT_THAT(shard->ExpertShard(3, 1)->parameters().held_experts(), ::testing::ElementsAre(3));
   for (const auto& [first, count] : {std::pair(3, 2), std::pair(-1, 1), std::pair(0, 0)}) {
     EXPECT_EQ(model.ExpertShard(first, count).status().code(), absl::StatusCode::kInvalidArgument);
   }
   EXPECT_EQ(shard->ExpertShard(1, 2).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model.ExpertShard({1, 1}).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<BaseModel> scattered = model.ExpertShard({3, 0});
+  ASSERT_TRUE(scattered.ok()) << scattered.status();
+  const Parameter& reordered = *scattered->parameters().Find(stacked);
+  const int64_t expert_size = full.size() / full.shape[0];
+  EXPECT_TRUE(std::equal(reordered.value.begin(), reordered.value.begin() + expert_size,
+                         full.value.begin() + 3 * expert_size));
+  EXPECT_TRUE(
+      std::equal(reordered.value.begin() + expert_size, reordered.value.end(), full.value.begin()));
+  const SafetensorsFile scattered_file = scattered->parameters().ToSafetensors();
+  EXPECT_EQ(scattered_file.tensors.at("model.layers.1.mlp.experts.3.down_proj.weight"),
+            file.tensors.at("model.layers.1.mlp.experts.3.down_proj.weight"));
 }
 
 TEST(ModelTest, LoadRejectsMissingAndUnexpectedTensors) {

@@ -1,5 +1,6 @@
 #include "engine/parameters.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -88,11 +89,10 @@ void ParameterSet::Fill(Parameter& parameter, float value) {
   std::fill(parameter.value.begin(), parameter.value.end(), value);
 }
 
-ParameterSet ParameterSet::ExpertShard(int first, int count) const {
+ParameterSet ParameterSet::ExpertShard(const std::vector<int>& experts) const {
   ParameterSet shard;
   shard.order_ = order_;
-  shard.first_expert_ = first_expert_ + first;
-  shard.held_experts_ = count;
+  shard.held_experts_ = experts;
   // Tensor by tensor, slicing while copying: a rank never holds a second whole model.
   for (const auto& [name, parameter] : parameters_) {
     if (!parameter.stacked_experts) {
@@ -101,18 +101,29 @@ ParameterSet ParameterSet::ExpertShard(int first, int count) const {
     }
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     auto slice = [&](const std::vector<float>& values) {
-      if (values.empty()) return std::vector<float>();
-      return std::vector<float>(values.begin() + first * expert_size,
-                                values.begin() + (first + count) * expert_size);
+      std::vector<float> part;
+      if (values.empty()) return part;
+      part.reserve(experts.size() * expert_size);
+      for (int expert : experts) {
+        const auto from = values.begin() + StackedIndex(expert) * expert_size;
+        part.insert(part.end(), from, from + expert_size);
+      }
+      return part;
     };
     Parameter& part = shard.parameters_[name];
     part.shape = parameter.shape;
-    part.shape[0] = count;
+    part.shape[0] = static_cast<int64_t>(experts.size());
     part.value = slice(parameter.value);
     part.grad = slice(parameter.grad);
     part.stacked_experts = true;
   }
   return shard;
+}
+
+int ParameterSet::StackedIndex(int expert) const {
+  if (held_experts_.empty()) return expert;
+  const auto at = std::find(held_experts_.begin(), held_experts_.end(), expert);
+  return at == held_experts_.end() ? -1 : static_cast<int>(at - held_experts_.begin());
 }
 
 SafetensorsFile ParameterSet::ToSafetensors() const {
@@ -126,7 +137,7 @@ SafetensorsFile ParameterSet::ToSafetensors() const {
     const std::vector<int64_t> expert_shape(parameter.shape.begin() + 1, parameter.shape.end());
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (int expert = 0; expert < parameter.shape[0]; ++expert) {
-      file.tensors[PerExpertName(name, first_expert_ + expert)] =
+      file.tensors[PerExpertName(name, GlobalExpert(expert))] =
           FloatTensor(expert_shape, parameter.value.data() + expert * expert_size);
     }
   }
@@ -147,7 +158,7 @@ absl::Status ParameterSet::LoadFrom(const SafetensorsFile& file) {
     const std::vector<int64_t> expert_shape(parameter.shape.begin() + 1, parameter.shape.end());
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (int expert = 0; expert < parameter.shape[0]; ++expert) {
-      const std::string expert_name = PerExpertName(name, first_expert_ + expert);
+      const std::string expert_name = PerExpertName(name, GlobalExpert(expert));
       auto values = FloatsOf(expert_name, file, expert_shape);
       if (!values.ok()) return values.status();
       std::copy(values->begin(), values->end(), parameter.value.begin() + expert * expert_size);

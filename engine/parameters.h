@@ -43,14 +43,15 @@ class ParameterSet {
   static void FillNormal(Parameter& parameter, float stddev, std::mt19937_64& rng);
   static void Fill(Parameter& parameter, float value);
 
-  // The same set holding only experts [first, first + count) of every stacked tensor (gradients
-  // too, when enabled): an expert-parallel rank's share. Names stay global: expert e of the
-  // share is expert first + e of the model, in files too.
-  ParameterSet ExpertShard(int first, int count) const;
-  // The global id of the first expert the stacked tensors hold (0 unless a shard), and how many
-  // they hold (-1: every expert of the model, unless a shard).
-  int first_expert() const { return first_expert_; }
-  int held_experts() const { return held_experts_; }
+  // The same set holding only `experts` (global ids, each held here), in that order, of every
+  // stacked tensor (gradients too, when enabled): an expert-parallel rank's share. Names stay
+  // global: the share's stacked expert i is expert experts[i] of the model, in files too.
+  ParameterSet ExpertShard(const std::vector<int>& experts) const;
+  // The global ids of the experts the stacked tensors hold, in their order; empty: every expert
+  // of the model in id order (the set is no shard).
+  const std::vector<int>& held_experts() const { return held_experts_; }
+  // Where the stacked tensors hold global expert `expert`: its index, or -1 when not held.
+  int StackedIndex(int expert) const;
 
   // To safetensors with canonical names: stacked tensors split per expert, "{e}" inserted
   // after ".experts." (global ids).
@@ -61,10 +62,12 @@ class ParameterSet {
   absl::Status LoadFrom(const SafetensorsFile& file);
 
  private:
+  // The global id of stacked expert `index`.
+  int GlobalExpert(int index) const { return held_experts_.empty() ? index : held_experts_[index]; }
+
   std::map<std::string, Parameter> parameters_;
   std::vector<std::string> order_;
-  int first_expert_ = 0;
-  int held_experts_ = -1;
+  std::vector<int> held_experts_;
 };
 
 // Every parameter of the set for an optimizer, with gradients (enable them first); weight

@@ -25,6 +25,7 @@ struct Transformer::LayerActivations {
   // MoE only.
   Buffer<float> router_logits, scores, gate_weights;
   Buffer<int16_t> ids;
+  Buffer<int16_t> slots;  // ids as the exchange's expert slots, when it has its own order.
   ExpertPermutation permutation;
   // The rows the local experts computed (after Dispatch), and their results (after Combine: this
   // rank's routed rows in expert order).

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/transformer.h"
 #include "engine/transformer_activations.h"
 
@@ -14,33 +15,27 @@ namespace {
 
 std::string MlpPrefix(int layer) { return absl::StrCat("model.layers.", layer, ".mlp."); }
 
-// Whether `name` holds experts [slot, slot + count) (a tensor not stacked by expert serves all).
-bool Holds(const ParameterSet& parameters, const std::string& name, int slot, int count) {
-  const Parameter* parameter = parameters.Find(name);
-  if (parameter == nullptr || !parameter->stacked_experts) return true;
-  return slot >= 0 && slot + count <= parameter->shape[0];
+// Where `parameters` hold `experts` one after the other: the stacked index of the first, or -1
+// when they are not all held in that order.
+int ConsecutiveIndex(const ParameterSet& parameters, const std::vector<int>& experts) {
+  const int first = parameters.StackedIndex(experts.front());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    if (first < 0 || parameters.StackedIndex(experts[i]) != first + static_cast<int>(i)) return -1;
+  }
+  return first;
 }
 
 }  // namespace
 
 absl::StatusOr<Transformer::ExpertSlots> Transformer::LocalExpertSlots(int layer) {
-  const LocalExperts local = exchange_->local_experts();
+  const std::vector<int> local = exchange_->local_experts().experts;
   const ExpertSlots slots{
-      .base = local.first - model_.parameters().first_expert(),
-      .lora = lora_ == nullptr ? 0 : local.first - lora_->parameters().first_expert()};
-  for (const char* module : {"gate_proj", "up_proj", "down_proj"}) {
-    const std::string weight = ProjectionName(config_, layer, module);
-    const std::string stem = weight.substr(0, weight.size() - std::string(".weight").size());
-    const bool held =
-        Holds(model_.parameters(), weight, slots.base, local.count) &&
-        (lora_ == nullptr ||
-         (Holds(lora_->parameters(), stem + ".lora_A.weight", slots.lora, local.count) &&
-          Holds(lora_->parameters(), stem + ".lora_B.weight", slots.lora, local.count)));
-    if (!held) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("this rank computes experts [", local.first, ", ", local.first + local.count,
-                       ") of layer ", layer, ", which its model or adapter does not hold"));
-    }
+      .base = ConsecutiveIndex(model_.parameters(), local),
+      .lora = lora_ == nullptr ? 0 : ConsecutiveIndex(lora_->parameters(), local)};
+  if (slots.base < 0 || slots.lora < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this rank computes experts ", absl::StrJoin(local, ","), " of layer ", layer,
+                     ", which its model or adapter does not hold in that order"));
   }
   return slots;
 }
@@ -59,7 +54,8 @@ absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const in
   RouteTokens(layer, moe_index, rows, replay, act);
 
   // Permute: each expert's rows contiguous, quantized before they travel (as vLLM's prepare).
-  act.permutation = ops_->BuildPermutation(act.ids.ref(), rows, k, config_.num_experts);
+  const Buffer<int16_t>& order = exchange_->expert_slots() != nullptr ? act.slots : act.ids;
+  act.permutation = ops_->BuildPermutation(order.ref(), rows, k, config_.num_experts);
   const int routed = rows * k;
   ops_->Resize(act.expert_input, int64_t{routed} * d);
   ops_->PermuteRows(act.norm2.ref(), act.permutation, act.expert_input.ref(), d);
@@ -136,6 +132,10 @@ void Transformer::RouteTokens(int layer, int moe_index, int rows, const int16_t*
   for (int t = 0; t < rows; ++t) {
     std::copy_n(ids.data() + int64_t{t} * k, k,
                 routes_.data() + (int64_t{t} * layers + moe_index) * k);
+  }
+  if (const std::vector<int16_t>* slots = exchange_->expert_slots(); slots != nullptr) {
+    for (int16_t& id : ids) id = (*slots)[id];
+    ops_->Upload(ids.data(), static_cast<int64_t>(ids.size()), act.slots);
   }
 
   // Gates come from this model's scores over the experts used, replayed ones included.

@@ -10,10 +10,14 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/gloo_communicator.h"
 #include "engine/expert_parallel_exchange.h"
+#include "engine/expert_placement.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/testing/test_models.h"
@@ -106,6 +110,7 @@ struct Trained {
 struct ExpertGroups {
   Communicator* group = nullptr;         // The ranks exchanging expert rows with this one.
   Communicator* same_experts = nullptr;  // The ranks holding the same experts (null: none).
+  engine::ExpertPlacement placement;     // Of the experts over `group`.
 };
 
 // Every sample index of a step on one rank.
@@ -125,10 +130,11 @@ Trained Train(const std::vector<RecordedStep>& steps, PolicyUpdateConfig config,
   engine::LoraAdapter lora = InitialAdapter(model);
   std::unique_ptr<engine::ExpertParallelExchange> exchange;
   if (experts.group != nullptr) {
-    exchange = *engine::ExpertParallelExchange::Create(*experts.group, model.num_experts);
+    exchange = *engine::ExpertParallelExchange::Create(*experts.group, model.num_experts,
+                                                       experts.placement);
     const engine::LocalExperts local = exchange->local_experts();
-    base = *base.ExpertShard(local.first, local.count);
-    lora = *lora.ExpertShard(local.first, local.count);
+    base = *base.ExpertShard(local.experts);
+    lora = *lora.ExpertShard(local.experts);
     config.expert_parallel = {exchange.get(), experts.group, experts.same_experts};
   }
   lora.parameters().EnableGradients();
@@ -288,7 +294,8 @@ INSTANTIATE_TEST_SUITE_P(Losses, DataParallelTest,
 // r's samples of every step.
 std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
                                          const PolicyUpdateConfig& config, int dp, int ep,
-                                         const std::vector<std::vector<int>>& shares) {
+                                         const std::vector<std::vector<int>>& shares,
+                                         const engine::ExpertPlacement& placement) {
   const int ranks = dp * ep;
   gloo::rendezvous::HashStore store;
   std::vector<Trained> trained(ranks);
@@ -303,8 +310,9 @@ std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
       auto group = GlooCommunicator::Create(group_store, ep_index, ep, {});
       auto same_experts = GlooCommunicator::Create(experts_store, dp_index, dp, {});
       ASSERT_TRUE(world.ok() && group.ok() && same_experts.ok());
-      trained[rank] = Train(steps, config, /*ppo=*/false, world->get(), shares[rank],
-                            {.group = group->get(), .same_experts = same_experts->get()});
+      trained[rank] = Train(
+          steps, config, /*ppo=*/false, world->get(), shares[rank],
+          {.group = group->get(), .same_experts = same_experts->get(), .placement = placement});
       EXPECT_TRUE((*world)->Barrier().ok());  // No rank tears its groups down under another.
     });
   }
@@ -313,8 +321,9 @@ std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
 }
 
 // The adapter of the ranks of one expert-parallel group, whole: per-expert tensors joined from
-// their owners (in expert order), the others from the first rank.
-std::map<std::string, std::vector<float>> JoinedAdapter(const std::vector<Trained>& group) {
+// their owners (each expert at its place under `placement`), the others from the first rank.
+std::map<std::string, std::vector<float>> JoinedAdapter(const std::vector<Trained>& group,
+                                                        const engine::ExpertPlacement& placement) {
   const engine::LoraAdapter layout = InitialAdapter(TinyConfig());
   std::map<std::string, std::vector<float>> joined;
   for (const auto& [name, values] : group[0].adapter) {
@@ -322,9 +331,16 @@ std::map<std::string, std::vector<float>> JoinedAdapter(const std::vector<Traine
       joined[name] = values;
       continue;
     }
-    for (const Trained& rank : group) {
-      const std::vector<float>& part = rank.adapter.at(name);
-      joined[name].insert(joined[name].end(), part.begin(), part.end());
+    const int64_t expert_size =
+        static_cast<int64_t>(values.size()) / static_cast<int64_t>(placement.experts[0].size());
+    std::vector<float>& whole = joined[name];
+    whole.resize(expert_size * TinyConfig().num_experts);
+    for (size_t rank = 0; rank < group.size(); ++rank) {
+      const std::vector<float>& part = group[rank].adapter.at(name);
+      for (size_t i = 0; i < placement.experts[rank].size(); ++i) {
+        std::copy_n(part.begin() + i * expert_size, expert_size,
+                    whole.begin() + placement.experts[rank][i] * expert_size);
+      }
     }
   }
   return joined;
@@ -347,9 +363,15 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
   for (int rank = 0; rank < 4; ++rank) {
     even[rank] = *DataParallelShare(kGroups, kGroupSize, config.updates_per_step, 4, rank);
   }
-  for (const auto& [dp, shares] : {std::pair(1, uneven), std::pair(2, even)}) {
-    SCOPED_TRACE(absl::StrCat(dp, " x 2"));
-    const std::vector<Trained> many = TrainExpertParallel(steps, config, dp, 2, shares);
+  // Contiguous (rank 0 holds experts 0 and 1), and scattered in another order (3, 0 | 2, 1).
+  const engine::ExpertPlacement contiguous = engine::ExpertPlacement::Contiguous(4, 2);
+  const engine::ExpertPlacement scattered{{{3, 0}, {2, 1}}};
+  for (const auto& [dp, shares, placement] :
+       {std::tuple(1, uneven, contiguous), std::tuple(2, even, contiguous),
+        std::tuple(2, even, scattered)}) {
+    SCOPED_TRACE(absl::StrCat(dp, " x 2, rank 0 holding experts ",
+                              absl::StrJoin(placement.experts[0], ",")));
+    const std::vector<Trained> many = TrainExpertParallel(steps, config, dp, 2, shares, placement);
     for (int rank = 0; rank < dp * 2; ++rank) {
       for (int step = 0; step < kSteps; ++step) {
         EXPECT_NEAR(many[rank].losses[step], one.losses[step],
@@ -368,7 +390,7 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
     }
     for (int dp_index = 0; dp_index < dp; ++dp_index) {
       const double error = MaxRelativeDifference(
-          one.adapter, JoinedAdapter({many[dp_index * 2], many[dp_index * 2 + 1]}));
+          one.adapter, JoinedAdapter({many[dp_index * 2], many[dp_index * 2 + 1]}, placement));
       std::printf("%s, %d x 2, group %d: adapter %.2e\n", GetParam().name, dp, dp_index, error);
       EXPECT_LE(error, kBound);
     }

@@ -110,6 +110,10 @@ class JobRun {
             .bytes = exchange_->bytes_sent(),
             .rows = exchange_->rows_computed()};
   }
+  // The experts' placement over each expert-parallel group; null without expert parallelism.
+  const engine::ExpertPlacement* Placement() const {
+    return exchange_ == nullptr ? nullptr : &exchange_->placement();
+  }
   // Whether the run is expert parallel, and its groups once formed.
   bool expert_parallel() const { return plan_.expert_parallel > 1; }
   PolicyUpdateConfig::ExpertParallelism ExpertGroups() {
@@ -265,7 +269,9 @@ absl::Status JobRun::CheckPublishable() const {
   const auto split = expert_parallel()
                          ? weight_store::BuildExpertParallelVersion(
                                state_->lora(), state_->model_config(), spec().adapter_name(), 1,
-                               plan_.ranks(), plan_.expert_parallel, rank_)
+                               engine::ExpertPlacement::Contiguous(
+                                   state_->model_config().num_experts, plan_.expert_parallel),
+                               plan_.data_parallel, rank_)
                          : weight_store::BuildAdapterVersion(state_->lora(), state_->model_config(),
                                                              spec().adapter_name(), 1,
                                                              type::v1::DTYPE_F32, plan_.ranks());
@@ -313,17 +319,14 @@ absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progres
 }
 
 absl::Status JobRun::KeepExperts() {
-  const int experts = state_->model_config().num_experts / plan_.expert_parallel;
-  const int first = rank_ % plan_.expert_parallel * experts;
-  if (absl::Status status = state_->KeepExperts(plan_, first, experts); !status.ok()) {
-    return status;
-  }
   auto exchange = engine::ExpertParallelExchange::Create(*group_->experts(),
                                                          state_->model_config().num_experts);
   if (!exchange.ok()) return exchange.status();
   exchange_ = *std::move(exchange);
-  spdlog::info("job {}: rank {} holds experts {}..{} of every MoE layer", job_.id(), rank_, first,
-               first + experts - 1);
+  const std::vector<int> experts = exchange_->local_experts().experts;
+  if (absl::Status status = state_->KeepExperts(plan_, experts); !status.ok()) return status;
+  spdlog::info("job {}: rank {} holds experts {} of every MoE layer", job_.id(), rank_,
+               absl::StrJoin(experts, ","));
   return absl::OkStatus();
 }
 
@@ -380,8 +383,8 @@ absl::StatusOr<UpdateStats> JobRun::Train(int64_t step, const StepSamples& sampl
 absl::Status JobRun::PublishAndSwap(int64_t step, const JobProgress& progress,
                                     trainer::v1::StepMetrics& metrics) {
   absl::Time start = absl::Now();
-  if (absl::Status status =
-          publisher_->Publish(state_->lora(), state_->model_config(), version_ + 1, step, ranks());
+  if (absl::Status status = publisher_->Publish(state_->lora(), state_->model_config(),
+                                                version_ + 1, step, ranks(), Placement());
       !status.ok()) {
     return status;
   }
@@ -460,7 +463,6 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
                           .adapter_name = spec().adapter_name(),
                           .architecture = state_->architecture(),
                           .ranks = plan_.ranks(),
-                          .expert_parallel = plan_.expert_parallel,
                           .ucx = environment_.ucx,
                           .rpc_timeout = environment_.rpc_timeout,
                           .phase_timeout = environment_.phase_timeout,
@@ -482,7 +484,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
                                              state_->UpdateConfig(plan_, ranks(), ExpertGroups()),
                                              *std::move(engines));
   if (absl::Status status = publisher_->Publish(state_->lora(), state_->model_config(),
-                                                *first_version, start_step_, ranks());
+                                                *first_version, start_step_, ranks(), Placement());
       !status.ok()) {
     return status;
   }

@@ -6,6 +6,7 @@
 
 #include "absl/container/fixed_array.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/cpu/loss.h"
 
 namespace tandem::trainer {
@@ -300,12 +301,11 @@ absl::Status PolicyUpdater::CheckExpertParallelism(bool critic) const {
         "expert parallelism needs its group, and data-parallel ranks = group ranks x ranks "
         "holding the same experts");
   }
-  const engine::LocalExperts local = experts.exchange->local_experts();
-  if (lora_.parameters().first_expert() != local.first ||
-      lora_.parameters().held_experts() != local.count) {
+  const std::vector<int> local = experts.exchange->local_experts().experts;
+  if (lora_.parameters().held_experts() != local) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the adapter must hold exactly this rank's experts [", local.first, ", ",
-                     local.first + local.count, ") (LoraAdapter::ExpertShard)"));
+        absl::StrCat("the adapter must hold exactly this rank's experts ",
+                     absl::StrJoin(local, ","), ", in that order (LoraAdapter::ExpertShard)"));
   }
   return absl::OkStatus();
 }

@@ -24,17 +24,16 @@ absl::StatusOr<int64_t> StepPublisher::NewestVersion() {
   return newest;
 }
 
-absl::StatusOr<weight_store::AdapterVersion> StepPublisher::Build(const engine::LoraAdapter& lora,
-                                                                  const engine::ModelConfig& model,
-                                                                  int64_t version,
-                                                                  Communicator* ranks) {
-  if (config_.expert_parallel == 1) {
+absl::StatusOr<weight_store::AdapterVersion> StepPublisher::Build(
+    const engine::LoraAdapter& lora, const engine::ModelConfig& model, int64_t version,
+    Communicator* ranks, const engine::ExpertPlacement* placement) {
+  if (placement == nullptr) {
     return weight_store::BuildAdapterVersion(lora, model, config_.adapter_name, version,
                                              type::v1::DTYPE_F32, config_.ranks);
   }
-  auto published = weight_store::BuildExpertParallelVersion(lora, model, config_.adapter_name,
-                                                            version, config_.ranks,
-                                                            config_.expert_parallel, ranks->rank());
+  auto published = weight_store::BuildExpertParallelVersion(
+      lora, model, config_.adapter_name, version, *placement, ranks->size() / placement->ranks(),
+      ranks->rank());
   if (!published.ok()) return published.status();
   // Each rank knows its own shard's checksum: rank 0's manifest needs every one.
   absl::StatusOr<std::vector<uint64_t>> checksums =
@@ -48,8 +47,8 @@ absl::StatusOr<weight_store::AdapterVersion> StepPublisher::Build(const engine::
 
 absl::Status StepPublisher::Publish(const engine::LoraAdapter& lora,
                                     const engine::ModelConfig& model, int64_t version, int64_t step,
-                                    Communicator* ranks) {
-  auto published = Build(lora, model, version, ranks);
+                                    Communicator* ranks, const engine::ExpertPlacement* placement) {
+  auto published = Build(lora, model, version, ranks, placement);
   if (!published.ok()) return published.status();
   auto& labels = *published->manifest.mutable_labels();
   labels["job_id"] = config_.job_id;

@@ -26,9 +26,6 @@ struct StepPublisherConfig {
   // The base model's architecture (config.json's), labelling every version; "" for none.
   std::string architecture;
   int ranks = 1;  // The job's trainer ranks: each publishes one shard of every version.
-  // Ranks of one expert-parallel group (1: none): each holds only its experts, and publishes a
-  // share of them (weight_store::BuildExpertParallelVersion).
-  int expert_parallel = 1;
   transfer::UcxWorker* ucx = nullptr;  // Puts by UCX when set.
   absl::Duration rpc_timeout = absl::Minutes(5);
   // How long ranks wait for rank 0's begin and commit of a sharded version.
@@ -55,9 +52,12 @@ class StepPublisher {
   // The adapter's newest committed version; 0 when it has none.
   absl::StatusOr<int64_t> NewestVersion();
   // Publishes `lora` as `version` after `step`: from this rank alone when `ranks` is null, else
-  // collectively with every rank of the job (PublishTogether).
+  // collectively with every rank of the job (PublishTogether). With expert parallelism
+  // (`placement`: the experts over each expert-parallel group of `ranks`), each rank holds only
+  // its experts and publishes a share of them (weight_store::BuildExpertParallelVersion).
   absl::Status Publish(const engine::LoraAdapter& lora, const engine::ModelConfig& model,
-                       int64_t version, int64_t step, Communicator* ranks);
+                       int64_t version, int64_t step, Communicator* ranks,
+                       const engine::ExpertPlacement* placement = nullptr);
   // Returns once every replica serves `version` (AwaitVersionServed).
   absl::Status AwaitServed(int64_t version);
 
@@ -67,7 +67,8 @@ class StepPublisher {
   // shards' checksums are gathered).
   absl::StatusOr<weight_store::AdapterVersion> Build(const engine::LoraAdapter& lora,
                                                      const engine::ModelConfig& model,
-                                                     int64_t version, Communicator* ranks);
+                                                     int64_t version, Communicator* ranks,
+                                                     const engine::ExpertPlacement* placement);
 
   const StepPublisherConfig config_;
   const weight_store::WeightStoreStubs& store_;

@@ -147,20 +147,25 @@ absl::Status TrainingState::Broadcast(Communicator& ranks) {
   return BroadcastOptimizerState(ranks, *critic_optimizer_);
 }
 
-absl::Status TrainingState::KeepExperts(const JobPlan& plan, int first, int count) {
-  absl::StatusOr<engine::BaseModel> base = model_.base->ExpertShard(first, count);
+absl::Status TrainingState::KeepExperts(const JobPlan& plan, const std::vector<int>& experts) {
+  absl::StatusOr<engine::BaseModel> base = model_.base->ExpertShard(experts);
   if (!base.ok()) return base.status();
-  absl::StatusOr<engine::LoraAdapter> lora = lora_->ExpertShard(first, count);
+  absl::StatusOr<engine::LoraAdapter> lora = lora_->ExpertShard(experts);
   if (!lora.ok()) return lora.status();
   engine::AdamWState state = optimizer_->ExportState();
-  for (const std::string& name : lora_->parameters().names()) {
-    const engine::Parameter& parameter = *lora_->parameters().Find(name);
+  const engine::ParameterSet& held = lora_->parameters();
+  for (const std::string& name : held.names()) {
+    const engine::Parameter& parameter = *held.Find(name);
     if (!parameter.stacked_experts) continue;
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {
       std::vector<float>& values = state.tensors.at(name + moment);
-      values = std::vector<float>(values.begin() + first * expert_size,
-                                  values.begin() + (first + count) * expert_size);
+      std::vector<float> kept;
+      for (int expert : experts) {
+        const auto from = values.begin() + held.StackedIndex(expert) * expert_size;
+        kept.insert(kept.end(), from, from + expert_size);
+      }
+      values = std::move(kept);
     }
   }
   optimizer_.reset();  // It points into the whole adapter.
@@ -215,7 +220,10 @@ absl::Status TrainingState::SaveCheckpoint(const std::string& dir, const Checkpo
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     const auto join = [&](std::vector<float>& values) {
       std::vector<float> all(expert_size * model_config().num_experts, 0.0f);
-      std::copy(values.begin(), values.end(), all.begin() + held.first_expert() * expert_size);
+      for (size_t i = 0; i < held.held_experts().size(); ++i) {
+        std::copy_n(values.begin() + i * expert_size, expert_size,
+                    all.begin() + held.held_experts()[i] * expert_size);
+      }
       values = std::move(all);
       return experts->AllReduceSum(values.data(), static_cast<int64_t>(values.size()));
     };

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,10 +64,10 @@ class TrainingState {
                                   PolicyUpdateConfig::ExpertParallelism experts = {});
   // Every rank's state <- rank 0's (LoRA, optimizer, critic).
   absl::Status Broadcast(Communicator& ranks);
-  // Keeps only the routed experts [first, first + count) of every MoE layer: of the base model,
-  // the LoRA and its optimizer state (an expert-parallel rank's share, after Broadcast). The whole
-  // copies are released. Not with a critic.
-  absl::Status KeepExperts(const JobPlan& plan, int first, int count);
+  // Keeps only the routed `experts` (global ids, in that order) of every MoE layer: of the base
+  // model, the LoRA and its optimizer state (an expert-parallel rank's share, after Broadcast).
+  // The whole copies are released. Not with a critic.
+  absl::Status KeepExperts(const JobPlan& plan, const std::vector<int>& experts);
   // INTERNAL for a non-finite loss, gradient norm or LoRA value after `step`'s update: training on
   // would publish a broken adapter and end the job SUCCEEDED.
   absl::Status CheckFinite(int64_t step, const UpdateStats& stats) const;

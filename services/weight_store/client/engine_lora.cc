@@ -156,11 +156,13 @@ absl::StatusOr<CanonicalAdapter> Canonical(const engine::LoraAdapter& adapter,
   for (const std::string& name : parameters.names()) {
     const engine::Parameter& parameter = *parameters.Find(name);
     const std::vector<float>* values = &parameter.value;
-    if (parameter.stacked_experts && parameters.held_experts() >= 0) {
+    if (parameter.stacked_experts && !parameters.held_experts().empty()) {
       const int64_t expert_size = parameter.size() / parameter.shape[0];
       whole.assign(expert_size * model_config.num_experts, 0.0f);
-      std::copy(parameter.value.begin(), parameter.value.end(),
-                whole.begin() + parameters.first_expert() * expert_size);
+      for (size_t i = 0; i < parameters.held_experts().size(); ++i) {
+        std::copy_n(parameter.value.begin() + i * expert_size, expert_size,
+                    whole.begin() + parameters.held_experts()[i] * expert_size);
+      }
       values = &whole;
     }
     canonical.bytes[CanonicalName(name, parameter)] = ValueBytes(*values, dtype);
@@ -223,16 +225,19 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
 absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdapter& adapter,
                                                           const engine::ModelConfig& model_config,
                                                           absl::string_view adapter_name,
-                                                          int64_t version, int writers,
-                                                          int expert_parallel, int writer) {
-  if (expert_parallel < 1 || writers % expert_parallel != 0 || writer < 0 || writer >= writers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "writer ", writer, " of ", writers, " in expert-parallel groups of ", expert_parallel));
+                                                          int64_t version,
+                                                          const engine::ExpertPlacement& placement,
+                                                          int copies, int writer) {
+  const int group = placement.ranks(), writers = group * copies;
+  if (absl::Status status = engine::ValidatePlacement(placement, model_config.num_experts, group);
+      !status.ok()) {
+    return status;
   }
-  if (model_config.num_experts % writers != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(model_config.num_experts,
-                                                   " experts per layer cannot be shared by ",
-                                                   writers, " writers evenly"));
+  if (copies < 1 || writer < 0 || writer >= writers || model_config.num_experts % writers != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("writer ", writer, " of ", copies, " copies of ", group,
+                     " expert-parallel ranks: ", model_config.num_experts,
+                     " experts per layer cannot be shared by ", writers, " writers evenly"));
   }
   auto canonical = Canonical(adapter, model_config, type::v1::DTYPE_F32);
   if (!canonical.ok()) return canonical.status();
@@ -243,17 +248,25 @@ absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdap
   auto runs = SplitAmongWriters(whole, canonical->bytes, writers);
   if (!runs.ok()) return runs.status();
   AdapterVersion published = VersionOf(*canonical, model_config, adapter_name, version);
-  const int copies = writers / expert_parallel;
+  const int share = model_config.num_experts / writers;
   for (int w = 0; w < writers; ++w) {
     auto shard =
         transfer::BuildProducerShard((*runs)[w], canonical->bytes, transfer::ProducerLayout{}, w);
     if (!shard.ok()) return shard.status();
-    // Writer w's share of its experts: the copies of a group rank split them.
-    const transfer::ProducerLayout experts{
-        .ep_rank = w % expert_parallel * copies + w / expert_parallel, .ep_size = writers};
-    auto expert_shard = transfer::BuildProducerShard(per_expert, canonical->bytes, experts, w);
-    if (!expert_shard.ok()) return expert_shard.status();
-    Append(*std::move(expert_shard), *shard);
+    // Writer w, copy w / group of group rank w % group, puts its share of that rank's experts,
+    // a piece per expert.
+    const std::vector<int>& held = placement.experts[w % group];
+    for (int i = (w / group) * share; i < (w / group + 1) * share; ++i) {
+      if (w == writer && adapter.parameters().StackedIndex(held[i]) < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "writer ", writer, " publishes expert ", held[i], ", which its adapter does not hold"));
+      }
+      const transfer::ProducerLayout one_expert{.ep_rank = held[i],
+                                                .ep_size = model_config.num_experts};
+      auto expert_shard = transfer::BuildProducerShard(per_expert, canonical->bytes, one_expert, w);
+      if (!expert_shard.ok()) return expert_shard.status();
+      Append(*std::move(expert_shard), *shard);
+    }
     *published.manifest.add_shards() = std::move(shard->first);
     published.shards.push_back(w == writer ? std::move(shard->second) : std::string());
   }

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/config.h"
+#include "engine/expert_placement.h"
 #include "engine/model.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "tandem/weightstore/v1/weight_store.pb.h"
@@ -51,21 +52,22 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
                                                    int writers = 1);
 
 // The manifest and this writer's shard of an expert-parallel job's version, as writer `writer`
-// of `writers` (data-parallel x expert-parallel trainer ranks, rank r in expert-parallel group
-// r / expert_parallel) builds it from its `adapter`: the tensors that are not per expert whole
-// (every rank holds them; split among the writers as BuildAdapterVersion splits them), the
-// per-expert ones for the rank's experts only (LoraAdapter::ExpertShard of group rank
-// r % expert_parallel). Writer r publishes experts [p·E/writers, (p+1)·E/writers) of each
-// per-expert tensor, p = (r % expert_parallel) · (writers / expert_parallel) + r / expert_parallel:
-// a share of the experts it holds. F32. Every writer's pieces are in the manifest, but only this
-// writer's bytes (the other shards are empty) and checksum: the others' xxh3_64 are the caller's
-// to gather. INVALID_ARGUMENT when the experts per layer are not a multiple of `writers`, or
-// there are fewer tensors that are not per expert than writers.
+// of the job's ranks builds it from its `adapter`: `copies` data-parallel copies of the
+// placement's group (rank r is copy r / group of group rank r % group, which holds
+// placement.experts[r % group]). Each rank holds the tensors that are not per expert whole (they
+// are split among the writers as BuildAdapterVersion splits them) and the per-expert ones for
+// its experts only (LoraAdapter::ExpertShard). Copy c of a group rank publishes its experts
+// [c·E/writers, (c+1)·E/writers) in the placement's order, a piece per expert. F32. Every
+// writer's pieces are in the manifest, but only this writer's bytes (the other shards are empty)
+// and checksum: the others' xxh3_64 are the caller's to gather. INVALID_ARGUMENT for a placement
+// ValidatePlacement refuses, experts per layer that are not a multiple of the writers, an adapter
+// lacking an expert it publishes, or fewer tensors that are not per expert than writers.
 absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdapter& adapter,
                                                           const engine::ModelConfig& model_config,
                                                           absl::string_view adapter_name,
-                                                          int64_t version, int writers,
-                                                          int expert_parallel, int writer);
+                                                          int64_t version,
+                                                          const engine::ExpertPlacement& placement,
+                                                          int copies, int writer);
 
 // The layout the engine consumes: one rank, its own parameter names (experts stacked), stored
 // dtype (the UCX path never converts; AdapterFromFetched does).

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/weight_store/manifest.h"
@@ -61,37 +62,52 @@ TEST_P(EngineLoraTest, PublishedVersionRebuildsTheSameAdapter) {
 
 // Four writers of a 2 x 2 expert-parallel job, each holding its group rank's experts, publish
 // one version: the manifest (any writer's, with the checksums gathered) and their shards rebuild
-// the adapter a rank holding everything has.
+// the adapter a rank holding everything has -- with the experts contiguous and scattered.
 TEST_P(EngineLoraTest, ExpertParallelWritersPublishTheWholeAdapter) {
   const engine::ModelConfig model = engine::DefaultModelConfig();  // 8 experts.
   const engine::LoraAdapter adapter = RandomAdapter(model, GetParam());
-  constexpr int kWriters = 4, kExpertParallel = 2;
-  const int held = model.num_experts / kExpertParallel;
-  AdapterVersion whole;
-  for (int writer = 0; writer < kWriters; ++writer) {
-    const engine::LoraAdapter shard = *adapter.ExpertShard(writer % kExpertParallel * held, held);
-    auto version =
-        BuildExpertParallelVersion(shard, model, "policy", 2, kWriters, kExpertParallel, writer);
-    ASSERT_TRUE(version.ok()) << version.status();
-    ASSERT_EQ(version->shards.size(), kWriters);
-    if (writer == 0) whole = *version;
-    whole.shards[writer] = version->shards[writer];
-    whole.manifest.mutable_shards(writer)->set_xxh3_64(version->manifest.shards(writer).xxh3_64());
-    for (int other = 0; other < kWriters; ++other) {
-      EXPECT_EQ(version->shards[other].empty(), other != writer);
+  constexpr int kCopies = 2;
+  for (const engine::ExpertPlacement& placement :
+       {engine::ExpertPlacement::Contiguous(8, 2),
+        engine::ExpertPlacement{{{7, 2, 4, 1}, {0, 6, 3, 5}}}}) {
+    SCOPED_TRACE(absl::StrJoin(placement.experts[0], ","));
+    const int writers = kCopies * placement.ranks();
+    AdapterVersion whole;
+    for (int writer = 0; writer < writers; ++writer) {
+      const engine::LoraAdapter shard =
+          *adapter.ExpertShard(placement.experts[writer % placement.ranks()]);
+      auto version =
+          BuildExpertParallelVersion(shard, model, "policy", 2, placement, kCopies, writer);
+      ASSERT_TRUE(version.ok()) << version.status();
+      ASSERT_EQ(version->shards.size(), writers);
+      if (writer == 0) whole = *version;
+      whole.shards[writer] = version->shards[writer];
+      whole.manifest.mutable_shards(writer)->set_xxh3_64(
+          version->manifest.shards(writer).xxh3_64());
+      for (int other = 0; other < writers; ++other) {
+        EXPECT_EQ(version->shards[other].empty(), other != writer);
+      }
+    }
+    ASSERT_TRUE(ValidateManifest(whole.manifest).ok()) << ValidateManifest(whole.manifest);
+    auto rebuilt = AdapterFromFetched(model, whole.manifest.lora(), FetchInEngineLayout(whole));
+    ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+    for (const std::string& name : adapter.parameters().names()) {
+      EXPECT_EQ(rebuilt->parameters().Find(name)->value, adapter.parameters().Find(name)->value)
+          << name;
     }
   }
-  ASSERT_TRUE(ValidateManifest(whole.manifest).ok()) << ValidateManifest(whole.manifest);
-  auto rebuilt = AdapterFromFetched(model, whole.manifest.lora(), FetchInEngineLayout(whole));
-  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
-  for (const std::string& name : adapter.parameters().names()) {
-    EXPECT_EQ(rebuilt->parameters().Find(name)->value, adapter.parameters().Find(name)->value)
-        << name;
-  }
-  const engine::LoraAdapter shard = *adapter.ExpertShard(0, held);
-  EXPECT_EQ(BuildExpertParallelVersion(shard, model, "policy", 2, 3, 1, 0).status().code(),
-            absl::StatusCode::kInvalidArgument)
+  const engine::ExpertPlacement contiguous = engine::ExpertPlacement::Contiguous(8, 1);
+  EXPECT_EQ(
+      BuildExpertParallelVersion(adapter, model, "policy", 2, contiguous, 3, 0).status().code(),
+      absl::StatusCode::kInvalidArgument)
       << "8 experts among 3 writers";
+  const engine::LoraAdapter half = *adapter.ExpertShard(0, 4);
+  EXPECT_EQ(BuildExpertParallelVersion(half, model, "policy", 2,
+                                       engine::ExpertPlacement::Contiguous(8, 2), 1, 1)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument)
+      << "writer 1 publishes experts 4..7, which it does not hold";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLayouts, EngineLoraTest,
