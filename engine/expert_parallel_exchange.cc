@@ -70,6 +70,17 @@ absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> ExpertParallelExchange::
       new ExpertParallelExchange(group, num_experts, std::move(placement)));
 }
 
+absl::Status ExpertParallelExchange::SetPlacement(ExpertPlacement placement) {
+  if (absl::Status status = ValidatePlacement(placement, num_experts_, group_.size());
+      !status.ok()) {
+    return status;
+  }
+  contiguous_ = placement == ExpertPlacement::Contiguous(num_experts_, group_.size());
+  placement_ = std::move(placement);
+  slots_ = placement_.Slots();
+  return absl::OkStatus();
+}
+
 LocalExperts ExpertParallelExchange::local_experts() const {
   return {.experts = placement_.experts[group_.rank()]};
 }

@@ -37,6 +37,9 @@ class ExpertParallelExchange final : public ExpertExchange {
     return contiguous_ ? nullptr : &slots_;
   }
   const ExpertPlacement& placement() const { return placement_; }
+  // Computes with `placement` from now on: a change between steps, on every rank of the group,
+  // once the experts' weights have moved (MoveExperts). INVALID_ARGUMENT as Create.
+  absl::Status SetPlacement(ExpertPlacement placement);
   bool needs_host_memory() const override { return true; }
   absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
   // Received rows arrive by source rank; they are regrouped by local expert (sources in rank
@@ -68,9 +71,9 @@ class ExpertParallelExchange final : public ExpertExchange {
   Communicator& group_;
   const int num_experts_;
   const int per_rank_;
-  const ExpertPlacement placement_;
-  const std::vector<int16_t> slots_;
-  const bool contiguous_;  // Slots are the experts' ids.
+  ExpertPlacement placement_;
+  std::vector<int16_t> slots_;
+  bool contiguous_;  // Slots are the experts' ids.
   int64_t bytes_sent_ = 0;
   int64_t rows_computed_ = 0;
 };

@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -52,6 +53,9 @@ class ParameterSet {
   const std::vector<int>& held_experts() const { return held_experts_; }
   // Where the stacked tensors hold global expert `expert`: its index, or -1 when not held.
   int StackedIndex(int expert) const;
+  // The stacked tensors now hold `experts` (as many as before): for code that moved their rows
+  // (MoveExperts).
+  void RelabelExperts(std::vector<int> experts) { held_experts_ = std::move(experts); }
 
   // To safetensors with canonical names: stacked tensors split per expert, "{e}" inserted
   // after ".experts." (global ids).

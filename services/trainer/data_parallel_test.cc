@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -26,6 +27,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/trainer/data_parallel_share.h"
+#include "services/trainer/placement_change.h"
 #include "services/trainer/policy_update.h"
 
 namespace tandem::trainer {
@@ -111,6 +113,8 @@ struct ExpertGroups {
   Communicator* group = nullptr;         // The ranks exchanging expert rows with this one.
   Communicator* same_experts = nullptr;  // The ranks holding the same experts (null: none).
   engine::ExpertPlacement placement;     // Of the experts over `group`.
+  // A placement the ranks change to after the second step (ChangePlacement); none: keep it.
+  std::optional<engine::ExpertPlacement> later;
 };
 
 // Every sample index of a step on one rank.
@@ -152,6 +156,11 @@ Trained Train(const std::vector<RecordedStep>& steps, PolicyUpdateConfig config,
   PolicyUpdater updater(base, lora, optimizer, config);
   Trained trained;
   for (const RecordedStep& step : steps) {
+    if (experts.later.has_value() && trained.losses.size() == 2) {
+      const absl::Status changed =
+          ChangePlacement(*experts.group, *exchange, *experts.later, base, lora, optimizer);
+      EXPECT_TRUE(changed.ok()) << changed;
+    }
     const RecordedStep local = Share(step, share);
     trained.samples += static_cast<int64_t>(local.samples.size());
     absl::StatusOr<UpdateStats> stats = updater.Update(local.samples, local.routes);
@@ -295,7 +304,8 @@ INSTANTIATE_TEST_SUITE_P(Losses, DataParallelTest,
 std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
                                          const PolicyUpdateConfig& config, int dp, int ep,
                                          const std::vector<std::vector<int>>& shares,
-                                         const engine::ExpertPlacement& placement) {
+                                         const engine::ExpertPlacement& placement,
+                                         std::optional<engine::ExpertPlacement> later) {
   const int ranks = dp * ep;
   gloo::rendezvous::HashStore store;
   std::vector<Trained> trained(ranks);
@@ -310,9 +320,11 @@ std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
       auto group = GlooCommunicator::Create(group_store, ep_index, ep, {});
       auto same_experts = GlooCommunicator::Create(experts_store, dp_index, dp, {});
       ASSERT_TRUE(world.ok() && group.ok() && same_experts.ok());
-      trained[rank] = Train(
-          steps, config, /*ppo=*/false, world->get(), shares[rank],
-          {.group = group->get(), .same_experts = same_experts->get(), .placement = placement});
+      trained[rank] = Train(steps, config, /*ppo=*/false, world->get(), shares[rank],
+                            {.group = group->get(),
+                             .same_experts = same_experts->get(),
+                             .placement = placement,
+                             .later = later});
       EXPECT_TRUE((*world)->Barrier().ok());  // No rank tears its groups down under another.
     });
   }
@@ -349,7 +361,8 @@ std::map<std::string, std::vector<float>> JoinedAdapter(const std::vector<Traine
 class ExpertParallelTrainingTest : public ::testing::TestWithParam<Case> {};
 
 // 1 × 2 with uneven shares (one rank has twice the micro-batches of the other, which pads with
-// empty passes) and 2 × 2 with the data-parallel shares: the same losses and adapter as one rank.
+// empty passes) and 2 × 2 with the data-parallel shares, the experts contiguous, scattered, and
+// moved from one placement to the other between steps: the same losses and adapter as one rank.
 TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAdapter) {
   static const std::vector<RecordedStep> steps = RecordSteps();
   const PolicyUpdateConfig& config = GetParam().config;
@@ -363,15 +376,26 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
   for (int rank = 0; rank < 4; ++rank) {
     even[rank] = *DataParallelShare(kGroups, kGroupSize, config.updates_per_step, 4, rank);
   }
-  // Contiguous (rank 0 holds experts 0 and 1), and scattered in another order (3, 0 | 2, 1).
+  // Contiguous (rank 0 holds experts 0 and 1), scattered in another order (3, 0 | 2, 1), and
+  // contiguous changed to scattered after two steps.
   const engine::ExpertPlacement contiguous = engine::ExpertPlacement::Contiguous(4, 2);
   const engine::ExpertPlacement scattered{{{3, 0}, {2, 1}}};
-  for (const auto& [dp, shares, placement] :
-       {std::tuple(1, uneven, contiguous), std::tuple(2, even, contiguous),
-        std::tuple(2, even, scattered)}) {
-    SCOPED_TRACE(absl::StrCat(dp, " x 2, rank 0 holding experts ",
-                              absl::StrJoin(placement.experts[0], ",")));
-    const std::vector<Trained> many = TrainExpertParallel(steps, config, dp, 2, shares, placement);
+  struct Run {
+    int dp;
+    std::vector<std::vector<int>> shares;
+    engine::ExpertPlacement placement;
+    std::optional<engine::ExpertPlacement> later;
+  };
+  for (const Run& run :
+       {Run{1, uneven, contiguous, std::nullopt}, Run{2, even, contiguous, std::nullopt},
+        Run{2, even, scattered, std::nullopt}, Run{2, even, contiguous, scattered}}) {
+    const int dp = run.dp;
+    const engine::ExpertPlacement& placement = run.later.value_or(run.placement);
+    SCOPED_TRACE(absl::StrCat(
+        dp, " x 2, rank 0 holding experts ", absl::StrJoin(run.placement.experts[0], ","),
+        run.later ? absl::StrCat(", then ", absl::StrJoin(run.later->experts[0], ",")) : ""));
+    const std::vector<Trained> many =
+        TrainExpertParallel(steps, config, dp, 2, run.shares, run.placement, run.later);
     for (int rank = 0; rank < dp * 2; ++rank) {
       for (int step = 0; step < kSteps; ++step) {
         EXPECT_NEAR(many[rank].losses[step], one.losses[step],

@@ -1,0 +1,32 @@
+#ifndef TANDEM_ENGINE_EXPERT_MOVES_H_
+#define TANDEM_ENGINE_EXPERT_MOVES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/communicator.h"
+#include "engine/expert_placement.h"
+#include "engine/parameters.h"
+
+// A change of expert placement between steps: every rank of an expert-parallel group sends the
+// experts it holds under `from` to the ranks holding them under `to`, over the group (one
+// all-to-all per tensor). Collective over `group`, whose size is both placements' ranks; host
+// memory (a Gloo group).
+namespace tandem::engine {
+
+// `rows`: this rank's experts under `from` (`expert_size` floats each, in from's order) in place
+// <- its experts under `to`, in to's order.
+absl::Status MoveExpertRows(Communicator& group, const ExpertPlacement& from,
+                            const ExpertPlacement& to, int64_t expert_size,
+                            std::vector<float>& rows);
+
+// Every stacked tensor of `parameters` (values, and gradients when enabled), which must hold this
+// rank's experts under `from`, moved to hold them under `to`; tensors not stacked by expert stay.
+// The tensors keep their memory (an optimizer's pointers into it stay valid).
+absl::Status MoveExperts(Communicator& group, const ExpertPlacement& from,
+                         const ExpertPlacement& to, ParameterSet& parameters);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_EXPERT_MOVES_H_
