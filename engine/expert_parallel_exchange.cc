@@ -142,6 +142,7 @@ absl::Status ExpertParallelExchange::Dispatch(const ExchangePlan& plan, int widt
   ops.Resize(rows, arrived.size());
   Regroup(plan, ranks, width, BufferAccess::Address(arrived.ref()),
           BufferAccess::Address(rows.ref()), /*into_expert_order=*/true);
+  dispatched_ = absl::Now();
   return absl::OkStatus();
 }
 
@@ -153,6 +154,7 @@ void ExpertParallelExchange::CountSent(const std::vector<int64_t>& counts) {
 
 absl::Status ExpertParallelExchange::Combine(const ExchangePlan& plan, int width,
                                              Buffer<float>& rows, ModelOps& ops) {
+  compute_time_ += absl::Now() - dispatched_;
   const int ranks = group_.size();
   Buffer<float> leaving = ops.Allocate<float>(rows.size());
   Regroup(plan, ranks, width, BufferAccess::Address(rows.ref()),

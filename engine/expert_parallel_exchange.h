@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/communicator.h"
 #include "engine/expert_exchange.h"
 #include "engine/expert_placement.h"
@@ -55,6 +57,9 @@ class ExpertParallelExchange final : public ExpertExchange {
   int64_t bytes_sent() const { return bytes_sent_; }
   // Rows this rank's experts received by Dispatch (its own included), since it was made.
   int64_t rows_computed() const { return rows_computed_; }
+  // Time from each Dispatch's end to the next Combine's start, since it was made: the local
+  // experts' computation (forward, and backward), without the exchanges around it.
+  absl::Duration compute_time() const { return compute_time_; }
 
  private:
   ExpertParallelExchange(Communicator& group, int num_experts, ExpertPlacement placement)
@@ -76,6 +81,8 @@ class ExpertParallelExchange final : public ExpertExchange {
   bool contiguous_;  // Slots are the experts' ids.
   int64_t bytes_sent_ = 0;
   int64_t rows_computed_ = 0;
+  absl::Time dispatched_;  // When the last Dispatch returned.
+  absl::Duration compute_time_;
 };
 
 }  // namespace tandem::engine

@@ -746,6 +746,7 @@ TEST_F(TrainerProcessRanksTest, AnExpertParallelJobRunsOnTwoTrainersAndImprovesA
   EXPECT_EQ(metrics.ranks(0).samples() + metrics.ranks(1).samples(), 512);
   EXPECT_GT(metrics.ranks(0).expert_rows(), 0);
   EXPECT_GT(metrics.ranks(1).expert_rows(), 0);
+  EXPECT_GT(metrics.ranks(0).expert_seconds(), 0);
   EXPECT_GT(metrics.expert_exchange_bytes(), 0);
   const double after = GreedyAccuracy(job->id(), done.policy_version());
   std::printf("expert parallel on two ranks: greedy accuracy %.3f -> %.3f\n", before, after);

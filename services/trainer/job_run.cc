@@ -102,13 +102,15 @@ class JobRun {
     double seconds = 0;
     int64_t bytes = 0;
     int64_t rows = 0;
+    double compute_seconds = 0;
   };
   ExchangeTotals Exchanged() {
     if (exchange_ == nullptr) return {};
     exchange_time_ += group_->experts()->TakeCounts().time;
     return {.seconds = absl::ToDoubleSeconds(exchange_time_),
             .bytes = exchange_->bytes_sent(),
-            .rows = exchange_->rows_computed()};
+            .rows = exchange_->rows_computed(),
+            .compute_seconds = absl::ToDoubleSeconds(exchange_->compute_time())};
   }
   // The experts' placement over each expert-parallel group; null without expert parallelism.
   const engine::ExpertPlacement* Placement() const {
@@ -439,8 +441,10 @@ absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, Generatio
   const ExchangeTotals exchanged = Exchanged();
   metrics.set_expert_exchange_seconds(exchanged.seconds - exchanged_before.seconds);
   metrics.set_expert_exchange_bytes(exchanged.bytes - exchanged_before.bytes);
-  std::vector<float> tallies = TalliesOf(samples, routes->missing_entries, routes->entries,
-                                         exchanged.rows - exchanged_before.rows);
+  std::vector<float> tallies =
+      TalliesOf(samples, routes->missing_entries, routes->entries,
+                {.rows = exchanged.rows - exchanged_before.rows,
+                 .seconds = exchanged.compute_seconds - exchanged_before.compute_seconds});
   if (ranks() != nullptr) {
     absl::StatusOr<std::vector<float>> gathered = GatherFromRanks(*ranks(), tallies);
     if (!gathered.ok()) return gathered.status();

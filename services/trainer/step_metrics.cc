@@ -5,7 +5,7 @@
 namespace tandem::trainer {
 
 std::vector<float> TalliesOf(const StepSamples& samples, int64_t missing_route_entries,
-                             int64_t route_entries, int64_t expert_rows) {
+                             int64_t route_entries, ExpertWork experts) {
   std::vector<float> tally(kTallies, 0);
   tally[kSamples] = static_cast<float>(samples.training.size());
   for (const TrainingSample& sample : samples.training) {
@@ -18,7 +18,8 @@ std::vector<float> TalliesOf(const StepSamples& samples, int64_t missing_route_e
   tally[kPartial] = static_cast<float>(samples.partial);
   tally[kMissingRouteEntries] = static_cast<float>(missing_route_entries);
   tally[kRouteEntries] = static_cast<float>(route_entries);
-  tally[kExpertRows] = static_cast<float>(expert_rows);
+  tally[kExpertRows] = static_cast<float>(experts.rows);
+  tally[kExpertSeconds] = static_cast<float>(experts.seconds);
   return tally;
 }
 
@@ -32,6 +33,7 @@ void SetSampleMetrics(const std::vector<float>& tallies, trainer::v1::StepMetric
     share.set_samples(static_cast<int64_t>(tally[kSamples]));
     share.set_response_tokens(static_cast<int64_t>(tally[kResponseTokens]));
     share.set_expert_rows(static_cast<int64_t>(tally[kExpertRows]));
+    share.set_expert_seconds(tally[kExpertSeconds]);
   }
   const double samples = std::max(1.0, sums[kSamples]);
   metrics.set_accuracy(sums[kCorrect] / samples);

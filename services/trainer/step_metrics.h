@@ -23,14 +23,20 @@ enum Tally {
   kMissingRouteEntries,
   kRouteEntries,
   kExpertRows,
+  kExpertSeconds,
   kTallies
 };
 
+// What a rank's experts did in a step (expert parallelism; else zeros).
+struct ExpertWork {
+  int64_t rows = 0;    // Routed rows they computed.
+  double seconds = 0;  // Time they computed.
+};
+
 // This rank's tallies of a step: its samples, the route entries it replayed (entries) of which
-// router-replay had none (missing: routed live), and the routed rows its experts computed (expert
-// parallelism; else 0).
+// router-replay had none (missing: routed live), and its experts' work.
 std::vector<float> TalliesOf(const StepSamples& samples, int64_t missing_route_entries,
-                             int64_t route_entries, int64_t expert_rows = 0);
+                             int64_t route_entries, ExpertWork experts = {});
 
 // The step's sample metrics and each rank's share, from every rank's tallies (rank-major).
 void SetSampleMetrics(const std::vector<float>& tallies, trainer::v1::StepMetrics& metrics);

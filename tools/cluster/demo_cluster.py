@@ -20,6 +20,7 @@ import json
 import os
 import pathlib
 import secrets
+import shutil
 import subprocess
 import sys
 
@@ -60,6 +61,9 @@ class Demo:
         """A service's own flags, as ./tandem demo gives them on loopback."""
         role = kind(host)
         data = self.out / host
+        # Each run starts from empty stores: a job left by an earlier run in the same --out would
+        # answer the submit in its place (the same spec, so the same request id).
+        shutil.rmtree(data, ignore_errors=True)
         if role == "weightstore":
             return ["services/weight_store/weight_store", f"--data_dir={data}",
                     "--ucx_transports=tcp"]
@@ -159,10 +163,12 @@ def print_breakdown(tsv):
 
 
 def print_rank_shares(ranks):
-    print("\nthe last step by rank: samples, response tokens, routed rows its experts computed")
+    print("\nthe last step by rank: samples, response tokens, routed rows its experts computed "
+          "and their seconds")
     for share in ranks:
         print(f"  rank {share.get('rank', 0)}: {share.get('samples', 0):>6} "
-              f"{share.get('responseTokens', 0):>8} {share.get('expertRows', 0):>10}")
+              f"{share.get('responseTokens', 0):>8} {share.get('expertRows', 0):>10} "
+              f"{share.get('expertSeconds', 0):>8.4f}")
 
 
 def main():
