@@ -13,8 +13,8 @@
 
 namespace tandem::engine {
 
-// One sequence's cached keys and values, in the memory its engine computes in (host for the CPU
-// Transformer, a GPU's for CudaTransformer).
+// One sequence's cached keys and values, in the memory its engine computes in (host for the
+// Transformer over the CPU backend, a GPU's over the CUDA one).
 class SequenceCache {
  public:
   virtual ~SequenceCache() = default;

@@ -40,9 +40,9 @@ struct GeneratedSample {
 
 // Continuous batching: sequences join (prefill) and leave (finish) between decode steps, each
 // decode step forwarding one token of every active sequence. Each sequence runs on its own
-// engine (e.g. one per resident adapter version; all over one base model, all of one kind: CPU
-// Transformers or CudaTransformers on one GPU), and may move to another between steps; a step
-// forwards the sequences of each engine together.
+// engine (e.g. one per resident adapter version; all over one base model, all of one kind:
+// Transformers over the CPU backend, or over the CUDA backend on one GPU), and may move to
+// another between steps; a step forwards the sequences of each engine together.
 class GenerationBatch {
  public:
   // `engine` is the default for sequences admitted without one.

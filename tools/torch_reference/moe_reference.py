@@ -5,7 +5,7 @@ Reads what `engine_cuda_bench --out_dir=DIR` wrote (config.json, model.safetenso
 adapter.safetensors, batch.json, logits.f32), checks its own logits and greedy generations
 (with a key/value cache) against the engine's, then times the same work the bench timed:
 forward, forward + backward into the LoRA weights, and generation, in tokens per second on the
-same GPU. Covers the architectures CudaTransformer runs: standard
+same GPU. Covers the architectures the CUDA backend runs: standard
 grouped-query attention without q/k norms, softmax or sigmoid routing with top-k (no group limit),
 dense and MoE layers, shared experts, per-expert LoRA on every projection.
 
