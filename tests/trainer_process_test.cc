@@ -759,6 +759,22 @@ TEST_F(TrainerProcessRanksTest, AnExpertParallelJobRunsOnTwoTrainersAndImprovesA
   const trainer::v1::Job next_done = AwaitEnd(started->id());
   ASSERT_EQ(next_done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << next_done.error_message();
 
+  // Balanced: the experts are re-placed before each step by its routed load.
+  trainer::v1::JobSpec balanced = Spec(20);
+  balanced.set_prompts_per_step(64);
+  balanced.mutable_parallelism()->set_expert_parallel(2);
+  balanced.mutable_parallelism()->set_balance_experts(true);
+  auto balancing = Create(balanced, "balanced-expert-ranks");
+  ASSERT_TRUE(balancing.ok()) << balancing.status();
+  const trainer::v1::Job balanced_done = AwaitEnd(balancing->id());
+  ASSERT_EQ(balanced_done.state(), trainer::v1::JOB_STATE_SUCCEEDED)
+      << balanced_done.error_message();
+  const trainer::v1::StepMetrics& last = balanced_done.latest_metrics();
+  std::printf("balanced: imbalance %.3f -> %.3f, %d experts moved before the last step\n",
+              last.expert_imbalance_before(), last.expert_imbalance_after(), last.experts_moved());
+  EXPECT_GE(last.expert_imbalance_before(), 1.0);
+  EXPECT_LE(last.expert_imbalance_after(), last.expert_imbalance_before());
+
   trainer::v1::JobSpec too_many = Spec(1);
   too_many.mutable_parallelism()->set_expert_parallel(4);
   const absl::Status refused = Create(too_many, "four-expert-ranks").status();

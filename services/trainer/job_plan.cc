@@ -132,6 +132,7 @@ absl::StatusOr<JobPlan> PlanJob(const trainer::v1::JobSpec& spec, const std::str
   plan.trains_critic = plan.spec.algorithm() == trainer::v1::ALGORITHM_PPO;
   plan.data_parallel = plan.spec.parallelism().data_parallel();
   plan.expert_parallel = plan.spec.parallelism().expert_parallel();
+  plan.balance_experts = plan.spec.parallelism().balance_experts();
   plan.lookahead =
       plan.spec.sync_mode() == trainer::v1::SYNC_MODE_ASYNC ? plan.spec.max_staleness() : 0;
   return plan;

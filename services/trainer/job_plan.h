@@ -23,6 +23,7 @@ struct JobPlan {
   int data_parallel = 1;       // Copies of the experts (spec.parallelism).
   int expert_parallel = 1;     // Ranks sharing one copy of the experts.
   int ranks() const { return data_parallel * expert_parallel; }  // Trainer ranks.
+  bool balance_experts = false;  // Re-place experts before each step by its routed load.
   // ASYNC: how many steps generation runs ahead of training (max_staleness); 0 in SYNC.
   int64_t lookahead = 0;
 

@@ -18,6 +18,7 @@
 #include "services/router_replay/client/route_source.h"
 #include "services/trainer/checkpoint.h"
 #include "services/trainer/data_parallel_share.h"
+#include "services/trainer/expert_rebalance.h"
 #include "services/trainer/generation_ahead.h"
 #include "services/trainer/job_plan.h"
 #include "services/trainer/job_spec.h"
@@ -135,6 +136,8 @@ class JobRun {
   // A step's phases; each fills its part of `metrics`.
   absl::StatusOr<StepRoutes> FetchRoutes(const StepSamples& samples,
                                          trainer::v1::StepMetrics& metrics);
+  // A job balancing experts: re-places them by the step's routed load (RebalanceExperts).
+  absl::Status Rebalance(const StepRoutes& routes, trainer::v1::StepMetrics& metrics);
   absl::StatusOr<UpdateStats> Train(int64_t step, const StepSamples& samples,
                                     const StepRoutes& routes, trainer::v1::StepMetrics& metrics);
   // Publishes the step's adapter, waits until every replica serves it, and checkpoints.
@@ -353,6 +356,17 @@ absl::StatusOr<StepRoutes> JobRun::FetchRoutes(const StepSamples& samples,
   return fetched;
 }
 
+absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetrics& metrics) {
+  absl::StatusOr<Rebalanced> rebalanced = RebalanceExperts(
+      *ranks(), *group_->experts(), *exchange_, routes.routes, *router_replay_,
+      environment_.rpc_timeout, state_->base(), state_->lora(), state_->optimizer());
+  if (!rebalanced.ok()) return rebalanced.status();
+  metrics.set_experts_moved(rebalanced->experts_moved);
+  metrics.set_expert_imbalance_before(rebalanced->imbalance_before);
+  metrics.set_expert_imbalance_after(rebalanced->imbalance_after);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<UpdateStats> JobRun::Train(int64_t step, const StepSamples& samples,
                                           const StepRoutes& routes,
                                           trainer::v1::StepMetrics& metrics) {
@@ -435,6 +449,9 @@ absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, Generatio
     return status;
   }
   const StepSamples& samples = *taken.samples;
+  if (plan_.balance_experts) {
+    if (absl::Status status = Rebalance(*routes, metrics); !status.ok()) return status;
+  }
   absl::StatusOr<UpdateStats> stats = Train(step, samples, *routes, metrics);
   if (!stats.ok()) return stats.status();
   if (absl::Status status = PublishAndSwap(step, progress, metrics); !status.ok()) return status;

@@ -230,6 +230,20 @@ absl::Status CheckParallelism(trainer::v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
+// Balancing experts needs ranks to move them between and the step's routes to plan with.
+absl::Status CheckExpertBalance(trainer::v1::JobSpec& spec) {
+  if (!spec.parallelism().balance_experts()) return absl::OkStatus();
+  if (spec.parallelism().expert_parallel() < 2) {
+    return Invalid("parallelism.balance_experts needs parallelism.expert_parallel >= 2");
+  }
+  if (spec.routing_replay() != trainer::v1::ROUTING_REPLAY_MODE_R3) {
+    return Invalid(
+        "parallelism.balance_experts plans with the routes a step replays: it needs "
+        "routing_replay R3");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSchedule(trainer::v1::JobSpec& spec) {
   trainer::v1::LearningRateSchedule& schedule =
       *spec.mutable_algorithm_config()->mutable_lr_schedule();
@@ -392,7 +406,7 @@ absl::StatusOr<trainer::v1::JobSpec> ResolveJobSpec(const trainer::v1::JobSpec& 
   trainer::v1::JobSpec spec = original;
   for (absl::Status (*check)(trainer::v1::JobSpec&) :
        {CheckStringSizes, CheckData, CheckSizes, CheckAlgorithm, CheckParallelism, CheckSchedule,
-        CheckCorrection, CheckModes}) {
+        CheckCorrection, CheckModes, CheckExpertBalance}) {
     if (absl::Status status = check(spec); !status.ok()) return status;
   }
   if (!spec.has_lora() || spec.lora().rank() < 1) return Invalid("lora.rank is required");

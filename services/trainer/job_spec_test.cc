@@ -251,6 +251,15 @@ TEST(ResolveJobSpecTest, ParallelismIsWrittenOutAndItsRanksMustSplitTheGroups) {
         << experts;
   }
   spec.mutable_parallelism()->set_expert_parallel(2);
+  spec.mutable_parallelism()->set_balance_experts(true);
+  EXPECT_TRUE(ResolveStatus(spec).ok()) << ResolveStatus(spec);
+  spec.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_R2);
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("it needs routing_replay R3"));
+  spec.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_R3);
+  spec.mutable_parallelism()->set_expert_parallel(1);
+  EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("spec.parallelism.balance_experts needs"));
+  spec.mutable_parallelism()->set_balance_experts(false);
+  spec.mutable_parallelism()->set_expert_parallel(2);
   spec.set_algorithm(trainer::v1::ALGORITHM_PPO);
   spec.set_group_size(1);
   EXPECT_THAT(ResolveStatus(spec), IsInvalidArgumentWith("does not train expert-parallel yet"));

@@ -2,7 +2,8 @@
 """The demo job on a cluster on one machine: every service process on a host of its own.
 
     demo_cluster.py --bin=bazel-bin --job=jobs/demo.yaml --base_model=FILE --out=DIR
-                    [--trainer_ranks=4] [--expert_parallel=1] [--rollouts=2] [--rate=1gbit]
+                    [--trainer_ranks=4] [--expert_parallel=1] [--balance_experts]
+                    [--rollouts=2] [--rate=1gbit]
                     [--steps=N]
 
 Hosts (network namespaces joined by links shaped to --rate, see cluster.py): trainer0..N-1 (a
@@ -109,7 +110,8 @@ class Demo:
         spec["base_model_path"] = str(pathlib.Path(self.args.base_model).resolve())
         experts = self.args.expert_parallel
         spec["parallelism"] = {"data_parallel": self.args.trainer_ranks // experts,
-                               "expert_parallel": experts}
+                               "expert_parallel": experts,
+                               "balance_experts": self.args.balance_experts}
         if self.args.steps:
             spec["num_steps"] = self.args.steps
         path = self.out / "job.yaml"
@@ -156,6 +158,12 @@ def print_breakdown(tsv):
     megabytes = sum(int(row["collective_bytes"]) for row in rows) / len(rows) / 1e6
     print(f"  collective bytes per step from rank 0: {megabytes:.2f} MB "
           "(training's share is in 'training'; collective includes waits for other ranks)")
+    moved = sum(int(row["experts_moved"]) for row in rows)
+    if moved:
+        before = sum(float(row["expert_imbalance_before"]) for row in rows) / len(rows)
+        after = sum(float(row["expert_imbalance_after"]) for row in rows) / len(rows)
+        print(f"  experts moved: {moved} in {len(rows)} steps; mean load imbalance (max/mean "
+              f"rows per rank) {before:.3f} -> {after:.3f}")
     exchanged = sum(int(row["expert_exchange_bytes"]) for row in rows) / len(rows) / 1e6
     if exchanged:
         print(f"  expert all-to-all bytes per step sent by rank 0: {exchanged:.2f} MB "
@@ -180,6 +188,8 @@ def main():
     parser.add_argument("--trainer_ranks", type=int, default=4)
     parser.add_argument("--expert_parallel", type=int, default=1,
                         help="ranks per expert-parallel group (divides --trainer_ranks)")
+    parser.add_argument("--balance_experts", action="store_true",
+                        help="re-place the experts before each step by its routed load")
     parser.add_argument("--rollouts", type=int, default=2)
     parser.add_argument("--rate", default="1gbit", help="every link's rate, e.g. 100mbit")
     parser.add_argument("--steps", type=int, default=0, help="override the job's num_steps")

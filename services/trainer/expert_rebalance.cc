@@ -1,0 +1,109 @@
+#include "services/trainer/expert_rebalance.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/logging.h"
+#include "common/status.h"
+#include "services/trainer/placement_change.h"
+#include "services/trainer/rank_agreement.h"
+
+namespace tandem::trainer {
+namespace {
+
+// The step's load: routed rows per expert over every rank of `ranks` and every layer.
+absl::StatusOr<std::vector<float>> StepLoad(Communicator& ranks, const std::vector<int16_t>& routes,
+                                            int experts) {
+  std::vector<float> load(experts, 0.0f);
+  for (int16_t expert : routes) {
+    if (expert >= 0 && expert < experts) load[expert] += 1;
+  }
+  if (absl::Status status = ranks.AllReduceSum(load.data(), experts); !status.ok()) return status;
+  return load;
+}
+
+absl::StatusOr<routerreplay::v1::PlanBalanceResponse> Plan(
+    routerreplay::v1::RouterReplayService::StubInterface& planner, const std::vector<float>& load,
+    const engine::ExpertPlacement& placement, absl::Duration timeout) {
+  routerreplay::v1::PlanBalanceRequest request;
+  request.set_micro_batches(1);
+  request.set_num_experts(static_cast<int>(load.size()));
+  double total = 0;
+  for (float rows : load) {
+    request.add_tokens(static_cast<int64_t>(rows));
+    total += rows;
+  }
+  request.set_ranks(placement.ranks());
+  request.set_ranks_per_node(placement.ranks());
+  request.set_replica_slots_per_rank(0);
+  request.mutable_current_home()->Resize(static_cast<int>(load.size()), 0);
+  for (int rank = 0; rank < placement.ranks(); ++rank) {
+    for (int expert : placement.experts[rank]) request.set_current_home(expert, rank);
+  }
+  request.set_move_cost_tokens(total / (10.0 * static_cast<double>(load.size())));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  routerreplay::v1::PlanBalanceResponse response;
+  if (absl::Status status = FromGrpcStatus(planner.PlanBalance(&context, request, &response));
+      !status.ok()) {
+    return status;
+  }
+  if (response.home_size() != request.num_experts() || response.micro_batches_size() != 1) {
+    return absl::InternalError("router-replay's PlanBalance answered a plan of another shape");
+  }
+  return response;
+}
+
+// `home`'s placement: each rank keeps the experts it holds and stays their home, in their order,
+// and takes the experts coming to it after them, in id order.
+engine::ExpertPlacement PlacementOf(const routerreplay::v1::PlanBalanceResponse& plan,
+                                    const engine::ExpertPlacement& current) {
+  engine::ExpertPlacement next;
+  for (int rank = 0; rank < current.ranks(); ++rank) {
+    std::vector<int>& held = next.experts.emplace_back();
+    for (int expert : current.experts[rank]) {
+      if (plan.home(expert) == rank) held.push_back(expert);
+    }
+    for (int expert = 0; expert < plan.home_size(); ++expert) {
+      if (plan.home(expert) == rank && std::find(held.begin(), held.end(), expert) == held.end()) {
+        held.push_back(expert);
+      }
+    }
+  }
+  return next;
+}
+
+}  // namespace
+
+absl::StatusOr<Rebalanced> RebalanceExperts(
+    Communicator& ranks, Communicator& group, engine::ExpertParallelExchange& exchange,
+    const std::vector<int16_t>& routes,
+    routerreplay::v1::RouterReplayService::StubInterface& planner, absl::Duration timeout,
+    engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer) {
+  // Every group plans from the whole job's load, so all take the same placement and the copies
+  // of an expert stay on the same group rank (their gradients are summed over the copies).
+  absl::StatusOr<std::vector<float>> load = StepLoad(ranks, routes, base.config().num_experts);
+  if (!load.ok()) return load.status();
+  const engine::ExpertPlacement current = exchange.placement();
+  absl::StatusOr<routerreplay::v1::PlanBalanceResponse> plan =
+      Plan(planner, *load, current, timeout);
+  if (absl::Status agreed =
+          AgreeOnFailures(ranks, plan.status(), "to plan the step's expert placement", timeout);
+      !agreed.ok()) {
+    if (IsBrokenGroup(agreed)) return agreed;
+    spdlog::warn("expert placement kept for this step: {}", agreed.ToString());
+    return Rebalanced{};
+  }
+  const Rebalanced rebalanced{.experts_moved = plan->experts_moved(),
+                              .imbalance_before = plan->micro_batches(0).imbalance_before(),
+                              .imbalance_after = plan->micro_batches(0).imbalance_after()};
+  if (plan->experts_moved() == 0) return rebalanced;
+  if (absl::Status status =
+          ChangePlacement(group, exchange, PlacementOf(*plan, current), base, lora, optimizer);
+      !status.ok()) {
+    return status;
+  }
+  return rebalanced;
+}
+
+}  // namespace tandem::trainer

@@ -1,0 +1,41 @@
+#ifndef TANDEM_SERVICES_TRAINER_EXPERT_REBALANCE_H_
+#define TANDEM_SERVICES_TRAINER_EXPERT_REBALANCE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/communicator.h"
+#include "engine/expert_parallel_exchange.h"
+#include "engine/model.h"
+#include "engine/optimizer.h"
+#include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
+
+namespace tandem::trainer {
+
+// What re-placing the experts before a step did.
+struct Rebalanced {
+  int experts_moved = 0;
+  // max / mean of the rows each rank of the group computes in the step, before and after.
+  double imbalance_before = 1;
+  double imbalance_after = 1;
+};
+
+// Before a step of an expert-parallel job (ReLibra's reordering across ranks): the step's load
+// per expert -- `routes`, this rank's replayed routes (logical ids; -1: none), counted over every
+// MoE layer and summed over `ranks`, every rank of the job, so that every expert-parallel group
+// takes the same placement -- planned by router-replay's PlanBalance (one placement for every
+// layer, no replicas, a move only when it gains more than a tenth of an average expert's load),
+// then applied by ChangePlacement over `group`, this rank's expert-parallel group. Collective over
+// both; the ranks agree whether every plan came back: when one did not, no group moves and the
+// result says none moved. Fails only when a collective or a move does.
+absl::StatusOr<Rebalanced> RebalanceExperts(
+    Communicator& ranks, Communicator& group, engine::ExpertParallelExchange& exchange,
+    const std::vector<int16_t>& routes,
+    routerreplay::v1::RouterReplayService::StubInterface& planner, absl::Duration timeout,
+    engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer);
+
+}  // namespace tandem::trainer
+
+#endif  // TANDEM_SERVICES_TRAINER_EXPERT_REBALANCE_H_
