@@ -19,11 +19,18 @@ absl::Status CheckExpertOffsets(const std::vector<int>& expert_offsets, int num_
   return absl::OkStatus();
 }
 
-LocalExperts AllExpertsLocal::local_experts() const {
-  LocalExperts local{.experts = std::vector<int>(num_experts_)};
+namespace {
+
+LocalExperts Every(int num_experts) {
+  LocalExperts local{.experts = std::vector<int>(num_experts)};
   std::iota(local.experts.begin(), local.experts.end(), 0);
   return local;
 }
+
+}  // namespace
+
+AllExpertsLocal::AllExpertsLocal(int num_experts)
+    : num_experts_(num_experts), local_(Every(num_experts)) {}
 
 absl::StatusOr<ExchangePlan> AllExpertsLocal::Plan(const std::vector<int>& expert_offsets) {
   if (absl::Status status = CheckExpertOffsets(expert_offsets, num_experts_); !status.ok()) {

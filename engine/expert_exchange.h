@@ -69,9 +69,9 @@ absl::Status CheckExpertOffsets(const std::vector<int>& expert_offsets, int num_
 // and rows stay where they are.
 class AllExpertsLocal final : public ExpertExchange {
  public:
-  explicit AllExpertsLocal(int num_experts) : num_experts_(num_experts) {}
+  explicit AllExpertsLocal(int num_experts);
 
-  LocalExperts local_experts() const override;
+  LocalExperts local_experts() const override { return local_; }
   absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
   absl::Status Dispatch(const ExchangePlan& /*plan*/, int /*width*/, Buffer<float>& /*rows*/,
                         ModelOps& /*ops*/) override {
@@ -84,6 +84,7 @@ class AllExpertsLocal final : public ExpertExchange {
 
  private:
   const int num_experts_;
+  const LocalExperts local_;  // Experts 0..num_experts-1.
 };
 
 }  // namespace tandem::engine

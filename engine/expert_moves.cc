@@ -5,21 +5,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace tandem::engine {
-namespace {
-
-// The rank holding each expert under `placement`.
-std::vector<int> Owners(const ExpertPlacement& placement) {
-  std::vector<int> owners;
-  for (int rank = 0; rank < placement.ranks(); ++rank) {
-    for (int expert : placement.experts[rank]) {
-      if (expert >= static_cast<int>(owners.size())) owners.resize(expert + 1, -1);
-      owners[expert] = rank;
-    }
-  }
-  return owners;
-}
-
-}  // namespace
 
 absl::Status MoveExpertRows(Communicator& group, const ExpertPlacement& from,
                             const ExpertPlacement& to, int64_t expert_size,
@@ -33,7 +18,7 @@ absl::Status MoveExpertRows(Communicator& group, const ExpertPlacement& from,
         absl::StrCat("moving ", rows.size(), " floats of experts between placements of ",
                      from.ranks(), " and ", to.ranks(), " ranks over ", ranks));
   }
-  const std::vector<int> old_owner = Owners(from);
+  const std::vector<int> old_owner = from.Owners();
   // Each rank sends the experts it holds to their new owners, in the order each new owner holds
   // them; so a receiver finds, from each source, its own experts that source held, in order.
   std::vector<float> send;

@@ -101,22 +101,13 @@ struct Computed {
   std::vector<int64_t> rows_computed;        // Likewise.
 };
 
-// The rank computing each expert under `placement`.
-std::vector<int> Owners(const ExpertPlacement& placement, const ModelConfig& config) {
-  std::vector<int> owners(config.num_experts);
-  for (int rank = 0; rank < placement.ranks(); ++rank) {
-    for (int expert : placement.experts[rank]) owners[expert] = rank;
-  }
-  return owners;
-}
-
 // The bytes the all-to-all must carry for `routes` (per rank, [tokens, MoE layers, k] logical
 // ids): a row routed to an expert of another rank goes there (dispatch) and its result comes back
 // (combine), in the forward and once more, as gradients, in the backward.
 std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& routes,
                                    const ModelConfig& config, const ExpertPlacement& placement) {
   const int ranks = static_cast<int>(routes.size());
-  const std::vector<int> owners = Owners(placement, config);
+  const std::vector<int> owners = placement.Owners();
   std::vector<int64_t> rows(ranks, 0);
   for (int rank = 0; rank < ranks; ++rank) {
     for (int16_t expert : routes[rank]) {
@@ -134,8 +125,8 @@ std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& rout
 // The rows each rank's experts compute for `routes`: every routed slot of every rank, at its
 // expert's owner, in the forward and again in the backward.
 std::vector<int64_t> AnalyticRows(const std::vector<std::vector<int16_t>>& routes,
-                                  const ModelConfig& config, const ExpertPlacement& placement) {
-  const std::vector<int> owners = Owners(placement, config);
+                                  const ExpertPlacement& placement) {
+  const std::vector<int> owners = placement.Owners();
   std::vector<int64_t> rows(routes.size(), 0);
   for (const std::vector<int16_t>& rank_routes : routes) {
     for (int16_t expert : rank_routes) rows[owners[expert]] += 2;
@@ -245,7 +236,7 @@ TEST_P(ExpertParallelTest, RanksHoldingOnlyTheirExpertsComputeWhatOneRankCompute
   ExpectSameResults(one, parallel, ranks);
   const ExpertPlacement contiguous = ExpertPlacement::Contiguous(base.config().num_experts, ranks);
   EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config(), contiguous));
-  EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, base.config(), contiguous));
+  EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, contiguous));
   if (layout == ExpertLayout::kPerExpert) {
     EXPECT_EQ(parallel.expert_floats * ranks, one.expert_floats);
   }
@@ -285,7 +276,7 @@ TEST(ExpertParallelExchangeTest, AScatteredPlacementComputesWhatOneRankComputes)
           Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, scattered);
       ExpectSameResults(one, parallel, ranks);
       EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config(), scattered));
-      EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, base.config(), scattered));
+      EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, scattered));
     }
   }
 }

@@ -28,6 +28,17 @@ std::vector<int16_t> ExpertPlacement::Slots() const {
   return slots;
 }
 
+std::vector<int> ExpertPlacement::Owners() const {
+  std::vector<int> owners;
+  for (int rank = 0; rank < ranks(); ++rank) {
+    for (int expert : experts[rank]) {
+      if (expert >= static_cast<int>(owners.size())) owners.resize(expert + 1, -1);
+      owners[expert] = rank;
+    }
+  }
+  return owners;
+}
+
 absl::Status ValidatePlacement(const ExpertPlacement& placement, int num_experts, int ranks) {
   if (ranks < 1 || num_experts % ranks != 0 || placement.ranks() != ranks) {
     return absl::InvalidArgumentError(absl::StrCat("a placement of ", placement.ranks(),

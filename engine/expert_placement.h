@@ -21,6 +21,8 @@ struct ExpertPlacement {
   // Each expert's slot: its place when every rank's experts follow each other in rank order
   // (rank r's are slots [r·E/ranks, (r+1)·E/ranks)).
   std::vector<int16_t> Slots() const;
+  // Each expert's rank.
+  std::vector<int> Owners() const;
   bool operator==(const ExpertPlacement& other) const = default;
 };
 

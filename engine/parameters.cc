@@ -100,24 +100,36 @@ ParameterSet ParameterSet::ExpertShard(const std::vector<int>& experts) const {
       continue;
     }
     const int64_t expert_size = parameter.size() / parameter.shape[0];
-    auto slice = [&](const std::vector<float>& values) {
-      std::vector<float> part;
-      if (values.empty()) return part;
-      part.reserve(experts.size() * expert_size);
-      for (int expert : experts) {
-        const auto from = values.begin() + StackedIndex(expert) * expert_size;
-        part.insert(part.end(), from, from + expert_size);
-      }
-      return part;
-    };
     Parameter& part = shard.parameters_[name];
     part.shape = parameter.shape;
     part.shape[0] = static_cast<int64_t>(experts.size());
-    part.value = slice(parameter.value);
-    part.grad = slice(parameter.grad);
+    part.value = SelectExperts(parameter.value, expert_size, experts);
+    part.grad = SelectExperts(parameter.grad, expert_size, experts);
     part.stacked_experts = true;
   }
   return shard;
+}
+
+std::vector<float> ParameterSet::SelectExperts(const std::vector<float>& rows, int64_t expert_size,
+                                               const std::vector<int>& experts) const {
+  std::vector<float> selected;
+  if (rows.empty()) return selected;  // Gradients not enabled.
+  selected.reserve(experts.size() * expert_size);
+  for (int expert : experts) {
+    const auto from = rows.begin() + StackedIndex(expert) * expert_size;
+    selected.insert(selected.end(), from, from + expert_size);
+  }
+  return selected;
+}
+
+std::vector<float> ParameterSet::PlaceExperts(const std::vector<float>& rows, int64_t expert_size,
+                                              int num_experts) const {
+  std::vector<float> placed(num_experts * expert_size, 0.0f);
+  for (int64_t i = 0; i * expert_size < static_cast<int64_t>(rows.size()); ++i) {
+    std::copy_n(rows.begin() + i * expert_size, expert_size,
+                placed.begin() + GlobalExpert(static_cast<int>(i)) * expert_size);
+  }
+  return placed;
 }
 
 int ParameterSet::StackedIndex(int expert) const {

@@ -53,6 +53,13 @@ class ParameterSet {
   const std::vector<int>& held_experts() const { return held_experts_; }
   // Where the stacked tensors hold global expert `expert`: its index, or -1 when not held.
   int StackedIndex(int expert) const;
+  // For `rows` of a stacked tensor of this set (expert_size floats per held expert): the rows of
+  // `experts` (each held), in that order; and all of them at their experts' global places in a
+  // tensor of `num_experts` experts, zeros where an expert is not held.
+  std::vector<float> SelectExperts(const std::vector<float>& rows, int64_t expert_size,
+                                   const std::vector<int>& experts) const;
+  std::vector<float> PlaceExperts(const std::vector<float>& rows, int64_t expert_size,
+                                  int num_experts) const;
   // The stacked tensors now hold `experts` (as many as before): for code that moved their rows
   // (MoveExperts).
   void RelabelExperts(std::vector<int> experts) { held_experts_ = std::move(experts); }

@@ -255,6 +255,18 @@ def rl_jobs():
         timeseries("Critic (PPO)", "Value loss; share of the returns' variance the old values "
                    "explain.", "none", step_gauge("value_loss", "{{job_id}} value loss"),
                    step_gauge("explained_variance", "{{job_id}} explained variance")),
+        timeseries("Expert load by rank", "Expert-parallel jobs: routed rows each trainer "
+                   "rank's experts computed in the step (forward and backward) -- the load "
+                   "placement balances.", "none",
+                   target('tandem_trainer_rank_expert_rows{job_id=~"$job_id"}',
+                          "{{job_id}} rank {{rank}}")),
+        timeseries("Expert balance", "Expert-parallel jobs balancing experts: the step's load "
+                   "imbalance (max / mean rows per rank) with the placement before and after "
+                   "the experts moved; experts moved; seconds in the expert all-to-all.", "none",
+                   step_gauge("expert_imbalance_before", "{{job_id}} imbalance before"),
+                   step_gauge("expert_imbalance_after", "{{job_id}} imbalance after"),
+                   step_gauge("experts_moved", "{{job_id}} experts moved"),
+                   step_gauge("expert_exchange_seconds", "{{job_id}} all-to-all s")),
         timeseries("Staleness", "Versions between the policy trained and the oldest sample's.",
                    "none", target('tandem_trainer_policy_version{job_id=~"$job_id"} - 1 - '
                                   'tandem_trainer_min_rollout_version{job_id=~"$job_id"}',

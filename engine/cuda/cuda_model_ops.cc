@@ -248,26 +248,52 @@ void CudaModelOps::CopyOut(Ref<const int16_t> source, int16_t* host, int64_t cou
   Run("CopyOut", [&] { return gpu::CopyToHost(host, At(source), count * sizeof(int16_t)); });
 }
 
-void CudaModelOps::Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in,
-                          int out, bool accumulate) {
-  if (rows == 0) return;
-  int max_rows = 0;
-  const int* offsets = DeviceOffsets({0, rows}, max_rows);
+void CudaModelOps::Multiply(const char* name, Ref<const float> x, const int* offsets, int groups,
+                            int max_rows, const float* w, int64_t w_stride, int in, int out,
+                            Ref<float> y, float beta) {
   const float* weight = DeviceWeight(w);
-  Run("Linear", [&] {
+  Run(name, [&] {
     return gpu::GroupedGemm({.a = At(x),
                              .lda = in,
                              .w = weight,
-                             .w_group_stride = 0,
+                             .w_group_stride = w_stride,
                              .ldw = in,
                              .transpose_w = true,
                              .c = At(y),
                              .ldc = out,
                              .n = out,
                              .k = in,
-                             .beta = accumulate ? 1.0f : 0.0f},
-                            offsets, 1, max_rows);
+                             .beta = beta},
+                            offsets, groups, max_rows);
   });
+}
+
+void CudaModelOps::MultiplyBackward(const char* name, Ref<const float> dy, const int* offsets,
+                                    int groups, int max_rows, const float* w, int64_t w_stride,
+                                    int in, int out, Ref<float> dx) {
+  const float* weight = DeviceWeight(w);
+  Run(name, [&] {
+    return gpu::GroupedGemm({.a = At(dy),
+                             .lda = out,
+                             .w = weight,
+                             .w_group_stride = w_stride,
+                             .ldw = in,
+                             .transpose_w = false,
+                             .c = At(dx),
+                             .ldc = in,
+                             .n = in,
+                             .k = out,
+                             .beta = 1.0f},
+                            offsets, groups, max_rows);
+  });
+}
+
+void CudaModelOps::Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in,
+                          int out, bool accumulate) {
+  if (rows == 0) return;
+  int max_rows = 0;
+  const int* offsets = DeviceOffsets({0, rows}, max_rows);
+  Multiply("Linear", x, offsets, 1, max_rows, w, 0, in, out, y, accumulate ? 1.0f : 0.0f);
 }
 
 void CudaModelOps::LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy,
@@ -276,21 +302,7 @@ void CudaModelOps::LinearBackward(Ref<const float> x, const float* w, Ref<const 
   if (rows == 0) return;
   int max_rows = 0;
   const int* offsets = DeviceOffsets({0, rows}, max_rows);
-  const float* weight = DeviceWeight(w);
-  Run("LinearBackward", [&] {
-    return gpu::GroupedGemm({.a = At(dy),
-                             .lda = out,
-                             .w = weight,
-                             .w_group_stride = 0,
-                             .ldw = in,
-                             .transpose_w = false,
-                             .c = At(dx),
-                             .ldc = in,
-                             .n = in,
-                             .k = out,
-                             .beta = 1.0f},
-                            offsets, 1, max_rows);
-  });
+  MultiplyBackward("LinearBackward", dy, offsets, 1, max_rows, w, 0, in, out, dx);
 }
 
 void CudaModelOps::ProjectGroups(Ref<const float> x, const std::vector<int>& offsets,
@@ -301,20 +313,7 @@ void CudaModelOps::ProjectGroups(Ref<const float> x, const std::vector<int>& off
   const int groups = static_cast<int>(offsets.size()) - 1;
   int max_rows = 0;
   const int* device_offsets = DeviceOffsets(offsets, max_rows);
-  const float* weight = DeviceWeight(w);
-  Run("ProjectGroups", [&] {
-    return gpu::GroupedGemm({.a = At(x),
-                             .lda = in,
-                             .w = weight,
-                             .w_group_stride = w_stride,
-                             .ldw = in,
-                             .transpose_w = true,
-                             .c = At(y),
-                             .ldc = out,
-                             .n = out,
-                             .k = in},
-                            device_offsets, groups, max_rows);
-  });
+  Multiply("ProjectGroups", x, device_offsets, groups, max_rows, w, w_stride, in, out, y, 0.0f);
   const std::optional<LoraProjection> device_lora = DeviceLora(lora, /*gradients=*/false);
   if (!device_lora.has_value()) return;
   Resize(lora_h, int64_t{offsets.back()} * lora->weights.rank);
@@ -336,21 +335,8 @@ void CudaModelOps::ProjectGroupsBackward(Ref<const float> x, const std::vector<i
   const int groups = static_cast<int>(offsets.size()) - 1;
   int max_rows = 0;
   const int* device_offsets = DeviceOffsets(offsets, max_rows);
-  const float* weight = DeviceWeight(w);
-  Run("ProjectGroupsBackward", [&] {
-    return gpu::GroupedGemm({.a = At(dy),
-                             .lda = out,
-                             .w = weight,
-                             .w_group_stride = w_stride,
-                             .ldw = in,
-                             .transpose_w = false,
-                             .c = At(dx),
-                             .ldc = in,
-                             .n = in,
-                             .k = out,
-                             .beta = 1.0f},
-                            device_offsets, groups, max_rows);
-  });
+  MultiplyBackward("ProjectGroupsBackward", dy, device_offsets, groups, max_rows, w, w_stride, in,
+                   out, dx);
   const std::optional<LoraProjection> device_lora = DeviceLora(lora, /*gradients=*/true);
   if (!device_lora.has_value()) return;
   float* dh = Scratch(lora_workspace_, int64_t{offsets.back()} * lora->weights.rank);

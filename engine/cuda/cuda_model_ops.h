@@ -137,6 +137,13 @@ class CudaModelOps final : public ModelOps {
   float* DeviceGradient(float* host);
   std::optional<LoraProjection> DeviceLora(const std::optional<LoraProjection>& host,
                                            bool gradients);
+  // The base part of a grouped projection, y = x·Wᵀ + beta·y, over `groups` row groups at device
+  // `offsets` (group g's weight w + g·w_stride), and its backward dx += dy·W.
+  void Multiply(const char* name, Ref<const float> x, const int* offsets, int groups, int max_rows,
+                const float* w, int64_t w_stride, int in, int out, Ref<float> y, float beta);
+  void MultiplyBackward(const char* name, Ref<const float> dy, const int* offsets, int groups,
+                        int max_rows, const float* w, int64_t w_stride, int in, int out,
+                        Ref<float> dx);
   // `offsets` on the device and GroupedGemm's row bound (all rows).
   const int* DeviceOffsets(const std::vector<int>& offsets, int& max_rows);
   // The device copy of `host` from `staged`; null (and a failure kept) when it fails.

@@ -36,10 +36,7 @@ absl::StatusOr<routerreplay::v1::PlanBalanceResponse> Plan(
   request.set_ranks(placement.ranks());
   request.set_ranks_per_node(placement.ranks());
   request.set_replica_slots_per_rank(0);
-  request.mutable_current_home()->Resize(static_cast<int>(load.size()), 0);
-  for (int rank = 0; rank < placement.ranks(); ++rank) {
-    for (int expert : placement.experts[rank]) request.set_current_home(expert, rank);
-  }
+  for (int rank : placement.Owners()) request.add_current_home(rank);
   request.set_move_cost_tokens(total / (10.0 * static_cast<double>(load.size())));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));

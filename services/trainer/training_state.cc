@@ -160,12 +160,7 @@ absl::Status TrainingState::KeepExperts(const JobPlan& plan, const std::vector<i
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {
       std::vector<float>& values = state.tensors.at(name + moment);
-      std::vector<float> kept;
-      for (int expert : experts) {
-        const auto from = values.begin() + held.StackedIndex(expert) * expert_size;
-        kept.insert(kept.end(), from, from + expert_size);
-      }
-      values = std::move(kept);
+      values = held.SelectExperts(values, expert_size, experts);
     }
   }
   optimizer_.reset();  // It points into the whole adapter.
@@ -219,12 +214,7 @@ absl::Status TrainingState::SaveCheckpoint(const std::string& dir, const Checkpo
     // Each rank's experts at their place, zeros elsewhere, summed over the group.
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     const auto join = [&](std::vector<float>& values) {
-      std::vector<float> all(expert_size * model_config().num_experts, 0.0f);
-      for (size_t i = 0; i < held.held_experts().size(); ++i) {
-        std::copy_n(values.begin() + i * expert_size, expert_size,
-                    all.begin() + held.held_experts()[i] * expert_size);
-      }
-      values = std::move(all);
+      values = held.PlaceExperts(values, expert_size, model_config().num_experts);
       return experts->AllReduceSum(values.data(), static_cast<int64_t>(values.size()));
     };
     joined = parameter.value;

@@ -157,12 +157,8 @@ absl::StatusOr<CanonicalAdapter> Canonical(const engine::LoraAdapter& adapter,
     const engine::Parameter& parameter = *parameters.Find(name);
     const std::vector<float>* values = &parameter.value;
     if (parameter.stacked_experts && !parameters.held_experts().empty()) {
-      const int64_t expert_size = parameter.size() / parameter.shape[0];
-      whole.assign(expert_size * model_config.num_experts, 0.0f);
-      for (size_t i = 0; i < parameters.held_experts().size(); ++i) {
-        std::copy_n(parameter.value.begin() + i * expert_size, expert_size,
-                    whole.begin() + parameters.held_experts()[i] * expert_size);
-      }
+      whole = parameters.PlaceExperts(parameter.value, parameter.size() / parameter.shape[0],
+                                      model_config.num_experts);
       values = &whole;
     }
     canonical.bytes[CanonicalName(name, parameter)] = ValueBytes(*values, dtype);
