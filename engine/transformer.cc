@@ -204,6 +204,7 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
       !status.ok()) {
     return Finished(status);
   }
+  RunHead(rows);
   for (int t = 0; t < rows; ++t) {
     stats_.tokens += token_replayed_[t];
     stats_.differing_tokens += token_differs_[t];
@@ -219,13 +220,19 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
 
 absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
                                       AttentionBackend& attention, float* logits,
-                                      int16_t* routes_out) {
+                                      int16_t* routes_out, absl::Span<const int> logit_rows) {
   backward_ready_ = false;  // The forward's activations and inputs are overwritten.
   ops_->Upload(tokens, rows, token_buffer_);
   ops_->Upload(positions, rows, position_buffer_);
   stats_ = RoutingStats{};
   if (absl::Status status = RunLayers(rows, attention, nullptr); !status.ok()) {
     return Finished(status);
+  }
+  if (logit_rows.empty()) {
+    RunHead(rows);
+  } else {
+    KeepFinalRows(logit_rows);
+    RunHead(static_cast<int>(logit_rows.size()));
   }
   ops_->CopyOut(logits_.ref(), logits, logits_.size());
   if (routes_out != nullptr) std::copy(routes_.begin(), routes_.end(), routes_out);
@@ -251,8 +258,17 @@ absl::Status Transformer::RunLayers(int rows, AttentionBackend& attention, const
     Buffer<float>& next = layer + 1 < config_.num_layers ? layers_[layer + 1].input : final_input_;
     std::swap(next, layers_[layer].ffn_out);
   }
-  RunHead(rows);
   return absl::OkStatus();
+}
+
+void Transformer::KeepFinalRows(absl::Span<const int> kept) {
+  const int d = config_.d_model;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    // Ascending rows land at or before where they stand, after the rows already moved.
+    if (kept[i] == static_cast<int>(i)) continue;
+    ops_->Copy(final_input_.ref() + int64_t{kept[i]} * d, final_input_.ref() + int64_t(i) * d, d);
+  }
+  ops_->Resize(final_input_, static_cast<int64_t>(kept.size()) * d);
 }
 
 void Transformer::RunHead(int rows) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/buffer.h"
 #include "engine/decode_engine.h"
 #include "engine/expert_exchange.h"
@@ -100,11 +101,13 @@ class Transformer : public DecodeEngine {
   absl::Status Backward(const float* dlogits, const float* dhidden = nullptr);
 
   // One forward over arbitrary rows (token, absolute position) with a caller's attention;
-  // what generation builds on. Writes logits [rows, vocab] and, if non-null, the routes
-  // used [rows, moe_layers, top_k]. Activations are not kept. Fails only when the expert
-  // exchange or the operations' backend does.
+  // what generation builds on. Writes the logits of `logit_rows` (ascending row indices; empty:
+  // every row) [logit rows, vocab] and, if non-null, the routes used [rows, moe_layers, top_k].
+  // Activations are not kept. Fails only when the expert exchange or the operations' backend
+  // does.
   absl::Status ForwardRows(const int* tokens, const int* positions, int rows,
-                           AttentionBackend& attention, float* logits, int16_t* routes_out);
+                           AttentionBackend& attention, float* logits, int16_t* routes_out,
+                           absl::Span<const int> logit_rows = {});
 
   const ModelConfig& config() const override { return config_; }
 
@@ -127,7 +130,7 @@ class Transformer : public DecodeEngine {
  private:
   struct LayerActivations;
 
-  // Embedding, layers and head over token_buffer_ and position_buffer_.
+  // Embedding and layers over token_buffer_ and position_buffer_, into final_input_.
   absl::Status RunLayers(int rows, AttentionBackend& attention, const int16_t* replay);
   absl::Status RunLayer(int layer, int rows, AttentionBackend& attention, const int16_t* replay,
                         LayerActivations& act);
@@ -178,6 +181,9 @@ class Transformer : public DecodeEngine {
                          ExpertSlots first, LayerActivations& act, Ref<const float> dy,
                          Ref<float> dx);
   void RunHead(int rows);  // From final_input_.
+  // Moves final_input_'s rows `kept` (ascending) to its front, so that the head runs on them
+  // alone: a prefill needs the logits of each prompt's last row only.
+  void KeepFinalRows(absl::Span<const int> kept);
   absl::Status BackwardLayer(int layer, Ref<float> dx);
   void BackwardDenseFfn(int layer, Ref<const float> dy, Ref<float> dn2);
   absl::Status BackwardMoeFfn(int layer, Ref<const float> dy, Ref<float> dn2);

@@ -132,8 +132,7 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
   }
   // On the host a pass per prompt, on a device one pass for all (see the header).
   const size_t per_pass = ops_->host_memory() ? 1 : prompts.size();
-  std::vector<int> tokens, positions;
-  std::vector<float> logits;
+  std::vector<int> tokens, positions, last_rows;
   for (size_t first = 0; first < prompts.size(); first += per_pass) {
     const absl::Span<const PromptToPrefill> pass =
         absl::MakeConstSpan(prompts).subspan(first, per_pass);
@@ -143,19 +142,18 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
       tokens.insert(tokens.end(), prompt.tokens, prompt.tokens + prompt.length);
       for (int t = 0; t < prompt.length; ++t) positions.push_back(t);
     }
+    last_rows.clear();
+    for (const PromptToPrefill& prompt : pass) {
+      last_rows.push_back((last_rows.empty() ? -1 : last_rows.back()) + prompt.length);
+    }
     const int rows = static_cast<int>(tokens.size());
-    logits.resize(static_cast<size_t>(rows) * vocab);
     PrefillAttention attention(*ops_, pass, config_);
-    if (absl::Status status =
-            ForwardRows(tokens.data(), positions.data(), rows, attention, logits.data(), routes);
+    if (absl::Status status = ForwardRows(tokens.data(), positions.data(), rows, attention,
+                                          last_logits, routes, last_rows);
         !status.ok()) {
       return status;
     }
-    int64_t end = 0;
-    for (const PromptToPrefill& prompt : pass) {
-      end += prompt.length;
-      last_logits = std::copy_n(logits.data() + (end - 1) * vocab, vocab, last_logits);
-    }
+    last_logits += pass.size() * vocab;
     if (routes != nullptr) routes += rows * route_row;
   }
   return absl::OkStatus();

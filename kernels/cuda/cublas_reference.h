@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/device.h"
@@ -25,6 +26,14 @@ class CublasReference {
   // accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F).
   absl::Status MatmulTransposedBf16(const uint16_t* a, const uint16_t* b, float* c, int m, int n,
                                     int k);
+  // One such product per group in one call (cublasGemmGroupedBatchedEx): group g multiplies
+  // rows[g] rows of a[g] by b[g]ᵀ into c[g], here bf16 too (cuBLAS 13 refuses fp32 output of
+  // bf16 inputs in a grouped call as NOT_SUPPORTED); a, b and c are device arrays of one device
+  // pointer per group, all groups n wide and k deep. UNIMPLEMENTED where the loaded cuBLAS lacks
+  // it (before 12.5).
+  absl::Status GroupedMatmulTransposedBf16(const std::vector<int>& rows, int n, int k,
+                                           const uint16_t* const* a, const uint16_t* const* b,
+                                           uint16_t* const* c);
 
  private:
   struct Api;

@@ -158,6 +158,11 @@ unsigned Tiles(int64_t n) {
 absl::Status GroupedGemm(const RowGroupedGemm& gemm, const int* offsets, int groups, int max_rows,
                          Stream stream) {
   if (groups <= 0 || gemm.n <= 0 || max_rows <= 0) return absl::OkStatus();
+  // Few rows against a long W row: reading W is the work, and a tile's k loop would serialize it.
+  constexpr int kLongRow = 128;
+  if (gemm.transpose_w && gemm.k >= kLongRow && max_rows <= kFewRowsPerGroup * groups) {
+    return GroupedGemmFewRows(gemm, offsets, groups, stream);
+  }
   // Large tiles pay off once most of a tile is real work: wide outputs, full row tiles.
   const bool large = gemm.n >= LargeTiles::kTile && max_rows / groups >= LargeTiles::kTile;
   return large ? LaunchRowGrouped<LargeTiles>(gemm, offsets, groups, max_rows, stream)

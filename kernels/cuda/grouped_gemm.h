@@ -33,8 +33,17 @@ struct RowGroupedGemm {
   float alpha = 1.0f;
   float beta = 0.0f;
 };
+// Groups of a few rows on average (at most kFewRowsPerGroup: decode, short prefills) with W as
+// [n, k] and k of 128 or more go to GroupedGemmFewRows, the rest to tiles.
 absl::Status GroupedGemm(const RowGroupedGemm& gemm, const int* offsets, int groups, int max_rows,
                          Stream stream = nullptr);
+
+// The same product (transpose_w only, else INVALID_ARGUMENT) at the speed of reading W, for
+// groups of a few rows: each column of C is one warp's pass over W's row, per 16 rows of the
+// group. Any group sizes give the right result; a group of many rows rereads W (from cache).
+inline constexpr int kFewRowsPerGroup = 32;
+absl::Status GroupedGemmFewRows(const RowGroupedGemm& gemm, const int* offsets, int groups,
+                                Stream stream = nullptr);
 
 // The same product on the tensor cores: A_g and W_g are rounded to bf16 (nearest even, as
 // common/dtype.h's ToBFloat16) as they are staged, products accumulate in fp32, and C stays

@@ -79,6 +79,20 @@ TEST_F(GroupedGemmTest, LargeTilesAreExactToo) {
   ExpectRowGroupsExact({0, 130, 130, 400, 527}, 37, 261);
 }
 
+// Decode's shape, a few rows per group against long rows of W, takes GroupedGemmFewRows for
+// W as [n, k] (tiles for [k, n]): a group longer than one pass (40 rows), empty groups, odd
+// depths (element loads) and depths of whole quads (vector loads).
+TEST_F(GroupedGemmTest, FewRowsPerGroupAreExact) {
+  const std::vector<int> few = {0, 0, 3, 3, 43, 44, 50, 50, 51};
+  ExpectRowGroupsExact(few, 130, 67);
+  ExpectRowGroupsExact(few, 256, 67);
+}
+
+TEST_F(GroupedGemmTest, FewRowsNeedWAsRowsOfK) {
+  const RowGroupedGemm gemm{.transpose_w = false, .n = 4, .k = 256};
+  EXPECT_EQ(GroupedGemmFewRows(gemm, nullptr, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Small integers are bf16 values, so the tensor cores must match to the bit as well: short and
 // empty groups, odd depths (element loads) and depths of whole quads (vector loads).
 TEST_F(GroupedGemmTest, Bf16RowGroupsAreExactOnSmallIntegers) {

@@ -1,7 +1,9 @@
 // Throughput of the CUDA kernels against yardsticks measured in the same run: memory-bound
 // kernels as a fraction of a device-to-device copy's bandwidth (counting the bytes each kernel
-// must move at least), the grouped GEMMs and grouped LoRA as a fraction of cuBLAS sgemm called
-// once per expert on the same shapes. Prints one table; needs a GPU (tools/gpu_check run).
+// must move at least), the grouped GEMMs and grouped LoRA as a fraction of cuBLAS on the same
+// shapes (sgemm per expert for fp32; one dense bf16 GEMM of the same FLOPs for the tensor cores,
+// with cuBLAS's own per-expert and grouped bf16 calls beside it). Prints one table; needs a GPU
+// (tools/gpu_check run).
 
 #include <cstdio>
 #include <cstdlib>
@@ -190,9 +192,49 @@ void RouterAndDispatch(Table& table) {
 }
 
 // 64 experts of 512 rows each; the reference runs one cuBLAS sgemm per expert.
+constexpr int kGroups = 64, kRowsPerGroup = 512, kIn = 2048, kOut = 1024, kRank = 16;
+constexpr int kRows = kGroups * kRowsPerGroup;
+
+// cuBLAS's own ways to run the experts' bf16 products, against one dense GEMM of the same
+// FLOPs: a cublasGemmEx per expert, and every expert in one cublasGemmGroupedBatchedEx.
+void CublasBf16Candidates(Table& table, CublasReference& cublas, const std::string& shape,
+                          const uint16_t* x16, const uint16_t* w16, float* y, double dense_ms) {
+  const double flops = 2.0 * kRows * kIn * kOut;
+  const double per_expert_ms = Time([&] {
+    for (int g = 0; g < kGroups; ++g) {
+      absl::Status status = cublas.MatmulTransposedBf16(
+          x16 + int64_t{g} * kRowsPerGroup * kIn, w16 + int64_t{g} * kOut * kIn,
+          y + int64_t{g} * kRowsPerGroup * kOut, kRowsPerGroup, kOut, kIn);
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  });
+  table.Compute("cuBLAS bf16 per expert", shape, flops, per_expert_ms, dense_ms,
+                "cuBLAS bf16 dense");
+  DeviceArray<uint16_t> y16 = Filled<uint16_t>(size_t{kRows} * kOut, 0);
+  std::vector<const uint16_t*> a(kGroups), b(kGroups);
+  std::vector<uint16_t*> c(kGroups);
+  for (int g = 0; g < kGroups; ++g) {
+    a[g] = x16 + int64_t{g} * kRowsPerGroup * kIn;
+    b[g] = w16 + int64_t{g} * kOut * kIn;
+    c[g] = y16.data() + int64_t{g} * kRowsPerGroup * kOut;
+  }
+  DeviceArray<const uint16_t*> a_d = FromHost(a), b_d = FromHost(b);
+  DeviceArray<uint16_t*> c_d = FromHost(c);
+  const std::vector<int> rows(kGroups, kRowsPerGroup);
+  absl::Status probe =
+      cublas.GroupedMatmulTransposedBf16(rows, kOut, kIn, a_d.data(), b_d.data(), c_d.data());
+  if (!probe.ok()) {
+    std::printf("cuBLAS grouped bf16: %s\n", probe.ToString().c_str());
+    return;
+  }
+  const double grouped_ms = Time([&] {
+    return cublas.GroupedMatmulTransposedBf16(rows, kOut, kIn, a_d.data(), b_d.data(), c_d.data());
+  });
+  table.Compute("cuBLAS grouped bf16", shape, flops, grouped_ms, dense_ms, "cuBLAS bf16 dense");
+}
+
 void GroupedGemms(Table& table, CublasReference* cublas) {
-  constexpr int kGroups = 64, kRowsPerGroup = 512, kIn = 2048, kOut = 1024, kRank = 16;
-  constexpr int kRows = kGroups * kRowsPerGroup;
   std::vector<int> offsets(kGroups + 1);
   for (int g = 0; g <= kGroups; ++g) offsets[g] = g * kRowsPerGroup;
   DeviceArray<int> offsets_d = FromHost(offsets);
@@ -238,10 +280,11 @@ void GroupedGemms(Table& table, CublasReference* cublas) {
   if (cublas != nullptr) {
     const uint16_t bf16_bits = ToBFloat16(0.01f).bits;
     DeviceArray<uint16_t> x16 = Filled<uint16_t>(size_t{kRows} * kIn, bf16_bits);
-    DeviceArray<uint16_t> w16 = Filled<uint16_t>(size_t{kOut} * kIn, bf16_bits);
+    DeviceArray<uint16_t> w16 = Filled<uint16_t>(size_t{kGroups} * kOut * kIn, bf16_bits);
     dense_bf16_ms = Time([&] {
       return cublas->MatmulTransposedBf16(x16.data(), w16.data(), y.data(), kRows, kOut, kIn);
     });
+    CublasBf16Candidates(table, *cublas, shape, x16.data(), w16.data(), y.data(), dense_bf16_ms);
   }
   table.Compute("GroupedGemmBf16 x·Wᵀ", shape, 2.0 * kRows * kIn * kOut, bf16_ms, dense_bf16_ms,
                 "cuBLAS bf16 dense");
@@ -268,6 +311,44 @@ void GroupedGemms(Table& table, CublasReference* cublas) {
   table.Compute("GroupedLoraForward", absl::StrCat(shape, " r", kRank),
                 2.0 * kRows * kRank * (kIn + kOut), lora_ms, lora_reference_ms,
                 "cuBLAS per expert");
+}
+
+// Decode's expert projections: 32 experts of 4 rows each, bound by reading the weights (the
+// traffic counted is W's bytes, plus the LoRA's for GroupedLoraForward).
+void DecodeGroupedGemms(Table& table) {
+  constexpr int kExperts = 32, kRowsPerExpert = 4, kWidth = 1024, kRank = 16;
+  constexpr int kDecodeRows = kExperts * kRowsPerExpert;
+  std::vector<int> offsets(kExperts + 1);
+  for (int g = 0; g <= kExperts; ++g) offsets[g] = g * kRowsPerExpert;
+  DeviceArray<int> offsets_d = FromHost(offsets);
+  DeviceArray<float> x = Filled(size_t{kDecodeRows} * kWidth, 0.01f);
+  DeviceArray<float> w = Filled(size_t{kExperts} * kWidth * kWidth, 0.01f);
+  DeviceArray<float> y = Filled(size_t{kDecodeRows} * kWidth, 0.0f);
+  const std::string shape = absl::StrCat(kExperts, " x [", kRowsPerExpert, " x ", kWidth, "]·[",
+                                         kWidth, " x ", kWidth, "]ᵀ");
+  const RowGroupedGemm gemm{.a = x.data(),
+                            .lda = kWidth,
+                            .w = w.data(),
+                            .w_group_stride = int64_t{kWidth} * kWidth,
+                            .ldw = kWidth,
+                            .transpose_w = true,
+                            .c = y.data(),
+                            .ldc = kWidth,
+                            .n = kWidth,
+                            .k = kWidth};
+  const double weight_bytes = 4.0 * kExperts * kWidth * kWidth;
+  table.Memory("GroupedGemm (decode)", shape, weight_bytes,
+               [&] { return GroupedGemm(gemm, offsets_d.data(), kExperts, kDecodeRows); });
+  DeviceArray<float> a = Filled(size_t{kExperts} * kRank * kWidth, 0.01f);
+  DeviceArray<float> b = Filled(size_t{kExperts} * kWidth * kRank, 0.01f);
+  DeviceArray<float> h = Filled(size_t{kDecodeRows} * kRank, 0.0f);
+  const cpu::GroupedLoraWeights lora{
+      a.data(), b.data(), int64_t{kRank} * kWidth, int64_t{kWidth} * kRank, kRank, 2.0f};
+  table.Memory("GroupedLoraForward (decode)", absl::StrCat(shape, " r", kRank),
+               2.0 * 4 * kExperts * kRank * kWidth, [&] {
+                 return cuda::GroupedLoraForward(x.data(), offsets_d.data(), kExperts, kDecodeRows,
+                                                 kWidth, kWidth, lora, h.data(), y.data());
+               });
 }
 
 void AttentionKernels(Table& table) {
@@ -314,6 +395,7 @@ int Run() {
   LossKernels(table);
   RouterAndDispatch(table);
   GroupedGemms(table, cublas.ok() ? cublas->get() : nullptr);
+  DecodeGroupedGemms(table);
   AttentionKernels(table);
   return 0;
 }
