@@ -433,6 +433,43 @@ INSTANTIATE_TEST_SUITE_P(Losses, ExpertParallelTrainingTest,
                                            Case{"GrpoKlR3", GrpoWithKl()}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// A rank whose samples are bad fails its update before any collective, and the others learn it
+// at once (ABORTED naming it) instead of waiting in their first collective until its timeout.
+TEST(DataParallelTest, OneRanksBadSamplesEndTheUpdateOnEveryRank) {
+  static const std::vector<RecordedStep> steps = RecordSteps();
+  constexpr int kRanks = 3, kBadRank = 1;
+  gloo::rendezvous::HashStore store;
+  std::vector<absl::Status> results(kRanks);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto communicator =
+          GlooCommunicator::Create(store, rank, kRanks, {.timeout = absl::Seconds(20)});
+      ASSERT_TRUE(communicator.ok()) << communicator.status();
+      const engine::ModelConfig model = TinyConfig();
+      engine::BaseModel base = RandomModel(model, 1);
+      engine::LoraAdapter lora = InitialAdapter(model);
+      lora.parameters().EnableGradients();
+      engine::AdamW optimizer =
+          *engine::AdamW::Create({}, engine::OptimizerParams(lora.parameters()));
+      PolicyUpdateConfig config = Grpo();
+      config.data_parallel = communicator->get();
+      PolicyUpdater updater(base, lora, optimizer, config);
+      RecordedStep step = Share(
+          steps[0], *DataParallelShare(kGroups, kGroupSize, config.updates_per_step, kRanks, rank));
+      if (rank == kBadRank) step.samples[0].response.clear();
+      results[rank] = updater.Update(step.samples, step.routes).status();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(results[kBadRank].code(), absl::StatusCode::kInvalidArgument) << results[kBadRank];
+  for (const int rank : {0, 2}) {
+    EXPECT_EQ(results[rank].code(), absl::StatusCode::kAborted) << results[rank];
+    EXPECT_THAT(results[rank].message(),
+                ::testing::HasSubstr("trainer rank 1 failed to check its samples"));
+  }
+}
+
 TEST(ExpertParallelTrainingTest, ACriticAndConfigsThatWouldTrainWrongAreRefused) {
   gloo::rendezvous::HashStore store;
   auto group = GlooCommunicator::Create(store, 0, 1, {});

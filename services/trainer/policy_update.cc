@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/loss.h"
+#include "services/trainer/rank_agreement.h"
 
 namespace tandem::trainer {
 namespace {
@@ -84,6 +85,28 @@ int MicroBatches(int rows, int micro_batch_size) {
   return (rows + micro_batch_size - 1) / micro_batch_size;
 }
 
+// INVALID_ARGUMENT for samples Update cannot train on; `route_width` ids per token when
+// `rollout_routes` is not empty.
+absl::Status CheckSamples(const std::vector<TrainingSample>& samples,
+                          const std::vector<int16_t>& rollout_routes, int route_width) {
+  int64_t tokens = 0;
+  for (const TrainingSample& sample : samples) {
+    if (sample.prompt.empty() || sample.response.empty() ||
+        sample.rollout_logprobs.size() != sample.response.size()) {
+      return absl::InvalidArgumentError(
+          "every sample needs a prompt, a response and one rollout log-prob per response token");
+    }
+    tokens += static_cast<int64_t>(sample.prompt.size() + sample.response.size());
+  }
+  if (!rollout_routes.empty() &&
+      static_cast<int64_t>(rollout_routes.size()) != tokens * route_width) {
+    return absl::InvalidArgumentError(absl::StrCat("rollout routes hold ", rollout_routes.size(),
+                                                   " ids; the samples need ",
+                                                   tokens * route_width));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct PolicyUpdater::Batch {
@@ -152,29 +175,26 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
   const engine::ModelConfig& model = base_.config();
   Batch batch{.samples = samples};
   batch.route_width = model.num_moe_layers() * model.top_k;
+  const bool critic = config_.critic.head != nullptr;
+  absl::Status inputs = CheckSamples(samples, rollout_routes, batch.route_width);
+  if (inputs.ok()) inputs = CheckExpertParallelism(critic);
+  // Before the first collective, so that one rank's bad input ends the update on every rank
+  // at once instead of leaving the others in that collective until its timeout.
+  if (config_.data_parallel != nullptr && config_.data_parallel->size() > 1) {
+    inputs = AgreeOnFailures(*config_.data_parallel, inputs, "to check its samples");
+  }
+  if (!inputs.ok()) return inputs;
   batch.offsets.push_back(0);
   std::vector<double> scores;
   std::vector<int> groups;
   for (const TrainingSample& sample : samples) {
-    if (sample.prompt.empty() || sample.response.empty() ||
-        sample.rollout_logprobs.size() != sample.response.size()) {
-      return absl::InvalidArgumentError(
-          "every sample needs a prompt, a response and one rollout log-prob per response token");
-    }
     batch.offsets.push_back(batch.offsets.back() +
                             static_cast<int64_t>(sample.prompt.size() + sample.response.size()));
     batch.cols = std::max(batch.cols, static_cast<int>(sample.response.size()));
     scores.push_back(sample.reward);
     groups.push_back(sample.group);
   }
-  if (!rollout_routes.empty()) {
-    if (static_cast<int64_t>(rollout_routes.size()) != batch.offsets.back() * batch.route_width) {
-      return absl::InvalidArgumentError(absl::StrCat("rollout routes hold ", rollout_routes.size(),
-                                                     " ids; the samples need ",
-                                                     batch.offsets.back() * batch.route_width));
-    }
-    batch.rollout_routes = &rollout_routes;
-  }
+  if (!rollout_routes.empty()) batch.rollout_routes = &rollout_routes;
   const size_t size = static_cast<size_t>(batch.rows()) * batch.cols;
   batch.mask.assign(size, 0);
   batch.advantages.assign(size, 0);
@@ -189,8 +209,6 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
       batch.rollout_logp[batch.at(i, t)] = samples[i].rollout_logprobs[t];
     }
   }
-  const bool critic = config_.critic.head != nullptr;
-  if (absl::Status status = CheckExpertParallelism(critic); !status.ok()) return status;
   if (!critic) {
     const std::vector<double> advantages = GroupAdvantages(scores, groups, config_.baseline);
     for (size_t j = 0; j < size; ++j)

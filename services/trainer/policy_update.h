@@ -67,7 +67,9 @@ class PolicyUpdater {
 
   // `rollout_routes`: [sum over samples of (prompt + response) tokens, MoE layers, top_k] in
   // sample order (the layout FetchReplayRoutes fills), or empty when none were fetched (R3 then
-  // routes live). INVALID_ARGUMENT for inconsistent samples.
+  // routes live). INVALID_ARGUMENT for inconsistent samples; with data-parallel ranks every rank
+  // checks its own before the first collective, and the others then fail with ABORTED naming
+  // the rank whose samples were bad.
   absl::StatusOr<UpdateStats> Update(const std::vector<TrainingSample>& samples,
                                      const std::vector<int16_t>& rollout_routes);
 

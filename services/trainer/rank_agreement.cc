@@ -25,7 +25,7 @@ uint64_t ParameterDigest(const engine::ParameterSet& parameters, CompareTensors 
 }  // namespace
 
 absl::Status AgreeOnFailures(Communicator& ranks, const absl::Status& local, absl::string_view what,
-                             absl::Duration wait) {
+                             std::optional<absl::Duration> wait) {
   const float failed = local.ok() ? 0.0f : 1.0f;
   absl::StatusOr<std::vector<float>> gathered = GatherFromRanks(ranks, {&failed, 1}, wait);
   if (!gathered.ok()) {

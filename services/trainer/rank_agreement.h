@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,10 @@ namespace tandem::trainer {
 // on a rank that failed, its own error; on the others ABORTED naming the ranks that failed. So a
 // failure on one rank ends the step on all of them at the same point, instead of leaving the
 // others waiting in their next collective until its timeout. Ranks that come from long work of
-// their own (generating, riding out a store outage) are waited for up to `wait`.
+// their own (generating, riding out a store outage) are waited for up to `wait` (without one,
+// up to the communicator's timeout).
 absl::Status AgreeOnFailures(Communicator& ranks, const absl::Status& local, absl::string_view what,
-                             absl::Duration wait);
+                             std::optional<absl::Duration> wait = std::nullopt);
 
 // Every rank's 64-bit digest (a checksum), in rank order.
 absl::StatusOr<std::vector<uint64_t>> GatherDigests(Communicator& ranks, uint64_t mine);
