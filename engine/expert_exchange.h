@@ -28,6 +28,14 @@ struct ExchangePlan {
   // each rank for each local expert ([source * local experts + i]).
   std::vector<int64_t> sent_to_rank;
   std::vector<int64_t> received;
+  // With replicas only: this rank's routed rows in the order they travel (by destination rank,
+  // then the destination's local experts), as runs of the rows Dispatch is given; empty when
+  // that order is theirs already.
+  struct RowRun {
+    int64_t first = 0;
+    int64_t count = 0;
+  };
+  std::vector<RowRun> outgoing;
 };
 
 // The expert-parallel seam of the MoE block, where vLLM's modular MoE has its prepare/finalize

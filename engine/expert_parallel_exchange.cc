@@ -30,6 +30,18 @@ std::vector<int64_t> ReceivedFloats(const ExchangePlan& plan, int ranks, int wid
   return floats;
 }
 
+// Copies rows between the order Dispatch is given them in (`given`) and the order they travel
+// in, run by run (ExchangePlan::outgoing).
+void Reorder(const ExchangePlan& plan, int width, const float* from, float* to, bool to_travel) {
+  int64_t travel_row = 0;
+  for (const ExchangePlan::RowRun& run : plan.outgoing) {
+    const int64_t from_row = to_travel ? run.first : travel_row;
+    const int64_t to_row = to_travel ? travel_row : run.first;
+    std::copy_n(from + from_row * width, run.count * width, to + to_row * width);
+    travel_row += run.count;
+  }
+}
+
 // Moves rows between the order they travel in (by source rank, then local expert) and the order
 // the experts compute them in (by local expert, then source rank).
 void Regroup(const ExchangePlan& plan, int ranks, int width, const float* from, float* to,
@@ -77,20 +89,27 @@ absl::Status ExpertParallelExchange::SetPlacement(ExpertPlacement placement) {
   }
   contiguous_ = placement == ExpertPlacement::Contiguous(num_experts_, group_.size());
   placement_ = std::move(placement);
-  slots_ = placement_.Slots();
+  Derive();
   return absl::OkStatus();
 }
 
+void ExpertParallelExchange::Derive() {
+  slots_ = placement_.Slots();
+  copies_ = placement_.Copies();
+  computed_.clear();
+  for (int rank = 0; rank < placement_.ranks(); ++rank) {
+    computed_.push_back(placement_.Computed(rank));
+  }
+}
+
 LocalExperts ExpertParallelExchange::local_experts() const {
-  return {.experts = placement_.experts[group_.rank()]};
+  return {.experts = computed_[group_.rank()]};
 }
 
 absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>& expert_offsets) {
   if (absl::Status status = CheckExpertOffsets(expert_offsets, num_experts_); !status.ok()) {
     return status;
   }
-  const int ranks = group_.size();
-  std::vector<float> counts(num_experts_);
   for (int e = 0; e < num_experts_; ++e) {
     const int64_t rows = expert_offsets[e + 1] - expert_offsets[e];
     if (rows > kMaxExactCount) {
@@ -98,24 +117,41 @@ absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>
                                                      " rows in one layer; at most ", kMaxExactCount,
                                                      " can be dispatched"));
     }
-    counts[e] = static_cast<float>(rows);
   }
-  std::vector<float> received(static_cast<size_t>(ranks) * per_rank_);
-  const std::vector<int64_t> each(ranks, per_rank_);
-  if (absl::Status status = group_.AllToAllV(counts.data(), each, received.data(), each);
+  // What this rank sends each rank: for each expert that rank computes, this rank's rows of it
+  // (or, for a replicated expert, that copy's piece of them).
+  const int ranks = group_.size();
+  ExchangePlan plan;
+  plan.sent_to_rank.assign(ranks, 0);
+  std::vector<float> counts;
+  std::vector<int64_t> send_counts(ranks), receive_counts(ranks, computed_[group_.rank()].size());
+  for (int rank = 0; rank < ranks; ++rank) {
+    send_counts[rank] = static_cast<int64_t>(computed_[rank].size());
+    for (int expert : computed_[rank]) {
+      const std::vector<int>& copies = copies_[expert];
+      const int copy =
+          static_cast<int>(std::find(copies.begin(), copies.end(), rank) - copies.begin());
+      const int first = expert_offsets[slots_[expert]];
+      const ExpertPlacement::RowPiece piece =
+          placement_.PieceOf(expert, copy, static_cast<int>(copies.size()),
+                             expert_offsets[slots_[expert] + 1] - first);
+      counts.push_back(static_cast<float>(piece.count));
+      plan.sent_to_rank[rank] += piece.count;
+      if (placement_.has_replicas()) plan.outgoing.push_back({first + piece.first, piece.count});
+    }
+  }
+  std::vector<float> received(static_cast<size_t>(ranks) * computed_[group_.rank()].size());
+  if (absl::Status status =
+          group_.AllToAllV(counts.data(), send_counts, received.data(), receive_counts);
       !status.ok()) {
     return status;
   }
-  ExchangePlan plan;
-  for (int rank = 0; rank < ranks; ++rank) {
-    plan.sent_to_rank.push_back(expert_offsets[(rank + 1) * per_rank_] -
-                                expert_offsets[rank * per_rank_]);
-  }
   plan.received.assign(received.begin(), received.end());
-  plan.local_offsets.assign(per_rank_ + 1, 0);
-  for (int i = 0; i < per_rank_; ++i) {
+  const int local = static_cast<int>(computed_[group_.rank()].size());
+  plan.local_offsets.assign(local + 1, 0);
+  for (int i = 0; i < local; ++i) {
     int64_t rows = 0;
-    for (int source = 0; source < ranks; ++source) rows += plan.received[source * per_rank_ + i];
+    for (int source = 0; source < ranks; ++source) rows += plan.received[source * local + i];
     plan.local_offsets[i + 1] = plan.local_offsets[i] + static_cast<int>(rows);
   }
   return plan;
@@ -129,6 +165,12 @@ absl::Status ExpertParallelExchange::Dispatch(const ExchangePlan& plan, int widt
     return absl::InvalidArgumentError(
         absl::StrCat("dispatching ", rows.size(), " floats; the plan sends ",
                      std::accumulate(sent.begin(), sent.end(), int64_t{0})));
+  }
+  if (!plan.outgoing.empty()) {
+    Buffer<float> leaving = ops.Allocate<float>(rows.size());
+    Reorder(plan, width, BufferAccess::Address(rows.ref()), BufferAccess::Address(leaving.ref()),
+            /*to_travel=*/true);
+    std::swap(rows, leaving);
   }
   Buffer<float> arrived = ops.Allocate<float>(int64_t{plan.local_offsets.back()} * width);
   if (absl::Status status = group_.AllToAllV(BufferAccess::Address(rows.ref()), sent,
@@ -168,6 +210,12 @@ absl::Status ExpertParallelExchange::Combine(const ExchangePlan& plan, int width
     return status;
   }
   CountSent(returned);
+  if (!plan.outgoing.empty()) {  // Back from travel order to the order Dispatch was given.
+    ops.Resize(leaving, rows.size());
+    Reorder(plan, width, BufferAccess::Address(rows.ref()), BufferAccess::Address(leaving.ref()),
+            /*to_travel=*/false);
+    std::swap(rows, leaving);
+  }
   return absl::OkStatus();
 }
 

@@ -18,7 +18,8 @@ namespace tandem::engine {
 // computes the experts its placement gives it (by default the contiguous [r·E/size,
 // (r+1)·E/size)), and each MoE layer's routed rows travel to their expert's rank and back by
 // AllToAllV. Rows are grouped by expert slot (ExpertPlacement::Slots): every rank's experts
-// follow each other, so what goes to one rank is one run of rows. Plan first
+// follow each other, so what goes to one rank is one run of rows -- except with replicas,
+// where a replicated expert's rows are split over its copies and travel reordered. Plan first
 // exchanges the row counts per expert (one small AllToAllV), so every rank knows what it will
 // receive. The calls are collectives: every rank of the group runs the same MoE layers in the
 // same order (forward, then backward in reverse), each on its own tokens. The communicator
@@ -65,19 +66,23 @@ class ExpertParallelExchange final : public ExpertExchange {
   ExpertParallelExchange(Communicator& group, int num_experts, ExpertPlacement placement)
       : group_(group),
         num_experts_(num_experts),
-        per_rank_(num_experts / group.size()),
         placement_(std::move(placement)),
-        slots_(placement_.Slots()),
-        contiguous_(placement_ == ExpertPlacement::Contiguous(num_experts, group.size())) {}
+        contiguous_(placement_ == ExpertPlacement::Contiguous(num_experts, group.size())) {
+    Derive();
+  }
+
+  // slots_, copies_ and computed_ from placement_.
+  void Derive();
 
   // Adds the floats of `counts` (per rank) that leave this rank to bytes_sent_.
   void CountSent(const std::vector<int64_t>& counts);
 
   Communicator& group_;
   const int num_experts_;
-  const int per_rank_;
   ExpertPlacement placement_;
   std::vector<int16_t> slots_;
+  std::vector<std::vector<int>> copies_;    // Per expert (ExpertPlacement::Copies).
+  std::vector<std::vector<int>> computed_;  // Per rank (ExpertPlacement::Computed).
   bool contiguous_;  // Slots are the experts' ids.
   int64_t bytes_sent_ = 0;
   int64_t rows_computed_ = 0;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -195,12 +196,14 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
     for (const ParameterSet& adapter : adapters) {
       const Parameter& parameter = *adapter.Find(name);
       if (expert_parallel == Ownership::kSharded && parameter.stacked_experts) {
-        // Each held expert's rows at its global place.
+        // Each held expert's rows added at its global place: a replica's share of the
+        // gradient to its owner's.
         const int64_t expert_size = parameter.size() / parameter.shape[0];
         joined.resize(expert_size * config.num_experts, 0.0f);
         for (size_t i = 0; i < adapter.held_experts().size(); ++i) {
-          std::copy_n(parameter.grad.begin() + i * expert_size, expert_size,
-                      joined.begin() + adapter.held_experts()[i] * expert_size);
+          const float* held = parameter.grad.data() + i * expert_size;
+          float* global = joined.data() + adapter.held_experts()[i] * expert_size;
+          for (int64_t j = 0; j < expert_size; ++j) global[j] += held[j];
         }
       } else {
         joined.resize(parameter.grad.size(), 0.0f);
@@ -278,6 +281,51 @@ TEST(ExpertParallelExchangeTest, AScatteredPlacementComputesWhatOneRankComputes)
       EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config(), scattered));
       EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, scattered));
     }
+  }
+}
+
+// Replicas of hot experts (ReLibra's intra-step replication): rank r also computes the first
+// expert of rank r + 1, and with 4 ranks rank 0 that of rank 2 too (three copies of it); one
+// expert splits its rows 1 : 3 between owner and replica, the others evenly. The same results
+// once each replica's gradients are added to its owner's, and the same rows computed in all.
+TEST(ExpertParallelExchangeTest, ReplicasComputeWhatOneRankComputes) {
+  for (const test_models::NamedConfig& named :
+       {test_models::kConfigs[0], test_models::kConfigs[2]}) {
+    for (int ranks : {2, 4}) {
+      SCOPED_TRACE(absl::StrCat(named.name, ", ", ranks, " ranks"));
+      const BaseModel base = test_models::RandomModel(named.make(), 1);
+      ExpertPlacement replicated = ExpertPlacement::Contiguous(base.config().num_experts, ranks);
+      for (int rank = 0; rank < ranks; ++rank) {
+        replicated.replicas.push_back({replicated.experts[(rank + 1) % ranks][0]});
+      }
+      if (ranks == 4) replicated.replicas[0].push_back(replicated.experts[2][0]);
+      replicated.shares[replicated.experts[1][0]] = {1, 3};
+      const Computed one = Compute(base, ExpertLayout::kPerExpert, ranks, std::nullopt);
+      const Computed parallel =
+          Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, replicated);
+      ExpectSameResults(one, parallel, ranks);
+      const std::vector<int64_t> owned_rows = AnalyticRows(parallel.routes, replicated);
+      EXPECT_EQ(std::accumulate(parallel.rows_computed.begin(), parallel.rows_computed.end(), 0L),
+                std::accumulate(owned_rows.begin(), owned_rows.end(), 0L));
+      EXPECT_NE(parallel.rows_computed, owned_rows);  // The replicas took rows.
+    }
+  }
+}
+
+TEST(ExpertParallelExchangeTest, ReplicasOfHeldExpertsAndBadSharesAreRefused) {
+  const ExpertPlacement owned = ExpertPlacement::Contiguous(4, 2);
+  const auto with = [&owned](std::vector<std::vector<int>> replicas,
+                             std::map<int, std::vector<int64_t>> shares = {}) {
+    ExpertPlacement placement = owned;
+    placement.replicas = std::move(replicas);
+    placement.shares = std::move(shares);
+    return placement;
+  };
+  EXPECT_TRUE(ValidatePlacement(with({{2}, {0}}, {{2, {1, 2}}}), 4, 2).ok());
+  for (const ExpertPlacement& bad :
+       {with({{2}}), with({{0}, {}}), with({{2, 2}, {}}), with({{4}, {}}),
+        with({{2}, {}}, {{2, {1}}}), with({{2}, {}}, {{2, {1, 0}}}), with({}, {{2, {1, 1}}})}) {
+    EXPECT_EQ(ValidatePlacement(bad, 4, 2).code(), absl::StatusCode::kInvalidArgument);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "engine/expert_placement.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,82 @@ std::vector<int> ExpertPlacement::Owners() const {
   return owners;
 }
 
+bool ExpertPlacement::has_replicas() const {
+  for (const std::vector<int>& held : replicas) {
+    if (!held.empty()) return true;
+  }
+  return false;
+}
+
+std::vector<int> ExpertPlacement::Computed(int rank) const {
+  std::vector<int> computed = experts[rank];
+  if (!replicas.empty()) {
+    computed.insert(computed.end(), replicas[rank].begin(), replicas[rank].end());
+  }
+  return computed;
+}
+
+std::vector<std::vector<int>> ExpertPlacement::Copies() const {
+  const std::vector<int> owners = Owners();
+  std::vector<std::vector<int>> copies(owners.size());
+  for (size_t expert = 0; expert < owners.size(); ++expert) copies[expert] = {owners[expert]};
+  for (int rank = 0; rank < static_cast<int>(replicas.size()); ++rank) {
+    for (int expert : replicas[rank]) copies[expert].push_back(rank);
+  }
+  return copies;
+}
+
+ExpertPlacement::RowPiece ExpertPlacement::PieceOf(int expert, int copy, int copies,
+                                                   int64_t rows) const {
+  const auto given = shares.find(expert);
+  int64_t before = copy, through = copy + 1, total = copies;  // Equal shares.
+  if (given != shares.end()) {
+    const std::vector<int64_t>& share = given->second;
+    before = std::accumulate(share.begin(), share.begin() + copy, int64_t{0});
+    through = before + share[copy];
+    total = std::accumulate(share.begin(), share.end(), int64_t{0});
+  }
+  const int64_t first = rows * before / total;
+  return {.first = first, .count = rows * through / total - first};
+}
+
+namespace {
+
+absl::Status ValidateReplicas(const ExpertPlacement& placement, int num_experts) {
+  if (placement.replicas.empty()) {
+    return placement.shares.empty()
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError("shares of copies without replicas");
+  }
+  if (placement.replicas.size() != placement.experts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("replicas for ", placement.replicas.size(),
+                                                   " ranks in a placement of ", placement.ranks()));
+  }
+  for (int rank = 0; rank < placement.ranks(); ++rank) {
+    const std::vector<int> computed = placement.Computed(rank);
+    for (int expert : placement.replicas[rank]) {
+      if (expert < 0 || expert >= num_experts ||
+          std::count(computed.begin(), computed.end(), expert) != 1) {
+        return absl::InvalidArgumentError(absl::StrCat("replica of expert ", expert, " on rank ",
+                                                       rank, ": no expert of ", num_experts,
+                                                       ", or one the rank holds already"));
+      }
+    }
+  }
+  const std::vector<std::vector<int>> copies = placement.Copies();
+  for (const auto& [expert, share] : placement.shares) {
+    const bool positive = std::all_of(share.begin(), share.end(), [](int64_t s) { return s > 0; });
+    if (expert < 0 || expert >= num_experts || share.size() != copies[expert].size() || !positive) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shares of expert ", expert, ": one positive share per copy (it has ",
+                       expert >= 0 && expert < num_experts ? copies[expert].size() : 0, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidatePlacement(const ExpertPlacement& placement, int num_experts, int ranks) {
   if (ranks < 1 || num_experts % ranks != 0 || placement.ranks() != ranks) {
     return absl::InvalidArgumentError(absl::StrCat("a placement of ", placement.ranks(),
@@ -61,7 +138,7 @@ absl::Status ValidatePlacement(const ExpertPlacement& placement, int num_experts
       placed[expert] = true;
     }
   }
-  return absl::OkStatus();
+  return ValidateReplicas(placement, num_experts);
 }
 
 }  // namespace tandem::engine
