@@ -103,6 +103,20 @@ absl::Status AdamW::Step(float lr) {
   return absl::OkStatus();
 }
 
+absl::Status AdamW::Rebind(std::vector<Param> params) {
+  if (absl::Status status = CheckParams(params); !status.ok()) return status;
+  const bool same =
+      params.size() == params_.size() &&
+      std::equal(params.begin(), params.end(), params_.begin(), [](const Param& a, const Param& b) {
+        return a.name == b.name && a.size == b.size && a.decay == b.decay;
+      });
+  if (!same) {
+    return absl::InvalidArgumentError("rebinding AdamW to tensors other than its own");
+  }
+  params_ = std::move(params);
+  return absl::OkStatus();
+}
+
 AdamWState AdamW::ExportState() const {
   AdamWState state;
   state.step = step_;

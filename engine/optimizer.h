@@ -57,6 +57,10 @@ class AdamW {
   int64_t step() const { return step_; }
   const std::vector<Param>& params() const { return params_; }
 
+  // The same tensors (names, sizes and order) now at `params`' addresses, moments kept: after
+  // their memory moved (ReleaseReplicas). INVALID_ARGUMENT, changing nothing, otherwise.
+  absl::Status Rebind(std::vector<Param> params);
+
   AdamWState ExportState() const;
   // INVALID_ARGUMENT, changing nothing, unless `state` holds exactly this optimizer's tensors
   // with matching sizes and a non-negative step.

@@ -131,6 +131,22 @@ TEST(AdamWTest, ImportRejectsMismatchedStateAndKeepsItsOwn) {
   EXPECT_EQ(optimizer.ExportState().tensors, good.tensors);
 }
 
+// Tensors whose memory moved: after Rebind the optimizer updates them where they are now,
+// continuing from the same moments as if they had never moved.
+TEST(AdamWTest, RebindFollowsMovedTensorsAndRefusesOthers) {
+  Tensor a{{1.0f, 2.0f}, {1.0f, 1.0f}}, unmoved{{1.0f, 2.0f}, {1.0f, 1.0f}};
+  AdamW optimizer = MustCreate(kConfig, {a.View("a")});
+  AdamW reference = MustCreate(kConfig, {unmoved.View("a")});
+  ASSERT_TRUE(optimizer.Step(0.1f).ok() && reference.Step(0.1f).ok());
+  Tensor moved = a;
+  ASSERT_TRUE(optimizer.Rebind({moved.View("a")}).ok());
+  ASSERT_TRUE(optimizer.Step(0.1f).ok() && reference.Step(0.1f).ok());
+  EXPECT_EQ(moved.value, unmoved.value);
+  Tensor other{{1.0f}, {1.0f}};
+  EXPECT_EQ(optimizer.Rebind({other.View("a")}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(optimizer.Rebind({moved.View("b")}).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(AdamWTest, StepRejectsBadLearningRateWithoutChangingAnything) {
   Tensor a{{1.0f}, {1.0f}};
   AdamW optimizer = MustCreate(kConfig, {a.View("a")});

@@ -60,8 +60,8 @@ class ParameterSet {
                                    const std::vector<int>& experts) const;
   std::vector<float> PlaceExperts(const std::vector<float>& rows, int64_t expert_size,
                                   int num_experts) const;
-  // The stacked tensors now hold `experts` (as many as before): for code that moved their rows
-  // (MoveExperts).
+  // The stacked tensors now hold `experts`: for code that moved their rows (MoveExperts) or
+  // added and dropped replicas (HoldReplicas, ReleaseReplicas).
   void RelabelExperts(std::vector<int> experts) { held_experts_ = std::move(experts); }
 
   // To safetensors with canonical names: stacked tensors split per expert, "{e}" inserted

@@ -115,6 +115,8 @@ struct ExpertGroups {
   engine::ExpertPlacement placement;     // Of the experts over `group`.
   // A placement the ranks change to after the second step (ChangePlacement); none: keep it.
   std::optional<engine::ExpertPlacement> later;
+  // Replicas every training pass makes (PolicyUpdater::UseReplicas); none: no replicas.
+  std::optional<engine::ExpertPlacement> replicas;
 };
 
 // Every sample index of a step on one rank.
@@ -154,6 +156,7 @@ Trained Train(const std::vector<RecordedStep>& steps, PolicyUpdateConfig config,
   }
   config.data_parallel = data_parallel;
   PolicyUpdater updater(base, lora, optimizer, config);
+  updater.UseReplicas(experts.replicas);
   Trained trained;
   for (const RecordedStep& step : steps) {
     if (experts.later.has_value() && trained.losses.size() == 2) {
@@ -305,7 +308,8 @@ std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
                                          const PolicyUpdateConfig& config, int dp, int ep,
                                          const std::vector<std::vector<int>>& shares,
                                          const engine::ExpertPlacement& placement,
-                                         std::optional<engine::ExpertPlacement> later) {
+                                         std::optional<engine::ExpertPlacement> later,
+                                         std::optional<engine::ExpertPlacement> replicas) {
   const int ranks = dp * ep;
   gloo::rendezvous::HashStore store;
   std::vector<Trained> trained(ranks);
@@ -324,7 +328,8 @@ std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
                             {.group = group->get(),
                              .same_experts = same_experts->get(),
                              .placement = placement,
-                             .later = later});
+                             .later = later,
+                             .replicas = replicas});
       EXPECT_TRUE((*world)->Barrier().ok());  // No rank tears its groups down under another.
     });
   }
@@ -361,8 +366,9 @@ std::map<std::string, std::vector<float>> JoinedAdapter(const std::vector<Traine
 class ExpertParallelTrainingTest : public ::testing::TestWithParam<Case> {};
 
 // 1 × 2 with uneven shares (one rank has twice the micro-batches of the other, which pads with
-// empty passes) and 2 × 2 with the data-parallel shares, the experts contiguous, scattered, and
-// moved from one placement to the other between steps: the same losses and adapter as one rank.
+// empty passes) and 2 × 2 with the data-parallel shares, the experts contiguous, scattered,
+// moved from one placement to the other between steps, and replicated (each rank computing one
+// of the other's experts too, one split 1 : 2): the same losses and adapter as one rank.
 TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAdapter) {
   static const std::vector<RecordedStep> steps = RecordSteps();
   const PolicyUpdateConfig& config = GetParam().config;
@@ -380,22 +386,30 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
   // contiguous changed to scattered after two steps.
   const engine::ExpertPlacement contiguous = engine::ExpertPlacement::Contiguous(4, 2);
   const engine::ExpertPlacement scattered{{{3, 0}, {2, 1}}};
+  engine::ExpertPlacement replicated = contiguous;
+  replicated.replicas = {{2}, {0}};
+  replicated.shares[0] = {1, 2};
   struct Run {
     int dp;
     std::vector<std::vector<int>> shares;
     engine::ExpertPlacement placement;
     std::optional<engine::ExpertPlacement> later;
+    std::optional<engine::ExpertPlacement> replicas;
   };
-  for (const Run& run :
-       {Run{1, uneven, contiguous, std::nullopt}, Run{2, even, contiguous, std::nullopt},
-        Run{2, even, scattered, std::nullopt}, Run{2, even, contiguous, scattered}}) {
+  for (const Run& run : {Run{1, uneven, contiguous, std::nullopt, std::nullopt},
+                         Run{2, even, contiguous, std::nullopt, std::nullopt},
+                         Run{2, even, scattered, std::nullopt, std::nullopt},
+                         Run{2, even, contiguous, scattered, std::nullopt},
+                         Run{1, uneven, contiguous, std::nullopt, replicated},
+                         Run{2, even, contiguous, std::nullopt, replicated}}) {
     const int dp = run.dp;
     const engine::ExpertPlacement& placement = run.later.value_or(run.placement);
     SCOPED_TRACE(absl::StrCat(
         dp, " x 2, rank 0 holding experts ", absl::StrJoin(run.placement.experts[0], ","),
-        run.later ? absl::StrCat(", then ", absl::StrJoin(run.later->experts[0], ",")) : ""));
-    const std::vector<Trained> many =
-        TrainExpertParallel(steps, config, dp, 2, run.shares, run.placement, run.later);
+        run.later ? absl::StrCat(", then ", absl::StrJoin(run.later->experts[0], ",")) : "",
+        run.replicas ? ", with replicas" : ""));
+    const std::vector<Trained> many = TrainExpertParallel(steps, config, dp, 2, run.shares,
+                                                          run.placement, run.later, run.replicas);
     for (int rank = 0; rank < dp * 2; ++rank) {
       for (int step = 0; step < kSteps; ++step) {
         EXPECT_NEAR(many[rank].losses[step], one.losses[step],

@@ -7,6 +7,8 @@
 #include "absl/container/fixed_array.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/expert_parallel_exchange.h"
+#include "engine/expert_replicas.h"
 #include "kernels/cpu/loss.h"
 #include "services/trainer/rank_agreement.h"
 
@@ -532,6 +534,33 @@ double PolicyUpdater::ValueLoss(const Batch& batch, int micro, int micro_end, do
   return loss / total_tokens;
 }
 
+absl::Status PolicyUpdater::HoldReplicas() {
+  if (!replicas_.has_value() || !expert_parallel()) return absl::OkStatus();
+  Communicator& group = *config_.expert_parallel.group;
+  for (engine::ParameterSet* parameters : {&base_.parameters(), &lora_.parameters()}) {
+    if (absl::Status status = engine::HoldReplicas(group, *replicas_, *parameters); !status.ok()) {
+      return status;
+    }
+  }
+  return config_.expert_parallel.exchange->SetPlacement(*replicas_);
+}
+
+absl::Status PolicyUpdater::ReleaseReplicas() {
+  if (!replicas_.has_value() || !expert_parallel()) return absl::OkStatus();
+  Communicator& group = *config_.expert_parallel.group;
+  for (engine::ParameterSet* parameters : {&base_.parameters(), &lora_.parameters()}) {
+    if (absl::Status status = engine::ReleaseReplicas(group, *replicas_, *parameters);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status = config_.expert_parallel.exchange->SetPlacement(replicas_->Owned());
+      !status.ok()) {
+    return status;
+  }
+  return optimizer_.Rebind(engine::OptimizerParams(lora_.parameters()));
+}
+
 absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, int end,
                                                       UpdateStats& stats) {
   const int vocab = base_.config().vocab_size;
@@ -547,6 +576,7 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   const int micro_batches = MicroBatches(end - begin, config_.micro_batch_size);
   absl::StatusOr<int> most = MostInExpertGroup(micro_batches);
   if (!most.ok()) return most.status();
+  if (absl::Status status = HoldReplicas(); !status.ok()) return status;
   double loss = 0;
   for (int micro = begin; micro < end; micro += config_.micro_batch_size) {
     const int micro_end = std::min(end, micro + config_.micro_batch_size);
@@ -623,6 +653,7 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   if (absl::Status status = PadExpertGroup(0, *most - micro_batches); !status.ok()) {
     return status;
   }
+  if (absl::Status status = ReleaseReplicas(); !status.ok()) return status;
   if (absl::Status status = SumGradientsAcrossRanks(optimizer_.params()); !status.ok()) {
     return status;
   }

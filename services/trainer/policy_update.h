@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/communicator.h"
+#include "engine/expert_placement.h"
 #include "engine/model.h"
 #include "engine/optimizer.h"
 #include "engine/training_engine.h"
@@ -73,6 +75,14 @@ class PolicyUpdater {
   absl::StatusOr<UpdateStats> Update(const std::vector<TrainingSample>& samples,
                                      const std::vector<int16_t>& rollout_routes);
 
+  // Expert parallelism: replicas of hot experts for the training passes of the Updates from now
+  // on (`placement`: the exchange's owners plus replicas; nullopt: none). Each mini-batch takes
+  // them from their owners before its passes and adds their gradients to the owners' after, so
+  // results do not change; the old-policy and the optimizer see only the owners.
+  void UseReplicas(std::optional<engine::ExpertPlacement> placement) {
+    replicas_ = std::move(placement);
+  }
+
  private:
   struct Batch;
 
@@ -120,6 +130,11 @@ class PolicyUpdater {
   void RecordOldPolicy(Batch& batch, int begin, int end, const std::vector<double>& logp,
                        UpdateStats& stats);
   absl::StatusOr<double> UpdateMiniBatch(Batch& batch, int begin, int end, UpdateStats& stats);
+  // Around a mini-batch's passes with replicas_ (nothing without): the model and the adapter
+  // take the replicas and the exchange computes with them, then the replicas' gradients go to
+  // their owners, the owners' placement returns and the optimizer follows the adapter's memory.
+  absl::Status HoldReplicas();
+  absl::Status ReleaseReplicas();
   absl::StatusOr<const float*> Forward(engine::TrainingEngine& engine, const Batch& batch,
                                        int begin, int end, const std::vector<int16_t>* routes);
 
@@ -130,6 +145,7 @@ class PolicyUpdater {
   std::unique_ptr<engine::TrainingEngine> policy_;
   std::unique_ptr<engine::TrainingEngine> reference_;  // The base model alone, for the KL penalty.
   std::vector<float> scaled_logits_;                   // The last Forward's logits / temperature.
+  std::optional<engine::ExpertPlacement> replicas_;
 };
 
 }  // namespace tandem::trainer

@@ -14,7 +14,7 @@ class Communicator;
 }  // namespace tandem
 
 namespace tandem::engine {
-class ExpertExchange;
+class ExpertParallelExchange;
 }  // namespace tandem::engine
 
 namespace tandem::trainer {
@@ -76,7 +76,7 @@ struct PolicyUpdateConfig {
   // (null: no other), over which per-expert gradients are summed; `data_parallel` sums the rest,
   // and the clipping norm is over every rank's experts. Not yet with a critic.
   struct ExpertParallelism {
-    engine::ExpertExchange* exchange = nullptr;
+    engine::ExpertParallelExchange* exchange = nullptr;
     Communicator* group = nullptr;
     Communicator* same_experts = nullptr;
   } expert_parallel;

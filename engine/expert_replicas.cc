@@ -1,0 +1,175 @@
+#include "engine/expert_replicas.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::engine {
+namespace {
+
+// Where `expert` sits among `held`.
+int64_t IndexOf(const std::vector<int>& held, int expert) {
+  return std::find(held.begin(), held.end(), expert) - held.begin();
+}
+
+// Floats each rank sends to (or receives from) every other: `expert_size` per expert listed.
+struct Traffic {
+  std::vector<float> send;
+  std::vector<int64_t> send_counts, receive_counts;
+};
+
+// rows: this rank's own experts' (expert_size each) <- followed by its replicas' values.
+absl::Status CopyFromOwners(Communicator& group, const ExpertPlacement& placement,
+                            int64_t expert_size, std::vector<float>& rows) {
+  const int ranks = group.size(), me = group.rank();
+  const std::vector<int> owners = placement.Owners();
+  const std::vector<int>& own = placement.experts[me];
+  Traffic traffic{.send_counts = std::vector<int64_t>(ranks, 0),
+                  .receive_counts = std::vector<int64_t>(ranks, 0)};
+  // Each owner sends its experts to the ranks replicating them, in each replica list's order.
+  for (int rank = 0; rank < ranks; ++rank) {
+    for (int expert : placement.replicas[rank]) {
+      if (owners[expert] != me) continue;
+      const auto from = rows.begin() + IndexOf(own, expert) * expert_size;
+      traffic.send.insert(traffic.send.end(), from, from + expert_size);
+      traffic.send_counts[rank] += expert_size;
+    }
+  }
+  const std::vector<int>& mine = placement.replicas[me];
+  for (int expert : mine) traffic.receive_counts[owners[expert]] += expert_size;
+  std::vector<float> received(mine.size() * expert_size);
+  if (absl::Status status = group.AllToAllV(traffic.send.data(), traffic.send_counts,
+                                            received.data(), traffic.receive_counts);
+      !status.ok()) {
+    return status;
+  }
+  std::vector<int64_t> source_at(ranks, 0);  // Received by source, each in mine's order.
+  for (int source = 1; source < ranks; ++source) {
+    source_at[source] = source_at[source - 1] + traffic.receive_counts[source - 1];
+  }
+  rows.resize((own.size() + mine.size()) * expert_size);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    int64_t& at = source_at[owners[mine[i]]];
+    std::copy_n(received.begin() + at, expert_size, rows.begin() + (own.size() + i) * expert_size);
+    at += expert_size;
+  }
+  return absl::OkStatus();
+}
+
+// rows: this rank's own experts' and then its replicas' gradients -> its own experts' only, each
+// with every replica's of it added.
+absl::Status AddToOwners(Communicator& group, const ExpertPlacement& placement, int64_t expert_size,
+                         std::vector<float>& rows) {
+  const int ranks = group.size(), me = group.rank();
+  const std::vector<int> owners = placement.Owners();
+  const std::vector<int>& own = placement.experts[me];
+  const std::vector<int>& mine = placement.replicas[me];
+  Traffic traffic{.send_counts = std::vector<int64_t>(ranks, 0),
+                  .receive_counts = std::vector<int64_t>(ranks, 0)};
+  // Each rank sends its replicas' gradients to their owners, ordered by owner (AllToAllV sends
+  // one run per rank), each owner's in mine's order.
+  for (int owner = 0; owner < ranks; ++owner) {
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (owners[mine[i]] != owner) continue;
+      const auto from = rows.begin() + (own.size() + i) * expert_size;
+      traffic.send.insert(traffic.send.end(), from, from + expert_size);
+      traffic.send_counts[owner] += expert_size;
+    }
+  }
+  for (int source = 0; source < ranks; ++source) {
+    for (int expert : placement.replicas[source]) {
+      if (owners[expert] == me) traffic.receive_counts[source] += expert_size;
+    }
+  }
+  std::vector<float> received(
+      std::accumulate(traffic.receive_counts.begin(), traffic.receive_counts.end(), int64_t{0}));
+  if (absl::Status status = group.AllToAllV(traffic.send.data(), traffic.send_counts,
+                                            received.data(), traffic.receive_counts);
+      !status.ok()) {
+    return status;
+  }
+  int64_t at = 0;  // Received by source, each source's in its replica list's order.
+  for (int source = 0; source < ranks; ++source) {
+    for (int expert : placement.replicas[source]) {
+      if (owners[expert] != me) continue;
+      float* into = rows.data() + IndexOf(own, expert) * expert_size;
+      for (int64_t j = 0; j < expert_size; ++j) into[j] += received[at + j];
+      at += expert_size;
+    }
+  }
+  rows.resize(own.size() * expert_size);
+  return absl::OkStatus();
+}
+
+absl::Status CheckHeld(const ExpertPlacement& placement, int rank, const ParameterSet& parameters,
+                       const std::vector<int>& expected, const char* when) {
+  if (placement.ranks() <= rank || placement.replicas.size() != placement.experts.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a placement with replicas for every one of ", placement.ranks(), " ranks"));
+  }
+  if (parameters.held_experts() != expected) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the parameters do not hold this rank's experts ", when));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status HoldReplicas(Communicator& group, const ExpertPlacement& placement,
+                          ParameterSet& parameters) {
+  const int me = group.rank();
+  if (absl::Status status =
+          CheckHeld(placement, me, parameters,
+                    me < placement.ranks() ? placement.experts[me] : std::vector<int>{},
+                    "before their replicas");
+      !status.ok()) {
+    return status;
+  }
+  const std::vector<int> computed = placement.Computed(me);
+  for (const std::string& name : parameters.names()) {
+    Parameter& parameter = *parameters.Find(name);
+    if (!parameter.stacked_experts) continue;
+    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    if (absl::Status status = CopyFromOwners(group, placement, expert_size, parameter.value);
+        !status.ok()) {
+      return status;
+    }
+    if (!parameter.grad.empty()) parameter.grad.resize(parameter.value.size(), 0.0f);
+    parameter.shape[0] = static_cast<int64_t>(computed.size());
+  }
+  parameters.RelabelExperts(computed);
+  return absl::OkStatus();
+}
+
+absl::Status ReleaseReplicas(Communicator& group, const ExpertPlacement& placement,
+                             ParameterSet& parameters) {
+  const int me = group.rank();
+  if (absl::Status status =
+          CheckHeld(placement, me, parameters,
+                    me < placement.ranks() ? placement.Computed(me) : std::vector<int>{},
+                    "with their replicas");
+      !status.ok()) {
+    return status;
+  }
+  const std::vector<int>& own = placement.experts[me];
+  for (const std::string& name : parameters.names()) {
+    Parameter& parameter = *parameters.Find(name);
+    if (!parameter.stacked_experts) continue;
+    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    if (!parameter.grad.empty()) {
+      if (absl::Status status = AddToOwners(group, placement, expert_size, parameter.grad);
+          !status.ok()) {
+        return status;
+      }
+    }
+    parameter.value.resize(own.size() * expert_size);
+    parameter.shape[0] = static_cast<int64_t>(own.size());
+  }
+  parameters.RelabelExperts(own);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,28 @@
+#ifndef TANDEM_ENGINE_EXPERT_REPLICAS_H_
+#define TANDEM_ENGINE_EXPERT_REPLICAS_H_
+
+#include "absl/status/status.h"
+#include "common/communicator.h"
+#include "engine/expert_placement.h"
+#include "engine/parameters.h"
+
+// A step's replicas of hot experts (ExpertPlacement::replicas) in the parameters of an
+// expert-parallel rank: taken from their owners before the step's passes, their gradients given
+// back to the owners after. Collectives over the placement's expert-parallel group.
+namespace tandem::engine {
+
+// `parameters` hold this rank's own experts of `placement`; afterwards every stacked tensor also
+// holds the rank's replicas after them (placement.Computed(rank)): their values copied from
+// their owners, their gradients (where enabled) zero. Tensors may move in memory: rebind what
+// points into them (an optimizer) once the replicas are released.
+absl::Status HoldReplicas(Communicator& group, const ExpertPlacement& placement,
+                          ParameterSet& parameters);
+
+// The inverse, after the passes: each replica's gradients (where enabled) added to its owner's,
+// and the replicas dropped, so `parameters` hold the rank's own experts again.
+absl::Status ReleaseReplicas(Communicator& group, const ExpertPlacement& placement,
+                             ParameterSet& parameters);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_EXPERT_REPLICAS_H_
