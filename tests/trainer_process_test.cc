@@ -770,10 +770,13 @@ TEST_F(TrainerProcessRanksTest, AnExpertParallelJobRunsOnTwoTrainersAndImprovesA
   ASSERT_EQ(balanced_done.state(), trainer::v1::JOB_STATE_SUCCEEDED)
       << balanced_done.error_message();
   const trainer::v1::StepMetrics& last = balanced_done.latest_metrics();
-  std::printf("balanced: imbalance %.3f -> %.3f, %d experts moved before the last step\n",
-              last.expert_imbalance_before(), last.expert_imbalance_after(), last.experts_moved());
+  std::printf(
+      "balanced: imbalance %.3f -> %.3f, %d experts moved and %d replicas before the last step\n",
+      last.expert_imbalance_before(), last.expert_imbalance_after(),
+      static_cast<int>(last.experts_moved()), static_cast<int>(last.expert_replicas()));
   EXPECT_GE(last.expert_imbalance_before(), 1.0);
   EXPECT_LE(last.expert_imbalance_after(), last.expert_imbalance_before());
+  EXPECT_LE(last.expert_replicas(), 2 * 2);  // At most 2 per rank.
 
   trainer::v1::JobSpec too_many = Spec(1);
   too_many.mutable_parallelism()->set_expert_parallel(4);

@@ -262,10 +262,12 @@ def rl_jobs():
                           "{{job_id}} rank {{rank}}")),
         timeseries("Expert balance", "Expert-parallel jobs balancing experts: the step's load "
                    "imbalance (max / mean rows per rank) with the placement before and after "
-                   "the experts moved; experts moved; seconds in the expert all-to-all.", "none",
+                   "the experts moved and hot ones were replicated; experts moved; replicas made; "
+                   "seconds in the expert all-to-all.", "none",
                    step_gauge("expert_imbalance_before", "{{job_id}} imbalance before"),
                    step_gauge("expert_imbalance_after", "{{job_id}} imbalance after"),
                    step_gauge("experts_moved", "{{job_id}} experts moved"),
+                   step_gauge("expert_replicas", "{{job_id}} replicas"),
                    step_gauge("expert_exchange_seconds", "{{job_id}} all-to-all s")),
         timeseries("Staleness", "Versions between the policy trained and the oldest sample's.",
                    "none", target('tandem_trainer_policy_version{job_id=~"$job_id"} - 1 - '

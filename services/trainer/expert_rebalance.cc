@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <optional>
+#include <vector>
 
 #include "common/logging.h"
 #include "common/status.h"
@@ -35,7 +38,7 @@ absl::StatusOr<routerreplay::v1::PlanBalanceResponse> Plan(
   }
   request.set_ranks(placement.ranks());
   request.set_ranks_per_node(placement.ranks());
-  request.set_replica_slots_per_rank(0);
+  request.set_replica_slots_per_rank(kReplicaSlotsPerRank);
   for (int rank : placement.Owners()) request.add_current_home(rank);
   request.set_move_cost_tokens(total / (10.0 * static_cast<double>(load.size())));
   grpc::ClientContext context;
@@ -70,6 +73,40 @@ engine::ExpertPlacement PlacementOf(const routerreplay::v1::PlanBalanceResponse&
   return next;
 }
 
+// `owners` (the plan's homes) with the plan's replicas: every copy of a replicated expert that is
+// not its home, its share the copy's planned tokens (at least 1). Nullopt without replicas.
+std::optional<engine::ExpertPlacement> ReplicasOf(const routerreplay::v1::PlanBalanceResponse& plan,
+                                                  const engine::ExpertPlacement& owners) {
+  std::map<int, std::map<int, int64_t>> tokens;  // Expert -> copy's rank -> its tokens.
+  for (const auto& copy : plan.micro_batches(0).copies()) {
+    tokens[copy.expert()][copy.rank()] = copy.tokens();
+  }
+  engine::ExpertPlacement replicated = owners;
+  replicated.replicas.assign(owners.ranks(), {});
+  for (const auto& [expert, by_rank] : tokens) {
+    const int home = plan.home(expert);
+    const auto at_home = by_rank.find(home);
+    std::vector<int64_t> shares = {
+        std::max<int64_t>(1, at_home == by_rank.end() ? 0 : at_home->second)};
+    for (const auto& [rank, planned] : by_rank) {
+      if (rank == home) continue;
+      replicated.replicas[rank].push_back(expert);
+      shares.push_back(std::max<int64_t>(1, planned));
+    }
+    if (shares.size() > 1) replicated.shares[expert] = std::move(shares);
+  }
+  if (!replicated.has_replicas()) return std::nullopt;
+  return replicated;
+}
+
+int ReplicasMade(const std::optional<engine::ExpertPlacement>& replicated) {
+  int made = 0;
+  if (replicated.has_value()) {
+    for (const std::vector<int>& held : replicated->replicas) made += static_cast<int>(held.size());
+  }
+  return made;
+}
+
 }  // namespace
 
 absl::StatusOr<Rebalanced> RebalanceExperts(
@@ -91,15 +128,27 @@ absl::StatusOr<Rebalanced> RebalanceExperts(
     spdlog::warn("expert placement kept for this step: {}", agreed.ToString());
     return Rebalanced{};
   }
-  const Rebalanced rebalanced{.experts_moved = plan->experts_moved(),
-                              .imbalance_before = plan->micro_batches(0).imbalance_before(),
-                              .imbalance_after = plan->micro_batches(0).imbalance_after()};
-  if (plan->experts_moved() == 0) return rebalanced;
-  if (absl::Status status =
-          ChangePlacement(group, exchange, PlacementOf(*plan, current), base, lora, optimizer);
-      !status.ok()) {
-    return status;
+  Rebalanced rebalanced{.experts_moved = plan->experts_moved(),
+                        .imbalance_before = plan->micro_batches(0).imbalance_before(),
+                        .imbalance_after = plan->micro_batches(0).imbalance_after()};
+  const engine::ExpertPlacement owners = PlacementOf(*plan, current);
+  if (plan->experts_moved() > 0) {
+    if (absl::Status status = ChangePlacement(group, exchange, owners, base, lora, optimizer);
+        !status.ok()) {
+      return status;
+    }
   }
+  rebalanced.replicas = ReplicasOf(*plan, owners);
+  if (rebalanced.replicas.has_value()) {
+    // Every rank plans alike; a plan this code cannot follow is a bug to report, not a crash.
+    if (absl::Status valid = engine::ValidatePlacement(
+            *rebalanced.replicas, static_cast<int>(load->size()), group.size());
+        !valid.ok()) {
+      spdlog::warn("the step's replicas are dropped: {}", valid.ToString());
+      rebalanced.replicas.reset();
+    }
+  }
+  rebalanced.replicas_made = ReplicasMade(rebalanced.replicas);
   return rebalanced;
 }
 

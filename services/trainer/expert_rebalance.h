@@ -2,6 +2,7 @@
 #define TANDEM_SERVICES_TRAINER_EXPERT_REBALANCE_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,16 +21,24 @@ struct Rebalanced {
   // max / mean of the rows each rank of the group computes in the step, before and after.
   double imbalance_before = 1;
   double imbalance_after = 1;
+  // The new owners with the step's replicas (PolicyUpdater::UseReplicas); none planned: nullopt.
+  std::optional<engine::ExpertPlacement> replicas;
+  int replicas_made = 0;
 };
 
-// Before a step of an expert-parallel job (ReLibra's reordering across ranks): the step's load
-// per expert -- `routes`, this rank's replayed routes (logical ids; -1: none), counted over every
-// MoE layer and summed over `ranks`, every rank of the job, so that every expert-parallel group
-// takes the same placement -- planned by router-replay's PlanBalance (one placement for every
-// layer, no replicas, a move only when it gains more than a tenth of an average expert's load),
-// then applied by ChangePlacement over `group`, this rank's expert-parallel group. Collective over
-// both; the ranks agree whether every plan came back: when one did not, no group moves and the
-// result says none moved. Fails only when a collective or a move does.
+// At most this many replicas per rank and step (ReLibra's budget of extra expert slots).
+inline constexpr int kReplicaSlotsPerRank = 2;
+
+// Before a step of an expert-parallel job (ReLibra's reordering across ranks and replication of
+// hot experts): the step's load per expert -- `routes`, this rank's replayed routes (logical ids;
+// -1: none), counted over every MoE layer and summed over `ranks`, every rank of the job, so that
+// every expert-parallel group takes the same placement -- planned by router-replay's PlanBalance
+// (one placement for every layer, a move only when it gains more than a tenth of an average
+// expert's load, at most kReplicaSlotsPerRank replicas per rank), its moves applied by
+// ChangePlacement over `group`, this rank's expert-parallel group, its replicas returned for the
+// step's training passes. Collective over both; the ranks agree whether every plan came back:
+// when one did not, no group moves and the result says none moved and names no replicas. Fails
+// only when a collective or a move does.
 absl::StatusOr<Rebalanced> RebalanceExperts(
     Communicator& ranks, Communicator& group, engine::ExpertParallelExchange& exchange,
     const std::vector<int16_t>& routes,

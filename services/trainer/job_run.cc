@@ -364,6 +364,8 @@ absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetric
   metrics.set_experts_moved(rebalanced->experts_moved);
   metrics.set_expert_imbalance_before(rebalanced->imbalance_before);
   metrics.set_expert_imbalance_after(rebalanced->imbalance_after);
+  metrics.set_expert_replicas(rebalanced->replicas_made);
+  updater_->UseReplicas(std::move(rebalanced->replicas));
   return absl::OkStatus();
 }
 

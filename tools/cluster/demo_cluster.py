@@ -159,11 +159,12 @@ def print_breakdown(tsv):
     print(f"  collective bytes per step from rank 0: {megabytes:.2f} MB "
           "(training's share is in 'training'; collective includes waits for other ranks)")
     moved = sum(int(row["experts_moved"]) for row in rows)
-    if moved:
+    replicas = sum(int(row["expert_replicas"]) for row in rows)
+    if moved or replicas:
         before = sum(float(row["expert_imbalance_before"]) for row in rows) / len(rows)
         after = sum(float(row["expert_imbalance_after"]) for row in rows) / len(rows)
-        print(f"  experts moved: {moved} in {len(rows)} steps; mean load imbalance (max/mean "
-              f"rows per rank) {before:.3f} -> {after:.3f}")
+        print(f"  experts moved: {moved}, replicas: {replicas} in {len(rows)} steps; mean load "
+              f"imbalance (max/mean rows per rank) {before:.3f} -> {after:.3f}")
     exchanged = sum(int(row["expert_exchange_bytes"]) for row in rows) / len(rows) / 1e6
     if exchanged:
         print(f"  expert all-to-all bytes per step sent by rank 0: {exchanged:.2f} MB "
