@@ -30,8 +30,8 @@ std::vector<int64_t> ReceivedFloats(const ExchangePlan& plan, int ranks, int wid
   return floats;
 }
 
-// Copies rows between the order Dispatch is given them in (`given`) and the order they travel
-// in, run by run (ExchangePlan::outgoing).
+// Copies rows between the order Dispatch is given them in and the order they travel in, run by
+// run (ExchangePlan::outgoing).
 void Reorder(const ExchangePlan& plan, int width, const float* from, float* to, bool to_travel) {
   int64_t travel_row = 0;
   for (const ExchangePlan::RowRun& run : plan.outgoing) {

@@ -20,8 +20,8 @@ namespace tandem::engine {
 // AllToAllV. Rows are grouped by expert slot (ExpertPlacement::Slots): every rank's experts
 // follow each other, so what goes to one rank is one run of rows -- except with replicas,
 // where a replicated expert's rows are split over its copies and travel reordered. Plan first
-// exchanges the row counts per expert (one small AllToAllV), so every rank knows what it will
-// receive. The calls are collectives: every rank of the group runs the same MoE layers in the
+// exchanges the row counts per expert and copy (one small AllToAllV), so every rank knows what it
+// will receive. The calls are collectives: every rank of the group runs the same MoE layers in the
 // same order (forward, then backward in reverse), each on its own tokens. The communicator
 // reads and writes the rows' memory directly: Gloo with host-memory (CPU) backends.
 class ExpertParallelExchange final : public ExpertExchange {
@@ -40,8 +40,9 @@ class ExpertParallelExchange final : public ExpertExchange {
     return contiguous_ ? nullptr : &slots_;
   }
   const ExpertPlacement& placement() const { return placement_; }
-  // Computes with `placement` from now on: a change between steps, on every rank of the group,
-  // once the experts' weights have moved (MoveExperts). INVALID_ARGUMENT as Create.
+  // Computes with `placement` from now on, on every rank of the group, once the weights are where
+  // it says: after experts moved between steps (MoveExperts), or around a mini-batch's passes
+  // with replicas (HoldReplicas, ReleaseReplicas). INVALID_ARGUMENT as Create.
   absl::Status SetPlacement(ExpertPlacement placement);
   bool needs_host_memory() const override { return true; }
   absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
@@ -54,7 +55,7 @@ class ExpertParallelExchange final : public ExpertExchange {
 
   // Bytes of rows this rank has sent to other ranks by Dispatch and Combine (rows for its own
   // experts stay), since it was made: the all-to-all traffic to hold against the routes. Plan's
-  // per-expert counts (experts floats per rank per layer) are not included.
+  // counts (a float per expert and copy per layer) are not included.
   int64_t bytes_sent() const { return bytes_sent_; }
   // Rows this rank's experts received by Dispatch (its own included), since it was made.
   int64_t rows_computed() const { return rows_computed_; }
@@ -83,7 +84,7 @@ class ExpertParallelExchange final : public ExpertExchange {
   std::vector<int16_t> slots_;
   std::vector<std::vector<int>> copies_;    // Per expert (ExpertPlacement::Copies).
   std::vector<std::vector<int>> computed_;  // Per rank (ExpertPlacement::Computed).
-  bool contiguous_;  // Slots are the experts' ids.
+  bool contiguous_;                         // Slots are the experts' ids.
   int64_t bytes_sent_ = 0;
   int64_t rows_computed_ = 0;
   absl::Time dispatched_;  // When the last Dispatch returned.

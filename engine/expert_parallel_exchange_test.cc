@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/gloo_communicator.h"
 #include "engine/cpu_model_ops.h"
+#include "engine/expert_replicas.h"
 #include "engine/testing/checked_model_ops.h"
 #include "engine/testing/test_models.h"
 #include "engine/transformer.h"
@@ -327,6 +328,55 @@ TEST(ExpertParallelExchangeTest, ReplicasOfHeldExpertsAndBadSharesAreRefused) {
         with({{2}, {}}, {{2, {1}}}), with({{2}, {}}, {{2, {1, 0}}}), with({}, {{2, {1, 1}}})}) {
     EXPECT_EQ(ValidatePlacement(bad, 4, 2).code(), absl::StatusCode::kInvalidArgument);
   }
+}
+
+// Two ranks owning experts {0, 1} and {2, 3}, each replicating one of the other's: the replicas
+// arrive with their owners' values and zero gradients, give their gradients back to the owners,
+// and a rank that drops them alone (after a failure) holds its own experts again, unchanged.
+TEST(ExpertReplicasTest, ReplicasCopyOwnersAndGiveGradientsBackOrAreDropped) {
+  const ModelConfig config = test_models::TinyConfig();
+  ExpertPlacement placement = ExpertPlacement::Contiguous(config.num_experts, 2);
+  placement.replicas = {{placement.experts[1][0]}, {placement.experts[0][1]}};
+  const LoraAdapter whole = Adapter(config, ExpertLayout::kPerExpert);
+  std::string name;  // The first per-expert tensor.
+  for (const std::string& each : whole.parameters().names()) {
+    if (whole.parameters().Find(each)->stacked_experts) {
+      name = each;
+      break;
+    }
+  }
+  ASSERT_FALSE(name.empty());
+  const int64_t expert_size = whole.parameters().Find(name)->size() / config.num_experts;
+  const auto rows_of = [&](const std::vector<float>& values, int index) {
+    return std::vector<float>(values.begin() + index * expert_size,
+                              values.begin() + (index + 1) * expert_size);
+  };
+  OnRanks(2, [&](int rank, Communicator& group) {
+    LoraAdapter shard = *whole.ExpertShard(placement.experts[rank]);
+    shard.parameters().EnableGradients();
+    Parameter& tensor = *shard.parameters().Find(name);
+    std::fill(tensor.grad.begin(), tensor.grad.end(), 1.0f);
+    const std::vector<float> own_values = tensor.value;
+    ASSERT_TRUE(HoldReplicas(group, placement, shard.parameters()).ok());
+    EXPECT_EQ(shard.parameters().held_experts(), placement.Computed(rank));
+    const int replica = placement.replicas[rank][0];
+    EXPECT_EQ(rows_of(tensor.value, 2), rows_of(whole.parameters().Find(name)->value, replica));
+    EXPECT_EQ(rows_of(tensor.grad, 2), std::vector<float>(expert_size, 0.0f));
+    std::fill(tensor.grad.begin() + 2 * expert_size, tensor.grad.end(), 2.0f);
+    ASSERT_TRUE(ReleaseReplicas(group, placement, shard.parameters()).ok());
+    EXPECT_EQ(shard.parameters().held_experts(), placement.experts[rank]);
+    EXPECT_EQ(tensor.value, own_values);
+    // Rank 0's expert 1 and rank 1's expert 2 (index 1 and 0) got a replica's 2 added.
+    const int replicated = rank == 0 ? 1 : 0;
+    EXPECT_EQ(rows_of(tensor.grad, replicated), std::vector<float>(expert_size, 3.0f));
+    EXPECT_EQ(rows_of(tensor.grad, 1 - replicated), std::vector<float>(expert_size, 1.0f));
+
+    ASSERT_TRUE(HoldReplicas(group, placement, shard.parameters()).ok());
+    DropReplicas(placement, rank, shard.parameters());
+    EXPECT_EQ(shard.parameters().held_experts(), placement.experts[rank]);
+    EXPECT_EQ(tensor.value, own_values);
+    EXPECT_EQ(tensor.shape[0], 2);
+  });
 }
 
 TEST(ExpertParallelExchangeTest, PlacementsThatLoseOrRepeatAnExpertAreRefused) {

@@ -103,11 +103,16 @@ absl::Status ValidateReplicas(const ExpertPlacement& placement, int num_experts)
     }
   }
   const std::vector<std::vector<int>> copies = placement.Copies();
+  // Rows (< 2^24 per layer) times a total of at most 64 shares of at most 2^32 fit int64 in
+  // PieceOf.
+  constexpr int64_t kMaxShare = int64_t{1} << 32;
   for (const auto& [expert, share] : placement.shares) {
-    const bool positive = std::all_of(share.begin(), share.end(), [](int64_t s) { return s > 0; });
-    if (expert < 0 || expert >= num_experts || share.size() != copies[expert].size() || !positive) {
+    const bool in_range =
+        std::all_of(share.begin(), share.end(), [](int64_t s) { return s > 0 && s <= kMaxShare; });
+    if (expert < 0 || expert >= num_experts || share.size() != copies[expert].size() ||
+        share.size() > 64 || !in_range) {
       return absl::InvalidArgumentError(
-          absl::StrCat("shares of expert ", expert, ": one positive share per copy (it has ",
+          absl::StrCat("shares of expert ", expert, ": one share in 1..2^32 per copy (it has ",
                        expert >= 0 && expert < num_experts ? copies[expert].size() : 0, ")"));
     }
   }

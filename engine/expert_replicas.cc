@@ -20,7 +20,7 @@ struct Traffic {
   std::vector<int64_t> send_counts, receive_counts;
 };
 
-// rows: this rank's own experts' (expert_size each) <- followed by its replicas' values.
+// rows: this rank's own experts' values (expert_size each) -> those followed by its replicas'.
 absl::Status CopyFromOwners(Communicator& group, const ExpertPlacement& placement,
                             int64_t expert_size, std::vector<float>& rows) {
   const int ranks = group.size(), me = group.rank();
@@ -116,6 +116,18 @@ absl::Status CheckHeld(const ExpertPlacement& placement, int rank, const Paramet
   return absl::OkStatus();
 }
 
+// Every stacked tensor of `parameters` cut to its first `own` experts (values and gradients).
+void KeepOwn(int64_t own, ParameterSet& parameters) {
+  for (const std::string& name : parameters.names()) {
+    Parameter& parameter = *parameters.Find(name);
+    if (!parameter.stacked_experts || parameter.shape[0] == 0) continue;
+    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    parameter.value.resize(own * expert_size);
+    if (!parameter.grad.empty()) parameter.grad.resize(own * expert_size);
+    parameter.shape[0] = own;
+  }
+}
+
 }  // namespace
 
 absl::Status HoldReplicas(Communicator& group, const ExpertPlacement& placement,
@@ -165,11 +177,16 @@ absl::Status ReleaseReplicas(Communicator& group, const ExpertPlacement& placeme
         return status;
       }
     }
-    parameter.value.resize(own.size() * expert_size);
-    parameter.shape[0] = static_cast<int64_t>(own.size());
   }
+  KeepOwn(static_cast<int64_t>(own.size()), parameters);
   parameters.RelabelExperts(own);
   return absl::OkStatus();
+}
+
+void DropReplicas(const ExpertPlacement& placement, int rank, ParameterSet& parameters) {
+  const std::vector<int>& own = placement.experts[rank];
+  KeepOwn(static_cast<int64_t>(own.size()), parameters);
+  parameters.RelabelExperts(own);
 }
 
 }  // namespace tandem::engine

@@ -23,6 +23,11 @@ absl::Status HoldReplicas(Communicator& group, const ExpertPlacement& placement,
 absl::Status ReleaseReplicas(Communicator& group, const ExpertPlacement& placement,
                              ParameterSet& parameters);
 
+// After a failure between the two (or within either): drops whatever replicas `parameters`
+// still hold on this rank alone, no collective and no gradients given back, so they hold rank
+// `rank`'s own experts of `placement` again.
+void DropReplicas(const ExpertPlacement& placement, int rank, ParameterSet& parameters);
+
 }  // namespace tandem::engine
 
 #endif  // TANDEM_ENGINE_EXPERT_REPLICAS_H_

@@ -79,6 +79,12 @@ std::optional<engine::ExpertPlacement> ReplicasOf(const routerreplay::v1::PlanBa
                                                   const engine::ExpertPlacement& owners) {
   std::map<int, std::map<int, int64_t>> tokens;  // Expert -> copy's rank -> its tokens.
   for (const auto& copy : plan.micro_batches(0).copies()) {
+    if (copy.expert() < 0 || copy.expert() >= plan.home_size() || copy.rank() < 0 ||
+        copy.rank() >= owners.ranks()) {
+      spdlog::warn("router-replay planned a copy of expert {} on rank {}: no replicas this step",
+                   copy.expert(), copy.rank());
+      return std::nullopt;
+    }
     tokens[copy.expert()][copy.rank()] = copy.tokens();
   }
   engine::ExpertPlacement replicated = owners;
@@ -132,7 +138,7 @@ absl::StatusOr<Rebalanced> RebalanceExperts(
                         .imbalance_before = plan->micro_batches(0).imbalance_before(),
                         .imbalance_after = plan->micro_batches(0).imbalance_after()};
   const engine::ExpertPlacement owners = PlacementOf(*plan, current);
-  if (plan->experts_moved() > 0) {
+  if (owners != current) {
     if (absl::Status status = ChangePlacement(group, exchange, owners, base, lora, optimizer);
         !status.ok()) {
       return status;

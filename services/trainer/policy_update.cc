@@ -4,9 +4,11 @@
 #include <array>
 #include <cmath>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/fixed_array.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "engine/expert_parallel_exchange.h"
 #include "engine/expert_replicas.h"
 #include "kernels/cpu/loss.h"
@@ -561,6 +563,17 @@ absl::Status PolicyUpdater::ReleaseReplicas() {
   return optimizer_.Rebind(engine::OptimizerParams(lora_.parameters()));
 }
 
+void PolicyUpdater::DropReplicas() {
+  if (!replicas_.has_value() || !expert_parallel()) return;
+  const int rank = config_.expert_parallel.group->rank();
+  for (engine::ParameterSet* parameters : {&base_.parameters(), &lora_.parameters()}) {
+    engine::DropReplicas(*replicas_, rank, *parameters);
+  }
+  absl::Status restored = config_.expert_parallel.exchange->SetPlacement(replicas_->Owned());
+  if (restored.ok()) restored = optimizer_.Rebind(engine::OptimizerParams(lora_.parameters()));
+  if (!restored.ok()) spdlog::error("dropping the step's replicas: {}", restored.ToString());
+}
+
 absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, int end,
                                                       UpdateStats& stats) {
   const int vocab = base_.config().vocab_size;
@@ -576,6 +589,8 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   const int micro_batches = MicroBatches(end - begin, config_.micro_batch_size);
   absl::StatusOr<int> most = MostInExpertGroup(micro_batches);
   if (!most.ok()) return most.status();
+  // A failure while replicas are held leaves this rank holding its own experts again.
+  absl::Cleanup drop_replicas = [this] { DropReplicas(); };
   if (absl::Status status = HoldReplicas(); !status.ok()) return status;
   double loss = 0;
   for (int micro = begin; micro < end; micro += config_.micro_batch_size) {
@@ -654,6 +669,7 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
     return status;
   }
   if (absl::Status status = ReleaseReplicas(); !status.ok()) return status;
+  std::move(drop_replicas).Cancel();
   if (absl::Status status = SumGradientsAcrossRanks(optimizer_.params()); !status.ok()) {
     return status;
   }

@@ -78,7 +78,8 @@ class PolicyUpdater {
   // Expert parallelism: replicas of hot experts for the training passes of the Updates from now
   // on (`placement`: the exchange's owners plus replicas; nullopt: none). Each mini-batch takes
   // them from their owners before its passes and adds their gradients to the owners' after, so
-  // results do not change; the old-policy and the optimizer see only the owners.
+  // results do not change (up to summation order); a separate old-policy pass and the optimizer
+  // see only the owners.
   void UseReplicas(std::optional<engine::ExpertPlacement> placement) {
     replicas_ = std::move(placement);
   }
@@ -133,8 +134,10 @@ class PolicyUpdater {
   // Around a mini-batch's passes with replicas_ (nothing without): the model and the adapter
   // take the replicas and the exchange computes with them, then the replicas' gradients go to
   // their owners, the owners' placement returns and the optimizer follows the adapter's memory.
+  // DropReplicas does the last two on this rank alone after a failure in between.
   absl::Status HoldReplicas();
   absl::Status ReleaseReplicas();
+  void DropReplicas();
   absl::StatusOr<const float*> Forward(engine::TrainingEngine& engine, const Batch& batch,
                                        int begin, int end, const std::vector<int16_t>* routes);
 
