@@ -83,12 +83,18 @@ class QueuedWriteReactor : public grpc::ServerWriteReactor<Response> {
   }
   // Whether `message`, just written, ends the stream (OK once nothing else is queued).
   virtual bool IsLast(const Response& /*message*/) { return false; }
+  // `message` will never be written: offered after the stream ended, or still queued when it
+  // did (called with the sink's lock held). For messages that hold something to give back.
+  virtual void Discard(const Response& /*message*/) {}
   // The client went away or the call ended; called without the lock, possibly twice.
   virtual void OnClientGone() {}
 
  private:
   void Offer(Response message) {
-    if (finished_ || cancelled_ || pending_error_.has_value()) return;
+    if (finished_ || cancelled_ || pending_error_.has_value()) {
+      Discard(message);
+      return;
+    }
     Enqueue(queue_, std::move(message));
     if (!writing_ && !queue_.empty()) WriteNext();
   }
@@ -113,6 +119,8 @@ class QueuedWriteReactor : public grpc::ServerWriteReactor<Response> {
   void FinishOnce(const grpc::Status& status) {
     if (finished_) return;
     finished_ = true;
+    for (const Response& message : queue_) Discard(message);
+    queue_.clear();
     this->Finish(status);
   }
 

@@ -17,6 +17,8 @@
 #include "common/status.h"
 #include "common/string_limits.h"
 #include "common/unary.h"
+#include "services/weight_store/announced_versions.h"
+#include "services/weight_store/lease_ttl.h"
 #include "services/weight_store/manifest.h"
 #include "services/weight_store/tensor_fetch.h"
 #include "services/weight_store/weight_store_metrics.h"
@@ -27,19 +29,6 @@ namespace {
 constexpr size_t kMaxChunkBytes = size_t{4} << 20;  // Of a PutShard chunk.
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
-
-// A lease request's ttl: 30 s when unset, else 1 s..600 s.
-template <typename LeaseRequest>
-absl::StatusOr<absl::Duration> LeaseTtl(const LeaseRequest& request) {
-  if (!request.has_ttl()) return absl::Seconds(30);
-  absl::StatusOr<absl::Duration> ttl = FromDuration(request.ttl(), "ttl");
-  if (!ttl.ok()) return ttl.status();
-  if (*ttl < absl::Seconds(1) || *ttl > absl::Seconds(600)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ttl is ", absl::FormatDuration(*ttl), "; allowed 1s..600s"));
-  }
-  return ttl;
-}
 
 // Reads PutShard chunks into an upload; replies with what the stream wrote.
 class PutShardReactor final : public grpc::ServerReadReactor<weightstore::v1::PutShardRequest> {
@@ -139,11 +128,10 @@ class WatchReactor final : public QueuedWriteReactor<weightstore::v1::WatchVersi
   // Watch and Newest in the constructor, or the constructor's; every later one is a commit.
   void Enqueue(std::deque<weightstore::v1::WatchVersionsResponse>& queue,
                weightstore::v1::WatchVersionsResponse event) override {
-    if (sent_any_ && event.version().version() <= newest_offered_) return;
-    event.set_type(sent_any_ ? weightstore::v1::VERSION_EVENT_TYPE_COMMITTED
-                             : weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
-    sent_any_ = true;
-    newest_offered_ = event.version().version();
+    const std::optional<weightstore::v1::VersionEventType> type =
+        announced_.Offer(event.version().version());
+    if (!type.has_value()) return;
+    event.set_type(*type);
     queue.clear();
     queue.push_back(std::move(event));
   }
@@ -157,8 +145,7 @@ class WatchReactor final : public QueuedWriteReactor<weightstore::v1::WatchVersi
   OpenStreams<weightstore::v1::WatchVersionsResponse>& open_;
   int64_t watch_id_ = 0;
   int64_t open_id_ = 0;
-  int64_t newest_offered_ = 0;
-  bool sent_any_ = false;
+  AnnouncedVersions announced_;
 };
 
 // Streams a version assembled into the consumer's layout (TensorFetch), one chunk at a time.
@@ -257,9 +244,11 @@ absl::StatusOr<std::vector<HostedService>> WeightStoreServices(const WeightStore
   WeightStoreServiceImpl* api = service->get();
   std::vector<HostedService> services;
   std::unique_ptr<WeightStoreUcxServiceImpl> ucx = api->NewUcxService();
+  WeightStoreUcxServiceImpl* data_plane = ucx.get();
   services.push_back({"tandem.weightstore.v1.WeightStoreService", *std::move(service),
                       /*ready=*/nullptr, [api] { api->Drain(); }});
-  services.push_back({"tandem.internal.v1.WeightStoreUcxService", std::move(ucx)});
+  services.push_back({"tandem.internal.v1.WeightStoreUcxService", std::move(ucx),
+                      /*ready=*/nullptr, [data_plane] { data_plane->Drain(); }});
   return services;
 }
 
@@ -365,7 +354,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
         !status.ok()) {
       return status;
     }
-    absl::StatusOr<absl::Duration> ttl = LeaseTtl(*request);
+    absl::StatusOr<absl::Duration> ttl = LeaseTtl(request->has_ttl(), request->ttl(), "ttl");
     if (!ttl.ok()) return ttl.status();
     absl::StatusOr<AdapterStore::Lease> lease =
         store_->AcquireLease(request->adapter_name(), request->version(), request->holder(), *ttl);
@@ -386,7 +375,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::RenewLease(
     if (absl::Status status = ValidateIdentifier("lease_id", request->lease_id()); !status.ok()) {
       return status;
     }
-    absl::StatusOr<absl::Duration> ttl = LeaseTtl(*request);
+    absl::StatusOr<absl::Duration> ttl = LeaseTtl(request->has_ttl(), request->ttl(), "ttl");
     if (!ttl.ok()) return ttl.status();
     absl::StatusOr<absl::Time> expire = store_->RenewLease(request->lease_id(), *ttl);
     if (!expire.ok()) return expire.status();

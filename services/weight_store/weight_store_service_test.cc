@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "common/channel.h"
 #include "common/checksum.h"
@@ -102,7 +103,10 @@ class WeightStoreServiceTest : public ::testing::Test {
     WeightStoreServiceImpl* raw = service->get();
     service_ = raw;
     std::vector<HostedService> services;
-    services.push_back({"tandem.internal.v1.WeightStoreUcxService", raw->NewUcxService()});
+    std::unique_ptr<WeightStoreUcxServiceImpl> data_plane = raw->NewUcxService();
+    WeightStoreUcxServiceImpl* data_plane_raw = data_plane.get();
+    services.push_back({"tandem.internal.v1.WeightStoreUcxService", std::move(data_plane), nullptr,
+                        [data_plane_raw] { data_plane_raw->Drain(); }});
     services.push_back({"tandem.weightstore.v1.WeightStoreService", *std::move(service), nullptr,
                         [raw] { raw->Drain(); }});
     auto started =
@@ -202,6 +206,34 @@ class WeightStoreServiceTest : public ::testing::Test {
     request.set_upload_id(upload);
     weightstore::v1::CommitPublishResponse response;
     return stub_->CommitPublish(&context, request, &response);
+  }
+
+  // A WatchReadPlans request for job-1 in the stacked layout.
+  static internal::v1::WatchReadPlansRequest PlansRequest() {
+    internal::v1::WatchReadPlansRequest request;
+    request.set_adapter_name("job-1");
+    *request.mutable_target() = Stacked();
+    request.set_holder("replica-0");
+    return request;
+  }
+
+  // Waits (up to 10 s) until `lease_id` plans no more: released (asynchronously) or expired.
+  void ExpectLeaseEnds(const std::string& lease_id, int64_t version) {
+    internal::v1::GetReadPlanRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(version);
+    *request.mutable_target() = Stacked();
+    request.set_lease_id(lease_id);
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    grpc::Status status;
+    do {
+      grpc::ClientContext context;
+      internal::v1::GetReadPlanResponse plan;
+      status = ucx_stub_->GetReadPlan(&context, request, &plan);
+      if (status.error_code() == grpc::StatusCode::NOT_FOUND) return;
+      absl::SleepFor(absl::Milliseconds(20));
+    } while (absl::Now() < give_up);
+    ADD_FAILURE() << "lease " << lease_id << " still plans: " << status.error_message();
   }
 
   static weightstore::v1::TargetLayout Stacked() {
@@ -1169,6 +1201,146 @@ TEST_F(WeightStoreServiceTest, ADrainEndsWatchStreamsAtOnceTellingClientsToWatch
   // The fixture's drain timeout would cancel the stream (CANCELLED) if the drain waited for it.
   std::thread drain([this] { server_->Drain(); });
   weightstore::v1::WatchVersionsResponse more;
+  while (reader->Read(&more)) {
+  }
+  const grpc::Status status = reader->Finish();
+  drain.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("watch again"));
+}
+
+// A reader registering its layout gets with every announcement a lease taken for it and the
+// read plan of its layout: it fetches at once, the bytes those of a plain fetch, and gives the
+// lease back when done.
+TEST_F(WeightStoreServiceTest, WatchReadPlansPushesALeaseAndAPlanWithEveryVersion) {
+  const transfer::TestAdapter first = transfer::MakeTestAdapter("job-1", 1, 21);
+  ASSERT_TRUE(Publish(first, /*by_ucx=*/true).ok());
+  grpc::ClientContext context;
+  auto reader = ucx_stub_->WatchReadPlans(&context, PlansRequest());
+  AdapterFetcher fetcher(*stubs_);
+  const FetchOptions options{.target = Stacked(), .ucx = client_ucx_.get()};
+  for (const transfer::TestAdapter& adapter : {first, transfer::MakeTestAdapter("job-1", 2, 22)}) {
+    const int64_t version = adapter.manifest.version();
+    if (version == 2) ASSERT_TRUE(Publish(adapter, /*by_ucx=*/true).ok());
+    internal::v1::WatchReadPlansResponse announced;
+    ASSERT_TRUE(reader->Read(&announced));
+    EXPECT_EQ(announced.announcement().type(), version == 1
+                                                   ? weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT
+                                                   : weightstore::v1::VERSION_EVENT_TYPE_COMMITTED);
+    EXPECT_EQ(announced.announcement().version().version(), version);
+    ASSERT_FALSE(announced.lease_id().empty());
+    ASSERT_TRUE(announced.has_plan());
+    FetchedAdapter fetched;
+    ASSERT_TRUE(fetcher.FetchAnnounced("job-1", announced, options, fetched).ok());
+    EXPECT_TRUE(fetched.by_ucx);
+    ExpectCanonical(adapter, fetched);
+    ExpectLeaseEnds(announced.lease_id(), version);
+  }
+  context.TryCancel();
+}
+
+// A reader too slow for the commits (its stream's window 1 KiB) skips to the newest version:
+// the store gives back the leases of the announcements it never sent, so once the reader has
+// released the ones it got and gone, no lease is left.
+TEST_F(WeightStoreServiceTest, ASlowReaderSkipsVersionsAndTheirLeasesAreGivenBack) {
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+  arguments.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  const auto narrow = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                                grpc::InsecureChannelCredentials(), arguments);
+  auto stub = internal::v1::WeightStoreUcxService::NewStub(narrow);
+  grpc::ClientContext context;
+  auto reader = stub->WatchReadPlans(&context, PlansRequest());
+  internal::v1::WatchReadPlansResponse announced;
+  ASSERT_TRUE(reader->Read(&announced));  // The snapshot: version 0, nothing leased.
+  constexpr int kVersions = 12;
+  for (int version = 1; version <= kVersions; ++version) {
+    ASSERT_TRUE(CommitInStore(transfer::MakeTestAdapter("job-1", version, 30 + version)).ok());
+  }
+  std::vector<int64_t> received;
+  while (received.empty() || received.back() < kVersions) {
+    ASSERT_TRUE(reader->Read(&announced));
+    received.push_back(announced.announcement().version().version());
+    grpc::ClientContext release_context;
+    weightstore::v1::ReleaseLeaseRequest release;
+    release.set_lease_id(announced.lease_id());
+    weightstore::v1::ReleaseLeaseResponse released;
+    ASSERT_TRUE(stub_->ReleaseLease(&release_context, release, &released).ok());
+  }
+  std::printf("a slow reader got versions %s of 1..%d\n", absl::StrJoin(received, ",").c_str(),
+              kVersions);
+  EXPECT_LT(received.size(), static_cast<size_t>(kVersions));  // It skipped some.
+  context.TryCancel();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (service_->store_for_testing().totals().leases > 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(service_->store_for_testing().totals().leases, 0);
+}
+
+// An announcement fetched after its lease ended (lease_ttl 1 s) is fetched the usual way.
+TEST_F(WeightStoreServiceTest, AnAnnouncementOutlivingItsLeaseIsFetchedTheUsualWay) {
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 23);
+  ASSERT_TRUE(Publish(adapter, /*by_ucx=*/true).ok());
+  internal::v1::WatchReadPlansRequest request = PlansRequest();
+  request.mutable_lease_ttl()->set_seconds(1);
+  grpc::ClientContext context;
+  auto reader = ucx_stub_->WatchReadPlans(&context, request);
+  internal::v1::WatchReadPlansResponse announced;
+  ASSERT_TRUE(reader->Read(&announced));
+  ASSERT_FALSE(announced.lease_id().empty());
+  absl::SleepFor(absl::Milliseconds(1500));
+  ExpectLeaseEnds(announced.lease_id(), 1);  // Expired on its own.
+  AdapterFetcher fetcher(*stubs_);
+  FetchedAdapter fetched;
+  ASSERT_TRUE(fetcher
+                  .FetchAnnounced("job-1", announced,
+                                  {.target = Stacked(), .ucx = client_ucx_.get()}, fetched)
+                  .ok());
+  ExpectCanonical(adapter, fetched);
+  context.TryCancel();
+}
+
+TEST_F(WeightStoreServiceTest, WatchReadPlansRefusesRequestsNoAnnouncementCouldServe) {
+  const auto refused = [&](const internal::v1::WatchReadPlansRequest& request) {
+    grpc::ClientContext context;
+    auto reader = ucx_stub_->WatchReadPlans(&context, request);
+    internal::v1::WatchReadPlansResponse ignored;
+    EXPECT_FALSE(reader->Read(&ignored));
+    return reader->Finish();
+  };
+  internal::v1::WatchReadPlansRequest no_holder = PlansRequest();
+  no_holder.clear_holder();
+  internal::v1::WatchReadPlansRequest no_target = PlansRequest();
+  no_target.clear_target();
+  internal::v1::WatchReadPlansRequest converting = PlansRequest();
+  converting.mutable_target()->set_dtype(type::v1::DTYPE_BF16);
+  internal::v1::WatchReadPlansRequest long_lease = PlansRequest();
+  long_lease.mutable_lease_ttl()->set_seconds(601);
+  internal::v1::WatchReadPlansRequest bad_name = PlansRequest();
+  bad_name.set_adapter_name("");
+  for (const auto& [request, message] :
+       std::vector<std::pair<internal::v1::WatchReadPlansRequest, std::string>>{
+           {no_holder, "holder is required"},
+           {no_target, "target is required"},
+           {converting, "leave target.dtype unset"},
+           {long_lease, "lease_ttl is 10m1s"},
+           {bad_name, "adapter_name"}}) {
+    const grpc::Status status = refused(request);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_THAT(status.error_message(), HasSubstr(message));
+  }
+}
+
+TEST_F(WeightStoreServiceTest, ADrainEndsReadPlanWatchesTellingClientsToWatchAgain) {
+  grpc::ClientContext context;
+  auto reader = ucx_stub_->WatchReadPlans(&context, PlansRequest());
+  internal::v1::WatchReadPlansResponse snapshot;
+  ASSERT_TRUE(reader->Read(&snapshot));
+  EXPECT_EQ(snapshot.announcement().version().version(), 0);
+  EXPECT_TRUE(snapshot.lease_id().empty());  // Nothing to lease yet.
+  std::thread drain([this] { server_->Drain(); });
+  internal::v1::WatchReadPlansResponse more;
   while (reader->Read(&more)) {
   }
   const grpc::Status status = reader->Finish();

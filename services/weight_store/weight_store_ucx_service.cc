@@ -3,12 +3,134 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/finished_reactor.h"
 #include "common/identifier.h"
+#include "common/logging.h"
 #include "common/proto_time.h"
+#include "common/queued_write_reactor.h"
+#include "common/status.h"
+#include "common/string_limits.h"
 #include "common/unary.h"
+#include "services/weight_store/announced_versions.h"
+#include "services/weight_store/lease_ttl.h"
 #include "services/weight_store/weight_store_metrics.h"
 
 namespace tandem::weight_store {
+
+namespace {
+
+// Streams WatchVersions' announcements, each with a lease on its version taken for the reader and
+// the version's read plan in the reader's layout. A slow reader skips to the newest version: the
+// store releases the leases of the announcements it never sends.
+class WatchPlansReactor final : public QueuedWriteReactor<internal::v1::WatchReadPlansResponse> {
+ public:
+  WatchPlansReactor(AdapterStore& store, ReadPlanner& planner,
+                    OpenStreams<internal::v1::WatchReadPlansResponse>& open,
+                    const internal::v1::WatchReadPlansRequest& request, absl::Duration ttl)
+      : store_(store), open_(open) {
+    const auto announce = [&store, &planner, request, ttl](
+                              const weightstore::v1::VersionInfo& version,
+                              weightstore::v1::VersionEventType type) {
+      return Announce(store, planner, request, ttl, version, type);
+    };
+    watch_id_ = store_.Watch(
+        request.adapter_name(),
+        [announce, sink = sink()](const weightstore::v1::VersionInfo& version) {
+          sink->Write(announce(version, weightstore::v1::VERSION_EVENT_TYPE_COMMITTED));
+        });
+    internal::v1::WatchReadPlansResponse snapshot = announce(
+        store_.Newest(request.adapter_name()), weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
+    snapshot.mutable_announcement()->set_upload_open(store_.HasOpenUpload(request.adapter_name()));
+    sink()->Write(std::move(snapshot));
+    open_id_ = open_.Add(sink());
+  }
+
+ private:
+  // `version` announced, with a lease and a plan when the store can lease and plan it.
+  static internal::v1::WatchReadPlansResponse Announce(
+      AdapterStore& store, ReadPlanner& planner, const internal::v1::WatchReadPlansRequest& request,
+      absl::Duration ttl, const weightstore::v1::VersionInfo& version,
+      weightstore::v1::VersionEventType type) {
+    internal::v1::WatchReadPlansResponse event;
+    event.mutable_announcement()->set_type(type);
+    *event.mutable_announcement()->mutable_version() = version;
+    if (version.version() < 1) return event;
+    absl::StatusOr<AdapterStore::Lease> lease =
+        store.AcquireLease(request.adapter_name(), version.version(), request.holder(), ttl);
+    if (!lease.ok()) return event;  // Retired already: the reader fetches the usual way.
+    internal::v1::GetReadPlanRequest plan_request;
+    plan_request.set_adapter_name(request.adapter_name());
+    plan_request.set_version(version.version());
+    *plan_request.mutable_target() = request.target();
+    *plan_request.mutable_tensor_names() = request.tensor_names();
+    plan_request.set_lease_id(lease->id);
+    absl::StatusOr<internal::v1::GetReadPlanResponse> plan = planner.Plan(plan_request);
+    if (!plan.ok()) {
+      spdlog::warn("no read plan pushed for {}@{}: {}", request.adapter_name(), version.version(),
+                   plan.status().ToString());
+      store.ReleaseLease(lease->id);
+      return event;
+    }
+    event.set_lease_id(lease->id);
+    *event.mutable_lease_expire_time() = ToTimestamp(lease->expire_time);
+    *event.mutable_plan() = *std::move(plan);
+    return event;
+  }
+
+  // As WatchVersions: the first event out is the snapshot, every later one a newer commit; an
+  // announcement dropped here (older, or overtaken in the queue) gives its lease back.
+  void Enqueue(std::deque<internal::v1::WatchReadPlansResponse>& queue,
+               internal::v1::WatchReadPlansResponse event) override {
+    const std::optional<weightstore::v1::VersionEventType> type =
+        announced_.Offer(event.announcement().version().version());
+    if (!type.has_value()) {
+      Release(event);
+      return;
+    }
+    event.mutable_announcement()->set_type(*type);
+    for (const internal::v1::WatchReadPlansResponse& overtaken : queue) Release(overtaken);
+    queue.clear();
+    queue.push_back(std::move(event));
+  }
+
+  void Discard(const internal::v1::WatchReadPlansResponse& event) override { Release(event); }
+
+  void Release(const internal::v1::WatchReadPlansResponse& event) {
+    if (!event.lease_id().empty()) store_.ReleaseLease(event.lease_id());
+  }
+
+  void OnClientGone() override {
+    store_.Unwatch(watch_id_);
+    open_.Remove(open_id_);
+  }
+
+  AdapterStore& store_;
+  OpenStreams<internal::v1::WatchReadPlansResponse>& open_;
+  int64_t watch_id_ = 0;
+  int64_t open_id_ = 0;
+  AnnouncedVersions announced_;
+};
+
+// INVALID_ARGUMENT for a WatchReadPlans request no announcement could serve.
+absl::StatusOr<absl::Duration> CheckWatchRequest(
+    const internal::v1::WatchReadPlansRequest& request) {
+  if (absl::Status status = ValidateIdentifier("adapter_name", request.adapter_name());
+      !status.ok()) {
+    return status;
+  }
+  if (request.holder().empty()) return absl::InvalidArgumentError("holder is required");
+  if (absl::Status status = CheckMaxBytes("holder", request.holder(), kMaxNameBytes);
+      !status.ok()) {
+    return status;
+  }
+  if (!request.has_target()) return absl::InvalidArgumentError("target is required");
+  if (request.target().dtype() != type::v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("read plans never convert: leave target.dtype unset");
+  }
+  return LeaseTtl(request.has_lease_ttl(), request.lease_ttl(), "lease_ttl");
+}
+
+}  // namespace
 
 WeightStoreUcxServiceImpl::WeightStoreUcxServiceImpl(std::shared_ptr<transfer::UcxWorker> ucx,
                                                      std::shared_ptr<AdapterStore> store)
@@ -82,5 +204,19 @@ grpc::ServerUnaryReactor* WeightStoreUcxServiceImpl::ExchangeUcxEndpoint(
   };
   return FinishUnary(context, exchange(), response);
 }
+
+grpc::ServerWriteReactor<internal::v1::WatchReadPlansResponse>*
+WeightStoreUcxServiceImpl::WatchReadPlans(grpc::CallbackServerContext* /*context*/,
+                                          const internal::v1::WatchReadPlansRequest* request) {
+  absl::StatusOr<absl::Duration> ttl = CheckWatchRequest(*request);
+  absl::Status status = ttl.ok() ? CheckUcx() : ttl.status();
+  if (!status.ok()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<internal::v1::WatchReadPlansResponse>>(
+        ToGrpcStatus(status));
+  }
+  return new WatchPlansReactor(*store_, *planner_, watches_, *request, *ttl);
+}
+
+void WeightStoreUcxServiceImpl::Drain() { watches_.EndAll(DrainingStatus("weight-store")); }
 
 }  // namespace tandem::weight_store

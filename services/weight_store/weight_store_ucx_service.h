@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "common/open_streams.h"
 #include "services/weight_store/adapter_store.h"
 #include "services/weight_store/read_planner.h"
 #include "tandem/internal/v1/weight_store_ucx.grpc.pb.h"
@@ -29,6 +30,12 @@ class WeightStoreUcxServiceImpl final : public internal::v1::WeightStoreUcxServi
       grpc::CallbackServerContext* context,
       const internal::v1::ExchangeUcxEndpointRequest* request,
       internal::v1::ExchangeUcxEndpointResponse* response) override;
+  grpc::ServerWriteReactor<internal::v1::WatchReadPlansResponse>* WatchReadPlans(
+      grpc::CallbackServerContext* context,
+      const internal::v1::WatchReadPlansRequest* request) override;
+
+  // For a server drain: ends every WatchReadPlans stream with UNAVAILABLE (watch again).
+  void Drain();
 
  private:
   absl::Status CheckUcx() const;
@@ -37,6 +44,7 @@ class WeightStoreUcxServiceImpl final : public internal::v1::WeightStoreUcxServi
   std::shared_ptr<transfer::UcxWorker> ucx_;
   std::shared_ptr<AdapterStore> store_;
   std::unique_ptr<ReadPlanner> planner_;  // Null without UCX.
+  OpenStreams<internal::v1::WatchReadPlansResponse> watches_;
 };
 
 }  // namespace tandem::weight_store

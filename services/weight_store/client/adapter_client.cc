@@ -495,13 +495,41 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
       return status;
     }
   }
+  return FetchLeased(plan, *lease, deadline, options, fetched);
+}
+
+absl::Status AdapterFetcher::FetchLeased(const internal::v1::GetReadPlanResponse& plan,
+                                         const std::string& lease_id, absl::Time deadline,
+                                         const FetchOptions& options, FetchedAdapter& fetched) {
   absl::StatusOr<transfer::UcxPeer*> peer = PeerFor(*options.ucx, plan.store_worker_address());
   const absl::Status pulled = peer.ok() ? PullPlan(plan, **peer, deadline, fetched) : peer.status();
   if (!pulled.ok()) peer_.reset();  // A broken endpoint is not reused.
   // Copies out of mapped memory leave nothing in flight.
   if (peer.ok() && !pulled.ok() && !fetched.mapped) SetAsideMemoryOf(fetched);
-  release();
+  ReleaseInBackground(lease_id);
   return pulled;
+}
+
+absl::Status AdapterFetcher::FetchAnnounced(absl::string_view adapter,
+                                            const internal::v1::WatchReadPlansResponse& announced,
+                                            const FetchOptions& options, FetchedAdapter& fetched) {
+  const int64_t version = announced.announcement().version().version();
+  const bool planned = !announced.lease_id().empty() && announced.has_plan();
+  if (!planned || options.ucx == nullptr) {
+    if (!announced.lease_id().empty()) ReleaseInBackground(announced.lease_id());
+    return FetchInto(adapter, version, options, fetched);
+  }
+  // The reads end with the lease (the store may reuse the version's memory after it) or the
+  // caller's timeout, whichever is first.
+  const absl::Time deadline =
+      std::min(FromTimestamp(announced.lease_expire_time()), absl::Now() + options.timeout);
+  if (deadline <= absl::Now()) {  // The lease has ended: lease and plan afresh.
+    ReleaseInBackground(announced.lease_id());
+    return FetchInto(adapter, version, options, fetched);
+  }
+  const absl::Status status =
+      FetchLeased(announced.plan(), announced.lease_id(), deadline, options, fetched);
+  return FallBack(adapter, version, options, status, fetched);
 }
 
 // Over tcp, replies to gets issued on an endpoint that was then force-closed can still arrive
@@ -574,15 +602,22 @@ absl::StatusOr<transfer::UcxPeer*> AdapterFetcher::PeerFor(transfer::UcxWorker& 
 absl::Status AdapterFetcher::FetchInto(absl::string_view adapter, int64_t version,
                                        const FetchOptions& options, FetchedAdapter& fetched) {
   if (options.ucx != nullptr) {
-    const absl::Status status = FetchByUcx(adapter, version, options, fetched);
-    // Only transport trouble falls back; a wrong request would fail the same way over gRPC.
-    if (status.ok() || !(absl::IsUnavailable(status) || absl::IsFailedPrecondition(status) ||
-                         absl::IsDeadlineExceeded(status))) {
-      return status;
-    }
-    spdlog::warn("weight-store client: UCX fetch of {}@{} failed ({}); using gRPC", adapter,
-                 version, status);
+    return FallBack(adapter, version, options, FetchByUcx(adapter, version, options, fetched),
+                    fetched);
   }
+  return FetchByGrpc(store_.api(), adapter, version, options, fetched);
+}
+
+absl::Status AdapterFetcher::FallBack(absl::string_view adapter, int64_t version,
+                                      const FetchOptions& options, const absl::Status& status,
+                                      FetchedAdapter& fetched) {
+  // Only transport trouble falls back; a wrong request would fail the same way over gRPC.
+  if (status.ok() || !(absl::IsUnavailable(status) || absl::IsFailedPrecondition(status) ||
+                       absl::IsDeadlineExceeded(status))) {
+    return status;
+  }
+  spdlog::warn("weight-store client: UCX fetch of {}@{} failed ({}); using gRPC", adapter, version,
+               status);
   return FetchByGrpc(store_.api(), adapter, version, options, fetched);
 }
 

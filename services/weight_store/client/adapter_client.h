@@ -126,10 +126,24 @@ class AdapterFetcher {
                          FetchedAdapter& fetched);
   absl::StatusOr<FetchedAdapter> Fetch(absl::string_view adapter, int64_t version,
                                        const FetchOptions& options);
+  // Fetches the version a WatchReadPlans announcement names. With its lease and plan (and
+  // options.ucx, options.target the layout the watch registered) the bytes move at once, with no
+  // round trip to the store first, within the lease's lifetime; the lease is released after,
+  // fetched or not. Without them, or on transport trouble, as FetchInto.
+  absl::Status FetchAnnounced(absl::string_view adapter,
+                              const internal::v1::WatchReadPlansResponse& announced,
+                              const FetchOptions& options, FetchedAdapter& fetched);
 
  private:
   absl::Status FetchByUcx(absl::string_view adapter, int64_t version, const FetchOptions& options,
                           FetchedAdapter& fetched);
+  // Runs `plan` under `lease_id` (reads done by `deadline`), then releases the lease.
+  absl::Status FetchLeased(const internal::v1::GetReadPlanResponse& plan,
+                           const std::string& lease_id, absl::Time deadline,
+                           const FetchOptions& options, FetchedAdapter& fetched);
+  // FetchInto's fallback to gRPC after a UCX fetch that failed with `status`.
+  absl::Status FallBack(absl::string_view adapter, int64_t version, const FetchOptions& options,
+                        const absl::Status& status, FetchedAdapter& fetched);
   absl::Status PullPlan(const internal::v1::GetReadPlanResponse& plan, transfer::UcxPeer& peer,
                         absl::Time deadline, FetchedAdapter& fetched);
   // At least `bytes` of staging memory, kept between fetches.
