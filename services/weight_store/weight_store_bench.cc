@@ -1,5 +1,7 @@
 // Figures of the weight-store on loopback: UCX fetch bandwidth against ucx_perftest (ucp_get,
-// same transport, same run, see Run), gRPC fetch bandwidth, and publish -> N
+// same transport, same run, see Run), the same from a plan pushed with the version's
+// announcement (WatchReadPlans: no round trip before the bytes), gRPC fetch bandwidth, and
+// publish -> N
 // subscribers fetched latency for adapters of about 1 MiB, 64 MiB and 1 GiB, against the raw
 // transfer time at ucx_perftest's put and get rates (a steady refit: subscribers that already
 // fetched a version of that size, as rollout replicas do); then peak memory. Every figure is a
@@ -126,6 +128,42 @@ double FetchMiBps(const Store& store, const std::string& adapter, int64_t versio
   return repeats * MiB(bytes) / SecondsSince(start);
 }
 
+// The same fetches from a plan pushed with the version's announcement (WatchReadPlans): a
+// watching replica has the lease and the plan before it fetches, so only the fetch is timed
+// (each from a fresh watch's snapshot, whose lease the fetch releases).
+double PushedPlanFetchMiBps(const Store& store, const std::string& adapter, double bytes,
+                            transfer::UcxWorker* ucx) {
+  auto stub = Stub(store);
+  AdapterFetcher fetcher(*stub);
+  FetchedAdapter fetched;
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  double seconds = 0;
+  for (int i = 0; i <= repeats; ++i) {
+    grpc::ClientContext context;
+    internal::v1::WatchReadPlansRequest request;
+    request.set_adapter_name(adapter);
+    *request.mutable_target() = Stacked();
+    request.set_holder("weight-store-bench");
+    auto reader = stub->ucx().WatchReadPlans(&context, request);
+    internal::v1::WatchReadPlansResponse announced;
+    if (!reader->Read(&announced)) {
+      std::fprintf(stderr, "watch read plans: %s\n", reader->Finish().error_message().c_str());
+      return 0;
+    }
+    const Clock::time_point start = Clock::now();
+    const absl::Status status =
+        fetcher.FetchAnnounced(adapter, announced, {.target = Stacked(), .ucx = ucx}, fetched);
+    if (i > 0) seconds += SecondsSince(start);  // The first is a warm-up.
+    context.TryCancel();
+    reader->Finish();
+    if (!status.ok()) {
+      std::fprintf(stderr, "fetch from a pushed plan: %s\n", status.ToString().c_str());
+      return 0;
+    }
+  }
+  return repeats * MiB(bytes) / seconds;
+}
+
 // A rollout replica's loader: its UCX worker, fetcher and fetch memory live from version to
 // version, as AdapterRegistry keeps them.
 struct Subscriber {
@@ -234,6 +272,7 @@ void Run() {
                                                  /*subscribers_by_ucx=*/false));
     }
     const double ucx = FetchMiBps(store, "bench", version, bytes, consumer.get());
+    const double pushed = PushedPlanFetchMiBps(store, "bench", bytes, consumer.get());
     const double grpc = FetchMiBps(store, "bench", version, bytes, nullptr);
     // The baselines move at least as many bytes as the fetches, in gets of whole shards, and in
     // puts of the pieces PublishAdapter puts on tcp (larger ones collapse there, see
@@ -264,13 +303,15 @@ void Run() {
     const double latency = Mean(ucx_refits);
     const double grpc_latency = Mean(grpc_refits);
     std::printf(
-        "%8.1f MiB in %d shards: fetch ucx %7.1f MiB/s (%5.1f%% of ucx_perftest get %7.1f) | "
+        "%8.1f MiB in %d shards: fetch ucx %7.1f MiB/s (%5.1f%% of ucx_perftest get %7.1f), "
+        "from a pushed plan %7.1f MiB/s (%5.1f%%) | "
         "grpc %7.1f MiB/s | publish->%d fetched %7.3f s = %4.2fx raw transfer %6.3f s "
         "(ucx_perftest "
         "put %.1f MiB/s; first of the size %.3f s; fetched by grpc %.3f s = %4.2fx)\n",
         MiB(bytes), shards, ucx, perftest_get > 0 ? 100 * ucx / perftest_get : 0, perftest_get,
-        grpc, count, latency, raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds,
-        perftest_put, first, grpc_latency, raw_seconds > 0 ? grpc_latency / raw_seconds : 0);
+        pushed, perftest_get > 0 ? 100 * pushed / perftest_get : 0, grpc, count, latency,
+        raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds, perftest_put, first, grpc_latency,
+        raw_seconds > 0 ? grpc_latency / raw_seconds : 0);
   }
   store.server->Drain();
   std::printf("peak resident memory (store + clients + source tensors): %.0f MiB\n",
