@@ -221,6 +221,13 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
 absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
                                       AttentionBackend& attention, float* logits,
                                       int16_t* routes_out, absl::Span<const int> logit_rows) {
+  for (size_t i = 0; i < logit_rows.size(); ++i) {
+    if (logit_rows[i] < 0 || logit_rows[i] >= rows ||
+        (i > 0 && logit_rows[i] <= logit_rows[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("logit rows must ascend within [0, ", rows,
+                                                     "); row ", i, " is ", logit_rows[i]));
+    }
+  }
   backward_ready_ = false;  // The forward's activations and inputs are overwritten.
   ops_->Upload(tokens, rows, token_buffer_);
   ops_->Upload(positions, rows, position_buffer_);

@@ -103,8 +103,8 @@ class Transformer : public DecodeEngine {
   // One forward over arbitrary rows (token, absolute position) with a caller's attention;
   // what generation builds on. Writes the logits of `logit_rows` (ascending row indices; empty:
   // every row) [logit rows, vocab] and, if non-null, the routes used [rows, moe_layers, top_k].
-  // Activations are not kept. Fails only when the expert exchange or the operations' backend
-  // does.
+  // Activations are not kept. INVALID_ARGUMENT for logit rows that do not ascend within
+  // [0, rows); otherwise fails only when the expert exchange or the operations' backend does.
   absl::Status ForwardRows(const int* tokens, const int* positions, int rows,
                            AttentionBackend& attention, float* logits, int16_t* routes_out,
                            absl::Span<const int> logit_rows = {});

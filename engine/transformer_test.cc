@@ -503,6 +503,28 @@ TEST(GenerationBatchTest, AFailingEngineEndsItsSequencesWithTheError) {
   EXPECT_EQ(finished[0].second.finish_reason, FinishReason::kLength);
 }
 
+// A prefill's logits, computed on each prompt's last row only, are that row's logits of the
+// prompt's whole forward.
+TEST(TransformerPrefillTest, TheLastLogitsAreThoseOfEachPromptsWholeForward) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr);
+  const std::vector<int> tokens = {1, 5, 7, 2, 9}, positions = {0, 1, 2, 0, 1};
+  std::vector<std::unique_ptr<SequenceCache>> caches;
+  caches.push_back(*transformer.NewCache(4));
+  caches.push_back(*transformer.NewCache(4));
+  std::vector<PromptToPrefill> prompts = {{tokens.data(), 3, caches[0].get()},
+                                          {tokens.data() + 3, 2, caches[1].get()}};
+  std::vector<float> last(2 * 20);
+  ASSERT_TRUE(transformer.Prefill(prompts, last.data(), nullptr).ok());
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    TokenBatch alone;
+    alone.Add(std::vector<int>(prompts[p].tokens, prompts[p].tokens + prompts[p].length));
+    const std::vector<float> logits = Logits(transformer, alone);
+    const std::vector<float> expected(logits.end() - 20, logits.end());
+    for (int v = 0; v < 20; ++v) EXPECT_NEAR(last[p * 20 + v], expected[v], 1e-5) << p;
+  }
+}
+
 TEST(TransformerPrefillTest, AnEmptyPromptOrOneLongerThanItsCacheIsRefused) {
   BaseModel model = RandomModel(TinyConfig(), 1);
   Transformer transformer(model, nullptr);
