@@ -1,5 +1,6 @@
 #include "services/rollout/adapter_loader.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/status.h"
@@ -7,8 +8,20 @@
 
 namespace tandem::rollout {
 
+std::optional<internal::v1::WatchReadPlansRequest> AdapterLoader::PlansRequest() const {
+  if (options_.ucx == nullptr) return std::nullopt;
+  internal::v1::WatchReadPlansRequest request;
+  *request.mutable_target() = weight_store::EngineTargetLayout();
+  request.set_holder(options_.holder);
+  const absl::Duration ttl =
+      std::clamp(options_.fetch_timeout, absl::Seconds(1), absl::Seconds(600));
+  request.mutable_lease_ttl()->set_seconds(absl::ToInt64Seconds(ttl));
+  return request;
+}
+
 absl::StatusOr<std::shared_ptr<ServedModel>> AdapterLoader::Load(
-    const std::string& adapter, int64_t version, weight_store::AdapterFetcher& fetcher,
+    const std::string& adapter, int64_t version,
+    const internal::v1::WatchReadPlansResponse* announced, weight_store::AdapterFetcher& fetcher,
     weight_store::FetchedAdapter& fetched) const {
   weightstore::v1::GetManifestRequest request;
   request.mutable_adapter()->set_adapter_name(adapter);
@@ -21,12 +34,13 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterLoader::Load(
       !status.ok()) {
     return status;
   }
-  if (absl::Status status = fetcher.FetchInto(adapter, version,
-                                              {.target = weight_store::EngineTargetLayout(),
-                                               .ucx = options_.ucx,
-                                               .holder = options_.holder,
-                                               .timeout = options_.fetch_timeout},
-                                              fetched);
+  const weight_store::FetchOptions options{.target = weight_store::EngineTargetLayout(),
+                                           .ucx = options_.ucx,
+                                           .holder = options_.holder,
+                                           .timeout = options_.fetch_timeout};
+  if (absl::Status status = announced != nullptr
+                                ? fetcher.FetchAnnounced(adapter, *announced, options, fetched)
+                                : fetcher.FetchInto(adapter, version, options, fetched);
       !status.ok()) {
     return status;
   }

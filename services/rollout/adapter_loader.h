@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -11,6 +12,7 @@
 #include "engine/model.h"
 #include "services/rollout/served_model.h"
 #include "services/weight_store/client/adapter_client.h"
+#include "tandem/internal/v1/weight_store_ucx.pb.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::rollout {
@@ -35,10 +37,18 @@ class AdapterLoader {
                 AdapterLoaderOptions options)
       : base_(base), weight_store_(weight_store), options_(std::move(options)) {}
 
-  // `fetched`'s memory is reused from one version to the next.
-  absl::StatusOr<std::shared_ptr<ServedModel>> Load(const std::string& adapter, int64_t version,
-                                                    weight_store::AdapterFetcher& fetcher,
-                                                    weight_store::FetchedAdapter& fetched) const;
+  // `fetched`'s memory is reused from one version to the next. With `announced` (a
+  // WatchReadPlans announcement of `version` made with PlansRequest's layout) the fetch starts
+  // from its lease and plan.
+  absl::StatusOr<std::shared_ptr<ServedModel>> Load(
+      const std::string& adapter, int64_t version,
+      const internal::v1::WatchReadPlansResponse* announced, weight_store::AdapterFetcher& fetcher,
+      weight_store::FetchedAdapter& fetched) const;
+
+  // What a watch should ask WatchReadPlans for this loader's fetches (its layout and lease
+  // holder, leases as long as a fetch may take; the adapter name left to the watch); nullopt
+  // when it fetches by gRPC, which plans do not serve.
+  std::optional<internal::v1::WatchReadPlansRequest> PlansRequest() const;
 
  private:
   engine::BaseModel& base_;

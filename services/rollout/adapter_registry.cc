@@ -48,6 +48,9 @@ struct AdapterRegistry::Followed {
   absl::Time last_swap_time = absl::InfinitePast();
   absl::Time retry_at = absl::InfinitePast();
   absl::Duration backoff;
+  // The newest version announced with a lease and a read plan (WatchReadPlans) and not yet
+  // loaded: its load fetches with them. An older one's lease is given back when a newer comes.
+  std::map<int64_t, VersionWatch::Announcement> planned;
   std::shared_ptr<VersionWatch> watch;           // The open stream; null between streams.
   absl::Time rewatch_at = absl::InfinitePast();  // When a loader thread (re)opens it.
   absl::Duration watch_backoff;
@@ -167,6 +170,8 @@ void AdapterRegistry::RetireLocked(std::map<std::string, std::shared_ptr<Followe
   Followed& followed = *it->second;
   followed.retired = true;
   if (followed.watch != nullptr) to_cancel_.push_back(std::move(followed.watch));
+  for (const auto& [version, plan] : followed.planned) to_release_.push_back(plan.lease_id());
+  followed.planned.clear();
   if (followed.current != nullptr) {
     auto& versions = RolloutMetrics::Get().adapter_version;
     versions.Remove(&versions.Add({{"adapter", followed.name}}));
@@ -193,17 +198,18 @@ void AdapterRegistry::RunLoader() {
       work = TakeWorkLocked(options_.clock->Now());
     }
     for (const auto& watch : work.cancel) watch->Cancel();
+    for (const std::string& lease_id : work.release) weight_store::ReleaseLease(*stub_, lease_id);
     if (work.watch != nullptr) StartWatch(work.watch);
     if (work.load != nullptr) {
       status_listeners_.Notify(work.load->name);  // Fetching.
-      LoadVersion(*work.load, work.load_version, fetcher, fetched);
+      LoadVersion(*work.load, work.load_version, work.announced, fetcher, fetched);
       status_listeners_.Notify(work.load->name);  // Staged, or failed.
     }
   }
 }
 
 bool AdapterRegistry::HasWorkLocked(absl::Time now) const {
-  if (!to_cancel_.empty()) return true;
+  if (!to_cancel_.empty() || !to_release_.empty()) return true;
   return std::any_of(followed_.begin(), followed_.end(), [&](const auto& entry) {
     return entry.second->watch_due(now) || entry.second->load_due(now) != 0;
   });
@@ -213,6 +219,8 @@ AdapterRegistry::LoaderWork AdapterRegistry::TakeWorkLocked(absl::Time now) {
   LoaderWork work;
   work.cancel = std::move(to_cancel_);
   to_cancel_.clear();
+  work.release = std::move(to_release_);
+  to_release_.clear();
   for (auto& [name, followed] : followed_) {
     if (followed->watch_due(now)) {
       // Recorded before it starts, so that its callbacks find it.
@@ -227,6 +235,9 @@ AdapterRegistry::LoaderWork AdapterRegistry::TakeWorkLocked(absl::Time now) {
       followed->phase = rollout::v1::LOAD_PHASE_FETCHING;
       work.load = followed;
       work.load_version = version;
+      if (auto plan = followed->planned.extract(version); !plan.empty()) {
+        work.announced = std::move(plan.mapped());
+      }
       return work;
     }
   }
@@ -235,15 +246,18 @@ AdapterRegistry::LoaderWork AdapterRegistry::TakeWorkLocked(absl::Time now) {
 
 void AdapterRegistry::StartWatch(const std::shared_ptr<Followed>& followed) {
   std::shared_ptr<VersionWatch> watch;
+  bool plans_unsupported;
   {
     absl::MutexLock lock(&mutex_);
     watch = followed->watch;
+    plans_unsupported = plans_unsupported_;
   }
   if (watch == nullptr) return;  // Retired meanwhile: its stream is cancelled, never opened.
   Followed* raw = followed.get();
   watch->Start(
-      stub_->api(), followed->name,
-      [this, raw](const weightstore::v1::WatchVersionsResponse& event) {
+      *stub_, followed->name,
+      plans_unsupported || !loader_.has_value() ? std::nullopt : loader_->PlansRequest(),
+      [this, raw](const VersionWatch::Announcement& event) {
         OnWatchEvent(*raw, event);
         status_listeners_.Notify(raw->name);
       },
@@ -255,9 +269,15 @@ void AdapterRegistry::StartWatch(const std::shared_ptr<Followed>& followed) {
 }
 
 void AdapterRegistry::OnWatchEvent(Followed& followed,
-                                   const weightstore::v1::WatchVersionsResponse& event) {
+                                   const VersionWatch::Announcement& announced) {
   absl::MutexLock lock(&mutex_);
+  const weightstore::v1::WatchVersionsResponse& event = announced.announcement();
   const int64_t version = event.version().version();
+  if (!announced.lease_id().empty()) {
+    for (const auto& [older, plan] : followed.planned) to_release_.push_back(plan.lease_id());
+    followed.planned.clear();
+    followed.planned[version] = announced;
+  }
   if (!followed.snapshot_received) {
     followed.snapshot_received = true;
     followed.first_announced = version;
@@ -281,6 +301,14 @@ void AdapterRegistry::OnWatchEnd(Followed& followed, const VersionWatch* watch,
   absl::MutexLock lock(&mutex_);
   if (followed.watch.get() == watch) followed.watch = nullptr;
   if (stopping_ || followed.retired || followed.unknown) return;
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED && !plans_unsupported_) {
+    // A store older than WatchReadPlans: watch with WatchVersions from now on, at once.
+    spdlog::info("weight-store does not push read plans ({}); watching versions only",
+                 status.error_message());
+    plans_unsupported_ = true;
+    followed.rewatch_at = options_.clock->Now();
+    return;
+  }
   spdlog::warn("watching adapter '{}' at weight-store ended ({}: {}); retrying in {}",
                followed.name, static_cast<int>(status.error_code()), status.error_message(),
                absl::FormatDuration(followed.watch_backoff));
@@ -289,10 +317,11 @@ void AdapterRegistry::OnWatchEnd(Followed& followed, const VersionWatch* watch,
 }
 
 void AdapterRegistry::LoadVersion(Followed& followed, int64_t version,
+                                  const std::optional<VersionWatch::Announcement>& announced,
                                   weight_store::AdapterFetcher& fetcher,
                                   weight_store::FetchedAdapter& fetched) {
-  absl::StatusOr<std::shared_ptr<ServedModel>> loaded =
-      loader_->Load(followed.name, version, fetcher, fetched);
+  absl::StatusOr<std::shared_ptr<ServedModel>> loaded = loader_->Load(
+      followed.name, version, announced.has_value() ? &*announced : nullptr, fetcher, fetched);
   absl::MutexLock lock(&mutex_);
   const bool requested = followed.requested.contains(version);
   followed.loading_version = 0;

@@ -105,9 +105,11 @@ class AdapterRegistry final : public ServedModels {
   // What a loader thread does next, taken under the lock and done outside it.
   struct LoaderWork {
     std::vector<std::shared_ptr<VersionWatch>> cancel;
-    std::shared_ptr<Followed> watch;  // Open its watch stream.
-    std::shared_ptr<Followed> load;   // Load load_version of it (kept alive meanwhile).
+    std::vector<std::string> release;  // Leases of announcements it will not load.
+    std::shared_ptr<Followed> watch;   // Open its watch stream.
+    std::shared_ptr<Followed> load;    // Load load_version of it (kept alive meanwhile).
     int64_t load_version = 0;
+    std::optional<VersionWatch::Announcement> announced;  // With its lease and plan, if pushed.
   };
 
   Followed& FollowLocked(const std::string& adapter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -125,10 +127,11 @@ class AdapterRegistry final : public ServedModels {
   bool HasWorkLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   LoaderWork TakeWorkLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void StartWatch(const std::shared_ptr<Followed>& followed);
-  void OnWatchEvent(Followed& followed, const weightstore::v1::WatchVersionsResponse& event);
+  void OnWatchEvent(Followed& followed, const VersionWatch::Announcement& announced);
   void OnWatchEnd(Followed& followed, const VersionWatch* watch, const grpc::Status& status);
-  void LoadVersion(Followed& followed, int64_t version, weight_store::AdapterFetcher& fetcher,
-                   weight_store::FetchedAdapter& fetched);
+  void LoadVersion(Followed& followed, int64_t version,
+                   const std::optional<VersionWatch::Announcement>& announced,
+                   weight_store::AdapterFetcher& fetcher, weight_store::FetchedAdapter& fetched);
   absl::StatusOr<std::shared_ptr<ServedModel>> ResolveExact(Followed& followed, int64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Drops versions beyond resident_versions that are not current, not in use and not in `keep`.
@@ -151,6 +154,10 @@ class AdapterRegistry final : public ServedModels {
   std::vector<std::string> retired_untold_ ABSL_GUARDED_BY(mutex_);
   // Streams of unfollowed adapters, cancelled by a loader thread outside the lock.
   std::vector<std::shared_ptr<VersionWatch>> to_cancel_ ABSL_GUARDED_BY(mutex_);
+  // Leases of announcements that will not be loaded, released by a loader thread.
+  std::vector<std::string> to_release_ ABSL_GUARDED_BY(mutex_);
+  // The store answered WatchReadPlans UNIMPLEMENTED (it is older): watch versions only.
+  bool plans_unsupported_ ABSL_GUARDED_BY(mutex_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -27,6 +27,8 @@
 #include "engine/sft.h"
 #include "engine/tokenizer.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "gtest/gtest.h"
 #include "services/rollout/client/version_swap.h"
 #include "services/rollout/rollout_metrics.h"
@@ -99,6 +101,37 @@ struct StatusStream {
     context->TryCancel();
     reader->Finish();  // CANCELLED, by us.
   }
+};
+
+// The calls a channel made, by method (full name).
+class CallCounts {
+ public:
+  void Add(const std::string& method) {
+    absl::MutexLock lock(&mutex_);
+    ++calls_[method];
+  }
+  int operator[](const std::string& method) {
+    absl::MutexLock lock(&mutex_);
+    return calls_[method];
+  }
+
+ private:
+  absl::Mutex mutex_;
+  std::map<std::string, int> calls_ ABSL_GUARDED_BY(mutex_);
+};
+
+// Counts every call of the channel it is installed on into `counts`.
+class CallCounting final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit CallCounting(std::shared_ptr<CallCounts> counts) : counts_(std::move(counts)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    counts_->Add(info->method());
+    return nullptr;
+  }
+
+ private:
+  const std::shared_ptr<CallCounts> counts_;
 };
 
 class RolloutServiceTest : public ::testing::Test {
@@ -408,6 +441,45 @@ TEST_F(RolloutServiceTest, UnreachableRouterReplayIsReportedPerSampleNeverSilent
     EXPECT_FALSE(sample.route_error().empty());
     EXPECT_GT(sample.token_ids_size(), 0) << "the sample itself is still returned";
   }
+}
+
+// A replica fetching by UCX watches with WatchReadPlans: every version it loads starts from the
+// lease and the plan pushed with its announcement, so it never asks for a lease or a plan.
+TEST_F(RolloutServiceTest, AReplicaFetchingByUcxLoadsFromPlansPushedWithEachVersion) {
+  auto calls = std::make_shared<CallCounts>();
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<CallCounting>(calls));
+  RolloutOptions options = DefaultOptions();
+  options.weight_store = grpc::experimental::CreateCustomChannelWithInterceptors(
+      weight_store_.target(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
+      std::move(interceptors));
+  options.adapters = {kAdapter};
+  Publish(1);
+  StartRollout(options);
+  AwaitCurrentVersion(1);
+  Publish(2);
+  AwaitCurrentVersion(2);
+  EXPECT_EQ((*calls)["/tandem.internal.v1.WeightStoreUcxService/WatchReadPlans"], 1);
+  EXPECT_EQ((*calls)["/tandem.internal.v1.WeightStoreUcxService/GetReadPlan"], 0);
+  EXPECT_EQ((*calls)["/tandem.weightstore.v1.WeightStoreService/AcquireLease"], 0);
+  EXPECT_EQ((*calls)["/tandem.weightstore.v1.WeightStoreService/FetchTensors"], 0);
+  EXPECT_EQ((*calls)["/tandem.weightstore.v1.WeightStoreService/ReleaseLease"], 2);
+}
+
+// A store older than WatchReadPlans (it answers UNIMPLEMENTED): the replica watches versions
+// and fetches with a lease and a plan it asks for, as before.
+TEST_F(RolloutServiceTest, AStoreThatPushesNoPlansIsWatchedAsBefore) {
+  weight_store_.server.reset();
+  auto older = weight_store::testing::StartWeightStoreWithoutPushedPlans(
+      {.data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}},
+      RolloutTestOptions());
+  ASSERT_TRUE(older.ok()) << older.status();
+  weight_store_ = *std::move(older);
+  weight_store_channel_ = weight_store_.Channel();
+  weight_store_stub_ = std::make_unique<weight_store::WeightStoreStubs>(weight_store_channel_);
+  StartFollowingVersionOne();
+  Publish(2);
+  AwaitCurrentVersion(2);
 }
 
 TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {

@@ -1,31 +1,51 @@
 #include "services/rollout/version_watch.h"
 
+#include <functional>
 #include <utility>
 
 namespace tandem::rollout {
 
-// Deletes itself when the call is done; keeps the watch (and so its ClientContext) alive until
-// then.
-class VersionWatch::Reactor final
-    : public grpc::ClientReadReactor<weightstore::v1::WatchVersionsResponse> {
+namespace {
+
+VersionWatch::Announcement AsAnnouncement(const weightstore::v1::WatchVersionsResponse& message) {
+  VersionWatch::Announcement announcement;
+  *announcement.mutable_announcement() = message;
+  return announcement;
+}
+
+const VersionWatch::Announcement& AsAnnouncement(const VersionWatch::Announcement& message) {
+  return message;
+}
+
+}  // namespace
+
+// Deletes itself when the call is done; keeps the watch (and so its ClientContext) and the
+// request alive until then.
+template <typename Request, typename Response>
+class VersionWatch::Reactor final : public grpc::ClientReadReactor<Response> {
  public:
-  Reactor(std::shared_ptr<VersionWatch> watch, OnEvent on_event, OnEnd on_end, CallTracker& calls)
+  using Open =
+      std::function<void(grpc::ClientContext*, const Request*, grpc::ClientReadReactor<Response>*)>;
+
+  Reactor(std::shared_ptr<VersionWatch> watch, Request request, OnEvent on_event, OnEnd on_end,
+          CallTracker& calls)
       : call_(calls),
         watch_(std::move(watch)),
+        request_(std::move(request)),
         on_event_(std::move(on_event)),
         on_end_(std::move(on_end)) {}
 
-  void Begin(weightstore::v1::WeightStoreService::StubInterface& stub, const std::string& adapter) {
-    request_.set_adapter_name(adapter);
-    stub.async()->WatchVersions(&watch_->context_, &request_, this);
-    StartRead(&response_);
-    StartCall();
+  // `open` starts the call on this reactor (the stub's async WatchVersions or WatchReadPlans).
+  void Begin(const Open& open) {
+    open(&watch_->context_, &request_, this);
+    this->StartRead(&response_);
+    this->StartCall();
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // The stream ended: OnDone follows with its status.
-    on_event_(response_);
-    StartRead(&response_);
+    on_event_(AsAnnouncement(response_));
+    this->StartRead(&response_);
   }
 
   void OnDone(const grpc::Status& status) override {
@@ -38,17 +58,38 @@ class VersionWatch::Reactor final
   // waiting for its calls to end may go away.
   const CallTracker::Token call_;
   const std::shared_ptr<VersionWatch> watch_;
+  const Request request_;
   const OnEvent on_event_;
   const OnEnd on_end_;
-  weightstore::v1::WatchVersionsRequest request_;
-  weightstore::v1::WatchVersionsResponse response_;
+  Response response_;
 };
 
-void VersionWatch::Start(weightstore::v1::WeightStoreService::StubInterface& stub,
-                         const std::string& adapter, OnEvent on_event, OnEnd on_end,
-                         CallTracker& calls) {
-  (new Reactor(shared_from_this(), std::move(on_event), std::move(on_end), calls))
-      ->Begin(stub, adapter);
+void VersionWatch::Start(const weight_store::WeightStoreStubs& stubs, const std::string& adapter,
+                         std::optional<internal::v1::WatchReadPlansRequest> plans, OnEvent on_event,
+                         OnEnd on_end, CallTracker& calls) {
+  if (plans.has_value()) {
+    plans->set_adapter_name(adapter);
+    using PlansReactor = Reactor<internal::v1::WatchReadPlansRequest, Announcement>;
+    (new PlansReactor(shared_from_this(), *std::move(plans), std::move(on_event), std::move(on_end),
+                      calls))
+        ->Begin([&stubs](grpc::ClientContext* context,
+                         const internal::v1::WatchReadPlansRequest* request,
+                         grpc::ClientReadReactor<Announcement>* reactor) {
+          stubs.ucx().async()->WatchReadPlans(context, request, reactor);
+        });
+    return;
+  }
+  weightstore::v1::WatchVersionsRequest request;
+  request.set_adapter_name(adapter);
+  using VersionsReactor =
+      Reactor<weightstore::v1::WatchVersionsRequest, weightstore::v1::WatchVersionsResponse>;
+  (new VersionsReactor(shared_from_this(), std::move(request), std::move(on_event),
+                       std::move(on_end), calls))
+      ->Begin([&stubs](grpc::ClientContext* context,
+                       const weightstore::v1::WatchVersionsRequest* request,
+                       grpc::ClientReadReactor<weightstore::v1::WatchVersionsResponse>* reactor) {
+        stubs.api().async()->WatchVersions(context, request, reactor);
+      });
 }
 
 }  // namespace tandem::rollout

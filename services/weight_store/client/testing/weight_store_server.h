@@ -9,6 +9,7 @@
 
 #include "common/testing/test_server.h"
 #include "services/weight_store/weight_store_service.h"
+#include "services/weight_store/weight_store_ucx_service.h"
 
 namespace tandem::weight_store::testing {
 
@@ -20,6 +21,50 @@ inline absl::StatusOr<tandem::testing::LoopbackServer> StartWeightStore(
   if (!services.ok()) return services.status();
   return tandem::testing::StartLoopbackServer("weight-store", *std::move(services),
                                               server_options);
+}
+
+// The data plane as stores served it before WatchReadPlans: every other call is the real one's,
+// WatchReadPlans UNIMPLEMENTED (the generated service's answer), for clients' fallback tests.
+class DataPlaneWithoutPushedPlans final
+    : public internal::v1::WeightStoreUcxService::CallbackService {
+ public:
+  explicit DataPlaneWithoutPushedPlans(std::unique_ptr<WeightStoreUcxServiceImpl> real)
+      : real_(std::move(real)) {}
+
+  grpc::ServerUnaryReactor* BeginUcxPublish(
+      grpc::CallbackServerContext* context, const internal::v1::BeginUcxPublishRequest* request,
+      internal::v1::BeginUcxPublishResponse* response) override {
+    return real_->BeginUcxPublish(context, request, response);
+  }
+  grpc::ServerUnaryReactor* GetReadPlan(grpc::CallbackServerContext* context,
+                                        const internal::v1::GetReadPlanRequest* request,
+                                        internal::v1::GetReadPlanResponse* response) override {
+    return real_->GetReadPlan(context, request, response);
+  }
+  grpc::ServerUnaryReactor* ExchangeUcxEndpoint(
+      grpc::CallbackServerContext* context, const internal::v1::ExchangeUcxEndpointRequest* request,
+      internal::v1::ExchangeUcxEndpointResponse* response) override {
+    return real_->ExchangeUcxEndpoint(context, request, response);
+  }
+
+ private:
+  std::unique_ptr<WeightStoreUcxServiceImpl> real_;
+};
+
+// StartWeightStore, as a store older than WatchReadPlans.
+inline absl::StatusOr<tandem::testing::LoopbackServer> StartWeightStoreWithoutPushedPlans(
+    const WeightStoreOptions& options,
+    const ServerOptions& server_options = tandem::testing::LoopbackOptions()) {
+  absl::StatusOr<std::unique_ptr<WeightStoreServiceImpl>> service =
+      WeightStoreServiceImpl::Create(options);
+  if (!service.ok()) return service.status();
+  WeightStoreServiceImpl* api = service->get();
+  auto data_plane = std::make_unique<DataPlaneWithoutPushedPlans>(api->NewUcxService());
+  std::vector<HostedService> services;
+  services.push_back({"tandem.weightstore.v1.WeightStoreService", *std::move(service),
+                      /*ready=*/nullptr, [api] { api->Drain(); }});
+  services.push_back({"tandem.internal.v1.WeightStoreUcxService", std::move(data_plane)});
+  return tandem::testing::StartLoopbackServer("weight-store", std::move(services), server_options);
 }
 
 }  // namespace tandem::weight_store::testing
