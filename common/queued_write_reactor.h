@@ -20,10 +20,13 @@ class QueuedWriteReactor : public grpc::ServerWriteReactor<Response> {
   // What producers hold; thread-safe.
   class Sink {
    public:
-    // Queues `message`; ignored once the stream has finished.
-    void Write(Response message) {
+    // Queues `message`; ignored once the stream has finished. False when the reactor is gone
+    // (it could not even Discard the message): what the message holds is the caller's again.
+    bool Write(Response message) {
       absl::MutexLock lock(&mutex_);
-      if (reactor_ != nullptr) reactor_->Offer(std::move(message));
+      if (reactor_ == nullptr) return false;
+      reactor_->Offer(std::move(message));
+      return true;
     }
     // Ends the stream after the write in progress; messages still queued are dropped.
     void Finish(const grpc::Status& status) {

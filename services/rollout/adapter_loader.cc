@@ -23,6 +23,17 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterLoader::Load(
     const std::string& adapter, int64_t version,
     const internal::v1::WatchReadPlansResponse* announced, weight_store::AdapterFetcher& fetcher,
     weight_store::FetchedAdapter& fetched) const {
+  // The fetch first: it gives an announcement's lease back whatever happens.
+  const weight_store::FetchOptions options{.target = weight_store::EngineTargetLayout(),
+                                           .ucx = options_.ucx,
+                                           .holder = options_.holder,
+                                           .timeout = options_.fetch_timeout};
+  if (absl::Status status = announced != nullptr
+                                ? fetcher.FetchAnnounced(adapter, *announced, options, fetched)
+                                : fetcher.FetchInto(adapter, version, options, fetched);
+      !status.ok()) {
+    return status;
+  }
   weightstore::v1::GetManifestRequest request;
   request.mutable_adapter()->set_adapter_name(adapter);
   request.mutable_adapter()->set_exact_version(version);
@@ -31,16 +42,6 @@ absl::StatusOr<std::shared_ptr<ServedModel>> AdapterLoader::Load(
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.fetch_timeout));
   if (absl::Status status =
           FromGrpcStatus(weight_store_.api().GetManifest(&context, request, &manifest));
-      !status.ok()) {
-    return status;
-  }
-  const weight_store::FetchOptions options{.target = weight_store::EngineTargetLayout(),
-                                           .ucx = options_.ucx,
-                                           .holder = options_.holder,
-                                           .timeout = options_.fetch_timeout};
-  if (absl::Status status = announced != nullptr
-                                ? fetcher.FetchAnnounced(adapter, *announced, options, fetched)
-                                : fetcher.FetchInto(adapter, version, options, fetched);
       !status.ok()) {
     return status;
   }

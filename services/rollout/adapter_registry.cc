@@ -274,9 +274,16 @@ void AdapterRegistry::OnWatchEvent(Followed& followed,
   const weightstore::v1::WatchVersionsResponse& event = announced.announcement();
   const int64_t version = event.version().version();
   if (!announced.lease_id().empty()) {
-    for (const auto& [older, plan] : followed.planned) to_release_.push_back(plan.lease_id());
-    followed.planned.clear();
-    followed.planned[version] = announced;
+    const int64_t have =
+        std::max({followed.current_version(), followed.staged_version(), followed.loading_version});
+    if (stopping_ || followed.retired || version <= have) {
+      // Never to be loaded from this announcement. At a stop its lease expires at its TTL.
+      to_release_.push_back(announced.lease_id());
+    } else {
+      for (const auto& [older, plan] : followed.planned) to_release_.push_back(plan.lease_id());
+      followed.planned.clear();
+      followed.planned[version] = announced;
+    }
   }
   if (!followed.snapshot_received) {
     followed.snapshot_received = true;
@@ -301,8 +308,13 @@ void AdapterRegistry::OnWatchEnd(Followed& followed, const VersionWatch* watch,
   absl::MutexLock lock(&mutex_);
   if (followed.watch.get() == watch) followed.watch = nullptr;
   if (stopping_ || followed.retired || followed.unknown) return;
-  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED && !plans_unsupported_) {
-    // A store older than WatchReadPlans: watch with WatchVersions from now on, at once.
+  const grpc::StatusCode code = status.error_code();
+  const bool plans_refused = code == grpc::StatusCode::UNIMPLEMENTED ||
+                             code == grpc::StatusCode::FAILED_PRECONDITION ||
+                             code == grpc::StatusCode::INVALID_ARGUMENT;
+  if (plans_refused && !plans_unsupported_ && loader_->PlansRequest().has_value()) {
+    // A store older than WatchReadPlans, or one without UCX: watch with WatchVersions from now
+    // on, at once.
     spdlog::info("weight-store does not push read plans ({}); watching versions only",
                  status.error_message());
     plans_unsupported_ = true;
@@ -326,6 +338,12 @@ void AdapterRegistry::LoadVersion(Followed& followed, int64_t version,
   const bool requested = followed.requested.contains(version);
   followed.loading_version = 0;
   if (loaded.ok()) {
+    // Announcements of this version or older (an exact request's path) will not be loaded.
+    for (auto it = followed.planned.begin();
+         it != followed.planned.end() && it->first <= version;) {
+      to_release_.push_back(it->second.lease_id());
+      it = followed.planned.erase(it);
+    }
     followed.requested.erase(version);  // Staged now; ResolveExact waits for the swap.
     followed.staged.push_back(*std::move(loaded));
     followed.phase = rollout::v1::LOAD_PHASE_STAGED;

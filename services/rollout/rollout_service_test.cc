@@ -466,20 +466,29 @@ TEST_F(RolloutServiceTest, AReplicaFetchingByUcxLoadsFromPlansPushedWithEachVers
   EXPECT_EQ((*calls)["/tandem.weightstore.v1.WeightStoreService/ReleaseLease"], 2);
 }
 
-// A store older than WatchReadPlans (it answers UNIMPLEMENTED): the replica watches versions
-// and fetches with a lease and a plan it asks for, as before.
+// A store older than WatchReadPlans (it answers UNIMPLEMENTED), and one without UCX
+// (FAILED_PRECONDITION): the replica watches versions and fetches as before.
 TEST_F(RolloutServiceTest, AStoreThatPushesNoPlansIsWatchedAsBefore) {
-  weight_store_.server.reset();
-  auto older = weight_store::testing::StartWeightStoreWithoutPushedPlans(
-      {.data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}},
-      RolloutTestOptions());
-  ASSERT_TRUE(older.ok()) << older.status();
-  weight_store_ = *std::move(older);
-  weight_store_channel_ = weight_store_.Channel();
-  weight_store_stub_ = std::make_unique<weight_store::WeightStoreStubs>(weight_store_channel_);
-  StartFollowingVersionOne();
-  Publish(2);
-  AwaitCurrentVersion(2);
+  const weight_store::WeightStoreOptions store_options{
+      .data_dir = dir_ + "/weights", .keep_versions = 8, .ucx = {.transports = "tcp"}};
+  weight_store::WeightStoreOptions without_ucx = store_options;
+  without_ucx.enable_ucx = false;
+  for (const bool older : {true, false}) {
+    SCOPED_TRACE(older ? "a store without WatchReadPlans" : "a store without UCX");
+    weight_store_.server.reset();
+    rollout_.server.reset();
+    std::filesystem::remove_all(dir_ + "/weights");
+    auto store = older ? weight_store::testing::StartWeightStoreWithoutPushedPlans(
+                             store_options, RolloutTestOptions())
+                       : weight_store::testing::StartWeightStore(without_ucx, RolloutTestOptions());
+    ASSERT_TRUE(store.ok()) << store.status();
+    weight_store_ = *std::move(store);
+    weight_store_channel_ = weight_store_.Channel();
+    weight_store_stub_ = std::make_unique<weight_store::WeightStoreStubs>(weight_store_channel_);
+    StartFollowingVersionOne();
+    Publish(2);
+    AwaitCurrentVersion(2);
+  }
 }
 
 TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {

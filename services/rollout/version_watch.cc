@@ -1,7 +1,10 @@
 #include "services/rollout/version_watch.h"
 
+#include <algorithm>
 #include <functional>
 #include <utility>
+
+#include "common/proto_time.h"
 
 namespace tandem::rollout {
 
@@ -15,6 +18,19 @@ VersionWatch::Announcement AsAnnouncement(const weightstore::v1::WatchVersionsRe
 
 const VersionWatch::Announcement& AsAnnouncement(const VersionWatch::Announcement& message) {
   return message;
+}
+
+// `on_event` with each lease's end as this replica can trust it: the store's end (its clock)
+// bounded by arrival + ttl here, less a tenth of the ttl for clock skew and time in buffers.
+VersionWatch::OnEvent WithLocalLeaseEnds(VersionWatch::OnEvent on_event, absl::Duration ttl) {
+  return [on_event = std::move(on_event), ttl](const VersionWatch::Announcement& announced) {
+    if (announced.lease_id().empty()) return on_event(announced);
+    VersionWatch::Announcement local = announced;
+    const absl::Time end =
+        std::min(FromTimestamp(announced.lease_expire_time()), absl::Now() + ttl) - ttl / 10;
+    *local.mutable_lease_expire_time() = ToTimestamp(end);
+    on_event(local);
+  };
 }
 
 }  // namespace
@@ -69,9 +85,11 @@ void VersionWatch::Start(const weight_store::WeightStoreStubs& stubs, const std:
                          OnEnd on_end, CallTracker& calls) {
   if (plans.has_value()) {
     plans->set_adapter_name(adapter);
+    const absl::Duration ttl =
+        plans->has_lease_ttl() ? absl::Seconds(plans->lease_ttl().seconds()) : absl::Seconds(30);
     using PlansReactor = Reactor<internal::v1::WatchReadPlansRequest, Announcement>;
-    (new PlansReactor(shared_from_this(), *std::move(plans), std::move(on_event), std::move(on_end),
-                      calls))
+    (new PlansReactor(shared_from_this(), *std::move(plans),
+                      WithLocalLeaseEnds(std::move(on_event), ttl), std::move(on_end), calls))
         ->Begin([&stubs](grpc::ClientContext* context,
                          const internal::v1::WatchReadPlansRequest* request,
                          grpc::ClientReadReactor<Announcement>* reactor) {

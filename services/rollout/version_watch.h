@@ -30,9 +30,11 @@ class VersionWatch : public std::enable_shared_from_this<VersionWatch> {
     return std::shared_ptr<VersionWatch>(new VersionWatch());
   }
   // Opens the stream: WatchReadPlans with `plans` (for `adapter`) when given, else
-  // WatchVersions; `on_event` runs for each message, then `on_end` once with the stream's
-  // status, after which nothing runs; both on gRPC's threads, one at a time. `calls` counts the
-  // stream until `on_end` has returned (an owner waits for it before going away). At most once.
+  // WatchVersions (each lease's expire time in the announcements `on_event` gets is the store's
+  // bounded by its arrival here plus the ttl asked for, less a tenth of that ttl); `on_event` runs
+  // for each message, then `on_end` once with the stream's status, after which nothing runs; both
+  // on gRPC's threads, one at a time. `calls` counts the stream until `on_end` has returned (an
+  // owner waits for it before going away). At most once.
   void Start(const weight_store::WeightStoreStubs& stubs, const std::string& adapter,
              std::optional<internal::v1::WatchReadPlansRequest> plans, OnEvent on_event,
              OnEnd on_end, CallTracker& calls);

@@ -33,10 +33,15 @@ class WatchPlansReactor final : public QueuedWriteReactor<internal::v1::WatchRea
                               weightstore::v1::VersionEventType type) {
       return Announce(store, planner, request, ttl, version, type);
     };
+    // The store may call a listener once more after Unwatch (it calls them outside its lock),
+    // when the stream is gone: that announcement's lease is given back here.
     watch_id_ = store_.Watch(
         request.adapter_name(),
-        [announce, sink = sink()](const weightstore::v1::VersionInfo& version) {
-          sink->Write(announce(version, weightstore::v1::VERSION_EVENT_TYPE_COMMITTED));
+        [announce, &store, sink = sink()](const weightstore::v1::VersionInfo& version) {
+          internal::v1::WatchReadPlansResponse event =
+              announce(version, weightstore::v1::VERSION_EVENT_TYPE_COMMITTED);
+          const std::string lease_id = event.lease_id();
+          if (!sink->Write(std::move(event)) && !lease_id.empty()) store.ReleaseLease(lease_id);
         });
     internal::v1::WatchReadPlansResponse snapshot = announce(
         store_.Newest(request.adapter_name()), weightstore::v1::VERSION_EVENT_TYPE_SNAPSHOT);
