@@ -40,6 +40,7 @@ absl::Status MoveExpertRows(Communicator& group, const ExpertPlacement& from,
     return status;
   }
   // Received by source, then in wanted's order: put each expert at its place in wanted.
+  rows.resize(wanted.size() * expert_size);
   std::vector<int64_t> source_at(ranks, 0);
   for (int source = 1; source < ranks; ++source) {
     source_at[source] = source_at[source - 1] + receive_counts[source - 1];

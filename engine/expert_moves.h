@@ -16,7 +16,8 @@
 namespace tandem::engine {
 
 // `rows`: this rank's experts under `from` (`expert_size` floats each, in from's order) in place
-// <- its experts under `to`, in to's order.
+// <- its experts under `to`, in to's order, as many as `to` gives it (each from its holder under
+// `from`; `to` may give an expert to several ranks, as replicas).
 absl::Status MoveExpertRows(Communicator& group, const ExpertPlacement& from,
                             const ExpertPlacement& to, int64_t expert_size,
                             std::vector<float>& rows);

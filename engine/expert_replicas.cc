@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/expert_moves.h"
 
 namespace tandem::engine {
 namespace {
@@ -19,44 +20,6 @@ struct Traffic {
   std::vector<float> send;
   std::vector<int64_t> send_counts, receive_counts;
 };
-
-// rows: this rank's own experts' values (expert_size each) -> those followed by its replicas'.
-absl::Status CopyFromOwners(Communicator& group, const ExpertPlacement& placement,
-                            int64_t expert_size, std::vector<float>& rows) {
-  const int ranks = group.size(), me = group.rank();
-  const std::vector<int> owners = placement.Owners();
-  const std::vector<int>& own = placement.experts[me];
-  Traffic traffic{.send_counts = std::vector<int64_t>(ranks, 0),
-                  .receive_counts = std::vector<int64_t>(ranks, 0)};
-  // Each owner sends its experts to the ranks replicating them, in each replica list's order.
-  for (int rank = 0; rank < ranks; ++rank) {
-    for (int expert : placement.replicas[rank]) {
-      if (owners[expert] != me) continue;
-      const auto from = rows.begin() + IndexOf(own, expert) * expert_size;
-      traffic.send.insert(traffic.send.end(), from, from + expert_size);
-      traffic.send_counts[rank] += expert_size;
-    }
-  }
-  const std::vector<int>& mine = placement.replicas[me];
-  for (int expert : mine) traffic.receive_counts[owners[expert]] += expert_size;
-  std::vector<float> received(mine.size() * expert_size);
-  if (absl::Status status = group.AllToAllV(traffic.send.data(), traffic.send_counts,
-                                            received.data(), traffic.receive_counts);
-      !status.ok()) {
-    return status;
-  }
-  std::vector<int64_t> source_at(ranks, 0);  // Received by source, each in mine's order.
-  for (int source = 1; source < ranks; ++source) {
-    source_at[source] = source_at[source - 1] + traffic.receive_counts[source - 1];
-  }
-  rows.resize((own.size() + mine.size()) * expert_size);
-  for (size_t i = 0; i < mine.size(); ++i) {
-    int64_t& at = source_at[owners[mine[i]]];
-    std::copy_n(received.begin() + at, expert_size, rows.begin() + (own.size() + i) * expert_size);
-    at += expert_size;
-  }
-  return absl::OkStatus();
-}
 
 // rows: this rank's own experts' and then its replicas' gradients -> its own experts' only, each
 // with every replica's of it added.
@@ -103,15 +66,20 @@ absl::Status AddToOwners(Communicator& group, const ExpertPlacement& placement, 
   return absl::OkStatus();
 }
 
+// FAILED_PRECONDITION unless `parameters` hold rank `rank`'s own experts of `placement`, and
+// its replicas too when `with_replicas`.
 absl::Status CheckHeld(const ExpertPlacement& placement, int rank, const ParameterSet& parameters,
-                       const std::vector<int>& expected, const char* when) {
+                       bool with_replicas) {
   if (placement.ranks() <= rank || placement.replicas.size() != placement.experts.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("a placement with replicas for every one of ", placement.ranks(), " ranks"));
   }
+  const std::vector<int> expected =
+      with_replicas ? placement.Computed(rank) : placement.experts[rank];
   if (parameters.held_experts() != expected) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the parameters do not hold this rank's experts ", when));
+        absl::StrCat("the parameters do not hold this rank's experts ",
+                     with_replicas ? "with their replicas" : "before their replicas"));
   }
   return absl::OkStatus();
 }
@@ -133,19 +101,22 @@ void KeepOwn(int64_t own, ParameterSet& parameters) {
 absl::Status HoldReplicas(Communicator& group, const ExpertPlacement& placement,
                           ParameterSet& parameters) {
   const int me = group.rank();
-  if (absl::Status status =
-          CheckHeld(placement, me, parameters,
-                    me < placement.ranks() ? placement.experts[me] : std::vector<int>{},
-                    "before their replicas");
+  if (absl::Status status = CheckHeld(placement, me, parameters, /*with_replicas=*/false);
       !status.ok()) {
     return status;
   }
-  const std::vector<int> computed = placement.Computed(me);
+  // Each rank's experts and replicas, taken from their owners as a move would.
+  ExpertPlacement held;
+  for (int rank = 0; rank < placement.ranks(); ++rank) {
+    held.experts.push_back(placement.Computed(rank));
+  }
+  const std::vector<int>& computed = held.experts[me];
   for (const std::string& name : parameters.names()) {
     Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts) continue;
     const int64_t expert_size = parameter.size() / parameter.shape[0];
-    if (absl::Status status = CopyFromOwners(group, placement, expert_size, parameter.value);
+    if (absl::Status status =
+            MoveExpertRows(group, placement.Owned(), held, expert_size, parameter.value);
         !status.ok()) {
       return status;
     }
@@ -159,14 +130,10 @@ absl::Status HoldReplicas(Communicator& group, const ExpertPlacement& placement,
 absl::Status ReleaseReplicas(Communicator& group, const ExpertPlacement& placement,
                              ParameterSet& parameters) {
   const int me = group.rank();
-  if (absl::Status status =
-          CheckHeld(placement, me, parameters,
-                    me < placement.ranks() ? placement.Computed(me) : std::vector<int>{},
-                    "with their replicas");
+  if (absl::Status status = CheckHeld(placement, me, parameters, /*with_replicas=*/true);
       !status.ok()) {
     return status;
   }
-  const std::vector<int>& own = placement.experts[me];
   for (const std::string& name : parameters.names()) {
     Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts) continue;
@@ -178,8 +145,7 @@ absl::Status ReleaseReplicas(Communicator& group, const ExpertPlacement& placeme
       }
     }
   }
-  KeepOwn(static_cast<int64_t>(own.size()), parameters);
-  parameters.RelabelExperts(own);
+  DropReplicas(placement, me, parameters);
   return absl::OkStatus();
 }
 

@@ -514,22 +514,20 @@ absl::Status AdapterFetcher::FetchAnnounced(absl::string_view adapter,
                                             const internal::v1::WatchReadPlansResponse& announced,
                                             const FetchOptions& options, FetchedAdapter& fetched) {
   const int64_t version = announced.announcement().version().version();
-  const bool planned = !announced.lease_id().empty() && announced.has_plan();
-  if (!planned || options.ucx == nullptr) {
-    if (!announced.lease_id().empty()) ReleaseInBackground(announced.lease_id());
-    return FetchInto(adapter, version, options, fetched);
+  if (!announced.lease_id().empty() && announced.has_plan() && options.ucx != nullptr) {
+    // The reads end with the lease (the store may reuse the version's memory after it) or the
+    // caller's timeout, whichever is first.
+    const absl::Time deadline =
+        std::min(FromTimestamp(announced.lease_expire_time()), absl::Now() + options.timeout);
+    if (deadline > absl::Now()) {
+      const absl::Status status =
+          FetchLeased(announced.plan(), announced.lease_id(), deadline, options, fetched);
+      return FallBack(adapter, version, options, status, fetched);
+    }
   }
-  // The reads end with the lease (the store may reuse the version's memory after it) or the
-  // caller's timeout, whichever is first.
-  const absl::Time deadline =
-      std::min(FromTimestamp(announced.lease_expire_time()), absl::Now() + options.timeout);
-  if (deadline <= absl::Now()) {  // The lease has ended: lease and plan afresh.
-    ReleaseInBackground(announced.lease_id());
-    return FetchInto(adapter, version, options, fetched);
-  }
-  const absl::Status status =
-      FetchLeased(announced.plan(), announced.lease_id(), deadline, options, fetched);
-  return FallBack(adapter, version, options, status, fetched);
+  // No plan, or its lease has ended: lease and plan afresh.
+  if (!announced.lease_id().empty()) ReleaseInBackground(announced.lease_id());
+  return FetchInto(adapter, version, options, fetched);
 }
 
 // Over tcp, replies to gets issued on an endpoint that was then force-closed can still arrive
