@@ -57,7 +57,7 @@ absl::Status StepPublisher::Publish(const engine::LoraAdapter& lora,
     labels[weight_store::kArchitectureLabel] = config_.architecture;
   if (ranks != nullptr) {
     return PublishTogether(
-        *ranks, store_, *published, {.ucx = config_.ucx},
+        *ranks, store_, *published, {.ucx = config_.ucx, .peers = &peers_},
         [this](const std::function<absl::Status()>& call) {
           return RideOutOutage([&](int) { return call(); });
         },
@@ -66,7 +66,7 @@ absl::Status StepPublisher::Publish(const engine::LoraAdapter& lora,
   return RideOutOutage([&](int attempt) {
     const absl::Status status =
         weight_store::PublishAdapter(store_, published->manifest, published->shard_views(),
-                                     {.ucx = config_.ucx})
+                                     {.ucx = config_.ucx, .peers = &peers_})
             .status();
     // A retry after an outage finds the version committed when the first try's commit landed
     // just before the store went away: this trainer is its only producer, so it is ours.

@@ -16,6 +16,7 @@
 #include "services/trainer/store_outage.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
+#include "transfer/ucx_peer_cache.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::trainer {
@@ -75,6 +76,8 @@ class StepPublisher {
   const std::vector<rollout::ReplicaStub> replicas_;
   const std::atomic<bool>& cancelled_;
   Clock& clock_;
+  // This rank's endpoint to the store, kept from step to step (see UcxPeerCache).
+  transfer::UcxPeerCache peers_;
 };
 
 }  // namespace tandem::trainer

@@ -67,8 +67,10 @@ absl::Status PutByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub,
 absl::Status PutByUcx(const Upload& begun,
                       const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                       const PublishOptions& options) {
-  absl::StatusOr<std::unique_ptr<transfer::UcxPeer>> peer =
-      options.ucx->Connect(begun.store_worker_address());
+  transfer::UcxPeerCache one_publish;
+  transfer::UcxPeerCache& peers = options.peers != nullptr ? *options.peers : one_publish;
+  absl::StatusOr<transfer::UcxPeer*> peer =
+      peers.PeerFor(*options.ucx, begun.store_worker_address());
   if (!peer.ok()) return peer.status();
   // Every shard's writes in one window and one flush: each region drained and flushed in turn
   // left the connection idle between shards.
@@ -87,7 +89,9 @@ absl::Status PutByUcx(const Upload& begun,
   }
   std::vector<transfer::UcxPeer::RegionTransfers> writes;
   for (size_t i = 0; i < targets.size(); ++i) writes.push_back({targets[i]->rkey(), transfers[i]});
-  return (*peer)->Put(writes, absl::Now() + options.timeout);
+  const absl::Status put = (*peer)->Put(writes, absl::Now() + options.timeout);
+  if (!put.ok()) peers.Forget();  // A broken endpoint is not reused.
+  return put;
 }
 
 // Copies a staged tensor's blocks from `staging` into its memory.
@@ -501,9 +505,10 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
 absl::Status AdapterFetcher::FetchLeased(const internal::v1::GetReadPlanResponse& plan,
                                          const std::string& lease_id, absl::Time deadline,
                                          const FetchOptions& options, FetchedAdapter& fetched) {
-  absl::StatusOr<transfer::UcxPeer*> peer = PeerFor(*options.ucx, plan.store_worker_address());
+  absl::StatusOr<transfer::UcxPeer*> peer =
+      peers_.PeerFor(*options.ucx, plan.store_worker_address());
   const absl::Status pulled = peer.ok() ? PullPlan(plan, **peer, deadline, fetched) : peer.status();
-  if (!pulled.ok()) peer_.reset();  // A broken endpoint is not reused.
+  if (!pulled.ok()) peers_.Forget();  // A broken endpoint is not reused.
   // Copies out of mapped memory leave nothing in flight.
   if (peer.ok() && !pulled.ok() && !fetched.mapped) SetAsideMemoryOf(fetched);
   ReleaseInBackground(lease_id);
@@ -583,18 +588,6 @@ void AdapterFetcher::ReleaseInBackground(const std::string& lease_id) {
                         absl::MutexLock lock(&releases->mutex);
                         --releases->count;
                       });
-}
-
-absl::StatusOr<transfer::UcxPeer*> AdapterFetcher::PeerFor(transfer::UcxWorker& ucx,
-                                                           const std::string& store_address) {
-  if (peer_ == nullptr || peer_worker_ != &ucx || peer_address_ != store_address) {
-    absl::StatusOr<std::unique_ptr<transfer::UcxPeer>> peer = ucx.Connect(store_address);
-    if (!peer.ok()) return peer.status();
-    peer_ = *std::move(peer);
-    peer_worker_ = &ucx;
-    peer_address_ = store_address;
-  }
-  return peer_.get();
 }
 
 absl::Status AdapterFetcher::FetchInto(absl::string_view adapter, int64_t version,

@@ -14,6 +14,7 @@
 #include "absl/types/span.h"
 #include "tandem/internal/v1/weight_store_ucx.grpc.pb.h"
 #include "tandem/weightstore/v1/weight_store.grpc.pb.h"
+#include "transfer/ucx_peer_cache.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::weight_store {
@@ -44,6 +45,9 @@ using Upload = internal::v1::BeginUcxPublishResponse;
 struct PublishOptions {
   // Put the shard bytes by UCX into the store's memory; null: PutShard streams over gRPC.
   transfer::UcxWorker* ucx = nullptr;
+  // Keeps the endpoint to the store from publish to publish (see UcxPeerCache); null: a
+  // connection per publish.
+  transfer::UcxPeerCache* peers = nullptr;
   size_t grpc_chunk_bytes = size_t{4} << 20;
   absl::Duration timeout = absl::Minutes(10);
 };
@@ -148,8 +152,6 @@ class AdapterFetcher {
                         absl::Time deadline, FetchedAdapter& fetched);
   // At least `bytes` of staging memory, kept between fetches.
   char* Staging(uint64_t bytes);
-  absl::StatusOr<transfer::UcxPeer*> PeerFor(transfer::UcxWorker& ucx,
-                                             const std::string& store_address);
   // Releases a lease without waiting for the reply.
   void ReleaseInBackground(const std::string& lease_id);
   // After a failed UCX fetch: keeps the memory its reads targeted out of further use.
@@ -170,9 +172,7 @@ class AdapterFetcher {
   };
 
   const WeightStoreStubs& store_;
-  transfer::UcxWorker* peer_worker_ = nullptr;
-  std::string peer_address_;
-  std::unique_ptr<transfer::UcxPeer> peer_;
+  transfer::UcxPeerCache peers_;
   std::unique_ptr<char[]> staging_;  // Not zero-filled: gets overwrite what a fetch reads.
   uint64_t staging_bytes_ = 0;
   std::shared_ptr<PendingReleases> releases_ = std::make_shared<PendingReleases>();
