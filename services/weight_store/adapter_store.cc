@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/checksum.h"
 #include "common/logging.h"
+#include "common/parallel_tasks.h"
 #include "common/proto_time.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
@@ -43,6 +44,13 @@ uint64_t TotalBytes(const weightstore::v1::Manifest& manifest) {
   return total;
 }
 
+// Whether two manifests describe the same version, commit times aside.
+bool SameContent(weightstore::v1::Manifest a, weightstore::v1::Manifest b) {
+  a.clear_commit_time();
+  b.clear_commit_time();
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AdapterStore>> AdapterStore::Open(
@@ -70,27 +78,35 @@ std::shared_ptr<const CommittedVersion> AdapterStore::Share(CommittedVersion ver
 }
 
 absl::Status AdapterStore::Recover() {
-  std::vector<std::string> skipped;
-  absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> versions =
-      ReadVersions(options_.data_dir, options_.ucx, &skipped);
-  if (!versions.ok()) return versions.status();
-  for (const std::string& reason : skipped) {
+  absl::StatusOr<StoredVersions> stored = ReadVersions(options_.data_dir, options_.ucx);
+  if (!stored.ok()) return stored.status();
+  for (const std::string& reason : stored->skipped) {
     spdlog::error("weight-store: not recovering a stored version: {}", reason);
+  }
+  for (const weightstore::v1::Manifest& manifest : stored->unwritten) {
+    spdlog::warn(
+        "weight-store: {} was announced but lost before it was durable; it can be "
+        "published again only with the manifest it was announced with",
+        VersionName(manifest.adapter_name(), manifest.version()));
   }
   std::vector<RetiredVersion> retired;
   {
     absl::MutexLock lock(&mutex_);
-    for (std::unique_ptr<CommittedVersion>& version : *versions) {
+    for (std::unique_ptr<CommittedVersion>& version : stored->committed) {
       const std::string adapter = version->manifest.adapter_name();
       const int64_t number = version->manifest.version();
       adapters_[adapter].versions[number] = Share(std::move(*version));
+    }
+    for (weightstore::v1::Manifest& manifest : stored->unwritten) {
+      const int64_t number = manifest.version();
+      adapters_[manifest.adapter_name()].unwritten[number] = std::move(manifest);
     }
     for (const auto& [adapter, unused] : adapters_)
       RetainLocked(adapter, options_.clock->Now(), retired);
   }
   RetireFiles(retired);
-  if (!versions->empty()) {
-    spdlog::info("weight-store: recovered {} committed versions from {}", versions->size(),
+  if (!stored->committed.empty()) {
+    spdlog::info("weight-store: recovered {} committed versions from {}", stored->committed.size(),
                  options_.data_dir);
   }
   return absl::OkStatus();
@@ -119,14 +135,23 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const weightstore::v1::Manifest&
   normalized.clear_commit_time();
   absl::MutexLock lock(&mutex_);
   if (auto it = adapters_.find(manifest.adapter_name()); it != adapters_.end()) {
-    const auto& versions = it->second.versions;
-    if (versions.contains(manifest.version())) {
+    const Adapter& adapter = it->second;
+    // A version still being written has its upload committing: the loop below answers.
+    if (adapter.versions.contains(manifest.version()) &&
+        !adapter.writing.contains(manifest.version())) {
       return absl::AlreadyExistsError(absl::StrCat(name, " is already committed"));
     }
-    if (!versions.empty() && manifest.version() < versions.rbegin()->first) {
-      return absl::FailedPreconditionError(absl::StrCat("version ", manifest.version(),
-                                                        " < newest ", versions.rbegin()->first,
-                                                        " of ", manifest.adapter_name()));
+    if (!adapter.versions.empty() && manifest.version() < adapter.versions.rbegin()->first) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("version ", manifest.version(), " < newest ",
+                       adapter.versions.rbegin()->first, " of ", manifest.adapter_name()));
+    }
+    if (auto lost = adapter.unwritten.find(manifest.version());
+        lost != adapter.unwritten.end() && !SameContent(lost->second, normalized)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name,
+          " was announced with another manifest, then lost before it was durable: it can "
+          "be published again only as announced; publish a newer version"));
     }
   }
   for (auto& [id, upload] : uploads_) {
@@ -212,13 +237,18 @@ absl::Status AdapterStore::CheckWritten(const Upload& upload) const {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard ", i, ": ", upload.written[i].total(), " of ", size, " bytes written"));
     }
-    const uint64_t checksum = Xxh3Checksum(upload.shards[i]->bytes());
-    if (checksum != upload.manifest.shards(i).xxh3_64()) {
+  }
+  // Replicas hear of the version only after this pass: this thread and a helper share it.
+  ParallelTasks checksums;
+  for (size_t i = 0; i < upload.shards.size(); ++i) {
+    checksums.Add([&upload, i]() -> absl::Status {
+      const uint64_t checksum = Xxh3Checksum(upload.shards[i]->bytes());
+      if (checksum == upload.manifest.shards(i).xxh3_64()) return absl::OkStatus();
       return absl::AbortedError(absl::StrFormat("shard %d: xxh3 0x%016x != manifest 0x%016x", i,
                                                 checksum, upload.manifest.shards(i).xxh3_64()));
-    }
+    });
   }
-  return absl::OkStatus();
+  return checksums.Finish();
 }
 
 bool AdapterStore::Expired(const Upload& upload, absl::Time now) {
@@ -249,58 +279,92 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
     begun = upload->begun;
     by_ucx = upload->use_ucx;
   }
-  // Checksums and the fsync of a large adapter take a while: outside the lock.
+  // Checksums and the durable write of a large adapter take a while: outside the lock.
   absl::Status verified = CheckWritten(*upload);
-  CommittedVersion staged;
-  if (verified.ok()) {
-    staged.manifest = upload->manifest;
-    *staged.manifest.mutable_commit_time() = ToTimestamp(options_.clock->Now());
-    staged.shards = std::move(upload->shards);
-    verified = WriteVersion(options_.data_dir, staged);
-    if (!verified.ok()) upload->shards = std::move(staged.shards);
-  }
-  absl::StatusOr<weightstore::v1::VersionInfo> result;
-  std::vector<std::function<void(const weightstore::v1::VersionInfo&)>> listeners;
-  std::vector<RetiredVersion> retired;
+  CommittedVersion staged{.manifest = upload->manifest};
+  *staged.manifest.mutable_commit_time() = ToTimestamp(options_.clock->Now());
+  // Durable before anyone hears of the version: after a crash that loses its shards, its number
+  // still names these bytes and no others.
+  if (verified.ok()) verified = RecordAnnouncement(options_.data_dir, staged.manifest);
+  std::shared_ptr<const CommittedVersion> version;
+  absl::StatusOr<std::vector<std::function<void(const weightstore::v1::VersionInfo&)>>> listeners;
   {
     absl::MutexLock lock(&mutex_);
-    upload->state = Upload::State::kOpen;  // On failure the upload stays open (re-put, retry).
-    if (!verified.ok()) return verified;
-    upload->manifest = staged.manifest;
-    result = Publish(*upload);
-    if (!result.ok()) {
-      // Overtaken by a newer version: this upload can never commit, and its bytes are gone with
-      // `staged`, so it must not stay open looking retryable.
-      upload->state = Upload::State::kAborted;
-      upload->shards.clear();
-      return result.status();
+    if (!verified.ok()) {
+      upload->state = Upload::State::kOpen;  // Re-put and retry.
+      return verified;
     }
-    for (const auto& [id, watcher] : watchers_) {
-      if (watcher.adapter == result->adapter_name()) listeners.push_back(watcher.listener);
-    }
-    adapters_[result->adapter_name()].versions[result->version()] = Share(std::move(staged));
-    RetainLocked(result->adapter_name(), options_.clock->Now(), retired);
+    staged.shards = std::move(upload->shards);
+    version = Share(std::move(staged));
+    listeners = Announce(*upload, version);
   }
-  for (const auto& listener : listeners) listener(*result);
-  RetireFiles(retired);  // After the announcement, which subscribers wait for.
+  if (!listeners.ok()) {
+    ForgetAnnouncement(options_.data_dir, version->manifest.adapter_name(),
+                       version->manifest.version());
+    return listeners.status();
+  }
+  // Watchers fetch from memory while the version is written: refits overlap the fsync.
+  for (const auto& listener : *listeners) listener(version->Info());
+  const absl::Status durable = WriteVersion(options_.data_dir, *version);
+  std::vector<RetiredVersion> retired;
+  absl::Status settled;
+  {
+    absl::MutexLock lock(&mutex_);
+    settled = SettleWrite(*upload, *version, durable, retired);
+  }
+  RetireFiles(retired);
+  if (!settled.ok()) return settled;
   return CommitOutcome{
-      .version = *result, .since_begin = options_.clock->Now() - begun, .by_ucx = by_ucx};
+      .version = version->Info(), .since_begin = options_.clock->Now() - begun, .by_ucx = by_ucx};
 }
 
-absl::StatusOr<weightstore::v1::VersionInfo> AdapterStore::Publish(Upload& upload) {
-  const weightstore::v1::Manifest& manifest = upload.manifest;
-  const auto& versions = adapters_[manifest.adapter_name()].versions;
-  if (!versions.empty() && versions.rbegin()->first >= manifest.version()) {
-    DeleteVersion(options_.data_dir, manifest.adapter_name(), manifest.version()).IgnoreError();
-    return absl::FailedPreconditionError(
-        absl::StrCat("version ", manifest.version(), " <= newest ", versions.rbegin()->first,
-                     " of ", manifest.adapter_name(), " committed meanwhile"));
+absl::StatusOr<std::vector<std::function<void(const weightstore::v1::VersionInfo&)>>>
+AdapterStore::Announce(Upload& upload, std::shared_ptr<const CommittedVersion> version) {
+  const weightstore::v1::Manifest& manifest = version->manifest;
+  Adapter& adapter = adapters_[manifest.adapter_name()];
+  if (!adapter.versions.empty() && adapter.versions.rbegin()->first >= manifest.version()) {
+    // Overtaken by a newer version: this upload can never commit, and its bytes go with
+    // `version`, so it must not stay open looking retryable.
+    upload.state = Upload::State::kAborted;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version ", manifest.version(), " <= newest ", adapter.versions.rbegin()->first, " of ",
+        manifest.adapter_name(), " committed meanwhile"));
   }
+  adapter.versions[manifest.version()] = std::move(version);
+  adapter.writing.insert(manifest.version());
+  std::vector<std::function<void(const weightstore::v1::VersionInfo&)>> listeners;
+  for (const auto& [id, watcher] : watchers_) {
+    if (watcher.adapter == manifest.adapter_name()) listeners.push_back(watcher.listener);
+  }
+  return listeners;
+}
+
+absl::Status AdapterStore::SettleWrite(Upload& upload, const CommittedVersion& version,
+                                       const absl::Status& durable,
+                                       std::vector<RetiredVersion>& retired) {
+  const weightstore::v1::Manifest& manifest = version.manifest;
+  Adapter& adapter = adapters_[manifest.adapter_name()];
+  adapter.writing.erase(manifest.version());
+  if (!durable.ok()) {
+    // Announced but not durable: withdrawn, its number kept for these bytes (as after a
+    // crash), and the upload aborted since readers may still hold its memory.
+    adapter.versions.erase(manifest.version());
+    adapter.unwritten[manifest.version()] = manifest;
+    upload.state = Upload::State::kAborted;
+    return absl::Status(durable.code(),
+                        absl::StrCat(durable.message(), "; ",
+                                     VersionName(manifest.adapter_name(), manifest.version()),
+                                     " was announced but is not durable: withdrawn, publish it "
+                                     "again with the same manifest or publish a newer version"));
+  }
+  adapter.unwritten.erase(adapter.unwritten.begin(),
+                          adapter.unwritten.upper_bound(manifest.version()));
   upload.state = Upload::State::kCommitted;
-  upload.committed = VersionInfoOf(manifest);
+  upload.committed = version.Info();
   upload.expire_time =
       options_.clock->Now() + options_.upload_expiry;  // Remembered for retried commits.
-  return upload.committed;
+  RetainLocked(manifest.adapter_name(), options_.clock->Now(), retired);
+  return absl::OkStatus();
 }
 
 absl::Status AdapterStore::Abort(absl::string_view upload_id) {
@@ -335,11 +399,13 @@ absl::StatusOr<std::shared_ptr<const CommittedVersion>> AdapterStore::FindLocked
       return versions.rbegin()->second;
     }
   }
-  return absl::NotFoundError(absl::StrCat("no committed version of adapter '", adapter, "' ",
-                                          exact_version > 0
-                                              ? absl::StrCat("equal to ", exact_version)
-                                              : absl::StrCat(">= ", min_version),
-                                          " (never committed, or retired)"));
+  const bool lost = it != adapters_.end() && it->second.unwritten.contains(exact_version);
+  return absl::NotFoundError(absl::StrCat(
+      "no committed version of adapter '", adapter, "' ",
+      exact_version > 0 ? absl::StrCat("equal to ", exact_version)
+                        : absl::StrCat(">= ", min_version),
+      lost ? " (announced, then lost before it was durable: its publisher publishes it again)"
+           : " (never committed, or retired)"));
 }
 
 weightstore::v1::VersionInfo AdapterStore::Newest(absl::string_view adapter) const {
@@ -438,10 +504,13 @@ bool AdapterStore::LeasedLocked(const std::string& adapter, int64_t version, abs
 
 void AdapterStore::RetainLocked(const std::string& adapter, absl::Time now,
                                 std::vector<RetiredVersion>& retired) {
-  auto& versions = adapters_[adapter].versions;
+  Adapter& entry = adapters_[adapter];
+  auto& versions = entry.versions;
   int kept = 0;
   for (auto it = versions.rbegin(); it != versions.rend();) {
-    if (kept++ < options_.keep_versions || LeasedLocked(adapter, it->first, now)) {
+    // A version being written is retired, if at all, once its write settles.
+    if (kept++ < options_.keep_versions || entry.writing.contains(it->first) ||
+        LeasedLocked(adapter, it->first, now)) {
       ++it;
       continue;
     }

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,8 @@ class AdapterStore {
     bool by_ucx = false;         // The bytes came by UCX puts.
     bool repeated = false;       // A retry of a commit that had already succeeded.
   };
-  // Verifies, persists (fsync) and publishes the version; idempotent once committed.
+  // Verifies the version, announces it to watchers and makes it durable (fsync) while they
+  // fetch; returns once it is durable. Idempotent once committed.
   absl::StatusOr<CommitOutcome> Commit(absl::string_view upload_id);
   absl::Status Abort(absl::string_view upload_id);
 
@@ -118,7 +120,12 @@ class AdapterStore {
     weightstore::v1::VersionInfo committed;
   };
   struct Adapter {
+    // Announced versions: durable, or being written (`writing`).
     std::map<int64_t, std::shared_ptr<const CommittedVersion>> versions;
+    std::set<int64_t> writing;
+    // Versions announced but never made durable (the store crashed, or the write failed),
+    // newer than every durable one: the manifest each number stays bound to.
+    std::map<int64_t, weightstore::v1::Manifest> unwritten;
   };
   struct LeaseRecord {
     std::string adapter;
@@ -144,13 +151,20 @@ class AdapterStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // An open upload past its expiry is gone for every caller, even before the sweep frees it.
   static bool Expired(const Upload& upload, absl::Time now);
-  absl::Status CheckWritten(const Upload& upload) const;
-  absl::StatusOr<weightstore::v1::VersionInfo> Publish(Upload& upload)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   struct RetiredVersion {
     std::string adapter;
     int64_t version = 0;
   };
+  absl::Status CheckWritten(const Upload& upload) const;
+  // Makes a verified upload's version readable and returns the listeners to announce it to;
+  // FAILED_PRECONDITION if a newer version was announced meanwhile.
+  absl::StatusOr<std::vector<std::function<void(const weightstore::v1::VersionInfo&)>>> Announce(
+      Upload& upload, std::shared_ptr<const CommittedVersion> version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Ends an announced version's write: committed when `durable` is OK, withdrawn otherwise.
+  absl::Status SettleWrite(Upload& upload, const CommittedVersion& version,
+                           const absl::Status& durable, std::vector<RetiredVersion>& retired)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Drops the adapter's versions past retention, adding them to `retired` for RetireFiles once
   // the lock is released: file work under it would stall every call.
   void RetainLocked(const std::string& adapter, absl::Time now,

@@ -531,6 +531,47 @@ TEST_F(AdapterStoreTest, ReopeningIgnoresAndRemovesAPartiallyWrittenVersion) {
   ExpectHolds(**found, v2);
 }
 
+TEST_F(AdapterStoreTest, AVersionLostBeforeItWasDurableKeepsItsNumberBoundToItsManifest) {
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 40)).ok());
+  const transfer::TestAdapter v2 = transfer::MakeTestAdapter("job-1", 2, 41);
+  // The data directory as it is when watchers hear of version 2: what a crash then leaves.
+  const std::string at_announcement = data_dir_ + "_at_announcement";
+  fs::remove_all(at_announcement);
+  bool durable_when_announced = true;
+  store_->Watch("job-1", [&](const weightstore::v1::VersionInfo& info) {
+    durable_when_announced = fs::exists(VersionDir("job-1", info.version()));
+    fs::copy(data_dir_, at_announcement, fs::copy_options::recursive);
+  });
+  absl::StatusOr<AdapterStore::CommitOutcome> committed = Publish(v2);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_FALSE(durable_when_announced) << "watchers heard of version 2 only after its fsync";
+  EXPECT_TRUE(fs::exists(VersionDir("job-1", 2)));
+  EXPECT_FALSE(fs::exists(VersionDir("job-1", 2) + ".announced"));
+
+  // Restarted from that crash: version 2 is not served, and its number keeps its manifest.
+  fs::remove_all(data_dir_);
+  fs::rename(at_announcement, data_dir_);
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_EQ(store_->Newest("job-1").version(), 1);
+  const absl::Status lost = store_->Find("job-1", 2, 0).status();
+  EXPECT_TRUE(absl::IsNotFound(lost)) << lost;
+  EXPECT_THAT(lost.message(), HasSubstr("lost before it was durable"));
+  const transfer::TestAdapter other_bytes = transfer::MakeTestAdapter("job-1", 2, 42);
+  const absl::Status refused = store_->Begin(other_bytes.manifest, false).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("announced with another manifest"));
+
+  // Published again as announced, it is served; once durable there is nothing left to remember.
+  ASSERT_TRUE(Publish(v2).ok());
+  absl::StatusOr<std::shared_ptr<const CommittedVersion>> found = store_->Find("job-1", 2, 0);
+  ASSERT_TRUE(found.ok()) << found.status();
+  ExpectHolds(**found, v2);
+  EXPECT_FALSE(fs::exists(VersionDir("job-1", 2) + ".announced"));
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_TRUE(absl::IsAlreadyExists(store_->Begin(other_bytes.manifest, false).status()));
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 3, 43)).ok());
+}
+
 TEST_F(AdapterStoreTest, ReopeningSkipsAStoredVersionWithACorruptShard) {
   const transfer::TestAdapter first = transfer::MakeTestAdapter("job-1", 1, 26);
   ASSERT_TRUE(Publish(first).ok());

@@ -28,7 +28,8 @@ struct CommittedVersion {
 // On disk a version is <data_dir>/<adapter, '/' and ':' percent-encoded>/<version>/ holding
 // manifest.binpb and shard-<index>.bin. It is written under a ".partial" name, fsynced and
 // renamed, so a crash never leaves a partly written version that recovery would take. It is
-// written over the files of a retired version of the adapter when one was set aside.
+// written over the files of a retired version of the adapter when one was set aside. Once it is
+// durable, its announcement record (if any) is removed.
 absl::Status WriteVersion(const std::string& data_dir, const CommittedVersion& version);
 absl::Status DeleteVersion(const std::string& data_dir, const std::string& adapter,
                            int64_t version);
@@ -39,11 +40,28 @@ absl::Status DeleteVersion(const std::string& data_dir, const std::string& adapt
 absl::Status RetireVersion(const std::string& data_dir, const std::string& adapter,
                            int64_t version);
 
-// Every complete version under data_dir, the manifest and shards verified against their
-// checksums (a version that fails is moved aside to <version>.corrupt, kept for inspection, and
-// reported in `skipped`); leftovers of interrupted writes are deleted.
-absl::StatusOr<std::vector<std::unique_ptr<CommittedVersion>>> ReadVersions(
-    const std::string& data_dir, transfer::UcxWorker* ucx, std::vector<std::string>* skipped);
+// Makes the manifest of a version about to be announced durable (<adapter dir>/<version>.announced,
+// fsynced with its directory) before its shards are: readers may fetch an announced version
+// while its files are written, and if the store crashes before they are durable, the record is
+// what binds the version's number to its bytes after the restart.
+absl::Status RecordAnnouncement(const std::string& data_dir,
+                                const weightstore::v1::Manifest& manifest);
+// Removes the record of a version that was never announced. Best effort: recovery drops
+// records of versions at or below a durable one.
+void ForgetAnnouncement(const std::string& data_dir, const std::string& adapter, int64_t version);
+
+struct StoredVersions {
+  // Every complete version, the manifest and shards verified against their checksums.
+  std::vector<std::unique_ptr<CommittedVersion>> committed;
+  // Manifests of versions announced, then lost before they were durable (a crash, a failed
+  // write), newer than every committed version of their adapter.
+  std::vector<weightstore::v1::Manifest> unwritten;
+  // Versions that failed verification, moved aside to <version>.corrupt (kept for inspection),
+  // with why.
+  std::vector<std::string> skipped;
+};
+// What data_dir holds; leftovers of interrupted writes and stale records are deleted.
+absl::StatusOr<StoredVersions> ReadVersions(const std::string& data_dir, transfer::UcxWorker* ucx);
 
 }  // namespace tandem::weight_store
 

@@ -13,11 +13,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
@@ -178,49 +180,102 @@ struct Subscriber {
   FetchedAdapter fetched;
 };
 
-// Publishes by UCX while the subscribers watch; returns seconds until every one has fetched the
-// new version, by UCX or (rollout --ucx=false) by the gRPC stream.
-double PublishToSubscribers(const transfer::TestAdapter& adapter, transfer::UcxWorker& producer,
-                            std::vector<std::unique_ptr<Subscriber>>& subscribers,
-                            bool subscribers_by_ucx = true) {
+// A trainer's publishing side: its UCX worker and its endpoint to the store live from step to
+// step, as StepPublisher keeps them.
+struct Producer {
+  std::unique_ptr<transfer::UcxWorker> ucx;
+  transfer::UcxPeerCache peers;
+};
+
+// One steady refit, each time from the start of the publish: when the first subscriber heard of
+// the version, when the last had fetched it, and when the publisher's commit returned (the
+// version durable).
+struct Refit {
+  double announced = 0;
+  double fetched = 0;
+  double durable = 0;
+};
+
+// Waits for `version`'s announcement on a subscriber's watch and fetches it: by UCX from the plan
+// pushed with the announcement (WatchReadPlans), as rollout replicas fetching by UCX do, or
+// (rollout --ucx=false) announced by WatchVersions and fetched by the gRPC stream. `watching`
+// is called once the watch's snapshot arrived; `announced` when the version's announcement did.
+absl::Status FetchWhenAnnounced(Subscriber& subscriber, const weightstore::v1::Manifest& manifest,
+                                bool by_ucx, const std::string& holder,
+                                const std::function<void()>& watching,
+                                const std::function<void()>& announced) {
+  grpc::ClientContext context;
+  const auto cancel = absl::MakeCleanup([&] { context.TryCancel(); });
+  if (!by_ucx) {
+    weightstore::v1::WatchVersionsRequest request;
+    request.set_adapter_name(manifest.adapter_name());
+    auto reader = subscriber.stub->api().WatchVersions(&context, request);
+    weightstore::v1::WatchVersionsResponse event;
+    reader->Read(&event);  // The snapshot.
+    watching();
+    while (reader->Read(&event) && event.version().version() < manifest.version()) {
+    }
+    announced();
+    return subscriber.fetcher.FetchInto(manifest.adapter_name(), manifest.version(),
+                                        {.target = Stacked(), .holder = holder},
+                                        subscriber.fetched);
+  }
+  internal::v1::WatchReadPlansRequest request;
+  request.set_adapter_name(manifest.adapter_name());
+  *request.mutable_target() = Stacked();
+  request.set_holder(holder);
+  auto reader = subscriber.stub->ucx().WatchReadPlans(&context, request);
+  internal::v1::WatchReadPlansResponse event;
+  reader->Read(&event);  // The snapshot: its lease given back, as a replica that holds it does.
+  if (!event.lease_id().empty()) {
+    grpc::ClientContext release_context;
+    weightstore::v1::ReleaseLeaseRequest release;
+    release.set_lease_id(event.lease_id());
+    weightstore::v1::ReleaseLeaseResponse released;
+    subscriber.stub->api().ReleaseLease(&release_context, release, &released);
+  }
+  watching();
+  while (reader->Read(&event) && event.announcement().version().version() < manifest.version()) {
+  }
+  announced();
+  return subscriber.fetcher.FetchAnnounced(
+      manifest.adapter_name(), event,
+      {.target = Stacked(), .ucx = subscriber.ucx.get(), .holder = holder}, subscriber.fetched);
+}
+
+// Publishes by UCX while the subscribers watch.
+Refit PublishToSubscribers(const transfer::TestAdapter& adapter, Producer& producer,
+                           std::vector<std::unique_ptr<Subscriber>>& subscribers,
+                           bool subscribers_by_ucx = true) {
   const int count = static_cast<int>(subscribers.size());
   std::vector<std::thread> replicas;
   std::vector<double> done(count, 0);
+  std::vector<double> heard(count, 0);
   std::atomic<int> watching{0};
   const auto start = Clock::now();
   for (int r = 0; r < count; ++r) {
     replicas.emplace_back([&, r] {
-      Subscriber& subscriber = *subscribers[r];
-      grpc::ClientContext context;
-      weightstore::v1::WatchVersionsRequest request;
-      request.set_adapter_name(adapter.manifest.adapter_name());
-      auto reader = subscriber.stub->api().WatchVersions(&context, request);
-      weightstore::v1::WatchVersionsResponse event;
-      reader->Read(&event);  // The snapshot.
-      ++watching;
-      while (reader->Read(&event) && event.version().version() < adapter.manifest.version()) {
-      }
-      const absl::Status fetched =
-          subscriber.fetcher.FetchInto(adapter.manifest.adapter_name(), adapter.manifest.version(),
-                                       {.target = Stacked(),
-                                        .ucx = subscribers_by_ucx ? subscriber.ucx.get() : nullptr,
-                                        .holder = absl::StrCat("r", r)},
-                                       subscriber.fetched);
+      const absl::Status fetched = FetchWhenAnnounced(
+          *subscribers[r], adapter.manifest, subscribers_by_ucx, absl::StrCat("r", r),
+          [&] { ++watching; }, [&] { heard[r] = SecondsSince(start); });
+      if (!fetched.ok()) std::fprintf(stderr, "fetch: %s\n", fetched.ToString().c_str());
       done[r] = fetched.ok() ? SecondsSince(start) : -1;
-      context.TryCancel();
     });
   }
   while (watching < count) absl::SleepFor(absl::Milliseconds(1));
-  const auto publish_start = Clock::now();
+  const double publish_start = SecondsSince(start);
   const WeightStoreStubs& stub = *subscribers.front()->stub;
   if (absl::StatusOr<weightstore::v1::VersionInfo> published =
-          PublishAdapter(stub, adapter.manifest, adapter.shard_views(), {.ucx = &producer});
+          PublishAdapter(stub, adapter.manifest, adapter.shard_views(),
+                         {.ucx = producer.ucx.get(), .peers = &producer.peers});
       !published.ok()) {
     std::fprintf(stderr, "publish: %s\n", published.status().ToString().c_str());
   }
+  const double durable = SecondsSince(start);
   for (std::thread& replica : replicas) replica.join();
-  const double offset = std::chrono::duration<double>(publish_start - start).count();
-  return *std::max_element(done.begin(), done.end()) - offset;
+  return {.announced = *std::min_element(heard.begin(), heard.end()) - publish_start,
+          .fetched = *std::max_element(done.begin(), done.end()) - publish_start,
+          .durable = durable - publish_start};
 }
 
 void Run() {
@@ -230,7 +285,7 @@ void Run() {
   }
   const std::string transports = absl::GetFlag(FLAGS_transports);
   Store store = StartStore();
-  auto producer = *transfer::UcxWorker::Create({.transports = transports});
+  Producer producer{.ucx = *transfer::UcxWorker::Create({.transports = transports})};
   auto consumer = *transfer::UcxWorker::Create({.transports = transports});
   std::printf("transports %s, %d subscribers\n", transports.c_str(),
               absl::GetFlag(FLAGS_subscribers));
@@ -248,9 +303,9 @@ void Run() {
     };
     // The first versions of a size warm the subscribers' memory and, once the store retires one
     // (it keeps 2), the store's: the one after them is a steady refit.
-    const double first = PublishToSubscribers(next_adapter(), *producer, subscribers);
+    const double first = PublishToSubscribers(next_adapter(), producer, subscribers).fetched;
     for (int warm_up = 0; warm_up < 2; ++warm_up) {
-      PublishToSubscribers(next_adapter(), *producer, subscribers);
+      PublishToSubscribers(next_adapter(), producer, subscribers);
     }
     const transfer::TestAdapter adapter = next_adapter();
     double bytes = 0;
@@ -260,16 +315,17 @@ void Run() {
       shard_bytes = std::max(shard_bytes, shard.size());
     }
     const int repeats = absl::GetFlag(FLAGS_repeats);
-    std::vector<double> ucx_refits = {PublishToSubscribers(adapter, *producer, subscribers)};
+    std::vector<Refit> ucx_refits = {PublishToSubscribers(adapter, producer, subscribers)};
     while (static_cast<int>(ucx_refits.size()) < repeats) {
-      ucx_refits.push_back(PublishToSubscribers(next_adapter(), *producer, subscribers));
+      ucx_refits.push_back(PublishToSubscribers(next_adapter(), producer, subscribers));
     }
     // The same steady refits with subscribers that fetch by gRPC (after one warm-up).
-    PublishToSubscribers(next_adapter(), *producer, subscribers, /*subscribers_by_ucx=*/false);
+    PublishToSubscribers(next_adapter(), producer, subscribers, /*subscribers_by_ucx=*/false);
     std::vector<double> grpc_refits;
     while (static_cast<int>(grpc_refits.size()) < repeats) {
-      grpc_refits.push_back(PublishToSubscribers(next_adapter(), *producer, subscribers,
-                                                 /*subscribers_by_ucx=*/false));
+      grpc_refits.push_back(PublishToSubscribers(next_adapter(), producer, subscribers,
+                                                 /*subscribers_by_ucx=*/false)
+                                .fetched);
     }
     const double ucx = FetchMiBps(store, "bench", version, bytes, consumer.get());
     const double pushed = PushedPlanFetchMiBps(store, "bench", bytes, consumer.get());
@@ -300,17 +356,23 @@ void Run() {
     const double raw_seconds = perftest_get > 0 && perftest_put > 0
                                    ? MiB(bytes) / perftest_put + count * MiB(bytes) / perftest_get
                                    : 0;
-    const double latency = Mean(ucx_refits);
+    const auto mean_of = [&](double Refit::*phase) {
+      std::vector<double> seconds;
+      for (const Refit& refit : ucx_refits) seconds.push_back(refit.*phase);
+      return Mean(seconds);
+    };
+    const double latency = mean_of(&Refit::fetched);
     const double grpc_latency = Mean(grpc_refits);
     std::printf(
         "%8.1f MiB in %d shards: fetch ucx %7.1f MiB/s (%5.1f%% of ucx_perftest get %7.1f), "
         "from a pushed plan %7.1f MiB/s (%5.1f%%) | "
         "grpc %7.1f MiB/s | publish->%d fetched %7.3f s = %4.2fx raw transfer %6.3f s "
-        "(ucx_perftest "
+        "(announced after %.3f s, durable after %.3f s; ucx_perftest "
         "put %.1f MiB/s; first of the size %.3f s; fetched by grpc %.3f s = %4.2fx)\n",
         MiB(bytes), shards, ucx, perftest_get > 0 ? 100 * ucx / perftest_get : 0, perftest_get,
         pushed, perftest_get > 0 ? 100 * pushed / perftest_get : 0, grpc, count, latency,
-        raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds, perftest_put, first, grpc_latency,
+        raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds, mean_of(&Refit::announced),
+        mean_of(&Refit::durable), perftest_put, first, grpc_latency,
         raw_seconds > 0 ? grpc_latency / raw_seconds : 0);
   }
   store.server->Drain();

@@ -1,6 +1,7 @@
 // The weight-store on a real full disk: a small tmpfs mounted for the test as its data directory
 // (root only, outside Bazel's sandbox: tag "local"; skipped elsewhere, saying why). Publishes go
-// through gRPC as the trainer's do.
+// through gRPC as the trainer's do. A version whose write fails after its announcement is
+// withdrawn.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -44,6 +45,10 @@ TEST(WeightStoreFullDiskTest, AFullTmpfsRefusesPublishesAndKeepsCommittedVersion
   EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
   EXPECT_THAT(refused.message(), HasSubstr(disk->dir()));
   EXPECT_FALSE(committed.empty());
+  // Refused after its announcement (its shards did not fit) or before: either way not served.
+  const std::string refused_name = absl::StrCat("job-", committed.size());
+  const absl::Status withdrawn = FetchAdapter(*stub, refused_name, 1, {}).status();
+  EXPECT_TRUE(absl::IsNotFound(withdrawn)) << withdrawn;
 
   auto expect_all_there = [&] {
     for (const transfer::TestAdapter& adapter : committed) {
