@@ -502,6 +502,7 @@ absl::Status UcxPeer::Put(const std::vector<RegionTransfers>& regions, absl::Tim
 
 absl::StatusOr<const char*> UcxPeer::Mapped(absl::string_view packed_rkey, uint64_t remote_address,
                                             size_t length) {
+  BeginCall();
   if (absl::Status usable = CheckUsable(); !usable.ok()) return usable;
   absl::StatusOr<RemoteKey> key = Unpack(packed_rkey);
   if (!key.ok()) return key.status();
@@ -523,20 +524,44 @@ absl::Status UcxPeer::CheckUsable() const {
 }
 
 absl::StatusOr<UcxPeer::RemoteKey> UcxPeer::Unpack(absl::string_view packed_rkey) {
+  const uint64_t now = ++uses_;
   auto cached = rkeys_.find(packed_rkey);
-  if (cached != rkeys_.end()) return cached->second;
+  if (cached != rkeys_.end()) {
+    cached->second.last_used = now;
+    return cached->second;
+  }
   absl::StatusOr<RkeyHeader> header = Unframe<RkeyHeader>(packed_rkey, kRkeyMagic, "rkey");
   if (!header.ok()) return header.status();
   if (header->owner != remote_fingerprint_) {
     return absl::InvalidArgumentError("rkey of another worker than this peer's");
   }
-  RemoteKey key{nullptr, header->base, header->length};
+  RemoteKey key{nullptr, header->base, header->length, now};
   ucs_status_t status = ucp_ep_rkey_unpack(ep_, packed_rkey.data() + sizeof(RkeyHeader), &key.rkey);
   if (status != UCS_OK) {
     return UcxStatus(absl::StatusCode::kInvalidArgument, "ucp_ep_rkey_unpack", status);
   }
+  EvictLeastRecentlyUsedRkey();
   rkeys_.emplace(std::string(packed_rkey), key);
   return key;
+}
+
+void UcxPeer::BeginCall() {
+  call_start_ = uses_ + 1;
+  while (rkeys_.size() > kMaxCachedRkeys) EvictLeastRecentlyUsedRkey();
+}
+
+void UcxPeer::EvictLeastRecentlyUsedRkey() {
+  if (rkeys_.size() < kMaxCachedRkeys) return;
+  auto oldest = rkeys_.end();
+  for (auto it = rkeys_.begin(); it != rkeys_.end(); ++it) {
+    const bool spared = it->second.last_used >= call_start_;  // The call in progress uses it.
+    if (!spared && (oldest == rkeys_.end() || it->second.last_used < oldest->second.last_used)) {
+      oldest = it;
+    }
+  }
+  if (oldest == rkeys_.end()) return;
+  ucp_rkey_destroy(oldest->second.rkey);
+  rkeys_.erase(oldest);
 }
 
 absl::Status UcxPeer::CheckRange(const RemoteKey& key, uint64_t remote_address, uint64_t length) {
@@ -589,6 +614,7 @@ absl::Status UcxPeer::Issue(bool put, const RemoteKey& key, absl::Span<const Tra
 
 absl::Status UcxPeer::Transfers(bool put, const std::vector<RegionTransfers>& regions,
                                 absl::Time deadline) {
+  BeginCall();
   absl::Status status = CheckUsable();
   if (!status.ok()) return status;
   // Every region is checked before anything is issued: a bad one transfers nothing.

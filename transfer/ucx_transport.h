@@ -160,10 +160,18 @@ class UcxPeer {
   // allocated memory): use Get. INVALID_ARGUMENT as Get for a malformed rkey or a range outside
   // the region the rkey claims (as for Get, the owner is trusted to claim its real size);
   // UNAVAILABLE after an endpoint failure; INTERNAL if UCX fails otherwise. The mapping lasts
-  // as long as this peer; the bytes are the owner's live memory, so they are what Get would
-  // read only while the owner keeps the region (a lease).
+  // until this peer has unpacked kMaxCachedRkeys other rkeys since (or the peer goes), so a
+  // caller maps at most that many regions at once; the bytes are the owner's live memory, so
+  // they are what Get would read only while the owner keeps the region (a lease).
   absl::StatusOr<const char*> Mapped(absl::string_view packed_rkey, uint64_t remote_address,
                                      size_t length);
+
+  // Unpacked rkeys kept, the least recently used dropped first (never one the call in
+  // progress uses): a peer kept for long (UcxPeerCache) meets every region its owner ever
+  // allocated, and where an unpacked rkey maps its region (shared memory) it would keep memory
+  // the owner freed alive.
+  static constexpr size_t kMaxCachedRkeys = 64;
+  size_t cached_rkeys() const { return rkeys_.size(); }
 
   // Transports and lanes the endpoint uses (ucp_ep_print_info), for diagnostics.
   std::string DebugString() const;
@@ -174,6 +182,7 @@ class UcxPeer {
     ucp_rkey_h rkey;
     uint64_t base;
     uint64_t length;
+    uint64_t last_used = 0;  // Of uses_.
   };
 
   UcxPeer(std::shared_ptr<ucx_internal::Core> core, uint64_t remote_fingerprint);
@@ -187,6 +196,11 @@ class UcxPeer {
   absl::Status AwaitWireup(absl::Time deadline);
   absl::Status CheckUsable() const;
   absl::StatusOr<RemoteKey> Unpack(absl::string_view packed_rkey);
+  // Marks the start of a public call: trims the rkeys kept to kMaxCachedRkeys (a call over more
+  // regions than that keeps them all while it runs).
+  void BeginCall();
+  // Makes room for one more rkey if kMaxCachedRkeys are kept, sparing those of this call.
+  void EvictLeastRecentlyUsedRkey();
   void Close(bool force);
 
   std::shared_ptr<ucx_internal::Core> core_;
@@ -198,6 +212,8 @@ class UcxPeer {
   // First endpoint error, set by OnError from whichever thread progresses the worker.
   std::atomic<ucs_status_t> failure_{UCS_OK};
   std::map<std::string, RemoteKey, std::less<>> rkeys_;
+  uint64_t uses_ = 0;        // Counts Unpack calls.
+  uint64_t call_start_ = 0;  // uses_ when the public call in progress began.
 };
 
 }  // namespace tandem::transfer

@@ -114,9 +114,13 @@ void Assemble(const internal::v1::PlannedTensor& planned,
 // Each shard's first byte, where the store's memory is mapped into this process.
 using MappedShards = absl::flat_hash_map<int, const char*>;
 
-// The plan's shards as mapped by `peer`; UNIMPLEMENTED where its transport maps none (tcp).
+// The plan's shards as mapped by `peer`; UNIMPLEMENTED where its transport maps none (tcp) or
+// for more shards than the peer keeps mapped at once.
 absl::StatusOr<MappedShards> MapShards(const internal::v1::GetReadPlanResponse& plan,
                                        transfer::UcxPeer& peer) {
+  if (static_cast<size_t>(plan.shards_size()) > transfer::UcxPeer::kMaxCachedRkeys) {
+    return absl::UnimplementedError("more shards than a peer keeps mapped at once");
+  }
   MappedShards shards;
   for (const internal::v1::ShardRegion& region : plan.shards()) {
     absl::StatusOr<const char*> mapped =
