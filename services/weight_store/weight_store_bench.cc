@@ -227,13 +227,7 @@ absl::Status FetchWhenAnnounced(Subscriber& subscriber, const weightstore::v1::M
   auto reader = subscriber.stub->ucx().WatchReadPlans(&context, request);
   internal::v1::WatchReadPlansResponse event;
   reader->Read(&event);  // The snapshot: its lease given back, as a replica that holds it does.
-  if (!event.lease_id().empty()) {
-    grpc::ClientContext release_context;
-    weightstore::v1::ReleaseLeaseRequest release;
-    release.set_lease_id(event.lease_id());
-    weightstore::v1::ReleaseLeaseResponse released;
-    subscriber.stub->api().ReleaseLease(&release_context, release, &released);
-  }
+  if (!event.lease_id().empty()) ReleaseLease(*subscriber.stub, event.lease_id());
   watching();
   while (reader->Read(&event) && event.announcement().version().version() < manifest.version()) {
   }
