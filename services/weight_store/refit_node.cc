@@ -9,7 +9,12 @@
 //                                  -> "put <version>"
 //            "commit <version>" -> commits (rank 0) -> "committed <version>"
 //   fetch:   (no input)         -> "watching" once the watch is open, then for every version
-//                                  announced and fetched: "fetched <version> <bytes>"
+//                                  announced and fetched: "fetched <version> <bytes> <source>"
+//                                  (source: ucx or grpc from the store, or relay)
+//
+// A replica with --relay_port serves what it receives to the next one (AdapterRelayService) as
+// it arrives, and one with --upstream reads from such a relay: a chain of replicas then carries
+// each version over each link once.
 //
 // Versions are TestAdapterSpecOfSize(--mib) adapters at TP 2 x EP 2 (4 shards), their bytes
 // seeded by the version, so every rank builds the same manifest without talking to the others.
@@ -26,7 +31,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/channel.h"
+#include "common/server.h"
 #include "services/weight_store/client/adapter_client.h"
+#include "services/weight_store/client/adapter_relay.h"
 #include "transfer/lora_testing.h"
 #include "transfer/ucx_peer_cache.h"
 #include "transfer/ucx_transport.h"
@@ -40,6 +47,11 @@ ABSL_FLAG(int, rank, 0, "This publishing rank; rank 0 commits.");
 ABSL_FLAG(int, versions, 1, "Versions a replica fetches before it exits.");
 ABSL_FLAG(std::string, ucx_transports, "tcp", "UCX transports (as UCX_TLS).");
 ABSL_FLAG(bool, grpc, false, "Replica: fetch by the gRPC stream instead of UCX.");
+ABSL_FLAG(int, relay_port, 0,
+          "Replica: relay what it receives to other replicas on this port (AdapterRelayService); "
+          "0: no relay. A relaying replica fetches by gRPC streams.");
+ABSL_FLAG(std::string, upstream, "",
+          "Replica: the relay (host:port) to fetch from before the store; empty: the store.");
 
 namespace tandem::weight_store {
 namespace {
@@ -111,6 +123,12 @@ void Publish(const WeightStoreStubs& store, transfer::UcxWorker& ucx) {
   }
 }
 
+uint64_t Bytes(const FetchedAdapter& fetched) {
+  uint64_t bytes = 0;
+  for (const FetchedTensor& tensor : fetched.tensors) bytes += tensor.bytes.size();
+  return bytes;
+}
+
 void Fetch(const WeightStoreStubs& store, transfer::UcxWorker& ucx) {
   AdapterFetcher fetcher(store);
   FetchedAdapter fetched;
@@ -136,11 +154,53 @@ void Fetch(const WeightStoreStubs& store, transfer::UcxWorker& ucx) {
         !status.ok()) {
       Fail("fetch", status);
     }
-    uint64_t bytes = 0;
-    for (const FetchedTensor& tensor : fetched.tensors) bytes += tensor.bytes.size();
-    Say(absl::StrCat("fetched ", version, " ", bytes));
+    Say(absl::StrCat("fetched ", version, " ", Bytes(fetched), fetched.by_ucx ? " ucx" : " grpc"));
   }
   context.TryCancel();
+}
+
+// A replica of a chain: watches WatchVersions, fetches each version from its upstream relay (or
+// the store) and relays it on.
+void FetchRelaying(const WeightStoreStubs& store) {
+  RelayedVersions versions(Stacked());
+  std::unique_ptr<ServiceServer> relay;
+  if (const int port = absl::GetFlag(FLAGS_relay_port); port > 0) {
+    std::vector<HostedService> services;
+    services.push_back({"tandem.internal.v1.AdapterRelayService",
+                        std::make_unique<AdapterRelayServiceImpl>(versions, absl::Seconds(30))});
+    absl::StatusOr<std::unique_ptr<ServiceServer>> started =
+        ServiceServer::Start("relay", std::move(services), {.port = port, .metrics_port = 0});
+    if (!started.ok()) Fail("relay", started.status());
+    relay = *std::move(started);
+    relay->SetReady();
+  }
+  std::unique_ptr<internal::v1::AdapterRelayService::Stub> upstream;
+  if (const std::string target = absl::GetFlag(FLAGS_upstream); !target.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        CreateChannel({.target = target, .service_name = "tandem.internal.v1.AdapterRelayService"});
+    if (!channel.ok()) Fail("upstream", channel.status());
+    upstream = internal::v1::AdapterRelayService::NewStub(*channel);
+  }
+  grpc::ClientContext context;
+  weightstore::v1::WatchVersionsRequest request;
+  request.set_adapter_name(absl::GetFlag(FLAGS_adapter));
+  auto reader = store.api().WatchVersions(&context, request);
+  weightstore::v1::WatchVersionsResponse event;
+  if (!reader->Read(&event)) Fail("watch", absl::UnavailableError("no snapshot"));
+  Say("watching");
+  FetchedAdapter fetched;
+  for (int fetches = 0; fetches < absl::GetFlag(FLAGS_versions); ++fetches) {
+    if (!reader->Read(&event)) Fail("watch", absl::UnavailableError("the stream ended"));
+    const int64_t version = event.version().version();
+    absl::StatusOr<FetchedFrom> from =
+        weight_store::FetchRelaying(store, versions, absl::GetFlag(FLAGS_adapter), version,
+                                    {.upstream = upstream.get()}, fetched);
+    if (!from.ok()) Fail("fetch", from.status());
+    Say(absl::StrCat("fetched ", version, " ", Bytes(fetched),
+                     *from == FetchedFrom::kRelay ? " relay" : " grpc"));
+  }
+  context.TryCancel();
+  if (relay != nullptr) relay->Drain();
 }
 
 void Run() {
@@ -155,6 +215,9 @@ void Run() {
   if (!ucx.ok()) Fail("ucx", ucx.status());
   if (absl::GetFlag(FLAGS_mode) == "publish") {
     Publish(store, **ucx);
+  } else if (absl::GetFlag(FLAGS_mode) == "fetch" &&
+             (absl::GetFlag(FLAGS_relay_port) > 0 || !absl::GetFlag(FLAGS_upstream).empty())) {
+    FetchRelaying(store);
   } else if (absl::GetFlag(FLAGS_mode) == "fetch") {
     Fetch(store, **ucx);
   } else {

@@ -220,34 +220,8 @@ absl::Status FetchByGrpc(weightstore::v1::WeightStoreService::StubInterface& stu
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
   auto reader = stub.FetchTensors(&context, request);
-  into.by_ucx = false;
-  into.mapped = false;
-  size_t count = 0;  // Tensors received; `into` keeps the memory of any beyond.
-  weightstore::v1::FetchTensorsResponse chunk;
-  while (reader->Read(&chunk)) {
-    if (chunk.has_tensor()) {
-      if (count > 0) {
-        if (absl::Status status = VerifyChecksum(into.tensors[count - 1]); !status.ok()) {
-          context.TryCancel();
-          return status;
-        }
-      }
-      if (count == into.tensors.size()) into.tensors.emplace_back();
-      FetchedTensor& tensor = into.tensors[count++];
-      tensor.tensor = chunk.tensor();
-      tensor.bytes.clear();  // Keeps its capacity.
-      tensor.bytes.reserve(chunk.tensor().byte_size());
-    }
-    if (count == 0 || chunk.offset() != into.tensors[count - 1].bytes.size()) {
-      context.TryCancel();
-      return absl::InternalError("FetchTensors chunks out of order");
-    }
-    into.tensors[count - 1].bytes.append(chunk.data());
-  }
-  into.tensors.resize(count);
-  if (absl::Status status = Checked(reader->Finish()); !status.ok()) return status;
-  if (count > 0) return VerifyChecksum(into.tensors.back());
-  return absl::OkStatus();
+  return ReceiveTensors(*reader, context, into,
+                        [](const weightstore::v1::FetchTensorsResponse&) {});
 }
 
 // Gets a batch: its staged spans into `staging`, its single-block tensors straight into their
@@ -278,6 +252,41 @@ absl::Status GetBatch(const internal::v1::GetReadPlanResponse& plan, const Tenso
 }
 
 }  // namespace
+
+absl::Status ReceiveTensors(
+    grpc::ClientReaderInterface<weightstore::v1::FetchTensorsResponse>& reader,
+    grpc::ClientContext& context, FetchedAdapter& into,
+    absl::FunctionRef<void(const weightstore::v1::FetchTensorsResponse&)> on_chunk) {
+  into.by_ucx = false;
+  into.mapped = false;
+  size_t count = 0;  // Tensors received; `into` keeps the memory of any beyond.
+  weightstore::v1::FetchTensorsResponse chunk;
+  while (reader.Read(&chunk)) {
+    on_chunk(chunk);
+    if (chunk.has_tensor()) {
+      if (count > 0) {
+        if (absl::Status status = VerifyChecksum(into.tensors[count - 1]); !status.ok()) {
+          context.TryCancel();
+          return status;
+        }
+      }
+      if (count == into.tensors.size()) into.tensors.emplace_back();
+      FetchedTensor& tensor = into.tensors[count++];
+      tensor.tensor = chunk.tensor();
+      tensor.bytes.clear();  // Keeps its capacity.
+      tensor.bytes.reserve(chunk.tensor().byte_size());
+    }
+    if (count == 0 || chunk.offset() != into.tensors[count - 1].bytes.size()) {
+      context.TryCancel();
+      return absl::InternalError("FetchTensors chunks out of order");
+    }
+    into.tensors[count - 1].bytes.append(chunk.data());
+  }
+  into.tensors.resize(count);
+  if (absl::Status status = Checked(reader.Finish()); !status.ok()) return status;
+  if (count > 0) return VerifyChecksum(into.tensors.back());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Upload> BeginUpload(const WeightStoreStubs& store,
                                    const weightstore::v1::Manifest& manifest, bool use_ucx) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -107,6 +108,14 @@ struct FetchedAdapter {
   // rather than by gets.
   bool mapped = false;
 };
+
+// Receives a FetchTensors stream (the weight-store's, or a relay's: AdapterRelayService) into
+// `into`, reusing its tensors' memory and verifying each tensor's xxh3 once it is whole.
+// `on_chunk` sees every chunk as it arrives, before its tensor is verified (a relay forwards it).
+absl::Status ReceiveTensors(
+    grpc::ClientReaderInterface<weightstore::v1::FetchTensorsResponse>& reader,
+    grpc::ClientContext& context, FetchedAdapter& into,
+    absl::FunctionRef<void(const weightstore::v1::FetchTensorsResponse&)> on_chunk);
 
 // The rollout's side: fetches committed versions in its own layout, verifying every tensor's
 // checksum (DATA_LOSS on a mismatch). Keeps its UCX endpoint to the store between fetches,

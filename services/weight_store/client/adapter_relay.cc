@@ -1,0 +1,160 @@
+#include "services/weight_store/client/adapter_relay.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/channel.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace tandem::weight_store {
+
+void VersionChunks::Append(weightstore::v1::FetchTensorsResponse chunk) {
+  absl::MutexLock lock(&mutex_);
+  chunks_.push_back(std::move(chunk));
+}
+
+void VersionChunks::Finish(absl::Status status) {
+  absl::MutexLock lock(&mutex_);
+  if (!end_.has_value()) end_ = std::move(status);
+}
+
+absl::StatusOr<const weightstore::v1::FetchTensorsResponse*> VersionChunks::Wait(
+    size_t index, absl::Time deadline) {
+  absl::MutexLock lock(&mutex_);
+  const auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return index < chunks_.size() || end_.has_value();
+  };
+  if (!mutex_.AwaitWithDeadline(absl::Condition(&arrived), deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat("chunk ", index, " has not arrived"));
+  }
+  if (index < chunks_.size()) return &chunks_[index];
+  if (!end_->ok()) return *end_;
+  return nullptr;
+}
+
+std::shared_ptr<VersionChunks> RelayedVersions::Begin(const std::string& adapter, int64_t version) {
+  auto chunks = std::make_shared<VersionChunks>();
+  absl::MutexLock lock(&mutex_);
+  versions_[{adapter, version}] = chunks;
+  // Keeps the adapter's newest `keep_` versions: readers of older ones still hold theirs.
+  auto first = versions_.lower_bound({adapter, 0});
+  auto end = versions_.lower_bound({adapter + '\0', 0});
+  for (int held = static_cast<int>(std::distance(first, end)); held > keep_; --held) {
+    first = versions_.erase(first);
+  }
+  return chunks;
+}
+
+absl::StatusOr<std::shared_ptr<VersionChunks>> RelayedVersions::Await(const std::string& adapter,
+                                                                      int64_t version,
+                                                                      absl::Time deadline) {
+  absl::MutexLock lock(&mutex_);
+  const auto begun = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return versions_.contains({adapter, version});
+  };
+  if (!mutex_.AwaitWithDeadline(absl::Condition(&begun), deadline)) {
+    return absl::NotFoundError(
+        absl::StrCat("this relay holds no ", adapter, "@", version, " and did not begin to"));
+  }
+  return versions_.at({adapter, version});
+}
+
+grpc::Status AdapterRelayServiceImpl::Relay(
+    grpc::ServerContext* context, const internal::v1::RelayRequest* request,
+    grpc::ServerWriter<weightstore::v1::FetchTensorsResponse>* writer) {
+  if (request->adapter_name().empty() || request->version() < 1) {
+    return ToGrpcStatus(absl::InvalidArgumentError("adapter_name and a version >= 1 are required"));
+  }
+  if (!google::protobuf::util::MessageDifferencer::Equals(request->target(), versions_.layout())) {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        absl::StrCat("this relay holds versions in layout {", versions_.layout().ShortDebugString(),
+                     "}, not {", request->target().ShortDebugString(), "}")));
+  }
+  absl::StatusOr<std::shared_ptr<VersionChunks>> chunks =
+      versions_.Await(request->adapter_name(), request->version(), absl::Now() + wait_);
+  if (!chunks.ok()) return ToGrpcStatus(chunks.status());
+  for (size_t index = 0;; ++index) {
+    absl::StatusOr<const weightstore::v1::FetchTensorsResponse*> chunk;
+    // In slices, so that a reader that went away frees this thread within one.
+    do {
+      if (context->IsCancelled()) return grpc::Status::CANCELLED;
+      chunk = (*chunks)->Wait(index, absl::Now() + absl::Seconds(1));
+    } while (absl::IsDeadlineExceeded(chunk.status()));
+    if (!chunk.ok()) return ToGrpcStatus(chunk.status());
+    if (*chunk == nullptr) return grpc::Status::OK;
+    if (!writer->Write(**chunk)) return grpc::Status::CANCELLED;
+  }
+}
+
+namespace {
+
+// The smallest chunks the store streams (FetchTensorsRequest.max_chunk_bytes).
+constexpr uint32_t kStoreChunkBytes = 1 << 20;
+
+// Records `chunk` in pieces of at most `piece_bytes`.
+void AppendInPieces(const weightstore::v1::FetchTensorsResponse& chunk, size_t piece_bytes,
+                    VersionChunks& chunks) {
+  const std::string& data = chunk.data();
+  for (size_t at = 0; at < data.size(); at += piece_bytes) {
+    weightstore::v1::FetchTensorsResponse piece;
+    if (at == 0 && chunk.has_tensor()) *piece.mutable_tensor() = chunk.tensor();
+    piece.set_offset(chunk.offset() + at);
+    piece.set_data(data.substr(at, piece_bytes));
+    chunks.Append(std::move(piece));
+  }
+}
+
+// One try: the stream `open` starts, every chunk recorded in a fresh VersionChunks as it arrives.
+template <typename Open>
+absl::Status ReceiveRecording(RelayedVersions& versions, const std::string& adapter,
+                              int64_t version, const RelayFetchOptions& options, const Open& open,
+                              FetchedAdapter& fetched) {
+  grpc::ClientContext context;
+  SetTimeout(context, options.timeout);
+  std::shared_ptr<VersionChunks> chunks = versions.Begin(adapter, version);
+  auto reader = open(context);
+  const absl::Status received = ReceiveTensors(
+      *reader, context, fetched, [&](const weightstore::v1::FetchTensorsResponse& chunk) {
+        AppendInPieces(chunk, std::max<uint32_t>(options.chunk_bytes, 1), *chunks);
+      });
+  chunks->Finish(received);
+  return received;
+}
+
+}  // namespace
+
+absl::StatusOr<FetchedFrom> FetchRelaying(const WeightStoreStubs& store, RelayedVersions& versions,
+                                          const std::string& adapter, int64_t version,
+                                          const RelayFetchOptions& options,
+                                          FetchedAdapter& fetched) {
+  if (options.upstream != nullptr) {
+    internal::v1::RelayRequest request;
+    request.set_adapter_name(adapter);
+    request.set_version(version);
+    *request.mutable_target() = versions.layout();
+    const absl::Status relayed = ReceiveRecording(
+        versions, adapter, version, options,
+        [&](grpc::ClientContext& context) { return options.upstream->Relay(&context, request); },
+        fetched);
+    if (relayed.ok()) return FetchedFrom::kRelay;
+    // Whatever the relay's trouble, the store has the version.
+    spdlog::warn("relay of {}@{} failed, reading from the store: {}", adapter, version,
+                 relayed.ToString());
+  }
+  weightstore::v1::FetchTensorsRequest request;
+  request.set_adapter_name(adapter);
+  request.set_version(version);
+  *request.mutable_target() = versions.layout();
+  request.set_max_chunk_bytes(kStoreChunkBytes);
+  const absl::Status stored = ReceiveRecording(
+      versions, adapter, version, options,
+      [&](grpc::ClientContext& context) { return store.api().FetchTensors(&context, request); },
+      fetched);
+  if (!stored.ok()) return stored;
+  return FetchedFrom::kStore;
+}
+
+}  // namespace tandem::weight_store

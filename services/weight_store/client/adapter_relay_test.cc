@@ -1,0 +1,189 @@
+// Relaying versions from reader to reader, over real gRPC servers on loopback: a real weight-store,
+// and readers that each serve AdapterRelayService. A chain of three gets every tensor byte-exact,
+// a reader that asks before its relay has begun waits for it, and every failure of a relay (a
+// layout it does not hold, a version it never gets, a relay gone) ends at the store.
+#include "services/weight_store/client/adapter_relay.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/test_dir.h"
+#include "common/testing/test_server.h"
+#include "gtest/gtest.h"
+#include "services/weight_store/client/testing/weight_store_server.h"
+#include "transfer/lora_testing.h"
+
+namespace tandem::weight_store {
+namespace {
+
+weightstore::v1::TargetLayout Stacked() {
+  weightstore::v1::TargetLayout target;
+  target.set_stack_experts(true);
+  return target;
+}
+
+// A reader: what it received, and its relay on loopback.
+struct Reader {
+  explicit Reader(weightstore::v1::TargetLayout layout = Stacked(),
+                  absl::Duration wait = absl::Seconds(10))
+      : versions(std::move(layout)) {
+    std::vector<HostedService> services;
+    services.push_back({"tandem.internal.v1.AdapterRelayService",
+                        std::make_unique<AdapterRelayServiceImpl>(versions, wait)});
+    server = *tandem::testing::StartLoopbackServer("relay", std::move(services));
+    stub = internal::v1::AdapterRelayService::NewStub(server.Channel());
+  }
+
+  RelayedVersions versions;
+  tandem::testing::LoopbackServer server;
+  std::unique_ptr<internal::v1::AdapterRelayService::Stub> stub;
+};
+
+class AdapterRelayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = testing::StartWeightStore(
+        {.data_dir = tandem::testing::FreshTestDir("adapter_relay"), .enable_ucx = false});
+    ASSERT_TRUE(server.ok()) << server.status();
+    store_server_ = *std::move(server);
+    store_ = std::make_unique<WeightStoreStubs>(store_server_.Channel());
+    ASSERT_TRUE(PublishAdapter(*store_, adapter_.manifest, adapter_.shard_views(), {}).ok());
+    absl::StatusOr<FetchedAdapter> direct = FetchAdapter(*store_, "job", 1, {.target = Stacked()});
+    ASSERT_TRUE(direct.ok()) << direct.status();
+    expected_ = *std::move(direct);
+  }
+
+  void ExpectSame(const FetchedAdapter& fetched) {
+    ASSERT_EQ(fetched.tensors.size(), expected_.tensors.size());
+    for (size_t i = 0; i < fetched.tensors.size(); ++i) {
+      EXPECT_EQ(fetched.tensors[i].tensor.spec().name(), expected_.tensors[i].tensor.spec().name());
+      EXPECT_TRUE(fetched.tensors[i].bytes == expected_.tensors[i].bytes) << i;
+    }
+  }
+
+  const transfer::TestAdapter adapter_ = transfer::MakeTestAdapter("job", 1, 7);
+  tandem::testing::LoopbackServer store_server_;
+  std::unique_ptr<WeightStoreStubs> store_;
+  FetchedAdapter expected_;
+};
+
+TEST_F(AdapterRelayTest, AChainOfThreeReceivesEveryByteFromTheReaderBefore) {
+  Reader first, second, third;
+  // The last asks first: its relay waits for the version to begin arriving there.
+  FetchedAdapter got_first, got_second, got_third;
+  absl::StatusOr<FetchedFrom> third_status, second_status;
+  std::thread last([&] {
+    third_status = FetchRelaying(*store_, third.versions, "job", 1,
+                                 {.upstream = second.stub.get(), .chunk_bytes = 1024}, got_third);
+  });
+  std::thread middle([&] {
+    second_status = FetchRelaying(*store_, second.versions, "job", 1,
+                                  {.upstream = first.stub.get(), .chunk_bytes = 1024}, got_second);
+  });
+  const absl::StatusOr<FetchedFrom> first_status =
+      FetchRelaying(*store_, first.versions, "job", 1, {.chunk_bytes = 1024}, got_first);
+  middle.join();
+  last.join();
+  ASSERT_TRUE(first_status.ok()) << first_status.status();
+  ASSERT_TRUE(second_status.ok()) << second_status.status();
+  ASSERT_TRUE(third_status.ok()) << third_status.status();
+  EXPECT_EQ(*first_status, FetchedFrom::kStore);
+  EXPECT_EQ(*second_status, FetchedFrom::kRelay);
+  EXPECT_EQ(*third_status, FetchedFrom::kRelay);
+  ExpectSame(got_first);
+  ExpectSame(got_second);
+  ExpectSame(got_third);
+  // Each relay served what it held: the third reader's chunks are the first's, one by one.
+  absl::StatusOr<std::shared_ptr<VersionChunks>> held = third.versions.Await("job", 1, absl::Now());
+  ASSERT_TRUE(held.ok());
+  EXPECT_TRUE((*held)->Wait(1, absl::Now()).ok());
+}
+
+TEST_F(AdapterRelayTest, EveryRelayFailureEndsAtTheStore) {
+  FetchedAdapter fetched;
+  // A relay in another layout.
+  weightstore::v1::TargetLayout sliced = Stacked();
+  sliced.set_tp_size(2);
+  Reader other_layout(sliced);
+  Reader reader;
+  EXPECT_EQ(FetchRelaying(*store_, reader.versions, "job", 1, {.upstream = other_layout.stub.get()},
+                          fetched)
+                .value_or(FetchedFrom::kRelay),
+            FetchedFrom::kStore);
+  ExpectSame(fetched);
+  // A relay that never gets the version.
+  Reader idle(Stacked(), absl::Milliseconds(100));
+  Reader after_idle;
+  EXPECT_EQ(
+      FetchRelaying(*store_, after_idle.versions, "job", 1, {.upstream = idle.stub.get()}, fetched)
+          .value_or(FetchedFrom::kRelay),
+      FetchedFrom::kStore);
+  ExpectSame(fetched);
+  // A relay that is gone.
+  auto gone = std::make_unique<Reader>();
+  auto channel = gone->server.Channel();
+  auto stub = internal::v1::AdapterRelayService::NewStub(channel);
+  gone.reset();
+  Reader orphan;
+  EXPECT_EQ(FetchRelaying(*store_, orphan.versions, "job", 1,
+                          {.upstream = stub.get(), .timeout = absl::Seconds(5)}, fetched)
+                .value_or(FetchedFrom::kRelay),
+            FetchedFrom::kStore);
+  ExpectSame(fetched);
+}
+
+TEST_F(AdapterRelayTest, BadRequestsAreRefused) {
+  Reader reader(Stacked(), absl::Milliseconds(50));
+  const auto relay = [&](const std::string& adapter, int64_t version,
+                         const weightstore::v1::TargetLayout& target) {
+    internal::v1::RelayRequest request;
+    request.set_adapter_name(adapter);
+    request.set_version(version);
+    *request.mutable_target() = target;
+    grpc::ClientContext context;
+    auto stream = reader.stub->Relay(&context, request);
+    weightstore::v1::FetchTensorsResponse chunk;
+    while (stream->Read(&chunk)) {
+    }
+    return stream->Finish().error_code();
+  };
+  EXPECT_EQ(relay("", 1, Stacked()), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(relay("job", 0, Stacked()), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(relay("job", 1, weightstore::v1::TargetLayout()),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(relay("job", 1, Stacked()), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(RelayedVersionsTest, KeepsTheNewestVersionsOfEachAdapter) {
+  RelayedVersions versions(Stacked(), /*keep=*/2);
+  for (int64_t version = 1; version <= 3; ++version) versions.Begin("a", version)->Finish({});
+  versions.Begin("b", 1)->Finish({});
+  EXPECT_TRUE(absl::IsNotFound(versions.Await("a", 1, absl::Now()).status()));
+  EXPECT_TRUE(versions.Await("a", 2, absl::Now()).ok());
+  EXPECT_TRUE(versions.Await("a", 3, absl::Now()).ok());
+  EXPECT_TRUE(versions.Await("b", 1, absl::Now()).ok());
+}
+
+TEST(VersionChunksTest, AReaderWaitsForChunksAndSeesHowTheVersionEnded) {
+  VersionChunks chunks;
+  EXPECT_TRUE(absl::IsDeadlineExceeded(chunks.Wait(0, absl::Now()).status()));
+  weightstore::v1::FetchTensorsResponse chunk;
+  chunk.set_data("abc");
+  chunks.Append(chunk);
+  absl::StatusOr<const weightstore::v1::FetchTensorsResponse*> first = chunks.Wait(0, absl::Now());
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ((*first)->data(), "abc");
+  chunks.Finish(absl::OkStatus());
+  absl::StatusOr<const weightstore::v1::FetchTensorsResponse*> end = chunks.Wait(1, absl::Now());
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(*end, nullptr);
+  VersionChunks failed;
+  failed.Finish(absl::UnavailableError("source gone"));
+  EXPECT_TRUE(absl::IsUnavailable(failed.Wait(0, absl::Now()).status()));
+}
+
+}  // namespace
+}  // namespace tandem::weight_store
