@@ -10,7 +10,8 @@
 //            "commit <version>" -> commits (rank 0) -> "committed <version>"
 //   fetch:   (no input)         -> "watching" once the watch is open, then for every version
 //                                  announced and fetched: "fetched <version> <bytes> <source>"
-//                                  (source: ucx or grpc from the store, or relay)
+//                                  (source: ucx or grpc from the store, or relay); a relaying
+//                                  replica serves on until its stdin ends
 //
 // A replica with --relay_port serves what it receives to the next one (AdapterRelayService) as
 // it arrives, and one with --upstream reads from such a relay: a chain of replicas then carries
@@ -72,6 +73,12 @@ void Say(const std::string& line) {
 [[noreturn]] void Fail(const std::string& what, const absl::Status& status) {
   std::fprintf(stderr, "%s: %s\n", what.c_str(), status.ToString().c_str());
   std::exit(1);
+}
+
+void WaitForEndOfInput() {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+  }
 }
 
 // Reads "<word> <version>" from stdin; false at its end.
@@ -200,6 +207,8 @@ void FetchRelaying(const WeightStoreStubs& store) {
                      *from == FetchedFrom::kRelay ? " relay" : " grpc"));
   }
   context.TryCancel();
+  // Relays on until the driver is done: the next replica may still read the last version.
+  WaitForEndOfInput();
   if (relay != nullptr) relay->Drain();
 }
 

@@ -128,7 +128,7 @@ def run(args, replicas, strategy, env_extra, out):
             refit = time.monotonic() - put
             publishers[0].expect("committed")
             rows.append((put - began, refit, fetched_bytes, relayed))
-        for node in publishers:
+        for node in publishers + fetchers:  # Relays serve until then.
             node.process.stdin.close()
         for node in publishers + fetchers:
             node.process.wait(timeout=60)
