@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/status.h"
+#include "services/rollout/rollout_metrics.h"
 #include "services/weight_store/client/engine_lora.h"
 
 namespace tandem::rollout {
@@ -19,19 +20,40 @@ std::optional<internal::v1::WatchReadPlansRequest> AdapterLoader::PlansRequest()
   return request;
 }
 
+absl::Status AdapterLoader::Fetch(const std::string& adapter, int64_t version,
+                                  const internal::v1::WatchReadPlansResponse* announced,
+                                  weight_store::AdapterFetcher& fetcher,
+                                  weight_store::FetchedAdapter& fetched) const {
+  if (options_.relayed != nullptr) {
+    absl::StatusOr<weight_store::FetchedFrom> from = weight_store::FetchRelaying(
+        weight_store_, *options_.relayed, adapter, version,
+        {.upstream = options_.relay_from, .timeout = options_.fetch_timeout}, fetched);
+    if (!from.ok()) return from.status();
+    RolloutMetrics::Get()
+        .adapter_fetches
+        .Add({{"source", *from == weight_store::FetchedFrom::kRelay ? "relay" : "store"}})
+        .Increment();
+    return absl::OkStatus();
+  }
+  const weight_store::FetchOptions options{.target = weight_store::EngineTargetLayout(),
+                                           .ucx = options_.ucx,
+                                           .holder = options_.holder,
+                                           .timeout = options_.fetch_timeout};
+  const absl::Status status = announced != nullptr
+                                  ? fetcher.FetchAnnounced(adapter, *announced, options, fetched)
+                                  : fetcher.FetchInto(adapter, version, options, fetched);
+  if (status.ok()) {
+    RolloutMetrics::Get().adapter_fetches.Add({{"source", "store"}}).Increment();
+  }
+  return status;
+}
+
 absl::StatusOr<std::shared_ptr<ServedModel>> AdapterLoader::Load(
     const std::string& adapter, int64_t version,
     const internal::v1::WatchReadPlansResponse* announced, weight_store::AdapterFetcher& fetcher,
     weight_store::FetchedAdapter& fetched) const {
   // The fetch first: it gives an announcement's lease back whatever happens.
-  const weight_store::FetchOptions options{.target = weight_store::EngineTargetLayout(),
-                                           .ucx = options_.ucx,
-                                           .holder = options_.holder,
-                                           .timeout = options_.fetch_timeout};
-  if (absl::Status status = announced != nullptr
-                                ? fetcher.FetchAnnounced(adapter, *announced, options, fetched)
-                                : fetcher.FetchInto(adapter, version, options, fetched);
-      !status.ok()) {
+  if (absl::Status status = Fetch(adapter, version, announced, fetcher, fetched); !status.ok()) {
     return status;
   }
   weightstore::v1::GetManifestRequest request;

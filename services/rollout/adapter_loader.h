@@ -12,6 +12,7 @@
 #include "engine/model.h"
 #include "services/rollout/served_model.h"
 #include "services/weight_store/client/adapter_client.h"
+#include "services/weight_store/client/adapter_relay.h"
 #include "tandem/internal/v1/weight_store_ucx.pb.h"
 #include "transfer/ucx_transport.h"
 
@@ -25,6 +26,11 @@ struct AdapterLoaderOptions {
   transfer::UcxWorker* ucx = nullptr;
   std::string holder = "rollout";  // Lease holder name at the store.
   absl::Duration fetch_timeout = absl::Minutes(2);
+  // Relaying (a chain of replicas): every version comes by the gRPC stream, from `relay_from`
+  // (the previous replica's AdapterRelayService) or, when it is null or fails, the store, and is
+  // recorded in `relayed` for the next replica as it arrives. Null: no relaying.
+  weight_store::RelayedVersions* relayed = nullptr;
+  internal::v1::AdapterRelayService::StubInterface* relay_from = nullptr;
 };
 
 // Fetches one adapter version from weight-store and builds the model that serves it (the
@@ -51,6 +57,13 @@ class AdapterLoader {
   std::optional<internal::v1::WatchReadPlansRequest> PlansRequest() const;
 
  private:
+  // Fetches by relay when relaying, else from the store (by UCX from `announced`'s plan, or
+  // as FetchInto), counting where the version came from.
+  absl::Status Fetch(const std::string& adapter, int64_t version,
+                     const internal::v1::WatchReadPlansResponse* announced,
+                     weight_store::AdapterFetcher& fetcher,
+                     weight_store::FetchedAdapter& fetched) const;
+
   engine::BaseModel& base_;
   const weight_store::WeightStoreStubs& weight_store_;
   const AdapterLoaderOptions options_;

@@ -45,6 +45,12 @@ ABSL_FLAG(int, max_prefill_tokens_per_step, 1024,
           "Prompt tokens prefilled between two decode steps (at least one prompt).");
 ABSL_FLAG(bool, ucx, true, "Fetch adapters by UCX when the weight-store serves it.");
 ABSL_FLAG(std::string, ucx_transports, "", "UCX transports (as UCX_TLS); empty: UCX's choice.");
+ABSL_FLAG(bool, relay, false,
+          "Relay every adapter version to other replicas as it arrives (AdapterRelayService on "
+          "this port); adapters then come by gRPC streams, not UCX.");
+ABSL_FLAG(std::string, relay_from, "",
+          "host:port of the replica to read adapter versions from (its --relay), before the "
+          "weight-store; needs --relay. A chain: replica i reads from replica i-1.");
 
 namespace {
 
@@ -115,6 +121,14 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   }
   options.enable_ucx = absl::GetFlag(FLAGS_ucx);
   options.ucx.transports = absl::GetFlag(FLAGS_ucx_transports);
+  options.relay = absl::GetFlag(FLAGS_relay);
+  if (!absl::GetFlag(FLAGS_relay_from).empty() && !options.relay) {
+    return absl::InvalidArgumentError("--relay_from needs --relay");
+  }
+  auto relay_from = ChannelTo(absl::GetFlag(FLAGS_relay_from),
+                              "tandem.internal.v1.AdapterRelayService", server, *peer_tls);
+  if (!relay_from.ok()) return relay_from.status();
+  options.relay_from = *relay_from;
   return options;
 }
 
@@ -136,11 +150,6 @@ int main(int argc, char** argv) {
          if (!options.ok()) return options.status();
          auto replica = tandem::rollout::RolloutReplica::Create(*std::move(options));
          if (!replica.ok()) return replica.status();
-         auto service = std::make_unique<tandem::rollout::RolloutServiceImpl>(*std::move(replica));
-         tandem::rollout::RolloutServiceImpl* raw = service.get();
-         std::vector<tandem::HostedService> services;
-         services.push_back({"tandem.rollout.v1.RolloutService", std::move(service),
-                             [raw] { return raw->Ready(); }, [raw] { raw->Drain(); }});
-         return services;
+         return tandem::rollout::RolloutServices(*std::move(replica));
        }});
 }

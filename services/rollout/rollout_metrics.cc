@@ -43,6 +43,11 @@ RolloutMetrics::RolloutMetrics()
       adapter_version(prometheus::BuildGauge()
                           .Name("tandem_rollout_adapter_version")
                           .Help("Version new requests for the adapter get.")
+                          .Register(MetricsRegistry())),
+      adapter_fetches(prometheus::BuildCounter()
+                          .Name("tandem_rollout_adapter_fetches_total")
+                          .Help("Adapter versions fetched, by source: the weight-store, or "
+                                "another replica's relay.")
                           .Register(MetricsRegistry())) {}
 
 }  // namespace tandem::rollout

@@ -26,6 +26,7 @@ struct RolloutMetrics {
   prometheus::Histogram& decode_step_seconds;              // One decode step: per-token latency.
   prometheus::Histogram& adapter_swap_seconds;             // Version announced to servable.
   prometheus::Family<prometheus::Gauge>& adapter_version;  // Current version by adapter.
+  prometheus::Family<prometheus::Counter>& adapter_fetches;  // By source: store or relay.
 
  private:
   RolloutMetrics();

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "engine/cuda/device_engines.h"
 #include "engine/hf/hf_model.h"
+#include "services/weight_store/client/engine_lora.h"
 
 namespace tandem::rollout {
 namespace {
@@ -80,7 +81,14 @@ absl::Status RolloutReplica::CreateRegistry() {
   registry.loader.precision = o.precision;
   registry.loader.make_engine = *std::move(make_engine);
   registry.loader.holder = id_;
-  if (o.enable_ucx && o.weight_store != nullptr) {
+  if (o.relay) {
+    relayed_ = std::make_unique<weight_store::RelayedVersions>(weight_store::EngineTargetLayout());
+    registry.loader.relayed = relayed_.get();
+    if (o.relay_from != nullptr) {
+      relay_from_ = internal::v1::AdapterRelayService::NewStub(o.relay_from);
+      registry.loader.relay_from = relay_from_.get();
+    }
+  } else if (o.enable_ucx && o.weight_store != nullptr) {
     auto ucx = transfer::UcxWorker::Create(o.ucx);
     if (ucx.ok()) {
       ucx_ = *std::move(ucx);

@@ -14,6 +14,7 @@
 #include "services/rollout/adapter_registry.h"
 #include "services/rollout/scheduler.h"
 #include "services/router_replay/client/route_appender.h"
+#include "services/weight_store/client/adapter_relay.h"
 #include "transfer/ucx_transport.h"
 
 namespace tandem::rollout {
@@ -32,6 +33,12 @@ struct RolloutOptions {
   std::vector<std::string> adapters;
   bool enable_ucx = true;
   transfer::UcxOptions ucx;
+  // Relays every adapter version it fetches to other replicas as the bytes arrive
+  // (AdapterRelayService, served beside RolloutService): versions then come by the gRPC stream,
+  // from `relay_from` (the previous replica of a chain) or, when it is null or fails, the
+  // weight-store; never by UCX.
+  bool relay = false;
+  std::shared_ptr<grpc::Channel> relay_from;
   AdapterRegistryOptions registry;
   SchedulerOptions scheduler;
   router_replay::RouteAppenderOptions routes;
@@ -65,6 +72,8 @@ class RolloutReplica {
   const engine::ModelConfig& model_config() const { return base_->config(); }
   const engine::text::TextCodec& codec() const { return *codec_; }
   AdapterRegistry& registry() { return *registry_; }
+  // What this replica relays; null unless options.relay.
+  weight_store::RelayedVersions* relayed() { return relayed_.get(); }
   Scheduler& scheduler() { return *scheduler_; }
 
  private:
@@ -77,6 +86,9 @@ class RolloutReplica {
   std::unique_ptr<engine::BaseModel> base_;
   std::unique_ptr<engine::text::TextCodec> codec_;
   std::unique_ptr<transfer::UcxWorker> ucx_;
+  // Outlive the registry, whose loads use them.
+  std::unique_ptr<weight_store::RelayedVersions> relayed_;
+  std::unique_ptr<internal::v1::AdapterRelayService::Stub> relay_from_;
   std::unique_ptr<router_replay::RouteAppender> appender_;
   std::unique_ptr<AdapterRegistry> registry_;
   // Set before any adapter is followed, so staging (which only followed adapters do) always

@@ -131,4 +131,21 @@ RolloutServiceImpl::WatchAdapterStatus(grpc::CallbackServerContext* /*context*/,
   return new AdapterStatusWatch(replica_->registry(), request->adapter_name(), replica_->id());
 }
 
+std::vector<HostedService> RolloutServices(std::unique_ptr<RolloutReplica> replica) {
+  weight_store::RelayedVersions* relayed = replica->relayed();
+  auto rollout = std::make_unique<RolloutServiceImpl>(std::move(replica));
+  RolloutServiceImpl* raw = rollout.get();
+  std::vector<HostedService> services;
+  services.push_back({"tandem.rollout.v1.RolloutService", std::move(rollout),
+                      [raw] { return raw->Ready(); }, [raw] { raw->Drain(); }});
+  if (relayed != nullptr) {
+    // A replica downstream asks as soon as it hears of a version, which may be before this one
+    // does: the wait covers a slow watch, not a missing version.
+    services.push_back(
+        {"tandem.internal.v1.AdapterRelayService",
+         std::make_unique<weight_store::AdapterRelayServiceImpl>(*relayed, absl::Seconds(30))});
+  }
+  return services;
+}
+
 }  // namespace tandem::rollout

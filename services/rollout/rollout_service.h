@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/call_tracker.h"
+#include "common/server.h"
 #include "services/rollout/rollout_replica.h"
 #include "tandem/rollout/v1/rollout.grpc.pb.h"
 
@@ -40,6 +41,10 @@ class RolloutServiceImpl final : public rollout::v1::RolloutService::CallbackSer
   const std::unique_ptr<RolloutReplica> replica_;
   CallTracker streams_;  // Generate calls in progress.
 };
+
+// What a rollout server hosts for `replica`: RolloutService (ready once the replica is, drained
+// with it) and, when the replica relays (RolloutOptions::relay), AdapterRelayService.
+std::vector<HostedService> RolloutServices(std::unique_ptr<RolloutReplica> replica);
 
 }  // namespace tandem::rollout
 

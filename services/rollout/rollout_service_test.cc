@@ -312,8 +312,9 @@ class RolloutServiceTest : public ::testing::Test {
 
   // Waits until the rollout's current version of kAdapter is `version`, as its status stream
   // tells.
-  void AwaitCurrentVersion(int64_t version) {
-    StatusStream stream = StatusStream::Open(*rollout_stub_, kAdapter);
+  // On the fixture's replica, or on the one `stub` reaches.
+  void AwaitCurrentVersion(int64_t version, rollout::v1::RolloutService::Stub* stub = nullptr) {
+    StatusStream stream = StatusStream::Open(stub != nullptr ? *stub : *rollout_stub_, kAdapter);
     rollout::v1::WatchAdapterStatusResponse response;
     while (stream.Read(response)) {
       if (response.status().current_version() == version) {
@@ -489,6 +490,65 @@ TEST_F(RolloutServiceTest, AStoreThatPushesNoPlansIsWatchedAsBefore) {
     Publish(2);
     AwaitCurrentVersion(2);
   }
+}
+
+// Replicas in a chain (--relay, --relay_from): the first reads each version from the store and
+// relays it as it arrives; the second reads every version from the first, never from the store.
+TEST_F(RolloutServiceTest, ReplicasInAChainReadVersionsFromTheReplicaBefore) {
+  const auto start = [&](RolloutOptions options) {
+    options.adapters = {kAdapter};
+    options.relay = true;
+    auto replica = RolloutReplica::Create(std::move(options));
+    EXPECT_TRUE(replica.ok()) << replica.status();
+    auto server = tandem::testing::StartLoopbackServer(
+        "rollout", RolloutServices(*std::move(replica)), RolloutTestOptions());
+    EXPECT_TRUE(server.ok()) << server.status();
+    return *std::move(server);
+  };
+  const auto relayed = [] {
+    return RolloutMetrics::Get().adapter_fetches.Add({{"source", "relay"}}).Value();
+  };
+  const double relayed_before = relayed();
+  Publish(1);
+  tandem::testing::LoopbackServer first = start(DefaultOptions());
+  auto first_stub = rollout::v1::RolloutService::NewStub(first.Channel());
+  AwaitCurrentVersion(1, first_stub.get());
+  auto calls = std::make_shared<CallCounts>();
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<CallCounting>(calls));
+  RolloutOptions second_options = DefaultOptions();
+  second_options.weight_store = grpc::experimental::CreateCustomChannelWithInterceptors(
+      weight_store_.target(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
+      std::move(interceptors));
+  second_options.relay_from = first.Channel();
+  tandem::testing::LoopbackServer second = start(second_options);
+  auto second_stub = rollout::v1::RolloutService::NewStub(second.Channel());
+  AwaitCurrentVersion(1, second_stub.get());
+  Publish(2);
+  AwaitCurrentVersion(2, first_stub.get());
+  AwaitCurrentVersion(2, second_stub.get());
+  EXPECT_EQ((*calls)["/tandem.weightstore.v1.WeightStoreService/FetchTensors"], 0);
+  EXPECT_EQ((*calls)["/tandem.internal.v1.WeightStoreUcxService/WatchReadPlans"], 0);
+  EXPECT_EQ(relayed() - relayed_before, 2);
+  // What the second serves is what the first does: the same samples for the same seed.
+  rollout::v1::GenerateRequest request = Request("relayed", 2, 2, 8);
+  request.mutable_adapter()->set_adapter_name(kAdapter);
+  request.mutable_adapter()->set_exact_version(2);
+  const auto samples = [&](rollout::v1::RolloutService::Stub& stub) {
+    grpc::ClientContext context;
+    auto reader = stub.Generate(&context, request);
+    std::map<std::pair<int, int>, std::vector<int>> tokens;
+    rollout::v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      tokens[{response.prompt_index(), response.sample_index()}].assign(
+          response.token_ids().begin(), response.token_ids().end());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return tokens;
+  };
+  const auto from_first = samples(*first_stub);
+  EXPECT_EQ(from_first.size(), 4u);
+  EXPECT_EQ(samples(*second_stub), from_first);
 }
 
 TEST_F(RolloutServiceTest, AdapterVersionsAreResolvedLoadedAndReported) {
