@@ -312,6 +312,15 @@ class RolloutServiceTest : public ::testing::Test {
 
   // Waits until the rollout's current version of kAdapter is `version`, as its status stream
   // tells.
+  // A channel to the weight-store that counts the calls made on it into `calls`.
+  std::shared_ptr<grpc::Channel> StoreChannelCounting(std::shared_ptr<CallCounts> calls) {
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> counting;
+    counting.push_back(std::make_unique<CallCounting>(std::move(calls)));
+    return grpc::experimental::CreateCustomChannelWithInterceptors(
+        weight_store_.target(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
+        std::move(counting));
+  }
+
   // On the fixture's replica, or on the one `stub` reaches.
   void AwaitCurrentVersion(int64_t version, rollout::v1::RolloutService::Stub* stub = nullptr) {
     StatusStream stream = StatusStream::Open(stub != nullptr ? *stub : *rollout_stub_, kAdapter);
@@ -448,12 +457,8 @@ TEST_F(RolloutServiceTest, UnreachableRouterReplayIsReportedPerSampleNeverSilent
 // lease and the plan pushed with its announcement, so it never asks for a lease or a plan.
 TEST_F(RolloutServiceTest, AReplicaFetchingByUcxLoadsFromPlansPushedWithEachVersion) {
   auto calls = std::make_shared<CallCounts>();
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<CallCounting>(calls));
   RolloutOptions options = DefaultOptions();
-  options.weight_store = grpc::experimental::CreateCustomChannelWithInterceptors(
-      weight_store_.target(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
-      std::move(interceptors));
+  options.weight_store = StoreChannelCounting(calls);
   options.adapters = {kAdapter};
   Publish(1);
   StartRollout(options);
@@ -514,12 +519,8 @@ TEST_F(RolloutServiceTest, ReplicasInAChainReadVersionsFromTheReplicaBefore) {
   auto first_stub = rollout::v1::RolloutService::NewStub(first.Channel());
   AwaitCurrentVersion(1, first_stub.get());
   auto calls = std::make_shared<CallCounts>();
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<CallCounting>(calls));
   RolloutOptions second_options = DefaultOptions();
-  second_options.weight_store = grpc::experimental::CreateCustomChannelWithInterceptors(
-      weight_store_.target(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
-      std::move(interceptors));
+  second_options.weight_store = StoreChannelCounting(calls);
   second_options.relay_from = first.Channel();
   tandem::testing::LoopbackServer second = start(second_options);
   auto second_stub = rollout::v1::RolloutService::NewStub(second.Channel());
