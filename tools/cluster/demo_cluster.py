@@ -3,7 +3,7 @@
 
     demo_cluster.py --bin=bazel-bin --job=jobs/demo.yaml --base_model=FILE --out=DIR
                     [--trainer_ranks=4] [--expert_parallel=1] [--balance_experts]
-                    [--rollouts=2] [--rate=1gbit]
+                    [--rollouts=2] [--relay_rollouts] [--rate=1gbit]
                     [--steps=N]
 
 Hosts (network namespaces joined by links shaped to --rate, see cluster.py): trainer0..N-1 (a
@@ -11,8 +11,9 @@ trainer deployment of N ranks; the job runs on all of them, in expert-parallel g
 --expert_parallel ranks), rollout0..R-1, the
 weight-store and router-replay. Every byte between services crosses the links: gRPC, UCX (tcp on
 eth0) and Gloo. The job is submitted from trainer0's host, as a user next to the Job API would.
-Printed: the job's progress, each host's link bytes during the job, and the mean step-time
-breakdown (from the job's per-step metrics). Everything the run made is removed at its end.
+Printed: the job's progress, each host's link bytes during the job, where each rollout replica
+fetched its adapter versions from (the store, or with --relay_rollouts the replica before it in a
+chain), and the mean step-time breakdown (from the job's per-step metrics). Everything the run made is removed at its end.
 """
 
 import argparse
@@ -71,9 +72,15 @@ class Demo:
         if role == "routerreplay":
             return ["services/router_replay/router_replay", f"--data_dir={data}"]
         if role == "rollout":
-            return ["services/rollout/rollout", f"--base_model={self.args.base_model}",
-                    f"--weight_store={self.target('weightstore')}",
-                    f"--router_replay={self.target('routerreplay')}", "--ucx_transports=tcp"]
+            flags = ["services/rollout/rollout", f"--base_model={self.args.base_model}",
+                     f"--weight_store={self.target('weightstore')}",
+                     f"--router_replay={self.target('routerreplay')}", "--ucx_transports=tcp"]
+            index = int(host[len("rollout"):])
+            if self.args.relay_rollouts:  # A chain: rollout i reads from rollout i-1.
+                flags.append("--relay")
+                if index > 0:
+                    flags.append(f"--relay_from={self.target(f'rollout{index - 1}')}")
+            return flags
         rank = int(host[len("trainer"):])
         rollouts = ",".join(self.target(f"rollout{r}") for r in range(self.args.rollouts))
         flags = ["services/trainer/trainer", f"--data_dir={data}", "--ucx_transports=tcp",
@@ -131,6 +138,19 @@ class Demo:
         if result.returncode != 0:
             raise RuntimeError(f"the job failed:\n{result.stderr}")
         return tsv, lines[0].strip()
+
+    def adapter_fetches(self, host):
+        """Adapter versions a rollout fetched, by source (tandem_rollout_adapter_fetches_total)."""
+        url = f"http://{self.net.address(host)}:{METRICS_PORTS['rollout']}/metrics"
+        text = self.net.run(host, ["python3", "-c", "import sys, urllib.request; sys.stdout.write("
+                                   f"urllib.request.urlopen({url!r}).read().decode())"],
+                            capture_output=True, text=True, check=True).stdout
+        fetches = {"store": 0, "relay": 0}
+        for line in text.splitlines():
+            for source in fetches:
+                if line.startswith(f'tandem_rollout_adapter_fetches_total{{source="{source}"}}'):
+                    fetches[source] = int(float(line.split()[-1]))
+        return fetches
 
     def last_step_ranks(self, job_id):
         """Each rank's share of the job's last step (Job.latest_metrics.ranks)."""
@@ -193,6 +213,8 @@ def main():
                         help="re-place the experts before each step by its routed load")
     parser.add_argument("--rollouts", type=int, default=2)
     parser.add_argument("--rate", default="1gbit", help="every link's rate, e.g. 100mbit")
+    parser.add_argument("--relay_rollouts", action="store_true",
+                        help="rollout replicas relay adapter versions along a chain (--relay)")
     parser.add_argument("--steps", type=int, default=0, help="override the job's num_steps")
     args = parser.parse_args()
     if args.expert_parallel < 1 or args.trainer_ranks % args.expert_parallel:
@@ -215,7 +237,11 @@ def main():
         tsv, job_id = demo.submit()
         after = {host: net.link_bytes(host) for host in hosts}
         ranks = demo.last_step_ranks(job_id)
+        fetches = {host: demo.adapter_fetches(host) for host in hosts if kind(host) == "rollout"}
     print_link_bytes(before, after)
+    print("\nadapter versions fetched, by source: " + ", ".join(
+        f"{host} store {counts['store']} relay {counts['relay']}"
+        for host, counts in fetches.items()))
     print_breakdown(tsv)
     print_rank_shares(ranks)
     return 0
