@@ -140,10 +140,10 @@ std::vector<HostedService> RolloutServices(std::unique_ptr<RolloutReplica> repli
                       [raw] { return raw->Ready(); }, [raw] { raw->Drain(); }});
   if (relayed != nullptr) {
     // A replica downstream asks as soon as it hears of a version, which may be before this one
-    // does: the wait covers a slow watch, not a missing version.
+    // does: the wait covers a slow watch or a busy loader, after which it reads from the store.
     services.push_back(
         {"tandem.internal.v1.AdapterRelayService",
-         std::make_unique<weight_store::AdapterRelayServiceImpl>(*relayed, absl::Seconds(30))});
+         std::make_unique<weight_store::AdapterRelayServiceImpl>(*relayed, absl::Seconds(10))});
   }
   return services;
 }

@@ -1,6 +1,7 @@
 #include "services/weight_store/client/adapter_relay.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -52,14 +53,17 @@ absl::StatusOr<std::shared_ptr<VersionChunks>> RelayedVersions::Await(const std:
                                                                       int64_t version,
                                                                       absl::Time deadline) {
   absl::MutexLock lock(&mutex_);
-  const auto begun = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-    return versions_.contains({adapter, version});
+  // Begun, or passed over: a newer version of the adapter began here without it, so it will not.
+  const auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    auto newest = versions_.lower_bound({adapter + '\0', 0});
+    return versions_.contains({adapter, version}) ||
+           (newest != versions_.begin() && std::prev(newest)->first.first == adapter &&
+            std::prev(newest)->first.second > version);
   };
-  if (!mutex_.AwaitWithDeadline(absl::Condition(&begun), deadline)) {
-    return absl::NotFoundError(
-        absl::StrCat("this relay holds no ", adapter, "@", version, " and did not begin to"));
-  }
-  return versions_.at({adapter, version});
+  mutex_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (auto held = versions_.find({adapter, version}); held != versions_.end()) return held->second;
+  return absl::NotFoundError(
+      absl::StrCat("this relay holds no ", adapter, "@", version, " and did not begin to"));
 }
 
 grpc::Status AdapterRelayServiceImpl::Relay(

@@ -157,6 +157,21 @@ TEST_F(AdapterRelayTest, BadRequestsAreRefused) {
   EXPECT_EQ(relay("job", 1, Stacked()), grpc::StatusCode::NOT_FOUND);
 }
 
+TEST(RelayedVersionsTest, AVersionPassedOverIsRefusedAtOnce) {
+  RelayedVersions versions(Stacked());
+  versions.Begin("a", 3)->Finish({});
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(absl::IsNotFound(versions.Await("a", 2, start + absl::Seconds(10)).status()));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // A newer one is waited for, until it begins.
+  std::thread later([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    versions.Begin("a", 4);
+  });
+  EXPECT_TRUE(versions.Await("a", 4, absl::Now() + absl::Seconds(10)).ok());
+  later.join();
+}
+
 TEST(RelayedVersionsTest, KeepsTheNewestVersionsOfEachAdapter) {
   RelayedVersions versions(Stacked(), /*keep=*/2);
   for (int64_t version = 1; version <= 3; ++version) versions.Begin("a", version)->Finish({});
