@@ -141,10 +141,11 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const weightstore::v1::Manifest&
         !adapter.writing.contains(manifest.version())) {
       return absl::AlreadyExistsError(absl::StrCat(name, " is already committed"));
     }
-    if (!adapter.versions.empty() && manifest.version() < adapter.versions.rbegin()->first) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("version ", manifest.version(), " < newest ",
-                       adapter.versions.rbegin()->first, " of ", manifest.adapter_name()));
+    // Versions only increase for watchers: also past one announced and then lost.
+    if (manifest.version() < adapter.NewestAnnounced()) {
+      return absl::FailedPreconditionError(absl::StrCat("version ", manifest.version(),
+                                                        " < newest ", adapter.NewestAnnounced(),
+                                                        " of ", manifest.adapter_name()));
     }
     if (auto lost = adapter.unwritten.find(manifest.version());
         lost != adapter.unwritten.end() && !SameContent(lost->second, normalized)) {
@@ -322,13 +323,16 @@ absl::StatusOr<std::vector<std::function<void(const weightstore::v1::VersionInfo
 AdapterStore::Announce(Upload& upload, std::shared_ptr<const CommittedVersion> version) {
   const weightstore::v1::Manifest& manifest = version->manifest;
   Adapter& adapter = adapters_[manifest.adapter_name()];
-  if (!adapter.versions.empty() && adapter.versions.rbegin()->first >= manifest.version()) {
+  const bool overtaken =
+      (!adapter.versions.empty() && adapter.versions.rbegin()->first >= manifest.version()) ||
+      manifest.version() < adapter.NewestAnnounced();
+  if (overtaken) {
     // Overtaken by a newer version: this upload can never commit, and its bytes go with
     // `version`, so it must not stay open looking retryable.
     upload.state = Upload::State::kAborted;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "version ", manifest.version(), " <= newest ", adapter.versions.rbegin()->first, " of ",
-        manifest.adapter_name(), " committed meanwhile"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("version ", manifest.version(), " <= newest ", adapter.NewestAnnounced(),
+                     " of ", manifest.adapter_name(), " committed meanwhile"));
   }
   adapter.versions[manifest.version()] = std::move(version);
   adapter.writing.insert(manifest.version());
@@ -348,7 +352,13 @@ absl::Status AdapterStore::SettleWrite(Upload& upload, const CommittedVersion& v
   if (!durable.ok()) {
     // Announced but not durable: withdrawn, its number kept for these bytes (as after a
     // crash), and the upload aborted since readers may still hold its memory.
-    adapter.versions.erase(manifest.version());
+    if (auto it = adapter.versions.find(manifest.version()); it != adapter.versions.end()) {
+      // Leased memory stays out of the pool until the leases end (RetainLocked).
+      if (LeasedLocked(manifest.adapter_name(), manifest.version(), options_.clock->Now())) {
+        adapter.withdrawn[manifest.version()] = it->second;
+      }
+      adapter.versions.erase(it);
+    }
     adapter.unwritten[manifest.version()] = manifest;
     upload.state = Upload::State::kAborted;
     return absl::Status(durable.code(),
@@ -516,6 +526,9 @@ void AdapterStore::RetainLocked(const std::string& adapter, absl::Time now,
     }
     retired.push_back({adapter, it->first});
     it = std::make_reverse_iterator(versions.erase(std::next(it).base()));
+  }
+  for (auto it = entry.withdrawn.begin(); it != entry.withdrawn.end();) {
+    it = LeasedLocked(adapter, it->first, now) ? std::next(it) : entry.withdrawn.erase(it);
   }
 }
 

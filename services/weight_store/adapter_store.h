@@ -1,6 +1,7 @@
 #ifndef TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_STORE_H_
 #define TANDEM_SERVICES_WEIGHT_STORE_ADAPTER_STORE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -126,6 +127,14 @@ class AdapterStore {
     // Versions announced but never made durable (the store crashed, or the write failed),
     // newer than every durable one: the manifest each number stays bound to.
     std::map<int64_t, weightstore::v1::Manifest> unwritten;
+    // Withdrawn versions (their write failed) whose memory readers may still hold leases on:
+    // kept out of the pool until no lease names them.
+    std::map<int64_t, std::shared_ptr<const CommittedVersion>> withdrawn;
+    // The newest version ever announced, durable or not (0: none).
+    int64_t NewestAnnounced() const {
+      return std::max(versions.empty() ? 0 : versions.rbegin()->first,
+                      unwritten.empty() ? 0 : unwritten.rbegin()->first);
+    }
   };
   struct LeaseRecord {
     std::string adapter;

@@ -533,8 +533,8 @@ TEST_F(AdapterStoreTest, ReopeningIgnoresAndRemovesAPartiallyWrittenVersion) {
 
 TEST_F(AdapterStoreTest, AVersionLostBeforeItWasDurableKeepsItsNumberBoundToItsManifest) {
   ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 40)).ok());
-  const transfer::TestAdapter v2 = transfer::MakeTestAdapter("job-1", 2, 41);
-  // The data directory as it is when watchers hear of version 2: what a crash then leaves.
+  const transfer::TestAdapter v3 = transfer::MakeTestAdapter("job-1", 3, 41);
+  // The data directory as it is when watchers hear of version 3: what a crash then leaves.
   const std::string at_announcement = data_dir_ + "_at_announcement";
   fs::remove_all(at_announcement);
   bool durable_when_announced = true;
@@ -542,34 +542,77 @@ TEST_F(AdapterStoreTest, AVersionLostBeforeItWasDurableKeepsItsNumberBoundToItsM
     durable_when_announced = fs::exists(VersionDir("job-1", info.version()));
     fs::copy(data_dir_, at_announcement, fs::copy_options::recursive);
   });
-  absl::StatusOr<AdapterStore::CommitOutcome> committed = Publish(v2);
+  absl::StatusOr<AdapterStore::CommitOutcome> committed = Publish(v3);
   ASSERT_TRUE(committed.ok()) << committed.status();
-  EXPECT_FALSE(durable_when_announced) << "watchers heard of version 2 only after its fsync";
-  EXPECT_TRUE(fs::exists(VersionDir("job-1", 2)));
-  EXPECT_FALSE(fs::exists(VersionDir("job-1", 2) + ".announced"));
+  EXPECT_FALSE(durable_when_announced) << "watchers heard of version 3 only after its fsync";
+  EXPECT_TRUE(fs::exists(VersionDir("job-1", 3)));
+  EXPECT_FALSE(fs::exists(VersionDir("job-1", 3) + ".announced"));
 
-  // Restarted from that crash: version 2 is not served, and its number keeps its manifest.
+  // Restarted from that crash: version 3 is not served, its number keeps its manifest, and no
+  // version below it is taken (watchers may hold it: versions only increase).
   fs::remove_all(data_dir_);
   fs::rename(at_announcement, data_dir_);
   ASSERT_NO_FATAL_FAILURE(Reopen());
   EXPECT_EQ(store_->Newest("job-1").version(), 1);
-  const absl::Status lost = store_->Find("job-1", 2, 0).status();
+  const absl::Status lost = store_->Find("job-1", 3, 0).status();
   EXPECT_TRUE(absl::IsNotFound(lost)) << lost;
   EXPECT_THAT(lost.message(), HasSubstr("lost before it was durable"));
-  const transfer::TestAdapter other_bytes = transfer::MakeTestAdapter("job-1", 2, 42);
+  const transfer::TestAdapter other_bytes = transfer::MakeTestAdapter("job-1", 3, 42);
   const absl::Status refused = store_->Begin(other_bytes.manifest, false).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
   EXPECT_THAT(refused.message(), HasSubstr("announced with another manifest"));
+  const absl::Status below =
+      store_->Begin(transfer::MakeTestAdapter("job-1", 2, 44).manifest, false).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(below)) << below;
+  EXPECT_THAT(below.message(), HasSubstr("< newest 3"));
 
   // Published again as announced, it is served; once durable there is nothing left to remember.
+  ASSERT_TRUE(Publish(v3).ok());
+  absl::StatusOr<std::shared_ptr<const CommittedVersion>> found = store_->Find("job-1", 3, 0);
+  ASSERT_TRUE(found.ok()) << found.status();
+  ExpectHolds(**found, v3);
+  EXPECT_FALSE(fs::exists(VersionDir("job-1", 3) + ".announced"));
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_TRUE(absl::IsAlreadyExists(store_->Begin(other_bytes.manifest, false).status()));
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 4, 43)).ok());
+}
+
+TEST_F(AdapterStoreTest, AWithdrawnVersionsLeasedMemoryIsKeptFromNewUploads) {
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 50)).ok());
+  const transfer::TestAdapter v2 = transfer::MakeTestAdapter("job-1", 2, 51);
+  // A reader leases version 2 as it hears of it; then a directory in the version's final place
+  // makes its write fail (the rename), a real failure on the real filesystem.
+  std::set<const char*> leased_memory;
+  std::string lease_id;
+  const int64_t watch = store_->Watch("job-1", [&](const weightstore::v1::VersionInfo& info) {
+    absl::StatusOr<AdapterStore::Lease> lease =
+        store_->AcquireLease("job-1", info.version(), "reader", absl::Minutes(1));
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    lease_id = lease->id;
+    for (const auto& shard : (*store_->Find("job-1", info.version(), 0))->shards) {
+      leased_memory.insert(shard->data());
+    }
+    fs::create_directories(fs::path(VersionDir("job-1", info.version())) / "in-the-way");
+  });
+  const absl::Status failed = Publish(v2).status();
+  store_->Unwatch(watch);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_THAT(failed.message(), HasSubstr("withdrawn"));
+  EXPECT_TRUE(absl::IsNotFound(store_->Find("job-1", 2, 0).status()));
+  EXPECT_EQ(store_->Newest("job-1").version(), 1);
+
+  // Published again, the directory cleared: not into the memory the reader still reads.
+  fs::remove_all(VersionDir("job-1", 2));
   ASSERT_TRUE(Publish(v2).ok());
   absl::StatusOr<std::shared_ptr<const CommittedVersion>> found = store_->Find("job-1", 2, 0);
   ASSERT_TRUE(found.ok()) << found.status();
   ExpectHolds(**found, v2);
-  EXPECT_FALSE(fs::exists(VersionDir("job-1", 2) + ".announced"));
-  ASSERT_NO_FATAL_FAILURE(Reopen());
-  EXPECT_TRUE(absl::IsAlreadyExists(store_->Begin(other_bytes.manifest, false).status()));
-  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 3, 43)).ok());
+  ASSERT_FALSE(leased_memory.empty());
+  for (const auto& shard : (*found)->shards) {
+    EXPECT_FALSE(leased_memory.contains(shard->data())) << "a leased, withdrawn shard reused";
+  }
+  store_->ReleaseLease(lease_id);
+  store_->ExpireAndRetain(clock_.Now());
 }
 
 TEST_F(AdapterStoreTest, ReopeningSkipsAStoredVersionWithACorruptShard) {

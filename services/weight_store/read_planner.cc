@@ -1,8 +1,10 @@
 #include "services/weight_store/read_planner.h"
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/identifier.h"
 #include "common/parallel_tasks.h"
 #include "services/weight_store/manifest.h"
@@ -35,11 +37,15 @@ absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::Plan(
   absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
       store_.LeasedVersion(request.lease_id(), request.adapter_name(), request.version());
   if (!version.ok()) return version.status();
-  // What the plan depends on: the request less its lease. A plan cached for these exact names
-  // was checked when it was computed.
+  // What the plan depends on: the request less its lease, and where the version's shards are
+  // (a version withdrawn and published again has the same number in other memory). A plan
+  // cached for these exact names was checked when it was computed.
   internal::v1::GetReadPlanRequest cache_request = request;
   cache_request.clear_lease_id();
-  const std::string cache_key = cache_request.SerializeAsString();
+  std::string cache_key = cache_request.SerializeAsString();
+  for (const std::unique_ptr<ShardBuffer>& shard : (*version)->shards) {
+    absl::StrAppend(&cache_key, "@", reinterpret_cast<uintptr_t>(shard->data()));
+  }
   std::shared_ptr<PlanInFlight> in_flight;
   {
     absl::MutexLock lock(&mutex_);

@@ -323,11 +323,17 @@ absl::Status RecordAnnouncement(const std::string& data_dir,
     return absl::UnavailableError(
         absl::StrCat("cannot create ", adapter_dir, ": ", error.message()));
   }
+  // Written aside and renamed over: a record published again is replaced whole or not at all.
+  const std::string path = AnnouncementFile(adapter_dir, manifest.version());
+  const std::string written = path + ".tmp";
   absl::StatusOr<UnsyncedFile> record =
-      UnsyncedFile::Write(AnnouncementFile(adapter_dir, manifest.version()),
-                          EncodeChecksummed(kManifestMagic, manifest));
+      UnsyncedFile::Write(written, EncodeChecksummed(kManifestMagic, manifest));
   if (!record.ok()) return record.status();
   if (absl::Status status = record->Sync(); !status.ok()) return status;
+  fs::rename(written, path, error);
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("cannot rename ", written, ": ", error.message()));
+  }
   if (created) {  // A new adapter's directory must itself survive a crash.
     if (absl::Status status = SyncDirectory(data_dir); !status.ok()) return status;
   }

@@ -118,13 +118,16 @@ absl::Status ReceiveRecording(RelayedVersions& versions, const std::string& adap
                               FetchedAdapter& fetched) {
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
-  std::shared_ptr<VersionChunks> chunks = versions.Begin(adapter, version);
+  // Begun at the first chunk: readers downstream that wait for the version then read from a
+  // try that moves bytes, not from one whose source refused it (they would give up with it).
+  std::shared_ptr<VersionChunks> chunks;
   auto reader = open(context);
   const absl::Status received = ReceiveTensors(
       *reader, context, fetched, [&](const weightstore::v1::FetchTensorsResponse& chunk) {
+        if (chunks == nullptr) chunks = versions.Begin(adapter, version);
         AppendInPieces(chunk, std::max<uint32_t>(options.chunk_bytes, 1), *chunks);
       });
-  chunks->Finish(received);
+  if (chunks != nullptr) chunks->Finish(received);
   return received;
 }
 

@@ -135,6 +135,30 @@ TEST_F(AdapterRelayTest, EveryRelayFailureEndsAtTheStore) {
   ExpectSame(fetched);
 }
 
+// A reader whose relay refuses it reads from the store, and the reader after it, already
+// waiting, relays that read: the refusal does not travel down the chain.
+TEST_F(AdapterRelayTest, ARelayRefusedHalfwayDownTheChainStillRelaysTheStoresCopy) {
+  weightstore::v1::TargetLayout sliced = Stacked();
+  sliced.set_tp_size(2);
+  Reader refusing(sliced), middle, last;
+  absl::StatusOr<FetchedFrom> last_from;
+  FetchedAdapter got_middle, got_last;
+  std::thread downstream([&] {
+    last_from =
+        FetchRelaying(*store_, last.versions, "job", 1, {.upstream = middle.stub.get()}, got_last);
+  });
+  absl::SleepFor(absl::Milliseconds(100));  // The last reader is waiting on the middle one.
+  const absl::StatusOr<FetchedFrom> middle_from = FetchRelaying(
+      *store_, middle.versions, "job", 1, {.upstream = refusing.stub.get()}, got_middle);
+  downstream.join();
+  ASSERT_TRUE(middle_from.ok()) << middle_from.status();
+  ASSERT_TRUE(last_from.ok()) << last_from.status();
+  EXPECT_EQ(*middle_from, FetchedFrom::kStore);
+  EXPECT_EQ(*last_from, FetchedFrom::kRelay);
+  ExpectSame(got_middle);
+  ExpectSame(got_last);
+}
+
 TEST_F(AdapterRelayTest, BadRequestsAreRefused) {
   Reader reader(Stacked(), absl::Milliseconds(50));
   const auto relay = [&](const std::string& adapter, int64_t version,
