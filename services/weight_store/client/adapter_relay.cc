@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -111,19 +113,60 @@ void AppendInPieces(const weightstore::v1::FetchTensorsResponse& chunk, size_t p
   }
 }
 
-// One try: the stream `open` starts, every chunk recorded in a fresh VersionChunks as it arrives.
+// Cancels a call that receives nothing for `stall`: a relay that stopped sending is given up
+// well before the fetch's own deadline.
+class StallWatch {
+ public:
+  StallWatch(grpc::ClientContext& context, absl::Duration stall)
+      : last_progress_(absl::Now()), thread_([this, &context, stall] { Watch(context, stall); }) {}
+  ~StallWatch() {
+    {
+      absl::MutexLock lock(&mutex_);
+      done_ = true;
+    }
+    thread_.join();
+  }
+
+  void Progress() {
+    absl::MutexLock lock(&mutex_);
+    last_progress_ = absl::Now();
+  }
+
+ private:
+  void Watch(grpc::ClientContext& context, absl::Duration stall) {
+    absl::MutexLock lock(&mutex_);
+    while (!mutex_.AwaitWithDeadline(absl::Condition(&done_), last_progress_ + stall)) {
+      if (absl::Now() - last_progress_ >= stall) {
+        context.TryCancel();
+        return;
+      }
+    }
+  }
+
+  absl::Mutex mutex_;
+  bool done_ ABSL_GUARDED_BY(mutex_) = false;
+  absl::Time last_progress_ ABSL_GUARDED_BY(mutex_);
+  std::thread thread_;  // Last: starts once the rest is set.
+};
+
+// One try: the stream `open` starts, every chunk recorded in a fresh VersionChunks as it
+// arrives; given up after `stall` without a chunk, when set.
 template <typename Open>
 absl::Status ReceiveRecording(RelayedVersions& versions, const std::string& adapter,
-                              int64_t version, const RelayFetchOptions& options, const Open& open,
+                              int64_t version, const RelayFetchOptions& options,
+                              std::optional<absl::Duration> stall, const Open& open,
                               FetchedAdapter& fetched) {
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
+  std::optional<StallWatch> watch;
+  if (stall.has_value()) watch.emplace(context, *stall);
   // Begun at the first chunk: readers downstream that wait for the version then read from a
   // try that moves bytes, not from one whose source refused it (they would give up with it).
   std::shared_ptr<VersionChunks> chunks;
   auto reader = open(context);
   const absl::Status received = ReceiveTensors(
       *reader, context, fetched, [&](const weightstore::v1::FetchTensorsResponse& chunk) {
+        if (watch.has_value()) watch->Progress();
         if (chunks == nullptr) chunks = versions.Begin(adapter, version);
         AppendInPieces(chunk, std::max<uint32_t>(options.chunk_bytes, 1), *chunks);
       });
@@ -143,7 +186,7 @@ absl::StatusOr<FetchedFrom> FetchRelaying(const WeightStoreStubs& store, Relayed
     request.set_version(version);
     *request.mutable_target() = versions.layout();
     const absl::Status relayed = ReceiveRecording(
-        versions, adapter, version, options,
+        versions, adapter, version, options, options.relay_stall,
         [&](grpc::ClientContext& context) { return options.upstream->Relay(&context, request); },
         fetched);
     if (relayed.ok()) return FetchedFrom::kRelay;
@@ -157,7 +200,7 @@ absl::StatusOr<FetchedFrom> FetchRelaying(const WeightStoreStubs& store, Relayed
   *request.mutable_target() = versions.layout();
   request.set_max_chunk_bytes(kStoreChunkBytes);
   const absl::Status stored = ReceiveRecording(
-      versions, adapter, version, options,
+      versions, adapter, version, options, std::nullopt,
       [&](grpc::ClientContext& context) { return store.api().FetchTensors(&context, request); },
       fetched);
   if (!stored.ok()) return stored;

@@ -84,6 +84,9 @@ struct RelayFetchOptions {
   // The pieces a relay forwards, so what each hop of a chain adds to a refit: the chunks
   // received (the store's are at least 1 MiB) are cut to this size before they are relayed.
   uint32_t chunk_bytes = 256 << 10;
+  // An upstream relay that sends nothing for this long (it stalled, or waits for a version it
+  // will not get) is given up for the store.
+  absl::Duration relay_stall = absl::Seconds(10);
   absl::Duration timeout = absl::Minutes(10);
 };
 

@@ -159,6 +159,28 @@ TEST_F(AdapterRelayTest, ARelayRefusedHalfwayDownTheChainStillRelaysTheStoresCop
   ExpectSame(got_last);
 }
 
+// A relay that began the version and then sent nothing more is given up for the store after
+// the stall time, not at the fetch's deadline.
+TEST_F(AdapterRelayTest, ARelayThatStallsIsGivenUpForTheStore) {
+  Reader stalled;
+  std::shared_ptr<VersionChunks> begun = stalled.versions.Begin("job", 1);
+  weightstore::v1::FetchTensorsResponse first = weightstore::v1::FetchTensorsResponse();
+  *first.mutable_tensor() = expected_.tensors[0].tensor;
+  first.set_data(expected_.tensors[0].bytes.substr(0, 16));
+  begun->Append(first);  // And never another.
+  Reader reader;
+  FetchedAdapter fetched;
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<FetchedFrom> from = FetchRelaying(
+      *store_, reader.versions, "job", 1,
+      {.upstream = stalled.stub.get(), .relay_stall = absl::Milliseconds(300)}, fetched);
+  ASSERT_TRUE(from.ok()) << from.status();
+  EXPECT_EQ(*from, FetchedFrom::kStore);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ExpectSame(fetched);
+  begun->Finish(absl::CancelledError("test over"));
+}
+
 TEST_F(AdapterRelayTest, BadRequestsAreRefused) {
   Reader reader(Stacked(), absl::Milliseconds(50));
   const auto relay = [&](const std::string& adapter, int64_t version,
