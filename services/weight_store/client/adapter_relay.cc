@@ -62,10 +62,12 @@ absl::StatusOr<std::shared_ptr<VersionChunks>> RelayedVersions::Await(const std:
            (newest != versions_.begin() && std::prev(newest)->first.first == adapter &&
             std::prev(newest)->first.second > version);
   };
-  mutex_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (!mutex_.AwaitWithDeadline(absl::Condition(&settled), deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("this relay has not begun to receive ", adapter, "@", version));
+  }
   if (auto held = versions_.find({adapter, version}); held != versions_.end()) return held->second;
-  return absl::NotFoundError(
-      absl::StrCat("this relay holds no ", adapter, "@", version, " and did not begin to"));
+  return absl::NotFoundError(absl::StrCat("this relay passed over ", adapter, "@", version));
 }
 
 grpc::Status AdapterRelayServiceImpl::Relay(
@@ -79,8 +81,17 @@ grpc::Status AdapterRelayServiceImpl::Relay(
         absl::StrCat("this relay holds versions in layout {", versions_.layout().ShortDebugString(),
                      "}, not {", request->target().ShortDebugString(), "}")));
   }
-  absl::StatusOr<std::shared_ptr<VersionChunks>> chunks =
-      versions_.Await(request->adapter_name(), request->version(), absl::Now() + wait_);
+  // In slices, as the chunks below, so that a reader that went away frees this thread soon.
+  const absl::Time waited = absl::Now() + wait_;
+  absl::StatusOr<std::shared_ptr<VersionChunks>> chunks;
+  do {
+    if (context->IsCancelled()) return grpc::Status::CANCELLED;
+    chunks = versions_.Await(request->adapter_name(), request->version(),
+                             std::min(waited, absl::Now() + absl::Seconds(1)));
+  } while (absl::IsDeadlineExceeded(chunks.status()) && absl::Now() < waited);
+  if (absl::IsDeadlineExceeded(chunks.status())) {
+    return ToGrpcStatus(absl::NotFoundError(chunks.status().message()));
+  }
   if (!chunks.ok()) return ToGrpcStatus(chunks.status());
   for (size_t index = 0;; ++index) {
     absl::StatusOr<const weightstore::v1::FetchTensorsResponse*> chunk;

@@ -47,9 +47,9 @@ class RelayedVersions {
   // A version this reader starts to receive (again, after a failed try: the new chunks replace
   // the old ones for readers that ask from now on).
   std::shared_ptr<VersionChunks> Begin(const std::string& adapter, int64_t version);
-  // The version's chunks once this reader has begun to receive it; NOT_FOUND at `deadline`, or
-  // at once when a newer version of the adapter began here (this reader skipped it, or let it
-  // go).
+  // The version's chunks once this reader has begun to receive it; DEADLINE_EXCEEDED at
+  // `deadline`; NOT_FOUND at once when a newer version of the adapter began here (this reader
+  // skipped it, or let it go).
   absl::StatusOr<std::shared_ptr<VersionChunks>> Await(const std::string& adapter, int64_t version,
                                                        absl::Time deadline);
 

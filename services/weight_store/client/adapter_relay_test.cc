@@ -218,6 +218,27 @@ TEST(RelayedVersionsTest, AVersionPassedOverIsRefusedAtOnce) {
   later.join();
 }
 
+// A reader that gives up on a relay waiting for a version frees the relay's thread at once: the
+// relay's server stops within a second, not at the end of the wait.
+TEST_F(AdapterRelayTest, AReaderThatGoesAwayFreesAWaitingRelay) {
+  auto relay = std::make_unique<Reader>(Stacked(), absl::Seconds(60));
+  {
+    internal::v1::RelayRequest request;
+    request.set_adapter_name("job");
+    request.set_version(1);
+    *request.mutable_target() = Stacked();
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    auto stream = relay->stub->Relay(&context, request);
+    weightstore::v1::FetchTensorsResponse chunk;
+    EXPECT_FALSE(stream->Read(&chunk));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  const absl::Time stopping = absl::Now();
+  relay.reset();
+  EXPECT_LT(absl::Now() - stopping, absl::Seconds(4));
+}
+
 TEST(RelayedVersionsTest, KeepsTheNewestVersionsOfEachAdapter) {
   RelayedVersions versions(Stacked(), /*keep=*/2);
   for (int64_t version = 1; version <= 3; ++version) versions.Begin("a", version)->Finish({});
