@@ -24,28 +24,29 @@ absl::Status AdapterLoader::Fetch(const std::string& adapter, int64_t version,
                                   const internal::v1::WatchReadPlansResponse* announced,
                                   weight_store::AdapterFetcher& fetcher,
                                   weight_store::FetchedAdapter& fetched) const {
+  absl::StatusOr<weight_store::FetchedFrom> from = weight_store::FetchedFrom::kStore;
   if (options_.relayed != nullptr) {
-    absl::StatusOr<weight_store::FetchedFrom> from = weight_store::FetchRelaying(
+    from = weight_store::FetchRelaying(
         weight_store_, *options_.relayed, adapter, version,
         {.upstream = options_.relay_from, .timeout = options_.fetch_timeout}, fetched);
-    if (!from.ok()) return from.status();
-    RolloutMetrics::Get()
-        .adapter_fetches
-        .Add({{"source", *from == weight_store::FetchedFrom::kRelay ? "relay" : "store"}})
-        .Increment();
-    return absl::OkStatus();
-  }
-  const weight_store::FetchOptions options{.target = weight_store::EngineTargetLayout(),
-                                           .ucx = options_.ucx,
-                                           .holder = options_.holder,
-                                           .timeout = options_.fetch_timeout};
-  const absl::Status status = announced != nullptr
+  } else {
+    const weight_store::FetchOptions options{.target = weight_store::EngineTargetLayout(),
+                                             .ucx = options_.ucx,
+                                             .holder = options_.holder,
+                                             .timeout = options_.fetch_timeout};
+    if (absl::Status status = announced != nullptr
                                   ? fetcher.FetchAnnounced(adapter, *announced, options, fetched)
                                   : fetcher.FetchInto(adapter, version, options, fetched);
-  if (status.ok()) {
-    RolloutMetrics::Get().adapter_fetches.Add({{"source", "store"}}).Increment();
+        !status.ok()) {
+      from = status;
+    }
   }
-  return status;
+  if (!from.ok()) return from.status();
+  RolloutMetrics::Get()
+      .adapter_fetches
+      .Add({{"source", *from == weight_store::FetchedFrom::kRelay ? "relay" : "store"}})
+      .Increment();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> AdapterLoader::Load(

@@ -17,7 +17,7 @@
 #include "common/status.h"
 #include "common/string_limits.h"
 #include "common/unary.h"
-#include "services/weight_store/announced_versions.h"
+#include "services/weight_store/announcement_stream.h"
 #include "services/weight_store/lease_ttl.h"
 #include "services/weight_store/manifest.h"
 #include "services/weight_store/tensor_fetch.h"
@@ -99,11 +99,11 @@ class PutShardReactor final : public grpc::ServerReadReactor<weightstore::v1::Pu
 
 // Streams the newest version, then every newer commit. A slow reader skips to the newest
 // version; whatever comes first is the snapshot.
-class WatchReactor final : public QueuedWriteReactor<weightstore::v1::WatchVersionsResponse> {
+class WatchReactor final : public AnnouncementStream<weightstore::v1::WatchVersionsResponse> {
  public:
   WatchReactor(AdapterStore& store, OpenStreams<weightstore::v1::WatchVersionsResponse>& open,
                const std::string& adapter, const std::function<void()>& registered_hook)
-      : store_(store), open_(open) {
+      : AnnouncementStream(store, open) {
     watch_id_ = store_.Watch(adapter, [sink = sink()](const weightstore::v1::VersionInfo& version) {
       sink->Write(Event(version, weightstore::v1::VERSION_EVENT_TYPE_COMMITTED));
     });
@@ -135,17 +135,6 @@ class WatchReactor final : public QueuedWriteReactor<weightstore::v1::WatchVersi
     queue.clear();
     queue.push_back(std::move(event));
   }
-
-  void OnClientGone() override {
-    store_.Unwatch(watch_id_);
-    open_.Remove(open_id_);
-  }
-
-  AdapterStore& store_;
-  OpenStreams<weightstore::v1::WatchVersionsResponse>& open_;
-  int64_t watch_id_ = 0;
-  int64_t open_id_ = 0;
-  AnnouncedVersions announced_;
 };
 
 // Streams a version assembled into the consumer's layout (TensorFetch), one chunk at a time.

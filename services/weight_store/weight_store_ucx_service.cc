@@ -11,7 +11,7 @@
 #include "common/status.h"
 #include "common/string_limits.h"
 #include "common/unary.h"
-#include "services/weight_store/announced_versions.h"
+#include "services/weight_store/announcement_stream.h"
 #include "services/weight_store/lease_ttl.h"
 #include "services/weight_store/weight_store_metrics.h"
 
@@ -22,12 +22,12 @@ namespace {
 // Streams WatchVersions' announcements, each with a lease on its version taken for the reader and
 // the version's read plan in the reader's layout. A slow reader skips to the newest version: the
 // store releases the leases of the announcements it never sends.
-class WatchPlansReactor final : public QueuedWriteReactor<internal::v1::WatchReadPlansResponse> {
+class WatchPlansReactor final : public AnnouncementStream<internal::v1::WatchReadPlansResponse> {
  public:
   WatchPlansReactor(AdapterStore& store, ReadPlanner& planner,
                     OpenStreams<internal::v1::WatchReadPlansResponse>& open,
                     const internal::v1::WatchReadPlansRequest& request, absl::Duration ttl)
-      : store_(store), open_(open) {
+      : AnnouncementStream(store, open) {
     const auto announce = [&store, &planner, request, ttl](
                               const weightstore::v1::VersionInfo& version,
                               weightstore::v1::VersionEventType type) {
@@ -103,17 +103,6 @@ class WatchPlansReactor final : public QueuedWriteReactor<internal::v1::WatchRea
   void Release(const internal::v1::WatchReadPlansResponse& event) {
     if (!event.lease_id().empty()) store_.ReleaseLease(event.lease_id());
   }
-
-  void OnClientGone() override {
-    store_.Unwatch(watch_id_);
-    open_.Remove(open_id_);
-  }
-
-  AdapterStore& store_;
-  OpenStreams<internal::v1::WatchReadPlansResponse>& open_;
-  int64_t watch_id_ = 0;
-  int64_t open_id_ = 0;
-  AnnouncedVersions announced_;
 };
 
 // INVALID_ARGUMENT for a WatchReadPlans request no announcement could serve.
