@@ -3,6 +3,7 @@
 // cancellation, drain and version switches are checked step by step, deterministically.
 #include "services/rollout/scheduler.h"
 
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -253,6 +254,18 @@ class SchedulerTest : public ::testing::Test {
     return scheduler_->Submit(std::move(work), &retry_after);
   }
 
+  // Submits a request whose id a finished request held: the delivery thread frees the id
+  // right after handing over that request's last sample, so a client may see the sample first.
+  absl::Status SubmitOnceTheIdIsFree(const std::function<std::shared_ptr<GenerationWork>()>& work) {
+    absl::Status submitted;
+    for (int i = 0; i < 1000; ++i) {
+      submitted = Submit(work());
+      if (!absl::IsAlreadyExists(submitted)) break;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return submitted;
+  }
+
   // Waits for the delivery thread to hand over `count` samples.
   static std::vector<SampleOutput> AwaitSamples(Outcome& outcome, size_t count) {
     absl::MutexLock lock(&outcome.mutex);
@@ -304,7 +317,7 @@ TEST_F(SchedulerTest, AdmitsFifoWithinTheKvBudgetAndRunsEverySampleToTheEnd) {
   EXPECT_FALSE(Failure(outcome).has_value());
   // The id is free again once every sample is out.
   Outcome& again = NewOutcome();
-  EXPECT_TRUE(Submit(Work("r", 1, 1, 2, 1, again)).ok());
+  EXPECT_TRUE(SubmitOnceTheIdIsFree([&] { return Work("r", 1, 1, 2, 1, again); }).ok());
 }
 
 // A sample the engine ended with an error reaches its client as FINISH_REASON_ERROR with the
@@ -367,12 +380,8 @@ TEST_F(SchedulerTest, ARequestIdStaysInFlightUntilItsLastSampleIsDelivered) {
   EXPECT_TRUE(absl::IsAlreadyExists(Submit(Work("r", 1, 1, 2, 1, again))));
   release.Notify();
   ASSERT_EQ(AwaitSamples(outcome, 1).size(), 1u);
-  absl::Status resubmitted;
-  for (int i = 0; i < 1000; ++i) {  // The id is freed right after the hand-over returns.
-    resubmitted = Submit(Work("r", 1, 1, 2, 1, again));
-    if (!absl::IsAlreadyExists(resubmitted)) break;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  const absl::Status resubmitted =
+      SubmitOnceTheIdIsFree([&] { return Work("r", 1, 1, 2, 1, again); });
   EXPECT_TRUE(resubmitted.ok()) << resubmitted;
 }
 
