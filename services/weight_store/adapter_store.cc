@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -252,6 +253,20 @@ absl::Status AdapterStore::CheckWritten(const Upload& upload) const {
   return checksums.Finish();
 }
 
+absl::Status AdapterStore::VerifyAndRecord(const Upload& upload,
+                                           const weightstore::v1::Manifest& manifest,
+                                           bool bound) const {
+  absl::Status recorded;
+  std::thread recorder([&] { recorded = RecordAnnouncement(options_.data_dir, manifest); });
+  const absl::Status verified = CheckWritten(upload);
+  recorder.join();
+  if (verified.ok()) return recorded;
+  if (recorded.ok() && !bound) {
+    ForgetAnnouncement(options_.data_dir, manifest.adapter_name(), manifest.version());
+  }
+  return verified;
+}
+
 bool AdapterStore::Expired(const Upload& upload, absl::Time now) {
   return upload.state == Upload::State::kOpen && upload.expire_time < now;
 }
@@ -260,6 +275,7 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
   Upload* upload = nullptr;
   absl::Time begun;  // Read under the lock: past it, a sweep may free the upload.
   bool by_ucx = false;
+  bool bound = false;  // An earlier announcement recorded this number's manifest.
   {
     absl::MutexLock lock(&mutex_);
     // A retried commit (its first call's deadline passed, say) waits for the one in progress
@@ -279,14 +295,14 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
     upload->state = Upload::State::kCommitting;  // No more puts, no abort, no expiry.
     begun = upload->begun;
     by_ucx = upload->use_ucx;
+    const weightstore::v1::Manifest& manifest = upload->manifest;
+    auto adapter = adapters_.find(manifest.adapter_name());
+    bound = adapter != adapters_.end() && adapter->second.unwritten.contains(manifest.version());
   }
   // Checksums and the durable write of a large adapter take a while: outside the lock.
-  absl::Status verified = CheckWritten(*upload);
   CommittedVersion staged{.manifest = upload->manifest};
   *staged.manifest.mutable_commit_time() = ToTimestamp(options_.clock->Now());
-  // Durable before anyone hears of the version: after a crash that loses its shards, its number
-  // still names these bytes and no others.
-  if (verified.ok()) verified = RecordAnnouncement(options_.data_dir, staged.manifest);
+  absl::Status verified = VerifyAndRecord(*upload, staged.manifest, bound);
   std::shared_ptr<const CommittedVersion> version;
   absl::StatusOr<std::vector<std::function<void(const weightstore::v1::VersionInfo&)>>> listeners;
   {

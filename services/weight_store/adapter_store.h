@@ -165,6 +165,12 @@ class AdapterStore {
     int64_t version = 0;
   };
   absl::Status CheckWritten(const Upload& upload) const;
+  // Verifies the upload and records `manifest` durably (RecordAnnouncement): after a crash that
+  // loses the version's shards, its number still names these bytes and no others. The record's
+  // fsync waits on the disk, not the CPU, so it is written while the checksums are verified; if
+  // they fail, it is removed again unless `bound` (an earlier announcement wrote it).
+  absl::Status VerifyAndRecord(const Upload& upload, const weightstore::v1::Manifest& manifest,
+                               bool bound) const;
   // Makes a verified upload's version readable and returns the listeners to announce it to;
   // FAILED_PRECONDITION if a newer version was announced meanwhile.
   absl::StatusOr<std::vector<std::function<void(const weightstore::v1::VersionInfo&)>>> Announce(

@@ -256,6 +256,8 @@ TEST_F(AdapterStoreTest, CommitWithAWrongChecksumFailsAndARePutFixesIt) {
   ExpectNotFound("job-1", 1);
   EXPECT_FALSE(fs::exists(VersionDir("job-1", 1)));
   EXPECT_FALSE(fs::exists(VersionDir("job-1", 1) + ".partial"));
+  EXPECT_FALSE(fs::exists(VersionDir("job-1", 1) + ".announced"))
+      << "the record written beside the check is removed when the check fails";
 
   ASSERT_TRUE(store_->Put(begun->upload_id, 1, 0, adapter.shards[1]).ok());
   absl::StatusOr<AdapterStore::CommitOutcome> committed = store_->Commit(begun->upload_id);
@@ -565,6 +567,18 @@ TEST_F(AdapterStoreTest, AVersionLostBeforeItWasDurableKeepsItsNumberBoundToItsM
       store_->Begin(transfer::MakeTestAdapter("job-1", 2, 44).manifest, false).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(below)) << below;
   EXPECT_THAT(below.message(), HasSubstr("< newest 3"));
+
+  // A retry whose bytes fail their check leaves the number bound as it was.
+  absl::StatusOr<BeginResult> retry = store_->Begin(v3.manifest, false);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  ASSERT_TRUE(PutAll(retry->upload_id, v3).ok());
+  std::string corrupt = v3.shards[0];
+  corrupt[0] ^= 1;
+  ASSERT_TRUE(store_->Put(retry->upload_id, 0, 0, corrupt).ok());
+  EXPECT_TRUE(absl::IsAborted(store_->Commit(retry->upload_id).status()));
+  ASSERT_TRUE(store_->Abort(retry->upload_id).ok());
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_TRUE(absl::IsFailedPrecondition(store_->Begin(other_bytes.manifest, false).status()));
 
   // Published again as announced, it is served; once durable there is nothing left to remember.
   ASSERT_TRUE(Publish(v3).ok());
