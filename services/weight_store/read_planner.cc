@@ -72,11 +72,43 @@ absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::Plan(
   return plan;
 }
 
-absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::PlanWithChecksums(
-    const internal::v1::GetReadPlanRequest& request, const CommittedVersion& version) const {
-  absl::StatusOr<std::vector<internal::v1::PlannedTensor>> plan = PlanReads(
-      version.manifest, request.target(),
+absl::StatusOr<std::vector<internal::v1::PlannedTensor>> ReadPlanner::CachedReads(
+    const internal::v1::GetReadPlanRequest& request, const weightstore::v1::Manifest& manifest) {
+  // What PlanReads reads: the manifest's LoRA config, tensors and shard layout, which the
+  // versions of a job share (their bytes, checksums and labels differ).
+  internal::v1::GetReadPlanRequest asked;
+  *asked.mutable_target() = request.target();
+  *asked.mutable_tensor_names() = request.tensor_names();
+  std::string key;
+  const auto append = [&key](const google::protobuf::MessageLite& part) {
+    const std::string bytes = part.SerializeAsString();
+    absl::StrAppend(&key, bytes.size(), ":", bytes);
+  };
+  append(asked);
+  append(manifest.lora());
+  for (const weightstore::v1::CanonicalTensor& tensor : manifest.tensors()) append(tensor);
+  for (const weightstore::v1::Shard& shard : manifest.shards()) {
+    absl::StrAppend(&key, "shard ", shard.byte_size(), ":");
+    for (const weightstore::v1::ShardPiece& piece : shard.pieces()) append(piece);
+  }
+  {
+    absl::MutexLock lock(&mutex_);
+    if (auto it = reads_.find(key); it != reads_.end()) return it->second;
+  }
+  absl::StatusOr<std::vector<internal::v1::PlannedTensor>> reads = PlanReads(
+      manifest, request.target(),
       std::vector<std::string>(request.tensor_names().begin(), request.tensor_names().end()));
+  if (!reads.ok()) return reads.status();
+  absl::MutexLock lock(&mutex_);
+  if (reads_.size() >= kMaxCacheEntries) reads_.clear();
+  reads_[key] = *reads;
+  return reads;
+}
+
+absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::PlanWithChecksums(
+    const internal::v1::GetReadPlanRequest& request, const CommittedVersion& version) {
+  absl::StatusOr<std::vector<internal::v1::PlannedTensor>> plan =
+      CachedReads(request, version.manifest);
   if (!plan.ok()) return plan.status();
   {
     // Hashing the version's bytes is most of a plan's cost, and the replicas that asked for it

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -33,7 +34,11 @@ class ReadPlanner {
  private:
   // The plan of a leased version with every tensor's checksum (a pass over its bytes).
   absl::StatusOr<internal::v1::GetReadPlanResponse> PlanWithChecksums(
-      const internal::v1::GetReadPlanRequest& request, const CommittedVersion& version) const;
+      const internal::v1::GetReadPlanRequest& request, const CommittedVersion& version);
+  // PlanReads for `request`'s layout, computed once per manifest layout: the versions of a job
+  // share their tensors and shard layout, and differ in bytes, checksums and labels.
+  absl::StatusOr<std::vector<internal::v1::PlannedTensor>> CachedReads(
+      const internal::v1::GetReadPlanRequest& request, const weightstore::v1::Manifest& manifest);
 
   static constexpr size_t kMaxCacheEntries = 64;
   struct PlanInFlight {
@@ -47,6 +52,8 @@ class ReadPlanner {
   absl::flat_hash_map<std::string, internal::v1::GetReadPlanResponse> cache_
       ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<std::string, std::shared_ptr<PlanInFlight>> in_flight_
+      ABSL_GUARDED_BY(mutex_);
+  absl::flat_hash_map<std::string, std::vector<internal::v1::PlannedTensor>> reads_
       ABSL_GUARDED_BY(mutex_);
 };
 

@@ -419,6 +419,26 @@ TEST_F(WeightStoreServiceTest, PublishesAndFetchesByGrpcAndByUcxIntoAnyLayout) {
   ExpectUcxFetchMatchesGrpc("job-1", 2, SecondRankFused(), /*mapped=*/false);
 }
 
+// The store plans each layout's reads once per manifest layout: versions sharded alike reuse
+// the plan's copies (with their own checksums and memory), a version sharded otherwise gets
+// its own.
+TEST_F(WeightStoreServiceTest, ReadPlansFollowEachVersionsShardLayout) {
+  const transfer::TestAdapter v1 = transfer::MakeTestAdapter("job-1", 1, 11);
+  const transfer::TestAdapter v2 =
+      transfer::MakeTestAdapter("job-1", 2, 12, {.tp_size = 1, .ep_size = 1});
+  const transfer::TestAdapter v3 =
+      transfer::MakeTestAdapter("job-1", 3, 13, {.tp_size = 1, .ep_size = 1});
+  ASSERT_NE(v1.manifest.shards_size(), v2.manifest.shards_size());
+  for (const transfer::TestAdapter* adapter : {&v1, &v2, &v3}) {
+    ASSERT_TRUE(Publish(*adapter, /*by_ucx=*/true).ok());
+    absl::StatusOr<FetchedAdapter> fetched =
+        Fetch("job-1", adapter->manifest.version(), /*by_ucx=*/true, Stacked());
+    ASSERT_TRUE(fetched.ok()) << fetched.status();
+    EXPECT_TRUE(fetched->by_ucx);
+    ExpectCanonical(*adapter, *fetched);
+  }
+}
+
 // A ~47 MiB adapter merged from TP-2/EP-2 shards pulls three staging batches through the
 // fetcher's two staging slots: the UCX fetch still equals the gRPC stream's bytes.
 TEST_F(WeightStoreServiceTest, ALargeUcxFetchCyclesItsStagingSlotsAndMatchesGrpc) {
