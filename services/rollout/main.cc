@@ -11,6 +11,7 @@
 #include "common/service_main.h"
 #include "engine/blas_threads_flag.h"
 #include "engine/cuda/device_engines.h"
+#include "services/rollout/relay_upstream.h"
 #include "services/rollout/rollout_service.h"
 #include "services/weight_store/client/adapter_client.h"
 
@@ -50,7 +51,11 @@ ABSL_FLAG(bool, relay, false,
           "this port); adapters then come by gRPC streams, not UCX.");
 ABSL_FLAG(std::string, relay_from, "",
           "host:port of the replica to read adapter versions from (its --relay), before the "
-          "weight-store; needs --relay. A chain: replica i reads from replica i-1.");
+          "weight-store; needs --relay. A chain: replica i reads from replica i-1, and "
+          "\"{previous}\" in the address stands for i-1 (see --replica_index).");
+ABSL_FLAG(int, replica_index, -1,
+          "This replica's place in a relay chain (a StatefulSet's pod index): fills "
+          "{previous} in --relay_from; replica 0 reads from the weight-store.");
 
 namespace {
 
@@ -125,8 +130,11 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   if (!absl::GetFlag(FLAGS_relay_from).empty() && !options.relay) {
     return absl::InvalidArgumentError("--relay_from needs --relay");
   }
-  auto relay_from = ChannelTo(absl::GetFlag(FLAGS_relay_from),
-                              "tandem.internal.v1.AdapterRelayService", server, *peer_tls);
+  absl::StatusOr<std::string> upstream = tandem::rollout::RelayUpstream(
+      absl::GetFlag(FLAGS_relay_from), absl::GetFlag(FLAGS_replica_index));
+  if (!upstream.ok()) return upstream.status();
+  auto relay_from =
+      ChannelTo(*upstream, "tandem.internal.v1.AdapterRelayService", server, *peer_tls);
   if (!relay_from.ok()) return relay_from.status();
   options.relay_from = *relay_from;
   return options;

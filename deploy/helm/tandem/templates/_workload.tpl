@@ -2,8 +2,10 @@
 One service's objects: its workload (StatefulSet with a data volume, or a Deployment), a
 ClusterIP Service, a headless Service (the StatefulSet's governing Service; rollout's lists
 every ready replica for the trainer) and a PodDisruptionBudget.
-Called as (dict "root" $ "key" "trainer" "args" (list ...) ["env" (list ...)]): `args` are the
-service's own flags, `env` its own environment variables.
+Called as (dict "root" $ "key" "trainer" "args" (list ...) ["env" (list ...)] ["ordered" true]):
+`args` are the service's own flags, `env` its own environment variables; `ordered` runs a
+service without data as a StatefulSet too, for pods with stable names and indices (rollout's
+relay chain).
 */}}
 {{- define "tandem.workload" -}}
 {{- $root := .root }}
@@ -14,8 +16,9 @@ service's own flags, `env` its own environment variables.
 {{- $ucx := merge (deepCopy ($v.ucx | default dict)) $root.Values.ucx }}
 {{- $rdma := and $v.rdma.resource (gt (int $v.rdma.count) 0) }}
 {{- $tlsDir := "/var/run/tandem/tls" }}
+{{- $statefulSet := or $c.stateful .ordered }}
 apiVersion: apps/v1
-kind: {{ ternary "StatefulSet" "Deployment" $c.stateful }}
+kind: {{ ternary "StatefulSet" "Deployment" $statefulSet }}
 metadata:
   name: {{ $fullname }}
   labels:
@@ -29,6 +32,12 @@ spec:
   podManagementPolicy: Parallel
   updateStrategy:
     {{- toYaml $v.updateStrategy | nindent 4 }}
+  {{- else if $statefulSet }}
+  replicas: {{ $v.replicas }}
+  serviceName: {{ $fullname }}-headless
+  podManagementPolicy: Parallel
+  # One pod at a time, from the highest index down: the rest of the chain keeps serving.
+  updateStrategy: {type: RollingUpdate}
   {{- else }}
   replicas: {{ $v.replicas }}
   strategy:

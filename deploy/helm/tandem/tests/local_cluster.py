@@ -5,8 +5,9 @@ its containers start as local processes with exactly the rendered command, args 
 cluster would provide is emulated, and only that:
   - the pod network: each pod gets its own loopback address 127.S.0.N and its servers bind it
     (`--host=<pod IP>`, as binding 0.0.0.0 inside a pod's network namespace would);
-  - cluster DNS: Service names resolve to the IPs of the pods they select, through
-    libnss_wrapper (gRPC is told to use the system resolver, GRPC_DNS_RESOLVER=native);
+  - cluster DNS: Service names resolve to the IPs of the pods they select, and a StatefulSet
+    pod's name under its governing Service (<pod>.<serviceName>.<namespace>.svc...) to its own,
+    through libnss_wrapper (gRPC is told to use the system resolver, GRPC_DNS_RESOLVER=native);
   - volumes: emptyDir, Secret and volumeClaimTemplate volumes are directories under the pod's
     directory, and paths under a mount in args and env are rewritten to that directory;
   - the image: its binaries are the ones the Dockerfile copies into /usr/local/bin;
@@ -235,11 +236,15 @@ class LocalCluster:
         self.directory = pathlib.Path(directory)
         self.subnet = subnet  # Pods get 127.<subnet>.0.<10+i>.
         self.pods = []
+        self.pod_domains = {}  # A StatefulSet pod's name: its governing Service's domain.
         for workload in self.of_kind("StatefulSet", "Deployment"):
             for ordinal in range(workload["spec"].get("replicas", 1)):
                 name = f"{workload['metadata']['name']}-{ordinal}"
                 ip = f"127.{subnet}.0.{10 + len(self.pods)}"
                 self.pods.append(Pod(self, name, ip, workload))
+                if workload["kind"] == "StatefulSet":
+                    self.pod_domains[name] = (f"{workload['spec']['serviceName']}."
+                                              f"{self.namespace(workload)}.svc.{CLUSTER_DOMAIN}")
         hosts = self.directory / "hosts"
         hosts.write_text("".join(f"{ip} {name}\n" for name, ip in self.service_addresses()))
         self.base_env = {"PATH": str(self._image_path()), "LD_PRELOAD": "libnss_wrapper.so",
@@ -279,11 +284,15 @@ class LocalCluster:
         return [pod for pod in self.pods if selects(service["spec"]["selector"], pod.labels)]
 
     def service_addresses(self):
-        """(DNS name, pod IP) for every Service and every pod it selects."""
+        """(DNS name, pod IP) for every Service and every pod it selects, and for every
+        StatefulSet pod under its governing Service."""
         for service in self.of_kind("Service"):
             name = f"{service['metadata']['name']}.{self.namespace(service)}.svc.{CLUSTER_DOMAIN}"
             for pod in self.pods_of(service):
                 yield name, pod.ip
+        for pod in self.pods:
+            if pod.name in self.pod_domains:
+                yield f"{pod.name}.{self.pod_domains[pod.name]}", pod.ip
 
     def pod(self, name):
         (pod,) = [pod for pod in self.pods if pod.name == name]

@@ -4,6 +4,7 @@
     run_rendered_test.py --case=cpu            # job, probes, Prometheus, dashboards, alert
     run_rendered_test.py --case=cpu-replicas3  # job prompts reach all three rollout replicas
     run_rendered_test.py --case=cpu-ranks2     # a job trains data-parallel on both trainer pods
+    run_rendered_test.py --case=cpu-relay3     # replicas 1 and 2 read adapters from the one before
 
 The render is the committed golden file of the case (golden_test keeps it equal to what the
 chart renders). local_cluster.py starts it as a kubelet would, on loopback; a job is submitted
@@ -213,22 +214,48 @@ def run_monitoring_case(cluster, chart, work, subnet):
         prometheus.stop()
 
 
-def samples_served(pod, port):
+def metric_value(pod, port, series):
+    """The value of `series` (name and labels, as exported) on a pod's /metrics; 0 if absent."""
     with urllib.request.urlopen(f"http://{pod.ip}:{port}/metrics", timeout=10) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith("tandem_rollout_samples_total"):
+            if line.rsplit(" ", 1)[0] == series:
                 return float(line.split()[-1])
-    raise AssertionError(f"{pod.name} exports no tandem_rollout_samples_total")
+    return 0.0
+
+
+def rollout_pods(cluster):
+    return sorted((pod for pod in cluster.pods
+                   if pod.labels["app.kubernetes.io/component"] == "rollout"),
+                  key=lambda pod: pod.name)
 
 
 def run_replicas_case(cluster, chart, work, subnet):
     print(submit_short_job(cluster, work))
-    rollouts = [pod for pod in cluster.pods
-                if pod.labels["app.kubernetes.io/component"] == "rollout"]
-    served = {pod.name: samples_served(pod, 9452) for pod in rollouts}
+    served = {pod.name: metric_value(pod, 9452, "tandem_rollout_samples_total")
+              for pod in rollout_pods(cluster)}
     print(f"samples per rollout replica: {served}")
     if len(served) != 3 or min(served.values()) == 0:
         raise AssertionError(f"the job's prompts did not reach all three replicas: {served}")
+
+
+def run_relay_case(cluster, chart, work, subnet):
+    """The replicas of a relay chain: the first reads every adapter version from the
+    weight-store, each other one from the replica before it, and all three generate."""
+    print(submit_short_job(cluster, work))
+    fetches = {pod.name: {source: metric_value(
+                   pod, 9452, f'tandem_rollout_adapter_fetches_total{{source="{source}"}}')
+                   for source in ("store", "relay")}
+               for pod in rollout_pods(cluster)}
+    print(f"adapter fetches per rollout replica: {fetches}")
+    (head, *rest) = fetches.values()
+    if head["store"] == 0 or head["relay"] != 0:
+        raise AssertionError(f"the chain's first replica did not read from the store: {fetches}")
+    if len(rest) != 2 or any(f["relay"] == 0 or f["store"] != 0 for f in rest):
+        raise AssertionError(f"replicas 1 and 2 did not read every version by relay: {fetches}")
+    served = [metric_value(pod, 9452, "tandem_rollout_samples_total")
+              for pod in rollout_pods(cluster)]
+    if min(served) == 0:
+        raise AssertionError(f"not every replica of the chain generated: {served}")
 
 
 def run_ranks_case(cluster, chart, work, subnet):
@@ -257,7 +284,7 @@ def reserve_loopback_subnet():
 
 
 CASES = {"cpu": run_monitoring_case, "cpu-replicas3": run_replicas_case,
-         "cpu-ranks2": run_ranks_case}
+         "cpu-ranks2": run_ranks_case, "cpu-relay3": run_relay_case}
 
 
 def main():
