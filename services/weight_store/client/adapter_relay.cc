@@ -51,6 +51,15 @@ std::shared_ptr<VersionChunks> RelayedVersions::Begin(const std::string& adapter
   return chunks;
 }
 
+void RelayedVersions::Forget(const std::string& adapter, int64_t version,
+                             const std::shared_ptr<VersionChunks>& chunks) {
+  absl::MutexLock lock(&mutex_);
+  if (auto held = versions_.find({adapter, version});
+      held != versions_.end() && held->second == chunks) {
+    versions_.erase(held);
+  }
+}
+
 absl::StatusOr<std::shared_ptr<VersionChunks>> RelayedVersions::Await(const std::string& adapter,
                                                                       int64_t version,
                                                                       absl::Time deadline) {
@@ -160,13 +169,17 @@ class StallWatch {
   std::thread thread_;  // Last: starts once the rest is set.
 };
 
+// Whether a failed try is followed by another (then this reader's own readers are told to ask
+// again) or is the last.
+enum class AfterFailure { kTryAgain, kGiveUp };
+
 // One try: the stream `open` starts, every chunk recorded in a fresh VersionChunks as it
 // arrives; given up after `stall` without a chunk, when set.
 template <typename Open>
 absl::Status ReceiveRecording(RelayedVersions& versions, const std::string& adapter,
                               int64_t version, const RelayFetchOptions& options,
-                              std::optional<absl::Duration> stall, const Open& open,
-                              FetchedAdapter& fetched) {
+                              std::optional<absl::Duration> stall, AfterFailure after_failure,
+                              const Open& open, FetchedAdapter& fetched) {
   grpc::ClientContext context;
   SetTimeout(context, options.timeout);
   std::optional<StallWatch> watch;
@@ -181,7 +194,16 @@ absl::Status ReceiveRecording(RelayedVersions& versions, const std::string& adap
         if (chunks == nullptr) chunks = versions.Begin(adapter, version);
         AppendInPieces(chunk, std::max<uint32_t>(options.chunk_bytes, 1), *chunks);
       });
-  if (chunks != nullptr) chunks->Finish(received);
+  if (chunks == nullptr) return received;
+  if (received.ok() || after_failure == AfterFailure::kGiveUp) {
+    chunks->Finish(received);
+    return received;
+  }
+  // Forgotten first: a reader that asks again at once waits for the next try's chunks.
+  versions.Forget(adapter, version, chunks);
+  chunks->Finish(absl::AbortedError(absl::StrCat("this relay's read of ", adapter, "@", version,
+                                                 " failed partway (", received.ToString(),
+                                                 "); it reads the version again: ask again")));
   return received;
 }
 
@@ -196,14 +218,24 @@ absl::StatusOr<FetchedFrom> FetchRelaying(const WeightStoreStubs& store, Relayed
     request.set_adapter_name(adapter);
     request.set_version(version);
     *request.mutable_target() = versions.layout();
-    const absl::Status relayed = ReceiveRecording(
-        versions, adapter, version, options, options.relay_stall,
-        [&](grpc::ClientContext& context) { return options.upstream->Relay(&context, request); },
-        fetched);
-    if (relayed.ok()) return FetchedFrom::kRelay;
-    // Whatever the relay's trouble, the store has the version.
-    spdlog::warn("relay of {}@{} failed, reading from the store: {}", adapter, version,
-                 relayed.ToString());
+    // Asked again once when it answers ABORTED: its own source failed partway and it reads the
+    // version again, relaying that read.
+    for (bool asked_again = false;; asked_again = true) {
+      const absl::Status relayed = ReceiveRecording(
+          versions, adapter, version, options, options.relay_stall, AfterFailure::kTryAgain,
+          [&](grpc::ClientContext& context) { return options.upstream->Relay(&context, request); },
+          fetched);
+      if (relayed.ok()) return FetchedFrom::kRelay;
+      if (absl::IsAborted(relayed) && !asked_again) {
+        spdlog::info("relay of {}@{} read it again: asking again: {}", adapter, version,
+                     relayed.ToString());
+        continue;
+      }
+      // Whatever the relay's trouble, the store has the version.
+      spdlog::warn("relay of {}@{} failed, reading from the store: {}", adapter, version,
+                   relayed.ToString());
+      break;
+    }
   }
   weightstore::v1::FetchTensorsRequest request;
   request.set_adapter_name(adapter);
@@ -211,7 +243,7 @@ absl::StatusOr<FetchedFrom> FetchRelaying(const WeightStoreStubs& store, Relayed
   *request.mutable_target() = versions.layout();
   request.set_max_chunk_bytes(kStoreChunkBytes);
   const absl::Status stored = ReceiveRecording(
-      versions, adapter, version, options, std::nullopt,
+      versions, adapter, version, options, std::nullopt, AfterFailure::kGiveUp,
       [&](grpc::ClientContext& context) { return store.api().FetchTensors(&context, request); },
       fetched);
   if (!stored.ok()) return stored;

@@ -47,6 +47,10 @@ class RelayedVersions {
   // A version this reader starts to receive (again, after a failed try: the new chunks replace
   // the old ones for readers that ask from now on).
   std::shared_ptr<VersionChunks> Begin(const std::string& adapter, int64_t version);
+  // Drops `chunks`, a failed try at the version, if they are still its newest: readers that ask
+  // from now on wait for the next try's.
+  void Forget(const std::string& adapter, int64_t version,
+              const std::shared_ptr<VersionChunks>& chunks);
   // The version's chunks once this reader has begun to receive it; DEADLINE_EXCEEDED at
   // `deadline`; NOT_FOUND at once when a newer version of the adapter began here (this reader
   // skipped it, or let it go).
@@ -96,6 +100,11 @@ enum class FetchedFrom { kRelay, kStore };
 // FetchTensors stream when there is none or it fails, recording every chunk in `versions` as it
 // arrives (so this reader relays it on at once) and verifying every tensor into `fetched`.
 // Returns where the version came from.
+//
+// A try that fails partway and is followed by another ends, for this reader's own readers, in
+// ABORTED ("ask again"), and they ask once more before they turn to the store: the next try is
+// relayed to them, so a relay lost in the middle of a chain sends one reader, not every one
+// after it, to the store.
 absl::StatusOr<FetchedFrom> FetchRelaying(const WeightStoreStubs& store, RelayedVersions& versions,
                                           const std::string& adapter, int64_t version,
                                           const RelayFetchOptions& options,

@@ -1,7 +1,8 @@
 // Relaying versions from reader to reader, over real gRPC servers on loopback: a real weight-store,
 // and readers that each serve AdapterRelayService. A chain of three gets every tensor byte-exact,
-// a reader that asks before its relay has begun waits for it, and every failure of a relay (a
-// layout it does not hold, a version it never gets, a relay gone) ends at the store.
+// a reader that asks before its relay has begun waits for it, every failure of a relay (a
+// layout it does not hold, a version it never gets, a relay gone) ends at the store, and a
+// relay whose source fails partway relays its read from the store to the readers after it.
 #include "services/weight_store/client/adapter_relay.h"
 
 #include <memory>
@@ -151,6 +152,39 @@ TEST_F(AdapterRelayTest, ARelayRefusedHalfwayDownTheChainStillRelaysTheStoresCop
   const absl::StatusOr<FetchedFrom> middle_from = FetchRelaying(
       *store_, middle.versions, "job", 1, {.upstream = refusing.stub.get()}, got_middle);
   downstream.join();
+  ASSERT_TRUE(middle_from.ok()) << middle_from.status();
+  ASSERT_TRUE(last_from.ok()) << last_from.status();
+  EXPECT_EQ(*middle_from, FetchedFrom::kStore);
+  EXPECT_EQ(*last_from, FetchedFrom::kRelay);
+  ExpectSame(got_middle);
+  ExpectSame(got_last);
+}
+
+// A relay whose own source fails partway reads the version again from the store and tells its
+// readers to ask again (ABORTED): the reader after it, already receiving the failed try, gets
+// the store's copy through it rather than reading from the store itself.
+TEST_F(AdapterRelayTest, ARelayWhoseSourceFailsPartwayStillRelaysTheVersion) {
+  Reader failing, middle, last;
+  std::shared_ptr<VersionChunks> source = failing.versions.Begin("job", 1);
+  weightstore::v1::FetchTensorsResponse first;
+  *first.mutable_tensor() = expected_.tensors[0].tensor;
+  first.set_data(expected_.tensors[0].bytes.substr(0, 16));
+  source->Append(first);
+  absl::StatusOr<FetchedFrom> middle_from, last_from;
+  FetchedAdapter got_middle, got_last;
+  std::thread middle_reads([&] {
+    middle_from = FetchRelaying(*store_, middle.versions, "job", 1,
+                                {.upstream = failing.stub.get()}, got_middle);
+  });
+  std::thread last_reads([&] {
+    last_from =
+        FetchRelaying(*store_, last.versions, "job", 1, {.upstream = middle.stub.get()}, got_last);
+  });
+  // The last reader has begun to receive: the first chunk of the middle reader's first try.
+  EXPECT_TRUE(last.versions.Await("job", 1, absl::Now() + absl::Seconds(10)).ok());
+  source->Finish(absl::UnavailableError("the failing relay's source is gone"));
+  middle_reads.join();
+  last_reads.join();
   ASSERT_TRUE(middle_from.ok()) << middle_from.status();
   ASSERT_TRUE(last_from.ok()) << last_from.status();
   EXPECT_EQ(*middle_from, FetchedFrom::kStore);
