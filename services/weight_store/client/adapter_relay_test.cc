@@ -65,6 +65,20 @@ class AdapterRelayTest : public ::testing::Test {
     }
   }
 
+  // The middle reader of a chain read the version from the store, the last one relayed it from
+  // the middle, and both hold every byte.
+  void ExpectMiddleFromStoreAndLastRelayed(const absl::StatusOr<FetchedFrom>& middle_from,
+                                           const FetchedAdapter& middle,
+                                           const absl::StatusOr<FetchedFrom>& last_from,
+                                           const FetchedAdapter& last) {
+    ASSERT_TRUE(middle_from.ok()) << middle_from.status();
+    ASSERT_TRUE(last_from.ok()) << last_from.status();
+    EXPECT_EQ(*middle_from, FetchedFrom::kStore);
+    EXPECT_EQ(*last_from, FetchedFrom::kRelay);
+    ExpectSame(middle);
+    ExpectSame(last);
+  }
+
   const transfer::TestAdapter adapter_ = transfer::MakeTestAdapter("job", 1, 7);
   tandem::testing::LoopbackServer store_server_;
   std::unique_ptr<WeightStoreStubs> store_;
@@ -152,12 +166,7 @@ TEST_F(AdapterRelayTest, ARelayRefusedHalfwayDownTheChainStillRelaysTheStoresCop
   const absl::StatusOr<FetchedFrom> middle_from = FetchRelaying(
       *store_, middle.versions, "job", 1, {.upstream = refusing.stub.get()}, got_middle);
   downstream.join();
-  ASSERT_TRUE(middle_from.ok()) << middle_from.status();
-  ASSERT_TRUE(last_from.ok()) << last_from.status();
-  EXPECT_EQ(*middle_from, FetchedFrom::kStore);
-  EXPECT_EQ(*last_from, FetchedFrom::kRelay);
-  ExpectSame(got_middle);
-  ExpectSame(got_last);
+  ExpectMiddleFromStoreAndLastRelayed(middle_from, got_middle, last_from, got_last);
 }
 
 // A relay whose own source fails partway reads the version again from the store and tells its
@@ -185,12 +194,7 @@ TEST_F(AdapterRelayTest, ARelayWhoseSourceFailsPartwayStillRelaysTheVersion) {
   source->Finish(absl::UnavailableError("the failing relay's source is gone"));
   middle_reads.join();
   last_reads.join();
-  ASSERT_TRUE(middle_from.ok()) << middle_from.status();
-  ASSERT_TRUE(last_from.ok()) << last_from.status();
-  EXPECT_EQ(*middle_from, FetchedFrom::kStore);
-  EXPECT_EQ(*last_from, FetchedFrom::kRelay);
-  ExpectSame(got_middle);
-  ExpectSame(got_last);
+  ExpectMiddleFromStoreAndLastRelayed(middle_from, got_middle, last_from, got_last);
 }
 
 // A relay that began the version and then sent nothing more is given up for the store after
