@@ -1,28 +1,18 @@
 #include "common/auth.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
-#include <array>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/sha256.h"
 #include "grpc/grpc_security.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem {
 namespace {
-
-using Sha256 = std::array<unsigned char, 32>;
-
-Sha256 HashOf(absl::string_view bytes) {
-  Sha256 digest{};
-  unsigned int length = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest.data(), &length, EVP_sha256(), nullptr);
-  return digest;
-}
 
 absl::string_view SliceView(const grpc_slice& slice) {
   return {reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(slice)), GRPC_SLICE_LENGTH(slice)};
@@ -132,8 +122,8 @@ class BearerTokenInterceptor : public grpc::experimental::Interceptor {
 }  // namespace
 
 bool BearerTokenMatches(absl::string_view authorization_header, absl::string_view token) {
-  const Sha256 expected = HashOf(absl::StrCat("Bearer ", token));
-  const Sha256 actual = HashOf(authorization_header);
+  const Sha256Digest expected = Sha256(absl::StrCat("Bearer ", token));
+  const Sha256Digest actual = Sha256(authorization_header);
   return CRYPTO_memcmp(expected.data(), actual.data(), expected.size()) == 0;
 }
 

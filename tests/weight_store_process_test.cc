@@ -5,12 +5,14 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/channel.h"
 #include "common/health_client.h"
 #include "gmock/gmock.h"
@@ -152,6 +154,28 @@ TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDash
 // memory, fast enough to be done while the store is still writing the version to disk.
 using WeightStoreCrashTest = WeightStoreProcessTest;
 
+// SIGSTOP stops a process's threads one by one, after kill() returns: waits until every thread
+// is stopped, so that nothing under way (a rename, say) changes the process's files afterwards.
+void WaitUntilStopped(pid_t pid) {
+  const std::filesystem::path tasks = absl::StrCat("/proc/", pid, "/task");
+  for (int attempt = 0; attempt < 5000; ++attempt) {
+    bool stopped = true;
+    for (const std::filesystem::directory_entry& task :
+         std::filesystem::directory_iterator(tasks)) {
+      // "<tid> (<name>) <state> ...": the state follows the name's closing parenthesis.
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t name_end = line.rfind(')');
+      stopped = stopped && name_end != std::string::npos && name_end + 2 < line.size() &&
+                line[name_end + 2] == 'T';
+    }
+    if (stopped) return;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ADD_FAILURE() << "process " << pid << " did not stop";
+}
+
 bool SameTensors(const FetchedAdapter& a, const FetchedAdapter& b) {
   if (a.tensors.size() != b.tensors.size()) return false;
   for (size_t i = 0; i < a.tensors.size(); ++i) {
@@ -201,6 +225,7 @@ TEST_P(WeightStoreCrashTest, AVersionFetchedBeforeItWasDurableIsServedAgainOnlyW
     ASSERT_TRUE(announcements->Read(&announced));
     ASSERT_EQ(announced.announcement().version().version(), version);
     ::kill(store.pid(), SIGSTOP);
+    WaitUntilStopped(store.pid());
     if (std::filesystem::exists(data_dir_ + "/job-1/" + std::to_string(version))) {
       ::kill(store.pid(), SIGCONT);
       publisher.join();

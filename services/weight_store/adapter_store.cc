@@ -261,9 +261,8 @@ absl::Status AdapterStore::VerifyAndRecord(const Upload& upload,
   const absl::Status verified = CheckWritten(upload);
   recorder.join();
   if (verified.ok()) return recorded;
-  if (recorded.ok() && !bound) {
-    ForgetAnnouncement(options_.data_dir, manifest.adapter_name(), manifest.version());
-  }
+  // Even a record whose write failed may have been renamed into place.
+  if (!bound) ForgetAnnouncement(options_.data_dir, manifest.adapter_name(), manifest.version());
   return verified;
 }
 

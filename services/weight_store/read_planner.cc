@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/identifier.h"
 #include "common/parallel_tasks.h"
+#include "common/sha256.h"
 #include "services/weight_store/manifest.h"
 #include "services/weight_store/reshard.h"
 #include "services/weight_store/tensor_assembly.h"
@@ -79,18 +80,22 @@ absl::StatusOr<std::vector<internal::v1::PlannedTensor>> ReadPlanner::CachedRead
   internal::v1::GetReadPlanRequest asked;
   *asked.mutable_target() = request.target();
   *asked.mutable_tensor_names() = request.tensor_names();
-  std::string key;
-  const auto append = [&key](const google::protobuf::MessageLite& part) {
+  std::string layout;
+  const auto append = [&layout](const google::protobuf::MessageLite& part) {
     const std::string bytes = part.SerializeAsString();
-    absl::StrAppend(&key, bytes.size(), ":", bytes);
+    absl::StrAppend(&layout, bytes.size(), ":", bytes);
   };
   append(asked);
   append(manifest.lora());
   for (const weightstore::v1::CanonicalTensor& tensor : manifest.tensors()) append(tensor);
   for (const weightstore::v1::Shard& shard : manifest.shards()) {
-    absl::StrAppend(&key, "shard ", shard.byte_size(), ":");
+    absl::StrAppend(&layout, "shard ", shard.byte_size(), ":");
     for (const weightstore::v1::ShardPiece& piece : shard.pieces()) append(piece);
   }
+  // Kept by its SHA-256: a manifest's layout can be megabytes, and no publisher can make
+  // another layout's key on purpose (a hit would hand readers a plan of other bytes).
+  const Sha256Digest digest = Sha256(layout);
+  const std::string key(digest.begin(), digest.end());
   {
     absl::MutexLock lock(&mutex_);
     if (auto it = reads_.find(key); it != reads_.end()) return it->second;

@@ -253,6 +253,10 @@ absl::Status GetBatch(const internal::v1::GetReadPlanResponse& plan, const Tenso
 
 }  // namespace
 
+bool IsHeartbeat(const weightstore::v1::FetchTensorsResponse& chunk) {
+  return !chunk.has_tensor() && chunk.data().empty();
+}
+
 absl::Status ReceiveTensors(
     grpc::ClientReaderInterface<weightstore::v1::FetchTensorsResponse>& reader,
     grpc::ClientContext& context, FetchedAdapter& into,
@@ -263,6 +267,7 @@ absl::Status ReceiveTensors(
   weightstore::v1::FetchTensorsResponse chunk;
   while (reader.Read(&chunk)) {
     on_chunk(chunk);
+    if (IsHeartbeat(chunk)) continue;
     if (chunk.has_tensor()) {
       if (count > 0) {
         if (absl::Status status = VerifyChecksum(into.tensors[count - 1]); !status.ok()) {

@@ -109,9 +109,13 @@ struct FetchedAdapter {
   bool mapped = false;
 };
 
+// A relay's heartbeat (AdapterRelayService): a message with neither a tensor header nor data.
+bool IsHeartbeat(const weightstore::v1::FetchTensorsResponse& chunk);
+
 // Receives a FetchTensors stream (the weight-store's, or a relay's: AdapterRelayService) into
 // `into`, reusing its tensors' memory and verifying each tensor's xxh3 once it is whole.
-// `on_chunk` sees every chunk as it arrives, before its tensor is verified (a relay forwards it).
+// `on_chunk` sees every message as it arrives, before its tensor is verified (a relay forwards
+// it), heartbeats too; they carry nothing else.
 absl::Status ReceiveTensors(
     grpc::ClientReaderInterface<weightstore::v1::FetchTensorsResponse>& reader,
     grpc::ClientContext& context, FetchedAdapter& into,

@@ -90,25 +90,30 @@ grpc::Status AdapterRelayServiceImpl::Relay(
         absl::StrCat("this relay holds versions in layout {", versions_.layout().ShortDebugString(),
                      "}, not {", request->target().ShortDebugString(), "}")));
   }
-  // In slices, as the chunks below, so that a reader that went away frees this thread soon.
+  // Waits in slices of the heartbeat, as for the chunks below: a reader that went away frees
+  // this thread within one, and one that waits hears this relay is alive, so that its stall
+  // watch measures the silence of a source, not this relay's wait for one.
+  const auto heartbeat = [&] {
+    return !context->IsCancelled() && writer->Write(weightstore::v1::FetchTensorsResponse());
+  };
   const absl::Time waited = absl::Now() + wait_;
   absl::StatusOr<std::shared_ptr<VersionChunks>> chunks;
-  do {
-    if (context->IsCancelled()) return grpc::Status::CANCELLED;
+  while (true) {
     chunks = versions_.Await(request->adapter_name(), request->version(),
-                             std::min(waited, absl::Now() + absl::Seconds(1)));
-  } while (absl::IsDeadlineExceeded(chunks.status()) && absl::Now() < waited);
+                             std::min(waited, absl::Now() + heartbeat_));
+    if (!absl::IsDeadlineExceeded(chunks.status()) || absl::Now() >= waited) break;
+    if (!heartbeat()) return grpc::Status::CANCELLED;
+  }
   if (absl::IsDeadlineExceeded(chunks.status())) {
     return ToGrpcStatus(absl::NotFoundError(chunks.status().message()));
   }
   if (!chunks.ok()) return ToGrpcStatus(chunks.status());
   for (size_t index = 0;; ++index) {
     absl::StatusOr<const weightstore::v1::FetchTensorsResponse*> chunk;
-    // In slices, so that a reader that went away frees this thread within one.
-    do {
-      if (context->IsCancelled()) return grpc::Status::CANCELLED;
-      chunk = (*chunks)->Wait(index, absl::Now() + absl::Seconds(1));
-    } while (absl::IsDeadlineExceeded(chunk.status()));
+    while (absl::IsDeadlineExceeded(
+        (chunk = (*chunks)->Wait(index, absl::Now() + heartbeat_)).status())) {
+      if (!heartbeat()) return grpc::Status::CANCELLED;
+    }
     if (!chunk.ok()) return ToGrpcStatus(chunk.status());
     if (*chunk == nullptr) return grpc::Status::OK;
     if (!writer->Write(**chunk)) return grpc::Status::CANCELLED;
@@ -174,7 +179,7 @@ class StallWatch {
 enum class AfterFailure { kTryAgain, kGiveUp };
 
 // One try: the stream `open` starts, every chunk recorded in a fresh VersionChunks as it
-// arrives; given up after `stall` without a chunk, when set.
+// arrives; given up after `stall` without a message (a chunk or a relay's heartbeat), when set.
 template <typename Open>
 absl::Status ReceiveRecording(RelayedVersions& versions, const std::string& adapter,
                               int64_t version, const RelayFetchOptions& options,
@@ -191,6 +196,7 @@ absl::Status ReceiveRecording(RelayedVersions& versions, const std::string& adap
   const absl::Status received = ReceiveTensors(
       *reader, context, fetched, [&](const weightstore::v1::FetchTensorsResponse& chunk) {
         if (watch.has_value()) watch->Progress();
+        if (IsHeartbeat(chunk)) return;
         if (chunks == nullptr) chunks = versions.Begin(adapter, version);
         AppendInPieces(chunk, std::max<uint32_t>(options.chunk_bytes, 1), *chunks);
       });
@@ -218,8 +224,8 @@ absl::StatusOr<FetchedFrom> FetchRelaying(const WeightStoreStubs& store, Relayed
     request.set_adapter_name(adapter);
     request.set_version(version);
     *request.mutable_target() = versions.layout();
-    // Asked again once when it answers ABORTED: its own source failed partway and it reads the
-    // version again, relaying that read.
+    // Asked again once when it answers ABORTED: its own source failed partway (or went silent)
+    // and it reads the version again, relaying that read.
     for (bool asked_again = false;; asked_again = true) {
       const absl::Status relayed = ReceiveRecording(
           versions, adapter, version, options, options.relay_stall, AfterFailure::kTryAgain,

@@ -71,8 +71,11 @@ class RelayedVersions {
 class AdapterRelayServiceImpl final : public internal::v1::AdapterRelayService::Service {
  public:
   // `wait`: how long a request for a version this reader has not begun to receive waits.
-  AdapterRelayServiceImpl(RelayedVersions& versions, absl::Duration wait)
-      : versions_(versions), wait_(wait) {}
+  // `heartbeat`: while a stream waits (for the version to begin, or for its next chunk), it
+  // sends an empty message this often.
+  AdapterRelayServiceImpl(RelayedVersions& versions, absl::Duration wait,
+                          absl::Duration heartbeat = absl::Seconds(1))
+      : versions_(versions), wait_(wait), heartbeat_(heartbeat) {}
 
   grpc::Status Relay(grpc::ServerContext* context, const internal::v1::RelayRequest* request,
                      grpc::ServerWriter<weightstore::v1::FetchTensorsResponse>* writer) override;
@@ -80,6 +83,7 @@ class AdapterRelayServiceImpl final : public internal::v1::AdapterRelayService::
  private:
   RelayedVersions& versions_;
   const absl::Duration wait_;
+  const absl::Duration heartbeat_;
 };
 
 struct RelayFetchOptions {

@@ -29,11 +29,12 @@ weightstore::v1::TargetLayout Stacked() {
 // A reader: what it received, and its relay on loopback.
 struct Reader {
   explicit Reader(weightstore::v1::TargetLayout layout = Stacked(),
-                  absl::Duration wait = absl::Seconds(10))
+                  absl::Duration wait = absl::Seconds(10),
+                  absl::Duration heartbeat = absl::Seconds(1))
       : versions(std::move(layout)) {
     std::vector<HostedService> services;
     services.push_back({"tandem.internal.v1.AdapterRelayService",
-                        std::make_unique<AdapterRelayServiceImpl>(versions, wait)});
+                        std::make_unique<AdapterRelayServiceImpl>(versions, wait, heartbeat)});
     server = *tandem::testing::StartLoopbackServer("relay", std::move(services));
     stub = internal::v1::AdapterRelayService::NewStub(server.Channel());
   }
@@ -197,10 +198,42 @@ TEST_F(AdapterRelayTest, ARelayWhoseSourceFailsPartwayStillRelaysTheVersion) {
   ExpectMiddleFromStoreAndLastRelayed(middle_from, got_middle, last_from, got_last);
 }
 
+// A relay gone silent (no heartbeat either: its process frozen, say).
+constexpr absl::Duration kSilent = absl::Hours(1);
+
+// The reader below a relay gone silent gives it up after the stall time and reads from the
+// store; the reader after it, which hears its heartbeats while it waits, stays, is told to ask
+// again, and gets that read relayed: a stall sends one reader, not the chain, to the store.
+TEST_F(AdapterRelayTest, ASilentRelaySendsOnlyTheReaderBelowItToTheStore) {
+  Reader silent(Stacked(), absl::Seconds(10), kSilent);
+  Reader middle(Stacked(), absl::Seconds(10), /*heartbeat=*/absl::Milliseconds(50));
+  Reader last;
+  std::shared_ptr<VersionChunks> source = silent.versions.Begin("job", 1);
+  weightstore::v1::FetchTensorsResponse first;
+  *first.mutable_tensor() = expected_.tensors[0].tensor;
+  first.set_data(expected_.tensors[0].bytes.substr(0, 16));
+  source->Append(first);  // And never another.
+  constexpr absl::Duration kStall = absl::Milliseconds(300);
+  absl::StatusOr<FetchedFrom> middle_from, last_from;
+  FetchedAdapter got_middle, got_last;
+  std::thread middle_reads([&] {
+    middle_from = FetchRelaying(*store_, middle.versions, "job", 1,
+                                {.upstream = silent.stub.get(), .relay_stall = kStall}, got_middle);
+  });
+  std::thread last_reads([&] {
+    last_from = FetchRelaying(*store_, last.versions, "job", 1,
+                              {.upstream = middle.stub.get(), .relay_stall = kStall}, got_last);
+  });
+  middle_reads.join();
+  last_reads.join();
+  ExpectMiddleFromStoreAndLastRelayed(middle_from, got_middle, last_from, got_last);
+  source->Finish(absl::CancelledError("test over"));
+}
+
 // A relay that began the version and then sent nothing more is given up for the store after
 // the stall time, not at the fetch's deadline.
 TEST_F(AdapterRelayTest, ARelayThatStallsIsGivenUpForTheStore) {
-  Reader stalled;
+  Reader stalled(Stacked(), absl::Seconds(10), kSilent);
   std::shared_ptr<VersionChunks> begun = stalled.versions.Begin("job", 1);
   weightstore::v1::FetchTensorsResponse first = weightstore::v1::FetchTensorsResponse();
   *first.mutable_tensor() = expected_.tensors[0].tensor;
