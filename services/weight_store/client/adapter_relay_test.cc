@@ -320,6 +320,21 @@ TEST(RelayedVersionsTest, KeepsTheNewestVersionsOfEachAdapter) {
   EXPECT_TRUE(versions.Await("b", 1, absl::Now()).ok());
 }
 
+// A failed try is forgotten only while it is the version's newest: readers then wait for the
+// next try, and a try begun meanwhile is kept.
+TEST(RelayedVersionsTest, AFailedTryIsForgottenOnlyWhileItIsTheNewest) {
+  RelayedVersions versions(Stacked());
+  std::shared_ptr<VersionChunks> failed = versions.Begin("a", 1);
+  versions.Forget("a", 1, failed);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(versions.Await("a", 1, absl::Now()).status()))
+      << "a reader waits for the next try";
+  std::shared_ptr<VersionChunks> next = versions.Begin("a", 1);
+  versions.Forget("a", 1, failed);
+  absl::StatusOr<std::shared_ptr<VersionChunks>> held = versions.Await("a", 1, absl::Now());
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(*held, next);
+}
+
 TEST(VersionChunksTest, AReaderWaitsForChunksAndSeesHowTheVersionEnded) {
   VersionChunks chunks;
   EXPECT_TRUE(absl::IsDeadlineExceeded(chunks.Wait(0, absl::Now()).status()));
