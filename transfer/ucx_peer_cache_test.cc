@@ -15,6 +15,15 @@ namespace {
 
 std::unique_ptr<UcxWorker> Worker() { return *UcxWorker::Create({.transports = "tcp"}); }
 
+// Fills `region` with `fill` through `peer`; true once the bytes are there.
+bool PutLands(UcxPeer& peer, const UcxRegion& region, char fill) {
+  std::string bytes(region.length(), fill);
+  return peer.Put(region.packed_rkey(), {{region.remote_address(), bytes.data(), bytes.size()}},
+                  absl::Now() + absl::Seconds(10))
+             .ok() &&
+         std::memcmp(region.data(), bytes.data(), bytes.size()) == 0;
+}
+
 TEST(UcxPeerCacheTest, KeepsOnePeerPerRemoteWorkerUntilForgotten) {
   const std::unique_ptr<UcxWorker> local = Worker();
   const std::unique_ptr<UcxWorker> remote = Worker();
@@ -25,13 +34,7 @@ TEST(UcxPeerCacheTest, KeepsOnePeerPerRemoteWorkerUntilForgotten) {
 
   absl::StatusOr<UcxPeer*> first = peers.PeerFor(*local, remote->address());
   ASSERT_TRUE(first.ok()) << first.status();
-  std::string bytes(4096, 'x');
-  ASSERT_TRUE((*first)
-                  ->Put((*region)->packed_rkey(),
-                        {{(*region)->remote_address(), bytes.data(), bytes.size()}},
-                        absl::Now() + absl::Seconds(10))
-                  .ok());
-  EXPECT_EQ(std::memcmp((*region)->data(), bytes.data(), bytes.size()), 0);
+  ASSERT_TRUE(PutLands(**first, **region, 'x'));
   absl::StatusOr<UcxPeer*> again = peers.PeerFor(*local, remote->address());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, *first);  // The same endpoint, its rkeys still unpacked.
@@ -41,13 +44,7 @@ TEST(UcxPeerCacheTest, KeepsOnePeerPerRemoteWorkerUntilForgotten) {
   peers.Forget();
   absl::StatusOr<UcxPeer*> fresh = peers.PeerFor(*local, remote->address());
   ASSERT_TRUE(fresh.ok()) << fresh.status();
-  bytes.assign(bytes.size(), 'y');
-  EXPECT_TRUE((*fresh)
-                  ->Put((*region)->packed_rkey(),
-                        {{(*region)->remote_address(), bytes.data(), bytes.size()}},
-                        absl::Now() + absl::Seconds(10))
-                  .ok());
-  EXPECT_EQ(std::memcmp((*region)->data(), bytes.data(), bytes.size()), 0);
+  EXPECT_TRUE(PutLands(**fresh, **region, 'y'));
 }
 
 // A kept peer meets region after region: it keeps at most kMaxCachedRkeys unpacked (each maps

@@ -315,8 +315,10 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
     listeners = Announce(*upload, version);
   }
   if (!listeners.ok()) {
-    ForgetAnnouncement(options_.data_dir, version->manifest.adapter_name(),
-                       version->manifest.version());
+    if (!bound) {  // As for a failed check: a number bound before stays bound.
+      ForgetAnnouncement(options_.data_dir, version->manifest.adapter_name(),
+                         version->manifest.version());
+    }
     return listeners.status();
   }
   // Watchers fetch from memory while the version is written: refits overlap the fsync.

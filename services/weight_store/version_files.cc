@@ -310,7 +310,7 @@ absl::Status WriteVersion(const std::string& data_dir, const CommittedVersion& v
   }
   if (absl::Status status = SyncDirectory(adapter_dir); !status.ok()) return status;
   // Durable now, so the record has done its work; one left behind is dropped by recovery.
-  fs::remove(AnnouncementFile(adapter_dir, version.manifest.version()), error);
+  ForgetAnnouncement(data_dir, version.manifest.adapter_name(), version.manifest.version());
   return absl::OkStatus();
 }
 
