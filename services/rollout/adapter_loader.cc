@@ -14,6 +14,7 @@ std::optional<internal::v1::WatchReadPlansRequest> AdapterLoader::PlansRequest()
   internal::v1::WatchReadPlansRequest request;
   *request.mutable_target() = weight_store::EngineTargetLayout();
   request.set_holder(options_.holder);
+  request.set_shard_checksums(true);  // AdapterFetcher verifies shards.
   const absl::Duration ttl =
       std::clamp(options_.fetch_timeout, absl::Seconds(1), absl::Seconds(600));
   request.mutable_lease_ttl()->set_seconds(absl::ToInt64Seconds(ttl));

@@ -20,9 +20,12 @@ namespace tandem::weight_store {
 internal::v1::ShardRegion ShardRegionOf(int32_t shard_index, const transfer::UcxRegion& region);
 
 // Read plans of leased versions for UCX readers: which gets assemble each target tensor, with
-// every tensor's checksum. Plans are cached per (version, layout, names), since checksumming
-// costs a pass over the bytes and every replica of a deployment asks for the same few layouts;
-// replicas that ask for a plan being computed wait for it instead of computing it again.
+// every tensor's checksum, or, for readers that verify shards and a plan that reads them whole,
+// the shards' (verified at commit: no pass over the bytes). The reads are planned once per
+// manifest layout. Plans with tensor checksums are cached per (version, layout, names), since
+// checksumming costs a pass over the bytes and every replica of a deployment asks for the same
+// few layouts; replicas that ask for a plan being computed wait for it instead of computing it
+// again.
 class ReadPlanner {
  public:
   // `ucx` and `store` outlive the planner.
@@ -32,28 +35,43 @@ class ReadPlanner {
       const internal::v1::GetReadPlanRequest& request);
 
  private:
-  // The plan of a leased version with every tensor's checksum (a pass over its bytes).
-  absl::StatusOr<internal::v1::GetReadPlanResponse> PlanWithChecksums(
-      const internal::v1::GetReadPlanRequest& request, const CommittedVersion& version);
+  // PlanReads for a layout: its tensors' reads, the shards they use (ascending), and whether
+  // they read each of those whole.
+  struct LayoutReads {
+    google::protobuf::RepeatedPtrField<internal::v1::PlannedTensor> tensors;
+    std::vector<int32_t> shards;
+    bool reads_shards_whole = false;
+  };
+
+  // The plan of a leased version with every tensor's checksum (a pass over its bytes), cached
+  // per version, layout and names.
+  internal::v1::GetReadPlanResponse PlanWithTensorChecksums(
+      const internal::v1::GetReadPlanRequest& request, const LayoutReads& reads,
+      const std::shared_ptr<const CommittedVersion>& version);
   // PlanReads for `request`'s layout, computed once per manifest layout: the versions of a job
   // share their tensors and shard layout, and differ in bytes, checksums and labels.
-  absl::StatusOr<std::vector<internal::v1::PlannedTensor>> CachedReads(
+  absl::StatusOr<std::shared_ptr<const LayoutReads>> CachedReads(
       const internal::v1::GetReadPlanRequest& request, const weightstore::v1::Manifest& manifest);
+  // `reads` of `version`'s shards, with the shards' checksums or with none (yet).
+  internal::v1::GetReadPlanResponse PlanOf(const LayoutReads& reads,
+                                           const CommittedVersion& version,
+                                           bool shard_checksums) const;
 
   static constexpr size_t kMaxCacheEntries = 64;
+  using SharedPlan = std::shared_ptr<const internal::v1::GetReadPlanResponse>;
   struct PlanInFlight {
     absl::Notification done;
-    absl::StatusOr<internal::v1::GetReadPlanResponse> plan;
+    SharedPlan plan;
   };
 
   const transfer::UcxWorker& ucx_;
   AdapterStore& store_;
   absl::Mutex mutex_;
-  absl::flat_hash_map<std::string, internal::v1::GetReadPlanResponse> cache_
-      ABSL_GUARDED_BY(mutex_);
+  // Plans are kept and handed between threads by pointer: a large adapter's is megabytes.
+  absl::flat_hash_map<std::string, SharedPlan> cache_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<std::string, std::shared_ptr<PlanInFlight>> in_flight_
       ABSL_GUARDED_BY(mutex_);
-  absl::flat_hash_map<std::string, std::vector<internal::v1::PlannedTensor>> reads_
+  absl::flat_hash_map<std::string, std::shared_ptr<const LayoutReads>> reads_
       ABSL_GUARDED_BY(mutex_);
 };
 

@@ -147,6 +147,7 @@ void Fetch(const WeightStoreStubs& store, transfer::UcxWorker& ucx) {
   request.set_adapter_name(absl::GetFlag(FLAGS_adapter));
   *request.mutable_target() = Stacked();
   request.set_holder("refit-node");
+  request.set_shard_checksums(true);
   auto reader = store.ucx().WatchReadPlans(&context, request);
   internal::v1::WatchReadPlansResponse event;
   if (!reader->Read(&event)) Fail("watch", absl::UnavailableError("no snapshot"));

@@ -41,6 +41,9 @@ ABSL_FLAG(std::vector<std::string>, sizes_mib, std::vector<std::string>({"1", "6
 ABSL_FLAG(int, subscribers, 2, "Rollout replicas fetching each published version.");
 ABSL_FLAG(std::string, data_dir, "/tmp/tandem-weight-store-bench", "Scratch store directory.");
 ABSL_FLAG(int, repeats, 5, "Timed fetches, and timed steady refits, per figure.");
+ABSL_FLAG(bool, shard_checksums, true,
+          "Readers watching with WatchReadPlans ask for shard checksums, as rollout replicas "
+          "do; false: tensor checksums (the store hashes every version again for them).");
 
 namespace tandem::weight_store {
 namespace {
@@ -166,6 +169,7 @@ double PushedPlanFetchMiBps(const Store& store, const std::string& adapter, doub
     request.set_adapter_name(adapter);
     *request.mutable_target() = Stacked();
     request.set_holder("weight-store-bench");
+    request.set_shard_checksums(absl::GetFlag(FLAGS_shard_checksums));
     auto reader = stub->ucx().WatchReadPlans(&context, request);
     internal::v1::WatchReadPlansResponse announced;
     if (!reader->Read(&announced)) {
@@ -244,6 +248,7 @@ absl::Status FetchWhenAnnounced(Subscriber& subscriber, const weightstore::v1::M
   request.set_adapter_name(manifest.adapter_name());
   *request.mutable_target() = Stacked();
   request.set_holder(holder);
+  request.set_shard_checksums(absl::GetFlag(FLAGS_shard_checksums));
   auto reader = subscriber.stub->ucx().WatchReadPlans(&context, request);
   internal::v1::WatchReadPlansResponse event;
   reader->Read(&event);  // The snapshot: its lease given back, as a replica that holds it does.

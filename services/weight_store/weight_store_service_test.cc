@@ -33,6 +33,7 @@
 namespace tandem::weight_store {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 // The status of a server stream refused before its first message.
@@ -214,6 +215,7 @@ class WeightStoreServiceTest : public ::testing::Test {
     request.set_adapter_name("job-1");
     *request.mutable_target() = Stacked();
     request.set_holder("replica-0");
+    request.set_shard_checksums(true);  // As rollout replicas ask.
     return request;
   }
 
@@ -306,12 +308,23 @@ class WeightStoreServiceTest : public ::testing::Test {
   }
 
   // UCX fetches (by gets, or by copies out of mapped memory, as `mapped` says) through plans
-  // that lie, as a faulty store's could. A wrong checksum, blocks that overlap (some bytes
-  // written twice, others never), or a block put in another's place (every byte received, in
-  // the wrong order) are DATA_LOSS naming the tensor; a block outside its shard is INTERNAL; a
-  // shard larger than the store's region is INVALID_ARGUMENT.
+  // that lie, as a faulty store's could, in a layout that reads shards whole (the shards
+  // verified: verify_shards) and in one that slices them (the tensors verified). A wrong
+  // checksum, blocks that overlap (some bytes written twice, others never), or a block put in
+  // another's place (every byte received, in the wrong order) are DATA_LOSS naming the tensor
+  // or the shard; a block outside its shard is INTERNAL; a shard larger than the store's region
+  // is INVALID_ARGUMENT.
   void ExpectLyingPlansFail(bool mapped) {
     ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 4), /*by_ucx=*/true).ok());
+    for (const auto& [target, shards_verified] :
+         {std::pair{Stacked(), true}, std::pair{SecondRankFused(), false}}) {
+      SCOPED_TRACE(shards_verified ? "shards verified" : "tensors verified");
+      ExpectLyingPlansFail(mapped, target, shards_verified);
+    }
+  }
+
+  void ExpectLyingPlansFail(bool mapped, const weightstore::v1::TargetLayout& target,
+                            bool shards_verified) {
     // The first tensor of two copies of one shape, so that either may take the other's place.
     const auto tensor_of_two_alike =
         [](internal::v1::GetReadPlanResponse& plan) -> internal::v1::PlannedTensor* {
@@ -335,8 +348,10 @@ class WeightStoreServiceTest : public ::testing::Test {
     const std::vector<Lie> lies = {
         {"a wrong checksum",
          [](internal::v1::GetReadPlanResponse& plan) {
+           // Whichever the plan has: the tensors' or (verify_shards) the shards'.
            weightstore::v1::TargetTensor& tensor = *plan.mutable_tensors(0)->mutable_tensor();
            tensor.set_xxh3_64(tensor.xxh3_64() ^ 1);
+           plan.mutable_shards(0)->set_xxh3_64(plan.shards(0).xxh3_64() ^ 1);
          },
          absl::StatusCode::kDataLoss},
         {"overlapping blocks",
@@ -372,14 +387,17 @@ class WeightStoreServiceTest : public ::testing::Test {
     };
     for (const Lie& lie : lies) {
       SCOPED_TRACE(lie.what);
-      auto stub = StubEditingPlans(lie.edit);
+      auto stub = StubEditingPlans([&](internal::v1::GetReadPlanResponse& plan) {
+        EXPECT_EQ(plan.verify_shards(), shards_verified);
+        lie.edit(plan);
+      });
       AdapterFetcher fetcher(*stub);
       FetchedAdapter fetched;
       const absl::Status status =
-          fetcher.FetchInto("job-1", 1, {.target = Stacked(), .ucx = client_ucx_.get()}, fetched);
+          fetcher.FetchInto("job-1", 1, {.target = target, .ucx = client_ucx_.get()}, fetched);
       EXPECT_EQ(status.code(), lie.code) << status;
       if (lie.code == absl::StatusCode::kDataLoss) {
-        EXPECT_THAT(status.message(), HasSubstr("tensor "));
+        EXPECT_THAT(status.message(), AnyOf(HasSubstr("tensor "), HasSubstr("shard ")));
         EXPECT_EQ(fetched.mapped, mapped);
       }
     }
@@ -876,6 +894,53 @@ TEST_F(WeightStoreServiceTest, ReadPlansAreCachedForTheExactTensorNames) {
   EXPECT_EQ(joined.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << joined.error_message();
 }
 
+// A reader that asks for shard checksums gets them where its plan reads each shard whole: the
+// manifest's, verified at commit, and no tensor checksums (no pass over the bytes). A sliced
+// layout, a few tensors, or a reader that does not ask get the tensors' checksums.
+TEST_F(WeightStoreServiceTest, ReadPlansCarryShardChecksumsWhereTheyReadShardsWhole) {
+  const transfer::TestAdapter adapter = transfer::MakeTestAdapter("job-1", 1, 74);
+  ASSERT_TRUE(Publish(adapter, /*by_ucx=*/true).ok());
+  absl::StatusOr<std::string> lease =
+      AcquireLease(*stubs_, "job-1", 1, "replica-0", absl::Seconds(30));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  const auto plan = [&](const weightstore::v1::TargetLayout& target, bool shard_checksums,
+                        const std::vector<std::string>& names) {
+    grpc::ClientContext context;
+    internal::v1::GetReadPlanRequest request;
+    request.set_adapter_name("job-1");
+    request.set_version(1);
+    request.set_lease_id(*lease);
+    *request.mutable_target() = target;
+    request.set_shard_checksums(shard_checksums);
+    for (const std::string& name : names) request.add_tensor_names(name);
+    internal::v1::GetReadPlanResponse response;
+    const grpc::Status status = ucx_stub_->GetReadPlan(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  };
+  const internal::v1::GetReadPlanResponse whole = plan(Stacked(), true, {});
+  EXPECT_TRUE(whole.verify_shards());
+  ASSERT_EQ(whole.shards_size(), adapter.manifest.shards_size());
+  for (const internal::v1::ShardRegion& region : whole.shards()) {
+    EXPECT_EQ(region.xxh3_64(), adapter.manifest.shards(region.shard_index()).xxh3_64());
+  }
+  for (const internal::v1::PlannedTensor& tensor : whole.tensors()) {
+    EXPECT_EQ(tensor.tensor().xxh3_64(), 0u) << tensor.tensor().spec().name();
+  }
+  const std::string first = whole.tensors(0).tensor().spec().name();
+  for (const internal::v1::GetReadPlanResponse& hashed :
+       {plan(Stacked(), false, {}), plan(SecondRankFused(), true, {}),
+        plan(Stacked(), true, {first})}) {
+    EXPECT_FALSE(hashed.verify_shards());
+    for (const internal::v1::ShardRegion& region : hashed.shards()) {
+      EXPECT_EQ(region.xxh3_64(), 0u);
+    }
+    for (const internal::v1::PlannedTensor& tensor : hashed.tensors()) {
+      EXPECT_NE(tensor.tensor().xxh3_64(), 0u) << tensor.tensor().spec().name();
+    }
+  }
+}
+
 // The lease rules of the proto, over gRPC: ttl 1 s..600 s, 30 s when unset (zero, negative,
 // out-of-range and malformed Durations refused), renewals of unknown leases NOT_FOUND, releases
 // of unknown ones OK, and read plans only for the leased version, never converting.
@@ -1250,6 +1315,7 @@ TEST_F(WeightStoreServiceTest, WatchReadPlansPushesALeaseAndAPlanWithEveryVersio
     EXPECT_EQ(announced.announcement().version().version(), version);
     ASSERT_FALSE(announced.lease_id().empty());
     ASSERT_TRUE(announced.has_plan());
+    EXPECT_TRUE(announced.plan().verify_shards());
     FetchedAdapter fetched;
     ASSERT_TRUE(fetcher.FetchAnnounced("job-1", announced, options, fetched).ok());
     EXPECT_TRUE(fetched.by_ucx);

@@ -68,6 +68,7 @@ class WatchPlansReactor final : public AnnouncementStream<internal::v1::WatchRea
     plan_request.set_version(version.version());
     *plan_request.mutable_target() = request.target();
     *plan_request.mutable_tensor_names() = request.tensor_names();
+    plan_request.set_shard_checksums(request.shard_checksums());
     plan_request.set_lease_id(lease->id);
     absl::StatusOr<internal::v1::GetReadPlanResponse> plan = planner.Plan(plan_request);
     if (!plan.ok()) {

@@ -19,6 +19,7 @@
 #include "common/proto_time.h"
 #include "common/status.h"
 #include "services/weight_store/client/read_plan.h"
+#include "services/weight_store/client/shard_order.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -153,19 +154,85 @@ absl::Status CopyAndVerify(const internal::v1::PlannedTensor& planned,
                                                  : VerifyChecksum(tensor);
 }
 
+// A plan with verify_shards: OK if each tensor's blocks tile it, else DATA_LOSS naming the
+// tensor. The shards' checksums verify what was read, not where it was written.
+absl::Status CheckTiling(const internal::v1::GetReadPlanResponse& plan) {
+  for (const internal::v1::PlannedTensor& tensor : plan.tensors()) {
+    if (!TilesTensor(tensor)) {
+      return absl::DataLossError(absl::StrCat("tensor ", tensor.tensor().spec().name(),
+                                              ": the read plan's blocks do not tile it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A plan with verify_shards: hashes the bytes of `region`'s shard in shard order where the plan's
+// blocks put them in `fetched` and checks them against the shard's checksum. With `mapped_shard`
+// (the shard as mapped into this process) each block is copied first, and hashed while it is in
+// the nearest cache unless it came ahead of its turn.
+absl::Status VerifyShard(const internal::v1::GetReadPlanResponse& plan,
+                         const internal::v1::ShardRegion& region, const char* mapped_shard,
+                         FetchedAdapter& fetched) {
+  InShardOrder order;
+  Xxh3Hasher hasher;
+  const auto hash = [&hasher](const char* bytes, uint64_t length) {
+    hasher.Update(absl::string_view(bytes, length));
+  };
+  bool once = true;
+  ForEachBlockOfShard(plan.tensors(), region.shard_index(),
+                      [&](int tensor, uint64_t src_offset, uint64_t dst_offset, uint64_t length) {
+                        char* destination = fetched.tensors[tensor].bytes.data() + dst_offset;
+                        if (mapped_shard != nullptr) {
+                          std::memcpy(destination, mapped_shard + src_offset, length);
+                        }
+                        once = once && order.Offer(src_offset, destination, length, hash);
+                      });
+  if (!once || !order.Complete(region.length())) {
+    return absl::DataLossError(absl::StrCat("shard ", region.shard_index(),
+                                            ": the read plan does not read it whole, each byte "
+                                            "once, as verify_shards says"));
+  }
+  if (const uint64_t checksum = hasher.Digest(); checksum != region.xxh3_64()) {
+    return absl::DataLossError(absl::StrFormat("shard %d: got xxh3 0x%016x, expected 0x%016x",
+                                               region.shard_index(), checksum, region.xxh3_64()));
+  }
+  return absl::OkStatus();
+}
+
+// A plan with verify_shards, as tasks: its tiling and each shard (copied first out of `mapped`,
+// where given).
+void AddShardVerification(const internal::v1::GetReadPlanResponse& plan, const MappedShards* mapped,
+                          FetchedAdapter& fetched, ParallelTasks& tasks) {
+  // The largest shards first: the two threads end closer together.
+  std::vector<const internal::v1::ShardRegion*> regions;
+  for (const internal::v1::ShardRegion& region : plan.shards()) regions.push_back(&region);
+  absl::c_sort(regions, [](const auto* a, const auto* b) { return a->length() > b->length(); });
+  for (const internal::v1::ShardRegion* region : regions) {
+    tasks.Add([&plan, region, mapped, &fetched] {
+      return VerifyShard(plan, *region,
+                         mapped != nullptr ? mapped->at(region->shard_index()) : nullptr, fetched);
+    });
+  }
+  tasks.Add([&plan] { return CheckTiling(plan); });
+}
+
 // Runs a checked plan as local copies out of the mapped shards: one copy per byte and no
 // request per block, where gets would stage the tensors of small blocks and copy them again.
-// This thread and a helper share the tensors; once one fails its check, the rest are skipped
-// (ParallelTasks starts none after a failure).
+// This thread and a helper share the tensors (or, with verify_shards, the shards); once one
+// fails its check, the rest are skipped (ParallelTasks starts none after a failure).
 // Copies that end past `deadline` may have read memory the store reused once the lease ran
 // out: DEADLINE_EXCEEDED, which the caller treats as transport trouble, not as corruption.
 absl::Status CopyMapped(const internal::v1::GetReadPlanResponse& plan,
                         const MappedShards& shards, absl::Time deadline, FetchedAdapter& fetched) {
   ParallelTasks tasks;
-  for (int i = 0; i < plan.tensors_size(); ++i) {
-    tasks.Add([&plan, &shards, &fetched, i] {
-      return CopyAndVerify(plan.tensors(i), shards, fetched.tensors[i]);
-    });
+  if (plan.verify_shards()) {
+    AddShardVerification(plan, &shards, fetched, tasks);
+  } else {
+    for (int i = 0; i < plan.tensors_size(); ++i) {
+      tasks.Add([&plan, &shards, &fetched, i] {
+        return CopyAndVerify(plan.tensors(i), shards, fetched.tensors[i]);
+      });
+    }
   }
   const absl::Status copied = tasks.Finish();
   if (!copied.ok() && absl::Now() > deadline) {
@@ -453,7 +520,8 @@ absl::Status AdapterFetcher::PullPlan(const internal::v1::GetReadPlanResponse& p
   ParallelTasks finishing;
   absl::Status pulled;
   std::atomic<bool> corrupt = false;  // A tensor failed its check: no need to read on.
-  const auto verify = [&fetched, &corrupt](int i) {
+  const auto verify = [&plan, &fetched, &corrupt](int i) {
+    if (plan.verify_shards()) return absl::OkStatus();  // By shard, once every tensor is in.
     absl::Status status = VerifyChecksum(fetched.tensors[i]);
     if (!status.ok()) corrupt = true;
     return status;
@@ -487,7 +555,11 @@ absl::Status AdapterFetcher::PullPlan(const internal::v1::GetReadPlanResponse& p
     }
   }
   const absl::Status finished = finishing.Finish();
-  return pulled.ok() ? finished : pulled;
+  if (!pulled.ok()) return pulled;
+  if (!finished.ok() || !plan.verify_shards()) return finished;
+  ParallelTasks shards;
+  AddShardVerification(plan, /*mapped=*/nullptr, fetched, shards);
+  return shards.Finish();
 }
 
 absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t version,
@@ -503,6 +575,7 @@ absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t versi
   internal::v1::GetReadPlanRequest plan_request;
   plan_request.set_adapter_name(std::string(adapter));
   plan_request.set_version(version);
+  plan_request.set_shard_checksums(true);  // Verified in PullPlan.
   *plan_request.mutable_target() = options.target;
   plan_request.set_lease_id(*lease);
   for (const std::string& name : options.tensor_names) plan_request.add_tensor_names(name);

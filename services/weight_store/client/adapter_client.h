@@ -102,7 +102,9 @@ struct FetchedTensor {
 };
 
 struct FetchedAdapter {
-  std::vector<FetchedTensor> tensors;  // In name order, each checked against its xxh3.
+  // In name order, each verified: against its xxh3_64, or, from a read plan with verify_shards
+  // (xxh3_64 unset), as part of the shards it came from.
+  std::vector<FetchedTensor> tensors;
   bool by_ucx = false;
   // By UCX, copied out of the store's memory as mapped into this process (shared memory)
   // rather than by gets.

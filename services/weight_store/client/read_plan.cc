@@ -47,6 +47,23 @@ std::vector<PlannedBlock> BlocksInDestinationOrder(
   return blocks;
 }
 
+bool TilesTensor(const internal::v1::PlannedTensor& tensor) {
+  std::vector<std::pair<uint64_t, uint64_t>> blocks;  // (dst_offset, length)
+  for (const internal::v1::CopyOp& op : tensor.ops()) {
+    for (uint64_t i = 0; i < op.count(); ++i) {
+      blocks.emplace_back(op.dst_offset() + i * op.dst_stride(), op.length());
+    }
+  }
+  // Plans list ops by destination, so their blocks usually are already.
+  if (!std::is_sorted(blocks.begin(), blocks.end())) std::sort(blocks.begin(), blocks.end());
+  uint64_t tiled = 0;  // Bytes [0, tiled) are written, each once.
+  for (const auto& [dst_offset, length] : blocks) {
+    if (dst_offset != tiled) return false;
+    tiled += length;
+  }
+  return tiled == tensor.tensor().byte_size();
+}
+
 std::optional<uint64_t> EndOfBlocks(uint64_t offset, uint64_t count, uint64_t stride,
                                     uint64_t length) {
   uint64_t span = 0;

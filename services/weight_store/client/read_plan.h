@@ -9,9 +9,11 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "services/weight_store/client/shard_order.h"
 #include "tandem/internal/v1/weight_store_ucx.pb.h"
 #include "tandem/weightstore/v1/weight_store.pb.h"
 
@@ -51,6 +53,49 @@ struct PlannedBlock {
 std::vector<PlannedBlock> BlocksInDestinationOrder(
     const internal::v1::PlannedTensor& tensor,
     absl::FunctionRef<const char*(int shard_index)> shard_base);
+
+// Whether `tensor`'s blocks tile it: every byte of it written once.
+bool TilesTensor(const internal::v1::PlannedTensor& tensor);
+
+// Calls `visit(tensor index, src_offset, dst_offset, length)` for each block that `tensors` (a
+// read plan's) read from shard `shard`, in the plan's order: tensor by tensor, op by op.
+template <typename PlannedTensors>
+void ForEachBlockOfShard(
+    const PlannedTensors& tensors, int shard,
+    absl::FunctionRef<void(int tensor, uint64_t src_offset, uint64_t dst_offset, uint64_t length)>
+        visit) {
+  int index = 0;
+  for (const internal::v1::PlannedTensor& tensor : tensors) {
+    for (const internal::v1::CopyOp& op : tensor.ops()) {
+      if (op.shard_index() != shard) continue;
+      for (uint64_t i = 0; i < op.count(); ++i) {
+        visit(index, op.src_offset() + i * op.src_stride(), op.dst_offset() + i * op.dst_stride(),
+              op.length());
+      }
+    }
+    ++index;
+  }
+}
+
+// Whether `tensors` (a read plan's) read each shard they use whole, each byte once
+// (`shard_bytes(i)`: the size of shard i): then the shards' checksums verify every byte read.
+template <typename PlannedTensors>
+bool ReadsShardsWhole(const PlannedTensors& tensors,
+                      absl::FunctionRef<uint64_t(int shard_index)> shard_bytes) {
+  absl::btree_set<int> used;
+  for (const internal::v1::PlannedTensor& tensor : tensors) {
+    for (const internal::v1::CopyOp& op : tensor.ops()) used.insert(op.shard_index());
+  }
+  for (const int shard : used) {
+    InShardOrder order;
+    bool once = true;
+    ForEachBlockOfShard(tensors, shard, [&](int, uint64_t src_offset, uint64_t, uint64_t length) {
+      once = once && order.Offer(src_offset, nullptr, length, [](const char*, uint64_t) {});
+    });
+    if (!once || !order.Complete(shard_bytes(shard))) return false;
+  }
+  return true;
+}
 
 using RegionsByShard = absl::flat_hash_map<int, const internal::v1::ShardRegion*>;
 

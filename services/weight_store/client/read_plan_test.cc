@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -130,6 +131,70 @@ TEST(ReadPlanTest, BatchesHoldAboutTheBatchSize) {
   EXPECT_EQ(batches[2].first, 8);
   EXPECT_EQ(batches[2].last, 9);
   EXPECT_TRUE(BatchesOf(internal::v1::GetReadPlanResponse()).empty());
+}
+
+// Shard 0 (4 KiB) read whole by two tensors: "a" takes its even 512-byte blocks, "b" its odd.
+internal::v1::GetReadPlanResponse InterleavedPlan() {
+  internal::v1::GetReadPlanResponse plan;
+  internal::v1::ShardRegion* region = plan.add_shards();
+  region->set_shard_index(0);
+  region->set_length(4096);
+  for (const char* name : {"a", "b"}) {
+    internal::v1::PlannedTensor* tensor = plan.add_tensors();
+    tensor->mutable_tensor()->mutable_spec()->set_name(name);
+    tensor->mutable_tensor()->set_byte_size(2048);
+    *tensor->add_ops() = Op(0, name[0] == 'a' ? 0 : 512, 0, 512, 4, 1024, 512);
+  }
+  return plan;
+}
+
+TEST(ReadPlanTest, BlocksOfAShardComeInThePlansOrder) {
+  const internal::v1::GetReadPlanResponse plan = InterleavedPlan();
+  std::vector<std::vector<uint64_t>> blocks;
+  ForEachBlockOfShard(
+      plan.tensors(), 0,
+      [&](int tensor, uint64_t src_offset, uint64_t dst_offset, uint64_t length) {
+        blocks.push_back({static_cast<uint64_t>(tensor), src_offset, dst_offset, length});
+      });
+  const std::vector<std::vector<uint64_t>> expected = {
+      {0, 0, 0, 512},   {0, 1024, 512, 512}, {0, 2048, 1024, 512}, {0, 3072, 1536, 512},
+      {1, 512, 0, 512}, {1, 1536, 512, 512}, {1, 2560, 1024, 512}, {1, 3584, 1536, 512}};
+  EXPECT_EQ(blocks, expected);
+  int other_shard = 0;
+  ForEachBlockOfShard(plan.tensors(), 1, [&](int, uint64_t, uint64_t, uint64_t) { ++other_shard; });
+  EXPECT_EQ(other_shard, 0);
+}
+
+TEST(ReadPlanTest, ShardsReadWholeEachByteOnce) {
+  const auto whole = [](const internal::v1::GetReadPlanResponse& plan, uint64_t shard_bytes) {
+    return ReadsShardsWhole(plan.tensors(), [&](int) { return shard_bytes; });
+  };
+  const internal::v1::GetReadPlanResponse plan = InterleavedPlan();
+  EXPECT_TRUE(whole(plan, 4096));
+  EXPECT_FALSE(whole(plan, 8192));  // Its last 4 KiB are never read.
+  internal::v1::GetReadPlanResponse twice = plan;
+  twice.mutable_tensors(1)->mutable_ops(0)->set_src_offset(0);
+  EXPECT_FALSE(whole(twice, 4096));
+  internal::v1::GetReadPlanResponse gap = plan;
+  gap.mutable_tensors(1)->mutable_ops(0)->set_count(3);
+  EXPECT_FALSE(whole(gap, 4096));
+}
+
+TEST(ReadPlanTest, TilingNeedsEveryByteOfTheTensorWrittenOnce) {
+  const internal::v1::GetReadPlanResponse plan = InterleavedPlan();
+  EXPECT_TRUE(TilesTensor(plan.tensors(0)));
+  internal::v1::PlannedTensor overlapping = plan.tensors(0);
+  overlapping.mutable_ops(0)->set_dst_stride(256);
+  EXPECT_FALSE(TilesTensor(overlapping));
+  internal::v1::PlannedTensor short_of_its_size = plan.tensors(0);
+  short_of_its_size.mutable_tensor()->set_byte_size(4096);
+  EXPECT_FALSE(TilesTensor(short_of_its_size));
+  // Two ops in either order tile it alike.
+  internal::v1::PlannedTensor halves = plan.tensors(0);
+  halves.clear_ops();
+  *halves.add_ops() = Op(0, 1024, 1024, 1024);
+  *halves.add_ops() = Op(0, 0, 0, 1024);
+  EXPECT_TRUE(TilesTensor(halves));
 }
 
 }  // namespace
