@@ -19,7 +19,7 @@
 #include "common/proto_time.h"
 #include "common/status.h"
 #include "services/weight_store/client/read_plan.h"
-#include "services/weight_store/client/shard_order.h"
+#include "services/weight_store/client/shard_verifier.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -154,68 +154,6 @@ absl::Status CopyAndVerify(const internal::v1::PlannedTensor& planned,
                                                  : VerifyChecksum(tensor);
 }
 
-// A plan with verify_shards: OK if each tensor's blocks tile it, else DATA_LOSS naming the
-// tensor. The shards' checksums verify what was read, not where it was written.
-absl::Status CheckTiling(const internal::v1::GetReadPlanResponse& plan) {
-  for (const internal::v1::PlannedTensor& tensor : plan.tensors()) {
-    if (!TilesTensor(tensor)) {
-      return absl::DataLossError(absl::StrCat("tensor ", tensor.tensor().spec().name(),
-                                              ": the read plan's blocks do not tile it"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// A plan with verify_shards: hashes the bytes of `region`'s shard in shard order where the plan's
-// blocks put them in `fetched` and checks them against the shard's checksum. With `mapped_shard`
-// (the shard as mapped into this process) each block is copied first, and hashed while it is in
-// the nearest cache unless it came ahead of its turn.
-absl::Status VerifyShard(const internal::v1::GetReadPlanResponse& plan,
-                         const internal::v1::ShardRegion& region, const char* mapped_shard,
-                         FetchedAdapter& fetched) {
-  InShardOrder order;
-  Xxh3Hasher hasher;
-  const auto hash = [&hasher](const char* bytes, uint64_t length) {
-    hasher.Update(absl::string_view(bytes, length));
-  };
-  bool once = true;
-  ForEachBlockOfShard(plan.tensors(), region.shard_index(),
-                      [&](int tensor, uint64_t src_offset, uint64_t dst_offset, uint64_t length) {
-                        char* destination = fetched.tensors[tensor].bytes.data() + dst_offset;
-                        if (mapped_shard != nullptr) {
-                          std::memcpy(destination, mapped_shard + src_offset, length);
-                        }
-                        once = once && order.Offer(src_offset, destination, length, hash);
-                      });
-  if (!once || !order.Complete(region.length())) {
-    return absl::DataLossError(absl::StrCat("shard ", region.shard_index(),
-                                            ": the read plan does not read it whole, each byte "
-                                            "once, as verify_shards says"));
-  }
-  if (const uint64_t checksum = hasher.Digest(); checksum != region.xxh3_64()) {
-    return absl::DataLossError(absl::StrFormat("shard %d: got xxh3 0x%016x, expected 0x%016x",
-                                               region.shard_index(), checksum, region.xxh3_64()));
-  }
-  return absl::OkStatus();
-}
-
-// A plan with verify_shards, as tasks: its tiling and each shard (copied first out of `mapped`,
-// where given).
-void AddShardVerification(const internal::v1::GetReadPlanResponse& plan, const MappedShards* mapped,
-                          FetchedAdapter& fetched, ParallelTasks& tasks) {
-  // The largest shards first: the two threads end closer together.
-  std::vector<const internal::v1::ShardRegion*> regions;
-  for (const internal::v1::ShardRegion& region : plan.shards()) regions.push_back(&region);
-  absl::c_sort(regions, [](const auto* a, const auto* b) { return a->length() > b->length(); });
-  for (const internal::v1::ShardRegion* region : regions) {
-    tasks.Add([&plan, region, mapped, &fetched] {
-      return VerifyShard(plan, *region,
-                         mapped != nullptr ? mapped->at(region->shard_index()) : nullptr, fetched);
-    });
-  }
-  tasks.Add([&plan] { return CheckTiling(plan); });
-}
-
 // Runs a checked plan as local copies out of the mapped shards: one copy per byte and no
 // request per block, where gets would stage the tensors of small blocks and copy them again.
 // This thread and a helper share the tensors (or, with verify_shards, the shards); once one
@@ -225,8 +163,20 @@ void AddShardVerification(const internal::v1::GetReadPlanResponse& plan, const M
 absl::Status CopyMapped(const internal::v1::GetReadPlanResponse& plan,
                         const MappedShards& shards, absl::Time deadline, FetchedAdapter& fetched) {
   ParallelTasks tasks;
+  ShardVerifier verifier(plan);
   if (plan.verify_shards()) {
-    AddShardVerification(plan, &shards, fetched, tasks);
+    // The largest shards first: the two threads end closer together.
+    std::vector<const internal::v1::ShardRegion*> regions;
+    for (const internal::v1::ShardRegion& region : plan.shards()) regions.push_back(&region);
+    absl::c_sort(regions, [](const auto* a, const auto* b) { return a->length() > b->length(); });
+    for (const internal::v1::ShardRegion* region : regions) {
+      tasks.Add([region, &shards, &fetched, &verifier] {
+        verifier.CopyShard(region->shard_index(), shards.at(region->shard_index()),
+                           [&fetched](int tensor) { return fetched.tensors[tensor].bytes.data(); });
+        return absl::OkStatus();
+      });
+    }
+    tasks.Add([&plan] { return CheckTiling(plan); });
   } else {
     for (int i = 0; i < plan.tensors_size(); ++i) {
       tasks.Add([&plan, &shards, &fetched, i] {
@@ -234,7 +184,8 @@ absl::Status CopyMapped(const internal::v1::GetReadPlanResponse& plan,
       });
     }
   }
-  const absl::Status copied = tasks.Finish();
+  absl::Status copied = tasks.Finish();
+  if (copied.ok() && plan.verify_shards()) copied = verifier.Finish();
   if (!copied.ok() && absl::Now() > deadline) {
     return absl::DeadlineExceededError(
         absl::StrCat("copies from the store's memory outlasted the lease: ", copied.message()));
@@ -520,8 +471,13 @@ absl::Status AdapterFetcher::PullPlan(const internal::v1::GetReadPlanResponse& p
   ParallelTasks finishing;
   absl::Status pulled;
   std::atomic<bool> corrupt = false;  // A tensor failed its check: no need to read on.
-  const auto verify = [&plan, &fetched, &corrupt](int i) {
-    if (plan.verify_shards()) return absl::OkStatus();  // By shard, once every tensor is in.
+  ShardVerifier verifier(plan);
+  if (plan.verify_shards()) finishing.Add([&plan] { return CheckTiling(plan); });
+  const auto verify = [&plan, &fetched, &corrupt, &verifier](int i) {
+    if (plan.verify_shards()) {
+      verifier.OfferTensor(i, fetched.tensors[i].bytes.data());
+      return absl::OkStatus();
+    }
     absl::Status status = VerifyChecksum(fetched.tensors[i]);
     if (!status.ok()) corrupt = true;
     return status;
@@ -557,9 +513,7 @@ absl::Status AdapterFetcher::PullPlan(const internal::v1::GetReadPlanResponse& p
   const absl::Status finished = finishing.Finish();
   if (!pulled.ok()) return pulled;
   if (!finished.ok() || !plan.verify_shards()) return finished;
-  ParallelTasks shards;
-  AddShardVerification(plan, /*mapped=*/nullptr, fetched, shards);
-  return shards.Finish();
+  return verifier.Finish();
 }
 
 absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t version,

@@ -64,6 +64,16 @@ bool TilesTensor(const internal::v1::PlannedTensor& tensor) {
   return tiled == tensor.tensor().byte_size();
 }
 
+absl::Status CheckTiling(const internal::v1::GetReadPlanResponse& plan) {
+  for (const internal::v1::PlannedTensor& tensor : plan.tensors()) {
+    if (!TilesTensor(tensor)) {
+      return absl::DataLossError(absl::StrCat("tensor ", tensor.tensor().spec().name(),
+                                              ": the read plan's blocks do not tile it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::optional<uint64_t> EndOfBlocks(uint64_t offset, uint64_t count, uint64_t stride,
                                     uint64_t length) {
   uint64_t span = 0;

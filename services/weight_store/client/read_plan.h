@@ -57,6 +57,11 @@ std::vector<PlannedBlock> BlocksInDestinationOrder(
 // Whether `tensor`'s blocks tile it: every byte of it written once.
 bool TilesTensor(const internal::v1::PlannedTensor& tensor);
 
+// OK if every tensor of `plan` is tiled by its blocks, else DATA_LOSS naming the tensor. What a
+// reader verifying shards (verify_shards) checks besides them: shard checksums verify the bytes
+// read, not where they were written.
+absl::Status CheckTiling(const internal::v1::GetReadPlanResponse& plan);
+
 // Calls `visit(tensor index, src_offset, dst_offset, length)` for each block that `tensors` (a
 // read plan's) read from shard `shard`, in the plan's order: tensor by tensor, op by op.
 template <typename PlannedTensors>

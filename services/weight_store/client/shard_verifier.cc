@@ -1,0 +1,71 @@
+#include "services/weight_store/client/shard_verifier.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/weight_store/client/read_plan.h"
+
+namespace tandem::weight_store {
+
+ShardVerifier::ShardVerifier(const internal::v1::GetReadPlanResponse& plan) : plan_(plan) {
+  for (const internal::v1::ShardRegion& region : plan.shards()) {
+    shards_[region.shard_index()].region = &region;
+  }
+}
+
+void ShardVerifier::OfferLocked(Shard& shard, uint64_t src_offset, const char* bytes,
+                                uint64_t length) {
+  shard.once =
+      shard.once &&
+      shard.order.Offer(src_offset, bytes, length, [&shard](const char* in_order, uint64_t n) {
+        shard.hasher.Update(absl::string_view(in_order, n));
+      });
+}
+
+void ShardVerifier::Offer(int shard_index, uint64_t src_offset, const char* bytes,
+                          uint64_t length) {
+  Shard& shard = shards_.at(shard_index);
+  absl::MutexLock lock(&shard.mutex);
+  OfferLocked(shard, src_offset, bytes, length);
+}
+
+void ShardVerifier::CopyShard(int shard_index, const char* mapped_shard,
+                              absl::FunctionRef<char*(int tensor)> tensor_bytes) {
+  Shard& shard = shards_.at(shard_index);
+  absl::MutexLock lock(&shard.mutex);
+  ForEachBlockOfShard(plan_.tensors(), shard_index,
+                      [&](int tensor, uint64_t src_offset, uint64_t dst_offset, uint64_t length) {
+                        char* destination = tensor_bytes(tensor) + dst_offset;
+                        std::memcpy(destination, mapped_shard + src_offset, length);
+                        OfferLocked(shard, src_offset, destination, length);
+                      });
+}
+
+void ShardVerifier::OfferTensor(int tensor, const char* bytes) {
+  for (const internal::v1::CopyOp& op : plan_.tensors(tensor).ops()) {
+    for (uint64_t i = 0; i < op.count(); ++i) {
+      Offer(op.shard_index(), op.src_offset() + i * op.src_stride(),
+            bytes + op.dst_offset() + i * op.dst_stride(), op.length());
+    }
+  }
+}
+
+absl::Status ShardVerifier::Finish() {
+  for (auto& [index, shard] : shards_) {
+    absl::MutexLock lock(&shard.mutex);
+    if (!shard.once || !shard.order.Complete(shard.region->length())) {
+      return absl::DataLossError(
+          absl::StrCat("shard ", index,
+                       ": the read plan does not read it whole, each byte once, as "
+                       "verify_shards says"));
+    }
+    if (const uint64_t checksum = shard.hasher.Digest(); checksum != shard.region->xxh3_64()) {
+      return absl::DataLossError(absl::StrFormat("shard %d: got xxh3 0x%016x, expected 0x%016x",
+                                                 index, checksum, shard.region->xxh3_64()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::weight_store
