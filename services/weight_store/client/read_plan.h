@@ -62,24 +62,30 @@ bool TilesTensor(const internal::v1::PlannedTensor& tensor);
 // read, not where they were written.
 absl::Status CheckTiling(const internal::v1::GetReadPlanResponse& plan);
 
-// Calls `visit(tensor index, src_offset, dst_offset, length)` for each block that `tensors` (a
-// read plan's) read from shard `shard`, in the plan's order: tensor by tensor, op by op.
+// Calls `visit(tensor index, op)` for each op of `tensors` (a read plan's) that reads shard
+// `shard`, in the plan's order: tensor by tensor, op by op.
 template <typename PlannedTensors>
-void ForEachBlockOfShard(
-    const PlannedTensors& tensors, int shard,
-    absl::FunctionRef<void(int tensor, uint64_t src_offset, uint64_t dst_offset, uint64_t length)>
-        visit) {
+void ForEachOpOfShard(const PlannedTensors& tensors, int shard,
+                      absl::FunctionRef<void(int tensor, const internal::v1::CopyOp& op)> visit) {
   int index = 0;
   for (const internal::v1::PlannedTensor& tensor : tensors) {
     for (const internal::v1::CopyOp& op : tensor.ops()) {
-      if (op.shard_index() != shard) continue;
-      for (uint64_t i = 0; i < op.count(); ++i) {
-        visit(index, op.src_offset() + i * op.src_stride(), op.dst_offset() + i * op.dst_stride(),
-              op.length());
-      }
+      if (op.shard_index() == shard) visit(index, op);
     }
     ++index;
   }
+}
+
+// Calls `visit(src_offset, length)` for the shard bytes `op` reads, in shard order: once for
+// an op whose blocks follow each other in the shard, else once per block.
+inline void ForEachSourceSpan(const internal::v1::CopyOp& op,
+                              absl::FunctionRef<void(uint64_t src_offset, uint64_t length)> visit) {
+  if (op.count() == 1 || op.src_stride() == op.length()) {
+    visit(op.src_offset(), op.count() * op.length());
+    return;
+  }
+  for (uint64_t i = 0; i < op.count(); ++i)
+    visit(op.src_offset() + i * op.src_stride(), op.length());
 }
 
 // Whether `tensors` (a read plan's) read each shard they use whole, each byte once
@@ -94,8 +100,10 @@ bool ReadsShardsWhole(const PlannedTensors& tensors,
   for (const int shard : used) {
     InShardOrder order;
     bool once = true;
-    ForEachBlockOfShard(tensors, shard, [&](int, uint64_t src_offset, uint64_t, uint64_t length) {
-      once = once && order.Offer(src_offset, nullptr, length, [](const char*, uint64_t) {});
+    ForEachOpOfShard(tensors, shard, [&](int, const internal::v1::CopyOp& op) {
+      ForEachSourceSpan(op, [&](uint64_t src_offset, uint64_t length) {
+        once = once && order.Offer(src_offset, nullptr, length, [](const char*, uint64_t) {});
+      });
     });
     if (!once || !order.Complete(shard_bytes(shard))) return false;
   }

@@ -148,21 +148,25 @@ internal::v1::GetReadPlanResponse InterleavedPlan() {
   return plan;
 }
 
-TEST(ReadPlanTest, BlocksOfAShardComeInThePlansOrder) {
-  const internal::v1::GetReadPlanResponse plan = InterleavedPlan();
-  std::vector<std::vector<uint64_t>> blocks;
-  ForEachBlockOfShard(
-      plan.tensors(), 0,
-      [&](int tensor, uint64_t src_offset, uint64_t dst_offset, uint64_t length) {
-        blocks.push_back({static_cast<uint64_t>(tensor), src_offset, dst_offset, length});
-      });
+TEST(ReadPlanTest, OpsOfAShardComeInThePlansOrderAndTheirBytesInShardOrder) {
+  internal::v1::GetReadPlanResponse plan = InterleavedPlan();
+  *plan.mutable_tensors(1)->add_ops() = Op(1, 0, 2048, 512);  // Another shard's.
+  std::vector<std::vector<uint64_t>> spans;
+  ForEachOpOfShard(plan.tensors(), 0, [&](int tensor, const internal::v1::CopyOp& op) {
+    ForEachSourceSpan(op, [&](uint64_t src_offset, uint64_t length) {
+      spans.push_back({static_cast<uint64_t>(tensor), src_offset, length});
+    });
+  });
   const std::vector<std::vector<uint64_t>> expected = {
-      {0, 0, 0, 512},   {0, 1024, 512, 512}, {0, 2048, 1024, 512}, {0, 3072, 1536, 512},
-      {1, 512, 0, 512}, {1, 1536, 512, 512}, {1, 2560, 1024, 512}, {1, 3584, 1536, 512}};
-  EXPECT_EQ(blocks, expected);
-  int other_shard = 0;
-  ForEachBlockOfShard(plan.tensors(), 1, [&](int, uint64_t, uint64_t, uint64_t) { ++other_shard; });
-  EXPECT_EQ(other_shard, 0);
+      {0, 0, 512},   {0, 1024, 512}, {0, 2048, 512}, {0, 3072, 512},
+      {1, 512, 512}, {1, 1536, 512}, {1, 2560, 512}, {1, 3584, 512}};
+  EXPECT_EQ(spans, expected);
+  // Blocks that follow each other in the shard are one span, wherever they land.
+  std::vector<std::pair<uint64_t, uint64_t>> contiguous;
+  ForEachSourceSpan(Op(0, 4096, 0, 512, 4, 512, 1024), [&](uint64_t src_offset, uint64_t length) {
+    contiguous.emplace_back(src_offset, length);
+  });
+  EXPECT_EQ(contiguous, (std::vector<std::pair<uint64_t, uint64_t>>{{4096, 2048}}));
 }
 
 TEST(ReadPlanTest, ShardsReadWholeEachByteOnce) {

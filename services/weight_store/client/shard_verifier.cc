@@ -1,5 +1,6 @@
 #include "services/weight_store/client/shard_verifier.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -34,12 +35,32 @@ void ShardVerifier::CopyShard(int shard_index, const char* mapped_shard,
                               absl::FunctionRef<char*(int tensor)> tensor_bytes) {
   Shard& shard = shards_.at(shard_index);
   absl::MutexLock lock(&shard.mutex);
-  ForEachBlockOfShard(plan_.tensors(), shard_index,
-                      [&](int tensor, uint64_t src_offset, uint64_t dst_offset, uint64_t length) {
-                        char* destination = tensor_bytes(tensor) + dst_offset;
-                        std::memcpy(destination, mapped_shard + src_offset, length);
-                        OfferLocked(shard, src_offset, destination, length);
-                      });
+  // The bytes are hashed as read, a run of them at a time while it is in cache: consecutive
+  // blocks that follow each other in the shard make one run, however far apart they land.
+  uint64_t run_offset = 0;
+  uint64_t run_length = 0;
+  const auto offer_run = [&] {
+    if (run_length > 0) OfferLocked(shard, run_offset, mapped_shard + run_offset, run_length);
+    run_length = 0;
+  };
+  ForEachOpOfShard(plan_.tensors(), shard_index, [&](int tensor, const internal::v1::CopyOp& op) {
+    char* destination = tensor_bytes(tensor) + op.dst_offset();
+    for (uint64_t i = 0; i < op.count(); ++i) {
+      const uint64_t src_offset = op.src_offset() + i * op.src_stride();
+      for (uint64_t done = 0; done < op.length(); done += kRunBytes) {
+        const uint64_t length = std::min(kRunBytes, op.length() - done);
+        std::memcpy(destination + i * op.dst_stride() + done, mapped_shard + src_offset + done,
+                    length);
+        if (run_offset + run_length != src_offset + done) {
+          offer_run();
+          run_offset = src_offset + done;
+        }
+        run_length += length;
+        if (run_length >= kRunBytes) offer_run();
+      }
+    }
+  });
+  offer_run();
 }
 
 void ShardVerifier::OfferTensor(int tensor, const char* bytes) {

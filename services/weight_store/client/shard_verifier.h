@@ -29,9 +29,9 @@ class ShardVerifier {
   // Offers every block of the plan's tensor `tensor`, landed in `bytes` (the whole tensor).
   void OfferTensor(int tensor, const char* bytes);
   // Copies every block the plan reads from shard `shard_index` out of `mapped_shard` (the shard
-  // as mapped into this process) to `tensor_bytes(tensor)` + its offset, offering each as it
-  // lands, while it is in the nearest cache. A thread copying a shard this way has it to itself:
-  // the shard's lock is taken once, not per block.
+  // as mapped into this process) to `tensor_bytes(tensor)` + its offset, offering the bytes as
+  // read, op by op, while they are in the nearest cache. A thread copying a shard this way has
+  // it to itself: the shard's lock is taken once, not per block.
   void CopyShard(int shard_index, const char* mapped_shard,
                  absl::FunctionRef<char*(int tensor)> tensor_bytes);
 
@@ -40,6 +40,9 @@ class ShardVerifier {
   absl::Status Finish();
 
  private:
+  // Bytes CopyShard copies before it hashes them: they are still in the core's cache.
+  static constexpr uint64_t kRunBytes = uint64_t{64} << 10;
+
   struct Shard;
   // Offers a block of `shard`, whose lock the caller holds.
   static void OfferLocked(Shard& shard, uint64_t src_offset, const char* bytes, uint64_t length)
