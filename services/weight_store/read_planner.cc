@@ -47,19 +47,19 @@ absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::Plan(
     // verified: nothing to compute per version.
     return PlanOf(**reads, **version, /*shard_checksums=*/true);
   }
-  return PlanWithTensorChecksums(request, **reads, *version);
+  return PlanWithTensorChecksums(request, **reads, **version);
 }
 
 internal::v1::GetReadPlanResponse ReadPlanner::PlanWithTensorChecksums(
     const internal::v1::GetReadPlanRequest& request, const LayoutReads& reads,
-    const std::shared_ptr<const CommittedVersion>& version) {
+    const CommittedVersion& version) {
   // What the plan depends on: the request less its lease, and where the version's shards are
   // (a version withdrawn and published again has the same number in other memory). A plan
   // cached for these exact names was checked when it was computed.
   internal::v1::GetReadPlanRequest cache_request = request;
   cache_request.clear_lease_id();
   std::string cache_key = cache_request.SerializeAsString();
-  for (const std::unique_ptr<ShardBuffer>& shard : version->shards) {
+  for (const std::unique_ptr<ShardBuffer>& shard : version.shards) {
     absl::StrAppend(&cache_key, "@", reinterpret_cast<uintptr_t>(shard->data()));
   }
   std::shared_ptr<PlanInFlight> in_flight;
@@ -77,14 +77,14 @@ internal::v1::GetReadPlanResponse ReadPlanner::PlanWithTensorChecksums(
     return *in_flight->plan;
   }
   auto plan = std::make_shared<internal::v1::GetReadPlanResponse>(
-      PlanOf(reads, *version, /*shard_checksums=*/false));
+      PlanOf(reads, version, /*shard_checksums=*/false));
   {
     // Hashing the version's bytes is most of a plan's cost, and the replicas that asked for it
     // wait: this thread and a helper share the tensors.
     ParallelTasks checksums;
     for (internal::v1::PlannedTensor& tensor : *plan->mutable_tensors()) {
       checksums.Add([&tensor, &version] {
-        tensor.mutable_tensor()->set_xxh3_64(TensorChecksum(tensor, *version));
+        tensor.mutable_tensor()->set_xxh3_64(TensorChecksum(tensor, version));
         return absl::OkStatus();
       });
     }

@@ -47,7 +47,7 @@ class ReadPlanner {
   // per version, layout and names.
   internal::v1::GetReadPlanResponse PlanWithTensorChecksums(
       const internal::v1::GetReadPlanRequest& request, const LayoutReads& reads,
-      const std::shared_ptr<const CommittedVersion>& version);
+      const CommittedVersion& version);
   // PlanReads for `request`'s layout, computed once per manifest layout: the versions of a job
   // share their tensors and shard layout, and differ in bytes, checksums and labels.
   absl::StatusOr<std::shared_ptr<const LayoutReads>> CachedReads(
