@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "absl/algorithm/container.h"
@@ -163,16 +164,18 @@ absl::Status CopyAndVerify(const internal::v1::PlannedTensor& planned,
 absl::Status CopyMapped(const internal::v1::GetReadPlanResponse& plan,
                         const MappedShards& shards, absl::Time deadline, FetchedAdapter& fetched) {
   ParallelTasks tasks;
-  ShardVerifier verifier(plan);
+  std::optional<ShardVerifier> verifier;
   if (plan.verify_shards()) {
+    verifier.emplace(plan);
     // The largest shards first: the two threads end closer together.
     std::vector<const internal::v1::ShardRegion*> regions;
     for (const internal::v1::ShardRegion& region : plan.shards()) regions.push_back(&region);
     absl::c_sort(regions, [](const auto* a, const auto* b) { return a->length() > b->length(); });
     for (const internal::v1::ShardRegion* region : regions) {
       tasks.Add([region, &shards, &fetched, &verifier] {
-        verifier.CopyShard(region->shard_index(), shards.at(region->shard_index()),
-                           [&fetched](int tensor) { return fetched.tensors[tensor].bytes.data(); });
+        verifier->CopyShard(
+            region->shard_index(), shards.at(region->shard_index()),
+            [&fetched](int tensor) { return fetched.tensors[tensor].bytes.data(); });
         return absl::OkStatus();
       });
     }
@@ -185,7 +188,7 @@ absl::Status CopyMapped(const internal::v1::GetReadPlanResponse& plan,
     }
   }
   absl::Status copied = tasks.Finish();
-  if (copied.ok() && plan.verify_shards()) copied = verifier.Finish();
+  if (copied.ok() && verifier.has_value()) copied = verifier->Finish();
   if (!copied.ok() && absl::Now() > deadline) {
     return absl::DeadlineExceededError(
         absl::StrCat("copies from the store's memory outlasted the lease: ", copied.message()));
@@ -471,11 +474,14 @@ absl::Status AdapterFetcher::PullPlan(const internal::v1::GetReadPlanResponse& p
   ParallelTasks finishing;
   absl::Status pulled;
   std::atomic<bool> corrupt = false;  // A tensor failed its check: no need to read on.
-  ShardVerifier verifier(plan);
-  if (plan.verify_shards()) finishing.Add([&plan] { return CheckTiling(plan); });
-  const auto verify = [&plan, &fetched, &corrupt, &verifier](int i) {
-    if (plan.verify_shards()) {
-      verifier.OfferTensor(i, fetched.tensors[i].bytes.data());
+  std::optional<ShardVerifier> verifier;
+  if (plan.verify_shards()) {
+    verifier.emplace(plan);
+    finishing.Add([&plan] { return CheckTiling(plan); });
+  }
+  const auto verify = [&fetched, &corrupt, &verifier](int i) {
+    if (verifier.has_value()) {
+      verifier->OfferTensor(i, fetched.tensors[i].bytes.data());
       return absl::OkStatus();
     }
     absl::Status status = VerifyChecksum(fetched.tensors[i]);
@@ -512,8 +518,8 @@ absl::Status AdapterFetcher::PullPlan(const internal::v1::GetReadPlanResponse& p
   }
   const absl::Status finished = finishing.Finish();
   if (!pulled.ok()) return pulled;
-  if (!finished.ok() || !plan.verify_shards()) return finished;
-  return verifier.Finish();
+  if (!finished.ok() || !verifier.has_value()) return finished;
+  return verifier->Finish();
 }
 
 absl::Status AdapterFetcher::FetchByUcx(absl::string_view adapter, int64_t version,

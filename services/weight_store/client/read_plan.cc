@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "services/weight_store/client/shard_order.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -72,6 +74,35 @@ absl::Status CheckTiling(const internal::v1::GetReadPlanResponse& plan) {
     }
   }
   return absl::OkStatus();
+}
+
+void ForEachSourceSpan(const internal::v1::CopyOp& op,
+                       absl::FunctionRef<void(uint64_t src_offset, uint64_t length)> visit) {
+  if (op.count() == 1 || op.src_stride() == op.length()) {
+    visit(op.src_offset(), op.count() * op.length());
+    return;
+  }
+  for (uint64_t i = 0; i < op.count(); ++i) {
+    visit(op.src_offset() + i * op.src_stride(), op.length());
+  }
+}
+
+bool ReadsShardsWhole(
+    const google::protobuf::RepeatedPtrField<internal::v1::PlannedTensor>& tensors,
+    absl::FunctionRef<uint64_t(int shard_index)> shard_bytes) {
+  absl::flat_hash_map<int, InShardOrder> orders;  // By shard index.
+  bool once = true;
+  for (const internal::v1::PlannedTensor& tensor : tensors) {
+    for (const internal::v1::CopyOp& op : tensor.ops()) {
+      InShardOrder& order = orders[op.shard_index()];
+      ForEachSourceSpan(op, [&](uint64_t src_offset, uint64_t length) {
+        once = once && order.Offer(src_offset, nullptr, length, [](const char*, uint64_t) {});
+      });
+    }
+  }
+  return once && absl::c_all_of(orders, [&shard_bytes](const auto& shard_and_order) {
+           return shard_and_order.second.Complete(shard_bytes(shard_and_order.first));
+         });
 }
 
 std::optional<uint64_t> EndOfBlocks(uint64_t offset, uint64_t count, uint64_t stride,

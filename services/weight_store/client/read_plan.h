@@ -9,11 +9,9 @@
 #include <optional>
 #include <vector>
 
-#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "services/weight_store/client/shard_order.h"
 #include "tandem/internal/v1/weight_store_ucx.pb.h"
 #include "tandem/weightstore/v1/weight_store.pb.h"
 
@@ -62,53 +60,16 @@ bool TilesTensor(const internal::v1::PlannedTensor& tensor);
 // read, not where they were written.
 absl::Status CheckTiling(const internal::v1::GetReadPlanResponse& plan);
 
-// Calls `visit(tensor index, op)` for each op of `tensors` (a read plan's) that reads shard
-// `shard`, in the plan's order: tensor by tensor, op by op.
-template <typename PlannedTensors>
-void ForEachOpOfShard(const PlannedTensors& tensors, int shard,
-                      absl::FunctionRef<void(int tensor, const internal::v1::CopyOp& op)> visit) {
-  int index = 0;
-  for (const internal::v1::PlannedTensor& tensor : tensors) {
-    for (const internal::v1::CopyOp& op : tensor.ops()) {
-      if (op.shard_index() == shard) visit(index, op);
-    }
-    ++index;
-  }
-}
-
 // Calls `visit(src_offset, length)` for the shard bytes `op` reads, in shard order: once for
 // an op whose blocks follow each other in the shard, else once per block.
-inline void ForEachSourceSpan(const internal::v1::CopyOp& op,
-                              absl::FunctionRef<void(uint64_t src_offset, uint64_t length)> visit) {
-  if (op.count() == 1 || op.src_stride() == op.length()) {
-    visit(op.src_offset(), op.count() * op.length());
-    return;
-  }
-  for (uint64_t i = 0; i < op.count(); ++i)
-    visit(op.src_offset() + i * op.src_stride(), op.length());
-}
+void ForEachSourceSpan(const internal::v1::CopyOp& op,
+                       absl::FunctionRef<void(uint64_t src_offset, uint64_t length)> visit);
 
 // Whether `tensors` (a read plan's) read each shard they use whole, each byte once
 // (`shard_bytes(i)`: the size of shard i): then the shards' checksums verify every byte read.
-template <typename PlannedTensors>
-bool ReadsShardsWhole(const PlannedTensors& tensors,
-                      absl::FunctionRef<uint64_t(int shard_index)> shard_bytes) {
-  absl::btree_set<int> used;
-  for (const internal::v1::PlannedTensor& tensor : tensors) {
-    for (const internal::v1::CopyOp& op : tensor.ops()) used.insert(op.shard_index());
-  }
-  for (const int shard : used) {
-    InShardOrder order;
-    bool once = true;
-    ForEachOpOfShard(tensors, shard, [&](int, const internal::v1::CopyOp& op) {
-      ForEachSourceSpan(op, [&](uint64_t src_offset, uint64_t length) {
-        once = once && order.Offer(src_offset, nullptr, length, [](const char*, uint64_t) {});
-      });
-    });
-    if (!once || !order.Complete(shard_bytes(shard))) return false;
-  }
-  return true;
-}
+bool ReadsShardsWhole(
+    const google::protobuf::RepeatedPtrField<internal::v1::PlannedTensor>& tensors,
+    absl::FunctionRef<uint64_t(int shard_index)> shard_bytes);
 
 using RegionsByShard = absl::flat_hash_map<int, const internal::v1::ShardRegion*>;
 

@@ -148,25 +148,18 @@ internal::v1::GetReadPlanResponse InterleavedPlan() {
   return plan;
 }
 
-TEST(ReadPlanTest, OpsOfAShardComeInThePlansOrderAndTheirBytesInShardOrder) {
-  internal::v1::GetReadPlanResponse plan = InterleavedPlan();
-  *plan.mutable_tensors(1)->add_ops() = Op(1, 0, 2048, 512);  // Another shard's.
-  std::vector<std::vector<uint64_t>> spans;
-  ForEachOpOfShard(plan.tensors(), 0, [&](int tensor, const internal::v1::CopyOp& op) {
-    ForEachSourceSpan(op, [&](uint64_t src_offset, uint64_t length) {
-      spans.push_back({static_cast<uint64_t>(tensor), src_offset, length});
-    });
-  });
-  const std::vector<std::vector<uint64_t>> expected = {
-      {0, 0, 512},   {0, 1024, 512}, {0, 2048, 512}, {0, 3072, 512},
-      {1, 512, 512}, {1, 1536, 512}, {1, 2560, 512}, {1, 3584, 512}};
-  EXPECT_EQ(spans, expected);
+TEST(ReadPlanTest, AnOpsBytesComeInShardOrderOneSpanWhereTheyFollowEachOther) {
+  const auto spans = [](const internal::v1::CopyOp& op) {
+    std::vector<std::pair<uint64_t, uint64_t>> result;
+    ForEachSourceSpan(
+        op, [&](uint64_t src_offset, uint64_t length) { result.emplace_back(src_offset, length); });
+    return result;
+  };
+  using Spans = std::vector<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(spans(Op(0, 512, 0, 512, 3, 1024, 512)), (Spans{{512, 512}, {1536, 512}, {2560, 512}}));
   // Blocks that follow each other in the shard are one span, wherever they land.
-  std::vector<std::pair<uint64_t, uint64_t>> contiguous;
-  ForEachSourceSpan(Op(0, 4096, 0, 512, 4, 512, 1024), [&](uint64_t src_offset, uint64_t length) {
-    contiguous.emplace_back(src_offset, length);
-  });
-  EXPECT_EQ(contiguous, (std::vector<std::pair<uint64_t, uint64_t>>{{4096, 2048}}));
+  EXPECT_EQ(spans(Op(0, 4096, 0, 512, 4, 512, 1024)), (Spans{{4096, 2048}}));
+  EXPECT_EQ(spans(Op(0, 64, 0, 100)), (Spans{{64, 100}}));
 }
 
 TEST(ReadPlanTest, ShardsReadWholeEachByteOnce) {

@@ -5,13 +5,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "services/weight_store/client/read_plan.h"
 
 namespace tandem::weight_store {
 
 ShardVerifier::ShardVerifier(const internal::v1::GetReadPlanResponse& plan) : plan_(plan) {
   for (const internal::v1::ShardRegion& region : plan.shards()) {
     shards_[region.shard_index()].region = &region;
+  }
+  for (int tensor = 0; tensor < plan.tensors_size(); ++tensor) {
+    for (const internal::v1::CopyOp& op : plan.tensors(tensor).ops()) {
+      shards_.at(op.shard_index()).ops.push_back({tensor, &op});
+    }
   }
 }
 
@@ -43,7 +47,8 @@ void ShardVerifier::CopyShard(int shard_index, const char* mapped_shard,
     if (run_length > 0) OfferLocked(shard, run_offset, mapped_shard + run_offset, run_length);
     run_length = 0;
   };
-  ForEachOpOfShard(plan_.tensors(), shard_index, [&](int tensor, const internal::v1::CopyOp& op) {
+  for (const auto& [tensor, op_of_tensor] : shard.ops) {
+    const internal::v1::CopyOp& op = *op_of_tensor;
     char* destination = tensor_bytes(tensor) + op.dst_offset();
     for (uint64_t i = 0; i < op.count(); ++i) {
       const uint64_t src_offset = op.src_offset() + i * op.src_stride();
@@ -59,7 +64,7 @@ void ShardVerifier::CopyShard(int shard_index, const char* mapped_shard,
         if (run_length >= kRunBytes) offer_run();
       }
     }
-  });
+  }
   offer_run();
 }
 

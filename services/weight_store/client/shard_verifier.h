@@ -2,6 +2,7 @@
 #define TANDEM_SERVICES_WEIGHT_STORE_CLIENT_SHARD_VERIFIER_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_map.h"
@@ -29,9 +30,9 @@ class ShardVerifier {
   // Offers every block of the plan's tensor `tensor`, landed in `bytes` (the whole tensor).
   void OfferTensor(int tensor, const char* bytes);
   // Copies every block the plan reads from shard `shard_index` out of `mapped_shard` (the shard
-  // as mapped into this process) to `tensor_bytes(tensor)` + its offset, offering the bytes as
-  // read, op by op, while they are in the nearest cache. A thread copying a shard this way has
-  // it to itself: the shard's lock is taken once, not per block.
+  // as mapped into this process) to `tensor_bytes(tensor)` + its offset, in the plan's order,
+  // offering the bytes as read while they are in the nearest cache. A thread copying a shard
+  // this way has it to itself: the shard's lock is taken once, not per block.
   void CopyShard(int shard_index, const char* mapped_shard,
                  absl::FunctionRef<char*(int tensor)> tensor_bytes);
 
@@ -48,8 +49,15 @@ class ShardVerifier {
   static void OfferLocked(Shard& shard, uint64_t src_offset, const char* bytes, uint64_t length)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mutex);
 
+  // An op of the plan and the index of the tensor it fills.
+  struct TensorOp {
+    int tensor = 0;
+    const internal::v1::CopyOp* op = nullptr;
+  };
+
   struct Shard {
     const internal::v1::ShardRegion* region = nullptr;
+    std::vector<TensorOp> ops;  // The plan's ops that read the shard, in the plan's order.
     absl::Mutex mutex;
     InShardOrder order ABSL_GUARDED_BY(mutex);
     Xxh3Hasher hasher ABSL_GUARDED_BY(mutex);
