@@ -19,6 +19,7 @@
 #include "common/parallel_tasks.h"
 #include "common/proto_time.h"
 #include "common/status.h"
+#include "common/streaming_copy.h"
 #include "services/weight_store/client/read_plan.h"
 #include "services/weight_store/client/shard_verifier.h"
 
@@ -134,9 +135,10 @@ absl::StatusOr<MappedShards> MapShards(const internal::v1::GetReadPlanResponse& 
 }
 
 // Copies a tensor's blocks out of the mapped shards in destination order, hashing each one as
-// it lands, while it is in the nearest cache, then verifies the tensor. Blocks that do not
-// tile the tensor exactly (only a faulty plan's) hash differently from its bytes, so then the
-// tensor is hashed again as it is.
+// it is read, while it is in the nearest cache (the copy's streaming stores leave the tensor's
+// memory out of the cache), then verifies the tensor. Blocks that do not tile the tensor
+// exactly (only a faulty plan's) hash differently from its bytes, so then the tensor is hashed
+// again as it is.
 absl::Status CopyAndVerify(const internal::v1::PlannedTensor& planned,
                            const MappedShards& shards, FetchedTensor& tensor) {
   Xxh3Hasher hasher;
@@ -144,11 +146,10 @@ absl::Status CopyAndVerify(const internal::v1::PlannedTensor& planned,
   bool tiling = true;
   for (const PlannedBlock& block :
        BlocksInDestinationOrder(planned, [&shards](int shard) { return shards.at(shard); })) {
-    char* destination = tensor.bytes.data() + block.dst_offset;
-    std::memcpy(destination, block.source, block.length);
+    CopyStreaming(tensor.bytes.data() + block.dst_offset, block.source, block.length);
     tiling = tiling && block.dst_offset == hashed;
     if (!tiling) continue;
-    hasher.Update(absl::string_view(destination, block.length));
+    hasher.Update(absl::string_view(block.source, block.length));
     hashed += block.length;
   }
   return tiling && hashed == tensor.bytes.size() ? CheckFetched(tensor, hasher.Digest())

@@ -252,6 +252,28 @@ TEST_F(AdapterRelayTest, ARelayThatStallsIsGivenUpForTheStore) {
   begun->Finish(absl::CancelledError("test over"));
 }
 
+// A relay that sends a tensor's bytes short or long (a faulty relay's stream) is given up for
+// the store.
+TEST_F(AdapterRelayTest, ARelayThatSendsATensorsBytesShortOrLongIsGivenUpForTheStore) {
+  const std::string bytes = expected_.tensors[0].bytes;
+  for (const std::string& sent : {bytes.substr(0, bytes.size() - 1), bytes + "extra"}) {
+    Reader faulty;
+    std::shared_ptr<VersionChunks> source = faulty.versions.Begin("job", 1);
+    weightstore::v1::FetchTensorsResponse only;
+    *only.mutable_tensor() = expected_.tensors[0].tensor;
+    only.set_data(sent);
+    source->Append(only);
+    source->Finish(absl::OkStatus());
+    Reader reader;
+    FetchedAdapter fetched;
+    const absl::StatusOr<FetchedFrom> from =
+        FetchRelaying(*store_, reader.versions, "job", 1, {.upstream = faulty.stub.get()}, fetched);
+    ASSERT_TRUE(from.ok()) << from.status();
+    EXPECT_EQ(*from, FetchedFrom::kStore) << sent.size();
+    ExpectSame(fetched);
+  }
+}
+
 TEST_F(AdapterRelayTest, BadRequestsAreRefused) {
   Reader reader(Stacked(), absl::Milliseconds(50));
   const auto relay = [&](const std::string& adapter, int64_t version,

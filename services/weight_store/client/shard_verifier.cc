@@ -1,10 +1,10 @@
 #include "services/weight_store/client/shard_verifier.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/streaming_copy.h"
 
 namespace tandem::weight_store {
 
@@ -41,6 +41,7 @@ void ShardVerifier::CopyShard(int shard_index, const char* mapped_shard,
   absl::MutexLock lock(&shard.mutex);
   // The bytes are hashed as read, a run of them at a time while it is in cache: consecutive
   // blocks that follow each other in the shard make one run, however far apart they land.
+  // They are stored with streaming stores: the tensors' memory is not read back here.
   uint64_t run_offset = 0;
   uint64_t run_length = 0;
   const auto offer_run = [&] {
@@ -54,8 +55,8 @@ void ShardVerifier::CopyShard(int shard_index, const char* mapped_shard,
       const uint64_t src_offset = op.src_offset() + i * op.src_stride();
       for (uint64_t done = 0; done < op.length(); done += kRunBytes) {
         const uint64_t length = std::min(kRunBytes, op.length() - done);
-        std::memcpy(destination + i * op.dst_stride() + done, mapped_shard + src_offset + done,
-                    length);
+        CopyStreaming(destination + i * op.dst_stride() + done, mapped_shard + src_offset + done,
+                      length);
         if (run_offset + run_length != src_offset + done) {
           offer_run();
           run_offset = src_offset + done;

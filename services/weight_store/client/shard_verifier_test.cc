@@ -9,32 +9,35 @@
 namespace tandem::weight_store {
 namespace {
 
-// Shard 3 (64 KiB) read whole by two tensors: "a" takes its even 1 KiB blocks, "b" its odd.
-internal::v1::GetReadPlanResponse InterleavedPlan(const std::string& shard) {
+// Shard 3 (64 KiB) read whole by two tensors: "a" takes its even blocks of `block` bytes, "b"
+// its odd ones.
+internal::v1::GetReadPlanResponse InterleavedPlan(const std::string& shard, uint64_t block = 1024) {
   internal::v1::GetReadPlanResponse plan;
   plan.set_verify_shards(true);
   internal::v1::ShardRegion* region = plan.add_shards();
   region->set_shard_index(3);
   region->set_length(shard.size());
   region->set_xxh3_64(Xxh3Checksum(shard));
-  for (uint64_t first : {0, 1024}) {
+  for (uint64_t first : {uint64_t{0}, block}) {
     internal::v1::PlannedTensor* tensor = plan.add_tensors();
     tensor->mutable_tensor()->set_byte_size(shard.size() / 2);
     internal::v1::CopyOp* op = tensor->add_ops();
     op->set_shard_index(3);
     op->set_src_offset(first);
-    op->set_length(1024);
-    op->set_count(shard.size() / 2048);
-    op->set_src_stride(2048);
-    op->set_dst_stride(1024);
+    op->set_length(block);
+    op->set_count(shard.size() / (2 * block));
+    op->set_src_stride(2 * block);
+    op->set_dst_stride(block);
   }
   return plan;
 }
 
 // Tensor `index` of InterleavedPlan as it lands from `shard`.
-std::string Landed(const std::string& shard, int index) {
+std::string Landed(const std::string& shard, int index, uint64_t block = 1024) {
   std::string tensor;
-  for (size_t at = index * 1024; at < shard.size(); at += 2048) tensor += shard.substr(at, 1024);
+  for (size_t at = index * block; at < shard.size(); at += 2 * block) {
+    tensor += shard.substr(at, block);
+  }
   return tensor;
 }
 
@@ -58,22 +61,25 @@ TEST(ShardVerifierTest, TensorsLandingOnTwoThreadsInEitherOrderVerifyTheShard) {
   }
 }
 
+// Small blocks and blocks copied with streaming stores (4 KiB and up).
 TEST(ShardVerifierTest, ACopiedShardLandsInItsTensorsAndVerifies) {
   const std::string shard = ShardBytes();
-  const internal::v1::GetReadPlanResponse plan = InterleavedPlan(shard);
-  std::string tensors[2] = {std::string(shard.size() / 2, '\0'),
-                            std::string(shard.size() / 2, '\0')};
-  ShardVerifier verifier(plan);
-  verifier.CopyShard(3, shard.data(), [&tensors](int tensor) { return tensors[tensor].data(); });
-  EXPECT_TRUE(verifier.Finish().ok());
-  EXPECT_EQ(tensors[0], Landed(shard, 0));
-  EXPECT_EQ(tensors[1], Landed(shard, 1));
-  std::string corrupt = shard;
-  corrupt[shard.size() - 1] ^= 1;
-  ShardVerifier of_corrupt(plan);
-  of_corrupt.CopyShard(3, corrupt.data(),
-                       [&tensors](int tensor) { return tensors[tensor].data(); });
-  EXPECT_TRUE(absl::IsDataLoss(of_corrupt.Finish()));
+  for (uint64_t block : {1024, 16 << 10}) {
+    const internal::v1::GetReadPlanResponse plan = InterleavedPlan(shard, block);
+    std::string tensors[2] = {std::string(shard.size() / 2, '\0'),
+                              std::string(shard.size() / 2, '\0')};
+    ShardVerifier verifier(plan);
+    verifier.CopyShard(3, shard.data(), [&tensors](int tensor) { return tensors[tensor].data(); });
+    EXPECT_TRUE(verifier.Finish().ok());
+    EXPECT_EQ(tensors[0], Landed(shard, 0, block));
+    EXPECT_EQ(tensors[1], Landed(shard, 1, block));
+    std::string corrupt = shard;
+    corrupt[shard.size() - 1] ^= 1;
+    ShardVerifier of_corrupt(plan);
+    of_corrupt.CopyShard(3, corrupt.data(),
+                         [&tensors](int tensor) { return tensors[tensor].data(); });
+    EXPECT_TRUE(absl::IsDataLoss(of_corrupt.Finish()));
+  }
 }
 
 TEST(ShardVerifierTest, ABadByteAMissingTensorOrOneOfferedTwiceIsDataLossNamingTheShard) {
