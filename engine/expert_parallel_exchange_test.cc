@@ -215,16 +215,22 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
   return computed;
 }
 
+// Bound on fp32 summation-order error between one rank and several (relative, or absolute
+// below 1): the gradients sum the experts' rows in another order. Below 1e-5 with OpenBLAS's
+// Intel kernels; up to 1.2e-4 with its AMD EPYC ones. A wrong route or exchange is off by the
+// gradients' own size.
+constexpr double kBound = 5e-4;
+
 // Each rank's logits equal one rank's, the routes are the same logical ids, and the adapter
 // gradients agree tensor by tensor.
 void ExpectSameResults(const Computed& one, const Computed& parallel, int ranks) {
   for (int rank = 0; rank < ranks; ++rank) {
-    EXPECT_LT(MaxRelativeDifference(one.logits[rank], parallel.logits[rank]), 1e-5) << rank;
+    EXPECT_LT(MaxRelativeDifference(one.logits[rank], parallel.logits[rank]), kBound) << rank;
   }
   EXPECT_EQ(one.routes, parallel.routes);
   ASSERT_EQ(one.gradients.size(), parallel.gradients.size());
   for (const auto& [name, gradient] : one.gradients) {
-    EXPECT_LT(MaxRelativeDifference(gradient, parallel.gradients.at(name)), 1e-5) << name;
+    EXPECT_LT(MaxRelativeDifference(gradient, parallel.gradients.at(name)), kBound) << name;
   }
 }
 

@@ -222,10 +222,11 @@ struct Case {
 class DataParallelTest : public ::testing::TestWithParam<Case> {};
 
 // Bound on fp32 reduction-order error after five steps (relative, or absolute below 1); 5e-7 is
-// seen. At learning rates far above LoRA's usual ones (1e-2 here) Adam turns the last bits of
-// near-zero gradients into whole steps of the learning rate, and the ranks drift apart from one
-// rank by 1e-4 to 1e-3 in five steps: the cases train at 1e-3.
-constexpr double kBound = 1e-5;
+// seen with OpenBLAS's Intel kernels, up to 1.04e-5 with its AMD EPYC ones. At learning rates far
+// above LoRA's usual ones (1e-2 here) Adam turns the last bits of near-zero gradients into whole
+// steps of the learning rate, and the ranks drift apart from one rank by 1e-4 to 1e-3 in five
+// steps: the cases train at 1e-3.
+constexpr double kBound = 3e-5;
 
 TEST_P(DataParallelTest, RanksTrainTheSameAdapterAsOneRankOnTheSameRollouts) {
   static const std::vector<RecordedStep> steps = RecordSteps();
