@@ -500,8 +500,8 @@ absl::Status UcxPeer::Put(const std::vector<RegionTransfers>& regions, absl::Tim
   return Transfers(/*put=*/true, regions, deadline);
 }
 
-absl::StatusOr<const char*> UcxPeer::Mapped(absl::string_view packed_rkey, uint64_t remote_address,
-                                            size_t length) {
+absl::StatusOr<char*> UcxPeer::Mapped(absl::string_view packed_rkey, uint64_t remote_address,
+                                      size_t length) {
   BeginCall();
   if (absl::Status usable = CheckUsable(); !usable.ok()) return usable;
   absl::StatusOr<RemoteKey> key = Unpack(packed_rkey);
@@ -513,7 +513,7 @@ absl::StatusOr<const char*> UcxPeer::Mapped(absl::string_view packed_rkey, uint6
     return absl::UnimplementedError("the remote region is not mapped by this peer's transports");
   }
   if (status != UCS_OK) return UcxStatus(absl::StatusCode::kInternal, "ucp_rkey_ptr", status);
-  return static_cast<const char*>(local);
+  return static_cast<char*>(local);
 }
 
 absl::Status UcxPeer::CheckUsable() const {

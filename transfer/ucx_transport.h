@@ -154,17 +154,18 @@ class UcxPeer {
   absl::Status Put(const std::vector<RegionTransfers>& regions, absl::Time deadline);
 
   // The remote bytes [remote_address, remote_address + length) of the region `packed_rkey`
-  // describes, readable in place: shared-memory transports map memory the owner allocated
-  // through UCX into this process (ucp_rkey_ptr), so reads are plain loads, with no request
-  // per block. UNIMPLEMENTED where the transport cannot (tcp, RDMA, registered rather than
-  // allocated memory): use Get. INVALID_ARGUMENT as Get for a malformed rkey or a range outside
-  // the region the rkey claims (as for Get, the owner is trusted to claim its real size);
+  // describes, readable and writable in place: shared-memory transports map memory the owner
+  // allocated through UCX into this process (ucp_rkey_ptr), so reads are plain loads and
+  // writes plain stores (the owner sees them once they are globally visible: no flush), with
+  // no request per block. UNIMPLEMENTED where the transport cannot (tcp, RDMA, registered rather
+  // than allocated memory): use Get. INVALID_ARGUMENT as Get for a malformed rkey or a range
+  // outside the region the rkey claims (as for Get, the owner is trusted to claim its real size);
   // UNAVAILABLE after an endpoint failure; INTERNAL if UCX fails otherwise. The mapping lasts
   // until this peer has unpacked kMaxCachedRkeys other rkeys since (or the peer goes), so a
   // caller maps at most that many regions at once; the bytes are the owner's live memory, so
   // they are what Get would read only while the owner keeps the region (a lease).
-  absl::StatusOr<const char*> Mapped(absl::string_view packed_rkey, uint64_t remote_address,
-                                     size_t length);
+  absl::StatusOr<char*> Mapped(absl::string_view packed_rkey, uint64_t remote_address,
+                               size_t length);
 
   // Unpacked rkeys kept, the least recently used dropped first (never one the call in
   // progress uses): a peer kept for long (UcxPeerCache) meets every region its owner ever

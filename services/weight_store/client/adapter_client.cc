@@ -67,6 +67,39 @@ absl::Status PutByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub,
   return Checked(writer->Finish());
 }
 
+// Pieces of a shard put by copies: both threads share even a single shard.
+constexpr size_t kPutPieceBytes = size_t{4} << 20;
+
+// Puts the shards as copies into the store's memory where the transport maps it into this
+// process (shared memory), as mapped fetches read it: streaming stores (no read of the store's
+// lines first) on two threads, and no request per fragment. UNIMPLEMENTED where the transport
+// maps none (tcp, RDMA) or for more regions than a peer keeps mapped at once.
+absl::Status CopyIntoMapped(const std::vector<const internal::v1::ShardRegion*>& targets,
+                            const std::vector<absl::string_view>& shards, transfer::UcxPeer& peer) {
+  if (targets.size() > transfer::UcxPeer::kMaxCachedRkeys) {
+    return absl::UnimplementedError("more shards than a peer keeps mapped at once");
+  }
+  std::vector<char*> destinations;
+  for (const internal::v1::ShardRegion* target : targets) {
+    absl::StatusOr<char*> mapped =
+        peer.Mapped(target->rkey(), target->remote_address(), shards[target->shard_index()].size());
+    if (!mapped.ok()) return mapped.status();
+    destinations.push_back(*mapped);
+  }
+  ParallelTasks copies;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const absl::string_view shard = shards[targets[i]->shard_index()];
+    for (size_t offset = 0; offset < shard.size(); offset += kPutPieceBytes) {
+      const absl::string_view piece = shard.substr(offset, kPutPieceBytes);
+      copies.Add([destination = destinations[i] + offset, piece] {
+        CopyStreaming(destination, piece.data(), piece.size());
+        return absl::OkStatus();
+      });
+    }
+  }
+  return copies.Finish();
+}
+
 absl::Status PutByUcx(const Upload& begun,
                       const std::vector<absl::string_view>& shards, absl::Span<const int> which,
                       const PublishOptions& options) {
@@ -90,9 +123,14 @@ absl::Status PutByUcx(const Upload& begun,
     transfers.push_back({{target.remote_address(), const_cast<char*>(bytes.data()), bytes.size()}});
     targets.push_back(&target);
   }
-  std::vector<transfer::UcxPeer::RegionTransfers> writes;
-  for (size_t i = 0; i < targets.size(); ++i) writes.push_back({targets[i]->rkey(), transfers[i]});
-  const absl::Status put = (*peer)->Put(writes, absl::Now() + options.timeout);
+  absl::Status put = CopyIntoMapped(targets, shards, **peer);
+  if (absl::IsUnimplemented(put)) {
+    std::vector<transfer::UcxPeer::RegionTransfers> writes;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      writes.push_back({targets[i]->rkey(), transfers[i]});
+    }
+    put = (*peer)->Put(writes, absl::Now() + options.timeout);
+  }
   if (!put.ok()) peers.Forget();  // A broken endpoint is not reused.
   return put;
 }
