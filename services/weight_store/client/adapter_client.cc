@@ -317,6 +317,9 @@ bool IsHeartbeat(const weightstore::v1::FetchTensorsResponse& chunk) {
   return !chunk.has_tensor() && chunk.data().empty();
 }
 
+// Memory reserved for a tensor before its chunks arrive: its size, up to this.
+constexpr uint64_t kMaxReservedBytes = uint64_t{256} << 20;
+
 absl::Status ReceiveTensors(
     grpc::ClientReaderInterface<weightstore::v1::FetchTensorsResponse>& reader,
     grpc::ClientContext& context, FetchedAdapter& into,
@@ -339,13 +342,21 @@ absl::Status ReceiveTensors(
       FetchedTensor& tensor = into.tensors[count++];
       tensor.tensor = chunk.tensor();
       tensor.bytes.clear();  // Keeps its capacity.
-      tensor.bytes.reserve(chunk.tensor().byte_size());
+      // A header's size is only a claim (a faulty relay's may be anything) until the bytes come.
+      tensor.bytes.reserve(std::min<uint64_t>(chunk.tensor().byte_size(), kMaxReservedBytes));
     }
     if (count == 0 || chunk.offset() != into.tensors[count - 1].bytes.size()) {
       context.TryCancel();
       return absl::InternalError("FetchTensors chunks out of order");
     }
-    into.tensors[count - 1].bytes.append(chunk.data());
+    FetchedTensor& tensor = into.tensors[count - 1];
+    if (chunk.data().size() > tensor.tensor.byte_size() - tensor.bytes.size()) {
+      context.TryCancel();
+      return absl::DataLossError(absl::StrFormat("tensor %s: chunks run past its %d bytes",
+                                                 tensor.tensor.spec().name(),
+                                                 tensor.tensor.byte_size()));
+    }
+    tensor.bytes.append(chunk.data());
   }
   into.tensors.resize(count);
   if (absl::Status status = Checked(reader.Finish()); !status.ok()) return status;

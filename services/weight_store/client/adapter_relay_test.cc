@@ -274,6 +274,26 @@ TEST_F(AdapterRelayTest, ARelayThatSendsATensorsBytesShortOrLongIsGivenUpForTheS
   }
 }
 
+// A relay whose tensor header claims more bytes than any memory holds: the reader reserves no
+// more than arrives, and gives the relay up for the store once its stream ends short.
+TEST_F(AdapterRelayTest, ARelayClaimingAHugeTensorIsGivenUpForTheStore) {
+  Reader faulty;
+  std::shared_ptr<VersionChunks> source = faulty.versions.Begin("job", 1);
+  weightstore::v1::FetchTensorsResponse only;
+  *only.mutable_tensor() = expected_.tensors[0].tensor;
+  only.mutable_tensor()->set_byte_size(uint64_t{1} << 50);
+  only.set_data(expected_.tensors[0].bytes);
+  source->Append(only);
+  source->Finish(absl::OkStatus());
+  Reader reader;
+  FetchedAdapter fetched;
+  const absl::StatusOr<FetchedFrom> from =
+      FetchRelaying(*store_, reader.versions, "job", 1, {.upstream = faulty.stub.get()}, fetched);
+  ASSERT_TRUE(from.ok()) << from.status();
+  EXPECT_EQ(*from, FetchedFrom::kStore);
+  ExpectSame(fetched);
+}
+
 TEST_F(AdapterRelayTest, BadRequestsAreRefused) {
   Reader reader(Stacked(), absl::Milliseconds(50));
   const auto relay = [&](const std::string& adapter, int64_t version,
