@@ -58,6 +58,22 @@ class AdapterRelayTest : public ::testing::Test {
     expected_ = *std::move(direct);
   }
 
+  // Reads version 1 through a relay that sends only `chunk`, then ends its stream: a faulty
+  // relay, which the reader gives up for the store, whose version it gets whole.
+  void ExpectFaultyRelayGivenUpForTheStore(const weightstore::v1::FetchTensorsResponse& chunk) {
+    Reader faulty;
+    std::shared_ptr<VersionChunks> source = faulty.versions.Begin("job", 1);
+    source->Append(chunk);
+    source->Finish(absl::OkStatus());
+    Reader reader;
+    FetchedAdapter fetched;
+    const absl::StatusOr<FetchedFrom> from =
+        FetchRelaying(*store_, reader.versions, "job", 1, {.upstream = faulty.stub.get()}, fetched);
+    ASSERT_TRUE(from.ok()) << from.status();
+    EXPECT_EQ(*from, FetchedFrom::kStore);
+    ExpectSame(fetched);
+  }
+
   void ExpectSame(const FetchedAdapter& fetched) {
     ASSERT_EQ(fetched.tensors.size(), expected_.tensors.size());
     for (size_t i = 0; i < fetched.tensors.size(); ++i) {
@@ -252,46 +268,26 @@ TEST_F(AdapterRelayTest, ARelayThatStallsIsGivenUpForTheStore) {
   begun->Finish(absl::CancelledError("test over"));
 }
 
-// A relay that sends a tensor's bytes short or long (a faulty relay's stream) is given up for
-// the store.
+// A relay that sends a tensor's bytes short or long is given up for the store.
 TEST_F(AdapterRelayTest, ARelayThatSendsATensorsBytesShortOrLongIsGivenUpForTheStore) {
   const std::string bytes = expected_.tensors[0].bytes;
   for (const std::string& sent : {bytes.substr(0, bytes.size() - 1), bytes + "extra"}) {
-    Reader faulty;
-    std::shared_ptr<VersionChunks> source = faulty.versions.Begin("job", 1);
+    SCOPED_TRACE(sent.size());
     weightstore::v1::FetchTensorsResponse only;
     *only.mutable_tensor() = expected_.tensors[0].tensor;
     only.set_data(sent);
-    source->Append(only);
-    source->Finish(absl::OkStatus());
-    Reader reader;
-    FetchedAdapter fetched;
-    const absl::StatusOr<FetchedFrom> from =
-        FetchRelaying(*store_, reader.versions, "job", 1, {.upstream = faulty.stub.get()}, fetched);
-    ASSERT_TRUE(from.ok()) << from.status();
-    EXPECT_EQ(*from, FetchedFrom::kStore) << sent.size();
-    ExpectSame(fetched);
+    ExpectFaultyRelayGivenUpForTheStore(only);
   }
 }
 
 // A relay whose tensor header claims more bytes than any memory holds: the reader reserves no
-// more than arrives, and gives the relay up for the store once its stream ends short.
+// more than arrives, and gives the relay up once its stream ends short.
 TEST_F(AdapterRelayTest, ARelayClaimingAHugeTensorIsGivenUpForTheStore) {
-  Reader faulty;
-  std::shared_ptr<VersionChunks> source = faulty.versions.Begin("job", 1);
   weightstore::v1::FetchTensorsResponse only;
   *only.mutable_tensor() = expected_.tensors[0].tensor;
   only.mutable_tensor()->set_byte_size(uint64_t{1} << 50);
   only.set_data(expected_.tensors[0].bytes);
-  source->Append(only);
-  source->Finish(absl::OkStatus());
-  Reader reader;
-  FetchedAdapter fetched;
-  const absl::StatusOr<FetchedFrom> from =
-      FetchRelaying(*store_, reader.versions, "job", 1, {.upstream = faulty.stub.get()}, fetched);
-  ASSERT_TRUE(from.ok()) << from.status();
-  EXPECT_EQ(*from, FetchedFrom::kStore);
-  ExpectSame(fetched);
+  ExpectFaultyRelayGivenUpForTheStore(only);
 }
 
 TEST_F(AdapterRelayTest, BadRequestsAreRefused) {
