@@ -13,8 +13,8 @@ namespace tandem {
 
 namespace {
 
-// Below this, a copy's partial cache lines and fence cost more than the traffic it saves.
-constexpr size_t kMinStreamingBytes = 4096;
+// Below this, a copy's partial cache lines at either end are most of it.
+constexpr size_t kMinStreamingBytes = 256;
 constexpr size_t kLine = 64;
 
 // Streams `bytes` (whole cache lines) to a line-aligned `destination`.
@@ -40,9 +40,9 @@ const StreamLines kStreamLines = [] {
   return __builtin_cpu_supports("avx2") ? StreamLinesAvx2 : StreamLinesSse2;
 }();
 
-// CopyStreaming's streaming part, with `stream_lines` for the whole cache lines.
-void CopyStreamingWith(StreamLines stream_lines, char* destination, const char* source,
-                       size_t length) {
+// A copy with `stream_lines` for its whole cache lines, not fenced.
+void CopyUnfencedWith(StreamLines stream_lines, char* destination, const char* source,
+                      size_t length) {
   if (length < kMinStreamingBytes) {
     std::memcpy(destination, source, length);
     return;
@@ -52,31 +52,38 @@ void CopyStreamingWith(StreamLines stream_lines, char* destination, const char* 
   const size_t lines = (length - head) / kLine * kLine;
   std::memcpy(destination, source, head);
   stream_lines(destination + head, source + head, lines);
-  // Streaming stores are weakly ordered: fenced before the copy counts as done.
-  _mm_sfence();
   std::memcpy(destination + head + lines, source + head + lines, length - head - lines);
 }
 
 }  // namespace
 
-void CopyStreaming(char* destination, const char* source, size_t length) {
-  CopyStreamingWith(kStreamLines, destination, source, length);
+// Streaming stores are weakly ordered: fenced before the copies count as done.
+StreamingCopier::~StreamingCopier() { _mm_sfence(); }
+
+void StreamingCopier::Copy(char* destination, const char* source, size_t length) {
+  CopyUnfencedWith(kStreamLines, destination, source, length);
 }
 
 namespace internal_streaming_copy {
 
-void CopyStreamingSse2(char* destination, const char* source, size_t length) {
-  CopyStreamingWith(StreamLinesSse2, destination, source, length);
+void CopySse2Unfenced(char* destination, const char* source, size_t length) {
+  CopyUnfencedWith(StreamLinesSse2, destination, source, length);
 }
 
 }  // namespace internal_streaming_copy
 
 #else
 
-void CopyStreaming(char* destination, const char* source, size_t length) {
+StreamingCopier::~StreamingCopier() = default;
+
+void StreamingCopier::Copy(char* destination, const char* source, size_t length) {
   std::memcpy(destination, source, length);
 }
 
 #endif
+
+void CopyStreaming(char* destination, const char* source, size_t length) {
+  StreamingCopier().Copy(destination, source, length);
+}
 
 }  // namespace tandem

@@ -182,13 +182,16 @@ absl::Status CopyAndVerify(const internal::v1::PlannedTensor& planned,
   Xxh3Hasher hasher;
   uint64_t hashed = 0;  // While the blocks tile the tensor: bytes [0, hashed) are hashed.
   bool tiling = true;
-  for (const PlannedBlock& block :
-       BlocksInDestinationOrder(planned, [&shards](int shard) { return shards.at(shard); })) {
-    CopyStreaming(tensor.bytes.data() + block.dst_offset, block.source, block.length);
-    tiling = tiling && block.dst_offset == hashed;
-    if (!tiling) continue;
-    hasher.Update(absl::string_view(block.source, block.length));
-    hashed += block.length;
+  {
+    StreamingCopier copier;
+    for (const PlannedBlock& block :
+         BlocksInDestinationOrder(planned, [&shards](int shard) { return shards.at(shard); })) {
+      copier.Copy(tensor.bytes.data() + block.dst_offset, block.source, block.length);
+      tiling = tiling && block.dst_offset == hashed;
+      if (!tiling) continue;
+      hasher.Update(absl::string_view(block.source, block.length));
+      hashed += block.length;
+    }
   }
   return tiling && hashed == tensor.bytes.size() ? CheckFetched(tensor, hasher.Digest())
                                                  : VerifyChecksum(tensor);

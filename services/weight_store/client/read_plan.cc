@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/algorithm/container.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "services/weight_store/client/shard_order.h"
 
@@ -50,18 +51,43 @@ std::vector<PlannedBlock> BlocksInDestinationOrder(
 }
 
 bool TilesTensor(const internal::v1::PlannedTensor& tensor) {
-  std::vector<std::pair<uint64_t, uint64_t>> blocks;  // (dst_offset, length)
+  // The ops' blocks are walked in destination order by merging the ops (a heap of each op's
+  // next block): plans interleave a few ops' blocks, which this orders without sorting them.
+  // Blocks of no bytes write nothing.
+  struct NextBlock {
+    uint64_t dst_offset = 0;
+    uint64_t left = 0;  // Blocks of the op from this one on.
+    const internal::v1::CopyOp* op = nullptr;
+  };
+  absl::InlinedVector<NextBlock, 8> heap;
   for (const internal::v1::CopyOp& op : tensor.ops()) {
-    for (uint64_t i = 0; i < op.count(); ++i) {
-      blocks.emplace_back(op.dst_offset() + i * op.dst_stride(), op.length());
-    }
+    if (op.count() > 0 && op.length() > 0) heap.push_back({op.dst_offset(), op.count(), &op});
   }
-  // Plans list ops by destination, so their blocks usually are already.
-  if (!std::is_sorted(blocks.begin(), blocks.end())) std::sort(blocks.begin(), blocks.end());
+  const auto later = [](const NextBlock& a, const NextBlock& b) {
+    return a.dst_offset > b.dst_offset;
+  };
+  std::make_heap(heap.begin(), heap.end(), later);
   uint64_t tiled = 0;  // Bytes [0, tiled) are written, each once.
-  for (const auto& [dst_offset, length] : blocks) {
-    if (dst_offset != tiled) return false;
-    tiled += length;
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    NextBlock& next = heap.back();
+    if (next.dst_offset != tiled) return false;
+    const internal::v1::CopyOp& op = *next.op;
+    if (next.left == 1 || op.dst_stride() == op.length()) {
+      // The op's blocks left follow each other: a block of another op that starts among them
+      // overlaps them, and is found out when its turn comes.
+      uint64_t bytes = 0;
+      if (__builtin_mul_overflow(next.left, op.length(), &bytes) ||
+          __builtin_add_overflow(tiled, bytes, &tiled)) {
+        return false;
+      }
+      heap.pop_back();
+      continue;
+    }
+    if (__builtin_add_overflow(tiled, op.length(), &tiled)) return false;
+    next.dst_offset += op.dst_stride();
+    --next.left;
+    std::push_heap(heap.begin(), heap.end(), later);
   }
   return tiled == tensor.tensor().byte_size();
 }

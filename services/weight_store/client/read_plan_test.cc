@@ -194,5 +194,30 @@ TEST(ReadPlanTest, TilingNeedsEveryByteOfTheTensorWrittenOnce) {
   EXPECT_TRUE(TilesTensor(halves));
 }
 
+// A tensor split by columns across two shards: each op writes every other 512-byte block.
+internal::v1::PlannedTensor Columns(uint64_t left_stride, uint64_t right_offset) {
+  internal::v1::PlannedTensor tensor;
+  tensor.mutable_tensor()->set_byte_size(4096);
+  *tensor.add_ops() = Op(0, 0, 0, 512, 4, 512, left_stride);
+  *tensor.add_ops() = Op(1, 0, right_offset, 512, 4, 512, 1024);
+  return tensor;
+}
+
+TEST(ReadPlanTest, InterleavedOpsTileATensorOnlyWhereTheirBlocksMeetExactly) {
+  EXPECT_TRUE(TilesTensor(Columns(1024, 512)));
+  EXPECT_FALSE(TilesTensor(Columns(1024, 256)));   // Overlapping the left column's blocks.
+  EXPECT_FALSE(TilesTensor(Columns(1024, 1024)));  // Both write bytes [1024, 1536).
+  // A contiguous left op of 2 KiB, into which the right op's first block falls.
+  EXPECT_FALSE(TilesTensor(Columns(512, 512)));
+  // Ops that write nothing do not count; counts and lengths that overflow never tile.
+  internal::v1::PlannedTensor with_empty_op = Columns(1024, 512);
+  *with_empty_op.add_ops() = Op(0, 0, 9999, 512, 0);
+  EXPECT_TRUE(TilesTensor(with_empty_op));
+  internal::v1::PlannedTensor overflowing;
+  overflowing.mutable_tensor()->set_byte_size(0);
+  *overflowing.add_ops() = Op(0, 0, 0, uint64_t{1} << 63, 2, 0, uint64_t{1} << 63);
+  EXPECT_FALSE(TilesTensor(overflowing));
+}
+
 }  // namespace
 }  // namespace tandem::weight_store

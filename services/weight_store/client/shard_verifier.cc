@@ -42,6 +42,7 @@ void ShardVerifier::CopyShard(int shard_index, const char* mapped_shard,
   // The bytes are hashed as read, a run of them at a time while it is in cache: consecutive
   // blocks that follow each other in the shard make one run, however far apart they land.
   // They are stored with streaming stores: the tensors' memory is not read back here.
+  StreamingCopier copier;
   uint64_t run_offset = 0;
   uint64_t run_length = 0;
   const auto offer_run = [&] {
@@ -55,8 +56,8 @@ void ShardVerifier::CopyShard(int shard_index, const char* mapped_shard,
       const uint64_t src_offset = op.src_offset() + i * op.src_stride();
       for (uint64_t done = 0; done < op.length(); done += kRunBytes) {
         const uint64_t length = std::min(kRunBytes, op.length() - done);
-        CopyStreaming(destination + i * op.dst_stride() + done, mapped_shard + src_offset + done,
-                      length);
+        copier.Copy(destination + i * op.dst_stride() + done, mapped_shard + src_offset + done,
+                    length);
         if (run_offset + run_length != src_offset + done) {
           offer_run();
           run_offset = src_offset + done;

@@ -61,10 +61,10 @@ TEST(ShardVerifierTest, TensorsLandingOnTwoThreadsInEitherOrderVerifyTheShard) {
   }
 }
 
-// Small blocks and blocks copied with streaming stores (4 KiB and up).
+// Blocks copied with memcpy (under 256 bytes) and with streaming stores.
 TEST(ShardVerifierTest, ACopiedShardLandsInItsTensorsAndVerifies) {
   const std::string shard = ShardBytes();
-  for (uint64_t block : {1024, 16 << 10}) {
+  for (uint64_t block : {128, 1024, 16 << 10}) {
     const internal::v1::GetReadPlanResponse plan = InterleavedPlan(shard, block);
     std::string tensors[2] = {std::string(shard.size() / 2, '\0'),
                               std::string(shard.size() / 2, '\0')};
