@@ -29,9 +29,10 @@ absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBuffer::Allocate(transfer::Ucx
 absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBufferPool::Take(size_t length) {
   {
     absl::MutexLock lock(&mutex_);
-    if (auto found = kept_.find(length); found != kept_.end()) {
-      std::unique_ptr<ShardBuffer> buffer = std::move(found->second);
-      kept_.erase(found);
+    if (auto found = by_length_.find(length); found != by_length_.end()) {
+      std::unique_ptr<ShardBuffer> buffer = std::move(*found->second);
+      kept_.erase(found->second);
+      by_length_.erase(found);
       kept_bytes_ -= length;
       return buffer;
     }
@@ -40,10 +41,20 @@ absl::StatusOr<std::unique_ptr<ShardBuffer>> ShardBufferPool::Take(size_t length
 }
 
 void ShardBufferPool::Give(std::unique_ptr<ShardBuffer> buffer) {
+  const size_t length = buffer->length();
+  if (length > max_bytes_) return;
+  Kept freed;  // Freed (unmapped) once the lock is released.
   absl::MutexLock lock(&mutex_);
-  if (kept_bytes_ + buffer->length() > max_bytes_) return;
-  kept_bytes_ += buffer->length();
-  kept_.emplace(buffer->length(), std::move(buffer));
+  while (kept_bytes_ + length > max_bytes_) {
+    // The oldest buffer is the first of its length: both orders are the order given.
+    const auto oldest = by_length_.lower_bound(kept_.front()->length());
+    kept_bytes_ -= kept_.front()->length();
+    freed.splice(freed.end(), kept_, kept_.begin());
+    by_length_.erase(oldest);
+  }
+  kept_bytes_ += length;
+  kept_.push_back(std::move(buffer));
+  by_length_.emplace(length, std::prev(kept_.end()));
 }
 
 }  // namespace tandem::weight_store
