@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/identifier.h"
 #include "common/parallel_tasks.h"
-#include "common/sha256.h"
 #include "services/weight_store/client/read_plan.h"
 #include "services/weight_store/manifest.h"
 #include "services/weight_store/reshard.h"
@@ -39,8 +38,7 @@ absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::Plan(
   absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
       store_.LeasedVersion(request.lease_id(), request.adapter_name(), request.version());
   if (!version.ok()) return version.status();
-  absl::StatusOr<std::shared_ptr<const LayoutReads>> reads =
-      CachedReads(request, (*version)->manifest);
+  absl::StatusOr<std::shared_ptr<const LayoutReads>> reads = CachedReads(request, **version);
   if (!reads.ok()) return reads.status();
   if (request.shard_checksums() && (*reads)->reads_shards_whole) {
     // The layout's reads, where this version's shards are and the checksums its commit
@@ -100,28 +98,15 @@ internal::v1::GetReadPlanResponse ReadPlanner::PlanWithTensorChecksums(
 }
 
 absl::StatusOr<std::shared_ptr<const ReadPlanner::LayoutReads>> ReadPlanner::CachedReads(
-    const internal::v1::GetReadPlanRequest& request, const weightstore::v1::Manifest& manifest) {
-  // What PlanReads reads: the manifest's LoRA config, tensors and shard layout, which the
-  // versions of a job share (their bytes, checksums and labels differ).
+    const internal::v1::GetReadPlanRequest& request, const CommittedVersion& version) {
+  const weightstore::v1::Manifest& manifest = version.manifest;
+  // What PlanReads reads: the reader's target and names, and the manifest's layout.
   internal::v1::GetReadPlanRequest asked;
   *asked.mutable_target() = request.target();
   *asked.mutable_tensor_names() = request.tensor_names();
-  std::string layout;
-  const auto append = [&layout](const google::protobuf::MessageLite& part) {
-    const std::string bytes = part.SerializeAsString();
-    absl::StrAppend(&layout, bytes.size(), ":", bytes);
-  };
-  append(asked);
-  append(manifest.lora());
-  for (const weightstore::v1::CanonicalTensor& tensor : manifest.tensors()) append(tensor);
-  for (const weightstore::v1::Shard& shard : manifest.shards()) {
-    absl::StrAppend(&layout, "shard ", shard.byte_size(), ":");
-    for (const weightstore::v1::ShardPiece& piece : shard.pieces()) append(piece);
-  }
-  // Kept by its SHA-256: a manifest's layout can be megabytes, and no publisher can make
-  // another layout's key on purpose (a hit would hand readers a plan of other bytes).
-  const Sha256Digest digest = Sha256(layout);
-  const std::string key(digest.begin(), digest.end());
+  const std::string key =
+      absl::StrCat(asked.SerializeAsString(),
+                   version.layout_key.empty() ? PlanLayoutKey(manifest) : version.layout_key);
   {
     absl::MutexLock lock(&mutex_);
     if (auto it = reads_.find(key); it != reads_.end()) return it->second;

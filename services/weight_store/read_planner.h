@@ -48,10 +48,10 @@ class ReadPlanner {
   internal::v1::GetReadPlanResponse PlanWithTensorChecksums(
       const internal::v1::GetReadPlanRequest& request, const LayoutReads& reads,
       const CommittedVersion& version);
-  // PlanReads for `request`'s layout, computed once per manifest layout: the versions of a job
-  // share their tensors and shard layout, and differ in bytes, checksums and labels.
+  // PlanReads for `request`'s target of `version`'s layout, computed once per layout (see
+  // PlanLayoutKey).
   absl::StatusOr<std::shared_ptr<const LayoutReads>> CachedReads(
-      const internal::v1::GetReadPlanRequest& request, const weightstore::v1::Manifest& manifest);
+      const internal::v1::GetReadPlanRequest& request, const CommittedVersion& version);
   // `reads` of `version`'s shards, with the shards' checksums or with none (yet).
   internal::v1::GetReadPlanResponse PlanOf(const LayoutReads& reads,
                                            const CommittedVersion& version,

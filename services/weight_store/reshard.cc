@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
+#include "common/sha256.h"
 #include "common/string_limits.h"
 #include "services/weight_store/manifest.h"
 #include "transfer/lora_layout.h"
@@ -466,6 +467,22 @@ absl::StatusOr<std::vector<internal::v1::PlannedTensor>> PlanReads(
   planned.reserve(targets->size());
   for (Target& t : *targets) planned.push_back(Plan(std::move(t), sources));
   return planned;
+}
+
+std::string PlanLayoutKey(const weightstore::v1::Manifest& manifest) {
+  std::string layout;
+  const auto append = [&layout](const google::protobuf::MessageLite& part) {
+    const std::string bytes = part.SerializeAsString();
+    absl::StrAppend(&layout, bytes.size(), ":", bytes);
+  };
+  append(manifest.lora());
+  for (const weightstore::v1::CanonicalTensor& tensor : manifest.tensors()) append(tensor);
+  for (const weightstore::v1::Shard& shard : manifest.shards()) {
+    absl::StrAppend(&layout, "shard ", shard.byte_size(), ":");
+    for (const weightstore::v1::ShardPiece& piece : shard.pieces()) append(piece);
+  }
+  const Sha256Digest digest = Sha256(layout);
+  return std::string(digest.begin(), digest.end());
 }
 
 absl::Status CheckStackable(const weightstore::v1::Manifest& manifest) {

@@ -33,6 +33,13 @@ absl::StatusOr<std::vector<internal::v1::PlannedTensor>> PlanReads(
     const weightstore::v1::Manifest& manifest, const weightstore::v1::TargetLayout& target,
     const std::vector<std::string>& tensor_names);
 
+// What PlanReads reads of `manifest` (its LoRA config, tensors, and each shard's size and
+// pieces), which the versions of a job share while their bytes, checksums and labels differ, as
+// its SHA-256: a key under which plans are computed once per layout. A hash, since a layout can
+// be megabytes, and a cryptographic one, since a key one publisher could give another layout on
+// purpose would hand readers a plan of other bytes. About 6.5 ms for 5,600 tensors.
+std::string PlanLayoutKey(const weightstore::v1::Manifest& manifest);
+
 // OK if the manifest's expert tensors stack (TargetLayout.stack_experts, which the embedded
 // engine always uses) without two target tensors taking one name, as when a side is both
 // shared and per-expert; INVALID_ARGUMENT naming the tensor otherwise. `manifest` must have

@@ -21,6 +21,7 @@
 #include "common/checksum.h"
 #include "common/checksummed_message.h"
 #include "common/errno_status.h"
+#include "services/weight_store/reshard.h"
 
 namespace tandem::weight_store {
 namespace {
@@ -196,6 +197,7 @@ absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& di
     }
     version->shards.push_back(*std::move(buffer));
   }
+  version->layout_key = PlanLayoutKey(version->manifest);
   return version;
 }
 
