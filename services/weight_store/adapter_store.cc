@@ -301,10 +301,14 @@ absl::StatusOr<AdapterStore::CommitOutcome> AdapterStore::Commit(absl::string_vi
   // Checksums and the durable write of a large adapter take a while: outside the lock.
   CommittedVersion staged{.manifest = upload->manifest};
   *staged.manifest.mutable_commit_time() = ToTimestamp(options_.clock->Now());
-  // Beside the checksums, rather than once per watcher's plan in the announcement below.
-  std::thread keyer([&staged] { staged.layout_key = PlanLayoutKey(staged.manifest); });
+  // Read plans (UCX only) key on it: computed beside the checksums rather than once per
+  // watcher's plan in the announcement below.
+  std::thread keyer;
+  if (options_.ucx != nullptr) {
+    keyer = std::thread([&staged] { staged.layout_key = PlanLayoutKey(staged.manifest); });
+  }
   absl::Status verified = VerifyAndRecord(*upload, staged.manifest, bound);
-  keyer.join();
+  if (keyer.joinable()) keyer.join();
   std::shared_ptr<const CommittedVersion> version;
   absl::StatusOr<std::vector<std::function<void(const weightstore::v1::VersionInfo&)>>> listeners;
   {

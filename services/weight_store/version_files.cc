@@ -197,7 +197,7 @@ absl::StatusOr<std::unique_ptr<CommittedVersion>> ReadVersion(const fs::path& di
     }
     version->shards.push_back(*std::move(buffer));
   }
-  version->layout_key = PlanLayoutKey(version->manifest);
+  if (ucx != nullptr) version->layout_key = PlanLayoutKey(version->manifest);
   return version;
 }
 

@@ -22,8 +22,8 @@ struct CommittedVersion {
   weightstore::v1::Manifest manifest;
   std::vector<std::unique_ptr<ShardBuffer>> shards;
   // PlanLayoutKey(manifest), computed once with the version: each watcher's read plan is
-  // looked up under it as the version is announced. Empty where nothing plans reads from the
-  // version (then ReadPlanner computes it).
+  // looked up under it as the version is announced. Empty in stores without UCX, where nothing
+  // plans reads (and elsewhere ReadPlanner computes it).
   std::string layout_key;
 
   weightstore::v1::VersionInfo Info() const;

@@ -10,6 +10,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
@@ -67,31 +68,45 @@ absl::Status PutByGrpc(weightstore::v1::WeightStoreService::StubInterface& stub,
   return Checked(writer->Finish());
 }
 
+// The store's shard regions as `peer` maps them into this process, each for `length(region)`
+// bytes from its start; UNIMPLEMENTED where its transport maps none (tcp, RDMA) or for more
+// regions than the peer keeps mapped at once.
+absl::StatusOr<std::vector<char*>> MapRegions(
+    const std::vector<const internal::v1::ShardRegion*>& regions, transfer::UcxPeer& peer,
+    absl::FunctionRef<uint64_t(const internal::v1::ShardRegion&)> length) {
+  if (regions.size() > transfer::UcxPeer::kMaxCachedRkeys) {
+    return absl::UnimplementedError("more shards than a peer keeps mapped at once");
+  }
+  std::vector<char*> mapped;
+  for (const internal::v1::ShardRegion* region : regions) {
+    absl::StatusOr<char*> memory =
+        peer.Mapped(region->rkey(), region->remote_address(), length(*region));
+    if (!memory.ok()) return memory.status();
+    mapped.push_back(*memory);
+  }
+  return mapped;
+}
+
 // Pieces of a shard put by copies: both threads share even a single shard.
 constexpr size_t kPutPieceBytes = size_t{4} << 20;
 
 // Puts the shards as copies into the store's memory where the transport maps it into this
 // process (shared memory), as mapped fetches read it: streaming stores (no read of the store's
-// lines first) on two threads, and no request per fragment. UNIMPLEMENTED where the transport
-// maps none (tcp, RDMA) or for more regions than a peer keeps mapped at once.
+// lines first) on two threads, and no request per fragment. UNIMPLEMENTED as MapRegions.
 absl::Status CopyIntoMapped(const std::vector<const internal::v1::ShardRegion*>& targets,
                             const std::vector<absl::string_view>& shards, transfer::UcxPeer& peer) {
-  if (targets.size() > transfer::UcxPeer::kMaxCachedRkeys) {
-    return absl::UnimplementedError("more shards than a peer keeps mapped at once");
-  }
-  std::vector<char*> destinations;
-  for (const internal::v1::ShardRegion* target : targets) {
-    absl::StatusOr<char*> mapped =
-        peer.Mapped(target->rkey(), target->remote_address(), shards[target->shard_index()].size());
-    if (!mapped.ok()) return mapped.status();
-    destinations.push_back(*mapped);
-  }
+  // Mapped for the bytes put, which the peer checks lie inside the region.
+  absl::StatusOr<std::vector<char*>> destinations =
+      MapRegions(targets, peer, [&shards](const internal::v1::ShardRegion& target) {
+        return shards[target.shard_index()].size();
+      });
+  if (!destinations.ok()) return destinations.status();
   ParallelTasks copies;
   for (size_t i = 0; i < targets.size(); ++i) {
     const absl::string_view shard = shards[targets[i]->shard_index()];
     for (size_t offset = 0; offset < shard.size(); offset += kPutPieceBytes) {
       const absl::string_view piece = shard.substr(offset, kPutPieceBytes);
-      copies.Add([destination = destinations[i] + offset, piece] {
+      copies.Add([destination = (*destinations)[i] + offset, piece] {
         CopyStreaming(destination, piece.data(), piece.size());
         return absl::OkStatus();
       });
@@ -108,26 +123,27 @@ absl::Status PutByUcx(const Upload& begun,
   absl::StatusOr<transfer::UcxPeer*> peer =
       peers.PeerFor(*options.ucx, begun.store_worker_address());
   if (!peer.ok()) return peer.status();
-  // Every shard's writes in one window and one flush: each region drained and flushed in turn
-  // left the connection idle between shards.
-  std::vector<std::vector<transfer::UcxPeer::Transfer>> transfers;
   std::vector<const internal::v1::ShardRegion*> targets;
   for (const internal::v1::ShardRegion& target : begun.targets()) {
     if (target.shard_index() < 0 || target.shard_index() >= static_cast<int>(shards.size())) {
       return absl::InternalError(
           absl::StrCat("BeginPublish named shard ", target.shard_index(), " of ", shards.size()));
     }
-    if (!absl::c_linear_search(which, target.shard_index())) continue;
-    const absl::string_view bytes = shards[target.shard_index()];
-    // UCX reads the source without writing it; the API takes a mutable pointer for both ways.
-    transfers.push_back({{target.remote_address(), const_cast<char*>(bytes.data()), bytes.size()}});
-    targets.push_back(&target);
+    if (absl::c_linear_search(which, target.shard_index())) targets.push_back(&target);
   }
   absl::Status put = CopyIntoMapped(targets, shards, **peer);
   if (absl::IsUnimplemented(put)) {
+    // Every shard's writes in one window and one flush: each region drained and flushed in turn
+    // left the connection idle between shards.
+    std::vector<transfer::UcxPeer::Transfer> transfers;  // One per shard; writes refer to them.
+    transfers.reserve(targets.size());
     std::vector<transfer::UcxPeer::RegionTransfers> writes;
-    for (size_t i = 0; i < targets.size(); ++i) {
-      writes.push_back({targets[i]->rkey(), transfers[i]});
+    for (const internal::v1::ShardRegion* target : targets) {
+      const absl::string_view bytes = shards[target->shard_index()];
+      // UCX reads the source without writing it; the API takes a mutable pointer for both ways.
+      transfers.push_back(
+          {target->remote_address(), const_cast<char*>(bytes.data()), bytes.size()});
+      writes.push_back({target->rkey(), absl::MakeConstSpan(&transfers.back(), 1)});
     }
     put = (*peer)->Put(writes, absl::Now() + options.timeout);
   }
@@ -155,20 +171,16 @@ void Assemble(const internal::v1::PlannedTensor& planned,
 // Each shard's first byte, where the store's memory is mapped into this process.
 using MappedShards = absl::flat_hash_map<int, const char*>;
 
-// The plan's shards as mapped by `peer`; UNIMPLEMENTED where its transport maps none (tcp) or
-// for more shards than the peer keeps mapped at once.
+// The plan's shards as mapped by `peer`; UNIMPLEMENTED as MapRegions.
 absl::StatusOr<MappedShards> MapShards(const internal::v1::GetReadPlanResponse& plan,
                                        transfer::UcxPeer& peer) {
-  if (static_cast<size_t>(plan.shards_size()) > transfer::UcxPeer::kMaxCachedRkeys) {
-    return absl::UnimplementedError("more shards than a peer keeps mapped at once");
-  }
+  std::vector<const internal::v1::ShardRegion*> regions;
+  for (const internal::v1::ShardRegion& region : plan.shards()) regions.push_back(&region);
+  absl::StatusOr<std::vector<char*>> mapped = MapRegions(
+      regions, peer, [](const internal::v1::ShardRegion& region) { return region.length(); });
+  if (!mapped.ok()) return mapped.status();
   MappedShards shards;
-  for (const internal::v1::ShardRegion& region : plan.shards()) {
-    absl::StatusOr<const char*> mapped =
-        peer.Mapped(region.rkey(), region.remote_address(), region.length());
-    if (!mapped.ok()) return mapped.status();
-    shards[region.shard_index()] = *mapped;
-  }
+  for (size_t i = 0; i < regions.size(); ++i) shards[regions[i]->shard_index()] = (*mapped)[i];
   return shards;
 }
 
