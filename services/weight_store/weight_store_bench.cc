@@ -5,9 +5,10 @@
 // against the raw transfer time at ucx_perftest's put and get rates (a steady refit:
 // subscribers that already fetched a version of that size, as rollout replicas do); then peak
 // memory. Every figure is a median over --repeats, against ucx_perftest's median get (see
-// PerftestMiBps): on these shared VMs one fetch in a few dozen stalls for 3-8x the others' time
-// (with no page faults, so not the code's), which moves a mean of five far more than any
-// change does. Prints its figures.
+// PerftestMiBps) taken in turns with the fetches (see UcxFetchesAgainstPerftest): on these
+// shared VMs one fetch in a few dozen stalls for 3-8x the others' time (with no page faults, so
+// not the code's), which moves a mean of five far more than any change does, and the memory
+// bandwidth a process gets drifts from one minute to the next. Prints its figures.
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,7 +44,9 @@ ABSL_FLAG(std::vector<std::string>, sizes_mib, std::vector<std::string>({"1", "6
           "Approximate adapter sizes to publish, MiB.");
 ABSL_FLAG(int, subscribers, 2, "Rollout replicas fetching each published version.");
 ABSL_FLAG(std::string, data_dir, "/tmp/tandem-weight-store-bench", "Scratch store directory.");
-ABSL_FLAG(int, repeats, 5, "Timed fetches, and timed steady refits, per figure.");
+ABSL_FLAG(int, repeats, 5,
+          "Timed steady refits and gRPC fetches per figure; rounds of ucx_perftest's get, each "
+          "with three UCX fetches of each kind.");
 ABSL_FLAG(bool, shard_checksums, true,
           "Readers watching with WatchReadPlans ask for shard checksums, as rollout replicas "
           "do; false: tensor checksums (the store hashes every version again for them).");
@@ -146,63 +150,117 @@ weightstore::v1::TargetLayout Stacked() {
   return target;
 }
 
-// Fetches of the whole adapter by one fetcher (endpoint and memory kept, as a rollout
-// replica's loader keeps them from version to version), after one untimed: MiB/s of the median.
-double FetchMiBps(const Store& store, const std::string& adapter, int64_t version, double bytes,
-                  transfer::UcxWorker* ucx) {
+// A fetch of the whole adapter's `version` by `fetcher` (endpoint and memory kept from fetch to
+// fetch, as a rollout replica's loader keeps them from version to version): its seconds, or
+// nullopt after saying why it failed.
+std::optional<double> TimedFetch(AdapterFetcher& fetcher, const std::string& adapter,
+                                 int64_t version, transfer::UcxWorker* ucx,
+                                 FetchedAdapter& fetched) {
+  const Clock::time_point start = Clock::now();
+  const absl::Status status =
+      fetcher.FetchInto(adapter, version, {.target = Stacked(), .ucx = ucx}, fetched);
+  if (!status.ok()) {
+    std::fprintf(stderr, "fetch: %s\n", status.ToString().c_str());
+    return std::nullopt;
+  }
+  return SecondsSince(start);
+}
+
+// The same from a plan pushed with the latest version's announcement (WatchReadPlans): a
+// watching replica has the lease and the plan before it fetches, so only the fetch is timed
+// (from a fresh watch's snapshot, whose lease the fetch releases).
+std::optional<double> TimedPushedFetch(WeightStoreStubs& stub, AdapterFetcher& fetcher,
+                                       const std::string& adapter, transfer::UcxWorker* ucx,
+                                       FetchedAdapter& fetched) {
+  grpc::ClientContext context;
+  const auto cancel = absl::MakeCleanup([&] { context.TryCancel(); });
+  internal::v1::WatchReadPlansRequest request;
+  request.set_adapter_name(adapter);
+  *request.mutable_target() = Stacked();
+  request.set_holder("weight-store-bench");
+  request.set_shard_checksums(absl::GetFlag(FLAGS_shard_checksums));
+  auto reader = stub.ucx().WatchReadPlans(&context, request);
+  internal::v1::WatchReadPlansResponse announced;
+  if (!reader->Read(&announced)) {
+    std::fprintf(stderr, "watch read plans: %s\n", reader->Finish().error_message().c_str());
+    return std::nullopt;
+  }
+  const Clock::time_point start = Clock::now();
+  const absl::Status status =
+      fetcher.FetchAnnounced(adapter, announced, {.target = Stacked(), .ucx = ucx}, fetched);
+  const double seconds = SecondsSince(start);
+  if (!status.ok()) {
+    std::fprintf(stderr, "fetch from a pushed plan: %s\n", status.ToString().c_str());
+    return std::nullopt;
+  }
+  return seconds;
+}
+
+// gRPC fetches of the adapter's `version`, after one untimed: MiB/s of the median.
+double GrpcFetchMiBps(const Store& store, const std::string& adapter, int64_t version,
+                      double bytes) {
   auto stub = Stub(store);
   AdapterFetcher fetcher(*stub);
   FetchedAdapter fetched;
-  const int repeats = absl::GetFlag(FLAGS_repeats);
   std::vector<double> seconds;
-  for (int i = 0; i <= repeats; ++i) {
-    const Clock::time_point start = Clock::now();
-    const absl::Status status =
-        fetcher.FetchInto(adapter, version, {.target = Stacked(), .ucx = ucx}, fetched);
-    if (!status.ok()) {
-      std::fprintf(stderr, "fetch: %s\n", status.ToString().c_str());
-      return 0;
-    }
-    if (i > 0) seconds.push_back(SecondsSince(start));  // The first is a warm-up.
+  for (int i = 0; i <= absl::GetFlag(FLAGS_repeats); ++i) {
+    const std::optional<double> fetch = TimedFetch(fetcher, adapter, version, nullptr, fetched);
+    if (!fetch.has_value()) return 0;
+    if (i > 0) seconds.push_back(*fetch);  // The first is a warm-up.
   }
   return MiB(bytes) / Median(seconds);
 }
 
-// The same fetches from a plan pushed with the version's announcement (WatchReadPlans): a
-// watching replica has the lease and the plan before it fetches, so only the fetch is timed
-// (each from a fresh watch's snapshot, whose lease the fetch releases).
-double PushedPlanFetchMiBps(const Store& store, const std::string& adapter, double bytes,
-                            transfer::UcxWorker* ucx) {
+// UCX fetch rates against ucx_perftest's get on the same transport, MiB/s, each the median
+// over the rounds, and each fetch's rate as a fraction of the get's, the median round's.
+struct UcxFetchRates {
+  double get = 0;     // ucx_perftest's.
+  double fetch = 0;   // With its round trips (lease, plan).
+  double pushed = 0;  // From a pushed plan.
+  double fetch_of_get = 0;
+  double pushed_of_get = 0;
+};
+
+// The fetches take turns with ucx_perftest's get (`get_bytes` messages, `get_iterations` of
+// them), --repeats rounds of a get and kFetchesPerRound fetches of each kind: the memory
+// bandwidth this VM gives a process drifts by tens of percent within a minute, so a baseline
+// taken after all the fetches compared them with another machine. Each round's fraction is its
+// fetches' median rate over its get's.
+UcxFetchRates UcxFetchesAgainstPerftest(const Store& store, const std::string& adapter,
+                                        int64_t version, double bytes, size_t get_bytes,
+                                        int get_iterations, transfer::UcxWorker* ucx) {
+  constexpr int kFetchesPerRound = 3;
   auto stub = Stub(store);
   AdapterFetcher fetcher(*stub);
-  FetchedAdapter fetched;
-  const int repeats = absl::GetFlag(FLAGS_repeats);
-  std::vector<double> seconds;
-  for (int i = 0; i <= repeats; ++i) {
-    grpc::ClientContext context;
-    internal::v1::WatchReadPlansRequest request;
-    request.set_adapter_name(adapter);
-    *request.mutable_target() = Stacked();
-    request.set_holder("weight-store-bench");
-    request.set_shard_checksums(absl::GetFlag(FLAGS_shard_checksums));
-    auto reader = stub->ucx().WatchReadPlans(&context, request);
-    internal::v1::WatchReadPlansResponse announced;
-    if (!reader->Read(&announced)) {
-      std::fprintf(stderr, "watch read plans: %s\n", reader->Finish().error_message().c_str());
-      return 0;
-    }
-    const Clock::time_point start = Clock::now();
-    const absl::Status status =
-        fetcher.FetchAnnounced(adapter, announced, {.target = Stacked(), .ucx = ucx}, fetched);
-    if (i > 0) seconds.push_back(SecondsSince(start));  // The first is a warm-up.
-    context.TryCancel();
-    reader->Finish();
-    if (!status.ok()) {
-      std::fprintf(stderr, "fetch from a pushed plan: %s\n", status.ToString().c_str());
-      return 0;
-    }
+  FetchedAdapter fetched;  // Both kinds fetch into the same memory, as one replica would.
+  // Untimed warm-ups.
+  if (!TimedFetch(fetcher, adapter, version, ucx, fetched).has_value() ||
+      !TimedPushedFetch(*stub, fetcher, adapter, ucx, fetched).has_value()) {
+    return {};
   }
-  return MiB(bytes) / Median(seconds);
+  std::vector<double> gets, fetches, pushed, fetch_of_get, pushed_of_get;
+  for (int round = 0; round < absl::GetFlag(FLAGS_repeats); ++round) {
+    const double get = PerftestMiBps("ucp_get", get_bytes, get_iterations);
+    std::vector<double> fetch_seconds, pushed_seconds;
+    for (int i = 0; i < kFetchesPerRound; ++i) {
+      const std::optional<double> fetch = TimedFetch(fetcher, adapter, version, ucx, fetched);
+      const std::optional<double> pushed_fetch =
+          TimedPushedFetch(*stub, fetcher, adapter, ucx, fetched);
+      if (!fetch.has_value() || !pushed_fetch.has_value()) return {};
+      fetch_seconds.push_back(*fetch);
+      pushed_seconds.push_back(*pushed_fetch);
+    }
+    gets.push_back(get);
+    fetches.push_back(MiB(bytes) / Median(fetch_seconds));
+    pushed.push_back(MiB(bytes) / Median(pushed_seconds));
+    fetch_of_get.push_back(get > 0 ? fetches.back() / get : 0);
+    pushed_of_get.push_back(get > 0 ? pushed.back() / get : 0);
+  }
+  return {.get = Median(gets),
+          .fetch = Median(fetches),
+          .pushed = Median(pushed),
+          .fetch_of_get = Median(fetch_of_get),
+          .pushed_of_get = Median(pushed_of_get)};
 }
 
 // A rollout replica's loader: its UCX worker, fetcher and fetch memory live from version to
@@ -361,9 +419,7 @@ void Run() {
                                                  /*subscribers_by_ucx=*/false)
                                 .fetched);
     }
-    const double ucx = FetchMiBps(store, "bench", version, bytes, consumer.get());
-    const double pushed = PushedPlanFetchMiBps(store, "bench", bytes, consumer.get());
-    const double grpc = FetchMiBps(store, "bench", version, bytes, nullptr);
+    const double grpc = GrpcFetchMiBps(store, "bench", version, bytes);
     // The baselines move at least as many bytes as the fetches, in gets of whole shards, and in
     // puts of the pieces PublishAdapter puts on tcp (larger ones collapse there, see
     // UcxOptions). On shared memory, where a get is a memory copy, an adapter larger than the
@@ -383,7 +439,9 @@ void Run() {
     const auto iterations = [&](size_t message_bytes) {
       return std::max(20, static_cast<int>(repeats * bytes / static_cast<double>(message_bytes)));
     };
-    const double perftest_get = PerftestMiBps("ucp_get", get_bytes, iterations(get_bytes));
+    const UcxFetchRates ucx = UcxFetchesAgainstPerftest(store, "bench", version, bytes, get_bytes,
+                                                        iterations(get_bytes), consumer.get());
+    const double perftest_get = ucx.get;
     const double perftest_put = PerftestMiBps("ucp_put_bw", put_bytes, iterations(put_bytes));
     // The bytes cross loopback once up and once per subscriber down, at the transport's rates.
     const int count = static_cast<int>(subscribers.size());
@@ -403,11 +461,10 @@ void Run() {
         "grpc %7.1f MiB/s | publish->%d fetched %7.3f s = %4.2fx raw transfer %6.3f s "
         "(announced after %.3f s, durable after %.3f s; ucx_perftest "
         "put %.1f MiB/s; first of the size %.3f s; fetched by grpc %.3f s = %4.2fx)\n",
-        MiB(bytes), shards, ucx, perftest_get > 0 ? 100 * ucx / perftest_get : 0, perftest_get,
-        pushed, perftest_get > 0 ? 100 * pushed / perftest_get : 0, grpc, count, latency,
-        raw_seconds > 0 ? latency / raw_seconds : 0, raw_seconds, median_of(&Refit::announced),
-        median_of(&Refit::durable), perftest_put, first, grpc_latency,
-        raw_seconds > 0 ? grpc_latency / raw_seconds : 0);
+        MiB(bytes), shards, ucx.fetch, 100 * ucx.fetch_of_get, perftest_get, ucx.pushed,
+        100 * ucx.pushed_of_get, grpc, count, latency, raw_seconds > 0 ? latency / raw_seconds : 0,
+        raw_seconds, median_of(&Refit::announced), median_of(&Refit::durable), perftest_put, first,
+        grpc_latency, raw_seconds > 0 ? grpc_latency / raw_seconds : 0);
   }
   store.server->Drain();
   std::printf("peak resident memory (store + clients + source tensors): %.0f MiB\n",
