@@ -150,6 +150,18 @@ weightstore::v1::TargetLayout Stacked() {
   return target;
 }
 
+// A watch of `adapter`'s read plans for the stacked layout, as a rollout replica's: with shard
+// checksums unless --shard_checksums=false.
+internal::v1::WatchReadPlansRequest WatchReadPlansFor(const std::string& adapter,
+                                                      const std::string& holder) {
+  internal::v1::WatchReadPlansRequest request;
+  request.set_adapter_name(adapter);
+  *request.mutable_target() = Stacked();
+  request.set_holder(holder);
+  request.set_shard_checksums(absl::GetFlag(FLAGS_shard_checksums));
+  return request;
+}
+
 // A fetch of the whole adapter's `version` by `fetcher` (endpoint and memory kept from fetch to
 // fetch, as a rollout replica's loader keeps them from version to version): its seconds, or
 // nullopt after saying why it failed.
@@ -174,12 +186,8 @@ std::optional<double> TimedPushedFetch(WeightStoreStubs& stub, AdapterFetcher& f
                                        FetchedAdapter& fetched) {
   grpc::ClientContext context;
   const auto cancel = absl::MakeCleanup([&] { context.TryCancel(); });
-  internal::v1::WatchReadPlansRequest request;
-  request.set_adapter_name(adapter);
-  *request.mutable_target() = Stacked();
-  request.set_holder("weight-store-bench");
-  request.set_shard_checksums(absl::GetFlag(FLAGS_shard_checksums));
-  auto reader = stub.ucx().WatchReadPlans(&context, request);
+  auto reader =
+      stub.ucx().WatchReadPlans(&context, WatchReadPlansFor(adapter, "weight-store-bench"));
   internal::v1::WatchReadPlansResponse announced;
   if (!reader->Read(&announced)) {
     std::fprintf(stderr, "watch read plans: %s\n", reader->Finish().error_message().c_str());
@@ -317,12 +325,8 @@ absl::Status FetchWhenAnnounced(Subscriber& subscriber, const weightstore::v1::M
                                         {.target = Stacked(), .holder = holder},
                                         subscriber.fetched);
   }
-  internal::v1::WatchReadPlansRequest request;
-  request.set_adapter_name(manifest.adapter_name());
-  *request.mutable_target() = Stacked();
-  request.set_holder(holder);
-  request.set_shard_checksums(absl::GetFlag(FLAGS_shard_checksums));
-  auto reader = subscriber.stub->ucx().WatchReadPlans(&context, request);
+  auto reader = subscriber.stub->ucx().WatchReadPlans(
+      &context, WatchReadPlansFor(manifest.adapter_name(), holder));
   internal::v1::WatchReadPlansResponse event;
   reader->Read(&event);  // The snapshot: its lease given back, as a replica that holds it does.
   if (!event.lease_id().empty()) ReleaseLease(*subscriber.stub, event.lease_id());
