@@ -4,12 +4,14 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "common/channel.h"
 #include "common/health_client.h"
 #include "common/server_options.h"
+#include "common/testing/http_get.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
-#include "common/watched_files.h"
+#include "common/token_file.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -21,6 +23,8 @@ using testing::EchoRequest;
 using testing::EchoResponse;
 using testing::EchoService;
 using ::testing::HasSubstr;
+
+constexpr char kToken[] = "s3cret-token-0123456789";
 
 std::string TestFile(const std::string& name) {
   return std::string(std::getenv("TEST_SRCDIR")) + "/tandem/common/testing/" + name;
@@ -53,7 +57,7 @@ class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options = testing::LoopbackOptions();
-    options.auth_token = "s3cret";
+    options.auth_token = kToken;
     auto server = testing::StartEchoServer(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -63,7 +67,7 @@ class AuthTest : public ::testing::Test {
 };
 
 TEST_F(AuthTest, RightTokenIsAccepted) {
-  EXPECT_TRUE(CallEcho(Connect(server_.target(), "s3cret")).ok());
+  EXPECT_TRUE(CallEcho(Connect(server_.target(), kToken)).ok());
 }
 
 TEST_F(AuthTest, WrongTokenIsRejectedBeforeTheHandler) {
@@ -89,12 +93,12 @@ TEST_F(AuthTest, HealthIsExempt) {
 TEST(TlsTest, ServerCertificateIsVerifiedByTheClient) {
   ServerOptions options = testing::LoopbackOptions();
   options.tls = TlsFiles{TestFile("server.pem"), TestFile("server.key"), ""};
-  options.auth_token = "s3cret";
+  options.auth_token = kToken;
   auto server = testing::StartEchoServer(options);
   ASSERT_TRUE(server.ok()) << server.status();
   ChannelOptions client{.target = server->target(),
                         .service_name = "tandem.testing.EchoService",
-                        .auth_token = "s3cret"};
+                        .auth_token = kToken};
   client.tls = ClientTls{.root_ca = TestFile("ca.pem"), .server_name_override = "localhost"};
   EXPECT_TRUE(CallEcho(*CreateChannel(client)).ok());
 
@@ -128,13 +132,15 @@ class MountedSecret {
 
   std::string Path(const std::string& file) const { return dir_ + "/current/" + file; }
 
-  // A new generation: `certificate` (.pem and .key of the test certificates) as tls.crt and
-  // tls.key, `ca` as ca.crt, and the token.
-  void Write(const std::string& certificate, const std::string& ca, const std::string& token) {
+  // A new generation: `certificate` (.pem and .key of the test certificates, or `key`'s .key)
+  // as tls.crt and tls.key, `ca` as ca.crt, and the token.
+  void Write(const std::string& certificate, const std::string& ca, const std::string& token,
+             std::string key = "") {
+    if (key.empty()) key = certificate;
     const std::string generation = absl::StrCat(dir_, "/generation-", ++generations_);
     std::filesystem::create_directories(generation);
     std::filesystem::copy_file(TestFile(certificate + ".pem"), generation + "/tls.crt");
-    std::filesystem::copy_file(TestFile(certificate + ".key"), generation + "/tls.key");
+    std::filesystem::copy_file(TestFile(key + ".key"), generation + "/tls.key");
     std::filesystem::copy_file(TestFile(ca), generation + "/ca.crt");
     std::ofstream(generation + "/token") << token << "\n";
     std::filesystem::create_directory_symlink(generation, dir_ + "/next");
@@ -162,7 +168,7 @@ grpc::Status CallWith(const std::string& target, const std::string& ca, const st
 // token once its grace is over.
 TEST(CredentialRotationTest, ARenewedSecretIsServedWithoutARestart) {
   MountedSecret secret(testing::FreshTestDir("rotation"));
-  secret.Write("server", "ca.pem", "first-token");
+  secret.Write("server", "ca.pem", "first-token-0123456789");
   ServerOptions options = testing::LoopbackOptions();
   options.tls = TlsFiles{secret.Path("tls.crt"), secret.Path("tls.key"), secret.Path("ca.crt")};
   options.auth_token_file = secret.Path("token");
@@ -171,19 +177,20 @@ TEST(CredentialRotationTest, ARenewedSecretIsServedWithoutARestart) {
   auto server = testing::StartEchoServer(options);
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string target = server->target();
-  EXPECT_TRUE(CallWith(target, "ca.pem", "client", "first-token").ok());
+  EXPECT_TRUE(CallWith(target, "ca.pem", "client", "first-token-0123456789").ok());
 
-  secret.Write("next_server", "other_ca.pem", "second-token");
+  secret.Write("next_server", "other_ca.pem", "second-token-0123456789");
   absl::SleepFor(absl::Milliseconds(50));  // Past the check interval.
-  const grpc::Status renewed = CallWith(target, "other_ca.pem", "next_client", "second-token");
+  const grpc::Status renewed =
+      CallWith(target, "other_ca.pem", "next_client", "second-token-0123456789");
   EXPECT_TRUE(renewed.ok()) << renewed.error_message();
-  EXPECT_EQ(CallWith(target, "ca.pem", "next_client", "second-token").error_code(),
+  EXPECT_EQ(CallWith(target, "ca.pem", "next_client", "second-token-0123456789").error_code(),
             grpc::StatusCode::UNAVAILABLE)
       << "the old CA did not sign the renewed server certificate";
-  EXPECT_EQ(CallWith(target, "other_ca.pem", "client", "second-token").error_code(),
+  EXPECT_EQ(CallWith(target, "other_ca.pem", "client", "second-token-0123456789").error_code(),
             grpc::StatusCode::UNAVAILABLE)
       << "the renewed client CA did not sign the old client certificate";
-  EXPECT_EQ(CallWith(target, "other_ca.pem", "next_client", "first-token").error_code(),
+  EXPECT_EQ(CallWith(target, "other_ca.pem", "next_client", "first-token-0123456789").error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
 }
 
@@ -215,19 +222,189 @@ TEST(CredentialRotationTest, AChannelUsesItsRenewedCertificateFiles) {
   EXPECT_TRUE(renewed.ok()) << renewed.error_message();
 }
 
+// The expiry metric of the certificate the server at `metrics_port` serves, in Unix seconds.
+absl::StatusOr<double> ServedCertificateExpiry(int metrics_port) {
+  absl::StatusOr<std::string> metrics =
+      testing::HttpGet(absl::StrCat("http://127.0.0.1:", metrics_port, "/metrics"));
+  if (!metrics.ok()) return metrics.status();
+  const std::string series = "tandem_tls_certificate_expiry_timestamp_seconds{service=\"echo\"} ";
+  const size_t at = metrics->find(series);
+  if (at == std::string::npos) return absl::NotFoundError("no certificate expiry series");
+  return std::stod(metrics->substr(at + series.size()));
+}
+
+// A renewal whose key does not belong to its certificate is refused: the server keeps serving
+// the certificate it had (clients that trust only the old CA still get through), and the
+// expiry metric names that certificate's expiry (the test CA signs for ten years).
+TEST(CredentialRotationTest, ARefusedRenewalKeepsTheServedCertificate) {
+  MountedSecret secret(testing::FreshTestDir("refused-rotation"));
+  secret.Write("server", "ca.pem", kToken);
+  ServerOptions options = testing::LoopbackOptions();
+  options.tls = TlsFiles{secret.Path("tls.crt"), secret.Path("tls.key"), ""};
+  options.credentials_check_interval = absl::Milliseconds(10);
+  auto server = testing::StartEchoServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(CallWith(server->target(), "ca.pem", "client", "").ok());
+
+  secret.Write("next_server", "ca.pem", kToken, /*key=*/"server");
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_TRUE(CallWith(server->target(), "ca.pem", "client", "").ok());
+  EXPECT_EQ(CallWith(server->target(), "other_ca.pem", "client", "").error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  const absl::StatusOr<double> expiry = ServedCertificateExpiry(server->server->metrics_port());
+  ASSERT_TRUE(expiry.ok()) << expiry.status();
+  const double in_ten_years = absl::ToUnixSeconds(absl::Now() + absl::Hours(24 * 3650));
+  EXPECT_NEAR(*expiry, in_ten_years, 2 * 86400);
+}
+
+TEST(TlsTest, AKeyThatIsNotTheCertificatesIsRefusedAtStart) {
+  ServerOptions options = testing::LoopbackOptions();
+  options.tls = TlsFiles{TestFile("server.pem"), TestFile("client.key"), ""};
+  const auto server = testing::StartEchoServer(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(server.status().message(), HasSubstr("does not belong to the certificate"));
+}
+
 TEST(AcceptedTokensTest, ThePreviousTokenIsAcceptedForItsGrace) {
   const std::string dir = testing::FreshTestDir("tokens");
-  std::ofstream(dir + "/token") << "old\n";
-  AcceptedTokens tokens(*WatchedFiles::Open({dir + "/token"}, absl::ZeroDuration()),
-                        absl::Hours(1));
-  EXPECT_TRUE(tokens.Accepts("Bearer old"));
+  std::ofstream(dir + "/token") << "old-token-0123456789\n";
+  AcceptedTokens tokens(*TokenFile::Open(dir + "/token", absl::ZeroDuration()), absl::Hours(1));
+  EXPECT_TRUE(tokens.Accepts("Bearer old-token-0123456789"));
   absl::SleepFor(absl::Milliseconds(20));  // A later modification time.
-  std::ofstream(dir + "/token.next") << "new\n";
+  std::ofstream(dir + "/token.next") << "new-token-0123456789\n";
   std::filesystem::rename(dir + "/token.next", dir + "/token");
-  EXPECT_TRUE(tokens.Accepts("Bearer new"));
-  EXPECT_TRUE(tokens.Accepts("Bearer old")) << "within the grace";
-  EXPECT_FALSE(tokens.Accepts("Bearer other"));
-  EXPECT_FALSE(AcceptedTokens("fixed").Accepts("Bearer old"));
+  EXPECT_TRUE(tokens.Accepts("Bearer new-token-0123456789"));
+  EXPECT_TRUE(tokens.Accepts("Bearer old-token-0123456789")) << "within the grace";
+  EXPECT_FALSE(tokens.Accepts("Bearer other-token-0123456789"));
+  EXPECT_FALSE(AcceptedTokens("fixed-token-0123456789").Accepts("Bearer old-token-0123456789"));
+}
+
+// A server whose token lives in a real file that the test rewrites while it serves.
+class TokenReloadTest : public ::testing::Test {
+ protected:
+  static constexpr absl::Duration kInterval = absl::Milliseconds(100);
+
+  void SetUp() override {
+    dir_ = testing::FreshTestDir("token-reload");
+    RewriteInPlace(kToken);
+    ServerOptions options = testing::LoopbackOptions();
+    options.auth_token_file = TokenPath();
+    options.credentials_check_interval = kInterval;
+    options.previous_token_grace = absl::Hours(1);
+    auto server = testing::StartEchoServer(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  std::string TokenPath() const { return dir_ + "/token"; }
+
+  // Truncates the file and writes `contents`, as `echo > token` does.
+  void RewriteInPlace(const std::string& contents) const {
+    std::ofstream(TokenPath(), std::ios::trunc) << contents;
+  }
+
+  grpc::StatusCode CallWithToken(const std::string& token) const {
+    std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+        server_.target(), grpc::InsecureChannelCredentials());  // Sends the header as given.
+    grpc::ClientContext context;
+    SetTimeout(context, absl::Seconds(10));
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    EchoRequest request;
+    request.set_message("hi");
+    EchoResponse response;
+    return EchoService::NewStub(channel)->Echo(&context, request, &response).error_code();
+  }
+
+  // Waits until the server has surely looked at the file again (two intervals: the change
+  // settles, then it is read).
+  static void WaitForReload() { absl::SleepFor(3 * kInterval); }
+
+  std::string dir_;
+  testing::EchoServer server_;
+};
+
+TEST_F(TokenReloadTest, AnEmptyOrShortTokenIsNeverAccepted) {
+  for (const std::string bad : {"", "\n", "   \t\n", "short-token"}) {
+    RewriteInPlace(bad);
+    WaitForReload();
+    EXPECT_EQ(CallWithToken(""), grpc::StatusCode::UNAUTHENTICATED) << "file '" << bad << "'";
+    EXPECT_EQ(CallWithToken(std::string(absl::StripAsciiWhitespace(bad))),
+              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(CallWithToken(kToken), grpc::StatusCode::OK) << "the last valid token stays";
+  }
+  RewriteInPlace("the-next-valid-token-42\n");
+  WaitForReload();
+  EXPECT_EQ(CallWithToken("the-next-valid-token-42"), grpc::StatusCode::OK);
+  EXPECT_EQ(CallWithToken(""), grpc::StatusCode::UNAUTHENTICATED)
+      << "nor during the previous token's grace";
+}
+
+// A rotation that writes the file in place in two parts: the first part is already a
+// plausible token, but it is never accepted, because the change had not settled.
+TEST_F(TokenReloadTest, AFileCaughtHalfWrittenNeverYieldsAPrefix) {
+  const std::string next = "rotated-token-0123456789-abcdefghij";
+  const std::string prefix = next.substr(0, 20);
+  for (int round = 0; round < 3; ++round) {
+    RewriteInPlace(kToken);
+    WaitForReload();
+    RewriteInPlace(prefix);
+    const absl::Time pause_end = absl::Now() + kInterval / 2;
+    while (absl::Now() < pause_end) {
+      EXPECT_EQ(CallWithToken(prefix), grpc::StatusCode::UNAUTHENTICATED);
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    std::ofstream(TokenPath(), std::ios::app) << next.substr(prefix.size());
+    WaitForReload();
+    EXPECT_EQ(CallWithToken(prefix), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(CallWithToken(next), grpc::StatusCode::OK);
+  }
+}
+
+// Kubernetes' way: a new generation directory swapped in by a symlink rename. An empty token
+// in the new generation (a Secret edited wrongly) is refused like an empty file.
+TEST(TokenRotationTest, AnEmptyTokenInARenewedSecretIsRefused) {
+  MountedSecret secret(testing::FreshTestDir("empty-rotation"));
+  secret.Write("server", "ca.pem", "first-token-0123456789");
+  ServerOptions options = testing::LoopbackOptions();
+  options.auth_token_file = secret.Path("token");
+  options.credentials_check_interval = absl::Milliseconds(10);
+  auto server = testing::StartEchoServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  secret.Write("server", "ca.pem", "");
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(CallEcho(Connect(server->target(), "")).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(CallEcho(Connect(server->target(), "first-token-0123456789")).ok());
+}
+
+TEST(TokenRotationTest, AServerRefusesToStartWithAShortToken) {
+  ServerOptions options = testing::LoopbackOptions();
+  options.auth_token = "short";
+  const auto server = testing::StartEchoServer(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(server.status().message(), HasSubstr("at least 16 bytes"));
+}
+
+// A client reading its token from a file keeps sending the last valid one when the file is
+// emptied, so a botched rotation does not turn into calls without a token.
+TEST(TokenRotationTest, AClientKeepsItsLastValidToken) {
+  const std::string dir = testing::FreshTestDir("client-token");
+  std::ofstream(dir + "/token") << "client-token-0123456789\n";
+  auto file = TokenFile::Open(dir + "/token", absl::ZeroDuration());
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::SleepFor(absl::Milliseconds(20));
+  std::ofstream(dir + "/token", std::ios::trunc) << "";
+  EXPECT_EQ((*file)->Current().value, "client-token-0123456789");
+  EXPECT_EQ((*file)->Current().generation, 0);
+  std::ofstream(dir + "/token", std::ios::trunc) << "next-client-token-0123456789";
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ((*file)->Current().value, "next-client-token-0123456789");
+  EXPECT_EQ((*file)->Current().generation, 1);
+  std::ofstream(dir + "/empty") << " \n";
+  const auto empty = TokenFile::Open(dir + "/empty", absl::ZeroDuration());
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
-#include "common/watched_files.h"
+#include "common/token_file.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "grpcpp/create_channel.h"
@@ -107,8 +107,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ChannelOption
   }
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   if (!options.auth_token_file.empty()) {
-    absl::StatusOr<std::unique_ptr<WatchedFiles>> token_file =
-        WatchedFiles::Open({options.auth_token_file}, kTokenFileCheckInterval);
+    absl::StatusOr<std::unique_ptr<TokenFile>> token_file =
+        TokenFile::Open(options.auth_token_file, kTokenFileCheckInterval);
     if (!token_file.ok()) return token_file.status();
     interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(*std::move(token_file)));
   } else if (!options.auth_token.empty()) {

@@ -14,6 +14,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/counter.h"
+#include "prometheus/gauge.h"
 
 namespace tandem {
 namespace {
@@ -35,6 +36,18 @@ std::function<void()> CountAuthRejections(const std::string& service) {
                                       .Register(MetricsRegistry())
                                       .Add({{"service", service}});
   return [&rejected] { rejected.Increment(); };
+}
+
+// tandem_tls_certificate_expiry_timestamp_seconds{service}: when the certificate this server
+// serves now expires, for an alert well before it does.
+std::function<void(absl::Time)> RecordCertificateExpiry(const std::string& service) {
+  prometheus::Gauge& expiry =
+      prometheus::BuildGauge()
+          .Name("tandem_tls_certificate_expiry_timestamp_seconds")
+          .Help("Expiry (notAfter, Unix seconds) of the TLS certificate this server serves.")
+          .Register(MetricsRegistry())
+          .Add({{"service", service}});
+  return [&expiry](absl::Time not_after) { expiry.Set(absl::ToUnixSeconds(not_after)); };
 }
 
 void ApplyChannelOptions(const ServerOptions& options, grpc::ServerBuilder& builder) {
@@ -75,8 +88,9 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials(options, CountAuthRejections(server->name_));
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
+      options, {.on_rejected = CountAuthRejections(server->name_),
+                .on_certificate_served = RecordCertificateExpiry(server->name_)});
   if (!credentials.ok()) return credentials.status();
   server->credentials_ = *std::move(credentials);
   builder.AddListeningPort(address, server->credentials_, &server->port_);

@@ -87,17 +87,38 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
   return contents.str();
 }
 
+absl::Status CheckAuthToken(absl::string_view token, absl::string_view source) {
+  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(source, " is empty"));
+  if (token.size() < kMinAuthTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, " holds a ", token.size(),
+                                                   "-byte token; tokens need at least ",
+                                                   kMinAuthTokenBytes, " bytes"));
+  }
+  for (const char c : token) {
+    if (c < '!' || c > '~') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, " holds a token with a character outside visible ASCII (byte ",
+                       static_cast<int>(static_cast<unsigned char>(c)), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadAuthToken(const std::string& path) {
+  std::string token;
+  std::string source;
   if (path.empty()) {
     const char* from_env = std::getenv("TANDEM_AUTH_TOKEN");
-    return from_env == nullptr ? "" : std::string(absl::StripAsciiWhitespace(from_env));
+    if (from_env == nullptr || *from_env == '\0') return "";
+    token = std::string(absl::StripAsciiWhitespace(from_env));
+    source = "$TANDEM_AUTH_TOKEN";
+  } else {
+    absl::StatusOr<std::string> contents = ReadSmallFile(path);
+    if (!contents.ok()) return contents.status();
+    token = std::string(absl::StripAsciiWhitespace(*contents));
+    source = absl::StrCat("auth token file '", path, "'");
   }
-  auto contents = ReadSmallFile(path);
-  if (!contents.ok()) return contents.status();
-  std::string token(absl::StripAsciiWhitespace(*contents));
-  if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("auth token file '", path, "' is empty"));
-  }
+  if (absl::Status valid = CheckAuthToken(token, source); !valid.ok()) return valid;
   return token;
 }
 

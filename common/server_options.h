@@ -1,11 +1,14 @@
 #ifndef TANDEM_COMMON_SERVER_OPTIONS_H_
 #define TANDEM_COMMON_SERVER_OPTIONS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace tandem {
@@ -50,9 +53,18 @@ struct ServiceDefaults {
 // incomplete.
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags(const ServiceDefaults& defaults);
 
+// Bearer tokens shorter than this are refused: a token that short is guessable, and one that
+// suddenly is that short is usually a file caught empty or half-written.
+inline constexpr size_t kMinAuthTokenBytes = 16;
+
+// OK when `token` (whitespace around it already dropped) may be a bearer token: at least
+// kMinAuthTokenBytes of visible ASCII (what an HTTP/2 header value carries unchanged).
+// INVALID_ARGUMENT naming `source` (a file or variable) and what is wrong, never the token.
+absl::Status CheckAuthToken(absl::string_view token, absl::string_view source);
+
 // Reads a bearer token from a file (whitespace around it is dropped) or, when `path` is
-// empty, from $TANDEM_AUTH_TOKEN. Returns "" when neither is set; an empty or unreadable
-// file is an error because it almost always means a broken secret mount.
+// empty, from $TANDEM_AUTH_TOKEN. Returns "" when neither is set; an unreadable file or a
+// token CheckAuthToken refuses is an error: it almost always means a broken secret mount.
 absl::StatusOr<std::string> ReadAuthToken(const std::string& path);
 
 // Reads a whole file, for PEM and token files.

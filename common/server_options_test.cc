@@ -86,22 +86,29 @@ TEST_F(ServerOptionsTest, NegativeDrainDelayIsRejected) {
 }
 
 TEST_F(ServerOptionsTest, TokenComesFromFileWithWhitespaceStripped) {
-  absl::SetFlag(&FLAGS_auth_token_file, WriteFile("token", "  s3cret\n"));
+  absl::SetFlag(&FLAGS_auth_token_file, WriteFile("token", "  s3cret-token-0123456789\n"));
   auto options = ServerOptionsFromFlags(kDefaults);
   ASSERT_TRUE(options.ok()) << options.status();
-  EXPECT_EQ(options->auth_token, "s3cret");
+  EXPECT_EQ(options->auth_token, "s3cret-token-0123456789");
 }
 
 TEST_F(ServerOptionsTest, TokenComesFromEnvironmentWhenNoFile) {
-  setenv("TANDEM_AUTH_TOKEN", "from-env", 1);
+  setenv("TANDEM_AUTH_TOKEN", "from-env-0123456789", 1);
   auto options = ServerOptionsFromFlags(kDefaults);
   ASSERT_TRUE(options.ok()) << options.status();
-  EXPECT_EQ(options->auth_token, "from-env");
+  EXPECT_EQ(options->auth_token, "from-env-0123456789");
 }
 
 TEST_F(ServerOptionsTest, EmptyOrMissingTokenFileIsRejected) {
   absl::SetFlag(&FLAGS_auth_token_file, WriteFile("empty_token", "\n"));
   ExpectRejected("is empty");
+  absl::SetFlag(&FLAGS_auth_token_file, WriteFile("short_token", " short-token \n"));
+  ExpectRejected("holds a 11-byte token; tokens need at least 16 bytes");
+  absl::SetFlag(&FLAGS_auth_token_file, WriteFile("spaced_token", "two halves of a token\n"));
+  ExpectRejected("outside visible ASCII (byte 32)");
+  absl::SetFlag(&FLAGS_auth_token_file, "");
+  setenv("TANDEM_AUTH_TOKEN", "short", 1);
+  ExpectRejected("$TANDEM_AUTH_TOKEN holds a 5-byte token");
   absl::SetFlag(&FLAGS_auth_token_file, "/nonexistent/token");
   ExpectRejected("cannot read file '/nonexistent/token'");
 }
