@@ -27,7 +27,7 @@ METRIC_SOURCES = [
     "common/metrics.cc",
     "common/server.cc",
     "services/rollout/rollout_metrics.cc",
-    "services/trainer/trainer_metrics.cc",
+    "services/trainer/api/trainer_metrics.cc",
     "services/weight_store/weight_store_metrics.cc",
     "services/router_replay/router_replay_metrics.cc",
 ]

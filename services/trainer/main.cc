@@ -11,13 +11,13 @@
 #include "common/service_main.h"
 #include "engine/blas_threads_flag.h"
 #include "engine/cuda/device_engines.h"
-#include "services/trainer/communicator_ids.h"
-#include "services/trainer/job_service.h"
-#include "services/trainer/rank_roster.h"
-#include "services/trainer/rank_worker.h"
-#include "services/trainer/rendezvous_values.h"
-#include "services/trainer/service_endpoints.h"
-#include "services/trainer/trainer_ranks_service.h"
+#include "services/trainer/ranks/communicator_ids.h"
+#include "services/trainer/api/job_service.h"
+#include "services/trainer/ranks/rank_roster.h"
+#include "services/trainer/ranks/rank_worker.h"
+#include "services/trainer/ranks/rendezvous_values.h"
+#include "services/trainer/job/service_endpoints.h"
+#include "services/trainer/ranks/trainer_ranks_service.h"
 
 ABSL_FLAG(std::string, data_dir, "trainer-data",
           "Job records and, by default, each job's checkpoint directory (<data_dir>/<job id>).");

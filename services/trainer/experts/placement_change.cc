@@ -1,0 +1,42 @@
+#include "services/trainer/experts/placement_change.h"
+
+#include <string>
+#include <vector>
+
+#include "engine/expert_moves.h"
+
+namespace tandem::trainer {
+
+absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange& exchange,
+                             const engine::ExpertPlacement& to, engine::BaseModel& base,
+                             engine::LoraAdapter& lora, engine::AdamW& optimizer) {
+  const engine::ExpertPlacement from = exchange.placement();
+  if (absl::Status status = engine::ValidatePlacement(to, base.config().num_experts, group.size());
+      !status.ok()) {
+    return status;
+  }
+  // The moments first, while the adapter still says where its experts are.
+  engine::AdamWState state = optimizer.ExportState();
+  const engine::ParameterSet& held = lora.parameters();
+  for (const std::string& name : held.names()) {
+    const engine::Parameter& parameter = *held.Find(name);
+    if (!parameter.stacked_experts) continue;
+    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {
+      if (absl::Status status =
+              engine::MoveExpertRows(group, from, to, expert_size, state.tensors.at(name + moment));
+          !status.ok()) {
+        return status;
+      }
+    }
+  }
+  for (engine::ParameterSet* parameters : {&base.parameters(), &lora.parameters()}) {
+    if (absl::Status status = engine::MoveExperts(group, from, to, *parameters); !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status = optimizer.ImportState(state); !status.ok()) return status;
+  return exchange.SetPlacement(to);
+}
+
+}  // namespace tandem::trainer
