@@ -11,12 +11,12 @@
 #include "common/service_main.h"
 #include "engine/blas_threads_flag.h"
 #include "engine/cuda/device_engines.h"
-#include "services/trainer/ranks/communicator_ids.h"
 #include "services/trainer/api/job_service.h"
+#include "services/trainer/job/service_endpoints.h"
+#include "services/trainer/ranks/communicator_ids.h"
 #include "services/trainer/ranks/rank_roster.h"
 #include "services/trainer/ranks/rank_worker.h"
 #include "services/trainer/ranks/rendezvous_values.h"
-#include "services/trainer/job/service_endpoints.h"
 #include "services/trainer/ranks/trainer_ranks_service.h"
 
 ABSL_FLAG(std::string, data_dir, "trainer-data",

@@ -18,9 +18,9 @@
 #include "common/utf8.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "services/trainer/job/checkpoint.h"
 #include "services/trainer/api/job_spec.h"
 #include "services/trainer/api/trainer_metrics.h"
+#include "services/trainer/job/checkpoint.h"
 
 namespace tandem::trainer {
 namespace {
@@ -77,10 +77,10 @@ absl::Status JobNotFound(const std::string& job_id) {
 
 // A new job's output_dir that belongs to someone else.
 absl::Status OutputDirTaken(const std::string& dir, absl::string_view why) {
-  return WithErrorInfo(absl::FailedPreconditionError(absl::StrCat(
-                           "spec.output_dir: ", dir, " ", why,
-                           "; a new job needs a directory of its own")),
-                       "OUTPUT_DIR_IN_USE", {{"field", "spec.output_dir"}, {"directory", dir}});
+  return WithErrorInfo(
+      absl::FailedPreconditionError(absl::StrCat("spec.output_dir: ", dir, " ", why,
+                                                 "; a new job needs a directory of its own")),
+      "OUTPUT_DIR_IN_USE", {{"field", "spec.output_dir"}, {"directory", dir}});
 }
 
 // JobSpec.endpoints (field 18) was removed: a client that still sends it would otherwise have
@@ -306,11 +306,11 @@ absl::StatusOr<trainer::v1::Job> JobManager::Create(const trainer::v1::CreateJob
     auto resolved = Resolve(request.spec(), job.id());
     if (!resolved.ok()) return resolved.status();
     if (google::protobuf::util::MessageDifferencer::Equals(*resolved, job.spec())) return job;
-    return WithErrorInfo(
-        absl::AlreadyExistsError(absl::StrCat("request_id ", request.request_id(),
-                                              " already created job ", job.id(),
-                                              " with a different spec")),
-        "REQUEST_ID_REUSED", {{"request_id", request.request_id()}, {"job", job.id()}});
+    return WithErrorInfo(absl::AlreadyExistsError(absl::StrCat("request_id ", request.request_id(),
+                                                               " already created job ", job.id(),
+                                                               " with a different spec")),
+                         "REQUEST_ID_REUSED",
+                         {{"request_id", request.request_id()}, {"job", job.id()}});
   }
   if (absl::Status status = RefuseRemovedFields(request.spec()); !status.ok()) return status;
   const std::string id = NewJobId();
@@ -431,11 +431,10 @@ absl::StatusOr<trainer::v1::Job> JobManager::Cancel(const std::string& job_id) {
   switch (found->second.state()) {
     case trainer::v1::JOB_STATE_SUCCEEDED:
     case trainer::v1::JOB_STATE_FAILED:
-      return WithErrorInfo(
-          absl::FailedPreconditionError(
-              absl::StrCat("job ", job_id, " is already ",
-                           trainer::v1::JobState_Name(found->second.state()).substr(10))),
-          "JOB_ALREADY_ENDED", {{"job", job_id}});
+      return WithErrorInfo(absl::FailedPreconditionError(absl::StrCat(
+                               "job ", job_id, " is already ",
+                               trainer::v1::JobState_Name(found->second.state()).substr(10))),
+                           "JOB_ALREADY_ENDED", {{"job", job_id}});
     case trainer::v1::JOB_STATE_QUEUED:
       if (absl::Status status = Update(job_id, trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED,
                                        [](trainer::v1::Job& job) {

@@ -15,8 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "services/trainer/job/job_run.h"
 #include "services/trainer/api/job_store.h"
+#include "services/trainer/job/job_run.h"
 #include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem::trainer {

@@ -16,24 +16,24 @@
 #include "engine/text/text_codec.h"
 #include "services/rollout/client/sample_fan_out.h"
 #include "services/router_replay/client/route_source.h"
-#include "services/trainer/job/checkpoint.h"
-#include "services/trainer/update/data_parallel_share.h"
+#include "services/trainer/api/job_spec.h"
 #include "services/trainer/experts/expert_rebalance.h"
+#include "services/trainer/job/checkpoint.h"
 #include "services/trainer/job/generation_ahead.h"
 #include "services/trainer/job/job_plan.h"
-#include "services/trainer/api/job_spec.h"
-#include "services/trainer/update/policy_update.h"
-#include "services/trainer/ranks/rank_agreement.h"
-#include "services/trainer/ranks/rank_group.h"
 #include "services/trainer/job/starting_point.h"
-#include "services/trainer/step/step_metrics.h"
-#include "services/trainer/step/step_publisher.h"
-#include "services/trainer/step/step_routes.h"
-#include "services/trainer/step/step_sampler.h"
 #include "services/trainer/job/store_outage.h"
 #include "services/trainer/job/task_source.h"
 #include "services/trainer/job/training_state.h"
 #include "services/trainer/job/version_pin.h"
+#include "services/trainer/ranks/rank_agreement.h"
+#include "services/trainer/ranks/rank_group.h"
+#include "services/trainer/step/step_metrics.h"
+#include "services/trainer/step/step_publisher.h"
+#include "services/trainer/step/step_routes.h"
+#include "services/trainer/step/step_sampler.h"
+#include "services/trainer/update/data_parallel_share.h"
+#include "services/trainer/update/policy_update.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "services/weight_store/client/engine_lora.h"
 #include "tandem/rollout/v1/rollout.grpc.pb.h"
@@ -152,9 +152,9 @@ class JobRun {
   const internal::v1::GetAssignmentResponse* const assignment_;  // Null on rank 0.
   gloo::rendezvous::Store* const member_store_;                  // Rank 0's values, for a rank > 0.
   const int rank_;
-  JobPlan plan_;                           // After Init.
-  std::vector<int> own_groups_;            // The step's prompt groups this rank generates.
-  std::unique_ptr<RankGroup> group_;       // A run of several ranks.
+  JobPlan plan_;                      // After Init.
+  std::vector<int> own_groups_;       // The step's prompt groups this rank generates.
+  std::unique_ptr<RankGroup> group_;  // A run of several ranks.
   // Expert parallelism: the MoE blocks' all-to-all over the rank's expert-parallel group.
   std::unique_ptr<engine::ExpertParallelExchange> exchange_;
   absl::Duration exchange_time_;  // In the expert group's collectives, since the run began.
@@ -171,8 +171,8 @@ class JobRun {
   int64_t version_ = 0;                           // The newest version the run published.
   CheckpointOwner owner_;                         // What the run's checkpoints record.
   const std::atomic<bool>* cancelled_ = nullptr;  // Set by Run.
-  rollout::SampleFanOut fan_out_;  // The step's Generate calls, cancelled when the run ends.
-  std::unique_ptr<StepSampler> sampler_;      // After Init.
+  rollout::SampleFanOut fan_out_;         // The step's Generate calls, cancelled when the run ends.
+  std::unique_ptr<StepSampler> sampler_;  // After Init.
   std::unique_ptr<StepPublisher> publisher_;  // Set by Run.
 };
 

@@ -10,8 +10,8 @@
 #include "engine/module_names.h"
 #include "engine/peft_adapter.h"
 #include "services/rollout/client/sampling_rules.h"
-#include "services/trainer/ranks/rank_agreement.h"
 #include "services/trainer/job/starting_point.h"
+#include "services/trainer/ranks/rank_agreement.h"
 #include "services/weight_store/client/engine_lora.h"
 
 namespace tandem::trainer {

@@ -14,8 +14,8 @@
 #include "engine/optimizer.h"
 #include "services/trainer/job/checkpoint.h"
 #include "services/trainer/job/job_plan.h"
-#include "services/trainer/update/policy_update.h"
 #include "services/trainer/rl/value_head.h"
+#include "services/trainer/update/policy_update.h"
 
 namespace tandem::trainer {
 

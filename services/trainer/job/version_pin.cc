@@ -5,9 +5,9 @@
 
 namespace tandem::trainer {
 
-std::unique_ptr<VersionPin> VersionPin::Take(
-    const weight_store::WeightStoreStubs& store, const std::string& adapter,
-    int64_t version, const std::string& holder, absl::Duration ttl) {
+std::unique_ptr<VersionPin> VersionPin::Take(const weight_store::WeightStoreStubs& store,
+                                             const std::string& adapter, int64_t version,
+                                             const std::string& holder, absl::Duration ttl) {
   absl::StatusOr<std::string> lease =
       weight_store::AcquireLease(store, adapter, version, holder, ttl);
   if (!lease.ok()) {

@@ -7,8 +7,7 @@
 
 namespace tandem::trainer {
 
-absl::Status PublishTogether(Communicator& ranks,
-                             const weight_store::WeightStoreStubs& stub,
+absl::Status PublishTogether(Communicator& ranks, const weight_store::WeightStoreStubs& stub,
                              const weight_store::AdapterVersion& published,
                              const weight_store::PublishOptions& options,
                              const StoreCall& store_call, absl::Duration wait) {

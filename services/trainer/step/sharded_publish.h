@@ -20,8 +20,7 @@ using StoreCall = std::function<absl::Status(const std::function<absl::Status()>
 // outcome: OK, its own error, or ABORTED naming the ranks that failed. Rank 0's begin and commit
 // go through `store_call`, which the others wait for up to `wait`; a put is not retried (the
 // step fails). An upload that a broken group leaves open expires on the store.
-absl::Status PublishTogether(Communicator& ranks,
-                             const weight_store::WeightStoreStubs& stub,
+absl::Status PublishTogether(Communicator& ranks, const weight_store::WeightStoreStubs& stub,
                              const weight_store::AdapterVersion& published,
                              const weight_store::PublishOptions& options,
                              const StoreCall& store_call, absl::Duration wait);

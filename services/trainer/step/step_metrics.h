@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "services/trainer/update/policy_update.h"
 #include "services/trainer/step/step_sampler.h"
+#include "services/trainer/update/policy_update.h"
 #include "tandem/trainer/v1/trainer.pb.h"
 
 namespace tandem::trainer {

@@ -26,8 +26,8 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/trainer/update/data_parallel_share.h"
 #include "services/trainer/experts/placement_change.h"
+#include "services/trainer/update/data_parallel_share.h"
 #include "services/trainer/update/policy_update.h"
 
 namespace tandem::trainer {

@@ -17,8 +17,8 @@
 #include "services/trainer/rl/advantages.h"
 #include "services/trainer/rl/mismatch_correction.h"
 #include "services/trainer/rl/policy_loss.h"
-#include "services/trainer/update/policy_update_config.h"
 #include "services/trainer/rl/value_head.h"
+#include "services/trainer/update/policy_update_config.h"
 
 namespace tandem::trainer {
 
