@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-// Advantage estimators, with veRL's semantics (shared/REFERENCE.md "RL math"). Per-token arrays
+// Advantage estimators, with veRL's semantics (docs/trainer.md, "A step"). Per-token arrays
 // are B x T row-major with a response mask m (1 for response tokens, 0 for padding).
 namespace tandem::trainer {
 

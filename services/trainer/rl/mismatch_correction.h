@@ -5,7 +5,7 @@
 
 #include "absl/types/span.h"
 
-// Training-inference mismatch corrections (shared/REFERENCE.md): importance weights from
+// Training-inference mismatch corrections (docs/trainer.md, "A step"): importance weights from
 // log rho_t = logp_old(trainer) - logp_rollout, per token of a B x T masked batch.
 namespace tandem::trainer {
 

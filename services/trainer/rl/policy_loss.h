@@ -6,7 +6,7 @@
 #include "absl/types/span.h"
 
 // The PPO-clip policy loss with dual clip, mismatch weights, an optional KL penalty to a
-// reference policy, and veRL's aggregation modes (shared/REFERENCE.md), with its gradient with
+// reference policy, and veRL's aggregation modes (docs/trainer.md, "A step"), with its gradient with
 // respect to each token's log-probability so the engine can backpropagate it.
 namespace tandem::trainer {
 

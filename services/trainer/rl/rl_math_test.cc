@@ -1,4 +1,4 @@
-// The RL math against shared/REFERENCE.md's test vectors, and the policy-loss gradient against
+// The RL math against hand-computed test vectors, and the policy-loss gradient against
 // finite differences in every aggregation mode.
 #include <cmath>
 #include <random>

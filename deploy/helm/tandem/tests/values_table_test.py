@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""README's table of chart values names every key of values.yaml, and only keys it has."""
+"""docs/deploy.md's table of chart values names every key of values.yaml, and only keys it has."""
 
 import os
 import pathlib
@@ -38,15 +38,15 @@ def expanded(path):
 def main():
     values = yaml.safe_load((ROOT / "deploy/helm/tandem/values.yaml").read_text())
     leaves = set(leaf_paths(values))
-    table = {full for path in documented_paths((ROOT / "README.md").read_text())
+    table = {full for path in documented_paths((ROOT / "docs/deploy.md").read_text())
              for full in expanded(path)}
     keys = leaves | {".".join(leaf.split(".")[:n]) for leaf in leaves
                      for n in range(1, leaf.count(".") + 1)}
     unknown = sorted(table - keys)
     undocumented = sorted(leaf for leaf in leaves
                           if not any(leaf == path or leaf.startswith(path + ".") for path in table))
-    problems = ([f"README names {path}, which values.yaml does not have" for path in unknown] +
-                [f"README's values table does not cover {leaf}" for leaf in undocumented])
+    problems = ([f"docs/deploy.md names {path}, which values.yaml does not have" for path in unknown] +
+                [f"docs/deploy.md's values table does not cover {leaf}" for leaf in undocumented])
     if problems:
         sys.exit("\n".join(problems))
     print(f"values table covers all {len(leaves)} keys of values.yaml")
