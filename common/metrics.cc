@@ -148,6 +148,15 @@ void RecordBuildInfo(absl::string_view service) {
       .Set(1);
 }
 
+void RecordLoading(absl::string_view service, bool loading) {
+  static auto& family =
+      prometheus::BuildGauge()
+          .Name("tandem_service_loading")
+          .Help("1 until the service is first ready (loading its model or data), then 0.")
+          .Register(MetricsRegistry());
+  family.Add({{"service", std::string(service)}}).Set(loading ? 1 : 0);
+}
+
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
       0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,

@@ -27,6 +27,11 @@ absl::StatusOr<int> ServeMetrics(const std::string& host, int port);
 // Sets tandem_build_info{service,version} to 1, the usual way to expose what runs where.
 void RecordBuildInfo(absl::string_view service);
 
+// tandem_service_loading{service}: 1 from the start of the process until the service is first
+// ready (rollout loading its model, the stores opening their data), then 0 -- so that an alert
+// can tell a slow cold start from a service that is gone.
+void RecordLoading(absl::string_view service, bool loading);
+
 // Records every call a server handles:
 //   tandem_rpc_server_started_total{service,method}
 //   tandem_rpc_server_handled_total{service,method,code}

@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Start(
   if (!metrics_port.ok()) return metrics_port.status();
   server->metrics_port_ = *metrics_port;
   RecordBuildInfo(server->name_);
+  RecordLoading(server->name_, true);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -141,6 +142,7 @@ void ServiceServer::PollReadiness() {
   absl::MutexLock lock(&drain_mutex_);
   if (drained_ || serving_) return;
   serving_ = true;
+  RecordLoading(name_, false);  // Before SERVING: whoever sees SERVING sees loading over.
   SetServing(true);
   spdlog::info("{} is ready", name_);
 }

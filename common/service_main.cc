@@ -1,12 +1,15 @@
 #include "common/service_main.h"
 
 #include <cstdio>
+#include <string>
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
+#include "common/flag_check.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/version.h"
 
 namespace tandem {
@@ -23,6 +26,11 @@ int RunServiceMain(int argc, char** argv, const ServiceBinary& binary) {
   absl::FlagsUsageConfig usage_config;
   usage_config.version_string = [] { return absl::StrCat("tandem ", kTandemVersion, "\n"); };
   absl::SetFlagsUsageConfig(usage_config);
+  // ParseCommandLine would end the process with status 1 on a flag it cannot read.
+  if (absl::Status flags = CheckCommandLineFlags(argc, argv); !flags.ok()) {
+    std::fprintf(stderr, "%s: %s\n", binary.name.c_str(), std::string(flags.message()).c_str());
+    return kExitBadFlags;
+  }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "%s: unexpected argument '%s'; all settings are --flags\n",
@@ -38,6 +46,15 @@ int RunServiceMain(int argc, char** argv, const ServiceBinary& binary) {
     spdlog::error("bad flags: {}", options.status().message());
     return kExitBadFlags;
   }
+  // /metrics comes up before the services load their model or data, so that a scrape sees a
+  // slow start as loading rather than absent.
+  if (absl::StatusOr<int> metrics = ServeMetrics(options->host, options->metrics_port);
+      !metrics.ok()) {
+    spdlog::error("{}", metrics.status());
+    return kExitCannotServe;
+  }
+  RecordBuildInfo(binary.name);
+  RecordLoading(binary.name, true);
   auto services = binary.make_services(*options);
   if (!services.ok()) {
     spdlog::error("cannot build services: {}", services.status());

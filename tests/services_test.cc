@@ -110,6 +110,9 @@ TEST_P(ServiceBinaryTest, ServesWithAuthAndMetricsThenDrainsOnSigterm) {
   auto page = HttpGet(absl::StrCat("http://127.0.0.1:", metrics_port, "/metrics"));
   ASSERT_TRUE(page.ok()) << page.status();
   EXPECT_THAT(*page, HasSubstr(absl::StrCat("tandem_build_info{service=\"", GetParam().name)));
+  // Ready, so no longer loading (the gauge was 1 from before the service was built).
+  EXPECT_THAT(*page, HasSubstr(absl::StrCat("tandem_service_loading{service=\"", GetParam().name,
+                                            "\"} 0")));
   EXPECT_THAT(*page, HasSubstr(absl::StrCat("tandem_rpc_server_handled_total{code=\"",
                                             GetParam().expected_code_name, "\",method=\"",
                                             GetParam().method, "\"")));
@@ -134,8 +137,17 @@ TEST_P(ServiceBinaryTest, UnknownFlagIsRefused) {
       ServiceProcess::Start(RunfilePath(GetParam().binary), {"--no_such_flag=1"}, LogPath());
   ASSERT_TRUE(process.ok()) << process.status();
   const int status = process->Wait();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
-  EXPECT_THAT(ReadLog(LogPath()), HasSubstr("Unknown command line flag 'no_such_flag'"));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  EXPECT_THAT(ReadLog(LogPath()), HasSubstr("unknown command line flag 'no_such_flag'"));
+}
+
+// absl's own parser ends the process with status 1 on a value it cannot read; bad flags are 2.
+TEST_P(ServiceBinaryTest, UnparsableFlagValueExitsWithStatus2) {
+  auto process = ServiceProcess::Start(RunfilePath(GetParam().binary), {"--port=abc"}, LogPath());
+  ASSERT_TRUE(process.ok()) << process.status();
+  const int status = process->Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  EXPECT_THAT(ReadLog(LogPath()), HasSubstr("--port=abc"));
 }
 
 // The trainer and the rollout check --device before they serve: a name they do not know, and a GPU

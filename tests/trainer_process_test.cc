@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -40,6 +41,7 @@ namespace tandem::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Dir() { return ::testing::TempDir() + "/trainer_process"; }
 
@@ -64,6 +66,7 @@ struct Service {
   std::string proto_name;
   std::vector<std::string> flags;
   int port = 0;
+  int metrics_port = 0;
   std::unique_ptr<ServiceProcess> process;
 };
 
@@ -88,7 +91,8 @@ class TrainerProcessTest : public ::testing::Test {
                              absl::StrCat("--router_replay=127.0.0.1:", Port("router_replay"))}};
     services_["trainer"] = {"services/trainer/trainer",
                             "tandem.trainer.v1.JobService",
-                            {"--data_dir=" + data_ + "/trainer", "--ucx_transports=tcp"}};
+                            {"--data_dir=" + data_ + "/trainer", "--ucx_transports=tcp",
+                             "--ended_job_metrics_grace=1s"}};
     services_["rollout"].port = PickFreePort();
     services_["trainer"].port = PickFreePort();
     Service& trainer = services_["trainer"];
@@ -171,8 +175,9 @@ class TrainerProcessTest : public ::testing::Test {
 
   void Start(const std::string& name) {
     Service& service = services_[name];
+    service.metrics_port = PickFreePort();
     std::vector<std::string> args = {"--host=127.0.0.1", absl::StrCat("--port=", service.port),
-                                     absl::StrCat("--metrics_port=", PickFreePort())};
+                                     absl::StrCat("--metrics_port=", service.metrics_port)};
     args.insert(args.end(), service.flags.begin(), service.flags.end());
     auto process = ServiceProcess::Start(RunfilePath(service.binary), args,
                                          absl::StrCat(data_, "/", name, ".log"));
@@ -355,6 +360,12 @@ TEST_F(TrainerProcessTest, CancelStopsRunningAndQueuedJobs) {
   auto queued = Create(Spec(5), "behind");
   ASSERT_TRUE(running.ok() && queued.ok());
   AwaitJob(running->id(), [](const trainer::v1::Job& job) { return job.current_step() >= 2; });
+  const std::string url =
+      absl::StrCat("http://127.0.0.1:", services_["trainer"].metrics_port, "/metrics");
+  const std::string series = absl::StrCat("job_id=\"", running->id(), "\"");
+  absl::StatusOr<std::string> page = HttpGet(url);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(*page, HasSubstr(series)) << "a running job's steps are exported";
   for (const std::string& id : {queued->id(), running->id()}) {
     trainer::v1::CancelJobRequest request;
     request.set_job_id(id);
@@ -372,6 +383,19 @@ TEST_F(TrainerProcessTest, CancelStopsRunningAndQueuedJobs) {
   EXPECT_EQ(stopped.state(), trainer::v1::JOB_STATE_CANCELLED);
   EXPECT_GT(stopped.policy_version(), 0) << "versions published before the cancel remain";
   EXPECT_TRUE(stopped.has_end_time());
+
+  // Its series go once their grace (1 s here) is over, with no other job running after it, and
+  // both ends are counted.
+  page = HttpGet(url);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(*page, HasSubstr("tandem_trainer_jobs_ended_total{state=\"JOB_STATE_CANCELLED\"} 2"));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (page.ok() && absl::StrContains(*page, series) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(200));
+    page = HttpGet(url);
+  }
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(*page, Not(HasSubstr(series))) << "the ended job's series are still exported";
 }
 
 TEST_F(TrainerProcessTest, KillDashNineOfTheTrainerResumesFromTheCheckpoint) {

@@ -53,6 +53,9 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
 ABSL_FLAG(absl::Duration, rank_join_timeout, absl::Minutes(2),
           "How long a multi-rank job waits for its ranks to join (and load the model) before it "
           "fails naming them.");
+ABSL_FLAG(absl::Duration, ended_job_metrics_grace, absl::Minutes(2),
+          "How long an ended job's per-step series stay exported (so that scrapes see its last "
+          "step) before they are removed.");
 ABSL_FLAG(int, rank_failure_retries, 3,
           "How often a multi-rank job whose rank died or stalled goes on from its last "
           "checkpoint (a new attempt, once all its ranks have joined again) before it fails.");
@@ -194,7 +197,8 @@ int main(int argc, char** argv) {
                return tandem::trainer::RunJob(job, environment, progress, cancelled);
              },
              {.trainer_ranks = absl::GetFlag(FLAGS_ranks),
-              .router_replay = !endpoints->router_replay.empty()});
+              .router_replay = !endpoints->router_replay.empty(),
+              .ended_job_series_grace = absl::GetFlag(FLAGS_ended_job_metrics_grace)});
          if (!jobs.ok()) return jobs.status();
          auto service = std::make_unique<tandem::trainer::JobServiceImpl>(*std::move(jobs));
          tandem::trainer::JobServiceImpl* raw = service.get();

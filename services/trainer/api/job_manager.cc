@@ -217,7 +217,10 @@ absl::Status JobManager::Update(const std::string& job_id, trainer::v1::WatchEve
   for (auto& [id, subscription] : subscriptions_) {
     if (subscription.job_id == job_id) subscription.listener(response);
   }
-  if (event == trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED) RecordJobCounts(AllJobs());
+  if (event == trainer::v1::WATCH_EVENT_TYPE_STATE_CHANGED) {
+    RecordJobCounts(AllJobs());
+    if (IsTerminal(job) && !IsTerminal(before)) RecordJobEnded(job.state());
+  }
   return absl::OkStatus();
 }
 
@@ -487,9 +490,6 @@ std::optional<trainer::v1::Job> JobManager::StartNextJob() {
   }
 }
 
-// How long an ended job's step series stay, so that scrapes (every 15-60 s) see its last step.
-constexpr absl::Duration kEndedJobSeriesGrace = absl::Minutes(2);
-
 JobProgress JobManager::ProgressOf(const std::string& job_id) {
   return {.on_attempt_start =
               [this, job_id](int64_t start_step) {
@@ -539,7 +539,7 @@ void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
                           saved);
   }
   spdlog::info("job {} {}", job_id, trainer::v1::JobState_Name(jobs_[job_id].state()));
-  ForgetJobMetrics(job_id, absl::Now(), kEndedJobSeriesGrace);
+  ForgetJobMetrics(job_id, absl::Now(), deployment_.ended_job_series_grace);
 }
 
 void JobManager::PauseAfterSaveFailure(const std::string& what, const absl::Status& status) {

@@ -15,7 +15,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "services/trainer/api/job_store.h"
+#include "services/trainer/api/trainer_metrics.h"
 #include "services/trainer/job/job_run.h"
 #include "tandem/trainer/v1/trainer.pb.h"
 
@@ -26,10 +28,13 @@ namespace tandem::trainer {
 using JobRunner = std::function<absl::Status(
     const trainer::v1::Job& job, const JobProgress& progress, const std::atomic<bool>& cancelled)>;
 
-// What the trainer's deployment offers its jobs.
+// What the trainer's deployment offers its jobs, and how it reports them.
 struct TrainerDeployment {
   int trainer_ranks = 1;      // Jobs may ask for up to this many data-parallel ranks.
   bool router_replay = true;  // A router-replay is configured (--router_replay): R3 works.
+  // How long an ended job's step series stay exported, so that scrapes (every 15-60 s) see its
+  // last step; then they are removed (--ended_job_metrics_grace).
+  absl::Duration ended_job_series_grace = absl::Minutes(2);
 };
 
 // The Job API's core, with no gRPC: job states, persistence (a JobStore under data_dir),
@@ -110,6 +115,7 @@ class JobManager {
   int64_t next_subscription_ ABSL_GUARDED_BY(mutex_) = 1;
   std::atomic<bool> cancel_running_{false};
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  EndedJobSeriesSweeper ended_job_series_;
   std::thread worker_;
 };
 

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 
 namespace tandem::trainer {
@@ -114,6 +115,24 @@ void RemoveJobSeries(const std::string& job_id) {
   }
 }
 
+// tandem_trainer_jobs_ended_total with every terminal state from the start, at 0: an alert on
+// its increase then also sees the first failure after a restart.
+prometheus::Family<prometheus::Counter>& JobsEnded() {
+  static auto& family = []() -> prometheus::Family<prometheus::Counter>& {
+    auto& made = prometheus::BuildCounter()
+                     .Name("tandem_trainer_jobs_ended_total")
+                     .Help("Jobs that reached a terminal state, by that state.")
+                     .Register(MetricsRegistry());
+    for (trainer::v1::JobState state :
+         {trainer::v1::JOB_STATE_SUCCEEDED, trainer::v1::JOB_STATE_FAILED,
+          trainer::v1::JOB_STATE_CANCELLED}) {
+      made.Add({{"state", trainer::v1::JobState_Name(state)}});
+    }
+    return made;
+  }();
+  return family;
+}
+
 }  // namespace
 
 void RecordAttemptStart(const std::string& job_id, absl::Time start) {
@@ -152,6 +171,7 @@ void RecordJobCounts(const std::vector<trainer::v1::Job>& jobs) {
                             .Name("tandem_trainer_jobs")
                             .Help("Jobs known to the trainer, by state.")
                             .Register(MetricsRegistry());
+  JobsEnded();  // Exported from the first count on, before any job ends.
   absl::flat_hash_map<int, int> counts;
   for (const trainer::v1::Job& job : jobs) ++counts[job.state()];
   for (int state = trainer::v1::JOB_STATE_QUEUED; state <= trainer::v1::JOB_STATE_CANCELLED;
@@ -159,6 +179,10 @@ void RecordJobCounts(const std::vector<trainer::v1::Job>& jobs) {
     family.Add({{"state", trainer::v1::JobState_Name(static_cast<trainer::v1::JobState>(state))}})
         .Set(counts[state]);
   }
+}
+
+void RecordJobEnded(trainer::v1::JobState state) {
+  JobsEnded().Add({{"state", trainer::v1::JobState_Name(state)}}).Increment();
 }
 
 void ForgetJobMetrics(const std::string& job_id, absl::Time now, absl::Duration grace) {
@@ -190,6 +214,24 @@ void RemoveRetiredJobSeries(absl::Time now) {
     }
   }
   for (const std::string& job_id : due) RemoveJobSeries(job_id);
+}
+
+EndedJobSeriesSweeper::EndedJobSeriesSweeper() : thread_([this] { Sweep(); }) {}
+
+EndedJobSeriesSweeper::~EndedJobSeriesSweeper() {
+  {
+    absl::MutexLock lock(&mutex_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void EndedJobSeriesSweeper::Sweep() {
+  constexpr absl::Duration kInterval = absl::Seconds(1);
+  absl::MutexLock lock(&mutex_);
+  while (!mutex_.AwaitWithTimeout(absl::Condition(&stopping_), kInterval)) {
+    RemoveRetiredJobSeries(absl::Now());
+  }
 }
 
 }  // namespace tandem::trainer

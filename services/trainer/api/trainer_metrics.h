@@ -2,8 +2,10 @@
 #define TANDEM_SERVICES_TRAINER_TRAINER_METRICS_H_
 
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "tandem/trainer/v1/trainer.pb.h"
 
@@ -26,6 +28,26 @@ void RemoveRetiredJobSeries(absl::Time now);
 
 // tandem_trainer_jobs{state} for the current counts.
 void RecordJobCounts(const std::vector<trainer::v1::Job>& jobs);
+
+// tandem_trainer_jobs_ended_total{state}: a job reached SUCCEEDED, FAILED or CANCELLED.
+void RecordJobEnded(trainer::v1::JobState state);
+
+// Removes ended jobs' series once their grace is over (RemoveRetiredJobSeries, about once a
+// second) on a thread of its own, so that they go even when no other job runs after them.
+class EndedJobSeriesSweeper {
+ public:
+  EndedJobSeriesSweeper();
+  ~EndedJobSeriesSweeper();
+  EndedJobSeriesSweeper(const EndedJobSeriesSweeper&) = delete;
+  EndedJobSeriesSweeper& operator=(const EndedJobSeriesSweeper&) = delete;
+
+ private:
+  void Sweep();
+
+  absl::Mutex mutex_;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::thread thread_;
+};
 
 }  // namespace tandem::trainer
 
