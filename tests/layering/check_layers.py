@@ -10,6 +10,17 @@ import sys
 EDGE = re.compile(r'"([^"]+)"\s*->\s*"([^"]+)"')
 LOWER_LAYERS = ("engine", "kernels", "common", "transfer")
 
+# The trainer's update in layers (docs/contributing.md): the RL objective knows neither the
+# communicator nor the optimizer step, and gradient synchronization and the optimizer step know
+# no loss. Checked on everything a target reaches, not only its direct deps.
+TRAINER = "//services/trainer:"
+OBJECTIVE = (TRAINER + "rl_math", TRAINER + "value_head")
+SYNC_AND_STEP = (TRAINER + "gradient_sync", TRAINER + "optimizer_step")
+UNREACHABLE = {
+    **{target: ("//common:communicator",) + SYNC_AND_STEP for target in OBJECTIVE},
+    **{target: OBJECTIVE + (TRAINER + "policy_update",) for target in SYNC_AND_STEP},
+}
+
 
 def package(label):
     return label.lstrip("/").split(":")[0]
@@ -40,6 +51,32 @@ def violation(source, target):
     return None
 
 
+def reachable(edges, source):
+    """Every label `source` depends on, directly or not."""
+    targets = {}
+    for s, t in edges:
+        targets.setdefault(s, []).append(t)
+    seen, stack = set(), [source]
+    while stack:
+        for target in targets.get(stack.pop(), []):
+            if target not in seen:
+                seen.add(target)
+                stack.append(target)
+    return seen
+
+
+def unreachable_violations(edges):
+    found = []
+    for source, forbidden in UNREACHABLE.items():
+        if not any(s == source for s, _ in edges):
+            found.append((source, "(graph)", "is not in the shipped graph: a renamed target?"))
+            continue
+        reached = reachable(edges, source)
+        found += [(source, target, "a layer of the trainer's update reaches one it must not")
+                  for target in forbidden if target in reached]
+    return found
+
+
 def main():
     edges = []
     with open(sys.argv[1]) as graph:
@@ -53,6 +90,7 @@ def main():
         print(f"only {len(edges)} edges in the graph: the query is broken")
         return 1
     bad = [(s, t, why) for s, t in edges if (why := violation(s, t))]
+    bad += unreachable_violations(edges)
     for source, target, why in bad:
         print(f"{source} -> {target}: {why}")
     print(f"{len(edges)} edges checked, {len(bad)} break a layer")

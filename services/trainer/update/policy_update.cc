@@ -13,6 +13,7 @@
 #include "engine/expert_replicas.h"
 #include "kernels/cpu/loss.h"
 #include "services/trainer/ranks/rank_agreement.h"
+#include "services/trainer/update/optimizer_step.h"
 
 namespace tandem::trainer {
 namespace {
@@ -64,25 +65,6 @@ double ExplainedVariance(const std::array<double, 5>& sums) {
   const double variance = sum_sq / n - (sum / n) * (sum / n);
   const double error_variance = error_sq / n - (error_sum / n) * (error_sum / n);
   return variance > 1e-12 ? 1 - error_variance / variance : 0;
-}
-
-// Sums the gradients of `params` over `ranks` (nothing to do without, or on one rank).
-absl::Status SumGradients(Communicator* ranks, std::span<const engine::Param> params) {
-  if (ranks == nullptr || ranks->size() == 1 || params.empty()) return absl::OkStatus();
-  // One collective for all of them: a LoRA has a tensor per target per expert per layer.
-  std::vector<float> packed;
-  for (const engine::Param& param : params)
-    packed.insert(packed.end(), param.grad, param.grad + param.size);
-  if (absl::Status status = ranks->AllReduceSum(packed.data(), static_cast<int64_t>(packed.size()));
-      !status.ok()) {
-    return status;
-  }
-  const float* next = packed.data();
-  for (const engine::Param& param : params) {
-    std::copy(next, next + param.size, param.grad);
-    next += param.size;
-  }
-  return absl::OkStatus();
 }
 
 int MicroBatches(int rows, int micro_batch_size) {
@@ -145,6 +127,13 @@ PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
       lora_(lora),
       optimizer_(optimizer),
       config_(std::move(config)),
+      sync_({.data_parallel = config_.data_parallel,
+             .expert_group = expert_parallel() ? config_.expert_parallel.group : nullptr,
+             .same_experts = config_.expert_parallel.same_experts},
+            [&lora](const engine::Param& param) {
+              const engine::Parameter* parameter = lora.parameters().Find(param.name);
+              return parameter != nullptr && parameter->stacked_experts;
+            }),
       policy_(std::move(engines.policy)),
       reference_(std::move(engines.reference)) {}
 
@@ -219,7 +208,7 @@ absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSamp
       batch.advantages[j] = batch.mask[j] * advantages[j / batch.cols];
     if (config_.whiten_advantages) {
       auto whitened = WhitenMasked(batch.advantages, batch.mask, [this](absl::Span<double> sums) {
-        return SumAcrossRanks(sums);
+        return sync_.SumAcrossRanks(sums);
       });
       if (!whitened.ok()) return whitened.status();
       batch.advantages = *std::move(whitened);
@@ -279,7 +268,7 @@ absl::Status PolicyUpdater::FinishStats(const Batch& batch, double loss, UpdateS
                    weights[0],
                    weights[1],
                    weights[2]};
-  if (absl::Status status = SumAcrossRanks(sums); !status.ok()) return status;
+  if (absl::Status status = sync_.SumAcrossRanks(sums); !status.ok()) return status;
   const double tokens = std::max(sums[7], 1.0);
   stats.loss = sums[0] / config_.updates_per_step;
   stats.value_loss = sums[1] / config_.updates_per_step;
@@ -294,19 +283,6 @@ absl::Status PolicyUpdater::FinishStats(const Batch& batch, double loss, UpdateS
   routing.tokens = static_cast<int64_t>(sums[10]);
   routing.differing_tokens = static_cast<int64_t>(sums[11]);
   stats.is_ess = EffectiveSampleSize(sums[12], sums[13], sums[14]);
-  return absl::OkStatus();
-}
-
-absl::Status PolicyUpdater::SumAcrossRanks(absl::Span<double> values) const {
-  Communicator* ranks = config_.data_parallel;
-  if (ranks == nullptr || ranks->size() == 1) return absl::OkStatus();
-  // Communicators sum floats: counts stay exact below 2^24, sums keep float's 7 digits.
-  std::vector<float> buffer(values.begin(), values.end());
-  if (absl::Status status = ranks->AllReduceSum(buffer.data(), static_cast<int64_t>(buffer.size()));
-      !status.ok()) {
-    return status;
-  }
-  std::copy(buffer.begin(), buffer.end(), values.begin());
   return absl::OkStatus();
 }
 
@@ -330,42 +306,6 @@ absl::Status PolicyUpdater::CheckExpertParallelism(bool critic) const {
                      absl::StrJoin(local, ","), ", in that order (LoraAdapter::ExpertShard)"));
   }
   return absl::OkStatus();
-}
-
-PolicyUpdater::SplitParams PolicyUpdater::SplitByOwnership(
-    std::span<const engine::Param> params) const {
-  SplitParams split;
-  for (const engine::Param& param : params) {
-    const engine::Parameter* parameter = lora_.parameters().Find(param.name);
-    (parameter != nullptr && parameter->stacked_experts ? split.per_expert : split.shared)
-        .push_back(param);
-  }
-  return split;
-}
-
-absl::Status PolicyUpdater::SumGradientsAcrossRanks(std::span<const engine::Param> params) const {
-  if (!expert_parallel()) return SumGradients(config_.data_parallel, params);
-  const SplitParams split = SplitByOwnership(params);
-  if (absl::Status status = SumGradients(config_.data_parallel, split.shared); !status.ok()) {
-    return status;
-  }
-  return SumGradients(config_.expert_parallel.same_experts, split.per_expert);
-}
-
-absl::StatusOr<float> PolicyUpdater::ClipGradients(std::span<const engine::Param> params) const {
-  if (!expert_parallel()) return engine::ClipGradNorm(params, config_.max_grad_norm);
-  const SplitParams split = SplitByOwnership(params);
-  // Each rank of the group holds other experts: their squares add up over the group, sent as
-  // a float and its remainder so the double survives the float collective.
-  const double mine = engine::SquaredGradNorm(split.per_expert);
-  const float parts[] = {static_cast<float>(mine),
-                         static_cast<float>(mine - static_cast<float>(mine))};
-  absl::StatusOr<std::vector<float>> all = GatherFromRanks(*config_.expert_parallel.group, parts);
-  if (!all.ok()) return all.status();
-  double expert_squares = 0;
-  for (float part : *all) expert_squares += part;
-  return engine::ClipGradNormTo(params, config_.max_grad_norm,
-                                std::sqrt(engine::SquaredGradNorm(split.shared) + expert_squares));
 }
 
 std::vector<double> PolicyUpdater::ResponseLogProbs(const Batch& batch, int begin, int end,
@@ -428,7 +368,7 @@ absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
   const std::vector<int16_t>* routes =
       config_.replay == RouteReplay::kR3 ? batch.rollout_routes : nullptr;
   const int forwards = MicroBatches(batch.rows(), config_.micro_batch_size);
-  absl::StatusOr<int> most = MostInExpertGroup(forwards);
+  absl::StatusOr<int> most = sync_.MostInExpertGroup(forwards);
   if (!most.ok()) return most.status();
   for (int begin = 0; begin < batch.rows(); begin += config_.micro_batch_size) {
     const int end = std::min(batch.rows(), begin + config_.micro_batch_size);
@@ -446,15 +386,6 @@ absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
     }
   }
   return PadExpertGroup(*most - forwards, 0);
-}
-
-absl::StatusOr<int> PolicyUpdater::MostInExpertGroup(int mine) const {
-  Communicator* group = config_.expert_parallel.group;
-  if (!expert_parallel()) return mine;
-  const float value = static_cast<float>(mine);
-  absl::StatusOr<std::vector<float>> all = GatherFromRanks(*group, absl::MakeConstSpan(&value, 1));
-  if (!all.ok()) return all.status();
-  return static_cast<int>(*std::max_element(all->begin(), all->end()));
 }
 
 absl::Status PolicyUpdater::PadExpertGroup(int forwards, int updates) {
@@ -494,13 +425,14 @@ absl::Status PolicyUpdater::CriticAdvantages(Batch& batch, UpdateStats& stats) c
   batch.returns = std::move(gae.returns);
   batch.advantages = std::move(gae.advantages);
   if (config_.whiten_advantages) {
-    auto whitened = WhitenMasked(batch.advantages, batch.mask,
-                                 [this](absl::Span<double> sums) { return SumAcrossRanks(sums); });
+    auto whitened = WhitenMasked(batch.advantages, batch.mask, [this](absl::Span<double> sums) {
+      return sync_.SumAcrossRanks(sums);
+    });
     if (!whitened.ok()) return whitened.status();
     batch.advantages = *std::move(whitened);
   }
   std::array<double, 5> sums = ReturnSums(batch.returns, batch.old_values, batch.mask);
-  if (absl::Status status = SumAcrossRanks(absl::MakeSpan(sums)); !status.ok()) return status;
+  if (absl::Status status = sync_.SumAcrossRanks(absl::MakeSpan(sums)); !status.ok()) return status;
   stats.explained_variance = ExplainedVariance(sums);
   return absl::OkStatus();
 }
@@ -583,11 +515,11 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   // The mini-batch's tokens and sequences over every rank: the loss is the whole mini-batch's.
   double totals[2] = {0, static_cast<double>(end - begin)};
   for (size_t i = batch.at(begin, 0); i < batch.at(end, 0); ++i) totals[0] += batch.mask[i];
-  if (absl::Status status = SumAcrossRanks(totals); !status.ok()) return status;
+  if (absl::Status status = sync_.SumAcrossRanks(totals); !status.ok()) return status;
   const double total_tokens = totals[0];
   const int total_rows = static_cast<int>(totals[1]);
   const int micro_batches = MicroBatches(end - begin, config_.micro_batch_size);
-  absl::StatusOr<int> most = MostInExpertGroup(micro_batches);
+  absl::StatusOr<int> most = sync_.MostInExpertGroup(micro_batches);
   if (!most.ok()) return most.status();
   // A failure while replicas are held leaves this rank holding its own experts again.
   absl::Cleanup drop_replicas = [this] { DropReplicas(); };
@@ -670,34 +602,38 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
   }
   if (absl::Status status = ReleaseReplicas(); !status.ok()) return status;
   std::move(drop_replicas).Cancel();
-  if (absl::Status status = SumGradientsAcrossRanks(optimizer_.params()); !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<float> grad_norm = ClipGradients(optimizer_.params());
-  if (!grad_norm.ok()) return grad_norm.status();
-  stats.grad_norm = *grad_norm;
-  if (std::isfinite(stats.grad_norm)) {
-    stats.learning_rate = engine::LearningRate(config_.schedule, optimizer_.step());
-    if (absl::Status status = optimizer_.Step(static_cast<float>(stats.learning_rate));
-        !status.ok()) {
-      return status;
-    }
+  if (absl::Status status = StepOptimizers(stats); !status.ok()) return status;
+  return loss;
+}
+
+absl::Status PolicyUpdater::StepOptimizers(UpdateStats& stats) {
+  if (absl::Status status = sync_.SumGradients(optimizer_.params()); !status.ok()) return status;
+  absl::StatusOr<double> norm = sync_.GlobalGradNorm(optimizer_.params());
+  if (!norm.ok()) return norm.status();
+  absl::StatusOr<OptimizerStep> step =
+      ClipAndStep(optimizer_, {config_.schedule, config_.max_grad_norm}, *norm);
+  if (!step.ok()) return step.status();
+  stats.grad_norm = step->grad_norm;
+  stats.learning_rate = step->learning_rate;
+  if (step->stepped) {
     if (absl::Status status = policy_->AdapterChanged(); !status.ok()) return status;
   }
   lora_.parameters().ZeroGradients();
-  if (config_.critic.head != nullptr) {
-    const CriticConfig& critic = config_.critic;
-    if (absl::Status status = SumGradientsAcrossRanks(critic.optimizer->params()); !status.ok()) {
-      return status;
-    }
-    if (std::isfinite(engine::ClipGradNorm(critic.optimizer->params(), config_.max_grad_norm))) {
-      if (absl::Status status = critic.optimizer->Step(critic.learning_rate); !status.ok()) {
-        return status;
-      }
-    }
-    critic.head->ZeroGradients();
+  const CriticConfig& critic = config_.critic;
+  if (critic.head == nullptr) return absl::OkStatus();
+  if (absl::Status status = sync_.SumGradients(critic.optimizer->params()); !status.ok()) {
+    return status;
   }
-  return loss;
+  absl::StatusOr<double> critic_norm = sync_.GlobalGradNorm(critic.optimizer->params());
+  if (!critic_norm.ok()) return critic_norm.status();
+  const OptimizerSettings critic_settings = {engine::ScheduleConfig::Constant(critic.learning_rate),
+                                             config_.max_grad_norm};
+  if (absl::Status status = ClipAndStep(*critic.optimizer, critic_settings, *critic_norm).status();
+      !status.ok()) {
+    return status;
+  }
+  critic.head->ZeroGradients();
+  return absl::OkStatus();
 }
 
 }  // namespace tandem::trainer

@@ -18,6 +18,7 @@
 #include "services/trainer/rl/mismatch_correction.h"
 #include "services/trainer/rl/policy_loss.h"
 #include "services/trainer/rl/value_head.h"
+#include "services/trainer/update/gradient_sync.h"
 #include "services/trainer/update/policy_update_config.h"
 
 namespace tandem::trainer {
@@ -91,29 +92,14 @@ class PolicyUpdater {
   // PPO: token rewards (the score at each sample's last token), GAE over the old values,
   // returns, whitening and explained variance.
   absl::Status CriticAdvantages(Batch& batch, UpdateStats& stats) const;
-  // Sums `values` in place over the data-parallel ranks (nothing to do on one rank).
-  absl::Status SumAcrossRanks(absl::Span<double> values) const;
-  // Sums the gradients of `params` over the data-parallel ranks (per-expert ones, with expert
-  // parallelism, over the ranks holding the same experts).
-  absl::Status SumGradientsAcrossRanks(std::span<const engine::Param> params) const;
-  // The most `mine` of any rank of the expert-parallel group (`mine` without one).
-  absl::StatusOr<int> MostInExpertGroup(int mine) const;
   // Empty forward and backward passes, so this rank makes as many as the busiest rank of its
   // expert-parallel group: `forwards` old-policy forwards or `updates` update micro-batches.
   absl::Status PadExpertGroup(int forwards, int updates);
-  // ClipGradNorm over every rank's gradients: per-expert ones live on their experts' ranks.
-  absl::StatusOr<float> ClipGradients(std::span<const engine::Param> params) const;
   bool expert_parallel() const { return config_.expert_parallel.exchange != nullptr; }
   // INVALID_ARGUMENT for an expert-parallel config that would train wrong (groups that do not
   // multiply to the data-parallel ranks, an adapter that is not this rank's shard); UNIMPLEMENTED
   // with a critic.
   absl::Status CheckExpertParallelism(bool critic) const;
-  // `params` as the expert-parallel ranks hold them: per-expert tensors (each rank its own
-  // experts') and the rest (the same on every rank).
-  struct SplitParams {
-    std::vector<engine::Param> shared, per_expert;
-  };
-  SplitParams SplitByOwnership(std::span<const engine::Param> params) const;
   // The step's statistics over every rank's share, normalized by the batch's tokens.
   absl::Status FinishStats(const Batch& batch, double loss, UpdateStats& stats) const;
   // Adds the value loss of samples [micro, micro_end) (this forward's hidden states) to
@@ -131,6 +117,9 @@ class PolicyUpdater {
   void RecordOldPolicy(Batch& batch, int begin, int end, const std::vector<double>& logp,
                        UpdateStats& stats);
   absl::StatusOr<double> UpdateMiniBatch(Batch& batch, int begin, int end, UpdateStats& stats);
+  // After a mini-batch's passes: its gradients summed over the ranks that share them, clipped,
+  // and the policy's (and the critic's) optimizer stepped.
+  absl::Status StepOptimizers(UpdateStats& stats);
   // Around a mini-batch's passes with replicas_ (nothing without): the model and the adapter
   // take the replicas and the exchange computes with them, then the replicas' gradients go to
   // their owners, the owners' placement returns and the optimizer follows the adapter's memory.
@@ -145,6 +134,7 @@ class PolicyUpdater {
   engine::LoraAdapter& lora_;
   engine::AdamW& optimizer_;
   const PolicyUpdateConfig config_;
+  const GradientSync sync_;
   std::unique_ptr<engine::TrainingEngine> policy_;
   std::unique_ptr<engine::TrainingEngine> reference_;  // The base model alone, for the KL penalty.
   std::vector<float> scaled_logits_;                   // The last Forward's logits / temperature.
