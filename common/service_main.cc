@@ -47,14 +47,12 @@ int RunServiceMain(int argc, char** argv, const ServiceBinary& binary) {
     return kExitBadFlags;
   }
   // /metrics comes up before the services load their model or data, so that a scrape sees a
-  // slow start as loading rather than absent.
-  if (absl::StatusOr<int> metrics = ServeMetrics(options->host, options->metrics_port);
-      !metrics.ok()) {
-    spdlog::error("{}", metrics.status());
-    return kExitCannotServe;
+  // slow start as loading rather than absent. Best effort: a port in use must not hide a bad
+  // setting that building the services reports; ServiceServer::Start binds it for good.
+  if (ServeMetrics(options->host, options->metrics_port).ok()) {
+    RecordBuildInfo(binary.name);
+    RecordLoading(binary.name, true);
   }
-  RecordBuildInfo(binary.name);
-  RecordLoading(binary.name, true);
   auto services = binary.make_services(*options);
   if (!services.ok()) {
     spdlog::error("cannot build services: {}", services.status());
