@@ -102,6 +102,44 @@ absl::Status InvalidField(absl::string_view field, absl::string_view message) {
   return WithErrorInfo(std::move(status), "INVALID_FIELD", {{"field", std::string(field)}});
 }
 
+absl::Status InvalidRequest(absl::string_view reason, absl::string_view message) {
+  return WithErrorInfo(absl::InvalidArgumentError(message), reason);
+}
+
+absl::Status Annotate(const absl::Status& status, absl::string_view prefix) {
+  if (status.ok()) return status;
+  absl::Status annotated(status.code(), absl::StrCat(prefix, status.message()));
+  status.ForEachPayload([&](absl::string_view type_url, const absl::Cord& payload) {
+    annotated.SetPayload(type_url, payload);
+  });
+  return annotated;
+}
+
+absl::Status WithFieldPath(const absl::Status& status, absl::string_view field) {
+  if (!absl::IsInvalidArgument(status)) return status;
+  return InvalidField(field, status.message());
+}
+
+std::string FieldPath(absl::string_view parent, absl::string_view field) {
+  if (parent.empty()) return std::string(field);
+  if (field.empty()) return std::string(parent);
+  return absl::StrCat(parent, ".", field);
+}
+
+std::string IndexPath(absl::string_view list, int64_t index) {
+  return absl::StrCat(list, "[", index, "]");
+}
+
+std::string KeyPath(absl::string_view map, absl::string_view key) {
+  std::string path = absl::StrCat(map, "[\"");
+  for (const char c : key) {
+    if (c == '"' || c == '\\') path.push_back('\\');
+    path.push_back(c);
+  }
+  path += "\"]";
+  return path;
+}
+
 std::vector<FieldViolation> FieldViolations(const absl::Status& status) {
   std::vector<FieldViolation> violations;
   if (std::optional<google::rpc::BadRequest> bad_request = Detail<google::rpc::BadRequest>(status)) {

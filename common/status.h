@@ -2,6 +2,7 @@
 #define TANDEM_COMMON_STATUS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,29 @@ absl::Status InvalidField(absl::string_view field, absl::string_view message);
 // stable per kind of error) that ToGrpcStatus sends in the status details.
 absl::Status WithErrorInfo(absl::Status status, absl::string_view reason,
                            const std::vector<std::pair<std::string, std::string>>& metadata = {});
+
+// INVALID_ARGUMENT `message` about a request that is invalid as a whole, or about something no
+// single field carries (so no google.rpc.BadRequest), with a google.rpc.ErrorInfo (domain
+// kErrorDomain, `reason` in UPPER_SNAKE_CASE, stable per kind of error). A bad field is
+// InvalidField's.
+absl::Status InvalidRequest(absl::string_view reason, absl::string_view message);
+
+// `status` with `prefix` put before its message, keeping its code and every payload (the error
+// details), so that adding context to a detailed status never strips its details.
+absl::Status Annotate(const absl::Status& status, absl::string_view prefix);
+
+// `status`, when INVALID_ARGUMENT, as InvalidField(field, its message): for a check shared by
+// many requests (identifiers, string sizes, durations, LoRA configs) that names the field by
+// its own name, or gives no details at all, to name it by its path from this request's root.
+// Its other payloads are dropped; any other status is returned unchanged.
+absl::Status WithFieldPath(const absl::Status& status, absl::string_view field);
+
+// Field paths from the request root, as InvalidField takes them: FieldPath("spec", "group_size")
+// is "spec.group_size" (just the other when either is empty), IndexPath("prompts", 3) is
+// "prompts[3]", KeyPath("labels", "key") is `labels["key"]` (a '"' or '\' in the key escaped).
+std::string FieldPath(absl::string_view parent, absl::string_view field);
+std::string IndexPath(absl::string_view list, int64_t index);
+std::string KeyPath(absl::string_view map, absl::string_view key);
 
 struct FieldViolation {
   std::string field;

@@ -106,5 +106,60 @@ TEST(StatusTest, ALongViolationIsCutToFitTheTrailers) {
   EXPECT_LE(wire.error_message().size() + base64_details, size_t{8} << 10);
 }
 
+// A request that is invalid as a whole carries its reason, and no field.
+TEST(StatusTest, AnInvalidRequestCarriesItsReasonAndNoField) {
+  const absl::Status invalid = InvalidRequest("RESPONSE_TOO_LARGE", "at most 2^20 counts");
+  EXPECT_EQ(invalid.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(invalid.message(), "at most 2^20 counts");
+  const absl::Status back = FromGrpcStatus(ToGrpcStatus(invalid));
+  EXPECT_EQ(ErrorReason(back), "RESPONSE_TOO_LARGE");
+  EXPECT_THAT(FieldViolations(back), SizeIs(0));
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(ToGrpcStatus(invalid).error_details()));
+  google::rpc::ErrorInfo info;
+  ASSERT_EQ(details.details_size(), 1);
+  ASSERT_TRUE(details.details(0).UnpackTo(&info));
+  EXPECT_EQ(info.domain(), "tandem");
+}
+
+// Context added to a detailed status keeps its code and details.
+TEST(StatusTest, AnnotatingKeepsTheCodeAndTheDetails) {
+  const absl::Status annotated =
+      Annotate(InvalidField("records.records[2].key.job_id", "bad job_id: ''"), "record x: ");
+  EXPECT_EQ(annotated.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(annotated.message(), "record x: bad job_id: ''");
+  ASSERT_THAT(FieldViolations(annotated), SizeIs(1));
+  EXPECT_EQ(FieldViolations(annotated)[0].field, "records.records[2].key.job_id");
+  EXPECT_EQ(ErrorReason(annotated), "INVALID_FIELD");
+  EXPECT_EQ(
+      ErrorReason(Annotate(WithErrorInfo(absl::NotFoundError("gone"), "JOB_NOT_FOUND"), "job x: ")),
+      "JOB_NOT_FOUND");
+  EXPECT_TRUE(Annotate(absl::OkStatus(), "never: ").ok());
+}
+
+// A shared check's error names the field at its path in the request at hand.
+TEST(StatusTest, WithFieldPathNamesTheFieldAtItsPath) {
+  const absl::Status bare = absl::InvalidArgumentError("bad ttl: seconds 1, nanos -1");
+  const absl::Status placed = WithFieldPath(bare, "lease_ttl");
+  EXPECT_EQ(placed.message(), bare.message());
+  ASSERT_THAT(FieldViolations(placed), SizeIs(1));
+  EXPECT_EQ(FieldViolations(placed)[0].field, "lease_ttl");
+  EXPECT_EQ(ErrorReason(placed), "INVALID_FIELD");
+  const absl::Status moved = WithFieldPath(InvalidField("job_id", "bad job_id"), "job.job_id");
+  ASSERT_THAT(FieldViolations(moved), SizeIs(1));
+  EXPECT_EQ(FieldViolations(moved)[0].field, "job.job_id");
+  EXPECT_TRUE(absl::IsNotFound(WithFieldPath(absl::NotFoundError("no"), "job_id")));
+  EXPECT_THAT(FieldViolations(WithFieldPath(absl::NotFoundError("no"), "job_id")), SizeIs(0));
+}
+
+TEST(StatusTest, FieldPathsJoinFieldsIndicesAndMapKeys) {
+  EXPECT_EQ(FieldPath("spec", "group_size"), "spec.group_size");
+  EXPECT_EQ(FieldPath("", "job_id"), "job_id");
+  EXPECT_EQ(FieldPath("prompts[3]", ""), "prompts[3]");
+  EXPECT_EQ(FieldPath(IndexPath("prompts", 3), "token_ids"), "prompts[3].token_ids");
+  EXPECT_EQ(KeyPath("manifest.labels", "note"), "manifest.labels[\"note\"]");
+  EXPECT_EQ(KeyPath("labels", "a\"b\\c"), "labels[\"a\\\"b\\\\c\"]");
+}
+
 }  // namespace
 }  // namespace tandem

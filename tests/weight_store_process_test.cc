@@ -126,6 +126,7 @@ TEST_P(WeightStoreProcessTest, UcxPublishAndFetchBetweenProcessesSurviveKillDash
     weightstore::v1::FetchTensorsRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
+    request.mutable_target();  // Required; empty: one rank.
     request.set_max_chunk_bytes(1 << 20);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));

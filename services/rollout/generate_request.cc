@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/adapter_selector.h"
 #include "common/identifier.h"
+#include "common/status.h"
 #include "common/string_limits.h"
 #include "engine/sampler.h"
 #include "services/rollout/client/sampling_rules.h"
@@ -18,18 +20,35 @@ namespace {
 constexpr int kMaxGroupSize = 256;
 constexpr size_t kMaxPromptTextBytes = size_t{1} << 20;
 
-absl::Status Invalid(auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); }
+// INVALID_ARGUMENT about the GenerateRequest field at `path`.
+absl::Status Invalid(const std::string& path, auto&&... parts) {
+  return InvalidField(path, absl::StrCat(parts...));
+}
+
+// The path of prompts[index] and of its fields.
+std::string PromptPath(int index, absl::string_view field) {
+  return FieldPath(IndexPath("prompts", index), field);
+}
+
+// Where a prompt's tokens come from: its token_ids or its text.
+std::string ContentPath(const rollout::v1::Prompt& prompt, int index) {
+  return PromptPath(index, prompt.has_text() ? "text" : "token_ids");
+}
 
 absl::StatusOr<std::vector<int>> TextTokens(const rollout::v1::Prompt& prompt, int index,
                                             const engine::text::TextCodec& codec) {
   if (prompt.text().empty() || prompt.text().size() > kMaxPromptTextBytes) {
-    return Invalid("prompts[", index, "]: text has ", prompt.text().size(),
-                   " bytes; must have 1 byte .. 1 MiB");
+    return Invalid(PromptPath(index, "text"), "prompts[", index, "]: text has ",
+                   prompt.text().size(), " bytes; must have 1 byte .. 1 MiB");
   }
   auto ids = codec.EncodePrompt(prompt.text());
   if (!ids.ok()) {
-    return absl::Status(ids.status().code(),
-                        absl::StrCat("prompts[", index, "]: ", ids.status().message()));
+    absl::Status status = Annotate(ids.status(), absl::StrCat("prompts[", index, "]: "));
+    // A text the tokenizer refuses is the text's fault; a missing tokenizer is not.
+    if (absl::IsInvalidArgument(status) && FieldViolations(status).empty()) {
+      status = WithFieldPath(status, PromptPath(index, "text"));
+    }
+    return status;
   }
   return ids;
 }
@@ -49,11 +68,16 @@ absl::StatusOr<std::vector<int>> PromptTokens(const rollout::v1::Prompt& prompt,
       break;
     }
     default:
-      return Invalid("prompts[", index, "]: set token_ids or text");
+      // The oneof is required; its name stands for whichever of its fields the client meant.
+      return Invalid(PromptPath(index, "content"), "prompts[", index, "]: set token_ids or text");
   }
-  for (int id : ids) {  // A tokenizer may know ids beyond the model's vocabulary too.
+  for (size_t i = 0; i < ids.size(); ++i) {  // A tokenizer may know ids beyond the vocabulary.
+    const int id = ids[i];
     if (id < 0 || id >= model.vocab_size) {
-      return Invalid("prompts[", index, "]: token ", id,
+      const std::string path = prompt.has_text() ? PromptPath(index, "text")
+                                                 : IndexPath(PromptPath(index, "token_ids.ids"),
+                                                             static_cast<int64_t>(i));
+      return Invalid(path, "prompts[", index, "]: token ", id,
                      id < 0 ? " < 0" : absl::StrCat(" >= vocab ", model.vocab_size));
     }
   }
@@ -63,11 +87,13 @@ absl::StatusOr<std::vector<int>> PromptTokens(const rollout::v1::Prompt& prompt,
 absl::Status CheckRouteRecording(const rollout::v1::GenerateRequest& request) {
   const rollout::v1::RouteRecording& routes = request.routes();
   if (!routes.enabled()) return absl::OkStatus();
-  if (absl::Status status = router_replay::ValidateJobId(routes.job_id()); !status.ok()) {
-    return Invalid("routes.job_id: ", status.message());
+  if (absl::Status status = router_replay::ValidateJobId(routes.job_id(), "routes.job_id");
+      !status.ok()) {
+    return Annotate(status, "routes.job_id: ");
   }
-  if (routes.attempt() < 0)
-    return Invalid("routes.attempt is ", routes.attempt(), "; must be >= 0");
+  if (routes.attempt() < 0) {
+    return Invalid("routes.attempt", "routes.attempt is ", routes.attempt(), "; must be >= 0");
+  }
   return absl::OkStatus();
 }
 
@@ -83,14 +109,21 @@ absl::Status ValidateAdapterSelector(const type::v1::AdapterSelector& selector) 
   if (selector.adapter_name().empty()) {
     if (selector.version_case() != type::v1::AdapterSelector::VERSION_NOT_SET &&
         !(selector.has_exact_version() && selector.exact_version() == 0)) {
-      return Invalid(
-          "adapter.adapter_name is empty (the base model): only exact_version 0 may be "
-          "set, not ",
-          selector.ShortDebugString());
+      const char* field = selector.has_exact_version() ? "adapter.exact_version"
+                          : selector.has_min_version() ? "adapter.min_version"
+                                                       : "adapter.latest";
+      return Invalid(field,
+                     "adapter.adapter_name is empty (the base model): only exact_version 0 may be "
+                     "set, not ",
+                     selector.ShortDebugString());
     }
     return absl::OkStatus();
   }
-  return ValidateNamedSelector(selector);
+  absl::Status status = ValidateNamedSelector(selector);
+  // The name's error names its field; a version's carries no details of its own.
+  if (status.ok() || !FieldViolations(status).empty()) return status;
+  return WithFieldPath(
+      status, selector.has_min_version() ? "adapter.min_version" : "adapter.exact_version");
 }
 
 absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(
@@ -100,14 +133,17 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(
     return status;
   }
   if (request.prompts_size() < 1 || request.prompts_size() > kMaxPromptsPerRequest) {
-    return Invalid("prompts has ", request.prompts_size(), " entries; need 1..",
+    return Invalid("prompts", "prompts has ", request.prompts_size(), " entries; need 1..",
                    kMaxPromptsPerRequest);
   }
   const int group_size = request.group_size() == 0 ? 1 : request.group_size();
   if (group_size < 1 || group_size > kMaxGroupSize) {
-    return Invalid("group_size is ", request.group_size(), "; must be in 1..", kMaxGroupSize);
+    return Invalid("group_size", "group_size is ", request.group_size(), "; must be in 1..",
+                   kMaxGroupSize);
   }
-  if (!request.has_sampling()) return Invalid("sampling is required (max_new_tokens at least)");
+  if (!request.has_sampling()) {
+    return Invalid("sampling", "sampling is required (max_new_tokens at least)");
+  }
   // Checked here, before the request queues and the replica follows the adapter (a watcher
   // per name).
   if (absl::Status status = ValidateAdapterSelector(request.adapter()); !status.ok()) {
@@ -140,19 +176,24 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(
     auto tokens = PromptTokens(prompt, i, model, codec);
     if (!tokens.ok()) return tokens.status();
     const int length = static_cast<int>(tokens->size());
-    if (length < 1) return Invalid("prompts[", i, "]: empty prompt");
+    if (length < 1) {
+      return Invalid(prompt.has_text() ? PromptPath(i, "text") : PromptPath(i, "token_ids.ids"),
+                     "prompts[", i, "]: empty prompt");
+    }
     if (length + int64_t{sampling.max_new_tokens()} > model.max_seq_len) {
-      return Invalid("prompts[", i, "]: ", length, " + ", sampling.max_new_tokens(),
-                     " tokens > context ", model.max_seq_len);
+      return Invalid(ContentPath(prompt, i), "prompts[", i, "]: ", length, " + ",
+                     sampling.max_new_tokens(), " tokens > context ", model.max_seq_len);
     }
     if (absl::Status status = CheckMaxBytes("prompt_id", prompt.prompt_id(), kMaxIdentifierBytes);
         !status.ok()) {
-      return Invalid("prompts[", i, "]: ", status.message());
+      return Annotate(WithFieldPath(status, PromptPath(i, "prompt_id")),
+                      absl::StrCat("prompts[", i, "]: "));
     }
     std::string prompt_id = prompt.prompt_id().empty() ? absl::StrCat(request.request_id(), ".", i)
                                                        : prompt.prompt_id();
     if (!prompt_ids.insert(prompt_id).second) {
-      return Invalid("prompts[", i, "]: prompt_id '", prompt_id, "' is not unique");
+      return Invalid(PromptPath(i, "prompt_id"), "prompts[", i, "]: prompt_id '", prompt_id,
+                     "' is not unique");
     }
     work->reserved_positions += (length + int64_t{sampling.max_new_tokens()}) * group_size;
     work->prompt_ids.push_back(prompt_id);
@@ -160,8 +201,10 @@ absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(
       // The prompt's longest sample id: its last sample's.
       const router_replay::RecordKey key = work->RouteKey((i + 1) * group_size - 1, 0);
       if (absl::Status status = router_replay::ValidateRecordKey(key); !status.ok()) {
-        return Invalid("prompts[", i, "]: sample ids '", prompt_id,
-                       "/<j>' are no valid route keys: ", status.message());
+        // The prompt_id makes the sample ids (an explicit one is the fix).
+        return Annotate(WithFieldPath(status, PromptPath(i, "prompt_id")),
+                        absl::StrCat("prompts[", i, "]: sample ids '", prompt_id,
+                                     "/<j>' are no valid route keys: "));
       }
     }
     work->prompts.push_back(*std::move(tokens));

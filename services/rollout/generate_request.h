@@ -14,7 +14,7 @@ namespace tandem::rollout {
 
 // common.proto's AdapterSelector as a rollout reads it: an empty name is the base model (only
 // exact_version 0 may then be set); otherwise an identifier, with a version >= 1 when one is
-// set. INVALID_ARGUMENT naming the field and value.
+// set. INVALID_ARGUMENT naming the field and value (in its details too: "adapter.min_version").
 absl::Status ValidateAdapterSelector(const type::v1::AdapterSelector& selector);
 
 // Checks a GenerateRequest against rollout.proto's rules and the model, and turns it into the
@@ -22,8 +22,9 @@ absl::Status ValidateAdapterSelector(const type::v1::AdapterSelector& selector);
 // kept once for its group's samples (GenerationWork::Sample builds a sample's engine request
 // with its own seed MixSeed(MixSeed(seed, prompt), sample)), and the model's stop tokens (EOS)
 // among the stop tokens. INVALID_ARGUMENT naming the field, e.g.
-// "prompts[3]: 900 + 200 tokens > context 1024"; FAILED_PRECONDITION for a text prompt to a
-// model without a tokenizer.
+// "prompts[3]: 900 + 200 tokens > context 1024", whose google.rpc.BadRequest names it by its
+// path from the request root ("prompts[3].token_ids"); FAILED_PRECONDITION for a text prompt to
+// a model without a tokenizer.
 absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(
     const rollout::v1::GenerateRequest& request, const engine::ModelConfig& model,
     const engine::text::TextCodec& codec);

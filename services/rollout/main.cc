@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/peer_tls.h"
 #include "common/service_main.h"
+#include "common/status.h"
 #include "engine/blas_threads_flag.h"
 #include "engine/cuda/device_engines.h"
 #include "services/rollout/relay_upstream.h"
@@ -77,19 +78,18 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   RolloutOptions options;
   options.base_model_path = absl::GetFlag(FLAGS_base_model);
   if (options.base_model_path.empty())
-    return absl::InvalidArgumentError("--base_model is required");
+    return tandem::InvalidRequest("INVALID_FLAG", "--base_model is required");
   const std::string precision = absl::GetFlag(FLAGS_precision);
   auto parsed_precision = tandem::engine::PrecisionFromName(precision);
   if (!parsed_precision.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--precision: ", parsed_precision.status().message()));
+    return tandem::InvalidRequest(
+        "INVALID_FLAG", absl::StrCat("--precision: ", parsed_precision.status().message()));
   }
   options.precision = *parsed_precision;
   options.device = absl::GetFlag(FLAGS_device);
   absl::StatusOr<std::string> device = tandem::engine::DescribeDevice(options.device);
   if (!device.ok()) {
-    return absl::Status(device.status().code(),
-                        absl::StrCat("--device=", options.device, ": ", device.status().message()));
+    return tandem::Annotate(device.status(), absl::StrCat("--device=", options.device, ": "));
   }
   spdlog::info("generation runs on {}", *device);
   auto peer_tls = tandem::PeerTlsFromFlags();
@@ -107,11 +107,11 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   options.registry.resident_versions = absl::GetFlag(FLAGS_resident_versions);
   options.registry.max_followed_adapters = absl::GetFlag(FLAGS_max_followed_adapters);
   if (options.registry.max_followed_adapters < 1) {
-    return absl::InvalidArgumentError("--max_followed_adapters must be >= 1");
+    return tandem::InvalidRequest("INVALID_FLAG", "--max_followed_adapters must be >= 1");
   }
   options.registry.unfollow_idle_after = absl::GetFlag(FLAGS_unfollow_idle_after);
   if (options.registry.unfollow_idle_after <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--unfollow_idle_after must be positive");
+    return tandem::InvalidRequest("INVALID_FLAG", "--unfollow_idle_after must be positive");
   }
   options.scheduler.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mib) << 20;
   options.scheduler.max_queued_positions = absl::GetFlag(FLAGS_max_queued_tokens);
@@ -120,7 +120,8 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   if (options.registry.resident_versions < 1 || options.scheduler.kv_cache_bytes < 1 ||
       options.scheduler.max_queued_positions < 1 || options.scheduler.max_batch_sequences < 1 ||
       options.scheduler.max_prefill_tokens_per_step < 1) {
-    return absl::InvalidArgumentError(
+    return tandem::InvalidRequest(
+        "INVALID_FLAG",
         "--resident_versions, --kv_cache_mib, --max_queued_tokens, --max_batch_sequences and "
         "--max_prefill_tokens_per_step must be >= 1");
   }
@@ -128,7 +129,7 @@ absl::StatusOr<RolloutOptions> OptionsFromFlags(const tandem::ServerOptions& ser
   options.ucx.transports = absl::GetFlag(FLAGS_ucx_transports);
   options.relay = absl::GetFlag(FLAGS_relay);
   if (!absl::GetFlag(FLAGS_relay_from).empty() && !options.relay) {
-    return absl::InvalidArgumentError("--relay_from needs --relay");
+    return tandem::InvalidRequest("INVALID_FLAG", "--relay_from needs --relay");
   }
   absl::StatusOr<std::string> upstream = tandem::rollout::RelayUpstream(
       absl::GetFlag(FLAGS_relay_from), absl::GetFlag(FLAGS_replica_index));

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/status.h"
 
 namespace tandem::rollout {
 
@@ -10,7 +11,8 @@ absl::StatusOr<std::string> RelayUpstream(absl::string_view relay_from, int repl
   constexpr absl::string_view kPrevious = "{previous}";
   if (!absl::StrContains(relay_from, kPrevious)) return std::string(relay_from);
   if (replica_index < 0) {
-    return absl::InvalidArgumentError(
+    return InvalidRequest(
+        "INVALID_FLAG",
         absl::StrCat("--relay_from=", relay_from,
                      " names the previous replica: it needs "
                      "--replica_index (this replica's place in the chain, 0 for the first)"));

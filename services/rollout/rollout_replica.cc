@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "engine/cuda/device_engines.h"
 #include "engine/hf/hf_model.h"
 #include "services/weight_store/client/engine_lora.h"
@@ -34,7 +35,7 @@ absl::StatusOr<std::unique_ptr<RolloutReplica>> RolloutReplica::Create(RolloutOp
   std::unique_ptr<RolloutReplica> replica(new RolloutReplica(std::move(options)));
   const RolloutOptions& o = replica->options_;
   if (!o.adapters.empty() && o.weight_store == nullptr) {
-    return absl::InvalidArgumentError("--adapter needs --weight_store");
+    return InvalidRequest("INVALID_FLAG", "--adapter needs --weight_store");
   }
   const absl::Time load_start = absl::Now();
   auto base = engine::hf::LoadBaseModel(o.base_model_path);

@@ -121,8 +121,8 @@ RolloutServiceImpl::WatchAdapterStatus(grpc::CallbackServerContext* /*context*/,
   using Finished =
       FinishedReactor<grpc::ServerWriteReactor<rollout::v1::WatchAdapterStatusResponse>>;
   if (request->adapter_name().empty()) {
-    return new Finished(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                     "adapter_name is required: the adapter to watch"));
+    return new Finished(ToGrpcStatus(
+        InvalidField("adapter_name", "adapter_name is required: the adapter to watch")));
   }
   if (absl::Status followed = replica_->registry().Status(request->adapter_name()).status();
       !followed.ok()) {

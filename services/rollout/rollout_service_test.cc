@@ -18,6 +18,8 @@
 #include "common/health_client.h"
 #include "common/process_status.h"
 #include "common/server.h"
+#include "common/status.h"
+#include "common/testing/error_details.h"
 #include "common/testing/simulated_clock.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
@@ -939,6 +941,142 @@ TEST_F(RolloutServiceTest, BadRequestsGetClearStatuses) {
   bad = request;
   bad.set_request_id("two words");
   expect_invalid(bad, "bad request_id");
+}
+
+// Every documented rule of every RPC, as a client built from the protos sees it: INVALID_ARGUMENT
+// whose details name the field by its path from the request root (with list indices) and give
+// the ErrorInfo reason.
+TEST_F(RolloutServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails) {
+  RolloutOptions options = DefaultOptions();
+  options.scheduler.kv_cache_bytes = 40 * 2048;  // 40 positions of the default model.
+  StartRollout(std::move(options));
+  using GenerateRequest = rollout::v1::GenerateRequest;
+  const GenerateRequest base = Request("rules", 2, 1, 4);  // Prompts of 4, 5 ids.
+  const auto generate = [&](const std::function<void(GenerateRequest&)>& edit) {
+    return [this, base, edit] {
+      GenerateRequest request = base;
+      edit(request);
+      return Generate(request).status;
+    };
+  };
+  const auto status_of = [&](const std::string& adapter) {
+    return [this, adapter] {
+      grpc::ClientContext context;
+      rollout::v1::GetAdapterStatusRequest request;
+      request.set_adapter_name(adapter);
+      rollout::v1::GetAdapterStatusResponse response;
+      return rollout_stub_->GetAdapterStatus(&context, request, &response);
+    };
+  };
+  const auto watch = [&](const std::string& adapter) {
+    return [this, adapter] { return StatusStream::Open(*rollout_stub_, adapter).ReadToEnd(); };
+  };
+  struct Case {
+    std::string name;
+    std::function<grpc::Status()> call;
+    std::string field;  // Empty: no BadRequest, only the reason.
+    std::string reason = "INVALID_FIELD";
+  };
+  const std::vector<Case> cases = {
+      // Generate.
+      {"NoRequestId", generate([](GenerateRequest& r) { r.clear_request_id(); }), "request_id"},
+      {"BadRequestId", generate([](GenerateRequest& r) { r.set_request_id("two words"); }),
+       "request_id"},
+      {"NoPrompts", generate([](GenerateRequest& r) { r.clear_prompts(); }), "prompts"},
+      {"GroupTooLarge", generate([](GenerateRequest& r) { r.set_group_size(300); }), "group_size"},
+      {"NoSampling", generate([](GenerateRequest& r) { r.clear_sampling(); }), "sampling"},
+      {"NoMaxNewTokens",
+       generate([](GenerateRequest& r) { r.mutable_sampling()->clear_max_new_tokens(); }),
+       "sampling.max_new_tokens"},
+      {"NegativeTemperature",
+       generate([](GenerateRequest& r) { r.mutable_sampling()->set_temperature(-1); }),
+       "sampling.temperature"},
+      {"ZeroTopP", generate([](GenerateRequest& r) { r.mutable_sampling()->set_top_p(0); }),
+       "sampling.top_p"},
+      {"TopKBeyondVocabulary",
+       generate([](GenerateRequest& r) { r.mutable_sampling()->set_top_k(50); }), "sampling.top_k"},
+      {"TooManyStopTokens", generate([](GenerateRequest& r) {
+         for (int i = 0; i < 65; ++i) r.mutable_sampling()->add_stop_token_ids(5);
+       }),
+       "sampling.stop_token_ids"},
+      {"StopTokenOutsideVocabulary", generate([](GenerateRequest& r) {
+         r.mutable_sampling()->add_stop_token_ids(5);
+         r.mutable_sampling()->add_stop_token_ids(-3);
+       }),
+       "sampling.stop_token_ids[1]"},
+      {"BaseModelWithAVersion",
+       generate([](GenerateRequest& r) { r.mutable_adapter()->set_exact_version(3); }),
+       "adapter.exact_version"},
+      {"BaseModelWithAMinVersion",
+       generate([](GenerateRequest& r) { r.mutable_adapter()->set_min_version(1); }),
+       "adapter.min_version"},
+      {"BadAdapterName", generate([](GenerateRequest& r) {
+         r.mutable_adapter()->set_adapter_name("../other tenant");
+       }),
+       "adapter.adapter_name"},
+      {"MinVersionZero", generate([](GenerateRequest& r) {
+         r.mutable_adapter()->set_adapter_name(kAdapter);
+         r.mutable_adapter()->set_min_version(0);
+       }),
+       "adapter.min_version"},
+      {"NegativeExactVersion", generate([](GenerateRequest& r) {
+         r.mutable_adapter()->set_adapter_name(kAdapter);
+         r.mutable_adapter()->set_exact_version(-2);
+       }),
+       "adapter.exact_version"},
+      {"RoutesWithoutJob",
+       generate([](GenerateRequest& r) { r.mutable_routes()->set_enabled(true); }),
+       "routes.job_id"},
+      {"NegativeRouteAttempt", generate([](GenerateRequest& r) {
+         r.mutable_routes()->set_enabled(true);
+         r.mutable_routes()->set_job_id("job-1");
+         r.mutable_routes()->set_attempt(-1);
+       }),
+       "routes.attempt"},
+      {"PromptWithoutContent",
+       generate([](GenerateRequest& r) { r.mutable_prompts(1)->clear_content(); }),
+       "prompts[1].content"},
+      {"EmptyPrompt",
+       generate([](GenerateRequest& r) { r.mutable_prompts(1)->mutable_token_ids()->clear_ids(); }),
+       "prompts[1].token_ids.ids"},
+      {"TokenBeyondVocabulary", generate([](GenerateRequest& r) {
+         r.mutable_prompts(0)->mutable_token_ids()->add_ids(70000);
+       }),
+       "prompts[0].token_ids.ids[4]"},
+      {"EmptyText", generate([](GenerateRequest& r) { r.mutable_prompts(0)->set_text(""); }),
+       "prompts[0].text"},
+      {"PromptBeyondTheContext",
+       generate([](GenerateRequest& r) { r.mutable_sampling()->set_max_new_tokens(45); }),
+       "prompts[0].token_ids"},
+      {"LongPromptId", generate([](GenerateRequest& r) {
+         r.mutable_prompts(0)->set_prompt_id(std::string(129, 'p'));
+       }),
+       "prompts[0].prompt_id"},
+      {"DuplicatePromptId", generate([](GenerateRequest& r) {
+         r.mutable_prompts(0)->set_prompt_id("p");
+         r.mutable_prompts(1)->set_prompt_id("p");
+       }),
+       "prompts[1].prompt_id"},
+      {"PromptIdsThatMakeNoRouteKeys", generate([](GenerateRequest& r) {
+         r.set_request_id(std::string(127, 'r'));  // Sample ids "<r>.0/0": 131 bytes.
+         r.mutable_routes()->set_enabled(true);
+         r.mutable_routes()->set_job_id("job-1");
+       }),
+       "prompts[0].prompt_id"},
+      {"SampleBeyondTheKvCache", generate([](GenerateRequest& r) {
+         r.mutable_prompts()->RemoveLast();  // 4 + 44 tokens fit the context, not the cache.
+         r.mutable_sampling()->set_max_new_tokens(44);
+       }),
+       "", "SAMPLE_EXCEEDS_KV_CACHE"},
+      // GetAdapterStatus, WatchAdapterStatus.
+      {"StatusOfABadName", status_of("two words"), "adapter_name"},
+      {"WatchWithoutAName", watch(""), "adapter_name"},
+      {"WatchABadName", watch("two words"), "adapter_name"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExpectInvalidArgumentDetails(FromGrpcStatus(c.call()), c.reason, c.field);
+  }
 }
 
 TEST_F(RolloutServiceTest, AReplicaFollowsABoundedNumberOfAdapters) {

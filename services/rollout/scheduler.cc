@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "services/rollout/rollout_metrics.h"
 
 namespace tandem::rollout {
@@ -130,9 +131,11 @@ absl::Status Scheduler::Submit(std::shared_ptr<GenerationWork> work, absl::Durat
     largest = std::max(largest, batch_->ReservedBytes(work->Positions(s)));
   }
   if (largest > options_.kv_cache_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("a sample needs ", largest,
-                                                   " bytes of KV cache; this replica's budget is ",
-                                                   options_.kv_cache_bytes, " (--kv_cache_mib)"));
+    // Prompt length and max_new_tokens together, against this replica's memory: no one field.
+    return InvalidRequest("SAMPLE_EXCEEDS_KV_CACHE",
+                          absl::StrCat("a sample needs ", largest,
+                                       " bytes of KV cache; this replica's budget is ",
+                                       options_.kv_cache_bytes, " (--kv_cache_mib)"));
   }
   absl::MutexLock lock(&mutex_);
   if (stopping_ || draining_) return absl::UnavailableError("rollout replica is shutting down");

@@ -4,38 +4,45 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/status.h"
 #include "services/router_replay/eplb.h"
 #include "services/router_replay/expert_balance.h"
 
 namespace tandem::router_replay {
 namespace {
 
-absl::Status Invalid(auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); }
+// INVALID_ARGUMENT about the PlanBalanceRequest field at `field`.
+absl::Status Invalid(absl::string_view field, auto&&... parts) {
+  return InvalidField(field, absl::StrCat(parts...));
+}
 
 // The checks PlanBalance leaves to its callers: sizes that bound the work, and the fields'
 // own ranges (PlanBalance checks how they fit together).
 absl::Status CheckRequest(const routerreplay::v1::PlanBalanceRequest& request) {
-  if (request.micro_batches() < 1) return Invalid("micro_batches must be >= 1");
-  if (request.num_experts() < 1) return Invalid("num_experts must be >= 1");
+  if (request.micro_batches() < 1) return Invalid("micro_batches", "micro_batches must be >= 1");
+  if (request.num_experts() < 1) return Invalid("num_experts", "num_experts must be >= 1");
   const int64_t entries = int64_t{request.micro_batches()} * request.num_experts();
   if (entries > kMaxPlanEntries) {
-    return Invalid("micro_batches * num_experts is ", entries, "; at most ", kMaxPlanEntries);
+    return Invalid("tokens", "micro_batches * num_experts is ", entries, "; at most ",
+                   kMaxPlanEntries);
   }
   if (request.tokens_size() != entries) {
-    return Invalid("tokens has ", request.tokens_size(),
+    return Invalid("tokens", "tokens has ", request.tokens_size(),
                    " entries; micro_batches * num_experts = ", entries);
   }
   if (request.ranks() < 1 || request.ranks_per_node() < 1) {
-    return Invalid("ranks and ranks_per_node must be >= 1");
+    return Invalid(request.ranks() < 1 ? "ranks" : "ranks_per_node",
+                   "ranks and ranks_per_node must be >= 1");
   }
   if (request.has_replica_slots_per_rank() &&
       (request.replica_slots_per_rank() < 0 ||
        request.replica_slots_per_rank() > request.num_experts())) {
-    return Invalid("replica_slots_per_rank is ", request.replica_slots_per_rank(), "; 0..",
-                   request.num_experts());
+    return Invalid("replica_slots_per_rank", "replica_slots_per_rank is ",
+                   request.replica_slots_per_rank(), "; 0..", request.num_experts());
   }
   if (!std::isfinite(request.move_cost_tokens()) || request.move_cost_tokens() < 0) {
-    return Invalid("move_cost_tokens must be finite and >= 0");
+    return Invalid("move_cost_tokens", "move_cost_tokens must be finite and >= 0");
   }
   return absl::OkStatus();
 }

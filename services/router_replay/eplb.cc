@@ -12,6 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/status.h"
 
 namespace tandem::router_replay {
 namespace {
@@ -182,26 +184,31 @@ LayerPlan RebalanceLayer(const Row& weight, const Shape& s) {
   return plan;
 }
 
+// INVALID_ARGUMENT about the PlanPlacementRequest field at `field` (a LoadMatrix's fields are
+// under "load": the request's only way to set num_layers, num_experts and the loads).
 template <typename... Args>
-absl::Status Invalid(const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrCat(args...));
+absl::Status Invalid(absl::string_view field, const Args&... args) {
+  return InvalidField(field, absl::StrCat(args...));
 }
 
 absl::Status ValidateLoads(const PlacementRequest& r) {
   const int64_t want = int64_t{r.num_layers} * r.num_experts;
   if (static_cast<int64_t>(r.load.size()) != want) {
-    return Invalid("load has ", r.load.size(), " values, want num_layers * num_experts = ", want);
+    return Invalid("load.load", "load has ", r.load.size(),
+                   " values, want num_layers * num_experts = ", want);
   }
   for (int64_t i = 0; i < want; ++i) {
     const double v = r.load[i];
     const int64_t layer = i / r.num_experts;
     const int64_t expert = i % r.num_experts;
     if (!std::isfinite(v) || v < 0) {
-      return Invalid("load[", layer, "][", expert, "] is ", v, "; loads must be finite and >= 0");
+      return Invalid(IndexPath("load.load", i), "load[", layer, "][", expert, "] is ", v,
+                     "; loads must be finite and >= 0");
     }
     // EPLB computes in float32; a larger load would become infinite there.
     if (v > std::numeric_limits<float>::max()) {
-      return Invalid("load[", layer, "][", expert, "] is ", v, ", beyond the float32 range");
+      return Invalid(IndexPath("load.load", i), "load[", layer, "][", expert, "] is ", v,
+                     ", beyond the float32 range");
     }
   }
   return absl::OkStatus();
@@ -213,38 +220,42 @@ absl::Status ValidateLoads(const PlacementRequest& r) {
 // with one group and one node asserts nothing more.
 absl::Status ValidateRequest(const PlacementRequest& r) {
   if (r.num_layers < 1 || r.num_layers > 1024) {
-    return Invalid("num_layers must be in [1, 1024], got ", r.num_layers);
+    return Invalid("load.num_layers", "num_layers must be in [1, 1024], got ", r.num_layers);
   }
   if (r.num_experts < 1 || r.num_experts > 32767) {
-    return Invalid("num_experts must be in [1, 32767], got ", r.num_experts);
+    return Invalid("load.num_experts", "num_experts must be in [1, 32767], got ", r.num_experts);
   }
   if (absl::Status status = ValidateLoads(r); !status.ok()) return status;
-  if (r.num_gpus < 1) return Invalid("num_gpus must be >= 1, got ", r.num_gpus);
-  if (r.num_nodes < 1) return Invalid("num_nodes must be >= 1, got ", r.num_nodes);
-  if (r.num_groups < 1) return Invalid("num_groups must be >= 1, got ", r.num_groups);
+  if (r.num_gpus < 1) return Invalid("num_gpus", "num_gpus must be >= 1, got ", r.num_gpus);
+  if (r.num_nodes < 1) return Invalid("num_nodes", "num_nodes must be >= 1, got ", r.num_nodes);
+  if (r.num_groups < 1) {
+    return Invalid("num_groups", "num_groups must be >= 1, got ", r.num_groups);
+  }
   if (r.num_replicas < r.num_experts) {
-    return Invalid("num_replicas (", r.num_replicas, ") must be >= num_experts (", r.num_experts,
-                   ")");
+    return Invalid("num_replicas", "num_replicas (", r.num_replicas, ") must be >= num_experts (",
+                   r.num_experts, ")");
   }
   if (r.num_replicas > kMaxReplicas) {
-    return Invalid("num_replicas must be <= ", kMaxReplicas, ", got ", r.num_replicas);
+    return Invalid("num_replicas", "num_replicas must be <= ", kMaxReplicas, ", got ",
+                   r.num_replicas);
   }
   if (r.num_replicas % r.num_gpus != 0) {
-    return Invalid("num_replicas (", r.num_replicas, ") must be a multiple of num_gpus (",
-                   r.num_gpus, ")");
+    return Invalid("num_replicas", "num_replicas (", r.num_replicas,
+                   ") must be a multiple of num_gpus (", r.num_gpus, ")");
   }
+  // The proto states each divisibility rule on the divisor's field.
   if (r.num_gpus % r.num_nodes != 0) {
-    return Invalid("num_gpus (", r.num_gpus, ") must be a multiple of num_nodes (", r.num_nodes,
-                   ")");
+    return Invalid("num_nodes", "num_gpus (", r.num_gpus, ") must be a multiple of num_nodes (",
+                   r.num_nodes, ")");
   }
   if (r.num_experts % r.num_groups != 0) {
-    return Invalid("num_experts (", r.num_experts, ") must be a multiple of num_groups (",
-                   r.num_groups, ")");
+    return Invalid("num_groups", "num_experts (", r.num_experts,
+                   ") must be a multiple of num_groups (", r.num_groups, ")");
   }
   // num_gpus divides num_replicas, so [L, G] is never larger than [L, R].
   if (const int64_t slots = int64_t{r.num_layers} * r.num_replicas; slots > kMaxPlanEntries) {
-    return Invalid("phy2log would hold num_layers * num_replicas = ", slots, " entries, over ",
-                   kMaxPlanEntries, "; lower num_replicas or num_layers");
+    return Invalid("num_replicas", "phy2log would hold num_layers * num_replicas = ", slots,
+                   " entries, over ", kMaxPlanEntries, "; lower num_replicas or num_layers");
   }
   return absl::OkStatus();
 }
@@ -334,7 +345,7 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request) {
   const int64_t log2phy_entries = int64_t{layers} * experts * plan.max_replicas;
   if (log2phy_entries > kMaxPlanEntries) {
     return Invalid(
-        "plan needs max_replicas = ", plan.max_replicas,
+        "num_replicas", "plan needs max_replicas = ", plan.max_replicas,
         ", so log2phy would hold num_layers * num_experts * max_replicas = ", log2phy_entries,
         " entries, over ", kMaxPlanEntries, "; lower num_replicas or num_layers");
   }

@@ -51,7 +51,9 @@ inline constexpr int64_t kMaxPlanEntries = int64_t{1} << 22;
 // hierarchical policy (groups packed to nodes, experts replicated within nodes, replicas packed
 // to GPUs) when num_groups % num_nodes == 0, else the same policy with one group and one node.
 // Computes in float32 like the reference, so it makes the same choices, tie-breaks included.
-// INVALID_ARGUMENT naming the bad field for any input EPLB would reject or assert on.
+// INVALID_ARGUMENT naming the bad field for any input EPLB would reject or assert on; its
+// details name the field as PlanPlacementRequest does (num_replicas, load.num_layers,
+// load.load[i]), the only way a request reaches it.
 absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request);
 
 }  // namespace tandem::router_replay

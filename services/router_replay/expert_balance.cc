@@ -3,44 +3,63 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <string>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem::router_replay {
 namespace {
 
+// Errors name the PlanBalanceRequest field, as the proto states each rule (ranks divides
+// num_experts, ranks_per_node divides ranks).
 absl::Status Validate(const StepLoad& load, const EpTopology& topology,
                       const std::vector<int>& current_home) {
   if (topology.ranks < 1 || topology.ranks_per_node < 1 ||
       topology.ranks % topology.ranks_per_node != 0 || topology.replica_slots_per_rank < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("topology: ", topology.ranks, " ranks, ", topology.ranks_per_node,
-                     " per node, ", topology.replica_slots_per_rank,
-                     " replica slots: need ranks_per_node | ranks, slots >= 0"));
+    const char* field = topology.ranks < 1                    ? "ranks"
+                        : topology.replica_slots_per_rank < 0 ? "replica_slots_per_rank"
+                                                              : "ranks_per_node";
+    return InvalidField(
+        field, absl::StrCat("topology: ", topology.ranks, " ranks, ", topology.ranks_per_node,
+                            " per node, ", topology.replica_slots_per_rank,
+                            " replica slots: need ranks_per_node | ranks, "
+                            "slots >= 0"));
   }
   if (load.experts < 1 || load.experts % topology.ranks != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        load.experts, " experts cannot be spread evenly over ", topology.ranks, " ranks"));
+    return InvalidField(load.experts < 1 ? "num_experts" : "ranks",
+                        absl::StrCat(load.experts, " experts cannot be spread evenly over ",
+                                     topology.ranks, " ranks"));
   }
+  const auto negative =
+      std::find_if(load.tokens.begin(), load.tokens.end(), [](int64_t t) { return t < 0; });
   if (load.micro_batches < 1 ||
       load.tokens.size() != static_cast<size_t>(load.micro_batches) * load.experts ||
-      std::any_of(load.tokens.begin(), load.tokens.end(), [](int64_t t) { return t < 0; })) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("load: ", load.tokens.size(), " token counts (each >= 0) for ",
-                     load.micro_batches, " micro-batches of ", load.experts, " experts"));
+      negative != load.tokens.end()) {
+    const std::string field =
+        load.micro_batches < 1 ? std::string("micro_batches")
+        : load.tokens.size() != static_cast<size_t>(load.micro_batches) * load.experts
+            ? std::string("tokens")
+            : IndexPath("tokens", negative - load.tokens.begin());
+    return InvalidField(
+        field, absl::StrCat("load: ", load.tokens.size(), " token counts (each >= 0) for ",
+                            load.micro_batches, " micro-batches of ", load.experts, " experts"));
   }
   std::vector<int> held(topology.ranks, 0);
   if (current_home.size() != static_cast<size_t>(load.experts)) {
-    return absl::InvalidArgumentError(absl::StrCat("current placement names ", current_home.size(),
-                                                   " experts of ", load.experts));
+    return InvalidField("current_home",
+                        absl::StrCat("current placement names ", current_home.size(),
+                                     " experts of ", load.experts));
   }
-  for (const int rank : current_home) {
+  for (size_t e = 0; e < current_home.size(); ++e) {
+    const int rank = current_home[e];
     if (rank < 0 || rank >= topology.ranks || ++held[rank] > load.experts / topology.ranks) {
-      return absl::InvalidArgumentError(absl::StrCat("current placement: each of ", topology.ranks,
-                                                     " ranks holds ", load.experts / topology.ranks,
-                                                     " experts; rank ", rank, " does not fit"));
+      return InvalidField(
+          IndexPath("current_home", static_cast<int64_t>(e)),
+          absl::StrCat("current placement: each of ", topology.ranks, " ranks holds ",
+                       load.experts / topology.ranks, " experts; rank ", rank, " does not fit"));
     }
   }
   return absl::OkStatus();

@@ -67,7 +67,8 @@ struct BalancePlan {
 
 // Plans one step of one layer from its load and the current homes (expert -> rank, experts /
 // ranks per rank). INVALID_ARGUMENT for a topology, load or placement that does not fit
-// (ranks_per_node must divide ranks and ranks the experts; tokens >= 0).
+// (ranks_per_node must divide ranks and ranks the experts; tokens >= 0), whose details name the
+// field as PlanBalanceRequest does (ranks_per_node, tokens[7], current_home[2]).
 absl::StatusOr<BalancePlan> PlanBalance(const StepLoad& load, const EpTopology& topology,
                                         const std::vector<int>& current_home,
                                         const BalanceOptions& options = {});

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/service_main.h"
+#include "common/status.h"
 #include "services/router_replay/router_replay_service.h"
 
 ABSL_FLAG(std::string, data_dir, "router-replay-data",
@@ -38,17 +39,18 @@ absl::StatusOr<tandem::router_replay::RouterReplayOptions> OptionsFromFlags() {
   if (!sync.ok()) return sync.status();
   const int zstd_level = absl::GetFlag(FLAGS_zstd_level);
   if (zstd_level < 0 || zstd_level > 19) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--zstd_level is ", zstd_level, "; allowed 0..19"));
+    return tandem::InvalidRequest("INVALID_FLAG",
+                                  absl::StrCat("--zstd_level is ", zstd_level, "; allowed 0..19"));
   }
   const absl::Duration ttl = absl::GetFlag(FLAGS_retention_ttl);
   if (ttl < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--retention_ttl must be >= 0");
+    return tandem::InvalidRequest("INVALID_FLAG", "--retention_ttl must be >= 0");
   }
   const int64_t write_buffer_mib = absl::GetFlag(FLAGS_write_buffer_mib);
   const int64_t block_cache_mib = absl::GetFlag(FLAGS_block_cache_mib);
   if (write_buffer_mib < 1 || block_cache_mib < 1) {
-    return absl::InvalidArgumentError("--write_buffer_mib and --block_cache_mib must be >= 1");
+    return tandem::InvalidRequest("INVALID_FLAG",
+                                  "--write_buffer_mib and --block_cache_mib must be >= 1");
   }
   auto wal_recovery = tandem::router_replay::ParseWalRecovery(absl::GetFlag(FLAGS_wal_recovery));
   if (!wal_recovery.ok()) return wal_recovery.status();

@@ -7,6 +7,7 @@
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "zstd.h"
 
 namespace tandem::router_replay {
@@ -22,22 +23,22 @@ absl::Status CheckRow(const RouteShape& shape, const int16_t* ids, int64_t row, 
   if (ids[0] == -1) {
     for (int s = 1; s < k; ++s) {
       if (ids[s] != -1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where(), ": slot 0 is -1 (missing) but slot ", s, " is expert ", ids[s],
-                         "; a (row, layer) is k distinct ids or all -1"));
+        return InvalidField(
+            "rows", absl::StrCat(where(), ": slot 0 is -1 (missing) but slot ", s, " is expert ",
+                                 ids[s], "; a (row, layer) is k distinct ids or all -1"));
       }
     }
     return absl::OkStatus();
   }
   for (int s = 0; s < k; ++s) {
     if (ids[s] < 0 || ids[s] >= shape.num_experts) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), " slot ", s, ": expert ", ids[s],
-                                                     " out of range [0, ", shape.num_experts, ")"));
+      return InvalidField("rows", absl::StrCat(where(), " slot ", s, ": expert ", ids[s],
+                                               " out of range [0, ", shape.num_experts, ")"));
     }
     for (int earlier = 0; earlier < s; ++earlier) {
       if (ids[earlier] == ids[s]) {
-        return absl::InvalidArgumentError(absl::StrCat(where(), ": duplicate expert ", ids[s],
-                                                       " in slots ", earlier, " and ", s));
+        return InvalidField("rows", absl::StrCat(where(), ": duplicate expert ", ids[s],
+                                                 " in slots ", earlier, " and ", s));
       }
     }
   }

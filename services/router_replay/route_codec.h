@@ -14,7 +14,8 @@ namespace tandem::router_replay {
 
 // Checks rows [num_rows, layers, top_k]: every id in [-1, num_experts), and each (row, layer)
 // either k distinct ids or all -1. Messages name the row (counted from first_row), the global
-// layer index and the slot, e.g. "row 17 layer 5: duplicate expert 3".
+// layer index and the slot, e.g. "row 17 layer 5: duplicate expert 3"; the error's details name
+// the AppendRequest field "rows".
 absl::Status ValidateRows(const RouteShape& shape, const int16_t* rows, int64_t num_rows,
                           int64_t first_row);
 

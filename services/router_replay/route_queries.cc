@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/status.h"
 #include "services/router_replay/eplb.h"
 
 namespace tandem::router_replay {
@@ -26,16 +27,20 @@ constexpr int64_t kMaxLoadCounts = int64_t{1} << 20;
 
 absl::Status CheckDataParallel(int32_t rank, int32_t size) {
   if (size < 0 || size > kMaxDataParallelSize || rank < 0 || rank >= std::max(size, 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad dp_rank/dp_size ", rank, "/", size,
-                     "; need 0 <= dp_rank < dp_size <= ", kMaxDataParallelSize));
+    const bool bad_size = size < 0 || size > kMaxDataParallelSize;
+    return InvalidField(bad_size ? "dp_size" : "dp_rank",
+                        absl::StrCat("bad dp_rank/dp_size ", rank, "/", size,
+                                     "; need 0 <= dp_rank < dp_size <= ", kMaxDataParallelSize));
   }
   return absl::OkStatus();
 }
 
 // Positions of `layers` in the record's MoE layers; all of them when `layers` is empty.
+// `path` is where the request names `layers` ("layers"), empty when they are the first record's
+// (then a record without one of them is not the request's fault alone).
 absl::StatusOr<std::vector<int>> LayerPositions(const RecordInfo& record,
-                                                absl::Span<const int32_t> layers) {
+                                                absl::Span<const int32_t> layers,
+                                                absl::string_view path) {
   std::vector<int> positions;
   const std::vector<int32_t>& stored = record.shape.layers;
   if (layers.empty()) {
@@ -43,15 +48,20 @@ absl::StatusOr<std::vector<int>> LayerPositions(const RecordInfo& record,
     return positions;
   }
   std::vector<bool> named(stored.size(), false);
-  for (int32_t layer : layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const int32_t layer = layers[i];
     const auto it = std::lower_bound(stored.begin(), stored.end(), layer);
     if (it == stored.end() || *it != layer) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer ", layer, " is not a MoE layer of record ", ToString(record.key)));
+      const std::string message =
+          absl::StrCat("layer ", layer, " is not a MoE layer of record ", ToString(record.key));
+      if (path.empty()) return InvalidRequest("RECORD_LAYERS_DIFFER", message);
+      return InvalidField(IndexPath(path, static_cast<int64_t>(i)), message);
     }
     const int position = static_cast<int>(it - stored.begin());
     if (named[position]) {
-      return absl::InvalidArgumentError(absl::StrCat("layers: layer ", layer, " named twice"));
+      const std::string message = absl::StrCat("layers: layer ", layer, " named twice");
+      if (path.empty()) return InvalidRequest("RECORD_LAYERS_DIFFER", message);
+      return InvalidField(IndexPath(path, static_cast<int64_t>(i)), message);
     }
     named[position] = true;
     positions.push_back(position);
@@ -59,34 +69,41 @@ absl::StatusOr<std::vector<int>> LayerPositions(const RecordInfo& record,
   return positions;
 }
 
-// Checked before the record is looked up, so a missing record's ranges are checked too.
+// Checked before the record is looked up, so a missing record's ranges are checked too. `path`
+// is the RecordRequest's ("records.records[3]").
 absl::Status ValidateRowRanges(const routerreplay::v1::RecordRequest& requested,
-                               const RecordKey& key) {
+                               const RecordKey& key, absl::string_view path) {
+  const std::string ranges_path = FieldPath(path, "row_ranges");
   int64_t rows = 0;
-  for (const routerreplay::v1::RowRange& range : requested.row_ranges()) {
+  for (int i = 0; i < requested.row_ranges_size(); ++i) {
+    const routerreplay::v1::RowRange& range = requested.row_ranges(i);
     if (range.begin() < 0 || range.end() <= range.begin()) {
-      return absl::InvalidArgumentError(absl::StrCat("record ", ToString(key), ": bad row range [",
-                                                     range.begin(), ", ", range.end(), ")"));
+      return InvalidField(FieldPath(IndexPath(ranges_path, i), range.begin() < 0 ? "begin" : "end"),
+                          absl::StrCat("record ", ToString(key), ": bad row range [", range.begin(),
+                                       ", ", range.end(), ")"));
     }
     // Both terms are at most kMaxRequestedRows here, so the sum cannot overflow.
     rows += std::min(range.end() - range.begin(), kMaxRequestedRows + 1);
     if (rows > kMaxRequestedRows) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("record ", ToString(key), ": row ranges ask for more than 2^31 rows"));
+      return InvalidField(ranges_path, absl::StrCat("record ", ToString(key),
+                                                    ": row ranges ask for more than 2^31 rows"));
     }
   }
   return absl::OkStatus();
 }
 
 // Requested row spans of a named record; its status becomes PARTIAL if rows are not all there.
-absl::Status ResolveSpans(const routerreplay::v1::RecordRequest& requested, FetchItem& item) {
+absl::Status ResolveSpans(const routerreplay::v1::RecordRequest& requested, FetchItem& item,
+                          absl::string_view path) {
   const RecordInfo& record = *item.record;
   if (requested.row_ranges().empty()) {
     item.spans.push_back({0, record.rows});
   }
-  for (const routerreplay::v1::RowRange& range : requested.row_ranges()) {
+  for (int i = 0; i < requested.row_ranges_size(); ++i) {
+    const routerreplay::v1::RowRange& range = requested.row_ranges(i);
     if (record.sealed && range.end() > record.rows) {
-      return absl::InvalidArgumentError(
+      return InvalidField(
+          FieldPath(IndexPath(FieldPath(path, "row_ranges"), i), "end"),
           absl::StrCat("record ", ToString(item.key), ": row range [", range.begin(), ", ",
                        range.end(), ") past its end (sealed at ", record.rows, " rows)"));
     }
@@ -99,13 +116,18 @@ absl::Status ResolveSpans(const routerreplay::v1::RecordRequest& requested, Fetc
   return absl::OkStatus();
 }
 
+// `path` is the RecordRequest's ("records.records[3]").
 absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store,
                                        const routerreplay::v1::RecordRequest& requested,
-                                       bool allow_partial) {
+                                       bool allow_partial, absl::string_view path) {
   FetchItem item;
   item.key = FromProto(requested.key());
-  if (absl::Status status = ValidateRecordKey(item.key); !status.ok()) return status;
-  if (absl::Status status = ValidateRowRanges(requested, item.key); !status.ok()) return status;
+  if (absl::Status status = ValidateRecordKey(item.key, FieldPath(path, "key")); !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = ValidateRowRanges(requested, item.key, path); !status.ok()) {
+    return status;
+  }
   absl::StatusOr<RecordInfo> record = store.Get(item.key);
   if (absl::IsNotFound(record.status()) && allow_partial) {
     item.status = routerreplay::v1::RECORD_STATUS_MISSING;
@@ -119,17 +141,21 @@ absl::StatusOr<FetchItem> ResolveNamed(const RouteStore& store,
   item.record = *std::move(record);
   item.status = item.record->sealed ? routerreplay::v1::RECORD_STATUS_COMPLETE
                                     : routerreplay::v1::RECORD_STATUS_PARTIAL;
-  if (absl::Status status = ResolveSpans(requested, item); !status.ok()) return status;
+  if (absl::Status status = ResolveSpans(requested, item, path); !status.ok()) return status;
   return item;
 }
 
 // A job's records in a version range: sealed ones (or all with include_unsealed), and only the
-// highest attempt of each sample unless all_attempts.
+// highest attempt of each sample unless all_attempts. `path` is where the request holds the
+// JobRecords' fields: "job", or "" where job_id and versions are the request's own.
 absl::StatusOr<std::vector<RecordInfo>> SelectJobRecords(const RouteStore& store,
                                                          const routerreplay::v1::JobRecords& job,
-                                                         bool include_unsealed) {
-  if (absl::Status status = ValidateJobId(job.job_id()); !status.ok()) return status;
-  absl::StatusOr<RowSpan> versions = VersionSpan(job.versions());
+                                                         bool include_unsealed,
+                                                         absl::string_view path) {
+  if (absl::Status status = ValidateJobId(job.job_id(), FieldPath(path, "job_id")); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<RowSpan> versions = VersionSpan(job.versions(), FieldPath(path, "versions"));
   if (!versions.ok()) return versions.status();
   absl::StatusOr<std::vector<RecordInfo>> listed =
       store.ListJob(job.job_id(), versions->begin, versions->end);
@@ -158,18 +184,21 @@ absl::StatusOr<std::vector<FetchItem>> ResolveSelection(
   if (request.has_records()) {
     const int count = request.records().records_size();
     if (count < 1 || count > kMaxNamedRecords) {
-      return absl::InvalidArgumentError(
+      return InvalidField(
+          "records.records",
           absl::StrCat("records names ", count, " records; allowed 1..", kMaxNamedRecords));
     }
-    for (const routerreplay::v1::RecordRequest& requested : request.records().records()) {
-      absl::StatusOr<FetchItem> item = ResolveNamed(store, requested, request.allow_partial());
+    for (int i = 0; i < count; ++i) {
+      absl::StatusOr<FetchItem> item =
+          ResolveNamed(store, request.records().records(i), request.allow_partial(),
+                       IndexPath("records.records", i));
       if (!item.ok()) return item.status();
       items.push_back(*std::move(item));
     }
     return items;
   }
   absl::StatusOr<std::vector<RecordInfo>> records =
-      SelectJobRecords(store, request.job(), request.allow_partial());
+      SelectJobRecords(store, request.job(), request.allow_partial(), "job");
   if (!records.ok()) return records.status();
   for (RecordInfo& record : *records) {
     FetchItem item{.key = record.key, .record = std::move(record)};
@@ -213,10 +242,11 @@ absl::Status CountRecord(const RouteStore& store, const RecordInfo& record,
   return absl::OkStatus();
 }
 
-// The records each load group counts: the named keys, or one group of the job's records.
+// The records each load group counts: the named keys, or one group of the job's records, whose
+// job_id and versions the caller's request holds at `job_path` (see SelectJobRecords).
 absl::StatusOr<std::vector<std::vector<RecordInfo>>> LoadGroups(
     const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request,
-    bool all_attempts) {
+    bool all_attempts, absl::string_view job_path) {
   std::vector<std::vector<RecordInfo>> groups;
   if (request.groups().empty()) {
     routerreplay::v1::JobRecords job;
@@ -224,24 +254,28 @@ absl::StatusOr<std::vector<std::vector<RecordInfo>>> LoadGroups(
     *job.mutable_versions() = request.versions();
     job.set_all_attempts(all_attempts);
     absl::StatusOr<std::vector<RecordInfo>> records =
-        SelectJobRecords(store, job, /*include_unsealed=*/true);
+        SelectJobRecords(store, job, /*include_unsealed=*/true, job_path);
     if (!records.ok()) return records.status();
     groups.push_back(*std::move(records));
     return groups;
   }
   if (request.groups_size() > kMaxGroups) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("groups has ", request.groups_size(), " entries; allowed 1..", kMaxGroups));
+    return InvalidField("groups", absl::StrCat("groups has ", request.groups_size(),
+                                               " entries; allowed 1..", kMaxGroups));
   }
-  for (const routerreplay::v1::KeyGroup& group : request.groups()) {
+  for (int g = 0; g < request.groups_size(); ++g) {
+    const routerreplay::v1::KeyGroup& group = request.groups(g);
+    const std::string keys_path = FieldPath(IndexPath("groups", g), "keys");
     if (group.keys().empty() || group.keys_size() > kMaxNamedRecords) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a group has ", group.keys_size(), " keys; allowed 1..", kMaxNamedRecords));
+      return InvalidField(keys_path, absl::StrCat("a group has ", group.keys_size(),
+                                                  " keys; allowed 1..", kMaxNamedRecords));
     }
     std::vector<RecordInfo>& records = groups.emplace_back();
-    for (const type::v1::RouteRecordKey& proto_key : group.keys()) {
-      const RecordKey key = FromProto(proto_key);
-      if (absl::Status status = ValidateRecordKey(key); !status.ok()) return status;
+    for (int k = 0; k < group.keys_size(); ++k) {
+      const RecordKey key = FromProto(group.keys(k));
+      if (absl::Status status = ValidateRecordKey(key, IndexPath(keys_path, k)); !status.ok()) {
+        return status;
+      }
       absl::StatusOr<RecordInfo> record = store.Get(key);
       if (!record.ok()) return record.status();
       records.push_back(*std::move(record));
@@ -252,12 +286,13 @@ absl::StatusOr<std::vector<std::vector<RecordInfo>>> LoadGroups(
 
 }  // namespace
 
-absl::StatusOr<RowSpan> VersionSpan(const routerreplay::v1::VersionRange& versions) {
+absl::StatusOr<RowSpan> VersionSpan(const routerreplay::v1::VersionRange& versions,
+                                    absl::string_view path) {
   if (versions.begin() < 0 || versions.end() < 0 ||
       (versions.end() != 0 && versions.end() <= versions.begin())) {
-    return absl::InvalidArgumentError(absl::StrCat("bad version range [", versions.begin(), ", ",
-                                                   versions.end(),
-                                                   "); need begin >= 0 and end 0 or > begin"));
+    return InvalidField(FieldPath(path, versions.begin() < 0 ? "begin" : "end"),
+                        absl::StrCat("bad version range [", versions.begin(), ", ", versions.end(),
+                                     "); need begin >= 0 and end 0 or > begin"));
   }
   return RowSpan{versions.begin(), versions.end()};
 }
@@ -265,7 +300,8 @@ absl::StatusOr<RowSpan> VersionSpan(const routerreplay::v1::VersionRange& versio
 absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store,
                                     const routerreplay::v1::FetchRoutesRequest& request) {
   if (!request.has_records() && !request.has_job()) {
-    return absl::InvalidArgumentError("FetchRoutes needs a selection: records or job");
+    // The oneof is required; its name stands for whichever of its fields the client meant.
+    return InvalidField("selection", "FetchRoutes needs a selection: records or job");
   }
   if (absl::Status status = CheckDataParallel(request.dp_rank(), request.dp_size()); !status.ok()) {
     return status;
@@ -275,8 +311,8 @@ absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store,
   plan.max_chunk_bytes =
       request.max_chunk_bytes() == 0 ? kMaxChunkBytes : request.max_chunk_bytes();
   if (plan.max_chunk_bytes < kMinChunkBytes || plan.max_chunk_bytes > kMaxChunkBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_chunk_bytes is ", plan.max_chunk_bytes, "; allowed 65536..4194304"));
+    return InvalidField("max_chunk_bytes", absl::StrCat("max_chunk_bytes is ", plan.max_chunk_bytes,
+                                                        "; allowed 65536..4194304"));
   }
   absl::StatusOr<std::vector<FetchItem>> items = ResolveSelection(store, request);
   if (!items.ok()) return items.status();
@@ -284,7 +320,8 @@ absl::StatusOr<FetchPlan> PlanFetch(const RouteStore& store,
     if (DataParallelRank(item.key.sample_id, request.dp_size()) != request.dp_rank()) continue;
     if (item.record.has_value()) {
       absl::StatusOr<std::vector<int>> positions = LayerPositions(
-          *item.record, absl::MakeConstSpan(request.layers().data(), request.layers_size()));
+          *item.record, absl::MakeConstSpan(request.layers().data(), request.layers_size()),
+          "layers");
       if (!positions.ok()) return positions.status();
       item.layer_positions = *std::move(positions);
     }
@@ -379,11 +416,12 @@ namespace {
 
 // GetExpertLoad, counting every attempt of a job's samples when `all_attempts` (PlanPlacement
 // from JobRecords); GetExpertLoad itself counts the highest attempt only.
+// `job_path` is where the caller's request holds job_id and versions (see SelectJobRecords).
 absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountLoad(
     const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request,
-    bool all_attempts) {
+    bool all_attempts, absl::string_view job_path) {
   absl::StatusOr<std::vector<std::vector<RecordInfo>>> groups =
-      LoadGroups(store, request, all_attempts);
+      LoadGroups(store, request, all_attempts, job_path);
   if (!groups.ok()) return groups.status();
   routerreplay::v1::GetExpertLoadResponse response;
   const RecordInfo* first = nullptr;
@@ -404,7 +442,8 @@ absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountLoad(
   const int64_t counts = static_cast<int64_t>(layers.size()) * response.num_experts() *
                          static_cast<int64_t>(groups->size());
   if (counts > kMaxLoadCounts) {
-    return absl::InvalidArgumentError(
+    return InvalidRequest(
+        "RESPONSE_TOO_LARGE",
         absl::StrCat("the response would hold ", counts, " counts (", groups->size(), " groups x ",
                      layers.size(), " layers x ", response.num_experts(),
                      " experts); at most 2^20: ask for fewer layers or groups"));
@@ -418,7 +457,8 @@ absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountLoad(
             absl::StrCat("record ", ToString(record.key), " has ", record.shape.num_experts,
                          " experts, others ", response.num_experts(), "; count them separately"));
       }
-      absl::StatusOr<std::vector<int>> positions = LayerPositions(record, layers);
+      absl::StatusOr<std::vector<int>> positions =
+          LayerPositions(record, layers, request.layers().empty() ? "" : "layers");
       if (!positions.ok()) return positions.status();
       if (absl::Status status = CountRecord(store, record, *positions, load); !status.ok()) {
         return status;
@@ -432,7 +472,7 @@ absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountLoad(
 
 absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountExpertLoad(
     const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request) {
-  return CountLoad(store, request, /*all_attempts=*/false);
+  return CountLoad(store, request, /*all_attempts=*/false, /*job_path=*/"");
 }
 
 absl::StatusOr<routerreplay::v1::PlanPlacementResponse> PlanExpertPlacement(
@@ -451,7 +491,7 @@ absl::StatusOr<routerreplay::v1::PlanPlacementResponse> PlanExpertPlacement(
     load_request.set_job_id(request.job().job_id());
     *load_request.mutable_versions() = request.job().versions();
     absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> load =
-        CountLoad(store, load_request, request.job().all_attempts());
+        CountLoad(store, load_request, request.job().all_attempts(), /*job_path=*/"job");
     if (!load.ok()) return load.status();
     if (load->layer_indices().empty()) {
       return absl::FailedPreconditionError(
@@ -462,7 +502,8 @@ absl::StatusOr<routerreplay::v1::PlanPlacementResponse> PlanExpertPlacement(
     placement.num_experts = load->num_experts();
     placement.load.assign(load->loads(0).counts().begin(), load->loads(0).counts().end());
   } else {
-    return absl::InvalidArgumentError("PlanPlacement needs a source: load or job");
+    // The oneof is required; its name stands for whichever of its fields the client meant.
+    return InvalidField("source", "PlanPlacement needs a source: load or job");
   }
   absl::StatusOr<PlacementPlan> plan = PlanPlacement(placement);
   if (!plan.ok()) return plan.status();

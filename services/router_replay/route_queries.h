@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "services/router_replay/client/route_wire.h"
 #include "services/router_replay/route_store.h"
 #include "tandem/routerreplay/v1/router_replay.pb.h"
@@ -72,8 +73,10 @@ absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountExpertLoad(
 absl::StatusOr<routerreplay::v1::PlanPlacementResponse> PlanExpertPlacement(
     const RouteStore& store, const routerreplay::v1::PlanPlacementRequest& request);
 
-// Checks a VersionRange and returns it as [begin, end), end 0 = unbounded.
-absl::StatusOr<RowSpan> VersionSpan(const routerreplay::v1::VersionRange& versions);
+// Checks a VersionRange and returns it as [begin, end), end 0 = unbounded. `path` is the range's
+// field path from the request root, which an INVALID_ARGUMENT's details name ("versions.end").
+absl::StatusOr<RowSpan> VersionSpan(const routerreplay::v1::VersionRange& versions,
+                                    absl::string_view path = "versions");
 
 }  // namespace tandem::router_replay
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
@@ -134,15 +135,15 @@ absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view name) {
   if (name == "always") return SyncPolicy::kAlways;
   if (name == "ack") return SyncPolicy::kOnAcknowledge;
   if (name == "never") return SyncPolicy::kNever;
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad fsync policy '", name, "'; expected always, ack or never"));
+  return InvalidRequest("INVALID_OPTION", absl::StrCat("bad fsync policy '", name,
+                                                       "'; expected always, ack or never"));
 }
 
 absl::StatusOr<WalRecovery> ParseWalRecovery(absl::string_view name) {
   if (name == "refuse") return WalRecovery::kRefuse;
   if (name == "point_in_time") return WalRecovery::kPointInTime;
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad WAL recovery '", name, "'; expected refuse or point_in_time"));
+  return InvalidRequest("INVALID_OPTION", absl::StrCat("bad WAL recovery '", name,
+                                                       "'; expected refuse or point_in_time"));
 }
 
 absl::StatusOr<std::unique_ptr<RouteStore>> RouteStore::Open(const RouteStoreOptions& options) {
@@ -272,14 +273,14 @@ absl::StatusOr<AppendOutcome> RouteStore::Append(const RouteChunk& chunk) {
   if (absl::Status status = ValidateRecordKey(chunk.key); !status.ok()) return status;
   if (absl::Status status = ValidateShape(chunk.shape); !status.ok()) return status;
   if (chunk.first_row < 0 || chunk.num_rows < 1) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        chunk.first_row < 0 ? "token_offset" : "num_tokens",
         absl::StrCat("record ", ToString(chunk.key), ": token_offset ", chunk.first_row,
                      " and num_tokens ", chunk.num_rows, " must be >= 0 and >= 1"));
   }
   if (absl::Status status = ValidateRows(chunk.shape, chunk.rows, chunk.num_rows, chunk.first_row);
       !status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("record ", ToString(chunk.key), " ", status.message()));
+    return Annotate(status, absl::StrCat("record ", ToString(chunk.key), " "));
   }
   const std::string encoded = EncodeRecordKey(chunk.key);
   absl::MutexLock lock(&StripeFor(encoded));
@@ -364,8 +365,8 @@ absl::Status RouteStore::CompareOverlap(const RecordInfo& record, const RouteChu
 absl::StatusOr<RecordInfo> RouteStore::Seal(const RecordKey& key, int64_t total_rows) {
   if (absl::Status status = ValidateRecordKey(key); !status.ok()) return status;
   if (total_rows < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("record ", ToString(key), ": total_rows ", total_rows, " must be >= 1"));
+    return InvalidField("total_rows", absl::StrCat("record ", ToString(key), ": total_rows ",
+                                                   total_rows, " must be >= 1"));
   }
   const std::string encoded = EncodeRecordKey(key);
   absl::MutexLock lock(&StripeFor(encoded));

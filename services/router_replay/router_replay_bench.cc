@@ -2,7 +2,7 @@
 // information floor, for a DeepSeek-V3 shape (58 MoE layers, top-8, 256 experts) with skewed
 // synthetic routing and for routes the embedded engine produced; then ingest tokens/s and
 // fetch MB/s through a real gRPC server on loopback, with one and several concurrent clients.
-// Prints its figures.
+// Prints its figures, and exits 1 when one client's ingest is below --ingest_goal.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +41,9 @@ ABSL_FLAG(double, skew, 1.0, "Zipf exponent of synthetic expert popularity (0 = 
 ABSL_FLAG(std::string, base_model, "",
           "Trained base model for the engine routes (make_base_model); empty: random weights.");
 ABSL_FLAG(std::string, data_dir, "/tmp/tandem-router-replay-bench", "Scratch store directory.");
+ABSL_FLAG(double, ingest_goal, 200000,
+          "Tokens/s one client must ingest (docs/performance.md); below it the bench exits 1, "
+          "so that it can run as a check.");
 
 namespace tandem::router_replay {
 namespace {
@@ -209,7 +212,8 @@ double Fetch(const LoopbackServer& server, int clients) {
   return static_cast<double>(bytes) / 1e6 / SecondsSince(start);
 }
 
-void Run() {
+// Returns whether one client's ingest met --ingest_goal.
+bool Run() {
   const RouteShape v3 = DeepSeekV3Shape();
   const double skew = absl::GetFlag(FLAGS_skew);
   std::printf("== Stored bytes per token (blocks of %d rows unless noted)\n",
@@ -246,6 +250,11 @@ void Run() {
   std::printf("peak resident memory of this process (server + clients): %.0f MiB\n",
               PeakResidentMiB());
   std::filesystem::remove_all(absl::GetFlag(FLAGS_data_dir));
+  const double goal = absl::GetFlag(FLAGS_ingest_goal);
+  if (ingest_one >= goal) return true;
+  std::printf("FAILED: ingest with 1 client %.0f tokens/s is below the goal of %.0f\n", ingest_one,
+              goal);
+  return false;
 }
 
 }  // namespace
@@ -253,6 +262,5 @@ void Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  tandem::router_replay::Run();
-  return 0;
+  return tandem::router_replay::Run() ? 0 : 1;
 }

@@ -32,22 +32,23 @@ absl::Status CheckChunkSizes(const routerreplay::v1::AppendRequest& request, con
                              const RouteShape& shape) {
   // The sizes need a valid shape; the key and rows are checked by the store.
   if (absl::Status status = ValidateShape(shape); !status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("record ", ToString(key), ": ", status.message()));
+    return Annotate(status, absl::StrCat("record ", ToString(key), ": "));
   }
   if (request.num_tokens() < 1 || request.token_offset() < 0) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        request.num_tokens() < 1 ? "num_tokens" : "token_offset",
         absl::StrCat("record ", ToString(key), ": num_tokens ", request.num_tokens(),
                      " must be >= 1 and token_offset ", request.token_offset(), " >= 0"));
   }
   if (request.rows().size() > kMaxChunkRowBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("record ", ToString(key), ": chunk of ",
-                                                   request.rows().size(),
-                                                   " row bytes exceeds the 4 MiB limit"));
+    return InvalidField("rows",
+                        absl::StrCat("record ", ToString(key), ": chunk of ", request.rows().size(),
+                                     " row bytes exceeds the 4 MiB limit"));
   }
   const int64_t expected = int64_t{request.num_tokens()} * shape.ids_per_row() * 2;
   if (static_cast<int64_t>(request.rows().size()) != expected) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        "rows",
         absl::StrCat("record ", ToString(key), ": rows has ", request.rows().size(),
                      " bytes; expected num_tokens × layers × top_k × 2 = ", request.num_tokens(),
                      " × ", shape.layers.size(), " × ", shape.top_k, " × 2 = ", expected));
@@ -191,11 +192,12 @@ absl::StatusOr<std::unique_ptr<RouterReplayServiceImpl>> RouterReplayServiceImpl
   absl::StatusOr<std::unique_ptr<RouteStore>> store = RouteStore::Open(options.store);
   if (!store.ok()) return store.status();
   if (options.max_fetch_streams < 1) {
-    return absl::InvalidArgumentError(
+    return InvalidRequest(
+        "INVALID_OPTION",
         absl::StrCat("max_fetch_streams is ", options.max_fetch_streams, "; must be >= 1"));
   }
   if (options.fetch_write_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("fetch_write_timeout must be positive");
+    return InvalidRequest("INVALID_OPTION", "fetch_write_timeout must be positive");
   }
   std::unique_ptr<RouterReplayServiceImpl> service(
       new RouterReplayServiceImpl(*std::move(store), options));

@@ -21,6 +21,8 @@
 
 #include "common/channel.h"
 #include "common/server.h"
+#include "common/status.h"
+#include "common/testing/error_details.h"
 #include "common/testing/http_get.h"
 #include "common/testing/test_server.h"
 #include "engine/config.h"
@@ -758,6 +760,312 @@ TEST_F(RouterReplayServiceTest, DeleteRecordsByVersionRangeAndMetricsReflectTheW
         "tandem_router_replay_sync_seconds_bucket",
         "tandem_router_replay_deleted_records_total{reason=\"request\"}"}) {
     EXPECT_THAT(*page, HasSubstr(series));
+  }
+}
+
+// Every documented rule of every RPC, as a client built from the protos sees it: INVALID_ARGUMENT
+// whose details name the field by its path from the request root (with list indices) and give
+// the ErrorInfo reason.
+TEST_F(RouterReplayServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails) {
+  Store(Key("sealed"), SyntheticRoutes(shape_, 10, 21));  // Layers 1, 3, 4; 10 rows.
+  const RouteShape wide{.layers = {1, 3, 4}, .top_k = 2, .num_experts = 1024};
+  {
+    const std::vector<int16_t> rows = SyntheticRoutes(wide, 2, 22);
+    ASSERT_TRUE(Append({AppendRequestFor(Key("wide"), wide, 0, 2, rows.data(), true)}).ok());
+  }
+  const std::vector<int16_t> rows = SyntheticRoutes(shape_, 4, 23);
+  const routerreplay::v1::AppendRequest chunk = Chunk(Key("new"), rows, 0, 4);
+  const auto append = [&](const std::function<void(routerreplay::v1::AppendRequest&)>& edit) {
+    return [this, chunk, edit] {
+      routerreplay::v1::AppendRequest bad = chunk;
+      edit(bad);
+      return Append({bad});
+    };
+  };
+  const auto seal = [&](const std::function<void(routerreplay::v1::SealRequest&)>& edit) {
+    return [this, edit] {
+      routerreplay::v1::SealRequest request;
+      *request.mutable_key() = ToProto(Key("sealed"));
+      request.set_total_rows(10);
+      edit(request);
+      grpc::ClientContext context;
+      routerreplay::v1::SealResponse response;
+      return stub_->Seal(&context, request, &response);
+    };
+  };
+  const auto fetch = [&](const std::function<void(routerreplay::v1::FetchRoutesRequest&)>& edit) {
+    return [this, edit] {
+      routerreplay::v1::FetchRoutesRequest request = Named({Key("sealed")});
+      edit(request);
+      std::vector<routerreplay::v1::FetchRoutesResponse> messages;
+      return Fetch(request, &messages);
+    };
+  };
+  const auto load = [&](const std::function<void(routerreplay::v1::GetExpertLoadRequest&)>& edit) {
+    return [this, edit] {
+      routerreplay::v1::GetExpertLoadRequest request;
+      request.set_job_id(Job());
+      edit(request);
+      grpc::ClientContext context;
+      routerreplay::v1::GetExpertLoadResponse response;
+      return stub_->GetExpertLoad(&context, request, &response);
+    };
+  };
+  const auto placement =
+      [&](const std::function<void(routerreplay::v1::PlanPlacementRequest&)>& edit) {
+        return [this, edit] {
+          routerreplay::v1::PlanPlacementRequest request;
+          request.mutable_load()->set_num_layers(2);
+          request.mutable_load()->set_num_experts(4);
+          for (int i = 0; i < 8; ++i) request.mutable_load()->add_load(i + 1);
+          request.set_num_replicas(8);
+          request.set_num_groups(2);
+          request.set_num_nodes(2);
+          request.set_num_gpus(4);
+          edit(request);
+          grpc::ClientContext context;
+          routerreplay::v1::PlanPlacementResponse response;
+          return stub_->PlanPlacement(&context, request, &response);
+        };
+      };
+  const auto balance = [&](const std::function<void(routerreplay::v1::PlanBalanceRequest&)>& edit) {
+    return [this, edit] {
+      routerreplay::v1::PlanBalanceRequest request;
+      request.set_micro_batches(2);
+      request.set_num_experts(8);
+      for (int t = 0; t < 16; ++t) request.add_tokens(10 + t);
+      request.set_ranks(4);
+      request.set_ranks_per_node(2);
+      for (int e = 0; e < 8; ++e) request.add_current_home(e / 2);
+      edit(request);
+      grpc::ClientContext context;
+      routerreplay::v1::PlanBalanceResponse response;
+      return stub_->PlanBalance(&context, request, &response);
+    };
+  };
+  const auto remove =
+      [&](const std::function<void(routerreplay::v1::DeleteRecordsRequest&)>& edit) {
+        return [this, edit] {
+          routerreplay::v1::DeleteRecordsRequest request;
+          request.set_job_id("no-such-job");
+          edit(request);
+          grpc::ClientContext context;
+          routerreplay::v1::DeleteRecordsResponse response;
+          return stub_->DeleteRecords(&context, request, &response);
+        };
+      };
+  using AppendRequest = routerreplay::v1::AppendRequest;
+  using FetchRequest = routerreplay::v1::FetchRoutesRequest;
+  using LoadRequest = routerreplay::v1::GetExpertLoadRequest;
+  using PlacementRequest = routerreplay::v1::PlanPlacementRequest;
+  using BalanceRequest = routerreplay::v1::PlanBalanceRequest;
+  struct Case {
+    std::string name;
+    std::function<grpc::Status()> call;
+    std::string field;  // Empty: no BadRequest, only the reason.
+    std::string reason = "INVALID_FIELD";
+  };
+  const std::vector<Case> cases = {
+      // Append.
+      {"AppendBadJobId", append([](AppendRequest& r) { r.mutable_key()->set_job_id("a b"); }),
+       "key.job_id"},
+      {"AppendMissingKey", append([](AppendRequest& r) { r.clear_key(); }), "key.job_id"},
+      {"AppendBadSampleId", append([](AppendRequest& r) { r.mutable_key()->set_sample_id(""); }),
+       "key.sample_id"},
+      {"AppendNegativeVersion",
+       append([](AppendRequest& r) { r.mutable_key()->set_policy_version(-1); }),
+       "key.policy_version"},
+      {"AppendNegativeAttempt", append([](AppendRequest& r) { r.mutable_key()->set_attempt(-1); }),
+       "key.attempt"},
+      {"AppendNoLayers", append([](AppendRequest& r) { r.clear_moe_layer_indices(); }),
+       "moe_layer_indices"},
+      {"AppendLayersNotIncreasing", append([](AppendRequest& r) { r.set_moe_layer_indices(2, 3); }),
+       "moe_layer_indices[2]"},
+      {"AppendNoTopK", append([](AppendRequest& r) { r.clear_top_k(); }), "top_k"},
+      {"AppendFewerExpertsThanTopK", append([](AppendRequest& r) { r.set_num_experts(1); }),
+       "num_experts"},
+      {"AppendNoTokens", append([](AppendRequest& r) { r.clear_num_tokens(); }), "num_tokens"},
+      {"AppendNegativeOffset", append([](AppendRequest& r) { r.set_token_offset(-1); }),
+       "token_offset"},
+      {"AppendRowsOfTheWrongSize", append([](AppendRequest& r) { r.mutable_rows()->resize(10); }),
+       "rows"},
+      {"AppendExpertOutOfRange",
+       append([](AppendRequest& r) { (*r.mutable_rows())[0] = static_cast<char>(99); }), "rows"},
+      // Seal.
+      {"SealMissingKey", seal([](routerreplay::v1::SealRequest& r) { r.clear_key(); }),
+       "key.job_id"},
+      {"SealNoTotal", seal([](routerreplay::v1::SealRequest& r) { r.clear_total_rows(); }),
+       "total_rows"},
+      // FetchRoutes.
+      {"FetchNoSelection", fetch([](FetchRequest& r) { r.clear_selection(); }), "selection"},
+      {"FetchNoRecords", fetch([](FetchRequest& r) { r.mutable_records()->clear_records(); }),
+       "records.records"},
+      {"FetchBadKey", fetch([](FetchRequest& r) {
+         *r.mutable_records()->add_records()->mutable_key() = ToProto(Key("with space"));
+       }),
+       "records.records[1].key.sample_id"},
+      {"FetchNegativeRowBegin", fetch([](FetchRequest& r) {
+         auto* ranges = r.mutable_records()->mutable_records(0);
+         ranges->add_row_ranges()->set_end(2);
+         ranges->add_row_ranges()->set_begin(-1);
+       }),
+       "records.records[0].row_ranges[1].begin"},
+      {"FetchEmptyRowRange", fetch([](FetchRequest& r) {
+         auto* range = r.mutable_records()->mutable_records(0)->add_row_ranges();
+         range->set_begin(5);
+         range->set_end(5);
+       }),
+       "records.records[0].row_ranges[0].end"},
+      {"FetchTooManyRows", fetch([](FetchRequest& r) {
+         auto* range = r.mutable_records()->mutable_records(0)->add_row_ranges();
+         range->set_begin(0);
+         range->set_end((int64_t{1} << 31) + 1);
+       }),
+       "records.records[0].row_ranges"},
+      {"FetchRangePastASealedEnd", fetch([](FetchRequest& r) {
+         auto* range = r.mutable_records()->mutable_records(0)->add_row_ranges();
+         range->set_begin(0);
+         range->set_end(11);
+       }),
+       "records.records[0].row_ranges[0].end"},
+      {"FetchBadJobId", fetch([](FetchRequest& r) { r.mutable_job()->set_job_id("../x"); }),
+       "job.job_id"},
+      {"FetchNegativeVersion", fetch([](FetchRequest& r) {
+         r.mutable_job()->set_job_id(Job());
+         r.mutable_job()->mutable_versions()->set_begin(-1);
+       }),
+       "job.versions.begin"},
+      {"FetchEmptyVersionRange", fetch([](FetchRequest& r) {
+         r.mutable_job()->set_job_id(Job());
+         r.mutable_job()->mutable_versions()->set_begin(3);
+         r.mutable_job()->mutable_versions()->set_end(2);
+       }),
+       "job.versions.end"},
+      {"FetchBadDpSize", fetch([](FetchRequest& r) { r.set_dp_size(-2); }), "dp_size"},
+      {"FetchDpRankBeyondSize", fetch([](FetchRequest& r) {
+         r.set_dp_rank(2);
+         r.set_dp_size(2);
+       }),
+       "dp_rank"},
+      {"FetchTinyChunks", fetch([](FetchRequest& r) { r.set_max_chunk_bytes(1000); }),
+       "max_chunk_bytes"},
+      {"FetchDenseLayer", fetch([](FetchRequest& r) {
+         r.add_layers(1);
+         r.add_layers(2);
+       }),
+       "layers[1]"},
+      {"FetchLayerTwice", fetch([](FetchRequest& r) {
+         r.add_layers(4);
+         r.add_layers(4);
+       }),
+       "layers[1]"},
+      // GetExpertLoad.
+      {"LoadNoJobNoGroups", load([](LoadRequest& r) { r.clear_job_id(); }), "job_id"},
+      {"LoadEmptyVersionRange", load([](LoadRequest& r) { r.mutable_versions()->set_end(-1); }),
+       "versions.end"},
+      {"LoadTooManyGroups", load([](LoadRequest& r) {
+         for (int g = 0; g < 4097; ++g) r.add_groups();
+       }),
+       "groups"},
+      {"LoadEmptyGroup", load([](LoadRequest& r) {
+         *r.add_groups()->add_keys() = ToProto(Key("sealed"));
+         r.add_groups();
+       }),
+       "groups[1].keys"},
+      {"LoadBadKey", load([](LoadRequest& r) {
+         routerreplay::v1::KeyGroup& group = *r.add_groups();
+         *group.add_keys() = ToProto(Key("sealed"));
+         *group.add_keys() = ToProto(Key("sealed", 1, -3));
+       }),
+       "groups[0].keys[1].attempt"},
+      {"LoadDenseLayer", load([](LoadRequest& r) { r.add_layers(0); }), "layers[0]"},
+      {"LoadLayerTwice", load([](LoadRequest& r) {
+         r.add_layers(3);
+         r.add_layers(3);
+       }),
+       "layers[1]"},
+      {"LoadResponseTooLarge", load([](LoadRequest& r) {
+         for (int g = 0; g < 400; ++g) *r.add_groups()->add_keys() = ToProto(Key("wide"));
+       }),
+       "", "RESPONSE_TOO_LARGE"},
+      // PlanPlacement.
+      {"PlacementNoSource", placement([](PlacementRequest& r) { r.clear_load(); }), "source"},
+      {"PlacementNoLayers",
+       placement([](PlacementRequest& r) { r.mutable_load()->set_num_layers(0); }),
+       "load.num_layers"},
+      {"PlacementNoExperts",
+       placement([](PlacementRequest& r) { r.mutable_load()->set_num_experts(0); }),
+       "load.num_experts"},
+      {"PlacementLoadOfTheWrongSize",
+       placement([](PlacementRequest& r) { r.mutable_load()->add_load(1); }), "load.load"},
+      {"PlacementNegativeLoad",
+       placement([](PlacementRequest& r) { r.mutable_load()->set_load(5, -1); }), "load.load[5]"},
+      {"PlacementNoGpus", placement([](PlacementRequest& r) { r.clear_num_gpus(); }), "num_gpus"},
+      {"PlacementNoNodes", placement([](PlacementRequest& r) { r.clear_num_nodes(); }),
+       "num_nodes"},
+      {"PlacementNoGroups", placement([](PlacementRequest& r) { r.clear_num_groups(); }),
+       "num_groups"},
+      {"PlacementNoReplicas", placement([](PlacementRequest& r) { r.clear_num_replicas(); }),
+       "num_replicas"},
+      {"PlacementReplicasNotPerGpu", placement([](PlacementRequest& r) { r.set_num_replicas(10); }),
+       "num_replicas"},
+      {"PlacementGpusNotPerNode", placement([](PlacementRequest& r) { r.set_num_nodes(3); }),
+       "num_nodes"},
+      {"PlacementExpertsNotPerGroup", placement([](PlacementRequest& r) { r.set_num_groups(3); }),
+       "num_groups"},
+      {"PlacementBadJobId", placement([](PlacementRequest& r) { r.mutable_job()->set_job_id(""); }),
+       "job.job_id"},
+      {"PlacementNegativeVersion", placement([](PlacementRequest& r) {
+         r.mutable_job()->set_job_id(Job());
+         r.mutable_job()->mutable_versions()->set_begin(-1);
+       }),
+       "job.versions.begin"},
+      // PlanBalance.
+      {"BalanceNoMicroBatches", balance([](BalanceRequest& r) { r.clear_micro_batches(); }),
+       "micro_batches"},
+      {"BalanceNoExperts", balance([](BalanceRequest& r) { r.clear_num_experts(); }),
+       "num_experts"},
+      {"BalanceTooManyEntries", balance([](BalanceRequest& r) { r.set_micro_batches(1 << 20); }),
+       "tokens"},
+      {"BalanceTokensOfTheWrongSize", balance([](BalanceRequest& r) { r.add_tokens(1); }),
+       "tokens"},
+      {"BalanceNegativeTokens", balance([](BalanceRequest& r) { r.set_tokens(3, -1); }),
+       "tokens[3]"},
+      {"BalanceNoRanks", balance([](BalanceRequest& r) { r.clear_ranks(); }), "ranks"},
+      {"BalanceNoRanksPerNode", balance([](BalanceRequest& r) { r.clear_ranks_per_node(); }),
+       "ranks_per_node"},
+      {"BalanceRanksNotDividingExperts", balance([](BalanceRequest& r) {
+         r.set_ranks(3);
+         r.set_ranks_per_node(1);
+       }),
+       "ranks"},
+      {"BalanceRanksPerNodeNotDividingRanks",
+       balance([](BalanceRequest& r) { r.set_ranks_per_node(3); }), "ranks_per_node"},
+      {"BalanceNegativeReplicaSlots",
+       balance([](BalanceRequest& r) { r.set_replica_slots_per_rank(-1); }),
+       "replica_slots_per_rank"},
+      {"BalanceNegativeMoveCost", balance([](BalanceRequest& r) { r.set_move_cost_tokens(-1); }),
+       "move_cost_tokens"},
+      {"BalanceNoCurrentHome", balance([](BalanceRequest& r) { r.clear_current_home(); }),
+       "current_home"},
+      {"BalanceHomeOnNoRank", balance([](BalanceRequest& r) { r.set_current_home(0, 9); }),
+       "current_home[0]"},
+      // DeleteRecords.
+      {"DeleteNoJobId", remove([](routerreplay::v1::DeleteRecordsRequest& r) { r.clear_job_id(); }),
+       "job_id"},
+      {"DeleteNegativeVersion", remove([](routerreplay::v1::DeleteRecordsRequest& r) {
+         r.mutable_versions()->set_begin(-1);
+       }),
+       "versions.begin"},
+      {"DeleteEmptyVersionRange", remove([](routerreplay::v1::DeleteRecordsRequest& r) {
+         r.mutable_versions()->set_begin(4);
+         r.mutable_versions()->set_end(1);
+       }),
+       "versions.end"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExpectInvalidArgumentDetails(FromGrpcStatus(c.call()), c.reason, c.field);
   }
 }
 

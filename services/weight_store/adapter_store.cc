@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/parallel_tasks.h"
 #include "common/proto_time.h"
+#include "common/status.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/weight_store/manifest.h"
@@ -59,8 +60,8 @@ absl::StatusOr<std::unique_ptr<AdapterStore>> AdapterStore::Open(
   // The newest version is always kept: versions only grow, so a retired number is never
   // published again, and its files can be retired after the lock is released.
   if (options.keep_versions < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("keep_versions is ", options.keep_versions, "; must be >= 1"));
+    return InvalidRequest("INVALID_OPTION", absl::StrCat("keep_versions is ", options.keep_versions,
+                                                         "; must be >= 1"));
   }
   std::unique_ptr<AdapterStore> store(new AdapterStore(options));
   if (absl::Status status = store->Recover(); !status.ok()) return status;
@@ -118,7 +119,7 @@ absl::StatusOr<BeginResult> AdapterStore::Begin(const weightstore::v1::Manifest&
   if (absl::Status status = ValidateManifest(manifest); !status.ok()) return status;
   const std::string name = VersionName(manifest.adapter_name(), manifest.version());
   if (absl::Status status = CheckStackable(manifest); !status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": ", status.message()));
+    return Annotate(status, absl::StrCat(name, ": "));
   }
   if (use_ucx && options_.ucx == nullptr) {
     return absl::FailedPreconditionError("this weight-store runs without UCX; publish over gRPC");
@@ -215,14 +216,15 @@ absl::StatusOr<uint64_t> AdapterStore::Put(absl::string_view upload_id, int shar
   absl::StatusOr<Upload*> upload = OpenUpload(upload_id);
   if (!upload.ok()) return upload.status();
   if (shard_index < 0 || shard_index >= static_cast<int>((*upload)->shards.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard_index ", shard_index, " out of range [0, ", (*upload)->shards.size(), ")"));
+    return InvalidField("shard_index",
+                        absl::StrCat("shard_index ", shard_index, " out of range [0, ",
+                                     (*upload)->shards.size(), ")"));
   }
   ShardBuffer& shard = *(*upload)->shards[shard_index];
   if (data.empty() || offset > shard.length() || data.size() > shard.length() - offset) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", shard_index, ": ", data.size(),
-                                                   " bytes at offset ", offset, " do not fit its ",
-                                                   shard.length(), " bytes"));
+    return InvalidField(!data.empty() && offset > shard.length() ? "offset" : "data",
+                        absl::StrCat("shard ", shard_index, ": ", data.size(), " bytes at offset ",
+                                     offset, " do not fit its ", shard.length(), " bytes"));
   }
   // Copying under the lock keeps Commit from reading a half-written chunk.
   std::memcpy(shard.data() + offset, data.data(), data.size());
@@ -385,11 +387,16 @@ absl::Status AdapterStore::SettleWrite(Upload& upload, const CommittedVersion& v
     }
     adapter.unwritten[manifest.version()] = manifest;
     upload.state = Upload::State::kAborted;
-    return absl::Status(durable.code(),
-                        absl::StrCat(durable.message(), "; ",
-                                     VersionName(manifest.adapter_name(), manifest.version()),
-                                     " was announced but is not durable: withdrawn, publish it "
-                                     "again with the same manifest or publish a newer version"));
+    absl::Status withdrawn(durable.code(),
+                           absl::StrCat(durable.message(), "; ",
+                                        VersionName(manifest.adapter_name(), manifest.version()),
+                                        " was announced but is not durable: withdrawn, publish it "
+                                        "again with the same manifest or publish a newer version"));
+    // The write error's details, if any, stay with it.
+    durable.ForEachPayload([&withdrawn](absl::string_view type_url, const absl::Cord& payload) {
+      withdrawn.SetPayload(type_url, payload);
+    });
+    return withdrawn;
   }
   adapter.unwritten.erase(adapter.unwritten.begin(),
                           adapter.unwritten.upper_bound(manifest.version()));
@@ -481,7 +488,7 @@ absl::StatusOr<AdapterStore::Lease> AdapterStore::AcquireLease(absl::string_view
                                                                absl::string_view holder,
                                                                absl::Duration ttl) {
   if (version < 1) {  // Find would take 0 as "the newest", and the lease would pin nothing.
-    return absl::InvalidArgumentError(absl::StrCat("version is ", version, "; must be >= 1"));
+    return InvalidField("version", absl::StrCat("version is ", version, "; must be >= 1"));
   }
   absl::MutexLock lock(&mutex_);
   // Under the lock that retention takes: the version cannot be retired before it is leased.

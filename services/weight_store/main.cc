@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/service_main.h"
+#include "common/status.h"
 #include "services/weight_store/weight_store_service.h"
 
 ABSL_FLAG(std::string, data_dir, "weight-store-data",
@@ -28,12 +29,13 @@ absl::StatusOr<tandem::weight_store::WeightStoreOptions> OptionsFromFlags() {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.keep_versions = absl::GetFlag(FLAGS_keep_versions);
   if (options.keep_versions < 1) {
-    return absl::InvalidArgumentError(
+    return tandem::InvalidRequest(
+        "INVALID_FLAG",
         absl::StrCat("--keep_versions is ", options.keep_versions, "; must be >= 1"));
   }
   options.upload_expiry = absl::GetFlag(FLAGS_upload_expiry);
   if (options.upload_expiry <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--upload_expiry must be positive");
+    return tandem::InvalidRequest("INVALID_FLAG", "--upload_expiry must be positive");
   }
   options.enable_ucx = absl::GetFlag(FLAGS_ucx);
   options.ucx.transports = absl::GetFlag(FLAGS_ucx_transports);

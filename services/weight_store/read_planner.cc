@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/identifier.h"
 #include "common/parallel_tasks.h"
+#include "common/status.h"
 #include "services/weight_store/client/read_plan.h"
 #include "services/weight_store/manifest.h"
 #include "services/weight_store/reshard.h"
@@ -26,7 +27,7 @@ internal::v1::ShardRegion ShardRegionOf(int32_t shard_index, const transfer::Ucx
 absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::Plan(
     const internal::v1::GetReadPlanRequest& request) {
   if (request.target().dtype() != type::v1::DTYPE_UNSPECIFIED) {
-    return absl::InvalidArgumentError("GetReadPlan never converts: leave target.dtype unset");
+    return InvalidField("target.dtype", "GetReadPlan never converts: leave target.dtype unset");
   }
   if (absl::Status status = ValidateVersionOf(request.adapter_name(), request.version());
       !status.ok()) {
@@ -34,6 +35,9 @@ absl::StatusOr<internal::v1::GetReadPlanResponse> ReadPlanner::Plan(
   }
   if (absl::Status status = ValidateIdentifier("lease_id", request.lease_id()); !status.ok()) {
     return status;
+  }
+  if (!request.has_target()) {
+    return InvalidField("target", "target is required (an empty TargetLayout is one rank)");
   }
   absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
       store_.LeasedVersion(request.lease_id(), request.adapter_name(), request.version());

@@ -75,6 +75,12 @@ void Say(const std::string& line) {
   std::exit(1);
 }
 
+// A command or flag this tool does not understand.
+[[noreturn]] void FailBadInput(const std::string& what, const std::string& input) {
+  std::fprintf(stderr, "%s: not understood: %s\n", what.c_str(), input.c_str());
+  std::exit(1);
+}
+
 void WaitForEndOfInput() {
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -87,7 +93,7 @@ bool NextCommand(std::string& word, int64_t& version) {
   if (!std::getline(std::cin, line)) return false;
   std::vector<std::string> parts = absl::StrSplit(line, ' ');
   if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &version)) {
-    Fail("command", absl::InvalidArgumentError(line));
+    FailBadInput("command", line);
   }
   word = parts[0];
   return true;
@@ -125,7 +131,7 @@ void Publish(const WeightStoreStubs& store, transfer::UcxWorker& ucx) {
       if (!committed.ok()) Fail("commit", committed.status());
       Say(absl::StrCat("committed ", version));
     } else {
-      Fail("command", absl::InvalidArgumentError(word));
+      FailBadInput("command", word);
     }
   }
 }
@@ -231,7 +237,7 @@ void Run() {
   } else if (absl::GetFlag(FLAGS_mode) == "fetch") {
     Fetch(store, **ucx);
   } else {
-    Fail("--mode", absl::InvalidArgumentError(absl::GetFlag(FLAGS_mode)));
+    FailBadInput("--mode", absl::GetFlag(FLAGS_mode));
   }
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
 #include "common/sha256.h"
+#include "common/status.h"
 #include "common/string_limits.h"
 #include "services/weight_store/manifest.h"
 #include "transfer/lora_layout.h"
@@ -35,27 +36,30 @@ struct Consumer {
   bool stack_experts = false;
 };
 
+// INVALID_ARGUMENT about the field at `path`. Every request that reaches PlanReads holds the
+// layout at "target" and the names at "tensor_names"; a manifest is at "manifest".
 template <typename... Parts>
-absl::Status Invalid(const Parts&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
+absl::Status Invalid(absl::string_view path, const Parts&... parts) {
+  return InvalidField(path, absl::StrCat(parts...));
 }
 
 absl::Status CheckRank(absl::string_view field, int rank, int size, int max_size) {
   if (size < 1 || size > max_size || rank < 0 || rank >= size) {
-    return Invalid("target.", field, ": rank ", rank, " of size ", size,
-                   " not 0 <= rank < size <= ", max_size);
+    const bool bad_size = size < 1 || size > max_size;
+    return Invalid(absl::StrCat("target.", field, bad_size ? "_size" : "_rank"), "target.", field,
+                   ": rank ", rank, " of size ", size, " not 0 <= rank < size <= ", max_size);
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckEnums(const weightstore::v1::TargetLayout& target) {
   if (!weightstore::v1::TensorNaming_IsValid(target.naming())) {
-    return Invalid("target.naming: ", target.naming(), " is not a naming");
+    return Invalid("target.naming", "target.naming: ", target.naming(), " is not a naming");
   }
   const type::v1::Dtype dtype = target.dtype();
   if (dtype != type::v1::DTYPE_UNSPECIFIED && dtype != type::v1::DTYPE_F32 &&
       dtype != type::v1::DTYPE_BF16 && dtype != type::v1::DTYPE_F16) {
-    return Invalid("target.dtype: ", dtype, " is not F32, BF16 or F16");
+    return Invalid("target.dtype", "target.dtype: ", dtype, " is not F32, BF16 or F16");
   }
   return absl::OkStatus();
 }
@@ -211,7 +215,17 @@ absl::Status AddTargets(const weightstore::v1::Manifest& manifest, int t, std::o
       transfer::RankBox(canonical, expert_group ? consumer.expert_tp_rank : consumer.tp_rank,
                         expert_group ? consumer.expert_tp_size : consumer.tp_size, consumer.ep_rank,
                         consumer.ep_size);
-  if (!box.ok()) return Invalid("target layout: ", box.status().message());
+  if (!box.ok()) {
+    // Which size does not divide: the TP one unless the tensor splits evenly without EP.
+    const bool tp_fits =
+        transfer::RankBox(canonical, expert_group ? consumer.expert_tp_rank : consumer.tp_rank,
+                          expert_group ? consumer.expert_tp_size : consumer.tp_size, 0, 1)
+            .ok();
+    const absl::string_view field = !tp_fits ? (expert_group ? "target.expert_tp_size"
+                                                             : "target.tp_size")
+                                             : "target.ep_size";
+    return Invalid(field, "target layout: ", box.status().message());
+  }
   std::string name = canonical.spec().name();
   if (up.has_value()) name = absl::StrReplaceAll(name, {{"gate_proj", "gate_up_proj"}});
   if (canonical.num_experts() == 0) {
@@ -231,9 +245,11 @@ absl::Status AddTargets(const weightstore::v1::Manifest& manifest, int t, std::o
   return absl::OkStatus();
 }
 
-// Every target tensor of the consumer, sorted by name.
+// Every target tensor of the consumer, sorted by name. Two of one name are an error about the
+// field at `clash_path` (the layout that makes them, or the manifest's tensors).
 absl::StatusOr<std::vector<Target>> AllTargets(const weightstore::v1::Manifest& manifest,
-                                               const Consumer& consumer) {
+                                               const Consumer& consumer,
+                                               absl::string_view clash_path) {
   absl::flat_hash_map<int, int> pairs;
   if (consumer.fuse_gate_up) pairs = FusedPairs(manifest);
   absl::flat_hash_set<int> fused_ups;
@@ -253,7 +269,8 @@ absl::StatusOr<std::vector<Target>> AllTargets(const weightstore::v1::Manifest& 
   });
   for (size_t i = 1; i < targets.size(); ++i) {
     if (targets[i].tensor.spec().name() == targets[i - 1].tensor.spec().name()) {
-      return Invalid("two target tensors named '", targets[i].tensor.spec().name(), "'");
+      return Invalid(clash_path, "two target tensors named '", targets[i].tensor.spec().name(),
+                     "'");
     }
   }
   return targets;
@@ -271,7 +288,10 @@ absl::StatusOr<std::vector<Target>> SelectTargets(std::vector<Target> targets,
         !status.ok()) {
       return status;
     }
-    if (!known.contains(names[i])) return Invalid("unknown target tensor '", names[i], "'");
+    if (!known.contains(names[i])) {
+      return Invalid(IndexPath("tensor_names", static_cast<int64_t>(i)), "unknown target tensor '",
+                     names[i], "'");
+    }
   }
   const absl::flat_hash_set<absl::string_view> wanted(names.begin(), names.end());
   std::vector<Target> selected;
@@ -458,7 +478,7 @@ absl::StatusOr<std::vector<internal::v1::PlannedTensor>> PlanReads(
     const std::vector<std::string>& tensor_names) {
   absl::StatusOr<Consumer> consumer = ResolveLayout(target);
   if (!consumer.ok()) return consumer.status();
-  absl::StatusOr<std::vector<Target>> targets = AllTargets(manifest, *consumer);
+  absl::StatusOr<std::vector<Target>> targets = AllTargets(manifest, *consumer, "target");
   if (!targets.ok()) return targets.status();
   targets = SelectTargets(*std::move(targets), tensor_names);
   if (!targets.ok()) return targets.status();
@@ -488,10 +508,8 @@ std::string PlanLayoutKey(const weightstore::v1::Manifest& manifest) {
 absl::Status CheckStackable(const weightstore::v1::Manifest& manifest) {
   Consumer stacked;
   stacked.stack_experts = true;
-  absl::StatusOr<std::vector<Target>> targets = AllTargets(manifest, stacked);
-  if (!targets.ok()) {
-    return Invalid("tensors: with experts stacked, ", targets.status().message());
-  }
+  absl::StatusOr<std::vector<Target>> targets = AllTargets(manifest, stacked, "manifest.tensors");
+  if (!targets.ok()) return Annotate(targets.status(), "tensors: with experts stacked, ");
   return absl::OkStatus();
 }
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
+#include "common/status.h"
 #include "services/weight_store/manifest.h"
 #include "services/weight_store/reshard.h"
 #include "services/weight_store/tensor_assembly.h"
@@ -15,12 +16,15 @@ absl::StatusOr<TensorFetch> TensorFetch::Start(
   fetch.chunk_bytes_ =
       request.max_chunk_bytes() == 0 ? kMaxFetchChunkBytes : request.max_chunk_bytes();
   if (fetch.chunk_bytes_ < kMinFetchChunkBytes || fetch.chunk_bytes_ > kMaxFetchChunkBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_chunk_bytes is ", fetch.chunk_bytes_, "; allowed 1 MiB..4 MiB"));
+    return InvalidField("max_chunk_bytes", absl::StrCat("max_chunk_bytes is ", fetch.chunk_bytes_,
+                                                        "; allowed 1 MiB..4 MiB"));
   }
   if (absl::Status status = ValidateVersionOf(request.adapter_name(), request.version());
       !status.ok()) {
     return status;
+  }
+  if (!request.has_target()) {
+    return InvalidField("target", "target is required (an empty TargetLayout is one rank)");
   }
   absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
       store.Find(request.adapter_name(), request.version(), 0);
@@ -37,8 +41,9 @@ absl::StatusOr<TensorFetch> TensorFetch::Start(
     if (absl::Status convertible =
             transfer::CheckConvertible(planned.tensor().spec().dtype(), fetch.target_dtype_);
         !convertible.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "target.dtype: tensor ", planned.tensor().spec().name(), ": ", convertible.message()));
+      return InvalidField("target.dtype",
+                          absl::StrCat("target.dtype: tensor ", planned.tensor().spec().name(),
+                                       ": ", convertible.message()));
     }
   }
   return fetch;

@@ -35,6 +35,7 @@ class TensorFetchTest : public ::testing::Test {
     weightstore::v1::FetchTensorsRequest request;
     request.set_adapter_name("job-1");
     request.set_version(version);
+    request.mutable_target();  // Required; empty: one rank, canonical names.
     return request;
   }
 

@@ -40,8 +40,8 @@ class PutShardReactor final : public grpc::ServerReadReactor<weightstore::v1::Pu
 
   void OnReadDone(bool ok) override {
     if (!ok && upload_id_.empty()) {
-      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "PutShard stream ended without a chunk: upload_id is required"));
+      Finish(ToGrpcStatus(InvalidField(
+          "upload_id", "PutShard stream ended without a chunk: upload_id is required")));
       return;
     }
     if (!ok) {
@@ -72,12 +72,12 @@ class PutShardReactor final : public grpc::ServerReadReactor<weightstore::v1::Pu
       upload_id_ = request_.upload_id();
     }
     if (request_.upload_id() != upload_id_) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk names upload ", request_.upload_id(),
-                                                     "; this stream writes ", upload_id_));
+      return InvalidField("upload_id", absl::StrCat("chunk names upload ", request_.upload_id(),
+                                                    "; this stream writes ", upload_id_));
     }
     if (request_.data().empty() || request_.data().size() > kMaxChunkBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data has ", request_.data().size(), " bytes; allowed 1 B..4 MiB"));
+      return InvalidField(
+          "data", absl::StrCat("data has ", request_.data().size(), " bytes; allowed 1 B..4 MiB"));
     }
     absl::StatusOr<uint64_t> written =
         store_.Put(upload_id_, request_.shard_index(), request_.offset(), request_.data());
@@ -302,7 +302,12 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(
     weightstore::v1::GetManifestResponse* response) {
   const auto get = [&]() -> absl::StatusOr<weightstore::v1::GetManifestResponse> {
     const type::v1::AdapterSelector& selector = request->adapter();
-    if (absl::Status status = ValidateNamedSelector(selector); !status.ok()) return status;
+    if (absl::Status status = ValidateNamedSelector(selector); !status.ok()) {
+      // The name's error names its field; a version's carries no details of its own.
+      if (!FieldViolations(status).empty()) return status;
+      return WithFieldPath(
+          status, selector.has_min_version() ? "adapter.min_version" : "adapter.exact_version");
+    }
     absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
         store_->Find(selector.adapter_name(), selector.exact_version(), selector.min_version());
     if (!version.ok()) return version.status();
@@ -334,7 +339,7 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::AcquireLease(
     grpc::CallbackServerContext* context, const weightstore::v1::AcquireLeaseRequest* request,
     weightstore::v1::AcquireLeaseResponse* response) {
   const auto acquire = [&]() -> absl::StatusOr<weightstore::v1::AcquireLeaseResponse> {
-    if (request->holder().empty()) return absl::InvalidArgumentError("holder is required");
+    if (request->holder().empty()) return InvalidField("holder", "holder is required");
     if (absl::Status status = CheckMaxBytes("holder", request->holder(), kMaxNameBytes);
         !status.ok()) {
       return status;

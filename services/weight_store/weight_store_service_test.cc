@@ -13,11 +13,15 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "common/channel.h"
 #include "common/checksum.h"
 #include "common/server.h"
+#include "common/status.h"
+#include "common/testing/error_details.h"
 #include "common/testing/http_get.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
@@ -698,6 +702,7 @@ TEST_F(WeightStoreServiceTest, UnknownRetiredAndExpiredAreNotFoundAndLeasesPinVe
   plan.set_adapter_name("job-1");
   plan.set_version(3);
   plan.set_lease_id(lease.lease_id());
+  plan.mutable_target();
   grpc::ClientContext plan_context;
   internal::v1::GetReadPlanResponse planned;
   EXPECT_EQ(ucx_stub_->GetReadPlan(&plan_context, plan, &planned).error_code(),
@@ -805,6 +810,410 @@ TEST_F(WeightStoreServiceTest, IdsNamesAndVersionsAreCheckedAtTheEdge) {
   }
 }
 
+// Every documented rule of every RPC, as a client built from the protos sees it: INVALID_ARGUMENT
+// whose details name the field by its path from the request root (with list indices and map
+// keys) and give the ErrorInfo reason.
+TEST_F(WeightStoreServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails) {
+  ASSERT_TRUE(Publish(transfer::MakeTestAdapter("job-1", 1, 90), /*by_ucx=*/true).ok());
+  const absl::StatusOr<std::string> lease =
+      AcquireLease(*stubs_, "job-1", 1, "replica-0", absl::Seconds(30));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  const transfer::TestAdapter open = transfer::MakeTestAdapter("job-2", 1, 91);
+  weightstore::v1::BeginPublishResponse upload;
+  ASSERT_TRUE(Begin(open.manifest, &upload).ok());
+  const uint64_t shard_bytes = open.manifest.shards(0).byte_size();
+  const std::string upload_id = upload.upload_id();
+
+  const weightstore::v1::Manifest manifest = transfer::MakeTestAdapter("job-3", 1, 92).manifest;
+  // A tensor that is not per expert; a piece of shard 0 that covers one tensor (not fused).
+  int plain = -1;
+  for (int t = 0; t < manifest.tensors_size() && plain < 0; ++t) {
+    if (!absl::StrContains(manifest.tensors(t).spec().name(), "{e}")) plain = t;
+  }
+  int lone_piece = -1;
+  for (int p = 0; p < manifest.shards(0).pieces_size() && lone_piece < 0; ++p) {
+    if (!manifest.shards(0).pieces(p).fused_gate_up()) lone_piece = p;
+  }
+  ASSERT_GE(plain, 0);
+  ASSERT_GE(lone_piece, 0);
+  int lone_tensor = -1;
+  for (int t = 0; t < manifest.tensors_size(); ++t) {
+    if (manifest.tensors(t).spec().name() == manifest.shards(0).pieces(lone_piece).tensor_name()) {
+      lone_tensor = t;
+    }
+  }
+  ASSERT_GE(lone_tensor, 0);
+
+  using Manifest = weightstore::v1::Manifest;
+  const auto begin = [&](const std::function<void(Manifest&)>& edit) {
+    return [this, manifest, edit] {
+      weightstore::v1::BeginPublishRequest request;
+      *request.mutable_manifest() = manifest;
+      edit(*request.mutable_manifest());
+      grpc::ClientContext context;
+      weightstore::v1::BeginPublishResponse response;
+      return stub_->BeginPublish(&context, request, &response);
+    };
+  };
+  const auto put = [&](const std::function<void(weightstore::v1::PutShardRequest&)>& edit) {
+    return [this, upload_id, edit] {
+      weightstore::v1::PutShardRequest chunk;
+      chunk.set_upload_id(upload_id);
+      chunk.set_shard_index(0);
+      chunk.set_offset(0);
+      chunk.set_data("a");
+      edit(chunk);
+      grpc::ClientContext context;
+      weightstore::v1::PutShardResponse response;
+      auto writer = stub_->PutShard(&context, &response);
+      writer->Write(chunk);
+      writer->WritesDone();
+      return writer->Finish();
+    };
+  };
+  const auto get_manifest = [&](const std::function<void(type::v1::AdapterSelector&)>& edit) {
+    return [this, edit] {
+      weightstore::v1::GetManifestRequest request;
+      request.mutable_adapter()->set_adapter_name("job-1");
+      edit(*request.mutable_adapter());
+      grpc::ClientContext context;
+      weightstore::v1::GetManifestResponse response;
+      return stub_->GetManifest(&context, request, &response);
+    };
+  };
+  using FetchRequest = weightstore::v1::FetchTensorsRequest;
+  const auto fetch = [&](const std::function<void(FetchRequest&)>& edit) {
+    return [this, edit] {
+      FetchRequest request;
+      request.set_adapter_name("job-1");
+      request.set_version(1);
+      request.mutable_target();
+      edit(request);
+      grpc::ClientContext context;
+      return RefusedStatus(*stub_->FetchTensors(&context, request));
+    };
+  };
+  using AcquireRequest = weightstore::v1::AcquireLeaseRequest;
+  const auto acquire = [&](const std::function<void(AcquireRequest&)>& edit) {
+    return [this, edit] {
+      AcquireRequest request;
+      request.set_adapter_name("job-1");
+      request.set_version(1);
+      request.set_holder("replica-0");
+      edit(request);
+      grpc::ClientContext context;
+      weightstore::v1::AcquireLeaseResponse response;
+      return stub_->AcquireLease(&context, request, &response);
+    };
+  };
+  using RenewRequest = weightstore::v1::RenewLeaseRequest;
+  const auto renew = [&](const std::function<void(RenewRequest&)>& edit) {
+    return [this, lease, edit] {
+      RenewRequest request;
+      request.set_lease_id(*lease);
+      edit(request);
+      grpc::ClientContext context;
+      weightstore::v1::RenewLeaseResponse response;
+      return stub_->RenewLease(&context, request, &response);
+    };
+  };
+  using PlanRequest = internal::v1::GetReadPlanRequest;
+  const auto plan = [&](const std::function<void(PlanRequest&)>& edit) {
+    return [this, lease, edit] {
+      PlanRequest request;
+      request.set_adapter_name("job-1");
+      request.set_version(1);
+      request.set_lease_id(*lease);
+      request.mutable_target();
+      edit(request);
+      grpc::ClientContext context;
+      internal::v1::GetReadPlanResponse response;
+      return ucx_stub_->GetReadPlan(&context, request, &response);
+    };
+  };
+  using WatchPlansRequest = internal::v1::WatchReadPlansRequest;
+  const auto watch_plans = [&](const std::function<void(WatchPlansRequest&)>& edit) {
+    return [this, edit] {
+      WatchPlansRequest request = PlansRequest();
+      edit(request);
+      grpc::ClientContext context;
+      return RefusedStatus(*ucx_stub_->WatchReadPlans(&context, request));
+    };
+  };
+  using ExchangeRequest = internal::v1::ExchangeUcxEndpointRequest;
+  const auto exchange = [&](const std::function<void(ExchangeRequest&)>& edit) {
+    return [this, edit] {
+      ExchangeRequest request;
+      request.set_worker_address("address");
+      request.set_client_id("replica-0");
+      edit(request);
+      grpc::ClientContext context;
+      internal::v1::ExchangeUcxEndpointResponse response;
+      return ucx_stub_->ExchangeUcxEndpoint(&context, request, &response);
+    };
+  };
+  const std::string tensor_path = absl::StrCat("manifest.tensors[", plain, "]");
+  const std::string plain_name = manifest.tensors(plain).spec().name();
+  const std::string piece_path = absl::StrCat("manifest.shards[0].pieces[", lone_piece, "]");
+
+  struct Case {
+    std::string name;
+    std::function<grpc::Status()> call;
+    std::string field;  // Empty: no BadRequest, only the reason.
+    std::string reason = "INVALID_FIELD";
+  };
+  const std::vector<Case> cases = {
+      // BeginPublish: the manifest's rules (manifest_test.cc has every one).
+      {"BeginNoManifest",
+       [this] {
+         grpc::ClientContext context;
+         weightstore::v1::BeginPublishResponse response;
+         return stub_->BeginPublish(&context, weightstore::v1::BeginPublishRequest(), &response);
+       },
+       "manifest.adapter_name"},
+      {"BeginBadAdapterName", begin([](Manifest& m) { m.set_adapter_name("a b"); }),
+       "manifest.adapter_name"},
+      {"BeginNoVersion", begin([](Manifest& m) { m.clear_version(); }), "manifest.version"},
+      {"BeginNoRank", begin([](Manifest& m) { m.mutable_lora()->clear_rank(); }),
+       "manifest.lora.rank"},
+      {"BeginUnknownModule", begin([](Manifest& m) {
+         m.mutable_lora()->add_target_modules("q_proj");
+         m.mutable_lora()->add_target_modules("lm_head");
+       }),
+       "manifest.lora.target_modules[1]"},
+      {"BeginNoExpertLayout", begin([](Manifest& m) { m.mutable_lora()->clear_expert_layout(); }),
+       "manifest.lora.expert_layout"},
+      {"BeginLongBaseModel", begin([](Manifest& m) { m.set_base_model(std::string(4097, 'm')); }),
+       "manifest.base_model"},
+      {"BeginLongLabel",
+       begin([](Manifest& m) { (*m.mutable_labels())["note"] = std::string(4097, 'v'); }),
+       "manifest.labels[\"note\"]"},
+      {"BeginTooManyLabels", begin([](Manifest& m) {
+         for (int i = 0; i < 65; ++i) (*m.mutable_labels())[absl::StrCat("k", i)] = "v";
+       }),
+       "manifest.labels"},
+      {"BeginNoTensors", begin([](Manifest& m) {
+         m.clear_tensors();
+         m.clear_shards();
+       }),
+       "manifest.tensors"},
+      {"BeginUnnamedTensor",
+       begin([plain](Manifest& m) { m.mutable_tensors(plain)->mutable_spec()->clear_name(); }),
+       tensor_path + ".spec.name"},
+      {"BeginNoDtype",
+       begin([plain](Manifest& m) { m.mutable_tensors(plain)->mutable_spec()->clear_dtype(); }),
+       tensor_path + ".spec.dtype"},
+      {"BeginZeroDim",
+       begin([plain](Manifest& m) { m.mutable_tensors(plain)->mutable_spec()->set_shape(1, 0); }),
+       tensor_path + ".spec.shape[1]"},
+      {"BeginExpertsWithoutPlaceholder",
+       begin([plain](Manifest& m) { m.mutable_tensors(plain)->set_num_experts(2); }),
+       tensor_path + ".num_experts"},
+      {"BeginNoShards", begin([](Manifest& m) { m.clear_shards(); }), "manifest.shards"},
+      {"BeginNegativeProducerRank",
+       begin([](Manifest& m) { m.mutable_shards(0)->set_producer_rank(-1); }),
+       "manifest.shards[0].producer_rank"},
+      {"BeginEmptyShard", begin([](Manifest& m) { m.mutable_shards(0)->clear_byte_size(); }),
+       "manifest.shards[0].byte_size"},
+      {"BeginShardWithoutPieces", begin([](Manifest& m) { m.add_shards()->set_byte_size(1); }),
+       absl::StrCat("manifest.shards[", manifest.shards_size(), "].pieces")},
+      {"BeginUnknownTensor", begin([lone_piece](Manifest& m) {
+         m.mutable_shards(0)->mutable_pieces(lone_piece)->set_tensor_name("nope");
+       }),
+       piece_path + ".tensor_name"},
+      {"BeginNegativeSliceOffset", begin([lone_piece](Manifest& m) {
+         m.mutable_shards(0)->mutable_pieces(lone_piece)->mutable_slice(0)->set_offset(-1);
+       }),
+       piece_path + ".slice[0].offset"},
+      {"BeginSliceMissing", begin([lone_piece](Manifest& m) {
+         m.mutable_shards(0)->mutable_pieces(lone_piece)->mutable_slice()->RemoveLast();
+       }),
+       piece_path + ".slice"},
+      {"BeginWrongByteLength", begin([lone_piece](Manifest& m) {
+         weightstore::v1::ShardPiece& piece = *m.mutable_shards(0)->mutable_pieces(lone_piece);
+         piece.set_byte_length(piece.byte_length() + 2);
+       }),
+       piece_path + ".byte_length"},
+      {"BeginUncoveredTensor", begin([lone_piece](Manifest& m) {
+         m.mutable_shards(0)->mutable_pieces()->DeleteSubrange(lone_piece, 1);
+       }),
+       absl::StrCat("manifest.tensors[", lone_tensor, "]")},
+      {"BeginUcxNoVersion",
+       [this, manifest] {
+         internal::v1::BeginUcxPublishRequest request;
+         *request.mutable_manifest() = manifest;
+         request.mutable_manifest()->set_version(0);
+         grpc::ClientContext context;
+         internal::v1::BeginUcxPublishResponse response;
+         return ucx_stub_->BeginUcxPublish(&context, request, &response);
+       },
+       "manifest.version"},
+      // PutShard.
+      {"PutNoChunk",
+       [this] {
+         grpc::ClientContext context;
+         weightstore::v1::PutShardResponse response;
+         auto writer = stub_->PutShard(&context, &response);
+         writer->WritesDone();
+         return writer->Finish();
+       },
+       "upload_id"},
+      {"PutBadUploadId", put([](weightstore::v1::PutShardRequest& r) { r.clear_upload_id(); }),
+       "upload_id"},
+      {"PutSecondUpload",
+       [this, upload_id] {
+         grpc::ClientContext context;
+         weightstore::v1::PutShardResponse response;
+         auto writer = stub_->PutShard(&context, &response);
+         weightstore::v1::PutShardRequest chunk;
+         chunk.set_upload_id(upload_id);
+         chunk.set_data("a");
+         writer->Write(chunk);
+         chunk.set_upload_id("upload-other");
+         writer->Write(chunk);
+         writer->WritesDone();
+         return writer->Finish();
+       },
+       "upload_id"},
+      {"PutNoData", put([](weightstore::v1::PutShardRequest& r) { r.clear_data(); }), "data"},
+      {"PutNoSuchShard", put([](weightstore::v1::PutShardRequest& r) { r.set_shard_index(99); }),
+       "shard_index"},
+      {"PutPastTheShard",
+       put([shard_bytes](weightstore::v1::PutShardRequest& r) { r.set_offset(shard_bytes + 1); }),
+       "offset"},
+      {"PutDataOverflowingTheShard", put([shard_bytes](weightstore::v1::PutShardRequest& r) {
+         r.set_data(std::string(shard_bytes + 1, 'x'));
+       }),
+       "data"},
+      // CommitPublish, AbortPublish.
+      {"CommitBadUploadId",
+       [this] {
+         grpc::ClientContext context;
+         weightstore::v1::CommitPublishRequest request;
+         request.set_upload_id("upload 1");
+         weightstore::v1::CommitPublishResponse response;
+         return stub_->CommitPublish(&context, request, &response);
+       },
+       "upload_id"},
+      {"AbortNoUploadId",
+       [this] {
+         grpc::ClientContext context;
+         weightstore::v1::AbortPublishResponse response;
+         return stub_->AbortPublish(&context, weightstore::v1::AbortPublishRequest(), &response);
+       },
+       "upload_id"},
+      // GetManifest, WatchVersions.
+      {"GetManifestNoAdapter",
+       get_manifest([](type::v1::AdapterSelector& a) { a.clear_adapter_name(); }),
+       "adapter.adapter_name"},
+      {"GetManifestExactVersionZero",
+       get_manifest([](type::v1::AdapterSelector& a) { a.set_exact_version(0); }),
+       "adapter.exact_version"},
+      {"GetManifestNegativeMinVersion",
+       get_manifest([](type::v1::AdapterSelector& a) { a.set_min_version(-1); }),
+       "adapter.min_version"},
+      {"WatchBadAdapterName",
+       [this] {
+         grpc::ClientContext context;
+         weightstore::v1::WatchVersionsRequest request;
+         request.set_adapter_name("../x");
+         return RefusedStatus(*stub_->WatchVersions(&context, request));
+       },
+       "adapter_name"},
+      // FetchTensors.
+      {"FetchNoAdapter", fetch([](FetchRequest& r) { r.clear_adapter_name(); }), "adapter_name"},
+      {"FetchNoVersion", fetch([](FetchRequest& r) { r.clear_version(); }), "version"},
+      {"FetchNoTarget", fetch([](FetchRequest& r) { r.clear_target(); }), "target"},
+      {"FetchSmallChunks", fetch([](FetchRequest& r) { r.set_max_chunk_bytes(1000); }),
+       "max_chunk_bytes"},
+      {"FetchNegativeTpSize", fetch([](FetchRequest& r) { r.mutable_target()->set_tp_size(-1); }),
+       "target.tp_size"},
+      {"FetchTpRankBeyondSize", fetch([](FetchRequest& r) {
+         r.mutable_target()->set_tp_rank(2);
+         r.mutable_target()->set_tp_size(2);
+       }),
+       "target.tp_rank"},
+      {"FetchTpSizeNotDividing", fetch([](FetchRequest& r) { r.mutable_target()->set_tp_size(3); }),
+       "target.tp_size"},
+      {"FetchEpSizeNotDividing", fetch([](FetchRequest& r) { r.mutable_target()->set_ep_size(3); }),
+       "target.ep_size"},
+      {"FetchNegativeExpertTpRank",
+       fetch([](FetchRequest& r) { r.mutable_target()->set_expert_tp_rank(-1); }),
+       "target.expert_tp_rank"},
+      {"FetchUnknownNaming", fetch([](FetchRequest& r) {
+         r.mutable_target()->set_naming(static_cast<weightstore::v1::TensorNaming>(99));
+       }),
+       "target.naming"},
+      {"FetchIntegerDtype",
+       fetch([](FetchRequest& r) { r.mutable_target()->set_dtype(type::v1::DTYPE_I32); }),
+       "target.dtype"},
+      {"FetchUnknownTensor", fetch([](FetchRequest& r) { r.add_tensor_names("nope"); }),
+       "tensor_names[0]"},
+      {"FetchLongTensorName", fetch([plain_name](FetchRequest& r) {
+         r.add_tensor_names(plain_name);  // Delivered whole, under its canonical name.
+         r.add_tensor_names(std::string(513, 'n'));
+       }),
+       "tensor_names[1]"},
+      // AcquireLease, RenewLease, ReleaseLease.
+      {"AcquireNoHolder", acquire([](AcquireRequest& r) { r.clear_holder(); }), "holder"},
+      {"AcquireLongHolder", acquire([](AcquireRequest& r) { r.set_holder(std::string(257, 'h')); }),
+       "holder"},
+      {"AcquireNoAdapter", acquire([](AcquireRequest& r) { r.clear_adapter_name(); }),
+       "adapter_name"},
+      {"AcquireNoVersion", acquire([](AcquireRequest& r) { r.clear_version(); }), "version"},
+      {"AcquireLongTtl", acquire([](AcquireRequest& r) { r.mutable_ttl()->set_seconds(601); }),
+       "ttl"},
+      {"AcquireMalformedTtl", acquire([](AcquireRequest& r) {
+         r.mutable_ttl()->set_seconds(1);
+         r.mutable_ttl()->set_nanos(-1);
+       }),
+       "ttl"},
+      {"RenewNoLeaseId", renew([](RenewRequest& r) { r.clear_lease_id(); }), "lease_id"},
+      {"RenewShortTtl", renew([](RenewRequest& r) { r.mutable_ttl()->set_nanos(500000000); }),
+       "ttl"},
+      {"ReleaseBadLeaseId",
+       [this] {
+         grpc::ClientContext context;
+         weightstore::v1::ReleaseLeaseRequest request;
+         request.set_lease_id("lease 1");
+         weightstore::v1::ReleaseLeaseResponse response;
+         return stub_->ReleaseLease(&context, request, &response);
+       },
+       "lease_id"},
+      // GetReadPlan, ExchangeUcxEndpoint, WatchReadPlans.
+      {"PlanConverting",
+       plan([](PlanRequest& r) { r.mutable_target()->set_dtype(type::v1::DTYPE_BF16); }),
+       "target.dtype"},
+      {"PlanNoAdapter", plan([](PlanRequest& r) { r.clear_adapter_name(); }), "adapter_name"},
+      {"PlanNoVersion", plan([](PlanRequest& r) { r.clear_version(); }), "version"},
+      {"PlanNoLeaseId", plan([](PlanRequest& r) { r.clear_lease_id(); }), "lease_id"},
+      {"PlanNoTarget", plan([](PlanRequest& r) { r.clear_target(); }), "target"},
+      {"PlanNegativeEpSize", plan([](PlanRequest& r) { r.mutable_target()->set_ep_size(-2); }),
+       "target.ep_size"},
+      {"PlanUnknownTensor", plan([](PlanRequest& r) { r.add_tensor_names("nope"); }),
+       "tensor_names[0]"},
+      {"ExchangeNoWorkerAddress", exchange([](ExchangeRequest& r) { r.clear_worker_address(); }),
+       "worker_address"},
+      {"ExchangeNoClientId", exchange([](ExchangeRequest& r) { r.clear_client_id(); }),
+       "client_id"},
+      {"WatchPlansNoAdapter", watch_plans([](WatchPlansRequest& r) { r.clear_adapter_name(); }),
+       "adapter_name"},
+      {"WatchPlansNoHolder", watch_plans([](WatchPlansRequest& r) { r.clear_holder(); }), "holder"},
+      {"WatchPlansNoTarget", watch_plans([](WatchPlansRequest& r) { r.clear_target(); }), "target"},
+      {"WatchPlansConverting", watch_plans([](WatchPlansRequest& r) {
+         r.mutable_target()->set_dtype(type::v1::DTYPE_F16);
+       }),
+       "target.dtype"},
+      {"WatchPlansLongLeases",
+       watch_plans([](WatchPlansRequest& r) { r.mutable_lease_ttl()->set_seconds(601); }),
+       "lease_ttl"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExpectInvalidArgumentDetails(FromGrpcStatus(c.call()), c.reason, c.field);
+  }
+}
+
 // A valid manifest whose shards (up to 2^40 bytes each) the store's host could never hold is
 // refused at BeginPublish, before any memory is taken.
 TEST_F(WeightStoreServiceTest, BeginRefusesUploadsLargerThanTheHostsMemory) {
@@ -877,6 +1286,7 @@ TEST_F(WeightStoreServiceTest, ReadPlansAreCachedForTheExactTensorNames) {
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_lease_id(*lease);
+    request.mutable_target();
     for (const std::string& name : names) request.add_tensor_names(name);
     internal::v1::GetReadPlanResponse response;
     grpc::Status status = ucx_stub_->GetReadPlan(&context, request, &response);
@@ -1028,6 +1438,7 @@ TEST_F(WeightStoreServiceTest, LeaseRulesHoldOverGrpc) {
     request.set_adapter_name("job-1");
     request.set_version(1);
     request.set_lease_id(lease.lease_id());
+    request.mutable_target();
     request.add_tensor_names(std::string(1 << 20, 'n'));
     internal::v1::GetReadPlanResponse response;
     const grpc::Status status = ucx_stub_->GetReadPlan(&context, request, &response);
@@ -1090,6 +1501,7 @@ TEST_F(WeightStoreServiceTest, StreamAndUploadRulesHoldOverGrpc) {
     weightstore::v1::FetchTensorsRequest request;
     request.set_adapter_name("job-1");
     request.set_version(1);
+    request.mutable_target();
     request.set_max_chunk_bytes(max_chunk_bytes);
     if (!name.empty()) request.add_tensor_names(name);
     auto reader = stub_->FetchTensors(&context, request);

@@ -113,14 +113,14 @@ absl::StatusOr<absl::Duration> CheckWatchRequest(
       !status.ok()) {
     return status;
   }
-  if (request.holder().empty()) return absl::InvalidArgumentError("holder is required");
+  if (request.holder().empty()) return InvalidField("holder", "holder is required");
   if (absl::Status status = CheckMaxBytes("holder", request.holder(), kMaxNameBytes);
       !status.ok()) {
     return status;
   }
-  if (!request.has_target()) return absl::InvalidArgumentError("target is required");
+  if (!request.has_target()) return InvalidField("target", "target is required");
   if (request.target().dtype() != type::v1::DTYPE_UNSPECIFIED) {
-    return absl::InvalidArgumentError("read plans never convert: leave target.dtype unset");
+    return InvalidField("target.dtype", "read plans never convert: leave target.dtype unset");
   }
   return LeaseTtl(request.has_lease_ttl(), request.lease_ttl(), "lease_ttl");
 }
@@ -185,8 +185,9 @@ grpc::ServerUnaryReactor* WeightStoreUcxServiceImpl::ExchangeUcxEndpoint(
   const auto exchange = [&]() -> absl::StatusOr<internal::v1::ExchangeUcxEndpointResponse> {
     if (absl::Status status = CheckUcx(); !status.ok()) return status;
     if (request->worker_address().empty() || request->worker_address().size() > (64 << 10)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "worker_address has ", request->worker_address().size(), " bytes; allowed 1 B..64 KiB"));
+      return InvalidField("worker_address",
+                          absl::StrCat("worker_address has ", request->worker_address().size(),
+                                       " bytes; allowed 1 B..64 KiB"));
     }
     if (absl::Status status = ValidateIdentifier("client_id", request->client_id()); !status.ok()) {
       return status;

@@ -51,8 +51,8 @@ absl::StatusOr<std::vector<rollout::v1::GenerateResponse>> SampleFanOut::Generat
   for (size_t c = 0; c < chunks.size(); ++c) {
     const std::string& address = replicas[chunks[c].replica].address;
     if (!results[c].ok()) {
-      return absl::Status(results[c].status().code(),
-                          absl::StrCat("rollout ", address, ": ", results[c].status().message()));
+      // The replica's error details (the bad field) stay with it.
+      return Annotate(results[c].status(), absl::StrCat("rollout ", address, ": "));
     }
     for (rollout::v1::GenerateResponse& response : *results[c]) {
       if (response.finish_reason() == rollout::v1::FINISH_REASON_ERROR) {

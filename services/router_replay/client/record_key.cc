@@ -3,6 +3,7 @@
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/identifier.h"
+#include "common/status.h"
 #include "xxhash.h"
 
 namespace tandem::router_replay {
@@ -20,24 +21,37 @@ void AppendBigEndian32(std::string& out, uint32_t value) {
   out.append(bytes, sizeof(bytes));
 }
 
-}  // namespace
-
-absl::Status ValidateJobId(absl::string_view job_id) {
-  return ValidateIdentifier("job_id", job_id);
+// ValidateIdentifier's error for the field `name`, naming the field at `path` in its details.
+absl::Status CheckIdentifier(absl::string_view path, absl::string_view name,
+                             absl::string_view value) {
+  if (IsIdentifier(value)) return absl::OkStatus();
+  return InvalidField(path, ValidateIdentifier(name, value).message());
 }
 
-absl::Status ValidateRecordKey(const RecordKey& key) {
-  if (absl::Status status = ValidateJobId(key.job_id); !status.ok()) return status;
-  if (absl::Status status = ValidateIdentifier("sample_id", key.sample_id); !status.ok()) {
+}  // namespace
+
+absl::Status ValidateJobId(absl::string_view job_id, absl::string_view path) {
+  return CheckIdentifier(path, "job_id", job_id);
+}
+
+absl::Status ValidateRecordKey(const RecordKey& key, absl::string_view path) {
+  if (absl::Status status = CheckIdentifier(FieldPath(path, "job_id"), "job_id", key.job_id);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          CheckIdentifier(FieldPath(path, "sample_id"), "sample_id", key.sample_id);
+      !status.ok()) {
     return status;
   }
   if (key.policy_version < 0) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        FieldPath(path, "policy_version"),
         absl::StrCat("bad policy_version: ", key.policy_version, " (must be >= 0)"));
   }
   if (key.attempt < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad attempt: ", key.attempt, " (must be >= 0)"));
+    return InvalidField(FieldPath(path, "attempt"),
+                        absl::StrCat("bad attempt: ", key.attempt, " (must be >= 0)"));
   }
   return absl::OkStatus();
 }

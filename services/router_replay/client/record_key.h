@@ -22,9 +22,12 @@ struct RecordKey {
 };
 
 // INVALID_ARGUMENT naming the bad field unless every field follows the API's rules
-// (identifiers of 1-128 bytes from [A-Za-z0-9._:/-], version and attempt >= 0).
-absl::Status ValidateRecordKey(const RecordKey& key);
-absl::Status ValidateJobId(absl::string_view job_id);
+// (identifiers of 1-128 bytes from [A-Za-z0-9._:/-], version and attempt >= 0). `path` is the
+// key's field path from the request root (e.g. "key", "records.records[3].key"): the error's
+// google.rpc.BadRequest names `path`.job_id and so on, its message the key's own field.
+absl::Status ValidateRecordKey(const RecordKey& key, absl::string_view path = "key");
+// The same for a job id at `path` (e.g. "job_id", "job.job_id").
+absl::Status ValidateJobId(absl::string_view job_id, absl::string_view path = "job_id");
 
 // "job/v3/sample-7#1", for messages.
 std::string ToString(const RecordKey& key);

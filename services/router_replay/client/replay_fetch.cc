@@ -57,9 +57,9 @@ absl::StatusOr<ReplayRoutes> FetchReplayRoutes(
   int64_t total_tokens = 0;
   for (const ReplaySequence& sequence : sequences) {
     if (sequence.num_tokens < 2) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence of record ", ToString(sequence.key),
-                                                     " has ", sequence.num_tokens,
-                                                     " tokens; routes need at least 2"));
+      return InvalidRequest("SEQUENCE_TOO_SHORT",
+                            absl::StrCat("sequence of record ", ToString(sequence.key), " has ",
+                                         sequence.num_tokens, " tokens; routes need at least 2"));
     }
     starts.push_back(total_tokens);
     total_tokens += sequence.num_tokens;
@@ -70,7 +70,8 @@ absl::StatusOr<ReplayRoutes> FetchReplayRoutes(
   result.statuses.assign(sequences.size(), routerreplay::v1::RECORD_STATUS_UNSPECIFIED);
   if (sequences.empty()) return result;
   if (options.moe_layers.empty() || options.top_k < 1) {
-    return absl::InvalidArgumentError("replay fetch needs the model's MoE layers and top_k");
+    return InvalidRequest("MODEL_SHAPE_MISSING",
+                          "replay fetch needs the model's MoE layers and top_k");
   }
 
   grpc::ClientContext context;

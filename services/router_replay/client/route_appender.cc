@@ -58,9 +58,10 @@ absl::Status RouteAppender::Append(const RecordKey& key, const RouteShape& shape
   if (absl::Status status = ValidateShape(shape); !status.ok()) return status;
   const int64_t bytes = num_rows * shape.ids_per_row() * static_cast<int64_t>(sizeof(int16_t));
   if (first_row < 0 || num_rows < 1 || bytes > kMaxChunkRowBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("record ", ToString(key), ": rows [", first_row,
-                                                   ", +", num_rows,
-                                                   ") need first_row >= 0, 1 row, <= 4 MiB"));
+    // Named as the AppendRequest field each argument becomes.
+    const char* field = first_row < 0 ? "token_offset" : num_rows < 1 ? "num_tokens" : "rows";
+    return InvalidField(field, absl::StrCat("record ", ToString(key), ": rows [", first_row, ", +",
+                                            num_rows, ") need first_row >= 0, 1 row, <= 4 MiB"));
   }
   Chunk chunk{.record = EncodeRecordKey(key),
               .request = AppendRequestFor(key, shape, first_row, num_rows, rows, seal),

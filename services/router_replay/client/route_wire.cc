@@ -1,29 +1,31 @@
 #include "services/router_replay/client/route_wire.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem::router_replay {
 
 absl::Status ValidateShape(const RouteShape& shape) {
   if (shape.layers.empty() || shape.layers.size() > kMaxLayers) {
-    return absl::InvalidArgumentError(absl::StrCat("moe_layer_indices has ", shape.layers.size(),
-                                                   " entries; allowed 1..", kMaxLayers));
+    return InvalidField("moe_layer_indices",
+                        absl::StrCat("moe_layer_indices has ", shape.layers.size(),
+                                     " entries; allowed 1..", kMaxLayers));
   }
   for (size_t i = 0; i < shape.layers.size(); ++i) {
     if (shape.layers[i] < 0 || (i > 0 && shape.layers[i] <= shape.layers[i - 1])) {
-      return absl::InvalidArgumentError(
+      return InvalidField(
+          IndexPath("moe_layer_indices", static_cast<int64_t>(i)),
           absl::StrCat("moe_layer_indices must be strictly increasing global layer indices >= 0; "
                        "entry ",
                        i, " is ", shape.layers[i]));
     }
   }
   if (shape.top_k < 1 || shape.top_k > kMaxTopK) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_k is ", shape.top_k, "; allowed 1..", kMaxTopK));
+    return InvalidField("top_k", absl::StrCat("top_k is ", shape.top_k, "; allowed 1..", kMaxTopK));
   }
   if (shape.num_experts < shape.top_k || shape.num_experts > kMaxExperts) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_experts is ", shape.num_experts, "; allowed top_k..", kMaxExperts));
+    return InvalidField("num_experts", absl::StrCat("num_experts is ", shape.num_experts,
+                                                    "; allowed top_k..", kMaxExperts));
   }
   return absl::OkStatus();
 }

@@ -28,7 +28,8 @@ inline constexpr int kMaxTopK = 64;
 inline constexpr int kMaxExperts = 32767;
 
 // INVALID_ARGUMENT unless layers are 1..1024 strictly increasing indices >= 0, top_k is 1..64
-// and num_experts is top_k..32767.
+// and num_experts is top_k..32767, naming the AppendRequest field (moe_layer_indices[i], top_k,
+// num_experts).
 absl::Status ValidateShape(const RouteShape& shape);
 
 RecordKey FromProto(const type::v1::RouteRecordKey& key);

@@ -411,8 +411,8 @@ absl::Status PutShards(const WeightStoreStubs& store,
                        const PublishOptions& options) {
   for (const int i : which) {
     if (i < 0 || i >= static_cast<int>(shards.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shard ", i, " to put; there are ", shards.size()));
+      return InvalidRequest("NO_SUCH_SHARD",
+                            absl::StrCat("shard ", i, " to put; there are ", shards.size()));
     }
   }
   return options.ucx != nullptr ? PutByUcx(begun, shards, which, options)
@@ -468,8 +468,9 @@ absl::StatusOr<weightstore::v1::VersionInfo> PublishAdapter(
     const WeightStoreStubs& store, const weightstore::v1::Manifest& manifest,
     const std::vector<absl::string_view>& shards, const PublishOptions& options) {
   if (static_cast<int>(shards.size()) != manifest.shards_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(shards.size(), " shard buffers for ",
-                                                   manifest.shards_size(), " manifest shards"));
+    return InvalidRequest("SHARD_COUNT_MISMATCH",
+                          absl::StrCat(shards.size(), " shard buffers for ",
+                                       manifest.shards_size(), " manifest shards"));
   }
   absl::StatusOr<Upload> begun = BeginUpload(store, manifest, options.ucx != nullptr);
   if (!begun.ok()) return begun.status();

@@ -83,7 +83,11 @@ grpc::Status AdapterRelayServiceImpl::Relay(
     grpc::ServerContext* context, const internal::v1::RelayRequest* request,
     grpc::ServerWriter<weightstore::v1::FetchTensorsResponse>* writer) {
   if (request->adapter_name().empty() || request->version() < 1) {
-    return ToGrpcStatus(absl::InvalidArgumentError("adapter_name and a version >= 1 are required"));
+    return ToGrpcStatus(InvalidField(request->adapter_name().empty() ? "adapter_name" : "version",
+                                     "adapter_name and a version >= 1 are required"));
+  }
+  if (!request->has_target()) {
+    return ToGrpcStatus(InvalidField("target", "target is required: the reader's layout"));
   }
   if (!google::protobuf::util::MessageDifferencer::Equals(request->target(), versions_.layout())) {
     return ToGrpcStatus(absl::FailedPreconditionError(

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/dtype.h"
+#include "common/status.h"
 #include "transfer/dtype_conversion.h"
 
 namespace tandem::weight_store {
@@ -90,8 +91,8 @@ absl::StatusOr<engine::LoraConfig> LoraConfigFromProto(const type::v1::LoraConfi
       config.expert_layout = engine::ExpertLayout::kSharedOuter;
       break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown expert_layout ", proto.expert_layout()));
+      return InvalidRequest("UNSUPPORTED_LORA_CONFIG",
+                            absl::StrCat("unknown expert_layout ", proto.expert_layout()));
   }
   if (absl::Status status = config.Validate(); !status.ok()) return status;
   return config;
@@ -107,9 +108,9 @@ absl::StatusOr<std::vector<std::vector<weightstore::v1::CanonicalTensor>>> Split
     const absl::flat_hash_map<std::string, std::string>& canonical, int writers) {
   const int count = static_cast<int>(tensors.size());
   if (writers < 1 || writers > count) {
-    return absl::InvalidArgumentError(absl::StrCat("an adapter of ", count,
-                                                   " tensors cannot be published by ", writers,
-                                                   " writers (each needs a tensor of its own)"));
+    return InvalidRequest("BAD_WRITER_PLACEMENT",
+                          absl::StrCat("an adapter of ", count, " tensors cannot be published by ",
+                                       writers, " writers (each needs a tensor of its own)"));
   }
   double total = 0;
   for (const weightstore::v1::CanonicalTensor& tensor : tensors) {
@@ -145,7 +146,7 @@ absl::StatusOr<CanonicalAdapter> Canonical(const engine::LoraAdapter& adapter,
                                            const engine::ModelConfig& model_config,
                                            type::v1::Dtype dtype) {
   if (dtype != type::v1::DTYPE_F32 && dtype != type::v1::DTYPE_BF16) {
-    return absl::InvalidArgumentError("adapters are published as F32 or BF16");
+    return InvalidRequest("UNSUPPORTED_DTYPE", "adapters are published as F32 or BF16");
   }
   CanonicalAdapter canonical{.lora = LoraConfigToProto(adapter.config())};
   auto tensors = transfer::CanonicalTensorsFor(ModelShapeOf(model_config), canonical.lora, dtype);
@@ -164,9 +165,9 @@ absl::StatusOr<CanonicalAdapter> Canonical(const engine::LoraAdapter& adapter,
     canonical.bytes[CanonicalName(name, parameter)] = ValueBytes(*values, dtype);
   }
   if (canonical.bytes.size() != canonical.tensors.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("adapter has ", canonical.bytes.size(),
-                                                   " tensors; its config names ",
-                                                   canonical.tensors.size()));
+    return InvalidRequest("ADAPTER_MISMATCH",
+                          absl::StrCat("adapter has ", canonical.bytes.size(),
+                                       " tensors; its config names ", canonical.tensors.size()));
   }
   return canonical;
 }
@@ -230,7 +231,8 @@ absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdap
     return status;
   }
   if (copies < 1 || writer < 0 || writer >= writers || model_config.num_experts % writers != 0) {
-    return absl::InvalidArgumentError(
+    return InvalidRequest(
+        "BAD_WRITER_PLACEMENT",
         absl::StrCat("writer ", writer, " of ", copies, " copies of ", group,
                      " expert-parallel ranks: ", model_config.num_experts,
                      " experts per layer cannot be shared by ", writers, " writers evenly"));
@@ -254,8 +256,9 @@ absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdap
     const std::vector<int>& held = placement.experts[w % group];
     for (int i = (w / group) * share; i < (w / group + 1) * share; ++i) {
       if (w == writer && adapter.parameters().StackedIndex(held[i]) < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "writer ", writer, " publishes expert ", held[i], ", which its adapter does not hold"));
+        return InvalidRequest("BAD_WRITER_PLACEMENT",
+                              absl::StrCat("writer ", writer, " publishes expert ", held[i],
+                                           ", which its adapter does not hold"));
       }
       const transfer::ProducerLayout one_expert{.ep_rank = held[i],
                                                 .ep_size = model_config.num_experts};
@@ -285,23 +288,24 @@ absl::StatusOr<engine::LoraAdapter> AdapterFromFetched(const engine::ModelConfig
   if (!adapter.ok()) return adapter.status();
   engine::ParameterSet& parameters = adapter->parameters();
   if (fetched.tensors.size() != parameters.names().size()) {
-    return absl::InvalidArgumentError(absl::StrCat("fetched ", fetched.tensors.size(),
-                                                   " tensors; the adapter has ",
-                                                   parameters.names().size()));
+    return InvalidRequest("ADAPTER_MISMATCH",
+                          absl::StrCat("fetched ", fetched.tensors.size(),
+                                       " tensors; the adapter has ", parameters.names().size()));
   }
   for (const FetchedTensor& tensor : fetched.tensors) {
     const std::string& name = tensor.tensor.spec().name();
     engine::Parameter* parameter = parameters.Find(name);
     if (parameter == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected tensor '", name, "'"));
+      return InvalidRequest("ADAPTER_MISMATCH", absl::StrCat("unexpected tensor '", name, "'"));
     }
     const type::v1::Dtype dtype = tensor.tensor.spec().dtype();
     const int64_t element_size = transfer::ElementSize(dtype);
     if (element_size == 0 ||
         tensor.bytes.size() != parameter->value.size() * static_cast<size_t>(element_size)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", name, "' has ", tensor.bytes.size(), " bytes of ",
-          type::v1::Dtype_Name(dtype), "; expected ", parameter->value.size(), " values"));
+      return InvalidRequest("ADAPTER_MISMATCH",
+                            absl::StrCat("tensor '", name, "' has ", tensor.bytes.size(),
+                                         " bytes of ", type::v1::Dtype_Name(dtype), "; expected ",
+                                         parameter->value.size(), " values"));
     }
     auto values = transfer::ConvertFloats(tensor.bytes, dtype, type::v1::DTYPE_F32);
     if (!values.ok()) return values.status();

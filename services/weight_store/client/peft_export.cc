@@ -30,7 +30,8 @@ absl::StatusOr<std::map<std::string, Tensor>> CanonicalTensors(const FetchedAdap
         DType::kF32, std::vector<int64_t>(spec.shape().begin(), spec.shape().end()),
         absl::MakeConstSpan(reinterpret_cast<const std::byte*>(values->data()), values->size()));
     if (!tensor.ok()) {
-      return absl::InvalidArgumentError(
+      // Fetched bytes that do not fill their own spec's shape.
+      return absl::DataLossError(
           absl::StrCat("tensor ", spec.name(), ": ", tensor.status().message()));
     }
     tensors[spec.name()] = *std::move(tensor);

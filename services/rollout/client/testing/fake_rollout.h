@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status.h"
 #include "engine/tokenizer.h"
 #include "services/rollout/client/sampling_rules.h"
 #include "tandem/rollout/v1/rollout.grpc.pb.h"
@@ -129,8 +130,7 @@ class FakeRolloutStub final : public rollout::v1::RolloutService::StubInterface 
     state_.requests.push_back(request);
     if (request.prompts_size() > kMaxPromptsPerRequest) {  // As a replica checks it.
       return new FakeReader<rollout::v1::GenerateResponse>(
-          {},
-          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompts: too many for one request"));
+          {}, ToGrpcStatus(InvalidField("prompts", "prompts: too many for one request")));
     }
     if (state_.unavailable_calls > 0) {
       --state_.unavailable_calls;

@@ -30,7 +30,8 @@ class FakeRouteSink final : public RouteSink {
     Record& record = records_[EncodeRecordKey(key)];
     const int64_t ids = num_rows * shape.ids_per_row();
     if (first_row * shape.ids_per_row() != static_cast<int64_t>(record.rows.size())) {
-      return absl::InvalidArgumentError("rows appended out of order");
+      // As router-replay refuses a gap or an overlap that the record does not continue.
+      return absl::FailedPreconditionError("rows appended out of order");
     }
     record.shape = shape;
     record.rows.insert(record.rows.end(), rows, rows + ids);
