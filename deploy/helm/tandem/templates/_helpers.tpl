@@ -9,19 +9,32 @@ The release's name prefix, at most 38 characters, so that every name made from i
 "<prefix>-router-replay" is a StatefulSet (52 at most: its pods' controller-revision-hash label
 adds 11), "<that>-headless" a Service (63), "<prefix>-dashboard-router-replay" a ConfigMap. A
 longer name is cut and given 5 characters of its hash, so two long releases stay apart.
+Every name made from it must also be a DNS-1035 label (a Service's name: a letter first, then
+letters, digits and "-"; no "."), which a release name need not be ("2.0-canary"): a release
+that does not start with a letter comes after the chart's name ("tandem-2.0-canary"), dots
+become "-", and a name so changed gets the 5 characters of the usual name's hash too
+("tandem-2-0-canary-1a2b3"), so that it never meets another release's name ("a.b" and "a-b").
 */}}
 {{- define "tandem.fullname" -}}
-{{- $full := "" }}
+{{- $name := include "tandem.name" . }}
+{{- $release := .Release.Name }}
+{{- /* The usual name, "<release>-<chart>", or the release alone if it holds the chart's name. */}}
+{{- $full := ternary $release (printf "%s-%s" $release $name) (contains $name $release) }}
+{{- $valid := $full }}
 {{- if .Values.fullnameOverride }}
 {{- $full = .Values.fullnameOverride }}
-{{- else }}
-{{- $name := default .Chart.Name .Values.nameOverride }}
-{{- $full = ternary .Release.Name (printf "%s-%s" .Release.Name $name) (contains $name .Release.Name) }}
+{{- $valid = $full }}
+{{- else if not (regexMatch "^[a-z]" $release) }}
+{{- $valid = printf "%s-%s" $name $release }}
 {{- end }}
-{{- if le (len $full) 38 }}
+{{- $valid = $valid | replace "." "-" }}
+{{- if not (regexMatch "^[a-z]" $valid) }}
+{{- $valid = printf "%s-%s" $name $valid }}
+{{- end }}
+{{- if and (eq $valid $full) (le (len $full) 38) }}
 {{- $full | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" ($full | trunc 32 | trimSuffix "-") ($full | sha256sum | trunc 5) }}
+{{- printf "%s-%s" ($valid | trunc 32 | trimSuffix "-") ($full | sha256sum | trunc 5) }}
 {{- end }}
 {{- end }}
 
@@ -118,4 +131,13 @@ app.kubernetes.io/component: {{ .name }}
 {{- $unit := regexFind "[a-z]+$" . }}
 {{- $count := int (trimSuffix $unit .) }}
 {{- if eq $unit "s" }}{{ $count }}{{ else if eq $unit "m" }}{{ mul $count 60 }}{{ else if eq $unit "h" }}{{ mul $count 3600 }}{{ else }}{{ fail (printf "duration %q: use s, m or h" .) }}{{ end }}
+{{- end }}
+
+{{/* Bytes in a Kubernetes quantity such as "64Mi", "8Gi", "1G", "500m" or 1024, as a float. */}}
+{{- define "tandem.bytes" -}}
+{{- $quantity := toString . }}
+{{- $unit := regexFind "[a-zA-Z]+$" $quantity }}
+{{- $scales := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 }}
+{{- if not (hasKey $scales $unit) }}{{ fail (printf "quantity %q: unknown unit %q" $quantity $unit) }}{{ end }}
+{{- mulf (float64 (trimSuffix $unit $quantity)) (get $scales $unit) }}
 {{- end }}

@@ -17,6 +17,12 @@ relay chain).
 {{- $rdma := and $v.rdma.resource (gt (int $v.rdma.count) 0) }}
 {{- $tlsDir := "/var/run/tandem/tls" }}
 {{- $statefulSet := or $c.stateful .ordered }}
+{{- /* /dev/shm is an emptyDir in memory: what it holds counts against the container's memory
+limit, so a size at or over the limit lets the kernel kill the container for its own shm. */}}
+{{- $memoryLimit := (($v.resources | default dict).limits | default dict).memory }}
+{{- if and $memoryLimit (ge (float64 (include "tandem.bytes" $v.shmSize)) (float64 (include "tandem.bytes" $memoryLimit))) }}
+{{- fail (printf "%s.shmSize (%v) must be less than %s.resources.limits.memory (%v): /dev/shm is memory the container's limit counts" .key $v.shmSize .key $memoryLimit) }}
+{{- end }}
 apiVersion: apps/v1
 kind: {{ ternary "StatefulSet" "Deployment" $statefulSet }}
 metadata:
@@ -53,9 +59,12 @@ spec:
         {{- with $v.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- /* No checksum of the token or certificate: the services read renewed files
+      without a restart (docs/operations.md, Auth), and a checksum of a token that `helm
+      template` generates anew on every render (Argo CD) would restart every pod on every
+      sync. */}}
+      {{- if or $root.Values.metrics.scrapeAnnotations $v.podAnnotations }}
       annotations:
-        # A new token or certificate restarts the pods that read it.
-        checksum/auth: {{ include (print $root.Template.BasePath "/secret-auth.yaml") $root | sha256sum }}
         {{- if $root.Values.metrics.scrapeAnnotations }}
         prometheus.io/scrape: "true"
         prometheus.io/port: {{ $c.metricsPort | quote }}
@@ -64,6 +73,7 @@ spec:
         {{- with $v.podAnnotations }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- end }}
     spec:
       serviceAccountName: {{ include "tandem.serviceAccountName" $root }}
       automountServiceAccountToken: {{ $root.Values.serviceAccount.automountServiceAccountToken }}

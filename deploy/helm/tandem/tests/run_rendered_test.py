@@ -11,8 +11,9 @@ chart renders). local_cluster.py starts it as a kubelet would, on loopback; a jo
 with tandem-cli through the trainer's Service name, as a user would (a spec names no
 addresses). For `cpu`, a real Prometheus scrapes what the ServiceMonitors select (every second rather
 than every 15 s, to keep the test short) and evaluates the PrometheusRule's rules; every
-dashboard query and recording rule must return a series, and killing a service must put its
-TandemServiceDown alert in pending.
+dashboard query and recording rule must return a series, the job's adapter must export through
+the trainer's and the weight-store's Service names (the NOTES' step 4), and killing a service
+must put its TandemServiceDown alert in pending.
 """
 
 import argparse
@@ -201,12 +202,26 @@ def check_a_killed_service_goes_pending(prometheus, cluster):
     raise AssertionError(f"no pending TandemServiceDown: {prometheus.api('alerts')}")
 
 
+def check_export_through_the_services(cluster, work, submitted):
+    """The NOTES' export step: tandem-cli reads the job from the trainer's Service and its
+    adapter from the weight-store's (the second port-forward) into a PEFT directory."""
+    out = work / "exported-adapter"
+    print(tandem_cli(cluster, work, "export", submitted.splitlines()[0], f"--out={out}",
+                     f"--weight_store={service_address('weight-store', 50053)}"))
+    missing = [name for name in ("adapter_config.json", "adapter_model.safetensors")
+               if not (out / name).is_file()]
+    if missing:
+        raise AssertionError(f"tandem-cli export wrote no {missing} into {out}")
+
+
 def run_monitoring_case(cluster, chart, work, subnet):
     prometheus = Prometheus(cluster, work, f"127.{subnet}.0.2:9090")
     try:
         prometheus.wait_until_scraping()
         started = time.time()
-        print(submit_short_job(cluster, work))
+        submitted = submit_short_job(cluster, work)
+        print(submitted)
+        check_export_through_the_services(cluster, work, submitted)
         time.sleep(3)  # A last scrape after the job, and a rule evaluation over it.
         check_every_query_returns_a_series(prometheus, cluster, chart, since=started)
         check_a_killed_service_goes_pending(prometheus, cluster)

@@ -20,7 +20,20 @@ for bad in typo wrong-type bad-enum; do
   echo "refused as it should be: $(cat "$work/$bad.err")"
 done
 
-validate_manifests() { "${validate[@]}" manifests "$2"; }
+# The Pod Security level each case's pods need, as docs/deploy.md states it: RDMA's IPC_LOCK
+# needs `privileged`; every other case meets `restricted`.
+declare -A pod_security=([gpu-rdma]=privileged)
+validate_manifests() {
+  "${validate[@]}" manifests "$2"
+  local level expected=${pod_security[$1]:-restricted}
+  level=$("${validate[@]}" podsecurity "$2" 2>"$work/$1.podsecurity")
+  if [[ "$level" != "$expected" ]]; then
+    echo "validate_test: case $1 needs Pod Security level $level, documented as $expected:" >&2
+    cat "$work/$1.podsecurity" >&2
+    return 1
+  fi
+  echo "$1: pods meet Pod Security level $level"
+}
 for_each_case validate_manifests "$work"
 
 # The render itself refuses what no values schema can: TLS without a certificate source.
@@ -29,3 +42,17 @@ if (cd "$chart" && "$work/helm_render" --chart=. --set tls.enabled=true) >/dev/n
   exit 1
 fi
 grep -q "tls.existingSecret (or tls.certManager.enabled) is required" "$work/tls.err"
+
+# Nor a /dev/shm at or over the container's memory limit, which counts it.
+if (cd "$chart" && "$work/helm_render" --chart=. --set weightStore.shmSize=4Gi) >/dev/null 2>"$work/shm.err"; then
+  echo "validate_test: a weight-store /dev/shm as large as its memory limit rendered" >&2
+  exit 1
+fi
+grep -q "weightStore.shmSize (4Gi) must be less than weightStore.resources.limits.memory (4Gi)" "$work/shm.err"
+
+# Names that no release can make valid are refused by the schema: an override with a dot.
+printf 'fullnameOverride: my.tandem\n' >"$work/dotted-override.yaml"
+if "${validate[@]}" values "$chart" "$work/dotted-override.yaml" 2>"$work/dotted-override.err"; then
+  echo "validate_test: fullnameOverride with a dot passed the schema" >&2
+  exit 1
+fi

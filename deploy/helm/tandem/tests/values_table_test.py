@@ -23,7 +23,7 @@ def leaf_paths(values, prefix=""):
 
 
 def documented_paths(readme):
-    section = readme.split("\n### Values\n", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     return {path for row in rows for path in re.findall(r"`([^`]+)`", row)}
 
