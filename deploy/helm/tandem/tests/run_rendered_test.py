@@ -214,6 +214,18 @@ def check_export_through_the_services(cluster, work, submitted):
         raise AssertionError(f"tandem-cli export wrote no {missing} into {out}")
 
 
+def refuse_one_call(cluster, work):
+    """A call the trainer refuses (NOT_FOUND), so that the RPC error ratio has a series however
+    smoothly the rest of the run went."""
+    try:
+        tandem_cli(cluster, work, "get", "no-such-job")
+    except AssertionError as refused:
+        if "job no-such-job not found" in str(refused):
+            return
+        raise
+    raise AssertionError("tandem-cli get of a job that does not exist succeeded")
+
+
 def run_monitoring_case(cluster, chart, work, subnet):
     prometheus = Prometheus(cluster, work, f"127.{subnet}.0.2:9090")
     try:
@@ -222,6 +234,7 @@ def run_monitoring_case(cluster, chart, work, subnet):
         submitted = submit_short_job(cluster, work)
         print(submitted)
         check_export_through_the_services(cluster, work, submitted)
+        refuse_one_call(cluster, work)
         time.sleep(3)  # A last scrape after the job, and a rule evaluation over it.
         check_every_query_returns_a_series(prometheus, cluster, chart, since=started)
         check_a_killed_service_goes_pending(prometheus, cluster)
