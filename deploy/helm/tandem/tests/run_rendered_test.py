@@ -231,7 +231,9 @@ def run_monitoring_case(cluster, chart, work, subnet):
     try:
         prometheus.wait_until_scraping()
         started = time.time()
-        submitted = submit_short_job(cluster, work)
+        # Long enough (a few seconds) for scrapes to see it running: the progress recording
+        # rule has a series only while a job runs.
+        submitted = submit_short_job(cluster, work, num_steps=30)
         print(submitted)
         check_export_through_the_services(cluster, work, submitted)
         refuse_one_call(cluster, work)
