@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/status.h"
 
 namespace tandem {
 namespace {
@@ -54,13 +55,13 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
     const NamedFlag named = FindFlag(name);
     if (named.flag == nullptr) {
       if (unknown_allowed) continue;
-      return absl::InvalidArgumentError(absl::StrCat("unknown command line flag '", name, "'"));
+      return InvalidRequest("INVALID_FLAG", absl::StrCat("unknown command line flag '", name, "'"));
     }
     std::string value;
     if (equals != absl::string_view::npos) {
       if (named.negated) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", name, " takes no value: set --", named.flag->Name(), "=false"));
+        return InvalidRequest("INVALID_FLAG", absl::StrCat("--", name, " takes no value: set --",
+                                                           named.flag->Name(), "=false"));
       }
       value = std::string(arg.substr(equals + 1));
     } else if (named.flag->IsOfType<bool>()) {
@@ -68,13 +69,13 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
     } else if (i + 1 < argc) {
       value = argv[++i];  // "--flag value": absl reads the next argument as the value.
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, " is missing its value"));
+      return InvalidRequest("INVALID_FLAG", absl::StrCat("--", name, " is missing its value"));
     }
     // Setting the flag here is harmless: ParseCommandLine sets the same value again.
     std::string error;
     if (!named.flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", named.flag->Name(), "=", value, ": ", error));
+      return InvalidRequest("INVALID_FLAG",
+                            absl::StrCat("--", named.flag->Name(), "=", value, ": ", error));
     }
   }
   return absl::OkStatus();

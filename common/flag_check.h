@@ -6,7 +6,8 @@
 namespace tandem {
 
 // Checks every --flag of a command line the way absl::ParseCommandLine will read it -- the flag
-// exists and its value parses -- and INVALID_ARGUMENT naming the first one that does not.
+// exists and its value parses -- and INVALID_ARGUMENT (reason INVALID_FLAG) naming the first one
+// that does not.
 // absl::ParseCommandLine itself ends the process with status 1 on such a flag; the services
 // promise status 2 for bad flags, so they check first. Values from --flagfile are left to absl,
 // as are unknown flags when --undefok is given.

@@ -1,11 +1,13 @@
 #ifndef TANDEM_COMMON_TESTING_ERROR_DETAILS_H_
 #define TANDEM_COMMON_TESTING_ERROR_DETAILS_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/status.h"
+#include "grpcpp/support/status.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -24,6 +26,22 @@ inline void ExpectInvalidArgumentDetails(const absl::Status& status, const std::
     ADD_FAILURE() << "want one field violation, got " << violations.size() << ": " << status;
   } else {
     EXPECT_EQ(violations[0].field, field) << status;
+  }
+}
+
+// One documented rule of an RPC: a call that breaks it, and the details its refusal must carry.
+struct InvalidArgumentCase {
+  std::string name;
+  std::function<grpc::Status()> call;
+  std::string field;  // Empty: no BadRequest, only the reason.
+  std::string reason = "INVALID_FIELD";
+};
+
+// Makes every case's call and expects its refusal's details (ExpectInvalidArgumentDetails).
+inline void ExpectEachRefusedWithDetails(const std::vector<InvalidArgumentCase>& cases) {
+  for (const InvalidArgumentCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExpectInvalidArgumentDetails(FromGrpcStatus(c.call()), c.reason, c.field);
   }
 }
 

@@ -971,13 +971,7 @@ TEST_F(RolloutServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails) {
   const auto watch = [&](const std::string& adapter) {
     return [this, adapter] { return StatusStream::Open(*rollout_stub_, adapter).ReadToEnd(); };
   };
-  struct Case {
-    std::string name;
-    std::function<grpc::Status()> call;
-    std::string field;  // Empty: no BadRequest, only the reason.
-    std::string reason = "INVALID_FIELD";
-  };
-  const std::vector<Case> cases = {
+  const std::vector<InvalidArgumentCase> cases = {
       // Generate.
       {"NoRequestId", generate([](GenerateRequest& r) { r.clear_request_id(); }), "request_id"},
       {"BadRequestId", generate([](GenerateRequest& r) { r.set_request_id("two words"); }),
@@ -1073,10 +1067,7 @@ TEST_F(RolloutServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails) {
       {"WatchWithoutAName", watch(""), "adapter_name"},
       {"WatchABadName", watch("two words"), "adapter_name"},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    ExpectInvalidArgumentDetails(FromGrpcStatus(c.call()), c.reason, c.field);
-  }
+  ExpectEachRefusedWithDetails(cases);
 }
 
 TEST_F(RolloutServiceTest, AReplicaFollowsABoundedNumberOfAdapters) {

@@ -859,13 +859,7 @@ TEST_F(RouterReplayServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails)
   using LoadRequest = routerreplay::v1::GetExpertLoadRequest;
   using PlacementRequest = routerreplay::v1::PlanPlacementRequest;
   using BalanceRequest = routerreplay::v1::PlanBalanceRequest;
-  struct Case {
-    std::string name;
-    std::function<grpc::Status()> call;
-    std::string field;  // Empty: no BadRequest, only the reason.
-    std::string reason = "INVALID_FIELD";
-  };
-  const std::vector<Case> cases = {
+  const std::vector<InvalidArgumentCase> cases = {
       // Append.
       {"AppendBadJobId", append([](AppendRequest& r) { r.mutable_key()->set_job_id("a b"); }),
        "key.job_id"},
@@ -1063,10 +1057,7 @@ TEST_F(RouterReplayServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails)
        }),
        "versions.end"},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    ExpectInvalidArgumentDetails(FromGrpcStatus(c.call()), c.reason, c.field);
-  }
+  ExpectEachRefusedWithDetails(cases);
 }
 
 TEST_F(RouterReplayServiceTest, HundredsOfExpertsRoundTripWithoutOverflow) {

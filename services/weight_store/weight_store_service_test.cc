@@ -956,13 +956,7 @@ TEST_F(WeightStoreServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails) 
   const std::string plain_name = manifest.tensors(plain).spec().name();
   const std::string piece_path = absl::StrCat("manifest.shards[0].pieces[", lone_piece, "]");
 
-  struct Case {
-    std::string name;
-    std::function<grpc::Status()> call;
-    std::string field;  // Empty: no BadRequest, only the reason.
-    std::string reason = "INVALID_FIELD";
-  };
-  const std::vector<Case> cases = {
+  const std::vector<InvalidArgumentCase> cases = {
       // BeginPublish: the manifest's rules (manifest_test.cc has every one).
       {"BeginNoManifest",
        [this] {
@@ -1208,10 +1202,7 @@ TEST_F(WeightStoreServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails) 
        watch_plans([](WatchPlansRequest& r) { r.mutable_lease_ttl()->set_seconds(601); }),
        "lease_ttl"},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    ExpectInvalidArgumentDetails(FromGrpcStatus(c.call()), c.reason, c.field);
-  }
+  ExpectEachRefusedWithDetails(cases);
 }
 
 // A valid manifest whose shards (up to 2^40 bytes each) the store's host could never hold is

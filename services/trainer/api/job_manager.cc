@@ -528,6 +528,9 @@ JobProgress JobManager::ProgressOf(const std::string& job_id) {
 }
 
 void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
+  // Before the end is told: whoever sees the job ended sees its series going (at once with no
+  // grace).
+  ForgetJobMetrics(job_id, absl::Now(), deployment_.ended_job_series_grace);
   // A job whose end cannot be recorded is not run again (it would publish more versions): the
   // record is retried until it is saved or the manager stops (then a restart resumes the job).
   while (true) {
@@ -539,7 +542,6 @@ void JobManager::Finish(const std::string& job_id, const absl::Status& result) {
                           saved);
   }
   spdlog::info("job {} {}", job_id, trainer::v1::JobState_Name(jobs_[job_id].state()));
-  ForgetJobMetrics(job_id, absl::Now(), deployment_.ended_job_series_grace);
 }
 
 void JobManager::PauseAfterSaveFailure(const std::string& what, const absl::Status& status) {
