@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "common/served_certificate.h"
 #include "common/sha256.h"
+#include "common/status.h"
 #include "grpc/grpc_security.h"
 #include "spdlog/spdlog.h"
 
@@ -198,8 +199,7 @@ absl::StatusOr<std::unique_ptr<WatchedFiles>> OpenCertificateFiles(const ServerO
   const absl::StatusOr<absl::Time> expiry =
       CheckServedCertificate(pem[0], pem[1], pem.size() > 2 ? pem[2] : "", absl::Now());
   if (!expiry.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TLS files ", absl::StrJoin(paths, ", "), ": ", expiry.status().message()));
+    return Annotate(expiry.status(), absl::StrCat("TLS files ", absl::StrJoin(paths, ", "), ": "));
   }
   return files;
 }

@@ -4,19 +4,21 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem {
 namespace {
 
 absl::Status CheckCounts(const char* what, absl::Span<const int64_t> counts, int size) {
   if (static_cast<int64_t>(counts.size()) != size) {
-    return absl::InvalidArgumentError(
+    return InvalidRequest(
+        "COMMUNICATOR_MISUSE",
         absl::StrCat("AllToAllV: ", what, " has ", counts.size(), " counts for ", size, " ranks"));
   }
   for (size_t r = 0; r < counts.size(); ++r) {
     if (counts[r] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("AllToAllV: ", what, "[", r, "] is ", counts[r], " < 0"));
+      return InvalidRequest("COMMUNICATOR_MISUSE",
+                            absl::StrCat("AllToAllV: ", what, "[", r, "] is ", counts[r], " < 0"));
     }
   }
   return absl::OkStatus();
@@ -61,7 +63,8 @@ absl::Status BroadcastBytes(Communicator& ranks, std::string& bytes, int root) {
   // Floats carry integers below 2^24 exactly: the length (< 16 MiB), then a byte per float.
   float length = static_cast<float>(bytes.size());
   if (ranks.rank() == root && bytes.size() >= (size_t{1} << 24)) {
-    return absl::InvalidArgumentError(absl::StrCat("BroadcastBytes of ", bytes.size(), " bytes"));
+    return InvalidRequest("COMMUNICATOR_MISUSE",
+                          absl::StrCat("BroadcastBytes of ", bytes.size(), " bytes"));
   }
   if (absl::Status status = ranks.Broadcast(&length, 1, root); !status.ok()) return status;
   std::vector<float> values(static_cast<size_t>(length));

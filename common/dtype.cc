@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem {
 namespace {
@@ -42,7 +43,8 @@ absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
   for (const DTypeInfo& info : kDTypes) {
     if (info.name == name) return info.dtype;
   }
-  return absl::InvalidArgumentError(
+  return InvalidRequest(
+      "UNSUPPORTED_DTYPE",
       absl::StrCat("unknown dtype '", name, "' (supported: F32, BF16, F16, I16, I32)"));
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "gloo/allreduce.h"
 #include "gloo/alltoallv.h"
 #include "gloo/barrier.h"
@@ -26,7 +27,7 @@ std::chrono::milliseconds ToChrono(absl::Duration duration) {
 
 absl::Status CheckCount(const char* name, int64_t count) {
   if (count >= 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(name, ": count ", count, " < 0"));
+  return InvalidRequest("COMMUNICATOR_MISUSE", absl::StrCat(name, ": count ", count, " < 0"));
 }
 
 }  // namespace
@@ -34,11 +35,11 @@ absl::Status CheckCount(const char* name, int64_t count) {
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     gloo::rendezvous::Store& store, int rank, int size, const GlooOptions& options) {
   if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Gloo group: rank ", rank, " of ", size, " is outside [0, size)"));
+    return InvalidRequest("COMMUNICATOR_MISUSE", absl::StrCat("Gloo group: rank ", rank, " of ",
+                                                              size, " is outside [0, size)"));
   }
   if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("Gloo group: the timeout must be > 0");
+    return InvalidRequest("COMMUNICATOR_MISUSE", "Gloo group: the timeout must be > 0");
   }
   try {
     gloo::transport::tcp::attr attr;
@@ -100,7 +101,7 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count) {
 absl::Status GlooCommunicator::AllReduceSumAwaiting(float* data, int64_t count,
                                                     absl::Duration wait) {
   if (wait <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("AllReduceSumAwaiting: the wait must be > 0");
+    return InvalidRequest("COMMUNICATOR_MISUSE", "AllReduceSumAwaiting: the wait must be > 0");
   }
   return AllReduce("AllReduceSumAwaiting", data, count, wait);
 }
@@ -108,8 +109,8 @@ absl::Status GlooCommunicator::AllReduceSumAwaiting(float* data, int64_t count,
 absl::Status GlooCommunicator::Broadcast(float* data, int64_t count, int root) {
   if (absl::Status status = CheckCount("Broadcast", count); !status.ok()) return status;
   if (root < 0 || root >= size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Broadcast: root ", root, " is outside [0, ", size_, ")"));
+    return InvalidRequest("COMMUNICATOR_MISUSE",
+                          absl::StrCat("Broadcast: root ", root, " is outside [0, ", size_, ")"));
   }
   if (size_ == 1 || count == 0) return absl::OkStatus();
   return Collective("Broadcast", [&](uint32_t tag) {
@@ -138,9 +139,9 @@ absl::Status GlooCommunicator::AllToAllV(const float* send, absl::Span<const int
   }
   if (size_ == 1) {
     if (send_counts[0] != receive_counts[0]) {
-      return absl::InvalidArgumentError(absl::StrCat("AllToAllV: rank 0 sends itself ",
-                                                     send_counts[0], " values but expects ",
-                                                     receive_counts[0]));
+      return InvalidRequest("COMMUNICATOR_MISUSE",
+                            absl::StrCat("AllToAllV: rank 0 sends itself ", send_counts[0],
+                                         " values but expects ", receive_counts[0]));
     }
     std::copy(send, send + send_counts[0], receive);
     return absl::OkStatus();

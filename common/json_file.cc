@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem {
 
@@ -14,7 +15,7 @@ absl::StatusOr<nlohmann::json> ReadJsonObject(const std::string& path) {
   contents << file.rdbuf();
   nlohmann::json json = nlohmann::json::parse(contents.str(), nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
+    return InvalidRequest("BAD_JSON_FILE", absl::StrCat(path, " is not a JSON object"));
   }
   return json;
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/launch.cuh"
 
@@ -46,13 +47,13 @@ absl::StatusOr<std::string> NcclCommunicator::NewNcclUniqueId() {
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     absl::string_view unique_id, int rank, int size, int device) {
   if (unique_id.size() != sizeof(ncclUniqueId::internal)) {
-    return absl::InvalidArgumentError(absl::StrCat("NCCL unique id has ", unique_id.size(),
-                                                   " bytes; expected ",
-                                                   sizeof(ncclUniqueId::internal)));
+    return InvalidRequest("COMMUNICATOR_MISUSE",
+                          absl::StrCat("NCCL unique id has ", unique_id.size(), " bytes; expected ",
+                                       sizeof(ncclUniqueId::internal)));
   }
   if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " of ", size, " ranks: need 0 <= rank < size"));
+    return InvalidRequest("COMMUNICATOR_MISUSE", absl::StrCat("rank ", rank, " of ", size,
+                                                              " ranks: need 0 <= rank < size"));
   }
   if (absl::Status status = RequireGpu(device); !status.ok()) return status;
   ncclUniqueId id;
@@ -96,8 +97,8 @@ absl::Status NcclCommunicator::AllReduceSum(float* data, int64_t count) {
 
 absl::Status NcclCommunicator::Broadcast(float* data, int64_t count, int root) {
   if (root < 0 || root >= size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("broadcast root ", root, " outside [0, ", size_, ")"));
+    return InvalidRequest("COMMUNICATOR_MISUSE",
+                          absl::StrCat("broadcast root ", root, " outside [0, ", size_, ")"));
   }
   if (count == 0) return absl::OkStatus();
   if (absl::Status status = NcclStatus(

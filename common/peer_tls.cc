@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/server_options.h"
+#include "common/status.h"
 
 ABSL_FLAG(std::string, peer_tls_ca, "",
           "PEM CA bundle of the other services' certificates: dial them over TLS. Empty: "
@@ -21,8 +22,7 @@ namespace {
 absl::StatusOr<std::string> ReadFlagFile(const char* flag, const std::string& path) {
   auto contents = ReadSmallFile(path);
   if (!contents.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "='", path, "': ", contents.status().message()));
+    return Annotate(contents.status(), absl::StrCat("--", flag, "='", path, "': "));
   }
   return contents;
 }
@@ -35,15 +35,17 @@ absl::StatusOr<std::optional<ClientTls>> PeerTlsFromFlags() {
   const std::string key = absl::GetFlag(FLAGS_peer_tls_key);
   if (ca.empty()) {
     if (!cert.empty() || !key.empty() || !absl::GetFlag(FLAGS_peer_tls_server_name).empty()) {
-      return absl::InvalidArgumentError(
+      return InvalidRequest(
+          "INVALID_FLAG",
           "--peer_tls_cert, --peer_tls_key and --peer_tls_server_name need --peer_tls_ca");
     }
     return std::nullopt;
   }
   if (cert.empty() != key.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mTLS needs both --peer_tls_cert and --peer_tls_key; got --peer_tls_cert='", cert,
-        "' --peer_tls_key='", key, "'"));
+    return InvalidRequest(
+        "INVALID_FLAG",
+        absl::StrCat("mTLS needs both --peer_tls_cert and --peer_tls_key; got --peer_tls_cert='",
+                     cert, "' --peer_tls_key='", key, "'"));
   }
   for (const auto& [flag, path] : {std::pair{"peer_tls_ca", ca}, std::pair{"peer_tls_cert", cert},
                                    std::pair{"peer_tls_key", key}}) {

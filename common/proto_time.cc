@@ -1,6 +1,7 @@
 #include "common/proto_time.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace tandem {
@@ -30,8 +31,8 @@ absl::StatusOr<absl::Duration> FromDuration(const google::protobuf::Duration& du
   if (duration.seconds() < TimeUtil::kDurationMinSeconds ||
       duration.seconds() > TimeUtil::kDurationMaxSeconds || duration.nanos() <= -1000000000 ||
       duration.nanos() >= 1000000000 || !signs_agree) {
-    return absl::InvalidArgumentError(absl::StrCat("bad ", field, ": seconds ", duration.seconds(),
-                                                   ", nanos ", duration.nanos()));
+    return InvalidField(field, absl::StrCat("bad ", field, ": seconds ", duration.seconds(),
+                                            ", nanos ", duration.nanos()));
   }
   return absl::Seconds(duration.seconds()) + absl::Nanoseconds(duration.nanos());
 }

@@ -16,8 +16,9 @@ absl::Time FromTimestamp(const google::protobuf::Timestamp& timestamp);
 inline google::protobuf::Timestamp NowTimestamp() { return ToTimestamp(absl::Now()); }
 
 // absl::Duration <-> google.protobuf.Duration, exact to the nanosecond. FromDuration refuses
-// (INVALID_ARGUMENT naming `field`) what the Duration type forbids: nanos outside
-// (-1e9, 1e9), a sign differing from the seconds', |seconds| over 10,000 years.
+// (INVALID_ARGUMENT naming `field`, its path from the request root, in the message and in the
+// details) what the Duration type forbids: nanos outside (-1e9, 1e9), a sign differing from the
+// seconds', |seconds| over 10,000 years.
 google::protobuf::Duration ToDuration(absl::Duration duration);
 absl::StatusOr<absl::Duration> FromDuration(const google::protobuf::Duration& duration,
                                             absl::string_view field);

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/errno_status.h"
+#include "common/status.h"
 
 namespace tandem {
 namespace {
@@ -49,10 +50,6 @@ struct Header {
   std::map<std::string, std::string> metadata;
 };
 
-absl::Status WithPrefix(const absl::Status& status, absl::string_view prefix) {
-  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
-
 // Error messages quote pieces of the header, which may be arbitrarily big.
 // Cuts on a UTF-8 character boundary so the message stays valid text.
 std::string Shorten(absl::string_view text, size_t max_bytes) {
@@ -73,7 +70,7 @@ std::string TensorPrefix(absl::string_view name) {
 }
 
 absl::Status TensorError(absl::string_view name, absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(TensorPrefix(name), message));
+  return InvalidRequest("BAD_SAFETENSORS", absl::StrCat(TensorPrefix(name), message));
 }
 
 std::string Excerpt(const json& value) {
@@ -114,7 +111,8 @@ absl::StatusOr<json> ParseJson(absl::string_view text) {
   if (!value.is_discarded()) return value;
   ParseErrorCollector collector;
   json::sax_parse(text.begin(), text.end(), &collector);
-  return absl::InvalidArgumentError(
+  return InvalidRequest(
+      "BAD_SAFETENSORS",
       absl::StrCat("header is not valid JSON: ", Shorten(collector.message(), kMaxJsonErrorBytes)));
 }
 
@@ -143,8 +141,8 @@ absl::StatusOr<uint64_t> ParseHeaderLength(absl::string_view prefix, uint64_t in
   }
   const uint64_t length = DecodeU64(prefix);
   if (length > kMaxSafetensorsHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("huge header length ", length, " (limit ",
-                                                   kMaxSafetensorsHeaderBytes, " bytes)"));
+    return InvalidRequest("BAD_SAFETENSORS", absl::StrCat("huge header length ", length, " (limit ",
+                                                          kMaxSafetensorsHeaderBytes, " bytes)"));
   }
   if (length > input_size - kPrefixBytes) {
     return absl::DataLossError(absl::StrCat("header length ", length, " exceeds the ",
@@ -237,7 +235,7 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const json& entr
                                             "-byte data buffer"));
   }
   absl::StatusOr<int64_t> needed = ByteSize(*dtype, *shape);
-  if (!needed.ok()) return WithPrefix(needed.status(), TensorPrefix(name));
+  if (!needed.ok()) return Annotate(needed.status(), TensorPrefix(name));
   if (end - begin != static_cast<uint64_t>(*needed)) {
     return TensorError(name, absl::StrCat("data_offsets ", range, " has ", end - begin,
                                           " bytes but dtype ", DTypeName(*dtype), " shape ",
@@ -248,14 +246,14 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const json& entr
 
 absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const json& metadata) {
   if (!metadata.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"__metadata__\" is ", Excerpt(metadata), ", expected an object of strings"));
+    return InvalidRequest("BAD_SAFETENSORS", absl::StrCat("\"__metadata__\" is ", Excerpt(metadata),
+                                                          ", expected an object of strings"));
   }
   std::map<std::string, std::string> result;
   for (const auto& [key, value] : metadata.items()) {
     if (!value.is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("metadata ", Quote(key), " is ", Excerpt(value), ", expected a string"));
+      return InvalidRequest("BAD_SAFETENSORS", absl::StrCat("metadata ", Quote(key), " is ",
+                                                            Excerpt(value), ", expected a string"));
     }
     result.emplace(key, value.get<std::string>());
   }
@@ -277,19 +275,19 @@ absl::Status CheckCoverage(std::vector<TensorEntry>& entries, uint64_t buffer_si
   for (const TensorEntry& entry : entries) {
     const uint64_t covered = previous == nullptr ? 0 : previous->end;
     if (entry.begin < covered) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensors ", RangeOf(*previous), " and ", RangeOf(entry), " overlap"));
+      return InvalidRequest("BAD_SAFETENSORS", absl::StrCat("tensors ", RangeOf(*previous), " and ",
+                                                            RangeOf(entry), " overlap"));
     }
     if (entry.begin > covered) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data buffer bytes [", covered, ", ", entry.begin, ") belong to no tensor"));
+      return InvalidRequest("BAD_SAFETENSORS", absl::StrCat("data buffer bytes [", covered, ", ",
+                                                            entry.begin, ") belong to no tensor"));
     }
     previous = &entry;
   }
   const uint64_t covered = previous == nullptr ? 0 : previous->end;
   if (covered != buffer_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data buffer bytes [", covered, ", ", buffer_size, ") belong to no tensor"));
+    return InvalidRequest("BAD_SAFETENSORS", absl::StrCat("data buffer bytes [", covered, ", ",
+                                                          buffer_size, ") belong to no tensor"));
   }
   return absl::OkStatus();
 }
@@ -298,8 +296,8 @@ absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t buffer_size)
   absl::StatusOr<json> root = ParseJson(text);
   if (!root.ok()) return root.status();
   if (!root->is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("header is ", Excerpt(*root), ", expected a JSON object"));
+    return InvalidRequest("BAD_SAFETENSORS",
+                          absl::StrCat("header is ", Excerpt(*root), ", expected a JSON object"));
   }
   Header header;
   for (const auto& [name, value] : root->items()) {
@@ -354,15 +352,15 @@ bool IsValidUtf8(absl::string_view text) {
 
 absl::Status CheckUtf8(absl::string_view what, absl::string_view text) {
   if (IsValidUtf8(text)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(what, " \"", absl::CHexEscape(text), "\" is not valid UTF-8"));
+  return InvalidRequest("BAD_SAFETENSORS",
+                        absl::StrCat(what, " \"", absl::CHexEscape(text), "\" is not valid UTF-8"));
 }
 
 absl::Status CheckSerializable(const SafetensorsFile& file) {
   for (const auto& [name, tensor] : file.tensors) {
     if (name == kMetadataKey) {
-      return absl::InvalidArgumentError(
-          "a tensor cannot be named \"__metadata__\": the key is reserved");
+      return InvalidRequest("BAD_SAFETENSORS",
+                            "a tensor cannot be named \"__metadata__\": the key is reserved");
     }
     if (absl::Status status = CheckUtf8("tensor name", name); !status.ok()) {
       return status;
@@ -457,12 +455,12 @@ absl::StatusOr<FileHeader> ReadOpenFileHeader(int fd, const std::string& path) {
       ReadString(fd, path, 0, std::min<uint64_t>(file_size, kPrefixBytes));
   if (!prefix.ok()) return prefix.status();
   absl::StatusOr<uint64_t> length = ParseHeaderLength(*prefix, file_size);
-  if (!length.ok()) return WithPrefix(length.status(), context);
+  if (!length.ok()) return Annotate(length.status(), context);
   absl::StatusOr<std::string> text = ReadString(fd, path, kPrefixBytes, *length);
   if (!text.ok()) return text.status();
   const uint64_t data_start = kPrefixBytes + *length;
   absl::StatusOr<Header> header = ParseHeader(*text, file_size - data_start);
-  if (!header.ok()) return WithPrefix(header.status(), context);
+  if (!header.ok()) return Annotate(header.status(), context);
   return FileHeader{*std::move(header), data_start};
 }
 
@@ -473,7 +471,7 @@ absl::StatusOr<SafetensorsFile> ReadOpenFile(int fd, const std::string& path) {
   file.metadata = std::move(read->header.metadata);
   for (TensorEntry& entry : read->header.entries) {
     absl::StatusOr<Tensor> tensor = Tensor::Create(entry.dtype, std::move(entry.shape));
-    if (!tensor.ok()) return WithPrefix(tensor.status(), absl::StrCat(path, ": "));
+    if (!tensor.ok()) return Annotate(tensor.status(), absl::StrCat(path, ": "));
     absl::Status status = ReadAt(fd, path, read->data_start + entry.begin, tensor->mutable_bytes());
     if (!status.ok()) return status;
     file.tensors.emplace(std::move(entry.name), *std::move(tensor));
@@ -530,7 +528,7 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes) {
         entry.dtype, std::move(entry.shape),
         absl::MakeConstSpan(reinterpret_cast<const std::byte*>(slice.data()), slice.size()));
     if (!tensor.ok()) {
-      return WithPrefix(tensor.status(), TensorPrefix(entry.name));
+      return Annotate(tensor.status(), TensorPrefix(entry.name));
     }
     file.tensors.emplace(std::move(entry.name), *std::move(tensor));
   }

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem {
 namespace {
@@ -38,7 +39,7 @@ std::unique_ptr<X509, X509Free> FirstCertificate(absl::string_view pem) {
 absl::StatusOr<absl::Time> NotAfter(const X509& certificate) {
   std::tm expiry{};
   if (ASN1_TIME_to_tm(X509_get0_notAfter(&certificate), &expiry) != 1) {
-    return absl::InvalidArgumentError("the certificate's notAfter time does not parse");
+    return InvalidRequest("BAD_CERTIFICATE", "the certificate's notAfter time does not parse");
   }
   return absl::FromTimeT(timegm(&expiry));
 }
@@ -47,21 +48,21 @@ absl::StatusOr<absl::Time> CheckParsed(absl::string_view chain_pem, absl::string
                                        absl::string_view client_ca_pem, absl::Time now) {
   const std::unique_ptr<X509, X509Free> certificate = FirstCertificate(chain_pem);
   if (certificate == nullptr) {
-    return absl::InvalidArgumentError("the certificate chain holds no PEM certificate");
+    return InvalidRequest("BAD_CERTIFICATE", "the certificate chain holds no PEM certificate");
   }
   const std::unique_ptr<EVP_PKEY, KeyFree> key(
       PEM_read_bio_PrivateKey(MemoryBio(key_pem).get(), nullptr, nullptr, nullptr));
-  if (key == nullptr) return absl::InvalidArgumentError("the private key is not a PEM key");
+  if (key == nullptr) return InvalidRequest("BAD_CERTIFICATE", "the private key is not a PEM key");
   if (X509_check_private_key(certificate.get(), key.get()) != 1) {
-    return absl::InvalidArgumentError("the private key does not belong to the certificate");
+    return InvalidRequest("BAD_CERTIFICATE", "the private key does not belong to the certificate");
   }
   if (!client_ca_pem.empty() && FirstCertificate(client_ca_pem) == nullptr) {
-    return absl::InvalidArgumentError("the client CA bundle holds no PEM certificate");
+    return InvalidRequest("BAD_CERTIFICATE", "the client CA bundle holds no PEM certificate");
   }
   absl::StatusOr<absl::Time> expiry = NotAfter(*certificate);
   if (expiry.ok() && *expiry <= now) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the certificate expired at ", absl::FormatTime(*expiry)));
+    return InvalidRequest("BAD_CERTIFICATE",
+                          absl::StrCat("the certificate expired at ", absl::FormatTime(*expiry)));
   }
   return expiry;
 }

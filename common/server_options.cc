@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/status.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC and metrics servers bind to.");
 ABSL_FLAG(int, port, -1, "gRPC port; -1 uses the service's default, 0 lets the OS pick.");
@@ -41,7 +42,8 @@ constexpr int64_t kMaxMessageBytes = int64_t{2} << 30;  // gRPC's own ceiling is
 absl::StatusOr<int> ResolvePort(absl::string_view flag, int value, int service_default) {
   if (value == -1) return service_default;
   if (value < 0 || value > 65535) {
-    return absl::InvalidArgumentError(
+    return InvalidRequest(
+        "INVALID_FLAG",
         absl::StrCat("--", flag, "=", value, " is not a port (0..65535, or -1 for default)"));
   }
   return value;
@@ -49,8 +51,8 @@ absl::StatusOr<int> ResolvePort(absl::string_view flag, int value, int service_d
 
 absl::Status CheckPositive(absl::string_view flag, absl::Duration value) {
   if (value <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "=", absl::FormatDuration(value), " must be positive"));
+    return InvalidRequest("INVALID_FLAG", absl::StrCat("--", flag, "=", absl::FormatDuration(value),
+                                                       " must be positive"));
   }
   return absl::OkStatus();
 }
@@ -61,14 +63,14 @@ absl::StatusOr<std::optional<TlsFiles>> ReadTlsFiles() {
   const std::string client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   if (cert.empty() && key.empty()) {
     if (!client_ca.empty()) {
-      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+      return InvalidRequest("INVALID_FLAG", "--tls_client_ca needs --tls_cert and --tls_key");
     }
     return std::nullopt;
   }
   if (cert.empty() || key.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TLS needs both --tls_cert and --tls_key; got --tls_cert='", cert,
-                     "' --tls_key='", key, "'"));
+    return InvalidRequest("INVALID_FLAG",
+                          absl::StrCat("TLS needs both --tls_cert and --tls_key; got --tls_cert='",
+                                       cert, "' --tls_key='", key, "'"));
   }
   for (const std::string& path : {cert, key, client_ca}) {
     if (path.empty()) continue;
@@ -81,22 +83,23 @@ absl::StatusOr<std::optional<TlsFiles>> ReadTlsFiles() {
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read file '", path, "'"));
+  if (!in) return InvalidRequest("UNREADABLE_FILE", absl::StrCat("cannot read file '", path, "'"));
   std::ostringstream contents;
   contents << in.rdbuf();
   return contents.str();
 }
 
 absl::Status CheckAuthToken(absl::string_view token, absl::string_view source) {
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(source, " is empty"));
+  if (token.empty()) return InvalidRequest("BAD_TOKEN", absl::StrCat(source, " is empty"));
   if (token.size() < kMinAuthTokenBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(source, " holds a ", token.size(),
-                                                   "-byte token; tokens need at least ",
-                                                   kMinAuthTokenBytes, " bytes"));
+    return InvalidRequest("BAD_TOKEN", absl::StrCat(source, " holds a ", token.size(),
+                                                    "-byte token; tokens need at least ",
+                                                    kMinAuthTokenBytes, " bytes"));
   }
   for (const char c : token) {
     if (c < '!' || c > '~') {
-      return absl::InvalidArgumentError(
+      return InvalidRequest(
+          "BAD_TOKEN",
           absl::StrCat(source, " holds a token with a character outside visible ASCII (byte ",
                        static_cast<int>(static_cast<unsigned char>(c)), ")"));
     }
@@ -125,7 +128,7 @@ absl::StatusOr<std::string> ReadAuthToken(const std::string& path) {
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags(const ServiceDefaults& defaults) {
   ServerOptions options;
   options.host = absl::GetFlag(FLAGS_host);
-  if (options.host.empty()) return absl::InvalidArgumentError("--host must not be empty");
+  if (options.host.empty()) return InvalidRequest("INVALID_FLAG", "--host must not be empty");
   auto port = ResolvePort("port", absl::GetFlag(FLAGS_port), defaults.port);
   if (!port.ok()) return port.status();
   options.port = *port;
@@ -134,8 +137,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags(const ServiceDefaults& defa
   if (!metrics_port.ok()) return metrics_port.status();
   options.metrics_port = *metrics_port;
   if (options.port != 0 && options.port == options.metrics_port) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--port and --metrics_port are both ", options.port));
+    return InvalidRequest("INVALID_FLAG",
+                          absl::StrCat("--port and --metrics_port are both ", options.port));
   }
 
   auto token = ReadAuthToken(absl::GetFlag(FLAGS_auth_token_file));
@@ -150,9 +153,9 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags(const ServiceDefaults& defa
   options.max_message_bytes = max_message == -1 ? defaults.max_message_bytes : max_message;
   if (options.max_message_bytes < kMinMessageBytes ||
       options.max_message_bytes > kMaxMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("--max_message_bytes=", max_message,
-                                                   " is outside [", kMinMessageBytes, ", ",
-                                                   kMaxMessageBytes, "]"));
+    return InvalidRequest("INVALID_FLAG",
+                          absl::StrCat("--max_message_bytes=", max_message, " is outside [",
+                                       kMinMessageBytes, ", ", kMaxMessageBytes, "]"));
   }
 
   options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
@@ -166,8 +169,9 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags(const ServiceDefaults& defa
     if (auto status = CheckPositive(flag, value); !status.ok()) return status;
   }
   if (options.drain_delay < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--drain_delay=", absl::FormatDuration(options.drain_delay), " must not be negative"));
+    return InvalidRequest("INVALID_FLAG",
+                          absl::StrCat("--drain_delay=", absl::FormatDuration(options.drain_delay),
+                                       " must not be negative"));
   }
   return options;
 }

@@ -38,7 +38,9 @@ int RunServiceMain(int argc, char** argv, const ServiceBinary& binary) {
     return kExitBadFlags;
   }
   if (absl::Status logging = InitLogging(binary.name); !logging.ok()) {
-    std::fprintf(stderr, "%s: %s\n", binary.name.c_str(), logging.ToString().c_str());
+    // Without the payloads (the error details), which are for clients, not for people.
+    std::fprintf(stderr, "%s: %s\n", binary.name.c_str(),
+                 logging.ToString(absl::StatusToStringMode::kWithNoExtraData).c_str());
     return kExitBadFlags;
   }
   auto options = ServerOptionsFromFlags(binary.defaults);
@@ -55,7 +57,8 @@ int RunServiceMain(int argc, char** argv, const ServiceBinary& binary) {
   }
   auto services = binary.make_services(*options);
   if (!services.ok()) {
-    spdlog::error("cannot build services: {}", services.status());
+    spdlog::error("cannot build services: {}",
+                  services.status().ToString(absl::StatusToStringMode::kWithNoExtraData));
     return kExitCannotServe;
   }
   auto server = ServiceServer::Start(binary.name, *std::move(services), *options);

@@ -3,6 +3,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 
 namespace tandem {
 namespace {
@@ -11,8 +12,9 @@ namespace {
 absl::StatusOr<int64_t> CheckedProduct(absl::Span<const int64_t> shape, int64_t initial) {
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("negative dimension ", shape[i], " at index ",
-                                                     i, " in shape ", ShapeToString(shape)));
+      return InvalidRequest("BAD_TENSOR_SHAPE",
+                            absl::StrCat("negative dimension ", shape[i], " at index ", i,
+                                         " in shape ", ShapeToString(shape)));
     }
   }
   // A zero dim makes any partial overflow irrelevant.
@@ -20,7 +22,8 @@ absl::StatusOr<int64_t> CheckedProduct(absl::Span<const int64_t> shape, int64_t 
   int64_t product = initial;
   for (int64_t dim : shape) {
     if (__builtin_mul_overflow(product, dim, &product)) {
-      return absl::InvalidArgumentError(
+      return InvalidRequest(
+          "BAD_TENSOR_SHAPE",
           absl::StrCat("shape ", ShapeToString(shape), " is too large: its size overflows int64"));
     }
   }
@@ -58,9 +61,9 @@ absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, std::vector<int64_t> shape
   absl::StatusOr<int64_t> size = ByteSize(dtype, shape);
   if (!size.ok()) return size.status();
   if (static_cast<uint64_t>(*size) != bytes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("got ", bytes.size(), " bytes but dtype ",
-                                                   DTypeName(dtype), " shape ",
-                                                   ShapeToString(shape), " needs ", *size));
+    return InvalidRequest("TENSOR_SIZE_MISMATCH",
+                          absl::StrCat("got ", bytes.size(), " bytes but dtype ", DTypeName(dtype),
+                                       " shape ", ShapeToString(shape), " needs ", *size));
   }
   return Tensor(dtype, std::move(shape), std::move(bytes));
 }
@@ -89,8 +92,8 @@ absl::StatusOr<Tensor> ConvertedToF32(const Tensor& tensor) {
     const absl::Span<const Float16> values = *tensor.data<Float16>();
     for (Float16 value : values) *out++ = ToFloat(value);
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(DTypeName(tensor.dtype()), " is not a floating-point dtype"));
+    return InvalidRequest("UNSUPPORTED_DTYPE", absl::StrCat(DTypeName(tensor.dtype()),
+                                                            " is not a floating-point dtype"));
   }
   return converted;
 }

@@ -119,11 +119,8 @@ absl::Status ValidateAdapterSelector(const type::v1::AdapterSelector& selector) 
     }
     return absl::OkStatus();
   }
-  absl::Status status = ValidateNamedSelector(selector);
-  // The name's error names its field; a version's carries no details of its own.
-  if (status.ok() || !FieldViolations(status).empty()) return status;
-  return WithFieldPath(
-      status, selector.has_min_version() ? "adapter.min_version" : "adapter.exact_version");
+  // Its errors name their field at its path here ("adapter.min_version").
+  return ValidateNamedSelector(selector);
 }
 
 absl::StatusOr<std::unique_ptr<GenerationWork>> PrepareWork(

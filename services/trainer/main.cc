@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/peer_tls.h"
 #include "common/service_main.h"
+#include "common/status.h"
 #include "engine/blas_threads_flag.h"
 #include "engine/cuda/device_engines.h"
 #include "services/trainer/api/job_service.h"
@@ -97,19 +98,21 @@ tandem::transfer::UcxWorker* MaybeUcx() {
 absl::Status CheckRankFlags() {
   const int rank = absl::GetFlag(FLAGS_rank), ranks = absl::GetFlag(FLAGS_ranks);
   if (ranks < 1 || rank < 0 || rank >= ranks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--rank=", rank, " --ranks=", ranks, ": need 0 <= rank < ranks"));
+    return tandem::InvalidRequest("INVALID_FLAG", absl::StrCat("--rank=", rank, " --ranks=", ranks,
+                                                               ": need 0 <= rank < ranks"));
   }
   if (absl::GetFlag(FLAGS_rank_failure_retries) < 0) {
-    return absl::InvalidArgumentError("--rank_failure_retries must be >= 0");
+    return tandem::InvalidRequest("INVALID_FLAG", "--rank_failure_retries must be >= 0");
   }
   if (rank > 0 && absl::GetFlag(FLAGS_rank0).empty()) {
-    return absl::InvalidArgumentError("--rank0 (rank 0's address) is required for --rank > 0");
+    return tandem::InvalidRequest("INVALID_FLAG",
+                                  "--rank0 (rank 0's address) is required for --rank > 0");
   }
   if (absl::GetFlag(FLAGS_collective_timeout) <= absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_rank_join_timeout) <= absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_rank_phase_timeout) <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
+    return tandem::InvalidRequest(
+        "INVALID_FLAG",
         "--collective_timeout, --rank_join_timeout and --rank_phase_timeout must be > 0");
   }
   return absl::OkStatus();
@@ -151,15 +154,13 @@ int main(int argc, char** argv) {
          if (!peer_tls.ok()) return peer_tls.status();
          const absl::Duration outage_budget = absl::GetFlag(FLAGS_store_outage_budget);
          if (outage_budget < absl::ZeroDuration()) {
-           return absl::InvalidArgumentError("--store_outage_budget must be >= 0");
+           return tandem::InvalidRequest("INVALID_FLAG", "--store_outage_budget must be >= 0");
          }
          // A bad --device fails at startup, not in the first job.
          const std::string device = absl::GetFlag(FLAGS_device);
          absl::StatusOr<std::string> described = tandem::engine::DescribeDevice(device);
          if (!described.ok()) {
-           return absl::Status(
-               described.status().code(),
-               absl::StrCat("--device=", device, ": ", described.status().message()));
+           return tandem::Annotate(described.status(), absl::StrCat("--device=", device, ": "));
          }
          spdlog::info("jobs train on {}", *described);
          if (absl::Status status = CheckRankFlags(); !status.ok()) return status;

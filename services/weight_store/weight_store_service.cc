@@ -302,12 +302,8 @@ grpc::ServerUnaryReactor* WeightStoreServiceImpl::GetManifest(
     weightstore::v1::GetManifestResponse* response) {
   const auto get = [&]() -> absl::StatusOr<weightstore::v1::GetManifestResponse> {
     const type::v1::AdapterSelector& selector = request->adapter();
-    if (absl::Status status = ValidateNamedSelector(selector); !status.ok()) {
-      // The name's error names its field; a version's carries no details of its own.
-      if (!FieldViolations(status).empty()) return status;
-      return WithFieldPath(
-          status, selector.has_min_version() ? "adapter.min_version" : "adapter.exact_version");
-    }
+    // Its errors name their field at its path here ("adapter.min_version").
+    if (absl::Status status = ValidateNamedSelector(selector); !status.ok()) return status;
     absl::StatusOr<std::shared_ptr<const CommittedVersion>> version =
         store_->Find(selector.adapter_name(), selector.exact_version(), selector.min_version());
     if (!version.ok()) return version.status();

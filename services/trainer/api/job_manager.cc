@@ -45,7 +45,9 @@ void RecordOutcome(const absl::Status& result, trainer::v1::Job& job) {
     job.set_state(trainer::v1::JOB_STATE_SUCCEEDED);
   } else {
     job.set_state(trainer::v1::JOB_STATE_FAILED);
-    job.set_error_message(ValidUtf8(TruncateStatusMessage(result.ToString())));
+    // The code and message, without the payloads (error details) a status may carry.
+    job.set_error_message(ValidUtf8(
+        TruncateStatusMessage(result.ToString(absl::StatusToStringMode::kWithNoExtraData))));
   }
   *job.mutable_end_time() = NowTimestamp();
 }
@@ -384,9 +386,11 @@ absl::StatusOr<trainer::v1::Job> JobManager::Get(const std::string& job_id) cons
 absl::StatusOr<trainer::v1::ListJobsResponse> JobManager::List(
     const trainer::v1::ListJobsRequest& request) const {
   if (request.page_size() < 0) return InvalidField("page_size", "page_size must be >= 0");
-  for (int state : request.states()) {
+  for (int i = 0; i < request.states_size(); ++i) {
+    const int state = request.states(i);
     if (state == trainer::v1::JOB_STATE_UNSPECIFIED || !trainer::v1::JobState_IsValid(state)) {
-      return InvalidField("states", absl::StrCat("states: ", state, " is not a job state"));
+      return InvalidField(IndexPath("states", i),
+                          absl::StrCat("states: ", state, " is not a job state"));
     }
   }
   const int page_size =

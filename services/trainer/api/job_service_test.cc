@@ -9,11 +9,13 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/server.h"
 #include "common/status.h"
+#include "common/testing/error_details.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
 #include "gmock/gmock.h"
@@ -451,6 +453,332 @@ TEST_F(JobServiceTest, AJobGoesByItsResourceNameToo) {
   EXPECT_THAT(violations(conflicting)[0].description, HasSubstr("different jobs"));
   ASSERT_EQ(violations(trainer::v1::GetJobRequest()).size(), 1u);
   EXPECT_EQ(violations(trainer::v1::GetJobRequest())[0].field, "job_id");
+}
+
+// Every documented rule of every RPC (trainer.proto, and common.proto's for the types a JobSpec
+// holds), as a client built from the protos sees it: INVALID_ARGUMENT whose details name the
+// field by its path from the request root (with list indices and map keys) and give the
+// ErrorInfo reason. job_spec_test checks each rule's message.
+TEST_F(JobServiceTest, EveryRuleNamesTheFieldPathAndReasonInItsDetails) {
+  using trainer::v1::AlgorithmConfig;
+  using trainer::v1::CreateJobRequest;
+  using trainer::v1::JobSpec;
+  CreateJobRequest base;
+  base.set_request_id("rules");
+  *base.mutable_spec() = Spec(1);
+  const auto create = [&](const std::function<void(CreateJobRequest&)>& edit) {
+    return [this, base, edit] {
+      CreateJobRequest request = base;
+      edit(request);
+      trainer::v1::Job response;
+      grpc::ClientContext context;
+      return stub_->CreateJob(&context, request, &response);
+    };
+  };
+  const auto spec = [&](const std::function<void(JobSpec&)>& edit) {
+    return create([edit](CreateJobRequest& r) { edit(*r.mutable_spec()); });
+  };
+  const auto config = [&](const std::function<void(AlgorithmConfig&)>& edit) {
+    return spec([edit](JobSpec& s) { edit(*s.mutable_algorithm_config()); });
+  };
+  const auto get = [this](const std::string& job_id, const std::string& name) {
+    return [this, job_id, name] {
+      trainer::v1::GetJobRequest request;
+      request.set_job_id(job_id);
+      request.set_name(name);
+      trainer::v1::Job response;
+      grpc::ClientContext context;
+      return stub_->GetJob(&context, request, &response);
+    };
+  };
+  const auto cancel = [this](const std::string& job_id, const std::string& name) {
+    return [this, job_id, name] {
+      trainer::v1::CancelJobRequest request;
+      request.set_job_id(job_id);
+      request.set_name(name);
+      trainer::v1::Job response;
+      grpc::ClientContext context;
+      return stub_->CancelJob(&context, request, &response);
+    };
+  };
+  const auto watch = [this](const std::string& job_id, const std::string& name) {
+    return [this, job_id, name] {
+      trainer::v1::WatchJobRequest request;
+      request.set_job_id(job_id);
+      request.set_name(name);
+      grpc::ClientContext context;
+      auto reader = stub_->WatchJob(&context, request);
+      trainer::v1::WatchJobResponse event;
+      while (reader->Read(&event)) {
+      }
+      return reader->Finish();
+    };
+  };
+  const auto list = [this](const std::function<void(trainer::v1::ListJobsRequest&)>& edit) {
+    return [this, edit] {
+      trainer::v1::ListJobsRequest request;
+      edit(request);
+      trainer::v1::ListJobsResponse response;
+      return List(request, &response);
+    };
+  };
+  const std::string long_key(257, 'k');
+  const std::vector<InvalidArgumentCase> cases = {
+      // CreateJob: the request.
+      {"NoRequestId", create([](CreateJobRequest& r) { r.clear_request_id(); }), "request_id"},
+      {"BadRequestId", create([](CreateJobRequest& r) { r.set_request_id("two words"); }),
+       "request_id"},
+      {"RemovedEndpoints", spec([](JobSpec& s) {
+         s.GetReflection()->MutableUnknownFields(&s)->AddLengthDelimited(18, "rollout:50052");
+       }),
+       "spec.endpoints"},
+      // The spec's strings, data and sizes.
+      {"LongDisplayName", spec([](JobSpec& s) { s.set_display_name(std::string(257, 'n')); }),
+       "spec.display_name"},
+      {"NeitherTaskNorDataset", spec([](JobSpec& s) { s.clear_task(); }), "spec.task"},
+      {"UnknownTask", spec([](JobSpec& s) { s.mutable_task()->set_name("division"); }),
+       "spec.task.name"},
+      {"UnknownTaskParam",
+       spec([](JobSpec& s) { (*s.mutable_task()->mutable_params())["size"] = "3"; }),
+       "spec.task.params[\"size\"]"},
+      {"DigitsNotANumber",
+       spec([](JobSpec& s) { (*s.mutable_task()->mutable_params())["digits"] = "two"; }),
+       "spec.task.params[\"digits\"]"},
+      {"TooManyDigits",
+       spec([](JobSpec& s) { (*s.mutable_task()->mutable_params())["digits"] = "10"; }),
+       "spec.task.params[\"digits\"]"},
+      {"LongTaskParamKey",
+       spec([long_key](JobSpec& s) { (*s.mutable_task()->mutable_params())[long_key] = "1"; }),
+       "spec.task.params[\"" + long_key + "\"]"},
+      {"DatasetWithoutPath",
+       spec([](JobSpec& s) { s.mutable_dataset()->set_verifier("exact_match"); }),
+       "spec.dataset.path"},
+      {"UnknownVerifier", spec([](JobSpec& s) {
+         s.mutable_dataset()->set_path("/data/train.jsonl");
+         s.mutable_dataset()->set_verifier("fuzzy");
+       }),
+       "spec.dataset.verifier"},
+      {"NoBaseModel", spec([](JobSpec& s) { s.clear_base_model_path(); }), "spec.base_model_path"},
+      {"LongBaseModelPath", spec([](JobSpec& s) { s.set_base_model_path(std::string(4097, 'p')); }),
+       "spec.base_model_path"},
+      {"LongOutputDir", spec([](JobSpec& s) { s.set_output_dir(std::string(4097, 'o')); }),
+       "spec.output_dir"},
+      {"LongInitialAdapterPath",
+       spec([](JobSpec& s) { s.set_initial_adapter_path(std::string(4097, 'a')); }),
+       "spec.initial_adapter_path"},
+      {"LongInitialCheckpointDir",
+       spec([](JobSpec& s) { s.set_initial_checkpoint_dir(std::string(4097, 'c')); }),
+       "spec.initial_checkpoint_dir"},
+      {"TwoStartingPoints", spec([](JobSpec& s) {
+         s.set_initial_adapter_path("/adapters/a");
+         s.set_initial_checkpoint_dir("/checkpoints/c");
+       }),
+       "spec.initial_adapter_path"},
+      {"NoPrompts", spec([](JobSpec& s) { s.set_prompts_per_step(0); }), "spec.prompts_per_step"},
+      {"GroupTooLarge", spec([](JobSpec& s) { s.set_group_size(300); }), "spec.group_size"},
+      {"GrpoGroupOfOne", spec([](JobSpec& s) { s.set_group_size(1); }), "spec.group_size"},
+      {"NoSteps", spec([](JobSpec& s) { s.set_num_steps(0); }), "spec.num_steps"},
+      {"NegativeMicroBatch", spec([](JobSpec& s) { s.set_micro_batch_size(-1); }),
+       "spec.micro_batch_size"},
+      {"NegativeCheckpointEvery", spec([](JobSpec& s) { s.set_checkpoint_every(-1); }),
+       "spec.checkpoint_every"},
+      // Sampling.
+      {"SamplingSeed", spec([](JobSpec& s) { s.mutable_sampling()->set_seed(1); }),
+       "spec.sampling.seed"},
+      {"NoSampling", spec([](JobSpec& s) { s.clear_sampling(); }), "spec.sampling.max_new_tokens"},
+      {"NegativeTemperature", spec([](JobSpec& s) { s.mutable_sampling()->set_temperature(-1); }),
+       "spec.sampling.temperature"},
+      {"ZeroTopP", spec([](JobSpec& s) { s.mutable_sampling()->set_top_p(0); }),
+       "spec.sampling.top_p"},
+      {"NegativeTopK", spec([](JobSpec& s) { s.mutable_sampling()->set_top_k(-1); }),
+       "spec.sampling.top_k"},
+      {"TooManyStopTokens", spec([](JobSpec& s) {
+         for (int i = 0; i < 65; ++i) s.mutable_sampling()->add_stop_token_ids(5);
+       }),
+       "spec.sampling.stop_token_ids"},
+      {"NegativeStopToken", spec([](JobSpec& s) {
+         s.mutable_sampling()->add_stop_token_ids(5);
+         s.mutable_sampling()->add_stop_token_ids(-3);
+       }),
+       "spec.sampling.stop_token_ids[1]"},
+      // The algorithm and its config.
+      {"NoAlgorithm", spec([](JobSpec& s) { s.set_algorithm(trainer::v1::ALGORITHM_UNSPECIFIED); }),
+       "spec.algorithm"},
+      {"ZeroLearningRate", config([](AlgorithmConfig& c) { c.set_learning_rate(0); }),
+       "spec.algorithm_config.learning_rate"},
+      {"LearningRateBeyondFloat", config([](AlgorithmConfig& c) { c.set_learning_rate(1e39); }),
+       "spec.algorithm_config.learning_rate"},
+      {"NegativeWeightDecay", config([](AlgorithmConfig& c) { c.set_weight_decay(-1); }),
+       "spec.algorithm_config.weight_decay"},
+      {"NegativeMaxGradNorm", config([](AlgorithmConfig& c) { c.set_max_grad_norm(-1); }),
+       "spec.algorithm_config.max_grad_norm"},
+      {"ClipEpsLowOfOne", config([](AlgorithmConfig& c) { c.set_clip_eps_low(1); }),
+       "spec.algorithm_config.clip_eps_low"},
+      {"NegativeClipEpsHigh", config([](AlgorithmConfig& c) { c.set_clip_eps_high(-1); }),
+       "spec.algorithm_config.clip_eps_high"},
+      {"DualClipBelowOne", config([](AlgorithmConfig& c) { c.set_dual_clip_c(0.5); }),
+       "spec.algorithm_config.dual_clip_c"},
+      {"NegativeKlCoef", config([](AlgorithmConfig& c) { c.set_kl_coef(-1); }),
+       "spec.algorithm_config.kl_coef"},
+      {"UnknownKlEstimator", config([](AlgorithmConfig& c) {
+         c.set_kl_estimator(static_cast<trainer::v1::KlEstimator>(99));
+       }),
+       "spec.algorithm_config.kl_estimator"},
+      {"GammaAboveOne", config([](AlgorithmConfig& c) { c.set_gamma(2); }),
+       "spec.algorithm_config.gamma"},
+      {"NegativeGaeLambda", config([](AlgorithmConfig& c) { c.set_gae_lambda(-1); }),
+       "spec.algorithm_config.gae_lambda"},
+      {"NegativeValueLossCoef", config([](AlgorithmConfig& c) { c.set_value_loss_coef(-1); }),
+       "spec.algorithm_config.value_loss_coef"},
+      {"NegativeValueClip", config([](AlgorithmConfig& c) { c.set_value_clip(-1); }),
+       "spec.algorithm_config.value_clip"},
+      {"ZeroValueLearningRate", config([](AlgorithmConfig& c) { c.set_value_learning_rate(0); }),
+       "spec.algorithm_config.value_learning_rate"},
+      {"UnknownLossAggregation", config([](AlgorithmConfig& c) {
+         c.set_loss_aggregation(static_cast<trainer::v1::LossAggregation>(99));
+       }),
+       "spec.algorithm_config.loss_aggregation"},
+      {"UpdatesNotDividingPrompts", config([](AlgorithmConfig& c) { c.set_updates_per_step(3); }),
+       "spec.algorithm_config.updates_per_step"},
+      {"NegativeWarmup",
+       config([](AlgorithmConfig& c) { c.mutable_lr_schedule()->set_warmup_updates(-1); }),
+       "spec.algorithm_config.lr_schedule.warmup_updates"},
+      {"WarmupBeyondTheUpdates",
+       config([](AlgorithmConfig& c) { c.mutable_lr_schedule()->set_warmup_updates(2); }),
+       "spec.algorithm_config.lr_schedule.warmup_updates"},
+      {"UnknownDecay", config([](AlgorithmConfig& c) {
+         c.mutable_lr_schedule()->set_decay(static_cast<trainer::v1::LrDecay>(99));
+       }),
+       "spec.algorithm_config.lr_schedule.decay"},
+      {"MinLrRatioAboveOne",
+       config([](AlgorithmConfig& c) { c.mutable_lr_schedule()->set_min_lr_ratio(2); }),
+       "spec.algorithm_config.lr_schedule.min_lr_ratio"},
+      // Mismatch correction.
+      {"UnknownCorrectionMode", spec([](JobSpec& s) {
+         s.mutable_is_correction()->set_mode(static_cast<trainer::v1::IsCorrectionMode>(99));
+       }),
+       "spec.is_correction.mode"},
+      {"UnknownRejectionLevel", spec([](JobSpec& s) {
+         s.mutable_is_correction()->set_rejection_level(
+             static_cast<trainer::v1::RejectionLevel>(99));
+       }),
+       "spec.is_correction.rejection_level"},
+      {"ZeroUpperBound", spec([](JobSpec& s) { s.mutable_is_correction()->set_upper_bound(0); }),
+       "spec.is_correction.upper_bound"},
+      {"NegativeLowerBound",
+       spec([](JobSpec& s) { s.mutable_is_correction()->set_lower_bound(-1); }),
+       "spec.is_correction.lower_bound"},
+      {"UpperBelowLower", spec([](JobSpec& s) {
+         s.mutable_is_correction()->set_upper_bound(0.5);
+         s.mutable_is_correction()->set_lower_bound(1);
+       }),
+       "spec.is_correction.upper_bound"},
+      // Modes.
+      {"UnknownRoutingReplay", spec([](JobSpec& s) {
+         s.set_routing_replay(static_cast<trainer::v1::RoutingReplayMode>(99));
+       }),
+       "spec.routing_replay"},
+      {"UnknownSyncMode",
+       spec([](JobSpec& s) { s.set_sync_mode(static_cast<trainer::v1::SyncMode>(99)); }),
+       "spec.sync_mode"},
+      {"StalenessInSync", spec([](JobSpec& s) { s.set_max_staleness(1); }), "spec.max_staleness"},
+      {"StalenessBeyond16", spec([](JobSpec& s) {
+         s.set_sync_mode(trainer::v1::SYNC_MODE_ASYNC);
+         s.set_max_staleness(17);
+       }),
+       "spec.max_staleness"},
+      {"PartialRolloutsInSync", spec([](JobSpec& s) { s.set_partial_rollouts(true); }),
+       "spec.partial_rollouts"},
+      // Parallelism: the spec's own rules, then this deployment's ranks (one).
+      {"DataParallelBeyond1024",
+       spec([](JobSpec& s) { s.mutable_parallelism()->set_data_parallel(2000); }),
+       "spec.parallelism.data_parallel"},
+      {"NegativeExpertParallel",
+       spec([](JobSpec& s) { s.mutable_parallelism()->set_expert_parallel(-1); }),
+       "spec.parallelism.expert_parallel"},
+      {"ExpertParallelWithACritic", spec([](JobSpec& s) {
+         s.set_algorithm(trainer::v1::ALGORITHM_PPO);
+         s.mutable_parallelism()->set_expert_parallel(2);
+       }),
+       "spec.parallelism.expert_parallel"},
+      {"RanksNotDividingTheGroups",
+       spec([](JobSpec& s) { s.mutable_parallelism()->set_data_parallel(3); }),
+       "spec.parallelism.data_parallel"},
+      {"BalanceWithoutExpertParallel",
+       spec([](JobSpec& s) { s.mutable_parallelism()->set_balance_experts(true); }),
+       "spec.parallelism.balance_experts"},
+      {"BalanceWithoutR3", spec([](JobSpec& s) {
+         s.mutable_parallelism()->set_expert_parallel(2);
+         s.mutable_parallelism()->set_balance_experts(true);
+         s.set_routing_replay(trainer::v1::ROUTING_REPLAY_MODE_OFF);
+       }),
+       "spec.parallelism.balance_experts"},
+      {"MoreDataRanksThanTheDeployment",
+       spec([](JobSpec& s) { s.mutable_parallelism()->set_data_parallel(2); }),
+       "spec.parallelism.data_parallel"},
+      {"MoreExpertRanksThanTheDeployment",
+       spec([](JobSpec& s) { s.mutable_parallelism()->set_expert_parallel(2); }),
+       "spec.parallelism.expert_parallel"},
+      // LoRA and the adapter's name.
+      {"NoLora", spec([](JobSpec& s) { s.clear_lora(); }), "spec.lora.rank"},
+      {"LoraRankBeyond1024", spec([](JobSpec& s) { s.mutable_lora()->set_rank(2000); }),
+       "spec.lora.rank"},
+      {"NegativeLoraAlpha", spec([](JobSpec& s) { s.mutable_lora()->set_alpha(-1); }),
+       "spec.lora.alpha"},
+      {"LoraDropoutOfOne", spec([](JobSpec& s) { s.mutable_lora()->set_dropout(1); }),
+       "spec.lora.dropout"},
+      {"UnknownExpertLayout", spec([](JobSpec& s) {
+         s.mutable_lora()->set_expert_layout(static_cast<type::v1::ExpertLayout>(99));
+       }),
+       "spec.lora.expert_layout"},
+      {"UnknownTargetModule", spec([](JobSpec& s) {
+         s.mutable_lora()->add_target_modules("q_proj");
+         s.mutable_lora()->add_target_modules("router");
+       }),
+       "spec.lora.target_modules[1]"},
+      {"DuplicateTargetModule", spec([](JobSpec& s) {
+         s.mutable_lora()->add_target_modules("q_proj");
+         s.mutable_lora()->add_target_modules("v_proj");
+         s.mutable_lora()->add_target_modules("q_proj");
+       }),
+       "spec.lora.target_modules[2]"},
+      {"BadAdapterName", spec([](JobSpec& s) { s.set_adapter_name("two words"); }),
+       "spec.adapter_name"},
+      // GetJob, CancelJob, WatchJob: the job by job_id or name.
+      {"GetNeitherIdNorName", get("", ""), "job_id"},
+      {"GetABadId", get("a b", ""), "job_id"},
+      {"GetABadName", get("", "job-1"), "name"},
+      {"GetANestedName", get("", "jobs/a/b"), "name"},
+      {"GetTwoJobs", get("job-a", "jobs/job-b"), "name"},
+      {"CancelNeitherIdNorName", cancel("", ""), "job_id"},
+      {"CancelABadId", cancel("../x", ""), "job_id"},
+      {"CancelABadName", cancel("", "jobs/"), "name"},
+      {"CancelTwoJobs", cancel("job-a", "jobs/job-b"), "name"},
+      {"WatchNeitherIdNorName", watch("", ""), "job_id"},
+      {"WatchABadId", watch("a b", ""), "job_id"},
+      {"WatchABadName", watch("", "projects/p/jobs/x"), "name"},
+      {"WatchTwoJobs", watch("job-a", "jobs/job-b"), "name"},
+      // ListJobs.
+      {"NegativePageSize", list([](trainer::v1::ListJobsRequest& r) { r.set_page_size(-1); }),
+       "page_size"},
+      {"MalformedPageToken",
+       list([](trainer::v1::ListJobsRequest& r) { r.set_page_token("garbage"); }), "page_token"},
+      {"PageTokenOfAnotherFilter", list([](trainer::v1::ListJobsRequest& r) {
+         r.set_page_token("2/");  // Offset 2 of the unfiltered list.
+         r.add_states(trainer::v1::JOB_STATE_RUNNING);
+       }),
+       "page_token"},
+      {"UnspecifiedState", list([](trainer::v1::ListJobsRequest& r) {
+         r.add_states(trainer::v1::JOB_STATE_UNSPECIFIED);
+       }),
+       "states[0]"},
+      {"UnknownState", list([](trainer::v1::ListJobsRequest& r) {
+         r.add_states(trainer::v1::JOB_STATE_RUNNING);
+         r.add_states(static_cast<trainer::v1::JobState>(99));
+       }),
+       "states[1]"},
+  };
+  ExpectEachRefusedWithDetails(cases);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -41,6 +43,42 @@ absl::Status Invalid(auto&&... parts) {
   return InvalidField(LeadingFieldPath(message), message);
 }
 
+// As Invalid, for a message that does not start with the field's path: a map entry
+// (`spec.task.params["digits"]`), one of two fields a rule compares.
+absl::Status InvalidAt(absl::string_view path, auto&&... parts) {
+  return InvalidField(path, absl::StrCat("spec.", parts...));
+}
+
+std::string TaskParamPath(absl::string_view key) { return KeyPath("spec.task.params", key); }
+
+// transfer::ValidateLoraConfig's error, "lora.rank: 0 not in 1..1024", as "spec.lora: <it>"
+// naming the field it starts with; a refused target module is named by its index.
+absl::Status LoraError(const type::v1::LoraConfig& lora, const absl::Status& status) {
+  const absl::string_view message = status.message();
+  const absl::string_view field = message.substr(0, message.find(':'));
+  std::string path = "spec.lora";
+  if (absl::StartsWith(field, "lora.") &&
+      field.find_first_not_of("abcdefghijklmnopqrstuvwxyz_.") == absl::string_view::npos) {
+    path = absl::StrCat("spec.", field);
+  }
+  if (field == "lora.target_modules") {
+    // The first module that is no LoRA target or repeats one before it.
+    type::v1::LoraConfig one;
+    one.set_rank(1);
+    one.set_expert_layout(type::v1::EXPERT_LAYOUT_PER_EXPERT);
+    one.add_target_modules();
+    absl::flat_hash_set<absl::string_view> seen;
+    for (int i = 0; i < lora.target_modules_size(); ++i) {
+      one.set_target_modules(0, lora.target_modules(i));
+      if (!transfer::ValidateLoraConfig(one).ok() || !seen.insert(lora.target_modules(i)).second) {
+        path = IndexPath(path, i);
+        break;
+      }
+    }
+  }
+  return InvalidAt(path, "lora: ", message);
+}
+
 // Comparisons that NaN fails: a NaN hyperparameter is refused, never silently clipped.
 bool AtLeast(double value, double low) { return value >= low; }
 bool Within(double value, double low, double high) { return value >= low && value <= high; }
@@ -69,16 +107,24 @@ absl::Status CheckData(trainer::v1::JobSpec& spec) {
     case trainer::v1::JobSpec::kTask: {
       trainer::v1::TaskSpec& task = *spec.mutable_task();
       for (const auto& [key, value] : task.params()) {
-        if (key != kTaskDigits) return Invalid("task.params: unknown key '", key, "'");
+        if (key != kTaskDigits) {
+          return InvalidAt(TaskParamPath(key), "task.params: unknown key '", key, "'");
+        }
       }
       auto& params = *task.mutable_params();
       params.try_emplace(kTaskDigits, absl::StrCat(engine::kDefaultTaskDigits));
       int digits = 0;
       if (!absl::SimpleAtoi(params.at(kTaskDigits), &digits)) {
-        return Invalid("task.params.digits: '", params.at(kTaskDigits), "' is not a number");
+        return InvalidAt(TaskParamPath(kTaskDigits), "task.params.digits: '",
+                         params.at(kTaskDigits), "' is not a number");
       }
       auto made = engine::MakeTask(task.name(), digits);
-      if (!made.ok()) return Invalid("task: ", made.status().message());
+      if (!made.ok()) {
+        // An unknown task is NOT_FOUND to the engine, digits out of range INVALID_ARGUMENT.
+        return InvalidAt(absl::IsNotFound(made.status()) ? std::string("spec.task.name")
+                                                         : TaskParamPath(kTaskDigits),
+                         "task: ", made.status().message());
+      }
       return absl::OkStatus();
     }
     case trainer::v1::JobSpec::kDataset: {
@@ -159,8 +205,10 @@ absl::Status CheckAlgorithm(trainer::v1::JobSpec& spec) {
   if (!config.has_gamma()) config.set_gamma(CriticConfig{}.gamma);
   if (!config.has_gae_lambda()) config.set_gae_lambda(CriticConfig{}.lambda);
   if (!Within(config.gamma(), 0, 1) || !Within(config.gae_lambda(), 0, 1)) {
-    return Invalid("algorithm_config.gamma and gae_lambda must be in [0, 1]; gamma is ",
-                   config.gamma(), ", gae_lambda ", config.gae_lambda());
+    return InvalidAt(Within(config.gamma(), 0, 1) ? "spec.algorithm_config.gae_lambda"
+                                                  : "spec.algorithm_config.gamma",
+                     "algorithm_config.gamma and gae_lambda must be in [0, 1]; gamma is ",
+                     config.gamma(), ", gae_lambda ", config.gae_lambda());
   }
   const bool ppo = spec.algorithm() == trainer::v1::ALGORITHM_PPO;
   if (!config.has_whiten_advantages()) config.set_whiten_advantages(ppo);
@@ -289,10 +337,12 @@ absl::Status CheckCorrection(trainer::v1::JobSpec& spec) {
   if (!correction.has_lower_bound()) correction.set_lower_bound(IsConfig{}.lower);
   if (!(correction.upper_bound() > 0) || !AtLeast(correction.lower_bound(), 0) ||
       correction.upper_bound() < correction.lower_bound()) {
-    return Invalid(
-        "is_correction: need upper_bound > 0, lower_bound >= 0, upper >= lower; "
-        "upper_bound is ",
-        correction.upper_bound(), ", lower_bound ", correction.lower_bound());
+    // The bound to change: a lower bound below 0; else the upper one (<= 0, or below lower).
+    return InvalidAt(AtLeast(correction.lower_bound(), 0) ? "spec.is_correction.upper_bound"
+                                                          : "spec.is_correction.lower_bound",
+                     "is_correction: need upper_bound > 0, lower_bound >= 0, upper >= lower; "
+                     "upper_bound is ",
+                     correction.upper_bound(), ", lower_bound ", correction.lower_bound());
   }
   if (correction.rejection_level() == trainer::v1::REJECTION_LEVEL_UNSPECIFIED) {
     correction.set_rejection_level(trainer::v1::REJECTION_LEVEL_TOKEN);
@@ -303,26 +353,32 @@ absl::Status CheckCorrection(trainer::v1::JobSpec& spec) {
 // Every string of the spec against its size class (string_limits.h), before any other check
 // repeats a value in its message.
 absl::Status CheckStringSizes(trainer::v1::JobSpec& spec) {
-  std::vector<std::tuple<std::string, absl::string_view, size_t>> strings = {
-      {"display_name", spec.display_name(), kMaxNameBytes},
-      {"base_model_path", spec.base_model_path(), kMaxPathBytes},
-      {"output_dir", spec.output_dir(), kMaxPathBytes},
-      {"initial_adapter_path", spec.initial_adapter_path(), kMaxPathBytes},
-      {"initial_checkpoint_dir", spec.initial_checkpoint_dir(), kMaxPathBytes},
-      {"task.name", spec.task().name(), kMaxNameBytes},
-      {"dataset.path", spec.dataset().path(), kMaxPathBytes},
-      {"dataset.prompt_field", spec.dataset().prompt_field(), kMaxNameBytes},
-      {"dataset.answer_field", spec.dataset().answer_field(), kMaxNameBytes},
-      {"dataset.messages_field", spec.dataset().messages_field(), kMaxNameBytes},
-      {"dataset.verifier", spec.dataset().verifier(), kMaxNameBytes}};
+  // The field's name in messages, the value, its limit, and its path from the request root.
+  std::vector<std::tuple<std::string, absl::string_view, size_t, std::string>> strings = {
+      {"display_name", spec.display_name(), kMaxNameBytes, "spec.display_name"},
+      {"base_model_path", spec.base_model_path(), kMaxPathBytes, "spec.base_model_path"},
+      {"output_dir", spec.output_dir(), kMaxPathBytes, "spec.output_dir"},
+      {"initial_adapter_path", spec.initial_adapter_path(), kMaxPathBytes,
+       "spec.initial_adapter_path"},
+      {"initial_checkpoint_dir", spec.initial_checkpoint_dir(), kMaxPathBytes,
+       "spec.initial_checkpoint_dir"},
+      {"task.name", spec.task().name(), kMaxNameBytes, "spec.task.name"},
+      {"dataset.path", spec.dataset().path(), kMaxPathBytes, "spec.dataset.path"},
+      {"dataset.prompt_field", spec.dataset().prompt_field(), kMaxNameBytes,
+       "spec.dataset.prompt_field"},
+      {"dataset.answer_field", spec.dataset().answer_field(), kMaxNameBytes,
+       "spec.dataset.answer_field"},
+      {"dataset.messages_field", spec.dataset().messages_field(), kMaxNameBytes,
+       "spec.dataset.messages_field"},
+      {"dataset.verifier", spec.dataset().verifier(), kMaxNameBytes, "spec.dataset.verifier"}};
   for (const auto& [key, value] : spec.task().params()) {
-    strings.emplace_back("task.params key", key, kMaxNameBytes);
-    strings.emplace_back("task.params value", value, kMaxNameBytes);
+    strings.emplace_back("task.params key", key, kMaxNameBytes, TaskParamPath(key));
+    strings.emplace_back("task.params value", value, kMaxNameBytes, TaskParamPath(key));
   }
-  for (const auto& [field, value, max_bytes] : strings) {
+  for (const auto& [field, value, max_bytes, path] : strings) {
     if (absl::Status status = CheckMaxBytes(absl::StrCat("spec.", field), value, max_bytes);
         !status.ok()) {
-      return status;
+      return WithFieldPath(status, path);
     }
   }
   return absl::OkStatus();
@@ -357,10 +413,10 @@ absl::Status CheckSizes(trainer::v1::JobSpec& spec) {
                    "; set spec.seed: the job derives every step's sampling seed from it");
   }
   *spec.mutable_sampling() = rollout::WithSamplingDefaults(spec.sampling());
-  if (absl::Status status =
-          rollout::ValidateSampling(spec.sampling(), std::numeric_limits<int>::max());
+  if (absl::Status status = rollout::ValidateSampling(
+          spec.sampling(), std::numeric_limits<int>::max(), "spec.sampling");
       !status.ok()) {
-    return Invalid(status.message());
+    return Annotate(status, "spec.");
   }
   if (spec.checkpoint_every() < 0) return Invalid("checkpoint_every must be >= 0");
   return absl::OkStatus();
@@ -412,7 +468,7 @@ absl::StatusOr<trainer::v1::JobSpec> ResolveJobSpec(const trainer::v1::JobSpec& 
   if (!spec.has_lora() || spec.lora().rank() < 1) return Invalid("lora.rank is required");
   *spec.mutable_lora() = transfer::WithLoraDefaults(spec.lora());
   if (absl::Status status = transfer::ValidateLoraConfig(spec.lora()); !status.ok()) {
-    return Invalid("lora: ", status.message());
+    return LoraError(spec.lora(), status);
   }
   if (spec.adapter_name().empty()) spec.set_adapter_name(job_id);
   if (absl::Status status = ValidateIdentifier("spec.adapter_name", spec.adapter_name());

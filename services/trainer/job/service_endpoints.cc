@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem::trainer {
 namespace {
@@ -22,17 +23,19 @@ struct NameAndPort {
 absl::StatusOr<NameAndPort> SplitServiceName(absl::string_view name_port) {
   const size_t colon = name_port.rfind(':');
   if (colon == absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name_port, "' has no port (name:port)"));
+    return InvalidRequest("INVALID_FLAG",
+                          absl::StrCat("'", name_port, "' has no port (name:port)"));
   }
   NameAndPort split{std::string(name_port.substr(0, colon)),
                     std::string(name_port.substr(colon + 1))};
   int port = 0;
   if (split.name.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name_port, "' has no name (name:port)"));
+    return InvalidRequest("INVALID_FLAG",
+                          absl::StrCat("'", name_port, "' has no name (name:port)"));
   }
   if (!absl::SimpleAtoi(split.port, &port) || port < 1 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", name_port, "' has no port in 1..65535 (name:port)"));
+    return InvalidRequest("INVALID_FLAG",
+                          absl::StrCat("'", name_port, "' has no port in 1..65535 (name:port)"));
   }
   return split;
 }
@@ -77,20 +80,22 @@ absl::StatusOr<std::vector<std::string>> ResolveAll(absl::string_view name_port)
 absl::Status CheckServiceEndpoints(const ServiceEndpoints& endpoints) {
   if (!endpoints.rollout_service.empty()) {
     if (!endpoints.rollout.empty()) {
-      return absl::InvalidArgumentError("--rollout and --rollout_service are exclusive; set one");
+      return InvalidRequest("INVALID_FLAG",
+                            "--rollout and --rollout_service are exclusive; set one");
     }
     if (absl::Status status = CheckServiceName(endpoints.rollout_service); !status.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--rollout_service: ", status.message()));
+      return Annotate(status, "--rollout_service: ");
     }
   } else if (endpoints.rollout.empty() || endpoints.rollout.size() > kMaxRolloutReplicas) {
-    return absl::InvalidArgumentError(absl::StrCat("--rollout: 1..", kMaxRolloutReplicas,
-                                                   " addresses required (or --rollout_service)"));
+    return InvalidRequest("INVALID_FLAG",
+                          absl::StrCat("--rollout: 1..", kMaxRolloutReplicas,
+                                       " addresses required (or --rollout_service)"));
   }
   for (const std::string& address : endpoints.rollout) {
-    if (address.empty()) return absl::InvalidArgumentError("--rollout: empty address");
+    if (address.empty()) return InvalidRequest("INVALID_FLAG", "--rollout: empty address");
   }
   if (endpoints.weight_store.empty()) {
-    return absl::InvalidArgumentError("--weight_store is required");
+    return InvalidRequest("INVALID_FLAG", "--weight_store is required");
   }
   return absl::OkStatus();
 }

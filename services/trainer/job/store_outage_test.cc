@@ -3,6 +3,7 @@
 #include <atomic>
 #include <vector>
 
+#include "common/status.h"
 #include "common/testing/simulated_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -55,7 +56,7 @@ TEST(StoreOutageTest, AnOutageLongerThanTheBudgetFailsNamingTheStoreAndTheTime) 
 TEST(StoreOutageTest, OtherErrorsAndSuccessReturnAtOnce) {
   testing::SimulatedClock clock;
   std::atomic<bool> cancelled = false;
-  ScriptedStore store{.failures = {absl::InvalidArgumentError("bad manifest")}};
+  ScriptedStore store{.failures = {InvalidRequest("BAD_MANIFEST", "bad manifest")}};
   const absl::Time start = clock.Now();
   EXPECT_TRUE(absl::IsInvalidArgument(
       RideOutOutage("weight-store", kPolicy, cancelled, clock, std::ref(store))));

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "engine/verifiers/verifier.h"
 #include "nlohmann/json.hpp"
 
@@ -53,14 +54,14 @@ struct DatasetFields {
 
 absl::StatusOr<std::vector<engine::text::ChatMessage>> ParseMessages(const nlohmann::json& list) {
   if (!list.is_array() || list.empty())
-    return absl::InvalidArgumentError("is not a non-empty list");
+    return InvalidRequest("BAD_DATASET", "is not a non-empty list");
   std::vector<engine::text::ChatMessage> messages;
   for (size_t i = 0; i < list.size(); ++i) {
     const nlohmann::json& message = list[i];
     if (!message.is_object() || !message.contains("role") || !message["role"].is_string() ||
         !message.contains("content") || !message["content"].is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("message ", i, " needs string fields 'role' and 'content'"));
+      return InvalidRequest(
+          "BAD_DATASET", absl::StrCat("message ", i, " needs string fields 'role' and 'content'"));
     }
     messages.push_back({message["role"].get<std::string>(), message["content"].get<std::string>()});
   }
@@ -74,13 +75,13 @@ absl::StatusOr<std::string> RowPrompt(const nlohmann::json& row, const DatasetFi
     return row[fields.prompt].get<std::string>();
   }
   if (!row.contains(fields.messages)) {
-    return absl::InvalidArgumentError(absl::StrCat("need a string field '", fields.prompt,
-                                                   "' or a conversation '", fields.messages, "'"));
+    return InvalidRequest(
+        "BAD_DATASET", absl::StrCat("need a string field '", fields.prompt, "' or a conversation '",
+                                    fields.messages, "'"));
   }
   auto messages = ParseMessages(row[fields.messages]);
   if (!messages.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", fields.messages, "' ", messages.status().message()));
+    return Annotate(messages.status(), absl::StrCat("'", fields.messages, "' "));
   }
   return codec.RenderChat(*messages);
 }
@@ -99,21 +100,18 @@ absl::StatusOr<std::unique_ptr<engine::Task>> LoadDataset(const trainer::v1::Dat
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    auto row_error = [&](absl::StatusCode code, absl::string_view message) {
-      return absl::Status(code,
-                          absl::StrCat("dataset '", spec.path(), "' line ", number, ": ", message));
-    };
+    const std::string where = absl::StrCat("dataset '", spec.path(), "' line ", number, ": ");
     if (!row.is_object() || !row.contains(fields.answer) || !row[fields.answer].is_string()) {
-      return row_error(
-          absl::StatusCode::kInvalidArgument,
-          absl::StrCat("need a JSON object with a string field '", fields.answer, "'"));
+      return InvalidRequest(
+          "BAD_DATASET",
+          absl::StrCat(where, "need a JSON object with a string field '", fields.answer, "'"));
     }
     auto prompt = RowPrompt(row, fields, codec);
-    if (!prompt.ok()) return row_error(prompt.status().code(), prompt.status().message());
+    if (!prompt.ok()) return Annotate(prompt.status(), where);
     samples.push_back({*std::move(prompt), row[fields.answer].get<std::string>()});
   }
   if (samples.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset '", spec.path(), "' has no rows"));
+    return InvalidRequest("BAD_DATASET", absl::StrCat("dataset '", spec.path(), "' has no rows"));
   }
   return std::make_unique<DatasetTask>(std::move(samples), *verifier);
 }
@@ -126,10 +124,16 @@ absl::StatusOr<std::unique_ptr<engine::Task>> MakeJobTask(const trainer::v1::Job
   int digits = 0;
   if (auto found = spec.task().params().find("digits");
       found == spec.task().params().end() || !absl::SimpleAtoi(found->second, &digits)) {
-    return absl::InvalidArgumentError("task.params.digits: missing or not a number");
+    return InvalidField(KeyPath("spec.task.params", "digits"),
+                        "task.params.digits: missing or not a number");
   }
   auto task = engine::MakeTask(spec.task().name(), digits);
-  if (!task.ok()) return absl::InvalidArgumentError(task.status().message());
+  if (!task.ok()) {
+    // An unknown name is NOT_FOUND to the engine; here, as at CreateJob, a bad spec field.
+    return InvalidField(absl::IsNotFound(task.status()) ? std::string("spec.task.name")
+                                                        : KeyPath("spec.task.params", "digits"),
+                        task.status().message());
+  }
   return task;
 }
 

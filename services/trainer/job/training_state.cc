@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "engine/hf/hf_model.h"
 #include "engine/module_names.h"
 #include "engine/peft_adapter.h"
@@ -28,10 +29,12 @@ absl::StatusOr<JobModel> LoadJobModel(const trainer::v1::JobSpec& spec) {
   if (!base.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("base model: ", base.status().message()));
   }
-  if (absl::Status status = rollout::ValidateSampling(spec.sampling(), base->config().vocab_size);
+  if (absl::Status status =
+          rollout::ValidateSampling(spec.sampling(), base->config().vocab_size, "spec.sampling");
       !status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.", status.message(), " (the base model's vocabulary)"));
+    const std::vector<FieldViolation> violations = FieldViolations(status);
+    return InvalidField(violations.empty() ? "spec.sampling" : violations[0].field,
+                        absl::StrCat("spec.", status.message(), " (the base model's vocabulary)"));
   }
   auto architecture = engine::hf::BaseModelArchitecture(spec.base_model_path());
   if (!architecture.ok()) {

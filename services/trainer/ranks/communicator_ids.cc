@@ -1,6 +1,7 @@
 #include "services/trainer/ranks/communicator_ids.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem::trainer {
 namespace {
@@ -9,8 +10,8 @@ constexpr size_t kMaxGroupBytes = 128;
 
 absl::Status CheckGroup(const std::string& group) {
   if (group.empty() || group.size() > kMaxGroupBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group name has ", group.size(), " bytes; allowed 1..", kMaxGroupBytes));
+    return InvalidField("group", absl::StrCat("group name has ", group.size(),
+                                              " bytes; allowed 1..", kMaxGroupBytes));
   }
   return absl::OkStatus();
 }
@@ -21,8 +22,9 @@ absl::Status CommunicatorIds::Publish(const std::string& group, int world_size,
                                       const std::string& id) {
   if (absl::Status status = CheckGroup(group); !status.ok()) return status;
   if (world_size < 2 || id.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("group ", group, ": world size ", world_size,
-                                                   " (>= 2) and a non-empty id are needed"));
+    return InvalidRequest("COMMUNICATOR_MISUSE",
+                          absl::StrCat("group ", group, ": world size ", world_size,
+                                       " (>= 2) and a non-empty id are needed"));
   }
   absl::MutexLock lock(&mutex_);
   auto [it, inserted] = groups_.try_emplace(group, Group{world_size, id});
@@ -42,8 +44,9 @@ absl::StatusOr<std::string> CommunicatorIds::Get(const std::string& group, int r
                                                  int world_size) const {
   if (absl::Status status = CheckGroup(group); !status.ok()) return status;
   if (world_size < 2 || rank < 1 || rank >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", world_size,
-                                                   " ranks: askers are ranks 1..world_size-1"));
+    return InvalidField(world_size < 2 ? "world_size" : "rank",
+                        absl::StrCat("rank ", rank, " of ", world_size,
+                                     " ranks: askers are ranks 1..world_size-1"));
   }
   absl::MutexLock lock(&mutex_);
   auto it = groups_.find(group);

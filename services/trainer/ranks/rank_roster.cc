@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 
 namespace tandem::trainer {
 namespace {
@@ -20,8 +21,9 @@ std::string WaitingMessage(const std::vector<int>& missing, int members) {
 
 absl::Status RankRoster::Post(const internal::v1::GetAssignmentResponse& assignment, int members) {
   if (members < 1 || members > ranks()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a job on ", members, " trainer ranks; this trainer deployment has ", ranks()));
+    return InvalidRequest("BAD_RANK_COUNT",
+                          absl::StrCat("a job on ", members,
+                                       " trainer ranks; this trainer deployment has ", ranks()));
   }
   absl::MutexLock lock(&mutex_);
   for (int rank = 1; rank < members; ++rank) {
@@ -33,7 +35,8 @@ absl::Status RankRoster::Post(const internal::v1::GetAssignmentResponse& assignm
 
 absl::StatusOr<internal::v1::GetAssignmentResponse> RankRoster::Take(int rank) {
   if (rank < 1 || rank >= ranks()) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        "rank",
         absl::StrCat("rank ", rank, " is not a joining rank of this trainer deployment (ranks 1..",
                      ranks() - 1, ")"));
   }

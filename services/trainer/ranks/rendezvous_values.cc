@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "common/string_limits.h"
 
 namespace tandem::trainer {
@@ -14,7 +15,7 @@ constexpr size_t kMaxValueBytes = size_t{1} << 20;
 constexpr size_t kMaxKeysPerGroup = 65536;
 
 absl::Status CheckName(const char* field, const std::string& name, size_t max_bytes) {
-  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is required"));
+  if (name.empty()) return InvalidField(field, absl::StrCat(field, " is required"));
   return CheckMaxBytes(field, name, max_bytes);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem::trainer {
 namespace {
@@ -52,8 +53,9 @@ absl::Status ValueHead::Restore(const std::map<std::string, std::vector<float>>&
   const auto bias = tensors.find(kBias);
   if (tensors.size() != 2 || weight == tensors.end() || bias == tensors.end() ||
       weight->second.size() != weight_.size() || bias->second.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("a value head needs exactly ", kWeight, " [",
-                                                   weight_.size(), "] and ", kBias, " [1]"));
+    return InvalidRequest("VALUE_HEAD_MISMATCH",
+                          absl::StrCat("a value head needs exactly ", kWeight, " [", weight_.size(),
+                                       "] and ", kBias, " [1]"));
   }
   // Copied in place: the optimizer holds pointers to this memory.
   std::copy(weight->second.begin(), weight->second.end(), weight_.begin());

@@ -1,24 +1,29 @@
 #include "services/trainer/update/data_parallel_share.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem::trainer {
 
 absl::StatusOr<std::vector<int>> DataParallelShare(int groups, int group_size, int updates,
                                                    int ranks, int rank) {
   if (groups < 1 || group_size < 1 || updates < 1 || groups % updates != 0) {
-    return absl::InvalidArgumentError(
+    return InvalidRequest(
+        "BAD_DATA_PARALLEL_SHARE",
         absl::StrCat("data-parallel share: ", updates, " updates must divide ", groups, " groups"));
   }
   if (ranks < 1 || rank < 0 || rank >= ranks) {
-    return absl::InvalidArgumentError(
+    return InvalidRequest(
+        "BAD_DATA_PARALLEL_SHARE",
         absl::StrCat("data-parallel share: rank ", rank, " of ", ranks, " is outside [0, ranks)"));
   }
   const int per_update = groups / updates;
   if (per_update < ranks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data-parallel share: a mini-batch of ", per_update, " groups (", groups, " groups, ",
-        updates, " updates) leaves some of the ", ranks, " ranks without a group"));
+    return InvalidRequest(
+        "BAD_DATA_PARALLEL_SHARE",
+        absl::StrCat("data-parallel share: a mini-batch of ", per_update, " groups (", groups,
+                     " groups, ", updates, " updates) leaves some of the ", ranks,
+                     " ranks without a group"));
   }
   std::vector<int> samples;
   for (int update = 0; update < updates; ++update) {

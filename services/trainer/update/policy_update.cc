@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "engine/expert_parallel_exchange.h"
 #include "engine/expert_replicas.h"
 #include "kernels/cpu/loss.h"
@@ -79,16 +80,17 @@ absl::Status CheckSamples(const std::vector<TrainingSample>& samples,
   for (const TrainingSample& sample : samples) {
     if (sample.prompt.empty() || sample.response.empty() ||
         sample.rollout_logprobs.size() != sample.response.size()) {
-      return absl::InvalidArgumentError(
+      return InvalidRequest(
+          "BAD_TRAINING_SAMPLE",
           "every sample needs a prompt, a response and one rollout log-prob per response token");
     }
     tokens += static_cast<int64_t>(sample.prompt.size() + sample.response.size());
   }
   if (!rollout_routes.empty() &&
       static_cast<int64_t>(rollout_routes.size()) != tokens * route_width) {
-    return absl::InvalidArgumentError(absl::StrCat("rollout routes hold ", rollout_routes.size(),
-                                                   " ids; the samples need ",
-                                                   tokens * route_width));
+    return InvalidRequest("ROUTE_COUNT_MISMATCH",
+                          absl::StrCat("rollout routes hold ", rollout_routes.size(),
+                                       " ids; the samples need ", tokens * route_width));
   }
   return absl::OkStatus();
 }
@@ -295,13 +297,14 @@ absl::Status PolicyUpdater::CheckExpertParallelism(bool critic) const {
   const int same = experts.same_experts == nullptr ? 1 : experts.same_experts->size();
   if (experts.group == nullptr || config_.data_parallel == nullptr ||
       config_.data_parallel->size() != experts.group->size() * same) {
-    return absl::InvalidArgumentError(
-        "expert parallelism needs its group, and data-parallel ranks = group ranks x ranks "
-        "holding the same experts");
+    return InvalidRequest("BAD_EXPERT_PARALLELISM",
+                          "expert parallelism needs its group, and data-parallel ranks = group "
+                          "ranks x ranks holding the same experts");
   }
   const std::vector<int> local = experts.exchange->local_experts().experts;
   if (lora_.parameters().held_experts() != local) {
-    return absl::InvalidArgumentError(
+    return InvalidRequest(
+        "BAD_EXPERT_PARALLELISM",
         absl::StrCat("the adapter must hold exactly this rank's experts ",
                      absl::StrJoin(local, ","), ", in that order (LoraAdapter::ExpertShard)"));
   }
