@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/buffer_access.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/testing/checked_model_ops.h"
 #include "engine/testing/test_models.h"
 #include "engine/transformer.h"
@@ -28,6 +29,7 @@ namespace tandem::engine {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 std::vector<float> Logits(Transformer& transformer, const TokenBatch& batch,
@@ -117,13 +119,13 @@ TEST_P(CheckedGraphTest, TheGraphTouchesActivationsOnlyThroughOperations) {
   BaseModel serving = base.ForPrecision(precision);
 
   LoraAdapter cpu_lora = Adapter(config);
-  Transformer cpu(serving, &cpu_lora, precision);
+  Transformer cpu(serving, &cpu_lora, std::make_unique<CpuModelOps>(serving.config()), precision);
   const Computed expected = RunModel(cpu, cpu_lora);
 
   LoraAdapter checked_lora = Adapter(config);
   auto ops = std::make_unique<testing::CheckedModelOps>(config);
   testing::CheckedModelOps& checked_ops = *ops;
-  Transformer checked(serving, &checked_lora, precision, nullptr, std::move(ops));
+  Transformer checked(serving, &checked_lora, std::move(ops), precision);
   const Computed run = RunModel(checked, checked_lora);
 
   ExpectSameFloats(run.logits, expected.logits, "logits");
@@ -187,11 +189,24 @@ TEST(CheckedModelOpsTest, ReportsATooSmallBuffer) {
   testing::CheckedModelOps ops(test_models::TinyConfig());
   Buffer<float> x = ops.Zeros(4);
   Buffer<float> y = ops.Allocate<float>(8);  // Wants 3 rows × 4 = 12.
-  const std::vector<float> w(8, 1.0f);
-  ops.Linear(x.ref(), w.data(), y.ref(), 2, 2, 4, /*accumulate=*/false);
+  const std::vector<float> host_w(8, 1.0f);
+  const WeightRef w = *ops.Bind({.values = host_w.data(), .size = 8});
+  ops.Linear(x.ref(), w, y.ref(), 2, 2, 4, /*accumulate=*/false);
   EXPECT_THAT(ops.violations(), ElementsAre());
-  ops.Linear(x.ref(), w.data(), y.ref() + 4, 2, 2, 4, /*accumulate=*/false);
+  ops.Linear(x.ref(), w, y.ref() + 4, 2, 2, 4, /*accumulate=*/false);
   EXPECT_THAT(ops.violations(), ElementsAre("Linear y: 4 < 8"));
+  ops.Linear(x.ref(), w + 4, y.ref(), 2, 2, 4, /*accumulate=*/false);  // A [4, 2] weight.
+  EXPECT_THAT(ops.violations(), ElementsAre("Linear y: 4 < 8", "Linear w: 4 < 8"));
+}
+
+TEST(CheckedModelOpsTest, BindsOnlyTheFormatsItDeclares) {
+  testing::CheckedModelOps ops(test_models::TinyConfig());
+  EXPECT_TRUE(ops.capabilities().Accepts(WeightFormat::kF32));
+  const std::vector<uint16_t> bf16(8);
+  const absl::StatusOr<WeightRef> bound =
+      ops.Bind({.format = WeightFormat::kBF16, .values = bf16.data(), .size = 8});
+  EXPECT_EQ(bound.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bound.status().message(), HasSubstr("not bf16"));
 }
 
 TEST(CheckedModelOpsDeathTest, ItsMemoryFaultsWhenReadOutsideItsCalls) {

@@ -24,8 +24,8 @@ absl::Status CheckRange(absl::string_view field, double value, double low, doubl
   return absl::OkStatus();
 }
 
-absl::string_view ScoringName(cpu::ScoringFunction scoring) {
-  return scoring == cpu::ScoringFunction::kSoftmax ? "softmax" : "sigmoid";
+absl::string_view ScoringName(kernels::ScoringFunction scoring) {
+  return scoring == kernels::ScoringFunction::kSoftmax ? "softmax" : "sigmoid";
 }
 
 constexpr std::pair<QkNorm, const char*> kQkNormNames[] = {
@@ -82,8 +82,9 @@ cpu::RopeFrequencies ModelConfig::RopeFrequencies() const {
   return cpu::RopeFrequencies::Yarn(rope_theta, rope_dim(), rope_yarn);
 }
 
-cpu::AttentionShape ModelConfig::attention_shape() const {
-  if (!latent_attention()) return cpu::AttentionShape::Standard(num_heads, kv_heads(), head_dim());
+kernels::AttentionShape ModelConfig::attention_shape() const {
+  if (!latent_attention())
+    return kernels::AttentionShape::Standard(num_heads, kv_heads(), head_dim());
   const int qk_dim = qk_nope_head_dim + qk_rope_head_dim;
   // modeling_deepseek_v3.py: YaRN with mscale_all_dim scales the scores by its mscale squared.
   const double mscale = rope_yarn.factor > 1 && rope_yarn.mscale_all_dim > 0
@@ -269,8 +270,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text) {
     return absl::InvalidArgumentError(
         absl::StrCat("scoring = '", scoring, "' is not softmax or sigmoid"));
   }
-  config.scoring =
-      scoring == "softmax" ? cpu::ScoringFunction::kSoftmax : cpu::ScoringFunction::kSigmoid;
+  config.scoring = scoring == "softmax" ? kernels::ScoringFunction::kSoftmax
+                                        : kernels::ScoringFunction::kSigmoid;
   auto parsed_qk_norm = QkNormFromName(qk_norm);
   if (!parsed_qk_norm.ok()) return parsed_qk_norm.status();
   config.qk_norm = *parsed_qk_norm;

@@ -6,9 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/router.h"
+#include "kernels/types.h"
 
 namespace tandem::engine {
 
@@ -52,7 +51,7 @@ struct ModelConfig {
   // Always-on experts beside the routed ones, run as one MLP of num_shared_experts *
   // expert_ffn_dim (DeepSeek's n_shared_experts).
   int num_shared_experts = 0;
-  cpu::ScoringFunction scoring = cpu::ScoringFunction::kSoftmax;
+  kernels::ScoringFunction scoring = kernels::ScoringFunction::kSoftmax;
   // DeepSeek-V3's group-limited routing (n_group, topk_group; 1 and 1 limit nothing) and the
   // factor the gate weights are multiplied by (routed_scaling_factor).
   int num_expert_groups = 1;
@@ -74,7 +73,7 @@ struct ModelConfig {
   int kv_dim() const { return kv_heads() * head_dim(); }  // k_proj and v_proj out.
   bool latent_attention() const { return kv_lora_rank > 0; }
   // Heads, widths and scale of the attention kernels, either kind.
-  cpu::AttentionShape attention_shape() const;
+  kernels::AttentionShape attention_shape() const;
   // Rows of queries, cached keys and cached values, and o_proj's input, either kind.
   int query_width() const { return num_heads * attention_shape().qk_dim; }
   int key_width() const { return attention_shape().kv_heads * attention_shape().qk_dim; }
@@ -95,7 +94,7 @@ struct ModelConfig {
   static absl::StatusOr<ModelConfig> FromJson(const std::string& json);
 };
 
-// Where LoRA experts keep their adapters (DESIGN.md "LoRA on MoE").
+// Where LoRA experts keep their adapters (docs/engine.md, LoRA on MoE).
 enum class ExpertLayout { kPerExpert, kShared, kSharedOuter };
 
 absl::string_view ExpertLayoutName(ExpertLayout layout);

@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "engine/buffer_access.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grouped_lora.h"
 #include "kernels/cpu/permute.h"
+#include "kernels/cpu/router.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/swiglu.h"
 
@@ -19,6 +22,16 @@ namespace {
 template <typename T>
 T* At(Ref<T> ref) {
   return BufferAccess::Address(ref);
+}
+
+// The CPU kernels take float32 weights (Bind accepts no other format).
+const float* Values(WeightRef weight) { return BufferAccess::Values<float>(weight); }
+float* Gradient(WeightRef weight) { return BufferAccess::Gradient(weight); }
+
+// The grouped LoRA kernels' view of a bound projection.
+kernels::GroupedLoraWeights Kernel(const LoraProjection& lora) {
+  return {Values(lora.a),      Values(lora.b), lora.a_group_stride,
+          lora.b_group_stride, lora.rank,      lora.scale};
 }
 
 const cpu::ExpertPermutation& Cpu(const ExpertPermutation& permutation) {
@@ -31,6 +44,20 @@ CpuModelOps::CpuModelOps(const ModelConfig& config)
     : rope_(config.RopeFrequencies()), decode_scratch_(config.max_seq_len) {}
 
 absl::Status CpuModelOps::Finish() { return absl::OkStatus(); }
+
+const BackendCapabilities& CpuModelOps::capabilities() const {
+  static const BackendCapabilities capabilities{
+      .host_memory = true, .weight_formats = {WeightFormat::kF32}, .base_gradients = true};
+  return capabilities;
+}
+
+absl::StatusOr<WeightRef> CpuModelOps::Bind(const HostWeight& weight) {
+  if (!capabilities().Accepts(weight.format)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CPU backend computes with f32 weights, not ", WeightFormatName(weight.format)));
+  }
+  return MakeWeight(weight.format, weight.values, weight.scales, weight.gradient, weight.size);
+}
 
 std::shared_ptr<void> CpuModelOps::AllocateBytes(int64_t bytes) {
   return std::shared_ptr<void>(std::malloc(std::max<int64_t>(bytes, 1)), std::free);
@@ -64,18 +91,18 @@ void CpuModelOps::CopyOut(Ref<const int16_t> source, int16_t* host, int64_t coun
   std::copy_n(At(source), count, host);
 }
 
-void CpuModelOps::Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in,
-                         int out, bool accumulate) {
-  cpu::Linear(At(x), w, At(y), rows, in, out, accumulate);
+void CpuModelOps::Linear(Ref<const float> x, WeightRef w, Ref<float> y, int rows, int in, int out,
+                         bool accumulate) {
+  cpu::Linear(At(x), Values(w), At(y), rows, in, out, accumulate);
 }
 
-void CpuModelOps::LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy,
-                                 Ref<float> dx, float* dw, int rows, int in, int out) {
-  cpu::LinearBackward(At(x), w, At(dy), At(dx), dw, rows, in, out);
+void CpuModelOps::LinearBackward(Ref<const float> x, WeightRef w, Ref<const float> dy,
+                                 Ref<float> dx, int rows, int in, int out) {
+  cpu::LinearBackward(At(x), Values(w), At(dy), At(dx), Gradient(w), rows, in, out);
 }
 
 void CpuModelOps::ProjectGroups(Ref<const float> x_ref, const std::vector<int>& offsets,
-                                const float* w, int64_t w_stride, int in, int out,
+                                WeightRef w, int64_t w_stride, int in, int out,
                                 const std::optional<LoraProjection>& lora, Buffer<float>& lora_h,
                                 Ref<float> y_ref) {
   const float* x = At(x_ref);
@@ -84,29 +111,30 @@ void CpuModelOps::ProjectGroups(Ref<const float> x_ref, const std::vector<int>& 
   for (int g = 0; g < groups; ++g) {
     const int rows = offsets[g + 1] - offsets[g];
     if (rows == 0) continue;
-    cpu::Gemm(false, true, rows, out, in, 1.0f, x + int64_t{offsets[g]} * in, in, w + g * w_stride,
-              in, 0.0f, y + int64_t{offsets[g]} * out, out);
+    cpu::Gemm(false, true, rows, out, in, 1.0f, x + int64_t{offsets[g]} * in, in,
+              Values(w) + g * w_stride, in, 0.0f, y + int64_t{offsets[g]} * out, out);
   }
   if (!lora.has_value()) return;
-  Resize(lora_h, int64_t{offsets.back()} * lora->weights.rank);
-  cpu::GroupedLoraForward(x, offsets.data(), groups, in, out, lora->weights, At(lora_h.ref()), y);
+  Resize(lora_h, int64_t{offsets.back()} * lora->rank);
+  cpu::GroupedLoraForward(x, offsets.data(), groups, in, out, Kernel(*lora), At(lora_h.ref()), y);
 }
 
 void CpuModelOps::ProjectGroupsBackward(Ref<const float> x_ref, const std::vector<int>& offsets,
-                                        const float* w, float* w_grad, int64_t w_stride, int in,
-                                        int out, const std::optional<LoraProjection>& lora,
+                                        WeightRef w, int64_t w_stride, int in, int out,
+                                        const std::optional<LoraProjection>& lora,
                                         Ref<const float> lora_h, Ref<const float> dy_ref,
                                         Ref<float> dx_ref) {
   const float* x = At(x_ref);
   const float* dy = At(dy_ref);
   float* dx = At(dx_ref);
+  float* w_grad = Gradient(w);
   const int groups = static_cast<int>(offsets.size()) - 1;
   for (int g = 0; g < groups; ++g) {
     const int rows = offsets[g + 1] - offsets[g];
     if (rows == 0) continue;
     const float* dy_g = dy + int64_t{offsets[g]} * out;
     const float* x_g = x + int64_t{offsets[g]} * in;
-    cpu::Gemm(false, false, rows, in, out, 1.0f, dy_g, out, w + g * w_stride, in, 1.0f,
+    cpu::Gemm(false, false, rows, in, out, 1.0f, dy_g, out, Values(w) + g * w_stride, in, 1.0f,
               dx + int64_t{offsets[g]} * in, in);
     if (w_grad != nullptr) {
       cpu::Gemm(true, false, out, in, rows, 1.0f, dy_g, out, x_g, in, 1.0f, w_grad + g * w_stride,
@@ -114,19 +142,18 @@ void CpuModelOps::ProjectGroupsBackward(Ref<const float> x_ref, const std::vecto
     }
   }
   if (!lora.has_value()) return;
-  cpu::GroupedLoraBackward(x, offsets.data(), groups, in, out, lora->weights, At(lora_h), dy, dx,
-                           lora->a_grad, lora->b_grad);
+  cpu::GroupedLoraBackward(x, offsets.data(), groups, in, out, Kernel(*lora), At(lora_h), dy, dx,
+                           Gradient(lora->a), Gradient(lora->b));
 }
 
-void CpuModelOps::RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd,
-                          int rows, int width, float eps) {
-  cpu::RmsNorm(At(x), w, At(y), At(rstd), rows, width, eps);
+void CpuModelOps::RmsNorm(Ref<const float> x, WeightRef w, Ref<float> y, Ref<float> rstd, int rows,
+                          int width, float eps) {
+  cpu::RmsNorm(At(x), Values(w), At(y), At(rstd), rows, width, eps);
 }
 
-void CpuModelOps::RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
-                                  Ref<const float> dy, Ref<float> dx, float* dw, int rows,
-                                  int width) {
-  cpu::RmsNormBackward(At(x), w, At(rstd), At(dy), At(dx), dw, rows, width);
+void CpuModelOps::RmsNormBackward(Ref<const float> x, WeightRef w, Ref<const float> rstd,
+                                  Ref<const float> dy, Ref<float> dx, int rows, int width) {
+  cpu::RmsNormBackward(At(x), Values(w), At(rstd), At(dy), At(dx), Gradient(w), rows, width);
 }
 
 void CpuModelOps::Rope(Ref<float> x, Ref<const int> positions, int rows, int heads) {
@@ -139,7 +166,7 @@ void CpuModelOps::RopeBackward(Ref<float> dx, Ref<const int> positions, int rows
 
 void CpuModelOps::CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                                   Ref<float> out, Ref<float> probs, int length,
-                                  const cpu::AttentionShape& shape) {
+                                  const kernels::AttentionShape& shape) {
   cpu::CausalAttention(At(q), At(k), At(v), At(out), At(probs), length, shape);
 }
 
@@ -147,14 +174,14 @@ void CpuModelOps::CausalAttentionBackward(Ref<const float> q, Ref<const float> k
                                           Ref<const float> v, Ref<const float> probs,
                                           Ref<const float> dout, Ref<float> dq, Ref<float> dk,
                                           Ref<float> dv, int length,
-                                          const cpu::AttentionShape& shape) {
+                                          const kernels::AttentionShape& shape) {
   cpu::CausalAttentionBackward(At(q), At(k), At(v), At(probs), At(dout), At(dq), At(dk), At(dv),
                                length, shape);
 }
 
 void CpuModelOps::DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
                                   Ref<const float> v_cache, int length, Ref<float> out,
-                                  const cpu::AttentionShape& shape) {
+                                  const kernels::AttentionShape& shape) {
   cpu::DecodeAttention(At(q), At(k_cache), At(v_cache), length, At(out), shape,
                        decode_scratch_.data());
 }
@@ -168,24 +195,24 @@ void CpuModelOps::SwiGluBackward(Ref<const float> gate, Ref<const float> up, Ref
   cpu::SwiGluBackward(At(gate), At(up), At(dout), At(dgate), At(dup), n);
 }
 
-void CpuModelOps::EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out,
-                                  int rows, int width) {
-  cpu::EmbeddingGather(table, At(tokens), At(out), rows, width);
+void CpuModelOps::EmbeddingGather(WeightRef table, Ref<const int> tokens, Ref<float> out, int rows,
+                                  int width) {
+  cpu::EmbeddingGather(Values(table), At(tokens), At(out), rows, width);
 }
 
-void CpuModelOps::EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, float* dtable,
+void CpuModelOps::EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, WeightRef table,
                                     int rows, int width) {
-  cpu::EmbeddingBackward(At(dout), At(tokens), dtable, rows, width);
+  cpu::EmbeddingBackward(At(dout), At(tokens), Gradient(table), rows, width);
 }
 
 void CpuModelOps::RouterScores(Ref<const float> logits, Ref<float> scores, int rows, int experts,
-                               cpu::ScoringFunction scoring) {
+                               kernels::ScoringFunction scoring) {
   cpu::RouterScores(At(logits), At(scores), rows, experts, scoring);
 }
 
-void CpuModelOps::TopK(Ref<const float> scores, const float* selection_bias, int rows, int experts,
-                       int k, Ref<int16_t> ids, const cpu::GroupLimit& limit) {
-  cpu::TopK(At(scores), selection_bias, rows, experts, k, At(ids), limit);
+void CpuModelOps::TopK(Ref<const float> scores, WeightRef selection_bias, int rows, int experts,
+                       int k, Ref<int16_t> ids, const kernels::GroupLimit& limit) {
+  cpu::TopK(At(scores), Values(selection_bias), rows, experts, k, At(ids), limit);
 }
 
 void CpuModelOps::GateWeights(Ref<const float> scores, Ref<const int16_t> ids, int rows,
@@ -196,7 +223,7 @@ void CpuModelOps::GateWeights(Ref<const float> scores, Ref<const int16_t> ids, i
 void CpuModelOps::RouterGatesBackward(Ref<const float> logits, Ref<const float> scores,
                                       Ref<const int16_t> ids, Ref<const float> dgates,
                                       Ref<float> dlogits, int rows, int experts, int k,
-                                      bool normalize, cpu::ScoringFunction scoring) {
+                                      bool normalize, kernels::ScoringFunction scoring) {
   cpu::RouterGatesBackward(At(logits), At(scores), At(ids), At(dgates), At(dlogits), rows, experts,
                            k, normalize, scoring);
 }

@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/generator.h"
 #include "engine/hf/hf_model.h"
 #include "engine/model.h"
@@ -78,7 +79,7 @@ void BenchGeneration(Transformer& transformer, const std::vector<GenerationReque
 void BenchTraining(BaseModel& model, const std::vector<GeneratedSample>& samples) {
   LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 3);
   adapter.parameters().EnableGradients();
-  Transformer transformer(model, &adapter);
+  Transformer transformer(model, &adapter, std::make_unique<CpuModelOps>(model.config()));
   TokenBatch batch;
   for (const GeneratedSample& sample : samples) {
     batch.Add(std::vector<int>(sample.tokens.begin(), sample.tokens.end() - 1));
@@ -128,14 +129,14 @@ void ReportRolloutMismatch(BaseModel& model, const std::vector<GeneratedSample>&
     batch.Add(std::vector<int>(sample.tokens.begin(), sample.tokens.end() - 1));
   }
   const int vocab = model.config().vocab_size;
-  Transformer trainer(model, nullptr);
+  Transformer trainer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   const std::vector<double> live =
       NextTokenLogprobs(*trainer.Forward(batch, nullptr), batch, samples, vocab);
   for (const auto& [precision, name] :
        {std::pair{Precision::kBF16, "bf16"}, std::pair{Precision::kFP8, "fp8 "},
         std::pair{Precision::kInt8, "int8"}}) {
     BaseModel served = model.ForPrecision(precision);
-    Transformer rollout(served, nullptr, precision);
+    Transformer rollout(served, nullptr, std::make_unique<CpuModelOps>(served.config()), precision);
     const std::vector<double> rollout_logp =
         NextTokenLogprobs(*rollout.Forward(batch, nullptr), batch, samples, vocab);
     const std::vector<int16_t> rollout_routes = rollout.routes();
@@ -168,7 +169,7 @@ int Main() {
               config.top_k, config.num_experts);
   auto task = MakeTask("addition", 2);
   const std::vector<GenerationRequest> requests = Requests(**task, absl::GetFlag(FLAGS_sequences));
-  Transformer transformer(*model, nullptr);
+  Transformer transformer(*model, nullptr, std::make_unique<CpuModelOps>(model->config()));
   BenchGeneration(transformer, requests);
   auto samples = Generate(transformer, requests);
   if (!samples.ok()) return 1;

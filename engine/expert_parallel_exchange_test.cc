@@ -169,7 +169,8 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
     if (rank == 0) {
       computed.expert_floats = ExpertFloats(model.parameters()) + ExpertFloats(lora.parameters());
     }
-    Transformer transformer(model, &lora, Precision::kF32, exchange);
+    Transformer transformer(model, &lora, std::make_unique<CpuModelOps>(model.config()),
+                            Precision::kF32, exchange);
     const TokenBatch batch = RankBatch(config, rank);
     auto logits = transformer.Forward(batch);
     ASSERT_TRUE(logits.ok()) << logits.status();
@@ -412,7 +413,8 @@ TEST(ExpertParallelExchangeTest, AModelWithoutTheLocalExpertsIsRefused) {
     auto exchange = ExpertParallelExchange::Create(group, base.config().num_experts);
     ASSERT_TRUE(exchange.ok());
     BaseModel wrong = *base.ExpertShard(rank == 0 ? 2 : 0, 2);  // The other rank's experts.
-    Transformer transformer(wrong, nullptr, Precision::kF32, exchange->get());
+    Transformer transformer(wrong, nullptr, std::make_unique<CpuModelOps>(wrong.config()),
+                            Precision::kF32, exchange->get());
     const absl::Status status = transformer.Forward(RankBatch(base.config(), rank)).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(status.message(), HasSubstr("does not hold"));
@@ -478,8 +480,9 @@ TEST(ExpertParallelExchangeTest, ABackendWithoutHostMemoryIsRefusedBeforeAnyColl
     auto exchange = ExpertParallelExchange::Create(group, base.config().num_experts);
     ASSERT_TRUE(exchange.ok());
     BaseModel model = base;
-    Transformer transformer(model, nullptr, Precision::kF32, exchange->get(),
-                            std::make_unique<testing::CheckedModelOps>(base.config()));
+    Transformer transformer(model, nullptr,
+                            std::make_unique<testing::CheckedModelOps>(base.config()),
+                            Precision::kF32, exchange->get());
     const absl::Status status = transformer.Forward(RankBatch(base.config(), rank)).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(status.message(), HasSubstr("host-memory backend"));

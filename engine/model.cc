@@ -130,7 +130,7 @@ BaseModel::BaseModel(const ModelConfig& config) : config_(config) {
     }
     if (!config.IsMoeLayer(layer)) continue;
     parameters_.Add(prefix + "mlp.gate.weight", {experts, d});
-    if (config.scoring == cpu::ScoringFunction::kSigmoid) {
+    if (config.scoring == kernels::ScoringFunction::kSigmoid) {
       parameters_.Add(prefix + "mlp.gate.e_score_correction_bias", {experts});
     }
     if (config.num_shared_experts > 0) {
@@ -391,22 +391,19 @@ LoraAdapter LoraAdapter::RoundedToBf16() const {
   return rounded;
 }
 
-std::optional<LoraProjection> LoraAdapter::Projection(int layer, absl::string_view module) {
+std::optional<LoraProjectionLayout> LoraAdapter::ProjectionLayout(int layer,
+                                                                  absl::string_view module) const {
   if (!lora_config_.Targets(module)) return std::nullopt;
   const std::string base = ProjectionName(model_config_, layer, module);
   const std::string stem = base.substr(0, base.size() - std::string(".weight").size());
-  Parameter& a = *parameters_.Find(stem + ".lora_A.weight");
-  Parameter& b = *parameters_.Find(stem + ".lora_B.weight");
-  LoraProjection projection;
-  projection.weights.a = a.value.data();
-  projection.weights.b = b.value.data();
-  projection.weights.a_group_stride = a.stacked_experts ? a.size() / a.shape[0] : 0;
-  projection.weights.b_group_stride = b.stacked_experts ? b.size() / b.shape[0] : 0;
-  projection.weights.rank = lora_config_.rank;
-  projection.weights.scale = lora_config_.scale();
-  projection.a_grad = a.grad_or_null();
-  projection.b_grad = b.grad_or_null();
-  return projection;
+  LoraProjectionLayout layout{.a = stem + ".lora_A.weight", .b = stem + ".lora_B.weight"};
+  const Parameter& a = *parameters_.Find(layout.a);
+  const Parameter& b = *parameters_.Find(layout.b);
+  layout.a_group_stride = a.stacked_experts ? a.size() / a.shape[0] : 0;
+  layout.b_group_stride = b.stacked_experts ? b.size() / b.shape[0] : 0;
+  layout.rank = lora_config_.rank;
+  layout.scale = lora_config_.scale();
+  return layout;
 }
 
 }  // namespace tandem::engine

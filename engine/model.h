@@ -10,7 +10,6 @@
 #include "absl/status/statusor.h"
 #include "engine/config.h"
 #include "engine/parameters.h"
-#include "kernels/cpu/grouped_lora.h"
 
 namespace tandem::engine {
 
@@ -69,11 +68,17 @@ class BaseModel {
   ParameterSet parameters_;
 };
 
-// One LoRA-adapted projection, ready for the grouped LoRA kernel.
-struct LoraProjection {
-  cpu::GroupedLoraWeights weights;
-  float* a_grad = nullptr;  // Same layout as weights.a; nullptr when not training.
-  float* b_grad = nullptr;
+// Where one LoRA-adapted projection's A [.., rank, in] and B [.., out, rank] lie among an
+// adapter's parameters, and how row groups (experts) step through them. The expert layouts
+// (docs/engine.md) are all per-group strides: per_expert: A rank·in, B out·rank; shared: both 0;
+// shared_outer: gate/up A 0 and B out·rank, down A rank·in and B 0.
+struct LoraProjectionLayout {
+  std::string a;  // Parameter names.
+  std::string b;
+  int64_t a_group_stride = 0;  // Elements between consecutive groups' A; 0: one A for all.
+  int64_t b_group_stride = 0;
+  int rank = 0;
+  float scale = 0;  // alpha / rank, applied exactly once.
 };
 
 // A LoRA adapter for a BaseModel of `model_config`. Names follow PEFT, e.g.
@@ -110,7 +115,7 @@ class LoraAdapter {
 
   // The adapter of `module` ("q_proj", ..., "down_proj") in `layer`, or nullopt when that
   // module is not a target. Expert projections of MoE layers have one group per expert.
-  std::optional<LoraProjection> Projection(int layer, absl::string_view module);
+  std::optional<LoraProjectionLayout> ProjectionLayout(int layer, absl::string_view module) const;
 
   const LoraConfig& config() const { return lora_config_; }
   const ModelConfig& model_config() const { return model_config_; }

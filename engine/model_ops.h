@@ -9,8 +9,8 @@
 #include "absl/status/status.h"
 #include "engine/buffer.h"
 #include "engine/model.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/router.h"
+#include "engine/weight.h"
+#include "kernels/types.h"
 
 namespace tandem::engine {
 
@@ -24,24 +24,57 @@ struct ExpertPermutation {
   std::shared_ptr<const void> state;
 };
 
+// What a backend can do, declared up front so that callers check it once, before the first pass.
+struct BackendCapabilities {
+  // Code outside the operations (an expert exchange over Gloo) may read and write the buffers'
+  // memory through their addresses between calls: host memory.
+  bool host_memory = false;
+  // The weight formats Bind accepts.
+  std::vector<WeightFormat> weight_formats;
+  // Whether a backward computes the base model's weight gradients (full fine-tuning), not only
+  // the adapter's.
+  bool base_gradients = false;
+
+  bool Accepts(WeightFormat format) const;
+};
+
+// One LoRA-adapted projection, bound: A [.., rank, in] and B [.., out, rank], and how row groups
+// (experts) step through them (LoraAdapter::ProjectionLayout).
+struct LoraProjection {
+  WeightRef a;
+  WeightRef b;
+  int64_t a_group_stride = 0;  // Elements between consecutive groups' A; 0: one A for all.
+  int64_t b_group_stride = 0;
+  int rank = 0;
+  float scale = 0;  // alpha / rank.
+
+  // The projection with its groups counted from `first_group`.
+  LoraProjection FromGroup(int first_group) const;
+};
+
 // Every computation the transformer's graph makes, so that one graph runs over whichever backend
 // implements them (the CPU kernels, CUDA's). Activations live in the backend's memory and reach
-// the operations as Refs, which the graph cannot read; weights and their gradients are the
-// model's host parameters (Parameter::value and grad, LoraProjection), which a backend uses in
-// place or mirrors (CUDA's DeviceParameters). Arrays are row-major float32 unless named
-// otherwise; "+=" marks outputs that accumulate. A null weight-gradient output (dw, w_grad,
-// dtable: gradients not enabled) is skipped.
+// the operations as Refs, which the graph cannot read; weights are bound to the backend once
+// (Bind: the CPU uses the host parameters in place, CUDA their device copies) and reach the
+// operations as WeightRefs, each with its format and, when it trains, its gradient. Arrays are
+// row-major float32 unless named otherwise; "+=" marks outputs that accumulate, and a backward
+// accumulates into the gradient of each weight that trains.
 class ModelOps {
  public:
   virtual ~ModelOps() = default;
+
+  virtual const BackendCapabilities& capabilities() const = 0;
+  // `weight` in this backend's memory, for every pass until its host storage moves (a
+  // reallocation, such as an expert move): the caller binds it again then. INVALID_ARGUMENT for a
+  // format capabilities() does not accept; a backend that mirrors weights refuses one it does
+  // not hold (FAILED_PRECONDITION). Base-model gradients without capabilities().base_gradients
+  // are dropped: the caller checks before a backward.
+  virtual absl::StatusOr<WeightRef> Bind(const HostWeight& weight) = 0;
 
   // Ends a forward, backward or decode: the first error any operation since the last Finish met
   // (operations return nothing: a device backend learns of failures late), with the results the
   // graph's caller reads (host gradients) in place. The CPU backend cannot fail.
   virtual absl::Status Finish() = 0;
-  // Whether code outside the operations (an expert exchange over Gloo) may read and write the
-  // buffers' memory through their addresses: host memory, accessible between calls.
-  virtual bool host_memory() const = 0;
   // The adapter's host values changed (an optimizer step, a load): a backend that mirrors them
   // (CUDA's device copy) copies them again before the next pass.
   virtual absl::Status AdapterChanged() { return absl::OkStatus(); }
@@ -70,30 +103,29 @@ class ModelOps {
   virtual void Fill(Ref<float> target, float value, int64_t count) = 0;
 
   // Projections. y = x·Wᵀ (y += x·Wᵀ with `accumulate`), x [rows, in], W [out, in].
-  virtual void Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in, int out,
+  virtual void Linear(Ref<const float> x, WeightRef w, Ref<float> y, int rows, int in, int out,
                       bool accumulate) = 0;
-  // dx += dy·W; dw += dyᵀ·x.
-  virtual void LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy,
-                              Ref<float> dx, float* dw, int rows, int in, int out) = 0;
+  // dx += dy·W; dW += dyᵀ·x.
+  virtual void LinearBackward(Ref<const float> x, WeightRef w, Ref<const float> dy, Ref<float> dx,
+                              int rows, int in, int out) = 0;
   // y = x_g·W_gᵀ per row group g of `offsets` (W_g at g·w_stride: one dense projection with
   // stride 0, or one expert per group), plus the LoRA's contribution; lora_h keeps x·Aᵀ.
-  virtual void ProjectGroups(Ref<const float> x, const std::vector<int>& offsets, const float* w,
+  virtual void ProjectGroups(Ref<const float> x, const std::vector<int>& offsets, WeightRef w,
                              int64_t w_stride, int in, int out,
                              const std::optional<LoraProjection>& lora, Buffer<float>& lora_h,
                              Ref<float> y) = 0;
-  // Backward of ProjectGroups: dx += dy·W_g; w_grad += dyᵀ·x; LoRA gradients +=.
+  // Backward of ProjectGroups: dx += dy·W_g; dW_g += dyᵀ·x; LoRA gradients +=.
   virtual void ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets,
-                                     const float* w, float* w_grad, int64_t w_stride, int in,
-                                     int out, const std::optional<LoraProjection>& lora,
+                                     WeightRef w, int64_t w_stride, int in, int out,
+                                     const std::optional<LoraProjection>& lora,
                                      Ref<const float> lora_h, Ref<const float> dy,
                                      Ref<float> dx) = 0;
 
-  // RMSNorm of `rows` rows of `width`; rstd [rows] kept for the backward. dx +=, dw +=.
-  virtual void RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd, int rows,
+  // RMSNorm of `rows` rows of `width`; rstd [rows] kept for the backward. dx +=, dW +=.
+  virtual void RmsNorm(Ref<const float> x, WeightRef w, Ref<float> y, Ref<float> rstd, int rows,
                        int width, float eps) = 0;
-  virtual void RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
-                               Ref<const float> dy, Ref<float> dx, float* dw, int rows,
-                               int width) = 0;
+  virtual void RmsNormBackward(Ref<const float> x, WeightRef w, Ref<const float> rstd,
+                               Ref<const float> dy, Ref<float> dx, int rows, int width) = 0;
   // The model's rotary embedding, in place, on [rows, heads, rotary dim] at `positions`.
   virtual void Rope(Ref<float> x, Ref<const int> positions, int rows, int heads) = 0;
   virtual void RopeBackward(Ref<float> dx, Ref<const int> positions, int rows, int heads) = 0;
@@ -101,16 +133,16 @@ class ModelOps {
   // Causal attention within one sequence of `length` rows; probs [heads, length, length] kept.
   virtual void CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                                Ref<float> out, Ref<float> probs, int length,
-                               const cpu::AttentionShape& shape) = 0;
+                               const kernels::AttentionShape& shape) = 0;
   // dq, dk, dv +=.
   virtual void CausalAttentionBackward(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                                        Ref<const float> probs, Ref<const float> dout, Ref<float> dq,
                                        Ref<float> dk, Ref<float> dv, int length,
-                                       const cpu::AttentionShape& shape) = 0;
+                                       const kernels::AttentionShape& shape) = 0;
   // One query row over `length` cached keys and values.
   virtual void DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
                                Ref<const float> v_cache, int length, Ref<float> out,
-                               const cpu::AttentionShape& shape) = 0;
+                               const kernels::AttentionShape& shape) = 0;
   // One decode row of each of many sequences: row r's key and value (of k [rows, kv_heads ·
   // qk_dim] and v [rows, kv_heads · v_dim]) join its sequence's caches of the layer, k_caches[r]
   // and v_caches[r], at position positions[r] (host memory), then its query (row r of q) attends
@@ -119,29 +151,29 @@ class ModelOps {
   virtual void AppendAndAttend(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                                const std::vector<Ref<float>>& k_caches,
                                const std::vector<Ref<float>>& v_caches, const int* positions,
-                               Ref<float> out, const cpu::AttentionShape& shape);
+                               Ref<float> out, const kernels::AttentionShape& shape);
 
   // out = silu(gate) * up over n values; dgate, dup +=.
   virtual void SwiGlu(Ref<const float> gate, Ref<const float> up, Ref<float> out, int64_t n) = 0;
   virtual void SwiGluBackward(Ref<const float> gate, Ref<const float> up, Ref<const float> dout,
                               Ref<float> dgate, Ref<float> dup, int64_t n) = 0;
-  virtual void EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out, int rows,
+  virtual void EmbeddingGather(WeightRef table, Ref<const int> tokens, Ref<float> out, int rows,
                                int width) = 0;
   // dtable +=.
-  virtual void EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, float* dtable,
+  virtual void EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, WeightRef table,
                                  int rows, int width) = 0;
 
   // The router (kernels/cpu/router.h has the contracts); selection_bias may be null.
   virtual void RouterScores(Ref<const float> logits, Ref<float> scores, int rows, int experts,
-                            cpu::ScoringFunction scoring) = 0;
-  virtual void TopK(Ref<const float> scores, const float* selection_bias, int rows, int experts,
-                    int k, Ref<int16_t> ids, const cpu::GroupLimit& limit) = 0;
+                            kernels::ScoringFunction scoring) = 0;
+  virtual void TopK(Ref<const float> scores, WeightRef selection_bias, int rows, int experts, int k,
+                    Ref<int16_t> ids, const kernels::GroupLimit& limit) = 0;
   virtual void GateWeights(Ref<const float> scores, Ref<const int16_t> ids, int rows, int experts,
                            int k, bool normalize, Ref<float> gates) = 0;
   virtual void RouterGatesBackward(Ref<const float> logits, Ref<const float> scores,
                                    Ref<const int16_t> ids, Ref<const float> dgates,
                                    Ref<float> dlogits, int rows, int experts, int k, bool normalize,
-                                   cpu::ScoringFunction scoring) = 0;
+                                   kernels::ScoringFunction scoring) = 0;
 
   // Token dispatch by expert (kernels/cpu/permute.h has the contracts).
   virtual ExpertPermutation BuildPermutation(Ref<const int16_t> ids, int rows, int k,
@@ -178,6 +210,11 @@ class ModelOps {
   virtual void CopyOut(Ref<const int16_t> source, int16_t* host, int64_t count) = 0;
 
  protected:
+  // A weight handle in this backend's memory, for Bind.
+  static WeightRef MakeWeight(WeightFormat format, const void* values, const float* scales,
+                              float* gradient, int64_t size) {
+    return WeightRef(format, values, scales, gradient, size);
+  }
   // `bytes` of backend memory, freed when the last owner lets go; null when allocation failed
   // (the failure is Finish's to report).
   virtual std::shared_ptr<void> AllocateBytes(int64_t bytes) = 0;

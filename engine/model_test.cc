@@ -163,7 +163,7 @@ TEST(ConfigTest, BadValuesAreRejectedByName) {
 
 TEST(ConfigTest, JsonRoundTrip) {
   ModelConfig config = SmallConfig();
-  config.scoring = cpu::ScoringFunction::kSigmoid;
+  config.scoring = kernels::ScoringFunction::kSigmoid;
   config.num_shared_experts = 1;
   auto parsed = ModelConfig::FromJson(config.ToJson());
   ASSERT_TRUE(parsed.ok()) << parsed.status();

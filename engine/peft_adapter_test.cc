@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/safetensors.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/transformer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -48,7 +49,7 @@ LoraAdapter TrainedAdapter(ExpertLayout layout) {
 }
 
 std::vector<float> Logits(BaseModel& base, LoraAdapter& adapter) {
-  Transformer transformer(base, &adapter);
+  Transformer transformer(base, &adapter, std::make_unique<CpuModelOps>(base.config()));
   TokenBatch batch;
   batch.Add({1, 5, 6, 17, 9, 4, 13});
   batch.Add({1, 8, 8, 20, 3});

@@ -1,6 +1,7 @@
 #include "engine/sft.h"
 
 #include "absl/strings/str_cat.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/generator.h"
 #include "engine/optimizer.h"
 #include "engine/tokenizer.h"
@@ -91,7 +92,7 @@ absl::StatusOr<SftProgress> TrainSupervised(
   if (!optimizer.ok()) return optimizer.status();
   const ScheduleConfig schedule{config.peak_lr, config.min_lr, config.warmup_steps,
                                 config.max_steps};
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   std::mt19937_64 rng(config.seed);
   const int vocab = model.config().vocab_size;
   SftProgress progress;

@@ -35,15 +35,15 @@ class TrainingEngine {
   virtual const std::vector<float>& final_hidden() const = 0;
 };
 
-// The Transformer as a TrainingEngine, over whichever backend computes it (the CPU kernels by
-// default, which read the adapter's host tensors in place; a GPU's, which mirror them).
+// The Transformer as a TrainingEngine, over the backend the caller chose (the CPU kernels, which
+// read the adapter's host tensors in place; a GPU's, which mirror them).
 class TransformerTrainingEngine : public TrainingEngine {
  public:
   // None is owned; lora and exchange may be null (Transformer's constructor says what they and
   // ops are).
-  TransformerTrainingEngine(BaseModel& model, LoraAdapter* lora, ExpertExchange* exchange = nullptr,
-                            std::unique_ptr<ModelOps> ops = nullptr)
-      : transformer_(model, lora, Precision::kF32, exchange, std::move(ops)) {}
+  TransformerTrainingEngine(BaseModel& model, LoraAdapter* lora, std::unique_ptr<ModelOps> ops,
+                            ExpertExchange* exchange = nullptr)
+      : transformer_(model, lora, std::move(ops), Precision::kF32, exchange) {}
 
   absl::StatusOr<const float*> Forward(const TokenBatch& batch,
                                        const std::vector<int16_t>* replay) override {

@@ -1,13 +1,13 @@
 #include "engine/transformer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "engine/cpu_model_ops.h"
 #include "engine/transformer_activations.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/router.h"
+#include "kernels/routes.h"
+#include "kernels/types.h"
 
 namespace tandem::engine {
 
@@ -49,10 +49,16 @@ class SequenceAttention : public AttentionBackend {
  private:
   ModelOps& ops_;
   const std::vector<int>& starts_;
-  const cpu::AttentionShape shape_;
+  const kernels::AttentionShape shape_;
   const int64_t q_width_, k_width_, v_width_;
   std::vector<Buffer<float>>& probs_;
 };
+
+// A backend must be given: the graph picks none of its own.
+std::unique_ptr<ModelOps> Required(std::unique_ptr<ModelOps> ops) {
+  if (ops == nullptr) std::abort();
+  return ops;
+}
 
 // Rows and width the q/k norm of a projection with `heads` heads normalizes over.
 std::pair<int, int> QkNormShape(const ModelConfig& config, int rows, int heads) {
@@ -82,8 +88,8 @@ double RoutingStats::token_disagreement() const {
   return tokens == 0 ? 0.0 : static_cast<double>(differing_tokens) / tokens;
 }
 
-Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precision,
-                         ExpertExchange* exchange, std::unique_ptr<ModelOps> ops)
+Transformer::Transformer(BaseModel& model, LoraAdapter* lora, std::unique_ptr<ModelOps> ops,
+                         Precision precision, ExpertExchange* exchange)
     : config_(model.config()),
       model_(model),
       lora_(lora),
@@ -94,7 +100,8 @@ Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precisio
       exchange_(exchange == nullptr ? all_experts_local_.get() : exchange),
       moe_layers_(config_.MoeLayerIndices()),
       moe_index_(config_.num_layers, -1),
-      ops_(ops != nullptr ? std::move(ops) : std::make_unique<CpuModelOps>(config_)),
+      ops_(Required(std::move(ops))),
+      weights_(*ops_, model, lora),
       layers_(config_.num_layers),
       attention_probs_(config_.num_layers) {
   for (size_t m = 0; m < moe_layers_.size(); ++m) moe_index_[moe_layers_[m]] = static_cast<int>(m);
@@ -102,20 +109,11 @@ Transformer::Transformer(BaseModel& model, LoraAdapter* lora, Precision precisio
 
 Transformer::~Transformer() = default;
 
-Parameter& Transformer::Weight(const std::string& name) { return *model_.parameters().Find(name); }
+WeightRef Transformer::Weight(const std::string& name) const { return weights_.Get(name); }
 
 std::optional<LoraProjection> Transformer::Lora(int layer, absl::string_view module,
-                                                int first_group) {
-  if (lora_ == nullptr) return std::nullopt;
-  std::optional<LoraProjection> lora = lora_->Projection(layer, module);
-  if (!lora.has_value() || first_group == 0) return lora;
-  const int64_t a_offset = first_group * lora->weights.a_group_stride;
-  const int64_t b_offset = first_group * lora->weights.b_group_stride;
-  lora->weights.a += a_offset;
-  lora->weights.b += b_offset;
-  if (lora->a_grad != nullptr) lora->a_grad += a_offset;
-  if (lora->b_grad != nullptr) lora->b_grad += b_offset;
-  return lora;
+                                                int first_group) const {
+  return weights_.Lora(layer, module, first_group);
 }
 
 absl::Status Transformer::Finished(absl::Status status) {
@@ -149,7 +147,8 @@ absl::Status CheckReplay(const ModelConfig& config, const std::vector<int16_t>& 
       std::copy_n(replay.data() + (int64_t{t} * layers + m) * k, k,
                   layer_rows.data() + int64_t{t} * k);
     }
-    const std::string error = cpu::ValidateRoutes(layer_rows.data(), rows, k, config.num_experts);
+    const std::string error =
+        kernels::ValidateRoutes(layer_rows.data(), rows, k, config.num_experts);
     if (!error.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("replayed routes of layer ", moe_layers[m], ": ", error));
@@ -247,13 +246,14 @@ absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, i
 }
 
 absl::Status Transformer::RunLayers(int rows, AttentionBackend& attention, const int16_t* replay) {
+  if (absl::Status status = weights_.Refresh(); !status.ok()) return status;
   const int d = config_.d_model;
   routes_.assign(static_cast<size_t>(rows) * moe_layers_.size() * config_.top_k, -1);
   live_routes_.assign(routes_.size(), -1);
   Buffer<float>& embedded = layers_[0].input;
   ops_->Resize(embedded, int64_t{rows} * d);
-  ops_->EmbeddingGather(Weight("model.embed_tokens.weight").value.data(), token_buffer_.ref(),
-                        embedded.ref(), rows, d);
+  ops_->EmbeddingGather(Weight("model.embed_tokens.weight"), token_buffer_.ref(), embedded.ref(),
+                        rows, d);
   Round(embedded.ref(), embedded.size());
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     if (absl::Status status = RunLayer(layer, rows, attention, replay, layers_[layer]);
@@ -282,12 +282,12 @@ void Transformer::RunHead(int rows) {
   const int d = config_.d_model;
   ops_->Resize(final_norm_, int64_t{rows} * d);
   ops_->Resize(final_rstd_, rows);
-  ops_->RmsNorm(final_input_.ref(), Weight("model.norm.weight").value.data(), final_norm_.ref(),
+  ops_->RmsNorm(final_input_.ref(), Weight("model.norm.weight"), final_norm_.ref(),
                 final_rstd_.ref(), rows, d, config_.norm_eps);
   Round(final_norm_.ref(), final_norm_.size());
   ops_->Resize(logits_, int64_t{rows} * config_.vocab_size);
-  ops_->Linear(final_norm_.ref(), Weight(HeadWeightName(config_)).value.data(), logits_.ref(), rows,
-               d, config_.vocab_size, /*accumulate=*/false);
+  ops_->Linear(final_norm_.ref(), Weight(HeadWeightName(config_)), logits_.ref(), rows, d,
+               config_.vocab_size, /*accumulate=*/false);
   Round(logits_.ref(), logits_.size());
 }
 
@@ -298,8 +298,8 @@ absl::Status Transformer::RunLayer(int layer, int rows, AttentionBackend& attent
   const std::string prefix = absl::StrCat("model.layers.", layer, ".");
   ops_->Resize(act.norm1, n);
   ops_->Resize(act.rstd1, rows);
-  ops_->RmsNorm(act.input.ref(), Weight(prefix + "input_layernorm.weight").value.data(),
-                act.norm1.ref(), act.rstd1.ref(), rows, d, config_.norm_eps);
+  ops_->RmsNorm(act.input.ref(), Weight(prefix + "input_layernorm.weight"), act.norm1.ref(),
+                act.rstd1.ref(), rows, d, config_.norm_eps);
   Round(act.norm1.ref(), n);
   QuantizeInput(act.norm1.ref(), rows, d);
 
@@ -320,17 +320,16 @@ absl::Status Transformer::RunLayer(int layer, int rows, AttentionBackend& attent
   Buffer<float> projected = ops_->Allocate<float>(n);
   const std::vector<int> one_group = {0, rows};
   ops_->ProjectGroups(
-      act.attention.ref(), one_group, Weight(ProjectionName(config_, layer, "o_proj")).value.data(),
-      0, config_.attention_out_dim(), d, Lora(layer, "o_proj"), act.lora_o, projected.ref());
+      act.attention.ref(), one_group, Weight(ProjectionName(config_, layer, "o_proj")), 0,
+      config_.attention_out_dim(), d, Lora(layer, "o_proj"), act.lora_o, projected.ref());
   Round(projected.ref(), n);
   ops_->Add(act.norm2_input.ref(), projected.ref(), n);
   Round(act.norm2_input.ref(), n);
 
   ops_->Resize(act.norm2, n);
   ops_->Resize(act.rstd2, rows);
-  ops_->RmsNorm(act.norm2_input.ref(),
-                Weight(prefix + "post_attention_layernorm.weight").value.data(), act.norm2.ref(),
-                act.rstd2.ref(), rows, d, config_.norm_eps);
+  ops_->RmsNorm(act.norm2_input.ref(), Weight(prefix + "post_attention_layernorm.weight"),
+                act.norm2.ref(), act.rstd2.ref(), rows, d, config_.norm_eps);
   Round(act.norm2.ref(), n);
 
   if (moe_index_[layer] >= 0) {
@@ -359,8 +358,8 @@ void Transformer::RunStandardProjections(int layer, int rows, LayerActivations& 
     const int64_t size = int64_t{rows} * widths[i];
     ops_->Resize(*outputs[i], size);
     ops_->ProjectGroups(act.norm1.ref(), one_group,
-                        Weight(ProjectionName(config_, layer, modules[i])).value.data(), 0, d,
-                        widths[i], Lora(layer, modules[i]), *lora_h[i], outputs[i]->ref());
+                        Weight(ProjectionName(config_, layer, modules[i])), 0, d, widths[i],
+                        Lora(layer, modules[i]), *lora_h[i], outputs[i]->ref());
     Round(outputs[i]->ref(), size);
   }
   if (config_.qk_norm != QkNorm::kNone) {
@@ -393,10 +392,9 @@ void Transformer::BackwardStandardProjections(int layer, LayerActivations& act, 
   const char* modules[] = {"q_proj", "k_proj", "v_proj"};
   const int widths[] = {config_.q_dim(), config_.kv_dim(), config_.kv_dim()};
   for (int i = 0; i < 3; ++i) {
-    Parameter& w = Weight(ProjectionName(config_, layer, modules[i]));
-    ops_->ProjectGroupsBackward(act.norm1.ref(), one_group, w.value.data(), w.grad_or_null(), 0, d,
-                                widths[i], Lora(layer, modules[i]), lora_h[i]->ref(), grads[i],
-                                dnorm1);
+    const WeightRef w = Weight(ProjectionName(config_, layer, modules[i]));
+    ops_->ProjectGroupsBackward(act.norm1.ref(), one_group, w, 0, d, widths[i],
+                                Lora(layer, modules[i]), lora_h[i]->ref(), grads[i], dnorm1);
   }
 }
 
@@ -406,8 +404,7 @@ void Transformer::NormalizeQk(const std::string& weight, int rows, int heads, Bu
   ops_->Copy(x.ref(), raw.ref(), x.size());
   const auto [norm_rows, width] = QkNormShape(config_, rows, heads);
   ops_->Resize(rstd, norm_rows);
-  ops_->RmsNorm(raw.ref(), Weight(weight).value.data(), x.ref(), rstd.ref(), norm_rows, width,
-                config_.norm_eps);
+  ops_->RmsNorm(raw.ref(), Weight(weight), x.ref(), rstd.ref(), norm_rows, width, config_.norm_eps);
   Round(x.ref(), x.size());
 }
 
@@ -417,9 +414,8 @@ void Transformer::NormalizeQkBackward(const std::string& weight, int heads,
   const int rows = static_cast<int>(tokens_.size());
   const auto [norm_rows, width] = QkNormShape(config_, rows, heads);
   Buffer<float> draw = ops_->Zeros(dx.size());
-  Parameter& norm = Weight(weight);
-  ops_->RmsNormBackward(raw.ref(), norm.value.data(), rstd.ref(), dx.ref(), draw.ref(),
-                        norm.grad_or_null(), norm_rows, width);
+  const WeightRef norm = Weight(weight);
+  ops_->RmsNormBackward(raw.ref(), norm, rstd.ref(), dx.ref(), draw.ref(), norm_rows, width);
   dx = std::move(draw);
 }
 
@@ -440,22 +436,20 @@ void Transformer::RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_str
   ops_->Resize(out, int64_t{rows} * d);
   const int64_t first_weight = first.base * weight_stride;
   ops_->ProjectGroups(
-      x, act.group_offsets,
-      Weight(ProjectionName(config_, layer, "gate_proj")).value.data() + first_weight,
+      x, act.group_offsets, Weight(ProjectionName(config_, layer, "gate_proj")) + first_weight,
       weight_stride, d, ffn, Lora(layer, "gate_proj", first.lora), act.lora_gate, act.gate.ref());
-  ops_->ProjectGroups(x, act.group_offsets,
-                      Weight(ProjectionName(config_, layer, "up_proj")).value.data() + first_weight,
-                      weight_stride, d, ffn, Lora(layer, "up_proj", first.lora), act.lora_up,
-                      act.up.ref());
+  ops_->ProjectGroups(
+      x, act.group_offsets, Weight(ProjectionName(config_, layer, "up_proj")) + first_weight,
+      weight_stride, d, ffn, Lora(layer, "up_proj", first.lora), act.lora_up, act.up.ref());
   Round(act.gate.ref(), hidden);
   Round(act.up.ref(), hidden);
   ops_->SwiGlu(act.gate.ref(), act.up.ref(), act.activation.ref(), hidden);
   Round(act.activation.ref(), hidden);
   QuantizeInput(act.activation.ref(), rows, ffn);
-  ops_->ProjectGroups(
-      act.activation.ref(), act.group_offsets,
-      Weight(ProjectionName(config_, layer, "down_proj")).value.data() + first_weight,
-      weight_stride, ffn, d, Lora(layer, "down_proj", first.lora), act.lora_down, out.ref());
+  ops_->ProjectGroups(act.activation.ref(), act.group_offsets,
+                      Weight(ProjectionName(config_, layer, "down_proj")) + first_weight,
+                      weight_stride, ffn, d, Lora(layer, "down_proj", first.lora), act.lora_down,
+                      out.ref());
   Round(out.ref(), out.size());
 }
 
@@ -464,6 +458,11 @@ absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dh
     return absl::FailedPreconditionError(
         "Backward needs the activations of a Forward (none yet, or a decode overwrote them)");
   }
+  if (weights_.base_trains() && !ops_->capabilities().base_gradients) {
+    return absl::UnimplementedError(
+        "base-model weights are frozen on this backend: its backward computes the adapter's "
+        "gradients only (full fine-tuning runs on the CPU)");
+  }
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
   const int64_t n = int64_t{rows} * d;
@@ -471,22 +470,21 @@ absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dh
   ops_->Upload(dlogits_on_host, int64_t{rows} * config_.vocab_size, dlogits);
   Buffer<float> dnorm = ops_->Zeros(n);
   if (dhidden != nullptr) ops_->Upload(dhidden, n, dnorm);
-  Parameter& head = Weight(HeadWeightName(config_));
-  ops_->LinearBackward(final_norm_.ref(), head.value.data(), dlogits.ref(), dnorm.ref(),
-                       head.grad_or_null(), rows, d, config_.vocab_size);
+  const WeightRef head = Weight(HeadWeightName(config_));
+  ops_->LinearBackward(final_norm_.ref(), head, dlogits.ref(), dnorm.ref(), rows, d,
+                       config_.vocab_size);
   Buffer<float> dx = ops_->Zeros(n);
-  Parameter& norm = Weight("model.norm.weight");
-  ops_->RmsNormBackward(final_input_.ref(), norm.value.data(), final_rstd_.ref(), dnorm.ref(),
-                        dx.ref(), norm.grad_or_null(), rows, d);
+  const WeightRef norm = Weight("model.norm.weight");
+  ops_->RmsNormBackward(final_input_.ref(), norm, final_rstd_.ref(), dnorm.ref(), dx.ref(), rows,
+                        d);
   for (int layer = config_.num_layers - 1; layer >= 0; --layer) {
     if (absl::Status status = BackwardLayer(layer, dx.ref()); !status.ok()) {
       return Finished(status);
     }
   }
-  Parameter& embedding = Weight("model.embed_tokens.weight");
-  if (!embedding.grad.empty()) {
-    ops_->EmbeddingBackward(dx.ref(), token_buffer_.ref(), embedding.grad.data(), rows, d);
-  }
+  const WeightRef embedding = Weight("model.embed_tokens.weight");
+  if (embedding.trains())
+    ops_->EmbeddingBackward(dx.ref(), token_buffer_.ref(), embedding, rows, d);
   return ops_->Finish();
 }
 
@@ -509,21 +507,21 @@ absl::Status Transformer::BackwardLayer(int layer, Ref<float> dx) {
   }
   Buffer<float> dmid = ops_->Allocate<float>(n);
   ops_->Copy(dx, dmid.ref(), n);
-  Parameter& post_norm = Weight(prefix + "post_attention_layernorm.weight");
-  ops_->RmsNormBackward(act.norm2_input.ref(), post_norm.value.data(), act.rstd2.ref(),
-                        dnorm2.ref(), dmid.ref(), post_norm.grad_or_null(), rows, d);
+  const WeightRef post_norm = Weight(prefix + "post_attention_layernorm.weight");
+  ops_->RmsNormBackward(act.norm2_input.ref(), post_norm, act.rstd2.ref(), dnorm2.ref(), dmid.ref(),
+                        rows, d);
 
   // Attention block.
   const std::vector<int> one_group = {0, rows};
-  const cpu::AttentionShape shape = config_.attention_shape();
+  const kernels::AttentionShape shape = config_.attention_shape();
   const int out_width = config_.attention_out_dim();
   const int q_width = config_.query_width();
   const int k_width = config_.key_width();
   const int v_width = config_.value_width();
   Buffer<float> dattention = ops_->Zeros(int64_t{rows} * out_width);
-  Parameter& o = Weight(ProjectionName(config_, layer, "o_proj"));
-  ops_->ProjectGroupsBackward(act.attention.ref(), one_group, o.value.data(), o.grad_or_null(), 0,
-                              out_width, d, Lora(layer, "o_proj"), act.lora_o.ref(), dmid.ref(),
+  const WeightRef o = Weight(ProjectionName(config_, layer, "o_proj"));
+  ops_->ProjectGroupsBackward(act.attention.ref(), one_group, o, 0, out_width, d,
+                              Lora(layer, "o_proj"), act.lora_o.ref(), dmid.ref(),
                               dattention.ref());
   Buffer<float> dq = ops_->Zeros(int64_t{rows} * q_width);
   Buffer<float> dk = ops_->Zeros(int64_t{rows} * k_width);
@@ -546,9 +544,8 @@ absl::Status Transformer::BackwardLayer(int layer, Ref<float> dx) {
     BackwardStandardProjections(layer, act, dq, dk, dv, dnorm1.ref());
   }
   ops_->Copy(dmid.ref(), dx, n);  // Residual around attention.
-  Parameter& input_norm = Weight(prefix + "input_layernorm.weight");
-  ops_->RmsNormBackward(act.input.ref(), input_norm.value.data(), act.rstd1.ref(), dnorm1.ref(), dx,
-                        input_norm.grad_or_null(), rows, d);
+  const WeightRef input_norm = Weight(prefix + "input_layernorm.weight");
+  ops_->RmsNormBackward(act.input.ref(), input_norm, act.rstd1.ref(), dnorm1.ref(), dx, rows, d);
   return absl::OkStatus();
 }
 
@@ -563,28 +560,22 @@ void Transformer::BackwardSwiGluMlp(int layer, Ref<const float> x, int64_t weigh
   const int d = config_.d_model;
   const int64_t hidden = static_cast<int64_t>(act.group_offsets.back()) * ffn;
   const int64_t first_weight = first.base * weight_stride;
-  // A projection's weights and gradient (when enabled) from the first group on.
+  // A projection's weight from the first group on.
   auto from_first = [&](const char* module) {
-    Parameter& weight = Weight(ProjectionName(config_, layer, module));
-    float* grad = weight.grad_or_null();
-    return std::pair<const float*, float*>(weight.value.data() + first_weight,
-                                           grad == nullptr ? nullptr : grad + first_weight);
+    return Weight(ProjectionName(config_, layer, module)) + first_weight;
   };
   Buffer<float> dactivation = ops_->Zeros(hidden);
   Buffer<float> dgate = ops_->Zeros(hidden);
   Buffer<float> dup = ops_->Zeros(hidden);
-  const auto [down, down_grad] = from_first("down_proj");
-  ops_->ProjectGroupsBackward(act.activation.ref(), act.group_offsets, down, down_grad,
+  ops_->ProjectGroupsBackward(act.activation.ref(), act.group_offsets, from_first("down_proj"),
                               weight_stride, ffn, d, Lora(layer, "down_proj", first.lora),
                               act.lora_down.ref(), dy, dactivation.ref());
   ops_->SwiGluBackward(act.gate.ref(), act.up.ref(), dactivation.ref(), dgate.ref(), dup.ref(),
                        hidden);
-  const auto [gate, gate_grad] = from_first("gate_proj");
-  const auto [up, up_grad] = from_first("up_proj");
-  ops_->ProjectGroupsBackward(x, act.group_offsets, gate, gate_grad, weight_stride, d, ffn,
+  ops_->ProjectGroupsBackward(x, act.group_offsets, from_first("gate_proj"), weight_stride, d, ffn,
                               Lora(layer, "gate_proj", first.lora), act.lora_gate.ref(),
                               dgate.ref(), dx);
-  ops_->ProjectGroupsBackward(x, act.group_offsets, up, up_grad, weight_stride, d, ffn,
+  ops_->ProjectGroupsBackward(x, act.group_offsets, from_first("up_proj"), weight_stride, d, ffn,
                               Lora(layer, "up_proj", first.lora), act.lora_up.ref(), dup.ref(), dx);
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/bound_weights.h"
 #include "engine/buffer.h"
 #include "engine/decode_engine.h"
 #include "engine/expert_exchange.h"
@@ -65,11 +66,11 @@ class AttentionBackend {
 class Transformer : public DecodeEngine {
  public:
   // model, lora and exchange are not owned; each must outlive this object. lora may be null.
-  // `exchange` moves each MoE layer's routed rows to the ranks computing their experts and back
-  // (expert parallelism); null: every expert is computed here. `ops` computes everything; null:
-  // the CPU kernels (CpuModelOps).
-  Transformer(BaseModel& model, LoraAdapter* lora, Precision precision = Precision::kF32,
-              ExpertExchange* exchange = nullptr, std::unique_ptr<ModelOps> ops = nullptr);
+  // `ops`, the backend the caller chose (CpuModelOps, CUDA's), computes everything; null
+  // aborts. `exchange` moves each MoE layer's routed rows to the ranks computing their experts
+  // and back (expert parallelism); null: every expert is computed here.
+  Transformer(BaseModel& model, LoraAdapter* lora, std::unique_ptr<ModelOps> ops,
+              Precision precision = Precision::kF32, ExpertExchange* exchange = nullptr);
   ~Transformer() override;
 
   // Full-sequence forward of a packed batch, keeping activations for Backward. With
@@ -194,9 +195,11 @@ class Transformer : public DecodeEngine {
   void Round(Ref<float> values, int64_t count) const;
   // The input of FP8 linear layers: quantized per row (token) in FP8 mode, as is otherwise.
   void QuantizeInput(Ref<float> values, int64_t rows, int64_t width) const;
-  Parameter& Weight(const std::string& name);
+  // The bound weight `name` (weights_).
+  WeightRef Weight(const std::string& name) const;
   // A projection's LoRA, its groups (experts) counted from `first_group`.
-  std::optional<LoraProjection> Lora(int layer, absl::string_view module, int first_group = 0);
+  std::optional<LoraProjection> Lora(int layer, absl::string_view module,
+                                     int first_group = 0) const;
 
   ModelConfig config_;
   BaseModel& model_;
@@ -206,8 +209,10 @@ class Transformer : public DecodeEngine {
   ExpertExchange* const exchange_;
   std::vector<int> moe_layers_;
   std::vector<int> moe_index_;  // Per layer: its index among the MoE layers, -1 if dense.
-  // What every computation goes through (the CPU kernels); const methods emulate precision.
+  // What every computation goes through; const methods emulate precision.
   const std::unique_ptr<ModelOps> ops_;
+  // The model's and adapter's weights bound to ops_, refreshed at the start of every pass.
+  BoundWeights weights_;
 
   // State of the last Forward: host metadata, the backend's activations, host copies of what
   // callers read.

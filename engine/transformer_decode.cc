@@ -131,7 +131,7 @@ absl::Status Transformer::Prefill(const std::vector<PromptToPrefill>& prompts, f
     }
   }
   // On the host a pass per prompt, on a device one pass for all (see the header).
-  const size_t per_pass = ops_->host_memory() ? 1 : prompts.size();
+  const size_t per_pass = ops_->capabilities().host_memory ? 1 : prompts.size();
   std::vector<int> tokens, positions, last_rows;
   for (size_t first = 0; first < prompts.size(); first += per_pass) {
     const absl::Span<const PromptToPrefill> pass =

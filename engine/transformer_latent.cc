@@ -38,38 +38,38 @@ void Transformer::RunLatentProjections(int layer, int rows, LayerActivations& ac
   if (config_.q_lora_rank > 0) {
     const int rank = config_.q_lora_rank;
     ops_->Resize(act.latent_q_a, int64_t{rows} * rank);
-    ops_->Linear(act.norm1.ref(), Weight(prefix + "q_a_proj.weight").value.data(),
-                 act.latent_q_a.ref(), rows, d, rank, /*accumulate=*/false);
+    ops_->Linear(act.norm1.ref(), Weight(prefix + "q_a_proj.weight"), act.latent_q_a.ref(), rows, d,
+                 rank, /*accumulate=*/false);
     Round(act.latent_q_a.ref(), act.latent_q_a.size());
     ops_->Resize(act.latent_q_a_norm, act.latent_q_a.size());
     ops_->Resize(act.latent_q_a_rstd, rows);
-    ops_->RmsNorm(act.latent_q_a.ref(), Weight(prefix + "q_a_layernorm.weight").value.data(),
+    ops_->RmsNorm(act.latent_q_a.ref(), Weight(prefix + "q_a_layernorm.weight"),
                   act.latent_q_a_norm.ref(), act.latent_q_a_rstd.ref(), rows, rank, kLatentNormEps);
     Round(act.latent_q_a_norm.ref(), act.latent_q_a_norm.size());
     QuantizeInput(act.latent_q_a_norm.ref(), rows, rank);
-    ops_->Linear(act.latent_q_a_norm.ref(), Weight(prefix + "q_b_proj.weight").value.data(),
-                 q.ref(), rows, rank, heads * qk, /*accumulate=*/false);
-  } else {
-    ops_->Linear(act.norm1.ref(), Weight(prefix + "q_proj.weight").value.data(), q.ref(), rows, d,
+    ops_->Linear(act.latent_q_a_norm.ref(), Weight(prefix + "q_b_proj.weight"), q.ref(), rows, rank,
                  heads * qk, /*accumulate=*/false);
+  } else {
+    ops_->Linear(act.norm1.ref(), Weight(prefix + "q_proj.weight"), q.ref(), rows, d, heads * qk,
+                 /*accumulate=*/false);
   }
   Round(q.ref(), q.size());
   // The compressed vector and the rotary key every head shares [rows, latent + rope].
   ops_->Resize(act.latent_ckv, int64_t{rows} * (latent + rope));
-  ops_->Linear(act.norm1.ref(), Weight(prefix + "kv_a_proj_with_mqa.weight").value.data(),
-               act.latent_ckv.ref(), rows, d, latent + rope, /*accumulate=*/false);
+  ops_->Linear(act.norm1.ref(), Weight(prefix + "kv_a_proj_with_mqa.weight"), act.latent_ckv.ref(),
+               rows, d, latent + rope, /*accumulate=*/false);
   Round(act.latent_ckv.ref(), act.latent_ckv.size());
   act.latent_c = Columns(*ops_, act.latent_ckv.ref(), rows, latent + rope, 0, latent);
   ops_->Resize(act.latent_c_norm, act.latent_c.size());
   ops_->Resize(act.latent_c_rstd, rows);
-  ops_->RmsNorm(act.latent_c.ref(), Weight(prefix + "kv_a_layernorm.weight").value.data(),
+  ops_->RmsNorm(act.latent_c.ref(), Weight(prefix + "kv_a_layernorm.weight"),
                 act.latent_c_norm.ref(), act.latent_c_rstd.ref(), rows, latent, kLatentNormEps);
   Round(act.latent_c_norm.ref(), act.latent_c_norm.size());
   QuantizeInput(act.latent_c_norm.ref(), rows, latent);
   // Per-head keys (their non-rotary part) and values [rows, heads, nope + v_dim].
   ops_->Resize(act.latent_kv, int64_t{rows} * heads * (nope + v_dim));
-  ops_->Linear(act.latent_c_norm.ref(), Weight(prefix + "kv_b_proj.weight").value.data(),
-               act.latent_kv.ref(), rows, latent, heads * (nope + v_dim), /*accumulate=*/false);
+  ops_->Linear(act.latent_c_norm.ref(), Weight(prefix + "kv_b_proj.weight"), act.latent_kv.ref(),
+               rows, latent, heads * (nope + v_dim), /*accumulate=*/false);
   Round(act.latent_kv.ref(), act.latent_kv.size());
 
   // RoPE on the rotary parts.
@@ -126,38 +126,35 @@ void Transformer::BackwardLatentProjections(int layer, LayerActivations& act, Bu
   ops_->CopyColumns(dv.ref(), v_dim, dkv.ref() + nope, nope + v_dim, head_rows, v_dim, false);
   Buffer<float> dc_norm = ops_->Zeros(act.latent_c_norm.size());
   Buffer<float> dc = ops_->Zeros(act.latent_c.size());
-  Parameter& kv_b = Weight(prefix + "kv_b_proj.weight");
-  ops_->LinearBackward(act.latent_c_norm.ref(), kv_b.value.data(), dkv.ref(), dc_norm.ref(),
-                       kv_b.grad_or_null(), rows, latent, heads * (nope + v_dim));
-  Parameter& kv_norm = Weight(prefix + "kv_a_layernorm.weight");
-  ops_->RmsNormBackward(act.latent_c.ref(), kv_norm.value.data(), act.latent_c_rstd.ref(),
-                        dc_norm.ref(), dc.ref(), kv_norm.grad_or_null(), rows, latent);
+  const WeightRef kv_b = Weight(prefix + "kv_b_proj.weight");
+  ops_->LinearBackward(act.latent_c_norm.ref(), kv_b, dkv.ref(), dc_norm.ref(), rows, latent,
+                       heads * (nope + v_dim));
+  const WeightRef kv_norm = Weight(prefix + "kv_a_layernorm.weight");
+  ops_->RmsNormBackward(act.latent_c.ref(), kv_norm, act.latent_c_rstd.ref(), dc_norm.ref(),
+                        dc.ref(), rows, latent);
   Buffer<float> dckv = ops_->Zeros(act.latent_ckv.size());
   ops_->CopyColumns(dc.ref(), latent, dckv.ref(), latent + rope, rows, latent, false);
   ops_->CopyColumns(dk_rope.ref(), rope, dckv.ref() + latent, latent + rope, rows, rope, false);
-  Parameter& kv_a = Weight(prefix + "kv_a_proj_with_mqa.weight");
-  ops_->LinearBackward(act.norm1.ref(), kv_a.value.data(), dckv.ref(), dnorm1, kv_a.grad_or_null(),
-                       rows, d, latent + rope);
+  const WeightRef kv_a = Weight(prefix + "kv_a_proj_with_mqa.weight");
+  ops_->LinearBackward(act.norm1.ref(), kv_a, dckv.ref(), dnorm1, rows, d, latent + rope);
 
   // Queries.
   if (config_.q_lora_rank == 0) {
-    Parameter& q_proj = Weight(prefix + "q_proj.weight");
-    ops_->LinearBackward(act.norm1.ref(), q_proj.value.data(), dq.ref(), dnorm1,
-                         q_proj.grad_or_null(), rows, d, heads * qk);
+    const WeightRef q_proj = Weight(prefix + "q_proj.weight");
+    ops_->LinearBackward(act.norm1.ref(), q_proj, dq.ref(), dnorm1, rows, d, heads * qk);
     return;
   }
   const int rank = config_.q_lora_rank;
   Buffer<float> dq_a_norm = ops_->Zeros(act.latent_q_a_norm.size());
   Buffer<float> dq_a = ops_->Zeros(act.latent_q_a.size());
-  Parameter& q_b = Weight(prefix + "q_b_proj.weight");
-  ops_->LinearBackward(act.latent_q_a_norm.ref(), q_b.value.data(), dq.ref(), dq_a_norm.ref(),
-                       q_b.grad_or_null(), rows, rank, heads * qk);
-  Parameter& q_norm = Weight(prefix + "q_a_layernorm.weight");
-  ops_->RmsNormBackward(act.latent_q_a.ref(), q_norm.value.data(), act.latent_q_a_rstd.ref(),
-                        dq_a_norm.ref(), dq_a.ref(), q_norm.grad_or_null(), rows, rank);
-  Parameter& q_a = Weight(prefix + "q_a_proj.weight");
-  ops_->LinearBackward(act.norm1.ref(), q_a.value.data(), dq_a.ref(), dnorm1, q_a.grad_or_null(),
-                       rows, d, rank);
+  const WeightRef q_b = Weight(prefix + "q_b_proj.weight");
+  ops_->LinearBackward(act.latent_q_a_norm.ref(), q_b, dq.ref(), dq_a_norm.ref(), rows, rank,
+                       heads * qk);
+  const WeightRef q_norm = Weight(prefix + "q_a_layernorm.weight");
+  ops_->RmsNormBackward(act.latent_q_a.ref(), q_norm, act.latent_q_a_rstd.ref(), dq_a_norm.ref(),
+                        dq_a.ref(), rows, rank);
+  const WeightRef q_a = Weight(prefix + "q_a_proj.weight");
+  ops_->LinearBackward(act.norm1.ref(), q_a, dq_a.ref(), dnorm1, rows, d, rank);
 }
 
 }  // namespace tandem::engine

@@ -45,7 +45,7 @@ absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const in
   const int d = config_.d_model;
   const int k = config_.top_k;
   // Refused before the first collective, so a misconfigured rank fails at once.
-  if (exchange_->needs_host_memory() && !ops_->host_memory()) {
+  if (exchange_->needs_host_memory() && !ops_->capabilities().host_memory) {
     return absl::FailedPreconditionError(
         "this expert exchange reads the rows itself, which needs a host-memory backend");
   }
@@ -94,15 +94,17 @@ void Transformer::RouteTokens(int layer, int moe_index, int rows, const int16_t*
   const std::string prefix = MlpPrefix(layer);
 
   ops_->Resize(act.router_logits, int64_t{rows} * experts);
-  ops_->Linear(act.norm2.ref(), Weight(prefix + "gate.weight").value.data(),
-               act.router_logits.ref(), rows, d, experts, /*accumulate=*/false);
+  ops_->Linear(act.norm2.ref(), Weight(prefix + "gate.weight"), act.router_logits.ref(), rows, d,
+               experts, /*accumulate=*/false);
   Round(act.router_logits.ref(), act.router_logits.size());
   ops_->Resize(act.scores, act.router_logits.size());
   ops_->RouterScores(act.router_logits.ref(), act.scores.ref(), rows, experts, config_.scoring);
-  const Parameter* bias = model_.parameters().Find(prefix + "gate.e_score_correction_bias");
+  const std::string bias_name = prefix + "gate.e_score_correction_bias";
+  const WeightRef bias =
+      model_.parameters().Find(bias_name) == nullptr ? WeightRef() : Weight(bias_name);
   ops_->Resize(act.ids, int64_t{rows} * k);
-  ops_->TopK(act.scores.ref(), bias == nullptr ? nullptr : bias->value.data(), rows, experts, k,
-             act.ids.ref(), {config_.num_expert_groups, config_.kept_expert_groups});
+  ops_->TopK(act.scores.ref(), bias, rows, experts, k, act.ids.ref(),
+             {config_.num_expert_groups, config_.kept_expert_groups});
 
   // Recording and replay work on the host: routes are small (tokens × top_k ids per layer).
   std::vector<int16_t> ids(act.ids.size());
@@ -163,19 +165,18 @@ void Transformer::RunSharedExperts(int layer, int rows, LayerActivations& act) {
     QuantizeInput(quantized.ref(), rows, d);
     input = quantized.ref();
   }
-  ops_->Linear(input, Weight(prefix + "shared_experts.gate_proj.weight").value.data(),
-               act.shared_gate.ref(), rows, d, shared_ffn, /*accumulate=*/false);
-  ops_->Linear(input, Weight(prefix + "shared_experts.up_proj.weight").value.data(),
-               act.shared_up.ref(), rows, d, shared_ffn, /*accumulate=*/false);
+  ops_->Linear(input, Weight(prefix + "shared_experts.gate_proj.weight"), act.shared_gate.ref(),
+               rows, d, shared_ffn, /*accumulate=*/false);
+  ops_->Linear(input, Weight(prefix + "shared_experts.up_proj.weight"), act.shared_up.ref(), rows,
+               d, shared_ffn, /*accumulate=*/false);
   Round(act.shared_gate.ref(), shared_hidden);
   Round(act.shared_up.ref(), shared_hidden);
   ops_->SwiGlu(act.shared_gate.ref(), act.shared_up.ref(), act.shared_activation.ref(),
                shared_hidden);
   Round(act.shared_activation.ref(), shared_hidden);
   QuantizeInput(act.shared_activation.ref(), rows, shared_ffn);
-  ops_->Linear(act.shared_activation.ref(),
-               Weight(prefix + "shared_experts.down_proj.weight").value.data(), act.ffn_out.ref(),
-               rows, shared_ffn, d, /*accumulate=*/true);
+  ops_->Linear(act.shared_activation.ref(), Weight(prefix + "shared_experts.down_proj.weight"),
+               act.ffn_out.ref(), rows, shared_ffn, d, /*accumulate=*/true);
 }
 
 absl::Status Transformer::BackwardMoeFfn(int layer, Ref<const float> dy, Ref<float> dnorm2) {
@@ -213,9 +214,8 @@ absl::Status Transformer::BackwardMoeFfn(int layer, Ref<const float> dy, Ref<flo
   ops_->RouterGatesBackward(act.router_logits.ref(), act.scores.ref(), act.ids.ref(),
                             dgate_weights.ref(), drouter_logits.ref(), rows, experts, k,
                             config_.norm_topk_prob, config_.scoring);
-  Parameter& router = Weight(MlpPrefix(layer) + "gate.weight");
-  ops_->LinearBackward(act.norm2.ref(), router.value.data(), drouter_logits.ref(), dnorm2,
-                       router.grad_or_null(), rows, d, experts);
+  const WeightRef router = Weight(MlpPrefix(layer) + "gate.weight");
+  ops_->LinearBackward(act.norm2.ref(), router, drouter_logits.ref(), dnorm2, rows, d, experts);
   BackwardSharedExperts(layer, rows, dy, dnorm2);
   return absl::OkStatus();
 }
@@ -231,17 +231,16 @@ void Transformer::BackwardSharedExperts(int layer, int rows, Ref<const float> dy
   Buffer<float> dshared_activation = ops_->Zeros(shared_hidden);
   Buffer<float> dshared_gate = ops_->Zeros(shared_hidden);
   Buffer<float> dshared_up = ops_->Zeros(shared_hidden);
-  Parameter& shared_down = Weight(prefix + "shared_experts.down_proj.weight");
-  ops_->LinearBackward(act.shared_activation.ref(), shared_down.value.data(), dy,
-                       dshared_activation.ref(), shared_down.grad_or_null(), rows, shared_ffn, d);
+  const WeightRef shared_down = Weight(prefix + "shared_experts.down_proj.weight");
+  ops_->LinearBackward(act.shared_activation.ref(), shared_down, dy, dshared_activation.ref(), rows,
+                       shared_ffn, d);
   ops_->SwiGluBackward(act.shared_gate.ref(), act.shared_up.ref(), dshared_activation.ref(),
                        dshared_gate.ref(), dshared_up.ref(), shared_hidden);
-  Parameter& shared_gate = Weight(prefix + "shared_experts.gate_proj.weight");
-  Parameter& shared_up = Weight(prefix + "shared_experts.up_proj.weight");
-  ops_->LinearBackward(act.norm2.ref(), shared_gate.value.data(), dshared_gate.ref(), dnorm2,
-                       shared_gate.grad_or_null(), rows, d, shared_ffn);
-  ops_->LinearBackward(act.norm2.ref(), shared_up.value.data(), dshared_up.ref(), dnorm2,
-                       shared_up.grad_or_null(), rows, d, shared_ffn);
+  const WeightRef shared_gate = Weight(prefix + "shared_experts.gate_proj.weight");
+  const WeightRef shared_up = Weight(prefix + "shared_experts.up_proj.weight");
+  ops_->LinearBackward(act.norm2.ref(), shared_gate, dshared_gate.ref(), dnorm2, rows, d,
+                       shared_ffn);
+  ops_->LinearBackward(act.norm2.ref(), shared_up, dshared_up.ref(), dnorm2, rows, d, shared_ffn);
 }
 
 }  // namespace tandem::engine

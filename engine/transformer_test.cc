@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/container/flat_hash_map.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "engine/testing/test_models.h"
@@ -59,7 +60,7 @@ TEST_P(ConfigTest, ReplayingLiveRoutesReproducesForwardAndGradientsExactly) {
   LoraAdapter adapter = *LoraAdapter::Create(model.config(), TestLora(model.config()), 2);
   RandomizeLora(adapter, 3);
   adapter.parameters().EnableGradients();
-  Transformer transformer(model, &adapter);
+  Transformer transformer(model, &adapter, std::make_unique<CpuModelOps>(model.config()));
   const TokenBatch batch = TwoSequences();
   const std::vector<float> dlogits = RandomWeights(batch.num_tokens() * 20, 4);
 
@@ -81,7 +82,7 @@ TEST_P(ConfigTest, ReplayingLiveRoutesReproducesForwardAndGradientsExactly) {
 
 TEST(TransformerTest, ReplayedRoutesAreUsedAndDisagreementIsCounted) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   const TokenBatch batch = TwoSequences();
   Logits(transformer, batch);
   const std::vector<int16_t> live = transformer.routes();
@@ -111,7 +112,7 @@ TEST(TransformerTest, ReplayedRoutesAreUsedAndDisagreementIsCounted) {
 
 TEST(TransformerTest, InvalidReplayIsRejectedWithAClearMessage) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   const TokenBatch batch = TwoSequences();
   Logits(transformer, batch);
   const std::vector<int16_t> good = transformer.routes();
@@ -134,7 +135,7 @@ TEST(TransformerTest, InvalidReplayIsRejectedWithAClearMessage) {
 
 TEST(TransformerTest, BackwardNeedsTheActivationsOfAForward) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   const TokenBatch batch = TwoSequences();
   const std::vector<float> dlogits(batch.num_tokens() * 20, 1.0f);
   EXPECT_EQ(transformer.Backward(dlogits.data()).code(), absl::StatusCode::kFailedPrecondition);
@@ -152,7 +153,7 @@ TEST(TransformerTest, BackwardNeedsTheActivationsOfAForward) {
 
 TEST(TransformerTest, BadTokensAndLengthsAreRejected) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   TokenBatch bad_token;
   bad_token.Add({1, 20});
   EXPECT_THAT(transformer.Forward(bad_token).status().message(),
@@ -165,8 +166,8 @@ TEST(TransformerTest, BadTokensAndLengthsAreRejected) {
 TEST(TransformerTest, LoraWithZeroBEqualsTheBaseModel) {
   BaseModel model = RandomModel(TinyConfig(), 1);
   LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 2);  // B = 0.
-  Transformer base(model, nullptr);
-  Transformer adapted(model, &adapter);
+  Transformer base(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
+  Transformer adapted(model, &adapter, std::make_unique<CpuModelOps>(model.config()));
   EXPECT_EQ(Logits(base, TwoSequences()), Logits(adapted, TwoSequences()));
 }
 
@@ -176,20 +177,22 @@ BaseModel Merge(const BaseModel& model, LoraAdapter& adapter) {
   const ModelConfig& config = model.config();
   for (int layer = 0; layer < config.num_layers; ++layer) {
     for (const std::string& module : adapter.config().targets) {
-      auto lora = adapter.Projection(layer, module);
+      const LoraProjectionLayout lora = *adapter.ProjectionLayout(layer, module);
+      const Parameter& lora_a = *adapter.parameters().Find(lora.a);
+      const Parameter& lora_b = *adapter.parameters().Find(lora.b);
       Parameter& w = *merged.parameters().Find(ProjectionName(config, layer, module));
       const int groups = w.stacked_experts ? static_cast<int>(w.shape[0]) : 1;
       const int out = static_cast<int>(w.shape[w.shape.size() - 2]);
       const int in = static_cast<int>(w.shape.back());
       for (int g = 0; g < groups; ++g) {
-        const float* a = lora->weights.a + g * lora->weights.a_group_stride;
-        const float* b = lora->weights.b + g * lora->weights.b_group_stride;
+        const float* a = lora_a.value.data() + g * lora.a_group_stride;
+        const float* b = lora_b.value.data() + g * lora.b_group_stride;
         for (int o = 0; o < out; ++o) {
           for (int i = 0; i < in; ++i) {
             double delta = 0;
-            for (int r = 0; r < lora->weights.rank; ++r)
-              delta += double{b[o * lora->weights.rank + r]} * a[r * in + i];
-            w.value[(int64_t{g} * out + o) * in + i] += lora->weights.scale * delta;
+            for (int r = 0; r < lora.rank; ++r)
+              delta += double{b[o * lora.rank + r]} * a[r * in + i];
+            w.value[(int64_t{g} * out + o) * in + i] += lora.scale * delta;
           }
         }
       }
@@ -209,10 +212,10 @@ TEST_P(LoraLayoutTest, AdapterEqualsMergedWeights) {
   LoraAdapter adapter = *LoraAdapter::Create(model.config(), lora_config, 2);
   RandomizeLora(adapter, 5);
   BaseModel merged = Merge(model, adapter);
-  Transformer adapted(model, &adapter);
+  Transformer adapted(model, &adapter, std::make_unique<CpuModelOps>(model.config()));
   const std::vector<float> with_adapter = Logits(adapted, TwoSequences());
   const std::vector<int16_t> routes = adapted.routes();
-  Transformer merged_model(merged, nullptr);
+  Transformer merged_model(merged, nullptr, std::make_unique<CpuModelOps>(merged.config()));
   // Same routes on both sides: a near-tie flipped by rounding must not change the experts.
   const std::vector<float> with_merged = Logits(merged_model, TwoSequences(), &routes);
   ASSERT_EQ(with_adapter.size(), with_merged.size());
@@ -229,7 +232,7 @@ TEST(TransformerTest, DenseLayersHaveNoRouteRowsAndIndicesAreGlobal) {
   ModelConfig config = TinyConfig();
   config.num_layers = 4;
   config.num_dense_layers = 2;
-  config.scoring = cpu::ScoringFunction::kSigmoid;
+  config.scoring = kernels::ScoringFunction::kSigmoid;
   EXPECT_EQ(config.MoeLayerIndices(), (std::vector<int>{2, 3}));
   BaseModel model = RandomModel(config, 1);
   // Only global layer 2 is pushed towards expert 3, through its selection bias.
@@ -237,7 +240,7 @@ TEST(TransformerTest, DenseLayersHaveNoRouteRowsAndIndicesAreGlobal) {
                                                                                        100};
   model.parameters().Find("model.layers.3.mlp.gate.e_score_correction_bias")->value = {0, 0, 0,
                                                                                        -100};
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   const TokenBatch batch = TwoSequences();
   Logits(transformer, batch);
   const std::vector<int16_t>& routes = transformer.routes();
@@ -254,7 +257,7 @@ TEST_P(ConfigTest, DecodeWithKvCacheEqualsFullForward) {
   BaseModel model = RandomModel(GetParam().make(), 1);
   LoraAdapter adapter = *LoraAdapter::Create(model.config(), TestLora(model.config()), 2);
   RandomizeLora(adapter, 3);
-  Transformer transformer(model, &adapter);
+  Transformer transformer(model, &adapter, std::make_unique<CpuModelOps>(model.config()));
   std::vector<GenerationRequest> requests(2);
   requests[0].prompt = {1, 5, 7};
   requests[1].prompt = {1, 4, 4, 8, 19};
@@ -300,7 +303,9 @@ TEST(GenerationBatchTest, SequencesOnDifferentTransformersDecodeAsIfAlone) {
   LoraAdapter second = *LoraAdapter::Create(model.config(), LoraConfig{}, 3);
   RandomizeLora(first, 4);
   RandomizeLora(second, 5);
-  Transformer base(model, nullptr), on_first(model, &first), on_second(model, &second);
+  Transformer base(model, nullptr, std::make_unique<CpuModelOps>(model.config())),
+      on_first(model, &first, std::make_unique<CpuModelOps>(model.config())),
+      on_second(model, &second, std::make_unique<CpuModelOps>(model.config()));
   const std::vector<int> prompt = {1, 5, 7};
   GenerationBatch batch(base);
   GenerationRequest request;
@@ -323,7 +328,8 @@ TEST(GenerationBatchTest, SwitchingTransformerKeepsTheCacheAndChangesLaterTokens
   BaseModel model = RandomModel(TinyConfig(), 1);
   LoraAdapter adapter = *LoraAdapter::Create(model.config(), LoraConfig{}, 2);
   RandomizeLora(adapter, 4);
-  Transformer base(model, nullptr), adapted(model, &adapter);
+  Transformer base(model, nullptr, std::make_unique<CpuModelOps>(model.config())),
+      adapted(model, &adapter, std::make_unique<CpuModelOps>(model.config()));
   GenerationBatch batch(base);
   GenerationRequest request;
   request.prompt = {1, 5, 7};
@@ -345,7 +351,7 @@ TEST(GenerationBatchTest, SwitchingTransformerKeepsTheCacheAndChangesLaterTokens
 
 TEST(GenerationBatchTest, KvCacheIsReservedPerRequestAndFreedOnCancelAndFinish) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   GenerationBatch batch(transformer);
   GenerationRequest request;
   request.prompt = {1, 5, 7};
@@ -368,7 +374,7 @@ TEST(GenerationBatchTest, KvCacheIsReservedPerRequestAndFreedOnCancelAndFinish) 
 
 TEST(GenerationBatchTest, StopEndsASequenceKeepingWhatItGenerated) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   GenerationBatch batch(transformer);
   GenerationRequest request;
   request.prompt = {1, 5, 7};
@@ -424,7 +430,7 @@ class FailingDecodeEngine : public DecodeEngine {
 // A prefill too big for the device's memory is retried in halves: every sequence is admitted.
 TEST(GenerationBatchTest, APrefillTooBigForTheDeviceIsSplitUntilItFits) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   FailingDecodeEngine small(transformer, 100);
   small.LimitPrompts(2);
   GenerationBatch batch(transformer);
@@ -444,7 +450,7 @@ TEST(GenerationBatchTest, APrefillTooBigForTheDeviceIsSplitUntilItFits) {
 // engine whose prefill fails refuses only its own sequences, and the rest generate as if alone.
 TEST(GenerationBatchTest, AdmitAllPrefillsEachEnginesPromptsTogetherAndRefusesOnlyWhatFails) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   FailingDecodeEngine healthy(transformer, 100), failing(transformer, 100, true);
   GenerationBatch batch(transformer);
   const GenerationRequest short_prompt{.prompt = {1, 5, 7}, .max_new_tokens = 4, .seed = 5};
@@ -478,7 +484,7 @@ TEST(GenerationBatchTest, AdmitAllPrefillsEachEnginesPromptsTogetherAndRefusesOn
 // sequences of other engines go on.
 TEST(GenerationBatchTest, AFailingEngineEndsItsSequencesWithTheError) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   FailingDecodeEngine failing(transformer, 1);
   GenerationBatch batch(transformer);
   GenerationRequest request;
@@ -507,7 +513,7 @@ TEST(GenerationBatchTest, AFailingEngineEndsItsSequencesWithTheError) {
 // prompt's whole forward.
 TEST(TransformerPrefillTest, TheLastLogitsAreThoseOfEachPromptsWholeForward) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   const std::vector<int> tokens = {1, 5, 7, 2, 9}, positions = {0, 1, 2, 0, 1};
   std::vector<std::unique_ptr<SequenceCache>> caches;
   caches.push_back(*transformer.NewCache(4));
@@ -527,7 +533,7 @@ TEST(TransformerPrefillTest, TheLastLogitsAreThoseOfEachPromptsWholeForward) {
 
 TEST(TransformerPrefillTest, AnEmptyPromptOrOneLongerThanItsCacheIsRefused) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   std::unique_ptr<SequenceCache> cache = *transformer.NewCache(2);
   const std::vector<int> prompt = {1, 2, 3};
   std::vector<float> logits(model.config().vocab_size);
@@ -547,7 +553,7 @@ TEST(TransformerPrefillTest, AnEmptyPromptOrOneLongerThanItsCacheIsRefused) {
 
 TEST(GenerationBatchTest, AnyStopTokenEndsTheSample) {
   BaseModel model = RandomModel(TinyConfig(), 1);
-  Transformer transformer(model, nullptr);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   const GeneratedSample free_running = GenerateAlone(transformer, {1, 5, 7}, 8);
   GenerationRequest request;
   request.prompt = {1, 5, 7};
@@ -568,7 +574,7 @@ TEST_P(ConfigTest, WholeModelGradientMatchesFiniteDifferences) {
   RandomizeLora(adapter, 13);
   model.parameters().EnableGradients();
   adapter.parameters().EnableGradients();
-  Transformer transformer(model, &adapter);
+  Transformer transformer(model, &adapter, std::make_unique<CpuModelOps>(model.config()));
   const TokenBatch batch = TwoSequences();
   const std::vector<float> weights = RandomWeights(batch.num_tokens() * 20, 14);
   // The loss also reads the final hidden states, as PPO's value head does.
@@ -611,8 +617,9 @@ TEST(TransformerTest, Bf16InferenceDisagreesWithFp32TrainingRouting) {
   config.num_experts = 8;
   BaseModel model = *BaseModel::Create(config, 21);
   BaseModel rounded = model.RoundedToBf16();
-  Transformer inference(rounded, nullptr, Precision::kBF16);
-  Transformer training(model, nullptr);
+  Transformer inference(rounded, nullptr, std::make_unique<CpuModelOps>(rounded.config()),
+                        Precision::kBF16);
+  Transformer training(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
   TokenBatch batch;
   std::mt19937_64 rng(22);
   for (int s = 0; s < 16; ++s) {
@@ -631,7 +638,8 @@ TEST(TransformerTest, Bf16InferenceDisagreesWithFp32TrainingRouting) {
 
 // Generation with the KV cache at `precision` computes what the full forward does.
 void ExpectDecodeEqualsFullForward(BaseModel& served, Precision precision) {
-  Transformer transformer(served, nullptr, precision);
+  Transformer transformer(served, nullptr, std::make_unique<CpuModelOps>(served.config()),
+                          precision);
   GenerationRequest request;
   request.prompt = {1, 5, 7, 2};
   request.max_new_tokens = 8;

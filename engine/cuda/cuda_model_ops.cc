@@ -26,6 +26,15 @@ T* At(Ref<T> ref) {
   return BufferAccess::Address(ref);
 }
 
+// A bound weight's device values (CUDA binds f32 only).
+const float* Weight(WeightRef weight) { return BufferAccess::Values<float>(weight); }
+
+// The grouped LoRA kernels' view of a bound projection.
+kernels::GroupedLoraWeights Kernel(const LoraProjection& lora) {
+  return {Weight(lora.a),      Weight(lora.b), lora.a_group_stride,
+          lora.b_group_stride, lora.rank,      lora.scale};
+}
+
 const gpu::DevicePermutation& Device(const ExpertPermutation& permutation) {
   return *static_cast<const gpu::DevicePermutation*>(permutation.state.get());
 }
@@ -134,59 +143,49 @@ std::shared_ptr<void> CudaModelOps::AllocateBytes(int64_t bytes) {
   return std::shared_ptr<void>(memory, memory->data());
 }
 
-const float* CudaModelOps::DeviceWeight(const float* host) {
-  if (host == nullptr) return nullptr;
-  if (auto known = weights_.find(host); known != weights_.end()) return known->second;
+const BackendCapabilities& CudaModelOps::capabilities() const {
+  static const BackendCapabilities capabilities{
+      .host_memory = false, .weight_formats = {WeightFormat::kF32}, .base_gradients = false};
+  return capabilities;
+}
+
+absl::StatusOr<WeightRef> CudaModelOps::Bind(const HostWeight& weight) {
+  if (!capabilities().Accepts(weight.format)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CUDA backend computes with f32 weights, not ", WeightFormatName(weight.format)));
+  }
+  const float* host = static_cast<const float*>(weight.values);
   const float* device = Translate(*base_device_, base_.parameters(), host, false);
+  float* gradient = nullptr;  // Only the adapter trains on the GPU (capabilities()).
   if (device == nullptr && lora_ != nullptr) {
     device = Translate(*adapter_device_, lora_->parameters(), host, false);
+    if (device != nullptr && weight.gradient != nullptr) {
+      if (absl::Status status = MirrorAdapterGradients(); !status.ok()) return status;
+      gradient = Translate(*adapter_gradients_, lora_->parameters(), weight.gradient, true);
+    }
   }
   if (device == nullptr) {
-    Refuse("weight", "an address outside the model's and the adapter's parameters");
-    return nullptr;
+    return absl::FailedPreconditionError(
+        "the CUDA backend holds no device copy of this weight: it is in neither the model nor "
+        "the adapter the backend was made for");
   }
-  weights_.emplace(host, device);
-  return device;
+  return MakeWeight(weight.format, device, nullptr, gradient, weight.size);
 }
 
-float* CudaModelOps::DeviceGradient(float* host) {
-  if (host == nullptr || Failed()) return nullptr;
-  if (auto known = gradient_addresses_.find(host); known != gradient_addresses_.end()) {
-    gradients_written_ = true;
-    return known->second;
-  }
-  if (lora_ == nullptr || Translate(*adapter_device_, lora_->parameters(), host, true) == nullptr) {
-    // Only the adapter trains on the GPU; base_ has no device gradients.
-    if (Translate(*base_device_, base_.parameters(), host, true) == nullptr) {
-      Refuse("gradient", "an address outside the adapter's gradients");
-    } else {
-      Refuse("gradient", "base-model weights are frozen on the GPU (train them on the CPU)");
-    }
-    return nullptr;
-  }
-  if (!adapter_gradients_.has_value()) {
-    absl::StatusOr<DeviceParameters> gradients = DeviceParameters::Upload(lora_->parameters());
-    Run("gradient mirrors", [&] { return gradients.status(); });
-    if (Failed()) return nullptr;
-    adapter_gradients_ = *std::move(gradients);
-    Run("zero gradients", [&] { return adapter_gradients_->Zero(); });
-  }
-  gradients_written_ = true;
-  float*& device = gradient_addresses_[host];
-  if (device == nullptr) device = Translate(*adapter_gradients_, lora_->parameters(), host, true);
-  return device;
+absl::Status CudaModelOps::MirrorAdapterGradients() {
+  if (adapter_gradients_.has_value()) return absl::OkStatus();
+  if (absl::Status status = gpu::UseDevice(device_); !status.ok()) return status;
+  absl::StatusOr<DeviceParameters> gradients = DeviceParameters::Upload(lora_->parameters());
+  if (!gradients.ok()) return gradients.status();
+  if (absl::Status status = gradients->Zero(); !status.ok()) return status;
+  adapter_gradients_ = *std::move(gradients);
+  return absl::OkStatus();
 }
 
-std::optional<LoraProjection> CudaModelOps::DeviceLora(const std::optional<LoraProjection>& host,
-                                                       bool gradients) {
-  if (!host.has_value()) return std::nullopt;
-  LoraProjection device = *host;
-  device.weights.a = DeviceWeight(host->weights.a);
-  device.weights.b = DeviceWeight(host->weights.b);
-  // A forward leaves the gradients alone, so that Finish has none to bring to the host.
-  device.a_grad = gradients ? DeviceGradient(host->a_grad) : nullptr;
-  device.b_grad = gradients ? DeviceGradient(host->b_grad) : nullptr;
-  return device;
+float* CudaModelOps::WrittenGradient(WeightRef weight) {
+  float* gradient = BufferAccess::Gradient(weight);
+  if (gradient != nullptr) gradients_written_ = true;
+  return gradient;
 }
 
 const int* CudaModelOps::DeviceOffsets(const std::vector<int>& offsets, int& max_rows) {
@@ -249,13 +248,12 @@ void CudaModelOps::CopyOut(Ref<const int16_t> source, int16_t* host, int64_t cou
 }
 
 void CudaModelOps::Multiply(const char* name, Ref<const float> x, const int* offsets, int groups,
-                            int max_rows, const float* w, int64_t w_stride, int in, int out,
+                            int max_rows, WeightRef w, int64_t w_stride, int in, int out,
                             Ref<float> y, float beta) {
-  const float* weight = DeviceWeight(w);
   Run(name, [&] {
     return gpu::GroupedGemm({.a = At(x),
                              .lda = in,
-                             .w = weight,
+                             .w = Weight(w),
                              .w_group_stride = w_stride,
                              .ldw = in,
                              .transpose_w = true,
@@ -269,13 +267,12 @@ void CudaModelOps::Multiply(const char* name, Ref<const float> x, const int* off
 }
 
 void CudaModelOps::MultiplyBackward(const char* name, Ref<const float> dy, const int* offsets,
-                                    int groups, int max_rows, const float* w, int64_t w_stride,
-                                    int in, int out, Ref<float> dx) {
-  const float* weight = DeviceWeight(w);
+                                    int groups, int max_rows, WeightRef w, int64_t w_stride, int in,
+                                    int out, Ref<float> dx) {
   Run(name, [&] {
     return gpu::GroupedGemm({.a = At(dy),
                              .lda = out,
-                             .w = weight,
+                             .w = Weight(w),
                              .w_group_stride = w_stride,
                              .ldw = in,
                              .transpose_w = false,
@@ -288,25 +285,24 @@ void CudaModelOps::MultiplyBackward(const char* name, Ref<const float> dy, const
   });
 }
 
-void CudaModelOps::Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in,
-                          int out, bool accumulate) {
+void CudaModelOps::Linear(Ref<const float> x, WeightRef w, Ref<float> y, int rows, int in, int out,
+                          bool accumulate) {
   if (rows == 0) return;
   int max_rows = 0;
   const int* offsets = DeviceOffsets({0, rows}, max_rows);
   Multiply("Linear", x, offsets, 1, max_rows, w, 0, in, out, y, accumulate ? 1.0f : 0.0f);
 }
 
-void CudaModelOps::LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy,
-                                  Ref<float> dx, float* dw, int rows, int in, int out) {
-  if (dw != nullptr) return Refuse("LinearBackward", "base-model weights are frozen on the GPU");
+void CudaModelOps::LinearBackward(Ref<const float> x, WeightRef w, Ref<const float> dy,
+                                  Ref<float> dx, int rows, int in, int out) {
   if (rows == 0) return;
   int max_rows = 0;
   const int* offsets = DeviceOffsets({0, rows}, max_rows);
   MultiplyBackward("LinearBackward", dy, offsets, 1, max_rows, w, 0, in, out, dx);
 }
 
-void CudaModelOps::ProjectGroups(Ref<const float> x, const std::vector<int>& offsets,
-                                 const float* w, int64_t w_stride, int in, int out,
+void CudaModelOps::ProjectGroups(Ref<const float> x, const std::vector<int>& offsets, WeightRef w,
+                                 int64_t w_stride, int in, int out,
                                  const std::optional<LoraProjection>& lora, Buffer<float>& lora_h,
                                  Ref<float> y) {
   if (offsets.back() == 0) return;
@@ -314,52 +310,44 @@ void CudaModelOps::ProjectGroups(Ref<const float> x, const std::vector<int>& off
   int max_rows = 0;
   const int* device_offsets = DeviceOffsets(offsets, max_rows);
   Multiply("ProjectGroups", x, device_offsets, groups, max_rows, w, w_stride, in, out, y, 0.0f);
-  const std::optional<LoraProjection> device_lora = DeviceLora(lora, /*gradients=*/false);
-  if (!device_lora.has_value()) return;
-  Resize(lora_h, int64_t{offsets.back()} * lora->weights.rank);
+  if (!lora.has_value()) return;
+  Resize(lora_h, int64_t{offsets.back()} * lora->rank);
   Run("ProjectGroups LoRA", [&] {
-    return gpu::GroupedLoraForward(At(x), device_offsets, groups, max_rows, in, out,
-                                   device_lora->weights, At(lora_h.ref()), At(y));
+    return gpu::GroupedLoraForward(At(x), device_offsets, groups, max_rows, in, out, Kernel(*lora),
+                                   At(lora_h.ref()), At(y));
   });
 }
 
 void CudaModelOps::ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets,
-                                         const float* w, float* w_grad, int64_t w_stride, int in,
-                                         int out, const std::optional<LoraProjection>& lora,
+                                         WeightRef w, int64_t w_stride, int in, int out,
+                                         const std::optional<LoraProjection>& lora,
                                          Ref<const float> lora_h, Ref<const float> dy,
                                          Ref<float> dx) {
-  if (w_grad != nullptr) {
-    return Refuse("ProjectGroupsBackward", "base-model weights are frozen on the GPU");
-  }
   if (offsets.back() == 0) return;
   const int groups = static_cast<int>(offsets.size()) - 1;
   int max_rows = 0;
   const int* device_offsets = DeviceOffsets(offsets, max_rows);
   MultiplyBackward("ProjectGroupsBackward", dy, device_offsets, groups, max_rows, w, w_stride, in,
                    out, dx);
-  const std::optional<LoraProjection> device_lora = DeviceLora(lora, /*gradients=*/true);
-  if (!device_lora.has_value()) return;
-  float* dh = Scratch(lora_workspace_, int64_t{offsets.back()} * lora->weights.rank);
+  if (!lora.has_value()) return;
+  float* dh = Scratch(lora_workspace_, int64_t{offsets.back()} * lora->rank);
+  float* a_grad = WrittenGradient(lora->a);
+  float* b_grad = WrittenGradient(lora->b);
   Run("ProjectGroupsBackward LoRA", [&] {
-    return gpu::GroupedLoraBackward(At(x), device_offsets, groups, max_rows, in, out,
-                                    device_lora->weights, At(lora_h), At(dy), At(dx),
-                                    device_lora->a_grad, device_lora->b_grad, dh);
+    return gpu::GroupedLoraBackward(At(x), device_offsets, groups, max_rows, in, out, Kernel(*lora),
+                                    At(lora_h), At(dy), At(dx), a_grad, b_grad, dh);
   });
 }
 
-void CudaModelOps::RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd,
-                           int rows, int width, float eps) {
-  const float* weight = DeviceWeight(w);
-  Run("RmsNorm", [&] { return gpu::RmsNorm(At(x), weight, At(y), At(rstd), rows, width, eps); });
+void CudaModelOps::RmsNorm(Ref<const float> x, WeightRef w, Ref<float> y, Ref<float> rstd, int rows,
+                           int width, float eps) {
+  Run("RmsNorm", [&] { return gpu::RmsNorm(At(x), Weight(w), At(y), At(rstd), rows, width, eps); });
 }
 
-void CudaModelOps::RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
-                                   Ref<const float> dy, Ref<float> dx, float* dw, int rows,
-                                   int width) {
-  if (dw != nullptr) return Refuse("RmsNormBackward", "norm weights are frozen on the GPU");
-  const float* weight = DeviceWeight(w);
+void CudaModelOps::RmsNormBackward(Ref<const float> x, WeightRef w, Ref<const float> rstd,
+                                   Ref<const float> dy, Ref<float> dx, int rows, int width) {
   Run("RmsNormBackward", [&] {
-    return gpu::RmsNormBackward(At(x), weight, At(rstd), At(dy), At(dx), nullptr, rows, width);
+    return gpu::RmsNormBackward(At(x), Weight(w), At(rstd), At(dy), At(dx), nullptr, rows, width);
   });
 }
 
@@ -373,7 +361,7 @@ void CudaModelOps::RopeBackward(Ref<float> dx, Ref<const int> positions, int row
 
 void CudaModelOps::CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                                    Ref<float> out, Ref<float> probs, int length,
-                                   const cpu::AttentionShape& shape) {
+                                   const kernels::AttentionShape& shape) {
   Run("CausalAttention",
       [&] { return gpu::CausalAttention(At(q), At(k), At(v), At(out), At(probs), length, shape); });
 }
@@ -382,7 +370,7 @@ void CudaModelOps::CausalAttentionBackward(Ref<const float> q, Ref<const float> 
                                            Ref<const float> v, Ref<const float> probs,
                                            Ref<const float> dout, Ref<float> dq, Ref<float> dk,
                                            Ref<float> dv, int length,
-                                           const cpu::AttentionShape& shape) {
+                                           const kernels::AttentionShape& shape) {
   float* workspace =
       Scratch(attention_workspace_, gpu::AttentionBackwardWorkspaceFloats(length, shape));
   Run("CausalAttentionBackward", [&] {
@@ -393,7 +381,7 @@ void CudaModelOps::CausalAttentionBackward(Ref<const float> q, Ref<const float> 
 
 void CudaModelOps::DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
                                    Ref<const float> v_cache, int length, Ref<float> out,
-                                   const cpu::AttentionShape& shape) {
+                                   const kernels::AttentionShape& shape) {
   float* scratch = Scratch(decode_scratch_, int64_t{shape.heads} * length);
   Run("DecodeAttention", [&] {
     return gpu::DecodeAttention(At(q), At(k_cache), At(v_cache), length, At(out), shape, scratch);
@@ -403,7 +391,7 @@ void CudaModelOps::DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
 void CudaModelOps::AppendAndAttend(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                                    const std::vector<Ref<float>>& k_caches,
                                    const std::vector<Ref<float>>& v_caches, const int* positions,
-                                   Ref<float> out, const cpu::AttentionShape& shape) {
+                                   Ref<float> out, const kernels::AttentionShape& shape) {
   const int rows = static_cast<int>(k_caches.size());
   if (rows == 0) return;
   // The caches' addresses, keys' then values', and the positions then the lengths after this row.
@@ -443,28 +431,28 @@ void CudaModelOps::SwiGluBackward(Ref<const float> gate, Ref<const float> up, Re
       [&] { return gpu::SwiGluBackward(At(gate), At(up), At(dout), At(dgate), At(dup), n); });
 }
 
-void CudaModelOps::EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out,
-                                   int rows, int width) {
-  const float* device_table = DeviceWeight(table);
+void CudaModelOps::EmbeddingGather(WeightRef table, Ref<const int> tokens, Ref<float> out, int rows,
+                                   int width) {
   Run("EmbeddingGather",
-      [&] { return gpu::EmbeddingGather(device_table, At(tokens), At(out), rows, width); });
+      [&] { return gpu::EmbeddingGather(Weight(table), At(tokens), At(out), rows, width); });
 }
 
 void CudaModelOps::EmbeddingBackward(Ref<const float> /*dout*/, Ref<const int> /*tokens*/,
-                                     float* /*dtable*/, int /*rows*/, int /*width*/) {
+                                     WeightRef /*table*/, int /*rows*/, int /*width*/) {
   Refuse("EmbeddingBackward", "the embedding is frozen on the GPU");
 }
 
 void CudaModelOps::RouterScores(Ref<const float> logits, Ref<float> scores, int rows, int experts,
-                                cpu::ScoringFunction scoring) {
+                                kernels::ScoringFunction scoring) {
   Run("RouterScores",
       [&] { return gpu::RouterScores(At(logits), At(scores), rows, experts, scoring); });
 }
 
-void CudaModelOps::TopK(Ref<const float> scores, const float* selection_bias, int rows, int experts,
-                        int k, Ref<int16_t> ids, const cpu::GroupLimit& limit) {
-  const float* bias = DeviceWeight(selection_bias);
-  Run("TopK", [&] { return gpu::TopK(At(scores), bias, rows, experts, k, At(ids), limit); });
+void CudaModelOps::TopK(Ref<const float> scores, WeightRef selection_bias, int rows, int experts,
+                        int k, Ref<int16_t> ids, const kernels::GroupLimit& limit) {
+  Run("TopK", [&] {
+    return gpu::TopK(At(scores), Weight(selection_bias), rows, experts, k, At(ids), limit);
+  });
 }
 
 void CudaModelOps::GateWeights(Ref<const float> scores, Ref<const int16_t> ids, int rows,
@@ -477,7 +465,7 @@ void CudaModelOps::GateWeights(Ref<const float> scores, Ref<const int16_t> ids, 
 void CudaModelOps::RouterGatesBackward(Ref<const float> logits, Ref<const float> scores,
                                        Ref<const int16_t> ids, Ref<const float> dgates,
                                        Ref<float> dlogits, int rows, int experts, int k,
-                                       bool normalize, cpu::ScoringFunction scoring) {
+                                       bool normalize, kernels::ScoringFunction scoring) {
   Run("RouterGatesBackward", [&] {
     return gpu::RouterGatesBackward(At(logits), At(scores), At(ids), At(dgates), At(dlogits), rows,
                                     experts, k, normalize, scoring);

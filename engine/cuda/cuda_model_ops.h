@@ -6,7 +6,6 @@
 #include <optional>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,54 +40,58 @@ class CudaModelOps final : public ModelOps {
   // Copies the adapter's host values to the device again (after an optimizer step or a load).
   absl::Status AdapterChanged() override;
   absl::Status Finish() override;
-  bool host_memory() const override { return false; }
+  // Device memory, f32 weights, the adapter's gradients only.
+  const BackendCapabilities& capabilities() const override;
+  // The device copy of a base or adapter weight (the adapter's gradient mirrors allocated with
+  // the first adapter weight that trains).
+  absl::StatusOr<WeightRef> Bind(const HostWeight& weight) override;
   void Copy(Ref<const float> source, Ref<float> target, int64_t count) override;
   void Fill(Ref<float> target, float value, int64_t count) override;
-  void Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in, int out,
+  void Linear(Ref<const float> x, WeightRef w, Ref<float> y, int rows, int in, int out,
               bool accumulate) override;
-  void LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy, Ref<float> dx,
-                      float* dw, int rows, int in, int out) override;
-  void ProjectGroups(Ref<const float> x, const std::vector<int>& offsets, const float* w,
+  void LinearBackward(Ref<const float> x, WeightRef w, Ref<const float> dy, Ref<float> dx, int rows,
+                      int in, int out) override;
+  void ProjectGroups(Ref<const float> x, const std::vector<int>& offsets, WeightRef w,
                      int64_t w_stride, int in, int out, const std::optional<LoraProjection>& lora,
                      Buffer<float>& lora_h, Ref<float> y) override;
-  void ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets, const float* w,
-                             float* w_grad, int64_t w_stride, int in, int out,
+  void ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets, WeightRef w,
+                             int64_t w_stride, int in, int out,
                              const std::optional<LoraProjection>& lora, Ref<const float> lora_h,
                              Ref<const float> dy, Ref<float> dx) override;
-  void RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd, int rows,
-               int width, float eps) override;
-  void RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
-                       Ref<const float> dy, Ref<float> dx, float* dw, int rows, int width) override;
+  void RmsNorm(Ref<const float> x, WeightRef w, Ref<float> y, Ref<float> rstd, int rows, int width,
+               float eps) override;
+  void RmsNormBackward(Ref<const float> x, WeightRef w, Ref<const float> rstd, Ref<const float> dy,
+                       Ref<float> dx, int rows, int width) override;
   void Rope(Ref<float> x, Ref<const int> positions, int rows, int heads) override;
   void RopeBackward(Ref<float> dx, Ref<const int> positions, int rows, int heads) override;
   void CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v, Ref<float> out,
-                       Ref<float> probs, int length, const cpu::AttentionShape& shape) override;
+                       Ref<float> probs, int length, const kernels::AttentionShape& shape) override;
   void CausalAttentionBackward(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                                Ref<const float> probs, Ref<const float> dout, Ref<float> dq,
                                Ref<float> dk, Ref<float> dv, int length,
-                               const cpu::AttentionShape& shape) override;
+                               const kernels::AttentionShape& shape) override;
   void DecodeAttention(Ref<const float> q, Ref<const float> k_cache, Ref<const float> v_cache,
-                       int length, Ref<float> out, const cpu::AttentionShape& shape) override;
+                       int length, Ref<float> out, const kernels::AttentionShape& shape) override;
   void AppendAndAttend(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                        const std::vector<Ref<float>>& k_caches,
                        const std::vector<Ref<float>>& v_caches, const int* positions,
-                       Ref<float> out, const cpu::AttentionShape& shape) override;
+                       Ref<float> out, const kernels::AttentionShape& shape) override;
   void SwiGlu(Ref<const float> gate, Ref<const float> up, Ref<float> out, int64_t n) override;
   void SwiGluBackward(Ref<const float> gate, Ref<const float> up, Ref<const float> dout,
                       Ref<float> dgate, Ref<float> dup, int64_t n) override;
-  void EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out, int rows,
+  void EmbeddingGather(WeightRef table, Ref<const int> tokens, Ref<float> out, int rows,
                        int width) override;
-  void EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, float* dtable, int rows,
+  void EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, WeightRef table, int rows,
                          int width) override;
   void RouterScores(Ref<const float> logits, Ref<float> scores, int rows, int experts,
-                    cpu::ScoringFunction scoring) override;
-  void TopK(Ref<const float> scores, const float* selection_bias, int rows, int experts, int k,
-            Ref<int16_t> ids, const cpu::GroupLimit& limit) override;
+                    kernels::ScoringFunction scoring) override;
+  void TopK(Ref<const float> scores, WeightRef selection_bias, int rows, int experts, int k,
+            Ref<int16_t> ids, const kernels::GroupLimit& limit) override;
   void GateWeights(Ref<const float> scores, Ref<const int16_t> ids, int rows, int experts, int k,
                    bool normalize, Ref<float> gates) override;
   void RouterGatesBackward(Ref<const float> logits, Ref<const float> scores, Ref<const int16_t> ids,
                            Ref<const float> dgates, Ref<float> dlogits, int rows, int experts,
-                           int k, bool normalize, cpu::ScoringFunction scoring) override;
+                           int k, bool normalize, kernels::ScoringFunction scoring) override;
   ExpertPermutation BuildPermutation(Ref<const int16_t> ids, int rows, int k, int experts) override;
   void PermuteRows(Ref<const float> x, const ExpertPermutation& permutation, Ref<float> out,
                    int width) override;
@@ -130,19 +133,16 @@ class CudaModelOps final : public ModelOps {
   void Run(const char* name, absl::FunctionRef<absl::Status()> launch);
   bool Failed() const { return !status_.ok(); }
   void Refuse(const char* name, const char* why);
-  // The device address of a host weight (base or adapter), a host adapter gradient, a LoRA
-  // projection (with its gradients' only for a backward); null (and a failure kept) when the
-  // address is none of them.
-  const float* DeviceWeight(const float* host);
-  float* DeviceGradient(float* host);
-  std::optional<LoraProjection> DeviceLora(const std::optional<LoraProjection>& host,
-                                           bool gradients);
+  // Allocates the adapter's zeroed gradient mirrors, once.
+  absl::Status MirrorAdapterGradients();
+  // A weight's device gradient, noting that Finish has gradients to bring to the host.
+  float* WrittenGradient(WeightRef weight);
   // The base part of a grouped projection, y = x·Wᵀ + beta·y, over `groups` row groups at device
   // `offsets` (group g's weight w + g·w_stride), and its backward dx += dy·W.
   void Multiply(const char* name, Ref<const float> x, const int* offsets, int groups, int max_rows,
-                const float* w, int64_t w_stride, int in, int out, Ref<float> y, float beta);
+                WeightRef w, int64_t w_stride, int in, int out, Ref<float> y, float beta);
   void MultiplyBackward(const char* name, Ref<const float> dy, const int* offsets, int groups,
-                        int max_rows, const float* w, int64_t w_stride, int in, int out,
+                        int max_rows, WeightRef w, int64_t w_stride, int in, int out,
                         Ref<float> dx);
   // `offsets` on the device and GroupedGemm's row bound (all rows).
   const int* DeviceOffsets(const std::vector<int>& offsets, int& max_rows);
@@ -157,8 +157,6 @@ class CudaModelOps final : public ModelOps {
   LoraAdapter* const lora_;
   std::optional<DeviceParameters> adapter_device_, adapter_gradients_;
   const ::tandem::cuda::DeviceRopeFrequencies rope_;
-  absl::flat_hash_map<const float*, const float*> weights_;  // Host -> device, looked up once.
-  absl::flat_hash_map<float*, float*> gradient_addresses_;   // Likewise for the adapter's.
   // Room for every MoE layer's group offsets of a pass and the positions of a decode step; every
   // layer's cache addresses of a decode step.
   StagedValues<int> staged_ints_{256};

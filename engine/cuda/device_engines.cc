@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/cuda/cuda_model_ops.h"
 #include "engine/cuda/device_parameters.h"
 #include "kernels/cuda/device.h"
@@ -45,8 +46,10 @@ absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, B
   if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
   if (device == "cpu") {
     return TrainingEngines{
-        .policy = std::make_unique<TransformerTrainingEngine>(base, &lora, exchange),
-        .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr, exchange)};
+        .policy = std::make_unique<TransformerTrainingEngine>(
+            base, &lora, std::make_unique<CpuModelOps>(base.config()), exchange),
+        .reference = std::make_unique<TransformerTrainingEngine>(
+            base, nullptr, std::make_unique<CpuModelOps>(base.config()), exchange)};
   }
   if (exchange != nullptr) {
     return absl::UnimplementedError(
@@ -63,10 +66,10 @@ absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, B
   absl::StatusOr<std::unique_ptr<cuda::CudaModelOps>> reference =
       cuda::CudaModelOps::Create(base.config(), ordinal, base, *base_device, nullptr);
   if (!reference.ok()) return reference.status();
-  return TrainingEngines{.policy = std::make_unique<TransformerTrainingEngine>(base, &lora, nullptr,
-                                                                               *std::move(policy)),
-                         .reference = std::make_unique<TransformerTrainingEngine>(
-                             base, nullptr, nullptr, *std::move(reference))};
+  return TrainingEngines{
+      .policy = std::make_unique<TransformerTrainingEngine>(base, &lora, *std::move(policy)),
+      .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr,
+                                                               *std::move(reference))};
 }
 
 absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,
@@ -76,7 +79,8 @@ absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& devic
     return DecodeEngineMaker(
         [precision](BaseModel& base,
                     LoraAdapter* lora) -> absl::StatusOr<std::unique_ptr<DecodeEngine>> {
-          return std::make_unique<Transformer>(base, lora, precision);
+          return std::make_unique<Transformer>(
+              base, lora, std::make_unique<CpuModelOps>(base.config()), precision);
         });
   }
   if (precision != Precision::kF32 && precision != Precision::kBF16) {
@@ -103,7 +107,7 @@ absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& devic
     absl::StatusOr<std::unique_ptr<cuda::CudaModelOps>> ops =
         cuda::CudaModelOps::Create(base.config(), ordinal, base, shared->parameters, lora);
     if (!ops.ok()) return ops.status();
-    return std::make_unique<Transformer>(base, lora, precision, nullptr, *std::move(ops));
+    return std::make_unique<Transformer>(base, lora, *std::move(ops), precision);
   });
 }
 

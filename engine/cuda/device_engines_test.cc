@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/cpu_model_ops.h"
 #include "engine/generator.h"
 #include "engine/testing/test_models.h"
 #include "engine/transformer.h"
@@ -66,7 +67,7 @@ TEST_P(DeviceEnginesTest, ForwardMatchesTheCpuTransformer) {
     test_models::RandomizeLora(*lora, 9);
     std::unique_ptr<TrainingEngine> gpu = GpuPolicy(model, *lora);
     ASSERT_NE(gpu, nullptr);
-    Transformer cpu(model, &*lora);
+    Transformer cpu(model, &*lora, std::make_unique<CpuModelOps>(model.config()));
     const TokenBatch batch = test_models::TwoSequences();
     const int64_t logits_size = int64_t{batch.num_tokens()} * config.vocab_size;
 
@@ -107,7 +108,7 @@ TEST_P(DeviceEnginesTest, ForwardMatchesTheCpuTransformer) {
 std::vector<float> CpuAdapterGradients(BaseModel& model, LoraAdapter& lora, const TokenBatch& batch,
                                        const std::vector<float>& dlogits,
                                        const std::vector<float>& dhidden) {
-  Transformer cpu(model, &lora);
+  Transformer cpu(model, &lora, std::make_unique<CpuModelOps>(model.config()));
   EXPECT_TRUE(cpu.Forward(batch).ok());
   EXPECT_TRUE(cpu.Backward(dlogits.data(), dhidden.data()).ok());
   std::vector<float> gradients = test_models::Gradients(lora.parameters());
@@ -200,7 +201,8 @@ TEST_P(DeviceEnginesTest, GenerationMatchesTheCpu) {
   std::unique_ptr<DecodeEngine> gpu_first = GpuDecodeEngine(maker, model, &*first);
   std::unique_ptr<DecodeEngine> gpu_second = GpuDecodeEngine(maker, model, &*second);
   ASSERT_TRUE(gpu_first != nullptr && gpu_second != nullptr);
-  Transformer cpu_first(model, &*first), cpu_second(model, &*second);
+  Transformer cpu_first(model, &*first, std::make_unique<CpuModelOps>(model.config())),
+      cpu_second(model, &*second, std::make_unique<CpuModelOps>(model.config()));
 
   const auto generate = [&](DecodeEngine& a, DecodeEngine& b) {
     GenerationBatch batch(a);
@@ -276,8 +278,9 @@ TEST_P(DeviceEnginesTest, Bf16ModeRoundsLikeTheCpu) {
   ASSERT_TRUE(lora.ok());
   test_models::RandomizeLora(*lora, 53);
   LoraAdapter rounded = lora->RoundedToBf16();
-  Transformer cpu_bf16(model, &rounded, Precision::kBF16);
-  Transformer cpu_fp32(model, &rounded, Precision::kF32);
+  Transformer cpu_bf16(model, &rounded, std::make_unique<CpuModelOps>(model.config()),
+                       Precision::kBF16);
+  Transformer cpu_fp32(model, &rounded, std::make_unique<CpuModelOps>(model.config()));
   DecodeEngineMaker maker = GpuDecodeEngines(Precision::kBF16);
   std::unique_ptr<DecodeEngine> gpu = GpuDecodeEngine(maker, model, &rounded);
   ASSERT_NE(gpu, nullptr);
@@ -310,7 +313,7 @@ TEST_F(DeviceEnginesGpuTest, RefreshedAdapterChangesTheGpuForwardLikeTheCpus) {
   ASSERT_NE(gpu, nullptr);
   test_models::RandomizeLora(*lora, 13);  // B was zero: the adapter now changes the output.
   ASSERT_TRUE(gpu->AdapterChanged().ok());
-  Transformer cpu(model, &*lora);
+  Transformer cpu(model, &*lora, std::make_unique<CpuModelOps>(model.config()));
   const TokenBatch batch = test_models::TwoSequences();
   const int64_t size = int64_t{batch.num_tokens()} * config.vocab_size;
   absl::StatusOr<const float*> expected = cpu.Forward(batch);

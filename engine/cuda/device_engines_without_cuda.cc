@@ -3,6 +3,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/cuda/device_engines.h"
 
 namespace tandem::engine {
@@ -39,8 +40,10 @@ absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, B
   if (absl::Status status = ValidateDeviceName(device); !status.ok()) return status;
   if (device != "cpu") return NoCuda(device);
   return TrainingEngines{
-      .policy = std::make_unique<TransformerTrainingEngine>(base, &lora, exchange),
-      .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr, exchange)};
+      .policy = std::make_unique<TransformerTrainingEngine>(
+          base, &lora, std::make_unique<CpuModelOps>(base.config()), exchange),
+      .reference = std::make_unique<TransformerTrainingEngine>(
+          base, nullptr, std::make_unique<CpuModelOps>(base.config()), exchange)};
 }
 
 absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,
@@ -53,7 +56,8 @@ absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& devic
   return DecodeEngineMaker(
       [precision](BaseModel& base,
                   LoraAdapter* lora) -> absl::StatusOr<std::unique_ptr<DecodeEngine>> {
-        return std::make_unique<Transformer>(base, lora, precision);
+        return std::make_unique<Transformer>(
+            base, lora, std::make_unique<CpuModelOps>(base.config()), precision);
       });
 }
 

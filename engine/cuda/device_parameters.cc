@@ -57,16 +57,4 @@ float* DeviceParameters::Find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : it->second.data();
 }
 
-float* DeviceParameters::Translate(const ParameterSet& parameters, const float* host) const {
-  for (const auto& [name, tensor] : tensors_) {
-    const Parameter* parameter = parameters.Find(name);
-    if (parameter == nullptr) continue;
-    const float* begin = parameter->value.data();
-    if (host >= begin && host < begin + parameter->value.size()) {
-      return tensor.data() + (host - begin);
-    }
-  }
-  return nullptr;
-}
-
 }  // namespace tandem::engine::cuda

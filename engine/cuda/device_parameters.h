@@ -27,9 +27,6 @@ class DeviceParameters {
 
   // The device copy of `name`, or null when there is none.
   float* Find(const std::string& name) const;
-  // The device address of `host`, a pointer into the value of one of `parameters`' tensors
-  // (e.g. a LoraProjection's A or B of one expert); null when it points into none.
-  float* Translate(const ParameterSet& parameters, const float* host) const;
 
  private:
   std::map<std::string, ::tandem::cuda::DeviceArray<float>> tensors_;

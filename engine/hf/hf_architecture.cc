@@ -92,7 +92,7 @@ absl::Status ReadShared(const json& json_config, const char* experts_field, int 
   config.num_kv_heads = *kv_heads;
   config.attention_head_dim = *head_dim;
   config.num_dense_layers = 0;
-  config.scoring = cpu::ScoringFunction::kSoftmax;
+  config.scoring = kernels::ScoringFunction::kSoftmax;
   config.tie_word_embeddings = json_config.value("tie_word_embeddings", false);
   return absl::OkStatus();
 }
@@ -296,7 +296,7 @@ absl::StatusOr<HfArchitecture> DeepseekV3(const json& json_config) {
   config.routed_scaling_factor = static_cast<float>(*scaling);
   config.norm_topk_prob = *normalize;
   config.rope_interleave = *interleave;
-  config.scoring = cpu::ScoringFunction::kSigmoid;
+  config.scoring = kernels::ScoringFunction::kSigmoid;
   return architecture;
 }
 
@@ -385,7 +385,7 @@ TensorShapes HfTensorShapes(const HfArchitecture& architecture) {
     }
     const std::string block = absl::StrCat(prefix, architecture.names.block, ".");
     shapes[block + "gate.weight"] = {config.num_experts, hidden};
-    if (config.scoring == cpu::ScoringFunction::kSigmoid) {
+    if (config.scoring == kernels::ScoringFunction::kSigmoid) {
       shapes[block + "gate.e_score_correction_bias"] = {config.num_experts};
     }
     if (config.num_shared_experts > 0) {

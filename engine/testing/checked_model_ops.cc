@@ -76,6 +76,23 @@ void CheckedModelOps::Need(const char* call, const char* argument, Ref<T> ref, i
   violations_.push_back(absl::StrCat(call, " ", argument, ": ", ref.size(), " < ", count));
 }
 
+void CheckedModelOps::Need(const char* call, const char* argument, WeightRef weight,
+                           int64_t count) {
+  if (weight.null() || weight.size() >= count) return;
+  violations_.push_back(absl::StrCat(call, " ", argument, ": ", weight.size(), " < ", count));
+}
+
+const BackendCapabilities& CheckedModelOps::capabilities() const {
+  // The CPU's, but no host memory: nothing outside the operations may touch the arena.
+  static const BackendCapabilities capabilities{
+      .host_memory = false, .weight_formats = {WeightFormat::kF32}, .base_gradients = true};
+  return capabilities;
+}
+
+absl::StatusOr<WeightRef> CheckedModelOps::Bind(const HostWeight& weight) {
+  return cpu_.Bind(weight);
+}
+
 absl::Status CheckedModelOps::Finish() {
   Call call(*this, "Finish");
   return cpu_.Finish();
@@ -124,69 +141,76 @@ void CheckedModelOps::CopyOut(Ref<const int16_t> source, int16_t* host, int64_t 
   cpu_.CopyOut(source, host, count);
 }
 
-void CheckedModelOps::Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in,
+void CheckedModelOps::Linear(Ref<const float> x, WeightRef w, Ref<float> y, int rows, int in,
                              int out, bool accumulate) {
   Call call(*this, "Linear");
   Need("Linear", "x", x, int64_t{rows} * in);
+  Need("Linear", "w", w, int64_t{out} * in);
   Need("Linear", "y", y, int64_t{rows} * out);
   cpu_.Linear(x, w, y, rows, in, out, accumulate);
 }
 
-void CheckedModelOps::LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy,
-                                     Ref<float> dx, float* dw, int rows, int in, int out) {
+void CheckedModelOps::LinearBackward(Ref<const float> x, WeightRef w, Ref<const float> dy,
+                                     Ref<float> dx, int rows, int in, int out) {
   Call call(*this, "LinearBackward");
   Need("LinearBackward", "x", x, int64_t{rows} * in);
+  Need("LinearBackward", "w", w, int64_t{out} * in);
   Need("LinearBackward", "dy", dy, int64_t{rows} * out);
   Need("LinearBackward", "dx", dx, int64_t{rows} * in);
-  cpu_.LinearBackward(x, w, dy, dx, dw, rows, in, out);
+  cpu_.LinearBackward(x, w, dy, dx, rows, in, out);
 }
 
 void CheckedModelOps::ProjectGroups(Ref<const float> x, const std::vector<int>& offsets,
-                                    const float* w, int64_t w_stride, int in, int out,
+                                    WeightRef w, int64_t w_stride, int in, int out,
                                     const std::optional<LoraProjection>& lora,
                                     Buffer<float>& lora_h, Ref<float> y) {
   Call call(*this, "ProjectGroups");
   const int64_t rows = offsets.back();
   Need("ProjectGroups", "x", x, rows * in);
+  Need("ProjectGroups", "w", w,
+       static_cast<int64_t>(offsets.size() - 2) * w_stride + int64_t{out} * in);
   Need("ProjectGroups", "y", y, rows * out);
   // Sized here, so that the CPU backend's own Resize finds it large enough and the LoRA
   // intermediate lives in this arena too.
-  if (lora.has_value()) Resize(lora_h, rows * lora->weights.rank);
+  if (lora.has_value()) Resize(lora_h, rows * lora->rank);
   cpu_.ProjectGroups(x, offsets, w, w_stride, in, out, lora, lora_h, y);
 }
 
 void CheckedModelOps::ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets,
-                                            const float* w, float* w_grad, int64_t w_stride, int in,
-                                            int out, const std::optional<LoraProjection>& lora,
+                                            WeightRef w, int64_t w_stride, int in, int out,
+                                            const std::optional<LoraProjection>& lora,
                                             Ref<const float> lora_h, Ref<const float> dy,
                                             Ref<float> dx) {
   Call call(*this, "ProjectGroupsBackward");
   const int64_t rows = offsets.back();
   Need("ProjectGroupsBackward", "x", x, rows * in);
-  if (lora.has_value()) Need("ProjectGroupsBackward", "lora_h", lora_h, rows * lora->weights.rank);
+  Need("ProjectGroupsBackward", "w", w,
+       static_cast<int64_t>(offsets.size() - 2) * w_stride + int64_t{out} * in);
+  if (lora.has_value()) Need("ProjectGroupsBackward", "lora_h", lora_h, rows * lora->rank);
   Need("ProjectGroupsBackward", "dy", dy, rows * out);
   Need("ProjectGroupsBackward", "dx", dx, rows * in);
-  cpu_.ProjectGroupsBackward(x, offsets, w, w_grad, w_stride, in, out, lora, lora_h, dy, dx);
+  cpu_.ProjectGroupsBackward(x, offsets, w, w_stride, in, out, lora, lora_h, dy, dx);
 }
 
-void CheckedModelOps::RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd,
+void CheckedModelOps::RmsNorm(Ref<const float> x, WeightRef w, Ref<float> y, Ref<float> rstd,
                               int rows, int width, float eps) {
   Call call(*this, "RmsNorm");
   Need("RmsNorm", "x", x, int64_t{rows} * width);
   Need("RmsNorm", "y", y, int64_t{rows} * width);
   Need("RmsNorm", "rstd", rstd, rows);
+  Need("RmsNorm", "w", w, width);
   cpu_.RmsNorm(x, w, y, rstd, rows, width, eps);
 }
 
-void CheckedModelOps::RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
-                                      Ref<const float> dy, Ref<float> dx, float* dw, int rows,
-                                      int width) {
+void CheckedModelOps::RmsNormBackward(Ref<const float> x, WeightRef w, Ref<const float> rstd,
+                                      Ref<const float> dy, Ref<float> dx, int rows, int width) {
   Call call(*this, "RmsNormBackward");
   Need("RmsNormBackward", "x", x, int64_t{rows} * width);
   Need("RmsNormBackward", "rstd", rstd, rows);
+  Need("RmsNormBackward", "w", w, width);
   Need("RmsNormBackward", "dy", dy, int64_t{rows} * width);
   Need("RmsNormBackward", "dx", dx, int64_t{rows} * width);
-  cpu_.RmsNormBackward(x, w, rstd, dy, dx, dw, rows, width);
+  cpu_.RmsNormBackward(x, w, rstd, dy, dx, rows, width);
 }
 
 void CheckedModelOps::Rope(Ref<float> x, Ref<const int> positions, int rows, int heads) {
@@ -205,7 +229,7 @@ void CheckedModelOps::RopeBackward(Ref<float> dx, Ref<const int> positions, int 
 
 void CheckedModelOps::CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                                       Ref<float> out, Ref<float> probs, int length,
-                                      const cpu::AttentionShape& shape) {
+                                      const kernels::AttentionShape& shape) {
   Call call(*this, "CausalAttention");
   Need("CausalAttention", "q", q, int64_t{length} * shape.heads * shape.qk_dim);
   Need("CausalAttention", "k", k, int64_t{length} * shape.kv_heads * shape.qk_dim);
@@ -219,7 +243,7 @@ void CheckedModelOps::CausalAttentionBackward(Ref<const float> q, Ref<const floa
                                               Ref<const float> v, Ref<const float> probs,
                                               Ref<const float> dout, Ref<float> dq, Ref<float> dk,
                                               Ref<float> dv, int length,
-                                              const cpu::AttentionShape& shape) {
+                                              const kernels::AttentionShape& shape) {
   Call call(*this, "CausalAttentionBackward");
   const int64_t queries = int64_t{length} * shape.heads * shape.qk_dim;
   const int64_t keys = int64_t{length} * shape.kv_heads * shape.qk_dim;
@@ -237,7 +261,7 @@ void CheckedModelOps::CausalAttentionBackward(Ref<const float> q, Ref<const floa
 
 void CheckedModelOps::DecodeAttention(Ref<const float> q, Ref<const float> k_cache,
                                       Ref<const float> v_cache, int length, Ref<float> out,
-                                      const cpu::AttentionShape& shape) {
+                                      const kernels::AttentionShape& shape) {
   Call call(*this, "DecodeAttention");
   Need("DecodeAttention", "q", q, int64_t{shape.heads} * shape.qk_dim);
   Need("DecodeAttention", "k_cache", k_cache, int64_t{length} * shape.kv_heads * shape.qk_dim);
@@ -267,7 +291,7 @@ void CheckedModelOps::SwiGluBackward(Ref<const float> gate, Ref<const float> up,
   cpu_.SwiGluBackward(gate, up, dout, dgate, dup, n);
 }
 
-void CheckedModelOps::EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out,
+void CheckedModelOps::EmbeddingGather(WeightRef table, Ref<const int> tokens, Ref<float> out,
                                       int rows, int width) {
   Call call(*this, "EmbeddingGather");
   Need("EmbeddingGather", "tokens", tokens, rows);
@@ -275,24 +299,24 @@ void CheckedModelOps::EmbeddingGather(const float* table, Ref<const int> tokens,
   cpu_.EmbeddingGather(table, tokens, out, rows, width);
 }
 
-void CheckedModelOps::EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, float* dtable,
-                                        int rows, int width) {
+void CheckedModelOps::EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens,
+                                        WeightRef table, int rows, int width) {
   Call call(*this, "EmbeddingBackward");
   Need("EmbeddingBackward", "dout", dout, int64_t{rows} * width);
   Need("EmbeddingBackward", "tokens", tokens, rows);
-  cpu_.EmbeddingBackward(dout, tokens, dtable, rows, width);
+  cpu_.EmbeddingBackward(dout, tokens, table, rows, width);
 }
 
 void CheckedModelOps::RouterScores(Ref<const float> logits, Ref<float> scores, int rows,
-                                   int experts, cpu::ScoringFunction scoring) {
+                                   int experts, kernels::ScoringFunction scoring) {
   Call call(*this, "RouterScores");
   Need("RouterScores", "logits", logits, int64_t{rows} * experts);
   Need("RouterScores", "scores", scores, int64_t{rows} * experts);
   cpu_.RouterScores(logits, scores, rows, experts, scoring);
 }
 
-void CheckedModelOps::TopK(Ref<const float> scores, const float* selection_bias, int rows,
-                           int experts, int k, Ref<int16_t> ids, const cpu::GroupLimit& limit) {
+void CheckedModelOps::TopK(Ref<const float> scores, WeightRef selection_bias, int rows, int experts,
+                           int k, Ref<int16_t> ids, const kernels::GroupLimit& limit) {
   Call call(*this, "TopK");
   Need("TopK", "scores", scores, int64_t{rows} * experts);
   Need("TopK", "ids", ids, int64_t{rows} * k);
@@ -311,7 +335,7 @@ void CheckedModelOps::GateWeights(Ref<const float> scores, Ref<const int16_t> id
 void CheckedModelOps::RouterGatesBackward(Ref<const float> logits, Ref<const float> scores,
                                           Ref<const int16_t> ids, Ref<const float> dgates,
                                           Ref<float> dlogits, int rows, int experts, int k,
-                                          bool normalize, cpu::ScoringFunction scoring) {
+                                          bool normalize, kernels::ScoringFunction scoring) {
   Call call(*this, "RouterGatesBackward");
   Need("RouterGatesBackward", "logits", logits, int64_t{rows} * experts);
   Need("RouterGatesBackward", "scores", scores, int64_t{rows} * experts);

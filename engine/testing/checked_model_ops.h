@@ -28,50 +28,51 @@ class CheckedModelOps final : public ModelOps {
   const std::map<std::string, int64_t>& calls() const { return calls_; }
 
   absl::Status Finish() override;
-  bool host_memory() const override { return false; }
+  const BackendCapabilities& capabilities() const override;
+  absl::StatusOr<WeightRef> Bind(const HostWeight& weight) override;
   void Copy(Ref<const float> source, Ref<float> target, int64_t count) override;
   void Fill(Ref<float> target, float value, int64_t count) override;
-  void Linear(Ref<const float> x, const float* w, Ref<float> y, int rows, int in, int out,
+  void Linear(Ref<const float> x, WeightRef w, Ref<float> y, int rows, int in, int out,
               bool accumulate) override;
-  void LinearBackward(Ref<const float> x, const float* w, Ref<const float> dy, Ref<float> dx,
-                      float* dw, int rows, int in, int out) override;
-  void ProjectGroups(Ref<const float> x, const std::vector<int>& offsets, const float* w,
+  void LinearBackward(Ref<const float> x, WeightRef w, Ref<const float> dy, Ref<float> dx, int rows,
+                      int in, int out) override;
+  void ProjectGroups(Ref<const float> x, const std::vector<int>& offsets, WeightRef w,
                      int64_t w_stride, int in, int out, const std::optional<LoraProjection>& lora,
                      Buffer<float>& lora_h, Ref<float> y) override;
-  void ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets, const float* w,
-                             float* w_grad, int64_t w_stride, int in, int out,
+  void ProjectGroupsBackward(Ref<const float> x, const std::vector<int>& offsets, WeightRef w,
+                             int64_t w_stride, int in, int out,
                              const std::optional<LoraProjection>& lora, Ref<const float> lora_h,
                              Ref<const float> dy, Ref<float> dx) override;
-  void RmsNorm(Ref<const float> x, const float* w, Ref<float> y, Ref<float> rstd, int rows,
-               int width, float eps) override;
-  void RmsNormBackward(Ref<const float> x, const float* w, Ref<const float> rstd,
-                       Ref<const float> dy, Ref<float> dx, float* dw, int rows, int width) override;
+  void RmsNorm(Ref<const float> x, WeightRef w, Ref<float> y, Ref<float> rstd, int rows, int width,
+               float eps) override;
+  void RmsNormBackward(Ref<const float> x, WeightRef w, Ref<const float> rstd, Ref<const float> dy,
+                       Ref<float> dx, int rows, int width) override;
   void Rope(Ref<float> x, Ref<const int> positions, int rows, int heads) override;
   void RopeBackward(Ref<float> dx, Ref<const int> positions, int rows, int heads) override;
   void CausalAttention(Ref<const float> q, Ref<const float> k, Ref<const float> v, Ref<float> out,
-                       Ref<float> probs, int length, const cpu::AttentionShape& shape) override;
+                       Ref<float> probs, int length, const kernels::AttentionShape& shape) override;
   void CausalAttentionBackward(Ref<const float> q, Ref<const float> k, Ref<const float> v,
                                Ref<const float> probs, Ref<const float> dout, Ref<float> dq,
                                Ref<float> dk, Ref<float> dv, int length,
-                               const cpu::AttentionShape& shape) override;
+                               const kernels::AttentionShape& shape) override;
   void DecodeAttention(Ref<const float> q, Ref<const float> k_cache, Ref<const float> v_cache,
-                       int length, Ref<float> out, const cpu::AttentionShape& shape) override;
+                       int length, Ref<float> out, const kernels::AttentionShape& shape) override;
   void SwiGlu(Ref<const float> gate, Ref<const float> up, Ref<float> out, int64_t n) override;
   void SwiGluBackward(Ref<const float> gate, Ref<const float> up, Ref<const float> dout,
                       Ref<float> dgate, Ref<float> dup, int64_t n) override;
-  void EmbeddingGather(const float* table, Ref<const int> tokens, Ref<float> out, int rows,
+  void EmbeddingGather(WeightRef table, Ref<const int> tokens, Ref<float> out, int rows,
                        int width) override;
-  void EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, float* dtable, int rows,
+  void EmbeddingBackward(Ref<const float> dout, Ref<const int> tokens, WeightRef table, int rows,
                          int width) override;
   void RouterScores(Ref<const float> logits, Ref<float> scores, int rows, int experts,
-                    cpu::ScoringFunction scoring) override;
-  void TopK(Ref<const float> scores, const float* selection_bias, int rows, int experts, int k,
-            Ref<int16_t> ids, const cpu::GroupLimit& limit) override;
+                    kernels::ScoringFunction scoring) override;
+  void TopK(Ref<const float> scores, WeightRef selection_bias, int rows, int experts, int k,
+            Ref<int16_t> ids, const kernels::GroupLimit& limit) override;
   void GateWeights(Ref<const float> scores, Ref<const int16_t> ids, int rows, int experts, int k,
                    bool normalize, Ref<float> gates) override;
   void RouterGatesBackward(Ref<const float> logits, Ref<const float> scores, Ref<const int16_t> ids,
                            Ref<const float> dgates, Ref<float> dlogits, int rows, int experts,
-                           int k, bool normalize, cpu::ScoringFunction scoring) override;
+                           int k, bool normalize, kernels::ScoringFunction scoring) override;
   ExpertPermutation BuildPermutation(Ref<const int16_t> ids, int rows, int k, int experts) override;
   void PermuteRows(Ref<const float> x, const ExpertPermutation& permutation, Ref<float> out,
                    int width) override;
@@ -104,6 +105,7 @@ class CheckedModelOps final : public ModelOps {
   // Records a violation unless `ref` (skipped when null) holds `count` elements.
   template <typename T>
   void Need(const char* call, const char* argument, Ref<T> ref, int64_t count);
+  void Need(const char* call, const char* argument, WeightRef weight, int64_t count);
 
   const int64_t rope_width_;  // Floats per head that Rope rotates.
   CpuModelOps cpu_;

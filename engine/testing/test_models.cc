@@ -48,7 +48,7 @@ ModelConfig OlmoeShapedConfig() {
 
 ModelConfig DeepseekShapedConfig() {
   ModelConfig config = TinyConfig();
-  config.scoring = cpu::ScoringFunction::kSigmoid;
+  config.scoring = kernels::ScoringFunction::kSigmoid;
   config.num_experts = 8;
   config.num_expert_groups = 4;
   config.kept_expert_groups = 2;

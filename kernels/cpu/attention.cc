@@ -52,18 +52,10 @@ void SoftmaxBackwardInPlace(const float* p, float* dp, int T) {
 
 }  // namespace
 
-AttentionShape AttentionShape::Standard(int heads, int kv_heads, int head_dim) {
-  return {.heads = heads,
-          .kv_heads = kv_heads,
-          .qk_dim = head_dim,
-          .v_dim = head_dim,
-          .scale = 1.0f / std::sqrt(static_cast<float>(head_dim))};
-}
-
 // Per head, q is a [T, Dqk] view with row stride H*Dqk, k and v views with row strides KV*Dqk
 // and KV*Dv, so each head is two strided GEMMs.
 void CausalAttention(const float* q, const float* k, const float* v, float* out, float* probs,
-                     int T, const AttentionShape& s) {
+                     int T, const kernels::AttentionShape& s) {
   const int ld_q = s.heads * s.qk_dim, ld_k = s.kv_heads * s.qk_dim;
   const int ld_v = s.kv_heads * s.v_dim, ld_out = s.heads * s.v_dim;
   const int group = s.heads / s.kv_heads;
@@ -80,7 +72,7 @@ void CausalAttention(const float* q, const float* k, const float* v, float* out,
 
 void CausalAttentionBackward(const float* q, const float* k, const float* v, const float* probs,
                              const float* dout, float* dq, float* dk, float* dv, int T,
-                             const AttentionShape& s) {
+                             const kernels::AttentionShape& s) {
   const int ld_q = s.heads * s.qk_dim, ld_k = s.kv_heads * s.qk_dim;
   const int ld_v = s.kv_heads * s.v_dim, ld_out = s.heads * s.v_dim;
   const int group = s.heads / s.kv_heads;
@@ -111,7 +103,7 @@ void CausalAttentionBackward(const float* q, const float* k, const float* v, con
 // A single query row: two matrix-vector products per head. sgemv beats both an m = 1 Gemm and
 // plain loops (which GCC does not vectorize at -O2) by about 2x at T=128, D=32.
 void DecodeAttention(const float* q, const float* k_cache, const float* v_cache, int len,
-                     float* out, const AttentionShape& s, float* scratch) {
+                     float* out, const kernels::AttentionShape& s, float* scratch) {
   const int ld_k = s.kv_heads * s.qk_dim, ld_v = s.kv_heads * s.v_dim;
   const int group = s.heads / s.kv_heads;
   for (int h = 0; h < s.heads; ++h) {
@@ -126,18 +118,20 @@ void DecodeAttention(const float* q, const float* k_cache, const float* v_cache,
 
 void CausalAttention(const float* q, const float* k, const float* v, float* out, float* probs,
                      int T, int H, int KV, int D) {
-  CausalAttention(q, k, v, out, probs, T, AttentionShape::Standard(H, KV, D));
+  CausalAttention(q, k, v, out, probs, T, kernels::AttentionShape::Standard(H, KV, D));
 }
 
 void CausalAttentionBackward(const float* q, const float* k, const float* v, const float* probs,
                              const float* dout, float* dq, float* dk, float* dv, int T, int H,
                              int KV, int D) {
-  CausalAttentionBackward(q, k, v, probs, dout, dq, dk, dv, T, AttentionShape::Standard(H, KV, D));
+  CausalAttentionBackward(q, k, v, probs, dout, dq, dk, dv, T,
+                          kernels::AttentionShape::Standard(H, KV, D));
 }
 
 void DecodeAttention(const float* q, const float* k_cache, const float* v_cache, int len,
                      float* out, int H, int KV, int D, float* scratch) {
-  DecodeAttention(q, k_cache, v_cache, len, out, AttentionShape::Standard(H, KV, D), scratch);
+  DecodeAttention(q, k_cache, v_cache, len, out, kernels::AttentionShape::Standard(H, KV, D),
+                  scratch);
 }
 
 }  // namespace tandem::cpu

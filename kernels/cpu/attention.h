@@ -1,31 +1,19 @@
 #ifndef TANDEM_KERNELS_CPU_ATTENTION_H_
 #define TANDEM_KERNELS_CPU_ATTENTION_H_
 
+#include "kernels/types.h"
+
 namespace tandem::cpu {
 
-// Heads and widths of an attention: H query heads of qk_dim, KV key/value heads (KV divides H)
-// whose keys are qk_dim and values v_dim wide, and the scale of the scores. Standard attention
-// has qk_dim = v_dim = D and scale 1/sqrt(D); DeepSeek's latent attention has wider queries and
-// keys than values and a scale of its own.
-struct AttentionShape {
-  int heads = 1;
-  int kv_heads = 1;
-  int qk_dim = 1;
-  int v_dim = 1;
-  float scale = 1.0f;
-
-  static AttentionShape Standard(int heads, int kv_heads, int head_dim);
-};
-
-// The same three operations for any AttentionShape: q [T, H, qk_dim], k [T, KV, qk_dim],
+// The same three operations for any kernels::AttentionShape: q [T, H, qk_dim], k [T, KV, qk_dim],
 // v [T, KV, v_dim], out [T, H, v_dim].
 void CausalAttention(const float* q, const float* k, const float* v, float* out, float* probs,
-                     int T, const AttentionShape& shape);
+                     int T, const kernels::AttentionShape& shape);
 void CausalAttentionBackward(const float* q, const float* k, const float* v, const float* probs,
                              const float* dout, float* dq, float* dk, float* dv, int T,
-                             const AttentionShape& shape);
+                             const kernels::AttentionShape& shape);
 void DecodeAttention(const float* q, const float* k_cache, const float* v_cache, int len,
-                     float* out, const AttentionShape& shape, float* scratch);
+                     float* out, const kernels::AttentionShape& shape, float* scratch);
 
 // Multi-head causal self-attention with scale 1/sqrt(D) and grouped-query sharing: H query heads,
 // KV key/value heads (KV divides H), query head h reading key/value head h / (H / KV); KV = H

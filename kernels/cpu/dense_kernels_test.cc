@@ -439,7 +439,8 @@ TEST(AttentionTest, GroupedQueriesEqualRepeatedKeysAndValues) {
 TEST(AttentionTest, WideKeysAndAScaleEqualPaddedStandardAttention) {
   std::mt19937 rng(20);
   const int H = 4, KV = 2, Dqk = 12, Dv = 5;
-  const AttentionShape shape{.heads = H, .kv_heads = KV, .qk_dim = Dqk, .v_dim = Dv, .scale = 0.3f};
+  const kernels::AttentionShape shape{
+      .heads = H, .kv_heads = KV, .qk_dim = Dqk, .v_dim = Dv, .scale = 0.3f};
   const Qkv in = RandomQkv(rng, kT, H, KV, Dqk, 2.0f);
   const Vec v = Random(rng, kT * KV * Dv);
   Vec padded(in.k.size(), 0.0f), q_scaled = in.q;

@@ -39,7 +39,7 @@ bool Degenerate(const int* offsets, int groups, int in, int out, int rank) {
 }  // namespace
 
 void GroupedLoraForward(const float* x, const int* offsets, int groups, int in, int out,
-                        const GroupedLoraWeights& lora, float* h, float* y) {
+                        const kernels::GroupedLoraWeights& lora, float* h, float* y) {
   const int r = lora.rank;
   if (Degenerate(offsets, groups, in, out, r)) return;
   ForEachSpan(offsets, groups, lora.a_group_stride == 0, [&](int64_t first, int rows, int g) {
@@ -53,8 +53,8 @@ void GroupedLoraForward(const float* x, const int* offsets, int groups, int in, 
 }
 
 void GroupedLoraBackward(const float* x, const int* offsets, int groups, int in, int out,
-                         const GroupedLoraWeights& lora, const float* h, const float* dy, float* dx,
-                         float* da, float* db) {
+                         const kernels::GroupedLoraWeights& lora, const float* h, const float* dy,
+                         float* dx, float* da, float* db) {
   const int r = lora.rank;
   if (Degenerate(offsets, groups, in, out, r)) return;
   const bool shared_a = lora.a_group_stride == 0;

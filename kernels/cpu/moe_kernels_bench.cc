@@ -96,12 +96,12 @@ void BM_GroupedLoraVsSgemm(benchmark::State& state) {
   const std::vector<float> a = Random(groups * rank * kIn, rng);
   const std::vector<float> b = Random(groups * kOut * rank, rng);
   std::vector<float> h(kRows * rank), y(kRows * kOut), dx(x.size()), da(a.size()), db(b.size());
-  const GroupedLoraWeights lora = {.a = a.data(),
-                                   .b = b.data(),
-                                   .a_group_stride = int64_t{rank} * kIn,
-                                   .b_group_stride = int64_t{kOut} * rank,
-                                   .rank = rank,
-                                   .scale = 2.0f};
+  const kernels::GroupedLoraWeights lora = {.a = a.data(),
+                                            .b = b.data(),
+                                            .a_group_stride = int64_t{rank} * kIn,
+                                            .b_group_stride = int64_t{kOut} * rank,
+                                            .rank = rank,
+                                            .scale = 2.0f};
   Ceiling ceiling(rank, rng);
   Timer lora_timer, sgemm_timer;
   for (auto _ : state) {

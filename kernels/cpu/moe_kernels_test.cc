@@ -17,15 +17,18 @@
 #include "kernels/cpu/permute.h"
 #include "kernels/cpu/reference_moe.h"
 #include "kernels/cpu/router.h"
+#include "kernels/routes.h"
 
 namespace tandem::cpu {
 namespace {
 
+using ::tandem::kernels::ValidateRoutes;
 using ::testing::AssertionFailure;
 using ::testing::AssertionResult;
 using ::testing::AssertionSuccess;
 
-constexpr ScoringFunction kScorings[] = {ScoringFunction::kSoftmax, ScoringFunction::kSigmoid};
+constexpr kernels::ScoringFunction kScorings[] = {kernels::ScoringFunction::kSoftmax,
+                                                  kernels::ScoringFunction::kSigmoid};
 
 std::vector<float> Random(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -96,7 +99,7 @@ AssertionResult MatchesFiniteDifferences(std::vector<float>& params, const Loss&
 
 TEST(RouterScoresTest, MatchesReference) {
   std::mt19937 rng(1);
-  for (ScoringFunction scoring : kScorings) {
+  for (kernels::ScoringFunction scoring : kScorings) {
     for (auto [T, E] : {std::pair{7, 13}, std::pair{3, 600}, std::pair{1, 1}}) {
       const std::vector<float> logits = Random(T * E, rng, -4.0f, 4.0f);
       std::vector<float> scores(T * E), expected(T * E);
@@ -110,7 +113,7 @@ TEST(RouterScoresTest, MatchesReference) {
 TEST(RouterScoresTest, SoftmaxIsStableForLargeLogits) {
   const std::vector<float> logits = {1000.0f, 999.0f, -1000.0f};
   std::vector<float> scores(3);
-  RouterScores(logits.data(), scores.data(), 1, 3, ScoringFunction::kSoftmax);
+  RouterScores(logits.data(), scores.data(), 1, 3, kernels::ScoringFunction::kSoftmax);
   EXPECT_NEAR(scores[0], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
   EXPECT_NEAR(scores[1], 1.0 / (1.0 + std::exp(1.0)), 1e-6);
   EXPECT_EQ(scores[2], 0.0f);
@@ -123,7 +126,7 @@ TEST(TopKTest, MatchesReferenceWithAndWithoutBias) {
       const int T = 9;
       std::vector<float> scores(T * E);
       const std::vector<float> logits = Random(T * E, rng, -3.0f, 3.0f);
-      RouterScores(logits.data(), scores.data(), T, E, ScoringFunction::kSoftmax);
+      RouterScores(logits.data(), scores.data(), T, E, kernels::ScoringFunction::kSoftmax);
       const std::vector<float> bias = Random(E, rng, -0.01f, 0.01f);
       for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
         std::vector<int16_t> ids(T * k), expected(T * k);
@@ -160,7 +163,7 @@ TEST(TopKTest, GroupLimitedMatchesReference) {
     const int T = 11;
     std::vector<float> scores(T * E);
     const std::vector<float> logits = Random(T * E, rng, -3.0f, 3.0f);
-    RouterScores(logits.data(), scores.data(), T, E, ScoringFunction::kSigmoid);
+    RouterScores(logits.data(), scores.data(), T, E, kernels::ScoringFunction::kSigmoid);
     const std::vector<float> bias = Random(E, rng, -0.5f, 0.5f);
     std::vector<int16_t> ids(T * k), expected(T * k);
     TopK(scores.data(), bias.data(), T, E, k, ids.data(), {groups, kept});
@@ -237,7 +240,7 @@ TEST(GateWeightsTest, BiasSelectsButGatesUseUnbiasedScores) {
 
 TEST(GateWeightsTest, MatchesReference) {
   std::mt19937 rng(3);
-  for (ScoringFunction scoring : kScorings) {
+  for (kernels::ScoringFunction scoring : kScorings) {
     for (bool normalize : {false, true}) {
       const int T = 11, E = 384, k = 8;
       const std::vector<float> logits = Random(T * E, rng, -3.0f, 3.0f);
@@ -257,7 +260,7 @@ TEST(GateWeightsTest, NormalizedSoftmaxIsTheR3Formula) {
   const int T = 6, E = 17, k = 5;
   const std::vector<float> logits = Random(T * E, rng, -5.0f, 5.0f);
   std::vector<float> scores(T * E), gates(T * k);
-  RouterScores(logits.data(), scores.data(), T, E, ScoringFunction::kSoftmax);
+  RouterScores(logits.data(), scores.data(), T, E, kernels::ScoringFunction::kSoftmax);
   const std::vector<int16_t> ids = RandomRoutes(T, k, E, rng);
   GateWeights(scores.data(), ids.data(), T, E, k, /*normalize=*/true, gates.data());
   for (int t = 0; t < T; ++t) {
@@ -270,7 +273,7 @@ TEST(GateWeightsTest, NormalizedSoftmaxIsTheR3Formula) {
 }
 
 struct RouterCase {
-  ScoringFunction scoring;
+  kernels::ScoringFunction scoring;
   bool normalize;
 };
 
@@ -322,12 +325,12 @@ TEST(RouterGatesBackwardTest, NormalizedSoftmaxLeavesUnselectedLogitsAlone) {
   const int T = 3, E = 10, k = 2;
   const std::vector<float> logits = Random(T * E, rng, -2.0f, 2.0f);
   std::vector<float> scores(T * E);
-  RouterScores(logits.data(), scores.data(), T, E, ScoringFunction::kSoftmax);
+  RouterScores(logits.data(), scores.data(), T, E, kernels::ScoringFunction::kSoftmax);
   const std::vector<int16_t> ids = RandomRoutes(T, k, E, rng);
   const std::vector<float> dgates = Random(T * k, rng);
   std::vector<float> dlogits(T * E, 0.0f);
   RouterGatesBackward(logits.data(), scores.data(), ids.data(), dgates.data(), dlogits.data(), T, E,
-                      k, /*normalize=*/true, ScoringFunction::kSoftmax);
+                      k, /*normalize=*/true, kernels::ScoringFunction::kSoftmax);
   for (int t = 0; t < T; ++t) {
     for (int e = 0; e < E; ++e) {
       const bool selected = ids[t * k] == e || ids[t * k + 1] == e;
@@ -339,12 +342,13 @@ TEST(RouterGatesBackwardTest, NormalizedSoftmaxLeavesUnselectedLogitsAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllScorings, RouterGatesBackwardTest,
-                         ::testing::Values(RouterCase{ScoringFunction::kSoftmax, false},
-                                           RouterCase{ScoringFunction::kSoftmax, true},
-                                           RouterCase{ScoringFunction::kSigmoid, false},
-                                           RouterCase{ScoringFunction::kSigmoid, true}),
+                         ::testing::Values(RouterCase{kernels::ScoringFunction::kSoftmax, false},
+                                           RouterCase{kernels::ScoringFunction::kSoftmax, true},
+                                           RouterCase{kernels::ScoringFunction::kSigmoid, false},
+                                           RouterCase{kernels::ScoringFunction::kSigmoid, true}),
                          [](const ::testing::TestParamInfo<RouterCase>& info) {
-                           return std::string(info.param.scoring == ScoringFunction::kSoftmax
+                           return std::string(info.param.scoring ==
+                                                      kernels::ScoringFunction::kSoftmax
                                                   ? "Softmax"
                                                   : "Sigmoid") +
                                   (info.param.normalize ? "Normalized" : "Raw");
@@ -566,7 +570,7 @@ struct LoraSetup {
   int groups, in, out, rank;
   std::vector<int> offsets;
   std::vector<float> a, b;
-  GroupedLoraWeights weights;
+  kernels::GroupedLoraWeights weights;
   int rows() const { return offsets.back(); }
 };
 
@@ -742,7 +746,7 @@ TEST(MoeAdapterPathTest, DispatchLoraCombineEqualsPerTokenComputation) {
   const std::vector<float> logits = Random(T * E, rng, -2.0f, 2.0f);
   std::vector<float> scores(T * E), gates(T * k);
   std::vector<int16_t> ids(T * k);
-  RouterScores(logits.data(), scores.data(), T, E, ScoringFunction::kSoftmax);
+  RouterScores(logits.data(), scores.data(), T, E, kernels::ScoringFunction::kSoftmax);
   TopK(scores.data(), nullptr, T, E, k, ids.data());
   GateWeights(scores.data(), ids.data(), T, E, k, /*normalize=*/true, gates.data());
   const ExpertPermutation permutation = BuildPermutation(ids.data(), T, k, E);

@@ -12,9 +12,9 @@
 namespace tandem::cpu::reference {
 namespace {
 
-std::vector<double> ScoresRow(const float* logits, int E, ScoringFunction scoring) {
+std::vector<double> ScoresRow(const float* logits, int E, kernels::ScoringFunction scoring) {
   std::vector<double> s(E);
-  if (scoring == ScoringFunction::kSigmoid) {
+  if (scoring == kernels::ScoringFunction::kSigmoid) {
     for (int e = 0; e < E; ++e) s[e] = 1.0 / (1.0 + std::exp(-double{logits[e]}));
     return s;
   }
@@ -27,8 +27,8 @@ std::vector<double> ScoresRow(const float* logits, int E, ScoringFunction scorin
 }
 
 // d s_n / d l_m.
-double ScoreJacobian(const std::vector<double>& s, int n, int m, ScoringFunction scoring) {
-  if (scoring == ScoringFunction::kSigmoid) return n == m ? s[n] * (1.0 - s[n]) : 0.0;
+double ScoreJacobian(const std::vector<double>& s, int n, int m, kernels::ScoringFunction scoring) {
+  if (scoring == kernels::ScoringFunction::kSigmoid) return n == m ? s[n] * (1.0 - s[n]) : 0.0;
   return s[n] * ((n == m ? 1.0 : 0.0) - s[m]);
 }
 
@@ -55,16 +55,17 @@ int PositionOfSlot(const ExpertPermutation& permutation, int slot) {
   return -1;
 }
 
-const float* GroupA(const GroupedLoraWeights& lora, int g) {
+const float* GroupA(const kernels::GroupedLoraWeights& lora, int g) {
   return lora.a + g * lora.a_group_stride;
 }
-const float* GroupB(const GroupedLoraWeights& lora, int g) {
+const float* GroupB(const kernels::GroupedLoraWeights& lora, int g) {
   return lora.b + g * lora.b_group_stride;
 }
 
 }  // namespace
 
-void RouterScores(const float* logits, float* scores, int T, int E, ScoringFunction scoring) {
+void RouterScores(const float* logits, float* scores, int T, int E,
+                  kernels::ScoringFunction scoring) {
   for (int t = 0; t < T; ++t) {
     const std::vector<double> s = ScoresRow(logits + t * E, E, scoring);
     for (int e = 0; e < E; ++e) scores[t * E + e] = static_cast<float>(s[e]);
@@ -72,7 +73,7 @@ void RouterScores(const float* logits, float* scores, int T, int E, ScoringFunct
 }
 
 void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids,
-          const GroupLimit& limit) {
+          const kernels::GroupLimit& limit) {
   const int size = E / limit.groups;
   for (int t = 0; t < T; ++t) {
     std::vector<float> keys(E);
@@ -117,7 +118,7 @@ void GateWeights(const float* scores, const int16_t* ids, int T, int E, int k, b
 
 void RouterGatesBackward(const float* logits, const float* /*scores*/, const int16_t* ids,
                          const float* dgates, float* dlogits, int T, int E, int k, bool normalize,
-                         ScoringFunction scoring) {
+                         kernels::ScoringFunction scoring) {
   for (int t = 0; t < T; ++t) {
     const std::vector<double> s = ScoresRow(logits + t * E, E, scoring);
     const int16_t* row_ids = ids + t * k;
@@ -224,7 +225,7 @@ void UnpermuteAddBackward(const float* y, const ExpertPermutation& permutation, 
 }
 
 void GroupedLoraForward(const float* x, const int* offsets, int groups, int in, int out,
-                        const GroupedLoraWeights& lora, float* h, float* y) {
+                        const kernels::GroupedLoraWeights& lora, float* h, float* y) {
   const int r = lora.rank;
   for (int g = 0; g < groups; ++g) {
     const float* a = GroupA(lora, g);
@@ -245,8 +246,8 @@ void GroupedLoraForward(const float* x, const int* offsets, int groups, int in, 
 }
 
 void GroupedLoraBackward(const float* x, const int* offsets, int groups, int in, int out,
-                         const GroupedLoraWeights& lora, const float* h, const float* dy, float* dx,
-                         float* da, float* db) {
+                         const kernels::GroupedLoraWeights& lora, const float* h, const float* dy,
+                         float* dx, float* da, float* db) {
   const int r = lora.rank;
   for (int g = 0; g < groups; ++g) {
     const float* a = GroupA(lora, g);

@@ -13,17 +13,18 @@
 
 namespace tandem::cpu::reference {
 
-void RouterScores(const float* logits, float* scores, int T, int E, ScoringFunction scoring);
+void RouterScores(const float* logits, float* scores, int T, int E,
+                  kernels::ScoringFunction scoring);
 // Group limits by sorting every group's keys in full (not a max and a runner-up).
 void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids,
-          const GroupLimit& limit = {});
+          const kernels::GroupLimit& limit = {});
 void GateWeights(const float* scores, const int16_t* ids, int T, int E, int k, bool normalize,
                  float* gates);
 // Builds the full Jacobian d(gates)/d(logits) in double from the logits alone (scores is unused),
 // so it shares no shortcut with the fast kernel.
 void RouterGatesBackward(const float* logits, const float* scores, const int16_t* ids,
                          const float* dgates, float* dlogits, int T, int E, int k, bool normalize,
-                         ScoringFunction scoring);
+                         kernels::ScoringFunction scoring);
 std::string ValidateRoutes(const int16_t* ids, int T, int k, int E);
 
 ExpertPermutation BuildPermutation(const int16_t* ids, int T, int k, int E);
@@ -35,10 +36,10 @@ void UnpermuteAddBackward(const float* y, const ExpertPermutation& permutation, 
                           const float* dout, float* dy, float* dgates, int d);
 
 void GroupedLoraForward(const float* x, const int* offsets, int groups, int in, int out,
-                        const GroupedLoraWeights& lora, float* h, float* y);
+                        const kernels::GroupedLoraWeights& lora, float* h, float* y);
 void GroupedLoraBackward(const float* x, const int* offsets, int groups, int in, int out,
-                         const GroupedLoraWeights& lora, const float* h, const float* dy, float* dx,
-                         float* da, float* db);
+                         const kernels::GroupedLoraWeights& lora, const float* h, const float* dy,
+                         float* dx, float* da, float* db);
 
 }  // namespace tandem::cpu::reference
 

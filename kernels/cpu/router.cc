@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
-#include <string>
 #include <vector>
 
 namespace tandem::cpu {
@@ -42,8 +41,8 @@ float SelectedSum(const float* scores, const int16_t* ids, int k) {
 
 // dlogits for one row. ds holds d(loss)/d(score) of the selected experts, slot-aligned with ids.
 void ScoreBackwardRow(const float* logits, const float* scores, const int16_t* ids, const float* ds,
-                      float* dlogits, int E, int k, ScoringFunction scoring) {
-  if (scoring == ScoringFunction::kSigmoid) {
+                      float* dlogits, int E, int k, kernels::ScoringFunction scoring) {
+  if (scoring == kernels::ScoringFunction::kSigmoid) {
     // 1 - sigmoid(l) taken as sigmoid(-l) keeps precision where the score is close to 1.
     for (int j = 0; j < k; ++j) {
       const int e = ids[j];
@@ -79,8 +78,8 @@ void SelectedSoftmaxBackwardRow(const float* scores, const int16_t* ids, const f
   for (int j = 0; j < k; ++j) dlogits[ids[j]] += scores[ids[j]] * inv_z * (dgates[j] - dot);
 }
 
-// Zeroes the keys of every group outside the kept ones (see GroupLimit).
-void MaskWeakGroups(const GroupLimit& limit, int E, float* keys) {
+// Zeroes the keys of every group outside the kept ones (see kernels::GroupLimit).
+void MaskWeakGroups(const kernels::GroupLimit& limit, int E, float* keys) {
   const int size = E / limit.groups;
   std::vector<float> group_scores(limit.groups);
   for (int g = 0; g < limit.groups; ++g) {
@@ -105,43 +104,11 @@ void MaskWeakGroups(const GroupLimit& limit, int E, float* keys) {
   }
 }
 
-std::string TokenPrefix(int t) { return "token " + std::to_string(t); }
-
-std::string CheckShape(int T, int k, int E) {
-  if (T < 0) return "token count " + std::to_string(T) + " is negative";
-  if (k < 1 || k > 64) return "top-k " + std::to_string(k) + " out of range [1, 64]";
-  if (E < 1 || E > 32767) return "expert count " + std::to_string(E) + " out of range [1, 32767]";
-  if (k > E) return "top-k " + std::to_string(k) + " exceeds expert count " + std::to_string(E);
-  return "";
-}
-
-std::string CheckRow(const int16_t* row, int t, int k, int E) {
-  int missing = 0;
-  for (int j = 0; j < k; ++j) {
-    if (row[j] == -1) {
-      ++missing;
-    } else if (row[j] < 0 || row[j] >= E) {
-      return TokenPrefix(t) + " slot " + std::to_string(j) + ": expert " + std::to_string(row[j]) +
-             " out of range [0, " + std::to_string(E) + ")";
-    }
-  }
-  if (missing == k) return "";
-  if (missing > 0) return TokenPrefix(t) + ": mixes -1 and expert ids";
-  // k <= 64, so the quadratic scan is cheaper than any set.
-  for (int j = 1; j < k; ++j) {
-    for (int i = 0; i < j; ++i) {
-      if (row[i] == row[j]) {
-        return TokenPrefix(t) + ": expert " + std::to_string(row[j]) + " appears twice";
-      }
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
-void RouterScores(const float* logits, float* scores, int T, int E, ScoringFunction scoring) {
-  if (scoring == ScoringFunction::kSoftmax) {
+void RouterScores(const float* logits, float* scores, int T, int E,
+                  kernels::ScoringFunction scoring) {
+  if (scoring == kernels::ScoringFunction::kSoftmax) {
     for (int t = 0; t < T; ++t) SoftmaxRow(logits + int64_t{t} * E, scores + int64_t{t} * E, E);
     return;
   }
@@ -150,7 +117,7 @@ void RouterScores(const float* logits, float* scores, int T, int E, ScoringFunct
 }
 
 void TopK(const float* scores, const float* selection_bias, int T, int E, int k, int16_t* ids,
-          const GroupLimit& limit) {
+          const kernels::GroupLimit& limit) {
   std::vector<float> keys(E);
   std::vector<int> order(E);
   const auto better = [&keys](int a, int b) {
@@ -177,13 +144,13 @@ void GateWeights(const float* scores, const int16_t* ids, int T, int E, int k, b
 
 void RouterGatesBackward(const float* logits, const float* scores, const int16_t* ids,
                          const float* dgates, float* dlogits, int T, int E, int k, bool normalize,
-                         ScoringFunction scoring) {
+                         kernels::ScoringFunction scoring) {
   std::vector<float> ds(k);
   for (int t = 0; t < T; ++t) {
     const int64_t row = int64_t{t} * E;
     const int16_t* row_ids = ids + int64_t{t} * k;
     const float* row_dgates = dgates + int64_t{t} * k;
-    if (normalize && scoring == ScoringFunction::kSoftmax) {
+    if (normalize && scoring == kernels::ScoringFunction::kSoftmax) {
       SelectedSoftmaxBackwardRow(scores + row, row_ids, row_dgates, dlogits + row, k);
       continue;
     }
@@ -194,14 +161,6 @@ void RouterGatesBackward(const float* logits, const float* scores, const int16_t
     }
     ScoreBackwardRow(logits + row, scores + row, row_ids, ds.data(), dlogits + row, E, k, scoring);
   }
-}
-
-std::string ValidateRoutes(const int16_t* ids, int T, int k, int E) {
-  if (std::string error = CheckShape(T, k, E); !error.empty()) return error;
-  for (int t = 0; t < T; ++t) {
-    if (std::string error = CheckRow(ids + int64_t{t} * k, t, k, E); !error.empty()) return error;
-  }
-  return "";
 }
 
 }  // namespace tandem::cpu

@@ -9,7 +9,7 @@ constexpr int kWarp = 32;
 // Row strides of the token-major layouts.
 struct Strides {
   int q, k, v, out;
-  __host__ __device__ static Strides Of(const cpu::AttentionShape& s) {
+  __host__ __device__ static Strides Of(const kernels::AttentionShape& s) {
     return {s.heads * s.qk_dim, s.kv_heads * s.qk_dim, s.kv_heads * s.v_dim, s.heads * s.v_dim};
   }
 };
@@ -59,7 +59,8 @@ __device__ void SoftmaxRow(float* row, int n, int width, float* scratch) {
 // One query row of head h over n keys: scores into row[0..n) (zeros up to `width`), softmax,
 // then out = Σ_j row[j] v_j. The whole block cooperates.
 __device__ void AttendRow(const float* query, const float* keys, const float* values, int n,
-                          int width, int h, const cpu::AttentionShape& s, float* row, float* out) {
+                          int width, int h, const kernels::AttentionShape& s, float* row,
+                          float* out) {
   __shared__ float scratch[32];
   const int kv = h / (s.heads / s.kv_heads);
   const Strides stride = Strides::Of(s);
@@ -71,7 +72,7 @@ __device__ void AttendRow(const float* query, const float* keys, const float* va
 // Block (t, h) of the forward: query t against keys 0..t, probabilities kept in probs.
 __global__ void ForwardKernel(const float* __restrict__ q, const float* __restrict__ k,
                               const float* __restrict__ v, float* __restrict__ out,
-                              float* __restrict__ probs, int T, cpu::AttentionShape s) {
+                              float* __restrict__ probs, int T, kernels::AttentionShape s) {
   const int t = blockIdx.x, h = blockIdx.y;
   const Strides stride = Strides::Of(s);
   AttendRow(q + int64_t{t} * stride.q + h * s.qk_dim, k, v, t + 1, T, h, s,
@@ -81,7 +82,7 @@ __global__ void ForwardKernel(const float* __restrict__ q, const float* __restri
 // Block h of the decode: the forward's row for the last position, scores in `scores`.
 __global__ void DecodeKernel(const float* __restrict__ q, const float* __restrict__ k_cache,
                              const float* __restrict__ v_cache, int len, float* __restrict__ out,
-                             cpu::AttentionShape s, float* __restrict__ scores) {
+                             kernels::AttentionShape s, float* __restrict__ scores) {
   const int h = blockIdx.x;
   AttendRow(q + h * s.qk_dim, k_cache, v_cache, len, len, h, s, scores + int64_t{h} * len,
             out + h * s.v_dim);
@@ -90,7 +91,7 @@ __global__ void DecodeKernel(const float* __restrict__ q, const float* __restric
 // Block (h, r): row r's decode over its own cache; scores in its own slice of `scores`.
 __global__ void BatchedDecodeKernel(const float* __restrict__ q, const float* const* k_caches,
                                     const float* const* v_caches, const int* __restrict__ lens,
-                                    int max_len, float* __restrict__ out, cpu::AttentionShape s,
+                                    int max_len, float* __restrict__ out, kernels::AttentionShape s,
                                     float* __restrict__ scores) {
   const int h = blockIdx.x, r = blockIdx.y;
   const int64_t q_width = int64_t{s.heads} * s.qk_dim, out_width = int64_t{s.heads} * s.v_dim;
@@ -117,7 +118,7 @@ __global__ void AppendKernel(const float* __restrict__ k, const float* __restric
 __global__ void ScoreGradientKernel(const float* __restrict__ q, const float* __restrict__ k,
                                     const float* __restrict__ v, const float* __restrict__ probs,
                                     const float* __restrict__ dout, float* __restrict__ dq,
-                                    float* __restrict__ ds, int T, cpu::AttentionShape s) {
+                                    float* __restrict__ ds, int T, kernels::AttentionShape s) {
   __shared__ float scratch[32];
   const int t = blockIdx.x, h = blockIdx.y;
   const int kv = h / (s.heads / s.kv_heads);
@@ -143,7 +144,7 @@ __global__ void ScoreGradientKernel(const float* __restrict__ q, const float* __
 __global__ void KeyValueGradientKernel(const float* __restrict__ q, const float* __restrict__ probs,
                                        const float* __restrict__ dout, const float* __restrict__ ds,
                                        float* __restrict__ dk, float* __restrict__ dv, int T,
-                                       cpu::AttentionShape s) {
+                                       kernels::AttentionShape s) {
   const int j = blockIdx.x, kv = blockIdx.y;
   const int group = s.heads / s.kv_heads;
   const Strides stride = Strides::Of(s);
@@ -171,7 +172,7 @@ __global__ void KeyValueGradientKernel(const float* __restrict__ q, const float*
   }
 }
 
-absl::Status CheckShape(const cpu::AttentionShape& s) {
+absl::Status CheckShape(const kernels::AttentionShape& s) {
   if (s.heads < 1 || s.kv_heads < 1 || s.heads % s.kv_heads != 0 || s.qk_dim < 1 || s.v_dim < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "attention shape: ", s.heads, " heads over ", s.kv_heads, " key/value heads, widths ",
@@ -183,7 +184,8 @@ absl::Status CheckShape(const cpu::AttentionShape& s) {
 }  // namespace
 
 absl::Status CausalAttention(const float* q, const float* k, const float* v, float* out,
-                             float* probs, int T, const cpu::AttentionShape& shape, Stream stream) {
+                             float* probs, int T, const kernels::AttentionShape& shape,
+                             Stream stream) {
   if (absl::Status status = CheckShape(shape); !status.ok()) return status;
   if (T == 0) return absl::OkStatus();
   ForwardKernel<<<dim3(T, shape.heads), kThreadsPerBlock, 0, stream>>>(q, k, v, out, probs, T,
@@ -191,13 +193,13 @@ absl::Status CausalAttention(const float* q, const float* k, const float* v, flo
   return LaunchStatus("CausalAttention");
 }
 
-int64_t AttentionBackwardWorkspaceFloats(int T, const cpu::AttentionShape& shape) {
+int64_t AttentionBackwardWorkspaceFloats(int T, const kernels::AttentionShape& shape) {
   return int64_t{shape.heads} * T * T;
 }
 
 absl::Status CausalAttentionBackward(const float* q, const float* k, const float* v,
                                      const float* probs, const float* dout, float* dq, float* dk,
-                                     float* dv, int T, const cpu::AttentionShape& shape,
+                                     float* dv, int T, const kernels::AttentionShape& shape,
                                      float* workspace, Stream stream) {
   if (absl::Status status = CheckShape(shape); !status.ok()) return status;
   if (T == 0 || (dq == nullptr && dk == nullptr && dv == nullptr)) return absl::OkStatus();
@@ -213,7 +215,7 @@ absl::Status CausalAttentionBackward(const float* q, const float* k, const float
 }
 
 absl::Status DecodeAttention(const float* q, const float* k_cache, const float* v_cache, int len,
-                             float* out, const cpu::AttentionShape& shape, float* scratch,
+                             float* out, const kernels::AttentionShape& shape, float* scratch,
                              Stream stream) {
   if (absl::Status status = CheckShape(shape); !status.ok()) return status;
   if (len < 1) {
@@ -227,7 +229,7 @@ absl::Status DecodeAttention(const float* q, const float* k_cache, const float* 
 
 absl::Status BatchedDecodeAttention(const float* q, const float* const* k_caches,
                                     const float* const* v_caches, const int* lens, int rows,
-                                    int max_len, float* out, const cpu::AttentionShape& shape,
+                                    int max_len, float* out, const kernels::AttentionShape& shape,
                                     float* scratch, Stream stream) {
   if (absl::Status status = CheckShape(shape); !status.ok()) return status;
   if (max_len < 1 || rows > 65535) {

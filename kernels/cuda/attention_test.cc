@@ -10,7 +10,7 @@ namespace {
 
 struct AttentionCase {
   int tokens;
-  cpu::AttentionShape shape;
+  kernels::AttentionShape shape;
 };
 
 class AttentionTest : public CudaTest, public ::testing::WithParamInterface<AttentionCase> {};
@@ -20,14 +20,14 @@ class AttentionTest : public CudaTest, public ::testing::WithParamInterface<Atte
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionTest,
     ::testing::Values(
-        AttentionCase{1, cpu::AttentionShape::Standard(1, 1, 1)},
-        AttentionCase{37, cpu::AttentionShape::Standard(8, 2, 32)},
+        AttentionCase{1, kernels::AttentionShape::Standard(1, 1, 1)},
+        AttentionCase{37, kernels::AttentionShape::Standard(8, 2, 32)},
         AttentionCase{29, {.heads = 4, .kv_heads = 4, .qk_dim = 48, .v_dim = 32, .scale = 0.11f}},
-        AttentionCase{300, cpu::AttentionShape::Standard(4, 1, 128)}));
+        AttentionCase{300, kernels::AttentionShape::Standard(4, 1, 128)}));
 
 TEST_P(AttentionTest, ForwardBackwardAndDecodeMatchTheCpu) {
   const int T = GetParam().tokens;
-  const cpu::AttentionShape s = GetParam().shape;
+  const kernels::AttentionShape s = GetParam().shape;
   const size_t q_size = size_t{1} * T * s.heads * s.qk_dim;
   const size_t k_size = size_t{1} * T * s.kv_heads * s.qk_dim;
   const size_t v_size = size_t{1} * T * s.kv_heads * s.v_dim;
@@ -76,7 +76,7 @@ TEST_P(AttentionTest, ForwardBackwardAndDecodeMatchTheCpu) {
 // Sequences of different lengths decoded in one launch, each over its own cache, against the
 // CPU's decode of each; then each row's key and value appended to its cache in one launch.
 TEST_F(CudaTest, BatchedDecodeAndAppendMatchTheCpuRowByRow) {
-  const cpu::AttentionShape s = cpu::AttentionShape::Standard(8, 2, 16);
+  const kernels::AttentionShape s = kernels::AttentionShape::Standard(8, 2, 16);
   const std::vector<int> lens = {1, 7, 33, 2, 64};
   const int rows = static_cast<int>(lens.size()), max_len = 64;
   const int q_width = s.heads * s.qk_dim, k_width = s.kv_heads * s.qk_dim;
@@ -129,10 +129,11 @@ TEST_F(CudaTest, BatchedDecodeAndAppendMatchTheCpuRowByRow) {
 }
 
 TEST_F(CudaTest, AttentionRejectsABadShapeOrAnEmptyCache) {
-  const cpu::AttentionShape bad = cpu::AttentionShape::Standard(6, 4, 8);  // 4 does not divide 6.
+  const kernels::AttentionShape bad =
+      kernels::AttentionShape::Standard(6, 4, 8);  // 4 does not divide 6.
   EXPECT_EQ(cuda::CausalAttention(nullptr, nullptr, nullptr, nullptr, nullptr, 3, bad).code(),
             absl::StatusCode::kInvalidArgument);
-  const cpu::AttentionShape good = cpu::AttentionShape::Standard(4, 2, 8);
+  const kernels::AttentionShape good = kernels::AttentionShape::Standard(4, 2, 8);
   EXPECT_EQ(cuda::DecodeAttention(nullptr, nullptr, nullptr, 0, nullptr, good, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(cuda::CausalAttention(nullptr, nullptr, nullptr, nullptr, nullptr, 0, good).ok());

@@ -12,7 +12,7 @@ bool Degenerate(int groups, int in, int out, int rank, int max_rows) {
 }  // namespace
 
 absl::Status GroupedLoraForward(const float* x, const int* offsets, int groups, int max_rows,
-                                int in, int out, const cpu::GroupedLoraWeights& lora, float* h,
+                                int in, int out, const kernels::GroupedLoraWeights& lora, float* h,
                                 float* y, Stream stream) {
   const int r = lora.rank;
   if (Degenerate(groups, in, out, r, max_rows)) return absl::OkStatus();
@@ -46,7 +46,7 @@ absl::Status GroupedLoraForward(const float* x, const int* offsets, int groups, 
 }
 
 absl::Status GroupedLoraBackward(const float* x, const int* offsets, int groups, int max_rows,
-                                 int in, int out, const cpu::GroupedLoraWeights& lora,
+                                 int in, int out, const kernels::GroupedLoraWeights& lora,
                                  const float* h, const float* dy, float* dx, float* da, float* db,
                                  float* dh_workspace, Stream stream) {
   const int r = lora.rank;

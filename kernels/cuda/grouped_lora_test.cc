@@ -43,13 +43,13 @@ TEST_P(GroupedLoraTest, ForwardAndBackwardMatchTheCpu) {
   DeviceArray<float> dh_d = DeviceZeros<float>(size_t{kRows} * kRank);
   DeviceArray<int> offsets_d = Upload(offsets);
 
-  const cpu::GroupedLoraWeights host_lora{a.data(), b.data(), a_stride, b_stride, kRank, 0.5f};
+  const kernels::GroupedLoraWeights host_lora{a.data(), b.data(), a_stride, b_stride, kRank, 0.5f};
   cpu::GroupedLoraForward(x.data(), offsets.data(), kGroups, kIn, kOut, host_lora, h.data(),
                           y.data());
   cpu::GroupedLoraBackward(x.data(), offsets.data(), kGroups, kIn, kOut, host_lora, h.data(),
                            dy.data(), dx.data(), da.data(), db.data());
-  const cpu::GroupedLoraWeights device_lora{a_d.data(), b_d.data(), a_stride,
-                                            b_stride,   kRank,      0.5f};
+  const kernels::GroupedLoraWeights device_lora{a_d.data(), b_d.data(), a_stride,
+                                                b_stride,   kRank,      0.5f};
   ASSERT_TRUE(cuda::GroupedLoraForward(x_d.data(), offsets_d.data(), kGroups, kRows, kIn, kOut,
                                        device_lora, h_d.data(), y_d.data())
                   .ok());

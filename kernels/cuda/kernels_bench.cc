@@ -170,7 +170,7 @@ void RouterAndDispatch(Table& table) {
   const std::string shape = absl::StrCat(kTokens, " tokens, ", kExperts, " experts, k ", kK);
   table.Memory("RouterScores (sigmoid)", shape, 2.0 * logits.size() * 4, [&] {
     return cuda::RouterScores(logits_d.data(), scores.data(), kTokens, kExperts,
-                        cpu::ScoringFunction::kSigmoid);
+                              kernels::ScoringFunction::kSigmoid);
   });
   table.Memory("TopK (4 of 8 groups)", shape, logits.size() * 4.0 + ids.size() * 2.0, [&] {
     return cuda::TopK(scores.data(), bias.data(), kTokens, kExperts, kK, ids.data(), {8, 4});
@@ -292,7 +292,7 @@ void GroupedGemms(Table& table, CublasReference* cublas) {
   DeviceArray<float> a = Filled(size_t{kGroups} * kRank * kIn, 0.01f);
   DeviceArray<float> b = Filled(size_t{kGroups} * kOut * kRank, 0.01f);
   DeviceArray<float> h = Filled(size_t{kRows} * kRank, 0.0f);
-  const cpu::GroupedLoraWeights lora{
+  const kernels::GroupedLoraWeights lora{
       a.data(), b.data(), int64_t{kRank} * kIn, int64_t{kOut} * kRank, kRank, 2.0f};
   const double lora_ms = Time([&] {
     return cuda::GroupedLoraForward(x.data(), offsets_d.data(), kGroups, kRows, kIn, kOut, lora,
@@ -342,7 +342,7 @@ void DecodeGroupedGemms(Table& table) {
   DeviceArray<float> a = Filled(size_t{kExperts} * kRank * kWidth, 0.01f);
   DeviceArray<float> b = Filled(size_t{kExperts} * kWidth * kRank, 0.01f);
   DeviceArray<float> h = Filled(size_t{kDecodeRows} * kRank, 0.0f);
-  const cpu::GroupedLoraWeights lora{
+  const kernels::GroupedLoraWeights lora{
       a.data(), b.data(), int64_t{kRank} * kWidth, int64_t{kWidth} * kRank, kRank, 2.0f};
   table.Memory("GroupedLoraForward (decode)", absl::StrCat(shape, " r", kRank),
                2.0 * 4 * kExperts * kRank * kWidth, [&] {
@@ -353,7 +353,7 @@ void DecodeGroupedGemms(Table& table) {
 
 void AttentionKernels(Table& table) {
   constexpr int kTokens = 2048, kHeads = 16, kKvHeads = 4, kDim = 128, kCache = 8192;
-  const cpu::AttentionShape shape = cpu::AttentionShape::Standard(kHeads, kKvHeads, kDim);
+  const kernels::AttentionShape shape = kernels::AttentionShape::Standard(kHeads, kKvHeads, kDim);
   DeviceArray<float> q = Filled(size_t{kTokens} * kHeads * kDim, 0.01f);
   DeviceArray<float> k = Filled(size_t{kCache} * kKvHeads * kDim, 0.01f);
   DeviceArray<float> v = Filled(size_t{kCache} * kKvHeads * kDim, 0.01f);

@@ -70,7 +70,7 @@ __device__ inline float SelectionKey(const float* scores, const float* bias, int
 // Groups whose keys survive the group limit, as a bit mask (all ones without a limit). Lane g
 // scores group g (and g + 32) by its two best keys; the kept groups are picked in the total order.
 __device__ uint64_t KeptGroups(const float* scores, const float* bias, int E,
-                               cpu::GroupLimit limit) {
+                               kernels::GroupLimit limit) {
   if (limit.groups <= 1) return ~uint64_t{0};
   const int lane = threadIdx.x % kWarp;
   const int size = E / limit.groups;
@@ -113,7 +113,7 @@ __device__ uint64_t KeptGroups(const float* scores, const float* bias, int E,
 // One warp per token: k rounds, each picking the best candidate after the previous pick in the
 // total order, so no keys need storing and the order is the CPU's exactly.
 __global__ void TopKKernel(const float* __restrict__ scores, const float* __restrict__ bias, int T,
-                           int E, int k, int16_t* __restrict__ ids, cpu::GroupLimit limit) {
+                           int E, int k, int16_t* __restrict__ ids, kernels::GroupLimit limit) {
   const int t = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
   if (t >= T) return;
   const int lane = threadIdx.x % kWarp;
@@ -196,7 +196,7 @@ absl::Status CheckK(int k, int E) {
   return absl::OkStatus();
 }
 
-absl::Status CheckGroupLimit(const cpu::GroupLimit& limit, int E) {
+absl::Status CheckGroupLimit(const kernels::GroupLimit& limit, int E) {
   if (limit.groups <= 1) return absl::OkStatus();
   if (limit.groups > kMaxGroups || E % limit.groups != 0 || E / limit.groups < 2 ||
       limit.kept_groups < 1 || limit.kept_groups > limit.groups) {
@@ -211,9 +211,9 @@ absl::Status CheckGroupLimit(const cpu::GroupLimit& limit, int E) {
 }  // namespace
 
 absl::Status RouterScores(const float* logits, float* scores, int T, int E,
-                          cpu::ScoringFunction scoring, Stream stream) {
+                          kernels::ScoringFunction scoring, Stream stream) {
   if (T == 0) return absl::OkStatus();
-  if (scoring == cpu::ScoringFunction::kSoftmax) {
+  if (scoring == kernels::ScoringFunction::kSoftmax) {
     SoftmaxScoresKernel<<<WarpGrid(T), kThreadsPerBlock, 0, stream>>>(logits, scores, T, E);
   } else {
     const int64_t n = int64_t{T} * E;
@@ -223,7 +223,7 @@ absl::Status RouterScores(const float* logits, float* scores, int T, int E,
 }
 
 absl::Status TopK(const float* scores, const float* selection_bias, int T, int E, int k,
-                  int16_t* ids, const cpu::GroupLimit& limit, Stream stream) {
+                  int16_t* ids, const kernels::GroupLimit& limit, Stream stream) {
   if (absl::Status status = CheckK(k, E); !status.ok()) return status;
   if (absl::Status status = CheckGroupLimit(limit, E); !status.ok()) return status;
   if (T == 0) return absl::OkStatus();
@@ -242,12 +242,12 @@ absl::Status GateWeights(const float* scores, const int16_t* ids, int T, int E, 
 
 absl::Status RouterGatesBackward(const float* logits, const float* scores, const int16_t* ids,
                                  const float* dgates, float* dlogits, int T, int E, int k,
-                                 bool normalize, cpu::ScoringFunction scoring, Stream stream) {
+                                 bool normalize, kernels::ScoringFunction scoring, Stream stream) {
   if (absl::Status status = CheckK(k, E); !status.ok()) return status;
   if (T == 0) return absl::OkStatus();
   GatesBackwardKernel<<<OneThreadEach(T), kThreadsPerBlock, 0, stream>>>(
       logits, scores, ids, dgates, dlogits, T, E, k, normalize,
-      scoring == cpu::ScoringFunction::kSoftmax);
+      scoring == kernels::ScoringFunction::kSoftmax);
   return LaunchStatus("RouterGatesBackward");
 }
 

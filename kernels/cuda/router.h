@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "kernels/cpu/router.h"
 #include "kernels/cuda/device.h"
+#include "kernels/types.h"
 
 namespace tandem::cuda {
 
@@ -17,14 +17,14 @@ namespace tandem::cuda {
 // unless 1 <= k <= min(64, E) and a group limit has equal groups of >= 2 experts, at most 64
 // groups and 1 <= kept_groups <= groups.
 absl::Status RouterScores(const float* logits, float* scores, int T, int E,
-                          cpu::ScoringFunction scoring, Stream stream = nullptr);
+                          kernels::ScoringFunction scoring, Stream stream = nullptr);
 absl::Status TopK(const float* scores, const float* selection_bias, int T, int E, int k,
-                  int16_t* ids, const cpu::GroupLimit& limit = {}, Stream stream = nullptr);
+                  int16_t* ids, const kernels::GroupLimit& limit = {}, Stream stream = nullptr);
 absl::Status GateWeights(const float* scores, const int16_t* ids, int T, int E, int k,
                          bool normalize, float* gates, Stream stream = nullptr);
 absl::Status RouterGatesBackward(const float* logits, const float* scores, const int16_t* ids,
                                  const float* dgates, float* dlogits, int T, int E, int k,
-                                 bool normalize, cpu::ScoringFunction scoring,
+                                 bool normalize, kernels::ScoringFunction scoring,
                                  Stream stream = nullptr);
 
 }  // namespace tandem::cuda

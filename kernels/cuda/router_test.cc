@@ -8,7 +8,7 @@
 namespace tandem::cuda {
 namespace {
 
-using cpu::ScoringFunction;
+using kernels::ScoringFunction;
 
 // Calls say cuda:: where a cpu:: argument type would also find the CPU twin by lookup.
 
@@ -16,7 +16,7 @@ struct RouterShape {
   int tokens;
   int experts;
   int k;
-  cpu::GroupLimit limit;
+  kernels::GroupLimit limit;
   bool with_bias;
 };
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "engine/blas_threads_flag.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/sft.h"
@@ -187,8 +188,12 @@ int Main() {
 
   engine::BaseModel serving_base = base.RoundedToBf16();
   engine::LoraAdapter serving_adapter = adapter.RoundedToBf16();
-  engine::Transformer base_engine(serving_base, nullptr, engine::Precision::kBF16);
-  engine::Transformer adapter_engine(serving_base, &serving_adapter, engine::Precision::kBF16);
+  engine::Transformer base_engine(serving_base, nullptr,
+                                  std::make_unique<engine::CpuModelOps>(serving_base.config()),
+                                  engine::Precision::kBF16);
+  engine::Transformer adapter_engine(serving_base, &serving_adapter,
+                                     std::make_unique<engine::CpuModelOps>(serving_base.config()),
+                                     engine::Precision::kBF16);
   std::printf(
       "%d prompts x %d samples, up to %d new tokens, bf16, %d BLAS threads (--blas_threads)\n",
       absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_group_size),

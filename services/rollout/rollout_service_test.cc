@@ -23,6 +23,7 @@
 #include "common/testing/simulated_clock.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/cuda/device_engines.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
@@ -245,6 +246,7 @@ class RolloutServiceTest : public ::testing::Test {
     std::optional<engine::LoraAdapter> rounded;
     if (adapter != nullptr) rounded.emplace(adapter->RoundedToBf16());
     engine::Transformer transformer(*serving_base_, rounded ? &*rounded : nullptr,
+                                    std::make_unique<engine::CpuModelOps>(serving_base_->config()),
                                     engine::Precision::kBF16);
     engine::GenerationRequest sample;
     sample.prompt.assign(request.prompts(prompt).token_ids().ids().begin(),
@@ -664,7 +666,8 @@ TEST_F(RolloutServiceTest, HotSwapUnderLoadNeverTearsASample) {
   for (const auto& [version, adapter] : adapters) {
     rounded.emplace(version, adapter.RoundedToBf16());
     transformers[version] = std::make_unique<engine::Transformer>(
-        *serving_base_, &rounded.at(version), engine::Precision::kBF16);
+        *serving_base_, &rounded.at(version),
+        std::make_unique<engine::CpuModelOps>(serving_base_->config()), engine::Precision::kBF16);
   }
   constexpr float kBf16Noise = 0.03f;  // Mean |log-prob difference| per token.
   float wrong_version_error = 0;

@@ -28,6 +28,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "engine/config.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/hf/hf_model.h"
 #include "engine/model.h"
 #include "engine/tasks.h"
@@ -62,7 +63,8 @@ Trace RoutesOf(const std::string& name, engine::BaseModel& model,
   const engine::ModelConfig& config = model.config();
   const int layers = config.num_moe_layers(), top_k = config.top_k, experts = config.num_experts;
   Trace trace{.name = name, .layers = std::vector<LayerTrace>(layers)};
-  engine::Transformer transformer(model, nullptr);
+  engine::Transformer transformer(model, nullptr,
+                                  std::make_unique<engine::CpuModelOps>(model.config()));
   for (int s = 0; s < steps; ++s) {
     for (LayerTrace& layer : trace.layers) {
       layer.push_back({.micro_batches = batches,

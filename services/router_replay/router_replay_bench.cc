@@ -21,6 +21,7 @@
 #include "common/server.h"
 #include "common/testing/test_server.h"
 #include "engine/config.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/generator.h"
 #include "engine/hf/hf_model.h"
 #include "engine/model.h"
@@ -121,7 +122,9 @@ std::vector<std::vector<int16_t>> EngineRoutes(const engine::ModelConfig& config
   const std::string path = absl::GetFlag(FLAGS_base_model);
   auto model =
       path.empty() ? *engine::BaseModel::Create(config, 11) : *engine::hf::LoadBaseModel(path);
-  engine::Transformer transformer(model, nullptr, engine::Precision::kBF16);
+  engine::Transformer transformer(model, nullptr,
+                                  std::make_unique<engine::CpuModelOps>(model.config()),
+                                  engine::Precision::kBF16);
   std::vector<engine::GenerationRequest> requests;
   const std::unique_ptr<engine::Task> task = *engine::MakeTask("addition", 2);
   int index = 0;

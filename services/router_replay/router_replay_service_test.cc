@@ -26,6 +26,7 @@
 #include "common/testing/http_get.h"
 #include "common/testing/test_server.h"
 #include "engine/config.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "engine/transformer.h"
@@ -177,7 +178,8 @@ TEST_F(RouterReplayServiceTest, EngineCapturedRoutesReplayExactlyThroughTheServi
   engine::ModelConfig config = engine::DefaultModelConfig();
   auto model = engine::BaseModel::Create(config, 7);
   ASSERT_TRUE(model.ok());
-  engine::Transformer transformer(*model, nullptr);
+  engine::Transformer transformer(*model, nullptr,
+                                  std::make_unique<engine::CpuModelOps>(model->config()));
   std::vector<engine::GenerationRequest> requests;
   for (int s = 0; s < 4; ++s) {
     requests.push_back({.prompt = {1, 5 + s, 9, 12}, .max_new_tokens = 8, .seed = uint64_t(s)});

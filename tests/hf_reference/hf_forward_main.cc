@@ -11,6 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/hf/hf_model.h"
 #include "engine/transformer.h"
 #include "nlohmann/json.hpp"
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
   batch.Add(tokens);
   auto model = tandem::engine::hf::LoadBaseModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(model.status().ToString());
-  tandem::engine::Transformer transformer(*model, nullptr);
+  tandem::engine::Transformer transformer(
+      *model, nullptr, std::make_unique<tandem::engine::CpuModelOps>(model->config()));
   auto logits = transformer.Forward(batch);
   if (!logits.ok()) return Fail(logits.status().ToString());
 

@@ -21,6 +21,11 @@ UNREACHABLE = {
     **{target: OBJECTIVE + (TRAINER + "policy_update",) for target in SYNC_AND_STEP},
 }
 
+# The model graph and the operations' interface choose no backend (docs/engine.md): none of them
+# uses a backend's kernels directly, only the types all backends share (//kernels:types).
+GRAPH = ("//engine:transformer", "//engine:model_ops", "//engine:bound_weights")
+BACKEND_KERNELS = ("//kernels/cpu", "//kernels/cuda")
+
 
 def package(label):
     return label.lstrip("/").split(":")[0]
@@ -48,6 +53,8 @@ def violation(source, target):
             return f"services/{dst_service}/client must not reach its own server"
     if dst.split("/")[0] == "engine" and top in ("kernels", "common"):
         return f"{top}/ must not depend on the engine"
+    if source in GRAPH and target.startswith(BACKEND_KERNELS):
+        return "the model graph must not use a backend's kernels (the caller picks the backend)"
     return None
 
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/gloo_communicator.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/expert_parallel_exchange.h"
 #include "engine/expert_placement.h"
 #include "engine/generator.h"
@@ -57,7 +58,8 @@ std::vector<RecordedStep> RecordSteps() {
   const engine::ModelConfig config = TinyConfig();
   engine::BaseModel base = RandomModel(config, 1);
   engine::LoraAdapter lora = InitialAdapter(config);
-  engine::Transformer transformer(base, &lora);
+  engine::Transformer transformer(base, &lora,
+                                  std::make_unique<engine::CpuModelOps>(base.config()));
   const int route_width = config.num_moe_layers() * config.top_k;
   std::vector<RecordedStep> steps(kSteps);
   for (int step = 0; step < kSteps; ++step) {

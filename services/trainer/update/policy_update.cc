@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/expert_parallel_exchange.h"
 #include "engine/expert_replicas.h"
 #include "kernels/cpu/loss.h"
@@ -118,9 +119,11 @@ PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
                              engine::AdamW& optimizer, PolicyUpdateConfig config)
     : PolicyUpdater(base, lora, optimizer, config,
                     {.policy = std::make_unique<engine::TransformerTrainingEngine>(
-                         base, &lora, config.expert_parallel.exchange),
+                         base, &lora, std::make_unique<engine::CpuModelOps>(base.config()),
+                         config.expert_parallel.exchange),
                      .reference = std::make_unique<engine::TransformerTrainingEngine>(
-                         base, nullptr, config.expert_parallel.exchange)}) {}
+                         base, nullptr, std::make_unique<engine::CpuModelOps>(base.config()),
+                         config.expert_parallel.exchange)}) {}
 
 PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
                              engine::AdamW& optimizer, PolicyUpdateConfig config,

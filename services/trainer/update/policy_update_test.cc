@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "engine/cpu_model_ops.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "gtest/gtest.h"
@@ -51,7 +52,8 @@ class PolicyUpdateTest : public ::testing::Test {
   // `groups` prompts x 8 samples of 3 tokens; reward 1 when the first token is kTarget.
   std::vector<TrainingSample> Rollouts(int groups, uint64_t seed, std::vector<int16_t>* routes,
                                        float temperature = 1.0f) {
-    engine::Transformer transformer(base_, &lora_);
+    engine::Transformer transformer(base_, &lora_,
+                                    std::make_unique<engine::CpuModelOps>(base_.config()));
     std::vector<engine::GenerationRequest> requests;
     for (int g = 0; g < groups; ++g) {
       for (int j = 0; j < 8; ++j) {
@@ -198,7 +200,7 @@ TEST_F(PolicyUpdateTest, TheValueHeadConvergesToTheBestLinearFitOfTheReturns) {
   // The hidden state that predicts each response token, and its return.
   std::vector<std::vector<double>> features;
   std::vector<double> returns;
-  engine::Transformer trunk(base_, &lora_);
+  engine::Transformer trunk(base_, &lora_, std::make_unique<engine::CpuModelOps>(base_.config()));
   const int d = SmallConfig().d_model;
   for (const TrainingSample& sample : samples) {
     engine::TokenBatch batch;

@@ -8,6 +8,7 @@
 #include "common/safetensors.h"
 #include "common/testing/test_dir.h"
 #include "common/testing/test_server.h"
+#include "engine/cpu_model_ops.h"
 #include "engine/module_names.h"
 #include "engine/peft_adapter.h"
 #include "engine/transformer.h"
@@ -58,7 +59,8 @@ engine::LoraAdapter RandomAdapter(const engine::ModelConfig& model, engine::Expe
 std::vector<float> Logits(engine::BaseModel& base, engine::LoraAdapter& adapter) {
   engine::TokenBatch batch;
   batch.Add({1, 7, 30, 2, 11, 5, 39});
-  engine::Transformer transformer(base, &adapter);
+  engine::Transformer transformer(base, &adapter,
+                                  std::make_unique<engine::CpuModelOps>(base.config()));
   const float* logits = *transformer.Forward(batch);
   return std::vector<float>(logits, logits + batch.num_tokens() * base.config().vocab_size);
 }
