@@ -12,8 +12,8 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grouped_lora.h"
 #include "kernels/cpu/permute.h"
-#include "kernels/cpu/router.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/router.h"
 #include "kernels/cpu/swiglu.h"
 
 namespace tandem::engine {

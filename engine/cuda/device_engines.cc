@@ -68,8 +68,8 @@ absl::StatusOr<TrainingEngines> MakeTrainingEngines(const std::string& device, B
   if (!reference.ok()) return reference.status();
   return TrainingEngines{
       .policy = std::make_unique<TransformerTrainingEngine>(base, &lora, *std::move(policy)),
-      .reference = std::make_unique<TransformerTrainingEngine>(base, nullptr,
-                                                               *std::move(reference))};
+      .reference =
+          std::make_unique<TransformerTrainingEngine>(base, nullptr, *std::move(reference))};
 }
 
 absl::StatusOr<DecodeEngineMaker> MakeDecodeEngineMaker(const std::string& device,

@@ -123,9 +123,9 @@ absl::StatusOr<std::vector<tandem::HostedService>> JoinRankZero(
     int rank, const tandem::trainer::JobEnvironment& environment) {
   auto channel = tandem::CreateChannel({.target = absl::GetFlag(FLAGS_rank0),
                                         .service_name = "tandem.internal.v1.TrainerRanksService",
-                                        .auth_token = environment.auth_token,
-                                        .auth_token_file = environment.auth_token_file,
-                                        .tls = environment.tls});
+                                        .auth_token = environment.settings.auth_token,
+                                        .auth_token_file = environment.settings.auth_token_file,
+                                        .tls = environment.settings.tls});
   if (!channel.ok()) return channel.status();
   // Runs for the life of the process; destroyed at exit, which ends its job at the next phase.
   static std::unique_ptr<tandem::trainer::RankWorker> worker;
@@ -172,21 +172,19 @@ int main(int argc, char** argv) {
          auto endpoints = ServiceEndpointsFromFlags();
          if (!endpoints.ok()) return endpoints.status();
          const tandem::trainer::JobEnvironment environment = {
-             .services = *endpoints,
-             .auth_token = server.auth_token,
-             .auth_token_file = server.auth_token_file,
-             .tls = *std::move(peer_tls),
-             .ucx = MaybeUcx(),
-             .device = device,
-             .store_outage_budget = outage_budget,
-             .roster = roster,
-             .rendezvous = rendezvous,
-             .gloo = {.hostname = absl::GetFlag(FLAGS_rank_address),
-                      .timeout = absl::GetFlag(FLAGS_collective_timeout),
-                      .join_timeout = absl::GetFlag(FLAGS_rank_join_timeout)},
-             .rank_join_timeout = absl::GetFlag(FLAGS_rank_join_timeout),
-             .phase_timeout = absl::GetFlag(FLAGS_rank_phase_timeout),
-             .rank_failure_retries = absl::GetFlag(FLAGS_rank_failure_retries)};
+             .settings = {.services = *endpoints,
+                          .auth_token = server.auth_token,
+                          .auth_token_file = server.auth_token_file,
+                          .tls = *std::move(peer_tls),
+                          .device = device,
+                          .store_outage_budget = outage_budget,
+                          .gloo = {.hostname = absl::GetFlag(FLAGS_rank_address),
+                                   .timeout = absl::GetFlag(FLAGS_collective_timeout),
+                                   .join_timeout = absl::GetFlag(FLAGS_rank_join_timeout)},
+                          .rank_join_timeout = absl::GetFlag(FLAGS_rank_join_timeout),
+                          .phase_timeout = absl::GetFlag(FLAGS_rank_phase_timeout),
+                          .rank_failure_retries = absl::GetFlag(FLAGS_rank_failure_retries)},
+             .dependencies = {.ucx = MaybeUcx(), .roster = roster, .rendezvous = rendezvous}};
          if (const int rank = absl::GetFlag(FLAGS_rank); rank > 0) {
            return JoinRankZero(rank, environment);
          }

@@ -20,7 +20,9 @@
 #include "services/trainer/experts/expert_rebalance.h"
 #include "services/trainer/job/checkpoint.h"
 #include "services/trainer/job/generation_ahead.h"
+#include "services/trainer/job/job_connections.h"
 #include "services/trainer/job/job_plan.h"
+#include "services/trainer/job/run_ranks.h"
 #include "services/trainer/job/starting_point.h"
 #include "services/trainer/job/store_outage.h"
 #include "services/trainer/job/task_source.h"
@@ -48,7 +50,8 @@ absl::Status Cancelled() { return absl::CancelledError("job cancelled"); }
 
 // The environment's backoff and outage budget for a store that is away.
 OutagePolicy OutagePolicyOf(const JobEnvironment& environment) {
-  return {.initial_backoff = environment.retry_backoff, .budget = environment.store_outage_budget};
+  return {.initial_backoff = environment.settings.retry_backoff,
+          .budget = environment.settings.store_outage_budget};
 }
 
 // JobProgress::on_status is optional.
@@ -62,224 +65,172 @@ class JobRun {
  public:
   // Rank 0 of the job (of one rank, or leading several) when `assignment` is null; else the
   // rank it names, joining rank 0's group through `store`. `retry` numbers rank 0's runs of one
-  // attempt after groups that broke (each forms a group of its own).
+  // attempt after groups that broke (each forms a group of its own). `environment` must outlive
+  // the run.
   JobRun(const trainer::v1::Job& job, const JobEnvironment& environment,
          const internal::v1::GetAssignmentResponse* assignment = nullptr,
          gloo::rendezvous::Store* store = nullptr, int retry = 0)
       : job_(job),
-        retry_(retry),
         environment_(environment),
-        assignment_(assignment),
-        member_store_(store),
-        rank_(assignment != nullptr ? assignment->data_parallel_rank() : 0),
-        owner_{.job_id = job.id(), .spec_fingerprint = SpecFingerprint(job.spec())} {}
+        ranks_(std::make_unique<RunRanks>(assignment, store, retry)) {}
 
   absl::Status Init();
   absl::Status Run(const JobProgress& progress, const std::atomic<bool>& cancelled);
 
  private:
-  // Rank 0: it forms the group, owns checkpoints and reports progress.
-  bool lead() const { return assignment_ == nullptr; }
-  // The job's ranks once their group formed; null for one rank.
-  CountingCommunicator* ranks() { return group_ == nullptr ? nullptr : &group_->ranks(); }
-  const trainer::v1::JobSpec& spec() const { return plan_.spec; }
+  // What the run's checkpoints record.
+  CheckpointOwner Owner() const {
+    return {.job_id = job_.id(),
+            .spec_fingerprint = SpecFingerprint(job_.spec()),
+            .initialized_from = initialized_from_};
+  }
+  const trainer::v1::JobSpec& spec() const { return plan_->spec; }
+  const JobSettings& settings() const { return environment_.settings; }
+  CountingCommunicator* ranks() { return ranks_->ranks(); }
+  bool expert_parallel() const { return plan_->expert_parallel > 1; }
 
-  // The stubs of the job's services and the stages over them.
-  absl::Status ConnectServices();
-  absl::Status CreateSampler();
   // The run's starting state: rank 0's from FindStartingPoint, a rank > 0's shaped alike.
   absl::Status CreateState(JobModel model);
+  // The generation stage over the rollout replicas: this rank's share of the step's prompts,
+  // with the job's task and text codec.
+  absl::Status CreateSampler(std::shared_ptr<const engine::text::TextCodec> codec,
+                             std::shared_ptr<const engine::Task> task);
   // The version the run publishes first: the weight-store's newest + 1 (rank 0's, for all ranks).
   absl::StatusOr<int64_t> FirstVersion();
   // A run of several ranks: forms their Gloo groups (rank 0 posts the job and waits for the
   // others to join), sends every rank rank 0's starting state, and with expert parallelism keeps
   // the rank's experts of it.
-  absl::Status JoinRanks(int64_t first_version, const JobProgress& progress);
+  absl::Status JoinRanks(int64_t first_version, const JobProgress& progress,
+                         const std::atomic<bool>& cancelled);
   absl::Status KeepExperts();
   // Refuses a parallelism the adapter cannot be published by (each rank puts a shard of its own).
   absl::Status CheckPublishable() const;
-  // What the expert exchange has done since the run began (zeros without one).
-  struct ExchangeTotals {
-    double seconds = 0;
-    int64_t bytes = 0;
-    int64_t rows = 0;
-    double compute_seconds = 0;
-  };
-  ExchangeTotals Exchanged() {
-    if (exchange_ == nullptr) return {};
-    exchange_time_ += group_->experts()->TakeCounts().time;
-    return {.seconds = absl::ToDoubleSeconds(exchange_time_),
-            .bytes = exchange_->bytes_sent(),
-            .rows = exchange_->rows_computed(),
-            .compute_seconds = absl::ToDoubleSeconds(exchange_->compute_time())};
-  }
-  // The experts' placement over each expert-parallel group; null without expert parallelism.
-  const engine::ExpertPlacement* Placement() const {
-    return exchange_ == nullptr ? nullptr : &exchange_->placement();
-  }
-  // Whether the run is expert parallel, and its groups once formed.
-  bool expert_parallel() const { return plan_.expert_parallel > 1; }
-  PolicyUpdateConfig::ExpertParallelism ExpertGroups() {
-    if (exchange_ == nullptr) return {};
-    return {
-        .exchange = exchange_.get(), .group = group_->experts(), .same_experts = group_->copies()};
-  }
   // Between phases of a step with several ranks: every rank learns whether any failed `what`.
   absl::Status Agree(const absl::Status& local, absl::string_view what) {
-    return ranks() == nullptr ? local
-                              : AgreeOnFailures(*ranks(), local, what, environment_.phase_timeout);
+    return ranks_->Agree(local, what, settings().phase_timeout);
   }
-  // trainer::RideOutOutage with the environment's backoff and outage budget.
-  absl::Status RideOutOutage(absl::string_view store,
-                             const std::function<absl::Status(int attempt)>& call);
-
-  // A step's phases; each fills its part of `metrics`.
+  // A step's phases; each fills its part of `metrics`, and each ends once `cancelled` is seen.
   absl::StatusOr<StepRoutes> FetchRoutes(const StepSamples& samples,
-                                         trainer::v1::StepMetrics& metrics);
+                                         trainer::v1::StepMetrics& metrics,
+                                         const std::atomic<bool>& cancelled);
   // A job balancing experts: re-places them by the step's routed load (RebalanceExperts).
   absl::Status Rebalance(const StepRoutes& routes, trainer::v1::StepMetrics& metrics);
   absl::StatusOr<UpdateStats> Train(int64_t step, const StepSamples& samples,
-                                    const StepRoutes& routes, trainer::v1::StepMetrics& metrics);
+                                    const StepRoutes& routes, trainer::v1::StepMetrics& metrics,
+                                    const std::atomic<bool>& cancelled);
   // Publishes the step's adapter, waits until every replica serves it, and checkpoints.
   absl::Status PublishAndSwap(int64_t step, const JobProgress& progress,
                               trainer::v1::StepMetrics& metrics);
   absl::StatusOr<trainer::v1::StepMetrics> RunStep(int64_t step, GenerationAhead& ahead,
-                                                   const JobProgress& progress);
+                                                   const JobProgress& progress,
+                                                   const std::atomic<bool>& cancelled);
 
+  // Configuration: what the run is asked to do, and the trainer's settings and services.
   const trainer::v1::Job job_;
-  const int retry_;
-  const JobEnvironment environment_;
-  const internal::v1::GetAssignmentResponse* const assignment_;  // Null on rank 0.
-  gloo::rendezvous::Store* const member_store_;                  // Rank 0's values, for a rank > 0.
-  const int rank_;
-  JobPlan plan_;                      // After Init.
-  std::vector<int> own_groups_;       // The step's prompt groups this rank generates.
-  std::unique_ptr<RankGroup> group_;  // A run of several ranks.
-  // Expert parallelism: the MoE blocks' all-to-all over the rank's expert-parallel group.
-  std::unique_ptr<engine::ExpertParallelExchange> exchange_;
-  absl::Duration exchange_time_;  // In the expert group's collectives, since the run began.
-  std::unique_ptr<TrainingState> state_;
-  std::unique_ptr<PolicyUpdater> updater_;          // Set by Run.
-  std::unique_ptr<engine::text::TextCodec> codec_;  // As rollout's: prompts sent as their ids.
-  std::unique_ptr<engine::Task> task_;
-  std::vector<std::unique_ptr<rollout::v1::RolloutService::StubInterface>> rollouts_;
-  std::vector<rollout::ReplicaStub> replicas_;  // rollouts_ by address.
-  std::unique_ptr<weight_store::WeightStoreStubs> weight_store_;
-  std::unique_ptr<routerreplay::v1::RouterReplayService::StubInterface> router_replay_;
-  std::unique_ptr<router_replay::RouteSource> route_source_;  // Over router_replay_.
+  const JobEnvironment& environment_;
+  std::unique_ptr<const JobPlan> plan_;  // After Init.
+  // The stages, wired once: where the run sits among the job's ranks, the services it talks
+  // to, its generation, its state, its update and its publishing.
+  const std::unique_ptr<RunRanks> ranks_;
+  std::unique_ptr<JobConnections> connections_;  // After Init.
+  std::unique_ptr<StepSampler> sampler_;         // After Init.
+  std::unique_ptr<TrainingState> state_;         // After Init.
+  std::unique_ptr<PolicyUpdater> updater_;       // Set by Run.
+  std::unique_ptr<StepPublisher> publisher_;     // Set by Run.
+  // Where the run stands: the step it started after, the checkpoint it was initialized from
+  // (CheckpointOwner), and the newest version it published.
   int64_t start_step_ = 0;
-  int64_t version_ = 0;                           // The newest version the run published.
-  CheckpointOwner owner_;                         // What the run's checkpoints record.
-  const std::atomic<bool>* cancelled_ = nullptr;  // Set by Run.
-  rollout::SampleFanOut fan_out_;         // The step's Generate calls, cancelled when the run ends.
-  std::unique_ptr<StepSampler> sampler_;  // After Init.
-  std::unique_ptr<StepPublisher> publisher_;  // Set by Run.
+  std::string initialized_from_;
+  int64_t version_ = 0;
 };
 
 absl::Status JobRun::Init() {
   // The stored spec was resolved at submission and resolves to itself.
   absl::StatusOr<JobPlan> plan = PlanJob(job_.spec(), job_.id(), job_.spec().output_dir());
   if (!plan.ok()) return plan.status();
-  plan_ = *std::move(plan);
+  plan_ = std::make_unique<const JobPlan>(*std::move(plan));
   absl::StatusOr<JobModel> model = LoadJobModel(spec());
   if (!model.ok()) return model.status();
   auto codec = engine::text::TextCodecFor(spec().base_model_path());
   if (!codec.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("tokenizer: ", codec.status().message()));
   }
-  codec_ = *std::move(codec);
-  auto task = MakeJobTask(spec(), *codec_);
+  std::shared_ptr<const engine::text::TextCodec> shared_codec = *std::move(codec);
+  auto task = MakeJobTask(spec(), *shared_codec);
   if (!task.ok()) return task.status();
-  task_ = *std::move(task);
-  if (absl::Status status = ConnectServices(); !status.ok()) return status;
-  if (absl::Status status = CreateSampler(); !status.ok()) return status;
+  GrpcServiceDialer grpc_dialer(settings().auth_token, settings().auth_token_file, settings().tls);
+  absl::StatusOr<std::unique_ptr<JobConnections>> connections = JobConnections::Dial(
+      settings().services,
+      environment_.dependencies.dialer != nullptr ? *environment_.dependencies.dialer : grpc_dialer,
+      job_.id(), plan_->update.replay == RouteReplay::kR3);
+  if (!connections.ok()) return connections.status();
+  connections_ = *std::move(connections);
+  if (absl::Status status = CreateSampler(std::move(shared_codec), *std::move(task));
+      !status.ok()) {
+    return status;
+  }
   return CreateState(*std::move(model));
 }
 
-absl::Status JobRun::ConnectServices() {
-  GrpcServiceDialer grpc_dialer(environment_.auth_token, environment_.auth_token_file,
-                                environment_.tls);
-  ServiceDialer& dialer = environment_.dialer != nullptr ? *environment_.dialer : grpc_dialer;
-  const ServiceEndpoints& services = environment_.services;
-  auto addresses = RolloutReplicas(services);
-  if (!addresses.ok()) return addresses.status();
-  if (!services.rollout_service.empty()) {
-    spdlog::info("job {}: rollout replicas of {}: {}", job_.id(), services.rollout_service,
-                 absl::StrJoin(*addresses, ", "));
-  }
-  for (const std::string& address : *addresses) {
-    auto stub = dialer.Rollout(address);
-    if (!stub.ok()) return stub.status();
-    rollouts_.push_back(*std::move(stub));
-    replicas_.push_back({.address = address, .stub = rollouts_.back().get()});
-  }
-  auto weight_store = dialer.WeightStore(services.weight_store);
-  if (!weight_store.ok()) return weight_store.status();
-  weight_store_ = *std::move(weight_store);
-  if (!services.router_replay.empty()) {
-    auto router_replay = dialer.RouterReplay(services.router_replay);
-    if (!router_replay.ok()) return router_replay.status();
-    router_replay_ = *std::move(router_replay);
-    route_source_ = std::make_unique<router_replay::RouterReplaySource>(*router_replay_);
-  } else if (plan_.update.replay == RouteReplay::kR3) {
-    // Every rank reads its own flags: one without router-replay would train without replay.
-    return absl::FailedPreconditionError(
-        "the job replays routes (R3), and this trainer rank has no --router_replay");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status JobRun::CreateSampler() {
+absl::Status JobRun::CreateSampler(std::shared_ptr<const engine::text::TextCodec> codec,
+                                   std::shared_ptr<const engine::Task> task) {
+  const int rank = ranks_->rank();
   auto share = DataParallelShare(spec().prompts_per_step(), spec().group_size(),
-                                 plan_.update.updates_per_step, plan_.ranks(), rank_);
+                                 plan_->update.updates_per_step, plan_->ranks(), rank);
   if (!share.ok()) return share.status();
+  std::vector<int> own_groups;
   for (size_t i = 0; i < share->size(); i += spec().group_size()) {
-    own_groups_.push_back((*share)[i] / spec().group_size());
+    own_groups.push_back((*share)[i] / spec().group_size());
   }
-  sampler_ =
-      std::make_unique<StepSampler>(StepSamplerConfig{.job_id = job_.id(),
-                                                      .spec = &plan_.spec,
-                                                      .own_groups = own_groups_,
-                                                      .data_parallel_rank = rank_,
-                                                      .record_routes = router_replay_ != nullptr,
-                                                      .attempts = environment_.generate_attempts,
-                                                      .retry_backoff = environment_.retry_backoff,
-                                                      .rpc_timeout = environment_.rpc_timeout},
-                                    *task_, *codec_, replicas_, fan_out_, Clock::Real());
+  if (plan_->ranks() > 1) {
+    spdlog::info("job {}: rank {} of {} trains prompt groups {}", job_.id(), rank, plan_->ranks(),
+                 absl::StrJoin(own_groups, ","));
+  }
+  sampler_ = std::make_unique<StepSampler>(
+      StepSamplerConfig{.job_id = job_.id(),
+                        .spec = &plan_->spec,
+                        .own_groups = std::move(own_groups),
+                        .data_parallel_rank = rank,
+                        .record_routes = connections_->router_replay() != nullptr,
+                        .attempts = settings().generate_attempts,
+                        .retry_backoff = settings().retry_backoff,
+                        .rpc_timeout = settings().rpc_timeout},
+      std::move(task), std::move(codec), connections_->replicas(), connections_->fan_out(),
+      Clock::Real());
   return absl::OkStatus();
 }
 
 absl::Status JobRun::CreateState(JobModel model) {
-  StateOrigin origin{.read_initial_adapter = lead()};
-  if (lead()) {
-    absl::StatusOr<StartingPoint> start = FindStartingPoint(spec(), owner_, model.base->config());
+  StateOrigin origin{.read_initial_adapter = ranks_->lead()};
+  if (ranks_->lead()) {
+    absl::StatusOr<StartingPoint> start = FindStartingPoint(spec(), Owner(), model.base->config());
     if (!start.ok()) return start.status();
     start_step_ = start->start_step;
-    owner_.initialized_from = start->initialized_from;
+    initialized_from_ = start->initialized_from;
     origin.checkpoint = std::move(start->checkpoint);
     origin.resuming = start_step_ > 0;
   } else {
     // A rank > 0 starts from rank 0's state (Broadcast): the checkpoints are rank 0's.
-    start_step_ = assignment_->start_step();
+    start_step_ = ranks_->assignment().start_step();
   }
-  auto state = TrainingState::Create(plan_, std::move(model), std::move(origin));
+  auto state = TrainingState::Create(*plan_, std::move(model), std::move(origin));
   if (!state.ok()) return state.status();
   state_ = *std::move(state);
   return CheckPublishable();
 }
 
 absl::Status JobRun::CheckPublishable() const {
-  if (plan_.ranks() == 1) return absl::OkStatus();
+  if (plan_->ranks() == 1) return absl::OkStatus();
   // Each rank publishes a shard of its own: refused now, not after the group formed.
   const auto split = expert_parallel()
                          ? weight_store::BuildExpertParallelVersion(
                                state_->lora(), state_->model_config(), spec().adapter_name(), 1,
                                engine::ExpertPlacement::Contiguous(
-                                   state_->model_config().num_experts, plan_.expert_parallel),
-                               plan_.data_parallel, rank_)
+                                   state_->model_config().num_experts, plan_->expert_parallel),
+                               plan_->data_parallel, ranks_->rank())
                          : weight_store::BuildAdapterVersion(state_->lora(), state_->model_config(),
                                                              spec().adapter_name(), 1,
-                                                             type::v1::DTYPE_F32, plan_.ranks());
+                                                             type::v1::DTYPE_F32, plan_->ranks());
   if (split.ok()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       expert_parallel() ? "spec.parallelism.expert_parallel: " : "spec.parallelism.data_parallel: ",
@@ -287,7 +238,7 @@ absl::Status JobRun::CheckPublishable() const {
 }
 
 absl::StatusOr<int64_t> JobRun::FirstVersion() {
-  if (!lead()) return assignment_->first_version();
+  if (!ranks_->lead()) return ranks_->assignment().first_version();
   absl::StatusOr<int64_t> newest = publisher_->NewestVersion();
   if (!newest.ok()) return newest.status();
   // The adapter this run starts from (fresh, or restored) becomes a new version: a resumed job
@@ -295,71 +246,62 @@ absl::StatusOr<int64_t> JobRun::FirstVersion() {
   return *newest + 1;
 }
 
-absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progress) {
-  absl::StatusOr<std::unique_ptr<RankGroup>> group;
-  if (lead()) {
-    internal::v1::GetAssignmentResponse assignment;
+absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progress,
+                               const std::atomic<bool>& cancelled) {
+  internal::v1::GetAssignmentResponse assignment;  // What rank 0 posts.
+  if (ranks_->lead()) {
     *assignment.mutable_job() = job_;
-    assignment.set_group(absl::StrCat(job_.id(), "/a", job_.attempt(), "r", retry_));
+    assignment.set_group(absl::StrCat(job_.id(), "/a", job_.attempt(), "r", ranks_->retry()));
     assignment.set_start_step(start_step_);
     assignment.set_first_version(first_version);
-    group = RankGroup::Lead(
-        assignment, plan_.ranks(), plan_.expert_parallel,
-        {.roster = environment_.roster,
-         .rendezvous = environment_.rendezvous,
-         .gloo = environment_.gloo,
-         .join_timeout = environment_.rank_join_timeout,
-         .on_status = [&](const std::string& waiting) { SayStatus(progress, waiting); }},
-        *cancelled_);
-  } else {
-    group = RankGroup::Join(*member_store_, rank_, plan_.ranks(), plan_.expert_parallel,
-                            environment_.gloo);
   }
-  if (!group.ok()) return group.status();
-  group_ = *std::move(group);
-  spdlog::info("job {}: rank {} of {} trains prompt groups {}", job_.id(), rank_, plan_.ranks(),
-               absl::StrJoin(own_groups_, ","));
+  if (absl::Status status = ranks_->Form(
+          assignment, plan_->ranks(), plan_->expert_parallel,
+          {.roster = environment_.dependencies.roster,
+           .rendezvous = environment_.dependencies.rendezvous,
+           .gloo = settings().gloo,
+           .join_timeout = settings().rank_join_timeout,
+           .on_status = [&](const std::string& waiting) { SayStatus(progress, waiting); }},
+          cancelled);
+      !status.ok()) {
+    return status;
+  }
   if (absl::Status status = state_->Broadcast(*ranks()); !status.ok()) return status;
   return expert_parallel() ? KeepExperts() : absl::OkStatus();
 }
 
 absl::Status JobRun::KeepExperts() {
-  auto exchange = engine::ExpertParallelExchange::Create(*group_->experts(),
-                                                         state_->model_config().num_experts);
-  if (!exchange.ok()) return exchange.status();
-  exchange_ = *std::move(exchange);
-  const std::vector<int> experts = exchange_->local_experts().experts;
-  if (absl::Status status = state_->KeepExperts(plan_, experts); !status.ok()) return status;
-  spdlog::info("job {}: rank {} holds experts {} of every MoE layer", job_.id(), rank_,
-               absl::StrJoin(experts, ","));
+  absl::StatusOr<std::vector<int>> experts =
+      ranks_->ExchangeExperts(state_->model_config().num_experts);
+  if (!experts.ok()) return experts.status();
+  if (absl::Status status = state_->KeepExperts(*plan_, *experts); !status.ok()) return status;
+  spdlog::info("job {}: rank {} holds experts {} of every MoE layer", job_.id(), ranks_->rank(),
+               absl::StrJoin(*experts, ","));
   return absl::OkStatus();
 }
 
-absl::Status JobRun::RideOutOutage(absl::string_view store,
-                                   const std::function<absl::Status(int attempt)>& call) {
-  return trainer::RideOutOutage(store, OutagePolicyOf(environment_), *cancelled_, Clock::Real(),
-                                call);
-}
-
 absl::StatusOr<StepRoutes> JobRun::FetchRoutes(const StepSamples& samples,
-                                               trainer::v1::StepMetrics& metrics) {
-  if (route_source_ == nullptr) return StepRoutes{};
+                                               trainer::v1::StepMetrics& metrics,
+                                               const std::atomic<bool>& cancelled) {
+  if (connections_->route_source() == nullptr) return StepRoutes{};
   const absl::Time start = absl::Now();
   absl::StatusOr<StepRoutes> fetched;
-  const absl::Status status = RideOutOutage("router-replay", [&](int) {
-    fetched =
-        FetchStepRoutes(*route_source_, samples, state_->model_config(), environment_.rpc_timeout);
-    return fetched.status();
-  });
+  const absl::Status status = RideOutOutage(
+      "router-replay", OutagePolicyOf(environment_), cancelled, Clock::Real(), [&](int) {
+        fetched = FetchStepRoutes(*connections_->route_source(), samples, state_->model_config(),
+                                  settings().rpc_timeout);
+        return fetched.status();
+      });
   metrics.set_route_fetch_seconds(SecondsSince(start));
   if (!status.ok()) return status;
   return fetched;
 }
 
 absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetrics& metrics) {
-  absl::StatusOr<Rebalanced> rebalanced = RebalanceExperts(
-      *ranks(), *group_->experts(), *exchange_, routes.routes, *router_replay_,
-      environment_.rpc_timeout, state_->base(), state_->lora(), state_->optimizer());
+  absl::StatusOr<Rebalanced> rebalanced =
+      RebalanceExperts(*ranks(), *ranks_->experts(), *ranks_->exchange(), routes.routes,
+                       *connections_->router_replay(), settings().rpc_timeout, state_->base(),
+                       state_->lora(), state_->optimizer());
   if (!rebalanced.ok()) return rebalanced.status();
   metrics.set_experts_moved(rebalanced->experts_moved);
   metrics.set_expert_imbalance_before(rebalanced->imbalance_before);
@@ -371,7 +313,8 @@ absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetric
 
 absl::StatusOr<UpdateStats> JobRun::Train(int64_t step, const StepSamples& samples,
                                           const StepRoutes& routes,
-                                          trainer::v1::StepMetrics& metrics) {
+                                          trainer::v1::StepMetrics& metrics,
+                                          const std::atomic<bool>& cancelled) {
   const absl::Time start = absl::Now();
   absl::StatusOr<UpdateStats> stats = updater_->Update(samples.training, routes.routes);
   if (!stats.ok()) return stats.status();
@@ -384,12 +327,12 @@ absl::StatusOr<UpdateStats> JobRun::Train(int64_t step, const StepSamples& sampl
         *ranks(), parameters, step,
         expert_parallel() ? CompareTensors::kNotPerExpert : CompareTensors::kAll);
     if (status.ok() && expert_parallel()) {
-      status = CheckIdenticalParameters(*group_->copies(), parameters, step);
+      status = CheckIdenticalParameters(*ranks_->copies(), parameters, step);
     }
     if (!status.ok()) return status;
   }
   // A cancel seen during training ends the step before anything is published.
-  if (absl::Status status = Agree(*cancelled_ ? Cancelled() : absl::OkStatus(),
+  if (absl::Status status = Agree(cancelled ? Cancelled() : absl::OkStatus(),
                                   absl::StrCat("step ", step, " (cancelled)"));
       !status.ok()) {
     return status;
@@ -402,7 +345,7 @@ absl::Status JobRun::PublishAndSwap(int64_t step, const JobProgress& progress,
                                     trainer::v1::StepMetrics& metrics) {
   absl::Time start = absl::Now();
   if (absl::Status status = publisher_->Publish(state_->lora(), state_->model_config(),
-                                                version_ + 1, step, ranks(), Placement());
+                                                version_ + 1, step, ranks(), ranks_->Placement());
       !status.ok()) {
     return status;
   }
@@ -413,8 +356,8 @@ absl::Status JobRun::PublishAndSwap(int64_t step, const JobProgress& progress,
   absl::Status swapped = publisher_->AwaitServed(version_);
   metrics.set_swap_seconds(SecondsSince(start));
   if (!expert_parallel()) {
-    if (swapped.ok() && lead() && plan_.CheckpointsAfter(step)) {
-      swapped = state_->SaveCheckpoint(spec().output_dir(), owner_, step, version_);
+    if (swapped.ok() && ranks_->lead() && plan_->CheckpointsAfter(step)) {
+      swapped = state_->SaveCheckpoint(spec().output_dir(), Owner(), step, version_);
     }
     return Agree(swapped, absl::StrCat("step ", step, "'s swap or checkpoint"));
   }
@@ -422,42 +365,43 @@ absl::Status JobRun::PublishAndSwap(int64_t step, const JobProgress& progress,
   if (absl::Status status = Agree(swapped, absl::StrCat("step ", step, "'s swap")); !status.ok()) {
     return status;
   }
-  if (!plan_.CheckpointsAfter(step)) return absl::OkStatus();
-  return Agree(state_->SaveCheckpoint(spec().output_dir(), owner_, step, version_,
-                                      group_->experts(), lead()),
+  if (!plan_->CheckpointsAfter(step)) return absl::OkStatus();
+  return Agree(state_->SaveCheckpoint(spec().output_dir(), Owner(), step, version_,
+                                      ranks_->experts(), ranks_->lead()),
                absl::StrCat("step ", step, "'s checkpoint"));
 }
 
 absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, GenerationAhead& ahead,
-                                                         const JobProgress& progress) {
+                                                         const JobProgress& progress,
+                                                         const std::atomic<bool>& cancelled) {
   trainer::v1::StepMetrics metrics;
   metrics.set_step(step);
   const absl::Time step_start = absl::Now();
   if (ranks() != nullptr) ranks()->TakeCounts();  // This step's from here.
-  const ExchangeTotals exchanged_before = Exchanged();
+  const RunRanks::ExchangeTotals exchanged_before = ranks_->Exchanged();
   // A cancel ends the step on every rank at the agreement below.
   GenerationAhead::Taken taken =
-      *cancelled_ ? GenerationAhead::Taken{.samples = Cancelled(), .version = version_}
-                  : ahead.Take(step, version_);
+      cancelled ? GenerationAhead::Taken{.samples = Cancelled(), .version = version_}
+                : ahead.Take(step, version_);
   metrics.set_min_rollout_version(taken.version);
   metrics.set_generation_seconds(SecondsSince(step_start));
   if (taken.samples.ok()) ahead.StartAfter(step, version_);
   absl::StatusOr<StepRoutes> routes = taken.samples.ok()
-                                          ? FetchRoutes(*taken.samples, metrics)
+                                          ? FetchRoutes(*taken.samples, metrics, cancelled)
                                           : absl::StatusOr<StepRoutes>(taken.samples.status());
-  if (absl::Status status = Agree(*cancelled_ ? Cancelled() : routes.status(),
+  if (absl::Status status = Agree(cancelled ? Cancelled() : routes.status(),
                                   absl::StrCat("step ", step, "'s generation"));
       !status.ok()) {
     return status;
   }
   const StepSamples& samples = *taken.samples;
-  if (plan_.balance_experts) {
+  if (plan_->balance_experts) {
     if (absl::Status status = Rebalance(*routes, metrics); !status.ok()) return status;
   }
-  absl::StatusOr<UpdateStats> stats = Train(step, samples, *routes, metrics);
+  absl::StatusOr<UpdateStats> stats = Train(step, samples, *routes, metrics, cancelled);
   if (!stats.ok()) return stats.status();
   if (absl::Status status = PublishAndSwap(step, progress, metrics); !status.ok()) return status;
-  const ExchangeTotals exchanged = Exchanged();
+  const RunRanks::ExchangeTotals exchanged = ranks_->Exchanged();
   metrics.set_expert_exchange_seconds(exchanged.seconds - exchanged_before.seconds);
   metrics.set_expert_exchange_bytes(exchanged.bytes - exchanged_before.bytes);
   std::vector<float> tallies =
@@ -480,34 +424,36 @@ absl::StatusOr<trainer::v1::StepMetrics> JobRun::RunStep(int64_t step, Generatio
 }
 
 absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& cancelled) {
-  cancelled_ = &cancelled;
   publisher_ = std::make_unique<StepPublisher>(
       StepPublisherConfig{.job_id = job_.id(),
                           .adapter_name = spec().adapter_name(),
                           .architecture = state_->architecture(),
-                          .ranks = plan_.ranks(),
-                          .ucx = environment_.ucx,
-                          .rpc_timeout = environment_.rpc_timeout,
-                          .phase_timeout = environment_.phase_timeout,
+                          .ranks = plan_->ranks(),
+                          .ucx = environment_.dependencies.ucx,
+                          .rpc_timeout = settings().rpc_timeout,
+                          .phase_timeout = settings().phase_timeout,
                           .outage = OutagePolicyOf(environment_),
-                          .swap = {.timeout = environment_.swap_timeout,
-                                   .poll_initial = environment_.swap_poll_initial,
-                                   .poll_max = environment_.swap_poll_max}},
-      *weight_store_, replicas_, cancelled, Clock::Real());
+                          .swap = {.timeout = settings().swap_timeout,
+                                   .poll_initial = settings().swap_poll_initial,
+                                   .poll_max = settings().swap_poll_max}},
+      connections_->weight_store(), connections_->replicas(), cancelled, Clock::Real());
   progress.on_attempt_start(start_step_);
   absl::StatusOr<int64_t> first_version = FirstVersion();
   if (!first_version.ok()) return first_version.status();
-  if (plan_.ranks() > 1) {
-    if (absl::Status status = JoinRanks(*first_version, progress); !status.ok()) return status;
+  if (plan_->ranks() > 1) {
+    if (absl::Status status = JoinRanks(*first_version, progress, cancelled); !status.ok()) {
+      return status;
+    }
   }
   absl::StatusOr<engine::TrainingEngines> engines = engine::MakeTrainingEngines(
-      environment_.device, state_->base(), state_->lora(), exchange_.get());
+      settings().device, state_->base(), state_->lora(), ranks_->exchange());
   if (!engines.ok()) return engines.status();
-  updater_ = std::make_unique<PolicyUpdater>(state_->base(), state_->lora(), state_->optimizer(),
-                                             state_->UpdateConfig(plan_, ranks(), ExpertGroups()),
-                                             *std::move(engines));
-  if (absl::Status status = publisher_->Publish(state_->lora(), state_->model_config(),
-                                                *first_version, start_step_, ranks(), Placement());
+  updater_ = std::make_unique<PolicyUpdater>(
+      state_->base(), state_->lora(), state_->optimizer(),
+      state_->UpdateConfig(*plan_, ranks(), ranks_->ExpertGroups()), *std::move(engines));
+  if (absl::Status status =
+          publisher_->Publish(state_->lora(), state_->model_config(), *first_version, start_step_,
+                              ranks(), ranks_->Placement());
       !status.ok()) {
     return status;
   }
@@ -516,12 +462,12 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
   GenerationAhead ahead(
       [this](int64_t step, int64_t version) { return sampler_->Generate(step, version); },
       [this](int64_t version) -> std::shared_ptr<void> {
-        return VersionPin::Take(*weight_store_, spec().adapter_name(), version,
-                                absl::StrCat("trainer/", job_.id()), environment_.rpc_timeout);
+        return VersionPin::Take(connections_->weight_store(), spec().adapter_name(), version,
+                                absl::StrCat("trainer/", job_.id()), settings().rpc_timeout);
       },
-      [this] { fan_out_.Abandon(); }, plan_.lookahead, spec().num_steps());
+      [this] { connections_->fan_out().Abandon(); }, plan_->lookahead, spec().num_steps());
   for (int64_t step = start_step_ + 1; step <= spec().num_steps(); ++step) {
-    absl::StatusOr<trainer::v1::StepMetrics> metrics = RunStep(step, ahead, progress);
+    absl::StatusOr<trainer::v1::StepMetrics> metrics = RunStep(step, ahead, progress, cancelled);
     if (!metrics.ok()) return metrics.status();
     progress.on_step(*metrics);
   }
@@ -539,8 +485,8 @@ absl::Status RunJob(const trainer::v1::Job& job, const JobEnvironment& environme
       status = run.Init();
       if (status.ok()) status = run.Run(progress, cancelled);
     }  // The run's group is withdrawn before the next one is posted.
-    if (status.ok() || !IsBrokenGroup(status) || retry >= environment.rank_failure_retries ||
-        cancelled) {
+    if (status.ok() || !IsBrokenGroup(status) ||
+        retry >= environment.settings.rank_failure_retries || cancelled) {
       return status;
     }
     // A rank died or stalled: the job goes on from its last checkpoint in a new group, once
@@ -548,10 +494,10 @@ absl::Status RunJob(const trainer::v1::Job& job, const JobEnvironment& environme
     spdlog::warn(
         "job {}: a trainer rank failed ({}); going on from the last checkpoint (retry {} "
         "of {})",
-        job.id(), status.ToString(), retry + 1, environment.rank_failure_retries);
+        job.id(), status.ToString(), retry + 1, environment.settings.rank_failure_retries);
     SayStatus(progress, absl::StrCat("a trainer rank failed (", status.message(),
                                      "); going on from the last checkpoint"));
-    absl::SleepFor(environment.rank_retry_delay);
+    absl::SleepFor(environment.settings.rank_retry_delay);
   }
 }
 

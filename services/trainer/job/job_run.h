@@ -23,14 +23,12 @@
 
 namespace tandem::trainer {
 
-// What a job run needs from the trainer process.
-struct JobEnvironment {
+// How the trainer runs jobs: its settings, plain values (from its flags).
+struct JobSettings {
   ServiceEndpoints services;        // Where the job's rollout replicas and stores run.
-  std::string auth_token;           // Sent to the other services when `dialer` is null,
+  std::string auth_token;           // Sent to the other services when no dialer is injected,
   std::string auth_token_file;      // or the token in this file, read again when it changes.
-  std::optional<ClientTls> tls;     // How they are dialed when `dialer` is null; unset: plaintext.
-  ServiceDialer* dialer = nullptr;  // Not owned; null: GrpcServiceDialer(auth_token, tls).
-  transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
+  std::optional<ClientTls> tls;     // How they are dialed then; unset: plaintext.
   // Where jobs train: "cpu", or "cuda" / "cuda:N" (engine::MakeTrainingEngines).
   std::string device = "cpu";
   absl::Duration rpc_timeout = absl::Minutes(5);
@@ -48,11 +46,6 @@ struct JobEnvironment {
   // (full disk, too busy) is retried with the same doubling backoff (capped at 5 s) until it has
   // been unavailable this long; only then does the job fail, naming the store and the time.
   absl::Duration store_outage_budget = absl::Seconds(60);
-  // Where a multi-rank job's ranks meet, in the trainer that serves the Job API (rank 0): the
-  // deployment's other ranks, and the rendezvous values they form Gloo groups through. Null in a
-  // deployment of one rank, where a job on more ranks fails.
-  RankRoster* roster = nullptr;
-  RendezvousValues* rendezvous = nullptr;
   // This rank's address for its Gloo peers, and the bound on joining a group and on every
   // collective (a dead or stuck rank fails the step within it).
   GlooOptions gloo;
@@ -68,6 +61,23 @@ struct JobEnvironment {
   // surviving ranks to leave the old group); then it fails.
   int rank_failure_retries = 3;
   absl::Duration rank_retry_delay = absl::Seconds(2);
+};
+
+// What a job's runs use that the trainer process owns and injects (none owned by a run).
+struct JobDependencies {
+  ServiceDialer* dialer = nullptr;     // Not owned; null: GrpcServiceDialer(auth_token, tls).
+  transfer::UcxWorker* ucx = nullptr;  // Publishes by UCX when set.
+  // Where a multi-rank job's ranks meet, in the trainer that serves the Job API (rank 0): the
+  // deployment's other ranks, and the rendezvous values they form Gloo groups through. Null in a
+  // deployment of one rank, where a job on more ranks fails.
+  RankRoster* roster = nullptr;
+  RendezvousValues* rendezvous = nullptr;
+};
+
+// What a job run needs from the trainer process: its settings, apart from the objects it injects.
+struct JobEnvironment {
+  JobSettings settings;
+  JobDependencies dependencies;
 };
 
 // Called from the run's thread.

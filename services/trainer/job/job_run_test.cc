@@ -72,10 +72,10 @@ class JobRunTest : public ::testing::Test {
                     .ok());
     ASSERT_TRUE(StartStore(0).ok());
     dialer_ = std::make_unique<TestDialer>(rollout_, store_.Channel());
-    environment_.dialer = dialer_.get();
-    environment_.services = {.rollout = {"rollout:1"}, .weight_store = "weight-store:1"};
-    environment_.retry_backoff = absl::Milliseconds(1);
-    environment_.swap_timeout = absl::Seconds(10);
+    environment_.dependencies.dialer = dialer_.get();
+    environment_.settings.services = {.rollout = {"rollout:1"}, .weight_store = "weight-store:1"};
+    environment_.settings.retry_backoff = absl::Milliseconds(1);
+    environment_.settings.swap_timeout = absl::Seconds(10);
   }
 
   void TearDown() override {
@@ -340,7 +340,7 @@ TEST_F(JobRunTest, AWeightStoreRestartDuringAStepCostsRetriesNotTheJob) {
       EXPECT_TRUE(StartStore(port).ok());
     });
   };
-  environment_.store_outage_budget = absl::Seconds(30);
+  environment_.settings.store_outage_budget = absl::Seconds(30);
   const absl::Status status = Run(Job(2), not_cancelled_);
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_THAT(published_, ElementsAre(1, 2, 3));
@@ -350,7 +350,7 @@ TEST_F(JobRunTest, AStoreDownLongerThanTheOutageBudgetFailsTheJobNamingIt) {
   rollout_.before_generate = [this](int call, const rollout::v1::GenerateRequest&) {
     if (call == 1) store_.server.reset();
   };
-  environment_.store_outage_budget = absl::Milliseconds(200);
+  environment_.settings.store_outage_budget = absl::Milliseconds(200);
   const absl::Status status = Run(Job(1), not_cancelled_);
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
   EXPECT_THAT(status.message(), HasSubstr("weight-store unavailable for"));
@@ -367,7 +367,7 @@ TEST_F(JobRunTest, ACancelDuringAStoreOutageEndsTheRunCancelled) {
       cancelled = true;
     });
   };
-  environment_.store_outage_budget = absl::Minutes(10);
+  environment_.settings.store_outage_budget = absl::Minutes(10);
   const absl::Status status = Run(Job(2), cancelled);
   EXPECT_TRUE(absl::IsCancelled(status)) << status;
 }
@@ -387,7 +387,7 @@ TEST_F(JobRunTest, AnUnavailableReplicaCostsRetriesWithNewAttemptNumbers) {
 }
 
 TEST_F(JobRunTest, AReplicaUnavailableForEveryAttemptFailsTheJob) {
-  environment_.generate_attempts = 3;
+  environment_.settings.generate_attempts = 3;
   {
     absl::MutexLock lock(&rollout_.mutex);
     rollout_.unavailable_calls = 3;
@@ -418,7 +418,7 @@ TEST_F(JobRunTest, TheStepWaitsForTheReplicaToServeTheNewVersion) {
 }
 
 TEST_F(JobRunTest, AReplicaThatNeverSwapsFailsTheStepNamingItsLastError) {
-  environment_.swap_timeout = absl::Milliseconds(100);
+  environment_.settings.swap_timeout = absl::Milliseconds(100);
   {
     absl::MutexLock lock(&rollout_.mutex);
     rollout_.never_swaps = true;

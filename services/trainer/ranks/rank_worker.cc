@@ -48,7 +48,8 @@ void RankWorker::Loop() {
       spdlog::info("job {}: joining as data-parallel rank {} of {}", job,
                    assignment->data_parallel_rank(),
                    assignment->job().spec().parallelism().data_parallel());
-      RendezvousStore store(*rank_zero_, assignment->group(), environment_.rank_join_timeout);
+      RendezvousStore store(*rank_zero_, assignment->group(),
+                            environment_.settings.rank_join_timeout);
       const absl::Status result = RunJobRank(*assignment, store, environment_, stopping_);
       if (result.ok()) {
         spdlog::info("job {}: this rank's part is done", job);

@@ -11,10 +11,10 @@ namespace tandem::trainer {
 absl::StatusOr<StepSamples> StepSampler::Generate(int64_t step, int64_t version) {
   const trainer::v1::JobSpec& spec = *config_.spec;
   const std::vector<engine::Sample> problems =
-      engine::GeneratePrompts(task_, spec.prompts_per_step(), engine::MixSeed(spec.seed(), step));
+      engine::GeneratePrompts(*task_, spec.prompts_per_step(), engine::MixSeed(spec.seed(), step));
   std::vector<std::vector<int>> prompts;
   for (const int own : config_.own_groups) {
-    auto ids = codec_.EncodePrompt(problems[own].prompt);
+    auto ids = codec_->EncodePrompt(problems[own].prompt);
     if (!ids.ok()) return ids.status();
     prompts.push_back(*std::move(ids));
   }
@@ -90,7 +90,7 @@ StepSamples StepSampler::Score(std::vector<rollout::v1::GenerateResponse> respon
     sample.response.assign(response.token_ids().begin(), response.token_ids().end());
     sample.rollout_logprobs.assign(response.logprobs().begin(), response.logprobs().end());
     sample.group = own;
-    sample.reward = task_.Reward(problem.prompt, codec_.DecodeCompletion(sample.response));
+    sample.reward = task_->Reward(problem.prompt, codec_->DecodeCompletion(sample.response));
     sample.truncated = response.finish_reason() == rollout::v1::FINISH_REASON_LENGTH;
     samples.correct += sample.reward >= 1;
     samples.reward += sample.reward;

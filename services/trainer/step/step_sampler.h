@@ -2,6 +2,7 @@
 #define TANDEM_SERVICES_TRAINER_STEP_SAMPLER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,14 +45,16 @@ struct StepSamplerConfig {
 // verifier into training samples.
 class StepSampler {
  public:
-  // `task`, `codec`, `replicas`' stubs, `fan_out` and `clock` must outlive the sampler;
-  // `fan_out` is the run's, which cancels the calls in flight when the run ends.
-  StepSampler(StepSamplerConfig config, const engine::Task& task,
-              const engine::text::TextCodec& codec, std::vector<rollout::ReplicaStub> replicas,
-              rollout::SampleFanOut& fan_out, Clock& clock)
+  // The sampler shares `task` and `codec` (the task may read the codec); `replicas`' stubs,
+  // `fan_out` and `clock` must outlive it; `fan_out` is the run's, which cancels the calls in
+  // flight when the run ends.
+  StepSampler(StepSamplerConfig config, std::shared_ptr<const engine::Task> task,
+              std::shared_ptr<const engine::text::TextCodec> codec,
+              std::vector<rollout::ReplicaStub> replicas, rollout::SampleFanOut& fan_out,
+              Clock& clock)
       : config_(std::move(config)),
-        task_(task),
-        codec_(codec),
+        codec_(std::move(codec)),
+        task_(std::move(task)),
         replicas_(std::move(replicas)),
         fan_out_(fan_out),
         clock_(clock) {}
@@ -74,8 +77,9 @@ class StepSampler {
                     const std::vector<std::vector<int>>& prompts) const;
 
   const StepSamplerConfig config_;
-  const engine::Task& task_;
-  const engine::text::TextCodec& codec_;
+  // The codec first: the task may read it until the task is gone.
+  const std::shared_ptr<const engine::text::TextCodec> codec_;
+  const std::shared_ptr<const engine::Task> task_;
   const std::vector<rollout::ReplicaStub> replicas_;
   rollout::SampleFanOut& fan_out_;
   Clock& clock_;

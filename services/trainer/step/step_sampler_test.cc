@@ -41,7 +41,7 @@ class StepSamplerTest : public ::testing::Test {
                         .record_routes = record_routes,
                         .attempts = 3,
                         .retry_backoff = absl::Milliseconds(500)},
-                       *task_, *codec_, std::move(replicas), fan_out_, clock_);
+                       task_, codec_, std::move(replicas), fan_out_, clock_);
   }
 
   std::vector<rollout::v1::GenerateRequest> Requests() {
@@ -54,8 +54,8 @@ class StepSamplerTest : public ::testing::Test {
   }
 
   trainer::v1::JobSpec spec_;
-  std::unique_ptr<engine::text::TextCodec> codec_;
-  std::unique_ptr<engine::Task> task_;
+  std::shared_ptr<const engine::text::TextCodec> codec_;
+  std::shared_ptr<const engine::Task> task_;
   rollout::testing::FakeRolloutState states_[2];
   rollout::testing::FakeRolloutStub stubs_[2] = {rollout::testing::FakeRolloutStub(states_[0]),
                                                  rollout::testing::FakeRolloutStub(states_[1])};
