@@ -43,7 +43,8 @@ std::vector<float> Logits(Transformer& transformer, const TokenBatch& batch,
 
 // What one engine computed on the same inputs.
 struct Computed {
-  std::vector<float> logits, replayed_logits, gradients, decoded_logits;
+  std::vector<float> logits, replayed_logits, gradients, decoded_logits, log_probs,
+      log_prob_gradients;
   std::vector<int16_t> routes, decoded_routes;
 };
 
@@ -60,6 +61,19 @@ Computed RunModel(Transformer& transformer, LoraAdapter& lora) {
   EXPECT_TRUE(transformer.Backward(dlogits.data()).ok());
   run.gradients = test_models::Gradients(lora.parameters());
   run.replayed_logits = Logits(transformer, batch, &run.routes);
+
+  // Training without the whole logits: every other row scored, at temperature 0.8.
+  lora.parameters().ZeroGradients();
+  std::vector<int> targets(batch.num_tokens());
+  for (size_t t = 0; t < targets.size(); ++t) targets[t] = t % 2 == 0 ? -1 : (3 * t + 1) % 20;
+  absl::StatusOr<std::vector<float>> log_probs =
+      transformer.ForwardLogProbs(batch, nullptr, targets, 0.8f);
+  EXPECT_TRUE(log_probs.ok()) << log_probs.status();
+  if (log_probs.ok()) run.log_probs = *log_probs;
+  std::vector<float> dlogp(targets.size());
+  for (float& value : dlogp) value = normal(rng);
+  EXPECT_TRUE(transformer.BackwardLogProbs(dlogp.data()).ok());
+  run.log_prob_gradients = test_models::Gradients(lora.parameters());
 
   // Two prompts prefilled, then three tokens decoded for both.
   const std::vector<std::vector<int>> prompts = {{1, 5, 9, 2}, {7, 3}};
@@ -132,11 +146,15 @@ TEST_P(CheckedGraphTest, TheGraphTouchesActivationsOnlyThroughOperations) {
   EXPECT_EQ(run.routes, expected.routes);
   ExpectSameFloats(run.gradients, expected.gradients, "gradients");
   ExpectSameFloats(run.replayed_logits, expected.replayed_logits, "replayed logits");
+  ExpectSameFloats(run.log_probs, expected.log_probs, "log-probs");
+  ExpectSameFloats(run.log_prob_gradients, expected.log_prob_gradients, "log-prob gradients");
   ExpectSameFloats(run.decoded_logits, expected.decoded_logits, "decoded logits");
   EXPECT_EQ(run.decoded_routes, expected.decoded_routes);
   EXPECT_THAT(checked_ops.violations(), IsEmpty());
   std::vector<std::string> needed = {"Linear",
                                      "LinearBackward",
+                                     "TokenLogProbs",
+                                     "TokenLogProbsBackward",
                                      "ProjectGroups",
                                      "ProjectGroupsBackward",
                                      "RmsNorm",

@@ -11,6 +11,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grouped_lora.h"
+#include "kernels/cpu/loss.h"
 #include "kernels/cpu/permute.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/router.h"
@@ -255,6 +256,17 @@ void CpuModelOps::UnpermuteAddBackward(Ref<const float> y, const ExpertPermutati
                                        Ref<float> dgates, int width) {
   cpu::UnpermuteAddBackward(At(y), Cpu(permutation), At(gates), At(dout), At(dy), At(dgates),
                             width);
+}
+
+void CpuModelOps::TokenLogProbs(Ref<const float> logits, Ref<const int> targets, Ref<float> out,
+                                int rows, int vocab) {
+  cpu::TokenLogProbs(At(logits), At(targets), At(out), nullptr, rows, vocab);
+}
+
+void CpuModelOps::TokenLogProbsBackward(Ref<const float> logits, Ref<const int> targets,
+                                        Ref<const float> dlogprob, Ref<float> dlogits, int rows,
+                                        int vocab) {
+  cpu::TokenLogProbsBackward(At(logits), At(targets), At(dlogprob), At(dlogits), rows, vocab);
 }
 
 void CpuModelOps::Add(Ref<float> target_ref, Ref<const float> values_ref, int64_t n) {

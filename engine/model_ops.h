@@ -188,6 +188,15 @@ class ModelOps {
                                     Ref<const float> gates, Ref<const float> dout, Ref<float> dy,
                                     Ref<float> dgates, int width) = 0;
 
+  // The LM head's loss, on rows of logits: out[r] = log softmax(logits[r])[targets[r]], and its
+  // backward dlogits[r] += dlogprob[r] · (onehot(targets[r]) - softmax(logits[r])), skipping
+  // rows whose dlogprob is 0. Targets lie in [0, vocab).
+  virtual void TokenLogProbs(Ref<const float> logits, Ref<const int> targets, Ref<float> out,
+                             int rows, int vocab) = 0;
+  virtual void TokenLogProbsBackward(Ref<const float> logits, Ref<const int> targets,
+                                     Ref<const float> dlogprob, Ref<float> dlogits, int rows,
+                                     int vocab) = 0;
+
   // Elementwise.
   virtual void Add(Ref<float> target, Ref<const float> values, int64_t n) = 0;  // target +=
   virtual void Scale(Ref<float> x, float factor, int64_t n) = 0;

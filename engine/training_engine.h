@@ -27,6 +27,13 @@ class TrainingEngine {
                                                const std::vector<int16_t>* replay) = 0;
   // Transformer::Backward's contract; an engine that can fail says why.
   virtual absl::Status Backward(const float* dlogits, const float* dhidden) = 0;
+  // Transformer::ForwardLogProbs' and BackwardLogProbs' contracts: training without the
+  // whole-vocabulary logits.
+  virtual absl::StatusOr<std::vector<float>> ForwardLogProbs(const TokenBatch& batch,
+                                                             const std::vector<int16_t>* replay,
+                                                             const std::vector<int>& targets,
+                                                             float temperature) = 0;
+  virtual absl::Status BackwardLogProbs(const float* dlogp, const float* dhidden) = 0;
   virtual absl::Status AdapterChanged() = 0;
 
   virtual const std::vector<int16_t>& routes() const = 0;
@@ -51,6 +58,15 @@ class TransformerTrainingEngine : public TrainingEngine {
   }
   absl::Status Backward(const float* dlogits, const float* dhidden) override {
     return transformer_.Backward(dlogits, dhidden);
+  }
+  absl::StatusOr<std::vector<float>> ForwardLogProbs(const TokenBatch& batch,
+                                                     const std::vector<int16_t>* replay,
+                                                     const std::vector<int>& targets,
+                                                     float temperature) override {
+    return transformer_.ForwardLogProbs(batch, replay, targets, temperature);
+  }
+  absl::Status BackwardLogProbs(const float* dlogp, const float* dhidden) override {
+    return transformer_.BackwardLogProbs(dlogp, dhidden);
   }
   absl::Status AdapterChanged() override { return transformer_.AdapterChanged(); }
 

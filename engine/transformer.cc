@@ -1,6 +1,7 @@
 #include "engine/transformer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -178,8 +179,9 @@ absl::Status CheckForwardInput(const ModelConfig& config, const TokenBatch& batc
   return CheckReplay(config, *replay, batch.num_tokens());
 }
 
-absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
-                                                  const std::vector<int16_t>* replay) {
+absl::Status Transformer::ForwardTrunk(const TokenBatch& batch,
+                                       const std::vector<int16_t>* replay) {
+  backward_ready_ = Ready::kNone;
   if (absl::Status status = CheckForwardInput(config_, batch, replay); !status.ok()) {
     return status;
   }
@@ -203,18 +205,68 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
       !status.ok()) {
     return Finished(status);
   }
-  RunHead(rows);
   for (int t = 0; t < rows; ++t) {
     stats_.tokens += token_replayed_[t];
     stats_.differing_tokens += token_differs_[t];
   }
+  RunFinalNorm(rows);
   final_hidden_.resize(final_norm_.size());
   ops_->CopyOut(final_norm_.ref(), final_hidden_.data(), final_norm_.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
+                                                  const std::vector<int16_t>* replay) {
+  if (absl::Status status = ForwardTrunk(batch, replay); !status.ok()) return status;
+  const int rows = batch.num_tokens();
+  RunHeadRows(0, rows, 1.0f);
   logits_on_host_.resize(logits_.size());
   ops_->CopyOut(logits_.ref(), logits_on_host_.data(), logits_.size());
   if (absl::Status status = ops_->Finish(); !status.ok()) return status;
-  backward_ready_ = true;
+  backward_ready_ = Ready::kLogits;
   return logits_on_host_.data();
+}
+
+absl::StatusOr<std::vector<float>> Transformer::ForwardLogProbs(const TokenBatch& batch,
+                                                                const std::vector<int16_t>* replay,
+                                                                const std::vector<int>& targets,
+                                                                float temperature) {
+  const int rows = batch.num_tokens();
+  if (static_cast<int>(targets.size()) != rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(targets.size(), " targets for ", rows, " tokens: want one per token"));
+  }
+  for (int t = 0; t < rows; ++t) {
+    if (targets[t] < -1 || targets[t] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("target ", t, " is ", targets[t],
+                                                     "; want -1 or [0, ", config_.vocab_size, ")"));
+    }
+  }
+  if (!(temperature > 0) || !std::isfinite(temperature)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature ", temperature, "; want positive and finite"));
+  }
+  if (absl::Status status = ForwardTrunk(batch, replay); !status.ok()) return status;
+  targets_ = targets;
+  temperature_ = temperature;
+  std::vector<int> kernel_targets(targets);
+  for (int& target : kernel_targets) target = std::max(target, 0);  // Scored, then ignored.
+  ops_->Upload(kernel_targets.data(), rows, target_buffer_);
+  Buffer<float> logp = ops_->Allocate<float>(rows);
+  for (int first = 0; first < rows; first += kHeadChunkRows) {
+    const int chunk = std::min(kHeadChunkRows, rows - first);
+    RunHeadRows(first, chunk, temperature);
+    ops_->TokenLogProbs(logits_.ref(), target_buffer_.ref() + first, logp.ref() + first, chunk,
+                        config_.vocab_size);
+  }
+  std::vector<float> on_host(rows);
+  ops_->CopyOut(logp.ref(), on_host.data(), rows);
+  if (absl::Status status = ops_->Finish(); !status.ok()) return status;
+  for (int t = 0; t < rows; ++t) {
+    if (targets[t] < 0) on_host[t] = 0;
+  }
+  backward_ready_ = Ready::kLogProbs;
+  return on_host;
 }
 
 absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, int rows,
@@ -227,7 +279,7 @@ absl::Status Transformer::ForwardRows(const int* tokens, const int* positions, i
                                                      "); row ", i, " is ", logit_rows[i]));
     }
   }
-  backward_ready_ = false;  // The forward's activations and inputs are overwritten.
+  backward_ready_ = Ready::kNone;  // The forward's activations and inputs are overwritten.
   ops_->Upload(tokens, rows, token_buffer_);
   ops_->Upload(positions, rows, position_buffer_);
   stats_ = RoutingStats{};
@@ -279,16 +331,26 @@ void Transformer::KeepFinalRows(absl::Span<const int> kept) {
 }
 
 void Transformer::RunHead(int rows) {
+  RunFinalNorm(rows);
+  RunHeadRows(0, rows, 1.0f);
+}
+
+void Transformer::RunFinalNorm(int rows) {
   const int d = config_.d_model;
   ops_->Resize(final_norm_, int64_t{rows} * d);
   ops_->Resize(final_rstd_, rows);
   ops_->RmsNorm(final_input_.ref(), Weight("model.norm.weight"), final_norm_.ref(),
                 final_rstd_.ref(), rows, d, config_.norm_eps);
   Round(final_norm_.ref(), final_norm_.size());
+}
+
+void Transformer::RunHeadRows(int first, int rows, float temperature) {
+  const int d = config_.d_model;
   ops_->Resize(logits_, int64_t{rows} * config_.vocab_size);
-  ops_->Linear(final_norm_.ref(), Weight(HeadWeightName(config_)), logits_.ref(), rows, d,
-               config_.vocab_size, /*accumulate=*/false);
+  ops_->Linear(final_norm_.ref() + int64_t{first} * d, Weight(HeadWeightName(config_)),
+               logits_.ref(), rows, d, config_.vocab_size, /*accumulate=*/false);
   Round(logits_.ref(), logits_.size());
+  if (temperature != 1.0f) ops_->Scale(logits_.ref(), 1.0f / temperature, logits_.size());
 }
 
 absl::Status Transformer::RunLayer(int layer, int rows, AttentionBackend& attention,
@@ -454,7 +516,7 @@ void Transformer::RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_str
 }
 
 absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dhidden) {
-  if (!backward_ready_) {
+  if (backward_ready_ != Ready::kLogits) {
     return absl::FailedPreconditionError(
         "Backward needs the activations of a Forward (none yet, or a decode overwrote them)");
   }
@@ -470,21 +532,64 @@ absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dh
   ops_->Upload(dlogits_on_host, int64_t{rows} * config_.vocab_size, dlogits);
   Buffer<float> dnorm = ops_->Zeros(n);
   if (dhidden != nullptr) ops_->Upload(dhidden, n, dnorm);
-  const WeightRef head = Weight(HeadWeightName(config_));
-  ops_->LinearBackward(final_norm_.ref(), head, dlogits.ref(), dnorm.ref(), rows, d,
-                       config_.vocab_size);
-  Buffer<float> dx = ops_->Zeros(n);
-  const WeightRef norm = Weight("model.norm.weight");
-  ops_->RmsNormBackward(final_input_.ref(), norm, final_rstd_.ref(), dnorm.ref(), dx.ref(), rows,
-                        d);
+  ops_->LinearBackward(final_norm_.ref(), Weight(HeadWeightName(config_)), dlogits.ref(),
+                       dnorm.ref(), rows, d, config_.vocab_size);
+  return BackwardFromFinalNorm(dnorm);
+}
+
+absl::Status Transformer::BackwardLogProbs(const float* dlogp_on_host, const float* dhidden) {
+  if (backward_ready_ != Ready::kLogProbs) {
+    return absl::FailedPreconditionError(
+        "BackwardLogProbs needs the activations of a ForwardLogProbs (none yet, or another pass "
+        "overwrote them)");
+  }
+  if (weights_.base_trains() && !ops_->capabilities().base_gradients) {
+    return absl::UnimplementedError(
+        "base-model weights are frozen on this backend: its backward computes the adapter's "
+        "gradients only (full fine-tuning runs on the CPU)");
+  }
+  const int rows = static_cast<int>(tokens_.size());
+  const int d = config_.d_model;
+  const int vocab = config_.vocab_size;
+  const int64_t n = int64_t{rows} * d;
+  std::vector<float> scored(rows, 0.0f);  // Rows without a target pass no gradient.
+  for (int t = 0; t < rows && dlogp_on_host != nullptr; ++t) {
+    if (targets_[t] >= 0) scored[t] = dlogp_on_host[t];
+  }
+  Buffer<float> dlogp;
+  ops_->Upload(scored.data(), rows, dlogp);
+  Buffer<float> dnorm = ops_->Zeros(n);
+  if (dhidden != nullptr) ops_->Upload(dhidden, n, dnorm);
+  Buffer<float> dlogits;
+  for (int first = 0; first < rows; first += kHeadChunkRows) {
+    const int chunk = std::min(kHeadChunkRows, rows - first);
+    RunHeadRows(first, chunk, temperature_);  // Again: the forward kept no logits.
+    ops_->Resize(dlogits, int64_t{chunk} * vocab);
+    ops_->Fill(dlogits.ref(), 0.0f, dlogits.size());
+    ops_->TokenLogProbsBackward(logits_.ref(), target_buffer_.ref() + first, dlogp.ref() + first,
+                                dlogits.ref(), chunk, vocab);
+    if (temperature_ != 1.0f) ops_->Scale(dlogits.ref(), 1.0f / temperature_, dlogits.size());
+    ops_->LinearBackward(final_norm_.ref() + int64_t{first} * d, Weight(HeadWeightName(config_)),
+                         dlogits.ref(), dnorm.ref() + int64_t{first} * d, chunk, d, vocab);
+  }
+  return BackwardFromFinalNorm(dnorm);
+}
+
+absl::Status Transformer::BackwardFromFinalNorm(Buffer<float>& dnorm) {
+  const int rows = static_cast<int>(tokens_.size());
+  const int d = config_.d_model;
+  Buffer<float> dx = ops_->Zeros(int64_t{rows} * d);
+  ops_->RmsNormBackward(final_input_.ref(), Weight("model.norm.weight"), final_rstd_.ref(),
+                        dnorm.ref(), dx.ref(), rows, d);
   for (int layer = config_.num_layers - 1; layer >= 0; --layer) {
     if (absl::Status status = BackwardLayer(layer, dx.ref()); !status.ok()) {
       return Finished(status);
     }
   }
   const WeightRef embedding = Weight("model.embed_tokens.weight");
-  if (embedding.trains())
+  if (embedding.trains()) {
     ops_->EmbeddingBackward(dx.ref(), token_buffer_.ref(), embedding, rows, d);
+  }
   return ops_->Finish();
 }
 

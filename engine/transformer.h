@@ -82,6 +82,23 @@ class Transformer : public DecodeEngine {
   absl::StatusOr<const float*> Forward(const TokenBatch& batch,
                                        const std::vector<int16_t>* replay = nullptr);
 
+  // Forward without the whole-vocabulary logits, for training: the log-probability of token
+  // targets[t] at each row t under softmax(logits[t] / temperature), 0 where targets[t] is -1
+  // (nothing to score). The LM head runs kHeadChunkRows rows at a time, so no more than
+  // kHeadChunkRows × vocab logits exist at once; BackwardLogProbs computes them again. Forward's
+  // errors, and INVALID_ARGUMENT for targets that are not one per row, each -1 or in
+  // [0, vocab), or a temperature that is not positive and finite.
+  absl::StatusOr<std::vector<float>> ForwardLogProbs(const TokenBatch& batch,
+                                                     const std::vector<int16_t>* replay,
+                                                     const std::vector<int>& targets,
+                                                     float temperature);
+  // Backpropagates dlogp [tokens] (the loss's gradient with respect to each log-probability
+  // ForwardLogProbs returned; rows without a target are ignored) plus, if non-null, dhidden
+  // (as Backward's) into every parameter whose gradients are enabled. FAILED_PRECONDITION unless
+  // the last call was a ForwardLogProbs that succeeded.
+  absl::Status BackwardLogProbs(const float* dlogp, const float* dhidden = nullptr);
+  static constexpr int kHeadChunkRows = 128;
+
   // Routes the last Forward used (replayed ones with fallbacks filled in by live routing).
   const std::vector<int16_t>& routes() const { return routes_; }
   // Routes live routing chose in the last Forward, before any replay replaced them.
@@ -182,6 +199,16 @@ class Transformer : public DecodeEngine {
                          ExpertSlots first, LayerActivations& act, Ref<const float> dy,
                          Ref<float> dx);
   void RunHead(int rows);  // From final_input_.
+  void RunFinalNorm(int rows);
+  // The LM head's logits of final_norm_'s rows [first, first + rows), divided by temperature,
+  // into logits_.
+  void RunHeadRows(int first, int rows, float temperature);
+  // The full-sequence forward's trunk, up to final_input_: Forward's and ForwardLogProbs'.
+  absl::Status ForwardTrunk(const TokenBatch& batch, const std::vector<int16_t>* replay);
+  // Backward from dnorm, the gradient of the final norm's output ([tokens, d_model], consumed).
+  absl::Status BackwardFromFinalNorm(Buffer<float>& dnorm);
+  // What the last pass was: a Forward or ForwardLogProbs that succeeded can be backpropagated.
+  enum class Ready { kNone, kLogits, kLogProbs };
   // Moves final_input_'s rows `kept` (ascending) to its front, so that the head runs on them
   // alone: a prefill needs the logits of each prompt's last row only.
   void KeepFinalRows(absl::Span<const int> kept);
@@ -227,7 +254,11 @@ class Transformer : public DecodeEngine {
   std::vector<int16_t> routes_, live_routes_;
   RoutingStats stats_;
   std::vector<uint8_t> token_replayed_, token_differs_;  // Per token, for RoutingStats.
-  bool backward_ready_ = false;  // The last pass was a Forward that succeeded.
+  Ready backward_ready_ = Ready::kNone;
+  // ForwardLogProbs' targets on the backend (-1 as 0) and on the host, and temperature.
+  Buffer<int> target_buffer_;
+  std::vector<int> targets_;
+  float temperature_ = 1.0f;
 };
 
 }  // namespace tandem::engine

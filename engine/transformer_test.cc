@@ -151,6 +151,94 @@ TEST(TransformerTest, BackwardNeedsTheActivationsOfAForward) {
   EXPECT_TRUE(transformer.Backward(dlogits.data()).ok());
 }
 
+// More rows than one chunk of the LM head, with a random target or none (-1) at each.
+TokenBatch ManyRows(int vocab, std::vector<int>& targets) {
+  std::mt19937 rng(4);
+  TokenBatch batch;
+  for (int s = 0; s < 10; ++s) {
+    std::vector<int> sequence(16);
+    for (int& token : sequence) token = static_cast<int>(rng() % vocab);
+    batch.Add(sequence);
+  }
+  targets.resize(batch.num_tokens());
+  for (size_t t = 0; t < targets.size(); ++t) {
+    targets[t] = t % 3 == 0 ? -1 : static_cast<int>(rng() % vocab);
+  }
+  return batch;
+}
+
+TEST(TransformerTest, LogProbsByChunksOfTheHeadEqualThoseOfTheWholeLogits) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  LoraAdapter adapter = *LoraAdapter::Create(model.config(), TestLora(model.config()), 2);
+  RandomizeLora(adapter, 3);
+  adapter.parameters().EnableGradients();
+  Transformer transformer(model, &adapter, std::make_unique<CpuModelOps>(model.config()));
+  const int vocab = model.config().vocab_size;
+  std::vector<int> targets;
+  const TokenBatch batch = ManyRows(vocab, targets);
+  const int rows = batch.num_tokens();
+  ASSERT_GT(rows, Transformer::kHeadChunkRows);
+  const float temperature = 0.7f;
+
+  // The reference: the whole logits / T, and a loss's gradient through them.
+  std::vector<float> scaled = Logits(transformer, batch);
+  for (float& logit : scaled) logit /= temperature;
+  std::vector<float> expected(rows, 0.0f), dlogp(rows), dlogits(scaled.size(), 0.0f);
+  for (int t = 0; t < rows; ++t) {
+    dlogp[t] = targets[t] < 0 ? 7.0f : 0.1f * static_cast<float>(t % 5 - 2);  // 7: ignored.
+    if (targets[t] < 0) continue;
+    cpu::TokenLogProbs(&scaled[int64_t{t} * vocab], &targets[t], &expected[t], nullptr, 1, vocab);
+    cpu::TokenLogProbsBackward(&scaled[int64_t{t} * vocab], &targets[t], &dlogp[t],
+                               &dlogits[int64_t{t} * vocab], 1, vocab);
+  }
+  for (float& d : dlogits) d /= temperature;
+  ASSERT_TRUE(transformer.Backward(dlogits.data()).ok());
+  const std::vector<float> expected_gradients = Gradients(adapter.parameters());
+  adapter.parameters().ZeroGradients();
+
+  absl::StatusOr<std::vector<float>> logp =
+      transformer.ForwardLogProbs(batch, nullptr, targets, temperature);
+  ASSERT_TRUE(logp.ok()) << logp.status();
+  ASSERT_EQ(logp->size(), expected.size());
+  for (int t = 0; t < rows; ++t) EXPECT_NEAR((*logp)[t], expected[t], 1e-5) << "row " << t;
+  ASSERT_TRUE(transformer.BackwardLogProbs(dlogp.data()).ok());
+  const std::vector<float> gradients = Gradients(adapter.parameters());
+  ASSERT_EQ(gradients.size(), expected_gradients.size());
+  double largest = 0;
+  for (float g : expected_gradients) largest = std::max(largest, double{std::fabs(g)});
+  ASSERT_GT(largest, 0);
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    EXPECT_NEAR(gradients[i], expected_gradients[i], 1e-5 * largest) << i;
+  }
+}
+
+TEST(TransformerTest, LogProbsRefuseBadTargetsAndTemperatures) {
+  BaseModel model = RandomModel(TinyConfig(), 1);
+  Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));
+  const TokenBatch batch = TwoSequences();
+  const std::vector<int> targets(batch.num_tokens(), 1);
+  const std::vector<float> dlogp(batch.num_tokens(), 1.0f);
+  EXPECT_EQ(transformer.BackwardLogProbs(dlogp.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  const auto refusal = [&](const std::vector<int>& bad_targets, float temperature) {
+    return transformer.ForwardLogProbs(batch, nullptr, bad_targets, temperature).status();
+  };
+  EXPECT_THAT(refusal({1, 2}, 1.0f).message(), HasSubstr("want one per token"));
+  std::vector<int> out_of_range = targets;
+  out_of_range[3] = 20;
+  EXPECT_THAT(refusal(out_of_range, 1.0f).message(), HasSubstr("target 3 is 20"));
+  out_of_range[3] = -2;
+  EXPECT_EQ(refusal(out_of_range, 1.0f).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refusal(targets, 0.0f).message(), HasSubstr("temperature 0"));
+  EXPECT_EQ(refusal(targets, std::nanf("")).code(), absl::StatusCode::kInvalidArgument);
+  // A Forward's activations are not a ForwardLogProbs': the logits were kept, not the targets.
+  ASSERT_TRUE(transformer.Forward(batch).ok());
+  EXPECT_EQ(transformer.BackwardLogProbs(dlogp.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(transformer.ForwardLogProbs(batch, nullptr, targets, 1.0f).ok());
+  EXPECT_TRUE(transformer.BackwardLogProbs(dlogp.data()).ok());
+}
+
 TEST(TransformerTest, BadTokensAndLengthsAreRejected) {
   BaseModel model = RandomModel(TinyConfig(), 1);
   Transformer transformer(model, nullptr, std::make_unique<CpuModelOps>(model.config()));

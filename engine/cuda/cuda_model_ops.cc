@@ -12,6 +12,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/grouped_lora.h"
+#include "kernels/cuda/loss.h"
 #include "kernels/cuda/permute.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
@@ -518,6 +519,21 @@ void CudaModelOps::UnpermuteAddBackward(Ref<const float> y, const ExpertPermutat
   Run("UnpermuteAddBackward", [&] {
     return gpu::UnpermuteAddBackward(At(y), Device(permutation), At(gates), At(dout), At(dy),
                                      At(dgates), width);
+  });
+}
+
+void CudaModelOps::TokenLogProbs(Ref<const float> logits, Ref<const int> targets, Ref<float> out,
+                                 int rows, int vocab) {
+  Run("TokenLogProbs",
+      [&] { return gpu::TokenLogProbs(At(logits), At(targets), At(out), nullptr, rows, vocab); });
+}
+
+void CudaModelOps::TokenLogProbsBackward(Ref<const float> logits, Ref<const int> targets,
+                                         Ref<const float> dlogprob, Ref<float> dlogits, int rows,
+                                         int vocab) {
+  Run("TokenLogProbsBackward", [&] {
+    return gpu::TokenLogProbsBackward(At(logits), At(targets), At(dlogprob), At(dlogits), rows,
+                                      vocab);
   });
 }
 

@@ -395,6 +395,26 @@ void CheckedModelOps::UnpermuteAddBackward(Ref<const float> y, const ExpertPermu
   cpu_.UnpermuteAddBackward(y, permutation, gates, dout, dy, dgates, width);
 }
 
+void CheckedModelOps::TokenLogProbs(Ref<const float> logits, Ref<const int> targets, Ref<float> out,
+                                    int rows, int vocab) {
+  Call call(*this, "TokenLogProbs");
+  Need("TokenLogProbs", "logits", logits, int64_t{rows} * vocab);
+  Need("TokenLogProbs", "targets", targets, rows);
+  Need("TokenLogProbs", "out", out, rows);
+  cpu_.TokenLogProbs(logits, targets, out, rows, vocab);
+}
+
+void CheckedModelOps::TokenLogProbsBackward(Ref<const float> logits, Ref<const int> targets,
+                                            Ref<const float> dlogprob, Ref<float> dlogits, int rows,
+                                            int vocab) {
+  Call call(*this, "TokenLogProbsBackward");
+  Need("TokenLogProbsBackward", "logits", logits, int64_t{rows} * vocab);
+  Need("TokenLogProbsBackward", "targets", targets, rows);
+  Need("TokenLogProbsBackward", "dlogprob", dlogprob, rows);
+  Need("TokenLogProbsBackward", "dlogits", dlogits, int64_t{rows} * vocab);
+  cpu_.TokenLogProbsBackward(logits, targets, dlogprob, dlogits, rows, vocab);
+}
+
 void CheckedModelOps::Add(Ref<float> target, Ref<const float> values, int64_t n) {
   Call call(*this, "Add");
   Need("Add", "target", target, n);

@@ -356,7 +356,9 @@ void AdapterRegistry::LoadVersion(Followed& followed, int64_t version,
                loaded.status().ToString());
   followed.phase =
       followed.staged.empty() ? rollout::v1::LOAD_PHASE_IDLE : rollout::v1::LOAD_PHASE_STAGED;
-  followed.last_error = absl::StrCat("version ", version, ": ", loaded.status().ToString());
+  followed.last_error =
+      absl::StrCat("version ", version, ": ",
+                   loaded.status().ToString(absl::StatusToStringMode::kWithNoExtraData));
   followed.last_error_time = options_.clock->Now();
   if (requested && IsPermanent(loaded.status())) {
     followed.requested.erase(version);

@@ -515,7 +515,7 @@ void Scheduler::Deliver() {
         output.routes = RouteOutcome::kRecorded;
       } else {
         output.routes = RouteOutcome::kFailed;
-        output.route_error = routes.ToString();
+        output.route_error = routes.ToString(absl::StatusToStringMode::kWithNoExtraData);
         output.route_rows = 0;
         RolloutMetrics::Get().route_failures.Increment();
       }

@@ -53,6 +53,8 @@ def violation(source, target):
             return f"services/{dst_service}/client must not reach its own server"
     if dst.split("/")[0] == "engine" and top in ("kernels", "common"):
         return f"{top}/ must not depend on the engine"
+    if src_service is not None and dst.split("/")[0] == "kernels":
+        return "services/ must not use kernels/: the engine's operations compute for them"
     if source in GRAPH and target.startswith(BACKEND_KERNELS):
         return "the model graph must not use a backend's kernels (the caller picks the backend)"
     return None

@@ -13,7 +13,6 @@
 #include "engine/cpu_model_ops.h"
 #include "engine/expert_parallel_exchange.h"
 #include "engine/expert_replicas.h"
-#include "kernels/cpu/loss.h"
 #include "services/trainer/ranks/rank_agreement.h"
 #include "services/trainer/update/optimizer_step.h"
 
@@ -142,9 +141,9 @@ PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
       policy_(std::move(engines.policy)),
       reference_(std::move(engines.reference)) {}
 
-absl::StatusOr<const float*> PolicyUpdater::Forward(engine::TrainingEngine& engine,
-                                                    const Batch& batch, int begin, int end,
-                                                    const std::vector<int16_t>* routes) {
+absl::StatusOr<std::vector<double>> PolicyUpdater::ResponseLogProbs(
+    engine::TrainingEngine& engine, const Batch& batch, int begin, int end,
+    const std::vector<int16_t>* routes) {
   engine::TokenBatch tokens;
   for (int i = begin; i < end; ++i) {
     std::vector<int> sequence = batch.samples[i].prompt;
@@ -152,20 +151,31 @@ absl::StatusOr<const float*> PolicyUpdater::Forward(engine::TrainingEngine& engi
                     batch.samples[i].response.end());
     tokens.Add(sequence);
   }
-  absl::StatusOr<const float*> logits;
-  if (routes == nullptr || routes->empty()) {
-    logits = engine.Forward(tokens, nullptr);
-  } else {
-    const std::vector<int16_t> slice(routes->begin() + batch.offsets[begin] * batch.route_width,
-                                     routes->begin() + batch.offsets[end] * batch.route_width);
-    logits = engine.Forward(tokens, &slice);
+  // Each response token is scored at the row that predicts it; the others, not at all.
+  std::vector<int> targets(tokens.num_tokens(), -1);
+  for (int i = begin; i < end; ++i) {
+    const std::vector<int>& response = batch.samples[i].response;
+    for (size_t t = 0; t < response.size(); ++t) {
+      targets[ResponseRow(batch, begin, i, static_cast<int>(t))] = response[t];
+    }
   }
-  if (!logits.ok() || config_.temperature == 1.0f) return logits;
+  std::vector<int16_t> slice;
+  if (routes != nullptr && !routes->empty()) {
+    slice.assign(routes->begin() + batch.offsets[begin] * batch.route_width,
+                 routes->begin() + batch.offsets[end] * batch.route_width);
+  }
   // The policy the rollout sampled from: logits / T.
-  const size_t count = static_cast<size_t>(tokens.num_tokens()) * base_.config().vocab_size;
-  scaled_logits_.assign(*logits, *logits + count);
-  for (float& logit : scaled_logits_) logit /= config_.temperature;
-  return scaled_logits_.data();
+  absl::StatusOr<std::vector<float>> rows = engine.ForwardLogProbs(
+      tokens, slice.empty() ? nullptr : &slice, targets, config_.temperature);
+  if (!rows.ok()) return rows.status();
+  std::vector<double> logp(static_cast<size_t>(end - begin) * batch.cols, 0);
+  for (int i = begin; i < end; ++i) {
+    for (size_t t = 0; t < batch.samples[i].response.size(); ++t) {
+      logp[static_cast<size_t>(i - begin) * batch.cols + t] =
+          (*rows)[ResponseRow(batch, begin, i, static_cast<int>(t))];
+    }
+  }
+  return logp;
 }
 
 absl::StatusOr<UpdateStats> PolicyUpdater::Update(const std::vector<TrainingSample>& samples,
@@ -314,23 +324,6 @@ absl::Status PolicyUpdater::CheckExpertParallelism(bool critic) const {
   return absl::OkStatus();
 }
 
-std::vector<double> PolicyUpdater::ResponseLogProbs(const Batch& batch, int begin, int end,
-                                                    const float* logits) const {
-  const int vocab = base_.config().vocab_size;
-  std::vector<double> logp(static_cast<size_t>(end - begin) * batch.cols, 0);
-  std::vector<float> row;
-  for (int i = begin; i < end; ++i) {
-    const TrainingSample& sample = batch.samples[i];
-    const int responses = static_cast<int>(sample.response.size());
-    const int64_t start = ResponseRow(batch, begin, i, 0);
-    row.resize(responses);
-    cpu::TokenLogProbs(logits + start * vocab, sample.response.data(), row.data(), nullptr,
-                       responses, vocab);
-    std::copy(row.begin(), row.end(), logp.begin() + static_cast<size_t>(i - begin) * batch.cols);
-  }
-  return logp;
-}
-
 void PolicyUpdater::RecordOldPolicy(Batch& batch, int begin, int end,
                                     const std::vector<double>& logp, UpdateStats& stats) {
   const size_t first = batch.at(begin, 0), count = logp.size();
@@ -378,9 +371,10 @@ absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
   if (!most.ok()) return most.status();
   for (int begin = 0; begin < batch.rows(); begin += config_.micro_batch_size) {
     const int end = std::min(batch.rows(), begin + config_.micro_batch_size);
-    absl::StatusOr<const float*> logits = Forward(*policy_, batch, begin, end, routes);
-    if (!logits.ok()) return logits.status();
-    RecordOldPolicy(batch, begin, end, ResponseLogProbs(batch, begin, end, *logits), stats);
+    absl::StatusOr<std::vector<double>> logp =
+        ResponseLogProbs(*policy_, batch, begin, end, routes);
+    if (!logp.ok()) return logp.status();
+    RecordOldPolicy(batch, begin, end, *logp, stats);
     if (config_.critic.head == nullptr) continue;
     const float* hidden = policy_->final_hidden().data();
     for (int i = begin; i < end; ++i) {
@@ -397,17 +391,18 @@ absl::Status PolicyUpdater::OldPolicyPass(Batch& batch, UpdateStats& stats) {
 absl::Status PolicyUpdater::PadExpertGroup(int forwards, int updates) {
   // No tokens: the exchange still plans and moves (nothing) with the other ranks.
   const engine::TokenBatch empty;
+  const auto forward = [&](engine::TrainingEngine& engine) {
+    return engine.ForwardLogProbs(empty, nullptr, {}, config_.temperature).status();
+  };
   for (int i = 0; i < forwards + updates; ++i) {
-    if (absl::Status status = policy_->Forward(empty, nullptr).status(); !status.ok()) {
-      return status;
-    }
+    if (absl::Status status = forward(*policy_); !status.ok()) return status;
     if (i < forwards) continue;
     if (config_.loss.kl_coef > 0) {
-      if (absl::Status status = reference_->Forward(empty, nullptr).status(); !status.ok()) {
-        return status;
-      }
+      if (absl::Status status = forward(*reference_); !status.ok()) return status;
     }
-    if (absl::Status status = policy_->Backward(nullptr, nullptr); !status.ok()) return status;
+    if (absl::Status status = policy_->BackwardLogProbs(nullptr, nullptr); !status.ok()) {
+      return status;
+    }
   }
   return absl::OkStatus();
 }
@@ -514,7 +509,6 @@ void PolicyUpdater::DropReplicas() {
 
 absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, int end,
                                                       UpdateStats& stats) {
-  const int vocab = base_.config().vocab_size;
   const std::vector<int16_t>* routes = config_.replay == RouteReplay::kR3   ? batch.rollout_routes
                                        : config_.replay == RouteReplay::kR2 ? &batch.old_routes
                                                                             : nullptr;
@@ -536,23 +530,17 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
     // Without a separate old-policy pass, R2's "old routes" are this forward's live ones.
     const std::vector<int16_t>* replay =
         config_.replay == RouteReplay::kR2 && !batch.have_old[micro] ? nullptr : routes;
-    absl::StatusOr<const float*> logits = Forward(*policy_, batch, micro, micro_end, replay);
-    if (!logits.ok()) return logits.status();
-    const std::vector<double> logp = ResponseLogProbs(batch, micro, micro_end, *logits);
+    absl::StatusOr<std::vector<double>> forwarded =
+        ResponseLogProbs(*policy_, batch, micro, micro_end, replay);
+    if (!forwarded.ok()) return forwarded.status();
+    const std::vector<double>& logp = *forwarded;
     if (!batch.have_old[micro]) RecordOldPolicy(batch, micro, micro_end, logp, stats);
     std::vector<double> ref_logp;
     if (config_.loss.kl_coef > 0) {
-      // Kept aside: the reference forward reuses the scaled-logits buffer.
-      const std::vector<float> policy_logits(
-          *logits, *logits + (batch.offsets[micro_end] - batch.offsets[micro]) * vocab);
-      absl::StatusOr<const float*> ref_logits =
-          Forward(*reference_, batch, micro, micro_end, replay);
-      if (!ref_logits.ok()) return ref_logits.status();
-      ref_logp = ResponseLogProbs(batch, micro, micro_end, *ref_logits);
-      if (config_.temperature != 1.0f) {
-        scaled_logits_ = policy_logits;
-        logits = scaled_logits_.data();
-      }
+      absl::StatusOr<std::vector<double>> reference =
+          ResponseLogProbs(*reference_, batch, micro, micro_end, replay);
+      if (!reference.ok()) return reference.status();
+      ref_logp = *std::move(reference);
     }
     const size_t first = batch.at(micro, 0), count = logp.size();
     const auto rows = [&](const std::vector<double>& v) {
@@ -574,23 +562,14 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
     for (size_t j = 0; j < count; ++j) tokens += batch.mask[first + j];
     stats.ppo_clip_share += result.clip_share * tokens;
     stats.ref_kl += result.ref_kl * tokens;
-    // d loss / d logits, through each response token's log-probability.
+    // d loss / d each response token's log-probability, at the row that predicts it.
     const int64_t positions = batch.offsets[micro_end] - batch.offsets[micro];
-    std::vector<float> dlogits(static_cast<size_t>(positions) * vocab, 0.0f);
+    std::vector<float> dlogp(positions, 0.0f);
     for (int i = micro; i < micro_end; ++i) {
-      const TrainingSample& sample = batch.samples[i];
-      const int responses = static_cast<int>(sample.response.size());
-      std::vector<float> dlogp(responses);
-      for (int t = 0; t < responses; ++t) {
-        dlogp[t] =
+      for (size_t t = 0; t < batch.samples[i].response.size(); ++t) {
+        dlogp[ResponseRow(batch, micro, i, static_cast<int>(t))] =
             static_cast<float>(result.dlogp[static_cast<size_t>(i - micro) * batch.cols + t]);
       }
-      const int64_t start = ResponseRow(batch, micro, i, 0);
-      cpu::TokenLogProbsBackward(*logits + start * vocab, sample.response.data(), dlogp.data(),
-                                 dlogits.data() + start * vocab, responses, vocab);
-    }
-    if (config_.temperature != 1.0f) {
-      for (float& d : dlogits) d /= config_.temperature;  // Through logits / T.
     }
     std::vector<float> dhidden;
     if (config_.critic.head != nullptr) {
@@ -598,7 +577,7 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(Batch& batch, int begin, i
       stats.value_loss += ValueLoss(batch, micro, micro_end, total_tokens, dhidden);
     }
     if (absl::Status status =
-            policy_->Backward(dlogits.data(), dhidden.empty() ? nullptr : dhidden.data());
+            policy_->BackwardLogProbs(dlogp.data(), dhidden.empty() ? nullptr : dhidden.data());
         !status.ok()) {
       return status;
     }

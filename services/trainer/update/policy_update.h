@@ -109,9 +109,12 @@ class PolicyUpdater {
   // Row of the hidden state (and logits) that predicts response token t of sample i, counted
   // from sample `begin`'s first token.
   int64_t ResponseRow(const Batch& batch, int begin, int i, int t) const;
-  // B x cols log-probs of the response tokens of samples [begin, end) from their forward's logits.
-  std::vector<double> ResponseLogProbs(const Batch& batch, int begin, int end,
-                                       const float* logits) const;
+  // B x cols log-probs of the response tokens of samples [begin, end) under logits / T, by a
+  // forward of `engine` (with `routes`, when given, replayed), which keeps its activations for
+  // BackwardLogProbs.
+  absl::StatusOr<std::vector<double>> ResponseLogProbs(engine::TrainingEngine& engine,
+                                                       const Batch& batch, int begin, int end,
+                                                       const std::vector<int16_t>* routes);
   // Takes `logp` (the policy before this call's updates, just forwarded) as logp_old of samples
   // [begin, end) with its routing statistics, R2 routes and mismatch weights.
   void RecordOldPolicy(Batch& batch, int begin, int end, const std::vector<double>& logp,
@@ -127,8 +130,6 @@ class PolicyUpdater {
   absl::Status HoldReplicas();
   absl::Status ReleaseReplicas();
   void DropReplicas();
-  absl::StatusOr<const float*> Forward(engine::TrainingEngine& engine, const Batch& batch,
-                                       int begin, int end, const std::vector<int16_t>* routes);
 
   engine::BaseModel& base_;
   engine::LoraAdapter& lora_;
@@ -137,7 +138,6 @@ class PolicyUpdater {
   const GradientSync sync_;
   std::unique_ptr<engine::TrainingEngine> policy_;
   std::unique_ptr<engine::TrainingEngine> reference_;  // The base model alone, for the KL penalty.
-  std::vector<float> scaled_logits_;                   // The last Forward's logits / temperature.
   std::optional<engine::ExpertPlacement> replicas_;
 };
 
