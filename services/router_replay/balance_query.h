@@ -7,7 +7,7 @@
 namespace tandem::router_replay {
 
 // PlanBalance's work: checks the request (router_replay.proto's rules, INVALID_ARGUMENT naming
-// the field), plans with PlanBalance (expert_balance.h) and converts the plan.
+// the field), plans with PlanBalance (placement/balance_planner.h) and converts the plan.
 absl::StatusOr<routerreplay::v1::PlanBalanceResponse> PlanStepBalance(
     const routerreplay::v1::PlanBalanceRequest& request);
 

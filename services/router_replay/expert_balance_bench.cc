@@ -34,9 +34,9 @@
 #include "engine/tasks.h"
 #include "engine/text/text_codec.h"
 #include "engine/transformer.h"
-#include "services/router_replay/drifting_trace.h"
-#include "services/router_replay/eplb.h"
-#include "services/router_replay/expert_balance.h"
+#include "placement/balance_planner.h"
+#include "placement/drifting_trace.h"
+#include "placement/eplb.h"
 
 ABSL_FLAG(std::string, demo_model, ".tandem/base_model_addition1.safetensors",
           "The demo's base model (./tandem demo makes it); its trace is skipped when missing.");
@@ -48,7 +48,7 @@ namespace tandem::router_replay {
 namespace {
 
 // One MoE layer's steps.
-using LayerTrace = std::vector<StepLoad>;
+using LayerTrace = std::vector<placement::StepLoad>;
 
 struct Trace {
   std::string name;
@@ -128,13 +128,13 @@ std::optional<Trace> RandomModelTrace() {
 }
 
 Trace SyntheticTrace() {
-  return {.name = "drifting synthetic, top-8 of 256", .layers = {DriftingTrace({})}};
+  return {.name = "drifting synthetic, top-8 of 256", .layers = {placement::DriftingTrace({})}};
 }
 
 // Per-rank tokens of a micro-batch under an EPLB plan: an expert's tokens split evenly over its
 // replicas; physical slot p on rank p / (slots / ranks).
-std::vector<double> EplbRankTokens(const PlacementPlan& plan, const StepLoad& load, int m,
-                                   int ranks) {
+std::vector<double> EplbRankTokens(const placement::PlacementPlan& plan,
+                                   const placement::StepLoad& load, int m, int ranks) {
   std::vector<double> rank_tokens(ranks, 0);
   const int per_rank = plan.num_replicas / ranks;
   for (int e = 0; e < load.experts; ++e) {
@@ -147,8 +147,9 @@ std::vector<double> EplbRankTokens(const PlacementPlan& plan, const StepLoad& lo
   return rank_tokens;
 }
 
-PlacementPlan Eplb(const StepLoad& load, const EpTopology& topology) {
-  PlacementRequest request{
+placement::PlacementPlan Eplb(const placement::StepLoad& load,
+                              const placement::EpTopology& topology) {
+  placement::PlacementRequest request{
       .num_layers = 1,
       .num_experts = load.experts,
       .load = std::vector<double>(load.experts, 0),
@@ -159,7 +160,7 @@ PlacementPlan Eplb(const StepLoad& load, const EpTopology& topology) {
   for (int m = 0; m < load.micro_batches; ++m) {
     for (int e = 0; e < load.experts; ++e) request.load[e] += static_cast<double>(load.at(m, e));
   }
-  auto plan = PlanPlacement(request);
+  auto plan = placement::PlanPlacement(request);
   if (!plan.ok()) {
     std::fprintf(stderr, "EPLB: %s\n", plan.status().ToString().c_str());
     std::abort();
@@ -176,32 +177,37 @@ struct Figures {
 };
 
 // Each planner's figures on `trace` at `ranks` EP ranks; also experts moved per step by ReLibra.
-std::map<std::string, Figures> Measure(const Trace& trace, const EpTopology& topology,
+std::map<std::string, Figures> Measure(const Trace& trace, const placement::EpTopology& topology,
                                        double* moved_per_step) {
   std::map<std::string, Figures> figures;
   int moved = 0, planned_steps = 0;
   for (const LayerTrace& layer : trace.layers) {
-    std::vector<int> homes = ContiguousHomes(layer[0].experts, topology.ranks);
+    std::vector<int> homes = placement::ContiguousHomes(layer[0].experts, topology.ranks);
     for (size_t s = 1; s < layer.size(); ++s) {
-      const StepLoad& load = layer[s];
-      const PlacementPlan history = Eplb(layer[s - 1], topology);
-      const PlacementPlan oracle = Eplb(load, topology);
+      const placement::StepLoad& load = layer[s];
+      const placement::PlacementPlan history = Eplb(layer[s - 1], topology);
+      const placement::PlacementPlan oracle = Eplb(load, topology);
       // One expert's move priced at a tenth of an expert's mean step load.
       const double mean_expert_load =
           static_cast<double>(std::accumulate(load.tokens.begin(), load.tokens.end(), int64_t{0})) /
           load.experts;
-      auto plan = PlanBalance(load, topology, homes, {.move_cost_tokens = mean_expert_load / 10});
+      auto plan = placement::PlanBalance(load, topology, homes,
+                                         {.move_cost_tokens = mean_expert_load / 10});
       if (!plan.ok()) std::abort();
       moved += plan->experts_moved;
       ++planned_steps;
       homes = plan->home;
-      const std::vector<int> contiguous = ContiguousHomes(load.experts, topology.ranks);
+      const std::vector<int> contiguous = placement::ContiguousHomes(load.experts, topology.ranks);
       for (int m = 0; m < load.micro_batches; ++m) {
-        figures["static"].Add(MaxOverMean(HomeRankTokens(load, m, contiguous, topology.ranks)));
-        figures["eplb-hist"].Add(MaxOverMean(EplbRankTokens(history, load, m, topology.ranks)));
-        figures["eplb-oracle"].Add(MaxOverMean(EplbRankTokens(oracle, load, m, topology.ranks)));
-        figures["reorder"].Add(MaxOverMean(HomeRankTokens(load, m, plan->home, topology.ranks)));
-        figures["relibra"].Add(MaxOverMean(plan->micro_batches[m].rank_tokens));
+        figures["static"].Add(
+            placement::MaxOverMean(placement::HomeRankTokens(load, m, contiguous, topology.ranks)));
+        figures["eplb-hist"].Add(
+            placement::MaxOverMean(EplbRankTokens(history, load, m, topology.ranks)));
+        figures["eplb-oracle"].Add(
+            placement::MaxOverMean(EplbRankTokens(oracle, load, m, topology.ranks)));
+        figures["reorder"].Add(
+            placement::MaxOverMean(placement::HomeRankTokens(load, m, plan->home, topology.ranks)));
+        figures["relibra"].Add(placement::MaxOverMean(plan->micro_batches[m].rank_tokens));
       }
     }
   }
@@ -217,7 +223,7 @@ void PrintTable(const std::vector<Trace>& traces) {
   for (const Trace& trace : traces) {
     for (const int ranks : {4, 8}) {
       if (trace.layers[0][0].experts % ranks != 0) continue;
-      const EpTopology topology{
+      const placement::EpTopology topology{
           .ranks = ranks,
           .ranks_per_node = std::min(ranks, absl::GetFlag(FLAGS_ranks_per_node)),
           .replica_slots_per_rank = absl::GetFlag(FLAGS_replica_slots)};
@@ -236,13 +242,14 @@ void PrintTable(const std::vector<Trace>& traces) {
 
 // Planning time at the goal's size: 256 experts x 8 ranks x 16 micro-batches, one layer.
 void TimePlanning(const Trace& synthetic) {
-  const StepLoad& load = synthetic.layers[0][1];
-  const EpTopology topology{.ranks = 8, .ranks_per_node = 4, .replica_slots_per_rank = 2};
-  const std::vector<int> homes = ContiguousHomes(load.experts, 8);
+  const placement::StepLoad& load = synthetic.layers[0][1];
+  const placement::EpTopology topology{
+      .ranks = 8, .ranks_per_node = 4, .replica_slots_per_rank = 2};
+  const std::vector<int> homes = placement::ContiguousHomes(load.experts, 8);
   constexpr int kRuns = 200;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kRuns; ++i) {
-    if (!PlanBalance(load, topology, homes).ok()) std::abort();
+    if (!placement::PlanBalance(load, topology, homes).ok()) std::abort();
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/status.h"
-#include "services/router_replay/eplb.h"
+#include "placement/eplb.h"
 
 namespace tandem::router_replay {
 namespace {
@@ -414,8 +414,8 @@ absl::Status FetchCursor::FillRows(const FetchItem& item, int64_t first, int64_t
 
 namespace {
 
-// GetExpertLoad, counting every attempt of a job's samples when `all_attempts` (PlanPlacement
-// from JobRecords); GetExpertLoad itself counts the highest attempt only.
+// GetExpertLoad, counting every attempt of a job's samples when `all_attempts`
+// (placement::PlanPlacement from JobRecords); GetExpertLoad itself counts the highest attempt only.
 // `job_path` is where the caller's request holds job_id and versions (see SelectJobRecords).
 absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountLoad(
     const RouteStore& store, const routerreplay::v1::GetExpertLoadRequest& request,
@@ -477,10 +477,10 @@ absl::StatusOr<routerreplay::v1::GetExpertLoadResponse> CountExpertLoad(
 
 absl::StatusOr<routerreplay::v1::PlanPlacementResponse> PlanExpertPlacement(
     const RouteStore& store, const routerreplay::v1::PlanPlacementRequest& request) {
-  PlacementRequest placement{.num_replicas = request.num_replicas(),
-                             .num_groups = request.num_groups(),
-                             .num_nodes = request.num_nodes(),
-                             .num_gpus = request.num_gpus()};
+  placement::PlacementRequest placement{.num_replicas = request.num_replicas(),
+                                        .num_groups = request.num_groups(),
+                                        .num_nodes = request.num_nodes(),
+                                        .num_gpus = request.num_gpus()};
   routerreplay::v1::PlanPlacementResponse response;
   if (request.has_load()) {
     placement.num_layers = request.load().num_layers();
@@ -503,9 +503,9 @@ absl::StatusOr<routerreplay::v1::PlanPlacementResponse> PlanExpertPlacement(
     placement.load.assign(load->loads(0).counts().begin(), load->loads(0).counts().end());
   } else {
     // The oneof is required; its name stands for whichever of its fields the client meant.
-    return InvalidField("source", "PlanPlacement needs a source: load or job");
+    return InvalidField("source", "placement::PlanPlacement needs a source: load or job");
   }
-  absl::StatusOr<PlacementPlan> plan = PlanPlacement(placement);
+  absl::StatusOr<placement::PlacementPlan> plan = placement::PlanPlacement(placement);
   if (!plan.ok()) return plan.status();
   response.set_num_layers(plan->num_layers);
   response.set_num_experts(plan->num_experts);

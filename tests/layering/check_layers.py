@@ -8,7 +8,7 @@ import re
 import sys
 
 EDGE = re.compile(r'"([^"]+)"\s*->\s*"([^"]+)"')
-LOWER_LAYERS = ("engine", "kernels", "common", "transfer")
+LOWER_LAYERS = ("engine", "kernels", "common", "transfer", "placement")
 
 # The trainer's update in layers (docs/contributing.md): the RL objective knows neither the
 # communicator nor the optimizer step, and gradient synchronization and the optimizer step know

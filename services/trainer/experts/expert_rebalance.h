@@ -6,12 +6,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "common/communicator.h"
 #include "engine/expert_parallel_exchange.h"
 #include "engine/model.h"
 #include "engine/optimizer.h"
-#include "tandem/routerreplay/v1/router_replay.grpc.pb.h"
 
 namespace tandem::trainer {
 
@@ -32,18 +30,18 @@ inline constexpr int kReplicaSlotsPerRank = 2;
 // Before a step of an expert-parallel job (ReLibra's reordering across ranks and replication of
 // hot experts): the step's load per expert -- `routes`, this rank's replayed routes (logical ids;
 // -1: none), counted over every MoE layer and summed over `ranks`, every rank of the job, so that
-// every expert-parallel group takes the same placement -- planned by router-replay's PlanBalance
-// (one placement for every layer, a move only when it gains more than a tenth of an average
-// expert's load, at most kReplicaSlotsPerRank replicas per rank), its moves applied by
-// ChangePlacement over `group`, this rank's expert-parallel group, its replicas returned for the
-// step's training passes. Collective over both; the ranks agree whether every plan came back:
-// when one did not, no group moves and the result says none moved and names no replicas. Fails
-// only when a collective or a move does.
-absl::StatusOr<Rebalanced> RebalanceExperts(
-    Communicator& ranks, Communicator& group, engine::ExpertParallelExchange& exchange,
-    const std::vector<int16_t>& routes,
-    routerreplay::v1::RouterReplayService::StubInterface& planner, absl::Duration timeout,
-    engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer);
+// every expert-parallel group takes the same placement -- planned in process by
+// placement::PlanBalance (one placement for every layer, a move only when it gains more than a
+// tenth of an average expert's load, at most kReplicaSlotsPerRank replicas per rank), its moves
+// applied by ChangePlacement over `group`, this rank's expert-parallel group, its replicas
+// returned for the step's training passes. Collective over both. A plan that fails fails alike
+// on every rank (same load, same placement): no group moves and the result names no replicas.
+// Fails only when a collective or a move does.
+absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& group,
+                                            engine::ExpertParallelExchange& exchange,
+                                            const std::vector<int16_t>& routes,
+                                            engine::BaseModel& base, engine::LoraAdapter& lora,
+                                            engine::AdamW& optimizer);
 
 }  // namespace tandem::trainer
 

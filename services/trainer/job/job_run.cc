@@ -300,8 +300,7 @@ absl::StatusOr<StepRoutes> JobRun::FetchRoutes(const StepSamples& samples,
 absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetrics& metrics) {
   absl::StatusOr<Rebalanced> rebalanced =
       RebalanceExperts(*ranks(), *ranks_->experts(), *ranks_->exchange(), routes.routes,
-                       *connections_->router_replay(), settings().rpc_timeout, state_->base(),
-                       state_->lora(), state_->optimizer());
+                       state_->base(), state_->lora(), state_->optimizer());
   if (!rebalanced.ok()) return rebalanced.status();
   metrics.set_experts_moved(rebalanced->experts_moved);
   metrics.set_expert_imbalance_before(rebalanced->imbalance_before);

@@ -1,4 +1,4 @@
-#include "services/router_replay/eplb.h"
+#include "placement/eplb.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "common/status.h"
 
-namespace tandem::router_replay {
+namespace tandem::placement {
 namespace {
 
 // EPLB runs on `weight.float()`, so every load, sum and quotient it compares is a float32. We
@@ -354,4 +354,4 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request) {
   return plan;
 }
 
-}  // namespace tandem::router_replay
+}  // namespace tandem::placement

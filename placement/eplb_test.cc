@@ -1,4 +1,4 @@
-#include "services/router_replay/eplb.h"
+#include "placement/eplb.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tandem::router_replay {
+namespace tandem::placement {
 namespace {
 
 using ::testing::DoubleNear;
@@ -306,4 +306,4 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadRequest>& info) { return info.param.name; });
 
 }  // namespace
-}  // namespace tandem::router_replay
+}  // namespace tandem::placement

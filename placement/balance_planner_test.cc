@@ -1,4 +1,4 @@
-#include "services/router_replay/expert_balance.h"
+#include "placement/balance_planner.h"
 
 #include <map>
 #include <numeric>
@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tandem::router_replay {
+namespace tandem::placement {
 namespace {
 
 StepLoad RandomSkewedLoad(int micro_batches, int experts, uint64_t seed) {
@@ -128,4 +128,4 @@ TEST(ExpertBalanceTest, BadInputsAreRefusedNamingWhatDoesNotFit) {
 }
 
 }  // namespace
-}  // namespace tandem::router_replay
+}  // namespace tandem::placement

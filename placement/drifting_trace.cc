@@ -1,10 +1,10 @@
-#include "services/router_replay/drifting_trace.h"
+#include "placement/drifting_trace.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-namespace tandem::router_replay {
+namespace tandem::placement {
 namespace {
 
 // SplitMix64 (Steele, Lea, Flood): a small generator whose output is fixed by its seed alone.
@@ -79,4 +79,4 @@ std::vector<StepLoad> DriftingTrace(const DriftingTraceConfig& config) {
   return steps;
 }
 
-}  // namespace tandem::router_replay
+}  // namespace tandem::placement

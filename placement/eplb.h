@@ -1,12 +1,12 @@
-#ifndef TANDEM_SERVICES_ROUTER_REPLAY_EPLB_H_
-#define TANDEM_SERVICES_ROUTER_REPLAY_EPLB_H_
+#ifndef TANDEM_PLACEMENT_EPLB_H_
+#define TANDEM_PLACEMENT_EPLB_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
-namespace tandem::router_replay {
+namespace tandem::placement {
 
 // Input of the expert-parallel load balancer: per-layer expert loads and the cluster shape.
 struct PlacementRequest {
@@ -56,6 +56,6 @@ inline constexpr int64_t kMaxPlanEntries = int64_t{1} << 22;
 // load.load[i]), the only way a request reaches it.
 absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request);
 
-}  // namespace tandem::router_replay
+}  // namespace tandem::placement
 
-#endif  // TANDEM_SERVICES_ROUTER_REPLAY_EPLB_H_
+#endif  // TANDEM_PLACEMENT_EPLB_H_

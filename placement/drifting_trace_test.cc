@@ -1,11 +1,11 @@
-#include "services/router_replay/drifting_trace.h"
+#include "placement/drifting_trace.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "gtest/gtest.h"
 
-namespace tandem::router_replay {
+namespace tandem::placement {
 namespace {
 
 int HottestExpert(const StepLoad& step, int micro_batch) {
@@ -35,4 +35,4 @@ TEST(DriftingTraceTest, EveryTokenGoesToTopKExpertsAndTheHotOnesDrift) {
 }
 
 }  // namespace
-}  // namespace tandem::router_replay
+}  // namespace tandem::placement

@@ -1,4 +1,4 @@
-#include "services/router_replay/expert_balance.h"
+#include "placement/balance_planner.h"
 
 #include <algorithm>
 #include <functional>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
-namespace tandem::router_replay {
+namespace tandem::placement {
 namespace {
 
 // Errors name the PlanBalanceRequest field, as the proto states each rule (ranks divides
@@ -236,4 +236,4 @@ absl::StatusOr<BalancePlan> PlanBalance(const StepLoad& load, const EpTopology& 
   return plan;
 }
 
-}  // namespace tandem::router_replay
+}  // namespace tandem::placement

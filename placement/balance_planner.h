@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_ROUTER_REPLAY_EXPERT_BALANCE_H_
-#define TANDEM_SERVICES_ROUTER_REPLAY_EXPERT_BALANCE_H_
+#ifndef TANDEM_PLACEMENT_BALANCE_PLANNER_H_
+#define TANDEM_PLACEMENT_BALANCE_PLANNER_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -15,7 +15,7 @@
 // (moving an expert costs its bytes); within a step, each micro-batch's hot experts get replicas on
 // other ranks of the same node (fast links) and their tokens are split among the copies. One MoE
 // layer at a time; no service dependencies.
-namespace tandem::router_replay {
+namespace tandem::placement {
 
 // The expert-parallel ranks of one layer.
 struct EpTopology {
@@ -92,6 +92,6 @@ double MaxOverMean(const std::vector<Tokens>& rank_tokens) {
 // Expert e on rank e * ranks / experts: the static contiguous placement.
 std::vector<int> ContiguousHomes(int experts, int ranks);
 
-}  // namespace tandem::router_replay
+}  // namespace tandem::placement
 
-#endif  // TANDEM_SERVICES_ROUTER_REPLAY_EXPERT_BALANCE_H_
+#endif  // TANDEM_PLACEMENT_BALANCE_PLANNER_H_

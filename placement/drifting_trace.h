@@ -1,12 +1,12 @@
-#ifndef TANDEM_SERVICES_ROUTER_REPLAY_DRIFTING_TRACE_H_
-#define TANDEM_SERVICES_ROUTER_REPLAY_DRIFTING_TRACE_H_
+#ifndef TANDEM_PLACEMENT_DRIFTING_TRACE_H_
+#define TANDEM_PLACEMENT_DRIFTING_TRACE_H_
 
 #include <cstdint>
 #include <vector>
 
-#include "services/router_replay/expert_balance.h"
+#include "placement/balance_planner.h"
 
-namespace tandem::router_replay {
+namespace tandem::placement {
 
 // The fixed synthetic routing trace the expert-balance bench measures planners on, whose hot
 // experts drift: expert popularity is Zipf over popularity ranks (weight of rank i is
@@ -28,6 +28,6 @@ struct DriftingTraceConfig {
 
 std::vector<StepLoad> DriftingTrace(const DriftingTraceConfig& config);
 
-}  // namespace tandem::router_replay
+}  // namespace tandem::placement
 
-#endif  // TANDEM_SERVICES_ROUTER_REPLAY_DRIFTING_TRACE_H_
+#endif  // TANDEM_PLACEMENT_DRIFTING_TRACE_H_
