@@ -25,10 +25,10 @@ namespace tandem::trainer {
 
 // How the trainer runs jobs: its settings, plain values (from its flags).
 struct JobSettings {
-  ServiceEndpoints services;        // Where the job's rollout replicas and stores run.
-  std::string auth_token;           // Sent to the other services when no dialer is injected,
-  std::string auth_token_file;      // or the token in this file, read again when it changes.
-  std::optional<ClientTls> tls;     // How they are dialed then; unset: plaintext.
+  ServiceEndpoints services;     // Where the job's rollout replicas and stores run.
+  std::string auth_token;        // Sent to the other services when no dialer is injected,
+  std::string auth_token_file;   // or the token in this file, read again when it changes.
+  std::optional<ClientTls> tls;  // How they are dialed then; unset: plaintext.
   // Where jobs train: "cpu", or "cuda" / "cuda:N" (engine::MakeTrainingEngines).
   std::string device = "cpu";
   absl::Duration rpc_timeout = absl::Minutes(5);
