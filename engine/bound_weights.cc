@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace tandem::engine {
@@ -10,17 +11,17 @@ BoundWeights::BoundWeights(ModelOps& ops, BaseModel& model, LoraAdapter* lora)
     : ops_(ops), model_(model), lora_(lora) {}
 
 absl::Status BoundWeights::Refresh() {
-  if (absl::Status status = RefreshSet(model_.parameters()); !status.ok()) return status;
-  base_trains_ = false;
-  for (const std::string& name : model_.parameters().names()) {
-    if (model_.parameters().Find(name)->grad_or_null() != nullptr) base_trains_ = true;
-  }
-  return lora_ == nullptr ? absl::OkStatus() : RefreshSet(lora_->parameters());
+  absl::StatusOr<bool> base_trains = RefreshSet(model_.parameters());
+  if (!base_trains.ok()) return base_trains.status();
+  base_trains_ = *base_trains;
+  return lora_ == nullptr ? absl::OkStatus() : RefreshSet(lora_->parameters()).status();
 }
 
-absl::Status BoundWeights::RefreshSet(ParameterSet& parameters) {
+absl::StatusOr<bool> BoundWeights::RefreshSet(ParameterSet& parameters) {
+  bool trains = false;
   for (const std::string& name : parameters.names()) {
     Parameter& parameter = *parameters.Find(name);
+    trains = trains || parameter.grad_or_null() != nullptr;
     Binding& binding = bindings_[name];
     if (binding.values == parameter.value.data() && binding.gradient == parameter.grad_or_null() &&
         binding.size == parameter.size()) {
@@ -33,7 +34,7 @@ absl::Status BoundWeights::RefreshSet(ParameterSet& parameters) {
     }
     binding = Binding{parameter.value.data(), parameter.grad_or_null(), parameter.size(), *bound};
   }
-  return absl::OkStatus();
+  return trains;
 }
 
 WeightRef BoundWeights::Get(const std::string& name) const {

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/model.h"
 #include "engine/model_ops.h"
@@ -41,7 +42,8 @@ class BoundWeights {
     int64_t size = 0;
     WeightRef weight;
   };
-  absl::Status RefreshSet(ParameterSet& parameters);
+  // Binds what moved in `parameters`; returns whether any of them has gradients enabled.
+  absl::StatusOr<bool> RefreshSet(ParameterSet& parameters);
 
   ModelOps& ops_;
   BaseModel& model_;

@@ -515,15 +515,22 @@ void Transformer::RunSwiGluMlp(int layer, Ref<const float> x, int64_t weight_str
   Round(out.ref(), out.size());
 }
 
-absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dhidden) {
-  if (backward_ready_ != Ready::kLogits) {
-    return absl::FailedPreconditionError(
-        "Backward needs the activations of a Forward (none yet, or a decode overwrote them)");
-  }
+absl::Status Transformer::ReadyForBackward(Ready pass, const char* missing) const {
+  if (backward_ready_ != pass) return absl::FailedPreconditionError(missing);
   if (weights_.base_trains() && !ops_->capabilities().base_gradients) {
     return absl::UnimplementedError(
         "base-model weights are frozen on this backend: its backward computes the adapter's "
         "gradients only (full fine-tuning runs on the CPU)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dhidden) {
+  if (absl::Status ready = ReadyForBackward(
+          Ready::kLogits,
+          "Backward needs the activations of a Forward (none yet, or a decode overwrote them)");
+      !ready.ok()) {
+    return ready;
   }
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
@@ -538,15 +545,12 @@ absl::Status Transformer::Backward(const float* dlogits_on_host, const float* dh
 }
 
 absl::Status Transformer::BackwardLogProbs(const float* dlogp_on_host, const float* dhidden) {
-  if (backward_ready_ != Ready::kLogProbs) {
-    return absl::FailedPreconditionError(
-        "BackwardLogProbs needs the activations of a ForwardLogProbs (none yet, or another pass "
-        "overwrote them)");
-  }
-  if (weights_.base_trains() && !ops_->capabilities().base_gradients) {
-    return absl::UnimplementedError(
-        "base-model weights are frozen on this backend: its backward computes the adapter's "
-        "gradients only (full fine-tuning runs on the CPU)");
+  if (absl::Status ready = ReadyForBackward(
+          Ready::kLogProbs,
+          "BackwardLogProbs needs the activations of a ForwardLogProbs (none yet, or another "
+          "pass overwrote them)");
+      !ready.ok()) {
+    return ready;
   }
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;

@@ -209,6 +209,9 @@ class Transformer : public DecodeEngine {
   absl::Status BackwardFromFinalNorm(Buffer<float>& dnorm);
   // What the last pass was: a Forward or ForwardLogProbs that succeeded can be backpropagated.
   enum class Ready { kNone, kLogits, kLogProbs };
+  // OK when the last pass was a `pass` that succeeded (else FAILED_PRECONDITION `missing`) and the
+  // backend computes every gradient enabled (else UNIMPLEMENTED: base weights frozen there).
+  absl::Status ReadyForBackward(Ready pass, const char* missing) const;
   // Moves final_input_'s rows `kept` (ascending) to its front, so that the head runs on them
   // alone: a prefill needs the logits of each prompt's last row only.
   void KeepFinalRows(absl::Span<const int> kept);
