@@ -153,8 +153,8 @@ TEST_P(CheckedGraphTest, TheGraphTouchesActivationsOnlyThroughOperations) {
   EXPECT_THAT(checked_ops.violations(), IsEmpty());
   std::vector<std::string> needed = {"Linear",
                                      "LinearBackward",
-                                     "TokenLogProbs",
-                                     "TokenLogProbsBackward",
+                                     "FoldLogSumExp",
+                                     "TokenLogProbsChunkBackward",
                                      "ProjectGroups",
                                      "ProjectGroupsBackward",
                                      "RmsNorm",

@@ -258,15 +258,17 @@ void CpuModelOps::UnpermuteAddBackward(Ref<const float> y, const ExpertPermutati
                             width);
 }
 
-void CpuModelOps::TokenLogProbs(Ref<const float> logits, Ref<const int> targets, Ref<float> out,
-                                int rows, int vocab) {
-  cpu::TokenLogProbs(At(logits), At(targets), At(out), nullptr, rows, vocab);
+void CpuModelOps::FoldLogSumExp(Ref<const float> logits, Ref<const int> targets, Ref<float> lse,
+                                Ref<float> target_logit, int rows, int first_column, int width) {
+  cpu::FoldLogSumExp(At(logits), At(targets), At(lse), At(target_logit), rows, first_column, width);
 }
 
-void CpuModelOps::TokenLogProbsBackward(Ref<const float> logits, Ref<const int> targets,
-                                        Ref<const float> dlogprob, Ref<float> dlogits, int rows,
-                                        int vocab) {
-  cpu::TokenLogProbsBackward(At(logits), At(targets), At(dlogprob), At(dlogits), rows, vocab);
+void CpuModelOps::TokenLogProbsChunkBackward(Ref<const float> logits, Ref<const int> targets,
+                                             Ref<const float> lse, Ref<const float> dlogprob,
+                                             Ref<float> dlogits, int rows, int first_column,
+                                             int width) {
+  cpu::TokenLogProbsChunkBackward(At(logits), At(targets), At(lse), At(dlogprob), At(dlogits), rows,
+                                  first_column, width);
 }
 
 void CpuModelOps::Add(Ref<float> target_ref, Ref<const float> values_ref, int64_t n) {

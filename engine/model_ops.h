@@ -188,14 +188,20 @@ class ModelOps {
                                     Ref<const float> gates, Ref<const float> dout, Ref<float> dy,
                                     Ref<float> dgates, int width) = 0;
 
-  // The LM head's loss, on rows of logits: out[r] = log softmax(logits[r])[targets[r]], and its
-  // backward dlogits[r] += dlogprob[r] · (onehot(targets[r]) - softmax(logits[r])), skipping
-  // rows whose dlogprob is 0. Targets lie in [0, vocab).
-  virtual void TokenLogProbs(Ref<const float> logits, Ref<const int> targets, Ref<float> out,
-                             int rows, int vocab) = 0;
-  virtual void TokenLogProbsBackward(Ref<const float> logits, Ref<const int> targets,
-                                     Ref<const float> dlogprob, Ref<float> dlogits, int rows,
-                                     int vocab) = 0;
+  // The LM head's loss over one chunk of the vocabulary at a time, so that no row's whole logits
+  // need exist (and a rank of a vocabulary-parallel head holds only its own columns): `logits`
+  // [rows, width] are columns [first_column, first_column + width) of each row. FoldLogSumExp
+  // folds them into each row's running log-sum-exp `lse` (−inf before its first chunk) and
+  // writes target_logit[r] where targets[r] lies among them; after the last chunk
+  // log p(target) = target_logit − lse. The backward writes, over the chunk's columns,
+  // dlogits[r] = dlogprob[r] · (onehot(targets[r]) − exp(logits[r] − lse[r])) with the final
+  // lse (zeros where dlogprob[r] is 0). Targets lie in [0, vocab).
+  virtual void FoldLogSumExp(Ref<const float> logits, Ref<const int> targets, Ref<float> lse,
+                             Ref<float> target_logit, int rows, int first_column, int width) = 0;
+  virtual void TokenLogProbsChunkBackward(Ref<const float> logits, Ref<const int> targets,
+                                          Ref<const float> lse, Ref<const float> dlogprob,
+                                          Ref<float> dlogits, int rows, int first_column,
+                                          int width) = 0;
 
   // Elementwise.
   virtual void Add(Ref<float> target, Ref<const float> values, int64_t n) = 0;  // target +=

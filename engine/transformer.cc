@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/transformer_activations.h"
@@ -219,7 +220,7 @@ absl::StatusOr<const float*> Transformer::Forward(const TokenBatch& batch,
                                                   const std::vector<int16_t>* replay) {
   if (absl::Status status = ForwardTrunk(batch, replay); !status.ok()) return status;
   const int rows = batch.num_tokens();
-  RunHeadRows(0, rows, 1.0f);
+  RunHeadTile(0, rows, 0, config_.vocab_size, 1.0f);
   logits_on_host_.resize(logits_.size());
   ops_->CopyOut(logits_.ref(), logits_on_host_.data(), logits_.size());
   if (absl::Status status = ops_->Finish(); !status.ok()) return status;
@@ -252,16 +253,20 @@ absl::StatusOr<std::vector<float>> Transformer::ForwardLogProbs(const TokenBatch
   std::vector<int> kernel_targets(targets);
   for (int& target : kernel_targets) target = std::max(target, 0);  // Scored, then ignored.
   ops_->Upload(kernel_targets.data(), rows, target_buffer_);
-  Buffer<float> logp = ops_->Allocate<float>(rows);
-  for (int first = 0; first < rows; first += kHeadChunkRows) {
-    const int chunk = std::min(kHeadChunkRows, rows - first);
-    RunHeadRows(first, chunk, temperature);
-    ops_->TokenLogProbs(logits_.ref(), target_buffer_.ref() + first, logp.ref() + first, chunk,
-                        config_.vocab_size);
-  }
-  std::vector<float> on_host(rows);
-  ops_->CopyOut(logp.ref(), on_host.data(), rows);
+  ops_->Resize(log_sum_exps_, rows);
+  ops_->Fill(log_sum_exps_.ref(), -std::numeric_limits<float>::infinity(), rows);
+  Buffer<float> target_logits = ops_->Allocate<float>(rows);
+  ForEachHeadTile(rows, [&](int first_row, int tile_rows, int first_column, int columns) {
+    RunHeadTile(first_row, tile_rows, first_column, columns, temperature);
+    ops_->FoldLogSumExp(logits_.ref(), target_buffer_.ref() + first_row,
+                        log_sum_exps_.ref() + first_row, target_logits.ref() + first_row, tile_rows,
+                        first_column, columns);
+  });
+  std::vector<float> on_host(rows), log_sum_exps(rows);
+  ops_->CopyOut(target_logits.ref(), on_host.data(), rows);
+  ops_->CopyOut(log_sum_exps_.ref(), log_sum_exps.data(), rows);
   if (absl::Status status = ops_->Finish(); !status.ok()) return status;
+  for (int t = 0; t < rows; ++t) on_host[t] -= log_sum_exps[t];
   for (int t = 0; t < rows; ++t) {
     if (targets[t] < 0) on_host[t] = 0;
   }
@@ -332,7 +337,7 @@ void Transformer::KeepFinalRows(absl::Span<const int> kept) {
 
 void Transformer::RunHead(int rows) {
   RunFinalNorm(rows);
-  RunHeadRows(0, rows, 1.0f);
+  RunHeadTile(0, rows, 0, config_.vocab_size, 1.0f);
 }
 
 void Transformer::RunFinalNorm(int rows) {
@@ -344,13 +349,26 @@ void Transformer::RunFinalNorm(int rows) {
   Round(final_norm_.ref(), final_norm_.size());
 }
 
-void Transformer::RunHeadRows(int first, int rows, float temperature) {
+void Transformer::RunHeadTile(int first_row, int rows, int first_column, int columns,
+                              float temperature) {
   const int d = config_.d_model;
-  ops_->Resize(logits_, int64_t{rows} * config_.vocab_size);
-  ops_->Linear(final_norm_.ref() + int64_t{first} * d, Weight(HeadWeightName(config_)),
-               logits_.ref(), rows, d, config_.vocab_size, /*accumulate=*/false);
+  ops_->Resize(logits_, int64_t{rows} * columns);
+  ops_->Linear(final_norm_.ref() + int64_t{first_row} * d,
+               Weight(HeadWeightName(config_)) + int64_t{first_column} * d, logits_.ref(), rows, d,
+               columns, /*accumulate=*/false);
   Round(logits_.ref(), logits_.size());
   if (temperature != 1.0f) ops_->Scale(logits_.ref(), 1.0f / temperature, logits_.size());
+}
+
+void Transformer::ForEachHeadTile(int rows,
+                                  absl::FunctionRef<void(int, int, int, int)> tile) const {
+  const int vocab = config_.vocab_size;
+  for (int first_row = 0; first_row < rows; first_row += kHeadChunkRows) {
+    const int tile_rows = std::min(kHeadChunkRows, rows - first_row);
+    for (int first_column = 0; first_column < vocab; first_column += kHeadChunkColumns) {
+      tile(first_row, tile_rows, first_column, std::min(kHeadChunkColumns, vocab - first_column));
+    }
+  }
 }
 
 absl::Status Transformer::RunLayer(int layer, int rows, AttentionBackend& attention,
@@ -554,7 +572,6 @@ absl::Status Transformer::BackwardLogProbs(const float* dlogp_on_host, const flo
   }
   const int rows = static_cast<int>(tokens_.size());
   const int d = config_.d_model;
-  const int vocab = config_.vocab_size;
   const int64_t n = int64_t{rows} * d;
   std::vector<float> scored(rows, 0.0f);  // Rows without a target pass no gradient.
   for (int t = 0; t < rows && dlogp_on_host != nullptr; ++t) {
@@ -565,17 +582,17 @@ absl::Status Transformer::BackwardLogProbs(const float* dlogp_on_host, const flo
   Buffer<float> dnorm = ops_->Zeros(n);
   if (dhidden != nullptr) ops_->Upload(dhidden, n, dnorm);
   Buffer<float> dlogits;
-  for (int first = 0; first < rows; first += kHeadChunkRows) {
-    const int chunk = std::min(kHeadChunkRows, rows - first);
-    RunHeadRows(first, chunk, temperature_);  // Again: the forward kept no logits.
-    ops_->Resize(dlogits, int64_t{chunk} * vocab);
-    ops_->Fill(dlogits.ref(), 0.0f, dlogits.size());
-    ops_->TokenLogProbsBackward(logits_.ref(), target_buffer_.ref() + first, dlogp.ref() + first,
-                                dlogits.ref(), chunk, vocab);
+  ForEachHeadTile(rows, [&](int first_row, int tile_rows, int first_column, int columns) {
+    RunHeadTile(first_row, tile_rows, first_column, columns, temperature_);  // Not kept.
+    ops_->Resize(dlogits, int64_t{tile_rows} * columns);
+    ops_->TokenLogProbsChunkBackward(logits_.ref(), target_buffer_.ref() + first_row,
+                                     log_sum_exps_.ref() + first_row, dlogp.ref() + first_row,
+                                     dlogits.ref(), tile_rows, first_column, columns);
     if (temperature_ != 1.0f) ops_->Scale(dlogits.ref(), 1.0f / temperature_, dlogits.size());
-    ops_->LinearBackward(final_norm_.ref() + int64_t{first} * d, Weight(HeadWeightName(config_)),
-                         dlogits.ref(), dnorm.ref() + int64_t{first} * d, chunk, d, vocab);
-  }
+    ops_->LinearBackward(final_norm_.ref() + int64_t{first_row} * d,
+                         Weight(HeadWeightName(config_)) + int64_t{first_column} * d, dlogits.ref(),
+                         dnorm.ref() + int64_t{first_row} * d, tile_rows, d, columns);
+  });
   return BackwardFromFinalNorm(dnorm);
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/bound_weights.h"
@@ -84,8 +85,11 @@ class Transformer : public DecodeEngine {
 
   // Forward without the whole-vocabulary logits, for training: the log-probability of token
   // targets[t] at each row t under softmax(logits[t] / temperature), 0 where targets[t] is -1
-  // (nothing to score). The LM head runs kHeadChunkRows rows at a time, so no more than
-  // kHeadChunkRows × vocab logits exist at once; BackwardLogProbs computes them again. Forward's
+  // (nothing to score). The LM head runs by tiles of kHeadChunkRows rows × kHeadChunkColumns
+  // vocabulary columns, folding each tile into the rows' log-sum-exps (ModelOps::FoldLogSumExp),
+  // so that no more than one tile of logits exists at once whatever the vocabulary; with one
+  // column chunk the result equals the whole logits' bit for bit. BackwardLogProbs computes the
+  // tiles again. Forward's
   // errors, and INVALID_ARGUMENT for targets that are not one per row, each -1 or in
   // [0, vocab), or a temperature that is not positive and finite.
   absl::StatusOr<std::vector<float>> ForwardLogProbs(const TokenBatch& batch,
@@ -98,6 +102,7 @@ class Transformer : public DecodeEngine {
   // the last call was a ForwardLogProbs that succeeded.
   absl::Status BackwardLogProbs(const float* dlogp, const float* dhidden = nullptr);
   static constexpr int kHeadChunkRows = 128;
+  static constexpr int kHeadChunkColumns = 8192;
 
   // Routes the last Forward used (replayed ones with fallbacks filled in by live routing).
   const std::vector<int16_t>& routes() const { return routes_; }
@@ -200,9 +205,12 @@ class Transformer : public DecodeEngine {
                          Ref<float> dx);
   void RunHead(int rows);  // From final_input_.
   void RunFinalNorm(int rows);
-  // The LM head's logits of final_norm_'s rows [first, first + rows), divided by temperature,
-  // into logits_.
-  void RunHeadRows(int first, int rows, float temperature);
+  // The LM head's logits of final_norm_'s rows [first_row, first_row + rows) for vocabulary
+  // columns [first_column, first_column + columns), divided by temperature, into logits_.
+  void RunHeadTile(int first_row, int rows, int first_column, int columns, float temperature);
+  // Calls `tile(first_row, rows, first_column, columns)` for each tile of the LM head over
+  // `rows` rows (kHeadChunkRows × kHeadChunkColumns), rows outermost.
+  void ForEachHeadTile(int rows, absl::FunctionRef<void(int, int, int, int)> tile) const;
   // The full-sequence forward's trunk, up to final_input_: Forward's and ForwardLogProbs'.
   absl::Status ForwardTrunk(const TokenBatch& batch, const std::vector<int16_t>* replay);
   // Backward from dnorm, the gradient of the final norm's output ([tokens, d_model], consumed).
@@ -258,8 +266,10 @@ class Transformer : public DecodeEngine {
   RoutingStats stats_;
   std::vector<uint8_t> token_replayed_, token_differs_;  // Per token, for RoutingStats.
   Ready backward_ready_ = Ready::kNone;
-  // ForwardLogProbs' targets on the backend (-1 as 0) and on the host, and temperature.
+  // ForwardLogProbs' targets on the backend (-1 as 0) and on the host, each row's log-sum-exp
+  // of logits / temperature, and temperature.
   Buffer<int> target_buffer_;
+  Buffer<float> log_sum_exps_;
   std::vector<int> targets_;
   float temperature_ = 1.0f;
 };

@@ -522,18 +522,21 @@ void CudaModelOps::UnpermuteAddBackward(Ref<const float> y, const ExpertPermutat
   });
 }
 
-void CudaModelOps::TokenLogProbs(Ref<const float> logits, Ref<const int> targets, Ref<float> out,
-                                 int rows, int vocab) {
-  Run("TokenLogProbs",
-      [&] { return gpu::TokenLogProbs(At(logits), At(targets), At(out), nullptr, rows, vocab); });
+void CudaModelOps::FoldLogSumExp(Ref<const float> logits, Ref<const int> targets, Ref<float> lse,
+                                 Ref<float> target_logit, int rows, int first_column, int width) {
+  Run("FoldLogSumExp", [&] {
+    return gpu::FoldLogSumExp(At(logits), At(targets), At(lse), At(target_logit), rows,
+                              first_column, width);
+  });
 }
 
-void CudaModelOps::TokenLogProbsBackward(Ref<const float> logits, Ref<const int> targets,
-                                         Ref<const float> dlogprob, Ref<float> dlogits, int rows,
-                                         int vocab) {
-  Run("TokenLogProbsBackward", [&] {
-    return gpu::TokenLogProbsBackward(At(logits), At(targets), At(dlogprob), At(dlogits), rows,
-                                      vocab);
+void CudaModelOps::TokenLogProbsChunkBackward(Ref<const float> logits, Ref<const int> targets,
+                                              Ref<const float> lse, Ref<const float> dlogprob,
+                                              Ref<float> dlogits, int rows, int first_column,
+                                              int width) {
+  Run("TokenLogProbsChunkBackward", [&] {
+    return gpu::TokenLogProbsChunkBackward(At(logits), At(targets), At(lse), At(dlogprob),
+                                           At(dlogits), rows, first_column, width);
   });
 }
 

@@ -395,24 +395,29 @@ void CheckedModelOps::UnpermuteAddBackward(Ref<const float> y, const ExpertPermu
   cpu_.UnpermuteAddBackward(y, permutation, gates, dout, dy, dgates, width);
 }
 
-void CheckedModelOps::TokenLogProbs(Ref<const float> logits, Ref<const int> targets, Ref<float> out,
-                                    int rows, int vocab) {
-  Call call(*this, "TokenLogProbs");
-  Need("TokenLogProbs", "logits", logits, int64_t{rows} * vocab);
-  Need("TokenLogProbs", "targets", targets, rows);
-  Need("TokenLogProbs", "out", out, rows);
-  cpu_.TokenLogProbs(logits, targets, out, rows, vocab);
+void CheckedModelOps::FoldLogSumExp(Ref<const float> logits, Ref<const int> targets, Ref<float> lse,
+                                    Ref<float> target_logit, int rows, int first_column,
+                                    int width) {
+  Call call(*this, "FoldLogSumExp");
+  Need("FoldLogSumExp", "logits", logits, int64_t{rows} * width);
+  Need("FoldLogSumExp", "targets", targets, rows);
+  Need("FoldLogSumExp", "lse", lse, rows);
+  Need("FoldLogSumExp", "target_logit", target_logit, rows);
+  cpu_.FoldLogSumExp(logits, targets, lse, target_logit, rows, first_column, width);
 }
 
-void CheckedModelOps::TokenLogProbsBackward(Ref<const float> logits, Ref<const int> targets,
-                                            Ref<const float> dlogprob, Ref<float> dlogits, int rows,
-                                            int vocab) {
-  Call call(*this, "TokenLogProbsBackward");
-  Need("TokenLogProbsBackward", "logits", logits, int64_t{rows} * vocab);
-  Need("TokenLogProbsBackward", "targets", targets, rows);
-  Need("TokenLogProbsBackward", "dlogprob", dlogprob, rows);
-  Need("TokenLogProbsBackward", "dlogits", dlogits, int64_t{rows} * vocab);
-  cpu_.TokenLogProbsBackward(logits, targets, dlogprob, dlogits, rows, vocab);
+void CheckedModelOps::TokenLogProbsChunkBackward(Ref<const float> logits, Ref<const int> targets,
+                                                 Ref<const float> lse, Ref<const float> dlogprob,
+                                                 Ref<float> dlogits, int rows, int first_column,
+                                                 int width) {
+  Call call(*this, "TokenLogProbsChunkBackward");
+  Need("TokenLogProbsChunkBackward", "logits", logits, int64_t{rows} * width);
+  Need("TokenLogProbsChunkBackward", "targets", targets, rows);
+  Need("TokenLogProbsChunkBackward", "lse", lse, rows);
+  Need("TokenLogProbsChunkBackward", "dlogprob", dlogprob, rows);
+  Need("TokenLogProbsChunkBackward", "dlogits", dlogits, int64_t{rows} * width);
+  cpu_.TokenLogProbsChunkBackward(logits, targets, lse, dlogprob, dlogits, rows, first_column,
+                                  width);
 }
 
 void CheckedModelOps::Add(Ref<float> target, Ref<const float> values, int64_t n) {

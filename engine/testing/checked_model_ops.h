@@ -83,11 +83,12 @@ class CheckedModelOps final : public ModelOps {
   void UnpermuteAddBackward(Ref<const float> y, const ExpertPermutation& permutation,
                             Ref<const float> gates, Ref<const float> dout, Ref<float> dy,
                             Ref<float> dgates, int width) override;
-  void TokenLogProbs(Ref<const float> logits, Ref<const int> targets, Ref<float> out, int rows,
-                     int vocab) override;
-  void TokenLogProbsBackward(Ref<const float> logits, Ref<const int> targets,
-                             Ref<const float> dlogprob, Ref<float> dlogits, int rows,
-                             int vocab) override;
+  void FoldLogSumExp(Ref<const float> logits, Ref<const int> targets, Ref<float> lse,
+                     Ref<float> target_logit, int rows, int first_column, int width) override;
+  void TokenLogProbsChunkBackward(Ref<const float> logits, Ref<const int> targets,
+                                  Ref<const float> lse, Ref<const float> dlogprob,
+                                  Ref<float> dlogits, int rows, int first_column,
+                                  int width) override;
   void Add(Ref<float> target, Ref<const float> values, int64_t n) override;
   void Scale(Ref<float> x, float factor, int64_t n) override;
   void RoundToBf16(Ref<float> x, int64_t n) override;

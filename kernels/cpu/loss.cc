@@ -15,6 +15,14 @@ float LogSumExp(const float* x, int n) {
   return max + static_cast<float>(std::log(sum));
 }
 
+// log(exp(a) + exp(b)), exact when either is −inf (nothing folded in yet).
+float AddLogSumExps(float a, float b) {
+  if (std::isinf(a) && a < 0) return b;
+  if (std::isinf(b) && b < 0) return a;
+  const float high = std::max(a, b);
+  return high + std::log1p(std::exp(std::min(a, b) - high));
+}
+
 }  // namespace
 
 void LogSoftmax(const float* logits, float* logp, int rows, int vocab) {
@@ -47,6 +55,33 @@ void TokenLogProbsBackward(const float* logits, const int* targets, const float*
     const float row_lse = LogSumExp(x, vocab);
     for (int j = 0; j < vocab; ++j) dx[j] -= g * std::exp(x[j] - row_lse);
     dx[targets[r]] += g;
+  }
+}
+
+void FoldLogSumExp(const float* logits, const int* targets, float* lse, float* target_logit,
+                   int rows, int first_column, int width) {
+  for (int r = 0; r < rows; ++r) {
+    const float* x = logits + static_cast<int64_t>(r) * width;
+    lse[r] = AddLogSumExps(lse[r], LogSumExp(x, width));
+    const int column = targets[r] - first_column;
+    if (column >= 0 && column < width) target_logit[r] = x[column];
+  }
+}
+
+void TokenLogProbsChunkBackward(const float* logits, const int* targets, const float* lse,
+                                const float* dlogprob, float* dlogits, int rows, int first_column,
+                                int width) {
+  for (int r = 0; r < rows; ++r) {
+    const float g = dlogprob[r];
+    float* dx = dlogits + static_cast<int64_t>(r) * width;
+    if (g == 0.0f) {
+      std::fill(dx, dx + width, 0.0f);
+      continue;
+    }
+    const float* x = logits + static_cast<int64_t>(r) * width;
+    for (int j = 0; j < width; ++j) dx[j] = -(g * std::exp(x[j] - lse[r]));
+    const int column = targets[r] - first_column;
+    if (column >= 0 && column < width) dx[column] += g;
   }
 }
 

@@ -52,6 +52,42 @@ __global__ void TokenLogProbsBackwardKernel(const float* __restrict__ logits,
   }
 }
 
+// log(exp(a) + exp(b)), exact when either is −inf (nothing folded in yet).
+__device__ float AddLogSumExps(float a, float b) {
+  if (a == -INFINITY) return b;
+  if (b == -INFINITY) return a;
+  const float high = fmaxf(a, b);
+  return high + log1pf(expf(fminf(a, b) - high));
+}
+
+__global__ void FoldLogSumExpKernel(const float* __restrict__ logits,
+                                    const int* __restrict__ targets, float* __restrict__ lse,
+                                    float* __restrict__ target_logit, int first_column, int width) {
+  __shared__ float scratch[32];
+  const float* x = logits + int64_t{blockIdx.x} * width;
+  const float chunk_lse = RowLogSumExp(x, width, scratch);
+  if (threadIdx.x != 0) return;
+  lse[blockIdx.x] = AddLogSumExps(lse[blockIdx.x], chunk_lse);
+  const int column = targets[blockIdx.x] - first_column;
+  if (column >= 0 && column < width) target_logit[blockIdx.x] = x[column];
+}
+
+__global__ void TokenLogProbsChunkBackwardKernel(const float* __restrict__ logits,
+                                                 const int* __restrict__ targets,
+                                                 const float* __restrict__ lse,
+                                                 const float* __restrict__ dlogprob,
+                                                 float* __restrict__ dlogits, int first_column,
+                                                 int width) {
+  const float g = dlogprob[blockIdx.x];
+  const float row_lse = lse[blockIdx.x];
+  const int column = targets[blockIdx.x] - first_column;
+  const float* x = logits + int64_t{blockIdx.x} * width;
+  float* dx = dlogits + int64_t{blockIdx.x} * width;
+  for (int j = threadIdx.x; j < width; j += blockDim.x) {
+    dx[j] = g == 0.0f ? 0.0f : (j == column ? g : 0.0f) - g * expf(x[j] - row_lse);
+  }
+}
+
 }  // namespace
 
 absl::Status LogSoftmax(const float* logits, float* logp, int rows, int vocab, Stream stream) {
@@ -73,6 +109,23 @@ absl::Status TokenLogProbsBackward(const float* logits, const int* targets, cons
   TokenLogProbsBackwardKernel<<<rows, kLossThreads, 0, stream>>>(logits, targets, dlogprob, dlogits,
                                                                  vocab);
   return LaunchStatus("TokenLogProbsBackward");
+}
+
+absl::Status FoldLogSumExp(const float* logits, const int* targets, float* lse, float* target_logit,
+                           int rows, int first_column, int width, Stream stream) {
+  if (rows == 0) return absl::OkStatus();
+  FoldLogSumExpKernel<<<rows, kLossThreads, 0, stream>>>(logits, targets, lse, target_logit,
+                                                         first_column, width);
+  return LaunchStatus("FoldLogSumExp");
+}
+
+absl::Status TokenLogProbsChunkBackward(const float* logits, const int* targets, const float* lse,
+                                        const float* dlogprob, float* dlogits, int rows,
+                                        int first_column, int width, Stream stream) {
+  if (rows == 0) return absl::OkStatus();
+  TokenLogProbsChunkBackwardKernel<<<rows, kLossThreads, 0, stream>>>(
+      logits, targets, lse, dlogprob, dlogits, first_column, width);
+  return LaunchStatus("TokenLogProbsChunkBackward");
 }
 
 }  // namespace tandem::cuda

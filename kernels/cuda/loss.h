@@ -14,6 +14,12 @@ absl::Status TokenLogProbs(const float* logits, const int* targets, float* out, 
                            int rows, int vocab, Stream stream = nullptr);
 absl::Status TokenLogProbsBackward(const float* logits, const int* targets, const float* dlogprob,
                                    float* dlogits, int rows, int vocab, Stream stream = nullptr);
+// One chunk of the vocabulary at a time (kernels/cpu/loss.h's contracts; lse folds in float).
+absl::Status FoldLogSumExp(const float* logits, const int* targets, float* lse, float* target_logit,
+                           int rows, int first_column, int width, Stream stream = nullptr);
+absl::Status TokenLogProbsChunkBackward(const float* logits, const int* targets, const float* lse,
+                                        const float* dlogprob, float* dlogits, int rows,
+                                        int first_column, int width, Stream stream = nullptr);
 
 }  // namespace tandem::cuda
 

@@ -1,5 +1,8 @@
 #include "kernels/cuda/loss.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "kernels/cpu/loss.h"
 #include "kernels/cuda/testing.h"
 
@@ -42,6 +45,58 @@ TEST_P(LossTest, LogProbsAndTheirGradientMatchTheCpu) {
   ExpectAllNear(Download(logp_d), logp, 2e-5f, 1e-6f);
   ExpectAllNear(Download(token_logp_d), token_logp, 2e-5f, 1e-6f);
   ExpectAllNear(Download(dlogits_d), dlogits, 1e-6f, 1e-5f);
+}
+
+TEST_P(LossTest, VocabularyChunksFoldToTheWholeRowsLogProbsAndGradient) {
+  const auto [rows, vocab] = GetParam();
+  const size_t n = static_cast<size_t>(rows) * vocab;
+  const std::vector<float> logits = RandomFloats(n, 81, -20.0f, 20.0f);
+  const std::vector<int> targets = RandomInts(rows, 82, vocab);
+  std::vector<float> dlogprob = RandomFloats(rows, 83);
+  dlogprob[0] = 0.0f;
+  std::vector<float> token_logp(rows), lse(rows), dlogits(n, 0.0f);
+  cpu::TokenLogProbs(logits.data(), targets.data(), token_logp.data(), lse.data(), rows, vocab);
+  cpu::TokenLogProbsBackward(logits.data(), targets.data(), dlogprob.data(), dlogits.data(), rows,
+                             vocab);
+
+  const int width = (vocab + 2) / 3;  // Three chunks, the last one shorter (or empty of rows).
+  DeviceArray<int> targets_d = Upload(targets);
+  DeviceArray<float> dlogprob_d = Upload(dlogprob);
+  DeviceArray<float> lse_d = Upload(std::vector<float>(rows, -INFINITY));
+  DeviceArray<float> target_logit_d = DeviceZeros<float>(rows);
+  std::vector<float> chunk_dlogits(n);
+  for (int pass = 0; pass < 2; ++pass) {  // Fold every chunk, then backpropagate each.
+    for (int first = 0; first < vocab; first += width) {
+      const int columns = std::min(width, vocab - first);
+      std::vector<float> chunk(static_cast<size_t>(rows) * columns);
+      for (int r = 0; r < rows; ++r) {
+        std::copy_n(&logits[static_cast<size_t>(r) * vocab + first], columns,
+                    &chunk[static_cast<size_t>(r) * columns]);
+      }
+      DeviceArray<float> chunk_d = Upload(chunk), dchunk_d = DeviceZeros<float>(chunk.size());
+      if (pass == 0) {
+        ASSERT_TRUE(FoldLogSumExp(chunk_d.data(), targets_d.data(), lse_d.data(),
+                                  target_logit_d.data(), rows, first, columns)
+                        .ok());
+        continue;
+      }
+      ASSERT_TRUE(TokenLogProbsChunkBackward(chunk_d.data(), targets_d.data(), lse_d.data(),
+                                             dlogprob_d.data(), dchunk_d.data(), rows, first,
+                                             columns)
+                      .ok());
+      const std::vector<float> dchunk = Download(dchunk_d);
+      for (int r = 0; r < rows; ++r) {
+        std::copy_n(&dchunk[static_cast<size_t>(r) * columns], columns,
+                    &chunk_dlogits[static_cast<size_t>(r) * vocab + first]);
+      }
+    }
+  }
+  const std::vector<float> folded = Download(lse_d), target_logit = Download(target_logit_d);
+  std::vector<float> chunk_logp(rows);
+  for (int r = 0; r < rows; ++r) chunk_logp[r] = target_logit[r] - folded[r];
+  ExpectAllNear(folded, lse, 1e-5f, 1e-6f);
+  ExpectAllNear(chunk_logp, token_logp, 2e-5f, 1e-6f);
+  ExpectAllNear(chunk_dlogits, dlogits, 1e-6f, 1e-5f);
 }
 
 TEST_F(CudaTest, LossKernelsWithoutRowsAreNoOps) {
