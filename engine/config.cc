@@ -105,6 +105,12 @@ std::vector<int> ModelConfig::MoeLayerIndices() const {
   return indices;
 }
 
+int ModelConfig::MoeIndex(int layer) const {
+  const std::vector<int> indices = MoeLayerIndices();
+  const auto at = std::find(indices.begin(), indices.end(), layer);
+  return at == indices.end() ? -1 : static_cast<int>(at - indices.begin());
+}
+
 absl::Status ModelConfig::Validate() const {
   const std::pair<absl::string_view, std::tuple<double, double, double>> checks[] = {
       {"vocab_size", {vocab_size, 1, 1 << 20}},

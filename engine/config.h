@@ -87,6 +87,8 @@ struct ModelConfig {
   // Global indices of the MoE layers: routing records name layers by these, never by
   // "i-th MoE layer", so dense layers can never shift rows.
   std::vector<int> MoeLayerIndices() const;
+  // Layer `layer`'s place among the MoE layers (the routes' layer index); -1 for a dense layer.
+  int MoeIndex(int layer) const;
 
   // INVALID_ARGUMENT naming the first field out of range.
   absl::Status Validate() const;

@@ -32,7 +32,8 @@ LocalExperts Every(int num_experts) {
 AllExpertsLocal::AllExpertsLocal(int num_experts)
     : num_experts_(num_experts), local_(Every(num_experts)) {}
 
-absl::StatusOr<ExchangePlan> AllExpertsLocal::Plan(const std::vector<int>& expert_offsets) {
+absl::StatusOr<ExchangePlan> AllExpertsLocal::Plan(int /*moe_layer*/,
+                                                   const std::vector<int>& expert_offsets) {
   if (absl::Status status = CheckExpertOffsets(expert_offsets, num_experts_); !status.ok()) {
     return status;
   }

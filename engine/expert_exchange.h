@@ -50,14 +50,19 @@ class ExpertExchange {
  public:
   virtual ~ExpertExchange() = default;
 
-  virtual LocalExperts local_experts() const = 0;
-  // The order Plan takes routed rows in: each global expert's slot ([num_experts]; the rows of
-  // slot 0 first). Null: by global id.
-  virtual const std::vector<int16_t>* expert_slots() const { return nullptr; }
+  // The experts this rank computes in MoE layer `moe_layer` (the layer's place among the model's
+  // MoE layers: each layer may place its experts differently). INVALID_ARGUMENT for a layer the
+  // exchange was not made for.
+  virtual absl::StatusOr<LocalExperts> local_experts(int moe_layer) const = 0;
+  // The order Plan takes MoE layer `moe_layer`'s routed rows in (a layer local_experts accepts):
+  // each global expert's slot ([num_experts]; the rows of slot 0 first). Null: by global id.
+  virtual const std::vector<int16_t>* expert_slots(int /*moe_layer*/) const { return nullptr; }
   // Whether Dispatch and Combine read and write the rows' memory themselves (host memory only).
   virtual bool needs_host_memory() const { return false; }
-  // `expert_offsets` [num_experts + 1]: this rank's routed rows, grouped by expert slot.
-  virtual absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) = 0;
+  // `expert_offsets` [num_experts + 1]: this rank's routed rows of MoE layer `moe_layer`, grouped
+  // by expert slot.
+  virtual absl::StatusOr<ExchangePlan> Plan(int moe_layer,
+                                            const std::vector<int>& expert_offsets) = 0;
   // Replaces `rows` — this rank's routed rows [expert_offsets.back(), width], grouped by expert
   // slot, in the memory of `ops` — by the rows its local experts compute
   // [plan.local_offsets.back(), width].
@@ -79,8 +84,8 @@ class AllExpertsLocal final : public ExpertExchange {
  public:
   explicit AllExpertsLocal(int num_experts);
 
-  LocalExperts local_experts() const override { return local_; }
-  absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
+  absl::StatusOr<LocalExperts> local_experts(int /*moe_layer*/) const override { return local_; }
+  absl::StatusOr<ExchangePlan> Plan(int moe_layer, const std::vector<int>& expert_offsets) override;
   absl::Status Dispatch(const ExchangePlan& /*plan*/, int /*width*/, Buffer<float>& /*rows*/,
                         ModelOps& /*ops*/) override {
     return absl::OkStatus();

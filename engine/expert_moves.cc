@@ -53,24 +53,53 @@ absl::Status MoveExpertRows(Communicator& group, const ExpertPlacement& from,
   return absl::OkStatus();
 }
 
-absl::Status MoveExperts(Communicator& group, const ExpertPlacement& from,
-                         const ExpertPlacement& to, ParameterSet& parameters) {
-  if (parameters.held_experts() != from.experts[group.rank()]) {
-    return absl::FailedPreconditionError(
-        "the parameters do not hold this rank's experts of the placement moved from");
+absl::Status CheckHeldExperts(const LayerPlacements& placements, int rank,
+                              const ParameterSet& parameters, bool with_replicas) {
+  for (const std::string& name : parameters.names()) {
+    const Parameter& parameter = *parameters.Find(name);
+    if (!parameter.stacked_experts) continue;
+    const int layer = parameter.moe_layer;
+    if (layer < 0 || layer >= static_cast<int>(placements.layers.size()) ||
+        rank >= placements.layers[layer].ranks()) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is of MoE layer ", layer,
+                                                     ", which the placements do not place"));
+    }
+    const ExpertPlacement& placement = placements.layers[layer];
+    const std::vector<int> expected =
+        with_replicas ? placement.Computed(rank) : placement.experts[rank];
+    if (parameter.experts != expected) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("'", name, "' does not hold this rank's experts of MoE layer ", layer,
+                       with_replicas ? " with their replicas" : " (without replicas)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MoveExperts(Communicator& group, const LayerPlacements& from,
+                         const LayerPlacements& to, ParameterSet& parameters) {
+  if (absl::Status status = CheckHeldExperts(from, group.rank(), parameters, false); !status.ok()) {
+    return status;
+  }
+  if (to.layers.size() != from.layers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("moving placements of ", from.layers.size(),
+                                                   " MoE layers to ", to.layers.size()));
   }
   for (const std::string& name : parameters.names()) {
     Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts) continue;
-    const int64_t expert_size = parameter.size() / parameter.shape[0];
+    const ExpertPlacement& source = from.layers[parameter.moe_layer];
+    const ExpertPlacement& target = to.layers[parameter.moe_layer];
+    const int64_t expert_size = parameter.expert_size();
     for (std::vector<float>* rows : {&parameter.value, &parameter.grad}) {
       if (rows->empty()) continue;
-      if (absl::Status status = MoveExpertRows(group, from, to, expert_size, *rows); !status.ok()) {
+      if (absl::Status status = MoveExpertRows(group, source, target, expert_size, *rows);
+          !status.ok()) {
         return status;
       }
     }
+    parameter.experts = target.experts[group.rank()];
   }
-  parameters.RelabelExperts(to.experts[group.rank()]);
   return absl::OkStatus();
 }
 

@@ -22,11 +22,17 @@ absl::Status MoveExpertRows(Communicator& group, const ExpertPlacement& from,
                             const ExpertPlacement& to, int64_t expert_size,
                             std::vector<float>& rows);
 
-// Every stacked tensor of `parameters` (values, and gradients when enabled), which must hold this
-// rank's experts under `from`, moved to hold them under `to`; tensors not stacked by expert stay.
-// The tensors keep their memory (an optimizer's pointers into it stay valid).
-absl::Status MoveExperts(Communicator& group, const ExpertPlacement& from,
-                         const ExpertPlacement& to, ParameterSet& parameters);
+// Every stacked tensor of `parameters` (values, and gradients when enabled), each of which must
+// hold this rank's experts of its MoE layer under `from`, moved to hold them under `to`; tensors
+// not stacked by expert stay. The tensors keep their memory (an optimizer's pointers into it stay
+// valid).
+absl::Status MoveExperts(Communicator& group, const LayerPlacements& from,
+                         const LayerPlacements& to, ParameterSet& parameters);
+
+// FAILED_PRECONDITION unless every stacked tensor of `parameters` holds rank `rank`'s experts of
+// its MoE layer under `placements` (with their replicas when `with_replicas`).
+absl::Status CheckHeldExperts(const LayerPlacements& placements, int rank,
+                              const ParameterSet& parameters, bool with_replicas);
 
 }  // namespace tandem::engine
 

@@ -64,49 +64,64 @@ void Regroup(const ExchangePlan& plan, int ranks, int width, const float* from, 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> ExpertParallelExchange::Create(
-    Communicator& group, int num_experts) {
+    Communicator& group, int num_experts, int moe_layers) {
   if (num_experts < 1 || num_experts % group.size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(num_experts, " experts do not split evenly ",
                                                    "among ", group.size(),
                                                    " expert-parallel ranks"));
   }
-  return Create(group, num_experts, ExpertPlacement::Contiguous(num_experts, group.size()));
+  return Create(
+      group, num_experts,
+      LayerPlacements::Uniform(ExpertPlacement::Contiguous(num_experts, group.size()), moe_layers));
 }
 
 absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> ExpertParallelExchange::Create(
-    Communicator& group, int num_experts, ExpertPlacement placement) {
-  if (absl::Status status = ValidatePlacement(placement, num_experts, group.size()); !status.ok()) {
-    return status;
-  }
-  return std::unique_ptr<ExpertParallelExchange>(
-      new ExpertParallelExchange(group, num_experts, std::move(placement)));
-}
-
-absl::Status ExpertParallelExchange::SetPlacement(ExpertPlacement placement) {
-  if (absl::Status status = ValidatePlacement(placement, num_experts_, group_.size());
+    Communicator& group, int num_experts, LayerPlacements placements) {
+  if (absl::Status status = ValidatePlacements(placements, num_experts, group.size(),
+                                               static_cast<int>(placements.layers.size()));
       !status.ok()) {
     return status;
   }
-  contiguous_ = placement == ExpertPlacement::Contiguous(num_experts_, group_.size());
-  placement_ = std::move(placement);
+  return std::unique_ptr<ExpertParallelExchange>(
+      new ExpertParallelExchange(group, num_experts, std::move(placements)));
+}
+
+absl::Status ExpertParallelExchange::SetPlacements(LayerPlacements placements) {
+  if (absl::Status status = ValidatePlacements(placements, num_experts_, group_.size(),
+                                               static_cast<int>(layers_.size()));
+      !status.ok()) {
+    return status;
+  }
+  placements_ = std::move(placements);
   Derive();
   return absl::OkStatus();
 }
 
 void ExpertParallelExchange::Derive() {
-  slots_ = placement_.Slots();
-  copies_ = placement_.Copies();
-  computed_.clear();
-  for (int rank = 0; rank < placement_.ranks(); ++rank) {
-    computed_.push_back(placement_.Computed(rank));
+  const ExpertPlacement contiguous = ExpertPlacement::Contiguous(num_experts_, group_.size());
+  layers_.clear();
+  for (const ExpertPlacement& placement : placements_.layers) {
+    Layer& layer = layers_.emplace_back();
+    layer.slots = placement.Slots();
+    layer.copies = placement.Copies();
+    for (int rank = 0; rank < placement.ranks(); ++rank) {
+      layer.computed.push_back(placement.Computed(rank));
+    }
+    layer.contiguous = placement == contiguous;
   }
 }
 
-LocalExperts ExpertParallelExchange::local_experts() const {
-  return {.experts = computed_[group_.rank()]};
+absl::StatusOr<LocalExperts> ExpertParallelExchange::local_experts(int moe_layer) const {
+  if (moe_layer < 0 || moe_layer >= static_cast<int>(layers_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE layer ", moe_layer, " of an exchange for ", layers_.size()));
+  }
+  return LocalExperts{.experts = layers_[moe_layer].computed[group_.rank()]};
 }
 
-absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>& expert_offsets) {
+absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(int moe_layer,
+                                                          const std::vector<int>& expert_offsets) {
+  if (absl::Status status = local_experts(moe_layer).status(); !status.ok()) return status;
   if (absl::Status status = CheckExpertOffsets(expert_offsets, num_experts_); !status.ok()) {
     return status;
   }
@@ -118,36 +133,39 @@ absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(const std::vector<int>
                                                      " can be dispatched"));
     }
   }
+  const Layer& layer = layers_[moe_layer];
+  const ExpertPlacement& placement = placements_.layers[moe_layer];
   // What this rank sends each rank: for each expert that rank computes, this rank's rows of it
   // (or, for a replicated expert, that copy's piece of them).
   const int ranks = group_.size();
   ExchangePlan plan;
   plan.sent_to_rank.assign(ranks, 0);
   std::vector<float> counts;
-  std::vector<int64_t> send_counts(ranks), receive_counts(ranks, computed_[group_.rank()].size());
+  std::vector<int64_t> send_counts(ranks),
+      receive_counts(ranks, layer.computed[group_.rank()].size());
   for (int rank = 0; rank < ranks; ++rank) {
-    send_counts[rank] = static_cast<int64_t>(computed_[rank].size());
-    for (int expert : computed_[rank]) {
-      const std::vector<int>& copies = copies_[expert];
+    send_counts[rank] = static_cast<int64_t>(layer.computed[rank].size());
+    for (int expert : layer.computed[rank]) {
+      const std::vector<int>& copies = layer.copies[expert];
       const int copy =
           static_cast<int>(std::find(copies.begin(), copies.end(), rank) - copies.begin());
-      const int first = expert_offsets[slots_[expert]];
+      const int first = expert_offsets[layer.slots[expert]];
       const ExpertPlacement::RowPiece piece =
-          placement_.PieceOf(expert, copy, static_cast<int>(copies.size()),
-                             expert_offsets[slots_[expert] + 1] - first);
+          placement.PieceOf(expert, copy, static_cast<int>(copies.size()),
+                            expert_offsets[layer.slots[expert] + 1] - first);
       counts.push_back(static_cast<float>(piece.count));
       plan.sent_to_rank[rank] += piece.count;
-      if (placement_.has_replicas()) plan.outgoing.push_back({first + piece.first, piece.count});
+      if (placement.has_replicas()) plan.outgoing.push_back({first + piece.first, piece.count});
     }
   }
-  std::vector<float> received(static_cast<size_t>(ranks) * computed_[group_.rank()].size());
+  std::vector<float> received(static_cast<size_t>(ranks) * layer.computed[group_.rank()].size());
   if (absl::Status status =
           group_.AllToAllV(counts.data(), send_counts, received.data(), receive_counts);
       !status.ok()) {
     return status;
   }
   plan.received.assign(received.begin(), received.end());
-  const int local = static_cast<int>(computed_[group_.rank()].size());
+  const int local = static_cast<int>(layer.computed[group_.rank()].size());
   plan.local_offsets.assign(local + 1, 0);
   for (int i = 0; i < local; ++i) {
     int64_t rows = 0;

@@ -14,38 +14,40 @@
 
 namespace tandem::engine {
 
-// Expert parallelism over the ranks of a communicator (one expert-parallel group): rank r
-// computes the experts its placement gives it (by default the contiguous [r·E/size,
-// (r+1)·E/size)), and each MoE layer's routed rows travel to their expert's rank and back by
-// AllToAllV. Rows are grouped by expert slot (ExpertPlacement::Slots): every rank's experts
-// follow each other, so what goes to one rank is one run of rows -- except with replicas,
-// where a replicated expert's rows are split over its copies and travel reordered. Plan first
-// exchanges the row counts per expert and copy (one small AllToAllV), so every rank knows what it
-// will receive. The calls are collectives: every rank of the group runs the same MoE layers in the
-// same order (forward, then backward in reverse), each on its own tokens. The communicator
-// reads and writes the rows' memory directly: Gloo with host-memory (CPU) backends.
+// Expert parallelism over the ranks of a communicator (one expert-parallel group): in each MoE
+// layer rank r computes the experts that layer's placement gives it (by default the contiguous
+// [r·E/size, (r+1)·E/size) in every layer), and each MoE layer's routed rows travel to their
+// expert's rank and back by AllToAllV. Rows are grouped by expert slot (ExpertPlacement::Slots):
+// every rank's experts follow each other, so what goes to one rank is one run of rows -- except
+// with replicas, where a replicated expert's rows are split over its copies and travel reordered.
+// Plan first exchanges the row counts per expert and copy (one small AllToAllV), so every rank
+// knows what it will receive. The calls are collectives: every rank of the group runs the same MoE
+// layers in the same order (forward, then backward in reverse), each on its own tokens. The
+// communicator reads and writes the rows' memory directly: Gloo with host-memory (CPU) backends.
 class ExpertParallelExchange final : public ExpertExchange {
  public:
-  // `group` is not owned and must outlive the exchange. INVALID_ARGUMENT unless the ranks split
-  // the experts evenly, or for a placement ValidatePlacement refuses. Every rank of the group must
-  // be given the same placement.
-  static absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> Create(Communicator& group,
-                                                                        int num_experts);
+  // For a model of `moe_layers` MoE layers. `group` is not owned and must outlive the exchange.
+  // INVALID_ARGUMENT unless the ranks split the experts evenly, or for placements
+  // ValidatePlacements refuses. Every rank of the group must be given the same placements.
   static absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> Create(Communicator& group,
                                                                         int num_experts,
-                                                                        ExpertPlacement placement);
+                                                                        int moe_layers);
+  static absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> Create(Communicator& group,
+                                                                        int num_experts,
+                                                                        LayerPlacements placements);
 
-  LocalExperts local_experts() const override;
-  const std::vector<int16_t>* expert_slots() const override {
-    return contiguous_ ? nullptr : &slots_;
+  absl::StatusOr<LocalExperts> local_experts(int moe_layer) const override;
+  const std::vector<int16_t>* expert_slots(int moe_layer) const override {
+    const Layer& layer = layers_[moe_layer];
+    return layer.contiguous ? nullptr : &layer.slots;
   }
-  const ExpertPlacement& placement() const { return placement_; }
-  // Computes with `placement` from now on, on every rank of the group, once the weights are where
-  // it says: after experts moved between steps (MoveExperts), or around a mini-batch's passes
-  // with replicas (HoldReplicas, ReleaseReplicas). INVALID_ARGUMENT as Create.
-  absl::Status SetPlacement(ExpertPlacement placement);
+  const LayerPlacements& placements() const { return placements_; }
+  // Computes with `placements` from now on, on every rank of the group, once the weights are
+  // where they say: after experts moved between steps (MoveExperts), or around a mini-batch's
+  // passes with replicas (HoldReplicas, ReleaseReplicas). INVALID_ARGUMENT as Create.
+  absl::Status SetPlacements(LayerPlacements placements);
   bool needs_host_memory() const override { return true; }
-  absl::StatusOr<ExchangePlan> Plan(const std::vector<int>& expert_offsets) override;
+  absl::StatusOr<ExchangePlan> Plan(int moe_layer, const std::vector<int>& expert_offsets) override;
   // Received rows arrive by source rank; they are regrouped by local expert (sources in rank
   // order within an expert), and Combine undoes that before sending results back.
   absl::Status Dispatch(const ExchangePlan& plan, int width, Buffer<float>& rows,
@@ -64,15 +66,20 @@ class ExpertParallelExchange final : public ExpertExchange {
   absl::Duration compute_time() const { return compute_time_; }
 
  private:
-  ExpertParallelExchange(Communicator& group, int num_experts, ExpertPlacement placement)
-      : group_(group),
-        num_experts_(num_experts),
-        placement_(std::move(placement)),
-        contiguous_(placement_ == ExpertPlacement::Contiguous(num_experts, group.size())) {
+  // What Plan needs of one MoE layer's placement, derived once.
+  struct Layer {
+    std::vector<int16_t> slots;
+    std::vector<std::vector<int>> copies;    // Per expert (ExpertPlacement::Copies).
+    std::vector<std::vector<int>> computed;  // Per rank (ExpertPlacement::Computed).
+    bool contiguous = false;                 // Slots are the experts' ids.
+  };
+
+  ExpertParallelExchange(Communicator& group, int num_experts, LayerPlacements placements)
+      : group_(group), num_experts_(num_experts), placements_(std::move(placements)) {
     Derive();
   }
 
-  // slots_, copies_ and computed_ from placement_.
+  // layers_ from placements_.
   void Derive();
 
   // Adds the floats of `counts` (per rank) that leave this rank to bytes_sent_.
@@ -80,11 +87,8 @@ class ExpertParallelExchange final : public ExpertExchange {
 
   Communicator& group_;
   const int num_experts_;
-  ExpertPlacement placement_;
-  std::vector<int16_t> slots_;
-  std::vector<std::vector<int>> copies_;    // Per expert (ExpertPlacement::Copies).
-  std::vector<std::vector<int>> computed_;  // Per rank (ExpertPlacement::Computed).
-  bool contiguous_;                         // Slots are the experts' ids.
+  LayerPlacements placements_;
+  std::vector<Layer> layers_;  // Per MoE layer.
   int64_t bytes_sent_ = 0;
   int64_t rows_computed_ = 0;
   absl::Time dispatched_;  // When the last Dispatch returned.

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/gloo_communicator.h"
 #include "engine/cpu_model_ops.h"
+#include "engine/expert_moves.h"
 #include "engine/expert_replicas.h"
 #include "engine/testing/checked_model_ops.h"
 #include "engine/testing/test_models.h"
@@ -106,14 +107,25 @@ struct Computed {
 // The bytes the all-to-all must carry for `routes` (per rank, [tokens, MoE layers, k] logical
 // ids): a row routed to an expert of another rank goes there (dispatch) and its result comes back
 // (combine), in the forward and once more, as gradients, in the backward.
+// Each route's expert's owner under the placement of the route's MoE layer.
+std::vector<int> RouteOwners(const std::vector<int16_t>& routes, const ModelConfig& config,
+                             const LayerPlacements& placements) {
+  std::vector<std::vector<int>> owners;
+  for (const ExpertPlacement& layer : placements.layers) owners.push_back(layer.Owners());
+  std::vector<int> route_owners;
+  for (size_t i = 0; i < routes.size(); ++i) {
+    const size_t layer = i / config.top_k % config.num_moe_layers();
+    route_owners.push_back(owners[layer][routes[i]]);
+  }
+  return route_owners;
+}
+
 std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& routes,
-                                   const ModelConfig& config, const ExpertPlacement& placement) {
+                                   const ModelConfig& config, const LayerPlacements& placements) {
   const int ranks = static_cast<int>(routes.size());
-  const std::vector<int> owners = placement.Owners();
   std::vector<int64_t> rows(ranks, 0);
   for (int rank = 0; rank < ranks; ++rank) {
-    for (int16_t expert : routes[rank]) {
-      const int owner = owners[expert];
+    for (int owner : RouteOwners(routes[rank], config, placements)) {
       if (owner == rank) continue;
       ++rows[rank];   // Dispatched.
       ++rows[owner];  // Its result, sent back.
@@ -127,11 +139,10 @@ std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& rout
 // The rows each rank's experts compute for `routes`: every routed slot of every rank, at its
 // expert's owner, in the forward and again in the backward.
 std::vector<int64_t> AnalyticRows(const std::vector<std::vector<int16_t>>& routes,
-                                  const ExpertPlacement& placement) {
-  const std::vector<int> owners = placement.Owners();
+                                  const ModelConfig& config, const LayerPlacements& placements) {
   std::vector<int64_t> rows(routes.size(), 0);
   for (const std::vector<int16_t>& rank_routes : routes) {
-    for (int16_t expert : rank_routes) rows[owners[expert]] += 2;
+    for (int owner : RouteOwners(rank_routes, config, placements)) rows[owner] += 2;
   }
   return rows;
 }
@@ -148,23 +159,31 @@ int64_t ExpertFloats(const ParameterSet& parameters) {
 
 // One forward and backward of every rank's batch, with an expert-parallel exchange per rank
 // (`ranks` Gloo ranks) or without (nullopt: one rank computing all experts, the batches one
-// after the other).
+// after the other). Sharded ranks start from the contiguous placement, as a job does, and move
+// their experts to `placements` (with their replicas) when given.
 Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
                  std::optional<Ownership> expert_parallel,
-                 std::optional<ExpertPlacement> placement = std::nullopt) {
+                 std::optional<LayerPlacements> placements = std::nullopt) {
   const ModelConfig& config = base.config();
   Computed computed{.logits = std::vector<std::vector<float>>(ranks),
                     .routes = std::vector<std::vector<int16_t>>(ranks),
                     .bytes_sent = std::vector<int64_t>(ranks, 0),
                     .rows_computed = std::vector<int64_t>(ranks, 0)};
   std::vector<ParameterSet> adapters(ranks);
-  auto run = [&](int rank, ExpertExchange* exchange) {
+  auto run = [&](int rank, ExpertExchange* exchange, Communicator* group) {
     BaseModel model = base;
     LoraAdapter lora = Adapter(config, layout);
     if (expert_parallel == Ownership::kSharded) {
-      const LocalExperts local = exchange->local_experts();
-      model = *base.ExpertShard(local.experts);
-      lora = *lora.ExpertShard(local.experts);
+      const ExpertPlacement contiguous = ExpertPlacement::Contiguous(config.num_experts, ranks);
+      model = *base.ExpertShard(contiguous.experts[rank]);
+      lora = *lora.ExpertShard(contiguous.experts[rank]);
+      if (placements.has_value()) {
+        const LayerPlacements start = LayerPlacements::Uniform(contiguous, config.num_moe_layers());
+        for (ParameterSet* parameters : {&model.parameters(), &lora.parameters()}) {
+          ASSERT_TRUE(MoveExperts(*group, start, placements->Owned(), *parameters).ok());
+          ASSERT_TRUE(HoldReplicas(*group, *placements, *parameters).ok());
+        }
+      }
     }
     if (rank == 0) {
       computed.expert_floats = ExpertFloats(model.parameters()) + ExpertFloats(lora.parameters());
@@ -182,16 +201,17 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
   };
   if (expert_parallel.has_value()) {
     OnRanks(ranks, [&](int rank, Communicator& group) {
-      auto exchange = placement.has_value()
-                          ? ExpertParallelExchange::Create(group, config.num_experts, *placement)
-                          : ExpertParallelExchange::Create(group, config.num_experts);
+      auto exchange =
+          placements.has_value()
+              ? ExpertParallelExchange::Create(group, config.num_experts, *placements)
+              : ExpertParallelExchange::Create(group, config.num_experts, config.num_moe_layers());
       ASSERT_TRUE(exchange.ok()) << exchange.status();
-      run(rank, exchange->get());
+      run(rank, exchange->get(), &group);
       computed.bytes_sent[rank] = (*exchange)->bytes_sent();
       computed.rows_computed[rank] = (*exchange)->rows_computed();
     });
   } else {
-    for (int rank = 0; rank < ranks; ++rank) run(rank, nullptr);
+    for (int rank = 0; rank < ranks; ++rank) run(rank, nullptr, nullptr);
   }
   for (const std::string& name : adapters[0].names()) {
     std::vector<float>& joined = computed.gradients[name];
@@ -202,9 +222,9 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
         // gradient to its owner's.
         const int64_t expert_size = parameter.size() / parameter.shape[0];
         joined.resize(expert_size * config.num_experts, 0.0f);
-        for (size_t i = 0; i < adapter.held_experts().size(); ++i) {
+        for (size_t i = 0; i < parameter.experts.size(); ++i) {
           const float* held = parameter.grad.data() + i * expert_size;
-          float* global = joined.data() + adapter.held_experts()[i] * expert_size;
+          float* global = joined.data() + parameter.experts[i] * expert_size;
           for (int64_t j = 0; j < expert_size; ++j) global[j] += held[j];
         }
       } else {
@@ -245,9 +265,11 @@ TEST_P(ExpertParallelTest, RanksHoldingOnlyTheirExpertsComputeWhatOneRankCompute
   const Computed one = Compute(base, layout, ranks, std::nullopt);
   const Computed parallel = Compute(base, layout, ranks, Ownership::kSharded);
   ExpectSameResults(one, parallel, ranks);
-  const ExpertPlacement contiguous = ExpertPlacement::Contiguous(base.config().num_experts, ranks);
+  const LayerPlacements contiguous =
+      LayerPlacements::Uniform(ExpertPlacement::Contiguous(base.config().num_experts, ranks),
+                               base.config().num_moe_layers());
   EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config(), contiguous));
-  EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, contiguous));
+  EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, base.config(), contiguous));
   if (layout == ExpertLayout::kPerExpert) {
     EXPECT_EQ(parallel.expert_floats * ranks, one.expert_floats);
   }
@@ -282,12 +304,14 @@ TEST(ExpertParallelExchangeTest, AScatteredPlacementComputesWhatOneRankComputes)
           if (e % ranks == ranks - 1 - rank) held.push_back(e);
         }
       }
+      const LayerPlacements everywhere =
+          LayerPlacements::Uniform(scattered, base.config().num_moe_layers());
       const Computed one = Compute(base, ExpertLayout::kPerExpert, ranks, std::nullopt);
       const Computed parallel =
-          Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, scattered);
+          Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, everywhere);
       ExpectSameResults(one, parallel, ranks);
-      EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config(), scattered));
-      EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, scattered));
+      EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config(), everywhere));
+      EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, base.config(), everywhere));
     }
   }
 }
@@ -308,14 +332,58 @@ TEST(ExpertParallelExchangeTest, ReplicasComputeWhatOneRankComputes) {
       }
       if (ranks == 4) replicated.replicas[0].push_back(replicated.experts[2][0]);
       replicated.shares[replicated.experts[1][0]] = {1, 3};
+      const LayerPlacements everywhere =
+          LayerPlacements::Uniform(replicated, base.config().num_moe_layers());
       const Computed one = Compute(base, ExpertLayout::kPerExpert, ranks, std::nullopt);
       const Computed parallel =
-          Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, replicated);
+          Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, everywhere);
       ExpectSameResults(one, parallel, ranks);
-      const std::vector<int64_t> owned_rows = AnalyticRows(parallel.routes, replicated);
+      const std::vector<int64_t> owned_rows =
+          AnalyticRows(parallel.routes, base.config(), everywhere.Owned());
       EXPECT_EQ(std::accumulate(parallel.rows_computed.begin(), parallel.rows_computed.end(), 0L),
                 std::accumulate(owned_rows.begin(), owned_rows.end(), 0L));
       EXPECT_NE(parallel.rows_computed, owned_rows);  // The replicas took rows.
+    }
+  }
+}
+
+// Each MoE layer placed its own way, as per-layer balancing leaves them: the first MoE layer's
+// experts scattered in descending order, the second's contiguous with one replica per rank (of
+// the next rank's first expert), any further layer rotated by one rank. The same results, and
+// each layer's traffic and rows at that layer's owners.
+TEST(ExpertParallelExchangeTest, EachMoeLayerPlacedItsOwnWayComputesWhatOneRankComputes) {
+  for (const test_models::NamedConfig& named :
+       {test_models::kConfigs[0], test_models::kConfigs[2]}) {
+    for (int ranks : {2, 4}) {
+      SCOPED_TRACE(absl::StrCat(named.name, ", ", ranks, " ranks"));
+      const BaseModel base = test_models::RandomModel(named.make(), 1);
+      const int experts = base.config().num_experts, layers = base.config().num_moe_layers();
+      ASSERT_GE(layers, 2);
+      const ExpertPlacement contiguous = ExpertPlacement::Contiguous(experts, ranks);
+      LayerPlacements placements;
+      ExpertPlacement& scattered = placements.layers.emplace_back();
+      for (int rank = 0; rank < ranks; ++rank) {
+        std::vector<int>& held = scattered.experts.emplace_back();
+        for (int e = experts - 1; e >= 0; --e) {
+          if (e % ranks == ranks - 1 - rank) held.push_back(e);
+        }
+      }
+      ExpertPlacement& replicated = placements.layers.emplace_back(contiguous);
+      for (int rank = 0; rank < ranks; ++rank) {
+        replicated.replicas.push_back({contiguous.experts[(rank + 1) % ranks][0]});
+      }
+      for (int layer = 2; layer < layers; ++layer) {
+        ExpertPlacement& rotated = placements.layers.emplace_back(contiguous);
+        std::rotate(rotated.experts.begin(), rotated.experts.begin() + 1, rotated.experts.end());
+      }
+      const Computed one = Compute(base, ExpertLayout::kPerExpert, ranks, std::nullopt);
+      const Computed parallel =
+          Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, placements);
+      ExpectSameResults(one, parallel, ranks);
+      const std::vector<int64_t> owned_rows =
+          AnalyticRows(parallel.routes, base.config(), placements.Owned());
+      EXPECT_EQ(std::accumulate(parallel.rows_computed.begin(), parallel.rows_computed.end(), 0L),
+                std::accumulate(owned_rows.begin(), owned_rows.end(), 0L));
     }
   }
 }
@@ -344,15 +412,19 @@ TEST(ExpertReplicasTest, ReplicasCopyOwnersAndGiveGradientsBackOrAreDropped) {
   const ModelConfig config = test_models::TinyConfig();
   ExpertPlacement placement = ExpertPlacement::Contiguous(config.num_experts, 2);
   placement.replicas = {{placement.experts[1][0]}, {placement.experts[0][1]}};
+  // The replicas are the first MoE layer's; the others have none.
+  LayerPlacements placements = LayerPlacements::Uniform(placement.Owned(), config.num_moe_layers());
+  placements.layers[0] = placement;
   const LoraAdapter whole = Adapter(config, ExpertLayout::kPerExpert);
-  std::string name;  // The first per-expert tensor.
+  std::string name, other;  // A per-expert tensor of the first MoE layer, and one of another.
   for (const std::string& each : whole.parameters().names()) {
-    if (whole.parameters().Find(each)->stacked_experts) {
-      name = each;
-      break;
-    }
+    const Parameter& parameter = *whole.parameters().Find(each);
+    if (!parameter.stacked_experts) continue;
+    if (parameter.moe_layer == 0 && name.empty()) name = each;
+    if (parameter.moe_layer != 0 && other.empty()) other = each;
   }
   ASSERT_FALSE(name.empty());
+  ASSERT_FALSE(other.empty());
   const int64_t expert_size = whole.parameters().Find(name)->size() / config.num_experts;
   const auto rows_of = [&](const std::vector<float>& values, int index) {
     return std::vector<float>(values.begin() + index * expert_size,
@@ -364,23 +436,24 @@ TEST(ExpertReplicasTest, ReplicasCopyOwnersAndGiveGradientsBackOrAreDropped) {
     Parameter& tensor = *shard.parameters().Find(name);
     std::fill(tensor.grad.begin(), tensor.grad.end(), 1.0f);
     const std::vector<float> own_values = tensor.value;
-    ASSERT_TRUE(HoldReplicas(group, placement, shard.parameters()).ok());
-    EXPECT_EQ(shard.parameters().held_experts(), placement.Computed(rank));
+    ASSERT_TRUE(HoldReplicas(group, placements, shard.parameters()).ok());
+    EXPECT_EQ(tensor.experts, placement.Computed(rank));
+    EXPECT_EQ(shard.parameters().Find(other)->experts, placement.experts[rank]);
     const int replica = placement.replicas[rank][0];
     EXPECT_EQ(rows_of(tensor.value, 2), rows_of(whole.parameters().Find(name)->value, replica));
     EXPECT_EQ(rows_of(tensor.grad, 2), std::vector<float>(expert_size, 0.0f));
     std::fill(tensor.grad.begin() + 2 * expert_size, tensor.grad.end(), 2.0f);
-    ASSERT_TRUE(ReleaseReplicas(group, placement, shard.parameters()).ok());
-    EXPECT_EQ(shard.parameters().held_experts(), placement.experts[rank]);
+    ASSERT_TRUE(ReleaseReplicas(group, placements, shard.parameters()).ok());
+    EXPECT_EQ(tensor.experts, placement.experts[rank]);
     EXPECT_EQ(tensor.value, own_values);
     // Rank 0's expert 1 and rank 1's expert 2 (index 1 and 0) got a replica's 2 added.
     const int replicated = rank == 0 ? 1 : 0;
     EXPECT_EQ(rows_of(tensor.grad, replicated), std::vector<float>(expert_size, 3.0f));
     EXPECT_EQ(rows_of(tensor.grad, 1 - replicated), std::vector<float>(expert_size, 1.0f));
 
-    ASSERT_TRUE(HoldReplicas(group, placement, shard.parameters()).ok());
-    DropReplicas(placement, rank, shard.parameters());
-    EXPECT_EQ(shard.parameters().held_experts(), placement.experts[rank]);
+    ASSERT_TRUE(HoldReplicas(group, placements, shard.parameters()).ok());
+    DropReplicas(placements, rank, shard.parameters());
+    EXPECT_EQ(tensor.experts, placement.experts[rank]);
     EXPECT_EQ(tensor.value, own_values);
     EXPECT_EQ(tensor.shape[0], 2);
   });
@@ -393,9 +466,17 @@ TEST(ExpertParallelExchangeTest, PlacementsThatLoseOrRepeatAnExpertAreRefused) {
   for (const ExpertPlacement& bad :
        {ExpertPlacement{{{0, 1, 2}}}, ExpertPlacement{{{0, 1, 1, 3}}},
         ExpertPlacement{{{0, 1, 2, 4}}}, ExpertPlacement{{{0, 1}, {2, 3}}}}) {
-    EXPECT_EQ(ExpertParallelExchange::Create(**group, 4, bad).status().code(),
+    EXPECT_EQ(ExpertParallelExchange::Create(**group, 4, LayerPlacements::Uniform(bad, 2))
+                  .status()
+                  .code(),
               absl::StatusCode::kInvalidArgument);
   }
+  // A layer that loses an expert is named.
+  LayerPlacements second_bad = LayerPlacements::Uniform(ExpertPlacement::Contiguous(4, 1), 2);
+  second_bad.layers[1] = ExpertPlacement{{{0, 1, 2}}};
+  const absl::Status refused = ExpertParallelExchange::Create(**group, 4, second_bad).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("MoE layer 1"));
 }
 
 // A rank may also hold every expert and compute its share.
@@ -410,7 +491,8 @@ TEST(ExpertParallelExchangeTest, RanksHoldingEveryExpertComputeTheirShare) {
 TEST(ExpertParallelExchangeTest, AModelWithoutTheLocalExpertsIsRefused) {
   const BaseModel base = test_models::RandomModel(test_models::TinyConfig(), 1);
   OnRanks(2, [&](int rank, Communicator& group) {
-    auto exchange = ExpertParallelExchange::Create(group, base.config().num_experts);
+    auto exchange = ExpertParallelExchange::Create(group, base.config().num_experts,
+                                                   base.config().num_moe_layers());
     ASSERT_TRUE(exchange.ok());
     BaseModel wrong = *base.ExpertShard(rank == 0 ? 2 : 0, 2);  // The other rank's experts.
     Transformer transformer(wrong, nullptr, std::make_unique<CpuModelOps>(wrong.config()),
@@ -430,11 +512,11 @@ TEST(ExpertParallelExchangeTest, RowsReachTheirExpertsRankGroupedByExpertAndCome
   const std::vector<std::vector<float>> want_local = {{0, 200, 201, 1, 2},
                                                       {202, 203, 204, 3, 4, 5}};
   OnRanks(2, [&](int rank, Communicator& group) {
-    auto exchange = ExpertParallelExchange::Create(group, 4);
+    auto exchange = ExpertParallelExchange::Create(group, 4, 1);
     ASSERT_TRUE(exchange.ok());
-    EXPECT_THAT((*exchange)->local_experts().experts,
+    EXPECT_THAT((*exchange)->local_experts(0)->experts,
                 rank == 0 ? ElementsAre(0, 1) : ElementsAre(2, 3));
-    auto plan = (*exchange)->Plan(offsets[rank]);
+    auto plan = (*exchange)->Plan(0, offsets[rank]);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_THAT(plan->local_offsets, rank == 0 ? ElementsAre(0, 3, 5) : ElementsAre(0, 3, 6));
     CpuModelOps ops(test_models::TinyConfig());
@@ -458,15 +540,18 @@ TEST(ExpertParallelExchangeTest, RowsReachTheirExpertsRankGroupedByExpertAndCome
 
 TEST(ExpertParallelExchangeTest, ExpertsThatDoNotSplitEvenlyAndWrongOffsetsAreRefused) {
   OnRanks(2, [](int rank, Communicator& group) {
-    auto uneven = ExpertParallelExchange::Create(group, 3);
+    auto uneven = ExpertParallelExchange::Create(group, 3, 1);
     EXPECT_EQ(uneven.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(uneven.status().message(), HasSubstr("3 experts do not split evenly among 2"));
-    auto exchange = ExpertParallelExchange::Create(group, 4);
+    auto exchange = ExpertParallelExchange::Create(group, 4, 1);
     ASSERT_TRUE(exchange.ok());
-    auto plan = (*exchange)->Plan({0, 1, 2});
+    auto plan = (*exchange)->Plan(1, {0, 1, 1, 1, 1});
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(plan.status().message(), HasSubstr("MoE layer 1 of an exchange for 1"));
+    plan = (*exchange)->Plan(0, {0, 1, 2});
     EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(plan.status().message(), HasSubstr("offsets name 2 experts; the model has 4"));
-    plan = (*exchange)->Plan({0, 2, 1, 3, 3});
+    plan = (*exchange)->Plan(0, {0, 2, 1, 3, 3});
     EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(plan.status().message(), HasSubstr("never decrease"));
   });
@@ -477,7 +562,8 @@ TEST(ExpertParallelExchangeTest, ExpertsThatDoNotSplitEvenlyAndWrongOffsetsAreRe
 TEST(ExpertParallelExchangeTest, ABackendWithoutHostMemoryIsRefusedBeforeAnyCollective) {
   const BaseModel base = test_models::RandomModel(test_models::TinyConfig(), 1);
   OnRanks(2, [&](int rank, Communicator& group) {
-    auto exchange = ExpertParallelExchange::Create(group, base.config().num_experts);
+    auto exchange = ExpertParallelExchange::Create(group, base.config().num_experts,
+                                                   base.config().num_moe_layers());
     ASSERT_TRUE(exchange.ok());
     BaseModel model = base;
     Transformer transformer(model, nullptr,

@@ -146,4 +146,34 @@ absl::Status ValidatePlacement(const ExpertPlacement& placement, int num_experts
   return ValidateReplicas(placement, num_experts);
 }
 
+LayerPlacements LayerPlacements::Uniform(const ExpertPlacement& placement, int moe_layers) {
+  return {.layers = std::vector<ExpertPlacement>(moe_layers, placement)};
+}
+
+bool LayerPlacements::has_replicas() const {
+  return std::any_of(layers.begin(), layers.end(),
+                     [](const ExpertPlacement& layer) { return layer.has_replicas(); });
+}
+
+LayerPlacements LayerPlacements::Owned() const {
+  LayerPlacements owned;
+  for (const ExpertPlacement& layer : layers) owned.layers.push_back(layer.Owned());
+  return owned;
+}
+
+absl::Status ValidatePlacements(const LayerPlacements& placements, int num_experts, int ranks,
+                                int moe_layers) {
+  if (static_cast<int>(placements.layers.size()) != moe_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("placements of ", placements.layers.size(),
+                                                   " MoE layers for a model of ", moe_layers));
+  }
+  for (int layer = 0; layer < moe_layers; ++layer) {
+    if (absl::Status status = ValidatePlacement(placements.layers[layer], num_experts, ranks);
+        !status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("MoE layer ", layer, ": ", status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tandem::engine

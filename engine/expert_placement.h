@@ -11,7 +11,7 @@ namespace tandem::engine {
 
 // Which global experts each rank of an expert-parallel group computes, and in which order it
 // holds them (its stacked tensors' order): rank r owns experts[r]. Every expert has exactly one
-// owner and every rank owns as many. The same placement serves every MoE layer.
+// owner and every rank owns as many. Each MoE layer has a placement of its own (LayerPlacements).
 //
 // Replicas (ReLibra's intra-step replication) add copies of hot experts for a step: rank r also
 // computes replicas[r], experts other ranks own, held after its own. Every rank then splits its
@@ -48,10 +48,30 @@ struct ExpertPlacement {
   bool operator==(const ExpertPlacement& other) const = default;
 };
 
+// The placements of every MoE layer of a model on one expert-parallel group, in the model's order
+// of MoE layers (ModelConfig::MoeLayerIndices, the routes' layer index): each layer's experts go
+// where that layer's load puts them, with that layer's replicas.
+struct LayerPlacements {
+  std::vector<ExpertPlacement> layers;
+
+  // `placement` on each of `moe_layers` layers.
+  static LayerPlacements Uniform(const ExpertPlacement& placement, int moe_layers);
+
+  int ranks() const { return layers.empty() ? 0 : layers.front().ranks(); }
+  bool has_replicas() const;
+  // The same owners without replicas.
+  LayerPlacements Owned() const;
+  bool operator==(const LayerPlacements& other) const = default;
+};
+
 // INVALID_ARGUMENT unless `placement` puts each of `num_experts` experts on one of `ranks` ranks
 // exactly once, as many on each, and each replica on a rank that does not hold it already, with
 // one positive share per copy where shares are given.
 absl::Status ValidatePlacement(const ExpertPlacement& placement, int num_experts, int ranks);
+// INVALID_ARGUMENT unless `placements` has one placement per each of `moe_layers` MoE layers and
+// ValidatePlacement accepts each (the message names the layer).
+absl::Status ValidatePlacements(const LayerPlacements& placements, int num_experts, int ranks,
+                                int moe_layers);
 
 }  // namespace tandem::engine
 

@@ -66,93 +66,91 @@ absl::Status AddToOwners(Communicator& group, const ExpertPlacement& placement, 
   return absl::OkStatus();
 }
 
-// FAILED_PRECONDITION unless `parameters` hold rank `rank`'s own experts of `placement`, and
-// its replicas too when `with_replicas`.
-absl::Status CheckHeld(const ExpertPlacement& placement, int rank, const ParameterSet& parameters,
-                       bool with_replicas) {
-  if (placement.ranks() <= rank || placement.replicas.size() != placement.experts.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a placement with replicas for every one of ", placement.ranks(), " ranks"));
-  }
-  const std::vector<int> expected =
-      with_replicas ? placement.Computed(rank) : placement.experts[rank];
-  if (parameters.held_experts() != expected) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the parameters do not hold this rank's experts ",
-                     with_replicas ? "with their replicas" : "before their replicas"));
-  }
-  return absl::OkStatus();
-}
-
 // Every stacked tensor of `parameters` cut to its first `own` experts (values and gradients).
-void KeepOwn(int64_t own, ParameterSet& parameters) {
+void KeepOwn(const LayerPlacements& placements, int rank, ParameterSet& parameters) {
   for (const std::string& name : parameters.names()) {
     Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts || parameter.shape[0] == 0) continue;
-    const int64_t expert_size = parameter.size() / parameter.shape[0];
-    parameter.value.resize(own * expert_size);
-    if (!parameter.grad.empty()) parameter.grad.resize(own * expert_size);
-    parameter.shape[0] = own;
+    const std::vector<int>& own = placements.layers[parameter.moe_layer].experts[rank];
+    const int64_t count = static_cast<int64_t>(own.size());
+    const int64_t expert_size = parameter.expert_size();
+    parameter.value.resize(count * expert_size);
+    if (!parameter.grad.empty()) parameter.grad.resize(count * expert_size);
+    parameter.shape[0] = count;
+    parameter.experts = own;
   }
+}
+
+// A layer's placement lists replicas for each of its ranks, or none.
+absl::Status CheckReplicaLists(const LayerPlacements& placements) {
+  for (size_t layer = 0; layer < placements.layers.size(); ++layer) {
+    const ExpertPlacement& placement = placements.layers[layer];
+    if (!placement.replicas.empty() && placement.replicas.size() != placement.experts.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("MoE layer ", layer, ": replicas for ",
+                                                     placement.replicas.size(), " ranks of ",
+                                                     placement.ranks()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status HoldReplicas(Communicator& group, const ExpertPlacement& placement,
+absl::Status HoldReplicas(Communicator& group, const LayerPlacements& placements,
                           ParameterSet& parameters) {
   const int me = group.rank();
-  if (absl::Status status = CheckHeld(placement, me, parameters, /*with_replicas=*/false);
+  if (absl::Status status = CheckReplicaLists(placements); !status.ok()) return status;
+  if (absl::Status status = CheckHeldExperts(placements, me, parameters, /*with_replicas=*/false);
       !status.ok()) {
     return status;
   }
-  // Each rank's experts and replicas, taken from their owners as a move would.
-  ExpertPlacement held;
-  for (int rank = 0; rank < placement.ranks(); ++rank) {
-    held.experts.push_back(placement.Computed(rank));
-  }
-  const std::vector<int>& computed = held.experts[me];
   for (const std::string& name : parameters.names()) {
     Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts) continue;
-    const int64_t expert_size = parameter.size() / parameter.shape[0];
-    if (absl::Status status =
-            MoveExpertRows(group, placement.Owned(), held, expert_size, parameter.value);
+    const ExpertPlacement& placement = placements.layers[parameter.moe_layer];
+    if (!placement.has_replicas()) continue;
+    // Each rank's experts and replicas, taken from their owners as a move would.
+    ExpertPlacement held;
+    for (int rank = 0; rank < placement.ranks(); ++rank) {
+      held.experts.push_back(placement.Computed(rank));
+    }
+    if (absl::Status status = MoveExpertRows(group, placement.Owned(), held,
+                                             parameter.expert_size(), parameter.value);
         !status.ok()) {
       return status;
     }
     if (!parameter.grad.empty()) parameter.grad.resize(parameter.value.size(), 0.0f);
-    parameter.shape[0] = static_cast<int64_t>(computed.size());
+    parameter.shape[0] = static_cast<int64_t>(held.experts[me].size());
+    parameter.experts = held.experts[me];
   }
-  parameters.RelabelExperts(computed);
   return absl::OkStatus();
 }
 
-absl::Status ReleaseReplicas(Communicator& group, const ExpertPlacement& placement,
+absl::Status ReleaseReplicas(Communicator& group, const LayerPlacements& placements,
                              ParameterSet& parameters) {
   const int me = group.rank();
-  if (absl::Status status = CheckHeld(placement, me, parameters, /*with_replicas=*/true);
+  if (absl::Status status = CheckReplicaLists(placements); !status.ok()) return status;
+  if (absl::Status status = CheckHeldExperts(placements, me, parameters, /*with_replicas=*/true);
       !status.ok()) {
     return status;
   }
   for (const std::string& name : parameters.names()) {
     Parameter& parameter = *parameters.Find(name);
-    if (!parameter.stacked_experts) continue;
-    const int64_t expert_size = parameter.size() / parameter.shape[0];
-    if (!parameter.grad.empty()) {
-      if (absl::Status status = AddToOwners(group, placement, expert_size, parameter.grad);
-          !status.ok()) {
-        return status;
-      }
+    if (!parameter.stacked_experts || parameter.grad.empty()) continue;
+    const ExpertPlacement& placement = placements.layers[parameter.moe_layer];
+    if (!placement.has_replicas()) continue;
+    if (absl::Status status =
+            AddToOwners(group, placement, parameter.expert_size(), parameter.grad);
+        !status.ok()) {
+      return status;
     }
   }
-  DropReplicas(placement, me, parameters);
+  KeepOwn(placements, me, parameters);
   return absl::OkStatus();
 }
 
-void DropReplicas(const ExpertPlacement& placement, int rank, ParameterSet& parameters) {
-  const std::vector<int>& own = placement.experts[rank];
-  KeepOwn(static_cast<int64_t>(own.size()), parameters);
-  parameters.RelabelExperts(own);
+void DropReplicas(const LayerPlacements& placements, int rank, ParameterSet& parameters) {
+  KeepOwn(placements, rank, parameters);
 }
 
 }  // namespace tandem::engine

@@ -122,8 +122,8 @@ BaseModel::BaseModel(const ModelConfig& config) : config_(config) {
     for (const char* module : {"gate_proj", "up_proj", "down_proj"}) {
       const auto [out, in] = ProjectionShape(config, layer, module);
       if (config.IsMoeLayer(layer)) {
-        parameters_.Add(ProjectionName(config, layer, module), {experts, out, in},
-                        /*stacked_experts=*/true);
+        parameters_.AddStackedExperts(ProjectionName(config, layer, module), {experts, out, in},
+                                      config.MoeIndex(layer));
       } else {
         parameters_.Add(ProjectionName(config, layer, module), {out, in});
       }
@@ -221,19 +221,28 @@ BaseModel BaseModel::ForPrecision(Precision precision) const {
 
 namespace {
 
-// INVALID_ARGUMENT unless `experts` are distinct global ids, each held by `parameters`.
+// INVALID_ARGUMENT unless `experts` are distinct global ids, each held by every stacked tensor of
+// `parameters`.
 absl::Status CheckExpertShard(const ModelConfig& config, const ParameterSet& parameters,
                               const std::vector<int>& experts) {
   if (experts.empty()) return absl::InvalidArgumentError("an expert shard of no experts");
   std::vector<bool> seen(config.num_experts, false);
   for (int expert : experts) {
-    if (expert < 0 || expert >= config.num_experts || seen[expert] ||
-        parameters.StackedIndex(expert) < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "expert ", expert, " is not a held expert of the ", config.num_experts,
-          " (or comes twice)", parameters.held_experts().empty() ? "" : " of this shard"));
+    if (expert < 0 || expert >= config.num_experts || seen[expert]) {
+      return absl::InvalidArgumentError(absl::StrCat("expert ", expert, " is not one of the ",
+                                                     config.num_experts, " (or comes twice)"));
     }
     seen[expert] = true;
+  }
+  for (const std::string& name : parameters.names()) {
+    const Parameter& parameter = *parameters.Find(name);
+    if (!parameter.stacked_experts) continue;
+    for (int expert : experts) {
+      if (parameter.StackedIndex(expert) < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("expert ", expert, " is not held by this shard's '", name, "'"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -295,12 +304,14 @@ LoraAdapter::LoraAdapter(const ModelConfig& model_config, const LoraConfig& lora
           experts_here && (layout == ExpertLayout::kPerExpert ||
                            (layout == ExpertLayout::kSharedOuter && module != "down_proj"));
       if (a_per_expert) {
-        parameters_.Add(stem + ".lora_A.weight", {experts, rank, in}, true);
+        parameters_.AddStackedExperts(stem + ".lora_A.weight", {experts, rank, in},
+                                      model_config.MoeIndex(layer));
       } else {
         parameters_.Add(stem + ".lora_A.weight", {rank, in});
       }
       if (b_per_expert) {
-        parameters_.Add(stem + ".lora_B.weight", {experts, out, rank}, true);
+        parameters_.AddStackedExperts(stem + ".lora_B.weight", {experts, out, rank},
+                                      model_config.MoeIndex(layer));
       } else {
         parameters_.Add(stem + ".lora_B.weight", {out, rank});
       }

@@ -5,7 +5,9 @@
 #include <numeric>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/tensor.h"
 
 namespace tandem::engine {
@@ -37,20 +39,64 @@ Tensor FloatTensor(std::vector<int64_t> shape, const float* values) {
 
 }  // namespace
 
+int LayerOfName(absl::string_view name) {
+  constexpr absl::string_view kLayers = "model.layers.";
+  if (!absl::ConsumePrefix(&name, kLayers)) return -1;
+  int layer = -1;
+  const size_t dot = name.find('.');
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(name.substr(0, dot), &layer)) return -1;
+  return layer;
+}
+
 std::string PerExpertName(const std::string& stacked_name, int expert) {
   const size_t at = stacked_name.find(kExperts);
   return absl::StrCat(stacked_name.substr(0, at + kExpertsLength), expert, ".",
                       stacked_name.substr(at + kExpertsLength));
 }
 
-Parameter& ParameterSet::Add(const std::string& name, std::vector<int64_t> shape,
-                             bool stacked_experts) {
+int Parameter::StackedIndex(int expert) const {
+  if (experts.empty()) return expert >= 0 && expert < shape[0] ? expert : -1;
+  const auto at = std::find(experts.begin(), experts.end(), expert);
+  return at == experts.end() ? -1 : static_cast<int>(at - experts.begin());
+}
+
+std::vector<float> Parameter::SelectExperts(const std::vector<float>& rows,
+                                            const std::vector<int>& selected) const {
+  std::vector<float> kept;
+  if (rows.empty()) return kept;  // Gradients not enabled.
+  const int64_t width = expert_size();
+  kept.reserve(selected.size() * width);
+  for (int expert : selected) {
+    const auto from = rows.begin() + StackedIndex(expert) * width;
+    kept.insert(kept.end(), from, from + width);
+  }
+  return kept;
+}
+
+std::vector<float> Parameter::PlaceExperts(const std::vector<float>& rows, int num_experts) const {
+  const int64_t width = expert_size();
+  std::vector<float> placed(num_experts * width, 0.0f);
+  for (int64_t i = 0; i * width < static_cast<int64_t>(rows.size()); ++i) {
+    std::copy_n(rows.begin() + i * width, width,
+                placed.begin() + GlobalExpert(static_cast<int>(i)) * width);
+  }
+  return placed;
+}
+
+Parameter& ParameterSet::Add(const std::string& name, std::vector<int64_t> shape) {
   const int64_t size = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
   Parameter& parameter = parameters_[name];
   parameter.shape = std::move(shape);
   parameter.value.assign(size, 0.0f);
-  parameter.stacked_experts = stacked_experts;
   order_.push_back(name);
+  return parameter;
+}
+
+Parameter& ParameterSet::AddStackedExperts(const std::string& name, std::vector<int64_t> shape,
+                                           int moe_layer) {
+  Parameter& parameter = Add(name, std::move(shape));
+  parameter.stacked_experts = true;
+  parameter.moe_layer = moe_layer;
   return parameter;
 }
 
@@ -92,50 +138,30 @@ void ParameterSet::Fill(Parameter& parameter, float value) {
 ParameterSet ParameterSet::ExpertShard(const std::vector<int>& experts) const {
   ParameterSet shard;
   shard.order_ = order_;
-  shard.held_experts_ = experts;
   // Tensor by tensor, slicing while copying: a rank never holds a second whole model.
   for (const auto& [name, parameter] : parameters_) {
     if (!parameter.stacked_experts) {
       shard.parameters_.emplace(name, parameter);
       continue;
     }
-    const int64_t expert_size = parameter.size() / parameter.shape[0];
     Parameter& part = shard.parameters_[name];
     part.shape = parameter.shape;
     part.shape[0] = static_cast<int64_t>(experts.size());
-    part.value = SelectExperts(parameter.value, expert_size, experts);
-    part.grad = SelectExperts(parameter.grad, expert_size, experts);
+    part.value = parameter.SelectExperts(parameter.value, experts);
+    part.grad = parameter.SelectExperts(parameter.grad, experts);
     part.stacked_experts = true;
+    part.moe_layer = parameter.moe_layer;
+    part.experts = experts;
   }
   return shard;
 }
 
-std::vector<float> ParameterSet::SelectExperts(const std::vector<float>& rows, int64_t expert_size,
-                                               const std::vector<int>& experts) const {
-  std::vector<float> selected;
-  if (rows.empty()) return selected;  // Gradients not enabled.
-  selected.reserve(experts.size() * expert_size);
-  for (int expert : experts) {
-    const auto from = rows.begin() + StackedIndex(expert) * expert_size;
-    selected.insert(selected.end(), from, from + expert_size);
+const std::vector<int>& ParameterSet::held_experts(int moe_layer) const {
+  static const std::vector<int>* const kEvery = new std::vector<int>();
+  for (const auto& [name, parameter] : parameters_) {
+    if (parameter.stacked_experts && parameter.moe_layer == moe_layer) return parameter.experts;
   }
-  return selected;
-}
-
-std::vector<float> ParameterSet::PlaceExperts(const std::vector<float>& rows, int64_t expert_size,
-                                              int num_experts) const {
-  std::vector<float> placed(num_experts * expert_size, 0.0f);
-  for (int64_t i = 0; i * expert_size < static_cast<int64_t>(rows.size()); ++i) {
-    std::copy_n(rows.begin() + i * expert_size, expert_size,
-                placed.begin() + GlobalExpert(static_cast<int>(i)) * expert_size);
-  }
-  return placed;
-}
-
-int ParameterSet::StackedIndex(int expert) const {
-  if (held_experts_.empty()) return expert;
-  const auto at = std::find(held_experts_.begin(), held_experts_.end(), expert);
-  return at == held_experts_.end() ? -1 : static_cast<int>(at - held_experts_.begin());
+  return *kEvery;
 }
 
 SafetensorsFile ParameterSet::ToSafetensors() const {
@@ -149,7 +175,7 @@ SafetensorsFile ParameterSet::ToSafetensors() const {
     const std::vector<int64_t> expert_shape(parameter.shape.begin() + 1, parameter.shape.end());
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (int expert = 0; expert < parameter.shape[0]; ++expert) {
-      file.tensors[PerExpertName(name, GlobalExpert(expert))] =
+      file.tensors[PerExpertName(name, parameter.GlobalExpert(expert))] =
           FloatTensor(expert_shape, parameter.value.data() + expert * expert_size);
     }
   }
@@ -170,7 +196,7 @@ absl::Status ParameterSet::LoadFrom(const SafetensorsFile& file) {
     const std::vector<int64_t> expert_shape(parameter.shape.begin() + 1, parameter.shape.end());
     const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (int expert = 0; expert < parameter.shape[0]; ++expert) {
-      const std::string expert_name = PerExpertName(name, GlobalExpert(expert));
+      const std::string expert_name = PerExpertName(name, parameter.GlobalExpert(expert));
       auto values = FloatsOf(expert_name, file, expert_shape);
       if (!values.ok()) return values.status();
       std::copy(values->begin(), values->end(), parameter.value.begin() + expert * expert_size);

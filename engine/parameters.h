@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/safetensors.h"
 #include "engine/optimizer.h"
 
@@ -23,15 +24,34 @@ struct Parameter {
   // Leading dimension is the expert: stored stacked for grouped GEMMs, saved as one tensor
   // per expert under the canonical ".experts.{e}." names.
   bool stacked_experts = false;
+  // Stacked tensors: the index of their MoE layer (ModelConfig::MoeLayerIndices), and the global
+  // ids of the experts they hold, in their order (every stacked tensor of a layer holds the same);
+  // empty: every expert of the model in id order (no shard).
+  int moe_layer = -1;
+  std::vector<int> experts;
 
   int64_t size() const { return static_cast<int64_t>(value.size()); }
   float* grad_or_null() { return grad.empty() ? nullptr : grad.data(); }
+  // Stacked tensors: the floats of one expert.
+  int64_t expert_size() const { return shape[0] == 0 ? 0 : size() / shape[0]; }
+  // Where this tensor holds global expert `expert`: its index, or -1 when not held.
+  int StackedIndex(int expert) const;
+  // The global id of stacked expert `index`.
+  int GlobalExpert(int index) const { return experts.empty() ? index : experts[index]; }
+  // For `rows` laid out as this tensor (its values, gradients or an optimizer's moments): the
+  // rows of `selected` (each held), in that order; and all of them at their experts' global
+  // places in a tensor of `num_experts` experts, zeros where an expert is not held.
+  std::vector<float> SelectExperts(const std::vector<float>& rows,
+                                   const std::vector<int>& selected) const;
+  std::vector<float> PlaceExperts(const std::vector<float>& rows, int num_experts) const;
 };
 
 // Named parameters in creation order (the order optimizers and checkpoints see).
 class ParameterSet {
  public:
-  Parameter& Add(const std::string& name, std::vector<int64_t> shape, bool stacked_experts = false);
+  Parameter& Add(const std::string& name, std::vector<int64_t> shape);
+  // A tensor of every expert of MoE layer `moe_layer`, stacked (shape[0] is the experts).
+  Parameter& AddStackedExperts(const std::string& name, std::vector<int64_t> shape, int moe_layer);
   Parameter* Find(const std::string& name);
   const Parameter* Find(const std::string& name) const;
   const std::vector<std::string>& names() const { return order_; }
@@ -45,24 +65,13 @@ class ParameterSet {
   static void Fill(Parameter& parameter, float value);
 
   // The same set holding only `experts` (global ids, each held here), in that order, of every
-  // stacked tensor (gradients too, when enabled): an expert-parallel rank's share. Names stay
-  // global: the share's stacked expert i is expert experts[i] of the model, in files too.
+  // stacked tensor of every layer (gradients too, when enabled): an expert-parallel rank's share.
+  // Names stay global: the share's stacked expert i is expert experts[i] of the model, in files
+  // too.
   ParameterSet ExpertShard(const std::vector<int>& experts) const;
-  // The global ids of the experts the stacked tensors hold, in their order; empty: every expert
-  // of the model in id order (the set is no shard).
-  const std::vector<int>& held_experts() const { return held_experts_; }
-  // Where the stacked tensors hold global expert `expert`: its index, or -1 when not held.
-  int StackedIndex(int expert) const;
-  // For `rows` of a stacked tensor of this set (expert_size floats per held expert): the rows of
-  // `experts` (each held), in that order; and all of them at their experts' global places in a
-  // tensor of `num_experts` experts, zeros where an expert is not held.
-  std::vector<float> SelectExperts(const std::vector<float>& rows, int64_t expert_size,
-                                   const std::vector<int>& experts) const;
-  std::vector<float> PlaceExperts(const std::vector<float>& rows, int64_t expert_size,
-                                  int num_experts) const;
-  // The stacked tensors now hold `experts`: for code that moved their rows (MoveExperts) or
-  // added and dropped replicas (HoldReplicas, ReleaseReplicas).
-  void RelabelExperts(std::vector<int> experts) { held_experts_ = std::move(experts); }
+  // The global ids of the experts MoE layer `moe_layer`'s stacked tensors hold, in their order
+  // (Parameter::experts; empty: all, or the layer has no stacked tensor here).
+  const std::vector<int>& held_experts(int moe_layer) const;
 
   // To safetensors with canonical names: stacked tensors split per expert, "{e}" inserted
   // after ".experts." (global ids).
@@ -73,17 +82,17 @@ class ParameterSet {
   absl::Status LoadFrom(const SafetensorsFile& file);
 
  private:
-  // The global id of stacked expert `index`.
-  int GlobalExpert(int index) const { return held_experts_.empty() ? index : held_experts_[index]; }
-
   std::map<std::string, Parameter> parameters_;
   std::vector<std::string> order_;
-  std::vector<int> held_experts_;
 };
 
 // Every parameter of the set for an optimizer, with gradients (enable them first); weight
 // decay for matrices only, since norms and biases are scales, not features.
 std::vector<Param> OptimizerParams(ParameterSet& parameters);
+
+// "model.layers.3.mlp.experts.{e}.gate_proj.lora_A.weight" -> 3: the layer a name lies in; -1
+// for a name outside the layers.
+int LayerOfName(absl::string_view name);
 
 // "model.layers.3.mlp.experts.gate_proj.weight", 5 ->
 // "model.layers.3.mlp.experts.5.gate_proj.weight"

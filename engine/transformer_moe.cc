@@ -15,12 +15,19 @@ namespace {
 
 std::string MlpPrefix(int layer) { return absl::StrCat("model.layers.", layer, ".mlp."); }
 
-// Where `parameters` hold `experts` one after the other: the stacked index of the first, or -1
-// when they are not all held in that order.
-int ConsecutiveIndex(const ParameterSet& parameters, const std::vector<int>& experts) {
-  const int first = parameters.StackedIndex(experts.front());
+// Where MoE layer `moe_layer`'s stacked tensors of `parameters` hold `experts` one after the
+// other: the stacked index of the first, or -1 when they are not all held in that order.
+int ConsecutiveIndex(const ParameterSet& parameters, int moe_layer,
+                     const std::vector<int>& experts) {
+  const std::vector<int>& held = parameters.held_experts(moe_layer);
+  const auto index = [&held](int expert) {
+    if (held.empty()) return expert;  // Every expert, in id order.
+    const auto at = std::find(held.begin(), held.end(), expert);
+    return at == held.end() ? -1 : static_cast<int>(at - held.begin());
+  };
+  const int first = index(experts.front());
   for (size_t i = 0; i < experts.size(); ++i) {
-    if (first < 0 || parameters.StackedIndex(experts[i]) != first + static_cast<int>(i)) return -1;
+    if (first < 0 || index(experts[i]) != first + static_cast<int>(i)) return -1;
   }
   return first;
 }
@@ -28,10 +35,13 @@ int ConsecutiveIndex(const ParameterSet& parameters, const std::vector<int>& exp
 }  // namespace
 
 absl::StatusOr<Transformer::ExpertSlots> Transformer::LocalExpertSlots(int layer) {
-  const std::vector<int> local = exchange_->local_experts().experts;
+  const int moe_layer = moe_index_[layer];
+  absl::StatusOr<LocalExperts> computed = exchange_->local_experts(moe_layer);
+  if (!computed.ok()) return computed.status();
+  const std::vector<int>& local = computed->experts;
   const ExpertSlots slots{
-      .base = ConsecutiveIndex(model_.parameters(), local),
-      .lora = lora_ == nullptr ? 0 : ConsecutiveIndex(lora_->parameters(), local)};
+      .base = ConsecutiveIndex(model_.parameters(), moe_layer, local),
+      .lora = lora_ == nullptr ? 0 : ConsecutiveIndex(lora_->parameters(), moe_layer, local)};
   if (slots.base < 0 || slots.lora < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("this rank computes experts ", absl::StrJoin(local, ","), " of layer ", layer,
@@ -54,14 +64,15 @@ absl::Status Transformer::RunMoeFfn(int layer, int moe_index, int rows, const in
   RouteTokens(layer, moe_index, rows, replay, act);
 
   // Permute: each expert's rows contiguous, quantized before they travel (as vLLM's prepare).
-  const Buffer<int16_t>& order = exchange_->expert_slots() != nullptr ? act.slots : act.ids;
+  const Buffer<int16_t>& order =
+      exchange_->expert_slots(moe_index) != nullptr ? act.slots : act.ids;
   act.permutation = ops_->BuildPermutation(order.ref(), rows, k, config_.num_experts);
   const int routed = rows * k;
   ops_->Resize(act.expert_input, int64_t{routed} * d);
   ops_->PermuteRows(act.norm2.ref(), act.permutation, act.expert_input.ref(), d);
   QuantizeInput(act.expert_input.ref(), routed, d);
 
-  absl::StatusOr<ExchangePlan> plan = exchange_->Plan(act.permutation.offsets);
+  absl::StatusOr<ExchangePlan> plan = exchange_->Plan(moe_index, act.permutation.offsets);
   if (!plan.ok()) return plan.status();
   act.exchange_plan = *std::move(plan);
   if (absl::Status status = exchange_->Dispatch(act.exchange_plan, d, act.expert_input, *ops_);
@@ -135,7 +146,7 @@ void Transformer::RouteTokens(int layer, int moe_index, int rows, const int16_t*
     std::copy_n(ids.data() + int64_t{t} * k, k,
                 routes_.data() + (int64_t{t} * layers + moe_index) * k);
   }
-  if (const std::vector<int16_t>* slots = exchange_->expert_slots(); slots != nullptr) {
+  if (const std::vector<int16_t>* slots = exchange_->expert_slots(moe_index); slots != nullptr) {
     for (int16_t& id : ids) id = (*slots)[id];
     ops_->Upload(ids.data(), static_cast<int64_t>(ids.size()), act.slots);
   }

@@ -777,7 +777,8 @@ TEST_F(TrainerProcessRanksTest, AnExpertParallelJobRunsOnTwoTrainersAndImprovesA
   const trainer::v1::Job next_done = AwaitEnd(started->id());
   ASSERT_EQ(next_done.state(), trainer::v1::JOB_STATE_SUCCEEDED) << next_done.error_message();
 
-  // Balanced: the experts are re-placed before each step by its routed load.
+  // Balanced: each MoE layer's experts are re-placed before each step by that layer's routed
+  // load; per layer, the placements balancing makes are never worse than those the step found.
   trainer::v1::JobSpec balanced = Spec(20);
   balanced.set_prompts_per_step(64);
   balanced.mutable_parallelism()->set_expert_parallel(2);
@@ -789,12 +790,18 @@ TEST_F(TrainerProcessRanksTest, AnExpertParallelJobRunsOnTwoTrainersAndImprovesA
       << balanced_done.error_message();
   const trainer::v1::StepMetrics& last = balanced_done.latest_metrics();
   std::printf(
-      "balanced: imbalance %.3f -> %.3f, %d experts moved and %d replicas before the last step\n",
+      "balanced: per-layer imbalance %.3f -> %.3f (worst layer %.3f -> %.3f), %d experts moved, "
+      "%d replicas and %lld bytes moved before the last step\n",
       last.expert_imbalance_before(), last.expert_imbalance_after(),
-      static_cast<int>(last.experts_moved()), static_cast<int>(last.expert_replicas()));
+      last.expert_imbalance_worst_before(), last.expert_imbalance_worst_after(),
+      static_cast<int>(last.experts_moved()), static_cast<int>(last.expert_replicas()),
+      static_cast<long long>(last.expert_bytes_moved()));
   EXPECT_GE(last.expert_imbalance_before(), 1.0);
   EXPECT_LE(last.expert_imbalance_after(), last.expert_imbalance_before());
-  EXPECT_LE(last.expert_replicas(), 2 * 2);  // At most 2 per rank.
+  EXPECT_GE(last.expert_imbalance_worst_before(), last.expert_imbalance_before());
+  EXPECT_LE(last.expert_imbalance_worst_after(), last.expert_imbalance_worst_before());
+  EXPECT_LE(last.expert_replicas(), 2 * 2 * 3);  // 2 per rank and MoE layer; the model has 3.
+  EXPECT_EQ(last.expert_bytes_moved() > 0, last.experts_moved() + last.expert_replicas() > 0);
 
   trainer::v1::JobSpec too_many = Spec(1);
   too_many.mutable_parallelism()->set_expert_parallel(4);

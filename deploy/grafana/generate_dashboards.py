@@ -260,15 +260,23 @@ def rl_jobs():
                    "placement balances.", "none",
                    target('tandem_trainer_rank_expert_rows{job_id=~"$job_id"}',
                           "{{job_id}} rank {{rank}}")),
-        timeseries("Expert balance", "Expert-parallel jobs balancing experts: the step's load "
-                   "imbalance (max / mean rows per rank) with the placement before and after "
-                   "the experts moved and hot ones were replicated; experts moved; replicas made; "
-                   "seconds in the expert all-to-all.", "none",
+        timeseries("Expert balance", "Expert-parallel jobs balancing experts, each MoE layer on "
+                   "its own load: the step's load imbalance per layer (max / mean rows per rank; "
+                   "mean over the layers and the worst layer) with the placements before and "
+                   "after the experts moved and hot ones were replicated; experts moved and "
+                   "replicas made over all layers; seconds in the expert all-to-all.", "none",
                    step_gauge("expert_imbalance_before", "{{job_id}} imbalance before"),
                    step_gauge("expert_imbalance_after", "{{job_id}} imbalance after"),
+                   step_gauge("expert_imbalance_worst_before",
+                              "{{job_id}} worst layer before"),
+                   step_gauge("expert_imbalance_worst_after", "{{job_id}} worst layer after"),
                    step_gauge("experts_moved", "{{job_id}} experts moved"),
                    step_gauge("expert_replicas", "{{job_id}} replicas"),
                    step_gauge("expert_exchange_seconds", "{{job_id}} all-to-all s")),
+        timeseries("Expert bytes moved", "Expert-parallel jobs balancing experts: bytes a "
+                   "group's ranks sent each other for the step's placements (moved experts' "
+                   "weights, LoRA, gradients and moments; replicas' copies).", "bytes",
+                   step_gauge("expert_bytes_moved", "{{job_id}} bytes moved")),
         timeseries("Staleness", "Versions between the policy trained and the oldest sample's.",
                    "none", target('tandem_trainer_policy_version{job_id=~"$job_id"} - 1 - '
                                   'tandem_trainer_min_rollout_version{job_id=~"$job_id"}',

@@ -5,29 +5,36 @@
 #include <optional>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "common/logging.h"
-#include "common/status.h"
 #include "placement/balance_planner.h"
 #include "services/trainer/experts/placement_change.h"
-#include "services/trainer/ranks/rank_agreement.h"
 
 namespace tandem::trainer {
 namespace {
 
-// The step's load: routed rows per expert over every rank of `ranks` and every layer.
-absl::StatusOr<std::vector<float>> StepLoad(Communicator& ranks, const std::vector<int16_t>& routes,
-                                            int experts) {
-  std::vector<float> load(experts, 0.0f);
-  for (int16_t expert : routes) {
-    if (expert >= 0 && expert < experts) load[expert] += 1;
+// The step's load: routed rows per MoE layer and expert ([layer * experts + expert]) over every
+// rank of `ranks`.
+absl::StatusOr<std::vector<float>> StepLoads(Communicator& ranks,
+                                             const std::vector<int16_t>& routes,
+                                             const engine::ModelConfig& model) {
+  const int layers = model.num_moe_layers(), experts = model.num_experts, k = model.top_k;
+  std::vector<float> load(static_cast<size_t>(layers) * experts, 0.0f);
+  for (size_t i = 0; i < routes.size(); ++i) {
+    const int16_t expert = routes[i];
+    const size_t layer = i / k % layers;
+    if (expert >= 0 && expert < experts) load[layer * experts + expert] += 1;
   }
-  if (absl::Status status = ranks.AllReduceSum(load.data(), experts); !status.ok()) return status;
+  if (absl::Status status = ranks.AllReduceSum(load.data(), static_cast<int64_t>(load.size()));
+      !status.ok()) {
+    return status;
+  }
   return load;
 }
 
-// The step's plan: one micro-batch of `load` over the group's ranks from the current owners, a
+// One layer's plan: one micro-batch of `load` over the group's ranks from the current owners, a
 // move only when it gains more than a tenth of an average expert's load.
-absl::StatusOr<placement::BalancePlan> Plan(const std::vector<float>& load,
+absl::StatusOr<placement::BalancePlan> Plan(absl::Span<const float> load,
                                             const engine::ExpertPlacement& current,
                                             placement::StepLoad& step) {
   step = {.micro_batches = 1, .experts = static_cast<int>(load.size())};
@@ -89,12 +96,30 @@ std::optional<engine::ExpertPlacement> ReplicasOf(const placement::BalancePlan& 
   return replicated;
 }
 
-int ReplicasMade(const std::optional<engine::ExpertPlacement>& replicated) {
-  int made = 0;
-  if (replicated.has_value()) {
-    for (const std::vector<int>& held : replicated->replicas) made += static_cast<int>(held.size());
+// Floats of one expert of MoE layer `moe_layer` in `parameters`.
+int64_t ExpertFloats(const engine::ParameterSet& parameters, int moe_layer) {
+  int64_t floats = 0;
+  for (const std::string& name : parameters.names()) {
+    const engine::Parameter& parameter = *parameters.Find(name);
+    if (parameter.stacked_experts && parameter.moe_layer == moe_layer) {
+      floats += parameter.expert_size();
+    }
   }
-  return made;
+  return floats;
+}
+
+// The imbalance statistics of per-layer max / mean values.
+LayerImbalance Summarize(const std::vector<double>& per_layer) {
+  LayerImbalance summary;
+  if (per_layer.empty()) return summary;
+  double total = 0;
+  summary.worst = 0;
+  for (double value : per_layer) {
+    total += value;
+    summary.worst = std::max(summary.worst, value);
+  }
+  summary.mean = total / static_cast<double>(per_layer.size());
+  return summary;
 }
 
 }  // namespace
@@ -104,41 +129,67 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
                                             const std::vector<int16_t>& routes,
                                             engine::BaseModel& base, engine::LoraAdapter& lora,
                                             engine::AdamW& optimizer) {
-  // Every group plans from the whole job's load, so all take the same placement and the copies
+  const engine::ModelConfig& model = base.config();
+  // Every group plans from the whole job's load, so all take the same placements and the copies
   // of an expert stay on the same group rank (their gradients are summed over the copies).
-  absl::StatusOr<std::vector<float>> load = StepLoad(ranks, routes, base.config().num_experts);
+  absl::StatusOr<std::vector<float>> load = StepLoads(ranks, routes, model);
   if (!load.ok()) return load.status();
-  const engine::ExpertPlacement current = exchange.placement();
-  placement::StepLoad step;
-  absl::StatusOr<placement::BalancePlan> plan = Plan(*load, current, step);
-  if (!plan.ok()) {
-    // Every rank plans from the same load and placement: all keep it alike.
-    spdlog::warn("expert placement kept for this step: {}", plan.status().ToString());
-    return Rebalanced{};
+  const engine::LayerPlacements current = exchange.placements();
+  engine::LayerPlacements owners, replicated;
+  std::vector<double> before, after;
+  Rebalanced rebalanced;
+  for (int layer = 0; layer < static_cast<int>(current.layers.size()); ++layer) {
+    const engine::ExpertPlacement& now = current.layers[layer];
+    placement::StepLoad step;
+    absl::StatusOr<placement::BalancePlan> plan =
+        Plan(absl::MakeConstSpan(*load).subspan(static_cast<size_t>(layer) * model.num_experts,
+                                                model.num_experts),
+             now, step);
+    before.push_back(
+        placement::MaxOverMean(placement::HomeRankTokens(step, 0, now.Owners(), now.ranks())));
+    if (!plan.ok()) {
+      // Every rank plans from the same load and placement: all keep it alike.
+      spdlog::warn("MoE layer {} keeps its expert placement for this step: {}", layer,
+                   plan.status().ToString());
+      owners.layers.push_back(now);
+      replicated.layers.push_back(now);
+      after.push_back(before.back());
+      continue;
+    }
+    rebalanced.experts_moved += plan->experts_moved;
+    after.push_back(placement::MaxOverMean(plan->micro_batches[0].rank_tokens));
+    // A move sends the base weights and the LoRA with its gradients and both moments; a replica
+    // takes the base weights and the LoRA, and gives the LoRA's gradients back.
+    const int64_t base_floats = ExpertFloats(base.parameters(), layer);
+    const int64_t lora_floats = ExpertFloats(lora.parameters(), layer);
+    const int64_t move_bytes = (base_floats + 4 * lora_floats) * int64_t{sizeof(float)};
+    const int64_t replica_bytes = (base_floats + 2 * lora_floats) * int64_t{sizeof(float)};
+    rebalanced.bytes_moved += plan->experts_moved * move_bytes;
+    owners.layers.push_back(PlacementOf(*plan, now));
+    std::optional<engine::ExpertPlacement> copies = ReplicasOf(*plan, owners.layers.back());
+    // Every rank plans alike; a plan this code cannot follow is a bug to report, not a crash.
+    if (copies.has_value()) {
+      if (absl::Status valid = engine::ValidatePlacement(*copies, model.num_experts, group.size());
+          !valid.ok()) {
+        spdlog::warn("MoE layer {} drops the step's replicas: {}", layer, valid.ToString());
+        copies.reset();
+      }
+    }
+    replicated.layers.push_back(copies.value_or(owners.layers.back()));
+    for (const std::vector<int>& held : replicated.layers.back().replicas) {
+      rebalanced.replicas_made += static_cast<int>(held.size());
+      rebalanced.bytes_moved += static_cast<int64_t>(held.size()) * replica_bytes;
+    }
   }
-  Rebalanced rebalanced{
-      .experts_moved = plan->experts_moved,
-      .imbalance_before = placement::MaxOverMean(
-          placement::HomeRankTokens(step, 0, current.Owners(), current.ranks())),
-      .imbalance_after = placement::MaxOverMean(plan->micro_batches[0].rank_tokens)};
-  const engine::ExpertPlacement owners = PlacementOf(*plan, current);
+  rebalanced.before = Summarize(before);
+  rebalanced.after = Summarize(after);
   if (owners != current) {
     if (absl::Status status = ChangePlacement(group, exchange, owners, base, lora, optimizer);
         !status.ok()) {
       return status;
     }
   }
-  rebalanced.replicas = ReplicasOf(*plan, owners);
-  if (rebalanced.replicas.has_value()) {
-    // Every rank plans alike; a plan this code cannot follow is a bug to report, not a crash.
-    if (absl::Status valid = engine::ValidatePlacement(
-            *rebalanced.replicas, static_cast<int>(load->size()), group.size());
-        !valid.ok()) {
-      spdlog::warn("the step's replicas are dropped: {}", valid.ToString());
-      rebalanced.replicas.reset();
-    }
-  }
-  rebalanced.replicas_made = ReplicasMade(rebalanced.replicas);
+  if (replicated.has_replicas()) rebalanced.replicas = std::move(replicated);
   return rebalanced;
 }
 

@@ -13,30 +13,41 @@
 
 namespace tandem::trainer {
 
-// What re-placing the experts before a step did.
-struct Rebalanced {
-  int experts_moved = 0;
-  // max / mean of the rows each rank of the group computes in the step, before and after.
-  double imbalance_before = 1;
-  double imbalance_after = 1;
-  // The new owners with the step's replicas (PolicyUpdater::UseReplicas); none planned: nullopt.
-  std::optional<engine::ExpertPlacement> replicas;
-  int replicas_made = 0;
+// Load imbalance over the MoE layers of a step: per layer, max / mean of the routed rows each
+// rank of an expert-parallel group computes (1 is even); their mean and the worst layer's.
+struct LayerImbalance {
+  double mean = 1;
+  double worst = 1;
 };
 
-// At most this many replicas per rank and step (ReLibra's budget of extra expert slots).
+// What re-placing the experts before a step did, each MoE layer by its own load.
+struct Rebalanced {
+  int experts_moved = 0;  // Over every MoE layer.
+  LayerImbalance before;  // With the placements the step found.
+  LayerImbalance after;   // With the planned ones, replicas included.
+  // What the group's ranks sent each other for it: the moved experts' base weights, LoRA,
+  // LoRA gradients and AdamW moments, and the replicas' base weights and LoRA, plus their LoRA
+  // gradients going back to the owners after the step. Per group.
+  int64_t bytes_moved = 0;
+  // The new owners with the step's replicas (PolicyUpdater::UseReplicas); none planned: nullopt.
+  std::optional<engine::LayerPlacements> replicas;
+  int replicas_made = 0;  // Over every MoE layer.
+};
+
+// At most this many replicas per rank, MoE layer and step (ReLibra's budget of extra expert
+// slots).
 inline constexpr int kReplicaSlotsPerRank = 2;
 
 // Before a step of an expert-parallel job (ReLibra's reordering across ranks and replication of
-// hot experts): the step's load per expert -- `routes`, this rank's replayed routes (logical ids;
-// -1: none), counted over every MoE layer and summed over `ranks`, every rank of the job, so that
-// every expert-parallel group takes the same placement -- planned in process by
-// placement::PlanBalance (one placement for every layer, a move only when it gains more than a
-// tenth of an average expert's load, at most kReplicaSlotsPerRank replicas per rank), its moves
-// applied by ChangePlacement over `group`, this rank's expert-parallel group, its replicas
-// returned for the step's training passes. Collective over both. A plan that fails fails alike
-// on every rank (same load, same placement): no group moves and the result names no replicas.
-// Fails only when a collective or a move does.
+// hot experts), each MoE layer on its own: the layer's load per expert in the step -- `routes`,
+// this rank's replayed routes ([tokens, MoE layers, top_k] logical ids; -1: none), summed over
+// `ranks`, every rank of the job, so that every expert-parallel group takes the same placements
+// -- planned in process by placement::PlanBalance (a move only when it gains more than a tenth of
+// an average expert's load in that layer, at most kReplicaSlotsPerRank replicas per rank), the
+// moves applied by ChangePlacement over `group`, this rank's expert-parallel group, the replicas
+// returned for the step's training passes. Collective over both. A layer whose plan fails keeps
+// its placement on every rank alike (same load, same placement) and gets no replicas. Fails only
+// when a collective or a move does.
 absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& group,
                                             engine::ExpertParallelExchange& exchange,
                                             const std::vector<int16_t>& routes,

@@ -8,10 +8,11 @@
 namespace tandem::trainer {
 
 absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange& exchange,
-                             const engine::ExpertPlacement& to, engine::BaseModel& base,
+                             const engine::LayerPlacements& to, engine::BaseModel& base,
                              engine::LoraAdapter& lora, engine::AdamW& optimizer) {
-  const engine::ExpertPlacement from = exchange.placement();
-  if (absl::Status status = engine::ValidatePlacement(to, base.config().num_experts, group.size());
+  const engine::LayerPlacements from = exchange.placements();
+  if (absl::Status status = engine::ValidatePlacements(to, base.config().num_experts, group.size(),
+                                                       static_cast<int>(from.layers.size()));
       !status.ok()) {
     return status;
   }
@@ -21,10 +22,10 @@ absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange
   for (const std::string& name : held.names()) {
     const engine::Parameter& parameter = *held.Find(name);
     if (!parameter.stacked_experts) continue;
-    const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {
-      if (absl::Status status =
-              engine::MoveExpertRows(group, from, to, expert_size, state.tensors.at(name + moment));
+      if (absl::Status status = engine::MoveExpertRows(
+              group, from.layers[parameter.moe_layer], to.layers[parameter.moe_layer],
+              parameter.expert_size(), state.tensors.at(name + moment));
           !status.ok()) {
         return status;
       }
@@ -36,7 +37,7 @@ absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange
     }
   }
   if (absl::Status status = optimizer.ImportState(state); !status.ok()) return status;
-  return exchange.SetPlacement(to);
+  return exchange.SetPlacements(to);
 }
 
 }  // namespace tandem::trainer

@@ -10,13 +10,14 @@
 
 namespace tandem::trainer {
 
-// Changes an expert-parallel group's placement between steps: the base model's experts, the
-// LoRA's and their AdamW moments move over `group` (the exchange's) from the exchange's placement
-// to the ranks `to` gives them, and the exchange computes with `to` from then on. Collective over
+// Changes an expert-parallel group's placements between steps: in each MoE layer the base
+// model's experts, the LoRA's and their AdamW moments move over `group` (the exchange's) from the
+// exchange's placement of that layer to the ranks `to` gives them, and the exchange computes with
+// `to` from then on. Collective over
 // `group`; every rank passes the same `to`. The optimizer keeps pointing at the same tensors.
 // Training on gives what it gives without the change, up to float summation order.
 absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange& exchange,
-                             const engine::ExpertPlacement& to, engine::BaseModel& base,
+                             const engine::LayerPlacements& to, engine::BaseModel& base,
                              engine::LoraAdapter& lora, engine::AdamW& optimizer);
 
 }  // namespace tandem::trainer

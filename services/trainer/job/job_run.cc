@@ -225,8 +225,10 @@ absl::Status JobRun::CheckPublishable() const {
   const auto split = expert_parallel()
                          ? weight_store::BuildExpertParallelVersion(
                                state_->lora(), state_->model_config(), spec().adapter_name(), 1,
-                               engine::ExpertPlacement::Contiguous(
-                                   state_->model_config().num_experts, plan_->expert_parallel),
+                               engine::LayerPlacements::Uniform(
+                                   engine::ExpertPlacement::Contiguous(
+                                       state_->model_config().num_experts, plan_->expert_parallel),
+                                   state_->model_config().num_moe_layers()),
                                plan_->data_parallel, ranks_->rank())
                          : weight_store::BuildAdapterVersion(state_->lora(), state_->model_config(),
                                                              spec().adapter_name(), 1,
@@ -271,8 +273,7 @@ absl::Status JobRun::JoinRanks(int64_t first_version, const JobProgress& progres
 }
 
 absl::Status JobRun::KeepExperts() {
-  absl::StatusOr<std::vector<int>> experts =
-      ranks_->ExchangeExperts(state_->model_config().num_experts);
+  absl::StatusOr<std::vector<int>> experts = ranks_->ExchangeExperts(state_->model_config());
   if (!experts.ok()) return experts.status();
   if (absl::Status status = state_->KeepExperts(*plan_, *experts); !status.ok()) return status;
   spdlog::info("job {}: rank {} holds experts {} of every MoE layer", job_.id(), ranks_->rank(),
@@ -303,8 +304,11 @@ absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetric
                        state_->base(), state_->lora(), state_->optimizer());
   if (!rebalanced.ok()) return rebalanced.status();
   metrics.set_experts_moved(rebalanced->experts_moved);
-  metrics.set_expert_imbalance_before(rebalanced->imbalance_before);
-  metrics.set_expert_imbalance_after(rebalanced->imbalance_after);
+  metrics.set_expert_imbalance_before(rebalanced->before.mean);
+  metrics.set_expert_imbalance_after(rebalanced->after.mean);
+  metrics.set_expert_imbalance_worst_before(rebalanced->before.worst);
+  metrics.set_expert_imbalance_worst_after(rebalanced->after.worst);
+  metrics.set_expert_bytes_moved(rebalanced->bytes_moved);
   metrics.set_expert_replicas(rebalanced->replicas_made);
   updater_->UseReplicas(std::move(rebalanced->replicas));
   return absl::OkStatus();
@@ -344,7 +348,7 @@ absl::Status JobRun::PublishAndSwap(int64_t step, const JobProgress& progress,
                                     trainer::v1::StepMetrics& metrics) {
   absl::Time start = absl::Now();
   if (absl::Status status = publisher_->Publish(state_->lora(), state_->model_config(),
-                                                version_ + 1, step, ranks(), ranks_->Placement());
+                                                version_ + 1, step, ranks(), ranks_->Placements());
       !status.ok()) {
     return status;
   }
@@ -452,7 +456,7 @@ absl::Status JobRun::Run(const JobProgress& progress, const std::atomic<bool>& c
       state_->UpdateConfig(*plan_, ranks(), ranks_->ExpertGroups()), *std::move(engines));
   if (absl::Status status =
           publisher_->Publish(state_->lora(), state_->model_config(), *first_version, start_step_,
-                              ranks(), ranks_->Placement());
+                              ranks(), ranks_->Placements());
       !status.ok()) {
     return status;
   }

@@ -17,11 +17,14 @@ absl::Status RunRanks::Form(const internal::v1::GetAssignmentResponse& to_post, 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int>> RunRanks::ExchangeExperts(int num_experts) {
-  auto exchange = engine::ExpertParallelExchange::Create(*group_->experts(), num_experts);
+absl::StatusOr<std::vector<int>> RunRanks::ExchangeExperts(const engine::ModelConfig& model) {
+  auto exchange = engine::ExpertParallelExchange::Create(*group_->experts(), model.num_experts,
+                                                         model.num_moe_layers());
   if (!exchange.ok()) return exchange.status();
   exchange_ = *std::move(exchange);
-  return exchange_->local_experts().experts;
+  absl::StatusOr<engine::LocalExperts> local = exchange_->local_experts(0);
+  if (!local.ok()) return local.status();
+  return local->experts;
 }
 
 PolicyUpdateConfig::ExpertParallelism RunRanks::ExpertGroups() {

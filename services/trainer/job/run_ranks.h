@@ -48,9 +48,9 @@ class RunRanks {
   absl::Status Form(const internal::v1::GetAssignmentResponse& to_post, int ranks,
                     int expert_parallel, const RankMeeting& meeting,
                     const std::atomic<bool>& cancelled);
-  // Expert parallel, once formed: the exchange over the expert group, of `num_experts` experts;
-  // returns the experts this rank computes.
-  absl::StatusOr<std::vector<int>> ExchangeExperts(int num_experts);
+  // Expert parallel, once formed: the exchange over the expert group, for `model`'s MoE layers,
+  // each with the contiguous placement; returns the experts this rank computes in each.
+  absl::StatusOr<std::vector<int>> ExchangeExperts(const engine::ModelConfig& model);
 
   // The job's ranks once they formed a group; null for one rank.
   CountingCommunicator* ranks() { return group_ == nullptr ? nullptr : &group_->ranks(); }
@@ -58,9 +58,9 @@ class RunRanks {
   CountingCommunicator* experts() { return group_ == nullptr ? nullptr : group_->experts(); }
   CountingCommunicator* copies() { return group_ == nullptr ? nullptr : group_->copies(); }
   engine::ExpertParallelExchange* exchange() { return exchange_.get(); }
-  // The experts' placement over each expert group; null without expert parallelism.
-  const engine::ExpertPlacement* Placement() const {
-    return exchange_ == nullptr ? nullptr : &exchange_->placement();
+  // The experts' placements over each expert group; null without expert parallelism.
+  const engine::LayerPlacements* Placements() const {
+    return exchange_ == nullptr ? nullptr : &exchange_->placements();
   }
   PolicyUpdateConfig::ExpertParallelism ExpertGroups();
 

@@ -160,10 +160,9 @@ absl::Status TrainingState::KeepExperts(const JobPlan& plan, const std::vector<i
   for (const std::string& name : held.names()) {
     const engine::Parameter& parameter = *held.Find(name);
     if (!parameter.stacked_experts) continue;
-    const int64_t expert_size = parameter.size() / parameter.shape[0];
     for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {
       std::vector<float>& values = state.tensors.at(name + moment);
-      values = held.SelectExperts(values, expert_size, experts);
+      values = parameter.SelectExperts(values, experts);
     }
   }
   optimizer_.reset();  // It points into the whole adapter.
@@ -215,9 +214,8 @@ absl::Status TrainingState::SaveCheckpoint(const std::string& dir, const Checkpo
       continue;
     }
     // Each rank's experts at their place, zeros elsewhere, summed over the group.
-    const int64_t expert_size = parameter.size() / parameter.shape[0];
     const auto join = [&](std::vector<float>& values) {
-      values = held.PlaceExperts(values, expert_size, model_config().num_experts);
+      values = parameter.PlaceExperts(values, model_config().num_experts);
       return experts->AllReduceSum(values.data(), static_cast<int64_t>(values.size()));
     };
     joined = parameter.value;

@@ -26,13 +26,13 @@ absl::StatusOr<int64_t> StepPublisher::NewestVersion() {
 
 absl::StatusOr<weight_store::AdapterVersion> StepPublisher::Build(
     const engine::LoraAdapter& lora, const engine::ModelConfig& model, int64_t version,
-    Communicator* ranks, const engine::ExpertPlacement* placement) {
-  if (placement == nullptr) {
+    Communicator* ranks, const engine::LayerPlacements* placements) {
+  if (placements == nullptr) {
     return weight_store::BuildAdapterVersion(lora, model, config_.adapter_name, version,
                                              type::v1::DTYPE_F32, config_.ranks);
   }
   auto published = weight_store::BuildExpertParallelVersion(
-      lora, model, config_.adapter_name, version, *placement, ranks->size() / placement->ranks(),
+      lora, model, config_.adapter_name, version, *placements, ranks->size() / placements->ranks(),
       ranks->rank());
   if (!published.ok()) return published.status();
   // Each rank knows its own shard's checksum: rank 0's manifest needs every one.
@@ -47,8 +47,9 @@ absl::StatusOr<weight_store::AdapterVersion> StepPublisher::Build(
 
 absl::Status StepPublisher::Publish(const engine::LoraAdapter& lora,
                                     const engine::ModelConfig& model, int64_t version, int64_t step,
-                                    Communicator* ranks, const engine::ExpertPlacement* placement) {
-  auto published = Build(lora, model, version, ranks, placement);
+                                    Communicator* ranks,
+                                    const engine::LayerPlacements* placements) {
+  auto published = Build(lora, model, version, ranks, placements);
   if (!published.ok()) return published.status();
   auto& labels = *published->manifest.mutable_labels();
   labels["job_id"] = config_.job_id;

@@ -54,11 +54,11 @@ class StepPublisher {
   absl::StatusOr<int64_t> NewestVersion();
   // Publishes `lora` as `version` after `step`: from this rank alone when `ranks` is null, else
   // collectively with every rank of the job (PublishTogether). With expert parallelism
-  // (`placement`: the experts over each expert-parallel group of `ranks`), each rank holds only
+  // (`placements`: the experts over each expert-parallel group of `ranks`), each rank holds only
   // its experts and publishes a share of them (weight_store::BuildExpertParallelVersion).
   absl::Status Publish(const engine::LoraAdapter& lora, const engine::ModelConfig& model,
                        int64_t version, int64_t step, Communicator* ranks,
-                       const engine::ExpertPlacement* placement = nullptr);
+                       const engine::LayerPlacements* placements = nullptr);
   // Returns once every replica serves `version` (AwaitVersionServed).
   absl::Status AwaitServed(int64_t version);
 
@@ -69,7 +69,7 @@ class StepPublisher {
   absl::StatusOr<weight_store::AdapterVersion> Build(const engine::LoraAdapter& lora,
                                                      const engine::ModelConfig& model,
                                                      int64_t version, Communicator* ranks,
-                                                     const engine::ExpertPlacement* placement);
+                                                     const engine::LayerPlacements* placements);
 
   const StepPublisherConfig config_;
   const weight_store::WeightStoreStubs& store_;

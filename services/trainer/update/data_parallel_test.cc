@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "common/gloo_communicator.h"
 #include "engine/cpu_model_ops.h"
+#include "engine/expert_moves.h"
 #include "engine/expert_parallel_exchange.h"
 #include "engine/expert_placement.h"
 #include "engine/generator.h"
@@ -114,11 +115,11 @@ struct Trained {
 struct ExpertGroups {
   Communicator* group = nullptr;         // The ranks exchanging expert rows with this one.
   Communicator* same_experts = nullptr;  // The ranks holding the same experts (null: none).
-  engine::ExpertPlacement placement;     // Of the experts over `group`.
-  // A placement the ranks change to after the second step (ChangePlacement); none: keep it.
-  std::optional<engine::ExpertPlacement> later;
+  engine::LayerPlacements placements;    // Of the experts over `group`.
+  // Placements the ranks change to after the second step (ChangePlacement); none: keep them.
+  std::optional<engine::LayerPlacements> later;
   // Replicas every training pass makes (PolicyUpdater::UseReplicas); none: no replicas.
-  std::optional<engine::ExpertPlacement> replicas;
+  std::optional<engine::LayerPlacements> replicas;
 };
 
 // Every sample index of a step on one rank.
@@ -129,7 +130,8 @@ std::vector<int> AllSamples() {
 }
 
 // Trains the samples `share` picks from each of `steps` (one rank: `data_parallel` null); with
-// expert groups, holding only this rank's experts.
+// expert groups, holding only this rank's experts: the contiguous ones at first, as a job does,
+// then moved to the groups' placements.
 Trained Train(const std::vector<RecordedStep>& steps, PolicyUpdateConfig config, bool ppo,
               Communicator* data_parallel, const std::vector<int>& share,
               ExpertGroups experts = {}) {
@@ -138,11 +140,17 @@ Trained Train(const std::vector<RecordedStep>& steps, PolicyUpdateConfig config,
   engine::LoraAdapter lora = InitialAdapter(model);
   std::unique_ptr<engine::ExpertParallelExchange> exchange;
   if (experts.group != nullptr) {
-    exchange = *engine::ExpertParallelExchange::Create(*experts.group, model.num_experts,
-                                                       experts.placement);
-    const engine::LocalExperts local = exchange->local_experts();
-    base = *base.ExpertShard(local.experts);
-    lora = *lora.ExpertShard(local.experts);
+    const engine::ExpertPlacement contiguous =
+        engine::ExpertPlacement::Contiguous(model.num_experts, experts.group->size());
+    const engine::LayerPlacements start =
+        engine::LayerPlacements::Uniform(contiguous, model.num_moe_layers());
+    exchange = *engine::ExpertParallelExchange::Create(*experts.group, model.num_experts, start);
+    base = *base.ExpertShard(contiguous.experts[experts.group->rank()]);
+    lora = *lora.ExpertShard(contiguous.experts[experts.group->rank()]);
+    for (engine::ParameterSet* parameters : {&base.parameters(), &lora.parameters()}) {
+      EXPECT_TRUE(engine::MoveExperts(*experts.group, start, experts.placements, *parameters).ok());
+    }
+    EXPECT_TRUE(exchange->SetPlacements(experts.placements).ok());
     config.expert_parallel = {exchange.get(), experts.group, experts.same_experts};
   }
   lora.parameters().EnableGradients();
@@ -310,9 +318,9 @@ INSTANTIATE_TEST_SUITE_P(Losses, DataParallelTest,
 std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
                                          const PolicyUpdateConfig& config, int dp, int ep,
                                          const std::vector<std::vector<int>>& shares,
-                                         const engine::ExpertPlacement& placement,
-                                         std::optional<engine::ExpertPlacement> later,
-                                         std::optional<engine::ExpertPlacement> replicas) {
+                                         const engine::LayerPlacements& placements,
+                                         std::optional<engine::LayerPlacements> later,
+                                         std::optional<engine::LayerPlacements> replicas) {
   const int ranks = dp * ep;
   gloo::rendezvous::HashStore store;
   std::vector<Trained> trained(ranks);
@@ -330,7 +338,7 @@ std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
       trained[rank] = Train(steps, config, /*ppo=*/false, world->get(), shares[rank],
                             {.group = group->get(),
                              .same_experts = same_experts->get(),
-                             .placement = placement,
+                             .placements = placements,
                              .later = later,
                              .replicas = replicas});
       EXPECT_TRUE((*world)->Barrier().ok());  // No rank tears its groups down under another.
@@ -341,16 +349,19 @@ std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
 }
 
 // The adapter of the ranks of one expert-parallel group, whole: per-expert tensors joined from
-// their owners (each expert at its place under `placement`), the others from the first rank.
+// their owners (each expert at its place under its MoE layer's placement), the others from the
+// first rank.
 std::map<std::string, std::vector<float>> JoinedAdapter(const std::vector<Trained>& group,
-                                                        const engine::ExpertPlacement& placement) {
+                                                        const engine::LayerPlacements& placements) {
   const engine::LoraAdapter layout = InitialAdapter(TinyConfig());
   std::map<std::string, std::vector<float>> joined;
   for (const auto& [name, values] : group[0].adapter) {
-    if (!layout.parameters().Find(name)->stacked_experts) {
+    const engine::Parameter& parameter = *layout.parameters().Find(name);
+    if (!parameter.stacked_experts) {
       joined[name] = values;
       continue;
     }
+    const engine::ExpertPlacement& placement = placements.layers[parameter.moe_layer];
     const int64_t expert_size =
         static_cast<int64_t>(values.size()) / static_cast<int64_t>(placement.experts[0].size());
     std::vector<float>& whole = joined[name];
@@ -371,7 +382,8 @@ class ExpertParallelTrainingTest : public ::testing::TestWithParam<Case> {};
 // 1 × 2 with uneven shares (one rank has twice the micro-batches of the other, which pads with
 // empty passes) and 2 × 2 with the data-parallel shares, the experts contiguous, scattered,
 // moved from one placement to the other between steps, and replicated (each rank computing one
-// of the other's experts too, one split 1 : 2): the same losses and adapter as one rank.
+// of the other's experts too, one split 1 : 2), in every MoE layer or in the first only (each
+// layer placed its own way): the same losses and adapter as one rank.
 TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAdapter) {
   static const std::vector<RecordedStep> steps = RecordSteps();
   const PolicyUpdateConfig& config = GetParam().config;
@@ -387,32 +399,49 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
   }
   // Contiguous (rank 0 holds experts 0 and 1), scattered in another order (3, 0 | 2, 1), and
   // contiguous changed to scattered after two steps.
-  const engine::ExpertPlacement contiguous = engine::ExpertPlacement::Contiguous(4, 2);
-  const engine::ExpertPlacement scattered{{{3, 0}, {2, 1}}};
-  engine::ExpertPlacement replicated = contiguous;
+  const int layers = TinyConfig().num_moe_layers();
+  const auto everywhere = [layers](const engine::ExpertPlacement& placement) {
+    return engine::LayerPlacements::Uniform(placement, layers);
+  };
+  const auto first_layer = [&](const engine::ExpertPlacement& placement) {
+    engine::LayerPlacements placements = everywhere(placement.Owned());
+    placements.layers[0] = placement;
+    return placements;
+  };
+  const engine::ExpertPlacement owned = engine::ExpertPlacement::Contiguous(4, 2);
+  const engine::LayerPlacements contiguous = everywhere(owned);
+  const engine::LayerPlacements scattered = everywhere({{{3, 0}, {2, 1}}});
+  const engine::LayerPlacements first_scattered = first_layer({{{3, 0}, {2, 1}}});
+  engine::ExpertPlacement replicated = owned;
   replicated.replicas = {{2}, {0}};
   replicated.shares[0] = {1, 2};
   struct Run {
     int dp;
     std::vector<std::vector<int>> shares;
-    engine::ExpertPlacement placement;
-    std::optional<engine::ExpertPlacement> later;
-    std::optional<engine::ExpertPlacement> replicas;
+    engine::LayerPlacements placements;
+    std::optional<engine::LayerPlacements> later;
+    std::optional<engine::LayerPlacements> replicas;
   };
   for (const Run& run : {Run{1, uneven, contiguous, std::nullopt, std::nullopt},
                          Run{2, even, contiguous, std::nullopt, std::nullopt},
                          Run{2, even, scattered, std::nullopt, std::nullopt},
                          Run{2, even, contiguous, scattered, std::nullopt},
-                         Run{1, uneven, contiguous, std::nullopt, replicated},
-                         Run{2, even, contiguous, std::nullopt, replicated}}) {
+                         Run{2, even, first_scattered, std::nullopt, std::nullopt},
+                         Run{2, even, contiguous, first_scattered, std::nullopt},
+                         Run{1, uneven, contiguous, std::nullopt, everywhere(replicated)},
+                         Run{2, even, contiguous, std::nullopt, everywhere(replicated)},
+                         Run{2, even, contiguous, std::nullopt, first_layer(replicated)}}) {
     const int dp = run.dp;
-    const engine::ExpertPlacement& placement = run.later.value_or(run.placement);
+    const engine::LayerPlacements& placements = run.later.value_or(run.placements);
     SCOPED_TRACE(absl::StrCat(
-        dp, " x 2, rank 0 holding experts ", absl::StrJoin(run.placement.experts[0], ","),
-        run.later ? absl::StrCat(", then ", absl::StrJoin(run.later->experts[0], ",")) : "",
+        dp, " x 2, rank 0 holding experts ",
+        absl::StrJoin(run.placements.layers[0].experts[0], ","), " | ",
+        absl::StrJoin(run.placements.layers[1].experts[0], ","),
+        run.later ? absl::StrCat(", then ", absl::StrJoin(run.later->layers[0].experts[0], ","))
+                  : "",
         run.replicas ? ", with replicas" : ""));
     const std::vector<Trained> many = TrainExpertParallel(steps, config, dp, 2, run.shares,
-                                                          run.placement, run.later, run.replicas);
+                                                          run.placements, run.later, run.replicas);
     for (int rank = 0; rank < dp * 2; ++rank) {
       for (int step = 0; step < kSteps; ++step) {
         EXPECT_NEAR(many[rank].losses[step], one.losses[step],
@@ -431,7 +460,7 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
     }
     for (int dp_index = 0; dp_index < dp; ++dp_index) {
       const double error = MaxRelativeDifference(
-          one.adapter, JoinedAdapter({many[dp_index * 2], many[dp_index * 2 + 1]}, placement));
+          one.adapter, JoinedAdapter({many[dp_index * 2], many[dp_index * 2 + 1]}, placements));
       std::printf("%s, %d x 2, group %d: adapter %.2e\n", GetParam().name, dp, dp_index, error);
       EXPECT_LE(error, kBound);
     }
@@ -492,7 +521,8 @@ TEST(ExpertParallelTrainingTest, ACriticAndConfigsThatWouldTrainWrongAreRefused)
   auto group = GlooCommunicator::Create(store, 0, 1, {});
   ASSERT_TRUE(group.ok()) << group.status();
   const engine::ModelConfig model = TinyConfig();
-  auto exchange = engine::ExpertParallelExchange::Create(**group, model.num_experts);
+  auto exchange =
+      engine::ExpertParallelExchange::Create(**group, model.num_experts, model.num_moe_layers());
   ASSERT_TRUE(exchange.ok());
   engine::BaseModel base = RandomModel(model, 1);
   engine::LoraAdapter lora = InitialAdapter(model);

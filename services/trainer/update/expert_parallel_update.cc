@@ -3,9 +3,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "engine/expert_moves.h"
 #include "engine/expert_parallel_exchange.h"
 #include "engine/expert_replicas.h"
 
@@ -25,12 +25,15 @@ absl::Status CheckExpertParallelism(const PolicyUpdateConfig& config,
                           "expert parallelism needs its group, and data-parallel ranks = group "
                           "ranks x ranks holding the same experts");
   }
-  const std::vector<int> local = experts.exchange->local_experts().experts;
-  if (lora.parameters().held_experts() != local) {
+  if (absl::Status held = engine::CheckHeldExperts(experts.exchange->placements(),
+                                                   experts.group->rank(), lora.parameters(),
+                                                   /*with_replicas=*/false);
+      !held.ok()) {
     return InvalidRequest(
         "BAD_EXPERT_PARALLELISM",
-        absl::StrCat("the adapter must hold exactly this rank's experts ",
-                     absl::StrJoin(local, ","), ", in that order (LoraAdapter::ExpertShard)"));
+        absl::StrCat("the adapter must hold exactly this rank's experts of each MoE layer, in "
+                     "the exchange's order (LoraAdapter::ExpertShard): ",
+                     held.message()));
   }
   return absl::OkStatus();
 }
@@ -43,7 +46,7 @@ absl::Status ReplicaHold::Hold() {
       return status;
     }
   }
-  return experts_.exchange->SetPlacement(*replicas_);
+  return experts_.exchange->SetPlacements(*replicas_);
 }
 
 absl::Status ReplicaHold::Release() {
@@ -55,7 +58,7 @@ absl::Status ReplicaHold::Release() {
       return status;
     }
   }
-  if (absl::Status status = experts_.exchange->SetPlacement(replicas_->Owned()); !status.ok()) {
+  if (absl::Status status = experts_.exchange->SetPlacements(replicas_->Owned()); !status.ok()) {
     return status;
   }
   return optimizer_.Rebind(engine::OptimizerParams(lora_.parameters()));
@@ -67,7 +70,7 @@ void ReplicaHold::Drop() {
   for (engine::ParameterSet* parameters : {&base_.parameters(), &lora_.parameters()}) {
     engine::DropReplicas(*replicas_, rank, *parameters);
   }
-  absl::Status restored = experts_.exchange->SetPlacement(replicas_->Owned());
+  absl::Status restored = experts_.exchange->SetPlacements(replicas_->Owned());
   if (restored.ok()) restored = optimizer_.Rebind(engine::OptimizerParams(lora_.parameters()));
   if (!restored.ok()) spdlog::error("dropping the step's replicas: {}", restored.ToString());
 }

@@ -22,7 +22,7 @@ absl::Status CheckExpertParallelism(const PolicyUpdateConfig& config,
 // between. Each does nothing without replicas or expert parallelism. None is owned.
 class ReplicaHold {
  public:
-  ReplicaHold(const std::optional<engine::ExpertPlacement>& replicas,
+  ReplicaHold(const std::optional<engine::LayerPlacements>& replicas,
               const PolicyUpdateConfig::ExpertParallelism& experts, engine::BaseModel& base,
               engine::LoraAdapter& lora, engine::AdamW& optimizer)
       : replicas_(replicas), experts_(experts), base_(base), lora_(lora), optimizer_(optimizer) {}
@@ -34,7 +34,7 @@ class ReplicaHold {
  private:
   bool active() const { return replicas_.has_value() && experts_.exchange != nullptr; }
 
-  const std::optional<engine::ExpertPlacement>& replicas_;
+  const std::optional<engine::LayerPlacements>& replicas_;
   const PolicyUpdateConfig::ExpertParallelism& experts_;
   engine::BaseModel& base_;
   engine::LoraAdapter& lora_;

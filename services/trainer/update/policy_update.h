@@ -48,12 +48,12 @@ class PolicyUpdater {
                                      const std::vector<int16_t>& rollout_routes);
 
   // Expert parallelism: replicas of hot experts for the training passes of the Updates from now
-  // on (`placement`: the exchange's owners plus replicas; nullopt: none). Each mini-batch takes
-  // them from their owners before its passes and adds their gradients to the owners' after, so
-  // results do not change (up to summation order); a separate old-policy pass and the optimizer
-  // see only the owners.
-  void UseReplicas(std::optional<engine::ExpertPlacement> placement) {
-    replicas_ = std::move(placement);
+  // on (`placements`: the exchange's owners plus each MoE layer's replicas; nullopt: none). Each
+  // mini-batch takes them from their owners before its passes and adds their gradients to the
+  // owners' after, so results do not change (up to summation order); a separate old-policy pass and
+  // the optimizer see only the owners.
+  void UseReplicas(std::optional<engine::LayerPlacements> placements) {
+    replicas_ = std::move(placements);
   }
 
  private:
@@ -85,7 +85,7 @@ class PolicyUpdater {
   const GradientSync sync_;
   std::unique_ptr<engine::TrainingEngine> policy_;
   std::unique_ptr<engine::TrainingEngine> reference_;  // The base model alone, for the KL penalty.
-  std::optional<engine::ExpertPlacement> replicas_;
+  std::optional<engine::LayerPlacements> replicas_;
 };
 
 }  // namespace tandem::trainer

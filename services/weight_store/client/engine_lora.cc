@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -157,9 +158,8 @@ absl::StatusOr<CanonicalAdapter> Canonical(const engine::LoraAdapter& adapter,
   for (const std::string& name : parameters.names()) {
     const engine::Parameter& parameter = *parameters.Find(name);
     const std::vector<float>* values = &parameter.value;
-    if (parameter.stacked_experts && !parameters.held_experts().empty()) {
-      whole = parameters.PlaceExperts(parameter.value, parameter.size() / parameter.shape[0],
-                                      model_config.num_experts);
+    if (parameter.stacked_experts && !parameter.experts.empty()) {
+      whole = parameter.PlaceExperts(parameter.value, model_config.num_experts);
       values = &whole;
     }
     canonical.bytes[CanonicalName(name, parameter)] = ValueBytes(*values, dtype);
@@ -198,6 +198,12 @@ void Append(std::pair<weightstore::v1::Shard, std::string> second,
   first.first.set_xxh3_64(Xxh3Checksum(first.second));
 }
 
+// Whether MoE layer `layer`'s stacked tensors of `parameters` hold `expert`.
+bool Holds(const engine::ParameterSet& parameters, int layer, int expert) {
+  const std::vector<int>& held = parameters.held_experts(layer);
+  return held.empty() || std::find(held.begin(), held.end(), expert) != held.end();
+}
+
 }  // namespace
 
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
@@ -223,10 +229,11 @@ absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdap
                                                           const engine::ModelConfig& model_config,
                                                           absl::string_view adapter_name,
                                                           int64_t version,
-                                                          const engine::ExpertPlacement& placement,
+                                                          const engine::LayerPlacements& placements,
                                                           int copies, int writer) {
-  const int group = placement.ranks(), writers = group * copies;
-  if (absl::Status status = engine::ValidatePlacement(placement, model_config.num_experts, group);
+  const int group = placements.ranks(), writers = group * copies;
+  if (absl::Status status = engine::ValidatePlacements(placements, model_config.num_experts, group,
+                                                       model_config.num_moe_layers());
       !status.ok()) {
     return status;
   }
@@ -239,9 +246,15 @@ absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdap
   }
   auto canonical = Canonical(adapter, model_config, type::v1::DTYPE_F32);
   if (!canonical.ok()) return canonical.status();
-  std::vector<weightstore::v1::CanonicalTensor> whole, per_expert;
+  // The per-expert tensors by MoE layer: each layer places its experts in its own way.
+  std::vector<weightstore::v1::CanonicalTensor> whole;
+  std::map<int, std::vector<weightstore::v1::CanonicalTensor>> per_expert;
   for (const weightstore::v1::CanonicalTensor& tensor : canonical->tensors) {
-    (tensor.num_experts() > 0 ? per_expert : whole).push_back(tensor);
+    if (tensor.num_experts() == 0) {
+      whole.push_back(tensor);
+      continue;
+    }
+    per_expert[model_config.MoeIndex(engine::LayerOfName(tensor.spec().name()))].push_back(tensor);
   }
   auto runs = SplitAmongWriters(whole, canonical->bytes, writers);
   if (!runs.ok()) return runs.status();
@@ -251,20 +264,28 @@ absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdap
     auto shard =
         transfer::BuildProducerShard((*runs)[w], canonical->bytes, transfer::ProducerLayout{}, w);
     if (!shard.ok()) return shard.status();
-    // Writer w, copy w / group of group rank w % group, puts its share of that rank's experts,
-    // a piece per expert.
-    const std::vector<int>& held = placement.experts[w % group];
-    for (int i = (w / group) * share; i < (w / group + 1) * share; ++i) {
-      if (w == writer && adapter.parameters().StackedIndex(held[i]) < 0) {
-        return InvalidRequest("BAD_WRITER_PLACEMENT",
-                              absl::StrCat("writer ", writer, " publishes expert ", held[i],
-                                           ", which its adapter does not hold"));
+    // Writer w, copy w / group of group rank w % group, puts its share of that rank's experts
+    // of each MoE layer, a piece per expert.
+    for (const auto& [layer, tensors] : per_expert) {
+      if (layer < 0) {
+        return InvalidRequest("ADAPTER_MISMATCH",
+                              absl::StrCat("per-expert tensor '", tensors.front().spec().name(),
+                                           "' lies in no MoE layer of the model"));
       }
-      const transfer::ProducerLayout one_expert{.ep_rank = held[i],
-                                                .ep_size = model_config.num_experts};
-      auto expert_shard = transfer::BuildProducerShard(per_expert, canonical->bytes, one_expert, w);
-      if (!expert_shard.ok()) return expert_shard.status();
-      Append(*std::move(expert_shard), *shard);
+      const std::vector<int>& held = placements.layers[layer].experts[w % group];
+      for (int i = (w / group) * share; i < (w / group + 1) * share; ++i) {
+        if (w == writer && !Holds(adapter.parameters(), layer, held[i])) {
+          return InvalidRequest(
+              "BAD_WRITER_PLACEMENT",
+              absl::StrCat("writer ", writer, " publishes expert ", held[i], " of MoE layer ",
+                           layer, ", which its adapter does not hold"));
+        }
+        const transfer::ProducerLayout one_expert{.ep_rank = held[i],
+                                                  .ep_size = model_config.num_experts};
+        auto expert_shard = transfer::BuildProducerShard(tensors, canonical->bytes, one_expert, w);
+        if (!expert_shard.ok()) return expert_shard.status();
+        Append(*std::move(expert_shard), *shard);
+      }
     }
     *published.manifest.add_shards() = std::move(shard->first);
     published.shards.push_back(w == writer ? std::move(shard->second) : std::string());

@@ -53,20 +53,21 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
 
 // The manifest and this writer's shard of an expert-parallel job's version, as writer `writer`
 // of the job's ranks builds it from its `adapter`: `copies` data-parallel copies of the
-// placement's group (rank r is copy r / group of group rank r % group, which holds
-// placement.experts[r % group]). Each rank holds the tensors that are not per expert whole (they
-// are split among the writers as BuildAdapterVersion splits them) and the per-expert ones for
-// its experts only (LoraAdapter::ExpertShard). Copy c of a group rank publishes its experts
-// [c·E/writers, (c+1)·E/writers) in the placement's order, a piece per expert. F32. Every
-// writer's pieces are in the manifest, but only this writer's bytes (the other shards are empty)
-// and checksum: the others' xxh3_64 are the caller's to gather. INVALID_ARGUMENT for a placement
-// ValidatePlacement refuses, experts per layer that are not a multiple of the writers, an adapter
-// lacking an expert it publishes, or fewer tensors that are not per expert than writers.
+// placements' group (rank r is copy r / group of group rank r % group, which holds
+// placements.layers[m].experts[r % group] of each MoE layer m). Each rank holds the tensors that
+// are not per expert whole (they are split among the writers as BuildAdapterVersion splits them)
+// and the per-expert ones for its experts only (LoraAdapter::ExpertShard, then moved). Copy c of a
+// group rank publishes its experts [c·E/writers, (c+1)·E/writers) of each layer in that layer's
+// placement order, a piece per expert. F32. Every writer's pieces are in the manifest, but only
+// this writer's bytes (the other shards are empty) and checksum: the others' xxh3_64 are the
+// caller's to gather. INVALID_ARGUMENT for placements ValidatePlacements refuses, experts per
+// layer that are not a multiple of the writers, an adapter lacking an expert it publishes, or
+// fewer tensors that are not per expert than writers.
 absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdapter& adapter,
                                                           const engine::ModelConfig& model_config,
                                                           absl::string_view adapter_name,
                                                           int64_t version,
-                                                          const engine::ExpertPlacement& placement,
+                                                          const engine::LayerPlacements& placements,
                                                           int copies, int writer);
 
 // The layout the engine consumes: one rank, its own parameter names (experts stacked), stored

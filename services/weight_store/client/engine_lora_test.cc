@@ -60,24 +60,47 @@ TEST_P(EngineLoraTest, PublishedVersionRebuildsTheSameAdapter) {
   }
 }
 
+// Group rank `rank`'s share of `adapter` under `placements`: each MoE layer's experts of that
+// rank, as moving them there (engine::MoveExperts) leaves them.
+engine::LoraAdapter ShardOf(const engine::LoraAdapter& adapter,
+                            const engine::LayerPlacements& placements, int rank) {
+  engine::LoraAdapter shard = *adapter.ExpertShard(placements.layers[0].experts[rank]);
+  for (const std::string& name : shard.parameters().names()) {
+    engine::Parameter& part = *shard.parameters().Find(name);
+    if (!part.stacked_experts) continue;
+    const engine::Parameter& whole = *adapter.parameters().Find(name);
+    part.experts = placements.layers[part.moe_layer].experts[rank];
+    part.value = whole.SelectExperts(whole.value, part.experts);
+  }
+  return shard;
+}
+
 // Four writers of a 2 x 2 expert-parallel job, each holding its group rank's experts, publish
 // one version: the manifest (any writer's, with the checksums gathered) and their shards rebuild
-// the adapter a rank holding everything has -- with the experts contiguous and scattered.
+// the adapter a rank holding everything has -- with the experts contiguous, scattered, and each
+// MoE layer placed its own way.
 TEST_P(EngineLoraTest, ExpertParallelWritersPublishTheWholeAdapter) {
   const engine::ModelConfig model = engine::DefaultModelConfig();  // 8 experts.
   const engine::LoraAdapter adapter = RandomAdapter(model, GetParam());
   constexpr int kCopies = 2;
-  for (const engine::ExpertPlacement& placement :
-       {engine::ExpertPlacement::Contiguous(8, 2),
-        engine::ExpertPlacement{{{7, 2, 4, 1}, {0, 6, 3, 5}}}}) {
-    SCOPED_TRACE(absl::StrJoin(placement.experts[0], ","));
-    const int writers = kCopies * placement.ranks();
+  const int layers = model.num_moe_layers();
+  ASSERT_GE(layers, 2);
+  const engine::ExpertPlacement contiguous = engine::ExpertPlacement::Contiguous(8, 2);
+  const engine::ExpertPlacement scattered{{{7, 2, 4, 1}, {0, 6, 3, 5}}};
+  engine::LayerPlacements alternating;
+  for (int layer = 0; layer < layers; ++layer) {
+    alternating.layers.push_back(layer % 2 == 0 ? contiguous : scattered);
+  }
+  for (const engine::LayerPlacements& placements :
+       {engine::LayerPlacements::Uniform(contiguous, layers),
+        engine::LayerPlacements::Uniform(scattered, layers), alternating}) {
+    SCOPED_TRACE(absl::StrJoin(placements.layers.back().experts[0], ","));
+    const int writers = kCopies * placements.ranks();
     AdapterVersion whole;
     for (int writer = 0; writer < writers; ++writer) {
-      const engine::LoraAdapter shard =
-          *adapter.ExpertShard(placement.experts[writer % placement.ranks()]);
+      const engine::LoraAdapter shard = ShardOf(adapter, placements, writer % placements.ranks());
       auto version =
-          BuildExpertParallelVersion(shard, model, "policy", 2, placement, kCopies, writer);
+          BuildExpertParallelVersion(shard, model, "policy", 2, placements, kCopies, writer);
       ASSERT_TRUE(version.ok()) << version.status();
       ASSERT_EQ(version->shards.size(), writers);
       if (writer == 0) whole = *version;
@@ -96,18 +119,26 @@ TEST_P(EngineLoraTest, ExpertParallelWritersPublishTheWholeAdapter) {
           << name;
     }
   }
-  const engine::ExpertPlacement contiguous = engine::ExpertPlacement::Contiguous(8, 1);
-  EXPECT_EQ(
-      BuildExpertParallelVersion(adapter, model, "policy", 2, contiguous, 3, 0).status().code(),
-      absl::StatusCode::kInvalidArgument)
+  const engine::LayerPlacements one_rank =
+      engine::LayerPlacements::Uniform(engine::ExpertPlacement::Contiguous(8, 1), layers);
+  EXPECT_EQ(BuildExpertParallelVersion(adapter, model, "policy", 2, one_rank, 3, 0).status().code(),
+            absl::StatusCode::kInvalidArgument)
       << "8 experts among 3 writers";
   const engine::LoraAdapter half = *adapter.ExpertShard(0, 4);
+  if (GetParam() != engine::ExpertLayout::kShared) {  // Else nothing per expert is published.
+    EXPECT_EQ(BuildExpertParallelVersion(half, model, "policy", 2,
+                                         engine::LayerPlacements::Uniform(contiguous, layers), 1, 1)
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << "writer 1 publishes experts 4..7, which it does not hold";
+  }
   EXPECT_EQ(BuildExpertParallelVersion(half, model, "policy", 2,
-                                       engine::ExpertPlacement::Contiguous(8, 2), 1, 1)
+                                       engine::LayerPlacements::Uniform(contiguous, 1), 1, 0)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument)
-      << "writer 1 publishes experts 4..7, which it does not hold";
+      << "placements of one MoE layer for a model of " << layers;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLayouts, EngineLoraTest,
