@@ -152,7 +152,7 @@ std::vector<int> Reorder(const StepLoad& load, const EpTopology& topology,
 // target holds already, or a new replica in one of the target's free slots. The expert chosen
 // moves the most (ties: the one with fewer tokens there, so large ones stay whole).
 MicroBatchPlan Replicate(const StepLoad& load, int m, const std::vector<int>& home,
-                         const EpTopology& topology) {
+                         const EpTopology& topology, double replica_cost) {
   const int ranks = topology.ranks, per_node = topology.ranks_per_node;
   MicroBatchPlan plan;
   plan.rank_tokens = HomeRankTokens(load, m, home, ranks);
@@ -174,8 +174,10 @@ MicroBatchPlan Replicate(const StepLoad& load, int m, const std::vector<int>& ho
       const int64_t half_gap = (plan.rank_tokens[hot] - plan.rank_tokens[target]) / 2;
       if (target == hot || half_gap < 1) continue;
       for (const auto& [expert, tokens] : on[hot]) {
-        if (!on[target].contains(expert) && free_slots[target] == 0) continue;
+        const bool new_copy = !on[target].contains(expert);
+        if (new_copy && free_slots[target] == 0) continue;
         const int64_t moved = std::min(tokens, half_gap);
+        if (new_copy && static_cast<double>(moved) <= replica_cost) continue;
         if (moved > best_moved || (moved == best_moved && moved > 0 && tokens < best_there)) {
           best_expert = expert, best_target = target, best_moved = moved, best_there = tokens;
         }
@@ -231,7 +233,8 @@ absl::StatusOr<BalancePlan> PlanBalance(const StepLoad& load, const EpTopology& 
   plan.home = Reorder(load, topology, current_home, options.move_cost_tokens);
   for (int e = 0; e < load.experts; ++e) plan.experts_moved += plan.home[e] != current_home[e];
   for (int m = 0; m < load.micro_batches; ++m) {
-    plan.micro_batches.push_back(Replicate(load, m, plan.home, topology));
+    plan.micro_batches.push_back(
+        Replicate(load, m, plan.home, topology, options.replica_cost_tokens));
   }
   return plan;
 }

@@ -43,6 +43,10 @@ struct BalanceOptions {
   // the link, priced as the compute that time could have done): a move is made only when it
   // lowers the step's load imbalance by more than this.
   double move_cost_tokens = 0;
+  // What one new replica costs, in the same tokens (the expert's bytes copied in and its
+  // gradients sent back): a micro-batch makes a replica only when it takes more than this off
+  // the hot rank. Tokens moved to a copy the target holds already cost nothing.
+  double replica_cost_tokens = 0;
 };
 
 // One copy of an expert that serves part of a micro-batch's tokens: its home or a replica.

@@ -106,6 +106,24 @@ TEST(ExpertBalanceTest, AHotExpertIsSplitAcrossItsNodeWithinTheSlots) {
   EXPECT_EQ(copies_of_hot, 2);
 }
 
+// A replica is made only when the tokens it takes off the hot rank pay for its copy: expert 0's
+// split (about 500 tokens) pays for a copy priced at 400 tokens, not for one priced at 600.
+TEST(ExpertBalanceTest, AReplicaIsMadeOnlyWhenItPaysForItsCopy) {
+  StepLoad load{.micro_batches = 1, .experts = 8};
+  load.tokens = {1000, 10, 10, 10, 10, 10, 10, 10};
+  const EpTopology topology{.ranks = 4, .ranks_per_node = 2, .replica_slots_per_rank = 1};
+  for (const auto& [cost, copies] : {std::pair(400.0, 2), std::pair(600.0, 0)}) {
+    absl::StatusOr<BalancePlan> plan =
+        PlanBalance(load, topology, ContiguousHomes(8, 4),
+                    {.move_cost_tokens = 1e9, .replica_cost_tokens = cost});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ExpectValidPlan(load, topology, *plan);
+    int copies_of_hot = 0;
+    for (const ExpertCopy& copy : plan->micro_batches[0].copies) copies_of_hot += copy.expert == 0;
+    EXPECT_EQ(copies_of_hot, copies) << "a copy priced at " << cost << " tokens";
+  }
+}
+
 TEST(ExpertBalanceTest, BadInputsAreRefusedNamingWhatDoesNotFit) {
   StepLoad load{.micro_batches = 1, .experts = 6};
   load.tokens.assign(6, 1);

@@ -1,13 +1,15 @@
-// Expert-parallel load balance of five placement planners on three routing traces, per
-// micro-batch: max / mean of the tokens each EP rank's experts compute (1.00 is perfect).
+// Expert-parallel load balance of six placement planners on three routing traces, per
+// micro-batch and MoE layer: max / mean of the tokens each EP rank's experts compute (1.00 is
+// perfect), and what each planner sends to get there (experts' weights per step and layer).
 //
 //   bazel run -c opt //services/router_replay:expert_balance_bench -- \
 //       --demo_model=$PWD/.tandem/base_model_addition1.safetensors
 //
-// Planners, each given the same replica budget (2 extra expert slots per rank):
+// Planners, each given the same replica budget (2 extra expert slots per rank), but eplb-budget:
 //   static      expert e on rank e * ranks / experts, no replicas;
 //   eplb-hist   DeepSeek's EPLB (router-replay's PlanPlacement) on the previous step's loads;
 //   eplb-oracle EPLB on the step's own loads;
+//   eplb-budget EPLB on the step's own loads with as many replica slots as relibra made copies;
 //   reorder     routing-guided reordering only (PlanBalance's homes, no replicas);
 //   relibra     reordering + per-micro-batch replication within a node (PlanBalance).
 // Traces: the drifting synthetic trace (drifting_trace.h: 256 experts, top-8, 16 micro-batches
@@ -20,6 +22,8 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,6 +47,10 @@ ABSL_FLAG(std::string, demo_model, ".tandem/base_model_addition1.safetensors",
 ABSL_FLAG(int, random_d_model, 1024, "The random model's width (0: skip its trace).");
 ABSL_FLAG(int, ranks_per_node, 4, "EP ranks per node (replicas stay within a node).");
 ABSL_FLAG(int, replica_slots, 2, "Extra expert slots per rank for replicas.");
+ABSL_FLAG(double, expert_mb, 9.44,
+          "MB one expert's weights take on the wire (default: a Qwen3-30B-A3B expert in bf16, "
+          "3 x 2048 x 768 x 2 bytes), to price what each planner moves.");
+ABSL_FLAG(int, step_layers, 58, "MoE layers one step plans (the planning time's size).");
 
 namespace tandem::router_replay {
 namespace {
@@ -147,16 +155,16 @@ std::vector<double> EplbRankTokens(const placement::PlacementPlan& plan,
   return rank_tokens;
 }
 
+// EPLB's plan of one layer for `load` with `extra_slots` replica slots per rank.
 placement::PlacementPlan Eplb(const placement::StepLoad& load,
-                              const placement::EpTopology& topology) {
-  placement::PlacementRequest request{
-      .num_layers = 1,
-      .num_experts = load.experts,
-      .load = std::vector<double>(load.experts, 0),
-      .num_replicas = load.experts + topology.replica_slots_per_rank * topology.ranks,
-      .num_groups = topology.ranks / topology.ranks_per_node,
-      .num_nodes = topology.ranks / topology.ranks_per_node,
-      .num_gpus = topology.ranks};
+                              const placement::EpTopology& topology, int extra_slots) {
+  placement::PlacementRequest request{.num_layers = 1,
+                                      .num_experts = load.experts,
+                                      .load = std::vector<double>(load.experts, 0),
+                                      .num_replicas = load.experts + extra_slots * topology.ranks,
+                                      .num_groups = topology.ranks / topology.ranks_per_node,
+                                      .num_nodes = topology.ranks / topology.ranks_per_node,
+                                      .num_gpus = topology.ranks};
   for (int m = 0; m < load.micro_batches; ++m) {
     for (int e = 0; e < load.experts; ++e) request.load[e] += static_cast<double>(load.at(m, e));
   }
@@ -168,25 +176,64 @@ placement::PlacementPlan Eplb(const placement::StepLoad& load,
   return *std::move(plan);
 }
 
-const char* const kPlanners[] = {"static", "eplb-hist", "eplb-oracle", "reorder", "relibra"};
+// Physical slots of `next` whose expert `previous` did not hold in that slot: experts whose
+// weights travel to take up the plan.
+int ChangedSlots(const placement::PlacementPlan& previous, const placement::PlacementPlan& next) {
+  int changed = 0;
+  for (size_t p = 0; p < next.phy2log.size(); ++p) {
+    changed += p >= previous.phy2log.size() || previous.phy2log[p] != next.phy2log[p];
+  }
+  return changed;
+}
 
+// The static placement as EPLB's slots: slot p holds expert p, no replica slots.
+placement::PlacementPlan StaticSlots(int experts) {
+  placement::PlacementPlan plan{.num_layers = 1, .num_experts = experts, .num_replicas = experts};
+  plan.phy2log.resize(experts);
+  std::iota(plan.phy2log.begin(), plan.phy2log.end(), 0);
+  return plan;
+}
+
+// Replicas a ReLibra plan makes in the step: every copy of an expert away from its home, in
+// each micro-batch.
+int ReplicaCopies(const placement::BalancePlan& plan) {
+  int copies = 0;
+  for (const placement::MicroBatchPlan& batch : plan.micro_batches) {
+    for (const placement::ExpertCopy& copy : batch.copies)
+      copies += copy.rank != plan.home[copy.expert];
+  }
+  return copies;
+}
+
+const char* const kPlanners[] = {"static",      "eplb-hist", "eplb-oracle",
+                                 "eplb-budget", "reorder",   "relibra"};
+
+// One planner's figures over a trace: max / mean per micro-batch and layer, and the experts'
+// weights it sends per step and layer (moves to new homes, replicas, re-filled EPLB slots).
 struct Figures {
   double sum = 0, worst = 0;
   int count = 0;
+  double sent = 0;  // Experts' weights sent, over all steps and layers.
+  int steps = 0;
   void Add(double value) { sum += value, worst = std::max(worst, value), ++count; }
+  double sent_per_step() const { return steps > 0 ? sent / steps : 0; }
 };
 
-// Each planner's figures on `trace` at `ranks` EP ranks; also experts moved per step by ReLibra.
-std::map<std::string, Figures> Measure(const Trace& trace, const placement::EpTopology& topology,
-                                       double* moved_per_step) {
+// Each planner's figures on `trace` at `ranks` EP ranks. eplb-budget is EPLB on the step's own
+// loads given, each step, as many replica slots as ReLibra made copies in it (rounded up to whole
+// slots per rank): the same per-step copy budget.
+std::map<std::string, Figures> Measure(const Trace& trace, const placement::EpTopology& topology) {
   std::map<std::string, Figures> figures;
-  int moved = 0, planned_steps = 0;
+  const int slots = topology.replica_slots_per_rank;
   for (const LayerTrace& layer : trace.layers) {
     std::vector<int> homes = placement::ContiguousHomes(layer[0].experts, topology.ranks);
+    // Every planner starts from the static placement, as a job does.
+    placement::PlacementPlan last_history = StaticSlots(layer[0].experts);
+    placement::PlacementPlan last_oracle = last_history, last_budget = last_history;
     for (size_t s = 1; s < layer.size(); ++s) {
       const placement::StepLoad& load = layer[s];
-      const placement::PlacementPlan history = Eplb(layer[s - 1], topology);
-      const placement::PlacementPlan oracle = Eplb(load, topology);
+      const placement::PlacementPlan history = Eplb(layer[s - 1], topology, slots);
+      const placement::PlacementPlan oracle = Eplb(load, topology, slots);
       // One expert's move priced at a tenth of an expert's mean step load.
       const double mean_expert_load =
           static_cast<double>(std::accumulate(load.tokens.begin(), load.tokens.end(), int64_t{0})) /
@@ -194,8 +241,21 @@ std::map<std::string, Figures> Measure(const Trace& trace, const placement::EpTo
       auto plan = placement::PlanBalance(load, topology, homes,
                                          {.move_cost_tokens = mean_expert_load / 10});
       if (!plan.ok()) std::abort();
-      moved += plan->experts_moved;
-      ++planned_steps;
+      const int copies = ReplicaCopies(*plan);
+      const int budget_slots =
+          std::min(load.experts / topology.ranks, (copies + topology.ranks - 1) / topology.ranks);
+      const placement::PlacementPlan budget = Eplb(load, topology, budget_slots);
+      const auto step = [&figures](const char* planner, double sent) {
+        figures[planner].sent += sent;
+        ++figures[planner].steps;
+      };
+      step("static", 0);
+      step("eplb-hist", ChangedSlots(last_history, history));
+      step("eplb-oracle", ChangedSlots(last_oracle, oracle));
+      step("eplb-budget", ChangedSlots(last_budget, budget));
+      step("reorder", plan->experts_moved);
+      step("relibra", plan->experts_moved + copies);
+      last_history = history, last_oracle = oracle, last_budget = budget;
       homes = plan->home;
       const std::vector<int> contiguous = placement::ContiguousHomes(load.experts, topology.ranks);
       for (int m = 0; m < load.micro_batches; ++m) {
@@ -205,21 +265,25 @@ std::map<std::string, Figures> Measure(const Trace& trace, const placement::EpTo
             placement::MaxOverMean(EplbRankTokens(history, load, m, topology.ranks)));
         figures["eplb-oracle"].Add(
             placement::MaxOverMean(EplbRankTokens(oracle, load, m, topology.ranks)));
+        figures["eplb-budget"].Add(
+            placement::MaxOverMean(EplbRankTokens(budget, load, m, topology.ranks)));
         figures["reorder"].Add(
             placement::MaxOverMean(placement::HomeRankTokens(load, m, plan->home, topology.ranks)));
         figures["relibra"].Add(placement::MaxOverMean(plan->micro_batches[m].rank_tokens));
       }
     }
   }
-  *moved_per_step = planned_steps > 0 ? static_cast<double>(moved) / planned_steps : 0;
   return figures;
 }
 
 void PrintTable(const std::vector<Trace>& traces) {
-  std::printf("\nmax/mean tokens per EP rank per micro-batch: mean over micro-batches (worst)\n");
+  std::printf(
+      "\nmax/mean tokens per EP rank per micro-batch and MoE layer: mean (worst) | experts' "
+      "weights sent per step and layer (MB at %.2f MB each)\n",
+      absl::GetFlag(FLAGS_expert_mb));
   std::printf("%-36s %5s", "trace", "ranks");
-  for (const char* planner : kPlanners) std::printf(" %16s", planner);
-  std::printf(" %8s\n", "moved");
+  for (const char* planner : kPlanners) std::printf(" %24s", planner);
+  std::printf("\n");
   for (const Trace& trace : traces) {
     for (const int ranks : {4, 8}) {
       if (trace.layers[0][0].experts % ranks != 0) continue;
@@ -227,36 +291,49 @@ void PrintTable(const std::vector<Trace>& traces) {
           .ranks = ranks,
           .ranks_per_node = std::min(ranks, absl::GetFlag(FLAGS_ranks_per_node)),
           .replica_slots_per_rank = absl::GetFlag(FLAGS_replica_slots)};
-      double moved = 0;
-      const std::map<std::string, Figures> figures = Measure(trace, topology, &moved);
+      const std::map<std::string, Figures> figures = Measure(trace, topology);
       std::printf("%-36s %5d", trace.name.c_str(), ranks);
       for (const char* planner : kPlanners) {
         const Figures& f = figures.at(planner);
-        std::printf("      %4.2f (%4.2f)", f.sum / f.count, f.worst);
+        std::printf("  %4.2f (%4.2f) | %5.1f %5.0f", f.sum / f.count, f.worst, f.sent_per_step(),
+                    f.sent_per_step() * absl::GetFlag(FLAGS_expert_mb));
       }
-      std::printf(" %8.1f\n", moved);
+      std::printf("\n");
     }
   }
-  std::printf("(moved: experts ReLibra re-homed per step and layer, of its experts)\n");
+  std::printf(
+      "(sent: relibra's moves to new homes plus its replicas in every micro-batch; reorder's "
+      "moves; EPLB's slots that take another expert than in the step before)\n");
 }
 
-// Planning time at the goal's size: 256 experts x 8 ranks x 16 micro-batches, one layer.
+// Planning time at the goal's size: 256 experts x 8 ranks, for every MoE layer of a step
+// (--step_layers, one after the other on one core), with the trace's 16 micro-batches and with
+// the step's load as one micro-batch (as the trainer plans it).
 void TimePlanning(const Trace& synthetic) {
   const placement::StepLoad& load = synthetic.layers[0][1];
+  placement::StepLoad whole_step{.micro_batches = 1, .experts = load.experts};
+  whole_step.tokens.assign(load.experts, 0);
+  for (int m = 0; m < load.micro_batches; ++m) {
+    for (int e = 0; e < load.experts; ++e) whole_step.tokens[e] += load.at(m, e);
+  }
   const placement::EpTopology topology{
       .ranks = 8, .ranks_per_node = 4, .replica_slots_per_rank = 2};
   const std::vector<int> homes = placement::ContiguousHomes(load.experts, 8);
-  constexpr int kRuns = 200;
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kRuns; ++i) {
-    if (!placement::PlanBalance(load, topology, homes).ok()) std::abort();
+  const int layers = absl::GetFlag(FLAGS_step_layers);
+  for (const placement::StepLoad* step :
+       {&load, static_cast<const placement::StepLoad*>(&whole_step)}) {
+    constexpr int kRuns = 20;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kRuns * layers; ++i) {
+      if (!placement::PlanBalance(*step, topology, homes).ok()) std::abort();
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::printf(
+        "planning (256 experts x 8 ranks x %d micro-batches, %d layers, one core): "
+        "%.3f ms per step, %.3f ms per layer (goal <= 5 ms per step)\n",
+        step->micro_batches, layers, ms / kRuns, ms / kRuns / layers);
   }
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::printf(
-      "planning (256 experts x 8 ranks x 16 micro-batches, one layer, one core): "
-      "%.3f ms per step (goal <= 5 ms)\n",
-      ms / kRuns);
 }
 
 int Main() {

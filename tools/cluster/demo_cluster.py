@@ -181,10 +181,14 @@ def print_breakdown(tsv):
     moved = sum(int(row["experts_moved"]) for row in rows)
     replicas = sum(int(row["expert_replicas"]) for row in rows)
     if moved or replicas:
-        before = sum(float(row["expert_imbalance_before"]) for row in rows) / len(rows)
-        after = sum(float(row["expert_imbalance_after"]) for row in rows) / len(rows)
-        print(f"  experts moved: {moved}, replicas: {replicas} in {len(rows)} steps; mean load "
-              f"imbalance (max/mean rows per rank) {before:.3f} -> {after:.3f}")
+        def mean(field):
+            return sum(float(row[field]) for row in rows) / len(rows)
+        print(f"  experts moved: {moved}, replicas: {replicas} in {len(rows)} steps (over every "
+              f"MoE layer); per-layer load imbalance (max/mean rows per rank), mean over layers "
+              f"{mean('expert_imbalance_before'):.3f} -> {mean('expert_imbalance_after'):.3f}, "
+              f"worst layer {mean('expert_imbalance_worst_before'):.3f} -> "
+              f"{mean('expert_imbalance_worst_after'):.3f}; "
+              f"{mean('expert_bytes_moved') / 1e6:.2f} MB moved per step")
     exchanged = sum(int(row["expert_exchange_bytes"]) for row in rows) / len(rows) / 1e6
     if exchanged:
         print(f"  expert all-to-all bytes per step sent by rank 0: {exchanged:.2f} MB "

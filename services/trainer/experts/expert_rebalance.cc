@@ -32,10 +32,17 @@ absl::StatusOr<std::vector<float>> StepLoads(Communicator& ranks,
   return load;
 }
 
-// One layer's plan: one micro-batch of `load` over the group's ranks from the current owners, a
-// move only when it gains more than a tenth of an average expert's load.
+// Bytes a move and a replica of one expert send (BalanceCosts prices them).
+struct ExpertTraffic {
+  int64_t move_bytes = 0;
+  int64_t replica_bytes = 0;
+};
+
+// One layer's plan: one micro-batch of `load` over the group's ranks from the current owners,
+// moves and replicas priced in tokens of the layer's load by `costs` (see RebalanceExperts).
 absl::StatusOr<placement::BalancePlan> Plan(absl::Span<const float> load,
                                             const engine::ExpertPlacement& current,
+                                            const BalanceCosts& costs, ExpertTraffic traffic,
                                             placement::StepLoad& step) {
   step = {.micro_batches = 1, .experts = static_cast<int>(load.size())};
   double total = 0;
@@ -43,12 +50,32 @@ absl::StatusOr<placement::BalancePlan> Plan(absl::Span<const float> load,
     step.tokens.push_back(static_cast<int64_t>(rows));
     total += rows;
   }
-  return placement::PlanBalance(
-      step,
-      {.ranks = current.ranks(),
-       .ranks_per_node = current.ranks(),
-       .replica_slots_per_rank = kReplicaSlotsPerRank},
-      current.Owners(), {.move_cost_tokens = total / (10.0 * static_cast<double>(load.size()))});
+  placement::BalanceOptions options{.move_cost_tokens =
+                                        total / (10.0 * static_cast<double>(load.size()))};
+  const double row_seconds =
+      costs.seconds_per_row * static_cast<double>(costs.passes_per_step);  // Per token, per step.
+  if (costs.link_bytes_per_second > 0 && row_seconds > 0) {
+    const auto tokens = [&](int64_t bytes) {
+      return static_cast<double>(bytes) / costs.link_bytes_per_second / row_seconds;
+    };
+    options = {.move_cost_tokens = tokens(traffic.move_bytes),
+               .replica_cost_tokens = tokens(traffic.replica_bytes)};
+  }
+  return placement::PlanBalance(step,
+                                {.ranks = current.ranks(),
+                                 .ranks_per_node = current.ranks(),
+                                 .replica_slots_per_rank = kReplicaSlotsPerRank},
+                                current.Owners(), options);
+}
+
+// The costs every rank plans with: rank 0's of `ranks`.
+absl::StatusOr<BalanceCosts> AgreedCosts(Communicator& ranks, const BalanceCosts& mine) {
+  float values[] = {static_cast<float>(mine.link_bytes_per_second),
+                    static_cast<float>(mine.seconds_per_row)};
+  if (absl::Status status = ranks.Broadcast(values, 2, 0); !status.ok()) return status;
+  return BalanceCosts{.link_bytes_per_second = values[0],
+                      .seconds_per_row = values[1],
+                      .passes_per_step = mine.passes_per_step};
 }
 
 // `home`'s placement: each rank keeps the experts it holds and stays their home, in their order,
@@ -126,7 +153,7 @@ LayerImbalance Summarize(const std::vector<double>& per_layer) {
 
 absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& group,
                                             engine::ExpertParallelExchange& exchange,
-                                            const std::vector<int16_t>& routes,
+                                            const std::vector<int16_t>& routes, BalanceCosts costs,
                                             engine::BaseModel& base, engine::LoraAdapter& lora,
                                             engine::AdamW& optimizer) {
   const engine::ModelConfig& model = base.config();
@@ -134,17 +161,26 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
   // of an expert stay on the same group rank (their gradients are summed over the copies).
   absl::StatusOr<std::vector<float>> load = StepLoads(ranks, routes, model);
   if (!load.ok()) return load.status();
+  absl::StatusOr<BalanceCosts> agreed = AgreedCosts(ranks, costs);
+  if (!agreed.ok()) return agreed.status();
   const engine::LayerPlacements current = exchange.placements();
   engine::LayerPlacements owners, replicated;
   std::vector<double> before, after;
   Rebalanced rebalanced;
   for (int layer = 0; layer < static_cast<int>(current.layers.size()); ++layer) {
     const engine::ExpertPlacement& now = current.layers[layer];
+    // A move sends the base weights and the LoRA with its gradients and both moments; a replica
+    // takes the base weights and the LoRA, and gives the LoRA's gradients back.
+    const int64_t base_floats = ExpertFloats(base.parameters(), layer);
+    const int64_t lora_floats = ExpertFloats(lora.parameters(), layer);
+    const ExpertTraffic traffic{
+        .move_bytes = (base_floats + 4 * lora_floats) * int64_t{sizeof(float)},
+        .replica_bytes = (base_floats + 2 * lora_floats) * int64_t{sizeof(float)}};
     placement::StepLoad step;
     absl::StatusOr<placement::BalancePlan> plan =
         Plan(absl::MakeConstSpan(*load).subspan(static_cast<size_t>(layer) * model.num_experts,
                                                 model.num_experts),
-             now, step);
+             now, *agreed, traffic, step);
     before.push_back(
         placement::MaxOverMean(placement::HomeRankTokens(step, 0, now.Owners(), now.ranks())));
     if (!plan.ok()) {
@@ -158,13 +194,7 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
     }
     rebalanced.experts_moved += plan->experts_moved;
     after.push_back(placement::MaxOverMean(plan->micro_batches[0].rank_tokens));
-    // A move sends the base weights and the LoRA with its gradients and both moments; a replica
-    // takes the base weights and the LoRA, and gives the LoRA's gradients back.
-    const int64_t base_floats = ExpertFloats(base.parameters(), layer);
-    const int64_t lora_floats = ExpertFloats(lora.parameters(), layer);
-    const int64_t move_bytes = (base_floats + 4 * lora_floats) * int64_t{sizeof(float)};
-    const int64_t replica_bytes = (base_floats + 2 * lora_floats) * int64_t{sizeof(float)};
-    rebalanced.bytes_moved += plan->experts_moved * move_bytes;
+    rebalanced.bytes_moved += plan->experts_moved * traffic.move_bytes;
     owners.layers.push_back(PlacementOf(*plan, now));
     std::optional<engine::ExpertPlacement> copies = ReplicasOf(*plan, owners.layers.back());
     // Every rank plans alike; a plan this code cannot follow is a bug to report, not a crash.
@@ -178,7 +208,7 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
     replicated.layers.push_back(copies.value_or(owners.layers.back()));
     for (const std::vector<int>& held : replicated.layers.back().replicas) {
       rebalanced.replicas_made += static_cast<int>(held.size());
-      rebalanced.bytes_moved += static_cast<int64_t>(held.size()) * replica_bytes;
+      rebalanced.bytes_moved += static_cast<int64_t>(held.size()) * traffic.replica_bytes;
     }
   }
   rebalanced.before = Summarize(before);

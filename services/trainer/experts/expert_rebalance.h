@@ -34,6 +34,16 @@ struct Rebalanced {
   int replicas_made = 0;  // Over every MoE layer.
 };
 
+// What moves and replicas cost, as the job measured its experts so far: the bytes per second the
+// group's all-to-all sent (waits included, so no more than its link's rate), the seconds its
+// experts took per routed row and pass, and the passes each routed row makes through its expert
+// in a step (PolicyUpdater::ExpertPassesPerStep). A zero: not measured yet (the first step).
+struct BalanceCosts {
+  double link_bytes_per_second = 0;
+  double seconds_per_row = 0;
+  int passes_per_step = 0;
+};
+
 // At most this many replicas per rank, MoE layer and step (ReLibra's budget of extra expert
 // slots).
 inline constexpr int kReplicaSlotsPerRank = 2;
@@ -42,15 +52,18 @@ inline constexpr int kReplicaSlotsPerRank = 2;
 // hot experts), each MoE layer on its own: the layer's load per expert in the step -- `routes`,
 // this rank's replayed routes ([tokens, MoE layers, top_k] logical ids; -1: none), summed over
 // `ranks`, every rank of the job, so that every expert-parallel group takes the same placements
-// -- planned in process by placement::PlanBalance (a move only when it gains more than a tenth of
-// an average expert's load in that layer, at most kReplicaSlotsPerRank replicas per rank), the
-// moves applied by ChangePlacement over `group`, this rank's expert-parallel group, the replicas
-// returned for the step's training passes. Collective over both. A layer whose plan fails keeps
-// its placement on every rank alike (same load, same placement) and gets no replicas. Fails only
-// when a collective or a move does.
+// -- planned in process by placement::PlanBalance, the moves applied by ChangePlacement over
+// `group`, this rank's expert-parallel group, the replicas returned for the step's training
+// passes (at most kReplicaSlotsPerRank per rank). A move or a replica is made only when it pays
+// for itself within the step: the expert compute time it saves on the busiest rank (its tokens x
+// passes x seconds per row) exceeds the time its bytes take over the link. Until `costs` are
+// measured, a move is priced at a tenth of an average expert's load in that layer and replicas at
+// nothing. Every rank plans with rank 0's costs. Collective over both. A layer whose plan fails
+// keeps its placement on every rank alike (same load, same placement) and gets no replicas. Fails
+// only when a collective or a move does.
 absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& group,
                                             engine::ExpertParallelExchange& exchange,
-                                            const std::vector<int16_t>& routes,
+                                            const std::vector<int16_t>& routes, BalanceCosts costs,
                                             engine::BaseModel& base, engine::LoraAdapter& lora,
                                             engine::AdamW& optimizer);
 

@@ -72,7 +72,7 @@ TEST(ExpertRebalanceTest, EachMoeLayerIsBalancedOnItsOwnLoad) {
     ASSERT_EQ(config.top_k, 2);
     const std::vector<int16_t> routes = Routes(config, 50, {{0, 1}, {2, 3}});
     absl::StatusOr<Rebalanced> first =
-        RebalanceExperts(group, group, exchange, routes, base, lora, optimizer);
+        RebalanceExperts(group, group, exchange, routes, {}, base, lora, optimizer);
     ASSERT_TRUE(first.ok()) << first.status();
     EXPECT_DOUBLE_EQ(first->before.mean, 2.0);
     EXPECT_DOUBLE_EQ(first->before.worst, 2.0);
@@ -95,7 +95,7 @@ TEST(ExpertRebalanceTest, EachMoeLayerIsBalancedOnItsOwnLoad) {
     }
 
     absl::StatusOr<Rebalanced> second =
-        RebalanceExperts(group, group, exchange, routes, base, lora, optimizer);
+        RebalanceExperts(group, group, exchange, routes, {}, base, lora, optimizer);
     ASSERT_TRUE(second.ok()) << second.status();
     EXPECT_EQ(second->experts_moved, 0);
     EXPECT_LT(second->before.worst, 1.1);
@@ -110,7 +110,7 @@ TEST(ExpertRebalanceTest, EvenLoadsMoveNothing) {
                   const engine::LayerPlacements start = exchange.placements();
                   const std::vector<int16_t> routes = Routes(base.config(), 40, {{0, 2}, {1, 3}});
                   absl::StatusOr<Rebalanced> rebalanced =
-                      RebalanceExperts(group, group, exchange, routes, base, lora, optimizer);
+                      RebalanceExperts(group, group, exchange, routes, {}, base, lora, optimizer);
                   ASSERT_TRUE(rebalanced.ok()) << rebalanced.status();
                   EXPECT_DOUBLE_EQ(rebalanced->before.worst, 1.0);
                   EXPECT_EQ(rebalanced->experts_moved, 0);
@@ -118,6 +118,36 @@ TEST(ExpertRebalanceTest, EvenLoadsMoveNothing) {
                   EXPECT_EQ(rebalanced->bytes_moved, 0);
                   EXPECT_EQ(exchange.placements(), start);
                 });
+}
+
+// The same skewed load, priced by measured costs: over a link of 1 KB/s no move or replica pays
+// for itself (the placements stay, 2.0 per layer); over 100 GB/s they do, and the layers even.
+// Rank 1's costs differ from rank 0's: every rank plans with rank 0's, so the group agrees.
+TEST(ExpertRebalanceTest, MovesAndReplicasAreMadeOnlyWhenTheyPayForThemselves) {
+  for (const double link : {1e3, 1e11}) {
+    OnExpertRanks(
+        2, [link](int rank, Communicator& group, engine::ExpertParallelExchange& exchange,
+                  engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer) {
+          const engine::LayerPlacements start = exchange.placements();
+          const std::vector<int16_t> routes = Routes(base.config(), 50, {{0, 1}, {2, 3}});
+          const BalanceCosts costs{.link_bytes_per_second = rank == 0 ? link : 1e15,
+                                   .seconds_per_row = 1e-6,
+                                   .passes_per_step = 3};
+          absl::StatusOr<Rebalanced> rebalanced =
+              RebalanceExperts(group, group, exchange, routes, costs, base, lora, optimizer);
+          ASSERT_TRUE(rebalanced.ok()) << rebalanced.status();
+          if (link < 1e6) {
+            EXPECT_EQ(rebalanced->experts_moved, 0);
+            EXPECT_EQ(rebalanced->replicas_made, 0);
+            EXPECT_EQ(rebalanced->bytes_moved, 0);
+            EXPECT_DOUBLE_EQ(rebalanced->after.worst, 2.0);
+            EXPECT_EQ(exchange.placements(), start);
+          } else {
+            EXPECT_GT(rebalanced->experts_moved, 0);
+            EXPECT_LT(rebalanced->after.worst, 1.1);
+          }
+        });
+  }
 }
 
 }  // namespace

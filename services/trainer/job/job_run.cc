@@ -299,8 +299,16 @@ absl::StatusOr<StepRoutes> JobRun::FetchRoutes(const StepSamples& samples,
 }
 
 absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetrics& metrics) {
+  // Moves and replicas priced by what the run measured so far (the all-to-all's rate includes
+  // waits and earlier moves, so it prices them high rather than low).
+  const RunRanks::ExchangeTotals so_far = ranks_->Exchanged();
+  const BalanceCosts costs{
+      .link_bytes_per_second =
+          so_far.seconds > 0 ? static_cast<double>(so_far.bytes) / so_far.seconds : 0,
+      .seconds_per_row = so_far.rows > 0 ? so_far.compute_seconds / so_far.rows : 0,
+      .passes_per_step = updater_->ExpertPassesPerStep()};
   absl::StatusOr<Rebalanced> rebalanced =
-      RebalanceExperts(*ranks(), *ranks_->experts(), *ranks_->exchange(), routes.routes,
+      RebalanceExperts(*ranks(), *ranks_->experts(), *ranks_->exchange(), routes.routes, costs,
                        state_->base(), state_->lora(), state_->optimizer());
   if (!rebalanced.ok()) return rebalanced.status();
   metrics.set_experts_moved(rebalanced->experts_moved);

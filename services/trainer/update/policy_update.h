@@ -56,6 +56,14 @@ class PolicyUpdater {
     replicas_ = std::move(placements);
   }
 
+  // Passes each routed row makes through its expert in an Update (what an expert exchange counts
+  // as rows computed): its mini-batch's forward and backward, a reference forward with a KL
+  // penalty, and a separate old-policy forward with more than one update or a critic.
+  int ExpertPassesPerStep() const {
+    const bool old_policy_pass = config_.updates_per_step > 1 || config_.critic.head != nullptr;
+    return 2 + (config_.loss.kl_coef > 0 ? 1 : 0) + (old_policy_pass ? 1 : 0);
+  }
+
  private:
   absl::Status OldPolicyPass(TrainingBatch& batch, UpdateStats& stats);
   // Empty forward and backward passes, so this rank makes as many as the busiest rank of its
