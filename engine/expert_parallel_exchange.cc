@@ -70,15 +70,15 @@ absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> ExpertParallelExchange::
                                                    "among ", group.size(),
                                                    " expert-parallel ranks"));
   }
-  return Create(
-      group, num_experts,
-      LayerPlacements::Uniform(ExpertPlacement::Contiguous(num_experts, group.size()), moe_layers));
+  return Create(group, num_experts,
+                placement::LayerPlacements::Uniform(
+                    placement::ExpertPlacement::Contiguous(num_experts, group.size()), moe_layers));
 }
 
 absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> ExpertParallelExchange::Create(
-    Communicator& group, int num_experts, LayerPlacements placements) {
-  if (absl::Status status = ValidatePlacements(placements, num_experts, group.size(),
-                                               static_cast<int>(placements.layers.size()));
+    Communicator& group, int num_experts, placement::LayerPlacements placements) {
+  if (absl::Status status = placement::ValidatePlacements(
+          placements, num_experts, group.size(), static_cast<int>(placements.layers.size()));
       !status.ok()) {
     return status;
   }
@@ -86,9 +86,9 @@ absl::StatusOr<std::unique_ptr<ExpertParallelExchange>> ExpertParallelExchange::
       new ExpertParallelExchange(group, num_experts, std::move(placements)));
 }
 
-absl::Status ExpertParallelExchange::SetPlacements(LayerPlacements placements) {
-  if (absl::Status status = ValidatePlacements(placements, num_experts_, group_.size(),
-                                               static_cast<int>(layers_.size()));
+absl::Status ExpertParallelExchange::SetPlacements(placement::LayerPlacements placements) {
+  if (absl::Status status = placement::ValidatePlacements(placements, num_experts_, group_.size(),
+                                                          static_cast<int>(layers_.size()));
       !status.ok()) {
     return status;
   }
@@ -98,9 +98,10 @@ absl::Status ExpertParallelExchange::SetPlacements(LayerPlacements placements) {
 }
 
 void ExpertParallelExchange::Derive() {
-  const ExpertPlacement contiguous = ExpertPlacement::Contiguous(num_experts_, group_.size());
+  const placement::ExpertPlacement contiguous =
+      placement::ExpertPlacement::Contiguous(num_experts_, group_.size());
   layers_.clear();
-  for (const ExpertPlacement& placement : placements_.layers) {
+  for (const placement::ExpertPlacement& placement : placements_.layers) {
     Layer& layer = layers_.emplace_back();
     layer.slots = placement.Slots();
     layer.copies = placement.Copies();
@@ -134,7 +135,7 @@ absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(int moe_layer,
     }
   }
   const Layer& layer = layers_[moe_layer];
-  const ExpertPlacement& placement = placements_.layers[moe_layer];
+  const placement::ExpertPlacement& layout = placements_.layers[moe_layer];
   // What this rank sends each rank: for each expert that rank computes, this rank's rows of it
   // (or, for a replicated expert, that copy's piece of them).
   const int ranks = group_.size();
@@ -150,12 +151,12 @@ absl::StatusOr<ExchangePlan> ExpertParallelExchange::Plan(int moe_layer,
       const int copy =
           static_cast<int>(std::find(copies.begin(), copies.end(), rank) - copies.begin());
       const int first = expert_offsets[layer.slots[expert]];
-      const ExpertPlacement::RowPiece piece =
-          placement.PieceOf(expert, copy, static_cast<int>(copies.size()),
-                            expert_offsets[layer.slots[expert] + 1] - first);
+      const placement::ExpertPlacement::RowPiece piece =
+          layout.PieceOf(expert, copy, static_cast<int>(copies.size()),
+                         expert_offsets[layer.slots[expert] + 1] - first);
       counts.push_back(static_cast<float>(piece.count));
       plan.sent_to_rank[rank] += piece.count;
-      if (placement.has_replicas()) plan.outgoing.push_back({first + piece.first, piece.count});
+      if (layout.has_replicas()) plan.outgoing.push_back({first + piece.first, piece.count});
     }
   }
   std::vector<float> received(static_cast<size_t>(ranks) * layer.computed[group_.rank()].size());

@@ -20,14 +20,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/gloo_communicator.h"
 #include "engine/cpu_model_ops.h"
-#include "engine/expert_moves.h"
-#include "engine/expert_replicas.h"
 #include "engine/testing/checked_model_ops.h"
 #include "engine/testing/test_models.h"
 #include "engine/transformer.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "placement/expert_moves.h"
+#include "placement/expert_replicas.h"
 
 namespace tandem::engine {
 namespace {
@@ -109,9 +109,10 @@ struct Computed {
 // (combine), in the forward and once more, as gradients, in the backward.
 // Each route's expert's owner under the placement of the route's MoE layer.
 std::vector<int> RouteOwners(const std::vector<int16_t>& routes, const ModelConfig& config,
-                             const LayerPlacements& placements) {
+                             const placement::LayerPlacements& placements) {
   std::vector<std::vector<int>> owners;
-  for (const ExpertPlacement& layer : placements.layers) owners.push_back(layer.Owners());
+  for (const placement::ExpertPlacement& layer : placements.layers)
+    owners.push_back(layer.Owners());
   std::vector<int> route_owners;
   for (size_t i = 0; i < routes.size(); ++i) {
     const size_t layer = i / config.top_k % config.num_moe_layers();
@@ -121,7 +122,8 @@ std::vector<int> RouteOwners(const std::vector<int16_t>& routes, const ModelConf
 }
 
 std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& routes,
-                                   const ModelConfig& config, const LayerPlacements& placements) {
+                                   const ModelConfig& config,
+                                   const placement::LayerPlacements& placements) {
   const int ranks = static_cast<int>(routes.size());
   std::vector<int64_t> rows(ranks, 0);
   for (int rank = 0; rank < ranks; ++rank) {
@@ -139,7 +141,8 @@ std::vector<int64_t> AnalyticBytes(const std::vector<std::vector<int16_t>>& rout
 // The rows each rank's experts compute for `routes`: every routed slot of every rank, at its
 // expert's owner, in the forward and again in the backward.
 std::vector<int64_t> AnalyticRows(const std::vector<std::vector<int16_t>>& routes,
-                                  const ModelConfig& config, const LayerPlacements& placements) {
+                                  const ModelConfig& config,
+                                  const placement::LayerPlacements& placements) {
   std::vector<int64_t> rows(routes.size(), 0);
   for (const std::vector<int16_t>& rank_routes : routes) {
     for (int owner : RouteOwners(rank_routes, config, placements)) rows[owner] += 2;
@@ -163,7 +166,7 @@ int64_t ExpertFloats(const ParameterSet& parameters) {
 // their experts to `placements` (with their replicas) when given.
 Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
                  std::optional<Ownership> expert_parallel,
-                 std::optional<LayerPlacements> placements = std::nullopt) {
+                 std::optional<placement::LayerPlacements> placements = std::nullopt) {
   const ModelConfig& config = base.config();
   Computed computed{.logits = std::vector<std::vector<float>>(ranks),
                     .routes = std::vector<std::vector<int16_t>>(ranks),
@@ -174,14 +177,16 @@ Computed Compute(const BaseModel& base, ExpertLayout layout, int ranks,
     BaseModel model = base;
     LoraAdapter lora = Adapter(config, layout);
     if (expert_parallel == Ownership::kSharded) {
-      const ExpertPlacement contiguous = ExpertPlacement::Contiguous(config.num_experts, ranks);
+      const placement::ExpertPlacement contiguous =
+          placement::ExpertPlacement::Contiguous(config.num_experts, ranks);
       model = *base.ExpertShard(contiguous.experts[rank]);
       lora = *lora.ExpertShard(contiguous.experts[rank]);
       if (placements.has_value()) {
-        const LayerPlacements start = LayerPlacements::Uniform(contiguous, config.num_moe_layers());
+        const placement::LayerPlacements start =
+            placement::LayerPlacements::Uniform(contiguous, config.num_moe_layers());
         for (ParameterSet* parameters : {&model.parameters(), &lora.parameters()}) {
-          ASSERT_TRUE(MoveExperts(*group, start, placements->Owned(), *parameters).ok());
-          ASSERT_TRUE(HoldReplicas(*group, *placements, *parameters).ok());
+          ASSERT_TRUE(placement::MoveExperts(*group, start, placements->Owned(), *parameters).ok());
+          ASSERT_TRUE(placement::HoldReplicas(*group, *placements, *parameters).ok());
         }
       }
     }
@@ -265,9 +270,9 @@ TEST_P(ExpertParallelTest, RanksHoldingOnlyTheirExpertsComputeWhatOneRankCompute
   const Computed one = Compute(base, layout, ranks, std::nullopt);
   const Computed parallel = Compute(base, layout, ranks, Ownership::kSharded);
   ExpectSameResults(one, parallel, ranks);
-  const LayerPlacements contiguous =
-      LayerPlacements::Uniform(ExpertPlacement::Contiguous(base.config().num_experts, ranks),
-                               base.config().num_moe_layers());
+  const placement::LayerPlacements contiguous = placement::LayerPlacements::Uniform(
+      placement::ExpertPlacement::Contiguous(base.config().num_experts, ranks),
+      base.config().num_moe_layers());
   EXPECT_EQ(parallel.bytes_sent, AnalyticBytes(parallel.routes, base.config(), contiguous));
   EXPECT_EQ(parallel.rows_computed, AnalyticRows(parallel.routes, base.config(), contiguous));
   if (layout == ExpertLayout::kPerExpert) {
@@ -297,15 +302,15 @@ TEST(ExpertParallelExchangeTest, AScatteredPlacementComputesWhatOneRankComputes)
       SCOPED_TRACE(absl::StrCat(named.name, ", ", ranks, " ranks"));
       const BaseModel base = test_models::RandomModel(named.make(), 1);
       const int experts = base.config().num_experts;
-      ExpertPlacement scattered;
+      placement::ExpertPlacement scattered;
       for (int rank = 0; rank < ranks; ++rank) {
         std::vector<int>& held = scattered.experts.emplace_back();
         for (int e = experts - 1; e >= 0; --e) {
           if (e % ranks == ranks - 1 - rank) held.push_back(e);
         }
       }
-      const LayerPlacements everywhere =
-          LayerPlacements::Uniform(scattered, base.config().num_moe_layers());
+      const placement::LayerPlacements everywhere =
+          placement::LayerPlacements::Uniform(scattered, base.config().num_moe_layers());
       const Computed one = Compute(base, ExpertLayout::kPerExpert, ranks, std::nullopt);
       const Computed parallel =
           Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, everywhere);
@@ -326,14 +331,15 @@ TEST(ExpertParallelExchangeTest, ReplicasComputeWhatOneRankComputes) {
     for (int ranks : {2, 4}) {
       SCOPED_TRACE(absl::StrCat(named.name, ", ", ranks, " ranks"));
       const BaseModel base = test_models::RandomModel(named.make(), 1);
-      ExpertPlacement replicated = ExpertPlacement::Contiguous(base.config().num_experts, ranks);
+      placement::ExpertPlacement replicated =
+          placement::ExpertPlacement::Contiguous(base.config().num_experts, ranks);
       for (int rank = 0; rank < ranks; ++rank) {
         replicated.replicas.push_back({replicated.experts[(rank + 1) % ranks][0]});
       }
       if (ranks == 4) replicated.replicas[0].push_back(replicated.experts[2][0]);
       replicated.shares[replicated.experts[1][0]] = {1, 3};
-      const LayerPlacements everywhere =
-          LayerPlacements::Uniform(replicated, base.config().num_moe_layers());
+      const placement::LayerPlacements everywhere =
+          placement::LayerPlacements::Uniform(replicated, base.config().num_moe_layers());
       const Computed one = Compute(base, ExpertLayout::kPerExpert, ranks, std::nullopt);
       const Computed parallel =
           Compute(base, ExpertLayout::kPerExpert, ranks, Ownership::kSharded, everywhere);
@@ -359,21 +365,22 @@ TEST(ExpertParallelExchangeTest, EachMoeLayerPlacedItsOwnWayComputesWhatOneRankC
       const BaseModel base = test_models::RandomModel(named.make(), 1);
       const int experts = base.config().num_experts, layers = base.config().num_moe_layers();
       ASSERT_GE(layers, 2);
-      const ExpertPlacement contiguous = ExpertPlacement::Contiguous(experts, ranks);
-      LayerPlacements placements;
-      ExpertPlacement& scattered = placements.layers.emplace_back();
+      const placement::ExpertPlacement contiguous =
+          placement::ExpertPlacement::Contiguous(experts, ranks);
+      placement::LayerPlacements placements;
+      placement::ExpertPlacement& scattered = placements.layers.emplace_back();
       for (int rank = 0; rank < ranks; ++rank) {
         std::vector<int>& held = scattered.experts.emplace_back();
         for (int e = experts - 1; e >= 0; --e) {
           if (e % ranks == ranks - 1 - rank) held.push_back(e);
         }
       }
-      ExpertPlacement& replicated = placements.layers.emplace_back(contiguous);
+      placement::ExpertPlacement& replicated = placements.layers.emplace_back(contiguous);
       for (int rank = 0; rank < ranks; ++rank) {
         replicated.replicas.push_back({contiguous.experts[(rank + 1) % ranks][0]});
       }
       for (int layer = 2; layer < layers; ++layer) {
-        ExpertPlacement& rotated = placements.layers.emplace_back(contiguous);
+        placement::ExpertPlacement& rotated = placements.layers.emplace_back(contiguous);
         std::rotate(rotated.experts.begin(), rotated.experts.begin() + 1, rotated.experts.end());
       }
       const Computed one = Compute(base, ExpertLayout::kPerExpert, ranks, std::nullopt);
@@ -389,19 +396,19 @@ TEST(ExpertParallelExchangeTest, EachMoeLayerPlacedItsOwnWayComputesWhatOneRankC
 }
 
 TEST(ExpertParallelExchangeTest, ReplicasOfHeldExpertsAndBadSharesAreRefused) {
-  const ExpertPlacement owned = ExpertPlacement::Contiguous(4, 2);
+  const placement::ExpertPlacement owned = placement::ExpertPlacement::Contiguous(4, 2);
   const auto with = [&owned](std::vector<std::vector<int>> replicas,
                              std::map<int, std::vector<int64_t>> shares = {}) {
-    ExpertPlacement placement = owned;
-    placement.replicas = std::move(replicas);
-    placement.shares = std::move(shares);
-    return placement;
+    placement::ExpertPlacement made = owned;
+    made.replicas = std::move(replicas);
+    made.shares = std::move(shares);
+    return made;
   };
-  EXPECT_TRUE(ValidatePlacement(with({{2}, {0}}, {{2, {1, 2}}}), 4, 2).ok());
-  for (const ExpertPlacement& bad :
+  EXPECT_TRUE(placement::ValidatePlacement(with({{2}, {0}}, {{2, {1, 2}}}), 4, 2).ok());
+  for (const placement::ExpertPlacement& bad :
        {with({{2}}), with({{0}, {}}), with({{2, 2}, {}}), with({{4}, {}}),
         with({{2}, {}}, {{2, {1}}}), with({{2}, {}}, {{2, {1, 0}}}), with({}, {{2, {1, 1}}})}) {
-    EXPECT_EQ(ValidatePlacement(bad, 4, 2).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(placement::ValidatePlacement(bad, 4, 2).code(), absl::StatusCode::kInvalidArgument);
   }
 }
 
@@ -410,11 +417,13 @@ TEST(ExpertParallelExchangeTest, ReplicasOfHeldExpertsAndBadSharesAreRefused) {
 // and a rank that drops them alone (after a failure) holds its own experts again, unchanged.
 TEST(ExpertReplicasTest, ReplicasCopyOwnersAndGiveGradientsBackOrAreDropped) {
   const ModelConfig config = test_models::TinyConfig();
-  ExpertPlacement placement = ExpertPlacement::Contiguous(config.num_experts, 2);
-  placement.replicas = {{placement.experts[1][0]}, {placement.experts[0][1]}};
+  placement::ExpertPlacement first_layer =
+      placement::ExpertPlacement::Contiguous(config.num_experts, 2);
+  first_layer.replicas = {{first_layer.experts[1][0]}, {first_layer.experts[0][1]}};
   // The replicas are the first MoE layer's; the others have none.
-  LayerPlacements placements = LayerPlacements::Uniform(placement.Owned(), config.num_moe_layers());
-  placements.layers[0] = placement;
+  placement::LayerPlacements placements =
+      placement::LayerPlacements::Uniform(first_layer.Owned(), config.num_moe_layers());
+  placements.layers[0] = first_layer;
   const LoraAdapter whole = Adapter(config, ExpertLayout::kPerExpert);
   std::string name, other;  // A per-expert tensor of the first MoE layer, and one of another.
   for (const std::string& each : whole.parameters().names()) {
@@ -431,29 +440,29 @@ TEST(ExpertReplicasTest, ReplicasCopyOwnersAndGiveGradientsBackOrAreDropped) {
                               values.begin() + (index + 1) * expert_size);
   };
   OnRanks(2, [&](int rank, Communicator& group) {
-    LoraAdapter shard = *whole.ExpertShard(placement.experts[rank]);
+    LoraAdapter shard = *whole.ExpertShard(first_layer.experts[rank]);
     shard.parameters().EnableGradients();
     Parameter& tensor = *shard.parameters().Find(name);
     std::fill(tensor.grad.begin(), tensor.grad.end(), 1.0f);
     const std::vector<float> own_values = tensor.value;
-    ASSERT_TRUE(HoldReplicas(group, placements, shard.parameters()).ok());
-    EXPECT_EQ(tensor.experts, placement.Computed(rank));
-    EXPECT_EQ(shard.parameters().Find(other)->experts, placement.experts[rank]);
-    const int replica = placement.replicas[rank][0];
+    ASSERT_TRUE(placement::HoldReplicas(group, placements, shard.parameters()).ok());
+    EXPECT_EQ(tensor.experts, first_layer.Computed(rank));
+    EXPECT_EQ(shard.parameters().Find(other)->experts, first_layer.experts[rank]);
+    const int replica = first_layer.replicas[rank][0];
     EXPECT_EQ(rows_of(tensor.value, 2), rows_of(whole.parameters().Find(name)->value, replica));
     EXPECT_EQ(rows_of(tensor.grad, 2), std::vector<float>(expert_size, 0.0f));
     std::fill(tensor.grad.begin() + 2 * expert_size, tensor.grad.end(), 2.0f);
-    ASSERT_TRUE(ReleaseReplicas(group, placements, shard.parameters()).ok());
-    EXPECT_EQ(tensor.experts, placement.experts[rank]);
+    ASSERT_TRUE(placement::ReleaseReplicas(group, placements, shard.parameters()).ok());
+    EXPECT_EQ(tensor.experts, first_layer.experts[rank]);
     EXPECT_EQ(tensor.value, own_values);
     // Rank 0's expert 1 and rank 1's expert 2 (index 1 and 0) got a replica's 2 added.
     const int replicated = rank == 0 ? 1 : 0;
     EXPECT_EQ(rows_of(tensor.grad, replicated), std::vector<float>(expert_size, 3.0f));
     EXPECT_EQ(rows_of(tensor.grad, 1 - replicated), std::vector<float>(expert_size, 1.0f));
 
-    ASSERT_TRUE(HoldReplicas(group, placements, shard.parameters()).ok());
-    DropReplicas(placements, rank, shard.parameters());
-    EXPECT_EQ(tensor.experts, placement.experts[rank]);
+    ASSERT_TRUE(placement::HoldReplicas(group, placements, shard.parameters()).ok());
+    placement::DropReplicas(placements, rank, shard.parameters());
+    EXPECT_EQ(tensor.experts, first_layer.experts[rank]);
     EXPECT_EQ(tensor.value, own_values);
     EXPECT_EQ(tensor.shape[0], 2);
   });
@@ -463,17 +472,19 @@ TEST(ExpertParallelExchangeTest, PlacementsThatLoseOrRepeatAnExpertAreRefused) {
   gloo::rendezvous::HashStore store;
   auto group = GlooCommunicator::Create(store, 0, 1, {});
   ASSERT_TRUE(group.ok());
-  for (const ExpertPlacement& bad :
-       {ExpertPlacement{{{0, 1, 2}}}, ExpertPlacement{{{0, 1, 1, 3}}},
-        ExpertPlacement{{{0, 1, 2, 4}}}, ExpertPlacement{{{0, 1}, {2, 3}}}}) {
-    EXPECT_EQ(ExpertParallelExchange::Create(**group, 4, LayerPlacements::Uniform(bad, 2))
-                  .status()
-                  .code(),
-              absl::StatusCode::kInvalidArgument);
+  for (const placement::ExpertPlacement& bad :
+       {placement::ExpertPlacement{{{0, 1, 2}}}, placement::ExpertPlacement{{{0, 1, 1, 3}}},
+        placement::ExpertPlacement{{{0, 1, 2, 4}}}, placement::ExpertPlacement{{{0, 1}, {2, 3}}}}) {
+    EXPECT_EQ(
+        ExpertParallelExchange::Create(**group, 4, placement::LayerPlacements::Uniform(bad, 2))
+            .status()
+            .code(),
+        absl::StatusCode::kInvalidArgument);
   }
   // A layer that loses an expert is named.
-  LayerPlacements second_bad = LayerPlacements::Uniform(ExpertPlacement::Contiguous(4, 1), 2);
-  second_bad.layers[1] = ExpertPlacement{{{0, 1, 2}}};
+  placement::LayerPlacements second_bad =
+      placement::LayerPlacements::Uniform(placement::ExpertPlacement::Contiguous(4, 1), 2);
+  second_bad.layers[1] = placement::ExpertPlacement{{{0, 1, 2}}};
   const absl::Status refused = ExpertParallelExchange::Create(**group, 4, second_bad).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(), HasSubstr("MoE layer 1"));

@@ -14,10 +14,10 @@
 #include "engine/expert_parallel_exchange.h"
 #include "engine/tasks.h"
 #include "engine/text/text_codec.h"
+#include "placement/expert_rebalance.h"
 #include "services/rollout/client/sample_fan_out.h"
 #include "services/router_replay/client/route_source.h"
 #include "services/trainer/api/job_spec.h"
-#include "services/trainer/experts/expert_rebalance.h"
 #include "services/trainer/job/checkpoint.h"
 #include "services/trainer/job/generation_ahead.h"
 #include "services/trainer/job/job_connections.h"
@@ -225,8 +225,8 @@ absl::Status JobRun::CheckPublishable() const {
   const auto split = expert_parallel()
                          ? weight_store::BuildExpertParallelVersion(
                                state_->lora(), state_->model_config(), spec().adapter_name(), 1,
-                               engine::LayerPlacements::Uniform(
-                                   engine::ExpertPlacement::Contiguous(
+                               placement::LayerPlacements::Uniform(
+                                   placement::ExpertPlacement::Contiguous(
                                        state_->model_config().num_experts, plan_->expert_parallel),
                                    state_->model_config().num_moe_layers()),
                                plan_->data_parallel, ranks_->rank())
@@ -302,14 +302,14 @@ absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetric
   // Moves and replicas priced by what the run measured so far (the all-to-all's rate includes
   // waits and earlier moves, so it prices them high rather than low).
   const RunRanks::ExchangeTotals so_far = ranks_->Exchanged();
-  const BalanceCosts costs{
+  const placement::BalanceCosts costs{
       .link_bytes_per_second =
           so_far.seconds > 0 ? static_cast<double>(so_far.bytes) / so_far.seconds : 0,
       .seconds_per_row = so_far.rows > 0 ? so_far.compute_seconds / so_far.rows : 0,
       .passes_per_step = updater_->ExpertPassesPerStep()};
-  absl::StatusOr<Rebalanced> rebalanced =
-      RebalanceExperts(*ranks(), *ranks_->experts(), *ranks_->exchange(), routes.routes, costs,
-                       state_->base(), state_->lora(), state_->optimizer());
+  absl::StatusOr<placement::Rebalanced> rebalanced =
+      placement::RebalanceExperts(*ranks(), *ranks_->experts(), *ranks_->exchange(), routes.routes,
+                                  costs, state_->base(), state_->lora(), state_->optimizer());
   if (!rebalanced.ok()) return rebalanced.status();
   metrics.set_experts_moved(rebalanced->experts_moved);
   metrics.set_expert_imbalance_before(rebalanced->before.mean);

@@ -13,8 +13,8 @@
 #include "common/counting_communicator.h"
 #include "common/gloo_communicator.h"
 #include "engine/expert_parallel_exchange.h"
-#include "engine/expert_placement.h"
 #include "gloo/rendezvous/store.h"
+#include "placement/expert_placement.h"
 #include "services/trainer/ranks/rank_group.h"
 #include "services/trainer/update/policy_update_config.h"
 #include "tandem/internal/v1/trainer_ranks.pb.h"
@@ -59,7 +59,7 @@ class RunRanks {
   CountingCommunicator* copies() { return group_ == nullptr ? nullptr : group_->copies(); }
   engine::ExpertParallelExchange* exchange() { return exchange_.get(); }
   // The experts' placements over each expert group; null without expert parallelism.
-  const engine::LayerPlacements* Placements() const {
+  const placement::LayerPlacements* Placements() const {
     return exchange_ == nullptr ? nullptr : &exchange_->placements();
   }
   PolicyUpdateConfig::ExpertParallelism ExpertGroups();

@@ -26,7 +26,7 @@ absl::StatusOr<int64_t> StepPublisher::NewestVersion() {
 
 absl::StatusOr<weight_store::AdapterVersion> StepPublisher::Build(
     const engine::LoraAdapter& lora, const engine::ModelConfig& model, int64_t version,
-    Communicator* ranks, const engine::LayerPlacements* placements) {
+    Communicator* ranks, const placement::LayerPlacements* placements) {
   if (placements == nullptr) {
     return weight_store::BuildAdapterVersion(lora, model, config_.adapter_name, version,
                                              type::v1::DTYPE_F32, config_.ranks);
@@ -48,7 +48,7 @@ absl::StatusOr<weight_store::AdapterVersion> StepPublisher::Build(
 absl::Status StepPublisher::Publish(const engine::LoraAdapter& lora,
                                     const engine::ModelConfig& model, int64_t version, int64_t step,
                                     Communicator* ranks,
-                                    const engine::LayerPlacements* placements) {
+                                    const placement::LayerPlacements* placements) {
   auto published = Build(lora, model, version, ranks, placements);
   if (!published.ok()) return published.status();
   auto& labels = *published->manifest.mutable_labels();

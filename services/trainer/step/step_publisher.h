@@ -58,7 +58,7 @@ class StepPublisher {
   // its experts and publishes a share of them (weight_store::BuildExpertParallelVersion).
   absl::Status Publish(const engine::LoraAdapter& lora, const engine::ModelConfig& model,
                        int64_t version, int64_t step, Communicator* ranks,
-                       const engine::LayerPlacements* placements = nullptr);
+                       const placement::LayerPlacements* placements = nullptr);
   // Returns once every replica serves `version` (AwaitVersionServed).
   absl::Status AwaitServed(int64_t version);
 
@@ -69,7 +69,7 @@ class StepPublisher {
   absl::StatusOr<weight_store::AdapterVersion> Build(const engine::LoraAdapter& lora,
                                                      const engine::ModelConfig& model,
                                                      int64_t version, Communicator* ranks,
-                                                     const engine::LayerPlacements* placements);
+                                                     const placement::LayerPlacements* placements);
 
   const StepPublisherConfig config_;
   const weight_store::WeightStoreStubs& store_;

@@ -18,9 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "common/gloo_communicator.h"
 #include "engine/cpu_model_ops.h"
-#include "engine/expert_moves.h"
 #include "engine/expert_parallel_exchange.h"
-#include "engine/expert_placement.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/testing/test_models.h"
@@ -28,7 +26,9 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/trainer/experts/placement_change.h"
+#include "placement/expert_moves.h"
+#include "placement/expert_placement.h"
+#include "placement/placement_change.h"
 #include "services/trainer/update/data_parallel_share.h"
 #include "services/trainer/update/policy_update.h"
 
@@ -115,11 +115,11 @@ struct Trained {
 struct ExpertGroups {
   Communicator* group = nullptr;         // The ranks exchanging expert rows with this one.
   Communicator* same_experts = nullptr;  // The ranks holding the same experts (null: none).
-  engine::LayerPlacements placements;    // Of the experts over `group`.
+  placement::LayerPlacements placements;  // Of the experts over `group`.
   // Placements the ranks change to after the second step (ChangePlacement); none: keep them.
-  std::optional<engine::LayerPlacements> later;
+  std::optional<placement::LayerPlacements> later;
   // Replicas every training pass makes (PolicyUpdater::UseReplicas); none: no replicas.
-  std::optional<engine::LayerPlacements> replicas;
+  std::optional<placement::LayerPlacements> replicas;
 };
 
 // Every sample index of a step on one rank.
@@ -140,15 +140,16 @@ Trained Train(const std::vector<RecordedStep>& steps, PolicyUpdateConfig config,
   engine::LoraAdapter lora = InitialAdapter(model);
   std::unique_ptr<engine::ExpertParallelExchange> exchange;
   if (experts.group != nullptr) {
-    const engine::ExpertPlacement contiguous =
-        engine::ExpertPlacement::Contiguous(model.num_experts, experts.group->size());
-    const engine::LayerPlacements start =
-        engine::LayerPlacements::Uniform(contiguous, model.num_moe_layers());
+    const placement::ExpertPlacement contiguous =
+        placement::ExpertPlacement::Contiguous(model.num_experts, experts.group->size());
+    const placement::LayerPlacements start =
+        placement::LayerPlacements::Uniform(contiguous, model.num_moe_layers());
     exchange = *engine::ExpertParallelExchange::Create(*experts.group, model.num_experts, start);
     base = *base.ExpertShard(contiguous.experts[experts.group->rank()]);
     lora = *lora.ExpertShard(contiguous.experts[experts.group->rank()]);
     for (engine::ParameterSet* parameters : {&base.parameters(), &lora.parameters()}) {
-      EXPECT_TRUE(engine::MoveExperts(*experts.group, start, experts.placements, *parameters).ok());
+      EXPECT_TRUE(
+          placement::MoveExperts(*experts.group, start, experts.placements, *parameters).ok());
     }
     EXPECT_TRUE(exchange->SetPlacements(experts.placements).ok());
     config.expert_parallel = {exchange.get(), experts.group, experts.same_experts};
@@ -170,8 +171,8 @@ Trained Train(const std::vector<RecordedStep>& steps, PolicyUpdateConfig config,
   Trained trained;
   for (const RecordedStep& step : steps) {
     if (experts.later.has_value() && trained.losses.size() == 2) {
-      const absl::Status changed =
-          ChangePlacement(*experts.group, *exchange, *experts.later, base, lora, optimizer);
+      const absl::Status changed = placement::ChangePlacement(
+          *experts.group, *exchange, *experts.later, base, lora, optimizer);
       EXPECT_TRUE(changed.ok()) << changed;
     }
     const RecordedStep local = Share(step, share);
@@ -318,9 +319,9 @@ INSTANTIATE_TEST_SUITE_P(Losses, DataParallelTest,
 std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
                                          const PolicyUpdateConfig& config, int dp, int ep,
                                          const std::vector<std::vector<int>>& shares,
-                                         const engine::LayerPlacements& placements,
-                                         std::optional<engine::LayerPlacements> later,
-                                         std::optional<engine::LayerPlacements> replicas) {
+                                         const placement::LayerPlacements& placements,
+                                         std::optional<placement::LayerPlacements> later,
+                                         std::optional<placement::LayerPlacements> replicas) {
   const int ranks = dp * ep;
   gloo::rendezvous::HashStore store;
   std::vector<Trained> trained(ranks);
@@ -351,8 +352,8 @@ std::vector<Trained> TrainExpertParallel(const std::vector<RecordedStep>& steps,
 // The adapter of the ranks of one expert-parallel group, whole: per-expert tensors joined from
 // their owners (each expert at its place under its MoE layer's placement), the others from the
 // first rank.
-std::map<std::string, std::vector<float>> JoinedAdapter(const std::vector<Trained>& group,
-                                                        const engine::LayerPlacements& placements) {
+std::map<std::string, std::vector<float>> JoinedAdapter(
+    const std::vector<Trained>& group, const placement::LayerPlacements& placements) {
   const engine::LoraAdapter layout = InitialAdapter(TinyConfig());
   std::map<std::string, std::vector<float>> joined;
   for (const auto& [name, values] : group[0].adapter) {
@@ -361,7 +362,7 @@ std::map<std::string, std::vector<float>> JoinedAdapter(const std::vector<Traine
       joined[name] = values;
       continue;
     }
-    const engine::ExpertPlacement& placement = placements.layers[parameter.moe_layer];
+    const placement::ExpertPlacement& placement = placements.layers[parameter.moe_layer];
     const int64_t expert_size =
         static_cast<int64_t>(values.size()) / static_cast<int64_t>(placement.experts[0].size());
     std::vector<float>& whole = joined[name];
@@ -400,27 +401,27 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
   // Contiguous (rank 0 holds experts 0 and 1), scattered in another order (3, 0 | 2, 1), and
   // contiguous changed to scattered after two steps.
   const int layers = TinyConfig().num_moe_layers();
-  const auto everywhere = [layers](const engine::ExpertPlacement& placement) {
-    return engine::LayerPlacements::Uniform(placement, layers);
+  const auto everywhere = [layers](const placement::ExpertPlacement& one) {
+    return placement::LayerPlacements::Uniform(one, layers);
   };
-  const auto first_layer = [&](const engine::ExpertPlacement& placement) {
-    engine::LayerPlacements placements = everywhere(placement.Owned());
-    placements.layers[0] = placement;
+  const auto first_layer = [&](const placement::ExpertPlacement& one) {
+    placement::LayerPlacements placements = everywhere(one.Owned());
+    placements.layers[0] = one;
     return placements;
   };
-  const engine::ExpertPlacement owned = engine::ExpertPlacement::Contiguous(4, 2);
-  const engine::LayerPlacements contiguous = everywhere(owned);
-  const engine::LayerPlacements scattered = everywhere({{{3, 0}, {2, 1}}});
-  const engine::LayerPlacements first_scattered = first_layer({{{3, 0}, {2, 1}}});
-  engine::ExpertPlacement replicated = owned;
+  const placement::ExpertPlacement owned = placement::ExpertPlacement::Contiguous(4, 2);
+  const placement::LayerPlacements contiguous = everywhere(owned);
+  const placement::LayerPlacements scattered = everywhere({{{3, 0}, {2, 1}}});
+  const placement::LayerPlacements first_scattered = first_layer({{{3, 0}, {2, 1}}});
+  placement::ExpertPlacement replicated = owned;
   replicated.replicas = {{2}, {0}};
   replicated.shares[0] = {1, 2};
   struct Run {
     int dp;
     std::vector<std::vector<int>> shares;
-    engine::LayerPlacements placements;
-    std::optional<engine::LayerPlacements> later;
-    std::optional<engine::LayerPlacements> replicas;
+    placement::LayerPlacements placements;
+    std::optional<placement::LayerPlacements> later;
+    std::optional<placement::LayerPlacements> replicas;
   };
   for (const Run& run : {Run{1, uneven, contiguous, std::nullopt, std::nullopt},
                          Run{2, even, contiguous, std::nullopt, std::nullopt},
@@ -432,7 +433,7 @@ TEST_P(ExpertParallelTrainingTest, RanksHoldingOnlyTheirExpertsTrainTheOneRankAd
                          Run{2, even, contiguous, std::nullopt, everywhere(replicated)},
                          Run{2, even, contiguous, std::nullopt, first_layer(replicated)}}) {
     const int dp = run.dp;
-    const engine::LayerPlacements& placements = run.later.value_or(run.placements);
+    const placement::LayerPlacements& placements = run.later.value_or(run.placements);
     SCOPED_TRACE(absl::StrCat(
         dp, " x 2, rank 0 holding experts ",
         absl::StrJoin(run.placements.layers[0].experts[0], ","), " | ",

@@ -5,9 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "engine/expert_moves.h"
 #include "engine/expert_parallel_exchange.h"
-#include "engine/expert_replicas.h"
+#include "placement/expert_moves.h"
+#include "placement/expert_replicas.h"
 
 namespace tandem::trainer {
 
@@ -25,9 +25,9 @@ absl::Status CheckExpertParallelism(const PolicyUpdateConfig& config,
                           "expert parallelism needs its group, and data-parallel ranks = group "
                           "ranks x ranks holding the same experts");
   }
-  if (absl::Status held = engine::CheckHeldExperts(experts.exchange->placements(),
-                                                   experts.group->rank(), lora.parameters(),
-                                                   /*with_replicas=*/false);
+  if (absl::Status held = placement::CheckHeldExperts(experts.exchange->placements(),
+                                                      experts.group->rank(), lora.parameters(),
+                                                      /*with_replicas=*/false);
       !held.ok()) {
     return InvalidRequest(
         "BAD_EXPERT_PARALLELISM",
@@ -42,7 +42,8 @@ absl::Status ReplicaHold::Hold() {
   if (!active()) return absl::OkStatus();
   Communicator& group = *experts_.group;
   for (engine::ParameterSet* parameters : {&base_.parameters(), &lora_.parameters()}) {
-    if (absl::Status status = engine::HoldReplicas(group, *replicas_, *parameters); !status.ok()) {
+    if (absl::Status status = placement::HoldReplicas(group, *replicas_, *parameters);
+        !status.ok()) {
       return status;
     }
   }
@@ -53,7 +54,7 @@ absl::Status ReplicaHold::Release() {
   if (!active()) return absl::OkStatus();
   Communicator& group = *experts_.group;
   for (engine::ParameterSet* parameters : {&base_.parameters(), &lora_.parameters()}) {
-    if (absl::Status status = engine::ReleaseReplicas(group, *replicas_, *parameters);
+    if (absl::Status status = placement::ReleaseReplicas(group, *replicas_, *parameters);
         !status.ok()) {
       return status;
     }
@@ -68,7 +69,7 @@ void ReplicaHold::Drop() {
   if (!active()) return;
   const int rank = experts_.group->rank();
   for (engine::ParameterSet* parameters : {&base_.parameters(), &lora_.parameters()}) {
-    engine::DropReplicas(*replicas_, rank, *parameters);
+    placement::DropReplicas(*replicas_, rank, *parameters);
   }
   absl::Status restored = experts_.exchange->SetPlacements(replicas_->Owned());
   if (restored.ok()) restored = optimizer_.Rebind(engine::OptimizerParams(lora_.parameters()));

@@ -2,9 +2,9 @@
 #define TANDEM_SERVICES_TRAINER_UPDATE_EXPERT_PARALLEL_UPDATE_H_
 
 #include "absl/status/status.h"
-#include "engine/expert_placement.h"
 #include "engine/model.h"
 #include "engine/optimizer.h"
+#include "placement/expert_placement.h"
 #include "services/trainer/update/policy_update_config.h"
 
 namespace tandem::trainer {
@@ -22,7 +22,7 @@ absl::Status CheckExpertParallelism(const PolicyUpdateConfig& config,
 // between. Each does nothing without replicas or expert parallelism. None is owned.
 class ReplicaHold {
  public:
-  ReplicaHold(const std::optional<engine::LayerPlacements>& replicas,
+  ReplicaHold(const std::optional<placement::LayerPlacements>& replicas,
               const PolicyUpdateConfig::ExpertParallelism& experts, engine::BaseModel& base,
               engine::LoraAdapter& lora, engine::AdamW& optimizer)
       : replicas_(replicas), experts_(experts), base_(base), lora_(lora), optimizer_(optimizer) {}
@@ -34,7 +34,7 @@ class ReplicaHold {
  private:
   bool active() const { return replicas_.has_value() && experts_.exchange != nullptr; }
 
-  const std::optional<engine::LayerPlacements>& replicas_;
+  const std::optional<placement::LayerPlacements>& replicas_;
   const PolicyUpdateConfig::ExpertParallelism& experts_;
   engine::BaseModel& base_;
   engine::LoraAdapter& lora_;

@@ -9,11 +9,11 @@
 
 #include "absl/status/statusor.h"
 #include "common/communicator.h"
-#include "engine/expert_placement.h"
 #include "engine/model.h"
 #include "engine/optimizer.h"
 #include "engine/training_engine.h"
 #include "engine/transformer.h"
+#include "placement/expert_placement.h"
 #include "services/trainer/rl/advantages.h"
 #include "services/trainer/rl/mismatch_correction.h"
 #include "services/trainer/rl/policy_loss.h"
@@ -52,7 +52,7 @@ class PolicyUpdater {
   // mini-batch takes them from their owners before its passes and adds their gradients to the
   // owners' after, so results do not change (up to summation order); a separate old-policy pass and
   // the optimizer see only the owners.
-  void UseReplicas(std::optional<engine::LayerPlacements> placements) {
+  void UseReplicas(std::optional<placement::LayerPlacements> placements) {
     replicas_ = std::move(placements);
   }
 
@@ -93,7 +93,7 @@ class PolicyUpdater {
   const GradientSync sync_;
   std::unique_ptr<engine::TrainingEngine> policy_;
   std::unique_ptr<engine::TrainingEngine> reference_;  // The base model alone, for the KL penalty.
-  std::optional<engine::LayerPlacements> replicas_;
+  std::optional<placement::LayerPlacements> replicas_;
 };
 
 }  // namespace tandem::trainer

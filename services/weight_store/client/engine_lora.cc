@@ -225,15 +225,13 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
   return published;
 }
 
-absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdapter& adapter,
-                                                          const engine::ModelConfig& model_config,
-                                                          absl::string_view adapter_name,
-                                                          int64_t version,
-                                                          const engine::LayerPlacements& placements,
-                                                          int copies, int writer) {
+absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(
+    const engine::LoraAdapter& adapter, const engine::ModelConfig& model_config,
+    absl::string_view adapter_name, int64_t version, const placement::LayerPlacements& placements,
+    int copies, int writer) {
   const int group = placements.ranks(), writers = group * copies;
-  if (absl::Status status = engine::ValidatePlacements(placements, model_config.num_experts, group,
-                                                       model_config.num_moe_layers());
+  if (absl::Status status = placement::ValidatePlacements(placements, model_config.num_experts,
+                                                          group, model_config.num_moe_layers());
       !status.ok()) {
     return status;
   }

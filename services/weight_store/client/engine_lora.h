@@ -8,8 +8,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/config.h"
-#include "engine/expert_placement.h"
 #include "engine/model.h"
+#include "placement/expert_placement.h"
 #include "services/weight_store/client/adapter_client.h"
 #include "tandem/weightstore/v1/weight_store.pb.h"
 #include "transfer/lora_layout.h"
@@ -63,12 +63,10 @@ absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& ad
 // caller's to gather. INVALID_ARGUMENT for placements ValidatePlacements refuses, experts per
 // layer that are not a multiple of the writers, an adapter lacking an expert it publishes, or
 // fewer tensors that are not per expert than writers.
-absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(const engine::LoraAdapter& adapter,
-                                                          const engine::ModelConfig& model_config,
-                                                          absl::string_view adapter_name,
-                                                          int64_t version,
-                                                          const engine::LayerPlacements& placements,
-                                                          int copies, int writer);
+absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(
+    const engine::LoraAdapter& adapter, const engine::ModelConfig& model_config,
+    absl::string_view adapter_name, int64_t version, const placement::LayerPlacements& placements,
+    int copies, int writer);
 
 // The layout the engine consumes: one rank, its own parameter names (experts stacked), stored
 // dtype (the UCX path never converts; AdapterFromFetched does).

@@ -61,9 +61,9 @@ TEST_P(EngineLoraTest, PublishedVersionRebuildsTheSameAdapter) {
 }
 
 // Group rank `rank`'s share of `adapter` under `placements`: each MoE layer's experts of that
-// rank, as moving them there (engine::MoveExperts) leaves them.
+// rank, as moving them there (placement::MoveExperts) leaves them.
 engine::LoraAdapter ShardOf(const engine::LoraAdapter& adapter,
-                            const engine::LayerPlacements& placements, int rank) {
+                            const placement::LayerPlacements& placements, int rank) {
   engine::LoraAdapter shard = *adapter.ExpertShard(placements.layers[0].experts[rank]);
   for (const std::string& name : shard.parameters().names()) {
     engine::Parameter& part = *shard.parameters().Find(name);
@@ -85,15 +85,15 @@ TEST_P(EngineLoraTest, ExpertParallelWritersPublishTheWholeAdapter) {
   constexpr int kCopies = 2;
   const int layers = model.num_moe_layers();
   ASSERT_GE(layers, 2);
-  const engine::ExpertPlacement contiguous = engine::ExpertPlacement::Contiguous(8, 2);
-  const engine::ExpertPlacement scattered{{{7, 2, 4, 1}, {0, 6, 3, 5}}};
-  engine::LayerPlacements alternating;
+  const placement::ExpertPlacement contiguous = placement::ExpertPlacement::Contiguous(8, 2);
+  const placement::ExpertPlacement scattered{{{7, 2, 4, 1}, {0, 6, 3, 5}}};
+  placement::LayerPlacements alternating;
   for (int layer = 0; layer < layers; ++layer) {
     alternating.layers.push_back(layer % 2 == 0 ? contiguous : scattered);
   }
-  for (const engine::LayerPlacements& placements :
-       {engine::LayerPlacements::Uniform(contiguous, layers),
-        engine::LayerPlacements::Uniform(scattered, layers), alternating}) {
+  for (const placement::LayerPlacements& placements :
+       {placement::LayerPlacements::Uniform(contiguous, layers),
+        placement::LayerPlacements::Uniform(scattered, layers), alternating}) {
     SCOPED_TRACE(absl::StrJoin(placements.layers.back().experts[0], ","));
     const int writers = kCopies * placements.ranks();
     AdapterVersion whole;
@@ -119,22 +119,23 @@ TEST_P(EngineLoraTest, ExpertParallelWritersPublishTheWholeAdapter) {
           << name;
     }
   }
-  const engine::LayerPlacements one_rank =
-      engine::LayerPlacements::Uniform(engine::ExpertPlacement::Contiguous(8, 1), layers);
+  const placement::LayerPlacements one_rank =
+      placement::LayerPlacements::Uniform(placement::ExpertPlacement::Contiguous(8, 1), layers);
   EXPECT_EQ(BuildExpertParallelVersion(adapter, model, "policy", 2, one_rank, 3, 0).status().code(),
             absl::StatusCode::kInvalidArgument)
       << "8 experts among 3 writers";
   const engine::LoraAdapter half = *adapter.ExpertShard(0, 4);
   if (GetParam() != engine::ExpertLayout::kShared) {  // Else nothing per expert is published.
-    EXPECT_EQ(BuildExpertParallelVersion(half, model, "policy", 2,
-                                         engine::LayerPlacements::Uniform(contiguous, layers), 1, 1)
-                  .status()
-                  .code(),
-              absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(
+        BuildExpertParallelVersion(half, model, "policy", 2,
+                                   placement::LayerPlacements::Uniform(contiguous, layers), 1, 1)
+            .status()
+            .code(),
+        absl::StatusCode::kInvalidArgument)
         << "writer 1 publishes experts 4..7, which it does not hold";
   }
   EXPECT_EQ(BuildExpertParallelVersion(half, model, "policy", 2,
-                                       engine::LayerPlacements::Uniform(contiguous, 1), 1, 0)
+                                       placement::LayerPlacements::Uniform(contiguous, 1), 1, 0)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument)

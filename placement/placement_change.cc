@@ -1,18 +1,18 @@
-#include "services/trainer/experts/placement_change.h"
+#include "placement/placement_change.h"
 
 #include <string>
 #include <vector>
 
-#include "engine/expert_moves.h"
+#include "placement/expert_moves.h"
 
-namespace tandem::trainer {
+namespace tandem::placement {
 
 absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange& exchange,
-                             const engine::LayerPlacements& to, engine::BaseModel& base,
+                             const LayerPlacements& to, engine::BaseModel& base,
                              engine::LoraAdapter& lora, engine::AdamW& optimizer) {
-  const engine::LayerPlacements from = exchange.placements();
-  if (absl::Status status = engine::ValidatePlacements(to, base.config().num_experts, group.size(),
-                                                       static_cast<int>(from.layers.size()));
+  const LayerPlacements from = exchange.placements();
+  if (absl::Status status = ValidatePlacements(to, base.config().num_experts, group.size(),
+                                               static_cast<int>(from.layers.size()));
       !status.ok()) {
     return status;
   }
@@ -23,7 +23,7 @@ absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange
     const engine::Parameter& parameter = *held.Find(name);
     if (!parameter.stacked_experts) continue;
     for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {
-      if (absl::Status status = engine::MoveExpertRows(
+      if (absl::Status status = MoveExpertRows(
               group, from.layers[parameter.moe_layer], to.layers[parameter.moe_layer],
               parameter.expert_size(), state.tensors.at(name + moment));
           !status.ok()) {
@@ -32,7 +32,7 @@ absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange
     }
   }
   for (engine::ParameterSet* parameters : {&base.parameters(), &lora.parameters()}) {
-    if (absl::Status status = engine::MoveExperts(group, from, to, *parameters); !status.ok()) {
+    if (absl::Status status = MoveExperts(group, from, to, *parameters); !status.ok()) {
       return status;
     }
   }
@@ -40,4 +40,4 @@ absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange
   return exchange.SetPlacements(to);
 }
 
-}  // namespace tandem::trainer
+}  // namespace tandem::placement

@@ -1,5 +1,5 @@
-#ifndef TANDEM_SERVICES_TRAINER_EXPERT_REBALANCE_H_
-#define TANDEM_SERVICES_TRAINER_EXPERT_REBALANCE_H_
+#ifndef TANDEM_PLACEMENT_EXPERT_REBALANCE_H_
+#define TANDEM_PLACEMENT_EXPERT_REBALANCE_H_
 
 #include <cstdint>
 #include <optional>
@@ -11,7 +11,7 @@
 #include "engine/model.h"
 #include "engine/optimizer.h"
 
-namespace tandem::trainer {
+namespace tandem::placement {
 
 // Load imbalance over the MoE layers of a step: per layer, max / mean of the routed rows each
 // rank of an expert-parallel group computes (1 is even); their mean and the worst layer's.
@@ -30,7 +30,7 @@ struct Rebalanced {
   // gradients going back to the owners after the step. Per group.
   int64_t bytes_moved = 0;
   // The new owners with the step's replicas (PolicyUpdater::UseReplicas); none planned: nullopt.
-  std::optional<engine::LayerPlacements> replicas;
+  std::optional<LayerPlacements> replicas;
   int replicas_made = 0;  // Over every MoE layer.
 };
 
@@ -52,7 +52,7 @@ inline constexpr int kReplicaSlotsPerRank = 2;
 // hot experts), each MoE layer on its own: the layer's load per expert in the step -- `routes`,
 // this rank's replayed routes ([tokens, MoE layers, top_k] logical ids; -1: none), summed over
 // `ranks`, every rank of the job, so that every expert-parallel group takes the same placements
-// -- planned in process by placement::PlanBalance, the moves applied by ChangePlacement over
+// -- planned in process by PlanBalance, the moves applied by ChangePlacement over
 // `group`, this rank's expert-parallel group, the replicas returned for the step's training
 // passes (at most kReplicaSlotsPerRank per rank). A move or a replica is made only when it pays
 // for itself within the step: the expert compute time it saves on the busiest rank (its tokens x
@@ -67,6 +67,6 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
                                             engine::BaseModel& base, engine::LoraAdapter& lora,
                                             engine::AdamW& optimizer);
 
-}  // namespace tandem::trainer
+}  // namespace tandem::placement
 
-#endif  // TANDEM_SERVICES_TRAINER_EXPERT_REBALANCE_H_
+#endif  // TANDEM_PLACEMENT_EXPERT_REBALANCE_H_

@@ -1,13 +1,13 @@
-#include "engine/expert_replicas.h"
+#include "placement/expert_replicas.h"
 
 #include <algorithm>
 #include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/expert_moves.h"
+#include "placement/expert_moves.h"
 
-namespace tandem::engine {
+namespace tandem::placement {
 namespace {
 
 // Where `expert` sits among `held`.
@@ -67,9 +67,9 @@ absl::Status AddToOwners(Communicator& group, const ExpertPlacement& placement, 
 }
 
 // Every stacked tensor of `parameters` cut to its first `own` experts (values and gradients).
-void KeepOwn(const LayerPlacements& placements, int rank, ParameterSet& parameters) {
+void KeepOwn(const LayerPlacements& placements, int rank, engine::ParameterSet& parameters) {
   for (const std::string& name : parameters.names()) {
-    Parameter& parameter = *parameters.Find(name);
+    engine::Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts || parameter.shape[0] == 0) continue;
     const std::vector<int>& own = placements.layers[parameter.moe_layer].experts[rank];
     const int64_t count = static_cast<int64_t>(own.size());
@@ -97,7 +97,7 @@ absl::Status CheckReplicaLists(const LayerPlacements& placements) {
 }  // namespace
 
 absl::Status HoldReplicas(Communicator& group, const LayerPlacements& placements,
-                          ParameterSet& parameters) {
+                          engine::ParameterSet& parameters) {
   const int me = group.rank();
   if (absl::Status status = CheckReplicaLists(placements); !status.ok()) return status;
   if (absl::Status status = CheckHeldExperts(placements, me, parameters, /*with_replicas=*/false);
@@ -105,7 +105,7 @@ absl::Status HoldReplicas(Communicator& group, const LayerPlacements& placements
     return status;
   }
   for (const std::string& name : parameters.names()) {
-    Parameter& parameter = *parameters.Find(name);
+    engine::Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts) continue;
     const ExpertPlacement& placement = placements.layers[parameter.moe_layer];
     if (!placement.has_replicas()) continue;
@@ -127,7 +127,7 @@ absl::Status HoldReplicas(Communicator& group, const LayerPlacements& placements
 }
 
 absl::Status ReleaseReplicas(Communicator& group, const LayerPlacements& placements,
-                             ParameterSet& parameters) {
+                             engine::ParameterSet& parameters) {
   const int me = group.rank();
   if (absl::Status status = CheckReplicaLists(placements); !status.ok()) return status;
   if (absl::Status status = CheckHeldExperts(placements, me, parameters, /*with_replicas=*/true);
@@ -135,7 +135,7 @@ absl::Status ReleaseReplicas(Communicator& group, const LayerPlacements& placeme
     return status;
   }
   for (const std::string& name : parameters.names()) {
-    Parameter& parameter = *parameters.Find(name);
+    engine::Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts || parameter.grad.empty()) continue;
     const ExpertPlacement& placement = placements.layers[parameter.moe_layer];
     if (!placement.has_replicas()) continue;
@@ -149,8 +149,8 @@ absl::Status ReleaseReplicas(Communicator& group, const LayerPlacements& placeme
   return absl::OkStatus();
 }
 
-void DropReplicas(const LayerPlacements& placements, int rank, ParameterSet& parameters) {
+void DropReplicas(const LayerPlacements& placements, int rank, engine::ParameterSet& parameters) {
   KeepOwn(placements, rank, parameters);
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::placement

@@ -1,11 +1,11 @@
-#include "engine/expert_placement.h"
+#include "placement/expert_placement.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 
-namespace tandem::engine {
+namespace tandem::placement {
 
 ExpertPlacement ExpertPlacement::Contiguous(int num_experts, int ranks) {
   ExpertPlacement placement;
@@ -176,4 +176,4 @@ absl::Status ValidatePlacements(const LayerPlacements& placements, int num_exper
   return absl::OkStatus();
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::placement

@@ -1,4 +1,4 @@
-#include "services/trainer/experts/expert_rebalance.h"
+#include "placement/expert_rebalance.h"
 
 #include <functional>
 #include <thread>
@@ -10,7 +10,7 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 
-namespace tandem::trainer {
+namespace tandem::placement {
 namespace {
 
 // One job of `ranks` expert-parallel ranks (1 × ranks: the job's ranks are the group's), each
@@ -80,7 +80,7 @@ TEST(ExpertRebalanceTest, EachMoeLayerIsBalancedOnItsOwnLoad) {
     EXPECT_GT(first->experts_moved, 0);
     EXPECT_GT(first->bytes_moved, 0);
     // Each layer took its own placement: its hot experts on different ranks.
-    const engine::LayerPlacements& placements = exchange.placements();
+    const LayerPlacements& placements = exchange.placements();
     for (int layer = 0; layer < 2; ++layer) {
       const std::vector<int> owners = placements.layers[layer].Owners();
       EXPECT_NE(owners[2 * layer], owners[2 * layer + 1]) << "MoE layer " << layer;
@@ -107,7 +107,7 @@ TEST(ExpertRebalanceTest, EvenLoadsMoveNothing) {
   OnExpertRanks(2,
                 [](int, Communicator& group, engine::ExpertParallelExchange& exchange,
                    engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer) {
-                  const engine::LayerPlacements start = exchange.placements();
+                  const LayerPlacements start = exchange.placements();
                   const std::vector<int16_t> routes = Routes(base.config(), 40, {{0, 2}, {1, 3}});
                   absl::StatusOr<Rebalanced> rebalanced =
                       RebalanceExperts(group, group, exchange, routes, {}, base, lora, optimizer);
@@ -128,7 +128,7 @@ TEST(ExpertRebalanceTest, MovesAndReplicasAreMadeOnlyWhenTheyPayForThemselves) {
     OnExpertRanks(
         2, [link](int rank, Communicator& group, engine::ExpertParallelExchange& exchange,
                   engine::BaseModel& base, engine::LoraAdapter& lora, engine::AdamW& optimizer) {
-          const engine::LayerPlacements start = exchange.placements();
+          const LayerPlacements start = exchange.placements();
           const std::vector<int16_t> routes = Routes(base.config(), 50, {{0, 1}, {2, 3}});
           const BalanceCosts costs{.link_bytes_per_second = rank == 0 ? link : 1e15,
                                    .seconds_per_row = 1e-6,
@@ -151,4 +151,4 @@ TEST(ExpertRebalanceTest, MovesAndReplicasAreMadeOnlyWhenTheyPayForThemselves) {
 }
 
 }  // namespace
-}  // namespace tandem::trainer
+}  // namespace tandem::placement

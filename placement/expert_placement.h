@@ -1,5 +1,5 @@
-#ifndef TANDEM_ENGINE_EXPERT_PLACEMENT_H_
-#define TANDEM_ENGINE_EXPERT_PLACEMENT_H_
+#ifndef TANDEM_PLACEMENT_EXPERT_PLACEMENT_H_
+#define TANDEM_PLACEMENT_EXPERT_PLACEMENT_H_
 
 #include <cstdint>
 #include <map>
@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 
-namespace tandem::engine {
+namespace tandem::placement {
 
 // Which global experts each rank of an expert-parallel group computes, and in which order it
 // holds them (its stacked tensors' order): rank r owns experts[r]. Every expert has exactly one
@@ -49,8 +49,8 @@ struct ExpertPlacement {
 };
 
 // The placements of every MoE layer of a model on one expert-parallel group, in the model's order
-// of MoE layers (ModelConfig::MoeLayerIndices, the routes' layer index): each layer's experts go
-// where that layer's load puts them, with that layer's replicas.
+// of MoE layers (engine::ModelConfig::MoeLayerIndices, the routes' layer index): each layer's
+// experts go where that layer's load puts them, with that layer's replicas.
 struct LayerPlacements {
   std::vector<ExpertPlacement> layers;
 
@@ -73,6 +73,6 @@ absl::Status ValidatePlacement(const ExpertPlacement& placement, int num_experts
 absl::Status ValidatePlacements(const LayerPlacements& placements, int num_experts, int ranks,
                                 int moe_layers);
 
-}  // namespace tandem::engine
+}  // namespace tandem::placement
 
-#endif  // TANDEM_ENGINE_EXPERT_PLACEMENT_H_
+#endif  // TANDEM_PLACEMENT_EXPERT_PLACEMENT_H_

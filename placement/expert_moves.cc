@@ -1,10 +1,10 @@
-#include "engine/expert_moves.h"
+#include "placement/expert_moves.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
-namespace tandem::engine {
+namespace tandem::placement {
 
 absl::Status MoveExpertRows(Communicator& group, const ExpertPlacement& from,
                             const ExpertPlacement& to, int64_t expert_size,
@@ -54,9 +54,9 @@ absl::Status MoveExpertRows(Communicator& group, const ExpertPlacement& from,
 }
 
 absl::Status CheckHeldExperts(const LayerPlacements& placements, int rank,
-                              const ParameterSet& parameters, bool with_replicas) {
+                              const engine::ParameterSet& parameters, bool with_replicas) {
   for (const std::string& name : parameters.names()) {
-    const Parameter& parameter = *parameters.Find(name);
+    const engine::Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts) continue;
     const int layer = parameter.moe_layer;
     if (layer < 0 || layer >= static_cast<int>(placements.layers.size()) ||
@@ -77,7 +77,7 @@ absl::Status CheckHeldExperts(const LayerPlacements& placements, int rank,
 }
 
 absl::Status MoveExperts(Communicator& group, const LayerPlacements& from,
-                         const LayerPlacements& to, ParameterSet& parameters) {
+                         const LayerPlacements& to, engine::ParameterSet& parameters) {
   if (absl::Status status = CheckHeldExperts(from, group.rank(), parameters, false); !status.ok()) {
     return status;
   }
@@ -86,7 +86,7 @@ absl::Status MoveExperts(Communicator& group, const LayerPlacements& from,
                                                    " MoE layers to ", to.layers.size()));
   }
   for (const std::string& name : parameters.names()) {
-    Parameter& parameter = *parameters.Find(name);
+    engine::Parameter& parameter = *parameters.Find(name);
     if (!parameter.stacked_experts) continue;
     const ExpertPlacement& source = from.layers[parameter.moe_layer];
     const ExpertPlacement& target = to.layers[parameter.moe_layer];
@@ -103,4 +103,4 @@ absl::Status MoveExperts(Communicator& group, const LayerPlacements& from,
   return absl::OkStatus();
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::placement

@@ -1,14 +1,14 @@
-#ifndef TANDEM_SERVICES_TRAINER_PLACEMENT_CHANGE_H_
-#define TANDEM_SERVICES_TRAINER_PLACEMENT_CHANGE_H_
+#ifndef TANDEM_PLACEMENT_PLACEMENT_CHANGE_H_
+#define TANDEM_PLACEMENT_PLACEMENT_CHANGE_H_
 
 #include "absl/status/status.h"
 #include "common/communicator.h"
 #include "engine/expert_parallel_exchange.h"
-#include "engine/expert_placement.h"
 #include "engine/model.h"
 #include "engine/optimizer.h"
+#include "placement/expert_placement.h"
 
-namespace tandem::trainer {
+namespace tandem::placement {
 
 // Changes an expert-parallel group's placements between steps: in each MoE layer the base
 // model's experts, the LoRA's and their AdamW moments move over `group` (the exchange's) from the
@@ -17,9 +17,9 @@ namespace tandem::trainer {
 // `group`; every rank passes the same `to`. The optimizer keeps pointing at the same tensors.
 // Training on gives what it gives without the change, up to float summation order.
 absl::Status ChangePlacement(Communicator& group, engine::ExpertParallelExchange& exchange,
-                             const engine::LayerPlacements& to, engine::BaseModel& base,
+                             const LayerPlacements& to, engine::BaseModel& base,
                              engine::LoraAdapter& lora, engine::AdamW& optimizer);
 
-}  // namespace tandem::trainer
+}  // namespace tandem::placement
 
-#endif  // TANDEM_SERVICES_TRAINER_PLACEMENT_CHANGE_H_
+#endif  // TANDEM_PLACEMENT_PLACEMENT_CHANGE_H_

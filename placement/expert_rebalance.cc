@@ -1,4 +1,4 @@
-#include "services/trainer/experts/expert_rebalance.h"
+#include "placement/expert_rebalance.h"
 
 #include <algorithm>
 #include <map>
@@ -8,9 +8,9 @@
 #include "absl/types/span.h"
 #include "common/logging.h"
 #include "placement/balance_planner.h"
-#include "services/trainer/experts/placement_change.h"
+#include "placement/placement_change.h"
 
-namespace tandem::trainer {
+namespace tandem::placement {
 namespace {
 
 // The step's load: routed rows per MoE layer and expert ([layer * experts + expert]) over every
@@ -40,18 +40,15 @@ struct ExpertTraffic {
 
 // One layer's plan: one micro-batch of `load` over the group's ranks from the current owners,
 // moves and replicas priced in tokens of the layer's load by `costs` (see RebalanceExperts).
-absl::StatusOr<placement::BalancePlan> Plan(absl::Span<const float> load,
-                                            const engine::ExpertPlacement& current,
-                                            const BalanceCosts& costs, ExpertTraffic traffic,
-                                            placement::StepLoad& step) {
+absl::StatusOr<BalancePlan> Plan(absl::Span<const float> load, const ExpertPlacement& current,
+                                 const BalanceCosts& costs, ExpertTraffic traffic, StepLoad& step) {
   step = {.micro_batches = 1, .experts = static_cast<int>(load.size())};
   double total = 0;
   for (float rows : load) {
     step.tokens.push_back(static_cast<int64_t>(rows));
     total += rows;
   }
-  placement::BalanceOptions options{.move_cost_tokens =
-                                        total / (10.0 * static_cast<double>(load.size()))};
+  BalanceOptions options{.move_cost_tokens = total / (10.0 * static_cast<double>(load.size()))};
   const double row_seconds =
       costs.seconds_per_row * static_cast<double>(costs.passes_per_step);  // Per token, per step.
   if (costs.link_bytes_per_second > 0 && row_seconds > 0) {
@@ -61,11 +58,11 @@ absl::StatusOr<placement::BalancePlan> Plan(absl::Span<const float> load,
     options = {.move_cost_tokens = tokens(traffic.move_bytes),
                .replica_cost_tokens = tokens(traffic.replica_bytes)};
   }
-  return placement::PlanBalance(step,
-                                {.ranks = current.ranks(),
-                                 .ranks_per_node = current.ranks(),
-                                 .replica_slots_per_rank = kReplicaSlotsPerRank},
-                                current.Owners(), options);
+  return PlanBalance(step,
+                     {.ranks = current.ranks(),
+                      .ranks_per_node = current.ranks(),
+                      .replica_slots_per_rank = kReplicaSlotsPerRank},
+                     current.Owners(), options);
 }
 
 // The costs every rank plans with: rank 0's of `ranks`.
@@ -80,9 +77,8 @@ absl::StatusOr<BalanceCosts> AgreedCosts(Communicator& ranks, const BalanceCosts
 
 // `home`'s placement: each rank keeps the experts it holds and stays their home, in their order,
 // and takes the experts coming to it after them, in id order.
-engine::ExpertPlacement PlacementOf(const placement::BalancePlan& plan,
-                                    const engine::ExpertPlacement& current) {
-  engine::ExpertPlacement next;
+ExpertPlacement PlacementOf(const BalancePlan& plan, const ExpertPlacement& current) {
+  ExpertPlacement next;
   for (int rank = 0; rank < current.ranks(); ++rank) {
     std::vector<int>& held = next.experts.emplace_back();
     for (int expert : current.experts[rank]) {
@@ -99,13 +95,12 @@ engine::ExpertPlacement PlacementOf(const placement::BalancePlan& plan,
 
 // `owners` (the plan's homes) with the plan's replicas: every copy of a replicated expert that is
 // not its home, its share the copy's planned tokens (at least 1). Nullopt without replicas.
-std::optional<engine::ExpertPlacement> ReplicasOf(const placement::BalancePlan& plan,
-                                                  const engine::ExpertPlacement& owners) {
+std::optional<ExpertPlacement> ReplicasOf(const BalancePlan& plan, const ExpertPlacement& owners) {
   std::map<int, std::map<int, int64_t>> tokens;  // Expert -> copy's rank -> its tokens.
-  for (const placement::ExpertCopy& copy : plan.micro_batches[0].copies) {
+  for (const ExpertCopy& copy : plan.micro_batches[0].copies) {
     tokens[copy.expert][copy.rank] = copy.tokens;
   }
-  engine::ExpertPlacement replicated = owners;
+  ExpertPlacement replicated = owners;
   replicated.replicas.assign(owners.ranks(), {});
   for (const auto& [expert, by_rank] : tokens) {
     const int home = plan.home[expert];
@@ -163,12 +158,12 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
   if (!load.ok()) return load.status();
   absl::StatusOr<BalanceCosts> agreed = AgreedCosts(ranks, costs);
   if (!agreed.ok()) return agreed.status();
-  const engine::LayerPlacements current = exchange.placements();
-  engine::LayerPlacements owners, replicated;
+  const LayerPlacements current = exchange.placements();
+  LayerPlacements owners, replicated;
   std::vector<double> before, after;
   Rebalanced rebalanced;
   for (int layer = 0; layer < static_cast<int>(current.layers.size()); ++layer) {
-    const engine::ExpertPlacement& now = current.layers[layer];
+    const ExpertPlacement& now = current.layers[layer];
     // A move sends the base weights and the LoRA with its gradients and both moments; a replica
     // takes the base weights and the LoRA, and gives the LoRA's gradients back.
     const int64_t base_floats = ExpertFloats(base.parameters(), layer);
@@ -176,13 +171,12 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
     const ExpertTraffic traffic{
         .move_bytes = (base_floats + 4 * lora_floats) * int64_t{sizeof(float)},
         .replica_bytes = (base_floats + 2 * lora_floats) * int64_t{sizeof(float)}};
-    placement::StepLoad step;
-    absl::StatusOr<placement::BalancePlan> plan =
+    StepLoad step;
+    absl::StatusOr<BalancePlan> plan =
         Plan(absl::MakeConstSpan(*load).subspan(static_cast<size_t>(layer) * model.num_experts,
                                                 model.num_experts),
              now, *agreed, traffic, step);
-    before.push_back(
-        placement::MaxOverMean(placement::HomeRankTokens(step, 0, now.Owners(), now.ranks())));
+    before.push_back(MaxOverMean(HomeRankTokens(step, 0, now.Owners(), now.ranks())));
     if (!plan.ok()) {
       // Every rank plans from the same load and placement: all keep it alike.
       spdlog::warn("MoE layer {} keeps its expert placement for this step: {}", layer,
@@ -193,13 +187,13 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
       continue;
     }
     rebalanced.experts_moved += plan->experts_moved;
-    after.push_back(placement::MaxOverMean(plan->micro_batches[0].rank_tokens));
+    after.push_back(MaxOverMean(plan->micro_batches[0].rank_tokens));
     rebalanced.bytes_moved += plan->experts_moved * traffic.move_bytes;
     owners.layers.push_back(PlacementOf(*plan, now));
-    std::optional<engine::ExpertPlacement> copies = ReplicasOf(*plan, owners.layers.back());
+    std::optional<ExpertPlacement> copies = ReplicasOf(*plan, owners.layers.back());
     // Every rank plans alike; a plan this code cannot follow is a bug to report, not a crash.
     if (copies.has_value()) {
-      if (absl::Status valid = engine::ValidatePlacement(*copies, model.num_experts, group.size());
+      if (absl::Status valid = ValidatePlacement(*copies, model.num_experts, group.size());
           !valid.ok()) {
         spdlog::warn("MoE layer {} drops the step's replicas: {}", layer, valid.ToString());
         copies.reset();
@@ -223,4 +217,4 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
   return rebalanced;
 }
 
-}  // namespace tandem::trainer
+}  // namespace tandem::placement
