@@ -34,10 +34,10 @@ struct Rebalanced {
   int replicas_made = 0;  // Over every MoE layer.
 };
 
-// What moves and replicas cost, as the job measured its experts so far: the bytes per second the
-// group's all-to-all sent (waits included, so no more than its link's rate), the seconds its
-// experts took per routed row and pass, and the passes each routed row makes through its expert
-// in a step (PolicyUpdater::ExpertPassesPerStep). A zero: not measured yet (the first step).
+// What moves and replicas cost: the link rate between the group's ranks (as the deployment
+// states it), the seconds its experts took per routed row and pass (as the job measured them so
+// far), and the passes each routed row makes through its expert in a step
+// (PolicyUpdater::ExpertPassesPerStep). A zero: unknown, or not measured yet (the first step).
 struct BalanceCosts {
   double link_bytes_per_second = 0;
   double seconds_per_row = 0;

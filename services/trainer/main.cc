@@ -1,4 +1,5 @@
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,10 @@ ABSL_FLAG(absl::Duration, rank_join_timeout, absl::Minutes(2),
 ABSL_FLAG(absl::Duration, ended_job_metrics_grace, absl::Minutes(2),
           "How long an ended job's per-step series stay exported (so that scrapes see its last "
           "step) before they are removed.");
+ABSL_FLAG(double, expert_link_gbps, 0,
+          "The link rate between expert-parallel trainer ranks, in Gbit/s: balance_experts moves "
+          "or replicates an expert only when the compute it saves outlasts its bytes at this rate "
+          "(0: unknown; a move is priced at a tenth of an expert's load, replicas at nothing).");
 ABSL_FLAG(int, rank_failure_retries, 3,
           "How often a multi-rank job whose rank died or stalled goes on from its last "
           "checkpoint (a new attempt, once all its ranks have joined again) before it fails.");
@@ -103,6 +108,9 @@ absl::Status CheckRankFlags() {
   }
   if (absl::GetFlag(FLAGS_rank_failure_retries) < 0) {
     return tandem::InvalidRequest("INVALID_FLAG", "--rank_failure_retries must be >= 0");
+  }
+  if (const double gbps = absl::GetFlag(FLAGS_expert_link_gbps); !(gbps >= 0) || std::isinf(gbps)) {
+    return tandem::InvalidRequest("INVALID_FLAG", "--expert_link_gbps must be finite and >= 0");
   }
   if (rank > 0 && absl::GetFlag(FLAGS_rank0).empty()) {
     return tandem::InvalidRequest("INVALID_FLAG",
@@ -183,7 +191,9 @@ int main(int argc, char** argv) {
                                    .join_timeout = absl::GetFlag(FLAGS_rank_join_timeout)},
                           .rank_join_timeout = absl::GetFlag(FLAGS_rank_join_timeout),
                           .phase_timeout = absl::GetFlag(FLAGS_rank_phase_timeout),
-                          .rank_failure_retries = absl::GetFlag(FLAGS_rank_failure_retries)},
+                          .rank_failure_retries = absl::GetFlag(FLAGS_rank_failure_retries),
+                          .expert_link_bytes_per_second =
+                              absl::GetFlag(FLAGS_expert_link_gbps) * 1e9 / 8},
              .dependencies = {.ucx = MaybeUcx(), .roster = roster, .rendezvous = rendezvous}};
          if (const int rank = absl::GetFlag(FLAGS_rank); rank > 0) {
            return JoinRankZero(rank, environment);

@@ -87,7 +87,8 @@ class Demo:
                  f"--ranks={self.args.trainer_ranks}", f"--rank={rank}",
                  f"--rank_address={self.net.address(host)}", f"--rollout={rollouts}",
                  f"--weight_store={self.target('weightstore')}",
-                 f"--router_replay={self.target('routerreplay')}"]
+                 f"--router_replay={self.target('routerreplay')}",
+                 f"--expert_link_gbps={cluster.parse_rate(self.args.rate) / 1e9}"]
         if rank > 0:
             flags.append(f"--rank0={self.target('trainer0')}")
         return flags

@@ -299,12 +299,12 @@ absl::StatusOr<StepRoutes> JobRun::FetchRoutes(const StepSamples& samples,
 }
 
 absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetrics& metrics) {
-  // Moves and replicas priced by what the run measured so far (the all-to-all's rate includes
-  // waits and earlier moves, so it prices them high rather than low).
+  // Moves and replicas priced at the deployment's link rate against the experts' compute the run
+  // measured so far (not the all-to-all's rate: its waits for the busiest rank are what
+  // balancing removes).
   const RunRanks::ExchangeTotals so_far = ranks_->Exchanged();
   const placement::BalanceCosts costs{
-      .link_bytes_per_second =
-          so_far.seconds > 0 ? static_cast<double>(so_far.bytes) / so_far.seconds : 0,
+      .link_bytes_per_second = settings().expert_link_bytes_per_second,
       .seconds_per_row = so_far.rows > 0 ? so_far.compute_seconds / so_far.rows : 0,
       .passes_per_step = updater_->ExpertPassesPerStep()};
   absl::StatusOr<placement::Rebalanced> rebalanced =

@@ -61,6 +61,9 @@ struct JobSettings {
   // surviving ranks to leave the old group); then it fails.
   int rank_failure_retries = 3;
   absl::Duration rank_retry_delay = absl::Seconds(2);
+  // The link rate between expert-parallel ranks, which prices expert moves and replicas
+  // (placement::BalanceCosts); 0: unknown.
+  double expert_link_bytes_per_second = 0;
 };
 
 // What a job's runs use that the trainer process owns and injects (none owned by a run).
