@@ -25,6 +25,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -176,14 +177,23 @@ placement::PlacementPlan Eplb(const placement::StepLoad& load,
   return *std::move(plan);
 }
 
-// Physical slots of `next` whose expert `previous` did not hold in that slot: experts whose
-// weights travel to take up the plan.
-int ChangedSlots(const placement::PlacementPlan& previous, const placement::PlacementPlan& next) {
-  int changed = 0;
-  for (size_t p = 0; p < next.phy2log.size(); ++p) {
-    changed += p >= previous.phy2log.size() || previous.phy2log[p] != next.phy2log[p];
+// Experts each rank holds under `next` that it did not hold under `previous` (slot p on rank
+// p / (slots / ranks)), over all ranks: the experts' weights that travel to take up the plan,
+// however EPLB orders the slots within a rank.
+int NewlyHeld(const placement::PlacementPlan& previous, const placement::PlacementPlan& next,
+              int ranks) {
+  const auto held = [ranks](const placement::PlacementPlan& plan) {
+    std::vector<std::set<int>> by_rank(ranks);
+    const int per_rank = plan.num_replicas / ranks;
+    for (int p = 0; p < plan.num_replicas; ++p) by_rank[p / per_rank].insert(plan.phy2log[p]);
+    return by_rank;
+  };
+  const std::vector<std::set<int>> before = held(previous), after = held(next);
+  int arrived = 0;
+  for (int r = 0; r < ranks; ++r) {
+    for (int expert : after[r]) arrived += !before[r].contains(expert);
   }
-  return changed;
+  return arrived;
 }
 
 // The static placement as EPLB's slots: slot p holds expert p, no replica slots.
@@ -250,9 +260,9 @@ std::map<std::string, Figures> Measure(const Trace& trace, const placement::EpTo
         ++figures[planner].steps;
       };
       step("static", 0);
-      step("eplb-hist", ChangedSlots(last_history, history));
-      step("eplb-oracle", ChangedSlots(last_oracle, oracle));
-      step("eplb-budget", ChangedSlots(last_budget, budget));
+      step("eplb-hist", NewlyHeld(last_history, history, topology.ranks));
+      step("eplb-oracle", NewlyHeld(last_oracle, oracle, topology.ranks));
+      step("eplb-budget", NewlyHeld(last_budget, budget, topology.ranks));
       step("reorder", plan->experts_moved);
       step("relibra", plan->experts_moved + copies);
       last_history = history, last_oracle = oracle, last_budget = budget;
@@ -303,7 +313,7 @@ void PrintTable(const std::vector<Trace>& traces) {
   }
   std::printf(
       "(sent: relibra's moves to new homes plus its replicas in every micro-batch; reorder's "
-      "moves; EPLB's slots that take another expert than in the step before)\n");
+      "moves; experts an EPLB rank holds that it did not hold the step before)\n");
 }
 
 // Planning time at the goal's size: 256 experts x 8 ranks, for every MoE layer of a step
