@@ -51,8 +51,8 @@ class ExpertExchange {
   virtual ~ExpertExchange() = default;
 
   // The experts this rank computes in MoE layer `moe_layer` (the layer's place among the model's
-  // MoE layers: each layer may place its experts differently). INVALID_ARGUMENT for a layer the
-  // exchange was not made for.
+  // MoE layers: each layer may place its experts differently). An exchange that places experts
+  // per layer refuses a layer it was not made for with INVALID_ARGUMENT.
   virtual absl::StatusOr<LocalExperts> local_experts(int moe_layer) const = 0;
   // The order Plan takes MoE layer `moe_layer`'s routed rows in (a layer local_experts accepts):
   // each global expert's slot ([num_experts]; the rows of slot 0 first). Null: by global id.

@@ -178,7 +178,11 @@ MicroBatchPlan Replicate(const StepLoad& load, int m, const std::vector<int>& ho
         if (new_copy && free_slots[target] == 0) continue;
         const int64_t moved = std::min(tokens, half_gap);
         if (new_copy && static_cast<double>(moved) <= replica_cost) continue;
-        if (moved > best_moved || (moved == best_moved && moved > 0 && tokens < best_there)) {
+        // Ties go to the lower expert id: every rank must plan alike, whatever order the map
+        // iterates in.
+        if (moved > best_moved ||
+            (moved == best_moved && moved > 0 &&
+             (tokens < best_there || (tokens == best_there && expert < best_expert)))) {
           best_expert = expert, best_target = target, best_moved = moved, best_there = tokens;
         }
       }

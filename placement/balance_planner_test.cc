@@ -124,6 +124,23 @@ TEST(ExpertBalanceTest, AReplicaIsMadeOnlyWhenItPaysForItsCopy) {
   }
 }
 
+// Every rank plans alike: between hot experts equal in every respect the lower id is replicated,
+// whatever order a hash map iterates in.
+TEST(ExpertBalanceTest, TiesBetweenExpertsGoToTheLowerId) {
+  StepLoad load{.micro_batches = 1, .experts = 4};
+  load.tokens = {500, 500, 0, 0};
+  const EpTopology topology{.ranks = 2, .ranks_per_node = 2, .replica_slots_per_rank = 1};
+  absl::StatusOr<BalancePlan> plan =
+      PlanBalance(load, topology, {0, 0, 1, 1}, {.move_cost_tokens = 1e9});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ExpectValidPlan(load, topology, *plan);
+  std::vector<int> replicated;
+  for (const ExpertCopy& copy : plan->micro_batches[0].copies) {
+    if (copy.rank != plan->home[copy.expert]) replicated.push_back(copy.expert);
+  }
+  EXPECT_EQ(replicated, std::vector<int>{0});
+}
+
 TEST(ExpertBalanceTest, BadInputsAreRefusedNamingWhatDoesNotFit) {
   StepLoad load{.micro_batches = 1, .experts = 6};
   load.tokens.assign(6, 1);

@@ -38,10 +38,17 @@ struct ExpertTraffic {
   int64_t replica_bytes = 0;
 };
 
-// One layer's plan: one micro-batch of `load` over the group's ranks from the current owners,
-// moves and replicas priced in tokens of the layer's load by `costs` (see RebalanceExperts).
+// How often a step takes its replicas and gives them back (at least once).
+int64_t ReplicaHolds(const BalanceCosts& costs) {
+  return std::max(1, costs.replica_holds_per_step);
+}
+
+// One layer's plan: one micro-batch of `load` (the whole job's, of which each of `groups`
+// expert-parallel groups computes about 1/groups) over the group's ranks from the current
+// owners, moves and replicas priced in tokens of that load by `costs` (see RebalanceExperts).
 absl::StatusOr<BalancePlan> Plan(absl::Span<const float> load, const ExpertPlacement& current,
-                                 const BalanceCosts& costs, ExpertTraffic traffic, StepLoad& step) {
+                                 const BalanceCosts& costs, ExpertTraffic traffic, int groups,
+                                 StepLoad& step) {
   step = {.micro_batches = 1, .experts = static_cast<int>(load.size())};
   double total = 0;
   for (float rows : load) {
@@ -49,14 +56,19 @@ absl::StatusOr<BalancePlan> Plan(absl::Span<const float> load, const ExpertPlace
     total += rows;
   }
   BalanceOptions options{.move_cost_tokens = total / (10.0 * static_cast<double>(load.size()))};
-  const double row_seconds =
-      costs.seconds_per_row * static_cast<double>(costs.passes_per_step);  // Per token, per step.
-  if (costs.link_bytes_per_second > 0 && row_seconds > 0) {
-    const auto tokens = [&](int64_t bytes) {
-      return static_cast<double>(bytes) / costs.link_bytes_per_second / row_seconds;
-    };
-    options = {.move_cost_tokens = tokens(traffic.move_bytes),
-               .replica_cost_tokens = tokens(traffic.replica_bytes)};
+  // A token of the job's load saves a group 1/groups of its passes' compute; a replica saves only
+  // in the passes made while it is held, and is taken and given back each time.
+  const auto tokens = [&](double bytes, int passes) {
+    return bytes / costs.link_bytes_per_second / (costs.seconds_per_row * passes) * groups;
+  };
+  if (costs.link_bytes_per_second > 0 && costs.seconds_per_row > 0 && costs.passes_per_step > 0) {
+    options.move_cost_tokens =
+        tokens(static_cast<double>(traffic.move_bytes), costs.passes_per_step);
+    options.replica_cost_tokens =
+        costs.replica_passes_per_step > 0
+            ? tokens(static_cast<double>(traffic.replica_bytes * ReplicaHolds(costs)),
+                     costs.replica_passes_per_step)
+            : 0;
   }
   return PlanBalance(step,
                      {.ranks = current.ranks(),
@@ -70,9 +82,10 @@ absl::StatusOr<BalanceCosts> AgreedCosts(Communicator& ranks, const BalanceCosts
   float values[] = {static_cast<float>(mine.link_bytes_per_second),
                     static_cast<float>(mine.seconds_per_row)};
   if (absl::Status status = ranks.Broadcast(values, 2, 0); !status.ok()) return status;
-  return BalanceCosts{.link_bytes_per_second = values[0],
-                      .seconds_per_row = values[1],
-                      .passes_per_step = mine.passes_per_step};
+  BalanceCosts agreed = mine;  // The passes come from the job's config, alike on every rank.
+  agreed.link_bytes_per_second = values[0];
+  agreed.seconds_per_row = values[1];
+  return agreed;
 }
 
 // `home`'s placement: each rank keeps the experts it holds and stays their home, in their order,
@@ -175,7 +188,7 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
     absl::StatusOr<BalancePlan> plan =
         Plan(absl::MakeConstSpan(*load).subspan(static_cast<size_t>(layer) * model.num_experts,
                                                 model.num_experts),
-             now, *agreed, traffic, step);
+             now, *agreed, traffic, ranks.size() / group.size(), step);
     before.push_back(MaxOverMean(HomeRankTokens(step, 0, now.Owners(), now.ranks())));
     if (!plan.ok()) {
       // Every rank plans from the same load and placement: all keep it alike.
@@ -187,7 +200,6 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
       continue;
     }
     rebalanced.experts_moved += plan->experts_moved;
-    after.push_back(MaxOverMean(plan->micro_batches[0].rank_tokens));
     rebalanced.bytes_moved += plan->experts_moved * traffic.move_bytes;
     owners.layers.push_back(PlacementOf(*plan, now));
     std::optional<ExpertPlacement> copies = ReplicasOf(*plan, owners.layers.back());
@@ -199,10 +211,15 @@ absl::StatusOr<Rebalanced> RebalanceExperts(Communicator& ranks, Communicator& g
         copies.reset();
       }
     }
+    // Without the planned replicas (dropped above), each expert computes all its rows at home.
+    after.push_back(copies.has_value()
+                        ? MaxOverMean(plan->micro_batches[0].rank_tokens)
+                        : MaxOverMean(HomeRankTokens(step, 0, plan->home, now.ranks())));
     replicated.layers.push_back(copies.value_or(owners.layers.back()));
     for (const std::vector<int>& held : replicated.layers.back().replicas) {
       rebalanced.replicas_made += static_cast<int>(held.size());
-      rebalanced.bytes_moved += static_cast<int64_t>(held.size()) * traffic.replica_bytes;
+      rebalanced.bytes_moved +=
+          static_cast<int64_t>(held.size()) * traffic.replica_bytes * ReplicaHolds(*agreed);
     }
   }
   rebalanced.before = Summarize(before);

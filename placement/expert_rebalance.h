@@ -27,7 +27,7 @@ struct Rebalanced {
   LayerImbalance after;   // With the planned ones, replicas included.
   // What the group's ranks sent each other for it: the moved experts' base weights, LoRA,
   // LoRA gradients and AdamW moments, and the replicas' base weights and LoRA, plus their LoRA
-  // gradients going back to the owners after the step. Per group.
+  // gradients going back to the owners, each time replicas are held in the step. Per group.
   int64_t bytes_moved = 0;
   // The new owners with the step's replicas (PolicyUpdater::UseReplicas); none planned: nullopt.
   std::optional<LayerPlacements> replicas;
@@ -36,12 +36,15 @@ struct Rebalanced {
 
 // What moves and replicas cost: the link rate between the group's ranks (as the deployment
 // states it), the seconds its experts took per routed row and pass (as the job measured them so
-// far), and the passes each routed row makes through its expert in a step
-// (PolicyUpdater::ExpertPassesPerStep). A zero: unknown, or not measured yet (the first step).
+// far), and what a step does with each routed row (PolicyUpdater::ExpertPassesPerStep): passes
+// through its expert, those of them while replicas are held, and how often replicas are taken
+// and given back. A zero: unknown, or not measured yet (the first step).
 struct BalanceCosts {
   double link_bytes_per_second = 0;
   double seconds_per_row = 0;
   int passes_per_step = 0;
+  int replica_passes_per_step = 0;
+  int replica_holds_per_step = 0;
 };
 
 // At most this many replicas per rank, MoE layer and step (ReLibra's budget of extra expert

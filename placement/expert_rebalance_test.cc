@@ -137,7 +137,9 @@ TEST(ExpertRebalanceTest, MovesAndReplicasAreMadeOnlyWhenTheyPayForThemselves) {
           const std::vector<int16_t> routes = Routes(base.config(), 50, {{0, 1}, {2, 3}});
           const BalanceCosts costs{.link_bytes_per_second = rank == 0 ? link : 1e15,
                                    .seconds_per_row = 1e-6,
-                                   .passes_per_step = 3};
+                                   .passes_per_step = 3,
+                                   .replica_passes_per_step = 2,
+                                   .replica_holds_per_step = 2};
           absl::StatusOr<Rebalanced> rebalanced =
               RebalanceExperts(group, group, exchange, routes, costs, base, lora, optimizer);
           ASSERT_TRUE(rebalanced.ok()) << rebalanced.status();

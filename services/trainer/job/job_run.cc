@@ -303,10 +303,13 @@ absl::Status JobRun::Rebalance(const StepRoutes& routes, trainer::v1::StepMetric
   // measured so far (not the all-to-all's rate: its waits for the busiest rank are what
   // balancing removes).
   const RunRanks::ExchangeTotals so_far = ranks_->Exchanged();
+  const PolicyUpdater::ExpertPasses passes = updater_->ExpertPassesPerStep();
   const placement::BalanceCosts costs{
       .link_bytes_per_second = settings().expert_link_bytes_per_second,
       .seconds_per_row = so_far.rows > 0 ? so_far.compute_seconds / so_far.rows : 0,
-      .passes_per_step = updater_->ExpertPassesPerStep()};
+      .passes_per_step = passes.all,
+      .replica_passes_per_step = passes.with_replicas,
+      .replica_holds_per_step = passes.replica_holds};
   absl::StatusOr<placement::Rebalanced> rebalanced =
       placement::RebalanceExperts(*ranks(), *ranks_->experts(), *ranks_->exchange(), routes.routes,
                                   costs, state_->base(), state_->lora(), state_->optimizer());

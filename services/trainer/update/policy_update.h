@@ -56,12 +56,22 @@ class PolicyUpdater {
     replicas_ = std::move(placements);
   }
 
-  // Passes each routed row makes through its expert in an Update (what an expert exchange counts
-  // as rows computed): its mini-batch's forward and backward, a reference forward with a KL
-  // penalty, and a separate old-policy forward with more than one update or a critic.
-  int ExpertPassesPerStep() const {
+  // What an Update does with each routed row's expert (an expert exchange counts every pass as
+  // rows computed): `all` its passes -- its mini-batch's forward and backward, a reference
+  // forward with a KL penalty, and a separate old-policy forward with more than one update or a
+  // critic; `with_replicas` those made while replicas are held (all but the old-policy forward);
+  // `replica_holds` how often replicas are taken and given back (once per mini-batch).
+  struct ExpertPasses {
+    int all = 0;
+    int with_replicas = 0;
+    int replica_holds = 0;
+  };
+  ExpertPasses ExpertPassesPerStep() const {
     const bool old_policy_pass = config_.updates_per_step > 1 || config_.critic.head != nullptr;
-    return 2 + (config_.loss.kl_coef > 0 ? 1 : 0) + (old_policy_pass ? 1 : 0);
+    const int per_mini_batch = 2 + (config_.loss.kl_coef > 0 ? 1 : 0);
+    return {.all = per_mini_batch + (old_policy_pass ? 1 : 0),
+            .with_replicas = per_mini_batch,
+            .replica_holds = config_.updates_per_step};
   }
 
  private:
