@@ -8,6 +8,7 @@
 #include "services/trainer/ranks/rank_agreement.h"
 #include "services/trainer/update/batch_advantages.h"
 #include "services/trainer/update/expert_parallel_update.h"
+#include "services/trainer/update/forward_backward.h"
 #include "services/trainer/update/optimizer_step.h"
 
 namespace tandem::trainer {
@@ -42,15 +43,11 @@ PolicyUpdater::PolicyUpdater(engine::BaseModel& base, engine::LoraAdapter& lora,
 absl::StatusOr<std::vector<double>> PolicyUpdater::ResponseLogProbs(
     engine::TrainingEngine& engine, const TrainingBatch& batch, int begin, int end,
     const std::vector<int16_t>* routes) {
-  std::vector<int16_t> slice;
-  if (routes != nullptr && !routes->empty()) {
-    slice.assign(routes->begin() + batch.offsets[begin] * batch.route_width,
-                 routes->begin() + batch.offsets[end] * batch.route_width);
-  }
   // The policy the rollout sampled from: logits / T.
+  const MicroBatch inputs = MicroBatchOf(batch, begin, end, routes);
   absl::StatusOr<std::vector<float>> rows =
-      engine.ForwardLogProbs(Sequences(batch, begin, end), slice.empty() ? nullptr : &slice,
-                             ResponseTargets(batch, begin, end), config_.temperature);
+      engine.ForwardLogProbs(inputs.sequences, inputs.routes.empty() ? nullptr : &inputs.routes,
+                             inputs.targets, config_.temperature);
   if (!rows.ok()) return rows.status();
   return ResponseValues(batch, begin, end, *rows);
 }
@@ -204,59 +201,14 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(TrainingBatch& batch, int 
     // Without a separate old-policy pass, R2's "old routes" are this forward's live ones.
     const std::vector<int16_t>* replay =
         config_.replay == RouteReplay::kR2 && !batch.have_old[micro] ? nullptr : routes;
-    absl::StatusOr<std::vector<double>> forwarded =
-        ResponseLogProbs(*policy_, batch, micro, micro_end, replay);
-    if (!forwarded.ok()) return forwarded.status();
-    const std::vector<double>& logp = *forwarded;
-    if (!batch.have_old[micro]) RecordOldPolicy(batch, micro, micro_end, logp, stats);
-    std::vector<double> ref_logp;
-    if (config_.loss.kl_coef > 0) {
-      absl::StatusOr<std::vector<double>> reference =
-          ResponseLogProbs(*reference_, batch, micro, micro_end, replay);
-      if (!reference.ok()) return reference.status();
-      ref_logp = *std::move(reference);
-    }
-    const size_t first = batch.at(micro, 0), count = logp.size();
-    const auto rows = [&](const std::vector<double>& v) {
-      return absl::MakeConstSpan(v).subspan(first, count);
-    };
-    const PolicyLossResult result = ComputePolicyLoss({.logp = logp,
-                                                       .old_logp = rows(batch.old_logp),
-                                                       .advantages = rows(batch.advantages),
-                                                       .mask = rows(batch.is_mask),
-                                                       .weights = rows(batch.weights),
-                                                       .ref_logp = ref_logp,
-                                                       .rows = micro_end - micro,
-                                                       .cols = batch.cols,
-                                                       .total_tokens = total_tokens,
-                                                       .total_rows = total_rows},
-                                                      config_.loss);
-    loss += result.loss;
-    double tokens = 0;
-    for (size_t j = 0; j < count; ++j) tokens += batch.mask[first + j];
-    stats.ppo_clip_share += result.clip_share * tokens;
-    stats.ref_kl += result.ref_kl * tokens;
-    // d loss / d each response token's log-probability, at the row that predicts it.
-    const int64_t positions = batch.offsets[micro_end] - batch.offsets[micro];
-    std::vector<float> dlogp(positions, 0.0f);
-    for (int i = micro; i < micro_end; ++i) {
-      for (size_t t = 0; t < batch.samples[i].response.size(); ++t) {
-        dlogp[ResponseRow(batch, micro, i, static_cast<int>(t))] =
-            static_cast<float>(result.dlogp[static_cast<size_t>(i - micro) * batch.cols + t]);
-      }
-    }
-    std::vector<float> dhidden;
-    if (config_.critic.head != nullptr) {
-      dhidden.assign(static_cast<size_t>(positions) * base_.config().d_model, 0.0f);
-      stats.value_loss +=
-          ValueLoss(batch, micro, micro_end, total_tokens, config_.critic,
-                    policy_->final_hidden().data(), base_.config().d_model, dhidden);
-    }
-    if (absl::Status status =
-            policy_->BackwardLogProbs(dlogp.data(), dhidden.empty() ? nullptr : dhidden.data());
-        !status.ok()) {
-      return status;
-    }
+    const MicroBatch inputs = MicroBatchOf(batch, micro, micro_end, replay);
+    absl::StatusOr<double> micro_loss = ForwardBackward(
+        *policy_, inputs.Scored(config_.temperature), [&](const std::vector<float>& rows) {
+          return MicroBatchLoss(batch, {micro, micro_end, total_tokens, total_rows}, replay, rows,
+                                stats);
+        });
+    if (!micro_loss.ok()) return micro_loss.status();
+    loss += *micro_loss;
   }
   if (absl::Status status = PadExpertGroup(0, *most - micro_batches); !status.ok()) {
     return status;
@@ -264,6 +216,51 @@ absl::StatusOr<double> PolicyUpdater::UpdateMiniBatch(TrainingBatch& batch, int 
   if (absl::Status status = replicas.Release(); !status.ok()) return status;
   std::move(drop_replicas).Cancel();
   if (absl::Status status = StepOptimizers(stats); !status.ok()) return status;
+  return loss;
+}
+
+absl::StatusOr<TokenLoss> PolicyUpdater::MicroBatchLoss(TrainingBatch& batch,
+                                                        const MicroBatchTotals& micro,
+                                                        const std::vector<int16_t>* replay,
+                                                        const std::vector<float>& rows,
+                                                        UpdateStats& stats) {
+  const std::vector<double> logp = ResponseValues(batch, micro.begin, micro.end, rows);
+  if (!batch.have_old[micro.begin]) RecordOldPolicy(batch, micro.begin, micro.end, logp, stats);
+  std::vector<double> ref_logp;
+  if (config_.loss.kl_coef > 0) {
+    absl::StatusOr<std::vector<double>> reference =
+        ResponseLogProbs(*reference_, batch, micro.begin, micro.end, replay);
+    if (!reference.ok()) return reference.status();
+    ref_logp = *std::move(reference);
+  }
+  const size_t first = batch.at(micro.begin, 0), count = logp.size();
+  const auto at = [&](const std::vector<double>& v) {
+    return absl::MakeConstSpan(v).subspan(first, count);
+  };
+  const PolicyLossResult result = ComputePolicyLoss({.logp = logp,
+                                                     .old_logp = at(batch.old_logp),
+                                                     .advantages = at(batch.advantages),
+                                                     .mask = at(batch.is_mask),
+                                                     .weights = at(batch.weights),
+                                                     .ref_logp = ref_logp,
+                                                     .rows = micro.end - micro.begin,
+                                                     .cols = batch.cols,
+                                                     .total_tokens = micro.total_tokens,
+                                                     .total_rows = micro.total_rows},
+                                                    config_.loss);
+  double tokens = 0;
+  for (size_t j = 0; j < count; ++j) tokens += batch.mask[first + j];
+  stats.ppo_clip_share += result.clip_share * tokens;
+  stats.ref_kl += result.ref_kl * tokens;
+  // d loss / d each response token's log-probability, at the row that predicts it.
+  TokenLoss loss{.value = result.loss,
+                 .dlogp = PositionValues(batch, micro.begin, micro.end, result.dlogp)};
+  if (config_.critic.head != nullptr) {
+    loss.dhidden.assign(loss.dlogp.size() * base_.config().d_model, 0.0f);
+    stats.value_loss +=
+        ValueLoss(batch, micro.begin, micro.end, micro.total_tokens, config_.critic,
+                  policy_->final_hidden().data(), base_.config().d_model, loss.dhidden);
+  }
   return loss;
 }
 

@@ -18,6 +18,7 @@
 #include "services/trainer/rl/mismatch_correction.h"
 #include "services/trainer/rl/policy_loss.h"
 #include "services/trainer/rl/value_head.h"
+#include "services/trainer/update/forward_backward.h"
 #include "services/trainer/update/gradient_sync.h"
 #include "services/trainer/update/policy_update_config.h"
 #include "services/trainer/update/training_batch.h"
@@ -92,6 +93,20 @@ class PolicyUpdater {
                        UpdateStats& stats);
   absl::StatusOr<double> UpdateMiniBatch(TrainingBatch& batch, int begin, int end,
                                          UpdateStats& stats);
+  // Samples [begin, end) of a mini-batch whose tokens and sequences over every rank are
+  // total_tokens and total_rows.
+  struct MicroBatchTotals {
+    int begin = 0;
+    int end = 0;
+    double total_tokens = 0;
+    int total_rows = 0;
+  };
+  // The objective on one micro-batch's log-probs `rows` (a ForwardBackward's loss): the old
+  // policy recorded if it was not, the reference model's log-probs with a KL penalty, the policy
+  // loss (and the critic's), their gradients per position.
+  absl::StatusOr<TokenLoss> MicroBatchLoss(TrainingBatch& batch, const MicroBatchTotals& micro,
+                                           const std::vector<int16_t>* replay,
+                                           const std::vector<float>& rows, UpdateStats& stats);
   // After a mini-batch's passes: its gradients summed over the ranks that share them, clipped,
   // and the policy's (and the critic's) optimizer stepped.
   absl::Status StepOptimizers(UpdateStats& stats);

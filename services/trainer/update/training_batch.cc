@@ -94,4 +94,34 @@ std::vector<double> ResponseValues(const TrainingBatch& batch, int begin, int en
   return values;
 }
 
+std::vector<float> PositionValues(const TrainingBatch& batch, int begin, int end,
+                                  const std::vector<double>& values) {
+  std::vector<float> rows(batch.offsets[end] - batch.offsets[begin], 0.0f);
+  for (int i = begin; i < end; ++i) {
+    for (size_t t = 0; t < batch.samples[i].response.size(); ++t) {
+      rows[ResponseRow(batch, begin, i, static_cast<int>(t))] =
+          static_cast<float>(values[static_cast<size_t>(i - begin) * batch.cols + t]);
+    }
+  }
+  return rows;
+}
+
+MicroBatch MicroBatchOf(const TrainingBatch& batch, int begin, int end,
+                        const std::vector<int16_t>* routes) {
+  MicroBatch micro{.sequences = Sequences(batch, begin, end),
+                   .targets = ResponseTargets(batch, begin, end)};
+  if (routes != nullptr && !routes->empty()) {
+    micro.routes.assign(routes->begin() + batch.offsets[begin] * batch.route_width,
+                        routes->begin() + batch.offsets[end] * batch.route_width);
+  }
+  return micro;
+}
+
+ScoredSequences MicroBatch::Scored(float temperature) const {
+  return {.sequences = &sequences,
+          .targets = &targets,
+          .routes = routes.empty() ? nullptr : &routes,
+          .temperature = temperature};
+}
+
 }  // namespace tandem::trainer

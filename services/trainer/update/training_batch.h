@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "engine/transformer.h"
+#include "services/trainer/update/forward_backward.h"
 
 namespace tandem::trainer {
 
@@ -60,6 +61,22 @@ std::vector<int> ResponseTargets(const TrainingBatch& batch, int begin, int end)
 // response tokens, 0 past each response.
 std::vector<double> ResponseValues(const TrainingBatch& batch, int begin, int end,
                                    const std::vector<float>& rows);
+// The inverse: B x cols values of the response tokens of samples [begin, end) as a value per
+// row (at ResponseRow), 0 at rows that predict no response token.
+std::vector<float> PositionValues(const TrainingBatch& batch, int begin, int end,
+                                  const std::vector<double>& values);
+
+// Samples [begin, end) to score: their Sequences, ResponseTargets and slice of `routes` (null or
+// empty: none, routed live).
+struct MicroBatch {
+  engine::TokenBatch sequences;
+  std::vector<int> targets;
+  std::vector<int16_t> routes;
+
+  ScoredSequences Scored(float temperature) const;  // Valid while this lives.
+};
+MicroBatch MicroBatchOf(const TrainingBatch& batch, int begin, int end,
+                        const std::vector<int16_t>* routes);
 
 // Micro-batches of `micro_batch_size` samples in `rows` samples.
 inline int MicroBatches(int rows, int micro_batch_size) {
