@@ -1,6 +1,7 @@
 #include "services/trainer/update/forward_backward.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tandem::trainer {
 
@@ -12,14 +13,16 @@ absl::StatusOr<double> ForwardBackward(engine::TrainingEngine& engine, const Sco
   absl::StatusOr<TokenLoss> computed = loss(*logp);
   if (!computed.ok()) return computed.status();
   if (computed->dlogp.size() != logp->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the loss's gradient has ",
-                                                   computed->dlogp.size(), " log-probs for ",
-                                                   logp->size(), " positions"));
+    return InvalidRequest("BAD_LOSS_GRADIENT",
+                          absl::StrCat("the loss's gradient has ", computed->dlogp.size(),
+                                       " log-probs for ", logp->size(), " positions"));
   }
   if (!computed->dhidden.empty() && computed->dhidden.size() != engine.final_hidden().size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the loss's hidden-state gradient has ", computed->dhidden.size(), " floats; the ",
-        "forward's hidden states have ", engine.final_hidden().size()));
+    return InvalidRequest(
+        "BAD_LOSS_GRADIENT",
+        absl::StrCat("the loss's hidden-state gradient has ", computed->dhidden.size(),
+                     " floats; the ", "forward's hidden states have ",
+                     engine.final_hidden().size()));
   }
   if (absl::Status status = engine.BackwardLogProbs(
           computed->dlogp.data(), computed->dhidden.empty() ? nullptr : computed->dhidden.data());
