@@ -12,7 +12,8 @@ validate=(node "$tests_dir/validate.cjs")
 printf 'rollout:\n  replica: 3\n' >"$work/typo.yaml"
 printf 'rollout:\n  replicas: "3"\n' >"$work/wrong-type.yaml"
 printf 'routerReplay:\n  fsync: sometimes\n' >"$work/bad-enum.yaml"
-for bad in typo wrong-type bad-enum; do
+printf 'trainer:\n  expertLinkGbps: -1\n' >"$work/negative-rate.yaml"
+for bad in typo wrong-type bad-enum negative-rate; do
   if "${validate[@]}" values "$chart" "$work/$bad.yaml" 2>"$work/$bad.err"; then
     echo "validate_test: values $bad.yaml passed the schema" >&2
     exit 1
