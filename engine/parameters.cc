@@ -164,6 +164,13 @@ const std::vector<int>& ParameterSet::held_experts(int moe_layer) const {
   return *kEvery;
 }
 
+int ParameterSet::StackedIndex(int moe_layer, int expert) const {
+  const std::vector<int>& held = held_experts(moe_layer);
+  if (held.empty()) return expert;  // Every expert, in id order.
+  const auto at = std::find(held.begin(), held.end(), expert);
+  return at == held.end() ? -1 : static_cast<int>(at - held.begin());
+}
+
 SafetensorsFile ParameterSet::ToSafetensors() const {
   SafetensorsFile file;
   for (const std::string& name : order_) {

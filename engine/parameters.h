@@ -72,6 +72,9 @@ class ParameterSet {
   // The global ids of the experts MoE layer `moe_layer`'s stacked tensors hold, in their order
   // (Parameter::experts; empty: all, or the layer has no stacked tensor here).
   const std::vector<int>& held_experts(int moe_layer) const;
+  // Where MoE layer `moe_layer`'s stacked tensors hold global expert `expert`: its index, or -1
+  // when not held.
+  int StackedIndex(int moe_layer, int expert) const;
 
   // To safetensors with canonical names: stacked tensors split per expert, "{e}" inserted
   // after ".experts." (global ids).

@@ -19,15 +19,12 @@ std::string MlpPrefix(int layer) { return absl::StrCat("model.layers.", layer, "
 // other: the stacked index of the first, or -1 when they are not all held in that order.
 int ConsecutiveIndex(const ParameterSet& parameters, int moe_layer,
                      const std::vector<int>& experts) {
-  const std::vector<int>& held = parameters.held_experts(moe_layer);
-  const auto index = [&held](int expert) {
-    if (held.empty()) return expert;  // Every expert, in id order.
-    const auto at = std::find(held.begin(), held.end(), expert);
-    return at == held.end() ? -1 : static_cast<int>(at - held.begin());
-  };
-  const int first = index(experts.front());
+  const int first = parameters.StackedIndex(moe_layer, experts.front());
   for (size_t i = 0; i < experts.size(); ++i) {
-    if (first < 0 || index(experts[i]) != first + static_cast<int>(i)) return -1;
+    if (first < 0 ||
+        parameters.StackedIndex(moe_layer, experts[i]) != first + static_cast<int>(i)) {
+      return -1;
+    }
   }
   return first;
 }

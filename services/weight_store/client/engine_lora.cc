@@ -198,12 +198,6 @@ void Append(std::pair<weightstore::v1::Shard, std::string> second,
   first.first.set_xxh3_64(Xxh3Checksum(first.second));
 }
 
-// Whether MoE layer `layer`'s stacked tensors of `parameters` hold `expert`.
-bool Holds(const engine::ParameterSet& parameters, int layer, int expert) {
-  const std::vector<int>& held = parameters.held_experts(layer);
-  return held.empty() || std::find(held.begin(), held.end(), expert) != held.end();
-}
-
 }  // namespace
 
 absl::StatusOr<AdapterVersion> BuildAdapterVersion(const engine::LoraAdapter& adapter,
@@ -272,7 +266,7 @@ absl::StatusOr<AdapterVersion> BuildExpertParallelVersion(
       }
       const std::vector<int>& held = placements.layers[layer].experts[w % group];
       for (int i = (w / group) * share; i < (w / group + 1) * share; ++i) {
-        if (w == writer && !Holds(adapter.parameters(), layer, held[i])) {
+        if (w == writer && adapter.parameters().StackedIndex(layer, held[i]) < 0) {
           return InvalidRequest(
               "BAD_WRITER_PLACEMENT",
               absl::StrCat("writer ", writer, " publishes expert ", held[i], " of MoE layer ",
